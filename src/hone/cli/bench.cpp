@@ -1,0 +1,47 @@
+// hone bench --model NAME --batch-size B --seq-len T --dtype fp32|bf16 --steps N [--threads K] [--device cpu|cuda]
+#include <fmt/core.h>
+
+#include "hone/cli/commands.hpp"
+#include "hone/core/device.hpp"
+#include "hone/train/bench.hpp"
+
+namespace hone::cli {
+
+Command add_bench(CLI::App& app) {
+  struct Args {
+    std::string model = "llama_tiny", dtype = "fp32", device = "cpu";
+    int64_t batch_size = 4, seq_len = 256, steps = 10;
+    int threads = 0;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "bench", "Train a model on random tokens for a few steps; the last line printed is a JSON summary");
+  sub->add_option("--model", args->model, "Built-in model name (llama_tiny, llama_125M, gpt2_124M, ...)")
+      ->capture_default_str();
+  sub->add_option("--batch-size", args->batch_size, "Sequences per step")->capture_default_str();
+  sub->add_option("--seq-len", args->seq_len, "Tokens per sequence")->capture_default_str();
+  sub->add_option("--dtype", args->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
+  sub->add_option("--steps", args->steps, "Timed steps (after one warm-up step)")->capture_default_str();
+  sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->capture_default_str();
+  sub->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
+  return [args] {
+    BenchOptions o;
+    o.model = model_preset(args->model);
+    o.batch_size = args->batch_size;
+    o.seq_len = args->seq_len;
+    o.dtype = parse_dtype(args->dtype);
+    HONE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16, "--dtype must be fp32 or bf16, got '{}'",
+               args->dtype);
+    o.steps = args->steps;
+    o.threads = args->threads;
+    o.device = parse_device(args->device);
+    auto report = run_bench(o, [&](int64_t step, double loss, double seconds) {
+      fmt::print(stderr, "{} {:>4}/{}  loss {:.4f}  {:.3f} s\n", step == 0 ? "warm-up" : "step   ", step, o.steps,
+                 loss, seconds);
+    });
+    fmt::print("{}\n", report.dump());
+    return 0;
+  };
+}
+
+}  // namespace hone::cli

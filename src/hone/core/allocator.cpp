@@ -1,0 +1,87 @@
+#include "hone/core/allocator.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "hone/core/error.hpp"
+
+namespace hone {
+
+namespace {
+constexpr size_t kAlignment = 64;
+Allocator* g_cuda_allocator = nullptr;
+}  // namespace
+
+void* CpuAllocator::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* ptr = std::aligned_alloc(kAlignment, rounded);
+  if (ptr == nullptr) fail("out of host memory: could not allocate {} bytes", bytes);
+  size_t now = allocated_.fetch_add(bytes) + bytes;
+  size_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  return ptr;
+}
+
+void CpuAllocator::deallocate(void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+  std::free(ptr);
+  allocated_.fetch_sub(bytes);
+}
+
+MemoryStats CpuAllocator::stats() const {
+  size_t now = allocated_.load();
+  return {now, peak_.load(), now};
+}
+
+void CpuAllocator::reset_peak() { peak_.store(allocated_.load()); }
+
+void CpuAllocator::zero(void* ptr, size_t bytes) {
+  if (bytes != 0) std::memset(ptr, 0, bytes);
+}
+
+void CpuAllocator::copy_from_host(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuAllocator::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuAllocator::copy_within(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0) std::memmove(dst, src, bytes);
+}
+
+Allocator& allocator_for(Device device) {
+  static CpuAllocator cpu;
+  if (device.is_cpu()) return cpu;
+  HONE_CHECK(g_cuda_allocator != nullptr,
+             "device {} requested, but this hone was built without CUDA (rebuild where nvcc is found)",
+             device.str());
+  return *g_cuda_allocator;
+}
+
+void register_allocator(DeviceKind kind, Allocator* allocator) {
+  HONE_ASSERT(kind == DeviceKind::cuda);
+  g_cuda_allocator = allocator;
+}
+
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda") return Device::cuda(0);
+  if (name.starts_with("cuda:")) {
+    std::string index(name.substr(5));
+    char* end = nullptr;
+    long value = std::strtol(index.c_str(), &end, 10);
+    if (!index.empty() && *end == '\0' && value >= 0) return Device::cuda(int(value));
+  }
+  fail("unknown device '{}': expected cpu, cuda or cuda:N", name);
+}
+
+}  // namespace hone

@@ -1,0 +1,43 @@
+#pragma once
+// Counter-based random numbers (Philox4x32-10, the generator of cuRAND and of
+// PyTorch's CUDA backend). Draw i of a stream depends only on (seed, stream, i),
+// so every result is the same for any number of threads and on any device.
+#include <array>
+#include <cstdint>
+#include <span>
+
+namespace hone {
+
+// One Philox block: 128 random bits for a 128-bit counter under a 64-bit key.
+std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter_hi);
+
+class Generator {
+ public:
+  // The complete state; saved in checkpoints so a resumed run draws the same numbers.
+  struct State {
+    uint64_t seed = 0;
+    uint64_t stream = 0;  // independent sequences under one seed (e.g. one per use)
+    uint64_t offset = 0;  // Philox blocks consumed so far
+  };
+
+  explicit Generator(uint64_t seed = 0, uint64_t stream = 0) : state_{seed, stream, 0} {}
+
+  // Normal(mean, std) / Uniform[low, high) samples; element i uses block offset + i/2.
+  template <typename T>
+  void normal(std::span<T> out, double mean, double std);
+  template <typename T>
+  void uniform(std::span<T> out, double low, double high);
+
+  uint64_t next_u64();
+  double next_double();  // uniform in [0, 1) with 53 random bits
+  uint64_t next_below(uint64_t bound);  // uniform in [0, bound), unbiased
+
+  State state() const { return state_; }
+  void set_state(const State& state) { state_ = state; }
+
+ private:
+  std::array<uint32_t, 4> next_block();
+  State state_;
+};
+
+}  // namespace hone

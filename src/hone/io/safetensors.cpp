@@ -1,0 +1,177 @@
+#include "hone/io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include "hone/io/atomic_file.hpp"
+
+namespace hone {
+
+namespace {
+
+// Headers beyond this are not real checkpoints (HF's own reader caps them too).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+}  // namespace
+
+std::string safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f64: return "F64";
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i64: return "I64";
+    case DType::i32: return "I32";
+    case DType::u16: return "U16";
+    case DType::u8: return "U8";
+    case DType::fp8_e4m3: return "F8_E4M3";
+    case DType::fp8_e5m2: return "F8_E5M2";
+  }
+  HONE_ASSERT(false);
+}
+
+DType parse_safetensors_dtype(const std::string& name, const std::string& context) {
+  for (DType d : {DType::f64, DType::f32, DType::bf16, DType::f16, DType::i64, DType::i32, DType::u16, DType::u8,
+                  DType::fp8_e4m3, DType::fp8_e5m2}) {
+    if (safetensors_dtype_name(d) == name) return d;
+  }
+  fail("{}: unsupported safetensors dtype '{}'", context, name);
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  HONE_CHECK(fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail("{}: cannot stat: {}", path, std::strerror(errno));
+  }
+  map_size_ = size_t(st.st_size);
+  if (map_size_ > 0) {
+    map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  }
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    fail("{}: cannot map: {}", path, std::strerror(errno));
+  }
+  try {
+    const auto* bytes = static_cast<const std::byte*>(map_);
+    HONE_CHECK(map_size_ >= 8, "{}: {} bytes is too short for a safetensors file (needs an 8-byte header length)",
+               path, map_size_);
+    uint64_t header_len;
+    std::memcpy(&header_len, bytes, 8);
+    HONE_CHECK(header_len <= kMaxHeaderBytes && header_len <= map_size_ - 8,
+               "{}: header length {} at offset 0 exceeds the file size {}", path, header_len, map_size_);
+    const std::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_len);
+    nlohmann::json header = nlohmann::json::parse(header_text, nullptr, false);
+    HONE_CHECK(!header.is_discarded() && header.is_object(), "{}: the header (bytes 8 to {}) is not a JSON object",
+               path, 8 + header_len);
+    const size_t data_start = 8 + header_len;
+    const size_t data_size = map_size_ - data_start;
+    std::vector<std::pair<size_t, std::string>> by_offset;
+    for (auto& [name, info] : header.items()) {
+      if (name == "__metadata__") {
+        HONE_CHECK(info.is_object(), "{}: __metadata__ is not an object", path);
+        for (auto& [key, value] : info.items()) {
+          HONE_CHECK(value.is_string(), "{}: __metadata__.{} is not a string", path, key);
+          metadata_[key] = value.get<std::string>();
+        }
+        continue;
+      }
+      const std::string context = path + ": tensor '" + name + "'";
+      HONE_CHECK(info.is_object() && info.contains("dtype") && info["dtype"].is_string() && info.contains("shape") &&
+                     info["shape"].is_array() && info.contains("data_offsets") && info["data_offsets"].is_array() &&
+                     info["data_offsets"].size() == 2,
+                 "{}: expected {{dtype, shape, data_offsets: [begin, end]}}", context);
+      const DType dtype = parse_safetensors_dtype(info["dtype"].get<std::string>(), context);
+      std::vector<int64_t> dims;
+      uint64_t numel = 1;
+      for (auto& d : info["shape"]) {
+        HONE_CHECK(d.is_number_unsigned(), "{}: shape entries must be non-negative integers", context);
+        dims.push_back(d.get<int64_t>());
+        HONE_CHECK(dims.back() < (int64_t(1) << 40) && (numel *= uint64_t(dims.back())) < (uint64_t(1) << 48),
+                   "{}: shape is implausibly large", context);
+      }
+      auto& offsets = info["data_offsets"];
+      HONE_CHECK(offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+                 "{}: data_offsets must be non-negative integers", context);
+      const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+      HONE_CHECK(begin <= end && end <= data_size,
+                 "{}: data_offsets [{}, {}] reach past the {} data bytes of the file", context, begin, end, data_size);
+      HONE_CHECK(end - begin == numel * dtype_size(dtype),
+                 "{}: data_offsets span {} bytes but {} of shape [{}] need {}", context, end - begin,
+                 safetensors_dtype_name(dtype), fmt::join(dims, ", "), numel * dtype_size(dtype));
+      entries_.emplace(name, Entry{dtype, Shape(std::span<const int64_t>(dims)),
+                                   std::span<const std::byte>(bytes + data_start + begin, end - begin)});
+      by_offset.emplace_back(begin, name);
+    }
+    // Tensors may not overlap (the format requires a dense, ordered data section).
+    std::sort(by_offset.begin(), by_offset.end());
+    size_t previous_end = 0;
+    for (auto& [begin, name] : by_offset) {
+      HONE_CHECK(begin >= previous_end, "{}: tensor '{}' overlaps the tensor before it", path, name);
+      previous_end = begin + entries_.at(name).bytes.size();
+      order_.push_back(name);
+    }
+  } catch (...) {
+    if (map_) ::munmap(map_, map_size_);
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+std::vector<std::string> SafetensorsFile::names() const { return order_; }
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
+  auto found = entries_.find(name);
+  HONE_CHECK(found != entries_.end(), "{}: no tensor named '{}'", path_, name);
+  return found->second;
+}
+
+Tensor SafetensorsFile::load(const std::string& name) const {
+  const Entry& e = entry(name);
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  if (!e.bytes.empty()) std::memcpy(t.raw(), e.bytes.data(), e.bytes.size());
+  return t;
+}
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const NamedTensor& nt : tensors) {
+    HONE_CHECK(nt.name != "__metadata__" && !header.contains(nt.name), "{}: duplicate or reserved tensor name '{}'",
+               path, nt.name);
+    const uint64_t bytes = nt.tensor.nbytes();
+    header[nt.name] = {{"dtype", safetensors_dtype_name(nt.tensor.dtype())},
+                       {"shape", std::vector<int64_t>(nt.tensor.shape().begin(), nt.tensor.shape().end())},
+                       {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // the data section starts 8-byte aligned
+  AtomicFile out(path);
+  const uint64_t header_len = text.size();
+  out.write(&header_len, sizeof header_len);
+  out.write(text.data(), text.size());
+  for (const NamedTensor& nt : tensors) {
+    Tensor host = nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu());
+    out.write(host.raw(), host.nbytes());
+  }
+  out.commit();
+}
+
+}  // namespace hone

@@ -1,0 +1,263 @@
+#include "hone/kernels/cpu/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "hone/core/error.hpp"
+
+namespace hone::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 64;  // queries and keys per tile
+
+// Where the heads of one batch element live inside the fused qkv rows.
+template <typename T>
+struct QkvView {
+  const T* base;
+  int64_t row_stride, k_offset, v_offset, head_dim;
+
+  const T* q(int64_t pos, int64_t h) const { return base + pos * row_stride + h * head_dim; }
+  const T* k(int64_t pos, int64_t h) const { return base + pos * row_stride + k_offset + h * head_dim; }
+  const T* v(int64_t pos, int64_t h) const { return base + pos * row_stride + v_offset + h * head_dim; }
+};
+
+// Copies `rows` head vectors into a dense compute-type tile.
+template <typename T, typename C, typename RowPtr>
+void load_tile(C* tile, int64_t rows, int64_t head_dim, RowPtr&& row) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* src = row(r);
+#pragma omp simd
+    for (int64_t d = 0; d < head_dim; ++d) tile[r * head_dim + d] = load(src[d]);
+  }
+}
+
+// scores[i][j] = scale·q_i·k_j (+ ALiBi), -inf where key j comes after query i.
+// kt is the scaled key tile transposed, [head_dim][kTile], so the inner loop runs along keys.
+template <typename C>
+void tile_scores(const C* q, const C* kt, C* scores, int64_t q_rows, int64_t k_rows, int64_t head_dim,
+                 int64_t q_start, int64_t k_start, C slope) {
+  for (int64_t i = 0; i < q_rows; ++i) {
+    C* s = scores + i * kTile;
+    std::fill(s, s + k_rows, C(0));
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const C qd = q[i * head_dim + d];
+      const C* kd = kt + d * kTile;
+#pragma omp simd
+      for (int64_t j = 0; j < k_rows; ++j) s[j] += qd * kd[j];
+    }
+    const int64_t q_pos = q_start + i;
+    for (int64_t j = 0; j < k_rows; ++j) {
+      const int64_t k_pos = k_start + j;
+      s[j] = k_pos > q_pos ? -std::numeric_limits<C>::infinity() : s[j] + slope * C(k_pos - q_pos);
+    }
+  }
+}
+
+// transposed[d][r] = scale · tile[r][d]: the key tile as tile_scores reads it, with
+// the softmax scale folded in (forward and backward fold it identically).
+template <typename C>
+void transpose_scaled(const C* tile, C* transposed, int64_t rows, int64_t head_dim, C scale) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < head_dim; ++d) transposed[d * kTile + r] = scale * tile[r * head_dim + d];
+}
+
+template <typename T>
+void check_dims(const AttentionDims& d) {
+  HONE_CHECK(d.n_kv_heads > 0 && d.n_heads % d.n_kv_heads == 0,
+             "attention: {} query heads cannot share {} key/value heads evenly", d.n_heads, d.n_kv_heads);
+}
+
+}  // namespace
+
+template <typename T>
+void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<T>* alibi_slopes,
+                       const AttentionDims& dims) {
+  using C = compute_t<T>;
+  check_dims<T>(dims);
+  const int64_t H = dims.n_heads, KV = dims.n_kv_heads, hd = dims.head_dim, seq = dims.seq;
+  const int64_t group = H / KV, row_stride = (H + 2 * KV) * hd, out_stride = H * hd;
+  const int64_t q_tiles = (seq + kTile - 1) / kTile;
+  const C scale = C(dims.scale);
+
+#pragma omp parallel
+  {
+    std::vector<C> q(size_t(kTile * hd)), kt(size_t(hd * kTile)), k(size_t(kTile * hd)), v(size_t(kTile * hd));
+    std::vector<C> scores(size_t(kTile * kTile)), acc(size_t(kTile * hd)), row_max(kTile), row_sum(kTile);
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < dims.batch; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t qt = 0; qt < q_tiles; ++qt) {
+          const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
+          const int64_t kvh = h / group;
+          const int64_t q_start = qt * kTile, q_rows = std::min(kTile, seq - q_start);
+          const C slope = alibi_slopes ? alibi_slopes[h] : C(0);
+          load_tile<T>(q.data(), q_rows, hd, [&](int64_t r) { return view.q(q_start + r, h); });
+          std::fill(acc.begin(), acc.end(), C(0));
+          std::fill(row_max.begin(), row_max.end(), -std::numeric_limits<C>::infinity());
+          std::fill(row_sum.begin(), row_sum.end(), C(0));
+          // Causal: keys up to the last query of this tile.
+          for (int64_t k_start = 0; k_start < q_start + q_rows; k_start += kTile) {
+            const int64_t k_rows = std::min(kTile, seq - k_start);
+            load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
+            transpose_scaled(k.data(), kt.data(), k_rows, hd, scale);
+            load_tile<T>(v.data(), k_rows, hd, [&](int64_t r) { return view.v(k_start + r, kvh); });
+            tile_scores(q.data(), kt.data(), scores.data(), q_rows, k_rows, hd, q_start, k_start, slope);
+            for (int64_t i = 0; i < q_rows; ++i) {
+              C* s = scores.data() + i * kTile;
+              C tile_max = -std::numeric_limits<C>::infinity();
+              for (int64_t j = 0; j < k_rows; ++j) tile_max = std::max(tile_max, s[j]);
+              if (tile_max == -std::numeric_limits<C>::infinity()) continue;  // every key masked
+              // Online softmax: rescale what was accumulated under the old maximum.
+              const C new_max = std::max(row_max[size_t(i)], tile_max);
+              const C correction = std::exp(row_max[size_t(i)] - new_max);
+              C sum = 0;
+              for (int64_t j = 0; j < k_rows; ++j) {
+                s[j] = std::exp(s[j] - new_max);
+                sum += s[j];
+              }
+              row_sum[size_t(i)] = row_sum[size_t(i)] * correction + sum;
+              row_max[size_t(i)] = new_max;
+              C* a = acc.data() + i * hd;
+#pragma omp simd
+              for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
+              for (int64_t j = 0; j < k_rows; ++j) {
+                const C p = s[j];
+                const C* vj = v.data() + j * hd;
+#pragma omp simd
+                for (int64_t d = 0; d < hd; ++d) a[d] += p * vj[d];
+              }
+            }
+          }
+          for (int64_t i = 0; i < q_rows; ++i) {
+            const int64_t pos = q_start + i;
+            T* o = out + (b * seq + pos) * out_stride + h * hd;
+            const C inv = C(1) / row_sum[size_t(i)];
+#pragma omp simd
+            for (int64_t d = 0; d < hd; ++d) o[d] = store<T>(acc[size_t(i * hd + d)] * inv);
+            lse[(b * H + h) * seq + pos] = row_max[size_t(i)] + std::log(row_sum[size_t(i)]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(const T* d_out, const T* qkv, const T* out, const compute_t<T>* lse,
+                        const compute_t<T>* alibi_slopes, T* d_qkv, const AttentionDims& dims) {
+  using C = compute_t<T>;
+  check_dims<T>(dims);
+  const int64_t H = dims.n_heads, KV = dims.n_kv_heads, hd = dims.head_dim, seq = dims.seq;
+  const int64_t group = H / KV, row_stride = (H + 2 * KV) * hd, out_stride = H * hd;
+  const C scale = C(dims.scale);
+
+  // One task per (batch, key/value head): it owns the gradients of that key/value
+  // head and of the query heads that read it, so no two tasks write one place.
+#pragma omp parallel
+  {
+    std::vector<C> q(size_t(kTile * hd)), k(size_t(kTile * hd)), kt(size_t(hd * kTile));
+    std::vector<C> v(size_t(kTile * hd)), dout(size_t(kTile * hd)), probs(size_t(kTile * kTile));
+    std::vector<C> dk(size_t(kTile * hd)), dv(size_t(kTile * hd)), dq, delta;
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t b = 0; b < dims.batch; ++b) {
+      for (int64_t kvh = 0; kvh < KV; ++kvh) {
+        const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
+        const T* d_out_b = d_out + b * seq * out_stride;
+        const T* out_b = out + b * seq * out_stride;
+        T* d_qkv_b = d_qkv + b * seq * row_stride;
+        // delta[g][i] = dO_i · O_i, the softmax-backward correction per query.
+        dq.assign(size_t(group * seq * hd), C(0));
+        delta.assign(size_t(group * seq), C(0));
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t h = kvh * group + g;
+          for (int64_t i = 0; i < seq; ++i) {
+            const T* dout_i = d_out_b + i * out_stride + h * hd;
+            const T* out_i = out_b + i * out_stride + h * hd;
+            C sum = 0;
+            for (int64_t d = 0; d < hd; ++d) sum += load(dout_i[d]) * load(out_i[d]);
+            delta[size_t(g * seq + i)] = sum;
+          }
+        }
+        for (int64_t k_start = 0; k_start < seq; k_start += kTile) {
+          const int64_t k_rows = std::min(kTile, seq - k_start);
+          load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
+          transpose_scaled(k.data(), kt.data(), k_rows, hd, scale);
+          load_tile<T>(v.data(), k_rows, hd, [&](int64_t r) { return view.v(k_start + r, kvh); });
+          std::fill(dk.begin(), dk.end(), C(0));
+          std::fill(dv.begin(), dv.end(), C(0));
+          for (int64_t g = 0; g < group; ++g) {
+            const int64_t h = kvh * group + g;
+            const C slope = alibi_slopes ? alibi_slopes[h] : C(0);
+            const C* lse_h = lse + (b * H + h) * seq;
+            // Causal: only query tiles that reach this key tile.
+            for (int64_t q_start = k_start; q_start < seq; q_start += kTile) {
+              const int64_t q_rows = std::min(kTile, seq - q_start);
+              load_tile<T>(q.data(), q_rows, hd, [&](int64_t r) { return view.q(q_start + r, h); });
+              load_tile<T>(dout.data(), q_rows, hd, [&](int64_t r) { return d_out_b + (q_start + r) * out_stride + h * hd; });
+              tile_scores(q.data(), kt.data(), probs.data(), q_rows, k_rows, hd, q_start, k_start, slope);
+              for (int64_t i = 0; i < q_rows; ++i) {
+                C* p = probs.data() + i * kTile;
+                const C l = lse_h[q_start + i];
+                for (int64_t j = 0; j < k_rows; ++j) p[j] = std::exp(p[j] - l);  // masked: exp(-inf) = 0
+              }
+              for (int64_t i = 0; i < q_rows; ++i) {
+                const C* p = probs.data() + i * kTile;
+                const C* dout_i = dout.data() + i * hd;
+                C* dq_i = dq.data() + (g * seq + q_start + i) * hd;
+                const C delta_i = delta[size_t(g * seq + q_start + i)];
+                for (int64_t j = 0; j < k_rows; ++j) {
+                  if (p[j] == C(0)) continue;
+                  const C* vj = v.data() + j * hd;
+                  C dp = 0;  // dP_ij = dO_i · V_j
+#pragma omp simd reduction(+ : dp)
+                  for (int64_t d = 0; d < hd; ++d) dp += dout_i[d] * vj[d];
+                  const C ds = p[j] * (dp - delta_i) * scale;  // ∂L/∂(q_i·k_j)
+                  C* dv_j = dv.data() + j * hd;
+                  C* dk_j = dk.data() + j * hd;
+                  const C* kj = k.data() + j * hd;
+                  const C* qi = q.data() + i * hd;
+#pragma omp simd
+                  for (int64_t d = 0; d < hd; ++d) {
+                    dv_j[d] += p[j] * dout_i[d];
+                    dq_i[d] += ds * kj[d];
+                    dk_j[d] += ds * qi[d];
+                  }
+                }
+              }
+            }
+          }
+          for (int64_t r = 0; r < k_rows; ++r) {
+            T* dk_row = d_qkv_b + (k_start + r) * row_stride + H * hd + kvh * hd;
+            T* dv_row = d_qkv_b + (k_start + r) * row_stride + (H + KV) * hd + kvh * hd;
+            for (int64_t d = 0; d < hd; ++d) {
+              dk_row[d] = store<T>(dk[size_t(r * hd + d)]);
+              dv_row[d] = store<T>(dv[size_t(r * hd + d)]);
+            }
+          }
+        }
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t h = kvh * group + g;
+          for (int64_t i = 0; i < seq; ++i) {
+            T* dq_row = d_qkv_b + i * row_stride + h * hd;
+            for (int64_t d = 0; d < hd; ++d) dq_row[d] = store<T>(dq[size_t((g * seq + i) * hd + d)]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template void attention_forward<float>(const float*, float*, float*, const float*, const AttentionDims&);
+template void attention_forward<double>(const double*, double*, double*, const double*, const AttentionDims&);
+template void attention_forward<bf16>(const bf16*, bf16*, float*, const float*, const AttentionDims&);
+template void attention_backward<float>(const float*, const float*, const float*, const float*, const float*, float*,
+                                        const AttentionDims&);
+template void attention_backward<double>(const double*, const double*, const double*, const double*, const double*,
+                                         double*, const AttentionDims&);
+template void attention_backward<bf16>(const bf16*, const bf16*, const bf16*, const float*, const float*, bf16*,
+                                       const AttentionDims&);
+
+}  // namespace hone::kernels::cpu

@@ -1,0 +1,30 @@
+#pragma once
+// Causal self-attention with grouped-query heads and optional ALiBi, computed in
+// tiles (FlashAttention-2's algorithm): no seq×seq matrix is ever stored; the
+// forward pass keeps only each query's logsumexp for the backward pass.
+#include <cstdint>
+
+#include "hone/core/dtype.hpp"
+
+namespace hone::kernels::cpu {
+
+struct AttentionDims {
+  int64_t batch = 0, seq = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  double scale = 0;  // multiplies q·k, usually 1/sqrt(head_dim)
+};
+
+// qkv is [batch, seq, (n_heads + 2·n_kv_heads)·head_dim]: query heads, key heads,
+// value heads. Query head h reads key/value head h / (n_heads / n_kv_heads).
+// out is [batch, seq, n_heads·head_dim]; lse is [batch, n_heads, seq].
+// alibi_slopes (null, or one per query head) adds slope·(key_pos - query_pos).
+template <typename T>
+void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<T>* alibi_slopes,
+                       const AttentionDims& dims);
+
+// Writes d_qkv (same layout as qkv) from d_out and the forward's out and lse.
+template <typename T>
+void attention_backward(const T* d_out, const T* qkv, const T* out, const compute_t<T>* lse,
+                        const compute_t<T>* alibi_slopes, T* d_qkv, const AttentionDims& dims);
+
+}  // namespace hone::kernels::cpu

@@ -1,0 +1,59 @@
+#include "hone/kernels/cpu/cross_entropy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace hone::kernels::cpu {
+
+template <typename T>
+void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
+                           int64_t rows, int64_t vocab, int32_t ignore_index) {
+  using C = compute_t<T>;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* z = logits + row * vocab;
+    C max = -std::numeric_limits<C>::infinity();
+#pragma omp simd reduction(max : max)
+    for (int64_t j = 0; j < vocab; ++j) max = std::max(max, load(z[j]));
+    C sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(load(z[j]) - max);
+    lse[row] = max + std::log(sum);
+    const int32_t target = targets[row];
+    losses[row] = target == ignore_index ? C(0) : lse[row] - load(z[target]);
+  }
+}
+
+template <typename T>
+void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
+                            int64_t vocab, int32_t ignore_index) {
+  using C = compute_t<T>;
+  const C s = C(scale);
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    T* z = logits + row * vocab;
+    const int32_t target = targets[row];
+    if (target == ignore_index) {
+      std::fill(z, z + vocab, store<T>(C(0)));
+      continue;
+    }
+    const C l = lse[row];
+    const C target_grad = s * (std::exp(load(z[target]) - l) - C(1));
+#pragma omp simd
+    for (int64_t j = 0; j < vocab; ++j) z[j] = store<T>(s * std::exp(load(z[j]) - l));
+    z[target] = store<T>(target_grad);
+  }
+}
+
+#define HONE_INSTANTIATE(T)                                                                                 \
+  template void cross_entropy_forward<T>(const T*, const int32_t*, compute_t<T>*, compute_t<T>*, int64_t,   \
+                                         int64_t, int32_t);                                                 \
+  template void cross_entropy_backward<T>(T*, const int32_t*, const compute_t<T>*, double, int64_t, int64_t, \
+                                          int32_t);
+HONE_INSTANTIATE(float)
+HONE_INSTANTIATE(double)
+HONE_INSTANTIATE(bf16)
+#undef HONE_INSTANTIATE
+
+}  // namespace hone::kernels::cpu

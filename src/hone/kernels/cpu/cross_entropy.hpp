@@ -1,0 +1,24 @@
+#pragma once
+// Softmax + cross-entropy over the vocabulary in one pass per row, with an
+// ignore index for masked targets (prompt tokens, padding).
+#include <cstdint>
+
+#include "hone/core/dtype.hpp"
+
+namespace hone::kernels::cpu {
+
+// losses[row] = logsumexp(logits[row]) - logits[row, target], computed in
+// compute_t<T>; lse[row] keeps the logsumexp for the backward pass. Rows whose
+// target is ignore_index get loss 0.
+template <typename T>
+void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
+                           int64_t rows, int64_t vocab, int32_t ignore_index);
+
+// In place: logits become scale · (softmax(logits) - onehot(target)), the
+// gradient of scale · Σ losses; ignored rows become 0. The logits buffer is the
+// largest activation, so reusing it saves a vocabulary-sized copy.
+template <typename T>
+void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
+                            int64_t vocab, int32_t ignore_index);
+
+}  // namespace hone::kernels::cpu

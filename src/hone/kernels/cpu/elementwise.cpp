@@ -1,0 +1,74 @@
+#include "hone/kernels/cpu/elementwise.hpp"
+
+#include "hone/kernels/cpu/reduce.hpp"
+
+namespace hone::kernels::cpu {
+
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = store<T>(load(a[i]) + load(b[i]));
+}
+
+template <typename T>
+void add_inplace(T* x, const T* y, int64_t n) {
+  add(x, y, x, n);
+}
+
+template <typename T>
+void scale_inplace(T* x, int64_t n, double factor) {
+  const auto f = compute_t<T>(factor);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] = store<T>(load(x[i]) * f);
+}
+
+template <typename From, typename To>
+void cast(const From* src, To* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = store<To>(compute_t<To>(load(src[i])));
+}
+
+template <typename T>
+void add_bias(T* y, const compute_t<T>* bias, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    T* yr = y + row * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) yr[j] = store<T>(load(yr[j]) + bias[j]);
+  }
+}
+
+template <typename T>
+void bias_backward(const T* dy, compute_t<T>* d_bias, int64_t rows, int64_t cols) {
+  accumulate_rows(rows, cols, d_bias, [&](int64_t row, compute_t<T>* acc) {
+    const T* g = dy + row * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) acc[j] += load(g[j]);
+  });
+}
+
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  return sum_elements(n, [&](int64_t i) {
+    double v = double(load(x[i]));
+    return v * v;
+  });
+}
+
+#define HONE_INSTANTIATE(T)                                  \
+  template void add<T>(const T*, const T*, T*, int64_t);     \
+  template void add_inplace<T>(T*, const T*, int64_t);       \
+  template void scale_inplace<T>(T*, int64_t, double);       \
+  template double sum_squares<T>(const T*, int64_t);                     \
+  template void add_bias<T>(T*, const compute_t<T>*, int64_t, int64_t);  \
+  template void bias_backward<T>(const T*, compute_t<T>*, int64_t, int64_t);
+HONE_INSTANTIATE(float)
+HONE_INSTANTIATE(double)
+HONE_INSTANTIATE(bf16)
+#undef HONE_INSTANTIATE
+template void cast<float, bf16>(const float*, bf16*, int64_t);
+template void cast<bf16, float>(const bf16*, float*, int64_t);
+template void cast<float, double>(const float*, double*, int64_t);
+template void cast<double, float>(const double*, float*, int64_t);
+
+}  // namespace hone::kernels::cpu

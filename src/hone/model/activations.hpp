@@ -1,0 +1,43 @@
+#pragma once
+// Every tensor one training step needs, planned from (config, dtype, batch, seq)
+// into one arena before the first step. Per-layer tensors are what the backward
+// pass reads; the shared scratch is reused by every layer.
+#include <vector>
+
+#include "hone/core/arena.hpp"
+#include "hone/model/config.hpp"
+
+namespace hone {
+
+struct LayerActivations {
+  Tensor input;  // residual stream entering the layer [B, T, D]
+  Tensor attn_norm, attn_norm_mean, attn_norm_rstd;  // mean only for LayerNorm
+  Tensor qkv;                                        // after RoPE [B, T, (H + 2·KV)·hd]
+  Tensor attn, attn_lse;                             // [B, T, H·hd], [B, H, T]
+  Tensor mid;                                        // residual stream after attention
+  Tensor mlp_norm, mlp_norm_mean, mlp_norm_rstd;
+  Tensor mlp_up;   // [B, T, mlp_up_dim]: pre-activation (gate | up for SwiGLU)
+  Tensor mlp_act;  // [B, T, ffn_dim]
+};
+
+struct Activations {
+  int64_t batch = 0, seq = 0;
+  std::vector<LayerActivations> layers;
+  Tensor output;  // residual stream after the last layer
+  Tensor final_norm, final_norm_mean, final_norm_rstd;
+  Tensor logits;                     // [B·T, V]; the backward pass turns it into its gradient
+  Tensor token_losses, logits_lse;   // [B·T], compute dtype
+  // Scratch shared by all layers.
+  Tensor branch;      // a projection's output before it joins the residual stream
+  Tensor d_residual;  // gradient of the residual stream
+  Tensor d_norm;      // gradient of a norm's output
+  Tensor d_attn, d_qkv, d_mlp_act, d_mlp_up;
+};
+
+// Lays out the activations in `arena` (see Arena for the two-pass use).
+Activations plan_activations(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, Arena& arena);
+
+// Bytes of the arena plan_activations needs.
+size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq);
+
+}  // namespace hone

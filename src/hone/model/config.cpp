@@ -1,0 +1,76 @@
+#include "hone/model/config.hpp"
+
+#include "hone/core/error.hpp"
+
+namespace hone {
+
+void ModelConfig::validate() const {
+  auto positive = [&](const char* key, int64_t value) {
+    HONE_CHECK(value > 0, "model '{}': model.{} must be positive, got {}", name, key, value);
+  };
+  positive("vocab_size", vocab_size);
+  positive("dim", dim);
+  positive("n_layers", n_layers);
+  positive("n_heads", n_heads);
+  positive("n_kv_heads", n_kv_heads);
+  positive("ffn_dim", ffn_dim);
+  positive("max_seq_len", max_seq_len);
+  HONE_CHECK(dim % n_heads == 0, "model '{}': model.dim {} is not a multiple of model.n_heads {}", name, dim,
+             n_heads);
+  HONE_CHECK(n_heads % n_kv_heads == 0, "model '{}': model.n_heads {} is not a multiple of model.n_kv_heads {}",
+             name, n_heads, n_kv_heads);
+  HONE_CHECK(position != PositionKind::rope || head_dim() % 2 == 0,
+             "model '{}': RoPE needs an even head dimension, got {}", name, head_dim());
+  HONE_CHECK(norm_eps > 0, "model '{}': model.norm_eps must be positive", name);
+  HONE_CHECK(!rope_scaling.enabled() || rope_scaling.high_freq_factor > rope_scaling.low_freq_factor,
+             "model '{}': rope_scaling.high_freq_factor must exceed low_freq_factor", name);
+}
+
+int64_t ModelConfig::num_non_embedding_params() const {
+  const int64_t norm_params = norm_bias ? 2 * dim : dim;
+  int64_t layer = 2 * norm_params + qkv_dim() * dim + dim * dim + mlp_up_dim() * dim + ffn_dim * dim;
+  if (linear_bias) layer += qkv_dim() + dim + mlp_up_dim() + dim;
+  return n_layers * layer + norm_params;
+}
+
+int64_t ModelConfig::num_params() const {
+  int64_t embeddings = vocab_size * dim;
+  if (!tie_embeddings) embeddings += vocab_size * dim;
+  if (position == PositionKind::learned) embeddings += max_seq_len * dim;
+  return num_non_embedding_params() + embeddings;
+}
+
+double ModelConfig::training_flops_per_token(int64_t seq_len) const {
+  return 6.0 * double(num_matmul_params()) + 12.0 * double(n_layers * n_heads * head_dim() * seq_len);
+}
+
+std::string_view family_name(Family family) {
+  switch (family) {
+    case Family::llama: return "llama";
+    case Family::gpt2: return "gpt2";
+    case Family::mpt: return "mpt";
+  }
+  HONE_ASSERT(false);
+}
+
+std::string_view norm_name(NormKind norm) { return norm == NormKind::rmsnorm ? "rmsnorm" : "layernorm"; }
+
+std::string_view position_name(PositionKind position) {
+  switch (position) {
+    case PositionKind::rope: return "rope";
+    case PositionKind::learned: return "learned";
+    case PositionKind::alibi: return "alibi";
+  }
+  HONE_ASSERT(false);
+}
+
+std::string_view mlp_name(MlpKind mlp) {
+  switch (mlp) {
+    case MlpKind::swiglu: return "swiglu";
+    case MlpKind::gelu: return "gelu";
+    case MlpKind::gelu_tanh: return "gelu_tanh";
+  }
+  HONE_ASSERT(false);
+}
+
+}  // namespace hone

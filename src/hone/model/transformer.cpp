@@ -1,0 +1,236 @@
+#include "hone/model/transformer.hpp"
+
+#include <cmath>
+
+#include "hone/core/rng.hpp"
+#include "hone/model/positional.hpp"
+
+namespace hone {
+
+namespace {
+
+// A host vector of doubles as a tensor of `dtype` (f32 or f64) on `device`.
+Tensor to_tensor(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  Tensor host = Tensor::from(values, shape);
+  if (dtype == DType::f64) return host.to(device);
+  Tensor converted = Tensor::empty(shape, dtype);
+  ops::cast(host, converted);
+  return converted.to(device);
+}
+
+}  // namespace
+
+Transformer::Transformer(ModelConfig config, DType dtype, Device device)
+    : config_(std::move(config)), dtype_(dtype), device_(device) {
+  config_.validate();
+  HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
+             "models compute in fp32, bf16 or fp64, not {}", dtype_name(dtype));
+  declare_parameters();
+  const DType master = dtype == DType::f64 ? DType::f64 : DType::f32;
+  params_.allocate(master, dtype, device);
+  if (config_.position == PositionKind::alibi) {
+    alibi_slopes_ = to_tensor(alibi_slopes(config_.n_heads, config_.alibi_bias_max), {config_.n_heads}, master,
+                              device);
+  }
+}
+
+void Transformer::declare_parameters() {
+  const ModelConfig& c = config_;
+  const bool layernorm_bias = c.norm == NormKind::layernorm && c.norm_bias;
+  auto norm = [&](const std::string& prefix, Parameter*& weight, Parameter*& bias) {
+    weight = &params_.declare(prefix + ".weight", {c.dim}, false);
+    if (layernorm_bias) bias = &params_.declare(prefix + ".bias", {c.dim}, false);
+  };
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, Parameter*& weight, Parameter*& bias) {
+    weight = &params_.declare(prefix + ".weight", {out, in}, true);
+    if (c.linear_bias) bias = &params_.declare(prefix + ".bias", {out}, false);
+  };
+
+  tok_embeddings_ = &params_.declare("tok_embeddings.weight", {c.vocab_size, c.dim}, true);
+  if (c.position == PositionKind::learned) {
+    pos_embeddings_ = &params_.declare("pos_embeddings.weight", {c.max_seq_len, c.dim}, true);
+  }
+  layers_.resize(size_t(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    LayerParameters& l = layers_[size_t(i)];
+    const std::string prefix = "layers." + std::to_string(i);
+    norm(prefix + ".attn_norm", l.attn_norm_weight, l.attn_norm_bias);
+    linear(prefix + ".attn.qkv", c.qkv_dim(), c.dim, l.qkv_weight, l.qkv_bias);
+    linear(prefix + ".attn.out", c.dim, c.n_heads * c.head_dim(), l.out_weight, l.out_bias);
+    norm(prefix + ".mlp_norm", l.mlp_norm_weight, l.mlp_norm_bias);
+    linear(prefix + ".mlp.up", c.mlp_up_dim(), c.dim, l.up_weight, l.up_bias);
+    linear(prefix + ".mlp.down", c.dim, c.ffn_dim, l.down_weight, l.down_bias);
+  }
+  norm("norm", final_norm_weight_, final_norm_bias_);
+  lm_head_ = c.tie_embeddings ? tok_embeddings_ : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true);
+}
+
+void Transformer::init_weights(uint64_t seed) {
+  const double residual_std = config_.init_std / std::sqrt(2.0 * double(config_.n_layers));
+  uint64_t stream = 0;
+  for (Parameter& p : params_.all()) {
+    Tensor host = Tensor::empty(p.shape, p.value.dtype());
+    const bool is_norm = p.name.find("norm") != std::string::npos;
+    const bool is_bias = p.name.ends_with(".bias");
+    const bool residual_projection = p.name.ends_with("attn.out.weight") || p.name.ends_with("mlp.down.weight");
+    auto fill = [&]<typename M>(M* data) {
+      std::span<M> values(data, size_t(host.numel()));
+      if (is_bias) {
+        std::fill(values.begin(), values.end(), M(0));
+      } else if (is_norm) {
+        std::fill(values.begin(), values.end(), M(1));
+      } else {
+        // One stream per parameter: a parameter's values do not depend on the others.
+        Generator(seed, stream).normal(values, 0.0, residual_projection ? residual_std : config_.init_std);
+      }
+    };
+    if (host.dtype() == DType::f64) fill(host.data<double>());
+    else fill(host.data<float>());
+    p.value.copy_from(host);
+    ++stream;
+  }
+  params_.sync_compute();
+}
+
+void Transformer::reserve(int64_t batch, int64_t seq) {
+  HONE_CHECK(batch > 0 && seq > 0, "batch size and sequence length must be positive, got {} and {}", batch, seq);
+  HONE_CHECK(seq <= config_.max_seq_len, "sequence length {} exceeds the model's max_seq_len {}", seq,
+             config_.max_seq_len);
+  if (acts_.batch == batch && acts_.seq == seq) return;
+  acts_ = Activations();  // free the old arena before making the new one
+  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq);
+  Arena arena(arena_bytes_, device_);
+  acts_ = plan_activations(config_, dtype_, batch, seq, arena);
+  if (config_.position == PositionKind::rope && (!rope_cos_.defined() || rope_cos_.size(0) < seq)) {
+    const DType table_dtype = dtype_ == DType::f64 ? DType::f64 : DType::f32;
+    RopeTables tables = rope_tables(config_, seq);
+    const Shape shape{seq, config_.head_dim() / 2};
+    rope_cos_ = to_tensor(tables.cos, shape, table_dtype, device_);
+    rope_sin_ = to_tensor(tables.sin, shape, table_dtype, device_);
+  }
+}
+
+ops::AttentionHeads Transformer::heads() const {
+  return {.n_heads = config_.n_heads, .n_kv_heads = config_.n_kv_heads, .head_dim = config_.head_dim()};
+}
+
+void Transformer::norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y,
+                               const Tensor& mean, const Tensor& rstd) {
+  if (config_.norm == NormKind::rmsnorm) {
+    ops::rmsnorm_forward(x, weight->value, y, rstd, config_.norm_eps);
+  } else {
+    ops::layernorm_forward(x, weight->value, bias ? bias->value : Tensor(), y, mean, rstd, config_.norm_eps);
+  }
+}
+
+void Transformer::norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias,
+                                const Tensor& mean, const Tensor& rstd, const Tensor& dx) {
+  if (config_.norm == NormKind::rmsnorm) {
+    ops::rmsnorm_backward(dy, x, weight->value, rstd, dx, weight->grad);
+  } else {
+    ops::layernorm_backward(dy, x, weight->value, mean, rstd, dx, weight->grad, bias ? bias->grad : Tensor());
+  }
+}
+
+namespace {
+
+const Tensor& value_or_none(const Parameter* p) {
+  static const Tensor none;
+  return p ? p->value : none;
+}
+
+const Tensor& grad_or_none(const Parameter* p) {
+  static const Tensor none;
+  return p ? p->grad : none;
+}
+
+}  // namespace
+
+ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets) {
+  HONE_CHECK(tokens.ndim() == 2, "tokens have shape {}, expected [batch, seq]", tokens.shape().str());
+  const int64_t batch = tokens.size(0), seq = tokens.size(1);
+  reserve(batch, seq);
+  tokens_ = tokens;
+  targets_ = targets;
+  const ModelConfig& c = config_;
+  Activations& a = acts_;
+
+  ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), a.layers[0].input);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const LayerParameters& p = layers_[size_t(i)];
+    const LayerActivations& l = a.layers[size_t(i)];
+    const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
+    // Attention block: x + out(attention(rope(qkv(norm(x)))))
+    norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
+    ops::linear_forward(l.attn_norm, p.qkv_weight->compute, value_or_none(p.qkv_bias), l.qkv);
+    if (c.position == PositionKind::rope) {
+      ops::rope_apply(l.qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, false);
+    }
+    ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, heads());
+    ops::linear_forward(l.attn, p.out_weight->compute, value_or_none(p.out_bias), a.branch);
+    ops::add(l.input, a.branch, l.mid);
+    // MLP block: x + down(act(up(norm(x))))
+    norm_forward(l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm, l.mlp_norm_mean, l.mlp_norm_rstd);
+    ops::linear_forward(l.mlp_norm, p.up_weight->compute, value_or_none(p.up_bias), l.mlp_up);
+    if (c.mlp == MlpKind::swiglu) {
+      ops::swiglu_forward(l.mlp_up, l.mlp_act);
+    } else {
+      ops::gelu_forward(l.mlp_up, l.mlp_act,
+                        c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
+    }
+    ops::linear_forward(l.mlp_act, p.down_weight->compute, value_or_none(p.down_bias), a.branch);
+    ops::add(l.mid, a.branch, next_input);
+  }
+  norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
+  ops::linear_forward(a.final_norm, lm_head_->compute, Tensor(), a.logits);
+  if (!targets.defined()) return {};
+  HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
+             tokens.shape().str());
+  return ops::cross_entropy_forward(a.logits, targets.view({batch * seq}), a.token_losses, a.logits_lse);
+}
+
+void Transformer::backward(double loss_scale) {
+  HONE_CHECK(targets_.defined(), "backward() needs a forward pass with targets first");
+  const ModelConfig& c = config_;
+  Activations& a = acts_;
+  const auto gelu_kind =
+      c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
+
+  ops::cross_entropy_backward(a.logits, targets_.view({a.batch * a.seq}), a.logits_lse, loss_scale);
+  const Tensor& d_logits = a.logits;
+  ops::linear_backward(d_logits, a.final_norm, lm_head_->compute, a.d_norm, lm_head_->grad, Tensor());
+  a.d_residual.zero_();
+  norm_backward(a.d_norm, a.output, final_norm_weight_, final_norm_bias_, a.final_norm_mean, a.final_norm_rstd,
+                a.d_residual);
+  for (int64_t i = c.n_layers - 1; i >= 0; --i) {
+    const LayerParameters& p = layers_[size_t(i)];
+    const LayerActivations& l = a.layers[size_t(i)];
+    // MLP block; the residual gradient flows on unchanged and the branch adds to it.
+    ops::linear_backward(a.d_residual, l.mlp_act, p.down_weight->compute, a.d_mlp_act, p.down_weight->grad,
+                         grad_or_none(p.down_bias));
+    if (c.mlp == MlpKind::swiglu) {
+      ops::swiglu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up);
+    } else {
+      ops::gelu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up, gelu_kind);
+    }
+    ops::linear_backward(a.d_mlp_up, l.mlp_norm, p.up_weight->compute, a.d_norm, p.up_weight->grad,
+                         grad_or_none(p.up_bias));
+    norm_backward(a.d_norm, l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm_mean, l.mlp_norm_rstd,
+                  a.d_residual);
+    // Attention block.
+    ops::linear_backward(a.d_residual, l.attn, p.out_weight->compute, a.d_attn, p.out_weight->grad,
+                         grad_or_none(p.out_bias));
+    ops::attention_backward(a.d_attn, l.qkv, l.attn, l.attn_lse, alibi_slopes_, a.d_qkv, heads());
+    if (c.position == PositionKind::rope) {
+      ops::rope_apply(a.d_qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, true);
+    }
+    ops::linear_backward(a.d_qkv, l.attn_norm, p.qkv_weight->compute, a.d_norm, p.qkv_weight->grad,
+                         grad_or_none(p.qkv_bias));
+    norm_backward(a.d_norm, l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm_mean, l.attn_norm_rstd,
+                  a.d_residual);
+  }
+  ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_));
+  targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
+}
+
+}  // namespace hone

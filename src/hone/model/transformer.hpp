@@ -1,0 +1,87 @@
+#pragma once
+// The decoder-only Transformer of every supported family, with an explicit
+// forward and backward pass per layer (no autograd tape): activations live in an
+// arena planned from the config before the first step.
+#include "hone/model/activations.hpp"
+#include "hone/model/config.hpp"
+#include "hone/model/parameters.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone {
+
+// Hone's parameter names. Hugging Face names map onto these in io/.
+struct LayerParameters {
+  Parameter* attn_norm_weight = nullptr;
+  Parameter* attn_norm_bias = nullptr;  // LayerNorm with bias only
+  Parameter* qkv_weight = nullptr;      // [(H + 2·KV)·hd, D]: query, key, value heads
+  Parameter* qkv_bias = nullptr;        // linear_bias only, likewise below
+  Parameter* out_weight = nullptr;      // [D, H·hd]
+  Parameter* out_bias = nullptr;
+  Parameter* mlp_norm_weight = nullptr;
+  Parameter* mlp_norm_bias = nullptr;
+  Parameter* up_weight = nullptr;  // [mlp_up_dim, D]: rows [0, F) gate, [F, 2F) up for SwiGLU
+  Parameter* up_bias = nullptr;
+  Parameter* down_weight = nullptr;  // [D, F]
+  Parameter* down_bias = nullptr;
+};
+
+class Transformer {
+ public:
+  // dtype is the activation and GEMM dtype: fp32, bf16 (mixed precision: fp32
+  // master weights, bf16 compute copy) or fp64 (gradient checks).
+  explicit Transformer(ModelConfig config, DType dtype = DType::f32, Device device = Device::cpu());
+
+  const ModelConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  ParameterSet& params() { return params_; }
+  const ParameterSet& params() const { return params_; }
+
+  // Normal(0, init_std) matrices and embeddings, with the residual projections
+  // scaled by 1/sqrt(2·n_layers) (GPT-2); norm weights 1, biases 0.
+  void init_weights(uint64_t seed);
+
+  // Plans and allocates the activations for [batch, seq] inputs. forward() does
+  // this itself when the shape changes.
+  void reserve(int64_t batch, int64_t seq);
+  size_t activation_bytes() const { return arena_bytes_; }
+
+  // Runs tokens (i32 [batch, seq]) through the model. With targets (i32
+  // [batch, seq], ops::kIgnoreIndex masks a position) it also computes the loss
+  // and keeps what backward() needs.
+  ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {});
+  // Logits of the last forward pass, [batch·seq, vocab]; backward() overwrites them.
+  const Tensor& logits() const { return acts_.logits; }
+
+  // Adds to params().grads() the gradient of loss_scale · Σ(token losses of the
+  // last forward). For the mean loss pass 1 / LossSum::tokens.
+  void backward(double loss_scale);
+
+ private:
+  void declare_parameters();
+  void norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y, const Tensor& mean,
+                    const Tensor& rstd);
+  void norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& mean,
+                     const Tensor& rstd, const Tensor& dx);
+  ops::AttentionHeads heads() const;
+
+  ModelConfig config_;
+  DType dtype_;
+  Device device_;
+  ParameterSet params_;
+  Parameter* tok_embeddings_ = nullptr;
+  Parameter* pos_embeddings_ = nullptr;  // learned positions only
+  std::vector<LayerParameters> layers_;
+  Parameter* final_norm_weight_ = nullptr;
+  Parameter* final_norm_bias_ = nullptr;
+  Parameter* lm_head_ = nullptr;  // tok_embeddings_ when tied
+
+  Tensor rope_cos_, rope_sin_;  // [seq, hd/2], RoPE only
+  Tensor alibi_slopes_;         // [H], ALiBi only
+
+  Activations acts_;
+  size_t arena_bytes_ = 0;
+  Tensor tokens_, targets_;  // of the last forward, for backward
+};
+
+}  // namespace hone

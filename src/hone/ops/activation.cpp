@@ -1,0 +1,51 @@
+#include "hone/kernels/cpu/activation.hpp"
+
+#include "hone/ops/dispatch.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone::ops {
+
+using namespace detail;
+
+void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
+  const char* op = "swiglu";
+  op_device(op, {&gate_up, &out});
+  const int64_t hidden = out.size(-1), rows = rows_of(out);
+  HONE_CHECK(gate_up.size(-1) == 2 * hidden && rows_of(gate_up) == rows, "{}: input {} for output {}", op,
+             gate_up.shape().str(), out.shape().str());
+  dispatch_floating(out.dtype(), op, [&]<typename T>() {
+    kernels::cpu::swiglu_forward<T>(gate_up.data<T>(), out.data<T>(), rows, hidden);
+  });
+}
+
+void swiglu_backward(const Tensor& d_out, const Tensor& gate_up, const Tensor& d_gate_up) {
+  const char* op = "swiglu backward";
+  op_device(op, {&d_out, &gate_up, &d_gate_up});
+  const int64_t hidden = d_out.size(-1), rows = rows_of(d_out);
+  HONE_CHECK(gate_up.size(-1) == 2 * hidden && rows_of(gate_up) == rows && d_gate_up.shape() == gate_up.shape(),
+             "{}: input {} for output gradient {}", op, gate_up.shape().str(), d_out.shape().str());
+  dispatch_floating(d_out.dtype(), op, [&]<typename T>() {
+    kernels::cpu::swiglu_backward<T>(d_out.data<T>(), gate_up.data<T>(), d_gate_up.data<T>(), rows, hidden);
+  });
+}
+
+void gelu_forward(const Tensor& x, const Tensor& y, GeluApproximation approximation) {
+  const char* op = "gelu";
+  op_device(op, {&x, &y});
+  expect_shape(op, "output", y, x.shape());
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    kernels::cpu::gelu_forward<T>(x.data<T>(), y.data<T>(), x.numel(), approximation);
+  });
+}
+
+void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, GeluApproximation approximation) {
+  const char* op = "gelu backward";
+  op_device(op, {&dy, &x, &dx});
+  expect_shape(op, "output gradient", dy, x.shape());
+  expect_shape(op, "input gradient", dx, x.shape());
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    kernels::cpu::gelu_backward<T>(dy.data<T>(), x.data<T>(), dx.data<T>(), x.numel(), approximation);
+  });
+}
+
+}  // namespace hone::ops

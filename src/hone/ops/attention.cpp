@@ -1,0 +1,60 @@
+#include "hone/kernels/cpu/attention.hpp"
+
+#include <cmath>
+
+#include "hone/ops/dispatch.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone::ops {
+
+using namespace detail;
+
+namespace {
+
+kernels::cpu::AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                           const Tensor& alibi_slopes, const AttentionHeads& heads) {
+  const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
+  HONE_CHECK(qkv.ndim() == 3 && qkv.size(2) == (H + 2 * KV) * hd,
+             "{}: qkv has shape {}, expected [batch, seq, {}] for {} query and {} key/value heads of {}", op,
+             qkv.shape().str(), (H + 2 * KV) * hd, H, KV, hd);
+  const int64_t batch = qkv.size(0), seq = qkv.size(1);
+  expect_shape(op, "output", out, {batch, seq, H * hd});
+  expect_shape(op, "logsumexp", lse, {batch, H, seq});
+  expect_dtype(op, "logsumexp", lse, compute_dtype(qkv.dtype()));
+  if (alibi_slopes.defined()) expect_shape(op, "ALiBi slopes", alibi_slopes, {H});
+  const double scale = heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(hd));
+  return {.batch = batch, .seq = seq, .n_heads = H, .n_kv_heads = KV, .head_dim = hd, .scale = scale};
+}
+
+template <typename T>
+const compute_t<T>* slopes_or_null(const Tensor& alibi_slopes) {
+  return alibi_slopes.defined() ? alibi_slopes.data<compute_t<T>>() : nullptr;
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
+                       const AttentionHeads& heads) {
+  const char* op = "attention";
+  op_device(op, {&qkv, &out, &lse, &alibi_slopes});
+  const auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
+  dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
+    kernels::cpu::attention_forward<T>(qkv.data<T>(), out.data<T>(), lse.data<compute_t<T>>(),
+                                       slopes_or_null<T>(alibi_slopes), dims);
+  });
+}
+
+void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads) {
+  const char* op = "attention backward";
+  op_device(op, {&d_out, &qkv, &out, &lse, &alibi_slopes, &d_qkv});
+  const auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
+  expect_shape(op, "output gradient", d_out, out.shape());
+  expect_shape(op, "qkv gradient", d_qkv, qkv.shape());
+  dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
+    kernels::cpu::attention_backward<T>(d_out.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<compute_t<T>>(),
+                                        slopes_or_null<T>(alibi_slopes), d_qkv.data<T>(), dims);
+  });
+}
+
+}  // namespace hone::ops

@@ -1,0 +1,34 @@
+#include "hone/ops/dispatch.hpp"
+
+namespace hone::ops::detail {
+
+Device op_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (first == nullptr) first = t;
+    HONE_CHECK(t->device() == first->device(), "{}: tensors on {} and {}", op, first->device().str(),
+               t->device().str());
+  }
+  HONE_ASSERT(first != nullptr);
+  HONE_CHECK(first->device().is_cpu(), "{}: no kernel for device {} in this build", op, first->device().str());
+  return first->device();
+}
+
+void expect_shape(const char* op, const char* what, const Tensor& t, const Shape& shape) {
+  HONE_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, what, t.shape().str(), shape.str());
+}
+
+void expect_dtype(const char* op, const char* what, const Tensor& t, DType dtype) {
+  HONE_CHECK(t.dtype() == dtype, "{}: {} is {}, expected {}", op, what, dtype_name(t.dtype()), dtype_name(dtype));
+}
+
+DType compute_dtype(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
+
+int64_t rows_of(const Tensor& t) {
+  HONE_ASSERT(t.ndim() >= 1);
+  int64_t last = t.size(-1);
+  return last == 0 ? 0 : t.numel() / last;
+}
+
+}  // namespace hone::ops::detail

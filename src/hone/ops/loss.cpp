@@ -1,0 +1,56 @@
+#include "hone/kernels/cpu/cross_entropy.hpp"
+#include "hone/kernels/cpu/reduce.hpp"
+#include "hone/ops/dispatch.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone::ops {
+
+using namespace detail;
+
+namespace {
+
+void check_loss_args(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& per_row) {
+  HONE_CHECK(logits.ndim() == 2, "{}: logits have shape {}, expected [rows, vocab]", op, logits.shape().str());
+  expect_dtype(op, "targets", targets, DType::i32);
+  expect_shape(op, "targets", targets, {logits.size(0)});
+  expect_shape(op, "per-row buffer", per_row, {logits.size(0)});
+  expect_dtype(op, "per-row buffer", per_row, compute_dtype(logits.dtype()));
+}
+
+}  // namespace
+
+LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
+  const char* op = "cross_entropy";
+  op_device(op, {&logits, &targets, &losses, &lse});
+  check_loss_args(op, logits, targets, losses);
+  check_loss_args(op, logits, targets, lse);
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const int32_t* t = targets.data<int32_t>();
+  LossSum result;
+  for (int64_t row = 0; row < rows; ++row) {
+    if (t[row] == kIgnoreIndex) continue;
+    HONE_CHECK(t[row] >= 0 && t[row] < vocab, "{}: target {} at row {} is outside the vocabulary of {}", op, t[row],
+               row, vocab);
+    ++result.tokens;
+  }
+  dispatch_floating(logits.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(), rows, vocab,
+                                           kIgnoreIndex);
+    const C* l = losses.data<C>();
+    result.sum = kernels::cpu::sum_elements(rows, [&](int64_t i) { return double(l[i]); });
+  });
+  return result;
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale) {
+  const char* op = "cross_entropy backward";
+  op_device(op, {&logits, &targets, &lse});
+  check_loss_args(op, logits, targets, lse);
+  dispatch_floating(logits.dtype(), op, [&]<typename T>() {
+    kernels::cpu::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<compute_t<T>>(),
+                                            scale, logits.size(0), logits.size(1), kIgnoreIndex);
+  });
+}
+
+}  // namespace hone::ops

@@ -1,0 +1,75 @@
+#include "hone/kernels/cpu/norm.hpp"
+
+#include "hone/ops/dispatch.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone::ops {
+
+using namespace detail;
+
+namespace {
+
+// x is [..., dim]; weight (and bias) [dim]; statistics [rows].
+void check_norm(const char* op, const Tensor& x, const Tensor& y, const Tensor& weight,
+                std::initializer_list<const Tensor*> stats) {
+  const int64_t dim = x.size(-1), rows = rows_of(x);
+  HONE_CHECK(y.shape() == x.shape(), "{}: output {} for input {}", op, y.shape().str(), x.shape().str());
+  expect_shape(op, "weight", weight, {dim});
+  for (const Tensor* s : stats) expect_shape(op, "statistics", *s, {rows});
+}
+
+}  // namespace
+
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps) {
+  const char* op = "rmsnorm";
+  op_device(op, {&x, &weight, &y, &rstd});
+  check_norm(op, x, y, weight, {&rstd});
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    kernels::cpu::rmsnorm_forward<T>(x.data<T>(), weight.data<C>(), y.data<T>(), rstd.data<C>(), rows_of(x),
+                                     x.size(-1), eps);
+  });
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& d_weight) {
+  const char* op = "rmsnorm backward";
+  op_device(op, {&dy, &x, &weight, &rstd, &dx, &d_weight});
+  check_norm(op, x, dy, weight, {&rstd});
+  check_norm(op, x, dx, d_weight, {});
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    kernels::cpu::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), rstd.data<C>(), dx.data<T>(),
+                                      d_weight.data<C>(), rows_of(x), x.size(-1));
+  });
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, double eps) {
+  const char* op = "layernorm";
+  op_device(op, {&x, &weight, &bias, &y, &mean, &rstd});
+  check_norm(op, x, y, weight, {&mean, &rstd});
+  if (bias.defined()) expect_shape(op, "bias", bias, weight.shape());
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    kernels::cpu::layernorm_forward<T>(x.data<T>(), weight.data<C>(), bias.defined() ? bias.data<C>() : nullptr,
+                                       y.data<T>(), mean.data<C>(), rstd.data<C>(), rows_of(x), x.size(-1), eps);
+  });
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& d_weight, const Tensor& d_bias) {
+  const char* op = "layernorm backward";
+  op_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &d_weight, &d_bias});
+  check_norm(op, x, dy, weight, {&mean, &rstd});
+  check_norm(op, x, dx, d_weight, {});
+  if (d_bias.defined()) expect_shape(op, "bias gradient", d_bias, weight.shape());
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    kernels::cpu::layernorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), mean.data<C>(), rstd.data<C>(),
+                                        dx.data<T>(), d_weight.data<C>(),
+                                        d_bias.defined() ? d_bias.data<C>() : nullptr, rows_of(x), x.size(-1));
+  });
+}
+
+}  // namespace hone::ops

@@ -1,0 +1,98 @@
+#pragma once
+// The op API that models call. Each op checks its tensors (shapes, dtypes, one
+// device) and dispatches to the kernels of that device and dtype. Activations
+// are f32, bf16 or f64 ("T"); parameters, their gradients and statistics are
+// kept in the compute type (f32, or f64 for f64 activations).
+//
+// Conventions: "_backward" ops that produce gradients of parameters or of the
+// residual stream *accumulate* (+=) into them; all other outputs are overwritten.
+// An absent optional tensor is a default-constructed Tensor{}.
+#include <cstdint>
+
+#include "hone/core/tensor.hpp"
+#include "hone/kernels/cpu/activation.hpp"
+#include "hone/kernels/cpu/adamw.hpp"
+
+namespace hone::ops {
+
+// ---- GEMM ----
+// c = alpha·op(a)·op(b) + beta·c over the last two dimensions; leading
+// dimensions are a batch (same in a, b, c).
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha = 1.0f,
+            float beta = 0.0f);
+
+// y[..., out] = x[..., in] · weight[out, in]ᵀ (+ bias[out]).
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
+// dx = dy·weight (dx += ... when accumulate_dx), d_weight += dyᵀ·x,
+// d_bias += Σ dy. dx may be absent (frozen input), d_bias too (no bias).
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
+                     const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx = false);
+
+// ---- embedding ----
+// out[b, t] = table[tokens[b, t]] (+ positions[t]); tokens are i32 [batch, seq].
+void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out);
+void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table,
+                        const Tensor& d_positions);
+
+// ---- normalization over the last dimension ----
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps);
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& d_weight);
+void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, double eps);
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& d_weight, const Tensor& d_bias);
+
+// ---- rotary embedding ----
+// Rotates the first `heads` heads of each row of x [batch, seq, row] in place;
+// cos/sin are [positions, head_dim/2]; inverse = true is the backward pass.
+void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t head_dim,
+                int64_t position_offset, bool inverse);
+
+// ---- causal attention over a fused qkv [batch, seq, (H + 2·KV)·head_dim] ----
+struct AttentionHeads {
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  double scale = 0;  // 0 means 1/sqrt(head_dim)
+};
+// out [batch, seq, H·head_dim]; lse [batch, H, seq]; alibi_slopes [H] or absent.
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
+                       const AttentionHeads& heads);
+void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads);
+
+// ---- activations (outputs overwritten) ----
+// gate_up [..., 2·hidden] -> out [..., hidden].
+void swiglu_forward(const Tensor& gate_up, const Tensor& out);
+void swiglu_backward(const Tensor& d_out, const Tensor& gate_up, const Tensor& d_gate_up);
+using kernels::cpu::GeluApproximation;
+void gelu_forward(const Tensor& x, const Tensor& y, GeluApproximation approximation);
+void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, GeluApproximation approximation);
+
+// ---- loss ----
+inline constexpr int32_t kIgnoreIndex = -100;  // PyTorch's default ignore_index
+struct LossSum {
+  double sum = 0;      // Σ of per-token losses over unmasked targets
+  int64_t tokens = 0;  // unmasked targets
+  double mean() const { return tokens ? sum / double(tokens) : 0.0; }
+};
+// logits [rows, vocab], targets i32 [rows]; losses and lse [rows] (compute type).
+// Throws hone::Error naming the row when a target is outside the vocabulary.
+LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse);
+// Turns logits, in place, into the gradient of scale·Σ losses.
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale);
+
+// ---- element-wise ----
+void add(const Tensor& a, const Tensor& b, const Tensor& out);
+void add_(const Tensor& x, const Tensor& y);  // x += y
+void scale_(const Tensor& x, double factor);
+void cast(const Tensor& src, const Tensor& dst);  // between f32, bf16 and f64
+double sum_squares(const Tensor& x);
+
+// ---- optimizer ----
+using kernels::cpu::AdamWHyper;
+// One AdamW step on a contiguous parameter span; compute_copy (bf16) absent or
+// receives the updated weights for the next forward pass.
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& hyper, const Tensor& compute_copy);
+
+}  // namespace hone::ops

@@ -1,0 +1,28 @@
+#include "hone/kernels/cpu/rope.hpp"
+
+#include "hone/ops/dispatch.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone::ops {
+
+using namespace detail;
+
+void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t head_dim,
+                int64_t position_offset, bool inverse) {
+  const char* op = "rope";
+  op_device(op, {&x, &cos, &sin});
+  HONE_CHECK(x.ndim() == 3 && heads * head_dim <= x.size(2) && head_dim % 2 == 0,
+             "{}: cannot rotate {} heads of {} dimensions in rows of {}", op, heads, head_dim, x.shape().str());
+  const int64_t seq = x.size(1);
+  HONE_CHECK(cos.ndim() == 2 && cos.size(1) == head_dim / 2 && cos.size(0) >= position_offset + seq &&
+                 sin.shape() == cos.shape(),
+             "{}: tables {} do not cover positions up to {} for head_dim {}", op, cos.shape().str(),
+             position_offset + seq, head_dim);
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    kernels::cpu::rope_apply<T>(x.data<T>(), cos.data<C>(), sin.data<C>(), x.size(0), seq, heads, head_dim,
+                                x.size(2), position_offset, inverse);
+  });
+}
+
+}  // namespace hone::ops

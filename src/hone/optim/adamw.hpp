@@ -1,0 +1,43 @@
+#pragma once
+// AdamW over a ParameterSet: fp32 moments (16 bytes per parameter with the master
+// weights and gradients), one fused update per weight-decay group that also
+// refreshes the bf16 compute copy.
+#include "hone/model/parameters.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone {
+
+struct AdamWConfig {
+  double lr = 3e-4;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to the parameters declared with decay
+};
+
+class AdamW {
+ public:
+  AdamW(ParameterSet& params, AdamWConfig config);
+
+  // One update with learning rate `lr` from the gradients in params.grads().
+  void step(double lr);
+  int64_t steps_taken() const { return step_; }
+
+  // Moments and step count, for checkpoints.
+  const Tensor& exp_avg() const { return m_; }
+  const Tensor& exp_avg_sq() const { return v_; }
+  void set_steps_taken(int64_t step) { step_ = step; }
+  const AdamWConfig& config() const { return config_; }
+
+ private:
+  ParameterSet& params_;
+  AdamWConfig config_;
+  Tensor m_, v_;
+  int64_t step_ = 0;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm (as
+// torch.nn.utils.clip_grad_norm_); returns the norm before clipping. max_norm
+// <= 0 only measures.
+double clip_grad_norm(ParameterSet& params, double max_norm);
+
+}  // namespace hone

@@ -1,0 +1,37 @@
+#include "hone/optim/lr_schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "hone/core/error.hpp"
+
+namespace hone {
+
+double LrSchedule::at(int64_t step) const {
+  if (step < warmup_steps) return peak_lr * double(step + 1) / double(warmup_steps);
+  const double span = double(std::max<int64_t>(total_steps - warmup_steps, 1));
+  const double progress = std::clamp(double(step - warmup_steps) / span, 0.0, 1.0);
+  switch (kind) {
+    case LrScheduleKind::constant: return peak_lr;
+    case LrScheduleKind::linear: return peak_lr + (min_lr - peak_lr) * progress;
+    case LrScheduleKind::cosine:
+      return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+    case LrScheduleKind::wsd: {
+      const double decay_start = 1.0 - decay_fraction;
+      if (progress <= decay_start) return peak_lr;
+      return peak_lr + (min_lr - peak_lr) * (progress - decay_start) / decay_fraction;
+    }
+  }
+  HONE_ASSERT(false);
+}
+
+LrScheduleKind parse_lr_schedule(std::string_view name) {
+  if (name == "constant") return LrScheduleKind::constant;
+  if (name == "linear") return LrScheduleKind::linear;
+  if (name == "cosine") return LrScheduleKind::cosine;
+  if (name == "wsd" || name == "warmup_stable_decay") return LrScheduleKind::wsd;
+  fail("unknown lr_scheduler.name '{}': expected constant, linear, cosine or wsd", name);
+}
+
+}  // namespace hone

@@ -1,0 +1,108 @@
+#include "hone/train/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "hone/core/parallel.hpp"
+#include "hone/core/rng.hpp"
+#include "hone/model/transformer.hpp"
+#include "hone/optim/adamw.hpp"
+#include "hone/train/step.hpp"
+
+namespace hone {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+double measure_gemm_peak_tflops(DType dtype, Device device) {
+  // Large enough to reach the GEMM library's steady state, small enough to take
+  // well under a second per run on a 2-core machine in fp32.
+  const int64_t n = dtype == DType::bf16 ? 2048 : 1536;
+  Tensor a = Tensor::zeros({1, n, n}, dtype, device);
+  Tensor b = Tensor::zeros({1, n, n}, dtype, device);
+  Tensor c = Tensor::zeros({1, n, n}, dtype, device);
+  ops::matmul(a, false, b, true, c);  // warm-up: creates the primitive
+  double best = 1e30;
+  for (int run = 0; run < 3; ++run) {
+    auto start = std::chrono::steady_clock::now();
+    ops::matmul(a, false, b, true, c);
+    best = std::min(best, seconds_since(start));
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best / 1e12;
+}
+
+nlohmann::ordered_json run_bench(const BenchOptions& o,
+                                 const std::function<void(int64_t step, double loss, double seconds)>& progress) {
+  HONE_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
+  HONE_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got {}", o.batch_size);
+  if (o.threads > 0) set_num_threads(o.threads);
+  const double peak = measure_gemm_peak_tflops(o.dtype, o.device);
+
+  allocator_for(o.device).reset_peak();
+  Transformer model(o.model, o.dtype, o.device);
+  model.init_weights(o.seed);
+  AdamW optimizer(model.params(), AdamWConfig{});
+  model.reserve(o.batch_size, o.seq_len);
+
+  // Random tokens: the next-token targets are the inputs shifted by one.
+  std::vector<double> uniform(size_t(o.batch_size * (o.seq_len + 1)));
+  Generator(o.seed, /*stream=*/1 << 20).uniform(std::span<double>(uniform), 0.0, double(o.model.vocab_size));
+  std::vector<int32_t> tokens, targets;
+  for (int64_t b = 0; b < o.batch_size; ++b) {
+    for (int64_t t = 0; t < o.seq_len; ++t) {
+      tokens.push_back(int32_t(uniform[size_t(b * (o.seq_len + 1) + t)]));
+      targets.push_back(int32_t(uniform[size_t(b * (o.seq_len + 1) + t + 1)]));
+    }
+  }
+  const Shape shape{o.batch_size, o.seq_len};
+  const Batch batch{Tensor::from(tokens, shape).to(o.device), Tensor::from(targets, shape).to(o.device)};
+
+  std::vector<double> times;
+  double first_loss = 0, last_loss = 0;
+  for (int64_t step = 0; step <= o.steps; ++step) {  // step 0 warms up, untimed
+    auto start = std::chrono::steady_clock::now();
+    StepStats s = train_step(model, optimizer, std::span(&batch, 1), 1e-4, 1.0);
+    const double elapsed = seconds_since(start);
+    if (step == 0) first_loss = s.loss;
+    else times.push_back(elapsed);
+    last_loss = s.loss;
+    if (progress) progress(step, s.loss, elapsed);
+  }
+
+  const double step_time = median(times);
+  const double tokens_per_step = double(o.batch_size * o.seq_len);
+  const double tflops = o.model.training_flops_per_token(o.seq_len) * tokens_per_step / step_time / 1e12;
+  nlohmann::ordered_json out;
+  out["model"] = o.model.name;
+  out["dtype"] = std::string(dtype_name(o.dtype));
+  out["device"] = o.device.str();
+  out["batch_size"] = o.batch_size;
+  out["seq_len"] = o.seq_len;
+  out["steps"] = o.steps;
+  out["threads"] = num_threads();
+  out["params"] = o.model.num_params();
+  out["tokens_per_sec"] = tokens_per_step / step_time;
+  out["step_time_s"] = step_time;
+  out["tflops"] = tflops;
+  out["mfu"] = tflops / peak;
+  out["gemm_peak_tflops"] = peak;
+  out["flops_per_token"] = o.model.training_flops_per_token(o.seq_len);
+  out["peak_memory_bytes"] = allocator_for(o.device).stats().peak_allocated;
+  out["activation_bytes"] = model.activation_bytes();
+  out["loss_first"] = first_loss;
+  out["loss_last"] = last_loss;
+  return out;
+}
+
+}  // namespace hone

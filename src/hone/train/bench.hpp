@@ -1,0 +1,32 @@
+#pragma once
+// `hone bench`: trains a model for a few steps on random tokens and reports
+// throughput, achieved FLOP/s, MFU against this machine's measured GEMM peak,
+// and peak memory, as one JSON object (interface in docs/architecture.md).
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "hone/core/tensor.hpp"
+#include "hone/model/config.hpp"
+
+namespace hone {
+
+struct BenchOptions {
+  ModelConfig model;
+  int64_t batch_size = 4;
+  int64_t seq_len = 256;
+  DType dtype = DType::f32;
+  int64_t steps = 10;  // timed steps, after one untimed warm-up step
+  int threads = 0;     // 0 = OpenMP's default
+  Device device = Device::cpu();
+  uint64_t seed = 1234;
+};
+
+// Peak TFLOP/s of a large square GEMM in `dtype` on `device`, best of a few runs.
+double measure_gemm_peak_tflops(DType dtype, Device device);
+
+// Runs the benchmark; `progress` (may be null) is told each step's loss and time.
+nlohmann::ordered_json run_bench(const BenchOptions& options,
+                                 const std::function<void(int64_t step, double loss, double seconds)>& progress);
+
+}  // namespace hone

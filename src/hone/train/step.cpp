@@ -1,0 +1,32 @@
+#include "hone/train/step.hpp"
+
+namespace hone {
+
+int64_t count_targets(const Tensor& targets) {
+  const Tensor host = targets.device().is_cpu() ? targets : targets.to(Device::cpu());
+  const int32_t* t = host.data<int32_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) count += t[i] != ops::kIgnoreIndex;
+  return count;
+}
+
+StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch> micro_batches, double lr,
+                     double max_grad_norm) {
+  HONE_CHECK(!micro_batches.empty(), "a training step needs at least one micro-batch");
+  StepStats stats;
+  for (const Batch& b : micro_batches) stats.tokens += count_targets(b.targets);
+  HONE_CHECK(stats.tokens > 0, "every target of this step is masked: nothing to learn from");
+  model.params().zero_grad();
+  double loss_sum = 0;
+  for (const Batch& b : micro_batches) {
+    loss_sum += model.forward(b.tokens, b.targets).sum;
+    model.backward(1.0 / double(stats.tokens));
+  }
+  stats.loss = loss_sum / double(stats.tokens);
+  stats.grad_norm = clip_grad_norm(model.params(), max_grad_norm);
+  stats.lr = lr;
+  optimizer.step(lr);
+  return stats;
+}
+
+}  // namespace hone

@@ -1,0 +1,31 @@
+#pragma once
+// One training step: forward and backward over each micro-batch (gradient
+// accumulation), global-norm clipping, AdamW.
+#include <span>
+
+#include "hone/model/transformer.hpp"
+#include "hone/optim/adamw.hpp"
+
+namespace hone {
+
+struct Batch {
+  Tensor tokens;   // i32 [batch, seq]
+  Tensor targets;  // i32 [batch, seq]; ops::kIgnoreIndex masks a position
+};
+
+struct StepStats {
+  double loss = 0;       // mean over the unmasked target tokens of all micro-batches
+  int64_t tokens = 0;    // unmasked target tokens
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+};
+
+// The loss is the mean over all unmasked tokens of the step, however they are
+// split into micro-batches. max_grad_norm <= 0 disables clipping.
+StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch> micro_batches, double lr,
+                     double max_grad_norm);
+
+// Unmasked targets in a host tensor.
+int64_t count_targets(const Tensor& targets);
+
+}  // namespace hone

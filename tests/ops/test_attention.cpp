@@ -1,0 +1,123 @@
+// Tiled causal attention (GQA, ALiBi) against a plain softmax(QKᵀ)V that stores
+// the full score matrix, and its backward against finite differences in fp64.
+#include <cmath>
+
+#include "hone/ops/ops.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+struct Case {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  bool alibi;
+};
+
+Tensor slopes_for(const Case& c) {
+  if (!c.alibi) return Tensor();
+  std::vector<double> s;
+  for (int64_t h = 0; h < c.heads; ++h) s.push_back(0.5 / double(h + 1));
+  return Tensor::from(s, {c.heads});
+}
+
+// out[b, i, h] = Σ_{j ≤ i} softmax_j(scale·q_i·k_j + slope_h·(j - i)) · v_j
+Tensor naive_attention(const Tensor& qkv, const Case& c, const Tensor& slopes) {
+  const int64_t H = c.heads, KV = c.kv_heads, hd = c.head_dim, row = (H + 2 * KV) * hd;
+  auto x = qkv.to_vector<double>();
+  auto sl = slopes.defined() ? slopes.to_vector<double>() : std::vector<double>(size_t(H), 0.0);
+  std::vector<double> out(size_t(c.batch * c.seq * H * hd));
+  const double scale = 1.0 / std::sqrt(double(hd));
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kvh = h / (H / KV);
+      for (int64_t i = 0; i < c.seq; ++i) {
+        std::vector<double> s(size_t(i + 1));
+        double max = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double d = 0;
+          for (int64_t e = 0; e < hd; ++e)
+            d += x[size_t((b * c.seq + i) * row + h * hd + e)] * x[size_t((b * c.seq + j) * row + (H + kvh) * hd + e)];
+          s[size_t(j)] = scale * d + sl[size_t(h)] * double(j - i);
+          max = std::max(max, s[size_t(j)]);
+        }
+        double sum = 0;
+        for (double& v : s) sum += (v = std::exp(v - max));
+        for (int64_t e = 0; e < hd; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j)
+            acc += s[size_t(j)] / sum * x[size_t((b * c.seq + j) * row + (H + KV + kvh) * hd + e)];
+          out[size_t(((b * c.seq + i) * H + h) * hd + e)] = acc;
+        }
+      }
+    }
+  return Tensor::from(out, {c.batch, c.seq, H * hd});
+}
+
+ops::AttentionHeads heads_of(const Case& c) {
+  return {.n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.head_dim};
+}
+
+class AttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionTest, ForwardMatchesNaiveAndBackwardMatchesFiniteDifferences) {
+  const Case c = GetParam();
+  const Shape qkv_shape{c.batch, c.seq, (c.heads + 2 * c.kv_heads) * c.head_dim};
+  const Shape out_shape{c.batch, c.seq, c.heads * c.head_dim};
+  Tensor qkv = random_tensor(qkv_shape, DType::f64, 1, 1.5);
+  Tensor slopes = slopes_for(c);
+  Tensor out = Tensor::empty(out_shape, DType::f64), lse = Tensor::empty({c.batch, c.heads, c.seq}, DType::f64);
+  ops::attention_forward(qkv, out, lse, slopes, heads_of(c));
+  Tensor expected = naive_attention(qkv, c, slopes);
+  expect_close(out, expected, 1e-12, "attention forward fp64");
+
+  Tensor probe = random_tensor(out_shape, DType::f64, 2);
+  auto loss = [&] {
+    ops::attention_forward(qkv, out, lse, slopes, heads_of(c));
+    return dot(out, probe);
+  };
+  loss();
+  Tensor d_qkv = Tensor::empty(qkv_shape, DType::f64);
+  ops::attention_backward(probe, qkv, out, lse, slopes, d_qkv, heads_of(c));
+  expect_gradient(qkv, d_qkv, loss, "attention d_qkv", 1e-6, 600);
+
+  // fp32 and bf16 kernels against the fp64 results.
+  for (auto [dtype, fwd_tol, bwd_tol] : {std::tuple{DType::f32, 1e-5, 1e-4}, std::tuple{DType::bf16, 3e-2, 5e-2}}) {
+    auto lower = [&](const Tensor& t) {
+      Tensor f32 = Tensor::empty(t.shape(), DType::f32);
+      ops::cast(t, f32);
+      if (dtype == DType::f32) return f32;
+      Tensor low = Tensor::empty(t.shape(), dtype);
+      ops::cast(f32, low);
+      return low;
+    };
+    Tensor slopes32;
+    if (slopes.defined()) {
+      slopes32 = Tensor::empty(slopes.shape(), DType::f32);
+      ops::cast(slopes, slopes32);
+    }
+    Tensor q = lower(qkv), o = Tensor::empty(out_shape, dtype);
+    Tensor l = Tensor::empty({c.batch, c.heads, c.seq}, DType::f32);
+    ops::attention_forward(q, o, l, slopes32, heads_of(c));
+    expect_close(o, expected, fwd_tol, fmt::format("attention forward {}", dtype_name(dtype)));
+    Tensor dq = Tensor::empty(qkv_shape, dtype);
+    ops::attention_backward(lower(probe), q, o, l, slopes32, dq, heads_of(c));
+    expect_close(dq, d_qkv, bwd_tol, fmt::format("attention backward {}", dtype_name(dtype)));
+  }
+}
+
+// Sequences that end mid-tile and span several 64-wide tiles; MHA, GQA and MQA.
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(Case{2, 70, 4, 2, 8, false},   // GQA, two tiles
+                                           Case{1, 130, 2, 2, 16, true},  // MHA + ALiBi, three tiles
+                                           Case{2, 9, 4, 1, 4, false},    // MQA, one partial tile
+                                           Case{1, 64, 4, 2, 8, true}));  // exactly one tile
+
+TEST(Attention, RejectsHeadsThatDoNotGroup) {
+  Tensor qkv = Tensor::zeros({1, 4, (3 + 4) * 4}, DType::f32);
+  Tensor out = Tensor::zeros({1, 4, 3 * 4}, DType::f32), lse = Tensor::zeros({1, 3, 4}, DType::f32);
+  EXPECT_THROW(ops::attention_forward(qkv, out, lse, Tensor(), {.n_heads = 3, .n_kv_heads = 2, .head_dim = 4}),
+               Error);
+}
+
+}  // namespace
+}  // namespace hone::test

@@ -1,0 +1,112 @@
+// GEMM and linear layers: every transpose combination and dtype against a plain
+// triple loop; linear backward against finite differences in fp64.
+#include "hone/ops/ops.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+// C = alpha·op(A)·op(B) + beta·C0, by definition, in double.
+Tensor naive_matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c0, double alpha, double beta) {
+  const int64_t batch = c0.size(0), m = c0.size(1), n = c0.size(2), k = ta ? a.size(1) : a.size(2);
+  auto A = a.to_vector<double>(), B = b.to_vector<double>(), C = c0.to_vector<double>();
+  std::vector<double> out(C.size());
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          double av = ta ? A[size_t(s * k * m + p * m + i)] : A[size_t(s * m * k + i * k + p)];
+          double bv = tb ? B[size_t(s * n * k + j * k + p)] : B[size_t(s * k * n + p * n + j)];
+          sum += av * bv;
+        }
+        const size_t idx = size_t(s * m * n + i * n + j);
+        out[idx] = alpha * sum + beta * C[idx];
+      }
+  return Tensor::from(out, c0.shape());
+}
+
+struct MatmulCase {
+  DType ab, c;
+  double tolerance;
+};
+
+TEST(Matmul, AllTransposesAndDtypesMatchDefinition) {
+  const int64_t batch = 2, m = 33, n = 17, k = 45;  // odd sizes: no kernel may assume multiples
+  for (MatmulCase mc : {MatmulCase{DType::f64, DType::f64, 1e-13}, MatmulCase{DType::f32, DType::f32, 1e-6},
+                        MatmulCase{DType::bf16, DType::f32, 1e-6}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+          Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
+          Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
+          Tensor c = random_tensor({batch, m, n}, mc.c, 3);
+          // The reference sees the same (already bf16-rounded) inputs.
+          Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
+          ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
+          expect_close(c, expected, mc.tolerance,
+                       fmt::format("{}->{} ta={} tb={} alpha={} beta={}", dtype_name(mc.ab), dtype_name(mc.c), ta,
+                                   tb, alpha, beta));
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, RejectsMismatchedShapes) {
+  Tensor a = Tensor::zeros({1, 3, 4}, DType::f32), b = Tensor::zeros({1, 5, 2}, DType::f32);
+  Tensor c = Tensor::zeros({1, 3, 2}, DType::f32);
+  EXPECT_THROW(ops::matmul(a, false, b, false, c), Error);
+}
+
+TEST(Linear, BackwardMatchesFiniteDifferences) {
+  const Shape x_shape{3, 5, 7};
+  Tensor x = random_tensor(x_shape, DType::f64, 10);
+  Tensor w = random_tensor({4, 7}, DType::f64, 11);
+  Tensor bias = random_tensor({4}, DType::f64, 12);
+  Tensor probe = random_tensor({3, 5, 4}, DType::f64, 13);  // dL/dy
+  Tensor y = Tensor::empty({3, 5, 4}, DType::f64);
+  auto loss = [&] {
+    ops::linear_forward(x, w, bias, y);
+    return dot(y, probe);
+  };
+  Tensor dx = Tensor::zeros(x_shape, DType::f64), dw = Tensor::zeros({4, 7}, DType::f64);
+  Tensor db = Tensor::zeros({4}, DType::f64);
+  loss();
+  ops::linear_backward(probe, x, w, dx, dw, db);
+  expect_gradient(x, dx, loss, "linear dx");
+  expect_gradient(w, dw, loss, "linear dweight");
+  expect_gradient(bias, db, loss, "linear dbias");
+
+  // Parameter gradients and (on request) the input gradient accumulate.
+  Tensor dx2 = dx.clone(), dw2 = dw.clone(), db2 = db.clone();
+  ops::linear_backward(probe, x, w, dx2, dw2, db2, /*accumulate_dx=*/true);
+  Tensor twice = dw.clone();
+  ops::scale_(twice, 2.0);
+  expect_close(dw2, twice, 1e-14, "dweight accumulates");
+  ops::scale_(dx, 2.0);
+  expect_close(dx2, dx, 1e-14, "dx accumulates");
+}
+
+TEST(Linear, Fp32AndBf16MatchFp64) {
+  Tensor x64 = random_tensor({64, 96}, DType::f64, 20), w64 = random_tensor({80, 96}, DType::f64, 21);
+  Tensor b64 = random_tensor({80}, DType::f64, 22);
+  Tensor y64 = Tensor::empty({64, 80}, DType::f64);
+  ops::linear_forward(x64, w64, b64, y64);
+  for (auto [dtype, tolerance] : {std::pair{DType::f32, 1e-6}, std::pair{DType::bf16, 2e-2}}) {
+    auto convert = [&](const Tensor& t, DType to) {
+      Tensor f32 = Tensor::empty(t.shape(), DType::f32);
+      ops::cast(t, f32);
+      if (to == DType::f32) return f32;
+      Tensor out = Tensor::empty(t.shape(), to);
+      ops::cast(f32, out);
+      return out;
+    };
+    Tensor y = Tensor::empty({64, 80}, dtype);
+    ops::linear_forward(convert(x64, dtype), convert(w64, dtype), convert(b64, DType::f32), y);
+    expect_close(y, y64, tolerance, fmt::format("linear {}", dtype_name(dtype)));
+  }
+}
+
+}  // namespace
+}  // namespace hone::test

@@ -1,0 +1,149 @@
+// Cross-entropy with ignore-index masking, AdamW against torch.optim.AdamW's
+// arithmetic, global-norm clipping and learning-rate schedules.
+#include <cmath>
+
+#include "hone/optim/adamw.hpp"
+#include "hone/optim/lr_schedule.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+TEST(CrossEntropy, LossIsMeanOverUnmaskedAndGradientMatches) {
+  const int64_t rows = 6, vocab = 13;
+  Tensor logits = random_tensor({rows, vocab}, DType::f64, 1, 4.0);
+  std::vector<int32_t> t = {3, ops::kIgnoreIndex, 0, 12, ops::kIgnoreIndex, 7};
+  Tensor targets = Tensor::from(t, {rows});
+  Tensor losses = Tensor::empty({rows}, DType::f64), lse = Tensor::empty({rows}, DType::f64);
+  ops::LossSum sum = ops::cross_entropy_forward(logits, targets, losses, lse);
+  EXPECT_EQ(sum.tokens, 4);
+  auto Z = logits.to_vector<double>();
+  double expected = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[size_t(r)] == ops::kIgnoreIndex) continue;
+    double s = 0;
+    for (int64_t j = 0; j < vocab; ++j) s += std::exp(Z[size_t(r * vocab + j)]);
+    expected += std::log(s) - Z[size_t(r * vocab + t[size_t(r)])];
+  }
+  EXPECT_NEAR(sum.mean(), expected / 4, 1e-13);
+
+  // Gradient of the mean loss.
+  auto loss = [&] { return ops::cross_entropy_forward(logits, targets, losses, lse).mean(); };
+  Tensor grad = logits.clone();
+  ops::cross_entropy_forward(grad, targets, losses, lse);
+  ops::cross_entropy_backward(grad, targets, lse, 1.0 / 4);
+  expect_gradient(logits, grad, loss, "cross-entropy dlogits");
+  // Masked rows get exactly zero gradient.
+  auto G = grad.to_vector<double>();
+  for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(G[size_t(1 * vocab + j)], 0.0);
+}
+
+TEST(CrossEntropy, Bf16LogitsGiveFp32AccurateLoss) {
+  Tensor logits32 = random_tensor({8, 1000}, DType::f32, 2, 5.0);
+  Tensor logits16 = Tensor::empty(logits32.shape(), DType::bf16);
+  ops::cast(logits32, logits16);
+  Tensor rounded = Tensor::empty(logits32.shape(), DType::f32);
+  ops::cast(logits16, rounded);
+  Tensor targets = Tensor::from(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 999}, {8});
+  Tensor losses = Tensor::empty({8}, DType::f32), lse = Tensor::empty({8}, DType::f32);
+  const double from_bf16 = ops::cross_entropy_forward(logits16, targets, losses, lse).mean();
+  const double from_rounded_f32 = ops::cross_entropy_forward(rounded, targets, losses, lse).mean();
+  EXPECT_NEAR(from_bf16, from_rounded_f32, 1e-5);  // the arithmetic is fp32; only the storage is bf16
+}
+
+TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
+  Tensor logits = Tensor::zeros({2, 5}, DType::f32), losses = Tensor::empty({2}, DType::f32);
+  Tensor lse = Tensor::empty({2}, DType::f32);
+  Tensor targets = Tensor::from(std::vector<int32_t>{1, 5}, {2});
+  EXPECT_THROW(ops::cross_entropy_forward(logits, targets, losses, lse), Error);
+}
+
+// torch.optim.AdamW, step by step, for one scalar.
+double torch_adamw(double p, const std::vector<double>& grads, double lr, double b1, double b2, double eps, double wd) {
+  double m = 0, v = 0;
+  for (size_t t = 1; t <= grads.size(); ++t) {
+    const double g = grads[t - 1];
+    p *= 1 - lr * wd;
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    const double c1 = 1 - std::pow(b1, double(t)), c2 = 1 - std::pow(b2, double(t));
+    p -= lr / c1 * m / (std::sqrt(v) / std::sqrt(c2) + eps);
+  }
+  return p;
+}
+
+TEST(AdamW, MatchesTorchArithmeticWithDecayOnlyWhereDeclared) {
+  ParameterSet params;
+  // Declared norm first: the flat layout puts decayed parameters first anyway.
+  Parameter& norm = params.declare("norm", {3}, /*decay=*/false);
+  Parameter& matrix = params.declare("matrix", {2, 2}, /*decay=*/true);
+  params.allocate(DType::f64, DType::f64, Device::cpu());
+  EXPECT_EQ(matrix.offset, 0);
+  EXPECT_EQ(norm.offset, 4);
+  const std::vector<double> init_norm = {1.0, -0.75, 0.1}, init_matrix = {0.5, -1.0, 2.0, 0.25};
+  norm.value.copy_from(Tensor::from(init_norm, {3}));
+  matrix.value.copy_from(Tensor::from(init_matrix, {2, 2}));
+  AdamWConfig cfg{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  AdamW opt(params, cfg);
+  std::vector<std::vector<double>> norm_grads(3), matrix_grads(4);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<double> gn(3), gm(4);
+    for (size_t i = 0; i < 3; ++i) norm_grads[i].push_back(gn[i] = std::sin(double(i * 7 + step)));
+    for (size_t i = 0; i < 4; ++i) matrix_grads[i].push_back(gm[i] = std::cos(double(i * 5 + step)));
+    norm.grad.copy_from(Tensor::from(gn, {3}));
+    matrix.grad.copy_from(Tensor::from(gm, {2, 2}));
+    opt.step(cfg.lr);
+  }
+  auto pn = norm.value.to_vector<double>(), pm = matrix.value.to_vector<double>();
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(pn[i], torch_adamw(init_norm[i], norm_grads[i], 0.01, 0.9, 0.95, 1e-8, 0.0), 1e-14) << "norm " << i;
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(pm[i], torch_adamw(init_matrix[i], matrix_grads[i], 0.01, 0.9, 0.95, 1e-8, 0.1), 1e-14)
+        << "matrix " << i;
+}
+
+TEST(AdamW, Bf16ComputeCopyFollowsMasterWeights) {
+  ParameterSet params;
+  params.declare("w", {8}, true);
+  params.allocate(DType::f32, DType::bf16, Device::cpu());
+  params.values().copy_from(random_tensor({8}, DType::f32, 1));
+  params.grads().copy_from(random_tensor({8}, DType::f32, 2));
+  AdamW opt(params, AdamWConfig{});
+  opt.step(0.1);
+  Tensor expected = Tensor::empty({8}, DType::bf16);
+  ops::cast(params.values(), expected);
+  EXPECT_EQ(params.compute().to_vector<float>(), expected.to_vector<float>());
+}
+
+TEST(ClipGradNorm, ScalesToMaxNormAndReportsTheNormBefore) {
+  ParameterSet params;
+  params.declare("a", {2}, true);
+  params.declare("b", {2}, false);
+  params.allocate(DType::f32, DType::f32, Device::cpu());
+  params.grads().copy_from(Tensor::from(std::vector<float>{3, 0, 0, 4}, {4}));
+  EXPECT_NEAR(clip_grad_norm(params, 10.0), 5.0, 1e-6);  // under the limit: unchanged
+  EXPECT_EQ(params.grads().to_vector<float>(), (std::vector<float>{3, 0, 0, 4}));
+  EXPECT_NEAR(clip_grad_norm(params, 1.0), 5.0, 1e-6);
+  auto g = params.grads().to_vector<float>();
+  EXPECT_NEAR(std::hypot(g[0], g[3]), 1.0, 1e-5);
+}
+
+TEST(LrSchedule, WarmupThenShape) {
+  LrSchedule s{.kind = LrScheduleKind::cosine, .peak_lr = 1.0, .min_lr = 0.1, .warmup_steps = 10, .total_steps = 110};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway through the cosine
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  s.kind = LrScheduleKind::linear;
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);
+  s.kind = LrScheduleKind::constant;
+  EXPECT_DOUBLE_EQ(s.at(100), 1.0);
+  s.kind = LrScheduleKind::wsd;
+  s.decay_fraction = 0.2;
+  EXPECT_DOUBLE_EQ(s.at(80), 1.0);        // stable until 80% of the post-warmup span
+  EXPECT_NEAR(s.at(100), 0.55, 1e-12);    // halfway through the decay
+  EXPECT_THROW(parse_lr_schedule("cosin"), Error);
+}
+
+}  // namespace
+}  // namespace hone::test

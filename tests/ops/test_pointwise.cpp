@@ -1,0 +1,154 @@
+// Embedding, RoPE, SwiGLU, GELU (exact and tanh) and residual add: forward
+// against their formulas, backward against finite differences in fp64.
+#include <cmath>
+
+#include "hone/ops/ops.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+TEST(Embedding, ForwardGathersAndBackwardScatters) {
+  const int64_t vocab = 11, dim = 5, batch = 2, seq = 4;
+  Tensor table = random_tensor({vocab, dim}, DType::f64, 1), positions = random_tensor({6, dim}, DType::f64, 2);
+  std::vector<int32_t> ids = {3, 7, 3, 0, 10, 3, 5, 7};  // repeated ids must accumulate
+  Tensor tokens = Tensor::from(ids, {batch, seq});
+  Tensor out = Tensor::empty({batch, seq, dim}, DType::f64);
+  ops::embedding_forward(tokens, table, positions, out);
+  auto T = table.to_vector<double>(), P = positions.to_vector<double>(), O = out.to_vector<double>();
+  for (int64_t r = 0; r < batch * seq; ++r)
+    for (int64_t j = 0; j < dim; ++j)
+      EXPECT_EQ(O[size_t(r * dim + j)], T[size_t(ids[size_t(r)] * dim + j)] + P[size_t((r % seq) * dim + j)]);
+
+  Tensor probe = random_tensor(out.shape(), DType::f64, 3);
+  auto loss = [&] {
+    ops::embedding_forward(tokens, table, positions, out);
+    return dot(out, probe);
+  };
+  Tensor d_table = Tensor::zeros(table.shape(), DType::f64), d_pos = Tensor::zeros(positions.shape(), DType::f64);
+  ops::embedding_backward(tokens, probe, d_table, d_pos);
+  expect_gradient(table, d_table, loss, "embedding dtable");
+  expect_gradient(positions, d_pos, loss, "embedding dpositions");
+}
+
+TEST(Embedding, RejectsTokenOutsideVocabulary) {
+  Tensor table = Tensor::zeros({4, 2}, DType::f32), out = Tensor::zeros({1, 2, 2}, DType::f32);
+  Tensor tokens = Tensor::from(std::vector<int32_t>{1, 4}, {1, 2});
+  try {
+    ops::embedding_forward(tokens, table, Tensor(), out);
+    FAIL() << "no error for token id 4 in a vocabulary of 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 4 at position 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rope, RotatesHalvesByPositionAndInverseIsTheBackward) {
+  const int64_t batch = 2, seq = 5, heads = 3, hd = 6, row = 4 * hd;  // 3 rotated heads + 1 untouched (a "v" head)
+  const int64_t half = hd / 2, offset = 2;
+  Tensor cos = random_tensor({offset + seq, half}, DType::f64, 1), sin = random_tensor({offset + seq, half}, DType::f64, 2);
+  Tensor x = random_tensor({batch, seq, row}, DType::f64, 3);
+  Tensor y = x.clone();
+  ops::rope_apply(y, cos, sin, heads, hd, offset, false);
+  auto X = x.to_vector<double>(), Y = y.to_vector<double>(), C = cos.to_vector<double>(), S = sin.to_vector<double>();
+  for (int64_t r = 0; r < batch * seq; ++r) {
+    const int64_t pos = offset + r % seq;
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < half; ++i) {
+        const size_t a = size_t(r * row + h * hd + i), b = a + size_t(half);
+        const double c = C[size_t(pos * half + i)], s = S[size_t(pos * half + i)];
+        if (h < heads) {  // HF rotate_half: [x1, x2] -> [x1·c - x2·s, x2·c + x1·s]
+          EXPECT_NEAR(Y[a], X[a] * c - X[b] * s, 1e-15);
+          EXPECT_NEAR(Y[b], X[b] * c + X[a] * s, 1e-15);
+        } else {
+          EXPECT_EQ(Y[a], X[a]);
+          EXPECT_EQ(Y[b], X[b]);
+        }
+      }
+  }
+  Tensor probe = random_tensor(x.shape(), DType::f64, 4);
+  auto loss = [&] {
+    y.copy_from(x);
+    ops::rope_apply(y, cos, sin, heads, hd, offset, false);
+    return dot(y, probe);
+  };
+  Tensor dx = probe.clone();
+  ops::rope_apply(dx, cos, sin, heads, hd, offset, true);
+  expect_gradient(x, dx, loss, "rope dx");
+}
+
+TEST(SwiGlu, ForwardAndBackward) {
+  const int64_t rows = 7, hidden = 9;
+  Tensor gate_up = random_tensor({rows, 2 * hidden}, DType::f64, 1, 3.0);
+  Tensor out = Tensor::empty({rows, hidden}, DType::f64);
+  ops::swiglu_forward(gate_up, out);
+  auto G = gate_up.to_vector<double>(), O = out.to_vector<double>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < hidden; ++j) {
+      const double g = G[size_t(r * 2 * hidden + j)], u = G[size_t(r * 2 * hidden + hidden + j)];
+      EXPECT_NEAR(O[size_t(r * hidden + j)], g / (1 + std::exp(-g)) * u, 1e-14);
+    }
+  Tensor probe = random_tensor(out.shape(), DType::f64, 2);
+  auto loss = [&] {
+    ops::swiglu_forward(gate_up, out);
+    return dot(out, probe);
+  };
+  Tensor d = Tensor::empty(gate_up.shape(), DType::f64);
+  ops::swiglu_backward(probe, gate_up, d);
+  expect_gradient(gate_up, d, loss, "swiglu");
+}
+
+TEST(Gelu, ExactAndTanhForwardAndBackward) {
+  for (auto kind : {ops::GeluApproximation::none, ops::GeluApproximation::tanh}) {
+    Tensor x = random_tensor({50}, DType::f64, 1, 4.0), y = Tensor::empty({50}, DType::f64);
+    ops::gelu_forward(x, y, kind);
+    auto X = x.to_vector<double>(), Y = y.to_vector<double>();
+    for (size_t i = 0; i < X.size(); ++i) {
+      const double v = X[i];
+      const double expected = kind == ops::GeluApproximation::none
+                                  ? 0.5 * v * std::erfc(-v / std::sqrt(2.0))
+                                  : 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      EXPECT_NEAR(Y[i], expected, 1e-14);
+    }
+    Tensor probe = random_tensor({50}, DType::f64, 2);
+    auto loss = [&] {
+      ops::gelu_forward(x, y, kind);
+      return dot(y, probe);
+    };
+    Tensor dx = Tensor::empty({50}, DType::f64);
+    ops::gelu_backward(probe, x, dx, kind);
+    expect_gradient(x, dx, loss, kind == ops::GeluApproximation::none ? "gelu" : "gelu tanh");
+  }
+}
+
+TEST(Add, SumsAndItsGradientPassesThrough) {
+  Tensor a = random_tensor({3, 4}, DType::f64, 1), b = random_tensor({3, 4}, DType::f64, 2);
+  Tensor out = Tensor::empty({3, 4}, DType::f64);
+  ops::add(a, b, out);
+  auto A = a.to_vector<double>(), B = b.to_vector<double>(), O = out.to_vector<double>();
+  for (size_t i = 0; i < O.size(); ++i) EXPECT_EQ(O[i], A[i] + B[i]);
+  // d(a + b)/da = d(a + b)/db = identity: the probe itself is the gradient.
+  Tensor probe = random_tensor({3, 4}, DType::f64, 3);
+  auto loss = [&] {
+    ops::add(a, b, out);
+    return dot(out, probe);
+  };
+  expect_gradient(a, probe, loss, "add da");
+  expect_gradient(b, probe, loss, "add db");
+}
+
+TEST(Cast, Bf16RoundsToNearestEven) {
+  // 1 + 2^-8 lies halfway between two bf16 values: ties go to the even one (1.0);
+  // 1 + 3·2^-8 rounds up to 1 + 2^-6... i.e. to the even neighbour 1 + 2^-6.
+  Tensor src = Tensor::from(std::vector<float>{1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.5f, 1e-3f}, {4});
+  Tensor low = Tensor::empty({4}, DType::bf16), back = Tensor::empty({4}, DType::f32);
+  ops::cast(src, low);
+  ops::cast(low, back);
+  auto v = back.to_vector<float>();
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[1], 1.0f + 4.0f / 256);
+  EXPECT_EQ(v[2], -2.5f);
+  EXPECT_NEAR(v[3], 1e-3f, 1e-3f / 128);
+}
+
+}  // namespace
+}  // namespace hone::test

@@ -1,0 +1,38 @@
+#pragma once
+// Test helpers: random tensors, tolerance comparisons, and a finite-difference
+// gradient check in fp64.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "hone/core/tensor.hpp"
+
+namespace hone::test {
+
+// Uniform(-scale, scale) values in a CPU tensor of `dtype` (rounded for bf16).
+Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double scale = 1.0);
+
+// max |actual - expected| / max |expected|: a relative error over the whole
+// tensor, robust to elements that happen to be near zero.
+double relative_error(const Tensor& actual, const Tensor& expected);
+
+// Asserts relative_error(actual, expected) <= tolerance, naming `what`.
+void expect_close(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what);
+
+// Checks `analytic`, the gradient of scalar() with respect to the fp64 tensor x,
+// by central differences: (scalar(x + h·e_i) - scalar(x - h·e_i)) / 2h for up
+// to max_checks elements i spread over x (all when x is smaller). In fp64 with
+// h = 1e-6 the truncation and rounding errors are ~1e-10 relative, so
+// `tolerance` can be tight (1e-6 relative to the largest gradient element).
+void expect_gradient(const Tensor& x, const Tensor& analytic, const std::function<double()>& scalar,
+                     const std::string& what, double tolerance = 1e-6, int64_t max_checks = 400);
+
+// Σ a·b over all elements, in double (a projection of outputs onto fixed random
+// weights: its gradient w.r.t. the outputs is b).
+double dot(const Tensor& a, const Tensor& b);
+
+// A path under the source tree, e.g. source_path("tests/reference/llama.safetensors").
+std::string source_path(const std::string& relative);
+
+}  // namespace hone::test
