@@ -1,0 +1,84 @@
+// The `hone` binary as a user runs it: exit codes, one-line errors, bench's JSON.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <sys/wait.h>
+
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+struct CliResult {
+  int status = -1;
+  std::string out, err;
+};
+
+CliResult run_hone(const std::string& args) {
+  const std::string err_path = testing::TempDir() + "hone_cli_stderr.txt";
+  const std::string command = std::string(HONE_BINARY_DIR) + "/bin/hone " + args + " 2>" + err_path;
+  CliResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  FILE* err = fopen(err_path.c_str(), "r");
+  while ((n = fread(buf.data(), 1, buf.size(), err)) > 0) r.err.append(buf.data(), n);
+  fclose(err);
+  return r;
+}
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return t.substr(t.rfind('\n') == std::string::npos ? 0 : t.rfind('\n') + 1);
+}
+
+TEST(Cli, VersionAndHelp) {
+  CliResult v = run_hone("--version");
+  EXPECT_EQ(v.status, 0);
+  EXPECT_EQ(v.out.rfind("hone ", 0), 0u) << v.out;
+  CliResult h = run_hone("--help");
+  EXPECT_EQ(h.status, 0);
+  EXPECT_NE(h.out.find("bench"), std::string::npos);
+}
+
+TEST(Cli, BenchPrintsTheDocumentedJson) {
+  CliResult r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 3 --dtype fp32");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(last_line(r.out));
+  for (const char* key : {"model", "dtype", "device", "batch_size", "seq_len", "steps", "tokens_per_sec",
+                          "step_time_s", "tflops", "mfu", "gemm_peak_tflops", "peak_memory_bytes"}) {
+    EXPECT_TRUE(j.contains(key)) << "missing " << key << " in " << j.dump();
+  }
+  EXPECT_EQ(j["model"], "llama_tiny");
+  EXPECT_EQ(j["batch_size"], 2);
+  EXPECT_EQ(j["steps"], 3);
+  EXPECT_GT(j["tokens_per_sec"].get<double>(), 0);
+  EXPECT_GT(j["mfu"].get<double>(), 0);
+  EXPECT_LT(j["mfu"].get<double>(), 1.5);
+  // Random tokens over 256 ids: the loss starts at about ln(256) and falls.
+  EXPECT_NEAR(j["loss_first"].get<double>(), std::log(256.0), 0.2);
+  EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
+  EXPECT_GT(j["peak_memory_bytes"].get<double>(), j["activation_bytes"].get<double>());
+}
+
+TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
+  for (const char* args : {"bench --model no_such_model", "bench --dtype fp8", "bench --steps 0",
+                           "bench --seq-len 100000", "bench --batch-size"}) {
+    CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_FALSE(r.err.empty()) << args;
+  }
+  CliResult r = run_hone("bench --model no_such_model");
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("llama_tiny"), std::string::npos) << "the error should list the valid names: " << r.err;
+}
+
+}  // namespace
+}  // namespace hone::test

@@ -1,0 +1,85 @@
+// Tensors, views, device copies, memory accounting and arenas.
+#include "hone/core/arena.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = Tensor::from(std::vector<float>{0, 1, 2, 3, 4, 5}, {2, 3});
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.shape().str(), "[2, 3]");
+  Tensor row = t[1];
+  EXPECT_EQ(row.shape(), Shape({3}));
+  EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{3, 4, 5}));
+  row.data<float>()[0] = 30;
+  EXPECT_EQ(t.to_vector<float>()[3], 30);
+  Tensor flat = t.view({6});
+  EXPECT_EQ(flat.slice(2, {2}).to_vector<float>(), (std::vector<float>{2, 30}));
+  EXPECT_THROW(t.view({4}), Error);
+  EXPECT_THROW(t.slice(5, {2}), Error);
+  EXPECT_THROW(t.data<double>(), Error);  // the dtype is checked on access
+}
+
+TEST(Tensor, CopiesAndConversions) {
+  Tensor a = Tensor::from(std::vector<int32_t>{1, -2, 3}, {3});
+  Tensor b = a.clone();
+  b.data<int32_t>()[0] = 7;
+  EXPECT_EQ(a.to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_EQ(b.to_vector<double>(), (std::vector<double>{7, -2, 3}));
+  Tensor z = Tensor::zeros({2, 2}, DType::bf16);
+  EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_THROW(a.copy_from(Tensor::zeros({2}, DType::i32)), Error);
+}
+
+TEST(Allocator, TracksCurrentAndPeakBytes) {
+  Allocator& cpu = allocator_for(Device::cpu());
+  const size_t before = cpu.stats().allocated;
+  cpu.reset_peak();
+  {
+    Tensor big = Tensor::empty({1000}, DType::f32);
+    EXPECT_EQ(cpu.stats().allocated, before + 4000);
+    Tensor bigger = Tensor::empty({500}, DType::f64);
+    EXPECT_EQ(cpu.stats().peak_allocated, before + 8000);
+  }
+  EXPECT_EQ(cpu.stats().allocated, before);
+  EXPECT_EQ(cpu.stats().peak_allocated, before + 8000);
+  cpu.reset_peak();
+  EXPECT_EQ(cpu.stats().peak_allocated, before);
+}
+
+TEST(Allocator, UnknownDeviceIsAnError) {
+  EXPECT_THROW(parse_device("tpu"), Error);
+  EXPECT_EQ(parse_device("cuda:1"), Device::cuda(1));
+#ifndef HONE_WITH_CUDA
+  EXPECT_THROW(Tensor::empty({4}, DType::f32, Device::cuda(0)), Error);
+#endif
+}
+
+TEST(Arena, MeasuringAndRealPassesAgreeAndAlign) {
+  auto plan = [](Arena& arena) {
+    std::vector<Tensor> ts;
+    ts.push_back(arena.take({3}, DType::bf16));
+    ts.push_back(arena.take({5, 7}, DType::f32));
+    ts.push_back(arena.take({1}, DType::f64));
+    return ts;
+  };
+  Arena measure;
+  auto undefined = plan(measure);
+  EXPECT_FALSE(undefined[0].defined());
+  Arena real(measure.bytes_used(), Device::cpu());
+  auto ts = plan(real);
+  EXPECT_EQ(real.bytes_used(), measure.bytes_used());
+  for (const Tensor& t : ts) EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u);
+  EXPECT_EQ(ts[1].shape(), Shape({5, 7}));
+  EXPECT_EQ(ts[1].dtype(), DType::f32);
+}
+
+TEST(DType, NamesRoundTrip) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+  EXPECT_EQ(parse_dtype("float32"), DType::f32);
+  EXPECT_THROW(parse_dtype("fp9"), Error);
+}
+
+}  // namespace
+}  // namespace hone::test

@@ -1,0 +1,179 @@
+// The whole Transformer: every parameter gradient against finite differences in
+// fp64 for each family, bf16 mixed precision against fp32, memory planning,
+// reproducibility, and the shapes of the built-in presets.
+#include <cmath>
+
+#include "hone/core/rng.hpp"
+#include "hone/model/transformer.hpp"
+#include "hone/train/step.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+// A small model of each family whose gradients are cheap to check numerically.
+ModelConfig small(const std::string& variant) {
+  ModelConfig c;
+  if (variant.starts_with("llama")) {
+    c = model_preset("llama_tiny");
+    c.n_kv_heads = 2;  // GQA
+    c.ffn_dim = 24;
+    c.rope_theta = 100.0;
+    // Scaling with all three regimes (kept / blended / divided) at head_dim 4... 8.
+    c.rope_scaling = {.factor = 4.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position = 32};
+    c.tie_embeddings = variant == "llama_tied";
+  } else {
+    c = model_preset(variant == "gpt2" ? "gpt2_tiny" : "mpt_tiny");
+    c.n_kv_heads = 4;
+    c.ffn_dim = 48;
+  }
+  c.vocab_size = 29;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.max_seq_len = 16;
+  c.init_std = 0.3;  // large weights: every nonlinearity works away from its linear regime
+  return c;
+}
+
+Batch random_batch(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed, bool mask_some = true) {
+  std::vector<int32_t> tokens, targets;
+  Generator g(seed);
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    tokens.push_back(int32_t(g.next_below(uint64_t(vocab))));
+    targets.push_back(mask_some && i % 5 == 3 ? ops::kIgnoreIndex : int32_t(g.next_below(uint64_t(vocab))));
+  }
+  return {Tensor::from(tokens, {batch, seq}), Tensor::from(targets, {batch, seq})};
+}
+
+class ModelGradients : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelGradients, EveryParameterMatchesFiniteDifferencesInFp64) {
+  const ModelConfig config = small(GetParam());
+  Transformer model(config, DType::f64);
+  model.init_weights(3);
+  const Batch b = random_batch(2, 11, config.vocab_size, 4);
+  auto loss = [&] { return model.forward(b.tokens, b.targets).mean(); };
+  model.params().zero_grad();
+  const ops::LossSum s = model.forward(b.tokens, b.targets);
+  model.backward(1.0 / double(s.tokens));
+  for (Parameter& p : model.params().all()) {
+    expect_gradient(p.value, p.grad, loss, GetParam() + " " + p.name, 1e-6, 24);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ModelGradients, ::testing::Values("llama", "llama_tied", "gpt2", "mpt"));
+
+TEST(Transformer, Bf16MixedPrecisionTracksFp32) {
+  for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
+    const ModelConfig config = model_preset(name);
+    const Batch b = random_batch(4, 64, config.vocab_size, 5, false);
+    std::vector<double> losses[2];
+    int run = 0;
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      Transformer model(config, dtype);
+      model.init_weights(6);
+      AdamW opt(model.params(), AdamWConfig{.lr = 3e-3});
+      for (int step = 0; step < 12; ++step) {
+        losses[run].push_back(train_step(model, opt, std::span(&b, 1), 3e-3, 1.0).loss);
+      }
+      ++run;
+    }
+    // bf16 keeps 8 bits of mantissa: per-step losses agree to about 1%, and both
+    // runs learn the batch.
+    for (size_t i = 0; i < losses[0].size(); ++i) {
+      EXPECT_NEAR(losses[1][i], losses[0][i], 0.01 * losses[0][i]) << name << " step " << i;
+    }
+    EXPECT_LT(losses[0].back(), losses[0].front() - 0.3) << name;
+    EXPECT_LT(losses[1].back(), losses[1].front() - 0.3) << name;
+  }
+}
+
+TEST(Transformer, RunsAreReproducible) {
+  const ModelConfig config = model_preset("llama_tiny");
+  const Batch b = random_batch(2, 32, config.vocab_size, 7);
+  auto train = [&] {
+    Transformer model(config, DType::f32);
+    model.init_weights(8);
+    AdamW opt(model.params(), AdamWConfig{});
+    std::vector<double> losses;
+    for (int step = 0; step < 3; ++step) losses.push_back(train_step(model, opt, std::span(&b, 1), 1e-3, 1.0).loss);
+    return std::pair(losses, model.params().values().to_vector<float>());
+  };
+  EXPECT_EQ(train(), train());
+}
+
+TEST(Transformer, GradientAccumulationEqualsOneLargeBatch) {
+  const ModelConfig config = model_preset("gpt2_tiny");
+  const Batch whole = random_batch(4, 16, config.vocab_size, 9);
+  auto rows = [](const Tensor& t, int64_t from) { return t.slice(from * 16, {2, 16}).clone(); };
+  const Batch halves[2] = {{rows(whole.tokens, 0), rows(whole.targets, 0)},
+                           {rows(whole.tokens, 2), rows(whole.targets, 2)}};
+  auto grads_after = [&](std::span<const Batch> batches) {
+    Transformer model(config, DType::f64);
+    model.init_weights(10);
+    AdamW opt(model.params(), AdamWConfig{});
+    const double loss = train_step(model, opt, batches, 0.0, 0.0).loss;  // lr 0: keep the weights
+    return std::pair(loss, model.params().grads().clone());
+  };
+  auto [loss_whole, grad_whole] = grads_after(std::span(&whole, 1));
+  auto [loss_split, grad_split] = grads_after(std::span(halves, 2));
+  EXPECT_NEAR(loss_split, loss_whole, 1e-12);
+  expect_close(grad_split, grad_whole, 1e-12, "accumulated gradients");
+}
+
+TEST(Transformer, ActivationMemoryIsPlannedUpFront) {
+  const ModelConfig config = model_preset("llama_tiny");
+  Transformer model(config, DType::f32);
+  Allocator& cpu = allocator_for(Device::cpu());
+  const size_t before = cpu.stats().allocated;
+  model.reserve(2, 64);
+  const size_t planned = activation_bytes(config, DType::f32, 2, 64);
+  EXPECT_EQ(model.activation_bytes(), planned);
+  const size_t rope_tables = 2 * 64 * size_t(config.head_dim() / 2) * sizeof(float);
+  EXPECT_EQ(cpu.stats().allocated - before, planned + rope_tables);
+  // A step allocates nothing large beyond the plan: peak stays within the plan plus
+  // small per-call scratch (reduction partials, attention tiles).
+  cpu.reset_peak();
+  const Batch b = random_batch(2, 64, config.vocab_size, 11);
+  AdamW opt(model.params(), AdamWConfig{});
+  const size_t with_optimizer = cpu.stats().allocated;
+  train_step(model, opt, std::span(&b, 1), 1e-3, 1.0);
+  EXPECT_LT(cpu.stats().peak_allocated - with_optimizer, planned / 10);
+  // The plan grows linearly with the batch, and bf16 halves the activations.
+  const double ratio = double(activation_bytes(config, DType::f32, 4, 64)) / double(planned);
+  EXPECT_NEAR(ratio, 2.0, 0.01);
+  EXPECT_LT(activation_bytes(config, DType::bf16, 2, 64), planned * 6 / 10);
+}
+
+TEST(Transformer, RejectsBadInput) {
+  Transformer model(model_preset("llama_tiny"), DType::f32);
+  EXPECT_THROW(model.reserve(1, 100000), Error);  // beyond max_seq_len
+  const Tensor bad_tokens = Tensor::from(std::vector<int32_t>{1, 999}, {1, 2});
+  EXPECT_THROW(model.forward(bad_tokens), Error);
+  EXPECT_THROW(model.backward(1.0), Error);  // no forward with targets yet
+  ModelConfig c = model_preset("llama_tiny");
+  c.n_kv_heads = 3;
+  EXPECT_THROW(Transformer(c, DType::f32), Error);
+}
+
+TEST(Presets, ParameterCountsMatchThePublishedModels) {
+  EXPECT_EQ(model_preset("gpt2_124M").num_params(), 124439808);
+  EXPECT_EQ(model_preset("llama3_2_1B").num_params(), 1235814400);
+  EXPECT_EQ(model_preset("llama3_1_8B").num_params(), 8030261248);
+  EXPECT_EQ(model_preset("llama2_7B").num_params(), 6738415616);
+  EXPECT_EQ(model_preset("mistral_7B").num_params(), 7241732096);
+  EXPECT_EQ(model_preset("mpt_7B").num_params(), 6649286656);
+  for (const std::string& name : model_preset_names()) EXPECT_NO_THROW(model_preset(name).validate()) << name;
+  EXPECT_THROW(model_preset("llama4"), Error);
+}
+
+TEST(Presets, TinyModelParametersMatchTheCount) {
+  for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
+    Transformer model(model_preset(name), DType::f32);
+    EXPECT_EQ(model.params().numel(), model.config().num_params()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace hone::test
