@@ -1,0 +1,71 @@
+#pragma once
+// Configs: a tree of sections and values loaded from YAML, changed by
+// `key.sub=value` overrides, and resolved against a Schema that fills defaults
+// and rejects unknown keys (with the closest valid key) and ill-typed values.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hone {
+
+using Json = nlohmann::ordered_json;
+
+class Config {
+ public:
+  Config() = default;
+  // `origin` names where the text came from, for error messages.
+  static Config from_yaml(std::string_view text, const std::string& origin);
+  static Config from_file(const std::string& path);
+
+  const std::string& origin() const { return origin_; }
+  const Json& tree() const { return tree_; }
+
+  // Applies "a.b.c=value"; the value is read as YAML (numbers, true/false, null,
+  // [lists], quoted strings).
+  void apply_override(std::string_view assignment);
+  void set(std::string_view key, Json value);
+  const Json* find(std::string_view key) const;
+  bool has(std::string_view key) const { return find(key) != nullptr && !find(key)->is_null(); }
+
+  // The value at `key`, converted to T (int64_t, double, bool, std::string,
+  // std::vector<...>); throws hone::Error naming the key and the expected type.
+  template <typename T>
+  T get(std::string_view key) const;
+
+  std::string to_yaml() const;
+
+ private:
+  std::string origin_;
+  Json tree_ = Json::object();
+};
+
+enum class ValueType { integer, number, boolean, string, number_list, string_list, mapping };
+
+struct KeySpec {
+  std::string key;     // dotted: "optimizer.lr"
+  ValueType type;
+  Json default_value;  // null: no default (optional unless `required`)
+  std::string help;
+  std::vector<std::string> choices = {};  // allowed strings, when not empty
+  bool required = false;
+};
+
+class Schema {
+ public:
+  Schema& add(KeySpec spec);
+  Schema& add(const Schema& other);
+  // The user's config with every default filled in. Throws hone::Error for an
+  // unknown key (naming the closest known one), a value of the wrong type or
+  // outside its choices, or a missing required key.
+  Config resolve(const Config& user) const;
+  const std::vector<KeySpec>& keys() const { return keys_; }
+
+ private:
+  std::vector<KeySpec> keys_;
+};
+
+// The candidate closest to `word` by edit distance, or "" when none is close.
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace hone

@@ -1,0 +1,93 @@
+// YAML loading, key=value overrides, schema resolution and its error messages.
+#include "hone/config/config.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+Schema schema() {
+  Schema s;
+  s.add({"output_dir", ValueType::string, nullptr, "where runs are written", {}, true});
+  s.add({"batch_size", ValueType::integer, 8, "sequences per device"});
+  s.add({"optimizer.lr", ValueType::number, 3e-4, "peak learning rate"});
+  s.add({"optimizer.betas", ValueType::number_list, Json::array({0.9, 0.95}), "AdamW betas"});
+  s.add({"lr_scheduler.name", ValueType::string, "cosine", "schedule", {"constant", "linear", "cosine", "wsd"}});
+  s.add({"resume", ValueType::string, nullptr, "latest or a path"});
+  s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute layers in backward"});
+  return s;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, YamlScalarsGetTheirTypes) {
+  Config c = Config::from_yaml(R"(
+a: 12
+b: 1.5e-4
+c: true
+d: "12"
+e: [1, 2.5]
+f: ~
+g: text
+nested: {x: {y: 3}}
+)",
+                               "test.yaml");
+  EXPECT_TRUE(c.find("a")->is_number_integer());
+  EXPECT_DOUBLE_EQ(c.get<double>("b"), 1.5e-4);
+  EXPECT_TRUE(c.get<bool>("c"));
+  EXPECT_EQ(c.get<std::string>("d"), "12");  // quoted: stays a string
+  EXPECT_EQ(c.get<std::vector<double>>("e"), (std::vector<double>{1, 2.5}));
+  EXPECT_FALSE(c.has("f"));
+  EXPECT_EQ(c.get<int64_t>("nested.x.y"), 3);
+  EXPECT_NE(error_of([&] { c.get<int64_t>("b"); }).find("'b' must be an integer"), std::string::npos);
+}
+
+TEST(Config, OverridesSetNestedKeysAndLists) {
+  Config c = Config::from_yaml("optimizer: {lr: 0.1}\n", "base.yaml");
+  c.apply_override("optimizer.lr=2e-3");
+  c.apply_override("optimizer.betas=[0.8, 0.99]");
+  c.apply_override("output_dir=runs/x");
+  c.apply_override("resume=null");
+  EXPECT_DOUBLE_EQ(c.get<double>("optimizer.lr"), 2e-3);
+  EXPECT_EQ(c.get<std::vector<double>>("optimizer.betas"), (std::vector<double>{0.8, 0.99}));
+  EXPECT_EQ(c.get<std::string>("output_dir"), "runs/x");
+  EXPECT_FALSE(c.has("resume"));
+  EXPECT_NE(error_of([&] { c.apply_override("no_equals_sign"); }).find("key=value"), std::string::npos);
+}
+
+TEST(Schema, FillsDefaultsAndKeepsUserValues) {
+  Config user = Config::from_yaml("output_dir: runs/a\noptimizer:\n  lr: 0.01\n", "a.yaml");
+  Config r = schema().resolve(user);
+  EXPECT_EQ(r.get<int64_t>("batch_size"), 8);
+  EXPECT_DOUBLE_EQ(r.get<double>("optimizer.lr"), 0.01);
+  EXPECT_EQ(r.get<std::string>("lr_scheduler.name"), "cosine");
+  // The resolved config round-trips through YAML.
+  Config again = schema().resolve(Config::from_yaml(r.to_yaml(), "resolved.yaml"));
+  EXPECT_EQ(again.tree(), r.tree());
+}
+
+TEST(Schema, ErrorsNameTheKeyAndSuggest) {
+  auto resolve = [](const std::string& yaml) {
+    return error_of([&] { schema().resolve(Config::from_yaml(yaml, "run.yaml")); });
+  };
+  EXPECT_EQ(resolve("output_dir: x\noptimizer: {lrr: 1}\n"),
+            "run.yaml: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
+  EXPECT_EQ(resolve("output_dir: x\nbatch_sise: 4\n"), "run.yaml: unknown key 'batch_sise' (did you mean 'batch_size'?)");
+  EXPECT_EQ(resolve("output_dir: x\ncompletely_unrelated_thing: 4\n"), "run.yaml: unknown key 'completely_unrelated_thing'");
+  EXPECT_EQ(resolve("output_dir: x\nbatch_size: 2.5\n"), "run.yaml: 'batch_size' must be an integer, got 2.5");
+  EXPECT_EQ(resolve("output_dir: x\nlr_scheduler: {name: cosin}\n"),
+            "run.yaml: 'lr_scheduler.name' is 'cosin'; expected one of constant, linear, cosine, wsd (did you mean "
+            "'cosine'?)");
+  EXPECT_EQ(resolve("batch_size: 2\n"), "run.yaml: 'output_dir' is required (where runs are written)");
+  EXPECT_NE(resolve("a: [1\n").find("run.yaml:"), std::string::npos);  // YAML syntax errors name the file
+  EXPECT_NE(resolve("a: 1\na: 2\n").find("appears twice"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hone::test
