@@ -8,6 +8,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include <xxhash.h>
+
+#include <fstream>
+#include <vector>
+
 #include "hone/core/error.hpp"
 
 namespace hone {
@@ -16,6 +21,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   HONE_CHECK(fd_ >= 0, "{}: cannot create: {}", temp_path_, std::strerror(errno));
+  hash_state_ = XXH3_createState();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(hash_state_));
 }
 
 AtomicFile::~AtomicFile() {
@@ -23,9 +30,14 @@ AtomicFile::~AtomicFile() {
     ::close(fd_);
     ::unlink(temp_path_.c_str());
   }
+  XXH3_freeState(static_cast<XXH3_state_t*>(hash_state_));
 }
 
+
+
 void AtomicFile::write(const void* data, size_t bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(hash_state_), data, bytes);
+  bytes_ += bytes;
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     ssize_t n = ::write(fd_, p, bytes);
@@ -36,7 +48,7 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
-void AtomicFile::commit() {
+WrittenFile AtomicFile::commit() {
   HONE_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", temp_path_, std::strerror(errno));
   HONE_CHECK(::close(fd_) == 0, "{}: close failed: {}", temp_path_, std::strerror(errno));
   fd_ = -1;
@@ -47,7 +59,25 @@ void AtomicFile::commit() {
   }
   std::filesystem::path parent = std::filesystem::path(path_).parent_path();
   sync_directory(parent.empty() ? "." : parent.string());
+  return {bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(hash_state_))};
 }
+
+uint64_t file_checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HONE_CHECK(in.good(), "{}: cannot read", path);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), std::streamsize(buffer.size()));
+    XXH3_64bits_update(state, buffer.data(), size_t(in.gcount()));
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return digest;
+}
+
+std::string checksum_hex(uint64_t checksum) { return fmt::format("{:016x}", checksum); }
 
 void sync_directory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -1,11 +1,20 @@
 #pragma once
 // A file that appears complete or not at all: written under a temporary name in
 // the target's folder, fsynced, and renamed over the target by commit(). Without
-// commit() (an error, an exception) the temporary file is removed.
+// commit() (an error, an exception) the temporary file is removed. The XXH3-64
+// checksum of what was written comes for free (checkpoint manifests use it).
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace hone {
+
+// What was committed: its size and XXH3-64 checksum.
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+};
 
 class AtomicFile {
  public:
@@ -15,12 +24,19 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, size_t bytes);
-  void commit();
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  WrittenFile commit();
 
  private:
   std::string path_, temp_path_;
   int fd_ = -1;
+  uint64_t bytes_ = 0;
+  void* hash_state_ = nullptr;  // XXH3_state_t, kept out of this header
 };
+
+// XXH3-64 of a whole file, streamed; throws hone::Error if it cannot be read.
+uint64_t file_checksum(const std::string& path);
+std::string checksum_hex(uint64_t checksum);
 
 // fsync()s a folder, making a rename inside it durable.
 void sync_directory(const std::string& dir);

@@ -147,7 +147,7 @@ Tensor SafetensorsFile::load(const std::string& name) const {
   return t;
 }
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -171,7 +171,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     Tensor host = nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu());
     out.write(host.raw(), host.nbytes());
   }
-  out.commit();
+  return out.commit();
 }
 
 }  // namespace hone

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hone/core/tensor.hpp"
+#include "hone/io/atomic_file.hpp"
 
 namespace hone {
 
@@ -53,7 +54,7 @@ struct NamedTensor {
 
 // Writes tensors (any device; copied to host) to `path` atomically: a temporary
 // file in the same folder, fsynced, then renamed over `path`.
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // "F32", "BF16", ... <-> DType.

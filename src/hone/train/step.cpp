@@ -1,5 +1,7 @@
 #include "hone/train/step.hpp"
 
+#include <cmath>
+
 namespace hone {
 
 int64_t count_targets(const Tensor& targets) {
@@ -25,7 +27,8 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch
   stats.loss = loss_sum / double(stats.tokens);
   stats.grad_norm = clip_grad_norm(model.params(), max_grad_norm);
   stats.lr = lr;
-  optimizer.step(lr);
+  stats.applied = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);
+  if (stats.applied) optimizer.step(lr);
   return stats;
 }
 

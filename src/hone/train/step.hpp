@@ -3,25 +3,23 @@
 // accumulation), global-norm clipping, AdamW.
 #include <span>
 
+#include "hone/data/batch.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
 
 namespace hone {
-
-struct Batch {
-  Tensor tokens;   // i32 [batch, seq]
-  Tensor targets;  // i32 [batch, seq]; ops::kIgnoreIndex masks a position
-};
 
 struct StepStats {
   double loss = 0;       // mean over the unmasked target tokens of all micro-batches
   int64_t tokens = 0;    // unmasked target tokens
   double grad_norm = 0;  // before clipping
   double lr = 0;
+  bool applied = true;   // false: the loss or gradients were not finite, no update was made
 };
 
 // The loss is the mean over all unmasked tokens of the step, however they are
-// split into micro-batches. max_grad_norm <= 0 disables clipping.
+// split into micro-batches. max_grad_norm <= 0 disables clipping. A step whose
+// loss or gradient norm is not finite changes no weight.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch> micro_batches, double lr,
                      double max_grad_norm);
 

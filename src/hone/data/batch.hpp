@@ -1,0 +1,29 @@
+#pragma once
+// What the data side hands the trainer, and the interface of anything that
+// produces training batches with a position that can be saved and restored.
+#include <nlohmann/json.hpp>
+
+#include "hone/core/tensor.hpp"
+
+namespace hone {
+
+struct Batch {
+  Tensor tokens;   // i32 [batch, seq]
+  Tensor targets;  // i32 [batch, seq]; ops::kIgnoreIndex (-100) masks a position
+};
+
+namespace data {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual Batch next() = 0;
+  // The position, saved in checkpoints; restore() continues exactly from it.
+  virtual nlohmann::json state() const = 0;
+  virtual void restore(const nlohmann::json& state) = 0;
+  // Samples in one pass over the data (an epoch).
+  virtual int64_t samples_per_epoch() const = 0;
+};
+
+}  // namespace data
+}  // namespace hone

@@ -1,0 +1,130 @@
+#include "hone/data/pretrain_stream.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hone/core/error.hpp"
+#include "hone/core/rng.hpp"
+
+namespace hone::data {
+
+std::pair<DocumentRange, DocumentRange> split_documents(std::shared_ptr<const DocumentSource> source,
+                                                        double validation_fraction) {
+  HONE_CHECK(validation_fraction >= 0 && validation_fraction < 1,
+             "dataset.validation_fraction must be in [0, 1), got {}", validation_fraction);
+  const int64_t n = source->num_documents();
+  int64_t held_out = int64_t(double(n) * validation_fraction + 0.5);
+  if (validation_fraction > 0 && held_out == 0 && n > 1) held_out = 1;
+  return {DocumentRange{source, 0, n - held_out}, DocumentRange{source, n - held_out, n}};
+}
+
+PretrainStream::PretrainStream(std::vector<DocumentRange> ranges, std::vector<double> weights, StreamOptions options)
+    : options_(options) {
+  HONE_CHECK(!ranges.empty(), "the dataset has no sources");
+  HONE_CHECK(weights.empty() || weights.size() == ranges.size(), "{} blend weights for {} datasets", weights.size(),
+             ranges.size());
+  HONE_CHECK(options.seq_len > 0 && options.batch_size > 0, "seq_len and batch_size must be positive");
+  HONE_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
+             "rank {} is outside a world of {}", options.rank, options.world_size);
+  double weight_sum = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    Source s;
+    s.range = ranges[i];
+    s.starts.push_back(0);
+    for (int64_t d = s.range.first; d < s.range.end; ++d) {
+      s.starts.push_back(s.starts.back() + s.range.source->document_length(d));
+    }
+    // Each sample needs seq_len + 1 tokens; consecutive samples share one.
+    s.samples = (s.starts.back() - 1) / options.seq_len;
+    HONE_CHECK(s.samples > 0, "{} (documents {} to {}) has {} tokens: not one sample of {} + 1", s.range.source->describe(),
+               s.range.first, s.range.end, s.starts.back(), options.seq_len);
+    s.weight = weights.empty() ? double(s.samples) : weights[i];
+    HONE_CHECK(s.weight > 0, "blend weight {} of {} must be positive", s.weight, s.range.source->describe());
+    weight_sum += s.weight;
+    samples_per_epoch_ += s.samples;
+    sources_.push_back(std::move(s));
+  }
+  for (Source& s : sources_) s.weight /= weight_sum;
+}
+
+std::pair<size_t, int64_t> PretrainStream::choose() {
+  // Megatron's blending: take from the source furthest behind its share.
+  size_t best = 0;
+  double best_error = -1e300;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const double error = sources_[i].weight * double(position_ + 1) - double(sources_[i].taken);
+    if (error > best_error) {
+      best_error = error;
+      best = i;
+    }
+  }
+  ++position_;
+  return {best, sources_[best].taken++};
+}
+
+void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> out) {
+  const int64_t cycle = index / s.samples;
+  int64_t sample = index % s.samples;
+  if (options_.shuffle) {
+    if (s.order_cycle != cycle) {
+      // A fresh permutation for every pass over the source (Fisher-Yates).
+      s.order.resize(size_t(s.samples));
+      std::iota(s.order.begin(), s.order.end(), int64_t(0));
+      const uint64_t source_index = uint64_t(&s - sources_.data());
+      Generator g(options_.seed, source_index << 32 | uint64_t(cycle));
+      for (int64_t i = s.samples - 1; i > 0; --i) std::swap(s.order[size_t(i)], s.order[g.next_below(uint64_t(i + 1))]);
+      s.order_cycle = cycle;
+    }
+    sample = s.order[size_t(sample)];
+  }
+  // Tokens [sample·L, sample·L + L + 1) of the concatenated documents.
+  int64_t offset = sample * options_.seq_len;
+  size_t filled = 0;
+  auto doc = std::upper_bound(s.starts.begin(), s.starts.end(), offset) - s.starts.begin() - 1;
+  while (filled < out.size()) {
+    const int64_t in_doc = offset - s.starts[size_t(doc)];
+    const int64_t take = std::min<int64_t>(int64_t(out.size() - filled), s.starts[size_t(doc) + 1] - offset);
+    s.range.source->read(s.range.first + doc, in_doc, out.subspan(filled, size_t(take)));
+    filled += size_t(take);
+    offset += take;
+    ++doc;
+  }
+}
+
+Batch PretrainStream::next() {
+  const int64_t L = options_.seq_len, B = options_.batch_size;
+  Tensor tokens = Tensor::empty({B, L}, DType::i32), targets = Tensor::empty({B, L}, DType::i32);
+  std::vector<int32_t> sample(size_t(L + 1));
+  // Every rank walks the whole global batch (the blend depends on all of it) and
+  // reads only its own rows.
+  for (int64_t k = 0; k < int64_t(options_.world_size) * B; ++k) {
+    auto [source, index] = choose();
+    if (k / B != options_.rank) continue;
+    read_sample(sources_[source], index, sample);
+    std::copy_n(sample.begin(), L, tokens.data<int32_t>() + (k % B) * L);
+    std::copy_n(sample.begin() + 1, L, targets.data<int32_t>() + (k % B) * L);
+  }
+  return {tokens, targets};
+}
+
+nlohmann::json PretrainStream::state() const {
+  return {{"position", position_}, {"samples_per_epoch", samples_per_epoch_}};
+}
+
+void PretrainStream::replay_to(int64_t position) {
+  position_ = 0;
+  for (Source& s : sources_) s.taken = 0;
+  while (position_ < position) choose();
+}
+
+void PretrainStream::restore(const nlohmann::json& state) {
+  HONE_CHECK(state.contains("position") && state["position"].is_number_integer(),
+             "data state {} has no integer 'position'", state.dump());
+  HONE_CHECK(state.value("samples_per_epoch", samples_per_epoch_) == samples_per_epoch_,
+             "the checkpoint's data had {} samples per epoch, this dataset has {}: resuming on other data would not "
+             "reproduce the run",
+             state.value("samples_per_epoch", int64_t(0)), samples_per_epoch_);
+  replay_to(state["position"].get<int64_t>());
+}
+
+}  // namespace hone::data

@@ -1,0 +1,67 @@
+#pragma once
+// The pretraining stream: fixed-length samples of seq_len + 1 tokens cut from the
+// concatenated documents of one or more sources (Megatron's packing: samples
+// cross document boundaries, and consecutive samples share one token), blended
+// by weight, shuffled per epoch from a seed, and split across data-parallel ranks.
+// Every batch is a pure function of (seed, position), so a saved position
+// resumes the exact batches an uninterrupted run would have seen.
+#include <memory>
+#include <vector>
+
+#include "hone/data/batch.hpp"
+#include "hone/data/documents.hpp"
+
+namespace hone::data {
+
+// A contiguous range of a source's documents (a train or validation split).
+struct DocumentRange {
+  std::shared_ptr<const DocumentSource> source;
+  int64_t first = 0, end = 0;  // documents [first, end)
+};
+
+// Splits each source's documents into [train, validation) by fraction.
+std::pair<DocumentRange, DocumentRange> split_documents(std::shared_ptr<const DocumentSource> source,
+                                                        double validation_fraction);
+
+struct StreamOptions {
+  int64_t seq_len = 0;
+  int64_t batch_size = 0;  // per rank
+  uint64_t seed = 0;
+  bool shuffle = true;
+  int rank = 0, world_size = 1;
+};
+
+class PretrainStream final : public BatchSource {
+ public:
+  // weights: one per range (normalised here); empty means proportional to size.
+  PretrainStream(std::vector<DocumentRange> ranges, std::vector<double> weights, StreamOptions options);
+
+  Batch next() override;
+  nlohmann::json state() const override;
+  void restore(const nlohmann::json& state) override;
+  int64_t samples_per_epoch() const override { return samples_per_epoch_; }
+  int64_t position() const { return position_; }
+
+ private:
+  struct Source {
+    DocumentRange range;
+    std::vector<int64_t> starts;  // token offset of each document in the concatenation (+ total)
+    int64_t samples = 0;
+    double weight = 0;
+    int64_t taken = 0;  // samples drawn so far from this source (blending state)
+    int64_t order_cycle = -1;  // which pass `order` is for
+    std::vector<int64_t> order;  // this pass's sample order (shuffle)
+  };
+
+  // The next global sample: which source, which of its samples.
+  std::pair<size_t, int64_t> choose();
+  void read_sample(Source& s, int64_t index, std::span<int32_t> out);
+  void replay_to(int64_t position);
+
+  std::vector<Source> sources_;
+  StreamOptions options_;
+  int64_t samples_per_epoch_ = 0;
+  int64_t position_ = 0;  // global samples consumed (all ranks)
+};
+
+}  // namespace hone::data

@@ -1,0 +1,130 @@
+// The pretraining stream: packing, per-epoch shuffles, exact resume, rank
+// sharding and weighted blending.
+#include <map>
+#include <set>
+
+#include "hone/data/pretrain_stream.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+using data::DocumentRange;
+using data::PretrainStream;
+
+// Documents whose tokens are their global positions: a sample's first token
+// tells where in the concatenation it starts.
+std::shared_ptr<data::InMemoryDocuments> numbered(std::vector<int64_t> lengths) {
+  std::vector<std::vector<int32_t>> docs;
+  int32_t next = 0;
+  for (int64_t n : lengths) {
+    docs.emplace_back();
+    for (int64_t i = 0; i < n; ++i) docs.back().push_back(next++);
+  }
+  return std::make_shared<data::InMemoryDocuments>(std::move(docs));
+}
+
+DocumentRange all_of(std::shared_ptr<const data::DocumentSource> s) { return {s, 0, s->num_documents()}; }
+
+std::vector<int32_t> rows(const Batch& b) { return b.tokens.to_vector<int32_t>(); }
+
+TEST(PretrainStream, PacksWindowsAcrossDocumentsWithShiftedTargets) {
+  auto docs = numbered({5, 3, 9, 4});  // 21 tokens: samples of 4 + 1 -> 5 samples
+  PretrainStream s({all_of(docs)}, {}, {.seq_len = 4, .batch_size = 5, .seed = 1, .shuffle = false});
+  EXPECT_EQ(s.samples_per_epoch(), 5);
+  Batch b = s.next();
+  auto t = b.tokens.to_vector<int32_t>(), y = b.targets.to_vector<int32_t>();
+  for (int32_t row = 0; row < 5; ++row)
+    for (int32_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(t[size_t(row * 4 + i)], row * 4 + i);      // windows start every seq_len tokens...
+      EXPECT_EQ(y[size_t(row * 4 + i)], row * 4 + i + 1);  // ...and targets are the next token
+    }
+}
+
+TEST(PretrainStream, EveryEpochVisitsEverySampleOnceInANewOrder) {
+  auto docs = numbered({40, 17, 23, 41});  // 121 tokens, seq 8 -> 15 samples
+  PretrainStream s({all_of(docs)}, {}, {.seq_len = 8, .batch_size = 5, .seed = 7});
+  std::vector<std::vector<int32_t>> epochs(2);
+  for (int batch = 0; batch < 6; ++batch) {
+    auto r = rows(s.next());
+    for (int row = 0; row < 5; ++row) epochs[size_t(batch / 3)].push_back(r[size_t(row * 8)]);
+  }
+  for (auto& e : epochs) {
+    std::set<int32_t> starts(e.begin(), e.end());
+    EXPECT_EQ(starts.size(), 15u);
+    for (int32_t x : starts) EXPECT_EQ(x % 8, 0);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);  // reshuffled
+}
+
+TEST(PretrainStream, RestoredStateContinuesWithTheSameBatches) {
+  auto docs = numbered({300, 211, 97});
+  auto a = numbered({50, 50}), b = numbered({70});
+  for (bool blended : {false, true}) {
+    auto make = [&] {
+      if (blended) return PretrainStream({all_of(a), all_of(b)}, {0.3, 0.7}, {.seq_len = 6, .batch_size = 3, .seed = 3});
+      return PretrainStream({all_of(docs)}, {}, {.seq_len = 6, .batch_size = 3, .seed = 3});
+    };
+    PretrainStream first = make();
+    for (int i = 0; i < 50; ++i) first.next();  // several epochs
+    const nlohmann::json saved = first.state();
+    std::vector<std::vector<int32_t>> expected;
+    for (int i = 0; i < 20; ++i) expected.push_back(rows(first.next()));
+    PretrainStream resumed = make();
+    resumed.restore(saved);
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(rows(resumed.next()), expected[size_t(i)]) << "batch " << i;
+  }
+  PretrainStream other({all_of(numbered({20}))}, {}, {.seq_len = 6, .batch_size = 3, .seed = 3});
+  PretrainStream mine({all_of(docs)}, {}, {.seq_len = 6, .batch_size = 3, .seed = 3});
+  EXPECT_THROW(other.restore(mine.state()), Error);  // another dataset: not the same run
+}
+
+TEST(PretrainStream, RanksSplitTheGlobalBatch) {
+  auto docs = numbered({500});
+  PretrainStream whole({all_of(docs)}, {}, {.seq_len = 4, .batch_size = 6, .seed = 9});
+  PretrainStream r0({all_of(docs)}, {}, {.seq_len = 4, .batch_size = 3, .seed = 9, .rank = 0, .world_size = 2});
+  PretrainStream r1({all_of(docs)}, {}, {.seq_len = 4, .batch_size = 3, .seed = 9, .rank = 1, .world_size = 2});
+  for (int i = 0; i < 5; ++i) {
+    auto w = rows(whole.next()), a = rows(r0.next()), b = rows(r1.next());
+    a.insert(a.end(), b.begin(), b.end());
+    EXPECT_EQ(a, w);
+  }
+}
+
+TEST(PretrainStream, BlendsByWeight) {
+  auto a = numbered({1000}), b = numbered({1000});  // b's tokens repeat a's ids; tell them apart by position
+  std::vector<std::vector<int32_t>> offset_docs(1, std::vector<int32_t>(1000));
+  for (int i = 0; i < 1000; ++i) offset_docs[0][size_t(i)] = 100000 + i;
+  auto c = std::make_shared<data::InMemoryDocuments>(offset_docs);
+  PretrainStream s({all_of(a), all_of(c)}, {3.0, 1.0}, {.seq_len = 4, .batch_size = 8, .seed = 2});
+  int from_a = 0, total = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto r = rows(s.next());
+    for (int row = 0; row < 8; ++row, ++total) from_a += r[size_t(row * 4)] < 100000;
+  }
+  EXPECT_EQ(from_a, total * 3 / 4);  // the greedy blend is exact at multiples of the ratio
+}
+
+TEST(PretrainStream, SplitAndTooSmallData) {
+  auto docs = numbered({10, 10, 10, 10, 10, 10, 10, 10, 10, 10});
+  auto [train, valid] = data::split_documents(docs, 0.2);
+  EXPECT_EQ(train.end - train.first, 8);
+  EXPECT_EQ(valid.first, 8);
+  EXPECT_EQ(valid.end, 10);
+  EXPECT_THROW(PretrainStream({all_of(numbered({4}))}, {}, {.seq_len = 4, .batch_size = 1}), Error);
+}
+
+TEST(MockDocuments, AreLearnableProgressions) {
+  data::MockDocuments m(10, 50, 97, 1);
+  std::vector<int32_t> t(50);
+  m.read(3, 0, t);
+  const int32_t stride = (t[1] - t[0] + 97) % 97;
+  EXPECT_GE(stride, 1);
+  for (size_t i = 1; i < t.size(); ++i) EXPECT_EQ((t[i] - t[i - 1] + 97) % 97, stride);
+  std::vector<int32_t> tail(10);
+  m.read(3, 40, tail);
+  EXPECT_EQ(std::vector<int32_t>(t.begin() + 40, t.end()), tail);
+}
+
+}  // namespace
+}  // namespace hone::test
