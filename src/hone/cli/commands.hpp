@@ -3,11 +3,22 @@
 // function that runs it.
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+#include "hone/config/config.hpp"
 
 namespace hone::cli {
 
 using Command = std::function<int()>;
 
 Command add_bench(CLI::App& app);
+Command add_tokenize(CLI::App& app);
+Command add_ls(CLI::App& app);
+Command add_cp(CLI::App& app);
+Command add_run(CLI::App& app);
+Command add_validate(CLI::App& app);
+
+// A built-in config by name ("gpt2/124M_pretrain") or a YAML file.
+Config load_config(const std::string& name_or_path);
 
 }  // namespace hone::cli

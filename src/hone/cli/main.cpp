@@ -21,7 +21,12 @@ int main(int argc, char** argv) {
     hone::cli::Command run = make(app);
     commands.emplace_back(app.get_subcommands({})[before], std::move(run));
   };
+  add(hone::cli::add_ls);
+  add(hone::cli::add_cp);
+  add(hone::cli::add_validate);
+  add(hone::cli::add_run);
   add(hone::cli::add_bench);
+  add(hone::cli::add_tokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,65 @@
+// hone run RECIPE [--config CONFIG] [key=value ...] | hone validate CONFIG [key=value ...]
+#include <fmt/core.h>
+
+#include "hone/cli/commands.hpp"
+#include "hone/core/error.hpp"
+#include "hone/train/recipes.hpp"
+
+namespace hone::cli {
+
+namespace {
+
+// The config, its overrides applied, resolved against the recipe's schema.
+Config resolve(const Recipe& recipe, Config config, const std::vector<std::string>& overrides) {
+  for (const std::string& o : overrides) config.apply_override(o);
+  if (config.has("recipe")) {
+    HONE_CHECK(config.get<std::string>("recipe") == recipe.name, "{}: a config for the {} recipe, run with {}",
+               config.origin(), config.get<std::string>("recipe"), recipe.name);
+  }
+  config.set("recipe", recipe.name);
+  return recipe.schema.resolve(config);
+}
+
+}  // namespace
+
+Command add_run(CLI::App& app) {
+  struct Args {
+    std::string recipe, config;
+    std::vector<std::string> overrides;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("run", "Run a recipe: pretrain (hone ls lists recipes and configs)");
+  sub->add_option("recipe", args->recipe, "Recipe name")->required();
+  sub->add_option("--config,-c", args->config, "Built-in config name or YAML file");
+  sub->add_option("overrides", args->overrides, "key=value overrides, e.g. optimizer.lr=1e-4 max_steps=100");
+  return [args] {
+    const Recipe& recipe = find_recipe(args->recipe);
+    const Config base = args->config.empty() ? Config() : load_config(args->config);
+    return recipe.run(resolve(recipe, base, args->overrides));
+  };
+}
+
+Command add_validate(CLI::App& app) {
+  struct Args {
+    std::string config;
+    std::vector<std::string> overrides;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "validate", "Check a config: print it resolved, with the parameter count and a memory estimate");
+  sub->add_option("config", args->config, "Built-in config name or YAML file")->required();
+  sub->add_option("overrides", args->overrides, "key=value overrides");
+  return [args] {
+    const Config base = load_config(args->config);
+    HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
+               base.origin());
+    const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
+    const Config resolved = resolve(recipe, base, args->overrides);
+    fmt::print("{}", resolved.to_yaml());
+    for (const std::string& line : recipe.summarize(resolved)) fmt::print("# {}\n", line);
+    fmt::print("# {}: valid for the {} recipe\n", base.origin(), recipe.name);
+    return 0;
+  };
+}
+
+}  // namespace hone::cli

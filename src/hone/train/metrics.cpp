@@ -1,0 +1,94 @@
+#include "hone/train/metrics.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "hone/core/error.hpp"
+
+namespace hone {
+
+namespace fs = std::filesystem;
+
+MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard) {
+  fs::create_directories(run_dir);
+  const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
+  jsonl_.open(path, std::ios::app);
+  HONE_CHECK(jsonl_.good(), "{}: cannot open for writing", path);
+  if (tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tensorboard").string());
+}
+
+void MetricsWriter::write(int64_t step, const Metrics& metrics) {
+  nlohmann::ordered_json record;
+  record["step"] = step;
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& [name, value] : metrics) {
+    // JSON has no NaN or infinity: a non-finite value is written as null.
+    record[name] = std::isfinite(value) ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+    if (tensorboard_) tensorboard_->scalar(name, step, value, wall);
+  }
+  jsonl_ << record.dump() << '\n';
+  jsonl_.flush();
+  if (tensorboard_) tensorboard_->flush();
+}
+
+void append_perf_summary(const std::string& run_dir, const PerfSummary& r) {
+  const std::string path = (fs::path(run_dir) / "perf_summary.csv").string();
+  const bool fresh = !fs::exists(path);
+  std::ofstream out(path, std::ios::app);
+  HONE_CHECK(out.good(), "{}: cannot open for writing", path);
+  if (fresh) {
+    out << "model,precision,world_size,global_batch_size,seq_len,tokens_per_sec,samples_per_sec,"
+           "tokens_per_sec_per_device,mfu,peak_memory_bytes,final_loss\n";
+  }
+  out << fmt::format("{},{},{},{},{},{:.1f},{:.3f},{:.1f},{:.4f},{},{:.6f}\n", r.model, r.precision, r.world_size,
+                     r.global_batch_size, r.seq_len, r.tokens_per_sec, r.samples_per_sec,
+                     r.tokens_per_sec_per_device, r.mfu, r.peak_memory_bytes, r.final_loss);
+}
+
+RunConsole::RunConsole(const std::string& run_dir) : interactive_(::isatty(STDERR_FILENO) != 0) {
+  fs::create_directories(run_dir);
+  log_.open(fs::path(run_dir) / "train.log", std::ios::app);
+}
+
+RunConsole::~RunConsole() { clear_progress(); }
+
+void RunConsole::clear_progress() {
+  if (progress_shown_) {
+    std::fputs("\r\033[K", stderr);
+    progress_shown_ = false;
+  }
+}
+
+void RunConsole::line(const std::string& text) {
+  clear_progress();
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::fflush(stderr);
+  log_ << text << '\n';
+  log_.flush();
+}
+
+void RunConsole::progress(int64_t step, int64_t total_steps, double loss, double tokens_per_sec,
+                          double eta_seconds) {
+  if (!interactive_) return;
+  constexpr int kWidth = 24;
+  const int filled = total_steps > 0 ? int(kWidth * std::min<int64_t>(step, total_steps) / total_steps) : 0;
+  const std::string bar = std::string(size_t(filled), '=') + std::string(size_t(kWidth - filled), ' ');
+  std::fprintf(stderr, "\r\033[Kstep %lld/%lld [%s] loss %.4f | %.0f tok/s | ETA %s", (long long)step,
+               (long long)total_steps, bar.c_str(), loss, tokens_per_sec, format_duration(eta_seconds).c_str());
+  std::fflush(stderr);
+  progress_shown_ = true;
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = int64_t(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+}  // namespace hone

@@ -1,0 +1,59 @@
+#pragma once
+// Where a run's numbers go: metrics.jsonl (one record per logged step, the
+// metric names of docs/architecture.md), TensorBoard event files, and a
+// perf_summary.csv row at the end; and the console, which tees into train.log.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hone/train/tensorboard.hpp"
+
+namespace hone {
+
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+class MetricsWriter {
+ public:
+  // Appends to the run's files (a resumed run continues them).
+  MetricsWriter(const std::string& run_dir, bool tensorboard);
+  void write(int64_t step, const Metrics& metrics);
+
+ private:
+  std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+};
+
+// One row of perf_summary.csv: the figures benchmark scripts extract.
+struct PerfSummary {
+  std::string model, precision;
+  int world_size = 1;
+  int64_t global_batch_size = 0, seq_len = 0;
+  double tokens_per_sec = 0, samples_per_sec = 0, tokens_per_sec_per_device = 0, mfu = 0;
+  size_t peak_memory_bytes = 0;
+  double final_loss = 0;
+};
+void append_perf_summary(const std::string& run_dir, const PerfSummary& row);
+
+// Console output of a run: lines go to stderr and train.log; on a terminal a
+// progress line (step, loss, tokens/s, ETA) is redrawn in place and never logged.
+class RunConsole {
+ public:
+  explicit RunConsole(const std::string& run_dir);
+  ~RunConsole();
+  void line(const std::string& text);
+  void progress(int64_t step, int64_t total_steps, double loss, double tokens_per_sec, double eta_seconds);
+  bool interactive() const { return interactive_; }
+
+ private:
+  void clear_progress();
+  std::ofstream log_;
+  bool interactive_ = false;
+  bool progress_shown_ = false;
+};
+
+std::string format_duration(double seconds);
+
+}  // namespace hone

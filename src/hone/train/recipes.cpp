@@ -1,0 +1,53 @@
+#include "hone/train/recipes.hpp"
+
+#include <atomic>
+#include <csignal>
+
+#include "hone/core/error.hpp"
+#include "hone/train/run_config.hpp"
+
+namespace hone {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int signal) {
+  g_stop_signal = signal;
+  // A second Ctrl-C ends the process at once.
+  std::signal(signal, SIG_DFL);
+}
+
+}  // namespace
+
+bool stop_requested() { return g_stop_signal != 0; }
+
+void install_stop_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+const std::vector<Recipe>& recipes() {
+  static const std::vector<Recipe> table = [] {
+    std::vector<Recipe> t;
+    Schema pretrain;
+    pretrain.add(run_schema()).add(model_schema()).add(training_schema()).add(pretrain_dataset_schema());
+    t.push_back({"pretrain", "train a model from scratch on a token stream (Megatron .bin/.idx, MDS, or mock data)",
+                 pretrain, run_pretrain, summarize_training});
+    return t;
+  }();
+  return table;
+}
+
+const Recipe& find_recipe(const std::string& name) {
+  std::vector<std::string> names;
+  for (const Recipe& r : recipes()) {
+    if (r.name == name) return r;
+    names.push_back(r.name);
+  }
+  const std::string suggestion = closest_match(name, names);
+  fail("unknown recipe '{}'{}; recipes: {}", name,
+       suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion), fmt::join(names, ", "));
+}
+
+}  // namespace hone

@@ -1,0 +1,34 @@
+#pragma once
+// Recipes: what `hone run NAME` runs. Each has a schema of the keys it accepts
+// and a function that runs a resolved config; `hone validate` and `hone ls` use
+// the same table.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hone/config/config.hpp"
+
+namespace hone {
+
+struct Recipe {
+  std::string name;
+  std::string description;
+  Schema schema;
+  std::function<int(const Config& resolved)> run;
+  // Lines `hone validate` prints about a resolved config (sizes, memory).
+  std::function<std::vector<std::string>(const Config& resolved)> summarize;
+};
+
+const std::vector<Recipe>& recipes();
+// Throws hone::Error listing the recipes when `name` is not one.
+const Recipe& find_recipe(const std::string& name);
+
+// The recipe entry points.
+int run_pretrain(const Config& resolved);
+std::vector<std::string> summarize_training(const Config& resolved);
+
+// Set by SIGINT/SIGTERM: a run finishes its step, saves a checkpoint and exits 0.
+bool stop_requested();
+void install_stop_handlers();
+
+}  // namespace hone

@@ -1,0 +1,202 @@
+#include "hone/train/run_config.hpp"
+
+#include "hone/core/error.hpp"
+#include "hone/model/activations.hpp"
+
+namespace hone {
+
+Schema run_schema() {
+  Schema s;
+  s.add({"recipe", ValueType::string, nullptr, "the recipe this config is for"});
+  s.add({"output_dir", ValueType::string, nullptr, "the run directory (checkpoints, metrics, logs)", {}, true});
+  s.add({"seed", ValueType::integer, 1234, "seed of weight init and data order"});
+  s.add({"device", ValueType::string, "cpu", "cpu, cuda or cuda:N"});
+  s.add({"dtype", ValueType::string, "fp32", "compute precision", {"fp32", "bf16"}});
+  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"});
+  return s;
+}
+
+Schema model_schema() {
+  Schema s;
+  s.add({"model.name", ValueType::string, nullptr, "a built-in model (hone ls); the keys below override its fields"});
+  s.add({"model.family", ValueType::string, nullptr, "architecture family", {"llama", "gpt2", "mpt"}});
+  for (const char* key : {"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"}) {
+    s.add({std::string("model.") + key, ValueType::integer, nullptr, "model shape"});
+  }
+  s.add({"model.norm", ValueType::string, nullptr, "normalization", {"rmsnorm", "layernorm"}});
+  s.add({"model.norm_bias", ValueType::boolean, nullptr, "LayerNorm with a bias"});
+  s.add({"model.norm_eps", ValueType::number, nullptr, "normalization epsilon"});
+  s.add({"model.position", ValueType::string, nullptr, "position encoding", {"rope", "learned", "alibi"}});
+  s.add({"model.rope_theta", ValueType::number, nullptr, "RoPE base"});
+  s.add({"model.rope_scaling.factor", ValueType::number, nullptr, "Llama 3.1 RoPE scaling factor (1: none)"});
+  s.add({"model.rope_scaling.low_freq_factor", ValueType::number, nullptr, "Llama 3.1 RoPE scaling"});
+  s.add({"model.rope_scaling.high_freq_factor", ValueType::number, nullptr, "Llama 3.1 RoPE scaling"});
+  s.add({"model.rope_scaling.original_max_position", ValueType::integer, nullptr, "Llama 3.1 RoPE scaling"});
+  s.add({"model.alibi_bias_max", ValueType::number, nullptr, "ALiBi slope range"});
+  s.add({"model.mlp", ValueType::string, nullptr, "MLP activation", {"swiglu", "gelu", "gelu_tanh"}});
+  s.add({"model.linear_bias", ValueType::boolean, nullptr, "biases on attention and MLP projections"});
+  s.add({"model.tie_embeddings", ValueType::boolean, nullptr, "output projection shares the token embedding"});
+  s.add({"model.init_std", ValueType::number, nullptr, "standard deviation of weight init"});
+  return s;
+}
+
+Schema training_schema() {
+  Schema s;
+  s.add({"batch_size", ValueType::integer, 8, "sequences per device per micro-batch"});
+  s.add({"gradient_accumulation_steps", ValueType::integer, 1, "micro-batches per optimizer step"});
+  s.add({"max_steps", ValueType::integer, nullptr, "optimizer steps (or give epochs or max_tokens)"});
+  s.add({"epochs", ValueType::number, nullptr, "passes over the training data"});
+  s.add({"max_tokens", ValueType::integer, nullptr, "a token budget"});
+  s.add({"optimizer.lr", ValueType::number, 3e-4, "peak learning rate"});
+  s.add({"optimizer.betas", ValueType::number_list, Json::array({0.9, 0.95}), "AdamW betas"});
+  s.add({"optimizer.eps", ValueType::number, 1e-8, "AdamW epsilon"});
+  s.add({"optimizer.weight_decay", ValueType::number, 0.1, "decoupled weight decay (matrices and embeddings)"});
+  s.add({"optimizer.max_grad_norm", ValueType::number, 1.0, "global gradient-norm clip (0: off)"});
+  s.add({"lr_scheduler.name", ValueType::string, "cosine", "schedule after warmup",
+         {"constant", "linear", "cosine", "wsd"}});
+  s.add({"lr_scheduler.warmup_steps", ValueType::integer, 0, "linear warmup steps"});
+  s.add({"lr_scheduler.min_lr_ratio", ValueType::number, 0.1, "final learning rate / peak"});
+  s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1, "wsd: fraction of steps spent decaying"});
+  s.add({"checkpoint.every_n_steps", ValueType::integer, 0, "save every N steps (0: only at the end)"});
+  s.add({"checkpoint.keep_last_n", ValueType::integer, 3, "checkpoints kept (0: all)"});
+  s.add({"checkpoint.save_final", ValueType::boolean, true, "save when the run ends"});
+  s.add({"resume", ValueType::string, nullptr, "latest (if the run has a checkpoint) or a checkpoint folder"});
+  s.add({"log_every_n_steps", ValueType::integer, 10, "metrics every N steps"});
+  s.add({"eval.every_n_steps", ValueType::integer, 0, "validation every N steps (0: only at the end)"});
+  s.add({"eval.max_batches", ValueType::integer, 20, "validation batches per evaluation"});
+  s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute each layer in backward"});
+  s.add({"max_consecutive_nonfinite", ValueType::integer, 3,
+         "stop after this many steps in a row with a non-finite loss or gradient (each is skipped)"});
+  s.add({"logging.tensorboard", ValueType::boolean, true, "write TensorBoard event files"});
+  return s;
+}
+
+Schema pretrain_dataset_schema() {
+  Schema s;
+  s.add({"dataset.type", ValueType::string, "mock", "where tokens come from", {"mock", "megatron", "mds"}});
+  s.add({"dataset.path", ValueType::string, nullptr,
+         "megatron: a prefix or a blend 'W1 PREFIX1 W2 PREFIX2 ...'; mds: a folder with index.json"});
+  s.add({"dataset.seq_len", ValueType::integer, nullptr, "tokens per training sequence", {}, true});
+  s.add({"dataset.validation_fraction", ValueType::number, 0.01, "documents held out for validation"});
+  s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
+  s.add({"dataset.mock.documents", ValueType::integer, 2000, "mock: documents"});
+  s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"});
+  return s;
+}
+
+RunSettings run_settings_from(const Config& c) {
+  RunSettings r;
+  r.output_dir = c.get<std::string>("output_dir");
+  r.seed = uint64_t(c.get<int64_t>("seed"));
+  r.device = parse_device(c.get<std::string>("device"));
+  r.dtype = parse_dtype(c.get<std::string>("dtype"));
+  r.threads = int(c.get<int64_t>("threads"));
+  HONE_CHECK(r.threads >= 0, "{}: 'threads' must not be negative", c.origin());
+  return r;
+}
+
+ModelConfig model_config_from(const Config& c) {
+  ModelConfig m;
+  if (c.has("model.name")) {
+    m = model_preset(c.get<std::string>("model.name"));
+  } else {
+    HONE_CHECK(c.has("model.family"), "{}: give model.name (a built-in model) or model.family and its shape",
+               c.origin());
+    const std::string family = c.get<std::string>("model.family");
+    m = model_preset(family + "_tiny");  // the family's defaults; the shape comes from the keys below
+    m.name = "custom_" + family;
+  }
+  auto integer = [&](const char* key, int64_t& field) {
+    if (c.has(key)) field = c.get<int64_t>(key);
+  };
+  auto number = [&](const char* key, double& field) {
+    if (c.has(key)) field = c.get<double>(key);
+  };
+  auto boolean = [&](const char* key, bool& field) {
+    if (c.has(key)) field = c.get<bool>(key);
+  };
+  integer("model.vocab_size", m.vocab_size);
+  integer("model.dim", m.dim);
+  integer("model.n_layers", m.n_layers);
+  integer("model.n_heads", m.n_heads);
+  integer("model.n_kv_heads", m.n_kv_heads);
+  integer("model.ffn_dim", m.ffn_dim);
+  integer("model.max_seq_len", m.max_seq_len);
+  if (c.has("model.norm")) m.norm = c.get<std::string>("model.norm") == "rmsnorm" ? NormKind::rmsnorm : NormKind::layernorm;
+  boolean("model.norm_bias", m.norm_bias);
+  number("model.norm_eps", m.norm_eps);
+  if (c.has("model.position")) {
+    const std::string p = c.get<std::string>("model.position");
+    m.position = p == "rope" ? PositionKind::rope : p == "learned" ? PositionKind::learned : PositionKind::alibi;
+  }
+  number("model.rope_theta", m.rope_theta);
+  number("model.rope_scaling.factor", m.rope_scaling.factor);
+  number("model.rope_scaling.low_freq_factor", m.rope_scaling.low_freq_factor);
+  number("model.rope_scaling.high_freq_factor", m.rope_scaling.high_freq_factor);
+  integer("model.rope_scaling.original_max_position", m.rope_scaling.original_max_position);
+  number("model.alibi_bias_max", m.alibi_bias_max);
+  if (c.has("model.mlp")) {
+    const std::string a = c.get<std::string>("model.mlp");
+    m.mlp = a == "swiglu" ? MlpKind::swiglu : a == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
+  }
+  boolean("model.linear_bias", m.linear_bias);
+  boolean("model.tie_embeddings", m.tie_embeddings);
+  number("model.init_std", m.init_std);
+  if (c.has("model.family")) {
+    const std::string f = c.get<std::string>("model.family");
+    m.family = f == "llama" ? Family::llama : f == "gpt2" ? Family::gpt2 : Family::mpt;
+  }
+  try {
+    m.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", c.origin(), e.what());
+  }
+  return m;
+}
+
+AdamWConfig adamw_config_from(const Config& c) {
+  const auto betas = c.get<std::vector<double>>("optimizer.betas");
+  HONE_CHECK(betas.size() == 2, "{}: optimizer.betas must hold two numbers, got {}", c.origin(), betas.size());
+  return {.lr = c.get<double>("optimizer.lr"),
+          .beta1 = betas[0],
+          .beta2 = betas[1],
+          .eps = c.get<double>("optimizer.eps"),
+          .weight_decay = c.get<double>("optimizer.weight_decay")};
+}
+
+LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
+  LrSchedule s;
+  s.kind = parse_lr_schedule(c.get<std::string>("lr_scheduler.name"));
+  s.peak_lr = c.get<double>("optimizer.lr");
+  s.min_lr = s.peak_lr * c.get<double>("lr_scheduler.min_lr_ratio");
+  s.warmup_steps = c.get<int64_t>("lr_scheduler.warmup_steps");
+  s.total_steps = total_steps;
+  s.decay_fraction = c.get<double>("lr_scheduler.decay_fraction");
+  HONE_CHECK(s.warmup_steps >= 0, "{}: lr_scheduler.warmup_steps must not be negative", c.origin());
+  HONE_CHECK(s.decay_fraction > 0 && s.decay_fraction <= 1, "{}: lr_scheduler.decay_fraction must be in (0, 1]",
+             c.origin());
+  return s;
+}
+
+MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len) {
+  const size_t n = size_t(model.num_params());
+  MemoryEstimate m;
+  m.parameters = 4 * n;
+  m.gradients = 4 * n;
+  m.optimizer = 8 * n;
+  m.compute_copy = dtype == DType::bf16 ? 2 * n : 0;
+  m.activations = activation_bytes(model, dtype, batch_size, seq_len);
+  return m;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.{}f} {}", bytes, u == 0 ? 0 : 2, units[u]);
+}
+
+}  // namespace hone

@@ -1,0 +1,49 @@
+#pragma once
+// The keys recipes accept (schemas shared between recipes) and their
+// translation from a resolved Config into the engine's typed settings.
+#include <string>
+
+#include "hone/config/config.hpp"
+#include "hone/core/device.hpp"
+#include "hone/model/config.hpp"
+#include "hone/optim/adamw.hpp"
+#include "hone/optim/lr_schedule.hpp"
+
+namespace hone {
+
+// output_dir, seed, device, dtype, threads.
+Schema run_schema();
+// model.*: a built-in model by name, and any field of it overridden.
+Schema model_schema();
+// batch_size, gradient_accumulation_steps, max_steps/epochs/max_tokens,
+// optimizer.*, lr_scheduler.*, checkpoint.*, resume, log_every_n_steps, eval.*,
+// enable_activation_checkpointing, max_consecutive_nonfinite, logging.*.
+Schema training_schema();
+// dataset.* of the pretrain recipe.
+Schema pretrain_dataset_schema();
+
+struct RunSettings {
+  std::string output_dir;
+  uint64_t seed = 0;
+  Device device;
+  DType dtype = DType::f32;
+  int threads = 0;
+};
+RunSettings run_settings_from(const Config& config);
+ModelConfig model_config_from(const Config& config);
+AdamWConfig adamw_config_from(const Config& config);
+// The schedule for a run of total_steps optimizer steps.
+LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
+
+// Memory a training run needs on its device, before it starts: fp32 master
+// weights, gradients and AdamW moments (16 B/param), the bf16 compute copy in
+// mixed precision (2 B/param), and the planned activations.
+struct MemoryEstimate {
+  size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, activations = 0;
+  size_t total() const { return parameters + gradients + optimizer + compute_copy + activations; }
+};
+MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len);
+
+std::string format_bytes(double bytes);
+
+}  // namespace hone

@@ -1,0 +1,21 @@
+#pragma once
+// Running the built `hone` binary from tests.
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace hone::test {
+
+struct Process {
+  pid_t pid = -1;
+};
+
+// Starts `hone args...` with stdout and stderr to `log_path`.
+Process start_hone(const std::vector<std::string>& args, const std::string& log_path);
+// Waits; returns the exit status, or 128 + signal when killed.
+int wait_for(const Process& p);
+int run_hone_to_log(const std::vector<std::string>& args, const std::string& log_path);
+std::string read_file(const std::string& path);
+
+}  // namespace hone::test

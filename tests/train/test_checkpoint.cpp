@@ -1,0 +1,119 @@
+// Checkpoint folders: round trip, retention, and corruption that is reported by
+// file instead of being loaded.
+#include <filesystem>
+#include <fstream>
+
+#include "hone/train/checkpoint.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "hone_ckpt_" + std::to_string(::getpid());
+    fs::remove_all(dir_);
+    model_.init_weights(1);
+    model_.params().grads().copy_from(random_tensor(model_.params().grads().shape(), DType::f32, 2));
+    optimizer_.step(1e-3);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string save(int64_t step, int64_t keep = 0) {
+    TrainerState s;
+    s.step = step;
+    s.tokens_seen = 1000 * step;
+    s.data_state = {{"position", 7 * step}};
+    s.config = {{"model", {{"name", "llama_tiny"}}}};
+    return save_checkpoint(dir_, model_, optimizer_, s, keep);
+  }
+
+  std::string error_loading(const std::string& folder) {
+    Transformer m(model_preset("llama_tiny"), DType::f32);
+    AdamW o(m.params(), AdamWConfig{});
+    try {
+      load_checkpoint(folder, m, o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string dir_;
+  Transformer model_{model_preset("llama_tiny"), DType::f32};
+  AdamW optimizer_{model_.params(), AdamWConfig{}};
+};
+
+TEST_F(CheckpointTest, RoundTripRestoresWeightsMomentsAndState) {
+  const std::string folder = save(42);
+  EXPECT_EQ(fs::path(folder).filename(), "step_0000042");
+  EXPECT_EQ(find_checkpoint(dir_, "latest"), folder);
+  Transformer m(model_preset("llama_tiny"), DType::f32);
+  AdamW o(m.params(), AdamWConfig{});
+  TrainerState s = load_checkpoint(folder, m, o);
+  EXPECT_EQ(s.step, 42);
+  EXPECT_EQ(s.tokens_seen, 42000);
+  EXPECT_EQ(s.data_state["position"], 294);
+  EXPECT_EQ(s.config["model"]["name"], "llama_tiny");
+  EXPECT_EQ(o.steps_taken(), 1);
+  EXPECT_EQ(m.params().values().to_vector<float>(), model_.params().values().to_vector<float>());
+  EXPECT_EQ(o.exp_avg().to_vector<float>(), optimizer_.exp_avg().to_vector<float>());
+  EXPECT_EQ(o.exp_avg_sq().to_vector<float>(), optimizer_.exp_avg_sq().to_vector<float>());
+  // Nothing temporary is left behind.
+  for (const auto& e : fs::directory_iterator(dir_)) EXPECT_FALSE(e.path().filename().string().starts_with("."));
+}
+
+TEST_F(CheckpointTest, KeepsTheLastNAndLatestPointsAtTheNewest) {
+  EXPECT_EQ(find_checkpoint(dir_ + "_none", "latest"), std::nullopt);
+  for (int64_t step : {10, 20, 30, 40}) save(step, 2);
+  EXPECT_FALSE(fs::exists(dir_ + "/step_0000010"));
+  EXPECT_FALSE(fs::exists(dir_ + "/step_0000020"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step_0000030"));
+  EXPECT_EQ(find_checkpoint(dir_, "latest"), dir_ + "/step_0000040");
+}
+
+TEST_F(CheckpointTest, CorruptionIsReportedByFile) {
+  const std::string folder = save(5);
+  {  // flip one byte in the middle of the weights
+    std::fstream f(folder + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5000);
+    char c;
+    f.read(&c, 1);
+    f.seekp(5000);
+    c = char(c ^ 0x40);
+    f.write(&c, 1);
+  }
+  std::string err = error_loading(folder);
+  EXPECT_NE(err.find("model.safetensors: checksum"), std::string::npos) << err;
+
+  const std::string second = save(6);
+  fs::resize_file(second + "/optimizer.safetensors", fs::file_size(second + "/optimizer.safetensors") - 10);
+  err = error_loading(second);
+  EXPECT_NE(err.find("optimizer.safetensors"), std::string::npos) << err;
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+
+  const std::string third = save(7);
+  fs::remove(third + "/manifest.json");
+  EXPECT_NE(error_loading(third).find("not a complete checkpoint"), std::string::npos);
+  EXPECT_THROW(find_checkpoint(dir_, dir_ + "/step_9999999"), Error);
+}
+
+TEST_F(CheckpointTest, AnotherArchitectureIsRejected) {
+  const std::string folder = save(3);
+  ModelConfig other = model_preset("llama_tiny");
+  other.ffn_dim = 128;
+  Transformer m(other, DType::f32);
+  AdamW o(m.params(), AdamWConfig{});
+  try {
+    load_checkpoint(folder, m, o);
+    FAIL() << "loaded a checkpoint of another shape";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp.up.weight"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hone::test
