@@ -1,0 +1,262 @@
+#include "hone/data/formats/inputs.hpp"
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "hone/core/error.hpp"
+
+namespace hone::data {
+
+namespace {
+
+constexpr size_t kChunk = size_t(1) << 17;
+
+}  // namespace
+
+// Pulls compressed bytes from the file and pushes decoded bytes out.
+struct InputStream::Decoder {
+  enum class Kind { plain, gzip, zstd } kind = Kind::plain;
+  std::vector<unsigned char> in = std::vector<unsigned char>(kChunk);
+  size_t in_pos = 0, in_end = 0;
+  uint64_t consumed = 0;  // compressed bytes before in[0], for error offsets
+  bool eof = false;
+  bool in_frame = false;  // a gzip member or zstd frame is open
+  z_stream z{};
+  bool z_ready = false;
+  ZSTD_DStream* zstd = nullptr;
+
+  ~Decoder() {
+    if (z_ready) inflateEnd(&z);
+    if (zstd) ZSTD_freeDStream(zstd);
+  }
+};
+
+InputStream::InputStream(const std::string& path) : name_(path), out_(kChunk) {
+  file_ = std::fopen(path.c_str(), "rb");
+  HONE_CHECK(file_, "{}: cannot open: {}", path, std::strerror(errno));
+  owns_file_ = true;
+  decoder_ = std::make_unique<Decoder>();
+}
+
+InputStream::InputStream(std::FILE* file, std::string name)
+    : name_(std::move(name)), file_(file), decoder_(std::make_unique<Decoder>()), out_(kChunk) {}
+
+InputStream::~InputStream() {
+  if (owns_file_) std::fclose(file_);
+}
+
+bool InputStream::fill() {
+  Decoder& d = *decoder_;
+  auto refill = [&] {
+    if (d.in_pos < d.in_end || d.eof) return d.in_pos < d.in_end;
+    d.consumed += d.in_end;
+    d.in_pos = 0;
+    d.in_end = std::fread(d.in.data(), 1, d.in.size(), file_);
+    HONE_CHECK(!std::ferror(file_), "{}: read failed at byte {}: {}", name_, d.consumed, std::strerror(errno));
+    if (d.in_end == 0) d.eof = true;
+    return d.in_end > 0;
+  };
+  auto starts_with = [&](std::initializer_list<unsigned char> magic) {
+    return d.in_end - d.in_pos >= magic.size() && std::equal(magic.begin(), magic.end(), d.in.data() + d.in_pos);
+  };
+  while (true) {
+    const bool input = refill();
+    if (!input && !d.in_frame) return false;
+    if (input && d.kind == Decoder::Kind::plain && d.consumed == 0 && d.in_pos == 0) {
+      // The first read decides the format (fread fills the chunk unless the file is shorter).
+      if (starts_with({0x1f, 0x8b})) {
+        d.kind = Decoder::Kind::gzip;
+        HONE_CHECK(inflateInit2(&d.z, 16 + MAX_WBITS) == Z_OK, "{}: cannot start gzip decoding", name_);
+        d.z_ready = true;
+      } else if (starts_with({0x28, 0xb5, 0x2f, 0xfd})) {
+        d.kind = Decoder::Kind::zstd;
+        d.zstd = ZSTD_createDStream();
+        HONE_CHECK(d.zstd, "{}: cannot start zstd decoding", name_);
+      }
+    }
+    // At the end of the file an open member or frame may still hold decoded bytes
+    // (the last call filled out_); the decoders are called once more with no input.
+    const size_t start = d.in_pos;
+    switch (d.kind) {
+      case Decoder::Kind::plain: {
+        const size_t n = std::min(out_.size(), d.in_end - d.in_pos);
+        std::memcpy(out_.data(), d.in.data() + d.in_pos, n);
+        d.in_pos += n;
+        out_pos_ = 0, out_end_ = n;
+        return true;
+      }
+      case Decoder::Kind::gzip: {
+        if (!d.in_frame) {
+          // Whatever follows a member must be another member, not trailing garbage.
+          HONE_CHECK(d.in_end - d.in_pos < 2 || starts_with({0x1f, 0x8b}),
+                     "{}: byte {} is neither the end of the file nor a gzip member", name_, d.consumed + d.in_pos);
+          HONE_CHECK(inflateReset(&d.z) == Z_OK, "{}: cannot restart gzip decoding", name_);
+          d.in_frame = true;
+        }
+        d.z.next_in = d.in.data() + d.in_pos;
+        d.z.avail_in = uInt(d.in_end - d.in_pos);
+        d.z.next_out = reinterpret_cast<Bytef*>(out_.data());
+        d.z.avail_out = uInt(out_.size());
+        const int rc = inflate(&d.z, Z_NO_FLUSH);
+        d.in_pos = d.in_end - d.z.avail_in;
+        HONE_CHECK(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, "{}: corrupt gzip data near byte {}: {}",
+                   name_, d.consumed + start, d.z.msg ? d.z.msg : zError(rc));
+        if (rc == Z_STREAM_END) d.in_frame = false;
+        out_pos_ = 0, out_end_ = out_.size() - d.z.avail_out;
+        break;
+      }
+      case Decoder::Kind::zstd: {
+        ZSTD_inBuffer in{d.in.data(), d.in_end, d.in_pos};
+        ZSTD_outBuffer out{out_.data(), out_.size(), 0};
+        const size_t rc = ZSTD_decompressStream(d.zstd, &out, &in);
+        d.in_pos = in.pos;
+        HONE_CHECK(!ZSTD_isError(rc), "{}: corrupt zstd data near byte {}: {}", name_, d.consumed + start,
+                   ZSTD_getErrorName(rc));
+        d.in_frame = rc != 0;  // 0: a frame ended and everything decoded was returned
+        out_pos_ = 0, out_end_ = out.pos;
+        break;
+      }
+    }
+    if (out_end_ > 0) return true;
+    HONE_CHECK(input, "{}: the {} data ends early at byte {} (truncated file?)", name_,
+               d.kind == Decoder::Kind::gzip ? "gzip" : "zstd", d.consumed + d.in_end);
+  }
+}
+
+bool InputStream::read_line(std::string& line) {
+  line.clear();
+  bool any = false;
+  while (true) {
+    if (out_pos_ == out_end_ && !fill()) break;
+    any = true;
+    const char* begin = out_.data() + out_pos_;
+    const char* end = out_.data() + out_end_;
+    const char* newline = static_cast<const char*>(std::memchr(begin, '\n', size_t(end - begin)));
+    if (newline) {
+      line.append(begin, newline);
+      out_pos_ += size_t(newline - begin) + 1;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      return true;
+    }
+    line.append(begin, end);
+    out_pos_ = out_end_;
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return any;
+}
+
+std::string InputStream::read_all() {
+  std::string text;
+  while (out_pos_ < out_end_ || fill()) {
+    text.append(out_.data() + out_pos_, out_end_ - out_pos_);
+    out_pos_ = out_end_;
+  }
+  return text;
+}
+
+void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, std::string_view where,
+                      std::vector<std::string>& values) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column N: ".
+    std::string_view what = e.what();
+    const size_t colon = what.find(": ");
+    fail("{}: invalid JSON at column {}: {}", where, e.byte,
+         colon == std::string_view::npos ? what : what.substr(colon + 2));
+  }
+  HONE_CHECK(object.is_object(), "{}: expected a JSON object, found {}", where, object.type_name());
+  values.clear();
+  for (const std::string& key : keys) {
+    auto it = object.find(key);
+    if (it == object.end()) {
+      std::string present;
+      size_t listed = 0;
+      for (auto& [name, value] : object.items()) {
+        if (listed++ == 8) {
+          present += ", ...";
+          break;
+        }
+        present += (present.empty() ? "'" : ", '") + name + "'";
+      }
+      fail("{}: no key '{}' (the object has {})", where, key, present.empty() ? "no keys" : present);
+    }
+    HONE_CHECK(it->is_string(), "{}: key '{}' is {}, expected a string", where, key, it->type_name());
+    values.push_back(it->get<std::string>());
+  }
+}
+
+namespace {
+
+bool is_jsonl_name(std::string name) {
+  for (const char* suffix : {".gz", ".zst", ".zstd"})
+    if (name.ends_with(suffix)) name.resize(name.size() - std::strlen(suffix));
+  return name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson");
+}
+
+}  // namespace
+
+DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys)
+    : keys_(std::move(keys)) {
+  namespace fs = std::filesystem;
+  HONE_CHECK(!keys_.empty(), "no JSON keys given; expected at least one (e.g. text)");
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(input, ec)) {
+      std::vector<std::string> found;
+      for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        if (it->path().filename().string().starts_with(".")) {
+          if (it->is_directory()) it.disable_recursion_pending();
+          continue;
+        }
+        if (it->is_regular_file()) found.push_back(it->path().string());
+      }
+      HONE_CHECK(!ec, "{}: cannot list: {}", input, ec.message());
+      std::sort(found.begin(), found.end());
+      files_.insert(files_.end(), found.begin(), found.end());
+    } else {
+      HONE_CHECK(fs::is_regular_file(input, ec), "{}: no such file or folder", input);
+      files_.push_back(input);
+    }
+  }
+}
+
+DocumentReader::~DocumentReader() = default;
+
+bool DocumentReader::next(TextDocument& document) {
+  while (true) {
+    if (jsonl_) {
+      while (jsonl_->read_line(text_)) {
+        ++line_;
+        if (text_.find_first_not_of(" \t\r") == std::string::npos) continue;
+        document.origin = fmt::format("{}:{}", jsonl_->name(), line_);
+        parse_jsonl_line(text_, keys_, document.origin, document.fields);
+        return true;
+      }
+      jsonl_.reset();
+    }
+    if (next_file_ == files_.size()) return false;
+    const std::string& path = files_[next_file_++];
+    if (is_jsonl_name(std::filesystem::path(path).filename().string())) {
+      jsonl_ = std::make_unique<InputStream>(path);
+      line_ = 0;
+      continue;
+    }
+    HONE_CHECK(keys_.size() == 1, "{}: a plain text file is one document with one field, but {} JSON keys were given",
+               path, keys_.size());
+    InputStream in(path);
+    document.origin = path;
+    document.fields.assign(1, in.read_all());
+    return true;
+  }
+}
+
+}  // namespace hone::data

@@ -1,0 +1,75 @@
+#pragma once
+// Text inputs of `hone preprocess`: JSONL (one object per line, selected string
+// keys) and plain text files (one document per file), from files or folders,
+// gzip- or zstd-compressed or not. Everything is streamed: a JSONL file is never
+// held in memory, only its current line.
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hone::data {
+
+// A byte stream that decompresses gzip (also multi-member) or zstd (also
+// multi-frame) when the data starts with their magic bytes, whatever the name.
+// Corrupt or truncated compressed data is an error naming the file and offset.
+class InputStream {
+ public:
+  explicit InputStream(const std::string& path);
+  // Reads an open stream it does not own (e.g. fmemopen() over a buffer).
+  InputStream(std::FILE* file, std::string name);
+  ~InputStream();
+  InputStream(const InputStream&) = delete;
+  InputStream& operator=(const InputStream&) = delete;
+
+  // The next line without its "\n" (or "\r\n"); false at the end of the data.
+  bool read_line(std::string& line);
+  // Everything not read yet.
+  std::string read_all();
+  const std::string& name() const { return name_; }
+
+ private:
+  struct Decoder;
+  bool fill();  // more decoded bytes into out_; false at the end
+
+  std::string name_;
+  std::FILE* file_ = nullptr;
+  bool owns_file_ = false;
+  std::unique_ptr<Decoder> decoder_;
+  std::vector<char> out_;
+  size_t out_pos_ = 0, out_end_ = 0;
+};
+
+// The string values of `keys` in one JSONL line; `where` ("file:line") prefixes errors.
+void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, std::string_view where,
+                      std::vector<std::string>& values);
+
+struct TextDocument {
+  std::string origin;               // "file:line" for JSONL, the path for a text file
+  std::vector<std::string> fields;  // one per key
+};
+
+// Documents from files and folders, in order: the inputs as given, each folder's
+// files (hidden ones skipped) sorted by path. A file is JSONL when its name, less
+// a .gz/.zst/.zstd suffix, ends in .jsonl, .json or .ndjson; any other file is
+// one plain text document, which needs exactly one key. Blank JSONL lines are skipped.
+class DocumentReader {
+ public:
+  DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys);
+  ~DocumentReader();
+
+  bool next(TextDocument& document);
+  const std::vector<std::string>& files() const { return files_; }
+
+ private:
+  std::vector<std::string> keys_, files_;
+  size_t next_file_ = 0;
+  std::unique_ptr<InputStream> jsonl_;  // the JSONL file being read
+  uint64_t line_ = 0;
+  std::string text_;
+};
+
+}  // namespace hone::data

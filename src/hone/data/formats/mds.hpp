@@ -1,0 +1,164 @@
+#pragma once
+// MosaicML Streaming's MDS format (streaming/base/format/mds): a folder with
+// index.json and shards shard.NNNNN.mds (or .mds.zstd). Each shard is
+//   u32 sample count n | u32 offsets[n+1] | config JSON | samples,
+// each sample is u32 sizes of its variable-size columns, then the column values
+// in sorted column-name order. Layout and encodings in docs/formats.md.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "hone/data/formats/token_writer.hpp"
+
+namespace hone::data {
+
+// The `tokens` column: "ndarray:int32" or "ndarray:uint16" (static dtype, the length
+// stored per sample), as LLM Foundry's convert scripts write it.
+enum class MdsTokenDType { i32, u16 };
+
+// An extra column that hone writes: encoding "str" (UTF-8) or "int" (int64).
+struct MdsColumn {
+  std::string name;
+  std::string encoding;
+};
+using MdsValue = std::variant<int64_t, std::string>;
+
+struct MdsWriterOptions {
+  MdsTokenDType tokens = MdsTokenDType::i32;
+  std::vector<MdsColumn> extra_columns;
+  std::string compression;              // "", "zstd" (level 3) or "zstd:LEVEL" (1..22)
+  std::vector<std::string> hashes;      // sorted names from xxh32, xxh64, xxh3_64, xxh128
+  uint64_t size_limit = uint64_t(1) << 26;  // shard bytes; 0 puts everything in one shard
+  uint64_t vocab_size = 0;              // checked against `tokens` when > 0
+};
+
+// Writes shards into a hidden sibling folder DIR.tmp (see the .cpp) and renames it
+// to DIR after index.json, so DIR appears complete or not at all. DIR must not
+// exist or be empty. Shard boundaries follow streaming's MDSWriter exactly.
+class MdsWriter final : public TokenWriter {
+ public:
+  MdsWriter(std::string dir, MdsWriterOptions options);
+  ~MdsWriter() override;
+
+  // One sample holding `tokens`; only for writers without extra columns. MDS cannot
+  // store an empty array, so empty documents are skipped (and counted).
+  void add_document(std::span<const int32_t> tokens, std::span<const int32_t> sequence_lengths = {}) override;
+  // One sample; `extras` holds one value per extra column, in the options' order.
+  void write(std::span<const int32_t> tokens, std::span<const MdsValue> extras);
+  void finish() override;
+
+  uint64_t samples() const { return samples_; }
+  uint64_t skipped_empty() const { return skipped_empty_; }
+
+ private:
+  void flush_shard();
+
+  std::string dir_, temp_dir_;
+  MdsWriterOptions options_;
+  int zstd_level_ = 0;
+  std::vector<std::string> names_, encodings_;  // sorted by name, as streaming orders columns
+  std::vector<int> extra_of_column_;             // index into `extras`, -1 for tokens
+  std::string config_;
+  std::vector<std::byte> shard_samples_, sample_;
+  std::vector<uint32_t> shard_sizes_;
+  uint64_t shard_estimate_ = 0;  // streaming's running shard size
+  std::string shards_json_;      // index.json entries so far, comma-separated
+  uint64_t shards_ = 0, samples_ = 0, skipped_empty_ = 0;
+  bool finished_ = false;
+};
+
+struct MdsFileInfo {
+  std::string basename;
+  uint64_t bytes = 0;
+  std::map<std::string, std::string> hashes;  // algorithm -> hex digest
+};
+
+// One entry of index.json's "shards", validated.
+struct MdsShardInfo {
+  std::vector<std::string> column_names, column_encodings;
+  std::vector<std::optional<uint64_t>> column_sizes;  // fixed size, or none: u32 size per sample
+  std::string compression;                           // "" when none
+  std::vector<std::string> hashes;
+  uint64_t samples = 0;
+  MdsFileInfo raw_data;
+  std::optional<MdsFileInfo> zip_data;
+};
+
+// Parses index.json text; `path` names it in errors.
+std::vector<MdsShardInfo> parse_mds_index(std::string_view text, const std::string& path);
+// Parses one shard entry (an object of index.json's "shards"); `where` names it in errors.
+MdsShardInfo parse_mds_shard_info(std::string_view json_text, const std::string& where);
+
+// A validated view of one uncompressed shard's bytes.
+class MdsShard {
+ public:
+  // Checks the sample count against `info`, the offset table against the size, and
+  // that the embedded config names the same columns.
+  MdsShard(std::span<const std::byte> data, const MdsShardInfo& info, std::string name);
+
+  uint32_t size() const { return count_; }
+  // The encoded value of column c of sample i, bounds-checked against the sample.
+  std::span<const std::byte> column(uint32_t i, size_t c) const;
+
+ private:
+  std::span<const std::byte> data_;
+  const MdsShardInfo* info_;
+  std::string name_;
+  uint32_t count_ = 0;
+};
+
+// Decodes an "ndarray[:DTYPE[:SHAPE]]" value of integers into token ids. `where`
+// (file, sample, column) prefixes errors.
+void decode_mds_tokens(std::span<const std::byte> value, std::string_view encoding, std::vector<int32_t>& out,
+                       const std::string& where);
+
+// Hex digest of `data` under a hash of python-xxhash's naming (xxh32, xxh64,
+// xxh3_64, xxh128), as streaming stores them; nullopt for algorithms hone lacks.
+std::optional<std::string> mds_hash(std::string_view algorithm, std::span<const std::byte> data);
+
+// Decompresses a zstd shard whose size is known from index.json.
+std::vector<std::byte> zstd_decompress_exact(std::span<const std::byte> data, uint64_t size, const std::string& name);
+
+// A folder of MDS shards (a split folder of a streaming dataset). Shards are opened
+// on first use: mapped when the raw .mds is present, else decompressed from
+// .mds.zstd. Known hashes are verified on opening when `verify_hashes`.
+// Safe to read from several threads.
+class MdsDataset {
+ public:
+  explicit MdsDataset(std::string dir, bool verify_hashes = true);
+  ~MdsDataset();
+
+  uint64_t size() const { return total_; }
+  const std::vector<MdsShardInfo>& shards() const { return shards_; }
+
+  // Column "tokens" of sample i.
+  std::vector<int32_t> tokens(uint64_t i) const;
+  std::string str(uint64_t i, std::string_view column) const;      // a "str" column
+  int64_t integer(uint64_t i, std::string_view column) const;      // an "int" column
+
+ private:
+  struct Open;
+  struct Cache;
+  struct Value {
+    std::span<const std::byte> bytes;
+    const std::string* encoding;
+    std::string where;  // "SHARD: sample K, column NAME" for errors
+  };
+  Value value(uint64_t i, std::string_view column) const;
+  const Open& open(size_t shard) const;
+
+  std::string dir_;
+  bool verify_hashes_;
+  std::vector<MdsShardInfo> shards_;
+  std::vector<uint64_t> starts_;  // first sample of each shard
+  uint64_t total_ = 0;
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace hone::data
