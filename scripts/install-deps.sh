@@ -9,6 +9,7 @@ packages=(
   libdnnl-dev libopenblas-openmp-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   libzstd-dev libxxhash-dev
+  zlib1g-dev zstd python3-numpy clang libclang-rt-14-dev
 )
 
 missing=()
