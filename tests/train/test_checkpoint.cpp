@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "hone/train/checkpoint.hpp"
+#include "hone/io/checkpoint.hpp"
 #include "support/check.hpp"
 
 namespace hone::test {

@@ -10,7 +10,7 @@
 
 #include "hone/core/rng.hpp"
 #include "hone/io/safetensors.hpp"
-#include "hone/train/checkpoint.hpp"
+#include "hone/io/checkpoint.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
 

@@ -1,4 +1,4 @@
-#include "hone/train/checkpoint.hpp"
+#include "hone/io/checkpoint.hpp"
 
 #include <unistd.h>
 

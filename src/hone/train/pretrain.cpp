@@ -8,7 +8,7 @@
 #include "hone/data/pretrain_stream.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/train/bench.hpp"
-#include "hone/train/checkpoint.hpp"
+#include "hone/io/checkpoint.hpp"
 #include "hone/train/data_sources.hpp"
 #include "hone/train/metrics.hpp"
 #include "hone/train/recipes.hpp"
