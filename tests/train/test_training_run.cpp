@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "hone/core/rng.hpp"
+#include "hone/data/formats/megatron.hpp"
 #include "hone/io/safetensors.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "run_hone.hpp"
@@ -124,6 +125,34 @@ TEST_F(TrainingRun, NonFiniteLossesAreSkippedThenStopTheRun) {
             2);
   EXPECT_NE(log().find("step skipped (1 in a row)"), std::string::npos) << log();
   EXPECT_NE(log().find("3 steps in a row had a non-finite loss"), std::string::npos) << log();
+}
+
+TEST_F(TrainingRun, TrainsOnMegatronDatasetsAndBlends) {
+  // Two datasets of learnable progressions, written as `hone preprocess` would.
+  for (const char* name : {"a", "b"}) {
+    data::MegatronWriter w(root_ + "/" + name + "_text_document", data::MegatronDType::u16, 256);
+    for (int doc = 0; doc < 40; ++doc) {
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 150; ++i) tokens.push_back((doc * 7 + i * (1 + doc % 5)) % 256);
+      w.add_document(tokens);
+    }
+    w.finish();
+  }
+  const std::string path = config("megatron", 40);
+  ASSERT_EQ(run({"run", "pretrain", "--config", path, "dataset.type=megatron", "dataset.path=" + root_ + "/a_text_document"}),
+            0)
+      << log();
+  const auto l = losses("megatron");
+  EXPECT_LT(l.at(40), l.at(1) - 1.0) << "the loss should fall on learnable data";
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("blend", 5), "dataset.type=megatron",
+                 "dataset.path='0.3 " + root_ + "/a_text_document 0.7 " + root_ + "/b_text_document'"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("b_text_document (40 documents)"), std::string::npos) << log();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("missing", 5), "dataset.type=megatron",
+                 "dataset.path=" + root_ + "/nope"}),
+            2);
+  EXPECT_NE(log().find("nope.idx"), std::string::npos) << log();
 }
 
 TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {

@@ -1,6 +1,9 @@
 #include "hone/train/data_sources.hpp"
 
+#include <sstream>
+
 #include "hone/core/error.hpp"
+#include "hone/data/format_documents.hpp"
 
 namespace hone {
 
@@ -25,7 +28,34 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
                validation_fraction);
     d.description = d.train.front().source->describe();
   } else {
-    fail("{}: dataset.type '{}' is not readable by this build yet", c.origin(), type);
+    HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin(), type);
+    const std::string path = c.get<std::string>("dataset.path");
+    // Megatron's --data-path forms: "PREFIX" or "W1 PREFIX1 W2 PREFIX2 ...".
+    std::vector<std::string> words;
+    std::istringstream in(path);
+    for (std::string w; in >> w;) words.push_back(w);
+    std::vector<std::pair<double, std::string>> parts;
+    if (words.size() == 1) {
+      parts.emplace_back(1.0, words[0]);
+    } else {
+      HONE_CHECK(words.size() % 2 == 0, "{}: dataset.path '{}' is neither one path nor 'WEIGHT PATH' pairs",
+                 c.origin(), path);
+      for (size_t i = 0; i < words.size(); i += 2) {
+        char* end = nullptr;
+        const double w = std::strtod(words[i].c_str(), &end);
+        HONE_CHECK(*end == '\0' && w > 0, "{}: dataset.path: '{}' should be a positive blend weight before {}",
+                   c.origin(), words[i], words[i + 1]);
+        parts.emplace_back(w, words[i + 1]);
+      }
+    }
+    for (const auto& [weight, p] : parts) {
+      std::shared_ptr<const data::DocumentSource> source;
+      if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
+      else source = std::make_shared<data::MdsDocuments>(p);
+      add_source(d, source, validation_fraction);
+      if (parts.size() > 1) d.weights.push_back(weight);
+      d.description += (d.description.empty() ? "" : ", ") + source->describe();
+    }
   }
   // A blend is only a blend if every source keeps some validation documents;
   // otherwise validate on what was held out.
