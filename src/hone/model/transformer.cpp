@@ -101,13 +101,16 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq);
   Arena arena(arena_bytes_, device_);
   acts_ = plan_activations(config_, dtype_, batch, seq, arena);
-  if (config_.position == PositionKind::rope && (!rope_cos_.defined() || rope_cos_.size(0) < seq)) {
-    const DType table_dtype = dtype_ == DType::f64 ? DType::f64 : DType::f32;
-    RopeTables tables = rope_tables(config_, seq);
-    const Shape shape{seq, config_.head_dim() / 2};
-    rope_cos_ = to_tensor(tables.cos, shape, table_dtype, device_);
-    rope_sin_ = to_tensor(tables.sin, shape, table_dtype, device_);
-  }
+  ensure_rope_tables(seq);
+}
+
+void Transformer::ensure_rope_tables(int64_t positions) {
+  if (config_.position != PositionKind::rope || (rope_cos_.defined() && rope_cos_.size(0) >= positions)) return;
+  const DType table_dtype = dtype_ == DType::f64 ? DType::f64 : DType::f32;
+  RopeTables tables = rope_tables(config_, positions);
+  const Shape shape{positions, config_.head_dim() / 2};
+  rope_cos_ = to_tensor(tables.cos, shape, table_dtype, device_);
+  rope_sin_ = to_tensor(tables.sin, shape, table_dtype, device_);
 }
 
 ops::AttentionHeads Transformer::heads() const {

@@ -58,6 +58,9 @@ class Transformer {
   void backward(double loss_scale);
 
  private:
+  friend class Decoder;  // the inference half: decodes with a KV cache over these weights
+  // RoPE tables covering positions [0, positions).
+  void ensure_rope_tables(int64_t positions);
   void declare_parameters();
   void norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y, const Tensor& mean,
                     const Tensor& rstd);

@@ -57,4 +57,39 @@ void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& ou
   });
 }
 
+void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& slots,
+                      const Tensor& lengths, const Tensor& alibi_slopes, const Tensor& out,
+                      const AttentionHeads& heads) {
+  const char* op = "attention decode";
+  op_device(op, {&q, &k_cache, &v_cache, &alibi_slopes, &out});
+  const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
+  HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
+  const int64_t rows = rows_of(q), capacity = k_cache.size(1);
+  HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape(),
+             "{}: caches {} and {} for {} key/value heads of {}", op, k_cache.shape().str(), v_cache.shape().str(), KV,
+             hd);
+  HONE_CHECK(q.size(-1) >= H * hd, "{}: rows of {} hold no {} query heads of {}", op, q.size(-1), H, hd);
+  expect_shape(op, "output", out, {rows, H * hd});
+  expect_shape(op, "slots", slots, {rows});
+  expect_shape(op, "lengths", lengths, {rows});
+  const int64_t* s = slots.data<int64_t>();
+  const int64_t* l = lengths.data<int64_t>();
+  for (int64_t i = 0; i < rows; ++i) {
+    HONE_CHECK(s[i] >= 0 && s[i] < k_cache.size(0) && l[i] >= 1 && l[i] <= capacity,
+               "{}: row {} reads slot {} up to length {} of a {}x{} cache", op, i, s[i], l[i], k_cache.size(0),
+               capacity);
+  }
+  const kernels::cpu::DecodeDims dims{.rows = rows,
+                                      .capacity = capacity,
+                                      .n_heads = H,
+                                      .n_kv_heads = KV,
+                                      .head_dim = hd,
+                                      .q_row_stride = q.size(-1),
+                                      .scale = heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(hd))};
+  dispatch_floating(q.dtype(), op, [&]<typename T>() {
+    kernels::cpu::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), s, l,
+                                      slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);
+  });
+}
+
 }  // namespace hone::ops

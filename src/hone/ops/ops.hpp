@@ -60,6 +60,14 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
 void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads);
 
+// Decoding: row i of q ([rows, ...]; heads at the start of each row, e.g. a fused
+// qkv row) attends to positions [0, lengths[i]) of cache slot slots[i].
+// k_cache/v_cache [slots, capacity, KV·head_dim]; slots, lengths: i64 [rows] on
+// the host; out [rows, H·head_dim].
+void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& slots,
+                      const Tensor& lengths, const Tensor& alibi_slopes, const Tensor& out,
+                      const AttentionHeads& heads);
+
 // ---- activations (outputs overwritten) ----
 // gate_up [..., 2·hidden] -> out [..., hidden].
 void swiglu_forward(const Tensor& gate_up, const Tensor& out);

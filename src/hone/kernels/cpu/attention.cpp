@@ -250,6 +250,54 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
   }
 }
 
+template <typename T>
+void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots, const int64_t* lengths,
+                      const compute_t<T>* alibi_slopes, T* out, const DecodeDims& d) {
+  using C = compute_t<T>;
+  const int64_t H = d.n_heads, KV = d.n_kv_heads, hd = d.head_dim, group = H / KV;
+  const C scale = C(d.scale);
+#pragma omp parallel
+  {
+    std::vector<C> scores, acc(static_cast<size_t>(hd)), query(static_cast<size_t>(hd));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t i = 0; i < d.rows; ++i) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t length = lengths[i], kvh = h / group, position = length - 1;
+        const T* keys = k_cache + slots[i] * d.capacity * KV * hd + kvh * hd;
+        const T* values = v_cache + slots[i] * d.capacity * KV * hd + kvh * hd;
+        const C slope = alibi_slopes ? alibi_slopes[h] : C(0);
+        for (int64_t e = 0; e < hd; ++e) query[size_t(e)] = load(q[i * d.q_row_stride + h * hd + e]) * scale;
+        scores.resize(size_t(length));
+        C max = -std::numeric_limits<C>::infinity();
+        for (int64_t j = 0; j < length; ++j) {
+          const T* k = keys + j * KV * hd;
+          C s = 0;
+          for (int64_t e = 0; e < hd; ++e) s += query[size_t(e)] * load(k[e]);
+          s += slope * C(j - position);
+          scores[size_t(j)] = s;
+          max = std::max(max, s);
+        }
+        C sum = 0;
+        for (C& s : scores) sum += (s = std::exp(s - max));
+        std::fill(acc.begin(), acc.end(), C(0));
+        for (int64_t j = 0; j < length; ++j) {
+          const T* v = values + j * KV * hd;
+          const C p = scores[size_t(j)] / sum;
+#pragma omp simd
+          for (int64_t e = 0; e < hd; ++e) acc[size_t(e)] += p * load(v[e]);
+        }
+        for (int64_t e = 0; e < hd; ++e) out[(i * H + h) * hd + e] = store<T>(acc[size_t(e)]);
+      }
+    }
+  }
+}
+
+template void attention_decode<float>(const float*, const float*, const float*, const int64_t*, const int64_t*,
+                                      const float*, float*, const DecodeDims&);
+template void attention_decode<double>(const double*, const double*, const double*, const int64_t*, const int64_t*,
+                                       const double*, double*, const DecodeDims&);
+template void attention_decode<bf16>(const bf16*, const bf16*, const bf16*, const int64_t*, const int64_t*,
+                                     const float*, bf16*, const DecodeDims&);
 template void attention_forward<float>(const float*, float*, float*, const float*, const AttentionDims&);
 template void attention_forward<double>(const double*, double*, double*, const double*, const AttentionDims&);
 template void attention_forward<bf16>(const bf16*, bf16*, float*, const float*, const AttentionDims&);

@@ -1,0 +1,116 @@
+#include "hone/model/decoder.hpp"
+
+namespace hone {
+
+Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
+    : model_(model), capacity_(capacity), lengths_(static_cast<size_t>(max_sequences), 0) {
+  const ModelConfig& c = model.config();
+  HONE_CHECK(capacity > 0 && capacity <= c.max_seq_len,
+             "generation needs {} positions but the model has max_seq_len {}", capacity, c.max_seq_len);
+  HONE_CHECK(max_sequences > 0, "generation needs at least one sequence");
+  const Shape shape{max_sequences, capacity, c.n_kv_heads * c.head_dim()};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    k_cache_.push_back(Tensor::zeros(shape, model.dtype(), model.device()));
+    v_cache_.push_back(Tensor::zeros(shape, model.dtype(), model.device()));
+  }
+  model_.ensure_rope_tables(capacity);
+}
+
+size_t Decoder::cache_bytes() const { return 2 * k_cache_.size() * (k_cache_.empty() ? 0 : k_cache_[0].nbytes()); }
+
+Tensor Decoder::prefill(int64_t slot, std::span<const int32_t> prompt) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = int64_t(prompt.size());
+  HONE_CHECK(slot >= 0 && slot < int64_t(lengths_.size()), "no cache slot {}", slot);
+  HONE_CHECK(n >= 1 && n < capacity_, "a prompt of {} tokens does not fit a cache of {} positions", n, capacity_);
+  const Tensor tokens = Tensor::from(std::vector<int32_t>(prompt.begin(), prompt.end()), {1, n}).to(model_.device());
+  model_.forward(tokens);
+  // Keep each layer's keys and values: the k and v heads of the fused qkv rows.
+  const int64_t q_width = c.n_heads * c.head_dim(), kv_width = c.n_kv_heads * c.head_dim();
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const Tensor& qkv = model_.acts_.layers[size_t(l)].qkv;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t row = t * c.qkv_dim(), cached = (slot * capacity_ + t) * kv_width;
+      k_cache_[size_t(l)].view({k_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
+          qkv.view({qkv.numel()}).slice(row + q_width, {kv_width}));
+      v_cache_[size_t(l)].view({v_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
+          qkv.view({qkv.numel()}).slice(row + q_width + kv_width, {kv_width}));
+    }
+  }
+  lengths_[size_t(slot)] = n;
+  return model_.logits()[n - 1].to(Device::cpu());
+}
+
+Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> tokens) {
+  const ModelConfig& c = model_.config();
+  const int64_t rows = int64_t(slots.size()), D = c.dim, hd = c.head_dim();
+  const int64_t q_width = c.n_heads * hd, kv_width = c.n_kv_heads * hd;
+  HONE_CHECK(int64_t(tokens.size()) == rows && rows > 0, "decode: {} tokens for {} sequences", tokens.size(), rows);
+  std::vector<int64_t> positions, lengths;
+  for (int64_t slot : slots) {
+    HONE_CHECK(slot >= 0 && slot < int64_t(lengths_.size()) && lengths_[size_t(slot)] > 0,
+               "decode: slot {} holds no prefilled sequence", slot);
+    HONE_CHECK(lengths_[size_t(slot)] < capacity_, "decode: slot {} is full ({} positions)", slot, capacity_);
+    positions.push_back(lengths_[size_t(slot)]);
+    lengths.push_back(lengths_[size_t(slot)] + 1);
+  }
+  const DType T = model_.dtype(), S = T == DType::f64 ? DType::f64 : DType::f32;
+  const Device dev = model_.device();
+  auto empty = [&](const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype, dev); };
+  const Tensor x = empty({rows, 1, D}, T), norm = empty({rows, 1, D}, T), branch = empty({rows, 1, D}, T);
+  const Tensor mean = empty({rows}, S), rstd = empty({rows}, S);
+  const Tensor qkv = empty({rows, 1, c.qkv_dim()}, T), attn = empty({rows, q_width}, T);
+  const Tensor up = empty({rows, 1, c.mlp_up_dim()}, T), act = empty({rows, 1, c.ffn_dim}, T);
+  const Tensor slot_ids = Tensor::from(std::vector<int64_t>(slots.begin(), slots.end()), {rows});
+  const Tensor length_ids = Tensor::from(lengths, {rows});
+
+  const Tensor ids = Tensor::from(std::vector<int32_t>(tokens.begin(), tokens.end()), {rows, 1}).to(dev);
+  ops::embedding_forward(ids, model_.tok_embeddings_->value, Tensor(), x);
+  if (model_.pos_embeddings_) {
+    for (int64_t i = 0; i < rows; ++i) {
+      HONE_CHECK(positions[size_t(i)] < c.max_seq_len, "position {} is beyond max_seq_len", positions[size_t(i)]);
+      Tensor xi = x.slice(i * D, {D});
+      Tensor position = Tensor::empty({D}, T, dev);
+      ops::cast(model_.pos_embeddings_->value[positions[size_t(i)]], position);
+      ops::add(xi, position, xi);
+    }
+  }
+  const auto gelu_kind = c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
+  const Tensor qkv_rows = qkv.view({rows, c.qkv_dim()});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerParameters& p = model_.layers_[size_t(l)];
+    model_.norm_forward(x, p.attn_norm_weight, p.attn_norm_bias, norm, mean, rstd);
+    ops::linear_forward(norm, p.qkv_weight->compute, p.qkv_bias ? p.qkv_bias->value : Tensor(), qkv);
+    for (int64_t i = 0; i < rows; ++i) {
+      const Tensor row = qkv.slice(i * c.qkv_dim(), {1, 1, c.qkv_dim()});
+      if (c.position == PositionKind::rope) {
+        ops::rope_apply(row, model_.rope_cos_, model_.rope_sin_, c.n_heads + c.n_kv_heads, hd, positions[size_t(i)],
+                        false);
+      }
+      const int64_t cached = (slots[size_t(i)] * capacity_ + positions[size_t(i)]) * kv_width;
+      const Tensor flat = row.view({c.qkv_dim()});
+      k_cache_[size_t(l)].view({k_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
+          flat.slice(q_width, {kv_width}));
+      v_cache_[size_t(l)].view({v_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
+          flat.slice(q_width + kv_width, {kv_width}));
+    }
+    ops::attention_decode(qkv_rows, k_cache_[size_t(l)], v_cache_[size_t(l)], slot_ids, length_ids,
+                          model_.alibi_slopes_, attn, model_.heads());
+    ops::linear_forward(attn, p.out_weight->compute, p.out_bias ? p.out_bias->value : Tensor(),
+                        branch.view({rows, D}));
+    ops::add(x, branch, x);
+    model_.norm_forward(x, p.mlp_norm_weight, p.mlp_norm_bias, norm, mean, rstd);
+    ops::linear_forward(norm, p.up_weight->compute, p.up_bias ? p.up_bias->value : Tensor(), up);
+    if (c.mlp == MlpKind::swiglu) ops::swiglu_forward(up, act);
+    else ops::gelu_forward(up, act, gelu_kind);
+    ops::linear_forward(act, p.down_weight->compute, p.down_bias ? p.down_bias->value : Tensor(), branch);
+    ops::add(x, branch, x);
+  }
+  model_.norm_forward(x, model_.final_norm_weight_, model_.final_norm_bias_, norm, mean, rstd);
+  const Tensor logits = empty({rows, c.vocab_size}, T);
+  ops::linear_forward(norm, model_.lm_head_->compute, Tensor(), logits);
+  for (int64_t slot : slots) ++lengths_[size_t(slot)];
+  return logits.to(Device::cpu());
+}
+
+}  // namespace hone

@@ -1,0 +1,38 @@
+#pragma once
+// Incremental decoding with a key/value cache: the inference half of the
+// Transformer. A prompt is run through the model's own forward pass (prefill)
+// and its keys and values (after RoPE) are kept; each later token then costs one
+// row through every layer, attending to the cache of its sequence. Several
+// sequences of different lengths decode together, one token each per step.
+#include <span>
+#include <vector>
+
+#include "hone/model/transformer.hpp"
+
+namespace hone {
+
+class Decoder {
+ public:
+  // Caches for `max_sequences` sequences of up to `capacity` tokens each
+  // (capacity <= the model's max_seq_len).
+  Decoder(Transformer& model, int64_t max_sequences, int64_t capacity);
+
+  // Runs `prompt` into cache slot `slot` (replacing what it held); returns the
+  // logits that follow the prompt, [vocab] on the host.
+  Tensor prefill(int64_t slot, std::span<const int32_t> prompt);
+  // Appends tokens[i] to slot slots[i] for every i; returns the logits that
+  // follow each, [rows, vocab] on the host.
+  Tensor decode(std::span<const int64_t> slots, std::span<const int32_t> tokens);
+
+  int64_t length(int64_t slot) const { return lengths_[size_t(slot)]; }
+  int64_t capacity() const { return capacity_; }
+  size_t cache_bytes() const;
+
+ private:
+  Transformer& model_;
+  int64_t capacity_;
+  std::vector<Tensor> k_cache_, v_cache_;  // per layer: [slots, capacity, KV·head_dim]
+  std::vector<int64_t> lengths_;
+};
+
+}  // namespace hone

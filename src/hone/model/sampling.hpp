@@ -1,0 +1,37 @@
+#pragma once
+// Choosing the next token from logits, and the generation loop over a Decoder.
+#include <span>
+#include <vector>
+
+#include "hone/core/rng.hpp"
+#include "hone/model/transformer.hpp"
+
+namespace hone {
+
+struct SamplingOptions {
+  double temperature = 0.8;  // 0: greedy (the most likely token)
+  int64_t top_k = 0;         // keep the k most likely tokens (0: all)
+  double top_p = 1.0;        // keep the smallest set whose probability reaches p
+};
+
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& options, Generator& rng);
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 128;
+  SamplingOptions sampling;
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_tokens;  // ends a sequence (the stop token is kept)
+};
+
+struct Generation {
+  std::vector<std::vector<int32_t>> completions;  // new tokens of each prompt
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  size_t cache_bytes = 0;
+};
+
+// Generates a completion for each prompt; all prompts decode together.
+Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,
+                    const GenerationOptions& options);
+
+}  // namespace hone

@@ -1,0 +1,112 @@
+// KV-cache decoding against the full forward pass, and sampling.
+#include <cmath>
+
+#include "hone/model/decoder.hpp"
+#include "hone/model/sampling.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+ModelConfig family(const std::string& name) {
+  ModelConfig c = model_preset(name);
+  c.vocab_size = 50;
+  c.max_seq_len = 40;
+  c.init_std = 0.2;
+  if (name == "llama_tiny") c.rope_scaling = {.factor = 4, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position = 16};
+  return c;
+}
+
+std::vector<int32_t> tokens_of(int n, int seed) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 7 + seed * 13 + i * i) % 50);
+  return t;
+}
+
+// Logits of every position of `tokens` from one forward pass.
+Tensor full_logits(Transformer& m, const std::vector<int32_t>& tokens) {
+  m.forward(Tensor::from(tokens, {1, int64_t(tokens.size())}));
+  return m.logits().clone();
+}
+
+class DecoderTest : public ::testing::TestWithParam<std::tuple<std::string, DType>> {};
+
+TEST_P(DecoderTest, TeacherForcedDecodingEqualsTheFullForwardPass) {
+  const auto [name, dtype] = GetParam();
+  Transformer m(family(name), dtype);
+  m.init_weights(5);
+  const double tolerance = dtype == DType::f64 ? 1e-12 : 1e-5;
+  // Two sequences of different lengths decode side by side.
+  const std::vector<int32_t> a = tokens_of(23, 1), b = tokens_of(17, 2);
+  const Tensor full_a = full_logits(m, a), full_b = full_logits(m, b);
+  const int64_t prompt_a = 9, prompt_b = 4;
+  Decoder d(m, 2, 30);
+  expect_close(d.prefill(0, std::span(a).first(prompt_a)), full_a[prompt_a - 1], tolerance, name + " prefill a");
+  expect_close(d.prefill(1, std::span(b).first(prompt_b)), full_b[prompt_b - 1], tolerance, name + " prefill b");
+  for (int64_t step = 0; step < 13; ++step) {
+    const int64_t ia = prompt_a + step, ib = prompt_b + step;
+    const std::vector<int64_t> slots = {0, 1};
+    const std::vector<int32_t> feed = {a[size_t(ia)], b[size_t(ib)]};
+    const Tensor logits = d.decode(slots, feed);
+    expect_close(logits[0], full_a[ia], tolerance, fmt::format("{} decode a at {}", name, ia));
+    expect_close(logits[1], full_b[ib], tolerance, fmt::format("{} decode b at {}", name, ib));
+  }
+  EXPECT_EQ(d.length(0), prompt_a + 13);
+  EXPECT_THROW(d.prefill(0, std::vector<int32_t>(30, 1)), Error);  // does not fit the cache
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DecoderTest,
+                         ::testing::Combine(::testing::Values("llama_tiny", "gpt2_tiny", "mpt_tiny"),
+                                            ::testing::Values(DType::f64, DType::f32)));
+
+TEST(Sampling, GreedyTopKAndTopPAndTemperature) {
+  Generator rng(3);
+  const std::vector<float> logits = {0.0f, std::log(3.0f), -1.0f, -5.0f};
+  EXPECT_EQ(sample_token(logits, {.temperature = 0}, rng), 1);
+  EXPECT_EQ(sample_token(logits, {.temperature = 1, .top_k = 1}, rng), 1);
+  EXPECT_EQ(sample_token(logits, {.temperature = 1, .top_p = 0.1}, rng), 1);
+  // top_k = 2 at temperature 1: P(1) = 3/4, P(0) = 1/4, nothing else.
+  int ones = 0, others = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const int32_t t = sample_token(logits, {.temperature = 1, .top_k = 2}, rng);
+    ones += t == 1;
+    others += t > 1;
+  }
+  EXPECT_NEAR(ones / 20000.0, 0.75, 0.015);
+  EXPECT_EQ(others, 0);
+  // A high temperature flattens: token 3 appears.
+  int rare = 0;
+  for (int i = 0; i < 2000; ++i) rare += sample_token(logits, {.temperature = 10}, rng) == 3;
+  EXPECT_GT(rare, 200);
+}
+
+TEST(Generate, GreedyMatchesRepeatedFullForwardAndStopsOnStopTokens) {
+  Transformer m(family("llama_tiny"), DType::f32);
+  m.init_weights(9);
+  const std::vector<int32_t> prompt = tokens_of(6, 3);
+  GenerationOptions o{.max_new_tokens = 8, .sampling = {.temperature = 0}};
+  const Generation g = generate(m, {prompt, tokens_of(3, 4)}, o);
+  ASSERT_EQ(g.completions.size(), 2u);
+  EXPECT_EQ(g.completions[0].size(), 8u);
+  std::vector<int32_t> seq = prompt;
+  for (int i = 0; i < 8; ++i) {
+    const Tensor logits = full_logits(m, seq);
+    const auto last = logits[int64_t(seq.size()) - 1].to_vector<float>();
+    seq.push_back(int32_t(std::max_element(last.begin(), last.end()) - last.begin()));
+    EXPECT_EQ(g.completions[0][size_t(i)], seq.back()) << "token " << i;
+  }
+  EXPECT_EQ(g.generated_tokens, 16);
+  // Stopping on the third greedy token keeps it and ends there.
+  o.stop_tokens = {g.completions[0][2]};
+  const Generation stopped = generate(m, {prompt}, o);
+  EXPECT_LE(stopped.completions[0].size(), 3u);
+  EXPECT_EQ(stopped.completions[0].back(), g.completions[0][2]);
+  // Sampling is reproducible from the seed.
+  o = {.max_new_tokens = 10, .sampling = {.temperature = 1.0}, .seed = 42};
+  EXPECT_EQ(generate(m, {prompt}, o).completions, generate(m, {prompt}, o).completions);
+  o.max_new_tokens = 100;
+  EXPECT_THROW(generate(m, {prompt}, o), Error);  // beyond max_seq_len
+}
+
+}  // namespace
+}  // namespace hone::test
