@@ -67,6 +67,7 @@ TEST_F(InputsTest, JsonlErrorsNameFileLineAndKey) {
   check("[\"text\"]", {p + ":2: expected a JSON object, found array"});
   check("{\"text\": \"a\"} trailing", {p + ":2: invalid JSON"});
   check("{\"text\": \"\xff\"}", {p + ":2: invalid JSON"});  // not UTF-8
+  check("{\"text\": \"a\", \"score\": 2e999}", {p + ":2: invalid JSON: number overflow parsing '2e999'"});
 }
 
 TEST_F(InputsTest, GzipAndZstdDecompressTransparentlyAcrossChunks) {

@@ -171,6 +171,11 @@ void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, 
     const size_t colon = what.find(": ");
     fail("{}: invalid JSON at column {}: {}", where, e.byte,
          colon == std::string_view::npos ? what : what.substr(colon + 2));
+  } catch (const nlohmann::json::exception& e) {
+    // e.g. "[json.exception.out_of_range.406] number overflow parsing '1e999'"
+    std::string_view what = e.what();
+    const size_t bracket = what.find("] ");
+    fail("{}: invalid JSON: {}", where, bracket == std::string_view::npos ? what : what.substr(bracket + 2));
   }
   HONE_CHECK(object.is_object(), "{}: expected a JSON object, found {}", where, object.type_name());
   values.clear();
