@@ -1,0 +1,57 @@
+#pragma once
+// The loaders behind load_tokenizer(), one per file format. Each takes the
+// contents of the files (the fuzz target calls them directly) and names them in
+// errors as `name`.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "hone/data/tokenizers/tokenizer.hpp"
+
+namespace hone {
+
+// GPT-2's encoder.json + vocab.bpe, or HF's vocab.json + merges.txt (same formats).
+std::unique_ptr<Tokenizer> load_gpt2_bpe(std::string_view vocab_json, std::string_view vocab_name,
+                                         std::string_view merges, std::string_view merges_name);
+
+// A tiktoken rank file ("<base64 token> <rank>" per line): cl100k_base, o200k_base,
+// r50k_base/gpt2, p50k_base or Llama 3's tokenizer.model, told apart by the file
+// name and the number of ranks. `config_json` (tokenizer_config.json beside the
+// file, or empty) may rename the special tokens, as Llama 3.1 and 3.2 do.
+std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::string_view name,
+                                               std::string_view config_json = {});
+
+// The encoders/*.json files of the npm `tiktoken` package: pat_str, special_tokens,
+// and bpe_ranks (rank-file lines, or "! <first rank> <base64 token>..." runs).
+std::unique_ptr<Tokenizer> load_tiktoken_json(std::string_view content, std::string_view name);
+
+// A Hugging Face tokenizer.json with a BPE model; `config_json` is the
+// tokenizer_config.json beside it (or empty): it names the BOS/EOS/PAD tokens.
+std::unique_ptr<Tokenizer> load_tokenizer_json(std::string_view content, std::string_view name,
+                                               std::string_view config_json = {});
+
+// A SentencePiece model (serialized ModelProto), through libsentencepiece.
+std::unique_ptr<Tokenizer> load_sentencepiece(std::string_view content, std::string_view name);
+
+// Parses JSON; a syntax error becomes a hone::Error naming `name` and the byte offset.
+nlohmann::json parse_json(std::string_view content, std::string_view name);
+
+// What a tokenizer_config.json (transformers) says about special tokens.
+struct TokenizerConfig {
+  std::map<int32_t, std::string> added_tokens;  // added_tokens_decoder: id -> content
+  std::optional<std::string> bos, eos, pad;
+};
+TokenizerConfig parse_tokenizer_config(std::string_view content, std::string_view name);
+
+// The whole file; throws hone::Error naming it when it cannot be read.
+std::string read_file(const std::string& path);
+
+// GPT-2's byte-level alphabet: each byte is shown as one printable character.
+// Decodes such a string back into bytes; false if a character is outside it.
+bool byte_level_to_bytes(std::string_view text, std::string& bytes);
+
+}  // namespace hone

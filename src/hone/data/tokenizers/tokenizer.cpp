@@ -1,0 +1,93 @@
+#include "hone/data/tokenizers/tokenizer.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "hone/core/error.hpp"
+#include "hone/data/tokenizers/loaders.hpp"
+
+namespace hone {
+namespace fs = std::filesystem;
+
+std::optional<int32_t> Tokenizer::special_token_id(std::string_view text) const {
+  for (const auto& [t, id] : special_tokens_)
+    if (t == text) return id;
+  return std::nullopt;
+}
+
+namespace {
+
+constexpr std::string_view kExpected =
+    "expected a Hugging Face tokenizer.json, a tiktoken rank file or tokenizer.model, a SentencePiece .model, "
+    "the npm tiktoken encoders/*.json, GPT-2's encoder.json + vocab.bpe, or vocab.json + merges.txt";
+
+std::string sibling_text(const fs::path& file, const char* name) {
+  const fs::path p = file.parent_path() / name;
+  return fs::is_regular_file(p) ? read_file(p.string()) : std::string();
+}
+
+// The other half of a GPT-2 vocabulary/merges pair next to `file`.
+fs::path partner(const fs::path& file, std::initializer_list<const char*> names, const char* what) {
+  for (const char* n : names) {
+    const fs::path p = file.parent_path() / n;
+    if (fs::is_regular_file(p)) return p;
+  }
+  std::string list;
+  for (const char* n : names) list += (list.empty() ? "" : " or ") + std::string(n);
+  fail("{}: a GPT-2 {} needs {} in the same folder", file.string(), what, list);
+}
+
+std::unique_ptr<Tokenizer> load_gpt2_files(const fs::path& vocab, const fs::path& merges) {
+  return load_gpt2_bpe(read_file(vocab.string()), vocab.string(), read_file(merges.string()), merges.string());
+}
+
+std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
+  const std::string name = path.filename().string();
+  if (name == "vocab.bpe" || name == "merges.txt")
+    return load_gpt2_files(partner(path, {"encoder.json", "vocab.json"}, "merges file"), path);
+  const std::string content = read_file(path.string());
+  const std::string where = path.string();
+  size_t first = 0;
+  while (first < content.size() && std::isspace(static_cast<unsigned char>(content[first]))) ++first;
+  if (first < content.size() && content[first] == '{') {
+    // A JSON object: tell the kinds apart by their keys.
+    const nlohmann::json j = parse_json(content, where);
+    if (j.is_object() && j.contains("model")) return load_tokenizer_json(content, where, sibling_text(path, "tokenizer_config.json"));
+    if (j.is_object() && j.contains("bpe_ranks")) return load_tiktoken_json(content, where);
+    if (j.is_object() && !j.empty() && j.begin()->is_number_integer())
+      return load_gpt2_files(path, partner(path, {"vocab.bpe", "merges.txt"}, "vocabulary"));
+    fail("{}: a JSON file that is no tokenizer: {}", where, kExpected);
+  }
+  // A serialized SentencePiece ModelProto starts with field 1 (pieces), wire type 2.
+  if (!content.empty() && content[0] == 0x0A) return load_sentencepiece(content, where);
+  if (first == content.size()) fail("{}: empty file ({})", where, kExpected);
+  const size_t line_end = content.find('\n');
+  const std::string_view line = std::string_view(content).substr(0, line_end);
+  const size_t space = line.find(' ');
+  const bool looks_like_ranks = space != std::string_view::npos && space > 0 &&
+                                line.find_first_not_of("0123456789\r", space + 1) == std::string_view::npos;
+  if (!looks_like_ranks)
+    fail("{}:1: not a tokenizer file ({}); the first line is {:?}", where, kExpected,
+         std::string(line.substr(0, 60)));
+  return load_tiktoken_ranks(content, where, sibling_text(path, "tokenizer_config.json"));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const auto has = [&](const char* name) { return fs::is_regular_file(path / name); };
+    if (has("tokenizer.json")) return load_file(path / "tokenizer.json");
+    if (has("tokenizer.model")) return load_file(path / "tokenizer.model");
+    if (has("encoder.json") && has("vocab.bpe")) return load_gpt2_files(path / "encoder.json", path / "vocab.bpe");
+    if (has("vocab.json") && has("merges.txt")) return load_gpt2_files(path / "vocab.json", path / "merges.txt");
+    fail("{}: no tokenizer in this folder: expected tokenizer.json, tokenizer.model, encoder.json + vocab.bpe, "
+         "or vocab.json + merges.txt",
+         path.string());
+  }
+  HONE_CHECK(fs::exists(path, ec), "{}: no such file or folder (expected a tokenizer file or a folder holding one)",
+             path.string());
+  return load_file(path);
+}
+
+}  // namespace hone

@@ -1,0 +1,316 @@
+// Hugging Face tokenizer.json with a BPE model: byte-level (GPT-2, Llama 3, Qwen)
+// or SentencePiece-style over characters with byte fallback (Llama 2, Mistral).
+// Parts of the pipeline this loader does not implement are refused by name,
+// never silently ignored.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "hone/core/error.hpp"
+#include "hone/data/tokenizers/bpe_tokenizer.hpp"
+#include "hone/data/tokenizers/loaders.hpp"
+
+namespace hone {
+namespace {
+
+using nlohmann::json;
+
+struct Context {
+  std::string_view name;
+
+  [[noreturn]] void unsupported(const std::string& key, const json& value, std::string_view expected) const {
+    fail("{}: key {}: unsupported value {} (expected {})", name, key, value.dump().substr(0, 120), expected);
+  }
+  const json& get(const json& object, const std::string& path, const char* key) const {
+    const auto it = object.find(key);
+    HONE_CHECK(it != object.end(), "{}: key {}.{} is missing", name, path, key);
+    return *it;
+  }
+  std::string string(const json& object, const std::string& path, const char* key) const {
+    const json& v = get(object, path, key);
+    HONE_CHECK(v.is_string(), "{}: key {}.{}: expected a string, got {}", name, path, key, v.dump().substr(0, 80));
+    return v.get<std::string>();
+  }
+  bool boolean(const json& object, const std::string& path, const char* key, bool fallback) const {
+    const auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return fallback;
+    HONE_CHECK(it->is_boolean(), "{}: key {}.{}: expected true or false, got {}", name, path, key, it->dump());
+    return it->get<bool>();
+  }
+  std::string type(const json& object, const std::string& path) const {
+    HONE_CHECK(object.is_object(), "{}: key {}: expected an object, got {}", name, path, object.dump().substr(0, 80));
+    return string(object, path, "type");
+  }
+};
+
+// The pieces of a Sequence (or the object itself).
+std::vector<std::pair<const json*, std::string>> flatten(const json& node, const std::string& path,
+                                                         const char* list_key, const Context& c) {
+  std::vector<std::pair<const json*, std::string>> out;
+  if (node.is_null()) return out;
+  if (c.type(node, path) != "Sequence") {
+    out.emplace_back(&node, path);
+    return out;
+  }
+  const json& items = c.get(node, path, list_key);
+  HONE_CHECK(items.is_array(), "{}: key {}.{}: expected an array", c.name, path, list_key);
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto inner = flatten(items[i], fmt::format("{}.{}[{}]", path, list_key, i), list_key, c);
+    out.insert(out.end(), inner.begin(), inner.end());
+  }
+  return out;
+}
+
+std::string escape_regex(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(ch) != std::string_view::npos) out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+// The string a "pattern" object ({"String": ...} or {"Regex": ...}) matches, as a regex.
+std::string pattern_regex(const json& pattern, const std::string& path, const Context& c) {
+  HONE_CHECK(pattern.is_object(), "{}: key {}: expected {{\"Regex\": ...}} or {{\"String\": ...}}", c.name, path);
+  if (pattern.contains("Regex")) return c.string(pattern, path, "Regex");
+  return escape_regex(c.string(pattern, path, "String"));
+}
+
+void load_normalizers(const json& root, BpeTokenizer& t, const Context& c) {
+  const auto it = root.find("normalizer");
+  if (it == root.end()) return;
+  for (const auto& [node, path] : flatten(*it, "normalizer", "normalizers", c)) {
+    const std::string type = c.type(*node, path);
+    if (type == "NFC") {
+      t.normalizers.push_back({Normalizer::Type::nfc, "", ""});
+    } else if (type == "Prepend") {
+      t.normalizers.push_back({Normalizer::Type::prepend, "", c.string(*node, path, "prepend")});
+    } else if (type == "Replace") {
+      const json& pattern = c.get(*node, path, "pattern");
+      if (!pattern.is_object() || !pattern.contains("String"))
+        c.unsupported(path + ".pattern", pattern, "{\"String\": ...}");
+      t.normalizers.push_back(
+          {Normalizer::Type::replace, c.string(pattern, path + ".pattern", "String"), c.string(*node, path, "content")});
+    } else {
+      c.unsupported(path + ".type", type, "NFC, Prepend, Replace or a Sequence of them");
+    }
+  }
+}
+
+// Returns whether the pre-tokenizer works on GPT-2's byte-level alphabet.
+bool load_pre_tokenizer(const json& root, BpeTokenizer& t, const Context& c) {
+  const auto it = root.find("pre_tokenizer");
+  if (it == root.end()) return false;
+  const auto steps = flatten(*it, "pre_tokenizer", "pretokenizers", c);
+  bool byte_level = false;
+  std::string regex;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& [node, path] = steps[i];
+    const std::string type = c.type(*node, path);
+    if (type == "Split") {
+      const std::string behavior = c.string(*node, path, "behavior");
+      if (behavior != "Isolated") c.unsupported(path + ".behavior", behavior, "\"Isolated\"");
+      if (c.boolean(*node, path, "invert", false)) c.unsupported(path + ".invert", true, "false");
+      if (!regex.empty()) c.unsupported(path, *node, "a single Split");
+      regex = pattern_regex(c.get(*node, path, "pattern"), path + ".pattern", c);
+    } else if (type == "ByteLevel") {
+      byte_level = true;
+      if (c.boolean(*node, path, "use_regex", true)) {
+        if (!regex.empty()) c.unsupported(path + ".use_regex", true, "false after a Split");
+        regex = std::string(kGpt2Pattern);
+      }
+      if (c.boolean(*node, path, "add_prefix_space", false)) {
+        // Applied to each piece of an earlier split it would change them all; only
+        // GPT-2's lone ByteLevel uses it.
+        if (steps.size() != 1) c.unsupported(path + ".add_prefix_space", true, "false inside a Sequence");
+        t.prefix_space = true;
+      }
+    } else {
+      c.unsupported(path + ".type", type, "Split, ByteLevel or a Sequence of them");
+    }
+  }
+  if (!regex.empty()) t.split = std::make_unique<SplitRegex>(regex, fmt::format("{}: pre_tokenizer", c.name));
+  return byte_level;
+}
+
+void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Context& c) {
+  // Token-level steps (Replace, ByteFallback, ByteLevel) are applied to each
+  // token's text once, here; Strip after Fuse acts on the joined text.
+  std::vector<std::pair<std::string, std::string>> replaces;
+  bool byte_fallback = false, fused = false;
+  const auto it = root.find("decoder");
+  if (it != root.end()) {
+    for (const auto& [node, path] : flatten(*it, "decoder", "decoders", c)) {
+      const std::string type = c.type(*node, path);
+      if (type == "ByteLevel") {
+        if (!byte_level) c.unsupported(path, *node, "a ByteLevel decoder only with a ByteLevel pre-tokenizer");
+      } else if (type == "Replace") {
+        const json& pattern = c.get(*node, path, "pattern");
+        if (!pattern.is_object() || !pattern.contains("String"))
+          c.unsupported(path + ".pattern", pattern, "{\"String\": ...}");
+        replaces.emplace_back(c.string(pattern, path + ".pattern", "String"), c.string(*node, path, "content"));
+      } else if (type == "ByteFallback") {
+        byte_fallback = true;
+      } else if (type == "Fuse") {
+        fused = true;
+      } else if (type == "Strip") {
+        const std::string content = c.string(*node, path, "content");
+        const json& start = c.get(*node, path, "start");
+        const json& stop = c.get(*node, path, "stop");
+        if (content != " " || !fused || !start.is_number_unsigned() || stop != 0)
+          c.unsupported(path, *node, "Strip of \" \" from the start, after Fuse");
+        t.strip_leading_spaces = start.get<int>();
+      } else {
+        c.unsupported(path + ".type", type, "ByteLevel, Replace, ByteFallback, Fuse, Strip or a Sequence of them");
+      }
+    }
+  }
+  t.decoded_.assign(size_t(t.model.size()), std::string());
+  for (int32_t id = 0; id < t.model.size(); ++id) {
+    if (!t.model.has_token(id)) continue;
+    std::string text = t.model.token(id);  // byte-level tokens are already bytes
+    if (byte_fallback && text.size() == 6 && text.starts_with("<0x") && text.back() == '>') {
+      unsigned value = 0;
+      const auto [p, ec] = std::from_chars(text.data() + 3, text.data() + 5, value, 16);
+      if (ec == std::errc() && p == text.data() + 5) {
+        t.decoded_[size_t(id)] = std::string(1, char(value));
+        continue;
+      }
+    }
+    for (const auto& [from, to] : replaces) {
+      for (size_t pos = 0; (pos = text.find(from, pos)) != std::string::npos; pos += to.size())
+        text.replace(pos, from.size(), to);
+    }
+    t.decoded_[size_t(id)] = std::move(text);
+  }
+}
+
+std::optional<int32_t> find_token(const BpeTokenizer& t, const std::optional<std::string>& content) {
+  if (!content) return std::nullopt;
+  for (const AddedToken& a : t.added)
+    if (a.content == *content) return a.id;
+  return t.model.find(*content);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer_json(std::string_view content, std::string_view name,
+                                               std::string_view config_json) {
+  const Context c{name};
+  const json root = parse_json(content, name);
+  HONE_CHECK(root.is_object(), "{}: expected a JSON object (a Hugging Face tokenizer.json)", name);
+  const json& model = c.get(root, "(root)", "model");
+  HONE_CHECK(model.is_object(), "{}: key model: expected an object", name);
+  const std::string model_type = model.contains("type") ? c.string(model, "model", "type") : "BPE";
+  if (model_type != "BPE") c.unsupported("model.type", model_type, "\"BPE\"");
+  if (model.contains("dropout") && !model["dropout"].is_null()) c.unsupported("model.dropout", model["dropout"], "null");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && model[key] != "") c.unsupported(fmt::format("model.{}", key), model[key], "null");
+  }
+
+  auto t = std::make_unique<BpeTokenizer>();
+  t->kind_ = "hf-tokenizer-json";
+  t->source_ = std::string(name);
+  load_normalizers(root, *t, c);
+  const bool byte_level = load_pre_tokenizer(root, *t, c);
+
+  // The vocabulary: byte-level tokens are stored as the bytes they stand for.
+  const json& vocab = c.get(model, "model", "vocab");
+  HONE_CHECK(vocab.is_object() && !vocab.empty(), "{}: key model.vocab: expected an object of token -> id", name);
+  std::string bytes;
+  for (const auto& [text, value] : vocab.items()) {
+    HONE_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < (1 << 24),
+               "{}: key model.vocab.{}: expected an id in [0, 2^24), got {}", name, text, value.dump());
+    if (byte_level) {
+      HONE_CHECK(byte_level_to_bytes(text, bytes), "{}: key model.vocab: token {:?} is not written in the "
+                 "byte-level alphabet its ByteLevel pre-tokenizer expects", name, text);
+    } else {
+      bytes = text;
+    }
+    HONE_CHECK(t->model.add_token(value.get<int32_t>(), bytes), "{}: key model.vocab: token {:?} appears twice", name,
+               text);
+  }
+
+  const json& merges = c.get(model, "model", "merges");
+  HONE_CHECK(merges.is_array(), "{}: key model.merges: expected an array", name);
+  t->model.reserve_merges(merges.size());
+  std::string left_bytes, right_bytes;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const json& m = merges[i];
+    std::string left, right;
+    if (m.is_string()) {  // "left right"
+      const std::string& s = m.get_ref<const std::string&>();
+      const size_t space = s.find(' ');
+      HONE_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
+                 "{}: key model.merges[{}]: expected \"left right\", got {:?}", name, i, s);
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else {  // ["left", "right"]
+      HONE_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
+                 "{}: key model.merges[{}]: expected \"left right\" or [\"left\", \"right\"]", name, i);
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    }
+    if (byte_level) {
+      HONE_CHECK(byte_level_to_bytes(left, left_bytes) && byte_level_to_bytes(right, right_bytes),
+                 "{}: key model.merges[{}]: not written in the byte-level alphabet", name, i);
+    } else {
+      left_bytes = left;
+      right_bytes = right;
+    }
+    const auto l = t->model.find(left_bytes), r = t->model.find(right_bytes), merged = t->model.find(left_bytes + right_bytes);
+    HONE_CHECK(l && r && merged, "{}: key model.merges[{}]: {:?} is not in model.vocab", name, i,
+               !l ? left : !r ? right : left + right);
+    t->model.add_merge(*l, *r, *merged, uint32_t(i));
+  }
+
+  BpeModel::Options options;
+  options.symbols = byte_level ? BpeModel::Symbols::bytes : BpeModel::Symbols::chars;
+  options.whole_piece_lookup = c.boolean(model, "model", "ignore_merges", false);
+  options.byte_fallback = c.boolean(model, "model", "byte_fallback", false);
+  options.fuse_unk = c.boolean(model, "model", "fuse_unk", false);
+  if (model.contains("unk_token") && !model["unk_token"].is_null()) {
+    const std::string unk = c.string(model, "model", "unk_token");
+    options.unk_id = t->model.find(unk);
+    HONE_CHECK(options.unk_id.has_value(), "{}: key model.unk_token: {:?} is not in model.vocab", name, unk);
+  }
+  t->model.finalize(options, name);
+  load_decoder(root, *t, byte_level, c);
+
+  if (const auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
+    HONE_CHECK(it->is_array(), "{}: key added_tokens: expected an array", name);
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& a = (*it)[i];
+      const std::string path = fmt::format("added_tokens[{}]", i);
+      HONE_CHECK(a.is_object(), "{}: key {}: expected an object", name, path);
+      const json& id = c.get(a, path, "id");
+      HONE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 24),
+                 "{}: key {}.id: expected a token id, got {}", name, path, id.dump());
+      if (c.boolean(a, path, "single_word", false)) c.unsupported(path + ".single_word", true, "false");
+      t->added.push_back(AddedToken{.content = c.string(a, path, "content"),
+                                    .id = id.get<int32_t>(),
+                                    .special = c.boolean(a, path, "special", false),
+                                    .normalized = c.boolean(a, path, "normalized", false),
+                                    .lstrip = c.boolean(a, path, "lstrip", false),
+                                    .rstrip = c.boolean(a, path, "rstrip", false)});
+    }
+  }
+
+  TokenizerConfig config;
+  if (!config_json.empty()) config = parse_tokenizer_config(config_json, std::string(name) + "/../tokenizer_config.json");
+  // Without a config, the usual names.
+  const auto first_of = [&](std::initializer_list<const char*> names) -> std::optional<int32_t> {
+    for (const char* n : names)
+      if (const auto id = find_token(*t, std::string(n))) return id;
+    return std::nullopt;
+  };
+  const auto bos = config_json.empty() ? first_of({"<s>", "<|begin_of_text|>"}) : find_token(*t, config.bos);
+  const auto eos = config_json.empty() ? first_of({"</s>", "<|end_of_text|>", "<|endoftext|>"}) : find_token(*t, config.eos);
+  const auto pad = find_token(*t, config.pad);
+  t->finish(bos, eos, pad);
+  return t;
+}
+
+}  // namespace hone
