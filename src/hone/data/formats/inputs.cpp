@@ -219,10 +219,13 @@ DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<
       for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
            it.increment(ec)) {
         if (it->path().filename().string().starts_with(".")) {
-          if (it->is_directory()) it.disable_recursion_pending();
+          it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file()) found.push_back(it->path().string());
+        std::error_code entry;
+        const bool regular = it->is_regular_file(entry);
+        HONE_CHECK(!entry, "{}: cannot read: {}", it->path().string(), entry.message());  // e.g. a dangling link
+        if (regular) found.push_back(it->path().string());
       }
       HONE_CHECK(!ec, "{}: cannot list: {}", input, ec.message());
       std::sort(found.begin(), found.end());

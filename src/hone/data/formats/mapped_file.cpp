@@ -15,10 +15,14 @@ MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   HONE_CHECK(fd >= 0, "{}: cannot open: {}", path_, std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     const int error = errno;
     ::close(fd);
-    fail("{}: not a readable regular file{}", path_, error ? fmt::format(" ({})", std::strerror(error)) : "");
+    fail("{}: cannot stat: {}", path_, std::strerror(error));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("{}: not a regular file", path_);
   }
   size_ = size_t(st.st_size);
   // mmap of length 0 fails; an empty file is an empty span.

@@ -421,7 +421,8 @@ const MdsDataset::Open& MdsDataset::open(size_t s) const {
     const std::string raw_path = path(info.raw_data.basename);
     std::span<const std::byte> raw;
     // streaming leaves the decompressed shard next to the compressed one; prefer it.
-    if (!info.zip_data || std::filesystem::exists(raw_path)) {
+    std::error_code ec;
+    if (!info.zip_data || std::filesystem::exists(raw_path, ec)) {
       open->file = std::make_unique<MappedFile>(raw_path);
       raw = open->file->bytes();
     } else {

@@ -239,9 +239,15 @@ void MdsWriter::write(std::span<const int32_t> tokens, std::span<const MdsValue>
       if (width == 0) append(sample_, uint8_t(n));
       else if (width == 1) append(sample_, uint16_t(n));
       else append(sample_, uint32_t(n));
-      for (int32_t t : tokens) {
-        if (u16) append(sample_, uint16_t(t));
-        else append(sample_, t);
+      const size_t at = sample_.size();
+      sample_.resize(at + n * (u16 ? 2 : 4));
+      if (u16) {
+        for (size_t i = 0; i < n; ++i) {
+          const auto t = uint16_t(tokens[i]);
+          std::memcpy(sample_.data() + at + i * 2, &t, 2);
+        }
+      } else {
+        std::memcpy(sample_.data() + at, tokens.data(), n * 4);
       }
     } else if (encodings_[c] == "str") {
       const auto& text = std::get<std::string>(extras[size_t(extra)]);

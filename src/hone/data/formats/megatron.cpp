@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -76,7 +77,7 @@ MegatronWriter::MegatronWriter(std::string prefix, MegatronDType dtype, uint64_t
   HONE_CHECK(vocab_size <= uint64_t(std::numeric_limits<int32_t>::max()) + 1,
              "{}.bin: a vocabulary of {} tokens does not fit int32", prefix_, vocab_size);
   bin_ = std::make_unique<AtomicFile>(prefix_ + ".bin");
-  buffer_.reserve(kFlushBytes + 4096);
+  buffer_.reserve(2 * kFlushBytes);
 }
 
 MegatronWriter::~MegatronWriter() = default;
@@ -106,9 +107,20 @@ void MegatronWriter::add_document(std::span<const int32_t> tokens, std::span<con
     lengths_.insert(lengths_.end(), sequence_lengths.begin(), sequence_lengths.end());
   }
   document_ends_.push_back(int64_t(lengths_.size()));
-  for (int32_t t : tokens) {
-    if (dtype_ == MegatronDType::u16) append(buffer_, uint16_t(t));
-    else append(buffer_, t);
+  const size_t item = megatron_dtype_size(dtype_);
+  for (size_t begin = 0; begin < tokens.size();) {
+    const size_t n = std::min(tokens.size() - begin, kFlushBytes / item);
+    const size_t at = buffer_.size();
+    buffer_.resize(at + n * item);
+    if (dtype_ == MegatronDType::u16) {
+      for (size_t i = 0; i < n; ++i) {
+        const auto t = uint16_t(tokens[begin + i]);
+        std::memcpy(buffer_.data() + at + i * 2, &t, 2);
+      }
+    } else {
+      std::memcpy(buffer_.data() + at, tokens.data() + begin, n * 4);
+    }
+    begin += n;
     if (buffer_.size() >= kFlushBytes) flush();
   }
 }
