@@ -53,7 +53,9 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
     const nlohmann::json j = parse_json(content, where);
     if (j.is_object() && j.contains("model")) return load_tokenizer_json(content, where, sibling_text(path, "tokenizer_config.json"));
     if (j.is_object() && j.contains("bpe_ranks")) return load_tiktoken_json(content, where);
-    if (j.is_object() && !j.empty() && j.begin()->is_number_integer())
+    // GPT-2's encoder.json (HF: vocab.json): token -> id for at least the 256 bytes.
+    if (j.is_object() && (name == "encoder.json" || name == "vocab.json" || j.size() >= 256) &&
+        j.begin()->is_number_integer())
       return load_gpt2_files(path, partner(path, {"vocab.bpe", "merges.txt"}, "vocabulary"));
     fail("{}: a JSON file that is no tokenizer: {}", where, kExpected);
   }

@@ -1,0 +1,286 @@
+// The tokenizer parts on their own: UTF-8 repair, the regex translation, BPE
+// against a naive implementation, special tokens, errors, threads, the CLI.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "assets.hpp"
+#include "hone/core/error.hpp"
+#include "hone/data/tokenizers/loaders.hpp"
+#include "hone/data/tokenizers/split_regex.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
+#include "hone/data/tokenizers/utf8.hpp"
+
+namespace hone::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string sanitized(std::string_view text) {
+  std::string storage;
+  return std::string(utf8::sanitize(text, storage));
+}
+
+TEST(Utf8, ValidTextIsReturnedAsItIs) {
+  const std::string text = "plain ASCII, caf\xC3\xA9, \xE4\xBD\xA0\xE5\xA5\xBD, \xF0\x9F\x98\x80";
+  std::string storage;
+  EXPECT_EQ(utf8::sanitize(text, storage).data(), text.data());
+  EXPECT_TRUE(storage.empty());
+}
+
+// The WHATWG decoder's answers (what TextDecoder and Python's errors="replace" give).
+TEST(Utf8, InvalidSequencesBecomeReplacementCharacters) {
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(sanitized("a\x80z"), "a" + r + "z");
+  EXPECT_EQ(sanitized("end\xC3"), "end" + r);
+  EXPECT_EQ(sanitized("\xC0\x80"), r + r);                        // overlong: C0 is never a lead byte
+  EXPECT_EQ(sanitized("\xE0\x80\x80"), r + r + r);                // overlong 3-byte
+  EXPECT_EQ(sanitized("\xED\xA0\x80"), r + r + r);                // a surrogate
+  EXPECT_EQ(sanitized("\xF4\x90\x80\x80"), r + r + r + r);        // above U+10FFFF
+  EXPECT_EQ(sanitized("\xF0\x9F\x98x"), r + "x");                 // truncated: one U+FFFD
+  EXPECT_EQ(sanitized("\xE2\x28\xA1"), r + "(" + r);              // the breaking byte is read again
+  EXPECT_EQ(sanitized("\xF0\x28\x8C\xBC"), r + "(" + r + r);
+  EXPECT_EQ(sanitized("ok\xF0\x9F\x98\x80\xFF"), "ok\xF0\x9F\x98\x80" + r);
+}
+
+TEST(SplitRegex, WhitespaceMeansUnicodeWhiteSpace) {
+  const std::string ws = R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+  EXPECT_EQ(translate_pattern(R"(\s+(?!\S))"), "[" + ws + "]+(?![^" + ws + "])");
+  EXPECT_EQ(translate_pattern(R"([^\s\p{L}])"), "[^" + ws + R"(\p{L}])");
+  // An escaped backslash is no \s; a ']' first in a class is a literal.
+  EXPECT_EQ(translate_pattern(R"(\\s[]\s])"), R"(\\s[])" + ws + "]");
+  // U+0085 (NEL) is White_Space, U+180E is not (since Unicode 6.3).
+  SplitRegex regex(R"(\s+|\S+)", "test");
+  SplitRegex::Pieces pieces(regex, "a\xC2\x85\xC2\x85" "b\xE1\xA0\x8E" "c");
+  std::vector<std::string> got;
+  for (std::string_view p; pieces.next(p);) got.emplace_back(p);
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "\xC2\x85\xC2\x85", "b\xE1\xA0\x8E" "c"}));
+}
+
+TEST(SplitRegex, GapsBetweenMatchesArePieces) {
+  SplitRegex regex(R"(\d+)", "test");
+  SplitRegex::Pieces pieces(regex, "ab12cd345");
+  std::vector<std::string> got;
+  for (std::string_view p; pieces.next(p);) got.emplace_back(p);
+  EXPECT_EQ(got, (std::vector<std::string>{"ab", "12", "cd", "345"}));
+}
+
+// tiktoken's algorithm written plainly: merge the adjacent pair whose concatenation
+// has the lowest rank until none has one.
+std::vector<int32_t> naive_tiktoken(const std::map<std::string, int32_t>& ranks, const std::string& piece) {
+  if (const auto it = ranks.find(piece); it != ranks.end()) return {it->second};
+  std::vector<std::string> parts;
+  for (const char c : piece) parts.emplace_back(1, c);
+  while (parts.size() > 1) {
+    int32_t best = INT32_MAX;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      const auto it = ranks.find(parts[i] + parts[i + 1]);
+      if (it != ranks.end() && it->second < best) {
+        best = it->second;
+        at = i;
+      }
+    }
+    if (best == INT32_MAX) break;
+    parts[at] += parts[at + 1];
+    parts.erase(parts.begin() + ptrdiff_t(at) + 1);
+  }
+  std::vector<int32_t> ids;
+  for (const auto& p : parts) ids.push_back(ranks.at(p));
+  return ids;
+}
+
+// Long pieces go through the heap-based merge, short ones through the scan; both
+// must be the plain algorithm.
+TEST(Bpe, LongAndShortPiecesMatchTheNaiveAlgorithm) {
+  const auto t = load_tokenizer(asset_path("tokenizers/tiktoken/gpt2.json"));
+  std::map<std::string, int32_t> ranks;
+  for (int32_t id = 0; id < 50256; ++id) ranks[t->decode(std::vector<int32_t>{id})] = id;
+  std::mt19937 rng(7);
+  const std::string alphabet = "etaoinshrdlu";
+  for (int trial = 0; trial < 60; ++trial) {
+    std::string word = " ";
+    const size_t length = 2 + rng() % (trial < 30 ? 60 : 400);
+    for (size_t i = 0; i < length; ++i) word += alphabet[rng() % alphabet.size()];
+    ASSERT_EQ(t->encode(word), naive_tiktoken(ranks, word)) << word;
+  }
+}
+
+struct Expected {
+  std::string path;
+  std::string kind;
+  int32_t vocab_size;
+  std::optional<int32_t> bos, eos, pad;
+  std::string special;
+  int32_t special_id;
+};
+
+TEST(Tokenizers, KindsSizesAndSpecialTokens) {
+  const std::vector<Expected> cases = {
+      {"tokenizers/gpt2", "gpt2-bpe", 50257, 50256, 50256, std::nullopt, "<|endoftext|>", 50256},
+      {"tokenizers/gpt2-hf/merges.txt", "gpt2-bpe", 50257, 50256, 50256, std::nullopt, "<|endoftext|>", 50256},
+      {"tokenizers/tiktoken/cl100k_base.json", "tiktoken", 100277, std::nullopt, 100257, std::nullopt, "<|fim_middle|>", 100259},
+      {"tokenizers/tiktoken/o200k_base.json", "tiktoken", 200019, std::nullopt, 199999, std::nullopt, "<|endofprompt|>", 200018},
+      {"tokenizers/llama3/tokenizer.model", "tiktoken", 128256, 128000, 128001, std::nullopt, "<|eot_id|>", 128009},
+      {"tokenizers/llama3", "hf-tokenizer-json", 128256, 128000, 128001, std::nullopt, "<|eot_id|>", 128009},
+      {"tokenizers/mistral", "hf-tokenizer-json", 32000, 1, 2, std::nullopt, "</s>", 2},
+      {"tokenizers/qwen3", "hf-tokenizer-json", 151669, std::nullopt, 151645, 151643, "<|im_start|>", 151644},
+      {"tokenizers/spm/sotu.model", "sentencepiece", 4000, 1, 2, std::nullopt, "<s>", 1},
+  };
+  for (const Expected& e : cases) {
+    SCOPED_TRACE(e.path);
+    const auto t = load_tokenizer(asset_path(e.path));
+    EXPECT_EQ(t->kind(), e.kind);
+    EXPECT_EQ(t->vocab_size(), e.vocab_size);
+    EXPECT_EQ(t->bos_id(), e.bos);
+    EXPECT_EQ(t->eos_id(), e.eos);
+    EXPECT_EQ(t->pad_id(), e.pad);
+    EXPECT_EQ(t->special_token_id(e.special), e.special_id);
+    EXPECT_FALSE(t->special_token_id("no such token").has_value());
+    // Written in the text, a special token is text unless asked for.
+    const std::string text = "a" + e.special + "b";
+    const auto as_text = t->encode(text);
+    const auto recognized = t->encode(text, SpecialTokens::recognize);
+    EXPECT_EQ(std::count(recognized.begin(), recognized.end(), e.special_id), 1);
+    EXPECT_EQ(std::count(as_text.begin(), as_text.end(), e.special_id), 0);
+    EXPECT_THROW(t->decode(std::vector<int32_t>{t->vocab_size()}), Error);
+    EXPECT_THROW(t->decode(std::vector<int32_t>{-1}), Error);
+  }
+}
+
+TEST(Tokenizers, EncodeIsThreadSafe) {
+  const auto t = load_tokenizer(asset_path("tokenizers/llama3/tokenizer.json"));
+  const std::string text = read_file(asset_path("corpora/sotu/1941_franklin_d_roosevelt_d.txt"));
+  const std::vector<int32_t> expected = t->encode(text);
+  std::array<std::vector<int32_t>, 2> got;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = t->encode(text); });
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) EXPECT_TRUE(g == expected);
+}
+
+// ---- errors: one message naming the file, where in it, and what was expected ----
+
+class BadFiles : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("hone_tok_{}_{}", getpid(),
+                                                   testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& content) {
+    fs::create_directories((dir_ / name).parent_path());
+    std::ofstream(dir_ / name, std::ios::binary) << content;
+    return (dir_ / name).string();
+  }
+  // The error message of loading `path`, checked to name it.
+  std::string error_of(const std::string& path) {
+    try {
+      load_tokenizer(path);
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(path), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+      return message;
+    }
+    ADD_FAILURE() << path << " loaded";
+    return "";
+  }
+  fs::path dir_;
+};
+
+TEST_F(BadFiles, WrongKindOfFile) {
+  const std::string m = error_of(write("notes.txt", "hello world\nsecond line\n"));
+  EXPECT_NE(m.find(":1: not a tokenizer file"), std::string::npos) << m;
+  EXPECT_NE(m.find("expected"), std::string::npos) << m;
+  EXPECT_NE(error_of(write("empty.model", "")).find("empty file"), std::string::npos);
+  EXPECT_NE(error_of(write("config.json", R"({"hidden_size": 5})")).find("no tokenizer"), std::string::npos);
+  EXPECT_NE(error_of(write("bad.model", std::string("\x0A\x05garbage and more", 18))).find("not a SentencePiece model"),
+            std::string::npos);
+  EXPECT_NE(error_of((dir_ / "missing.json").string()).find("no such file"), std::string::npos);
+  fs::create_directories(dir_ / "empty_dir");
+  EXPECT_NE(error_of((dir_ / "empty_dir").string()).find("no tokenizer in this folder"), std::string::npos);
+}
+
+TEST_F(BadFiles, RankFileNamesTheLine) {
+  const std::string m = error_of(write("cl100k_base.tiktoken", "IQ== 0\nIg== 1\nnot-base64 2\n"));
+  EXPECT_NE(m.find("cl100k_base.tiktoken:3: expected a tiktoken rank line"), std::string::npos) << m;
+  EXPECT_NE(error_of(write("r.tiktoken", "IQ== 0\nIQ== 1\n")).find(":2: token IQ== appears twice"), std::string::npos);
+  // Well formed, but not an encoding hone knows the pattern of.
+  EXPECT_NE(error_of(write("x.tiktoken", "IQ== 0\nIg== 1\n")).find("cannot tell which tiktoken encoding"),
+            std::string::npos);
+}
+
+TEST_F(BadFiles, JsonNamesTheByteOffsetOrKey) {
+  std::string m = error_of(write("a/tokenizer.json", R"({"model": {"type": "BPE",, "vocab": {}}})"));
+  EXPECT_NE(m.find("byte 26: invalid JSON"), std::string::npos) << m;
+  m = error_of(write("b/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})"));
+  EXPECT_NE(m.find("key model.type: unsupported value \"Unigram\" (expected \"BPE\")"), std::string::npos) << m;
+  m = error_of(write("c/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}})"));
+  EXPECT_NE(m.find("key model.merges[0]: \"c\" is not in model.vocab"), std::string::npos) << m;
+  m = error_of(write("d/tokenizer.json",
+                     R"({"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
+  EXPECT_NE(m.find("key normalizer.type: unsupported value \"NFKC\""), std::string::npos) << m;
+  m = error_of(write("e/cl100k_base.json", R"({"pat_str": "x", "special_tokens": {}, "bpe_ranks": "! 0 IQ== ???"})"));
+  EXPECT_NE(m.find("bpe_ranks line 1, byte 9: expected a base64 token"), std::string::npos) << m;
+}
+
+TEST_F(BadFiles, Gpt2FilesNameTheLineAndTheirPartner) {
+  const std::string vocab = write("encoder.json", R"({"a": 0, "b": 1, "ab": 2})");
+  EXPECT_NE(error_of(vocab).find("needs vocab.bpe or merges.txt in the same folder"), std::string::npos);
+  const std::string merges = write("vocab.bpe", "#version: 0.2\na b\na c\n");
+  const std::string m = error_of(merges);
+  EXPECT_NE(m.find("vocab.bpe:3: merge \"a c\": c is not in"), std::string::npos) << m;
+}
+
+// ---- the CLI ----
+
+struct CliResult {
+  int status;
+  std::string output;
+};
+
+CliResult run_hone(const std::string& args) {
+  const std::string command = std::string(HONE_BINARY_DIR) + "/bin/hone " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST(Cli, TokenizeAndDecode) {
+  const std::string gpt2 = asset_path("tokenizers/gpt2");
+  CliResult r = run_hone("tokenize --tokenizer " + gpt2 + " --text 'Hello world<|endoftext|>'");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "[15496, 995, 27, 91, 437, 1659, 5239, 91, 29]\n");
+  r = run_hone("tokenize --special --tokenizer " + gpt2 + " --text 'Hello world<|endoftext|>'");
+  EXPECT_EQ(r.output, "[15496, 995, 50256]\n");
+  r = run_hone("tokenize --decode --tokenizer " + gpt2 + " --text '[15496, 995, 50256]'");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "Hello world<|endoftext|>");
+}
+
+TEST(Cli, BadInputExitsTwoWithOneLine) {
+  const std::string readme = source_path("README.md");
+  CliResult r = run_hone("tokenize --tokenizer " + readme + " --text hi");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find(readme + ":1: not a tokenizer file"), std::string::npos) << r.output;
+  r = run_hone("tokenize --decode --tokenizer " + asset_path("tokenizers/gpt2") + " --text '[1, 99999999]'");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("token id 99999999 is outside the vocabulary"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hone::test
