@@ -21,7 +21,14 @@ using nlohmann::json;
 struct Case {
   std::string reference;  // reference/<name>.json
   std::string tokenizer;  // under the asset cache
+  std::string kind;
+  int32_t vocab_size;
+  std::optional<int32_t> bos, eos, pad;
+  std::string special;  // one of its special tokens, and its id
+  int32_t special_id;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.tokenizer << " vs reference/" << c.reference << ".json"; }
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   std::string name = info.param.tokenizer;
@@ -97,11 +104,45 @@ class Reference : public testing::TestWithParam<Case> {
     reference_ = json::parse(read_file(source_path("tests/data/tokenizers/reference/" + GetParam().reference + ".json")));
     tokenizer_ = load_tokenizer(asset_path(GetParam().tokenizer));
   }
+  void check_texts();
+  void check_corpora();
+  void check_round_trips();
+  void check_special_tokens();
   json reference_;
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
-TEST_P(Reference, TextsIdForId) {
+// One test per tokenizer (its load is the expensive part): the sample texts id
+// for id, every whole corpus file by count and hash, and decode(encode(x)).
+TEST_P(Reference, MatchesAndRoundTrips) {
+  SCOPED_TRACE("reference/" + GetParam().reference + ".json");
+  check_texts();
+  check_corpora();
+  check_round_trips();
+  check_special_tokens();
+}
+
+void Reference::check_special_tokens() {
+  const Case& c = GetParam();
+  const Tokenizer& t = *tokenizer_;
+  EXPECT_EQ(t.kind(), c.kind);
+  EXPECT_EQ(t.vocab_size(), c.vocab_size);
+  EXPECT_EQ(t.bos_id(), c.bos);
+  EXPECT_EQ(t.eos_id(), c.eos);
+  EXPECT_EQ(t.pad_id(), c.pad);
+  EXPECT_EQ(t.special_token_id(c.special), c.special_id);
+  EXPECT_FALSE(t.special_token_id("no such token").has_value());
+  // Written in the text, a special token is text unless asked for.
+  const std::string text = "a" + c.special + "b";
+  const auto as_text = t.encode(text);
+  const auto recognized = t.encode(text, SpecialTokens::recognize);
+  EXPECT_EQ(std::count(recognized.begin(), recognized.end(), c.special_id), 1);
+  EXPECT_EQ(std::count(as_text.begin(), as_text.end(), c.special_id), 0);
+  EXPECT_THROW(t.decode(std::vector<int32_t>{t.vocab_size()}), Error);
+  EXPECT_THROW(t.decode(std::vector<int32_t>{-1}), Error);
+}
+
+void Reference::check_texts() {
   const std::string mode = reference_["mode"];
   for (const auto& [name, entry] : reference_["texts"].items()) {
     const std::vector<int32_t> expected = entry["ids"].get<std::vector<int32_t>>();
@@ -110,7 +151,7 @@ TEST_P(Reference, TextsIdForId) {
   }
 }
 
-TEST_P(Reference, WholeCorporaIdForId) {
+void Reference::check_corpora() {
   const std::string mode = reference_["mode"];
   std::vector<std::string> wrong;
   for (const auto& [file, expected] : reference_["corpus"].items()) {
@@ -138,7 +179,7 @@ std::string nfc(const std::string& text) {
 // U+2581 (so U+2581 comes back as a space), tokenizer.json normalizers apply.
 // Not for special tokens in SentencePiece-style text: each stretch between them
 // gets its own leading U+2581 there, by design.
-TEST_P(Reference, DecodeInvertsEncode) {
+void Reference::check_round_trips() {
   const bool spm_style = tokenizer_->kind() == "sentencepiece" || GetParam().reference == "mistral";
   const bool normalizes_nfc = GetParam().reference == "qwen3";
   for (const auto& [name, entry] : reference_["texts"].items()) {
@@ -156,21 +197,30 @@ TEST_P(Reference, DecodeInvertsEncode) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, Reference,
-                         testing::Values(Case{"gpt2", "tokenizers/gpt2"}, Case{"gpt2", "tokenizers/gpt2-hf"},
-                                         Case{"gpt2", "tokenizers/tiktoken/gpt2.json"},
-                                         Case{"cl100k_base", "tokenizers/tiktoken/cl100k_base.json"},
-                                         Case{"o200k_base", "tokenizers/tiktoken/o200k_base.json"},
-                                         Case{"llama3", "tokenizers/llama3/tokenizer.model"},
-                                         Case{"llama3", "tokenizers/llama3/tokenizer.json"},
-                                         Case{"llama3-hf", "tokenizers/llama3/tokenizer.json"},
-                                         Case{"mistral", "tokenizers/mistral/tokenizer.json"},
-                                         Case{"qwen3", "tokenizers/qwen3/tokenizer.json"},
-                                         Case{"spm", "tokenizers/spm/sotu.model"}),
-                         [](const testing::TestParamInfo<Case>& info) {
-                           return info.param.reference == "llama3-hf" ? "llama3_tokenizer_json_vs_lenml"
-                                                                      : case_name(info);
-                         });
+constexpr std::nullopt_t none = std::nullopt;
+
+INSTANTIATE_TEST_SUITE_P(
+    Tokenizers, Reference,
+    testing::Values(
+        Case{"gpt2", "tokenizers/gpt2", "gpt2-bpe", 50257, 50256, 50256, none, "<|endoftext|>", 50256},
+        Case{"gpt2", "tokenizers/gpt2-hf/merges.txt", "gpt2-bpe", 50257, 50256, 50256, none, "<|endoftext|>", 50256},
+        Case{"gpt2", "tokenizers/tiktoken/gpt2.json", "tiktoken", 50257, 50256, 50256, none, "<|endoftext|>", 50256},
+        Case{"cl100k_base", "tokenizers/tiktoken/cl100k_base.json", "tiktoken", 100277, none, 100257, none,
+             "<|fim_middle|>", 100259},
+        Case{"o200k_base", "tokenizers/tiktoken/o200k_base.json", "tiktoken", 200019, none, 199999, none,
+             "<|endofprompt|>", 200018},
+        Case{"llama3", "tokenizers/llama3/tokenizer.model", "tiktoken", 128256, 128000, 128001, none, "<|eot_id|>",
+             128009},
+        Case{"llama3", "tokenizers/llama3/tokenizer.json", "hf-tokenizer-json", 128256, 128000, 128001, none,
+             "<|eot_id|>", 128009},
+        Case{"llama3-hf", "tokenizers/llama3", "hf-tokenizer-json", 128256, 128000, 128001, none, "<|eot_id|>", 128009},
+        Case{"mistral", "tokenizers/mistral/tokenizer.json", "hf-tokenizer-json", 32000, 1, 2, none, "</s>", 2},
+        Case{"qwen3", "tokenizers/qwen3/tokenizer.json", "hf-tokenizer-json", 151669, none, 151645, 151643,
+             "<|im_start|>", 151644},
+        Case{"spm", "tokenizers/spm/sotu.model", "sentencepiece", 4000, 1, 2, none, "<s>", 1}),
+    [](const testing::TestParamInfo<Case>& info) {
+      return info.param.reference == "llama3-hf" ? "llama3_tokenizer_json_vs_lenml" : case_name(info);
+    });
 
 }  // namespace
 }  // namespace hone::test

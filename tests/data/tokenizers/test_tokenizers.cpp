@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "assets.hpp"
+#include "fuzz/fuzz_input.hpp"
 #include "hone/core/error.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/split_regex.hpp"
@@ -113,48 +114,6 @@ TEST(Bpe, LongAndShortPiecesMatchTheNaiveAlgorithm) {
   }
 }
 
-struct Expected {
-  std::string path;
-  std::string kind;
-  int32_t vocab_size;
-  std::optional<int32_t> bos, eos, pad;
-  std::string special;
-  int32_t special_id;
-};
-
-TEST(Tokenizers, KindsSizesAndSpecialTokens) {
-  const std::vector<Expected> cases = {
-      {"tokenizers/gpt2", "gpt2-bpe", 50257, 50256, 50256, std::nullopt, "<|endoftext|>", 50256},
-      {"tokenizers/gpt2-hf/merges.txt", "gpt2-bpe", 50257, 50256, 50256, std::nullopt, "<|endoftext|>", 50256},
-      {"tokenizers/tiktoken/cl100k_base.json", "tiktoken", 100277, std::nullopt, 100257, std::nullopt, "<|fim_middle|>", 100259},
-      {"tokenizers/tiktoken/o200k_base.json", "tiktoken", 200019, std::nullopt, 199999, std::nullopt, "<|endofprompt|>", 200018},
-      {"tokenizers/llama3/tokenizer.model", "tiktoken", 128256, 128000, 128001, std::nullopt, "<|eot_id|>", 128009},
-      {"tokenizers/llama3", "hf-tokenizer-json", 128256, 128000, 128001, std::nullopt, "<|eot_id|>", 128009},
-      {"tokenizers/mistral", "hf-tokenizer-json", 32000, 1, 2, std::nullopt, "</s>", 2},
-      {"tokenizers/qwen3", "hf-tokenizer-json", 151669, std::nullopt, 151645, 151643, "<|im_start|>", 151644},
-      {"tokenizers/spm/sotu.model", "sentencepiece", 4000, 1, 2, std::nullopt, "<s>", 1},
-  };
-  for (const Expected& e : cases) {
-    SCOPED_TRACE(e.path);
-    const auto t = load_tokenizer(asset_path(e.path));
-    EXPECT_EQ(t->kind(), e.kind);
-    EXPECT_EQ(t->vocab_size(), e.vocab_size);
-    EXPECT_EQ(t->bos_id(), e.bos);
-    EXPECT_EQ(t->eos_id(), e.eos);
-    EXPECT_EQ(t->pad_id(), e.pad);
-    EXPECT_EQ(t->special_token_id(e.special), e.special_id);
-    EXPECT_FALSE(t->special_token_id("no such token").has_value());
-    // Written in the text, a special token is text unless asked for.
-    const std::string text = "a" + e.special + "b";
-    const auto as_text = t->encode(text);
-    const auto recognized = t->encode(text, SpecialTokens::recognize);
-    EXPECT_EQ(std::count(recognized.begin(), recognized.end(), e.special_id), 1);
-    EXPECT_EQ(std::count(as_text.begin(), as_text.end(), e.special_id), 0);
-    EXPECT_THROW(t->decode(std::vector<int32_t>{t->vocab_size()}), Error);
-    EXPECT_THROW(t->decode(std::vector<int32_t>{-1}), Error);
-  }
-}
-
 TEST(Tokenizers, EncodeIsThreadSafe) {
   const auto t = load_tokenizer(asset_path("tokenizers/llama3/tokenizer.json"));
   const std::string text = read_file(asset_path("corpora/sotu/1941_franklin_d_roosevelt_d.txt"));
@@ -164,6 +123,25 @@ TEST(Tokenizers, EncodeIsThreadSafe) {
   for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = t->encode(text); });
   for (auto& th : threads) th.join();
   for (const auto& g : got) EXPECT_TRUE(g == expected);
+}
+
+// The fuzz seeds are valid files of each format (so the fuzzer starts from inputs
+// that reach encode and decode), and they tokenize as their vocabularies say.
+TEST(FuzzSeeds, LoadAndTokenize) {
+  const std::map<std::string, std::vector<int32_t>> hello_world = {
+      {"ranks", {259, 264}},  // "hello" " world", the last two merges
+      {"tiktoken_json", {259, 264}},
+      {"gpt2", {259, 264}},
+      {"tokenizer_json_byte_level", {259, 264}},
+      {"tokenizer_json_spm_style", {79, 81, 70, 74}},  // "▁hello" "▁wor" "l" "d"
+  };
+  for (const auto& entry : fs::directory_iterator(source_path("tests/data/tokenizers/fuzz/seeds/tokenizer_files"))) {
+    SCOPED_TRACE(entry.path().string());
+    const auto t = fuzz::load_fuzz_input(read_file(entry.path().string()));
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->encode("hello world"), hello_world.at(entry.path().filename().string()));
+    EXPECT_EQ(t->decode(t->encode("hello  world")), "hello  world");
+  }
 }
 
 // ---- errors: one message naming the file, where in it, and what was expected ----
