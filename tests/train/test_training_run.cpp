@@ -33,7 +33,7 @@ class TrainingRun : public ::testing::Test {
   // A small pretraining config on mock data; `extra` lines are appended.
   std::string config(const std::string& run, int64_t steps, const std::string& extra = "") {
     const std::string path = root_ + "/" + run + ".yaml";
-    std::ofstream(path) << "recipe: pretrain\noutput_dir: " << root_ << "/" << run << "\nthreads: 2\n"
+    std::ofstream(path) << "recipe: pretrain\noutput_dir: " << root_ << "/" << run << "\nthreads: 1\n"
                         << "model: {name: llama_tiny}\n"
                         << "dataset: {type: mock, seq_len: 32, mock: {documents: 64, document_length: 200}}\n"
                         << "batch_size: 4\nmax_steps: " << steps << "\n"
@@ -89,21 +89,34 @@ TEST_F(TrainingRun, SigkillAtAnyMomentLeavesALoadableCheckpoint) {
   // Checkpoints every step, so most kills land in the middle of a save.
   const std::string cfg = config("killed", 100000, "checkpoint: {every_n_steps: 1, keep_last_n: 2}\nresume: latest\n"
                                                    "logging: {tensorboard: false}\n");
+  const std::string run_dir = root_ + "/killed";
   Generator rng(11);
-  int saw_checkpoint = 0;
+  int64_t last_step = 0;
   for (int attempt = 0; attempt < 12; ++attempt) {
     Process p = start_hone({"run", "pretrain", "--config", cfg}, root_ + "/log.txt");
-    std::this_thread::sleep_for(std::chrono::milliseconds(300 + int(rng.next_below(500))));
+    // Once this attempt has saved a checkpoint of its own, it is in the
+    // train-and-save loop: kill it at a random moment of that loop.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    int64_t step = last_step;
+    while (step <= last_step && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      try {
+        if (auto folder = find_checkpoint(run_dir, "latest")) step = std::stoll(fs::path(*folder).filename().string().substr(5));
+      } catch (const Error&) {
+        // `latest` is being replaced this very moment
+      }
+    }
+    ASSERT_GT(step, last_step) << "attempt " << attempt << " saved no checkpoint within a minute\n" << log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(int(rng.next_below(150))));
     ::kill(p.pid, SIGKILL);
     EXPECT_EQ(wait_for(p), 128 + SIGKILL);
-    auto folder = find_checkpoint(root_ + "/killed", "latest");
-    if (!folder) continue;  // killed before the first save
-    ++saw_checkpoint;
+    auto folder = find_checkpoint(run_dir, "latest");
+    ASSERT_TRUE(folder.has_value());
     EXPECT_NO_THROW(verify_checkpoint(*folder)) << *folder;
+    last_step = std::stoll(fs::path(*folder).filename().string().substr(5));
   }
-  EXPECT_GE(saw_checkpoint, 8) << log();
   // And the run goes on from the last one.
-  EXPECT_EQ(run({"run", "pretrain", "--config", cfg, "max_steps=1"}), 0);
+  EXPECT_EQ(run({"run", "pretrain", "--config", cfg, "max_steps=" + std::to_string(last_step + 1)}), 0) << log();
 }
 
 TEST_F(TrainingRun, SigintFinishesTheStepSavesAndExitsZero) {

@@ -13,7 +13,7 @@ Parameter& ParameterSet::declare(std::string name, const Shape& shape, bool deca
   return p;
 }
 
-void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device device) {
+void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads) {
   int64_t total = 0;
   for (bool decay : {true, false}) {
     Group group{.offset = total, .count = 0, .decay = decay};
@@ -26,11 +26,11 @@ void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device devi
     if (group.count > 0) groups_.push_back(group);
   }
   values_ = Tensor::zeros({total}, master_dtype, device);
-  grads_ = Tensor::zeros({total}, master_dtype, device);
+  if (with_grads) grads_ = Tensor::zeros({total}, master_dtype, device);
   if (compute_dtype != master_dtype) compute_ = Tensor::zeros({total}, compute_dtype, device);
   for (Parameter& p : params_) {
     p.value = values_.slice(p.offset, p.shape);
-    p.grad = grads_.slice(p.offset, p.shape);
+    if (with_grads) p.grad = grads_.slice(p.offset, p.shape);
     p.compute = compute_.defined() ? compute_.slice(p.offset, p.shape) : p.value;
   }
 }
@@ -52,7 +52,9 @@ Parameter& ParameterSet::get(std::string_view name) {
   return const_cast<Parameter&>(static_cast<const ParameterSet*>(this)->get(name));
 }
 
-void ParameterSet::zero_grad() { grads_.zero_(); }
+void ParameterSet::zero_grad() {
+  if (grads_.defined()) grads_.zero_();
+}
 
 void ParameterSet::sync_compute() {
   if (compute_.defined()) ops::cast(values_, compute_);

@@ -16,7 +16,7 @@ struct Parameter {
   Shape shape;
   bool decay = true;  // AdamW applies weight decay (matrices, embeddings; not norms, biases)
   Tensor value;       // master weights: fp32 (fp64 on the gradient-check path)
-  Tensor grad;        // same dtype and shape as value
+  Tensor grad;        // same dtype and shape as value; undefined when frozen
   Tensor compute;     // what the forward pass reads: `value` itself, or its bf16 copy
   int64_t offset = 0; // position in the flat buffers
 };
@@ -27,7 +27,9 @@ class ParameterSet {
   Parameter& declare(std::string name, const Shape& shape, bool decay);
   // Allocates the flat buffers (zeroed) and points every parameter into them.
   // compute_dtype bf16 adds a bf16 copy of the weights; otherwise compute aliases value.
-  void allocate(DType master_dtype, DType compute_dtype, Device device);
+  // Without gradients the set is frozen: no gradient buffer exists at all.
+  void allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads = true);
+  bool frozen() const { return !grads_.defined(); }
 
   Parameter& get(std::string_view name);
   const Parameter& get(std::string_view name) const;
@@ -43,7 +45,7 @@ class ParameterSet {
   const std::vector<Group>& groups() const { return groups_; }
 
   const Tensor& values() const { return values_; }
-  const Tensor& grads() const { return grads_; }
+  const Tensor& grads() const { return grads_; }  // undefined when frozen
   const Tensor& compute() const { return compute_; }  // undefined unless a separate copy exists
   int64_t numel() const { return values_.numel(); }
 

@@ -1,5 +1,6 @@
 #include "hone/model/transformer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "hone/core/rng.hpp"
@@ -20,14 +21,19 @@ Tensor to_tensor(const std::vector<double>& values, const Shape& shape, DType dt
 
 }  // namespace
 
-Transformer::Transformer(ModelConfig config, DType dtype, Device device)
-    : config_(std::move(config)), dtype_(dtype), device_(device) {
+Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora)
+    : config_(std::move(config)), dtype_(dtype), device_(device), lora_(std::move(lora)) {
   config_.validate();
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
              "models compute in fp32, bf16 or fp64, not {}", dtype_name(dtype));
   declare_parameters();
+  layer_adapters_.resize(layers_.size());  // empty without LoRA
   const DType master = dtype == DType::f64 ? DType::f64 : DType::f32;
-  params_.allocate(master, dtype, device);
+  params_.allocate(master, dtype, device, /*with_grads=*/!lora_);
+  if (lora_) {
+    declare_lora();
+    lora_params_.allocate(master, dtype, device);
+  }
   if (config_.position == PositionKind::alibi) {
     alibi_slopes_ = to_tensor(alibi_slopes(config_.n_heads, config_.alibi_bias_max), {config_.n_heads}, master,
                               device);
@@ -65,6 +71,139 @@ void Transformer::declare_parameters() {
   lm_head_ = c.tie_embeddings ? tok_embeddings_ : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true);
 }
 
+const std::vector<std::string>& lora_attn_module_names() {
+  static const std::vector<std::string> names = {"q_proj", "k_proj", "v_proj", "output_proj"};
+  return names;
+}
+
+void Transformer::declare_lora() {
+  const LoraConfig& lora = *lora_;
+  const ModelConfig& c = config_;
+  HONE_CHECK(lora.rank > 0, "lora_rank must be positive, got {}", lora.rank);
+  HONE_CHECK(lora.dropout >= 0 && lora.dropout < 1, "lora_dropout must be in [0, 1), got {}", lora.dropout);
+  for (const std::string& m : lora.attn_modules) {
+    const auto& known = lora_attn_module_names();
+    HONE_CHECK(std::find(known.begin(), known.end(), m) != known.end(),
+               "lora_attn_modules: unknown module '{}'; expected q_proj, k_proj, v_proj or output_proj", m);
+  }
+  HONE_CHECK(!lora.apply_to_output || !c.tie_embeddings,
+             "apply_lora_to_output needs an untied output projection; {} ties it to the token embedding", c.name);
+  uint64_t stream = 0;
+  auto adapter = [&](const std::string& prefix, const std::string& module, Parameter* base, int64_t row_begin,
+                     int64_t rows) {
+    const int64_t in = base->shape[1];
+    LoraAdapter a{.module = module, .base = base, .a = nullptr, .b = nullptr, .row_begin = row_begin, .rows = rows,
+                  .stream = ++stream, .u = Tensor()};
+    a.a = &lora_params_.declare(prefix + module + ".a", {lora.rank, in}, true);
+    a.b = &lora_params_.declare(prefix + module + ".b", {rows, lora.rank}, true);
+    return a;
+  };
+  auto wants = [&](const char* module) {
+    return std::find(lora.attn_modules.begin(), lora.attn_modules.end(), module) != lora.attn_modules.end();
+  };
+  const int64_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerParameters& p = layers_[i];
+    auto& a = layer_adapters_[i];
+    const std::string prefix = "layers." + std::to_string(i) + ".lora.";
+    if (wants("q_proj")) a[kQkv].push_back(adapter(prefix, "q_proj", p.qkv_weight, 0, q));
+    if (wants("k_proj")) a[kQkv].push_back(adapter(prefix, "k_proj", p.qkv_weight, q, kv));
+    if (wants("v_proj")) a[kQkv].push_back(adapter(prefix, "v_proj", p.qkv_weight, q + kv, kv));
+    if (wants("output_proj")) a[kOut].push_back(adapter(prefix, "output_proj", p.out_weight, 0, c.dim));
+    if (lora.apply_to_mlp) {
+      if (c.mlp == MlpKind::swiglu) {
+        a[kUp].push_back(adapter(prefix, "gate_proj", p.up_weight, 0, c.ffn_dim));
+        a[kUp].push_back(adapter(prefix, "up_proj", p.up_weight, c.ffn_dim, c.ffn_dim));
+      } else {
+        a[kUp].push_back(adapter(prefix, "up_proj", p.up_weight, 0, c.ffn_dim));
+      }
+      a[kDown].push_back(adapter(prefix, "down_proj", p.down_weight, 0, c.dim));
+    }
+  }
+  if (lora.apply_to_output) output_adapters_.push_back(adapter("lora.", "output", lm_head_, 0, c.vocab_size));
+}
+
+void Transformer::init_lora(uint64_t seed) {
+  if (!lora_) return;
+  dropout_seed_ = seed;
+  uint64_t stream = uint64_t(1) << 40;
+  for (Parameter& p : lora_params_.all()) {
+    Tensor host = Tensor::zeros(p.shape, p.value.dtype());
+    if (p.name.ends_with(".a")) {
+      const double bound = 1.0 / std::sqrt(double(p.shape[1]));
+      if (host.dtype() == DType::f64) Generator(seed, stream).uniform(std::span(host.data<double>(), size_t(host.numel())), -bound, bound);
+      else Generator(seed, stream).uniform(std::span(host.data<float>(), size_t(host.numel())), -bound, bound);
+    }
+    p.value.copy_from(host);
+    ++stream;
+  }
+  lora_params_.sync_compute();
+}
+
+void Transformer::merge_lora() {
+  if (!lora_) return;
+  auto merge = [&](LoraAdapter& a) {
+    const int64_t in = a.base->shape[1], rank = lora_->rank;
+    const Tensor block = a.base->value.view({a.base->value.numel()}).slice(a.row_begin * in, {1, a.rows, in});
+    ops::matmul(a.b->value.view({1, a.rows, rank}), false, a.a->value.view({1, rank, in}), false, block,
+                float(lora_->scale()), 1.0f);
+    a.b->value.zero_();
+  };
+  for (auto& layer : layer_adapters_)
+    for (auto& projection : layer)
+      for (LoraAdapter& a : projection) merge(a);
+  for (LoraAdapter& a : output_adapters_) merge(a);
+  params_.sync_compute();
+  lora_params_.sync_compute();
+}
+
+Tensor Transformer::adapter_input(const Tensor& x, const LoraAdapter& adapter) const {
+  if (!training_ || lora_->dropout == 0) return x;
+  Tensor dropped = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::dropout(x, dropped, lora_->dropout, dropout_seed_, adapter.stream << 32 | (dropout_round_ & 0xffffffffu));
+  return dropped;
+}
+
+void Transformer::project(const Tensor& x, const Parameter* weight, const Parameter* bias,
+                          std::vector<LoraAdapter>& adapters, const Tensor& y) {
+  ops::linear_forward(x, weight->compute, bias ? bias->value : Tensor(), y);
+  if (adapters.empty()) return;
+  const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
+  const Tensor y2 = y.view({rows, y.size(-1)});
+  for (LoraAdapter& a : adapters) {
+    if (!a.u.defined() || a.u.size(0) != rows) a.u = Tensor::empty({rows, lora_->rank}, dtype_, device_);
+    ops::linear_forward(adapter_input(x, a).view({rows, in}), a.a->compute, Tensor(), a.u);
+    const Tensor delta = Tensor::empty({rows, a.rows}, dtype_, device_);
+    ops::linear_forward(a.u, a.b->compute, Tensor(), delta);
+    ops::add_columns(y2, a.row_begin, delta, lora_->scale());
+  }
+}
+
+void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight,
+                                   const Parameter* bias, std::vector<LoraAdapter>& adapters, const Tensor& dx) {
+  ops::linear_backward(dy, x, weight->compute, dx, weight->grad, bias ? bias->grad : Tensor());
+  if (adapters.empty()) return;
+  const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
+  const Tensor dy2 = dy.view({rows, dy.size(-1)}), dx2 = dx.view({rows, in});
+  const bool dropout = training_ && lora_->dropout > 0;
+  for (LoraAdapter& a : adapters) {
+    // With s = alpha/rank: dB += (s·dy)ᵀ·u, du = s·dy·B, dA += duᵀ·x_in, dx += mask ⊙ du·A.
+    const Tensor scaled_dy = Tensor::empty({rows, a.rows}, dtype_, device_);
+    ops::copy_columns(dy2, a.row_begin, scaled_dy, lora_->scale());
+    const Tensor du = Tensor::empty({rows, lora_->rank}, dtype_, device_);
+    ops::linear_backward(scaled_dy, a.u, a.b->compute, du, a.b->grad, Tensor());
+    const Tensor input = adapter_input(x, a).view({rows, in});
+    if (!dropout) {
+      ops::linear_backward(du, input, a.a->compute, dx2, a.a->grad, Tensor(), /*accumulate_dx=*/true);
+      continue;
+    }
+    const Tensor dx_adapter = Tensor::empty({rows, in}, dtype_, device_);
+    ops::linear_backward(du, input, a.a->compute, dx_adapter, a.a->grad, Tensor());
+    ops::dropout(dx_adapter, dx_adapter, lora_->dropout, dropout_seed_, a.stream << 32 | (dropout_round_ & 0xffffffffu));
+    ops::add_(dx2, dx_adapter);
+  }
+}
+
 void Transformer::init_weights(uint64_t seed) {
   const double residual_std = config_.init_std / std::sqrt(2.0 * double(config_.n_layers));
   uint64_t stream = 0;
@@ -90,6 +229,7 @@ void Transformer::init_weights(uint64_t seed) {
     ++stream;
   }
   params_.sync_compute();
+  init_lora(seed);
 }
 
 void Transformer::reserve(int64_t batch, int64_t seq) {
@@ -165,27 +305,28 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets) {
     const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
     // Attention block: x + out(attention(rope(qkv(norm(x)))))
     norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
-    ops::linear_forward(l.attn_norm, p.qkv_weight->compute, value_or_none(p.qkv_bias), l.qkv);
+    auto& adapters = layer_adapters_[size_t(i)];
+    project(l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], l.qkv);
     if (c.position == PositionKind::rope) {
       ops::rope_apply(l.qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, false);
     }
     ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, heads());
-    ops::linear_forward(l.attn, p.out_weight->compute, value_or_none(p.out_bias), a.branch);
+    project(l.attn, p.out_weight, p.out_bias, adapters[kOut], a.branch);
     ops::add(l.input, a.branch, l.mid);
     // MLP block: x + down(act(up(norm(x))))
     norm_forward(l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm, l.mlp_norm_mean, l.mlp_norm_rstd);
-    ops::linear_forward(l.mlp_norm, p.up_weight->compute, value_or_none(p.up_bias), l.mlp_up);
+    project(l.mlp_norm, p.up_weight, p.up_bias, adapters[kUp], l.mlp_up);
     if (c.mlp == MlpKind::swiglu) {
       ops::swiglu_forward(l.mlp_up, l.mlp_act);
     } else {
       ops::gelu_forward(l.mlp_up, l.mlp_act,
                         c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
     }
-    ops::linear_forward(l.mlp_act, p.down_weight->compute, value_or_none(p.down_bias), a.branch);
+    project(l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.branch);
     ops::add(l.mid, a.branch, next_input);
   }
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
-  ops::linear_forward(a.final_norm, lm_head_->compute, Tensor(), a.logits);
+  project(a.final_norm, lm_head_, nullptr, output_adapters_, a.logits);
   if (!targets.defined()) return {};
   HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
              tokens.shape().str());
@@ -201,38 +342,37 @@ void Transformer::backward(double loss_scale) {
 
   ops::cross_entropy_backward(a.logits, targets_.view({a.batch * a.seq}), a.logits_lse, loss_scale);
   const Tensor& d_logits = a.logits;
-  ops::linear_backward(d_logits, a.final_norm, lm_head_->compute, a.d_norm, lm_head_->grad, Tensor());
+  project_backward(d_logits, a.final_norm, lm_head_, nullptr, output_adapters_, a.d_norm);
   a.d_residual.zero_();
   norm_backward(a.d_norm, a.output, final_norm_weight_, final_norm_bias_, a.final_norm_mean, a.final_norm_rstd,
                 a.d_residual);
   for (int64_t i = c.n_layers - 1; i >= 0; --i) {
     const LayerParameters& p = layers_[size_t(i)];
     const LayerActivations& l = a.layers[size_t(i)];
+    auto& adapters = layer_adapters_[size_t(i)];
     // MLP block; the residual gradient flows on unchanged and the branch adds to it.
-    ops::linear_backward(a.d_residual, l.mlp_act, p.down_weight->compute, a.d_mlp_act, p.down_weight->grad,
-                         grad_or_none(p.down_bias));
+    project_backward(a.d_residual, l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.d_mlp_act);
     if (c.mlp == MlpKind::swiglu) {
       ops::swiglu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up);
     } else {
       ops::gelu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up, gelu_kind);
     }
-    ops::linear_backward(a.d_mlp_up, l.mlp_norm, p.up_weight->compute, a.d_norm, p.up_weight->grad,
-                         grad_or_none(p.up_bias));
+    project_backward(a.d_mlp_up, l.mlp_norm, p.up_weight, p.up_bias, adapters[kUp], a.d_norm);
     norm_backward(a.d_norm, l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm_mean, l.mlp_norm_rstd,
                   a.d_residual);
     // Attention block.
-    ops::linear_backward(a.d_residual, l.attn, p.out_weight->compute, a.d_attn, p.out_weight->grad,
-                         grad_or_none(p.out_bias));
+    project_backward(a.d_residual, l.attn, p.out_weight, p.out_bias, adapters[kOut], a.d_attn);
     ops::attention_backward(a.d_attn, l.qkv, l.attn, l.attn_lse, alibi_slopes_, a.d_qkv, heads());
     if (c.position == PositionKind::rope) {
       ops::rope_apply(a.d_qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, true);
     }
-    ops::linear_backward(a.d_qkv, l.attn_norm, p.qkv_weight->compute, a.d_norm, p.qkv_weight->grad,
-                         grad_or_none(p.qkv_bias));
+    project_backward(a.d_qkv, l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], a.d_norm);
     norm_backward(a.d_norm, l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm_mean, l.attn_norm_rstd,
                   a.d_residual);
   }
-  ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_));
+  if (tok_embeddings_->grad.defined()) {
+    ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_));
+  }
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
 }
 

@@ -2,8 +2,12 @@
 // The decoder-only Transformer of every supported family, with an explicit
 // forward and backward pass per layer (no autograd tape): activations live in an
 // arena planned from the config before the first step.
+#include <array>
+#include <optional>
+
 #include "hone/model/activations.hpp"
 #include "hone/model/config.hpp"
+#include "hone/model/lora.hpp"
 #include "hone/model/parameters.hpp"
 #include "hone/ops/ops.hpp"
 
@@ -25,21 +29,54 @@ struct LayerParameters {
   Parameter* down_bias = nullptr;
 };
 
+// A LoRA adapter on rows [row_begin, row_begin + rows) of a projection weight
+// (a column block of its output): q, k and v are row blocks of the fused qkv.
+struct LoraAdapter {
+  std::string module;  // torchtune's name: q_proj, ..., output
+  Parameter* base = nullptr;  // the weight it adapts
+  Parameter* a = nullptr;  // [rank, in]
+  Parameter* b = nullptr;  // [rows, rank]
+  int64_t row_begin = 0, rows = 0;
+  uint64_t stream = 0;  // dropout masks: Philox stream of this adapter
+  Tensor u;             // x·Aᵀ of the last forward pass [batch·seq, rank]
+};
+
 class Transformer {
  public:
   // dtype is the activation and GEMM dtype: fp32, bf16 (mixed precision: fp32
-  // master weights, bf16 compute copy) or fp64 (gradient checks).
-  explicit Transformer(ModelConfig config, DType dtype = DType::f32, Device device = Device::cpu());
+  // master weights, bf16 compute copy) or fp64 (gradient checks). With `lora`
+  // the base weights are frozen (no gradients, no optimizer state) and only the
+  // adapters train.
+  explicit Transformer(ModelConfig config, DType dtype = DType::f32, Device device = Device::cpu(),
+                       std::optional<LoraConfig> lora = std::nullopt);
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
+  // The base weights.
   ParameterSet& params() { return params_; }
   const ParameterSet& params() const { return params_; }
+  // What training updates: the LoRA adapters when there are any, else the base.
+  ParameterSet& trainable_params() { return lora_ ? lora_params_ : params_; }
+  const ParameterSet& trainable_params() const { return lora_ ? lora_params_ : params_; }
+  const std::optional<LoraConfig>& lora() const { return lora_; }
 
   // Normal(0, init_std) matrices and embeddings, with the residual projections
-  // scaled by 1/sqrt(2·n_layers) (GPT-2); norm weights 1, biases 0.
+  // scaled by 1/sqrt(2·n_layers) (GPT-2); norm weights 1, biases 0; LoRA adapters
+  // as init_lora does.
   void init_weights(uint64_t seed);
+  // LoRA's init: A uniform in ±1/sqrt(in) (PyTorch's kaiming_uniform(a=√5)), B zero.
+  void init_lora(uint64_t seed);
+  // Folds every adapter into its base weight, W += (alpha/rank)·B·A, and zeroes
+  // the adapters (B = 0): the model computes the same function without them.
+  void merge_lora();
+
+  // Dropout in LoRA adapters acts only while training (the default); evaluation
+  // turns it off. Each forward pass of training names its dropout round (e.g. the
+  // global micro-batch index), so masks are reproducible and a resumed run draws
+  // the masks the uninterrupted one would have.
+  void set_training(bool training) { training_ = training; }
+  void set_dropout_round(uint64_t round) { dropout_round_ = round; }
 
   // Plans and allocates the activations for [batch, seq] inputs. forward() does
   // this itself when the shape changes.
@@ -62,6 +99,15 @@ class Transformer {
   // RoPE tables covering positions [0, positions).
   void ensure_rope_tables(int64_t positions);
   void declare_parameters();
+  void declare_lora();
+  // y = x·Wᵀ + b plus the projection's LoRA adapters.
+  void project(const Tensor& x, const Parameter* weight, const Parameter* bias, std::vector<LoraAdapter>& adapters,
+               const Tensor& y);
+  // dx = dy·W (+ adapters), and the gradients of whatever is trainable.
+  void project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight, const Parameter* bias,
+                        std::vector<LoraAdapter>& adapters, const Tensor& dx);
+  // x as an adapter sees it: with this forward pass's dropout mask applied.
+  Tensor adapter_input(const Tensor& x, const LoraAdapter& adapter) const;
   void norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y, const Tensor& mean,
                     const Tensor& rstd);
   void norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& mean,
@@ -78,6 +124,17 @@ class Transformer {
   Parameter* final_norm_weight_ = nullptr;
   Parameter* final_norm_bias_ = nullptr;
   Parameter* lm_head_ = nullptr;  // tok_embeddings_ when tied
+
+  // LoRA: per layer, the adapters of each projection (none without LoRA); the
+  // output projection's.
+  enum Projection { kQkv, kOut, kUp, kDown, kProjections };
+  std::optional<LoraConfig> lora_;
+  ParameterSet lora_params_;
+  std::vector<std::array<std::vector<LoraAdapter>, kProjections>> layer_adapters_;
+  std::vector<LoraAdapter> output_adapters_;
+  bool training_ = true;
+  uint64_t dropout_round_ = 0;
+  uint64_t dropout_seed_ = 0;
 
   Tensor rope_cos_, rope_sin_;  // [seq, hd/2], RoPE only
   Tensor alibi_slopes_;         // [H], ALiBi only

@@ -1,3 +1,5 @@
+#include <cstring>
+
 #include "hone/kernels/cpu/adamw.hpp"
 #include "hone/kernels/cpu/elementwise.hpp"
 #include "hone/ops/dispatch.hpp"
@@ -27,24 +29,72 @@ void scale_(const Tensor& x, double factor) {
 }
 
 void cast(const Tensor& src, const Tensor& dst) {
-  const char* op = "cast";
-  op_device(op, {&src, &dst});
-  expect_shape(op, "destination", dst, src.shape());
-  const DType from = src.dtype(), to = dst.dtype();
-  const int64_t n = src.numel();
-  if (from == to) {
+  op_device("cast", {&src, &dst});
+  expect_shape("cast", "destination", dst, src.shape());
+  if (src.dtype() == dst.dtype()) {
     dst.copy_from(src);
+  } else {
+    cast(src.raw(), src.dtype(), dst);
+  }
+}
+
+void cast(const void* src, DType src_dtype, const Tensor& dst) {
+  const char* op = "cast";
+  op_device(op, {&dst});
+  const DType from = src_dtype, to = dst.dtype();
+  const int64_t n = dst.numel();
+  namespace k = kernels::cpu;
+  if (from == to) {
+    if (n > 0) std::memcpy(dst.raw(), src, dst.nbytes());
   } else if (from == DType::f32 && to == DType::bf16) {
-    kernels::cpu::cast(src.data<float>(), dst.data<bf16>(), n);
+    k::cast(static_cast<const float*>(src), dst.data<bf16>(), n);
   } else if (from == DType::bf16 && to == DType::f32) {
-    kernels::cpu::cast(src.data<bf16>(), dst.data<float>(), n);
+    k::cast(static_cast<const bf16*>(src), dst.data<float>(), n);
+  } else if (from == DType::f32 && to == DType::f16) {
+    k::cast_f32_to_f16(static_cast<const float*>(src), static_cast<uint16_t*>(dst.raw()), n);
+  } else if (from == DType::f16 && to == DType::f32) {
+    k::cast_f16_to_f32(static_cast<const uint16_t*>(src), dst.data<float>(), n);
   } else if (from == DType::f32 && to == DType::f64) {
-    kernels::cpu::cast(src.data<float>(), dst.data<double>(), n);
+    k::cast(static_cast<const float*>(src), dst.data<double>(), n);
   } else if (from == DType::f64 && to == DType::f32) {
-    kernels::cpu::cast(src.data<double>(), dst.data<float>(), n);
+    k::cast(static_cast<const double*>(src), dst.data<float>(), n);
   } else {
     fail("{}: no conversion from {} to {}", op, dtype_name(from), dtype_name(to));
   }
+}
+
+void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t stream) {
+  const char* op = "dropout";
+  op_device(op, {&x, &out});
+  expect_shape(op, "output", out, x.shape());
+  HONE_CHECK(p >= 0 && p < 1, "{}: probability {} is not in [0, 1)", op, p);
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    kernels::cpu::dropout<T>(x.data<T>(), out.data<T>(), x.numel(), p, seed, stream);
+  });
+}
+
+void add_columns(const Tensor& dst, int64_t col, const Tensor& src, double scale) {
+  const char* op = "add_columns";
+  op_device(op, {&dst, &src});
+  HONE_CHECK(dst.ndim() == 2 && src.ndim() == 2 && src.size(0) == dst.size(0) && col >= 0 &&
+                 col + src.size(1) <= dst.size(1) && src.dtype() == dst.dtype(),
+             "{}: a {} block at column {} of {}", op, src.shape().str(), col, dst.shape().str());
+  dispatch_floating(dst.dtype(), op, [&]<typename T>() {
+    kernels::cpu::add_scaled_columns<T>(dst.data<T>(), dst.size(1), col, src.data<T>(), src.size(0), src.size(1),
+                                        scale);
+  });
+}
+
+void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scale) {
+  const char* op = "copy_columns";
+  op_device(op, {&dst, &src});
+  HONE_CHECK(dst.ndim() == 2 && src.ndim() == 2 && src.size(0) == dst.size(0) && col >= 0 &&
+                 col + dst.size(1) <= src.size(1) && src.dtype() == dst.dtype(),
+             "{}: a {} block at column {} of {}", op, dst.shape().str(), col, src.shape().str());
+  dispatch_floating(dst.dtype(), op, [&]<typename T>() {
+    kernels::cpu::copy_scaled_columns<T>(src.data<T>(), src.size(1), col, dst.data<T>(), dst.size(0), dst.size(1),
+                                         scale);
+  });
 }
 
 double sum_squares(const Tensor& x) {

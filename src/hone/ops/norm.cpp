@@ -36,11 +36,11 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
   const char* op = "rmsnorm backward";
   op_device(op, {&dy, &x, &weight, &rstd, &dx, &d_weight});
   check_norm(op, x, dy, weight, {&rstd});
-  check_norm(op, x, dx, d_weight, {});
+  check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), rstd.data<C>(), dx.data<T>(),
-                                      d_weight.data<C>(), rows_of(x), x.size(-1));
+                                      d_weight.defined() ? d_weight.data<C>() : nullptr, rows_of(x), x.size(-1));
   });
 }
 
@@ -62,12 +62,13 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
   const char* op = "layernorm backward";
   op_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &d_weight, &d_bias});
   check_norm(op, x, dy, weight, {&mean, &rstd});
-  check_norm(op, x, dx, d_weight, {});
+  check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});
   if (d_bias.defined()) expect_shape(op, "bias gradient", d_bias, weight.shape());
+  HONE_CHECK(d_weight.defined() || !d_bias.defined(), "{}: a bias gradient for a frozen weight", op);
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::layernorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), mean.data<C>(), rstd.data<C>(),
-                                        dx.data<T>(), d_weight.data<C>(),
+                                        dx.data<T>(), d_weight.defined() ? d_weight.data<C>() : nullptr,
                                         d_bias.defined() ? d_bias.data<C>() : nullptr, rows_of(x), x.size(-1));
   });
 }

@@ -35,6 +35,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor&
                         const Tensor& d_positions);
 
 // ---- normalization over the last dimension ----
+// In the backward ops an absent d_weight (and d_bias) means a frozen norm.
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
                       const Tensor& d_weight);
@@ -89,12 +90,25 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
 // Turns logits, in place, into the gradient of scale·Σ losses.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale);
 
+// ---- dropout ----
+// out = x · keep / (1 - p), keep = 1 with probability 1 - p, drawn from Philox at
+// (seed, stream, element): calling it again with the same arguments applies the
+// same mask, so a backward pass recomputes it instead of storing it. out may be x.
+void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t stream);
+
 // ---- element-wise ----
 void add(const Tensor& a, const Tensor& b, const Tensor& out);
 void add_(const Tensor& x, const Tensor& y);  // x += y
 void scale_(const Tensor& x, double factor);
-void cast(const Tensor& src, const Tensor& dst);  // between f32, bf16 and f64
+void cast(const Tensor& src, const Tensor& dst);  // f32 <-> bf16, f16 or f64
+// Converts dst.numel() elements of src_dtype at host memory `src` (a memory-mapped
+// file, say) into dst, with the conversions of cast() above.
+void cast(const void* src, DType src_dtype, const Tensor& dst);
 double sum_squares(const Tensor& x);
+// Column blocks of [rows, width] matrices (LoRA adapters own a block of a
+// projection's outputs): dst[:, col:col+c] += scale·src, and dst = scale·src[:, col:col+c].
+void add_columns(const Tensor& dst, int64_t col, const Tensor& src, double scale);
+void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scale);
 
 // ---- optimizer ----
 using kernels::cpu::AdamWHyper;

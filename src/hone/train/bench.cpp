@@ -52,7 +52,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   allocator_for(o.device).reset_peak();
   Transformer model(o.model, o.dtype, o.device);
   model.init_weights(o.seed);
-  AdamW optimizer(model.params(), AdamWConfig{});
+  AdamW optimizer(model.trainable_params(), AdamWConfig{});
   model.reserve(o.batch_size, o.seq_len);
 
   // Random tokens: the next-token targets are the inputs shifted by one.

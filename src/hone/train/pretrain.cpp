@@ -111,7 +111,7 @@ int run_pretrain(const Config& c) {
   RunConsole console(run.output_dir);
   Transformer model(model_config, run.dtype, run.device);
   model.init_weights(run.seed);
-  AdamW optimizer(model.params(), adamw_config_from(c));
+  AdamW optimizer(model.trainable_params(), adamw_config_from(c));
   const LrSchedule schedule = lr_schedule_from(c, total_steps);
   const double max_grad_norm = c.get<double>("optimizer.max_grad_norm");
 

@@ -18,14 +18,17 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch
   StepStats stats;
   for (const Batch& b : micro_batches) stats.tokens += count_targets(b.targets);
   HONE_CHECK(stats.tokens > 0, "every target of this step is masked: nothing to learn from");
-  model.params().zero_grad();
+  ParameterSet& trained = model.trainable_params();
+  trained.zero_grad();
   double loss_sum = 0;
-  for (const Batch& b : micro_batches) {
-    loss_sum += model.forward(b.tokens, b.targets).sum;
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    // Dropout masks are a function of the micro-batch's global index.
+    model.set_dropout_round(uint64_t(optimizer.steps_taken()) * micro_batches.size() + k);
+    loss_sum += model.forward(micro_batches[k].tokens, micro_batches[k].targets).sum;
     model.backward(1.0 / double(stats.tokens));
   }
   stats.loss = loss_sum / double(stats.tokens);
-  stats.grad_norm = clip_grad_norm(model.params(), max_grad_norm);
+  stats.grad_norm = clip_grad_norm(trained, max_grad_norm);
   stats.lr = lr;
   stats.applied = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);
   if (stats.applied) optimizer.step(lr);

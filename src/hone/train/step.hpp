@@ -1,6 +1,7 @@
 #pragma once
 // One training step: forward and backward over each micro-batch (gradient
-// accumulation), global-norm clipping, AdamW.
+// accumulation), global-norm clipping, AdamW, over the model's trainable
+// parameters (the LoRA adapters when it has them).
 #include <span>
 
 #include "hone/data/batch.hpp"

@@ -1,5 +1,6 @@
 #include "hone/kernels/cpu/elementwise.hpp"
 
+#include "hone/core/rng.hpp"
 #include "hone/kernels/cpu/reduce.hpp"
 
 namespace hone::kernels::cpu {
@@ -28,6 +29,16 @@ void cast(const From* src, To* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = store<To>(compute_t<To>(load(src[i])));
 }
 
+void cast_f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_float(src[i]);
+}
+
+void cast_f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_f16(src[i]);
+}
+
 template <typename T>
 void add_bias(T* y, const compute_t<T>* bias, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static)
@@ -48,6 +59,44 @@ void bias_backward(const T* dy, compute_t<T>* d_bias, int64_t rows, int64_t cols
 }
 
 template <typename T>
+void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream) {
+  const auto scale = compute_t<T>(1.0 / (1.0 - p));
+  const uint32_t threshold = uint32_t(p * 4294967296.0);  // keep when the draw is >= p·2^32
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < (n + 3) / 4; ++block) {
+    const auto r = philox4x32(seed, uint64_t(block), stream);
+    for (int64_t k = 0; k < 4 && block * 4 + k < n; ++k) {
+      const int64_t i = block * 4 + k;
+      out[i] = store<T>(r[size_t(k)] >= threshold ? load(x[i]) * scale : compute_t<T>(0));
+    }
+  }
+}
+
+template <typename T>
+void add_scaled_columns(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols, double scale) {
+  const auto f = compute_t<T>(scale);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* d = dst + r * width + col;
+    const T* s = src + r * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) d[j] = store<T>(load(d[j]) + f * load(s[j]));
+  }
+}
+
+template <typename T>
+void copy_scaled_columns(const T* src, int64_t width, int64_t col, T* dst, int64_t rows, int64_t cols, double scale) {
+  const auto f = compute_t<T>(scale);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * width + col;
+    T* d = dst + r * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) d[j] = store<T>(f * load(s[j]));
+  }
+}
+
+template <typename T>
 double sum_squares(const T* x, int64_t n) {
   return sum_elements(n, [&](int64_t i) {
     double v = double(load(x[i]));
@@ -61,7 +110,10 @@ double sum_squares(const T* x, int64_t n) {
   template void scale_inplace<T>(T*, int64_t, double);       \
   template double sum_squares<T>(const T*, int64_t);                     \
   template void add_bias<T>(T*, const compute_t<T>*, int64_t, int64_t);  \
-  template void bias_backward<T>(const T*, compute_t<T>*, int64_t, int64_t);
+  template void bias_backward<T>(const T*, compute_t<T>*, int64_t, int64_t);     \
+  template void dropout<T>(const T*, T*, int64_t, double, uint64_t, uint64_t);                          \
+  template void add_scaled_columns<T>(T*, int64_t, int64_t, const T*, int64_t, int64_t, double);        \
+  template void copy_scaled_columns<T>(const T*, int64_t, int64_t, T*, int64_t, int64_t, double);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(double)
 HONE_INSTANTIATE(bf16)

@@ -45,6 +45,7 @@ void rmsnorm_backward(const T* dy, const T* x, const compute_t<T>* weight, const
       dxr[j] = store<T>(load(dxr[j]) + r * (load(dyr[j]) * weight[j] - xhat * dot));
     }
   }
+  if (d_weight == nullptr) return;  // a frozen weight
   accumulate_rows(rows, dim, d_weight, [&](int64_t row, C* acc) {
     const T* dyr = dy + row * dim;
     const T* xr = x + row * dim;
@@ -104,6 +105,7 @@ void layernorm_backward(const T* dy, const T* x, const compute_t<T>* weight, con
       dxr[j] = store<T>(load(dxr[j]) + r * (load(dyr[j]) * weight[j] - mean_g - xhat * mean_gx));
     }
   }
+  if (d_weight == nullptr) return;  // frozen weight (and bias)
   // One pass for both parameter gradients: columns [0, dim) weight, [dim, 2·dim) bias.
   const int64_t width = d_bias ? 2 * dim : dim;
   std::vector<C> sums(size_t(width), C(0));

@@ -12,7 +12,7 @@ template <typename T>
 void rmsnorm_forward(const T* x, const compute_t<T>* weight, T* y, compute_t<T>* rstd, int64_t rows, int64_t dim,
                      double eps);
 // dx += ∂L/∂x and d_weight += ∂L/∂weight (accumulating, as residual streams and
-// gradient accumulation need).
+// gradient accumulation need). d_weight null: the weight is frozen.
 template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const compute_t<T>* weight, const compute_t<T>* rstd, T* dx,
                       compute_t<T>* d_weight, int64_t rows, int64_t dim);
@@ -21,7 +21,8 @@ void rmsnorm_backward(const T* dy, const T* x, const compute_t<T>* weight, const
 template <typename T>
 void layernorm_forward(const T* x, const compute_t<T>* weight, const compute_t<T>* bias, T* y, compute_t<T>* mean,
                        compute_t<T>* rstd, int64_t rows, int64_t dim, double eps);
-// Accumulates into dx, d_weight and d_bias (d_bias null when there is no bias).
+// Accumulates into dx, d_weight and d_bias (d_bias null when there is no bias;
+// both null when the norm is frozen).
 template <typename T>
 void layernorm_backward(const T* dy, const T* x, const compute_t<T>* weight, const compute_t<T>* mean,
                         const compute_t<T>* rstd, T* dx, compute_t<T>* d_weight, compute_t<T>* d_bias, int64_t rows,
