@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -142,6 +143,40 @@ TEST(FuzzSeeds, LoadAndTokenize) {
     EXPECT_EQ(t->encode("hello world"), hello_world.at(entry.path().filename().string()));
     EXPECT_EQ(t->decode(t->encode("hello  world")), "hello  world");
   }
+}
+
+// Newer SentencePiece-style tokenizer.json files put spaces as U+2581 through a
+// Metaspace pre-tokenizer instead of normalizers. Mistral's file rewritten that
+// way tokenizes as before wherever the two agree by definition.
+TEST(TokenizerJson, MetaspaceMatchesTheNormalizerForm) {
+  const std::string dir = asset_path("tokenizers/mistral");
+  const auto reference = load_tokenizer(dir);
+  nlohmann::json j = nlohmann::json::parse(read_file(dir + "/tokenizer.json"));
+  j["normalizer"] = nullptr;
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders",
+                   {{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", false}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}}}}};
+  const auto variant = [&](const std::string& scheme, bool split) {
+    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", split}};
+    return load_tokenizer_json(j.dump(), "metaspace.json");
+  };
+  // No leading space and no special tokens: the same pieces either way.
+  const std::string speech = read_file(asset_path("corpora/sotu/1961_john_f_kennedy_d.txt"));
+  const auto always = variant("always", false);
+  EXPECT_TRUE(always->encode(speech) == reference->encode(speech));
+  EXPECT_TRUE(always->decode(always->encode(speech)) == speech);
+  // split cuts before every U+2581: the same wherever no token has two of them.
+  EXPECT_TRUE(variant("always", true)->encode(speech) == reference->encode(speech));
+  // "first" prepends only at the start of the input, not after a special token;
+  // Metaspace (unlike Prepend) adds nothing where U+2581 is already first.
+  const auto first = variant("first", false);
+  const auto ids = [&](const Tokenizer& t, const std::string& text) { return t.encode(text, SpecialTokens::recognize); };
+  EXPECT_EQ(ids(*first, "a</s>b"), (std::vector<int32_t>{ids(*first, "a")[0], 2, ids(*variant("never", false), "b")[0]}));
+  EXPECT_EQ(ids(*always, "a</s>b"), (std::vector<int32_t>{ids(*always, "a")[0], 2, ids(*always, "b")[0]}));
+  EXPECT_EQ(ids(*always, " b"), ids(*always, "b"));
+  EXPECT_NE(ids(*reference, " b"), ids(*reference, "b"));
 }
 
 // ---- errors: one message naming the file, where in it, and what was expected ----

@@ -119,17 +119,18 @@ void BpeTokenizer::encode_into(std::string_view text, std::vector<int32_t>& out,
   size_t pos = 0, begin, end;
   int32_t id;
   while (raw_matcher_.find(text, pos, special, begin, end, id)) {
-    encode_segment(text.substr(pos, begin - pos), out, special);
+    encode_segment(text.substr(pos, begin - pos), pos == 0, out, special);
     out.push_back(id);
     pos = end;
   }
-  encode_segment(text.substr(pos), out, special);
+  encode_segment(text.substr(pos), pos == 0, out, special);
 }
 
-void BpeTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& out, SpecialTokens special) const {
+void BpeTokenizer::encode_segment(std::string_view segment, bool at_start, std::vector<int32_t>& out,
+                                  SpecialTokens special) const {
   if (segment.empty()) return;
   if (normalizers.empty()) {
-    encode_normalized(segment, out);
+    encode_normalized(segment, at_start, out);
     return;
   }
   std::string text(segment);
@@ -152,22 +153,44 @@ void BpeTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>
   size_t pos = 0, begin, end;
   int32_t id;
   while (normalized_matcher_.find(text, pos, special, begin, end, id)) {
-    encode_normalized(std::string_view(text).substr(pos, begin - pos), out);
+    encode_normalized(std::string_view(text).substr(pos, begin - pos), at_start && pos == 0, out);
     out.push_back(id);
     pos = end;
   }
-  encode_normalized(std::string_view(text).substr(pos), out);
+  encode_normalized(std::string_view(text).substr(pos), at_start && pos == 0, out);
 }
 
-void BpeTokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& out) const {
+void BpeTokenizer::encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
   if (text.empty()) return;
-  std::string prefixed;
+  std::string rewritten;
   if (prefix_space && text.front() != ' ') {
-    prefixed.reserve(text.size() + 1);
-    prefixed += ' ';
-    prefixed.append(text);
-    text = prefixed;
+    rewritten.reserve(text.size() + 1);
+    rewritten += ' ';
+    rewritten.append(text);
+    text = rewritten;
   }
+  if (metaspace) {
+    const std::string_view r = metaspace->replacement;
+    rewritten.assign(text);
+    replace_all(rewritten, " ", r);
+    const bool prepend = metaspace->prepend == Metaspace::Prepend::always ||
+                         (metaspace->prepend == Metaspace::Prepend::first && at_start);
+    if (prepend && !std::string_view(rewritten).starts_with(r)) rewritten.insert(0, r);
+    text = rewritten;
+    if (metaspace->split) {
+      size_t start = 0;
+      for (size_t p = text.find(r, 1); p != std::string_view::npos; p = text.find(r, p + r.size())) {
+        model.encode(text.substr(start, p - start), out);
+        start = p;
+      }
+      model.encode(text.substr(start), out);
+      return;
+    }
+  }
+  encode_pieces(text, out);
+}
+
+void BpeTokenizer::encode_pieces(std::string_view text, std::vector<int32_t>& out) const {
   if (!split) {
     if (!model.splits_before_metaspace()) {
       model.encode(text, out);

@@ -59,6 +59,16 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<Normalizer> normalizers;
   std::unique_ptr<SplitRegex> split;  // null: the whole text is one piece
   bool prefix_space = false;          // ByteLevel(add_prefix_space): " " before text not starting with one
+  // HF's Metaspace pre-tokenizer: spaces become `replacement`, which is also put
+  // before the text (always, or only before the start of the input) unless it is
+  // there already; with `split`, the text is cut before each replacement.
+  struct Metaspace {
+    enum class Prepend { always, first, never };
+    std::string replacement = "\u2581";
+    Prepend prepend = Prepend::always;
+    bool split = true;
+  };
+  std::optional<Metaspace> metaspace;
   // decode: what each id turns into, and how many leading spaces of the result to drop.
   std::vector<std::string> decoded_;
   int strip_leading_spaces = 0;
@@ -67,8 +77,10 @@ class BpeTokenizer final : public Tokenizer {
   void finish(std::optional<int32_t> bos, std::optional<int32_t> eos, std::optional<int32_t> pad);
 
  private:
-  void encode_segment(std::string_view segment, std::vector<int32_t>& out, SpecialTokens special) const;
-  void encode_normalized(std::string_view text, std::vector<int32_t>& out) const;
+  // `at_start`: the text begins at offset 0 of the input (Metaspace's "first").
+  void encode_segment(std::string_view segment, bool at_start, std::vector<int32_t>& out, SpecialTokens special) const;
+  void encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  void encode_pieces(std::string_view text, std::vector<int32_t>& out) const;
 
   AddedTokenMatcher raw_matcher_, normalized_matcher_;
 };

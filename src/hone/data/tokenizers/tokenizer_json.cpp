@@ -99,6 +99,25 @@ void load_normalizers(const json& root, BpeTokenizer& t, const Context& c) {
   }
 }
 
+// Metaspace's options as tokenizers 0.13 to 0.21 write them: prepend_scheme, or
+// before it add_prefix_space (true: always).
+BpeTokenizer::Metaspace metaspace_options(const json& node, const std::string& path, const Context& c) {
+  BpeTokenizer::Metaspace m;
+  m.replacement = c.string(node, path, "replacement");
+  if (m.replacement.empty()) c.unsupported(path + ".replacement", "", "one character");
+  if (node.contains("prepend_scheme")) {
+    const std::string scheme = c.string(node, path, "prepend_scheme");
+    if (scheme == "always") m.prepend = BpeTokenizer::Metaspace::Prepend::always;
+    else if (scheme == "first") m.prepend = BpeTokenizer::Metaspace::Prepend::first;
+    else if (scheme == "never") m.prepend = BpeTokenizer::Metaspace::Prepend::never;
+    else c.unsupported(path + ".prepend_scheme", scheme, "always, first or never");
+  } else if (!c.boolean(node, path, "add_prefix_space", true)) {
+    m.prepend = BpeTokenizer::Metaspace::Prepend::never;
+  }
+  m.split = c.boolean(node, path, "split", true);
+  return m;
+}
+
 // Returns whether the pre-tokenizer works on GPT-2's byte-level alphabet.
 bool load_pre_tokenizer(const json& root, BpeTokenizer& t, const Context& c) {
   const auto it = root.find("pre_tokenizer");
@@ -127,8 +146,11 @@ bool load_pre_tokenizer(const json& root, BpeTokenizer& t, const Context& c) {
         if (steps.size() != 1) c.unsupported(path + ".add_prefix_space", true, "false inside a Sequence");
         t.prefix_space = true;
       }
+    } else if (type == "Metaspace") {
+      if (steps.size() != 1) c.unsupported(path, *node, "Metaspace as the only pre-tokenizer");
+      t.metaspace = metaspace_options(*node, path, c);
     } else {
-      c.unsupported(path + ".type", type, "Split, ByteLevel or a Sequence of them");
+      c.unsupported(path + ".type", type, "Split, ByteLevel, Metaspace or a Sequence of them");
     }
   }
   if (!regex.empty()) t.split = std::make_unique<SplitRegex>(regex, fmt::format("{}: pre_tokenizer", c.name));
@@ -151,6 +173,10 @@ void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Cont
         if (!pattern.is_object() || !pattern.contains("String"))
           c.unsupported(path + ".pattern", pattern, "{\"String\": ...}");
         replaces.emplace_back(c.string(pattern, path + ".pattern", "String"), c.string(*node, path, "content"));
+      } else if (type == "Metaspace") {
+        const auto m = metaspace_options(*node, path, c);
+        replaces.emplace_back(m.replacement, " ");
+        if (m.prepend != BpeTokenizer::Metaspace::Prepend::never) t.strip_leading_spaces = 1;
       } else if (type == "ByteFallback") {
         byte_fallback = true;
       } else if (type == "Fuse") {
@@ -163,7 +189,8 @@ void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Cont
           c.unsupported(path, *node, "Strip of \" \" from the start, after Fuse");
         t.strip_leading_spaces = start.get<int>();
       } else {
-        c.unsupported(path + ".type", type, "ByteLevel, Replace, ByteFallback, Fuse, Strip or a Sequence of them");
+        c.unsupported(path + ".type", type,
+                      "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip or a Sequence of them");
       }
     }
   }
