@@ -1,0 +1,311 @@
+#include "hone/data/instruct.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hone/core/error.hpp"
+#include "hone/core/rng.hpp"
+#include "hone/data/formats/inputs.hpp"
+
+namespace hone::data {
+
+namespace {
+
+using Json = nlohmann::json;
+constexpr int32_t kIgnore = -100;
+
+// Alpaca's prompts, as torchtune's AlpacaToMessages writes them.
+constexpr const char* kAlpacaWithInput =
+    "Below is an instruction that describes a task, paired with an input that provides further context. "
+    "Write a response that appropriately completes the request.\n\n### Instruction:\n{instruction}\n\n"
+    "### Input:\n{input}\n\n### Response:\n";
+constexpr const char* kAlpacaNoInput =
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "
+    "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n";
+constexpr const char* kSummarize = "Summarize this dialogue:\n{dialogue}\n---\nSummary:\n";
+
+std::string fill(std::string text, const std::map<std::string, std::string>& fields) {
+  for (const auto& [name, value] : fields) {
+    const std::string slot = "{" + name + "}";
+    for (size_t at = text.find(slot); at != std::string::npos; at = text.find(slot, at + value.size())) {
+      text.replace(at, slot.size(), value);
+    }
+  }
+  return text;
+}
+
+// One piece of a sample: text (or a single special token id) and whether the loss applies to it.
+struct Piece {
+  std::string text;
+  bool trainable = false;
+  bool special = false;  // text is one special token, e.g. "<|eot_id|>"
+  std::optional<int32_t> id;  // a token given by id (BOS/EOS)
+};
+
+struct Record {
+  std::string where;  // "file:line" or "file: record N"
+  Json value;
+};
+
+std::vector<Record> read_records(const std::string& path) {
+  std::string base = path;
+  for (const char* suffix : {".gz", ".zst", ".zstd"}) {
+    if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
+  }
+  InputStream in(path);
+  std::vector<Record> records;
+  if (base.ends_with(".json")) {
+    const Json all = Json::parse(in.read_all(), nullptr, false);
+    HONE_CHECK(!all.is_discarded() && all.is_array(), "{}: expected a JSON array of records", path);
+    for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
+  } else {
+    HONE_CHECK(base.ends_with(".jsonl") || base.ends_with(".ndjson"),
+               "{}: instruct datasets are .jsonl or .json files (optionally .gz or .zst)", path);
+    std::string line;
+    for (uint64_t n = 1; in.read_line(line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      Json j = Json::parse(line, nullptr, false);
+      HONE_CHECK(!j.is_discarded(), "{}:{}: not valid JSON", path, n);
+      records.push_back({fmt::format("{}:{}", path, n), std::move(j)});
+    }
+  }
+  for (const Record& r : records) HONE_CHECK(r.value.is_object(), "{}: expected a JSON object", r.where);
+  return records;
+}
+
+std::string column_of(const std::string& field, const InstructOptions& o) {
+  auto it = o.column_map.find(field);
+  return it == o.column_map.end() ? field : it->second;
+}
+
+std::string text_field(const Record& r, const std::string& field, const InstructOptions& o, bool required = true) {
+  const std::string column = column_of(field, o);
+  auto it = r.value.find(column);
+  if (it == r.value.end() || it->is_null()) {
+    HONE_CHECK(!required, "{}: no '{}' column (the template's '{}'; map another with dataset.column_map.{})",
+               r.where, column, field, field);
+    return "";
+  }
+  HONE_CHECK(it->is_string(), "{}: column '{}' is not a string", r.where, column);
+  return it->get<std::string>();
+}
+
+int32_t special_id(const Tokenizer& t, const std::string& token, const char* format) {
+  auto id = t.special_token_id(token);
+  HONE_CHECK(id.has_value(), "the {} chat format needs the special token {}, which this {} tokenizer does not have",
+             format, token, t.kind());
+  return *id;
+}
+
+std::vector<Piece> chat_pieces(const Record& r, const Tokenizer& t, const InstructOptions& o) {
+  const std::string column = column_of("messages", o);
+  auto it = r.value.find(column);
+  HONE_CHECK(it != r.value.end() && it->is_array(), "{}: no '{}' list of messages", r.where, column);
+  std::vector<std::pair<std::string, std::string>> messages;
+  if (!o.system_prompt.empty()) messages.emplace_back("system", o.system_prompt);
+  for (const Json& m : *it) {
+    HONE_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+                   m["content"].is_string(),
+               "{}: each message needs string 'role' and 'content'", r.where);
+    const std::string role = m["role"];
+    HONE_CHECK(role == "system" || role == "user" || role == "assistant",
+               "{}: message role '{}' is not system, user or assistant", r.where, role);
+    messages.emplace_back(role, m["content"]);
+  }
+  std::vector<Piece> pieces;
+  switch (o.chat_format) {
+    case ChatFormat::llama3: {
+      special_id(t, "<|start_header_id|>", "llama3");
+      special_id(t, "<|eot_id|>", "llama3");
+      pieces.push_back({.text = "<|begin_of_text|>", .special = true});
+      for (const auto& [role, content] : messages) {
+        const bool reply = role == "assistant";
+        pieces.push_back({.text = "<|start_header_id|>" + role + "<|end_header_id|>\n\n", .special = true});
+        pieces.push_back({.text = content, .trainable = reply});
+        pieces.push_back({.text = "<|eot_id|>", .trainable = reply, .special = true});
+      }
+      break;
+    }
+    case ChatFormat::chatml: {
+      special_id(t, "<|im_start|>", "chatml");
+      special_id(t, "<|im_end|>", "chatml");
+      for (const auto& [role, content] : messages) {
+        const bool reply = role == "assistant";
+        pieces.push_back({.text = "<|im_start|>" + role + "\n", .special = true});
+        pieces.push_back({.text = content, .trainable = reply});
+        pieces.push_back({.text = "<|im_end|>", .trainable = reply, .special = true});
+        pieces.push_back({.text = "\n"});
+      }
+      break;
+    }
+    case ChatFormat::llama2: {
+      // <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>
+      HONE_CHECK(t.bos_id() && t.eos_id(), "the llama2 chat format needs BOS and EOS tokens");
+      std::string system;
+      bool open_turn = false;
+      for (const auto& [role, content] : messages) {
+        if (role == "system") {
+          system = content;
+        } else if (role == "user") {
+          pieces.push_back({.id = t.bos_id()});
+          std::string turn = "[INST] ";
+          if (!system.empty()) turn += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
+          system.clear();
+          pieces.push_back({.text = turn + content + " [/INST]"});
+          open_turn = true;
+        } else {
+          HONE_CHECK(open_turn, "{}: in the llama2 format an assistant message follows a user message", r.where);
+          pieces.push_back({.text = " " + content, .trainable = true});
+          pieces.push_back({.trainable = true, .id = t.eos_id()});
+          open_turn = false;
+        }
+      }
+      break;
+    }
+  }
+  return pieces;
+}
+
+}  // namespace
+
+InstructTemplate parse_instruct_template(const std::string& name) {
+  if (name == "alpaca") return InstructTemplate::alpaca;
+  if (name == "summarize") return InstructTemplate::summarize;
+  if (name == "plain") return InstructTemplate::plain;
+  if (name == "chat") return InstructTemplate::chat;
+  fail("unknown dataset.template '{}': expected alpaca, summarize, plain or chat", name);
+}
+
+ChatFormat parse_chat_format(const std::string& name) {
+  if (name == "llama3") return ChatFormat::llama3;
+  if (name == "llama2") return ChatFormat::llama2;
+  if (name == "chatml") return ChatFormat::chatml;
+  fail("unknown dataset.chat_format '{}': expected llama3, llama2 or chatml", name);
+}
+
+std::string format_prompt(const std::map<std::string, std::string>& fields, const InstructOptions& o) {
+  auto get = [&](const char* name) {
+    auto it = fields.find(name);
+    return it == fields.end() ? std::string() : it->second;
+  };
+  switch (o.format) {
+    case InstructTemplate::alpaca: return fill(get("input").empty() ? kAlpacaNoInput : kAlpacaWithInput, fields);
+    case InstructTemplate::summarize: return fill(kSummarize, fields);
+    case InstructTemplate::plain: return get("input");
+    case InstructTemplate::chat: break;
+  }
+  fail("format_prompt: chat prompts are built from messages");
+}
+
+InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& t, const InstructOptions& o) {
+  HONE_CHECK(o.max_seq_len >= 2, "max_seq_len must be at least 2, got {}", o.max_seq_len);
+  InstructDataset out;
+  for (const Record& r : read_records(path)) {
+    std::vector<Piece> pieces;
+    if (o.format == InstructTemplate::chat) {
+      pieces = chat_pieces(r, t, o);
+    } else {
+      std::map<std::string, std::string> fields;
+      switch (o.format) {
+        case InstructTemplate::alpaca:
+          fields["instruction"] = text_field(r, "instruction", o);
+          fields["input"] = text_field(r, "input", o, /*required=*/false);
+          break;
+        case InstructTemplate::summarize: fields["dialogue"] = text_field(r, "dialogue", o); break;
+        default: fields["input"] = text_field(r, "input", o); break;
+      }
+      // Llama-family tokenizers start sequences with their BOS; GPT-2's BOS is its
+      // EOS (<|endoftext|>) and Hugging Face does not prepend it: neither do we.
+      if (t.bos_id() && t.bos_id() != t.eos_id()) pieces.push_back({.id = t.bos_id()});
+      pieces.push_back({.text = format_prompt(fields, o)});
+      pieces.push_back({.text = text_field(r, "output", o), .trainable = true});
+      HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token to end responses with");
+      pieces.push_back({.trainable = true, .id = t.eos_id()});
+    }
+    TokenizedSample s;
+    std::vector<int32_t> ids;
+    for (const Piece& p : pieces) {
+      ids.clear();
+      if (p.id) ids.push_back(*p.id);
+      else t.encode_into(p.text, ids, p.special ? SpecialTokens::recognize : SpecialTokens::as_text);
+      const bool learn = p.trainable || o.train_on_input;
+      for (int32_t id : ids) {
+        s.tokens.push_back(id);
+        s.labels.push_back(learn ? id : kIgnore);
+      }
+    }
+    if (int64_t(s.tokens.size()) > o.max_seq_len) {
+      s.tokens.resize(size_t(o.max_seq_len));
+      s.labels.resize(size_t(o.max_seq_len));
+      ++out.truncated;
+    }
+    // The first token is never a target: a sample needs a label after it.
+    if (std::none_of(s.labels.begin() + 1, s.labels.end(), [](int32_t l) { return l != kIgnore; })) {
+      ++out.dropped;
+      continue;
+    }
+    out.samples.push_back(std::move(s));
+  }
+  HONE_CHECK(!out.samples.empty(), "{}: no usable samples ({} dropped with nothing left to learn)", path, out.dropped);
+  return out;
+}
+
+SampleStream::SampleStream(std::vector<TokenizedSample> samples, int64_t batch_size, int64_t seq_len, uint64_t seed,
+                           bool shuffle, int32_t pad_id, int rank, int world_size)
+    : samples_(std::move(samples)),
+      batch_size_(batch_size),
+      seq_len_(seq_len),
+      seed_(seed),
+      shuffle_(shuffle),
+      pad_id_(pad_id),
+      rank_(rank),
+      world_size_(world_size) {
+  HONE_CHECK(!samples_.empty() && batch_size > 0 && seq_len > 0, "a sample stream needs samples and a shape");
+  for (const TokenizedSample& s : samples_) {
+    HONE_CHECK(int64_t(s.tokens.size()) <= seq_len, "a sample of {} tokens exceeds seq_len {}", s.tokens.size(),
+               seq_len);
+  }
+}
+
+const TokenizedSample& SampleStream::sample_at(int64_t position) {
+  const int64_t n = int64_t(samples_.size()), epoch = position / n, index = position % n;
+  if (!shuffle_) return samples_[size_t(index)];
+  if (order_epoch_ != epoch) {
+    order_.resize(size_t(n));
+    std::iota(order_.begin(), order_.end(), int64_t(0));
+    Generator g(seed_, uint64_t(epoch));
+    for (int64_t i = n - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[g.next_below(uint64_t(i + 1))]);
+    order_epoch_ = epoch;
+  }
+  return samples_[size_t(order_[size_t(index)])];
+}
+
+Batch SampleStream::next() {
+  Tensor tokens = Tensor::empty({batch_size_, seq_len_}, DType::i32);
+  Tensor targets = Tensor::empty({batch_size_, seq_len_}, DType::i32);
+  for (int64_t k = 0; k < batch_size_ * world_size_; ++k, ++position_) {
+    if (k / batch_size_ != rank_) continue;
+    const TokenizedSample& s = sample_at(position_);
+    int32_t* row = tokens.data<int32_t>() + (k % batch_size_) * seq_len_;
+    int32_t* target = targets.data<int32_t>() + (k % batch_size_) * seq_len_;
+    const int64_t n = int64_t(s.tokens.size());
+    for (int64_t t = 0; t < seq_len_; ++t) {
+      row[t] = t < n ? s.tokens[size_t(t)] : pad_id_;
+      target[t] = t + 1 < n ? s.labels[size_t(t + 1)] : kIgnore;
+    }
+  }
+  return {tokens, targets};
+}
+
+nlohmann::json SampleStream::state() const {
+  return {{"position", position_}, {"samples_per_epoch", int64_t(samples_.size())}};
+}
+
+void SampleStream::restore(const nlohmann::json& state) {
+  HONE_CHECK(state.value("samples_per_epoch", int64_t(-1)) == int64_t(samples_.size()),
+             "the checkpoint's dataset had {} samples, this one has {}", state.value("samples_per_epoch", int64_t(-1)),
+             samples_.size());
+  position_ = state.at("position").get<int64_t>();
+}
+
+}  // namespace hone::data

@@ -1,0 +1,80 @@
+#pragma once
+// Fine-tuning data: records (JSONL, or a JSON array) turned into a prompt and a
+// response by a template, tokenized, with the prompt masked out of the loss
+// unless train_on_input. Templates follow torchtune's: alpaca, summarize, plain
+// prompt/completion, and chat (`messages` with roles) in the model family's
+// format (Llama 3, Llama 2 or ChatML).
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hone/data/batch.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
+
+namespace hone::data {
+
+enum class InstructTemplate { alpaca, summarize, plain, chat };
+enum class ChatFormat { llama3, llama2, chatml };
+
+InstructTemplate parse_instruct_template(const std::string& name);
+ChatFormat parse_chat_format(const std::string& name);
+
+struct InstructOptions {
+  InstructTemplate format = InstructTemplate::alpaca;
+  ChatFormat chat_format = ChatFormat::llama3;
+  // Template field -> column of the records: alpaca reads instruction, input and
+  // output; summarize reads dialogue and output; plain reads input and output;
+  // chat reads messages. Unmapped fields use their own names.
+  std::map<std::string, std::string> column_map;
+  bool train_on_input = false;
+  int64_t max_seq_len = 512;  // longer samples are cut to this many tokens
+  std::string system_prompt;  // chat: prepended as a system message when not empty
+};
+
+// A sample's tokens and labels, the same length; a label is the token itself
+// where the loss applies and kIgnoreIndex (-100) where it does not.
+struct TokenizedSample {
+  std::vector<int32_t> tokens, labels;
+};
+
+struct InstructDataset {
+  std::vector<TokenizedSample> samples;
+  int64_t truncated = 0;  // samples cut to max_seq_len
+  int64_t dropped = 0;    // samples left with nothing to learn after truncation
+};
+
+// Reads the records of a .jsonl or .json file (optionally .gz/.zst); errors name
+// file:line and the missing column.
+InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& tokenizer,
+                                      const InstructOptions& options);
+
+// The prompt text of one record as the template writes it (for generation).
+std::string format_prompt(const std::map<std::string, std::string>& fields, const InstructOptions& options);
+
+// Batches of tokenized samples: shuffled every epoch from a seed, right-padded to
+// seq_len (padding has label -100), split across data-parallel ranks. The targets
+// of position t are the labels of position t + 1. State: the sample position.
+class SampleStream final : public BatchSource {
+ public:
+  SampleStream(std::vector<TokenizedSample> samples, int64_t batch_size, int64_t seq_len, uint64_t seed,
+               bool shuffle, int32_t pad_id, int rank = 0, int world_size = 1);
+  Batch next() override;
+  nlohmann::json state() const override;
+  void restore(const nlohmann::json& state) override;
+  int64_t samples_per_epoch() const override { return int64_t(samples_.size()); }
+
+ private:
+  const TokenizedSample& sample_at(int64_t position);
+  std::vector<TokenizedSample> samples_;
+  int64_t batch_size_, seq_len_;
+  uint64_t seed_;
+  bool shuffle_;
+  int32_t pad_id_;
+  int rank_, world_size_;
+  int64_t position_ = 0;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace hone::data

@@ -1,0 +1,148 @@
+// Fine-tuning datasets: templates, masking, chat formats, truncation, errors,
+// and the batches SampleStream builds.
+#include <filesystem>
+#include <fstream>
+
+#include "data/tokenizers/assets.hpp"
+#include "hone/data/instruct.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+namespace fs = std::filesystem;
+using data::InstructOptions;
+using data::InstructTemplate;
+using data::TokenizedSample;
+
+class InstructTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    gpt2_ = load_tokenizer(asset_path("tokenizers/gpt2")).release();
+    llama3_ = load_tokenizer(asset_path("tokenizers/llama3")).release();
+  }
+  void SetUp() override {
+    dir_ = testing::TempDir() + "hone_instruct_" + std::to_string(::getpid());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string file(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::vector<int32_t> ids(const Tokenizer& t, const std::string& text) { return t.encode(text); }
+
+  static const Tokenizer* gpt2_;
+  static const Tokenizer* llama3_;
+  std::string dir_;
+};
+const Tokenizer* InstructTest::gpt2_ = nullptr;
+const Tokenizer* InstructTest::llama3_ = nullptr;
+
+TEST_F(InstructTest, AlpacaMasksThePromptAndEndsWithEos) {
+  const std::string path = file("a.jsonl", R"({"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"}
+{"instruction": "Say hi.", "output": "hi"}
+)");
+  const auto d = data::load_instruct_dataset(path, *gpt2_, {.format = InstructTemplate::alpaca});
+  ASSERT_EQ(d.samples.size(), 2u);
+  const std::string prompt =
+      "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+      "response that appropriately completes the request.\n\n### Instruction:\nAdd the numbers.\n\n### Input:\n2 and "
+      "3\n\n### Response:\n";
+  auto expected = ids(*gpt2_, prompt);
+  const size_t prompt_len = expected.size();
+  for (int32_t id : ids(*gpt2_, "5")) expected.push_back(id);
+  expected.push_back(*gpt2_->eos_id());
+  EXPECT_EQ(d.samples[0].tokens, expected);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(d.samples[0].labels[i], i < prompt_len ? -100 : expected[i]) << i;
+  }
+  // Without an input the shorter alpaca prompt is used.
+  const auto no_input = ids(*gpt2_, data::format_prompt({{"instruction", "Say hi."}}, {}));
+  EXPECT_TRUE(std::equal(no_input.begin(), no_input.end(), d.samples[1].tokens.begin()));
+  // train_on_input: every token is a label.
+  const auto all = data::load_instruct_dataset(path, *gpt2_, {.format = InstructTemplate::alpaca, .train_on_input = true});
+  EXPECT_EQ(all.samples[0].labels, all.samples[0].tokens);
+}
+
+TEST_F(InstructTest, SummarizeWithAColumnMap) {
+  const std::string path = file("s.json", R"([{"description": "A long text about tea.", "summary": "tea"}])");
+  const InstructOptions o{.format = InstructTemplate::summarize,
+                          .column_map = {{"dialogue", "description"}, {"output", "summary"}}};
+  const auto d = data::load_instruct_dataset(path, *gpt2_, o);
+  auto expected = ids(*gpt2_, "Summarize this dialogue:\nA long text about tea.\n---\nSummary:\n");
+  for (int32_t id : ids(*gpt2_, "tea")) expected.push_back(id);
+  expected.push_back(*gpt2_->eos_id());
+  EXPECT_EQ(d.samples.at(0).tokens, expected);
+}
+
+TEST_F(InstructTest, Llama3ChatTrainsOnAssistantTurnsOnly) {
+  const std::string path = file("c.jsonl", R"({"messages": [{"role": "user", "content": "Hi <|eot_id|>"}, {"role": "assistant", "content": "Hello!"}]}
+)");
+  const auto d = data::load_instruct_dataset(path, *llama3_, {.format = InstructTemplate::chat});
+  const TokenizedSample& s = d.samples.at(0);
+  const std::string text = llama3_->decode(s.tokens);
+  EXPECT_EQ(text,
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi <|eot_id|><|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>");
+  // The user's literal "<|eot_id|>" is text, not the special token.
+  const int32_t eot = *llama3_->special_token_id("<|eot_id|>");
+  EXPECT_EQ(std::count(s.tokens.begin(), s.tokens.end(), eot), 2);
+  std::vector<int32_t> learned;
+  for (size_t i = 0; i < s.tokens.size(); ++i)
+    if (s.labels[i] != -100) learned.push_back(s.tokens[i]);
+  EXPECT_EQ(llama3_->decode(learned), "Hello!<|eot_id|>");
+  // GPT-2's tokenizer has no Llama 3 header tokens.
+  EXPECT_THROW(data::load_instruct_dataset(path, *gpt2_, {.format = InstructTemplate::chat}), Error);
+}
+
+TEST_F(InstructTest, TruncatesAndDropsWhatCannotBeLearned) {
+  const std::string long_output(400, 'x');
+  const std::string path = file("t.jsonl", "{\"input\": \"" + std::string(300, 'a') + "\", \"output\": \"b\"}\n" +
+                                               "{\"input\": \"q\", \"output\": \"" + long_output + "\"}\n");
+  const auto d = data::load_instruct_dataset(path, *gpt2_, {.format = InstructTemplate::plain, .max_seq_len = 20});
+  EXPECT_EQ(d.dropped, 1);  // its response fell beyond the cut
+  EXPECT_EQ(d.truncated, 2);
+  ASSERT_EQ(d.samples.size(), 1u);
+  EXPECT_EQ(d.samples[0].tokens.size(), 20u);
+}
+
+TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
+  auto error = [&](const std::string& name, const std::string& text) {
+    try {
+      data::load_instruct_dataset(file(name, text), *gpt2_, {.format = InstructTemplate::alpaca});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("bad.jsonl", "{\"instruction\": \"x\", \"output\": \"y\"}\n{broken\n").find("bad.jsonl:2: not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error("missing.jsonl", "{\"instruction\": \"x\"}\n").find("missing.jsonl:1: no 'output' column"),
+            std::string::npos);
+  EXPECT_NE(error("x.csv", "a,b\n").find("instruct datasets are .jsonl or .json"), std::string::npos);
+}
+
+TEST(SampleStream, PadsShiftsTargetsShufflesAndResumes) {
+  std::vector<TokenizedSample> samples;
+  for (int32_t i = 0; i < 5; ++i) samples.push_back({{100 + i, 1, 2, 3}, {-100, -100, 2, 3}});
+  data::SampleStream s(samples, 2, 6, 9, /*shuffle=*/false, /*pad_id=*/0);
+  Batch b = s.next();
+  EXPECT_EQ(b.tokens.to_vector<int32_t>(), (std::vector<int32_t>{100, 1, 2, 3, 0, 0, 101, 1, 2, 3, 0, 0}));
+  EXPECT_EQ(b.targets.to_vector<int32_t>(),
+            (std::vector<int32_t>{-100, 2, 3, -100, -100, -100, -100, 2, 3, -100, -100, -100}));
+  data::SampleStream shuffled(samples, 5, 6, 9, true, 0);
+  const auto epoch1 = shuffled.next().tokens.to_vector<int32_t>();
+  const nlohmann::json state = shuffled.state();
+  const auto epoch2 = shuffled.next().tokens.to_vector<int32_t>();
+  EXPECT_NE(epoch1, epoch2);
+  data::SampleStream resumed(samples, 5, 6, 9, true, 0);
+  resumed.restore(state);
+  EXPECT_EQ(resumed.next().tokens.to_vector<int32_t>(), epoch2);
+}
+
+}  // namespace
+}  // namespace hone::test
