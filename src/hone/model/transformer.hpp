@@ -89,6 +89,9 @@ class Transformer {
   ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {});
   // Logits of the last forward pass, [batch·seq, vocab]; backward() overwrites them.
   const Tensor& logits() const { return acts_.logits; }
+  // Each position's loss of the last forward pass with targets, [batch·seq]
+  // (0 where the target is masked).
+  const Tensor& token_losses() const { return acts_.token_losses; }
 
   // Adds to params().grads() the gradient of loss_scale · Σ(token losses of the
   // last forward). For the mean loss pass 1 / LossSum::tokens.

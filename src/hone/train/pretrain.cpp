@@ -10,6 +10,7 @@
 #include "hone/train/bench.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/train/data_sources.hpp"
+#include "hone/train/evaluation.hpp"
 #include "hone/train/metrics.hpp"
 #include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
@@ -35,26 +36,6 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
   if (c.has("max_tokens")) steps = (c.get<int64_t>("max_tokens") + global_batch * seq_len - 1) / (global_batch * seq_len);
   HONE_CHECK(steps > 0, "{}: the run would take {} steps; it needs at least one", c.origin(), steps);
   return steps;
-}
-
-struct Evaluation {
-  double loss = 0;
-  int64_t tokens = 0;
-};
-
-// Mean loss over the first `max_batches` batches of the validation stream.
-Evaluation evaluate(Transformer& model, data::PretrainStream& valid, int64_t max_batches, int64_t batch_size) {
-  valid.restore({{"position", 0}, {"samples_per_epoch", valid.samples_per_epoch()}});
-  const int64_t batches = std::max<int64_t>(1, std::min(max_batches, valid.samples_per_epoch() / batch_size));
-  double sum = 0;
-  int64_t tokens = 0;
-  for (int64_t i = 0; i < batches; ++i) {
-    const Batch b = valid.next();
-    const ops::LossSum s = model.forward(b.tokens.to(model.device()), b.targets.to(model.device()));
-    sum += s.sum;
-    tokens += s.tokens;
-  }
-  return {sum / double(std::max<int64_t>(tokens, 1)), tokens};
 }
 
 }  // namespace
@@ -153,11 +134,13 @@ int run_pretrain(const Config& c) {
   };
   auto run_evaluation = [&] {
     if (!valid) return;
-    const Evaluation e = evaluate(model, *valid, c.get<int64_t>("eval.max_batches"), batch_size);
+    const int64_t batches =
+        std::max<int64_t>(1, std::min(c.get<int64_t>("eval.max_batches"), valid->samples_per_epoch() / batch_size));
+    const LossEvaluation e = evaluate_loss(model, *valid, batches);
     metrics.write(state.step, {{"metrics/eval/LanguageCrossEntropy", e.loss},
-                               {"metrics/eval/LanguagePerplexity", std::exp(e.loss)}});
+                               {"metrics/eval/LanguagePerplexity", e.perplexity()}});
     console.line(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f}) over {} tokens", state.step, e.loss,
-                             std::exp(e.loss), e.tokens));
+                             e.perplexity(), e.tokens));
   };
 
   const auto start = Clock::now();

@@ -1,0 +1,123 @@
+#include "hone/train/evaluation.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hone/core/error.hpp"
+
+namespace hone {
+
+double LossEvaluation::perplexity() const { return std::exp(loss); }
+
+LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches) {
+  source.restore({{"position", 0}, {"samples_per_epoch", source.samples_per_epoch()}});
+  model.set_training(false);
+  double sum = 0;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < max_batches; ++i) {
+    const Batch b = source.next();
+    const ops::LossSum s = model.forward(b.tokens.to(model.device()), b.targets.to(model.device()));
+    sum += s.sum;
+    tokens += s.tokens;
+  }
+  model.set_training(true);
+  return {sum / double(std::max<int64_t>(tokens, 1)), tokens};
+}
+
+std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path) {
+  std::ifstream in(path);
+  HONE_CHECK(in.good(), "{}: cannot read the task file", path);
+  std::vector<MultipleChoiceItem> items;
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    HONE_CHECK(!j.is_discarded() && j.is_object(), "{}:{}: not a JSON object", path, n);
+    MultipleChoiceItem item;
+    const char* context_key = j.contains("ctx") ? "ctx" : "context";
+    HONE_CHECK(j.contains(context_key) && j[context_key].is_string(), "{}:{}: no string 'ctx' or 'context'", path, n);
+    item.context = j[context_key];
+    const char* endings_key = j.contains("endings") ? "endings" : "choices";
+    HONE_CHECK(j.contains(endings_key) && j[endings_key].is_array() && j[endings_key].size() >= 2,
+               "{}:{}: 'endings' must list at least two strings", path, n);
+    for (const auto& e : j[endings_key]) {
+      HONE_CHECK(e.is_string(), "{}:{}: every ending must be a string", path, n);
+      item.endings.push_back(e);
+    }
+    HONE_CHECK(j.contains("label"), "{}:{}: no 'label'", path, n);
+    const auto& label = j["label"];
+    if (label.is_number_integer()) item.label = label;
+    else if (label.is_string()) item.label = std::stoll(label.get<std::string>());
+    else fail("{}:{}: 'label' must be an integer", path, n);
+    HONE_CHECK(item.label >= 0 && item.label < int64_t(item.endings.size()), "{}:{}: label {} is not an ending index",
+               path, n, item.label);
+    items.push_back(std::move(item));
+  }
+  HONE_CHECK(!items.empty(), "{}: no items", path);
+  return items;
+}
+
+std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
+                                           const MultipleChoiceItem& item) {
+  const std::vector<int32_t> context = tokenizer.encode(item.context);
+  std::vector<std::vector<int32_t>> endings;
+  size_t longest = 0;
+  for (const std::string& e : item.endings) {
+    endings.push_back(tokenizer.encode(e));
+    HONE_CHECK(!endings.back().empty(), "an ending tokenizes to nothing: '{}'", e);
+    longest = std::max(longest, endings.back().size());
+  }
+  // One row per ending: context then ending, cut from the left to fit; right-padded.
+  const int64_t max_len = model.config().max_seq_len;
+  const int64_t rows = int64_t(endings.size());
+  const int64_t seq = std::min<int64_t>(max_len, int64_t(context.size() + longest));
+  Tensor tokens = Tensor::zeros({rows, seq}, DType::i32), targets = Tensor::empty({rows, seq}, DType::i32);
+  std::fill_n(targets.data<int32_t>(), rows * seq, ops::kIgnoreIndex);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int32_t> all = context;
+    all.insert(all.end(), endings[size_t(r)].begin(), endings[size_t(r)].end());
+    HONE_CHECK(int64_t(endings[size_t(r)].size()) < max_len, "an ending of {} tokens does not fit max_seq_len {}",
+               endings[size_t(r)].size(), max_len);
+    const size_t start = all.size() > size_t(seq) ? all.size() - size_t(seq) : 0;
+    const int64_t n = int64_t(all.size() - start);
+    const int64_t first_ending = n - int64_t(endings[size_t(r)].size());  // position of the ending's first token
+    for (int64_t t = 0; t < n; ++t) tokens.data<int32_t>()[r * seq + t] = all[start + size_t(t)];
+    // Position t predicts token t + 1: the targets are the ending's tokens.
+    for (int64_t t = std::max<int64_t>(first_ending - 1, 0); t + 1 < n; ++t) {
+      targets.data<int32_t>()[r * seq + t] = all[start + size_t(t) + 1];
+    }
+  }
+  model.set_training(false);
+  model.forward(tokens.to(model.device()), targets.to(model.device()));
+  model.set_training(true);
+  const std::vector<double> losses = model.token_losses().to_vector<double>();
+  std::vector<double> result(size_t(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < seq; ++t) result[size_t(r)] -= losses[size_t(r * seq + t)];
+  return result;
+}
+
+MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
+                                              const std::vector<MultipleChoiceItem>& items) {
+  MultipleChoiceResult r;
+  int64_t right = 0, right_norm = 0;
+  for (const MultipleChoiceItem& item : items) {
+    const std::vector<double> ll = ending_log_likelihoods(model, tokenizer, item);
+    size_t best = 0, best_norm = 0;
+    for (size_t i = 1; i < ll.size(); ++i) {
+      if (ll[i] > ll[best]) best = i;
+      if (ll[i] / double(item.endings[i].size()) > ll[best_norm] / double(item.endings[best_norm].size())) {
+        best_norm = i;
+      }
+    }
+    right += int64_t(best) == item.label;
+    right_norm += int64_t(best_norm) == item.label;
+  }
+  r.items = int64_t(items.size());
+  r.accuracy = double(right) / double(r.items);
+  r.accuracy_norm = double(right_norm) / double(r.items);
+  return r;
+}
+
+}  // namespace hone

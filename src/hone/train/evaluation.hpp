@@ -1,0 +1,47 @@
+#pragma once
+// Evaluation: mean loss and perplexity over batches, and multiple-choice tasks
+// (HellaSwag-style: a context and several endings, one right) scored by the
+// log-likelihood of each ending, as lm-evaluation-harness scores them.
+#include <string>
+#include <vector>
+
+#include "hone/data/batch.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
+#include "hone/model/transformer.hpp"
+
+namespace hone {
+
+struct LossEvaluation {
+  double loss = 0;  // mean over unmasked target tokens
+  int64_t tokens = 0;
+  double perplexity() const;
+};
+
+// Mean loss over the first `max_batches` batches of `source` (restored to its
+// start first). Dropout is off while it runs.
+LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches);
+
+struct MultipleChoiceItem {
+  std::string context;
+  std::vector<std::string> endings;
+  int64_t label = 0;  // index of the right ending
+};
+
+// Reads a JSONL task file: "ctx" or "context", a list "endings" (or "choices"),
+// and "label" (an integer or a numeric string); errors name file:line.
+std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path);
+
+struct MultipleChoiceResult {
+  int64_t items = 0;
+  double accuracy = 0;       // argmax of Σ log p(ending | context)
+  double accuracy_norm = 0;  // argmax of that sum divided by the ending's length in bytes
+};
+
+// The log-likelihood of each ending after its context (the context cut from the
+// left when the pair exceeds the model's max_seq_len).
+std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
+                                           const MultipleChoiceItem& item);
+MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
+                                              const std::vector<MultipleChoiceItem>& items);
+
+}  // namespace hone
