@@ -62,6 +62,54 @@ WrittenFile AtomicFile::commit() {
   return {bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(hash_state_))};
 }
 
+AtomicFolder::AtomicFolder(std::string path, bool replace) : path_(std::move(path)) {
+  namespace fs = std::filesystem;
+  fs::path target = fs::path(path_).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  path_ = target.string();
+  HONE_CHECK(replace || !fs::exists(target) || (fs::is_directory(target) && fs::is_empty(target)),
+             "{}: already exists; give a new folder", path_);
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  fs::create_directories(parent);
+  temp_path_ = (parent / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
+  fs::remove_all(temp_path_);
+  fs::create_directory(temp_path_);
+}
+
+AtomicFolder::~AtomicFolder() {
+  if (!committed_) {
+    std::error_code ignored;
+    std::filesystem::remove_all(temp_path_, ignored);
+  }
+}
+
+std::string AtomicFolder::file(const std::string& name) const {
+  return (std::filesystem::path(temp_path_) / name).string();
+}
+
+void AtomicFolder::commit() {
+  namespace fs = std::filesystem;
+  sync_directory(temp_path_);
+  if (fs::exists(path_)) fs::remove_all(path_);  // replaced, or an empty folder
+  fs::rename(temp_path_, path_);
+  committed_ = true;
+  const fs::path parent = fs::path(path_).parent_path();
+  sync_directory(parent.empty() ? "." : parent.string());
+}
+
+WrittenFile copy_file(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  HONE_CHECK(in.good(), "{}: cannot read", from);
+  AtomicFile out(to);
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), std::streamsize(buffer.size()));
+    out.write(buffer.data(), size_t(in.gcount()));
+  }
+  HONE_CHECK(in.eof(), "{}: read failed", from);
+  return out.commit();
+}
+
 uint64_t file_checksum(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   HONE_CHECK(in.good(), "{}: cannot read", path);

@@ -34,6 +34,30 @@ class AtomicFile {
   void* hash_state_ = nullptr;  // XXH3_state_t, kept out of this header
 };
 
+// A folder that appears complete or not at all: filled under a temporary name
+// beside the target (.NAME.tmp.PID), fsynced and renamed into place by commit().
+// Without commit() the temporary folder is removed.
+class AtomicFolder {
+ public:
+  // An existing target is replaced at commit() when `replace`; otherwise a
+  // target that exists and is not an empty folder is an error here.
+  AtomicFolder(std::string path, bool replace);
+  ~AtomicFolder();
+  AtomicFolder(const AtomicFolder&) = delete;
+  AtomicFolder& operator=(const AtomicFolder&) = delete;
+
+  // Where the file `name` goes until commit().
+  std::string file(const std::string& name) const;
+  void commit();
+
+ private:
+  std::string path_, temp_path_;
+  bool committed_ = false;
+};
+
+// Copies a file through an AtomicFile (so the copy is durable and checksummed).
+WrittenFile copy_file(const std::string& from, const std::string& to);
+
 // XXH3-64 of a whole file, streamed; throws hone::Error if it cannot be read.
 uint64_t file_checksum(const std::string& path);
 std::string checksum_hex(uint64_t checksum);

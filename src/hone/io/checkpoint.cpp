@@ -1,13 +1,14 @@
 #include "hone/io/checkpoint.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "hone/io/atomic_file.hpp"
+#include "hone/io/json_file.hpp"
+#include "hone/io/model_json.hpp"
 #include "hone/io/safetensors.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone {
 
@@ -18,20 +19,28 @@ namespace {
 constexpr const char* kFormat = "hone-checkpoint";
 constexpr int kVersion = 1;
 constexpr const char* kLatest = "latest";
+constexpr const char* kWeights = "model.safetensors";
+constexpr const char* kModelJson = "model.json";
+constexpr const char* kOptimizer = "optimizer.safetensors";
+constexpr const char* kTrainerState = "trainer_state.json";
 
-Json read_json(const std::string& path) {
-  std::ifstream in(path);
-  HONE_CHECK(in.good(), "{}: cannot read", path);
-  Json j = Json::parse(in, nullptr, false);
-  HONE_CHECK(!j.is_discarded(), "{}: not valid JSON", path);
-  return j;
-}
+// The files of a folder being written and their sizes and checksums, which go
+// into the manifest, written last: a folder without one is not a checkpoint.
+class Manifest {
+ public:
+  void add(const std::string& file, const WrittenFile& w) {
+    files_[file] = {{"bytes", w.bytes}, {"xxh3_64", checksum_hex(w.checksum)}};
+  }
+  void write(const AtomicFolder& folder, Json extra = Json::object()) const {
+    Json manifest = {{"format", kFormat}, {"version", kVersion}};
+    for (auto& [key, value] : extra.items()) manifest[key] = value;
+    manifest["files"] = files_;
+    write_json_file(folder.file("manifest.json"), manifest);
+  }
 
-WrittenFile write_json(const std::string& path, const Json& j) {
-  AtomicFile out(path);
-  out.write(j.dump(2) + "\n");
-  return out.commit();
-}
+ private:
+  Json files_ = Json::object();
+};
 
 // step_NNNNNNN folders under run_dir, by step.
 std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const std::string& run_dir) {
@@ -47,6 +56,47 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const std::string& run_
   return found;
 }
 
+// A model or checkpoint folder's weights, by hone name, read from the mapped file.
+class ModelFolder final : public WeightSource {
+ public:
+  // `fallback` is the config of a checkpoint written before folders had model.json.
+  ModelFolder(const std::string& folder, const ModelConfig* fallback) : folder_(folder) {
+    verify_checkpoint(folder);
+    config_ = fallback && !fs::exists(fs::path(folder) / kModelJson) ? *fallback : read_model_config(folder);
+    weights_ = std::make_unique<SafetensorsFile>((fs::path(folder) / kWeights).string());
+    const std::vector<ParameterSpec> specs = parameter_specs(config_);
+    for (const ParameterSpec& spec : specs) {
+      HONE_CHECK(weights_->contains(spec.name), "{}: no tensor '{}' (the model in {} needs it)", weights_->path(),
+                 spec.name, kModelJson);
+      const SafetensorsFile::Entry& e = weights_->entry(spec.name);
+      HONE_CHECK(e.shape == spec.shape && (e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16),
+                 "{}: '{}' is {} {}, the model needs {} (fp32, bf16 or fp16)", weights_->path(), spec.name,
+                 dtype_name(e.dtype), e.shape.str(), spec.shape.str());
+    }
+    HONE_CHECK(weights_->names().size() == specs.size(),
+               "{}: holds {} tensors, the model has {} parameters (another architecture?)", weights_->path(),
+               weights_->names().size(), specs.size());
+    stored_dtype_ = weights_->entry(specs.front().name).dtype;
+    companions_ = companion_files_in(folder);
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  DType stored_dtype() const override { return stored_dtype_; }
+  std::vector<std::string> companion_files() const override { return companions_; }
+  std::string description() const override { return "hone model folder " + folder_; }
+  void read(const std::string& name, const Tensor& dst) const override {
+    const SafetensorsFile::Entry& e = weights_->entry(name);
+    read_stored({e.dtype, e.shape, e.bytes.data()}, dst);
+  }
+
+ private:
+  std::string folder_;
+  ModelConfig config_;
+  std::unique_ptr<SafetensorsFile> weights_;
+  DType stored_dtype_ = DType::f32;
+  std::vector<std::string> companions_;
+};
+
 }  // namespace
 
 std::string checkpoint_folder_name(int64_t step) { return fmt::format("step_{:07d}", step); }
@@ -56,9 +106,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   fs::create_directories(run_dir);
   const std::string name = checkpoint_folder_name(state.step);
   const fs::path final_path = fs::path(run_dir) / name;
-  const fs::path temp_path = fs::path(run_dir) / fmt::format(".{}.tmp.{}", name, ::getpid());
-  fs::remove_all(temp_path);
-  fs::create_directories(temp_path);
+  AtomicFolder folder(final_path.string(), true);  // replaces a step re-saved after a resume
 
   std::vector<NamedTensor> weights, moments;
   for (const Parameter& p : model.params().all()) {
@@ -73,22 +121,14 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                         {"optimizer_steps", optimizer.steps_taken()},
                         {"data", state.data_state},
                         {"config", state.config}};
-  Json files = Json::object();
-  auto record = [&](const std::string& file, const WrittenFile& w) {
-    files[file] = {{"bytes", w.bytes}, {"xxh3_64", checksum_hex(w.checksum)}};
-  };
-  record("model.safetensors", write_safetensors((temp_path / "model.safetensors").string(), weights,
-                                                {{"format", "hone"}, {"model", model.config().name}}));
-  record("optimizer.safetensors", write_safetensors((temp_path / "optimizer.safetensors").string(), moments));
-  record("trainer_state.json", write_json((temp_path / "trainer_state.json").string(), trainer_state));
-  // The manifest comes last: a folder without one is not a checkpoint.
-  write_json((temp_path / "manifest.json").string(),
-             {{"format", kFormat}, {"version", kVersion}, {"step", state.step}, {"files", files}});
-  sync_directory(temp_path.string());
-
-  if (fs::exists(final_path)) fs::remove_all(final_path);  // re-saving a step after a resume
-  fs::rename(temp_path, final_path);
-  sync_directory(run_dir);
+  Manifest manifest;
+  manifest.add(kWeights, write_safetensors(folder.file(kWeights), weights,
+                                           {{"format", "hone"}, {"model", model.config().name}}));
+  manifest.add(kModelJson, write_json_file(folder.file(kModelJson), model_config_to_json(model.config())));
+  manifest.add(kOptimizer, write_safetensors(folder.file(kOptimizer), moments));
+  manifest.add(kTrainerState, write_json_file(folder.file(kTrainerState), trainer_state));
+  manifest.write(folder, {{"step", state.step}});
+  folder.commit();
   {
     AtomicFile latest((fs::path(run_dir) / kLatest).string());
     latest.write(name + "\n");
@@ -102,6 +142,38 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     }
   }
   return final_path.string();
+}
+
+void save_model(const WeightSource& source, const std::string& path, std::optional<DType> dtype) {
+  const DType stored = dtype.value_or(source.stored_dtype());
+  HONE_CHECK(stored == DType::f32 || stored == DType::bf16 || stored == DType::f16,
+             "model folders hold fp32, bf16 or fp16 weights, not {}", dtype_name(stored));
+  const ModelConfig& config = source.config();
+  const std::vector<ParameterSpec> specs = parameter_specs(config);
+  AtomicFolder folder(path, false);
+  Manifest manifest;
+  // One parameter in memory at a time: the file is written as it is read.
+  std::vector<SafetensorsWriter::Layout> layout;
+  for (const ParameterSpec& spec : specs) layout.push_back({spec.name, stored, spec.shape});
+  SafetensorsWriter weights(folder.file(kWeights), layout, {{"format", "hone"}, {"model", config.name}});
+  for (const ParameterSpec& spec : specs) {
+    Tensor value = Tensor::empty(spec.shape, DType::f32);
+    source.read(spec.name, value);
+    if (stored != DType::f32) {
+      Tensor converted = Tensor::empty(spec.shape, stored);
+      ops::cast(value, converted);
+      value = converted;
+    }
+    weights.write(value);
+  }
+  manifest.add(kWeights, weights.commit());
+  manifest.add(kModelJson, write_json_file(folder.file(kModelJson), model_config_to_json(config)));
+  for (const std::string& file : source.companion_files()) {
+    const std::string name = fs::path(file).filename().string();
+    manifest.add(name, copy_file(file, folder.file(name)));
+  }
+  manifest.write(folder);
+  folder.commit();
 }
 
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume) {
@@ -122,7 +194,7 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
 void verify_checkpoint(const std::string& folder) {
   const std::string manifest_path = (fs::path(folder) / "manifest.json").string();
   HONE_CHECK(fs::exists(manifest_path), "{}: not a complete checkpoint (no manifest.json)", folder);
-  const Json manifest = read_json(manifest_path);
+  const Json manifest = read_json_file(manifest_path);
   HONE_CHECK(manifest.value("format", "") == kFormat && manifest.value("version", 0) == kVersion &&
                  manifest.contains("files") && manifest["files"].is_object(),
              "{}: not a hone checkpoint manifest (format {} version {})", manifest_path, kFormat, kVersion);
@@ -139,9 +211,13 @@ void verify_checkpoint(const std::string& folder) {
 }
 
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
-  verify_checkpoint(folder);
-  SafetensorsFile weights((fs::path(folder) / "model.safetensors").string());
-  SafetensorsFile moments((fs::path(folder) / "optimizer.safetensors").string());
+  ModelFolder weights(folder, &model.config());
+  HONE_CHECK(fs::exists(fs::path(folder) / kOptimizer) && fs::exists(fs::path(folder) / kTrainerState),
+             "{}: a model folder without training state ({}, {}): a run can start from it (fine-tuning) but not "
+             "resume it",
+             folder, kOptimizer, kTrainerState);
+  load_weights(weights, model);
+  SafetensorsFile moments((fs::path(folder) / kOptimizer).string());
   auto load_into = [](const SafetensorsFile& file, const std::string& name, const Tensor& dst) {
     const SafetensorsFile::Entry& e = file.entry(name);
     HONE_CHECK(e.shape == dst.shape() && e.dtype == dst.dtype(), "{}: '{}' is {} {}, the model needs {} {}",
@@ -149,16 +225,11 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
     dst.copy_from(file.load(name));
   };
   for (const Parameter& p : model.params().all()) {
-    load_into(weights, p.name, p.value);
     load_into(moments, "exp_avg." + p.name, optimizer.exp_avg().slice(p.offset, p.shape));
     load_into(moments, "exp_avg_sq." + p.name, optimizer.exp_avg_sq().slice(p.offset, p.shape));
   }
-  HONE_CHECK(weights.names().size() == model.params().all().size(),
-             "{}: holds {} tensors, the model has {} parameters (another architecture?)", weights.path(),
-             weights.names().size(), model.params().all().size());
-  model.params().sync_compute();
 
-  const Json j = read_json((fs::path(folder) / "trainer_state.json").string());
+  const Json j = read_json_file((fs::path(folder) / kTrainerState).string());
   TrainerState state;
   state.step = j.at("step").get<int64_t>();
   state.tokens_seen = j.at("tokens_seen").get<int64_t>();
@@ -168,6 +239,21 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   state.config = j.at("config");
   optimizer.set_steps_taken(j.at("optimizer_steps").get<int64_t>());
   return state;
+}
+
+ModelConfig read_model_config(const std::string& folder) {
+  const fs::path path = fs::path(folder) / kModelJson;
+  HONE_CHECK(fs::exists(path), "{}: no {} (not a hone model folder, or a checkpoint from an older hone)", folder,
+             kModelJson);
+  return model_config_from_json(read_json_file(path.string()), path.string());
+}
+
+std::unique_ptr<WeightSource> open_model_folder(const std::string& folder) {
+  return std::make_unique<ModelFolder>(folder, nullptr);
+}
+
+void load_model_weights(const std::string& folder, Transformer& model) {
+  load_weights(ModelFolder(folder, &model.config()), model);
 }
 
 }  // namespace hone

@@ -1,14 +1,22 @@
 #pragma once
-// Training checkpoints (docs/architecture.md, "Checkpoints"). A run directory
-// holds step_NNNNNNN/ folders, each with model.safetensors, optimizer.safetensors,
-// trainer_state.json and, written last, manifest.json with every file's size and
-// XXH3-64 checksum. A folder is written under a temporary name, fsynced and
-// renamed; the file `latest` (the folder's name) is then replaced atomically. A
-// process killed at any moment leaves the previous checkpoint intact and loadable.
+// Training checkpoints and model folders (docs/architecture.md, "Checkpoints").
+// A run directory holds step_NNNNNNN/ folders, each with model.safetensors,
+// model.json (the ModelConfig), optimizer.safetensors, trainer_state.json and,
+// written last, manifest.json with every file's size and XXH3-64 checksum. A
+// folder is written under a temporary name, fsynced and renamed; the file
+// `latest` (the folder's name) is then replaced atomically. A process killed at
+// any moment leaves the previous checkpoint intact and loadable.
+//
+// A model folder (what `hone convert --to hone` writes) is the same without the
+// training state: model.safetensors, model.json, the tokenizer files and the
+// manifest. Fine-tuning and inference start from either kind; resuming a
+// training run needs a training checkpoint.
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "hone/config/config.hpp"
+#include "hone/io/weights.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
 
@@ -34,12 +42,29 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume);
 
 // Verifies the manifest (sizes and checksums) and loads weights, moments and
-// state. Any missing, truncated or corrupt file is an error naming it.
+// state. Any missing, truncated or corrupt file is an error naming it, and so is
+// a model folder, which has no training state to resume.
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer);
 
 // Verifies a checkpoint folder's manifest; throws hone::Error naming the first bad file.
 void verify_checkpoint(const std::string& folder);
 
 std::string checkpoint_folder_name(int64_t step);
+
+// Writes a model folder with the weights of `source` stored in `dtype` (default:
+// as the source stores them) and its companion files (tokenizer). The folder
+// must not exist (or be empty).
+void save_model(const WeightSource& source, const std::string& folder, std::optional<DType> dtype = std::nullopt);
+
+// The ModelConfig of a model or checkpoint folder (its model.json).
+ModelConfig read_model_config(const std::string& folder);
+
+// A model or checkpoint folder as a weight source, its manifest verified first.
+// Weights stored in bf16 or f16 are converted on reading.
+std::unique_ptr<WeightSource> open_model_folder(const std::string& folder);
+
+// Loads the weights of a model or checkpoint folder into `model` (for
+// fine-tuning and inference; no optimizer state is needed or read).
+void load_model_weights(const std::string& folder, Transformer& model);
 
 }  // namespace hone

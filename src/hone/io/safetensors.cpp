@@ -1,10 +1,5 @@
 #include "hone/io/safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <fmt/ranges.h>
@@ -46,97 +41,74 @@ DType parse_safetensors_dtype(const std::string& name, const std::string& contex
   fail("{}: unsupported safetensors dtype '{}'", context, name);
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HONE_CHECK(fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    fail("{}: cannot stat: {}", path, std::strerror(errno));
-  }
-  map_size_ = size_t(st.st_size);
-  if (map_size_ > 0) {
-    map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  }
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    fail("{}: cannot map: {}", path, std::strerror(errno));
-  }
-  try {
-    const auto* bytes = static_cast<const std::byte*>(map_);
-    HONE_CHECK(map_size_ >= 8, "{}: {} bytes is too short for a safetensors file (needs an 8-byte header length)",
-               path, map_size_);
-    uint64_t header_len;
-    std::memcpy(&header_len, bytes, 8);
-    HONE_CHECK(header_len <= kMaxHeaderBytes && header_len <= map_size_ - 8,
-               "{}: header length {} at offset 0 exceeds the file size {}", path, header_len, map_size_);
-    const std::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_len);
-    nlohmann::json header = nlohmann::json::parse(header_text, nullptr, false);
-    HONE_CHECK(!header.is_discarded() && header.is_object(), "{}: the header (bytes 8 to {}) is not a JSON object",
-               path, 8 + header_len);
-    const size_t data_start = 8 + header_len;
-    const size_t data_size = map_size_ - data_start;
-    std::vector<std::pair<size_t, std::string>> by_offset;
-    for (auto& [name, info] : header.items()) {
-      if (name == "__metadata__") {
-        HONE_CHECK(info.is_object(), "{}: __metadata__ is not an object", path);
-        for (auto& [key, value] : info.items()) {
-          HONE_CHECK(value.is_string(), "{}: __metadata__.{} is not a string", path, key);
-          metadata_[key] = value.get<std::string>();
-        }
-        continue;
+SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, const std::string& path) {
+  HONE_CHECK(file.size() >= 8, "{}: {} bytes is too short for a safetensors file (needs an 8-byte header length)",
+             path, file.size());
+  uint64_t header_len;
+  std::memcpy(&header_len, file.data(), 8);
+  HONE_CHECK(header_len <= kMaxHeaderBytes && header_len <= file.size() - 8,
+             "{}: header length {} at offset 0 exceeds the file size {}", path, header_len, file.size());
+  const std::string_view header_text(reinterpret_cast<const char*>(file.data() + 8), header_len);
+  nlohmann::json header = nlohmann::json::parse(header_text, nullptr, false);
+  HONE_CHECK(!header.is_discarded() && header.is_object(), "{}: the header (bytes 8 to {}) is not a JSON object",
+             path, 8 + header_len);
+  const size_t data_start = 8 + header_len;
+  const size_t data_size = file.size() - data_start;
+  Header parsed;
+  std::vector<std::pair<size_t, std::string>> by_offset;
+  for (auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      HONE_CHECK(info.is_object(), "{}: __metadata__ is not an object", path);
+      for (auto& [key, value] : info.items()) {
+        HONE_CHECK(value.is_string(), "{}: __metadata__.{} is not a string", path, key);
+        parsed.metadata[key] = value.get<std::string>();
       }
-      const std::string context = path + ": tensor '" + name + "'";
-      HONE_CHECK(info.is_object() && info.contains("dtype") && info["dtype"].is_string() && info.contains("shape") &&
-                     info["shape"].is_array() && info.contains("data_offsets") && info["data_offsets"].is_array() &&
-                     info["data_offsets"].size() == 2,
-                 "{}: expected {{dtype, shape, data_offsets: [begin, end]}}", context);
-      const DType dtype = parse_safetensors_dtype(info["dtype"].get<std::string>(), context);
-      std::vector<int64_t> dims;
-      uint64_t numel = 1;
-      for (auto& d : info["shape"]) {
-        HONE_CHECK(d.is_number_unsigned(), "{}: shape entries must be non-negative integers", context);
-        dims.push_back(d.get<int64_t>());
-        HONE_CHECK(dims.back() < (int64_t(1) << 40) && (numel *= uint64_t(dims.back())) < (uint64_t(1) << 48),
-                   "{}: shape is implausibly large", context);
-      }
-      auto& offsets = info["data_offsets"];
-      HONE_CHECK(offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
-                 "{}: data_offsets must be non-negative integers", context);
-      const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-      HONE_CHECK(begin <= end && end <= data_size,
-                 "{}: data_offsets [{}, {}] reach past the {} data bytes of the file", context, begin, end, data_size);
-      HONE_CHECK(end - begin == numel * dtype_size(dtype),
-                 "{}: data_offsets span {} bytes but {} of shape [{}] need {}", context, end - begin,
-                 safetensors_dtype_name(dtype), fmt::join(dims, ", "), numel * dtype_size(dtype));
-      entries_.emplace(name, Entry{dtype, Shape(std::span<const int64_t>(dims)),
-                                   std::span<const std::byte>(bytes + data_start + begin, end - begin)});
-      by_offset.emplace_back(begin, name);
+      continue;
     }
-    // Tensors may not overlap (the format requires a dense, ordered data section).
-    std::sort(by_offset.begin(), by_offset.end());
-    size_t previous_end = 0;
-    for (auto& [begin, name] : by_offset) {
-      HONE_CHECK(begin >= previous_end, "{}: tensor '{}' overlaps the tensor before it", path, name);
-      previous_end = begin + entries_.at(name).bytes.size();
-      order_.push_back(name);
+    const std::string context = path + ": tensor '" + name + "'";
+    HONE_CHECK(info.is_object() && info.contains("dtype") && info["dtype"].is_string() && info.contains("shape") &&
+                   info["shape"].is_array() && info.contains("data_offsets") && info["data_offsets"].is_array() &&
+                   info["data_offsets"].size() == 2,
+               "{}: expected {{dtype, shape, data_offsets: [begin, end]}}", context);
+    const DType dtype = parse_safetensors_dtype(info["dtype"].get<std::string>(), context);
+    HONE_CHECK(info["shape"].size() <= size_t(Shape::kMaxDims), "{}: {} dimensions, hone handles at most {}", context,
+               info["shape"].size(), Shape::kMaxDims);
+    std::vector<int64_t> dims;
+    uint64_t numel = 1;
+    for (auto& d : info["shape"]) {
+      HONE_CHECK(d.is_number_unsigned(), "{}: shape entries must be non-negative integers", context);
+      dims.push_back(d.get<int64_t>());
+      HONE_CHECK(dims.back() < (int64_t(1) << 40) && (numel *= uint64_t(dims.back())) < (uint64_t(1) << 48),
+                 "{}: shape is implausibly large", context);
     }
-  } catch (...) {
-    if (map_) ::munmap(map_, map_size_);
-    throw;
+    auto& offsets = info["data_offsets"];
+    HONE_CHECK(offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+               "{}: data_offsets must be non-negative integers", context);
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    HONE_CHECK(begin <= end && end <= data_size, "{}: data_offsets [{}, {}] reach past the {} data bytes of the file",
+               context, begin, end, data_size);
+    HONE_CHECK(end - begin == numel * dtype_size(dtype), "{}: data_offsets span {} bytes but {} of shape [{}] need {}",
+               context, end - begin, safetensors_dtype_name(dtype), fmt::join(dims, ", "), numel * dtype_size(dtype));
+    parsed.entries.emplace(name, Entry{dtype, Shape(std::span<const int64_t>(dims)),
+                                       std::span<const std::byte>(file.data() + data_start + begin, end - begin)});
+    by_offset.emplace_back(begin, name);
   }
+  // Tensors may not overlap (the format requires a dense, ordered data section).
+  std::sort(by_offset.begin(), by_offset.end());
+  size_t previous_end = 0;
+  for (auto& [begin, name] : by_offset) {
+    HONE_CHECK(begin >= previous_end, "{}: tensor '{}' overlaps the tensor before it", path, name);
+    previous_end = begin + parsed.entries.at(name).bytes.size();
+    parsed.order.push_back(name);
+  }
+  return parsed;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, map_size_);
-}
-
-std::vector<std::string> SafetensorsFile::names() const { return order_; }
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path), header_(parse(file_.bytes(), path)) {}
 
 const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
-  auto found = entries_.find(name);
-  HONE_CHECK(found != entries_.end(), "{}: no tensor named '{}'", path_, name);
+  auto found = header_.entries.find(name);
+  HONE_CHECK(found != header_.entries.end(), "{}: no tensor named '{}'", path(), name);
   return found->second;
 }
 
@@ -147,31 +119,50 @@ Tensor SafetensorsFile::load(const std::string& name) const {
   return t;
 }
 
-WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Layout>& layout,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), layout_(layout), out_(path) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const NamedTensor& nt : tensors) {
-    HONE_CHECK(nt.name != "__metadata__" && !header.contains(nt.name), "{}: duplicate or reserved tensor name '{}'",
-               path, nt.name);
-    const uint64_t bytes = nt.tensor.nbytes();
-    header[nt.name] = {{"dtype", safetensors_dtype_name(nt.tensor.dtype())},
-                       {"shape", std::vector<int64_t>(nt.tensor.shape().begin(), nt.tensor.shape().end())},
-                       {"data_offsets", {offset, offset + bytes}}};
+  for (const Layout& t : layout_) {
+    HONE_CHECK(t.name != "__metadata__" && !header.contains(t.name), "{}: duplicate or reserved tensor name '{}'",
+               path, t.name);
+    const uint64_t bytes = uint64_t(t.shape.numel()) * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)},
+                      {"shape", std::vector<int64_t>(t.shape.begin(), t.shape.end())},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the data section starts 8-byte aligned
-  AtomicFile out(path);
   const uint64_t header_len = text.size();
-  out.write(&header_len, sizeof header_len);
-  out.write(text.data(), text.size());
-  for (const NamedTensor& nt : tensors) {
-    Tensor host = nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu());
-    out.write(host.raw(), host.nbytes());
-  }
-  return out.commit();
+  out_.write(&header_len, sizeof header_len);
+  out_.write(text.data(), text.size());
+}
+
+void SafetensorsWriter::write(const Tensor& tensor) {
+  HONE_CHECK(next_ < layout_.size(), "{}: more tensors written than the {} declared", path_, layout_.size());
+  const Layout& expected = layout_[next_++];
+  HONE_CHECK(tensor.dtype() == expected.dtype && tensor.shape() == expected.shape,
+             "{}: tensor '{}' is {} {}, declared as {} {}", path_, expected.name, dtype_name(tensor.dtype()),
+             tensor.shape().str(), dtype_name(expected.dtype), expected.shape.str());
+  const Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+  out_.write(host.raw(), host.nbytes());
+}
+
+WrittenFile SafetensorsWriter::commit() {
+  HONE_CHECK(next_ == layout_.size(), "{}: {} of {} declared tensors written", path_, next_, layout_.size());
+  return out_.commit();
+}
+
+WrittenFile write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Layout> layout;
+  for (const NamedTensor& nt : tensors) layout.push_back({nt.name, nt.tensor.dtype(), nt.tensor.shape()});
+  SafetensorsWriter writer(path, layout, metadata);
+  for (const NamedTensor& nt : tensors) writer.write(nt.tensor);
+  return writer.commit();
 }
 
 }  // namespace hone

@@ -5,13 +5,13 @@
 // is checked before use, so a lying header is an error, not a crash.
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "hone/core/tensor.hpp"
 #include "hone/io/atomic_file.hpp"
+#include "hone/io/mapped_file.hpp"
 
 namespace hone {
 
@@ -23,28 +23,55 @@ class SafetensorsFile {
     std::span<const std::byte> bytes;  // inside the mapped file
   };
 
+  // The header of a safetensors file held in memory, checked against the
+  // memory's size: entries point into `file`. Throws hone::Error naming `path`,
+  // the tensor and the problem (also the parser the fuzz target drives).
+  struct Header {
+    std::map<std::string, Entry> entries;
+    std::vector<std::string> order;  // by data offset
+    std::map<std::string, std::string> metadata;
+  };
+  static Header parse(std::span<const std::byte> file, const std::string& path);
+
   // Opens and validates `path`; throws hone::Error naming the file and the problem.
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::string& path() const { return path_; }
-  std::vector<std::string> names() const;  // in file order
-  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  const std::string& path() const { return file_.path(); }
+  std::vector<std::string> names() const { return header_.order; }  // in file order
+  bool contains(const std::string& name) const { return header_.entries.count(name) != 0; }
   const Entry& entry(const std::string& name) const;
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
 
   // A CPU tensor holding a copy of `name` in its stored dtype.
   Tensor load(const std::string& name) const;
 
  private:
+  MappedFile file_;
+  Header header_;
+};
+
+// Writes a safetensors file whose tensors come one at a time, so that a file
+// larger than memory can be written: the header (every name, dtype and shape)
+// first, then each tensor's bytes in the same order. Atomic like AtomicFile.
+class SafetensorsWriter {
+ public:
+  struct Layout {
+    std::string name;
+    DType dtype;
+    Shape shape;
+  };
+  SafetensorsWriter(const std::string& path, const std::vector<Layout>& layout,
+                    const std::map<std::string, std::string>& metadata = {});
+  // The next tensor in layout order (any device; copied to host); its dtype and
+  // shape must be the layout's.
+  void write(const Tensor& tensor);
+  WrittenFile commit();
+
+ private:
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
-  std::map<std::string, Entry> entries_;
-  std::vector<std::string> order_;
-  std::map<std::string, std::string> metadata_;
+  std::vector<Layout> layout_;
+  size_t next_ = 0;
+  AtomicFile out_;
 };
 
 struct NamedTensor {

@@ -1,0 +1,39 @@
+#pragma once
+// `hone convert`: any model hone reads, written as a Hugging Face folder or a
+// hone model folder.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hone/io/hf.hpp"
+#include "hone/io/weights.hpp"
+
+namespace hone {
+
+// Opens the model at `path`: a hone model or checkpoint folder (or a run
+// directory, through its `latest`), a Hugging Face folder, or an llm.c or
+// llama2.c file.
+std::unique_ptr<WeightSource> open_weights(const std::string& path);
+
+enum class ModelFolderKind { hf, hone };
+
+struct ConvertOptions {
+  ModelFolderKind to = ModelFolderKind::hf;
+  std::optional<DType> dtype;            // default: as the source stores its weights
+  uint64_t shard_bytes = 5'000'000'000;  // Hugging Face export only
+  std::string tokenizer_dir;             // tokenizer files from here instead of the source's
+};
+
+struct ConvertSummary {
+  std::string source;  // the source's description
+  ModelConfig config;
+  DType dtype = DType::f32;
+  std::vector<std::string> files;
+  std::vector<std::string> notes;
+};
+
+// Writes `dest` (which must not exist, or be an empty folder) completely or not at all.
+ConvertSummary convert_model(const std::string& src, const std::string& dest, const ConvertOptions& options);
+
+}  // namespace hone

@@ -1,0 +1,270 @@
+// Hugging Face model folders: reading (config.json, one file or index + shards,
+// every tensor checked up front) and writing (what save_pretrained writes).
+#include "hone/io/hf.hpp"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "hone/io/json_file.hpp"
+#include "hone/io/safetensors.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+const char* architecture_of(Family family) {
+  switch (family) {
+    case Family::llama: return "LlamaForCausalLM";
+    case Family::gpt2: return "GPT2LMHeadModel";
+    case Family::mpt: return "MptForCausalLM";
+  }
+  HONE_ASSERT(false);
+}
+
+// Buffers that some checkpoints carry besides the weights (rotary frequencies,
+// GPT-2's causal mask), and the output projection of a tied model.
+bool ignorable(const ModelConfig& c, const std::string& name) {
+  if (name.ends_with(".rotary_emb.inv_freq")) return true;
+  if (c.family == Family::gpt2 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"))) {
+    return !name.ends_with(".c_attn.bias");
+  }
+  return c.tie_embeddings && name == "lm_head.weight";
+}
+
+class HfFolder final : public WeightSource {
+ public:
+  explicit HfFolder(const std::string& dir) : dir_(dir) {
+    HONE_CHECK(fs::is_directory(dir), "{}: not a folder", dir);
+    const std::string config_path = (fs::path(dir) / "config.json").string();
+    HONE_CHECK(fs::exists(config_path), "{}: no config.json (not a Hugging Face model folder)", dir);
+    hf_ = hf_config_from_json(read_json_file(config_path), config_path, folder_name(dir));
+    open_weight_files();
+    check_tensors();
+    companions_ = companion_files_in(dir);
+  }
+
+  const ModelConfig& config() const override { return hf_.config; }
+  DType stored_dtype() const override { return stored_dtype_; }
+  std::vector<std::string> companion_files() const override { return companions_; }
+  std::string description() const override {
+    return fmt::format("Hugging Face {} folder {}", hf_.model_type, dir_);
+  }
+  std::vector<std::string> notes() const override { return hf_.notes; }
+
+  void read(const std::string& name, const Tensor& dst) const override {
+    const int64_t cols = dst.ndim() == 2 ? dst.size(1) : 1;
+    for (const HfTensor& t : hf_tensors_of(hf_.config, name)) {
+      const auto& [file, entry] = find(t.name);
+      const StoredTensor stored{entry->dtype, entry->shape, entry->bytes.data()};
+      const Tensor rows = dst.slice(t.row_begin * cols, dst.ndim() == 2 ? Shape{t.rows, cols} : Shape{t.rows});
+      if (t.transposed) {
+        read_stored_transposed(stored, rows);
+      } else {
+        read_stored(stored, rows);
+      }
+    }
+  }
+
+ private:
+  void open_weight_files() {
+    const fs::path single = fs::path(dir_) / kSingleFile, index = fs::path(dir_) / kIndexFile;
+    if (fs::exists(single)) {  // transformers prefers the single file too
+      weights_path_ = single.string();
+      files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
+      for (const std::string& name : files_[0]->names()) where_[name] = files_[0].get();
+      return;
+    }
+    if (!fs::exists(index)) {
+      HONE_CHECK(!fs::exists(fs::path(dir_) / "pytorch_model.bin"),
+                 "{}: holds PyTorch pickle weights (pytorch_model.bin); hone reads safetensors (save the model "
+                 "with safe_serialization=True)",
+                 dir_);
+      fail("{}: no {} or {}", dir_, kSingleFile, kIndexFile);
+    }
+    weights_path_ = index.string();
+    const Json j = read_json_file(index.string());
+    const JsonFields fields(j, index.string());
+    HONE_CHECK(fields.has("weight_map") && j["weight_map"].is_object(), "{}: no 'weight_map' object",
+               index.string());
+    std::map<std::string, SafetensorsFile*> by_file;
+    for (auto& [tensor, file] : j["weight_map"].items()) {
+      HONE_CHECK(file.is_string(), "{}: weight_map['{}'] is not a file name", index.string(), tensor);
+      const std::string name = file.get<std::string>();
+      HONE_CHECK(!name.empty() && name.find('/') == std::string::npos && name.front() != '.',
+                 "{}: weight_map['{}'] = '{}' is not a file in the folder", index.string(), tensor, name);
+      auto found = by_file.find(name);
+      if (found == by_file.end()) {
+        const fs::path shard = fs::path(dir_) / name;
+        HONE_CHECK(fs::exists(shard), "{}: shard {} (listed in {}) is missing", shard.string(), name, kIndexFile);
+        files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
+        found = by_file.emplace(name, files_.back().get()).first;
+      }
+      HONE_CHECK(found->second->contains(tensor), "{}: has no tensor '{}', which {} places there",
+                 found->second->path(), tensor, kIndexFile);
+      where_[tensor] = found->second;
+    }
+  }
+
+  // A tensor by its save_pretrained name; GPT-2 and MPT files written from the
+  // base model (GPT2Model) lack the "transformer." prefix.
+  std::pair<const SafetensorsFile*, const SafetensorsFile::Entry*> find(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it == where_.end() && name.starts_with("transformer.")) it = where_.find(name.substr(12));
+    if (it == where_.end()) return {nullptr, nullptr};
+    return {it->second, &it->second->entry(it->first)};
+  }
+
+  void check_tensors() {
+    const ModelConfig& c = hf_.config;
+    std::set<std::string> expected;
+    for (const ParameterSpec& spec : parameter_specs(c)) {
+      for (const HfTensor& t : hf_tensors_of(c, spec.name)) {
+        const auto [file, entry] = find(t.name);
+        HONE_CHECK(file != nullptr, "{}: tensor '{}' is missing (config.json describes a {} with {} layers)",
+                   weights_path_, t.name, architecture_of(c.family), c.n_layers);
+        HONE_CHECK(entry->dtype == DType::f32 || entry->dtype == DType::bf16 || entry->dtype == DType::f16,
+                   "{}: tensor '{}' is {}; hone reads F32, BF16 and F16 weights", file->path(), t.name,
+                   safetensors_dtype_name(entry->dtype));
+        HONE_CHECK(entry->shape == t.shape, "{}: tensor '{}' has shape {}, config.json implies {}", file->path(),
+                   t.name, entry->shape.str(), t.shape.str());
+        if (expected.empty()) stored_dtype_ = entry->dtype;
+        expected.insert(where_.count(t.name) ? t.name : t.name.substr(12));
+      }
+    }
+    for (const auto& [name, file] : where_) {
+      HONE_CHECK(expected.count(name) || ignorable(c, name),
+                 "{}: unexpected tensor '{}' (a {} of this config.json has none; another architecture?)",
+                 file->path(), name, architecture_of(c.family));
+    }
+  }
+
+  std::string dir_;
+  std::string weights_path_;  // model.safetensors or the index
+  HfConfig hf_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> where_;
+  DType stored_dtype_ = DType::f32;
+  std::vector<std::string> companions_;
+};
+
+// One tensor of the export and the hone parameter it comes from.
+struct Planned {
+  HfTensor tensor;
+  const ParameterSpec* param;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> open_hf(const std::string& dir) { return std::make_unique<HfFolder>(dir); }
+
+void load_hf_weights(const std::string& dir, Transformer& model) { load_weights(HfFolder(dir), model); }
+
+HfExportSummary export_hf(const WeightSource& source, const std::string& dir, const HfExportOptions& options) {
+  const ModelConfig& c = source.config();
+  HfExportSummary summary;
+  summary.dtype = options.dtype.value_or(source.stored_dtype());
+  Json config = hf_config_to_json(c, summary.dtype);  // fails before anything is written
+  HONE_CHECK(options.shard_bytes > 0, "the shard size must be positive");
+  const std::vector<std::string> companions = source.companion_files();
+
+  // Every tensor in order, then shards as save_pretrained cuts them: a new file
+  // when the next tensor would take this one past the size limit.
+  const std::vector<ParameterSpec> specs = parameter_specs(c);
+  std::vector<Planned> plan;
+  for (const ParameterSpec& spec : specs) {
+    for (HfTensor& t : hf_tensors_of(c, spec.name)) plan.push_back({std::move(t), &spec});
+  }
+  std::vector<std::vector<const Planned*>> shards(1);
+  uint64_t shard_bytes = 0;
+  for (const Planned& p : plan) {
+    const uint64_t bytes = uint64_t(p.tensor.shape.numel()) * dtype_size(summary.dtype);
+    if (!shards.back().empty() && shard_bytes + bytes > options.shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&p);
+    shard_bytes += bytes;
+    summary.tensor_bytes += bytes;
+  }
+
+  AtomicFolder folder(dir, false);
+  const std::string* cached_name = nullptr;  // the parameter whose rows are being written
+  Tensor cached;
+  Json weight_map = Json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file = shards.size() == 1 ? std::string(kSingleFile)
+                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
+                                                              shards.size());
+    std::vector<SafetensorsWriter::Layout> layout;
+    for (const Planned* p : shards[s]) layout.push_back({p->tensor.name, summary.dtype, p->tensor.shape});
+    // transformers refuses safetensors files without format "pt".
+    SafetensorsWriter writer(folder.file(file), layout, {{"format", "pt"}});
+    for (const Planned* p : shards[s]) {
+      if (cached_name != &p->param->name) {
+        cached = Tensor::empty(p->param->shape, DType::f32);
+        source.read(p->param->name, cached);
+        cached_name = &p->param->name;
+      }
+      const HfTensor& t = p->tensor;
+      const int64_t cols = cached.ndim() == 2 ? cached.size(1) : 1;
+      const Tensor rows = cached.slice(t.row_begin * cols, cached.ndim() == 2 ? Shape{t.rows, cols} : Shape{t.rows});
+      Tensor converted = Tensor::empty(rows.shape(), summary.dtype);
+      ops::cast(rows, converted);
+      if (t.transposed) {
+        Tensor stored = Tensor::empty(t.shape, summary.dtype);
+        transpose(converted, stored);
+        converted = stored;
+      }
+      writer.write(converted);
+      weight_map[t.name] = file;
+      ++summary.tensors;
+    }
+    writer.commit();
+    summary.files.push_back(file);
+  }
+  if (shards.size() > 1) {
+    Json sorted = Json::object();  // save_pretrained sorts the map by tensor name
+    std::map<std::string, std::string> by_name;
+    for (auto& [name, file] : weight_map.items()) by_name[name] = file.get<std::string>();
+    for (auto& [name, file] : by_name) sorted[name] = file;
+    write_json_file(folder.file(kIndexFile), {{"metadata", {{"total_size", summary.tensor_bytes}}},
+                                              {"weight_map", sorted}});
+    summary.files.push_back(kIndexFile);
+  }
+
+  bool has_generation_config = false;
+  for (const std::string& path : companions) {
+    const std::string name = fs::path(path).filename().string();
+    copy_file(path, folder.file(name));
+    summary.files.push_back(name);
+    if (name != "generation_config.json") continue;
+    has_generation_config = true;
+    // config.json carries the special token ids too (transformers reads them there).
+    const Json generation = read_json_file(path);
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+      if (generation.is_object() && generation.contains(key)) config[key] = generation[key];
+    }
+  }
+  if (!has_generation_config) {
+    write_json_file(folder.file("generation_config.json"),
+                    {{"_from_model_config", true}, {"transformers_version", config["transformers_version"]}});
+    summary.files.push_back("generation_config.json");
+  }
+  write_json_file(folder.file("config.json"), config);
+  summary.files.push_back("config.json");
+  folder.commit();
+  return summary;
+}
+
+HfExportSummary export_hf(const Transformer& model, const std::string& dir, const HfExportOptions& options) {
+  return export_hf(*transformer_weights(model), dir, options);
+}
+
+}  // namespace hone

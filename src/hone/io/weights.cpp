@@ -1,0 +1,171 @@
+#include "hone/io/weights.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <fmt/ranges.h>
+
+#include "hone/ops/ops.hpp"
+
+namespace hone {
+
+namespace fs = std::filesystem;
+
+std::vector<ParameterSpec> parameter_specs(const ModelConfig& c) {
+  // Transformer::declare_parameters's order and shapes (tests/io checks they agree).
+  std::vector<ParameterSpec> specs;
+  const bool layernorm_bias = c.norm == NormKind::layernorm && c.norm_bias;
+  auto norm = [&](const std::string& prefix) {
+    specs.push_back({prefix + ".weight", {c.dim}});
+    if (layernorm_bias) specs.push_back({prefix + ".bias", {c.dim}});
+  };
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in) {
+    specs.push_back({prefix + ".weight", {out, in}});
+    if (c.linear_bias) specs.push_back({prefix + ".bias", {out}});
+  };
+  specs.push_back({"tok_embeddings.weight", {c.vocab_size, c.dim}});
+  if (c.position == PositionKind::learned) specs.push_back({"pos_embeddings.weight", {c.max_seq_len, c.dim}});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string prefix = "layers." + std::to_string(i);
+    norm(prefix + ".attn_norm");
+    linear(prefix + ".attn.qkv", c.qkv_dim(), c.dim);
+    linear(prefix + ".attn.out", c.dim, c.n_heads * c.head_dim());
+    norm(prefix + ".mlp_norm");
+    linear(prefix + ".mlp.up", c.mlp_up_dim(), c.dim);
+    linear(prefix + ".mlp.down", c.dim, c.ffn_dim);
+  }
+  norm("norm");
+  if (!c.tie_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, c.dim}});
+  return specs;
+}
+
+void load_weights(const WeightSource& source, Transformer& model) {
+  const std::vector<ParameterSpec> specs = parameter_specs(source.config());
+  const auto& params = model.params().all();
+  HONE_CHECK(specs.size() == params.size(), "{} has {} parameters, the model {} (another architecture?)",
+             source.description(), specs.size(), params.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Parameter& p = params[i];
+    HONE_CHECK(specs[i].name == p.name && specs[i].shape == p.shape,
+               "{} has parameter '{}' {} where the model has '{}' {} (another architecture?)", source.description(),
+               specs[i].name, specs[i].shape.str(), p.name, p.shape.str());
+    if (p.value.device().is_cpu() && p.value.dtype() == DType::f32) {
+      source.read(p.name, p.value);  // straight from the file into the master weights
+    } else {
+      Tensor staged = Tensor::empty(p.shape, DType::f32);
+      source.read(p.name, staged);
+      if (p.value.dtype() == DType::f32) {
+        p.value.copy_from(staged);
+      } else {
+        Tensor converted = Tensor::empty(p.shape, p.value.dtype());
+        ops::cast(staged, converted);
+        p.value.copy_from(converted);
+      }
+    }
+  }
+  model.params().sync_compute();
+}
+
+namespace {
+
+class TransformerWeights final : public WeightSource {
+ public:
+  explicit TransformerWeights(const Transformer& model) : model_(model) {}
+  const ModelConfig& config() const override { return model_.config(); }
+  DType stored_dtype() const override { return DType::f32; }
+  void read(const std::string& name, const Tensor& dst) const override {
+    const Parameter* p = model_.params().find(name);
+    HONE_CHECK(p != nullptr, "the model has no parameter '{}'", name);
+    Tensor host = p->value.device().is_cpu() ? p->value : p->value.to(Device::cpu());
+    ops::cast(host, dst);
+  }
+  std::string description() const override { return fmt::format("model {} in memory", model_.config().name); }
+
+ private:
+  const Transformer& model_;
+};
+
+class WithTokenizer final : public WeightSource {
+ public:
+  WithTokenizer(std::unique_ptr<WeightSource> source, std::vector<std::string> files)
+      : source_(std::move(source)), files_(std::move(files)) {}
+  const ModelConfig& config() const override { return source_->config(); }
+  DType stored_dtype() const override { return source_->stored_dtype(); }
+  void read(const std::string& name, const Tensor& dst) const override { source_->read(name, dst); }
+  std::vector<std::string> companion_files() const override { return files_; }
+  std::string description() const override { return source_->description(); }
+  std::vector<std::string> notes() const override { return source_->notes(); }
+
+ private:
+  std::unique_ptr<WeightSource> source_;
+  std::vector<std::string> files_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> transformer_weights(const Transformer& model) {
+  return std::make_unique<TransformerWeights>(model);
+}
+
+std::unique_ptr<WeightSource> with_tokenizer_from(std::unique_ptr<WeightSource> source, const std::string& dir) {
+  std::vector<std::string> files = companion_files_in(dir);
+  HONE_CHECK(!files.empty(), "{}: no tokenizer files ({})", dir, fmt::join(companion_file_names(), ", "));
+  return std::make_unique<WithTokenizer>(std::move(source), std::move(files));
+}
+
+void read_stored(const StoredTensor& src, const Tensor& dst) {
+  HONE_CHECK(src.shape.numel() == dst.numel(), "cannot read {} elements into {}", src.shape.numel(),
+             dst.shape().str());
+  ops::cast(src.data, src.dtype, dst);
+}
+
+void read_stored_transposed(const StoredTensor& src, const Tensor& dst) {
+  HONE_ASSERT(src.shape.ndim() == 2);
+  Tensor staged = Tensor::empty(src.shape, dst.dtype());
+  ops::cast(src.data, src.dtype, staged);
+  transpose(staged, dst);
+}
+
+void transpose(const Tensor& src, const Tensor& dst) {
+  HONE_ASSERT(src.ndim() == 2 && dst.ndim() == 2 && src.dtype() == dst.dtype());
+  const int64_t rows = src.size(0), cols = src.size(1);
+  HONE_CHECK(dst.size(0) == cols && dst.size(1) == rows, "cannot transpose {} into {}", src.shape().str(),
+             dst.shape().str());
+  const size_t element = dtype_size(src.dtype());
+  const auto* from = static_cast<const std::byte*>(src.raw());
+  auto* to = static_cast<std::byte*>(dst.raw());
+  constexpr int64_t kTile = 32;  // tiles keep both sides' cache lines in use
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) {
+          std::memcpy(to + size_t(c * rows + r) * element, from + size_t(r * cols + c) * element, element);
+        }
+      }
+    }
+  }
+}
+
+std::string folder_name(const std::string& dir) {
+  fs::path p = fs::absolute(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+const std::vector<std::string>& companion_file_names() {
+  static const std::vector<std::string> names = {
+      "tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+      "tokenizer.model",  "vocab.json",            "merges.txt",              "generation_config.json"};
+  return names;
+}
+
+std::vector<std::string> companion_files_in(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const std::string& name : companion_file_names()) {
+    const fs::path p = fs::path(dir) / name;
+    if (fs::is_regular_file(p)) found.push_back(p.string());
+  }
+  return found;
+}
+
+}  // namespace hone

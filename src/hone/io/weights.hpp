@@ -1,0 +1,71 @@
+#pragma once
+// A model's weights by hone parameter name, wherever they are stored: a Hugging
+// Face folder, a hone model folder, an llm.c or llama2.c file, or a Transformer
+// in memory. Readers convert one parameter at a time straight from the mapped
+// file, so converting a model needs memory for its largest tensor, not for all
+// of it, and loading one into a Transformer writes each value once.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hone/model/transformer.hpp"
+
+namespace hone {
+
+struct ParameterSpec {
+  std::string name;
+  Shape shape;
+};
+// The parameters of a Transformer of `config`, in declaration order.
+std::vector<ParameterSpec> parameter_specs(const ModelConfig& config);
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual const ModelConfig& config() const = 0;
+  // The dtype the weights are stored in: what a conversion writes by default.
+  virtual DType stored_dtype() const = 0;
+  // Fills dst (a CPU f32 tensor of the parameter's shape) with parameter `name`.
+  virtual void read(const std::string& name, const Tensor& dst) const = 0;
+  // Files that belong with the weights (tokenizer, generation config).
+  virtual std::vector<std::string> companion_files() const { return {}; }
+  // "Hugging Face llama folder PATH", for messages.
+  virtual std::string description() const = 0;
+  // What the conversion could not carry over exactly (e.g. Mistral's sliding window).
+  virtual std::vector<std::string> notes() const { return {}; }
+};
+
+// Copies every weight of `source` into model.params(); a model of another shape
+// is an error naming the first parameter that differs.
+void load_weights(const WeightSource& source, Transformer& model);
+
+// A Transformer's weights as a source (exporting a model in memory).
+std::unique_ptr<WeightSource> transformer_weights(const Transformer& model);
+// `source` with the tokenizer files of `dir` as its companion files instead of
+// its own; a folder without any is an error.
+std::unique_ptr<WeightSource> with_tokenizer_from(std::unique_ptr<WeightSource> source, const std::string& dir);
+
+// A tensor as a file stores it: dtype, shape and bytes (in a mapped file).
+struct StoredTensor {
+  DType dtype;
+  Shape shape;
+  const std::byte* data;
+};
+// src converted into dst (CPU f32, the same number of elements).
+void read_stored(const StoredTensor& src, const Tensor& dst);
+// src [a, b] converted and transposed into dst [b, a].
+void read_stored_transposed(const StoredTensor& src, const Tensor& dst);
+// dst [b, a] = srcᵀ for 2-D CPU tensors of one dtype (GPT-2's Conv1D layout).
+void transpose(const Tensor& src, const Tensor& dst);
+
+// The last component of a folder path ("runs/llama/" and "runs/llama" give
+// "llama"), which names a converted model.
+std::string folder_name(const std::string& dir);
+
+// Files that travel with a model's weights when it is converted: tokenizers and
+// the generation config, by the names Hugging Face gives them.
+const std::vector<std::string>& companion_file_names();
+// The companion files present in `dir`.
+std::vector<std::string> companion_files_in(const std::string& dir);
+
+}  // namespace hone
