@@ -1,0 +1,78 @@
+// hone convert SRC DEST --to hf|hone [--dtype fp32|bf16|fp16] [--shard-size 5GB] [--tokenizer DIR]
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+#include <fmt/ranges.h>
+
+#include "hone/cli/commands.hpp"
+#include "hone/core/error.hpp"
+#include "hone/io/convert.hpp"
+
+namespace hone::cli {
+
+namespace {
+
+// "5GB" (10^9, as transformers' max_shard_size), "2GiB" (2^30), "500MB", "1000000".
+uint64_t parse_size(const std::string& text) {
+  double number = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+  std::string unit(end, text.data() + text.size());
+  for (char& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  const std::pair<const char*, double> units[] = {{"", 1},         {"B", 1},           {"KB", 1e3},
+                                                  {"MB", 1e6},     {"GB", 1e9},        {"KIB", 1024.0},
+                                                  {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
+  for (const auto& [name, scale] : units) {
+    if (error == std::errc() && unit == name && number * scale >= 1 && number * scale < 1e18) {
+      return uint64_t(number * scale);
+    }
+  }
+  fail("--shard-size: '{}' is not a size such as 5GB, 500MB, 2GiB or a number of bytes", text);
+}
+
+std::string count(int64_t n) {
+  if (n >= 1'000'000'000) return fmt::format("{:.2f}B", double(n) / 1e9);
+  if (n >= 1'000'000) return fmt::format("{:.1f}M", double(n) / 1e6);
+  return std::to_string(n);
+}
+
+}  // namespace
+
+Command add_convert(CLI::App& app) {
+  struct Args {
+    std::string src, dest, to, dtype, shard_size = "5GB", tokenizer;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "convert", "Convert a model: Hugging Face folder, hone model or checkpoint folder, llm.c or llama2.c file -> "
+                 "Hugging Face or hone folder");
+  sub->add_option("src", args->src, "A Hugging Face folder, a hone model/checkpoint folder or run directory, or an "
+                                    "llm.c / llama2.c .bin file")
+      ->required();
+  sub->add_option("dest", args->dest, "The folder to write (must not exist)")->required();
+  sub->add_option("--to", args->to, "hf: a Hugging Face folder; hone: a hone model folder")
+      ->required()
+      ->check(CLI::IsMember({"hf", "hone"}));
+  sub->add_option("--dtype", args->dtype, "Weights in fp32, bf16 or fp16 (default: as the source stores them)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_option("--shard-size", args->shard_size,
+                  "Hugging Face export: split the weights into files of at most this size (default 5GB)");
+  sub->add_option("--tokenizer", args->tokenizer,
+                  "Copy the tokenizer files of this folder (tokenizer.json, tokenizer.model, vocab.json, ...) "
+                  "instead of the source's");
+  return [args] {
+    ConvertOptions options;
+    options.to = args->to == "hf" ? ModelFolderKind::hf : ModelFolderKind::hone;
+    if (!args->dtype.empty()) options.dtype = parse_dtype(args->dtype);
+    options.shard_bytes = parse_size(args->shard_size);
+    options.tokenizer_dir = args->tokenizer;
+    const ConvertSummary s = convert_model(args->src, args->dest, options);
+    for (const std::string& note : s.notes) fmt::print("note: {}\n", note);
+    fmt::print("{} ({}, {} layers, {} parameters) -> {} ({} folder, {} weights): {}\n", s.source,
+               family_name(s.config.family), s.config.n_layers, count(s.config.num_params()), args->dest, args->to,
+               dtype_name(s.dtype), fmt::join(s.files, ", "));
+    return 0;
+  };
+}
+
+}  // namespace hone::cli
