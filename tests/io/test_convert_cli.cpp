@@ -1,0 +1,87 @@
+// `hone convert` as a user runs it: exit status 0 and one summary line, or exit
+// status 2 and one line `hone: error: ...` naming the file, nothing left behind.
+#include <filesystem>
+#include <fstream>
+
+#include "run_hone.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConvertCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "hone_convert_cli_" + std::to_string(::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  int convert(const std::vector<std::string>& args) {
+    fs::remove(log_path());
+    std::vector<std::string> all{"convert"};
+    all.insert(all.end(), args.begin(), args.end());
+    return run_hone_to_log(all, log_path());
+  }
+  std::string log_path() const { return dir_ + "/log.txt"; }
+  std::string log() const { return read_file(log_path()); }
+  std::string fixture(const std::string& name) const { return source_path("tests/reference/hf/" + name); }
+
+  std::string dir_;
+};
+
+TEST_F(ConvertCli, ConvertsEveryFormatBothWays) {
+  EXPECT_EQ(convert({fixture("llama31_sharded"), dir_ + "/llama_hone", "--to", "hone"}), 0) << log();
+  EXPECT_NE(log().find("-> " + dir_ + "/llama_hone (hone folder, fp32 weights)"), std::string::npos) << log();
+  EXPECT_EQ(convert({dir_ + "/llama_hone", dir_ + "/llama_hf", "--to", "hf", "--dtype", "bf16", "--shard-size",
+                     "20KB"}),
+            0)
+      << log();
+  EXPECT_TRUE(fs::exists(dir_ + "/llama_hf/model.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(dir_ + "/llama_hf/tokenizer.json"));
+  EXPECT_EQ(convert({fixture("mistral_f16"), dir_ + "/mistral", "--to", "hf"}), 0) << log();
+  EXPECT_NE(log().find("note: sliding_window 16"), std::string::npos) << log();
+  EXPECT_EQ(convert({fixture("llmc_gpt2_bf16.bin"), dir_ + "/gpt2", "--to", "hf", "--tokenizer",
+                     fixture("llama31_sharded")}),
+            0)
+      << log();
+  EXPECT_TRUE(fs::exists(dir_ + "/gpt2/tokenizer_config.json"));
+  EXPECT_EQ(convert({fixture("llama2c_legacy.bin"), dir_ + "/stories", "--to", "hone"}), 0) << log();
+  EXPECT_NE(log().find("llama2.c file"), std::string::npos) << log();
+}
+
+TEST_F(ConvertCli, BadInputsExitTwoWithOneLine) {
+  auto expect_error = [&](const std::vector<std::string>& args, const std::string& fragment) {
+    EXPECT_EQ(convert(args), 2) << log();
+    const std::string text = log();
+    EXPECT_NE(text.find(fragment), std::string::npos) << text;
+    if (text.starts_with("hone: error: ")) {
+      EXPECT_EQ(text.find('\n'), text.size() - 1) << "one line: " << text;
+    }
+  };
+  expect_error({fixture("gpt2"), dir_ + "/x", "--to", "onnx"}, "--to");
+  expect_error({fixture("gpt2"), dir_ + "/x"}, "--to");
+  expect_error({dir_ + "/absent", dir_ + "/x", "--to", "hf"}, "hone: error: " + dir_ + "/absent: no such file");
+  expect_error({fixture("gpt2"), dir_ + "/x", "--to", "hf", "--shard-size", "lots"}, "--shard-size: 'lots'");
+
+  fs::create_directories(dir_ + "/broken");
+  fs::copy_file(fixture("gpt2/model.safetensors"), dir_ + "/broken/model.safetensors");
+  {
+    std::ofstream config(dir_ + "/broken/config.json");
+    config << R"({"model_type": "falcon", "hidden_size": 16})";
+  }
+  expect_error({dir_ + "/broken", dir_ + "/x", "--to", "hone"},
+               "hone: error: " + dir_ + "/broken/config.json: unsupported model_type 'falcon'");
+  fs::create_directories(dir_ + "/taken");
+  { std::ofstream(dir_ + "/taken/file") << "x"; }
+  expect_error({fixture("gpt2"), dir_ + "/taken", "--to", "hf"}, "already exists");
+  // Nothing half-written: no destination, no temporary folder.
+  EXPECT_FALSE(fs::exists(dir_ + "/x"));
+  for (const auto& e : fs::directory_iterator(dir_)) EXPECT_FALSE(e.path().filename().string().starts_with("."));
+}
+
+}  // namespace
+}  // namespace hone::test

@@ -1,0 +1,486 @@
+// Model interop: the Hugging Face folders, llm.c and llama2.c files that
+// tests/reference/generate_hf.py wrote, imported and run against the logits of
+// its from-scratch PyTorch implementations; export and round trips; and the
+// errors for broken inputs.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hone/io/c_checkpoints.hpp"
+#include "hone/io/checkpoint.hpp"
+#include "hone/io/convert.hpp"
+#include "hone/io/hf.hpp"
+#include "hone/io/safetensors.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kTolerance = 1e-4;
+
+std::string fixture(const std::string& name) { return source_path("tests/reference/hf/" + name); }
+
+ConvertOptions to(ModelFolderKind kind) {
+  ConvertOptions options;
+  options.to = kind;
+  return options;
+}
+
+HfExportOptions in(DType dtype, uint64_t shard_bytes = 5'000'000'000) {
+  HfExportOptions options;
+  options.dtype = dtype;
+  options.shard_bytes = shard_bytes;
+  return options;
+}
+
+// The model at `path`, loaded into an fp32 Transformer.
+std::unique_ptr<Transformer> import_model(const std::string& path) {
+  const auto source = open_weights(path);
+  auto model = std::make_unique<Transformer>(source->config(), DType::f32);
+  load_weights(*source, *model);
+  return model;
+}
+
+// Max relative error of the model's logits on the fixture's reference tokens.
+double logit_error(Transformer& model, const std::string& reference_name) {
+  const SafetensorsFile reference(fixture(reference_name + ".reference.safetensors"));
+  model.forward(reference.load("tokens"));
+  return relative_error(model.logits(), reference.load("logits"));
+}
+
+std::string bytes_of(const SafetensorsFile& file, const std::string& name) {
+  const auto b = file.entry(name).bytes;
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// The tensors of an HF folder (all shards), by name, opened.
+struct HfTensors {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> where;
+
+  explicit HfTensors(const std::string& dir) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.path().extension() != ".safetensors") continue;
+      files.push_back(std::make_unique<SafetensorsFile>(entry.path().string()));
+      for (const std::string& name : files.back()->names()) where[name] = files.back().get();
+    }
+  }
+};
+
+class HfTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "hone_hf_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  // A copy of a fixture folder to break.
+  std::string copy_fixture(const std::string& name) {
+    const std::string copy = path(name);
+    fs::copy(fixture(name), copy, fs::copy_options::recursive);
+    return copy;
+  }
+
+  std::string error_of(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string dir_;
+};
+
+const char* const kHfFixtures[] = {"llama31_sharded", "llama32_tied_bf16", "mistral_f16", "gpt2", "mpt_bf16"};
+const char* const kCFixtures[] = {"llmc_gpt2_fp32", "llmc_gpt2_bf16", "llama2c_legacy", "llama2c_v1"};
+
+TEST_F(HfTest, ImportedModelsComputeTheReferenceLogits) {
+  for (const char* name : kHfFixtures) {
+    auto model = import_model(fixture(name));
+    const double error = logit_error(*model, name);
+    EXPECT_LE(error, kTolerance) << name;
+    std::printf("%-20s relative logit error %.2e\n", name, error);
+  }
+  for (const char* name : kCFixtures) {
+    auto model = import_model(fixture(std::string(name) + ".bin"));
+    const double error = logit_error(*model, name);
+    EXPECT_LE(error, kTolerance) << name;
+    std::printf("%-20s relative logit error %.2e\n", name, error);
+  }
+}
+
+TEST_F(HfTest, ConfigsMapOntoModelConfig) {
+  const ModelConfig llama = read_hf_config(fixture("llama31_sharded"));
+  EXPECT_EQ(llama.family, Family::llama);
+  EXPECT_EQ(llama.name, "llama31_sharded");
+  EXPECT_EQ(llama.n_kv_heads, 2);
+  EXPECT_EQ(llama.rope_scaling.factor, 8.0);
+  EXPECT_EQ(llama.rope_scaling.original_max_position, 64);
+  EXPECT_FALSE(llama.tie_embeddings);
+  EXPECT_TRUE(read_hf_config(fixture("llama32_tied_bf16")).tie_embeddings);
+  EXPECT_EQ(read_hf_config(fixture("llama32_tied_bf16")).rope_theta, 500000.0);
+  // Mistral's window caps the sequence length (full attention equals it only within the window).
+  const auto mistral = open_weights(fixture("mistral_f16"));
+  EXPECT_EQ(mistral->config().max_seq_len, 16);
+  ASSERT_EQ(mistral->notes().size(), 1u);
+  EXPECT_NE(mistral->notes()[0].find("sliding_window 16"), std::string::npos);
+  EXPECT_EQ(mistral->stored_dtype(), DType::f16);
+  const ModelConfig gpt2 = read_hf_config(fixture("gpt2"));
+  EXPECT_EQ(gpt2.mlp, MlpKind::gelu_tanh);
+  EXPECT_EQ(gpt2.ffn_dim, 64);
+  const ModelConfig mpt = read_hf_config(fixture("mpt_bf16"));
+  EXPECT_EQ(mpt.position, PositionKind::alibi);
+  EXPECT_EQ(mpt.n_heads, 6);
+  EXPECT_FALSE(mpt.norm_bias);
+  const auto llmc = open_weights(fixture("llmc_gpt2_fp32.bin"));
+  EXPECT_EQ(llmc->config().vocab_size, 45);  // the padded rows are dropped
+  EXPECT_EQ(open_weights(fixture("llmc_gpt2_bf16.bin"))->stored_dtype(), DType::bf16);
+  EXPECT_FALSE(open_weights(fixture("llama2c_legacy.bin"))->config().tie_embeddings);
+  EXPECT_TRUE(open_weights(fixture("llama2c_v1.bin"))->config().tie_embeddings);
+}
+
+TEST_F(HfTest, ParameterNamesMapToHuggingFaceNames) {
+  const ModelConfig llama = read_hf_config(fixture("llama31_sharded"));
+  const auto qkv = hf_tensors_of(llama, "layers.1.attn.qkv.weight");
+  ASSERT_EQ(qkv.size(), 3u);
+  EXPECT_EQ(qkv[0].name, "model.layers.1.self_attn.q_proj.weight");
+  EXPECT_EQ(qkv[1].name, "model.layers.1.self_attn.k_proj.weight");
+  EXPECT_EQ(qkv[1].row_begin, 32);
+  EXPECT_EQ(qkv[1].shape, Shape({16, 32}));
+  EXPECT_EQ(qkv[2].row_begin, 48);
+  const auto up = hf_tensors_of(llama, "layers.0.mlp.up.weight");
+  ASSERT_EQ(up.size(), 2u);
+  EXPECT_EQ(up[0].name, "model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(up[1].name, "model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(up[1].row_begin, 32);
+  const auto c_fc = hf_tensors_of(read_hf_config(fixture("gpt2")), "layers.0.mlp.up.weight");
+  ASSERT_EQ(c_fc.size(), 1u);
+  EXPECT_EQ(c_fc[0].name, "transformer.h.0.mlp.c_fc.weight");
+  EXPECT_TRUE(c_fc[0].transposed);
+  EXPECT_EQ(c_fc[0].shape, Shape({16, 64}));  // Conv1D: [in, out]
+  EXPECT_EQ(hf_tensors_of(read_hf_config(fixture("mpt_bf16")), "layers.1.attn.qkv.weight")[0].name,
+            "transformer.blocks.1.attn.Wqkv.weight");
+  EXPECT_THROW(hf_tensors_of(llama, "layers.0.attn.nope.weight"), Error);
+}
+
+TEST_F(HfTest, ParameterSpecsAreTheTransformersParameters) {
+  std::vector<ModelConfig> configs;
+  for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) configs.push_back(model_preset(name));
+  configs.push_back(configs[0]);
+  configs.back().tie_embeddings = true;
+  configs.push_back(configs[2]);
+  configs.back().norm_bias = configs.back().linear_bias = true;
+  for (const ModelConfig& c : configs) {
+    const Transformer model(c, DType::f32);
+    const auto specs = parameter_specs(c);
+    ASSERT_EQ(specs.size(), model.params().all().size()) << c.name;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(specs[i].name, model.params().all()[i].name) << c.name;
+      EXPECT_EQ(specs[i].shape, model.params().all()[i].shape) << specs[i].name;
+    }
+  }
+}
+
+TEST_F(HfTest, ExportIsByteIdenticalToTheImportedTensors) {
+  for (const char* name : kHfFixtures) {
+    const std::string out = path(std::string(name) + "_export");
+    const auto source = open_weights(fixture(name));
+    export_hf(*source, out);
+    const HfTensors original(fixture(name)), exported(out);
+    int64_t compared = 0;
+    for (const auto& [tensor, file] : exported.where) {
+      // GPT-2's fixture has the GPT2Model names of the original checkpoints.
+      std::string original_name = tensor;
+      if (!original.where.count(tensor) && tensor.starts_with("transformer.")) original_name = tensor.substr(12);
+      ASSERT_TRUE(original.where.count(original_name)) << name << ": exported an unknown tensor " << tensor;
+      const SafetensorsFile& from = *original.where.at(original_name);
+      EXPECT_EQ(file->entry(tensor).dtype, from.entry(original_name).dtype) << tensor;
+      EXPECT_EQ(file->entry(tensor).shape, from.entry(original_name).shape) << tensor;
+      EXPECT_EQ(bytes_of(*file, tensor), bytes_of(from, original_name)) << name << ": " << tensor;
+      EXPECT_EQ(file->metadata().at("format"), "pt");
+      ++compared;
+    }
+    // Everything but the buffers (causal masks, rotary frequencies) is exported.
+    int64_t weights = 0;
+    for (const auto& [tensor, file] : original.where) {
+      weights += !tensor.ends_with(".attn.bias") && !tensor.ends_with("inv_freq");
+    }
+    EXPECT_EQ(compared, weights) << name;
+    // The exported config describes the same model.
+    ModelConfig again = read_hf_config(out), before = source->config();
+    again.name = before.name;
+    EXPECT_EQ(hf_config_to_json(again, DType::f32).dump(), hf_config_to_json(before, DType::f32).dump()) << name;
+  }
+}
+
+TEST_F(HfTest, ExportedFoldersHaveWhatTransformersLoads) {
+  const std::string out = path("llama");
+  export_hf(*open_weights(fixture("llama31_sharded")), out, in(DType::bf16, 10000));
+  const nlohmann::json config = nlohmann::json::parse(read_text(out + "/config.json"));
+  EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(config["torch_dtype"], "bfloat16");
+  EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(config["eos_token_id"], nlohmann::json::array({2, 3}));  // from generation_config.json
+  // Tokenizer and generation config travel along unchanged.
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    EXPECT_EQ(read_text(out + "/" + file), read_text(fixture("llama31_sharded/") + file)) << file;
+  }
+  // Shards of at most the limit (one tensor alone may exceed it) and an index naming every tensor.
+  const nlohmann::json index = nlohmann::json::parse(read_text(out + "/model.safetensors.index.json"));
+  const HfTensors exported(out);
+  EXPECT_GT(exported.files.size(), 2u);
+  EXPECT_EQ(index["weight_map"].size(), exported.where.size());
+  uint64_t total = 0;
+  for (auto& [tensor, file] : index["weight_map"].items()) {
+    ASSERT_TRUE(exported.where.count(tensor));
+    EXPECT_EQ(fs::path(exported.where.at(tensor)->path()).filename(), file.get<std::string>());
+    total += exported.where.at(tensor)->entry(tensor).bytes.size();
+  }
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+  EXPECT_TRUE(fs::exists(out + "/model-00001-of-0000" + std::to_string(exported.files.size()) + ".safetensors"));
+  // Nothing temporary is left beside the folder.
+  for (const auto& e : fs::directory_iterator(dir_)) EXPECT_FALSE(e.path().filename().string().starts_with("."));
+  // Without a generation config, a minimal one is written.
+  export_hf(*open_weights(fixture("gpt2")), path("gpt2"));
+  EXPECT_TRUE(fs::exists(path("gpt2/generation_config.json")));
+  EXPECT_TRUE(fs::exists(path("gpt2/model.safetensors")));
+  EXPECT_FALSE(fs::exists(path("gpt2/model.safetensors.index.json")));
+}
+
+TEST_F(HfTest, ExportedModelsReimportToTheSameWeightsAndLogits) {
+  for (const std::string name : {"llama31_sharded", "gpt2", "mpt_bf16", "llmc_gpt2_bf16.bin", "llama2c_legacy.bin"}) {
+    auto first = import_model(fixture(name));
+    const std::string out = path("export_" + name);
+    export_hf(*first, out, in(DType::f32));
+    auto second = import_model(out);
+    EXPECT_EQ(second->params().values().to_vector<float>(), first->params().values().to_vector<float>()) << name;
+    const std::string reference = name.ends_with(".bin") ? name.substr(0, name.size() - 4) : name;
+    EXPECT_LE(logit_error(*second, reference), kTolerance) << name;
+  }
+}
+
+TEST_F(HfTest, HoneFolderRoundTripIsByteIdentical) {
+  // HF -> hone model folder (as stored: bf16) -> HF gives the original tensors back, byte for byte.
+  for (const char* name : {"llama32_tied_bf16", "mistral_f16", "llama31_sharded"}) {
+    const std::string hone = path(std::string(name) + "_hone"), back = path(std::string(name) + "_back");
+    convert_model(fixture(name), hone, to(ModelFolderKind::hone));
+    verify_checkpoint(hone);
+    EXPECT_EQ(read_model_config(hone).name, name);
+    convert_model(hone, back, to(ModelFolderKind::hf));
+    const HfTensors original(fixture(name)), again(back);
+    for (const auto& [tensor, file] : again.where) {
+      EXPECT_EQ(bytes_of(*file, tensor), bytes_of(*original.where.at(tensor), tensor)) << name << ": " << tensor;
+    }
+  }
+  EXPECT_EQ(read_text(path("llama31_sharded_back/tokenizer.json")), read_text(fixture("llama31_sharded/tokenizer.json")));
+  EXPECT_TRUE(fs::exists(path("llama31_sharded_hone/tokenizer.json")));
+  // A model folder loads for fine-tuning, converted to fp32 master weights.
+  const std::string hone = path("llama32_tied_bf16_hone");
+  Transformer model(read_model_config(hone), DType::f32);
+  load_model_weights(hone, model);
+  EXPECT_LE(logit_error(model, "llama32_tied_bf16"), kTolerance);
+}
+
+TEST_F(HfTest, ExportConvertsTheDtype) {
+  const auto source = open_weights(fixture("gpt2"));  // fp32
+  export_hf(*source, path("f16"), in(DType::f16));
+  export_hf(*source, path("bf16"), in(DType::bf16));
+  const SafetensorsFile f16(path("f16/model.safetensors")), bf16(path("bf16/model.safetensors"));
+  const std::string name = "transformer.wte.weight";
+  ASSERT_EQ(f16.entry(name).dtype, DType::f16);
+  ASSERT_EQ(bf16.entry(name).dtype, DType::bf16);
+  Tensor expected = Tensor::empty({48, 16}, DType::f32);
+  source->read("tok_embeddings.weight", expected);
+  for (const auto* file : {&f16, &bf16}) {
+    const SafetensorsFile::Entry& e = file->entry(name);
+    Tensor back = Tensor::empty(e.shape, DType::f32);
+    read_stored({e.dtype, e.shape, e.bytes.data()}, back);
+    // Rounding to 11 (f16) or 8 (bf16) significant bits, nothing more.
+    const double bound = e.dtype == DType::f16 ? 1.0 / 2048 : 1.0 / 256;
+    const auto a = back.to_vector<float>(), b = expected.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_LE(std::abs(a[i] - b[i]), bound * std::abs(b[i])) << i;
+  }
+  Transformer model(source->config(), DType::f32);
+  load_hf_weights(path("f16"), model);
+  EXPECT_LE(logit_error(model, "gpt2"), 1e-2);
+}
+
+TEST_F(HfTest, ConfigsHuggingFaceCannotExpressAreRefused) {
+  ModelConfig c = model_preset("llama_tiny");
+  c.norm = NormKind::layernorm;
+  Transformer model(c, DType::f32);
+  const std::string err = error_of([&] { export_hf(model, path("bad")); });
+  EXPECT_NE(err.find("LlamaForCausalLM"), std::string::npos) << err;
+  EXPECT_NE(err.find("RMSNorm"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(path("bad")));
+  // A destination that exists is not overwritten.
+  fs::create_directories(path("full"));
+  write_text(path("full/keep.txt"), "x");
+  EXPECT_NE(error_of([&] { export_hf(*open_weights(fixture("gpt2")), path("full")); }).find("already exists"),
+            std::string::npos);
+  EXPECT_EQ(read_text(path("full/keep.txt")), "x");
+}
+
+TEST_F(HfTest, MissingTensorIsNamed) {
+  const std::string dir = copy_fixture("llama32_tied_bf16");
+  const std::string file = dir + "/model.safetensors";
+  std::vector<NamedTensor> kept;
+  {
+    const SafetensorsFile f(file);
+    for (const std::string& name : f.names()) {
+      if (name != "model.layers.1.mlp.up_proj.weight") kept.push_back({name, f.load(name)});
+    }
+  }
+  write_safetensors(file, kept);
+  const std::string err = error_of([&] { open_hf(dir); });
+  EXPECT_NE(err.find("'model.layers.1.mlp.up_proj.weight' is missing"), std::string::npos) << err;
+  EXPECT_NE(err.find(file), std::string::npos) << err;
+}
+
+TEST_F(HfTest, WrongShapeIsNamed) {
+  const std::string dir = copy_fixture("mistral_f16");
+  const std::string file = dir + "/model.safetensors";
+  std::vector<NamedTensor> tensors;
+  {
+    const SafetensorsFile f(file);
+    for (const std::string& name : f.names()) {
+      Tensor t = f.load(name);
+      if (name == "model.layers.0.self_attn.k_proj.weight") t = t.view({32, 16});  // transposed shape
+      tensors.push_back({name, t});
+    }
+  }
+  write_safetensors(file, tensors);
+  const std::string err = error_of([&] { open_hf(dir); });
+  EXPECT_NE(err.find(file + ": tensor 'model.layers.0.self_attn.k_proj.weight' has shape [32, 16], config.json "
+                            "implies [16, 32]"),
+            std::string::npos)
+      << err;
+}
+
+TEST_F(HfTest, UnexpectedTensorIsNamed) {
+  const std::string dir = copy_fixture("gpt2");
+  const std::string file = dir + "/model.safetensors";
+  std::vector<NamedTensor> tensors;
+  {
+    const SafetensorsFile f(file);
+    for (const std::string& name : f.names()) tensors.push_back({name, f.load(name)});
+  }
+  tensors.push_back({"h.0.attn.q_norm.weight", Tensor::zeros({16}, DType::f32)});
+  write_safetensors(file, tensors);
+  const std::string err = error_of([&] { open_hf(dir); });
+  EXPECT_NE(err.find("unexpected tensor 'h.0.attn.q_norm.weight'"), std::string::npos) << err;
+}
+
+TEST_F(HfTest, UnsupportedModelTypeAndOptionsAreNamed) {
+  const std::string dir = copy_fixture("llama32_tied_bf16");
+  const std::string config_path = dir + "/config.json";
+  const nlohmann::json original = nlohmann::json::parse(read_text(config_path));
+  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = original;
+    change(j);
+    write_text(config_path, j.dump());
+    return error_of([&] { read_hf_config(dir); });
+  };
+  std::string err = with([](nlohmann::json& j) { j["model_type"] = "qwen2"; });
+  EXPECT_NE(err.find(config_path + ": unsupported model_type 'qwen2'"), std::string::npos) << err;
+  err = with([](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
+  EXPECT_NE(err.find("rope type 'yarn'"), std::string::npos) << err;
+  err = with([](nlohmann::json& j) { j["hidden_act"] = "gelu"; });
+  EXPECT_NE(err.find("hidden_act 'gelu'"), std::string::npos) << err;
+  err = with([](nlohmann::json& j) { j.erase("hidden_size"); });
+  EXPECT_NE(err.find("missing key 'hidden_size'"), std::string::npos) << err;
+  err = with([](nlohmann::json& j) { j["num_key_value_heads"] = 3; });
+  EXPECT_NE(err.find("n_kv_heads"), std::string::npos) << err;
+  err = with([](nlohmann::json& j) { j["vocab_size"] = "40"; });
+  EXPECT_NE(err.find("'vocab_size' must be an integer"), std::string::npos) << err;
+}
+
+TEST_F(HfTest, LyingSafetensorsHeaderIsNamed) {
+  const std::string dir = copy_fixture("mpt_bf16");
+  const std::string file = dir + "/model.safetensors";
+  std::string bytes = read_text(file);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  header["transformer.norm_f.weight"]["data_offsets"][1] = 1 << 30;
+  std::string text = header.dump();
+  const uint64_t len = text.size();
+  write_text(file, std::string(reinterpret_cast<const char*>(&len), 8) + text + bytes.substr(8 + n));
+  const std::string err = error_of([&] { open_hf(dir); });
+  EXPECT_NE(err.find(file + ": tensor 'transformer.norm_f.weight': data_offsets"), std::string::npos) << err;
+  EXPECT_NE(err.find("reach past"), std::string::npos) << err;
+}
+
+TEST_F(HfTest, LyingIndexIsNamed) {
+  const std::string dir = copy_fixture("llama31_sharded");
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  nlohmann::json index = nlohmann::json::parse(read_text(index_path));
+  const std::string tensor = "model.norm.weight";
+  const std::string right = index["weight_map"][tensor];
+  const std::string wrong = right == "model-00001-of-00003.safetensors" ? "model-00002-of-00003.safetensors"
+                                                                         : "model-00001-of-00003.safetensors";
+  index["weight_map"][tensor] = wrong;
+  write_text(index_path, index.dump());
+  std::string err = error_of([&] { open_hf(dir); });
+  EXPECT_NE(err.find(dir + "/" + wrong + ": has no tensor 'model.norm.weight'"), std::string::npos) << err;
+  index["weight_map"][tensor] = "../elsewhere.safetensors";
+  write_text(index_path, index.dump());
+  err = error_of([&] { open_hf(dir); });
+  EXPECT_NE(err.find("not a file in the folder"), std::string::npos) << err;
+  fs::remove(dir + "/" + right);
+  index["weight_map"][tensor] = right;
+  write_text(index_path, index.dump());
+  err = error_of([&] { open_hf(dir); });
+  EXPECT_NE(err.find(right + " (listed in model.safetensors.index.json) is missing"), std::string::npos) << err;
+}
+
+TEST_F(HfTest, BrokenCCheckpointsAreNamed) {
+  // Truncated: the sizes the header implies no longer match the file.
+  for (const char* name : {"llmc_gpt2_fp32.bin", "llama2c_legacy.bin", "llama2c_v1.bin"}) {
+    const std::string copy = path(name);
+    fs::copy_file(fixture(name), copy);
+    fs::resize_file(copy, fs::file_size(copy) - 4);
+    const std::string err = error_of([&] { open_c_checkpoint(copy); });
+    EXPECT_NE(err.find(copy + ": " + std::to_string(fs::file_size(copy)) + " bytes, but"), std::string::npos) << err;
+  }
+  // An llm.c version hone does not read.
+  std::string bytes = read_text(fixture("llmc_gpt2_fp32.bin"));
+  bytes[4] = 2;
+  write_text(path("v2.bin"), bytes);
+  EXPECT_NE(error_of([&] { open_c_checkpoint(path("v2.bin")); }).find("llm.c checkpoint version 2"),
+            std::string::npos);
+  // Not a model at all.
+  write_text(path("notes.bin"), std::string(64, 'x'));
+  const std::string err = error_of([&] { open_weights(path("notes.bin")); });
+  EXPECT_NE(err.find(path("notes.bin")), std::string::npos) << err;
+  EXPECT_NE(err.find("neither llm.c's magic"), std::string::npos) << err;
+}
+
+TEST_F(HfTest, PyTorchPickleFoldersAreExplained) {
+  fs::create_directories(path("pickle"));
+  fs::copy_file(fixture("gpt2/config.json"), path("pickle/config.json"));
+  write_text(path("pickle/pytorch_model.bin"), "PK");
+  EXPECT_NE(error_of([&] { open_hf(path("pickle")); }).find("safe_serialization"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hone::test
