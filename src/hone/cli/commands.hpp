@@ -13,6 +13,7 @@ using Command = std::function<int()>;
 
 Command add_bench(CLI::App& app);
 Command add_convert(CLI::App& app);
+Command add_preprocess(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_ls(CLI::App& app);
 Command add_cp(CLI::App& app);

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add(hone::cli::add_run);
   add(hone::cli::add_bench);
   add(hone::cli::add_convert);
+  add(hone::cli::add_preprocess);
   add(hone::cli::add_tokenize);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,166 @@
+// hone preprocess --input PATH... --output-prefix PREFIX [--json-keys KEY...] --tokenizer-type TYPE
+//   (--vocab-file F --merge-file F | --tokenizer-model FILE_OR_DIR) [--append-eod] [--workers N]
+//   [--split-sentences [--keep-newlines]] [--format megatron|mds] [--mds-...]
+// The flags of Megatron-LM's tools/preprocess_data.py, so existing data scripts run unchanged.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "hone/cli/commands.hpp"
+#include "hone/core/error.hpp"
+#include "hone/data/preprocess.hpp"
+
+namespace hone::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
+
+extern "C" void on_stop_signal(int signal) {
+  g_signal = signal;
+  g_stop = true;
+}
+
+std::string with_commas(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+double per_second(double amount, double seconds) { return seconds > 0 ? amount / seconds : 0.0; }
+
+}  // namespace
+
+Command add_preprocess(CLI::App& app) {
+  struct Args {
+    std::vector<std::string> inputs, json_keys{"text"}, mds_hashes;
+    std::string output_prefix, tokenizer_type, vocab_file, merge_file, tokenizer_model, lang = "english";
+    std::string dataset_impl = "mmap", format = "megatron", mds_compression, mds_size_limit = "64mb",
+                mds_dtype = "int32";
+    bool split_sentences = false, keep_newlines = false, append_eod = false, keep_sequential = false;
+    unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+    unsigned partitions = 1;
+    uint64_t log_interval = 1000;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "preprocess",
+      "Tokenize JSONL or text files into a Megatron indexed dataset (PREFIX_KEY_document.bin/.idx) or MDS shards; "
+      "takes the flags of Megatron-LM's tools/preprocess_data.py");
+  sub->add_option("--input", a->inputs,
+                  "JSONL files (.jsonl, .json, .ndjson), text files (one document each), folders or glob patterns; "
+                  "gzip and zstd are read as they come")
+      ->required();
+  sub->add_option("--output-prefix", a->output_prefix,
+                  "Megatron: writes PREFIX_KEY_document.bin/.idx; MDS: the folder PREFIX (PREFIX_KEY for several keys)")
+      ->required();
+  sub->add_option("--json-keys", a->json_keys, "JSON keys to tokenize, one output each")->capture_default_str();
+  sub->add_option("--tokenizer-type", a->tokenizer_type,
+                  "GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer, SentencePieceTokenizer, "
+                  "GPTSentencePieceTokenizer or TikTokenizer (default: from the tokenizer file)");
+  sub->add_option("--vocab-file", a->vocab_file, "GPT2BPETokenizer: encoder.json or vocab.json");
+  sub->add_option("--merge-file", a->merge_file, "GPT2BPETokenizer: vocab.bpe or merges.txt");
+  sub->add_option("--tokenizer-model", a->tokenizer_model,
+                  "The tokenizer file or folder: tokenizer.json, a SentencePiece .model, a tiktoken rank file");
+  sub->add_flag("--append-eod", a->append_eod, "End every non-empty document with the EOD token");
+  sub->add_flag("--split-sentences", a->split_sentences,
+                "One sequence per sentence (a simple rule, not NLTK punkt; see docs/formats.md); "
+                "writes PREFIX_KEY_sentence");
+  sub->add_flag("--keep-newlines", a->keep_newlines, "With --split-sentences: keep the whitespace between sentences");
+  sub->add_option("--workers", a->workers, "Tokenizer threads; the output is the same for any number")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--format", a->format, "megatron or mds")
+      ->check(CLI::IsMember({"megatron", "mds"}))
+      ->capture_default_str();
+  sub->add_option("--mds-compression", a->mds_compression, "MDS: zstd or zstd:LEVEL (1..22); default none");
+  sub->add_option("--mds-size-limit", a->mds_size_limit, "MDS: shard size limit, bytes or 64mb-style; 0: no limit")
+      ->capture_default_str();
+  sub->add_option("--mds-hashes", a->mds_hashes, "MDS: xxh32, xxh64, xxh3_64 and/or xxh128")->delimiter(',');
+  sub->add_option("--mds-dtype", a->mds_dtype, "MDS: the tokens column as ndarray:int32 or ndarray:uint16")
+      ->check(CLI::IsMember({"int32", "uint16"}))
+      ->capture_default_str();
+  // Accepted so Megatron scripts run; they change nothing here (docs/formats.md says why).
+  sub->add_option("--dataset-impl", a->dataset_impl, "Accepted for Megatron scripts: mmap is the only format")
+      ->check(CLI::IsMember({"mmap"}));
+  sub->add_option("--partitions", a->partitions, "Accepted for Megatron scripts; hone writes one output, in order")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--keep-sequential-samples", a->keep_sequential, "Accepted for Megatron scripts; order is always kept");
+  sub->add_option("--log-interval", a->log_interval, "Accepted for Megatron scripts; progress redraws on a terminal");
+  sub->add_option("--lang", a->lang, "Accepted for Megatron scripts; the sentence rule is the same for every language");
+
+  return [a] {
+    data::PreprocessOptions o;
+    o.inputs = a->inputs;
+    o.json_keys = a->json_keys;
+    o.output_prefix = a->output_prefix;
+    o.format = a->format == "mds" ? data::OutputFormat::mds : data::OutputFormat::megatron;
+    o.split_sentences = a->split_sentences;
+    o.keep_newlines = a->keep_newlines;
+    o.append_eod = a->append_eod;
+    o.workers = a->workers;
+    o.mds.tokens = a->mds_dtype == "uint16" ? data::MdsTokenDType::u16 : data::MdsTokenDType::i32;
+    o.mds.compression = a->mds_compression;
+    o.mds.size_limit = data::parse_size(a->mds_size_limit, "--mds-size-limit");
+    o.mds.hashes = a->mds_hashes;
+    std::sort(o.mds.hashes.begin(), o.mds.hashes.end());  // streaming wants them sorted
+    o.mds.hashes.erase(std::unique(o.mds.hashes.begin(), o.mds.hashes.end()), o.mds.hashes.end());
+
+    const data::PreprocessTokenizer tokenizer = data::load_preprocess_tokenizer(
+        {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model});
+
+    // Ctrl-C or a kill: finish the documents in flight, remove the unfinished outputs.
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESETHAND;  // a second signal stops at once
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+
+    const bool terminal = ::isatty(STDERR_FILENO) != 0;
+    bool drawn = false;
+    const auto progress = [&](const data::PreprocessProgress& p) {
+      fmt::print(stderr, "\r\033[K{} docs  {:.1f} MB  {} tokens  {:.0f} docs/s  {:.2f} MB/s{}  {:.0f} s",
+                 with_commas(p.documents), double(p.bytes) / 1e6, with_commas(p.tokens),
+                 per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds),
+                 p.files > 1 ? fmt::format("  file {}/{}", p.file, p.files) : std::string(), p.seconds);
+      std::fflush(stderr);
+      drawn = true;
+    };
+    const auto clear = [&] {
+      if (drawn) fmt::print(stderr, "\r\033[K");
+      drawn = false;
+    };
+
+    data::PreprocessResult r;
+    try {
+      r = data::preprocess(o, tokenizer, terminal ? std::function(progress) : nullptr, 0.25, &g_stop);
+    } catch (...) {
+      clear();
+      throw;
+    }
+    clear();
+    if (r.interrupted) {
+      fmt::print(stderr, "hone: preprocess stopped by signal {} after {} documents; unfinished outputs removed\n",
+                 g_signal.load(), r.documents);
+      return 128 + g_signal.load();
+    }
+    std::string outputs;
+    for (const std::string& out : r.outputs)
+      outputs += (outputs.empty() ? "" : ", ") + out + (o.format == data::OutputFormat::megatron ? ".bin/.idx" : "/");
+    fmt::print("preprocessed {} documents, {} tokens, {:.1f} MB in {:.2f} s ({:.2f} MB/s, {:.0f} docs/s) -> {}\n",
+               with_commas(r.documents), with_commas(r.tokens), double(r.bytes) / 1e6, r.seconds,
+               per_second(double(r.bytes) / 1e6, r.seconds), per_second(double(r.documents), r.seconds), outputs);
+    return 0;
+  };
+}
+
+}  // namespace hone::cli
