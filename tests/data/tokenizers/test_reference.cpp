@@ -202,12 +202,16 @@ constexpr std::nullopt_t none = std::nullopt;
 INSTANTIATE_TEST_SUITE_P(
     Tokenizers, Reference,
     testing::Values(
-        Case{"gpt2", "tokenizers/gpt2", "gpt2-bpe", 50257, 50256, 50256, none, "<|endoftext|>", 50256},
+        Case{"gpt2", "tokenizers/gpt2/encoder.json", "gpt2-bpe", 50257, 50256, 50256, none, "<|endoftext|>", 50256},
         Case{"gpt2", "tokenizers/gpt2-hf/merges.txt", "gpt2-bpe", 50257, 50256, 50256, none, "<|endoftext|>", 50256},
         Case{"gpt2", "tokenizers/tiktoken/gpt2.json", "tiktoken", 50257, 50256, 50256, none, "<|endoftext|>", 50256},
         Case{"cl100k_base", "tokenizers/tiktoken/cl100k_base.json", "tiktoken", 100277, none, 100257, none,
              "<|fim_middle|>", 100259},
+        Case{"cl100k_base", "tokenizers/tiktoken/cl100k_base.tiktoken", "tiktoken", 100277, none, 100257, none,
+             "<|fim_middle|>", 100259},
         Case{"o200k_base", "tokenizers/tiktoken/o200k_base.json", "tiktoken", 200019, none, 199999, none,
+             "<|endofprompt|>", 200018},
+        Case{"o200k_base", "tokenizers/tiktoken/o200k_base.tiktoken", "tiktoken", 200019, none, 199999, none,
              "<|endofprompt|>", 200018},
         Case{"llama3", "tokenizers/llama3/tokenizer.model", "tiktoken", 128256, 128000, 128001, none, "<|eot_id|>",
              128009},

@@ -40,6 +40,58 @@ std::unique_ptr<Tokenizer> load_gpt2_files(const fs::path& vocab, const fs::path
   return load_gpt2_bpe(read_file(vocab.string()), vocab.string(), read_file(merges.string()), merges.string());
 }
 
+// What the top level of a JSON object tells about the kind of file, read without
+// building the document (tokenizer.json files run to tens of megabytes).
+struct JsonShape {
+  bool object = false, has_model = false, has_bpe_ranks = false, first_value_is_integer = false;
+  size_t keys = 0;
+};
+
+class ShapeReader final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit ShapeReader(JsonShape& shape) : shape_(shape) {}
+  bool null() override { return scalar(false); }
+  bool boolean(bool) override { return scalar(false); }
+  bool number_integer(number_integer_t) override { return scalar(true); }
+  bool number_unsigned(number_unsigned_t) override { return scalar(true); }
+  bool number_float(number_float_t, const string_t&) override { return scalar(false); }
+  bool string(string_t&) override {
+    // tiktoken's bpe_ranks is a string; GPT-2 vocabularies have "model" or "bpe_ranks" tokens too.
+    if (depth_ == 1 && key_ == "bpe_ranks") shape_.has_bpe_ranks = true;
+    return scalar(false) && !shape_.has_bpe_ranks;
+  }
+  bool binary(binary_t&) override { return scalar(false); }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) shape_.object = true;
+    if (depth_ == 1 && key_ == "model") shape_.has_model = true;
+    return open() && !shape_.has_model;  // decided: stop reading
+  }
+  bool key(string_t& key) override {
+    if (depth_ != 1) return true;
+    ++shape_.keys;
+    key_ = key;
+    return true;
+  }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return --depth_, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool scalar(bool integer) {
+    if (depth_ == 1 && shape_.keys == 1) shape_.first_value_is_integer = integer;
+    return true;
+  }
+  bool open() {
+    if (depth_ == 1 && shape_.keys == 1) shape_.first_value_is_integer = false;
+    ++depth_;
+    return true;
+  }
+  JsonShape& shape_;
+  int depth_ = 0;
+  std::string key_;  // the last key at the top level
+};
+
 std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
   const std::string name = path.filename().string();
   if (name == "vocab.bpe" || name == "merges.txt")
@@ -50,13 +102,16 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
   while (first < content.size() && std::isspace(static_cast<unsigned char>(content[first]))) ++first;
   if (first < content.size() && content[first] == '{') {
     // A JSON object: tell the kinds apart by their keys.
-    const nlohmann::json j = parse_json(content, where);
-    if (j.is_object() && j.contains("model")) return load_tokenizer_json(content, where, sibling_text(path, "tokenizer_config.json"));
-    if (j.is_object() && j.contains("bpe_ranks")) return load_tiktoken_json(content, where);
+    JsonShape shape;
+    ShapeReader reader(shape);
+    nlohmann::json::sax_parse(content.begin(), content.end(), &reader);
+    if (shape.has_model) return load_tokenizer_json(content, where, sibling_text(path, "tokenizer_config.json"));
+    if (shape.has_bpe_ranks) return load_tiktoken_json(content, where);
     // GPT-2's encoder.json (HF: vocab.json): token -> id for at least the 256 bytes.
-    if (j.is_object() && (name == "encoder.json" || name == "vocab.json" || j.size() >= 256) &&
-        j.begin()->is_number_integer())
+    if (shape.object && shape.first_value_is_integer &&
+        (name == "encoder.json" || name == "vocab.json" || shape.keys >= 256))
       return load_gpt2_files(path, partner(path, {"vocab.bpe", "merges.txt"}, "vocabulary"));
+    parse_json(content, where);  // a syntax error is reported as such
     fail("{}: a JSON file that is no tokenizer: {}", where, kExpected);
   }
   // A serialized SentencePiece ModelProto starts with field 1 (pieces), wire type 2.

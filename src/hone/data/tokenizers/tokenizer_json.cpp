@@ -185,7 +185,7 @@ void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Cont
         const std::string content = c.string(*node, path, "content");
         const json& start = c.get(*node, path, "start");
         const json& stop = c.get(*node, path, "stop");
-        if (content != " " || !fused || !start.is_number_unsigned() || stop != 0)
+        if (content != " " || !fused || !start.is_number_integer() || start.get<int64_t>() < 0 || stop != 0)
           c.unsupported(path, *node, "Strip of \" \" from the start, after Fuse");
         t.strip_leading_spaces = start.get<int>();
       } else {
@@ -221,12 +221,167 @@ std::optional<int32_t> find_token(const BpeTokenizer& t, const std::optional<std
   return t.model.find(*content);
 }
 
+
+// tokenizer.json is mostly model.vocab and model.merges (hundreds of thousands
+// of entries): those stream straight into vectors; the rest becomes a DOM. This
+// is several times faster than building the whole DOM.
+struct Document {
+  json root;  // without model.vocab and model.merges
+  bool has_vocab = false, has_merges = false;
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;  // "a b" as ("a b", "") until split
+  std::vector<bool> merge_is_pair;                          // written as ["a", "b"]
+};
+
+class DocumentParser final : public nlohmann::json_sax<json> {
+ public:
+  DocumentParser(Document& doc, std::string_view name) : doc_(doc), name_(name) {}
+
+  bool null() override { return value(json()); }
+  bool boolean(bool v) override { return value(json(v)); }
+  bool number_integer(number_integer_t v) override { return number(v); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return number(v > uint64_t(INT64_MAX) ? int64_t(-1) : int64_t(v));
+  }
+  bool number_float(number_float_t v, const string_t&) override {
+    if (mode_ == Mode::vocab) fail("{}: key model.vocab.{}: expected an id, got {}", name_, key_, v);
+    return value(json(v));
+  }
+  bool string(string_t& v) override {
+    if (mode_ == Mode::vocab) fail("{}: key model.vocab.{}: expected an id, got a string", name_, key_);
+    if (mode_ == Mode::merges) {
+      doc_.merges.emplace_back(std::move(v), std::string());
+      doc_.merge_is_pair.push_back(false);
+      return true;
+    }
+    if (mode_ == Mode::merge_pair) {
+      pair_.push_back(std::move(v));
+      return true;
+    }
+    return value(json(std::move(v)));
+  }
+  bool binary(binary_t&) override { return value(json()); }
+  bool start_object(std::size_t) override {
+    if (mode_ != Mode::dom) fail("{}: key {}: unexpected object", name_, mode_ == Mode::vocab ? "model.vocab" : "model.merges");
+    if (in_model() && key_ == "vocab") {
+      mode_ = Mode::vocab;
+      doc_.has_vocab = true;
+      return true;
+    }
+    return open(json::object());
+  }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    if (mode_ == Mode::vocab) {
+      mode_ = Mode::dom;
+      return true;
+    }
+    return close();
+  }
+  bool start_array(std::size_t) override {
+    if (mode_ == Mode::merges) {
+      mode_ = Mode::merge_pair;
+      pair_.clear();
+      return true;
+    }
+    if (mode_ != Mode::dom) fail("{}: key {}: unexpected array", name_, mode_ == Mode::vocab ? "model.vocab" : "model.merges");
+    if (in_model() && key_ == "merges") {
+      mode_ = Mode::merges;
+      doc_.has_merges = true;
+      return true;
+    }
+    return open(json::array());
+  }
+  bool end_array() override {
+    if (mode_ == Mode::merge_pair) {
+      HONE_CHECK(pair_.size() == 2, "{}: key model.merges[{}]: expected [\"left\", \"right\"]", name_,
+                 doc_.merges.size());
+      doc_.merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
+      doc_.merge_is_pair.push_back(true);
+      mode_ = Mode::merges;
+      return true;
+    }
+    if (mode_ == Mode::merges) {
+      mode_ = Mode::dom;
+      return true;
+    }
+    return close();
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    std::string_view what = e.what();
+    if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
+    fail("{}: byte {}: invalid JSON ({})", name_, position, what);
+  }
+
+ private:
+  enum class Mode { dom, vocab, merges, merge_pair };
+
+  // The object being filled is the root's "model".
+  bool in_model() const { return stack_.size() == 2 && keys_.size() == 2 && keys_[1] == "model"; }
+  bool number(int64_t v) {
+    if (mode_ == Mode::vocab) {
+      doc_.vocab.emplace_back(key_, v);
+      return true;
+    }
+    if (mode_ != Mode::dom) fail("{}: key model.merges[{}]: expected \"left right\"", name_, doc_.merges.size());
+    return value(json(v));
+  }
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      doc_.root = std::move(v);
+      return &doc_.root;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool value(json&& v) {
+    if (mode_ == Mode::merge_pair || mode_ == Mode::merges)
+      fail("{}: key model.merges[{}]: expected \"left right\" or [\"left\", \"right\"]", name_, doc_.merges.size());
+    place(std::move(v));
+    return true;
+  }
+  bool open(json&& container) {
+    keys_.push_back(key_);
+    stack_.push_back(place(std::move(container)));
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+
+  Document& doc_;
+  std::string_view name_;
+  Mode mode_ = Mode::dom;
+  std::vector<json*> stack_;
+  std::vector<std::string> keys_;  // the key each open container was stored under
+  std::string key_;
+  std::vector<std::string> pair_;
+};
+
+Document parse_document(std::string_view content, std::string_view name) {
+  Document doc;
+  DocumentParser parser(doc, name);
+  json::sax_parse(content.begin(), content.end(), &parser);
+  return doc;
+}
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer_json(std::string_view content, std::string_view name,
                                                std::string_view config_json) {
   const Context c{name};
-  const json root = parse_json(content, name);
+  Document doc = parse_document(content, name);
+  const json& root = doc.root;
   HONE_CHECK(root.is_object(), "{}: expected a JSON object (a Hugging Face tokenizer.json)", name);
   const json& model = c.get(root, "(root)", "model");
   HONE_CHECK(model.is_object(), "{}: key model: expected an object", name);
@@ -244,41 +399,30 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(std::string_view content, std::st
   const bool byte_level = load_pre_tokenizer(root, *t, c);
 
   // The vocabulary: byte-level tokens are stored as the bytes they stand for.
-  const json& vocab = c.get(model, "model", "vocab");
-  HONE_CHECK(vocab.is_object() && !vocab.empty(), "{}: key model.vocab: expected an object of token -> id", name);
+  HONE_CHECK(doc.has_vocab && !doc.vocab.empty(), "{}: key model.vocab: expected an object of token -> id", name);
   std::string bytes;
-  for (const auto& [text, value] : vocab.items()) {
-    HONE_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < (1 << 24),
-               "{}: key model.vocab.{}: expected an id in [0, 2^24), got {}", name, text, value.dump());
+  for (const auto& [text, id] : doc.vocab) {
+    HONE_CHECK(id >= 0 && id < (1 << 24), "{}: key model.vocab.{}: expected an id in [0, 2^24), got {}", name, text, id);
     if (byte_level) {
       HONE_CHECK(byte_level_to_bytes(text, bytes), "{}: key model.vocab: token {:?} is not written in the "
                  "byte-level alphabet its ByteLevel pre-tokenizer expects", name, text);
     } else {
       bytes = text;
     }
-    HONE_CHECK(t->model.add_token(value.get<int32_t>(), bytes), "{}: key model.vocab: token {:?} appears twice", name,
-               text);
+    HONE_CHECK(t->model.add_token(int32_t(id), bytes), "{}: key model.vocab: token {:?} appears twice", name, text);
   }
 
-  const json& merges = c.get(model, "model", "merges");
-  HONE_CHECK(merges.is_array(), "{}: key model.merges: expected an array", name);
-  t->model.reserve_merges(merges.size());
+  HONE_CHECK(doc.has_merges, "{}: key model.merges: expected an array", name);
+  t->model.reserve_merges(doc.merges.size());
   std::string left_bytes, right_bytes;
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const json& m = merges[i];
-    std::string left, right;
-    if (m.is_string()) {  // "left right"
-      const std::string& s = m.get_ref<const std::string&>();
-      const size_t space = s.find(' ');
-      HONE_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
-                 "{}: key model.merges[{}]: expected \"left right\", got {:?}", name, i, s);
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else {  // ["left", "right"]
-      HONE_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-                 "{}: key model.merges[{}]: expected \"left right\" or [\"left\", \"right\"]", name, i);
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+  for (size_t i = 0; i < doc.merges.size(); ++i) {
+    std::string left = std::move(doc.merges[i].first), right = std::move(doc.merges[i].second);
+    if (!doc.merge_is_pair[i]) {  // "left right"
+      const size_t space = left.find(' ');
+      HONE_CHECK(space != std::string::npos && left.find(' ', space + 1) == std::string::npos,
+                 "{}: key model.merges[{}]: expected \"left right\", got {:?}", name, i, left);
+      right = left.substr(space + 1);
+      left.resize(space);
     }
     if (byte_level) {
       HONE_CHECK(byte_level_to_bytes(left, left_bytes) && byte_level_to_bytes(right, right_bytes),
