@@ -115,6 +115,18 @@ TEST(Bpe, LongAndShortPiecesMatchTheNaiveAlgorithm) {
   }
 }
 
+// cl100k_base has no token 100256 (its ranks end at 100255, its specials start at 100257).
+TEST(Tokenizers, UnassignedIdsAreErrors) {
+  const auto t = load_tokenizer(asset_path("tokenizers/tiktoken/cl100k_base.json"));
+  EXPECT_EQ(t->decode(std::vector<int32_t>{100255, 100257}), " Conveyor<|endoftext|>");
+  try {
+    t->decode(std::vector<int32_t>{100256});
+    ADD_FAILURE() << "decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 100256 is not assigned to any token"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Tokenizers, EncodeIsThreadSafe) {
   const auto t = load_tokenizer(asset_path("tokenizers/llama3/tokenizer.json"));
   const std::string text = read_file(asset_path("corpora/sotu/1941_franklin_d_roosevelt_d.txt"));

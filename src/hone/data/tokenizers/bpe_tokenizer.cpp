@@ -105,6 +105,9 @@ void BpeTokenizer::finish(std::optional<int32_t> bos, std::optional<int32_t> eos
     decoded_[size_t(t.id)] = t.content;
     if (t.special) special_tokens_.emplace_back(t.content, t.id);
   }
+  assigned_.assign(decoded_.size(), false);
+  for (int32_t id = 0; id < model.size(); ++id) assigned_[size_t(id)] = model.has_token(id);
+  for (const AddedToken& t : added) assigned_[size_t(t.id)] = true;
   std::sort(special_tokens_.begin(), special_tokens_.end(),
             [](const auto& a, const auto& b) { return a.second < b.second; });
   special_tokens_.erase(std::unique(special_tokens_.begin(), special_tokens_.end()), special_tokens_.end());
@@ -216,6 +219,7 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   for (const int32_t id : ids) {
     HONE_CHECK(id >= 0 && size_t(id) < decoded_.size(), "token id {} is outside the vocabulary of {} (size {})", id,
                source_, decoded_.size());
+    HONE_CHECK(assigned_[size_t(id)], "token id {} is not assigned to any token in {}", id, source_);
     out += decoded_[size_t(id)];
   }
   size_t strip = 0;

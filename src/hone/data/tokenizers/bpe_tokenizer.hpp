@@ -71,6 +71,7 @@ class BpeTokenizer final : public Tokenizer {
   std::optional<Metaspace> metaspace;
   // decode: what each id turns into, and how many leading spaces of the result to drop.
   std::vector<std::string> decoded_;
+  std::vector<bool> assigned_;  // ids that have a token (rank files leave gaps), set by finish()
   int strip_leading_spaces = 0;
 
   // Builds the matchers and fills special_tokens(); call after the fields are set.
