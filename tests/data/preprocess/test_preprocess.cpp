@@ -1,0 +1,681 @@
+// hone preprocess: the library with small tokenizers written by the tests, and the
+// binary as Megatron data scripts run it (flags, exit status 2 with one line,
+// nothing left behind, the same bytes for any --workers, interrupted runs). The
+// Assets tests use the real GPT-2, SentencePiece and tiktoken files of
+// scripts/fetch-assets.sh.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <array>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "assets.hpp"
+#include "formats_test.hpp"
+#include "hone/data/formats/mds.hpp"
+#include "hone/data/formats/megatron.hpp"
+#include "hone/data/preprocess.hpp"
+#include "hone/data/tokenizers/loaders.hpp"
+
+extern char** environ;
+
+namespace hone::test {
+namespace {
+
+using nlohmann::json;
+using Ids = std::vector<int32_t>;
+
+// ---- tokenizers written by the tests ----
+
+// The character of GPT-2's byte-level alphabet that stands for byte b.
+std::string byte_char(int b) {
+  static const std::array<int, 256> code_points = [] {
+    std::array<int, 256> cp{};
+    int shifted = 0;
+    for (int i = 0; i < 256; ++i) {
+      const bool printable = (i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174;
+      cp[size_t(i)] = printable ? i : 256 + shifted++;
+    }
+    return cp;
+  }();
+  const int cp = code_points[size_t(b)];
+  if (cp < 0x80) return std::string(1, char(cp));
+  return {char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
+}
+
+struct TinySpec {
+  json post_processor = nullptr;
+  std::vector<std::pair<std::string, int>> added{{"<|endoftext|>", 260}};
+  std::optional<json> config;  // tokenizer_config.json
+};
+
+// A byte-level BPE tokenizer.json: ids 0..255 are the bytes, four merges make "he"
+// (256), "ll" (257), " t" (258) and " the" (259); <|endoftext|> is 260.
+std::string write_tokenizer(const std::string& dir, const TinySpec& spec = {}) {
+  fs::create_directories(dir);
+  const std::string space = byte_char(' ');
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  vocab["he"] = 256;
+  vocab["ll"] = 257;
+  vocab[space + "t"] = 258;
+  vocab[space + "the"] = 259;
+  json added = json::array();
+  for (const auto& [content, id] : spec.added)
+    added.push_back({{"id", id}, {"content", content}, {"normalized", false}, {"special", true}});
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const json j = {{"version", "1.0"},
+                  {"added_tokens", added},
+                  {"normalizer", nullptr},
+                  {"pre_tokenizer", byte_level},
+                  {"post_processor", spec.post_processor},
+                  {"decoder", byte_level},
+                  {"model",
+                   {{"type", "BPE"},
+                    {"vocab", vocab},
+                    {"merges", {"h e", "l l", space + " t", space + "t he"}}}}};
+  write_text(dir + "/tokenizer.json", j.dump());
+  if (spec.config) write_text(dir + "/tokenizer_config.json", spec.config->dump());
+  return dir;
+}
+
+data::PreprocessTokenizer hf_tokenizer(const std::string& dir) {
+  return data::load_preprocess_tokenizer({"HuggingFaceTokenizer", "", "", dir});
+}
+
+// ---- reading outputs back ----
+
+struct Document {
+  Ids tokens;
+  std::vector<size_t> sequences;  // lengths
+};
+
+std::vector<Document> read_megatron(const std::string& prefix) {
+  data::MegatronDataset dataset(prefix);
+  std::vector<Document> out(dataset.document_count());
+  for (uint64_t d = 0; d < out.size(); ++d) {
+    const auto [first, last] = dataset.document_sequences(d);
+    for (uint64_t s = first; s < last; ++s) {
+      const Ids t = dataset.tokens(s);
+      out[d].tokens.insert(out[d].tokens.end(), t.begin(), t.end());
+      out[d].sequences.push_back(t.size());
+    }
+  }
+  return out;
+}
+
+std::vector<Ids> tokens_of(const std::vector<Document>& documents) {
+  std::vector<Ids> out;
+  for (const Document& d : documents) out.push_back(d.tokens);
+  return out;
+}
+
+std::vector<Ids> read_mds(const std::string& dir) {
+  data::MdsDataset dataset(dir);
+  std::vector<Ids> out;
+  for (uint64_t i = 0; i < dataset.size(); ++i) out.push_back(dataset.tokens(i));
+  return out;
+}
+
+// What Megatron writes for a text: the tokenizer's ids, then EOD unless empty.
+Ids expected(const data::PreprocessTokenizer& t, const std::string& text, bool append_eod = true) {
+  Ids ids;
+  t.encode(text, ids);
+  if (append_eod && !ids.empty()) ids.push_back(*t.eod);
+  return ids;
+}
+
+std::string jsonl(const std::vector<json>& lines) {
+  std::string out;
+  for (const json& line : lines) out += line.dump() + "\n";
+  return out;
+}
+
+void write_gzip(const std::string& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_EQ(gzwrite(f, text.data(), unsigned(text.size())), int(text.size()));
+  gzclose(f);
+}
+
+void write_zstd(const std::string& path, const std::string& text) {
+  std::vector<uint8_t> buffer(ZSTD_compressBound(text.size()));
+  const size_t n = ZSTD_compress(buffer.data(), buffer.size(), text.data(), text.size(), 3);
+  ASSERT_FALSE(ZSTD_isError(n));
+  buffer.resize(n);
+  write_bytes(path, buffer);
+}
+
+// Documents of random lengths (some empty) over a mix of ASCII, "the", UTF-8 and
+// special-token text, as JSONL with keys text and title.
+std::string random_corpus(size_t documents, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::vector<std::string> words = {"the", " the", "hello", " world", "ll", "\n", "  ", "caf\u00e9",
+                                          " \u4e16\u754c", "<|endoftext|>", "!", " 42", "he", "\t"};
+  std::vector<json> lines;
+  for (size_t i = 0; i < documents; ++i) {
+    std::string text, title;
+    const size_t n = rng() % 9 == 0 ? 0 : rng() % 120;
+    for (size_t w = 0; w < n; ++w) text += words[rng() % words.size()];
+    for (size_t w = 0; w < 3; ++w) title += words[rng() % words.size()];
+    lines.push_back({{"id", i}, {"text", text}, {"title", title}});
+  }
+  return jsonl(lines);
+}
+
+// ---- the binary ----
+
+struct HoneRun {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string hone_binary() { return std::string(HONE_BINARY_DIR) + "/bin/hone"; }
+
+HoneRun run_hone(const std::string& args, const std::string& err_path) {
+  HoneRun r;
+  FILE* pipe = popen((hone_binary() + " " + args + " 2>" + err_path).c_str(), "r");
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) r.out.append(buffer.data(), n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.err = read_file(err_path);
+  fs::remove(err_path);
+  return r;
+}
+
+class Preprocess : public FormatsTest {
+ protected:
+  HoneRun hone(const std::string& args) { return run_hone(args, (fs::temp_directory_path() / "hone_pp_stderr").string() +
+                                                               std::to_string(::getpid())); }
+
+  // Runs `args`, which must fail with status 2 and one line holding every fragment,
+  // and leave the folder as it was.
+  void expect_user_error(const std::string& args, std::initializer_list<std::string> fragments) {
+    SCOPED_TRACE(args);
+    const std::vector<std::string> before = listing();
+    const HoneRun r = hone(args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    for (const std::string& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "missing '" << f << "' in " << r.err;
+    EXPECT_EQ(listing(), before) << "an error must leave nothing behind";
+  }
+};
+
+// ---- library ----
+
+TEST(SplitSentences, PlainRule) {
+  using V = std::vector<std::string_view>;
+  const std::string text = "Hello there. How are you?  Fine!\nHe said \"Stop.\" Then 3.14 and e.g.x left...  \n";
+  EXPECT_EQ(data::split_sentences(text, false),
+            (V{"Hello there.", "How are you?", "Fine!", "He said \"Stop.\"", "Then 3.14 and e.g.x left..."}));
+  EXPECT_EQ(data::split_sentences(text, true),
+            (V{"Hello there. ", "How are you?  ", "Fine!\n", "He said \"Stop.\" ", "Then 3.14 and e.g.x left..."}));
+  EXPECT_EQ(data::split_sentences("  no end", false), (V{"  no end"}));
+  EXPECT_EQ(data::split_sentences(" \n\t", true), V{});
+  EXPECT_EQ(data::split_sentences("", false), V{});
+}
+
+TEST(ParseSize, StreamingStrings) {
+  EXPECT_EQ(data::parse_size("67108864", "--mds-size-limit"), 67108864u);
+  EXPECT_EQ(data::parse_size("64mb", "--mds-size-limit"), uint64_t(1) << 26);
+  EXPECT_EQ(data::parse_size("1.5KB", "--mds-size-limit"), 1536u);
+  EXPECT_EQ(data::parse_size("0", "--mds-size-limit"), 0u);
+  for (const char* bad : {"", "mb", "12xb", "-1", "1e30gb"})
+    expect_error([&] { data::parse_size(bad, "--mds-size-limit"); }, {"--mds-size-limit", "64mb"});
+}
+
+TEST_F(Preprocess, JsonlRoundTripWithSeveralKeys) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  ASSERT_EQ(t.eod, 260);
+  write_text(path("in.jsonl"), jsonl({{{"text", "hello the world"}, {"title", "the hell"}},
+                                      {{"text", ""}, {"title", "x"}},
+                                      {{"text", "a <|endoftext|> b"}, {"title", "\u00e9t\u00e9 \u4e16"}}}) +
+                                   "\n");  // a blank line is skipped
+  data::PreprocessOptions o;
+  o.inputs = {path("in.jsonl")};
+  o.json_keys = {"text", "title"};
+  o.output_prefix = path("out");
+  o.append_eod = true;
+  const auto r = data::preprocess(o, t);
+  EXPECT_EQ(r.outputs, (std::vector<std::string>{path("out_text_document"), path("out_title_document")}));
+  EXPECT_EQ(r.documents, 3u);
+  EXPECT_EQ(r.bytes, 15u + 8u + 0u + 1u + 17u + 9u);  // the UTF-8 bytes of the values
+
+  const auto text = read_megatron(path("out_text_document"));
+  ASSERT_EQ(text.size(), 3u);
+  // " the" is one merged token; the special token written in the text becomes its id.
+  EXPECT_EQ(text[0].tokens, (Ids{256, 257, 'o', 259, ' ', 'w', 'o', 'r', 'l', 'd', 260}));
+  EXPECT_EQ(text[0].tokens, expected(t, "hello the world"));
+  EXPECT_TRUE(text[1].tokens.empty()) << "an empty text is an empty document, without EOD, as in Megatron";
+  EXPECT_TRUE(text[1].sequences.empty());
+  EXPECT_EQ(text[2].tokens, (Ids{'a', ' ', 260, ' ', 'b', 260}));
+  const auto title = read_megatron(path("out_title_document"));
+  EXPECT_EQ(tokens_of(title), (std::vector<Ids>{expected(t, "the hell"), expected(t, "x"), expected(t, "\u00e9t\u00e9 \u4e16")}));
+  EXPECT_EQ(r.tokens, 11u + 0u + 6u + title[0].tokens.size() + 2u + title[2].tokens.size());
+  EXPECT_EQ(data::MegatronDataset(path("out_text_document")).dtype(), data::MegatronDType::u16);
+}
+
+TEST_F(Preprocess, TextFilesFoldersGlobsAndCompressedInputs) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  fs::create_directories(path("in/sub"));
+  write_text(path("in/a.txt"), "the first file\n");
+  write_gzip(path("in/b.jsonl.gz"), jsonl({{{"text", "gzip one"}}, {{"text", "gzip two"}}}));
+  write_zstd(path("in/c.jsonl.zst"), jsonl({{{"text", "zstd line"}}}));
+  write_zstd(path("in/sub/d.txt.zst"), "compressed text file");
+  write_text(path("in/.hidden.txt"), "never read");
+  data::PreprocessOptions o;
+  o.inputs = {path("in"), path("in/a*.txt")};  // a folder, then a pattern
+  o.output_prefix = path("out");
+  const auto r = data::preprocess(o, t);
+  EXPECT_EQ(r.files, 5u);
+  EXPECT_EQ(tokens_of(read_megatron(path("out_text_document"))),
+            (std::vector<Ids>{expected(t, "the first file\n", false), expected(t, "gzip one", false),
+                              expected(t, "gzip two", false), expected(t, "zstd line", false),
+                              expected(t, "compressed text file", false), expected(t, "the first file\n", false)}));
+  o.inputs = {path("in/*.csv")};
+  expect_error([&] { data::preprocess(o, t); }, {path("in/*.csv"), "no file or folder matches"});
+}
+
+// Megatron's HuggingFaceTokenizer encodes with transformers' tokenizer(text).input_ids,
+// which adds what tokenizer.json's post-processor says (Llama's BOS, RoBERTa's <s> </s>).
+TEST_F(Preprocess, HuggingFacePostProcessorTemplate) {
+  const json bos = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
+  const json text = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const json llama = {{"type", "TemplateProcessing"},
+                      {"single", {bos, text}},
+                      {"pair", {bos, text, bos, text}},
+                      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {261}}, {"tokens", {"<s>"}}}}}}};
+  const json sequence = {{"type", "Sequence"},
+                         {"processors", {{{"type", "ByteLevel"}, {"trim_offsets", false}}, llama}}};
+  const json roberta = {{"type", "RobertaProcessing"}, {"sep", {"</s>", 262}}, {"cls", {"<s>", 261}}};
+  const auto spec = [](const json& post) {
+    return TinySpec{post, {{"<|endoftext|>", 260}, {"<s>", 261}, {"</s>", 262}}, json{{"bos_token", "<s>"}, {"eos_token", "</s>"}}};
+  };
+  const Ids hello = {256, 257, 'o'};
+  for (const auto& [name, post, before, after] :
+       {std::tuple{"llama", llama, Ids{261}, Ids{}}, std::tuple{"sequence", sequence, Ids{261}, Ids{}},
+        std::tuple{"roberta", roberta, Ids{261}, Ids{262}}}) {
+    SCOPED_TRACE(name);
+    const auto t = hf_tokenizer(write_tokenizer(path(name), spec(post)));
+    EXPECT_EQ(t.before, before);
+    EXPECT_EQ(t.after, after);
+    ASSERT_EQ(t.eod, 262) << "EOD is the tokenizer's EOS";
+    Ids want = before;
+    want.insert(want.end(), hello.begin(), hello.end());
+    want.insert(want.end(), after.begin(), after.end());
+    want.push_back(262);
+    EXPECT_EQ(expected(t, "hello"), want);
+  }
+  write_tokenizer(path("odd"), spec({{"type", "BlenderProcessing"}}));
+  expect_error([&] { hf_tokenizer(path("odd")); }, {path("odd/tokenizer.json"), "post_processor", "BlenderProcessing"});
+}
+
+TEST_F(Preprocess, SplitSentencesWritesOneSequencePerSentence) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  write_text(path("in.jsonl"), jsonl({{{"text", "Hello there. the hello!  the end"}}, {{"text", "  "}}}));
+  data::PreprocessOptions o;
+  o.inputs = {path("in.jsonl")};
+  o.output_prefix = path("out");
+  o.split_sentences = true;
+  o.append_eod = true;
+  EXPECT_EQ(data::preprocess(o, t).outputs, std::vector<std::string>{path("out_text_sentence")});
+  const auto docs = read_megatron(path("out_text_sentence"));
+  ASSERT_EQ(docs.size(), 2u);
+  const Ids a = expected(t, "Hello there.", false), b = expected(t, "the hello!", false), c = expected(t, "the end");
+  EXPECT_EQ(docs[0].sequences, (std::vector<size_t>{a.size(), b.size(), c.size()})) << "EOD ends the last sentence";
+  Ids all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  all.insert(all.end(), c.begin(), c.end());
+  EXPECT_EQ(docs[0].tokens, all);
+  EXPECT_TRUE(docs[1].sequences.empty());
+
+  o.format = data::OutputFormat::mds;
+  o.output_prefix = path("mds");
+  expect_error([&] { data::preprocess(o, t); }, {"--split-sentences", "--format megatron"});
+}
+
+TEST_F(Preprocess, MdsShards) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  write_text(path("in.jsonl"), random_corpus(300, 7));
+  data::PreprocessOptions o;
+  o.inputs = {path("in.jsonl")};
+  o.output_prefix = path("mega");
+  o.append_eod = true;
+  data::preprocess(o, t);
+  std::vector<Ids> nonempty;
+  for (const Ids& ids : tokens_of(read_megatron(path("mega_text_document"))))
+    if (!ids.empty()) nonempty.push_back(ids);  // MDS cannot hold an empty array
+
+  o.format = data::OutputFormat::mds;
+  o.output_prefix = path("mds/");
+  o.mds.compression = "zstd:5";
+  o.mds.size_limit = 4096;
+  o.mds.hashes = {"xxh3_64", "xxh64"};
+  o.mds.tokens = data::MdsTokenDType::u16;
+  EXPECT_EQ(data::preprocess(o, t).outputs, std::vector<std::string>{path("mds")});
+  EXPECT_EQ(read_mds(path("mds")), nonempty);
+  const data::MdsDataset dataset(path("mds"));
+  EXPECT_GT(dataset.shards().size(), 3u);
+  EXPECT_EQ(dataset.shards()[0].column_encodings, std::vector<std::string>{"ndarray:uint16"});
+  EXPECT_EQ(dataset.shards()[0].compression, "zstd:5");
+
+  // Several keys: one folder each.
+  o.output_prefix = path("two");
+  o.json_keys = {"text", "title"};
+  o.mds = {};
+  EXPECT_EQ(data::preprocess(o, t).outputs, (std::vector<std::string>{path("two_text"), path("two_title")}));
+  EXPECT_EQ(read_mds(path("two_text")), nonempty);
+  EXPECT_EQ(data::MdsDataset(path("two_title")).shards()[0].column_encodings,
+            std::vector<std::string>{"ndarray:int32"});
+}
+
+TEST_F(Preprocess, SameBytesForAnyNumberOfWorkers) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  write_text(path("in.jsonl"), random_corpus(3000, 11));
+  std::vector<uint8_t> bin, idx, shard, index;
+  for (const unsigned workers : {1u, 2u, 4u, 8u}) {
+    SCOPED_TRACE(workers);
+    data::PreprocessOptions o;
+    o.inputs = {path("in.jsonl")};
+    o.output_prefix = path("w" + std::to_string(workers));
+    o.append_eod = true;
+    o.workers = workers;
+    unsigned calls = 0;
+    uint64_t last = 0;
+    const auto r = data::preprocess(
+        o, t,
+        [&](const data::PreprocessProgress& p) {
+          ++calls;
+          EXPECT_GE(p.documents, last);
+          last = p.documents;
+        },
+        0.0005);
+    EXPECT_EQ(r.documents, 3000u);
+    EXPECT_GE(r.documents, last);
+    EXPECT_GT(calls, 0u) << "3000 documents take longer than 0.5 ms";
+    const std::string prefix = o.output_prefix + "_text_document";
+    if (workers == 1) {
+      bin = read_bytes(prefix + ".bin");
+      idx = read_bytes(prefix + ".idx");
+    } else {
+      EXPECT_TRUE(read_bytes(prefix + ".bin") == bin);
+      EXPECT_TRUE(read_bytes(prefix + ".idx") == idx);
+    }
+    o.format = data::OutputFormat::mds;
+    o.output_prefix = path("mds" + std::to_string(workers));
+    o.mds.size_limit = 0;  // one shard
+    data::preprocess(o, t);
+    if (workers == 1) {
+      shard = read_bytes(o.output_prefix + "/shard.00000.mds");
+      index = read_bytes(o.output_prefix + "/index.json");
+    } else {
+      EXPECT_TRUE(read_bytes(o.output_prefix + "/shard.00000.mds") == shard);
+      EXPECT_TRUE(read_bytes(o.output_prefix + "/index.json") == index);
+    }
+  }
+  EXPECT_EQ(read_megatron(path("w1_text_document")).size(), 3000u);
+}
+
+TEST_F(Preprocess, TokenizerTypesAndFiles) {
+  write_tokenizer(path("hf"));
+  write_text(path("list.json"), R"([{"rank": 0, "token_bytes": "AA==", "token_str": "\u0000"}])");
+  // The type decides which files fit; the file's kind decides the type when none is given.
+  EXPECT_EQ(data::load_preprocess_tokenizer({"", "", "", path("hf")}).type, "HuggingFaceTokenizer");
+  expect_error([&] { data::load_preprocess_tokenizer({"Llama2Tokenizer", "", "", path("hf")}); },
+               {path("hf"), "Llama2Tokenizer expects a SentencePiece .model", "a Hugging Face tokenizer.json"});
+  expect_error([&] { data::load_preprocess_tokenizer({"TikTokenizer", "", "", path("hf/tokenizer.json")}); },
+               {path("hf/tokenizer.json"), "TikTokenizer expects a tiktoken rank file"});
+  expect_error([&] { data::load_preprocess_tokenizer({"TikTokenizer", "", "", path("list.json")}); },
+               {path("list.json"), "Megatron's own TikTokenizer vocabulary"});
+  expect_error([&] { data::load_preprocess_tokenizer({"BertWordPieceCase", "", "", path("hf")}); },
+               {"BertWordPieceCase", "not supported", "GPT2BPETokenizer"});
+  expect_error([&] { data::load_preprocess_tokenizer({"GPT2BPETokenizer", path("v.json"), "", ""}); },
+               {"--merge-file"});
+  expect_error([&] { data::load_preprocess_tokenizer({"HuggingFaceTokenizer", "", "", ""}); }, {"--tokenizer-model"});
+
+  // No EOS token: --append-eod has no id to append.
+  const auto t = hf_tokenizer(write_tokenizer(path("no_eos"), TinySpec{nullptr, {}, std::nullopt}));
+  EXPECT_FALSE(t.eod.has_value());
+  write_text(path("in.jsonl"), jsonl({{{"text", "x"}}}));
+  data::PreprocessOptions o;
+  o.inputs = {path("in.jsonl")};
+  o.output_prefix = path("out");
+  o.append_eod = true;
+  expect_error([&] { data::preprocess(o, t); }, {path("no_eos"), "--append-eod", "HuggingFaceTokenizer"});
+}
+
+// ---- the binary ----
+
+TEST_F(Preprocess, CliRoundTripMdsAndMegatronFlags) {
+  write_tokenizer(path("tok"));
+  write_text(path("in.jsonl"), random_corpus(50, 3));
+  const std::string common = "--input " + path("in.jsonl") + " --tokenizer-type HuggingFaceTokenizer --tokenizer-model " +
+                             path("tok") + " --append-eod";
+  // Flags Megatron scripts pass that change nothing in hone.
+  HoneRun r = hone("preprocess " + common + " --output-prefix " + path("m") +
+               " --workers 3 --partitions 1 --log-interval 10 --dataset-impl mmap --keep-sequential-samples --lang english");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "") << "not a terminal: nothing but the summary";
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_EQ(r.out.rfind("preprocessed 50 documents, ", 0), 0u) << r.out;
+  for (const char* part : {" tokens, ", " MB in ", " MB/s", "docs/s", "m_text_document.bin/.idx"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << " in " << r.out;
+  const auto t = hf_tokenizer(path("tok"));
+  std::vector<Ids> want, nonempty;
+  const std::string lines = read_file(path("in.jsonl"));
+  for (size_t pos = 0, end; pos < lines.size(); pos = end + 1) {
+    end = lines.find('\n', pos);
+    want.push_back(expected(t, json::parse(lines.substr(pos, end - pos))["text"].get<std::string>()));
+    if (!want.back().empty()) nonempty.push_back(want.back());
+  }
+  EXPECT_EQ(tokens_of(read_megatron(path("m_text_document"))), want);
+
+  r = hone("preprocess " + common + " --output-prefix " + path("s") +
+           " --format mds --mds-compression zstd --mds-size-limit 2kb --mds-hashes xxh64,xxh32 --mds-dtype uint16");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(path("s") + "/"), std::string::npos) << r.out;
+  EXPECT_EQ(read_mds(path("s")), nonempty);
+  EXPECT_EQ(data::MdsDataset(path("s")).shards()[0].hashes, (std::vector<std::string>{"xxh32", "xxh64"}));
+  EXPECT_TRUE(fs::exists(path("s/shard.00000.mds.zstd")));
+}
+
+TEST_F(Preprocess, CliErrorsExitWith2AndOneLineAndLeaveNoOutput) {
+  write_tokenizer(path("tok"));
+  write_tokenizer(path("big"), TinySpec{nullptr, {{"<|endoftext|>", 260}, {"<big>", 70000}}, std::nullopt});
+  write_text(path("bad.jsonl"), "{\"text\": \"fine\"}\n{\"text\": \"fine\"}\n{\"text\": \"cut\n");
+  write_text(path("keys.jsonl"), "{\"text\": \"a\", \"title\": \"b\"}\n{\"text\": \"a\"}\n");
+  write_text(path("good.jsonl"), "{\"text\": \"a\"}\n");
+  write_text(path("notes.txt"), "hello\nworld\n");
+  fs::create_directories(path("full"));
+  write_text(path("full/x"), "");
+  const std::string tok = " --tokenizer-model " + path("tok");
+  const std::string out = " --output-prefix " + path("out");
+  expect_user_error("preprocess --input " + path("bad.jsonl") + tok + out, {path("bad.jsonl") + ":3"});
+  expect_user_error("preprocess --input " + path("keys.jsonl") + " --json-keys text title" + tok + out,
+                    {path("keys.jsonl") + ":2", "title"});
+  expect_user_error("preprocess --input " + path("good.jsonl") + " --tokenizer-type Llama2Tokenizer" + tok + out,
+                    {path("tok"), "SentencePiece"});
+  expect_user_error("preprocess --input " + path("good.jsonl") + " --tokenizer-model " + path("notes.txt") + out,
+                    {path("notes.txt"), "not a tokenizer"});
+  expect_user_error("preprocess --input " + path("good.jsonl") + " --tokenizer-model " + path("big") + out +
+                        " --format mds --mds-dtype uint16",
+                    {path("big"), "70001", "uint16"});
+  expect_user_error("preprocess --input " + path("good.jsonl") + tok + " --format mds --output-prefix " + path("full"),
+                    {path("full"), "not an empty folder"});
+  expect_user_error("preprocess --input " + path("missing.jsonl") + tok + out, {path("missing.jsonl")});
+  expect_user_error("preprocess --input " + path("good.jsonl") + tok + out + " --mds-size-limit 3xb",
+                    {"--mds-size-limit"});
+  // A later error removes what the earlier documents wrote: nothing half-written stays.
+  std::string many;
+  for (int i = 0; i < 5000; ++i) many += "{\"text\": \"the hello world\"}\n";
+  write_text(path("late.jsonl"), many + "{\"text\": 7}\n");
+  expect_user_error("preprocess --input " + path("late.jsonl") + tok + out + " --workers 2",
+                    {path("late.jsonl") + ":5001", "text"});
+  // The vocabulary picks the Megatron dtype: int32 at 65500 tokens and above.
+  const HoneRun r = hone("preprocess --input " + path("good.jsonl") + " --tokenizer-model " + path("big") + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(data::MegatronDataset(path("out_text_document")).dtype(), data::MegatronDType::i32);
+}
+
+// Runs hone with stdout and stderr into `log`; returns its pid.
+pid_t spawn_hone(std::vector<std::string> args, const std::string& log) {
+  std::string binary = hone_binary();
+  std::vector<char*> argv{binary.data()};
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+// Waits until a file whose name holds `fragment` appears in `dir`.
+bool wait_for_file(const std::string& dir, const std::string& fragment) {
+  for (int i = 0; i < 10000; ++i) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().find(fragment) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+TEST_F(Preprocess, InterruptedRunsLeaveNoFinishedOutput) {
+  write_tokenizer(path("tok"));
+  // About 48 MB: long enough to be stopped in the middle.
+  std::string line = "{\"text\": \"";
+  std::mt19937 rng(5);
+  const char* words[] = {"the ", "hello ", "world ", "he ", "tell ", "a ", "caf\\u00e9 "};
+  while (line.size() < 4000) line += words[rng() % 7];
+  line += "\"}\n";
+  {
+    std::ofstream f(path("big.jsonl"), std::ios::binary);
+    for (int i = 0; i < 12000; ++i) f << line;
+  }
+  fs::create_directories(path("out"));
+  const std::vector<std::string> args = {"preprocess", "--input", path("big.jsonl"), "--tokenizer-model", path("tok"),
+                                         "--workers", "1", "--output-prefix", path("out/big")};
+  // SIGKILL: no cleanup at all, yet no file has a final name.
+  const pid_t killed = spawn_hone(args, path("kill.log"));
+  ASSERT_TRUE(wait_for_file(path("out"), ".tmp."));
+  ::kill(killed, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(killed, &status, 0), killed);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "finished before it was killed; make big.jsonl bigger";
+  for (const auto& e : fs::directory_iterator(path("out")))
+    EXPECT_NE(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  fs::remove_all(path("out"));
+  fs::create_directories(path("out"));
+
+  // SIGTERM on a terminal: progress is drawn in place, then the run stops, removes
+  // its temporary files and exits with 128 + 15.
+  int master = -1;
+  const pid_t child = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string binary = hone_binary();
+    std::vector<std::string> copy = args;
+    std::vector<char*> argv{binary.data()};
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(127);
+  }
+  std::string screen;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (screen.find("MB/s") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) {
+      std::array<char, 512> buffer;
+      const ssize_t n = ::read(master, buffer.data(), buffer.size());
+      if (n <= 0) break;
+      screen.append(buffer.data(), size_t(n));
+    }
+  }
+  ::kill(child, SIGTERM);
+  for (std::array<char, 512> buffer;;) {  // drain until the child closes the terminal
+    const ssize_t n = ::read(master, buffer.data(), buffer.size());
+    if (n <= 0) break;
+    screen.append(buffer.data(), size_t(n));
+  }
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ::close(master);
+  EXPECT_NE(screen.find("\r\033[K"), std::string::npos) << screen;
+  EXPECT_NE(screen.find(" docs/s"), std::string::npos) << screen;
+  ASSERT_TRUE(WIFEXITED(status)) << screen;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << screen;
+  EXPECT_NE(screen.find("stopped by signal 15"), std::string::npos) << screen;
+  EXPECT_TRUE(fs::is_empty(path("out"))) << "the temporary files are removed too";
+}
+
+// ---- with the real tokenizer files ----
+
+TEST_F(Preprocess, AssetsGpt2MatchesTheTokenizerPlusEndOfText) {
+  const std::string gpt2 = asset_path("tokenizers/gpt2");
+  std::vector<std::string> speeches;
+  std::string lines;
+  for (const char* name : {"1790_george_washington_n.txt", "1863_abraham_lincoln_r.txt", "1941_franklin_d_roosevelt_d.txt"}) {
+    speeches.push_back(read_file(asset_path(std::string("corpora/sotu/") + name)));
+    lines += json{{"text", speeches.back()}}.dump() + "\n";
+  }
+  write_gzip(path("sotu.jsonl.gz"), lines);
+  const HoneRun r = hone("preprocess --input " + path("sotu.jsonl.gz") + " --output-prefix " + path("sotu") +
+                     " --tokenizer-type GPT2BPETokenizer --vocab-file " + gpt2 + "/encoder.json --merge-file " + gpt2 +
+                     "/vocab.bpe --append-eod --workers 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("preprocessed 3 documents", 0), 0u) << r.out;
+  const auto tokenizer = load_tokenizer(gpt2);
+  std::vector<Ids> want;
+  for (const std::string& s : speeches) {
+    want.push_back(tokenizer->encode(s, SpecialTokens::recognize));
+    want.back().push_back(50256);  // <|endoftext|>
+  }
+  EXPECT_TRUE(tokens_of(read_megatron(path("sotu_text_document"))) == want);
+  EXPECT_EQ(data::MegatronDataset(path("sotu_text_document")).dtype(), data::MegatronDType::u16);
+}
+
+TEST_F(Preprocess, AssetsSentencePieceAndTiktoken) {
+  fs::create_directories(path("speeches"));
+  const std::string speech = read_file(asset_path("corpora/sotu/1961_john_f_kennedy_d.txt")).substr(0, 3000);
+  write_text(path("speeches/a.txt"), "<s> " + speech);
+
+  // Llama2Tokenizer (a SentencePiece .model): no BOS, "<s>" in the text stays text, EOD is EOS.
+  const std::string spm = asset_path("tokenizers/spm/sotu.model");
+  const auto sp = data::load_preprocess_tokenizer({"Llama2Tokenizer", "", "", spm});
+  ASSERT_TRUE(sp.eod.has_value());
+  EXPECT_EQ(sp.eod, sp.tokenizer->eos_id());
+  HoneRun r = hone("preprocess --input " + path("speeches") + " --output-prefix " + path("sp") +
+               " --tokenizer-type Llama2Tokenizer --tokenizer-model " + spm + " --append-eod");
+  ASSERT_EQ(r.status, 0) << r.err;
+  Ids want = sp.tokenizer->encode("<s> " + speech);
+  EXPECT_NE(want.front(), sp.tokenizer->bos_id());
+  want.push_back(*sp.eod);
+  EXPECT_TRUE(read_megatron(path("sp_text_document"))[0].tokens == want);
+
+  // TikTokenizer with cl100k_base: 100277 ids need int32; EOD is <|endoftext|>.
+  const std::string cl100k = asset_path("tokenizers/tiktoken/cl100k_base.json");
+  r = hone("preprocess --input " + path("speeches/a.txt") + " --output-prefix " + path("tt") +
+           " --tokenizer-type TikTokenizer --tokenizer-model " + cl100k + " --append-eod");
+  ASSERT_EQ(r.status, 0) << r.err;
+  want = load_tokenizer(cl100k)->encode("<s> " + speech, SpecialTokens::recognize);
+  want.push_back(100257);
+  EXPECT_TRUE(read_megatron(path("tt_text_document"))[0].tokens == want);
+  EXPECT_EQ(data::MegatronDataset(path("tt_text_document")).dtype(), data::MegatronDType::i32);
+}
+
+}  // namespace
+}  // namespace hone::test
