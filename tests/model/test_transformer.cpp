@@ -146,6 +146,35 @@ TEST(Transformer, ActivationMemoryIsPlannedUpFront) {
   EXPECT_LT(activation_bytes(config, DType::bf16, 2, 64), planned * 6 / 10);
 }
 
+TEST(Transformer, ActivationCheckpointingGivesIdenticalGradientsInLessMemory) {
+  for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
+    const ModelConfig c = model_preset(name);
+    const Batch b = random_batch(2, 48, c.vocab_size, 12);
+    auto gradients = [&](bool checkpointing, std::optional<LoraConfig> lora) {
+      Transformer m(c, DType::f32, Device::cpu(), lora);
+      m.init_weights(13);
+      m.set_activation_checkpointing(checkpointing);
+      m.set_dropout_round(3);
+      const ops::LossSum s = m.forward(b.tokens, b.targets);
+      m.backward(1.0 / double(s.tokens));
+      return std::pair(s.sum, m.trainable_params().grads().to_vector<float>());
+    };
+    EXPECT_EQ(gradients(true, std::nullopt), gradients(false, std::nullopt)) << name;
+    const LoraConfig lora{.rank = 4, .dropout = 0.2, .apply_to_mlp = true};
+    EXPECT_EQ(gradients(true, lora), gradients(false, lora)) << name << " with LoRA";
+  }
+  // Memory: one layer's working set plus one [batch, seq, dim] input per layer.
+  ModelConfig c = model_preset("llama_125M");
+  const int64_t B = 4, T = 256, bytes_per_input = B * T * c.dim * 2;  // bf16
+  const size_t full = activation_bytes(c, DType::bf16, B, T, false);
+  const size_t checkpointed = activation_bytes(c, DType::bf16, B, T, true);
+  ModelConfig one_layer = c;
+  one_layer.n_layers = 1;
+  const size_t working_set = activation_bytes(one_layer, DType::bf16, B, T, false);
+  EXPECT_LE(checkpointed, working_set + size_t((c.n_layers - 1) * bytes_per_input) + 64 * 64);
+  EXPECT_LT(checkpointed, full / 2);
+}
+
 TEST(Transformer, RejectsBadInput) {
   Transformer model(model_preset("llama_tiny"), DType::f32);
   EXPECT_THROW(model.reserve(1, 100000), Error);  // beyond max_seq_len

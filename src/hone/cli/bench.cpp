@@ -12,6 +12,7 @@ Command add_bench(CLI::App& app) {
     std::string model = "llama_tiny", dtype = "fp32", device = "cpu";
     int64_t batch_size = 4, seq_len = 256, steps = 10;
     int threads = 0;
+    bool checkpointing = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -24,6 +25,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--steps", args->steps, "Timed steps (after one warm-up step)")->capture_default_str();
   sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->capture_default_str();
   sub->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
+  sub->add_flag("--activation-checkpointing", args->checkpointing, "Recompute each layer in the backward pass");
   return [args] {
     BenchOptions o;
     o.model = model_preset(args->model);
@@ -35,6 +37,7 @@ Command add_bench(CLI::App& app) {
     o.steps = args->steps;
     o.threads = args->threads;
     o.device = parse_device(args->device);
+    o.activation_checkpointing = args->checkpointing;
     auto report = run_bench(o, [&](int64_t step, double loss, double seconds) {
       fmt::print(stderr, "{} {:>4}/{}  loss {:.4f}  {:.3f} s\n", step == 0 ? "warm-up" : "step   ", step, o.steps,
                  loss, seconds);

@@ -2,7 +2,8 @@
 
 namespace hone {
 
-Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq, Arena& arena) {
+Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq, Arena& arena,
+                             bool checkpointing) {
   const DType stats = dtype == DType::f64 ? DType::f64 : DType::f32;
   const bool layernorm = c.norm == NormKind::layernorm;
   const Shape hidden{batch, seq, c.dim};
@@ -18,6 +19,12 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   a.layers.resize(size_t(c.n_layers));
   for (LayerActivations& l : a.layers) {
     l.input = arena.take(hidden, dtype);
+    if (checkpointing && &l != &a.layers.front()) {
+      const Tensor input = l.input;
+      l = a.layers.front();  // the shared working set
+      l.input = input;
+      continue;
+    }
     l.attn_norm = arena.take(hidden, dtype);
     norm_stats(l.attn_norm_mean, l.attn_norm_rstd);
     l.qkv = arena.take({batch, seq, c.qkv_dim()}, dtype);
@@ -46,9 +53,9 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   return a;
 }
 
-size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq) {
+size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, bool checkpointing) {
   Arena measure;
-  plan_activations(config, dtype, batch, seq, measure);
+  plan_activations(config, dtype, batch, seq, measure, checkpointing);
   return measure.bytes_used();
 }
 

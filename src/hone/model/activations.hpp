@@ -34,10 +34,15 @@ struct Activations {
   Tensor d_attn, d_qkv, d_mlp_act, d_mlp_up;
 };
 
-// Lays out the activations in `arena` (see Arena for the two-pass use).
-Activations plan_activations(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, Arena& arena);
+// Lays out the activations in `arena` (see Arena for the two-pass use). With
+// activation checkpointing only each layer's input is kept per layer; all other
+// per-layer tensors share one working set, which the backward pass refills by
+// recomputing each layer's forward pass.
+Activations plan_activations(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, Arena& arena,
+                             bool checkpointing = false);
 
 // Bytes of the arena plan_activations needs.
-size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq);
+size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
+                        bool checkpointing = false);
 
 }  // namespace hone

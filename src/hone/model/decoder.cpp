@@ -3,7 +3,11 @@
 namespace hone {
 
 Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
-    : model_(model), capacity_(capacity), lengths_(static_cast<size_t>(max_sequences), 0) {
+    : model_(model),
+      capacity_(capacity),
+      lengths_(static_cast<size_t>(max_sequences), 0),
+      model_was_checkpointing_(model.activation_checkpointing()) {
+  model_.set_activation_checkpointing(false);
   const ModelConfig& c = model.config();
   HONE_CHECK(capacity > 0 && capacity <= c.max_seq_len,
              "generation needs {} positions but the model has max_seq_len {}", capacity, c.max_seq_len);
@@ -15,6 +19,8 @@ Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
   }
   model_.ensure_rope_tables(capacity);
 }
+
+Decoder::~Decoder() { model_.set_activation_checkpointing(model_was_checkpointing_); }
 
 size_t Decoder::cache_bytes() const { return 2 * k_cache_.size() * (k_cache_.empty() ? 0 : k_cache_[0].nbytes()); }
 

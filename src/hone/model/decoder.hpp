@@ -16,6 +16,9 @@ class Decoder {
   // Caches for `max_sequences` sequences of up to `capacity` tokens each
   // (capacity <= the model's max_seq_len).
   Decoder(Transformer& model, int64_t max_sequences, int64_t capacity);
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
 
   // Runs `prompt` into cache slot `slot` (replacing what it held); returns the
   // logits that follow the prompt, [vocab] on the host.
@@ -33,6 +36,7 @@ class Decoder {
   int64_t capacity_;
   std::vector<Tensor> k_cache_, v_cache_;  // per layer: [slots, capacity, KV·head_dim]
   std::vector<int64_t> lengths_;
+  bool model_was_checkpointing_;  // prefill needs every layer's keys: off while decoding
 };
 
 }  // namespace hone

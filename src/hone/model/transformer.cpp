@@ -238,10 +238,16 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
              config_.max_seq_len);
   if (acts_.batch == batch && acts_.seq == seq) return;
   acts_ = Activations();  // free the old arena before making the new one
-  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq);
+  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, checkpointing_);
   Arena arena(arena_bytes_, device_);
-  acts_ = plan_activations(config_, dtype_, batch, seq, arena);
+  acts_ = plan_activations(config_, dtype_, batch, seq, arena, checkpointing_);
   ensure_rope_tables(seq);
+}
+
+void Transformer::set_activation_checkpointing(bool on) {
+  if (on == checkpointing_) return;
+  checkpointing_ = on;
+  acts_ = Activations();  // re-planned by the next reserve() or forward()
 }
 
 void Transformer::ensure_rope_tables(int64_t positions) {
@@ -289,6 +295,35 @@ const Tensor& grad_or_none(const Parameter* p) {
 
 }  // namespace
 
+void Transformer::forward_layer(int64_t i) {
+  const ModelConfig& c = config_;
+  Activations& a = acts_;
+  const LayerParameters& p = layers_[size_t(i)];
+  const LayerActivations& l = a.layers[size_t(i)];
+  const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
+  // Attention block: x + out(attention(rope(qkv(norm(x)))))
+  norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
+  auto& adapters = layer_adapters_[size_t(i)];
+  project(l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], l.qkv);
+  if (c.position == PositionKind::rope) {
+    ops::rope_apply(l.qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, false);
+  }
+  ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, heads());
+  project(l.attn, p.out_weight, p.out_bias, adapters[kOut], a.branch);
+  ops::add(l.input, a.branch, l.mid);
+  // MLP block: x + down(act(up(norm(x))))
+  norm_forward(l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm, l.mlp_norm_mean, l.mlp_norm_rstd);
+  project(l.mlp_norm, p.up_weight, p.up_bias, adapters[kUp], l.mlp_up);
+  if (c.mlp == MlpKind::swiglu) {
+    ops::swiglu_forward(l.mlp_up, l.mlp_act);
+  } else {
+    ops::gelu_forward(l.mlp_up, l.mlp_act,
+                      c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
+  }
+  project(l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.branch);
+  ops::add(l.mid, a.branch, next_input);
+}
+
 ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets) {
   HONE_CHECK(tokens.ndim() == 2, "tokens have shape {}, expected [batch, seq]", tokens.shape().str());
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
@@ -299,32 +334,7 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets) {
   Activations& a = acts_;
 
   ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), a.layers[0].input);
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const LayerParameters& p = layers_[size_t(i)];
-    const LayerActivations& l = a.layers[size_t(i)];
-    const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
-    // Attention block: x + out(attention(rope(qkv(norm(x)))))
-    norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
-    auto& adapters = layer_adapters_[size_t(i)];
-    project(l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], l.qkv);
-    if (c.position == PositionKind::rope) {
-      ops::rope_apply(l.qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, false);
-    }
-    ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, heads());
-    project(l.attn, p.out_weight, p.out_bias, adapters[kOut], a.branch);
-    ops::add(l.input, a.branch, l.mid);
-    // MLP block: x + down(act(up(norm(x))))
-    norm_forward(l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm, l.mlp_norm_mean, l.mlp_norm_rstd);
-    project(l.mlp_norm, p.up_weight, p.up_bias, adapters[kUp], l.mlp_up);
-    if (c.mlp == MlpKind::swiglu) {
-      ops::swiglu_forward(l.mlp_up, l.mlp_act);
-    } else {
-      ops::gelu_forward(l.mlp_up, l.mlp_act,
-                        c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
-    }
-    project(l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.branch);
-    ops::add(l.mid, a.branch, next_input);
-  }
+  for (int64_t i = 0; i < c.n_layers; ++i) forward_layer(i);
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
   project(a.final_norm, lm_head_, nullptr, output_adapters_, a.logits);
   if (!targets.defined()) return {};
@@ -350,6 +360,7 @@ void Transformer::backward(double loss_scale) {
     const LayerParameters& p = layers_[size_t(i)];
     const LayerActivations& l = a.layers[size_t(i)];
     auto& adapters = layer_adapters_[size_t(i)];
+    if (checkpointing_) forward_layer(i);  // refill the shared working set with layer i
     // MLP block; the residual gradient flows on unchanged and the branch adds to it.
     project_backward(a.d_residual, l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.d_mlp_act);
     if (c.mlp == MlpKind::swiglu) {

@@ -81,6 +81,11 @@ class Transformer {
   // Plans and allocates the activations for [batch, seq] inputs. forward() does
   // this itself when the shape changes.
   void reserve(int64_t batch, int64_t seq);
+  // Activation checkpointing: keep only each layer's input and recompute the
+  // layer in the backward pass (one more forward pass of compute for activation
+  // memory of one layer's working set plus one [batch, seq, dim] per layer).
+  void set_activation_checkpointing(bool on);
+  bool activation_checkpointing() const { return checkpointing_; }
   size_t activation_bytes() const { return arena_bytes_; }
 
   // Runs tokens (i32 [batch, seq]) through the model. With targets (i32
@@ -103,6 +108,8 @@ class Transformer {
   void ensure_rope_tables(int64_t positions);
   void declare_parameters();
   void declare_lora();
+  // Layer i's forward pass: from acts_.layers[i].input to the next layer's input.
+  void forward_layer(int64_t i);
   // y = x·Wᵀ + b plus the projection's LoRA adapters.
   void project(const Tensor& x, const Parameter* weight, const Parameter* bias, std::vector<LoraAdapter>& adapters,
                const Tensor& y);
@@ -144,6 +151,7 @@ class Transformer {
 
   Activations acts_;
   size_t arena_bytes_ = 0;
+  bool checkpointing_ = false;
   Tensor tokens_, targets_;  // of the last forward, for backward
 };
 

@@ -53,6 +53,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   Transformer model(o.model, o.dtype, o.device);
   model.init_weights(o.seed);
   AdamW optimizer(model.trainable_params(), AdamWConfig{});
+  model.set_activation_checkpointing(o.activation_checkpointing);
   model.reserve(o.batch_size, o.seq_len);
 
   // Random tokens: the next-token targets are the inputs shifted by one.
@@ -100,6 +101,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["flops_per_token"] = o.model.training_flops_per_token(o.seq_len);
   out["peak_memory_bytes"] = allocator_for(o.device).stats().peak_allocated;
   out["activation_bytes"] = model.activation_bytes();
+  out["activation_checkpointing"] = o.activation_checkpointing;
   out["loss_first"] = first_loss;
   out["loss_last"] = last_loss;
   return out;

@@ -20,6 +20,7 @@ struct BenchOptions {
   int threads = 0;     // 0 = OpenMP's default
   Device device = Device::cpu();
   uint64_t seed = 1234;
+  bool activation_checkpointing = false;
 };
 
 // Peak TFLOP/s of a large square GEMM in `dtype` on `device`, best of a few runs.

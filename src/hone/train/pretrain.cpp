@@ -46,7 +46,8 @@ std::vector<std::string> summarize_training(const Config& c) {
   const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.seq_len");
   HONE_CHECK(seq_len <= model.max_seq_len, "{}: dataset.seq_len {} exceeds model.max_seq_len {}", c.origin(), seq_len,
              model.max_seq_len);
-  const MemoryEstimate m = estimate_training_memory(model, run.dtype, batch, seq_len);
+  const MemoryEstimate m = estimate_training_memory(model, run.dtype, batch, seq_len,
+                                                    c.get<bool>("enable_activation_checkpointing"));
   return {
       fmt::format("model: {} ({} family), {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), double(model.num_params()) / 1e6,
@@ -64,8 +65,6 @@ std::vector<std::string> summarize_training(const Config& c) {
 int run_pretrain(const Config& c) {
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
-  HONE_CHECK(!c.get<bool>("enable_activation_checkpointing"),
-             "{}: enable_activation_checkpointing is not available yet; set it to false", c.origin());
   const ModelConfig model_config = model_config_from(c);
   const int64_t batch_size = c.get<int64_t>("batch_size");
   const int64_t accumulation = c.get<int64_t>("gradient_accumulation_steps");
@@ -92,6 +91,7 @@ int run_pretrain(const Config& c) {
   RunConsole console(run.output_dir);
   Transformer model(model_config, run.dtype, run.device);
   model.init_weights(run.seed);
+  model.set_activation_checkpointing(c.get<bool>("enable_activation_checkpointing"));
   AdamW optimizer(model.trainable_params(), adamw_config_from(c));
   const LrSchedule schedule = lr_schedule_from(c, total_steps);
   const double max_grad_norm = c.get<double>("optimizer.max_grad_norm");

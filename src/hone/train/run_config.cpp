@@ -178,14 +178,15 @@ LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
   return s;
 }
 
-MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len) {
+MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
+                                        bool activation_checkpointing) {
   const size_t n = size_t(model.num_params());
   MemoryEstimate m;
   m.parameters = 4 * n;
   m.gradients = 4 * n;
   m.optimizer = 8 * n;
   m.compute_copy = dtype == DType::bf16 ? 2 * n : 0;
-  m.activations = activation_bytes(model, dtype, batch_size, seq_len);
+  m.activations = activation_bytes(model, dtype, batch_size, seq_len, activation_checkpointing);
   return m;
 }
 

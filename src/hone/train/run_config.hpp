@@ -42,7 +42,8 @@ struct MemoryEstimate {
   size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, activations = 0;
   size_t total() const { return parameters + gradients + optimizer + compute_copy + activations; }
 };
-MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len);
+MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
+                                        bool activation_checkpointing);
 
 std::string format_bytes(double bytes);
 
