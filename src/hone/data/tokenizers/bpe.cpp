@@ -221,23 +221,8 @@ bool BpeModel::add_token(int32_t id, std::string_view bytes) {
   return true;
 }
 
-void BpeModel::derive_merges_from_ranks() {
-  size_t pairs = 0;
-  for (const auto& t : tokens_) pairs += t.size() > 1 ? 2 : 0;
-  merges_.reserve(pairs);
-  for (int32_t id = 0; id < size(); ++id) {
-    if (!present_[size_t(id)]) continue;
-    const std::string_view t = tokens_[size_t(id)];
-    for (size_t k = 1; k < t.size(); ++k) {
-      const auto left = vocab_.find(t.substr(0, k));
-      if (!left) continue;
-      const auto right = vocab_.find(t.substr(k));
-      if (right) add_merge(*left, *right, id, uint32_t(id));
-    }
-  }
-}
-
 void BpeModel::finalize(const Options& options, std::string_view where) {
+  HONE_ASSERT(!options.rank_by_concatenation || options.symbols == Symbols::bytes);
   options_ = options;
   if (options.symbols == Symbols::chars) {
     constexpr std::string_view kMetaspace = "\u2581";
@@ -288,13 +273,20 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& sym
   }
 }
 
-void BpeModel::merge_small(std::vector<int32_t>& symbols) const {
+template <typename Rank>
+void BpeModel::merge_small(std::vector<int32_t>& symbols, size_t piece_size, const Rank& rank) {
   // ranks[i]: (rank << 32 | merged) of the pair starting at symbol i; the
   // smallest value is the lowest rank, and the first of equals is the leftmost.
+  // starts[i]: the piece offset where symbol i begins (starts[n] = the end).
   thread_local std::vector<uint64_t> ranks;
+  thread_local std::vector<uint32_t> starts;
   size_t n = symbols.size();
   ranks.resize(n);
-  for (size_t i = 0; i + 1 < n; ++i) ranks[i] = merges_.find(symbols[i], symbols[i + 1]);
+  starts.resize(n + 1);
+  // Initial symbols are one byte each, or (chars mode, where offsets are unused) anything.
+  for (size_t i = 0; i <= n; ++i) starts[i] = uint32_t(std::min(i, piece_size));
+  const auto pair = [&](size_t i) { return rank(symbols[i], symbols[i + 1], starts[i], starts[i + 2]); };
+  for (size_t i = 0; i + 1 < n; ++i) ranks[i] = pair(i);
   while (n > 1) {
     size_t best = 0;
     uint64_t best_rank = PairMap::kNone;
@@ -308,16 +300,19 @@ void BpeModel::merge_small(std::vector<int32_t>& symbols) const {
     symbols[best] = int32_t(uint32_t(best_rank));
     std::copy(symbols.begin() + ptrdiff_t(best) + 2, symbols.begin() + ptrdiff_t(n), symbols.begin() + ptrdiff_t(best) + 1);
     std::copy(ranks.begin() + ptrdiff_t(best) + 2, ranks.begin() + ptrdiff_t(n), ranks.begin() + ptrdiff_t(best) + 1);
+    std::copy(starts.begin() + ptrdiff_t(best) + 2, starts.begin() + ptrdiff_t(n) + 1, starts.begin() + ptrdiff_t(best) + 1);
     --n;
-    if (best > 0) ranks[best - 1] = merges_.find(symbols[best - 1], symbols[best]);
-    ranks[best] = best + 1 < n ? merges_.find(symbols[best], symbols[best + 1]) : PairMap::kNone;
+    if (best > 0) ranks[best - 1] = pair(best - 1);
+    ranks[best] = best + 1 < n ? pair(best) : PairMap::kNone;
   }
   symbols.resize(n);
 }
 
-void BpeModel::merge_large(std::vector<int32_t>& symbols) const {
+template <typename Rank>
+void BpeModel::merge_large(std::vector<int32_t>& symbols, size_t piece_size, const Rank& rank) {
   // A doubly linked list over the symbols and a heap of candidate merges ordered
-  // by (rank, position); stale candidates are recognised when popped.
+  // by (rank, position); stale candidates are recognised when popped. A symbol
+  // keeps the piece offset of its first byte, its position.
   const size_t n = symbols.size();
   std::vector<uint32_t> prev(n), next(n);
   constexpr uint32_t kEnd = ~0u;
@@ -335,7 +330,8 @@ void BpeModel::merge_large(std::vector<int32_t>& symbols) const {
   const auto push = [&](uint32_t pos) {
     const uint32_t q = next[pos];
     if (q == kEnd) return;
-    const uint64_t r = merges_.find(symbols[pos], symbols[q]);
+    const size_t end = next[q] == kEnd ? piece_size : std::min<size_t>(next[q], piece_size);
+    const uint64_t r = rank(symbols[pos], symbols[q], std::min<size_t>(pos, piece_size), end);
     if (r != PairMap::kNone) heap.push(Candidate{r, pos, symbols[pos], symbols[q]});
   };
   for (size_t i = 0; i + 1 < n; ++i) push(uint32_t(i));
@@ -367,10 +363,17 @@ void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out
   }
   thread_local std::vector<int32_t> symbols;
   initial_symbols(piece, symbols);
-  if (symbols.size() <= kSmallPiece) {
-    merge_small(symbols);
+  if (options_.rank_by_concatenation) {
+    const auto rank = [&](int32_t, int32_t, size_t begin, size_t end) {
+      const auto id = vocab_.find(piece.substr(begin, end - begin));
+      return id ? (uint64_t(uint32_t(*id)) << 32) | uint32_t(*id) : PairMap::kNone;
+    };
+    symbols.size() <= kSmallPiece ? merge_small(symbols, piece.size(), rank)
+                                  : merge_large(symbols, piece.size(), rank);
   } else {
-    merge_large(symbols);
+    const auto rank = [&](int32_t left, int32_t right, size_t, size_t) { return merges_.find(left, right); };
+    symbols.size() <= kSmallPiece ? merge_small(symbols, piece.size(), rank)
+                                  : merge_large(symbols, piece.size(), rank);
   }
   out.insert(out.end(), symbols.begin(), symbols.end());
 }

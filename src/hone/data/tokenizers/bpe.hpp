@@ -77,6 +77,9 @@ class BpeModel {
     Symbols symbols = Symbols::bytes;
     // A piece that is itself a token is that token, merges or not (tiktoken; HF ignore_merges).
     bool whole_piece_lookup = false;
+    // tiktoken: no merge rules; two adjacent parts merge when their concatenation is
+    // a token, lowest id (rank) first. Bytes only.
+    bool rank_by_concatenation = false;
     bool byte_fallback = false;  // chars: unknown characters become <0xXX> tokens
     std::optional<int32_t> unk_id;  // chars: otherwise they become unk (or are dropped without one)
     bool fuse_unk = false;          // consecutive unks become one
@@ -95,8 +98,6 @@ class BpeModel {
     return merges_.insert(left, right, (uint64_t(rank) << 32) | uint32_t(merged));
   }
   void reserve_merges(size_t count) { merges_.reserve(count); }
-  // tiktoken: every split of a token into two tokens is a rule, ranked by the token's rank (its id).
-  void derive_merges_from_ranks();
   // Call once all tokens and merges are in; throws hone::Error (naming `where`) if
   // byte-level symbols lack a token for some byte.
   void finalize(const Options& options, std::string_view where);
@@ -117,8 +118,12 @@ class BpeModel {
 
  private:
   void initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const;
-  void merge_small(std::vector<int32_t>& symbols) const;
-  void merge_large(std::vector<int32_t>& symbols) const;
+  // `rank(left, right, begin, end)`: (rank << 32 | merged id) of merging two adjacent
+  // symbols that cover piece bytes [begin, end), or PairMap::kNone.
+  template <typename Rank>
+  static void merge_small(std::vector<int32_t>& symbols, size_t piece_size, const Rank& rank);
+  template <typename Rank>
+  static void merge_large(std::vector<int32_t>& symbols, size_t piece_size, const Rank& rank);
 
   std::vector<std::string> tokens_;
   std::vector<bool> present_;

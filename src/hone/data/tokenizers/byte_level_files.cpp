@@ -138,9 +138,9 @@ std::optional<int32_t> id_of(const std::vector<std::pair<std::string, int32_t>>&
 
 std::unique_ptr<Tokenizer> make_tiktoken(std::unique_ptr<BpeTokenizer> t, const Encoding& e,
                                          std::string_view name) {
-  t->model.derive_merges_from_ranks();
   BpeModel::Options options;
   options.whole_piece_lookup = true;  // tiktoken looks a piece up whole before merging
+  options.rank_by_concatenation = true;
   t->model.finalize(options, name);
   t->split = std::make_unique<SplitRegex>(e.pattern, name);
   t->decoded_.resize(size_t(t->model.size()));
