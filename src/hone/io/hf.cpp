@@ -164,6 +164,11 @@ struct Planned {
 
 std::unique_ptr<WeightSource> open_hf(const std::string& dir) { return std::make_unique<HfFolder>(dir); }
 
+ModelConfig read_hf_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  return hf_config_from_json(read_json_file(path), path, folder_name(dir)).config;
+}
+
 void load_hf_weights(const std::string& dir, Transformer& model) { load_weights(HfFolder(dir), model); }
 
 HfExportSummary export_hf(const WeightSource& source, const std::string& dir, const HfExportOptions& options) {

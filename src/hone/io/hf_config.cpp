@@ -2,7 +2,6 @@
 // mistral, gpt2 and mpt. Options that change the computation and that hone does
 // not implement are errors, not silently dropped.
 #include <cmath>
-#include <filesystem>
 
 #include "hone/core/error.hpp"
 #include "hone/io/hf.hpp"
@@ -116,10 +115,10 @@ ModelConfig mpt_from(const JsonFields& f) {
   c.n_layers = size(f, "n_layers");
   c.n_heads = size(f, "n_heads");
   c.n_kv_heads = c.n_heads;
-  const double ratio = f.number("expansion_ratio", 4.0);
-  const double ffn = double(c.dim) * ratio;
-  require(ffn == std::floor(ffn) && ffn > 0 && ffn < 1e12, f,
-          fmt::format("expansion_ratio {} (d_model · expansion_ratio must be a whole number)", ratio));
+  // LLM Foundry's MPTMLP: int(d_model * expansion_ratio) hidden units.
+  const double ffn = std::floor(double(c.dim) * f.number("expansion_ratio", 4.0));
+  HONE_CHECK(ffn >= 1 && ffn < double(int64_t(1) << 31), "{}: d_model · expansion_ratio must be a positive size",
+             f.context());
   c.ffn_dim = int64_t(ffn);
   c.max_seq_len = size(f, "max_seq_len");
   c.norm = NormKind::layernorm;
@@ -183,11 +182,6 @@ HfConfig hf_config_from_json(const Json& j, const std::string& path, const std::
     fail("{}: {}", path, e.what());
   }
   return hf;
-}
-
-ModelConfig read_hf_config(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  return hf_config_from_json(read_json_file(path), path, folder_name(dir)).config;
 }
 
 std::string hf_torch_dtype(DType dtype) {
@@ -278,6 +272,7 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
              "it needs ALiBi or learned positions");
       expect(c.mlp == MlpKind::gelu, arch, "it needs an exact-GELU MLP");
       expect(c.tie_embeddings, arch, "its output projection is tied to the embedding");
+      expect(c.ffn_dim % c.dim == 0, arch, "its MLP width is a whole multiple (expansion_ratio) of d_model");
       Json attn = {{"attn_type", c.n_kv_heads == c.n_heads ? "multihead_attention" : "grouped_query_attention"},
                    {"alibi", c.position == PositionKind::alibi},
                    {"alibi_bias_max", c.alibi_bias_max},
@@ -294,7 +289,7 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
            {"d_model", c.dim},
            {"n_layers", c.n_layers},
            {"n_heads", c.n_heads},
-           {"expansion_ratio", double(c.ffn_dim) / double(c.dim)},
+           {"expansion_ratio", c.ffn_dim / c.dim},
            {"max_seq_len", c.max_seq_len},
            {"no_bias", !c.linear_bias},
            {"norm_type", "low_precision_layernorm"},
@@ -307,7 +302,6 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
            {"tie_word_embeddings", true},
            {"initializer_range", c.init_std},
            {"use_cache", true}};
-      if (c.ffn_dim % c.dim == 0) j["expansion_ratio"] = c.ffn_dim / c.dim;
       break;
     }
   }
