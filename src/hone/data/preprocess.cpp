@@ -124,10 +124,61 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   return out;
 }
 
-// Whether `origin` ("file:line" or "file") names a document of `file`.
-bool from_file(const std::string& origin, const std::string& file) {
-  return origin.starts_with(file) && (origin.size() == file.size() || origin[file.size()] == ':');
-}
+// The documents of the input files, raw: a JSONL line or a whole text file. Only
+// this part runs under the lock; the workers parse the JSON, which would
+// otherwise take a quarter of a worker's time and cap the speed-up near 4x.
+class Source {
+ public:
+  Source(const std::vector<std::string>& inputs, const std::vector<std::string>& keys)
+      : keys_(keys), files_(DocumentReader(inputs, keys).files()) {}
+
+  const std::vector<std::string>& files() const { return files_; }
+  size_t file() const { return next_file_; }  // 1-based index of the file being read
+
+  // The next document; false at the end of the inputs.
+  bool next(std::string& raw, std::string& origin, bool& jsonl) {
+    while (true) {
+      if (jsonl_) {
+        while (jsonl_->read_line(raw)) {
+          ++line_;
+          if (raw.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are skipped
+          origin = fmt::format("{}:{}", jsonl_->name(), line_);
+          jsonl = true;
+          return true;
+        }
+        jsonl_.reset();
+      }
+      if (next_file_ == files_.size()) return false;
+      const std::string& path = files_[next_file_++];
+      if (is_jsonl_name(fs::path(path).filename().string())) {
+        jsonl_ = std::make_unique<InputStream>(path);
+        line_ = 0;
+        continue;
+      }
+      HONE_CHECK(keys_.size() == 1,
+                 "{}: a plain text file is one document with one field, but {} JSON keys were given", path,
+                 keys_.size());
+      raw = InputStream(path).read_all();
+      origin = path;
+      jsonl = false;
+      return true;
+    }
+  }
+
+ private:
+  // DocumentReader's rule (inputs.cpp): JSONL by name, less a compression suffix.
+  static bool is_jsonl_name(std::string name) {
+    for (const char* suffix : {".gz", ".zst", ".zstd"})
+      if (name.ends_with(suffix)) name.resize(name.size() - std::string_view(suffix).size());
+    return name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson");
+  }
+
+  const std::vector<std::string>& keys_;
+  std::vector<std::string> files_;
+  size_t next_file_ = 0;
+  std::unique_ptr<InputStream> jsonl_;
+  uint64_t line_ = 0;
+};
 
 }  // namespace
 
@@ -294,8 +345,8 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
              "{}: a vocabulary of {} tokens does not fit --mds-dtype uint16 (ids 0..65535); use int32",
              tokenizer.source, vocab);
 
-  DocumentReader reader(expand_inputs(options.inputs), keys);
-  const std::vector<std::string>& files = reader.files();
+  Source source(expand_inputs(options.inputs), keys);
+  const std::vector<std::string>& files = source.files();
   PreprocessResult result;
   result.outputs = preprocess_outputs(options);
   result.files = files.size();
@@ -315,9 +366,8 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
     sinks.push_back(std::make_unique<OrderedDocumentSink>(*writers.back(), 16 * size_t(options.workers)));
   }
 
-  std::mutex read_mutex;  // the reader, the document counter and the file index
+  std::mutex read_mutex;  // the source and the document counter
   uint64_t next_document = 0;
-  size_t file = 0;
   bool reading_done = false;
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
@@ -340,14 +390,16 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   };
 
   const auto work = [&] {
-    TextDocument doc;
+    std::string raw, origin;
+    std::vector<std::string> fields;
+    bool jsonl = false;
     while (true) {
       uint64_t index;
       {
         std::lock_guard lock(read_mutex);
         if (reading_done || failed || (stop && *stop)) break;
         try {
-          if (!reader.next(doc)) {
+          if (!source.next(raw, origin, jsonl)) {
             reading_done = true;
             break;
           }
@@ -356,18 +408,26 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
           break;
         }
         index = next_document++;
-        while (file + 1 < files.size() && !from_file(doc.origin, files[file])) ++file;
-        current_file = file + 1;
+        current_file = source.file();
       }
       // Every sink must get this document, even after an error, or the workers
       // waiting for it in later sinks would wait forever.
       std::exception_ptr doc_error;
+      try {
+        if (jsonl) {
+          parse_jsonl_line(raw, keys, origin, fields);
+        } else {
+          fields.assign(1, std::move(raw));
+        }
+      } catch (...) {
+        doc_error = std::current_exception();
+      }
       uint64_t doc_tokens = 0, doc_bytes = 0;
       for (size_t k = 0; k < sinks.size(); ++k) {
         std::vector<int32_t> ids, lengths;
         if (!doc_error) {
           try {
-            const std::string& text = doc.fields[k];
+            const std::string& text = fields[k];
             if (options.split_sentences) {
               for (const std::string_view sentence : split_sentences(text, options.keep_newlines)) {
                 const size_t before = ids.size();
