@@ -4,8 +4,9 @@
 // characters; the adjacent pair with the lowest merge rank is merged, leftmost
 // first among equals, until no pair has a rank. This is what GPT-2's encoder.py,
 // tiktoken (rank of the concatenation) and HF tokenizers (rank of the merge rule)
-// all compute; the loaders turn each format's files into (left, right) -> (rank,
-// merged) rules.
+// all compute. Merge-rule formats (GPT-2 files, tokenizer.json) load their rules
+// as (left, right) -> (rank, merged); tiktoken ranks are looked up by the bytes of
+// the concatenation, as tiktoken itself does.
 #include <cstdint>
 #include <optional>
 #include <string>
