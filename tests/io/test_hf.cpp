@@ -324,6 +324,32 @@ TEST_F(HfTest, ExportConvertsTheDtype) {
   EXPECT_LE(logit_error(model, "gpt2"), 1e-2);
 }
 
+TEST_F(HfTest, LoraAdaptersAreMergedBeforeExport) {
+  const auto source = open_weights(fixture("llama32_tied_bf16"));
+  LoraConfig lora;
+  lora.apply_to_mlp = true;
+  Transformer model(source->config(), DType::f32, Device::cpu(), lora);
+  load_weights(*source, model);
+  model.init_lora(1);
+  uint64_t seed = 2;
+  for (Parameter& p : model.trainable_params().all()) {
+    if (p.name.ends_with(".b")) p.value.copy_from(random_tensor(p.shape, DType::f32, seed++, 0.1));
+  }
+  const std::string err = error_of([&] { export_hf(model, path("unmerged")); });
+  EXPECT_NE(err.find("is not merged"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(path("unmerged")));
+  const SafetensorsFile reference(fixture("llama32_tied_bf16.reference.safetensors"));
+  model.set_training(false);
+  model.forward(reference.load("tokens"));
+  const Tensor adapted = model.logits().clone();
+  model.merge_lora();
+  export_hf(model, path("merged"), in(DType::f32));
+  auto merged = import_model(path("merged"));
+  merged->forward(reference.load("tokens"));
+  EXPECT_LE(relative_error(merged->logits(), adapted), 1e-5);
+  EXPECT_GT(relative_error(merged->logits(), reference.load("logits")), 1e-3);  // the adapters changed the model
+}
+
 TEST_F(HfTest, ConfigsHuggingFaceCannotExpressAreRefused) {
   ModelConfig c = model_preset("llama_tiny");
   c.norm = NormKind::layernorm;

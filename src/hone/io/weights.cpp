@@ -103,6 +103,14 @@ class WithTokenizer final : public WeightSource {
 }  // namespace
 
 std::unique_ptr<WeightSource> transformer_weights(const Transformer& model) {
+  // The base weights alone would silently drop what the adapters learned.
+  if (model.lora()) {
+    for (const Parameter& p : model.trainable_params().all()) {
+      HONE_CHECK(!p.name.ends_with(".b") || ops::sum_squares(p.value) == 0,
+                 "model {}: LoRA adapter '{}' is not merged into the base weights (merge_lora() first)",
+                 model.config().name, p.name);
+    }
+  }
   return std::make_unique<TransformerWeights>(model);
 }
 

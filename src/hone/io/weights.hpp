@@ -39,7 +39,8 @@ class WeightSource {
 // is an error naming the first parameter that differs.
 void load_weights(const WeightSource& source, Transformer& model);
 
-// A Transformer's weights as a source (exporting a model in memory).
+// A Transformer's weights as a source (exporting a model in memory). A model
+// with LoRA adapters must have them merged (Transformer::merge_lora) first.
 std::unique_ptr<WeightSource> transformer_weights(const Transformer& model);
 // `source` with the tokenizer files of `dir` as its companion files instead of
 // its own; a folder without any is an error.
