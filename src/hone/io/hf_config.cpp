@@ -266,15 +266,16 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
     }
     case Family::mpt: {
       const char* arch = "MptForCausalLM";
-      expect(c.norm == NormKind::layernorm, arch, "it needs LayerNorm");
-      expect(c.norm_bias == c.linear_bias, arch, "its no_bias covers norms and projections alike");
-      expect(c.position == PositionKind::alibi || c.position == PositionKind::learned, arch,
-             "it needs ALiBi or learned positions");
+      // transformers' class drops biases and always applies ALiBi (LLM Foundry's
+      // own code has both, and hone reads such checkpoints).
+      expect(c.norm == NormKind::layernorm && !c.norm_bias && !c.linear_bias, arch,
+             "it needs LayerNorm and projections without biases");
+      expect(c.position == PositionKind::alibi, arch, "it needs ALiBi positions");
       expect(c.mlp == MlpKind::gelu, arch, "it needs an exact-GELU MLP");
       expect(c.tie_embeddings, arch, "its output projection is tied to the embedding");
       expect(c.ffn_dim % c.dim == 0, arch, "its MLP width is a whole multiple (expansion_ratio) of d_model");
       Json attn = {{"attn_type", c.n_kv_heads == c.n_heads ? "multihead_attention" : "grouped_query_attention"},
-                   {"alibi", c.position == PositionKind::alibi},
+                   {"alibi", true},
                    {"alibi_bias_max", c.alibi_bias_max},
                    {"attn_impl", "torch"},
                    {"attn_pdrop", 0.0},
@@ -291,10 +292,10 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
            {"n_heads", c.n_heads},
            {"expansion_ratio", c.ffn_dim / c.dim},
            {"max_seq_len", c.max_seq_len},
-           {"no_bias", !c.linear_bias},
+           {"no_bias", true},
            {"norm_type", "low_precision_layernorm"},
            {"layer_norm_epsilon", c.norm_eps},
-           {"learned_pos_emb", c.position == PositionKind::learned},
+           {"learned_pos_emb", false},
            {"attn_config", attn},
            {"emb_pdrop", 0.0},
            {"resid_pdrop", 0.0},
