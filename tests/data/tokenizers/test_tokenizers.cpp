@@ -30,7 +30,7 @@ std::string sanitized(std::string_view text) {
   return std::string(utf8::sanitize(text, storage));
 }
 
-TEST(Utf8, ValidTextIsReturnedAsItIs) {
+TEST(TokenizerUtf8, ValidTextIsReturnedAsItIs) {
   const std::string text = "plain ASCII, caf\xC3\xA9, \xE4\xBD\xA0\xE5\xA5\xBD, \xF0\x9F\x98\x80";
   std::string storage;
   EXPECT_EQ(utf8::sanitize(text, storage).data(), text.data());
@@ -38,7 +38,7 @@ TEST(Utf8, ValidTextIsReturnedAsItIs) {
 }
 
 // The WHATWG decoder's answers (what TextDecoder and Python's errors="replace" give).
-TEST(Utf8, InvalidSequencesBecomeReplacementCharacters) {
+TEST(TokenizerUtf8, InvalidSequencesBecomeReplacementCharacters) {
   const std::string r = "\xEF\xBF\xBD";
   EXPECT_EQ(sanitized("a\x80z"), "a" + r + "z");
   EXPECT_EQ(sanitized("end\xC3"), "end" + r);
@@ -52,7 +52,7 @@ TEST(Utf8, InvalidSequencesBecomeReplacementCharacters) {
   EXPECT_EQ(sanitized("ok\xF0\x9F\x98\x80\xFF"), "ok\xF0\x9F\x98\x80" + r);
 }
 
-TEST(SplitRegex, WhitespaceMeansUnicodeWhiteSpace) {
+TEST(TokenizerRegex, WhitespaceMeansUnicodeWhiteSpace) {
   const std::string ws = R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
   EXPECT_EQ(translate_pattern(R"(\s+(?!\S))"), "[" + ws + "]+(?![^" + ws + "])");
   EXPECT_EQ(translate_pattern(R"([^\s\p{L}])"), "[^" + ws + R"(\p{L}])");
@@ -66,7 +66,7 @@ TEST(SplitRegex, WhitespaceMeansUnicodeWhiteSpace) {
   EXPECT_EQ(got, (std::vector<std::string>{"a", "\xC2\x85\xC2\x85", "b\xE1\xA0\x8E" "c"}));
 }
 
-TEST(SplitRegex, GapsBetweenMatchesArePieces) {
+TEST(TokenizerRegex, GapsBetweenMatchesArePieces) {
   SplitRegex regex(R"(\d+)", "test");
   SplitRegex::Pieces pieces(regex, "ab12cd345");
   std::vector<std::string> got;
@@ -101,7 +101,7 @@ std::vector<int32_t> naive_tiktoken(const std::map<std::string, int32_t>& ranks,
 
 // Long pieces go through the heap-based merge, short ones through the scan; both
 // must be the plain algorithm.
-TEST(Bpe, LongAndShortPiecesMatchTheNaiveAlgorithm) {
+TEST(TokenizerBpe, LongAndShortPiecesMatchTheNaiveAlgorithm) {
   const auto t = load_tokenizer(asset_path("tokenizers/tiktoken/gpt2.json"));
   std::map<std::string, int32_t> ranks;
   for (int32_t id = 0; id < 50256; ++id) ranks[t->decode(std::vector<int32_t>{id})] = id;
@@ -140,7 +140,7 @@ TEST(Tokenizers, EncodeIsThreadSafe) {
 
 // The fuzz seeds are valid files of each format (so the fuzzer starts from inputs
 // that reach encode and decode), and they tokenize as their vocabularies say.
-TEST(FuzzSeeds, LoadAndTokenize) {
+TEST(TokenizerFuzzSeeds, LoadAndTokenize) {
   const std::map<std::string, std::vector<int32_t>> hello_world = {
       {"ranks", {259, 264}},  // "hello" " world", the last two merges
       {"tiktoken_json", {259, 264}},
@@ -193,7 +193,7 @@ TEST(TokenizerJson, MetaspaceMatchesTheNormalizerForm) {
 
 // ---- errors: one message naming the file, where in it, and what was expected ----
 
-class BadFiles : public testing::Test {
+class TokenizerFiles : public testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / fmt::format("hone_tok_{}_{}", getpid(),
@@ -223,7 +223,7 @@ class BadFiles : public testing::Test {
   fs::path dir_;
 };
 
-TEST_F(BadFiles, WrongKindOfFile) {
+TEST_F(TokenizerFiles, WrongKindOfFile) {
   const std::string m = error_of(write("notes.txt", "hello world\nsecond line\n"));
   EXPECT_NE(m.find(":1: not a tokenizer file"), std::string::npos) << m;
   EXPECT_NE(m.find("expected"), std::string::npos) << m;
@@ -236,7 +236,7 @@ TEST_F(BadFiles, WrongKindOfFile) {
   EXPECT_NE(error_of((dir_ / "empty_dir").string()).find("no tokenizer in this folder"), std::string::npos);
 }
 
-TEST_F(BadFiles, RankFileNamesTheLine) {
+TEST_F(TokenizerFiles, RankFileNamesTheLine) {
   const std::string m = error_of(write("cl100k_base.tiktoken", "IQ== 0\nIg== 1\nnot-base64 2\n"));
   EXPECT_NE(m.find("cl100k_base.tiktoken:3: expected a tiktoken rank line"), std::string::npos) << m;
   EXPECT_NE(error_of(write("r.tiktoken", "IQ== 0\nIQ== 1\n")).find(":2: token IQ== appears twice"), std::string::npos);
@@ -245,7 +245,7 @@ TEST_F(BadFiles, RankFileNamesTheLine) {
             std::string::npos);
 }
 
-TEST_F(BadFiles, JsonNamesTheByteOffsetOrKey) {
+TEST_F(TokenizerFiles, JsonNamesTheByteOffsetOrKey) {
   std::string m = error_of(write("a/tokenizer.json", R"({"model": {"type": "BPE",, "vocab": {}}})"));
   EXPECT_NE(m.find("byte 26: invalid JSON"), std::string::npos) << m;
   m = error_of(write("b/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})"));
@@ -259,7 +259,7 @@ TEST_F(BadFiles, JsonNamesTheByteOffsetOrKey) {
   EXPECT_NE(m.find("bpe_ranks line 1, byte 9: expected a base64 token"), std::string::npos) << m;
 }
 
-TEST_F(BadFiles, Gpt2FilesNameTheLineAndTheirPartner) {
+TEST_F(TokenizerFiles, Gpt2FilesNameTheLineAndTheirPartner) {
   const std::string vocab = write("encoder.json", R"({"a": 0, "b": 1, "ab": 2})");
   EXPECT_NE(error_of(vocab).find("needs vocab.bpe or merges.txt in the same folder"), std::string::npos);
   const std::string merges = write("vocab.bpe", "#version: 0.2\na b\na c\n");
@@ -284,7 +284,7 @@ CliResult run_hone(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
-TEST(Cli, TokenizeAndDecode) {
+TEST(TokenizeCli, TokenizeAndDecode) {
   const std::string gpt2 = asset_path("tokenizers/gpt2");
   CliResult r = run_hone("tokenize --tokenizer " + gpt2 + " --text 'Hello world<|endoftext|>'");
   EXPECT_EQ(r.status, 0);
@@ -296,7 +296,7 @@ TEST(Cli, TokenizeAndDecode) {
   EXPECT_EQ(r.output, "Hello world<|endoftext|>");
 }
 
-TEST(Cli, BadInputExitsTwoWithOneLine) {
+TEST(TokenizeCli, BadInputExitsTwoWithOneLine) {
   const std::string readme = source_path("README.md");
   CliResult r = run_hone("tokenize --tokenizer " + readme + " --text hi");
   EXPECT_EQ(r.status, 2);
