@@ -556,11 +556,11 @@ bool wait_for_file(const std::string& dir, const std::string& fragment) {
 
 TEST_F(Preprocess, InterruptedRunsLeaveNoFinishedOutput) {
   write_tokenizer(path("tok"));
-  // About 48 MB: long enough to be stopped in the middle.
+  // About 96 MB: long enough to be stopped in the middle, even on a fast machine.
   std::string line = "{\"text\": \"";
   std::mt19937 rng(5);
   const char* words[] = {"the ", "hello ", "world ", "he ", "tell ", "a ", "caf\\u00e9 "};
-  while (line.size() < 4000) line += words[rng() % 7];
+  while (line.size() < 8000) line += words[rng() % 7];
   line += "\"}\n";
   {
     std::ofstream f(path("big.jsonl"), std::ios::binary);
