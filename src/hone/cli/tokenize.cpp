@@ -49,6 +49,8 @@ Command add_tokenize(CLI::App& app) {
         ids = nlohmann::json::parse(input);
       } catch (const nlohmann::json::parse_error& e) {
         fail("{}: byte {}: expected a JSON array of token ids", source, e.byte);
+      } catch (const nlohmann::json::exception&) {  // a number too large for any C++ type
+        fail("{}: expected a JSON array of token ids", source);
       }
       HONE_CHECK(ids.is_array(), "{}: expected a JSON array of token ids", source);
       std::vector<int32_t> v;

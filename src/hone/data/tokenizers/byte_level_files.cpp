@@ -185,6 +185,10 @@ nlohmann::json parse_json(std::string_view content, std::string_view name) {
     std::string_view what = e.what();
     if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
     fail("{}: byte {}: invalid JSON ({})", name, e.byte, what);
+  } catch (const nlohmann::json::exception& e) {  // a number too large for any C++ type
+    std::string_view what = e.what();
+    if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
+    fail("{}: invalid JSON ({})", name, what);
   }
 }
 
