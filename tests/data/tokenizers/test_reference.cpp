@@ -206,6 +206,35 @@ void Reference::check_round_trips() {
   }
 }
 
+// HF's GPT-2 tokenizer.json is vocab.json + merges.txt under a lone ByteLevel
+// pre-tokenizer that applies GPT-2's regex itself; written here from those files,
+// it must give tiktoken's GPT-2 ids.
+TEST(TokenizerJson, Gpt2LayoutMatchesTiktoken) {
+  json vocab = json::parse(read_file(asset_path("tokenizers/gpt2-hf/vocab.json")));
+  vocab.erase("<|endoftext|>");
+  json merges = json::array();
+  const std::string merges_txt = read_file(asset_path("tokenizers/gpt2-hf/merges.txt"));
+  for (size_t pos = merges_txt.find('\n') + 1; pos < merges_txt.size();) {  // after "#version"
+    const size_t end = merges_txt.find('\n', pos);
+    if (end > pos) merges.push_back(merges_txt.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const json file = {
+      {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", byte_level},
+      {"decoder", byte_level},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  const auto t = load_tokenizer_json(file.dump(), "gpt2/tokenizer.json");
+  const json reference = json::parse(read_file(source_path("tests/data/tokenizers/reference/gpt2.json")));
+  for (const auto& [name, entry] : reference["texts"].items()) {
+    const bool special = entry.value("special", false);
+    const auto actual = t->encode(entry_text(entry), special ? SpecialTokens::recognize : SpecialTokens::as_text);
+    EXPECT_TRUE(actual == entry["ids"].get<std::vector<int32_t>>()) << name;
+  }
+}
+
 constexpr std::nullopt_t none = std::nullopt;
 
 INSTANTIATE_TEST_SUITE_P(
