@@ -285,6 +285,9 @@ TEST_F(Preprocess, TextFilesFoldersGlobsAndCompressedInputs) {
                               expected(t, "compressed text file", false), expected(t, "the first file\n", false)}));
   o.inputs = {path("in/*.csv")};
   expect_error([&] { data::preprocess(o, t); }, {path("in/*.csv"), "no file or folder matches"});
+  o.inputs = {path("in")};
+  o.json_keys = {"text", "title"};
+  expect_error([&] { data::preprocess(o, t); }, {path("in/a.txt"), "one field", "2 JSON keys"});
 }
 
 // Megatron's HuggingFaceTokenizer encodes with transformers' tokenizer(text).input_ids,
