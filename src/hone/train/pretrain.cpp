@@ -1,44 +1,13 @@
-// The pretrain recipe: the training loop with logging, validation, checkpoints,
-// exact resume, non-finite-step handling and graceful stop on SIGINT/SIGTERM.
-#include <chrono>
-#include <cmath>
-#include <filesystem>
-
+// The pretrain recipe: a model from scratch on a token stream (Megatron,
+// MDS or mock documents), trained by the shared training loop.
 #include "hone/core/parallel.hpp"
 #include "hone/data/pretrain_stream.hpp"
-#include "hone/io/atomic_file.hpp"
-#include "hone/train/bench.hpp"
-#include "hone/io/checkpoint.hpp"
 #include "hone/train/data_sources.hpp"
-#include "hone/train/evaluation.hpp"
-#include "hone/train/metrics.hpp"
 #include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
-#include "hone/train/step.hpp"
+#include "hone/train/trainer.hpp"
 
 namespace hone {
-
-namespace fs = std::filesystem;
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Optimizer steps of the run, from whichever budget the config gives.
-int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t global_batch, int64_t seq_len) {
-  const int budgets = int(c.has("max_steps")) + int(c.has("epochs")) + int(c.has("max_tokens"));
-  HONE_CHECK(budgets == 1, "{}: give exactly one of max_steps, epochs and max_tokens (got {})", c.origin(), budgets);
-  int64_t steps = 0;
-  if (c.has("max_steps")) steps = c.get<int64_t>("max_steps");
-  if (c.has("epochs")) steps = int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch) / double(global_batch)));
-  if (c.has("max_tokens")) steps = (c.get<int64_t>("max_tokens") + global_batch * seq_len - 1) / (global_batch * seq_len);
-  HONE_CHECK(steps > 0, "{}: the run would take {} steps; it needs at least one", c.origin(), steps);
-  return steps;
-}
-
-}  // namespace
 
 std::vector<std::string> summarize_training(const Config& c) {
   const RunSettings run = run_settings_from(c);
@@ -67,10 +36,7 @@ int run_pretrain(const Config& c) {
   if (run.threads > 0) set_num_threads(run.threads);
   const ModelConfig model_config = model_config_from(c);
   const int64_t batch_size = c.get<int64_t>("batch_size");
-  const int64_t accumulation = c.get<int64_t>("gradient_accumulation_steps");
   const int64_t seq_len = c.get<int64_t>("dataset.seq_len");
-  HONE_CHECK(batch_size > 0 && accumulation > 0, "{}: batch_size and gradient_accumulation_steps must be positive",
-             c.origin());
   HONE_CHECK(seq_len <= model_config.max_seq_len, "{}: dataset.seq_len {} exceeds model.max_seq_len {}", c.origin(),
              seq_len, model_config.max_seq_len);
 
@@ -85,157 +51,14 @@ int run_pretrain(const Config& c) {
                                                    data::StreamOptions{.seq_len = seq_len, .batch_size = batch_size,
                                                                        .seed = run.seed, .shuffle = false});
   }
-  const int64_t total_steps = total_steps_of(c, train.samples_per_epoch(), batch_size * accumulation, seq_len);
-
-  fs::create_directories(run.output_dir);
-  RunConsole console(run.output_dir);
   Transformer model(model_config, run.dtype, run.device);
   model.init_weights(run.seed);
-  model.set_activation_checkpointing(c.get<bool>("enable_activation_checkpointing"));
-  AdamW optimizer(model.trainable_params(), adamw_config_from(c));
-  const LrSchedule schedule = lr_schedule_from(c, total_steps);
-  const double max_grad_norm = c.get<double>("optimizer.max_grad_norm");
-
-  TrainerState state;
-  state.config = c.tree();
-  if (c.has("resume")) {
-    if (auto folder = find_checkpoint(run.output_dir, c.get<std::string>("resume"))) {
-      state = load_checkpoint(*folder, model, optimizer);
-      train.restore(state.data_state);
-      console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
-    } else {
-      console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
-    }
-  }
-  {
-    AtomicFile resolved((fs::path(run.output_dir) / "config.yaml").string());
-    resolved.write(c.to_yaml());
-    resolved.commit();
-  }
-  for (const std::string& line : summarize_training(c)) console.line(line);
-  console.line(fmt::format("data: {} samples per epoch ({}), {} steps to run", train.samples_per_epoch(),
-                           data.description, total_steps - state.step));
-
-  MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"));
-  const double peak_tflops = measure_gemm_peak_tflops(run.dtype, run.device);
-  const double flops_per_token = model_config.training_flops_per_token(seq_len);
-  const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
-  const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
-  const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
-  const int64_t keep_last_n = c.get<int64_t>("checkpoint.keep_last_n");
-  const int64_t max_nonfinite = c.get<int64_t>("max_consecutive_nonfinite");
-  Allocator& memory = allocator_for(run.device);
-  install_stop_handlers();
-
-  auto save = [&] {
-    state.data_state = train.state();
-    const std::string folder = save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n);
-    console.line(fmt::format("step {}: checkpoint {}", state.step, folder));
-  };
-  auto run_evaluation = [&] {
-    if (!valid) return;
-    const int64_t batches =
-        std::max<int64_t>(1, std::min(c.get<int64_t>("eval.max_batches"), valid->samples_per_epoch() / batch_size));
-    const LossEvaluation e = evaluate_loss(model, *valid, batches);
-    metrics.write(state.step, {{"metrics/eval/LanguageCrossEntropy", e.loss},
-                               {"metrics/eval/LanguagePerplexity", e.perplexity()}});
-    console.line(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f}) over {} tokens", state.step, e.loss,
-                             e.perplexity(), e.tokens));
-  };
-
-  const auto start = Clock::now();
-  double train_seconds = 0, window_seconds = 0, last_loss = NAN;
-  int64_t window_tokens = 0, window_samples = 0, window_steps = 0, consecutive_nonfinite = 0;
-  int64_t samples_this_run = 0;  // excludes what a resumed run trained before
-  int64_t last_saved = -1;
-  std::vector<Batch> micro(static_cast<size_t>(accumulation));
-  while (state.step < total_steps && !stop_requested()) {
-    const auto step_start = Clock::now();
-    for (Batch& b : micro) {
-      const Batch host = train.next();
-      b = {host.tokens.to(run.device), host.targets.to(run.device)};
-    }
-    const StepStats s = train_step(model, optimizer, micro, schedule.at(state.step), max_grad_norm);
-    const double elapsed = seconds_between(step_start, Clock::now());
-    ++state.step;
-    if (s.applied) {
-      consecutive_nonfinite = 0;
-    } else {
-      ++state.nonfinite_steps;
-      ++consecutive_nonfinite;
-      console.line(fmt::format("step {}: loss {} / gradient norm {} is not finite: step skipped ({} in a row)",
-                               state.step, s.loss, s.grad_norm, consecutive_nonfinite));
-      HONE_CHECK(max_nonfinite <= 0 || consecutive_nonfinite < max_nonfinite,
-                 "stopping at step {}: {} steps in a row had a non-finite loss or gradient (the learning rate may be "
-                 "too high; the last checkpoint is in {})",
-                 state.step, consecutive_nonfinite, run.output_dir);
-    }
-    state.tokens_seen += s.tokens;
-    state.samples_seen += batch_size * accumulation;
-    train_seconds += elapsed;
-    window_seconds += elapsed;
-    window_tokens += batch_size * accumulation * seq_len;
-    window_samples += batch_size * accumulation;
-    samples_this_run += batch_size * accumulation;
-    ++window_steps;
-    last_loss = s.loss;
-
-    const double tokens_per_sec = double(window_tokens) / window_seconds;
-    const double eta = window_seconds / double(window_steps) * double(total_steps - state.step);
-    console.progress(state.step, total_steps, s.loss, tokens_per_sec, eta);
-    if (state.step % log_every == 0 || state.step == total_steps) {
-      const MemoryStats mem = memory.stats();
-      const double samples_per_sec = double(window_samples) / window_seconds;
-      metrics.write(state.step, {{"loss/train/total", s.loss},
-                                 {"metrics/train/LanguageCrossEntropy", s.loss},
-                                 {"metrics/train/LanguagePerplexity", std::exp(s.loss)},
-                                 {"throughput/samples_per_sec", samples_per_sec},
-                                 {"throughput/device/samples_per_sec", samples_per_sec},
-                                 {"throughput/tokens_per_sec", tokens_per_sec},
-                                 {"throughput/mfu", flops_per_token * tokens_per_sec / (peak_tflops * 1e12)},
-                                 {"memory/allocated_mem", double(mem.allocated)},
-                                 {"memory/reserved_mem", double(mem.reserved)},
-                                 {"memory/peak_allocated_mem", double(mem.peak_allocated)},
-                                 {"lr", s.lr},
-                                 {"grad_norm", s.grad_norm},
-                                 {"time/train", train_seconds / 3600.0},
-                                 {"time/token", double(state.tokens_seen)}});
-      if (!console.interactive()) {
-        console.line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
-                                 state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
-                                 format_duration(eta)));
-      }
-      window_seconds = 0;
-      window_tokens = window_samples = window_steps = 0;
-    }
-    if (eval_every > 0 && state.step % eval_every == 0 && state.step != total_steps) run_evaluation();
-    if (checkpoint_every > 0 && state.step % checkpoint_every == 0) {
-      save();
-      last_saved = state.step;
-    }
-  }
-
-  const bool interrupted = stop_requested();
-  if (interrupted) console.line(fmt::format("stop requested: saving step {} and exiting", state.step));
-  if (!interrupted) run_evaluation();
-  if ((interrupted || c.get<bool>("checkpoint.save_final")) && last_saved != state.step) save();
-  const double wall = seconds_between(start, Clock::now());
-  const double tokens_per_sec = double(samples_this_run * seq_len) / std::max(train_seconds, 1e-9);
-  append_perf_summary(run.output_dir,
-                      {.model = model_config.name,
-                       .precision = std::string(dtype_name(run.dtype)),
-                       .world_size = 1,
-                       .global_batch_size = batch_size * accumulation,
-                       .seq_len = seq_len,
-                       .tokens_per_sec = tokens_per_sec,
-                       .samples_per_sec = tokens_per_sec / double(seq_len),
-                       .tokens_per_sec_per_device = tokens_per_sec,
-                       .mfu = flops_per_token * tokens_per_sec / (peak_tflops * 1e12),
-                       .peak_memory_bytes = memory.stats().peak_allocated,
-                       .final_loss = last_loss});
-  console.line(fmt::format("done: {} steps in {}; checkpoints in {}, metrics in {}", state.step,
-                           format_duration(wall), run.output_dir, (fs::path(run.output_dir) / "metrics.jsonl").string()));
-  return 0;
+  return run_training(c, {.model = &model,
+                          .train = &train,
+                          .validation = valid.get(),
+                          .seq_len = seq_len,
+                          .data_description = data.description,
+                          .summary = summarize_training(c)});
 }
 
 }  // namespace hone

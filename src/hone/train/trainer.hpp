@@ -1,0 +1,34 @@
+#pragma once
+// The training loop every training recipe shares (pretrain, full_finetune,
+// lora_finetune): micro-batches and gradient accumulation, LR schedule, clipping,
+// logging and metrics, validation, checkpoints and exact resume, non-finite
+// steps, and a graceful stop on SIGINT/SIGTERM. Recipes build the model and the
+// data and hand them over.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hone/config/config.hpp"
+#include "hone/data/batch.hpp"
+#include "hone/model/transformer.hpp"
+#include "hone/train/metrics.hpp"
+
+namespace hone {
+
+struct TrainingJob {
+  Transformer* model = nullptr;
+  data::BatchSource* train = nullptr;
+  data::BatchSource* validation = nullptr;  // null: nothing held out
+  int64_t seq_len = 0;
+  std::string data_description;
+  std::vector<std::string> summary;  // printed when the run starts
+  // Runs after the final checkpoint of a run that was not interrupted (exports).
+  std::function<void(RunConsole&)> on_finish;
+};
+
+// Trains job.model as the resolved config says (batch_size,
+// gradient_accumulation_steps, max_steps | epochs | max_tokens, optimizer.*,
+// lr_scheduler.*, checkpoint.*, resume, eval.*, ...). Returns the exit status.
+int run_training(const Config& config, TrainingJob job);
+
+}  // namespace hone
