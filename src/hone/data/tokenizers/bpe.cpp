@@ -90,17 +90,20 @@ void PairMap::reserve(size_t count) {
   while ((count + 1) * 2 > slots_.size()) grow();
 }
 
-bool PairMap::insert(int32_t left, int32_t right, uint64_t value) {
+void PairMap::assign(int32_t left, int32_t right, uint64_t value) {
   if ((count_ + 1) * 2 > slots_.size()) grow();
   const uint64_t key = (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
   for (size_t i = index(key);; i = (i + 1) & mask_) {
     Slot& s = slots_[i];
-    if (s.key == key) return false;
+    if (s.key == key) {
+      s.value = value;
+      return;
+    }
     if (s.key == kEmpty) {
       s.key = key;
       s.value = value;
       ++count_;
-      return true;
+      return;
     }
   }
 }

@@ -21,7 +21,6 @@ class StringIdMap {
   // Returns false (and keeps the old id) when `key` is already present.
   bool insert(std::string_view key, int32_t id);
   std::optional<int32_t> find(std::string_view key) const;
-  size_t size() const { return count_; }
 
  private:
   struct Slot {
@@ -40,7 +39,7 @@ class PairMap {
  public:
   static constexpr uint64_t kNone = ~0ull;
   void reserve(size_t count);
-  bool insert(int32_t left, int32_t right, uint64_t value);  // false if present
+  void assign(int32_t left, int32_t right, uint64_t value);  // inserts or replaces
   uint64_t find(int32_t left, int32_t right) const {
     if (slots_.empty()) return kNone;
     const uint64_t key = (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
@@ -50,7 +49,6 @@ class PairMap {
       if (s.key == kEmpty) return kNone;
     }
   }
-  size_t size() const { return count_; }
 
  private:
   static constexpr uint64_t kEmpty = ~0ull;
@@ -93,10 +91,11 @@ class BpeModel {
   // Token `id` stands for `bytes`; false if the bytes already have a token.
   bool add_token(int32_t id, std::string_view bytes);
   std::optional<int32_t> find(std::string_view bytes) const { return vocab_.find(bytes); }
-  // Merging left+right gives `merged`; lower ranks merge first. False if the pair
-  // already has a rule (the first one wins, as in HF tokenizers).
-  bool add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank) {
-    return merges_.insert(left, right, (uint64_t(rank) << 32) | uint32_t(merged));
+  // Merging left+right gives `merged`; lower ranks merge first. A pair given twice
+  // keeps its last rank, as GPT-2's encoder.py and HF tokenizers (a map built in
+  // order) do.
+  void add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank) {
+    merges_.assign(left, right, (uint64_t(rank) << 32) | uint32_t(merged));
   }
   void reserve_merges(size_t count) { merges_.reserve(count); }
   // Call once all tokens and merges are in; throws hone::Error (naming `where`) if
@@ -105,8 +104,6 @@ class BpeModel {
 
   // Appends the ids of one piece to `out`. Results for short pieces are cached per thread.
   void encode(std::string_view piece, std::vector<int32_t>& out) const;
-  // The same without the cache (tests compare the two).
-  void encode_uncached(std::string_view piece, std::vector<int32_t>& out) const;
 
   // SentencePiece-style vocabularies (chars) where no token has U+2581 right after
   // another character: no merge can join the two sides of such a place, so text may
@@ -118,6 +115,7 @@ class BpeModel {
   const std::string& token(int32_t id) const { return tokens_[size_t(id)]; }
 
  private:
+  void encode_uncached(std::string_view piece, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const;
   // `rank(left, right, begin, end)`: (rank << 32 | merged id) of merging two adjacent
   // symbols that cover piece bytes [begin, end), or PairMap::kNone.

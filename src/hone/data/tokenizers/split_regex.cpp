@@ -67,7 +67,7 @@ std::string translate_pattern(std::string_view pattern) {
   return out;
 }
 
-SplitRegex::SplitRegex(std::string_view pattern, std::string_view where) : pattern_(pattern) {
+SplitRegex::SplitRegex(std::string_view pattern, std::string_view where) {
   const std::string translated = translate_pattern(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;

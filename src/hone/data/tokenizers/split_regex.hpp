@@ -29,8 +29,6 @@ class SplitRegex {
   SplitRegex(const SplitRegex&) = delete;
   SplitRegex& operator=(const SplitRegex&) = delete;
 
-  const std::string& pattern() const { return pattern_; }
-
   // Iterates over the pieces of valid UTF-8 text: each match, and each stretch of
   // text between matches (HF's "Isolated" split behaviour).
   class Pieces {
@@ -54,7 +52,6 @@ class SplitRegex {
   };
 
  private:
-  std::string pattern_;
   pcre2_real_code_8* code_ = nullptr;
   bool jit_ = false;
 };
