@@ -246,7 +246,9 @@ TEST_F(TokenizerFiles, WrongKindOfFile) {
 TEST_F(TokenizerFiles, RankFileNamesTheLine) {
   const std::string m = error_of(write("cl100k_base.tiktoken", "IQ== 0\nIg== 1\nnot-base64 2\n"));
   EXPECT_NE(m.find("cl100k_base.tiktoken:3: expected a tiktoken rank line"), std::string::npos) << m;
-  EXPECT_NE(error_of(write("r.tiktoken", "IQ== 0\nIQ== 1\n")).find(":2: token IQ== appears twice"), std::string::npos);
+  EXPECT_NE(error_of(write("r.tiktoken", "IQ== 0\nIQ== 1\n")).find(":2: token IQ== or rank 1 appears twice"), std::string::npos);
+  EXPECT_NE(error_of(write("s.tiktoken", "IQ== 0\nIg== 0\n")).find(":2: token Ig== or rank 0 appears twice"),
+            std::string::npos);
   // Well formed, but not an encoding hone knows the pattern of.
   EXPECT_NE(error_of(write("x.tiktoken", "IQ== 0\nIg== 1\n")).find("cannot tell which tiktoken encoding"),
             std::string::npos);

@@ -214,7 +214,7 @@ BpeModel::BpeModel() : uid_(next_model_uid.fetch_add(1)) {
 
 bool BpeModel::add_token(int32_t id, std::string_view bytes) {
   HONE_ASSERT(id >= 0);
-  if (!vocab_.insert(bytes, id)) return false;
+  if (has_token(id) || !vocab_.insert(bytes, id)) return false;
   if (size_t(id) >= tokens_.size()) {
     tokens_.resize(size_t(id) + 1);
     present_.resize(size_t(id) + 1, false);

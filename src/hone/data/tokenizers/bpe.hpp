@@ -88,7 +88,7 @@ class BpeModel {
   BpeModel(const BpeModel&) = delete;
   BpeModel& operator=(const BpeModel&) = delete;
 
-  // Token `id` stands for `bytes`; false if the bytes already have a token.
+  // Token `id` stands for `bytes`; false if the id or the bytes already have a token.
   bool add_token(int32_t id, std::string_view bytes);
   std::optional<int32_t> find(std::string_view bytes) const { return vocab_.find(bytes); }
   // Merging left+right gives `merged`; lower ranks merge first. A pair given twice

@@ -243,7 +243,7 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(std::string_view vocab_json, std::strin
       endoftext = id;
       continue;  // a special token, not a BPE symbol
     }
-    HONE_CHECK(t->model.add_token(id, bytes), "{}: token {:?} appears twice", vocab_name, text);
+    HONE_CHECK(t->model.add_token(id, bytes), "{}: token {:?} or its id {} appears twice", vocab_name, text, id);
   }
   // vocab.bpe: an optional "#version" line, then one "left right" merge per line, best first.
   uint32_t rank = 0;
@@ -305,8 +305,8 @@ std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::st
     }
     HONE_CHECK(ok, "{}:{}: expected a tiktoken rank line \"<base64 token> <rank>\", got {:?}", name, line_no,
                std::string(line.substr(0, 80)));
-    HONE_CHECK(t->model.add_token(int32_t(rank), bytes), "{}:{}: token {} appears twice", name, line_no,
-               std::string(line.substr(0, space)));
+    HONE_CHECK(t->model.add_token(int32_t(rank), bytes), "{}:{}: token {} or rank {} appears twice", name, line_no,
+               std::string(line.substr(0, space)), rank);
     ++ranks;
   }
   HONE_CHECK(ranks > 0, "{}: empty rank file (expected \"<base64 token> <rank>\" lines)", name);
@@ -356,8 +356,8 @@ std::unique_ptr<Tokenizer> load_tiktoken_json(std::string_view content, std::str
         const std::string_view token = line.substr(p, q == std::string_view::npos ? std::string_view::npos : q - p);
         HONE_CHECK(base64_decode(token, bytes) && rank < (1 << 24), "{}: bpe_ranks line {}, byte {}: expected a base64 token, got {:?}",
                    name, line_no, p, std::string(token.substr(0, 40)));
-        HONE_CHECK(t->model.add_token(int32_t(rank), bytes), "{}: bpe_ranks line {}: token {} appears twice", name,
-                   line_no, std::string(token));
+        HONE_CHECK(t->model.add_token(int32_t(rank), bytes), "{}: bpe_ranks line {}: token {} or rank {} appears twice",
+                   name, line_no, std::string(token), rank);
         ++rank;
       }
       continue;
@@ -371,7 +371,8 @@ std::unique_ptr<Tokenizer> load_tiktoken_json(std::string_view content, std::str
     }
     HONE_CHECK(ok, "{}: bpe_ranks line {}: expected \"<base64 token> <rank>\", got {:?}", name, line_no,
                std::string(line.substr(0, 80)));
-    HONE_CHECK(t->model.add_token(int32_t(rank), bytes), "{}: bpe_ranks line {}: token appears twice", name, line_no);
+    HONE_CHECK(t->model.add_token(int32_t(rank), bytes), "{}: bpe_ranks line {}: token or rank {} appears twice", name,
+               line_no, rank);
   }
   HONE_CHECK(t->model.size() > 0, "{}: bpe_ranks holds no tokens", name);
   Encoding e;

@@ -409,7 +409,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(std::string_view content, std::st
     } else {
       bytes = text;
     }
-    HONE_CHECK(t->model.add_token(int32_t(id), bytes), "{}: key model.vocab: token {:?} appears twice", name, text);
+    HONE_CHECK(t->model.add_token(int32_t(id), bytes), "{}: key model.vocab: token {:?} or its id {} appears twice", name, text,
+               id);
   }
 
   HONE_CHECK(doc.has_merges, "{}: key model.merges: expected an array", name);
