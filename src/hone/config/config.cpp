@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -71,10 +72,13 @@ std::vector<std::string> split_key(std::string_view key) {
   return parts;
 }
 
-void flatten(const Json& node, const std::string& prefix, std::vector<std::pair<std::string, const Json*>>& out) {
-  if (node.is_object() && !node.empty()) {
+// The leaves of a config tree by dotted key; `mappings` are keys whose value is
+// itself a mapping (e.g. dataset.column_map), which stay whole.
+void flatten(const Json& node, const std::string& prefix, const std::set<std::string>& mappings,
+             std::vector<std::pair<std::string, const Json*>>& out) {
+  if (node.is_object() && !node.empty() && !mappings.count(prefix)) {
     for (auto it = node.begin(); it != node.end(); ++it) {
-      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), mappings, out);
     }
   } else if (!prefix.empty()) {
     out.emplace_back(prefix, &node);
@@ -246,8 +250,12 @@ Config Schema::resolve(const Config& user) const {
   for (const KeySpec& k : keys_) known.push_back(k.key);
   const std::string& origin = user.origin();
 
+  std::set<std::string> mappings;
+  for (const KeySpec& k : keys_) {
+    if (k.type == ValueType::mapping) mappings.insert(k.key);
+  }
   std::vector<std::pair<std::string, const Json*>> given;
-  flatten(user.tree(), "", given);
+  flatten(user.tree(), "", mappings, given);
   for (const auto& [key, value] : given) {
     auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
     if (spec == keys_.end()) {

@@ -22,6 +22,8 @@ constexpr const char* kLatest = "latest";
 constexpr const char* kWeights = "model.safetensors";
 constexpr const char* kModelJson = "model.json";
 constexpr const char* kOptimizer = "optimizer.safetensors";
+// A LoRA run's checkpoint holds its adapters instead of the (frozen, unchanged) base weights.
+constexpr const char* kAdapter = "adapter.safetensors";
 constexpr const char* kTrainerState = "trainer_state.json";
 
 // The files of a folder being written and their sizes and checksums, which go
@@ -108,8 +110,10 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   const fs::path final_path = fs::path(run_dir) / name;
   AtomicFolder folder(final_path.string(), true);  // replaces a step re-saved after a resume
 
+  // The trainable parameters and their AdamW moments: everything for full
+  // training, only the adapters for LoRA (the base stays where it was loaded from).
   std::vector<NamedTensor> weights, moments;
-  for (const Parameter& p : model.params().all()) {
+  for (const Parameter& p : model.trainable_params().all()) {
     weights.push_back({p.name, p.value});
     moments.push_back({"exp_avg." + p.name, optimizer.exp_avg().slice(p.offset, p.shape)});
     moments.push_back({"exp_avg_sq." + p.name, optimizer.exp_avg_sq().slice(p.offset, p.shape)});
@@ -122,8 +126,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                         {"data", state.data_state},
                         {"config", state.config}};
   Manifest manifest;
-  manifest.add(kWeights, write_safetensors(folder.file(kWeights), weights,
-                                           {{"format", "hone"}, {"model", model.config().name}}));
+  const char* weights_file = model.lora() ? kAdapter : kWeights;
+  manifest.add(weights_file, write_safetensors(folder.file(weights_file), weights,
+                                               {{"format", "hone"}, {"model", model.config().name}}));
   manifest.add(kModelJson, write_json_file(folder.file(kModelJson), model_config_to_json(model.config())));
   manifest.add(kOptimizer, write_safetensors(folder.file(kOptimizer), moments));
   manifest.add(kTrainerState, write_json_file(folder.file(kTrainerState), trainer_state));
@@ -210,23 +215,48 @@ void verify_checkpoint(const std::string& folder) {
   }
 }
 
+namespace {
+
+// Copies tensor `name` of `file` into dst, whose shape and dtype it must have.
+void load_tensor(const SafetensorsFile& file, const std::string& name, const Tensor& dst) {
+  const SafetensorsFile::Entry& e = file.entry(name);
+  HONE_CHECK(e.shape == dst.shape() && e.dtype == dst.dtype(), "{}: '{}' is {} {}, the model needs {} {}",
+             file.path(), name, dtype_name(e.dtype), e.shape.str(), dtype_name(dst.dtype()), dst.shape().str());
+  dst.copy_from(file.load(name));
+}
+
+}  // namespace
+
+void load_adapters(const std::string& folder, Transformer& model) {
+  HONE_CHECK(model.lora(), "{}: LoRA adapters, but the model was built without LoRA", folder);
+  verify_checkpoint(folder);
+  const SafetensorsFile file((fs::path(folder) / kAdapter).string());
+  const auto names = file.names();
+  HONE_CHECK(names.size() == model.trainable_params().all().size(),
+             "{}: holds {} adapter tensors, the model's LoRA settings make {} (another rank or other modules?)",
+             file.path(), names.size(), model.trainable_params().all().size());
+  for (const Parameter& p : model.trainable_params().all()) load_tensor(file, p.name, p.value);
+  model.trainable_params().sync_compute();
+}
+
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
-  ModelFolder weights(folder, &model.config());
   HONE_CHECK(fs::exists(fs::path(folder) / kOptimizer) && fs::exists(fs::path(folder) / kTrainerState),
              "{}: a model folder without training state ({}, {}): a run can start from it (fine-tuning) but not "
              "resume it",
              folder, kOptimizer, kTrainerState);
-  load_weights(weights, model);
+  if (model.lora()) {
+    HONE_CHECK(fs::exists(fs::path(folder) / kAdapter), "{}: no {}: not the checkpoint of a LoRA run", folder,
+               kAdapter);
+    load_adapters(folder, model);
+  } else {
+    HONE_CHECK(!fs::exists(fs::path(folder) / kAdapter),
+               "{}: the checkpoint of a LoRA run; resume it with the same LoRA settings", folder);
+    load_weights(ModelFolder(folder, &model.config()), model);
+  }
   SafetensorsFile moments((fs::path(folder) / kOptimizer).string());
-  auto load_into = [](const SafetensorsFile& file, const std::string& name, const Tensor& dst) {
-    const SafetensorsFile::Entry& e = file.entry(name);
-    HONE_CHECK(e.shape == dst.shape() && e.dtype == dst.dtype(), "{}: '{}' is {} {}, the model needs {} {}",
-               file.path(), name, dtype_name(e.dtype), e.shape.str(), dtype_name(dst.dtype()), dst.shape().str());
-    dst.copy_from(file.load(name));
-  };
-  for (const Parameter& p : model.params().all()) {
-    load_into(moments, "exp_avg." + p.name, optimizer.exp_avg().slice(p.offset, p.shape));
-    load_into(moments, "exp_avg_sq." + p.name, optimizer.exp_avg_sq().slice(p.offset, p.shape));
+  for (const Parameter& p : model.trainable_params().all()) {
+    load_tensor(moments, "exp_avg." + p.name, optimizer.exp_avg().slice(p.offset, p.shape));
+    load_tensor(moments, "exp_avg_sq." + p.name, optimizer.exp_avg_sq().slice(p.offset, p.shape));
   }
 
   const Json j = read_json_file((fs::path(folder) / kTrainerState).string());

@@ -1,6 +1,7 @@
 #pragma once
 // Training checkpoints and model folders (docs/architecture.md, "Checkpoints").
-// A run directory holds step_NNNNNNN/ folders, each with model.safetensors,
+// A run directory holds step_NNNNNNN/ folders, each with model.safetensors (for
+// a LoRA run: adapter.safetensors, the adapters only),
 // model.json (the ModelConfig), optimizer.safetensors, trainer_state.json and,
 // written last, manifest.json with every file's size and XXH3-64 checksum. A
 // folder is written under a temporary name, fsynced and renamed; the file
@@ -41,10 +42,15 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 // run_dir names; nullopt when the run has none yet) or a folder path.
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume);
 
-// Verifies the manifest (sizes and checksums) and loads weights, moments and
+// Verifies the manifest (sizes and checksums) and loads weights (for a LoRA
+// model: its adapters; the base comes from where the run loaded it), moments and
 // state. Any missing, truncated or corrupt file is an error naming it, and so is
 // a model folder, which has no training state to resume.
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer);
+
+// Loads the adapters of a LoRA run's checkpoint folder into a model built with
+// the same LoRA settings (for inference or further training).
+void load_adapters(const std::string& folder, Transformer& model);
 
 // Verifies a checkpoint folder's manifest; throws hone::Error naming the first bad file.
 void verify_checkpoint(const std::string& folder);

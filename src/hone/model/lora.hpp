@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "hone/model/config.hpp"
+
 namespace hone {
 
 struct LoraConfig {
@@ -21,5 +23,18 @@ struct LoraConfig {
 
 // The attention module names LoRA accepts.
 const std::vector<std::string>& lora_attn_module_names();
+
+// One adapter: which module, on which hone parameter, over which rows of it.
+struct LoraTarget {
+  std::string module;  // q_proj, k_proj, v_proj, output_proj, gate_proj, up_proj, down_proj, output
+  int64_t layer = -1;  // -1: the output projection
+  std::string base;    // the hone parameter name: "layers.3.attn.qkv.weight"
+  int64_t row_begin = 0, rows = 0, in = 0;
+};
+
+// The adapters `lora` puts on a model of `config`, in declaration order; throws
+// hone::Error for settings the model cannot take.
+std::vector<LoraTarget> lora_targets(const ModelConfig& config, const LoraConfig& lora);
+int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora);
 
 }  // namespace hone

@@ -71,56 +71,25 @@ void Transformer::declare_parameters() {
   lm_head_ = c.tie_embeddings ? tok_embeddings_ : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true);
 }
 
-const std::vector<std::string>& lora_attn_module_names() {
-  static const std::vector<std::string> names = {"q_proj", "k_proj", "v_proj", "output_proj"};
-  return names;
-}
-
 void Transformer::declare_lora() {
   const LoraConfig& lora = *lora_;
-  const ModelConfig& c = config_;
-  HONE_CHECK(lora.rank > 0, "lora_rank must be positive, got {}", lora.rank);
-  HONE_CHECK(lora.dropout >= 0 && lora.dropout < 1, "lora_dropout must be in [0, 1), got {}", lora.dropout);
-  for (const std::string& m : lora.attn_modules) {
-    const auto& known = lora_attn_module_names();
-    HONE_CHECK(std::find(known.begin(), known.end(), m) != known.end(),
-               "lora_attn_modules: unknown module '{}'; expected q_proj, k_proj, v_proj or output_proj", m);
-  }
-  HONE_CHECK(!lora.apply_to_output || !c.tie_embeddings,
-             "apply_lora_to_output needs an untied output projection; {} ties it to the token embedding", c.name);
   uint64_t stream = 0;
-  auto adapter = [&](const std::string& prefix, const std::string& module, Parameter* base, int64_t row_begin,
-                     int64_t rows) {
-    const int64_t in = base->shape[1];
-    LoraAdapter a{.module = module, .base = base, .a = nullptr, .b = nullptr, .row_begin = row_begin, .rows = rows,
-                  .stream = ++stream, .u = Tensor()};
-    a.a = &lora_params_.declare(prefix + module + ".a", {lora.rank, in}, true);
-    a.b = &lora_params_.declare(prefix + module + ".b", {rows, lora.rank}, true);
-    return a;
-  };
-  auto wants = [&](const char* module) {
-    return std::find(lora.attn_modules.begin(), lora.attn_modules.end(), module) != lora.attn_modules.end();
-  };
-  const int64_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const LayerParameters& p = layers_[i];
-    auto& a = layer_adapters_[i];
-    const std::string prefix = "layers." + std::to_string(i) + ".lora.";
-    if (wants("q_proj")) a[kQkv].push_back(adapter(prefix, "q_proj", p.qkv_weight, 0, q));
-    if (wants("k_proj")) a[kQkv].push_back(adapter(prefix, "k_proj", p.qkv_weight, q, kv));
-    if (wants("v_proj")) a[kQkv].push_back(adapter(prefix, "v_proj", p.qkv_weight, q + kv, kv));
-    if (wants("output_proj")) a[kOut].push_back(adapter(prefix, "output_proj", p.out_weight, 0, c.dim));
-    if (lora.apply_to_mlp) {
-      if (c.mlp == MlpKind::swiglu) {
-        a[kUp].push_back(adapter(prefix, "gate_proj", p.up_weight, 0, c.ffn_dim));
-        a[kUp].push_back(adapter(prefix, "up_proj", p.up_weight, c.ffn_dim, c.ffn_dim));
-      } else {
-        a[kUp].push_back(adapter(prefix, "up_proj", p.up_weight, 0, c.ffn_dim));
-      }
-      a[kDown].push_back(adapter(prefix, "down_proj", p.down_weight, 0, c.dim));
+  for (const LoraTarget& t : lora_targets(config_, lora)) {
+    const std::string prefix = t.layer < 0 ? "lora." : "layers." + std::to_string(t.layer) + ".lora.";
+    LoraAdapter a{.module = t.module, .base = &params_.get(t.base), .a = nullptr, .b = nullptr,
+                  .row_begin = t.row_begin, .rows = t.rows, .stream = ++stream, .u = Tensor()};
+    a.a = &lora_params_.declare(prefix + t.module + ".a", {lora.rank, t.in}, true);
+    a.b = &lora_params_.declare(prefix + t.module + ".b", {t.rows, lora.rank}, true);
+    if (t.layer < 0) {
+      output_adapters_.push_back(a);
+      continue;
     }
+    const Projection projection = t.module == "output_proj" ? kOut
+                                  : t.module == "down_proj"  ? kDown
+                                  : t.base.ends_with("mlp.up.weight") ? kUp
+                                                                       : kQkv;
+    layer_adapters_[size_t(t.layer)][projection].push_back(a);
   }
-  if (lora.apply_to_output) output_adapters_.push_back(adapter("lora.", "output", lm_head_, 0, c.vocab_size));
 }
 
 void Transformer::init_lora(uint64_t seed) {

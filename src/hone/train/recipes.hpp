@@ -26,6 +26,10 @@ const Recipe& find_recipe(const std::string& name);
 // The recipe entry points.
 int run_pretrain(const Config& resolved);
 std::vector<std::string> summarize_training(const Config& resolved);
+Schema finetune_schema(bool lora);
+// full_finetune and lora_finetune: the config's model.lora_* keys tell them apart.
+int run_finetune(const Config& resolved);
+std::vector<std::string> summarize_finetune(const Config& resolved);
 
 // Set by SIGINT/SIGTERM: a run finishes its step, saves a checkpoint and exits 0.
 bool stop_requested();

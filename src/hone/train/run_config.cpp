@@ -179,13 +179,15 @@ LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
 }
 
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
-                                        bool activation_checkpointing) {
+                                        bool activation_checkpointing, const std::optional<LoraConfig>& lora) {
   const size_t n = size_t(model.num_params());
+  const size_t trained = lora ? size_t(lora_parameter_count(model, *lora)) : n;
+  const size_t stored = lora ? n + trained : n;
   MemoryEstimate m;
-  m.parameters = 4 * n;
-  m.gradients = 4 * n;
-  m.optimizer = 8 * n;
-  m.compute_copy = dtype == DType::bf16 ? 2 * n : 0;
+  m.parameters = 4 * stored;
+  m.gradients = 4 * trained;
+  m.optimizer = 8 * trained;
+  m.compute_copy = dtype == DType::bf16 ? 2 * stored : 0;
   m.activations = activation_bytes(model, dtype, batch_size, seq_len, activation_checkpointing);
   return m;
 }

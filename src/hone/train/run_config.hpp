@@ -1,11 +1,13 @@
 #pragma once
 // The keys recipes accept (schemas shared between recipes) and their
 // translation from a resolved Config into the engine's typed settings.
+#include <optional>
 #include <string>
 
 #include "hone/config/config.hpp"
 #include "hone/core/device.hpp"
 #include "hone/model/config.hpp"
+#include "hone/model/lora.hpp"
 #include "hone/optim/adamw.hpp"
 #include "hone/optim/lr_schedule.hpp"
 
@@ -37,13 +39,14 @@ LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
 
 // Memory a training run needs on its device, before it starts: fp32 master
 // weights, gradients and AdamW moments (16 B/param), the bf16 compute copy in
-// mixed precision (2 B/param), and the planned activations.
+// mixed precision (2 B/param), and the planned activations. With LoRA the base
+// has no gradients or moments; only the adapters do.
 struct MemoryEstimate {
   size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, activations = 0;
   size_t total() const { return parameters + gradients + optimizer + compute_copy + activations; }
 };
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
-                                        bool activation_checkpointing);
+                                        bool activation_checkpointing, const std::optional<LoraConfig>& lora = {});
 
 std::string format_bytes(double bytes);
 

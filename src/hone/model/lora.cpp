@@ -1,0 +1,56 @@
+#include "hone/model/lora.hpp"
+
+#include <algorithm>
+
+#include "hone/core/error.hpp"
+
+namespace hone {
+
+const std::vector<std::string>& lora_attn_module_names() {
+  static const std::vector<std::string> names = {"q_proj", "k_proj", "v_proj", "output_proj"};
+  return names;
+}
+
+std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lora) {
+  HONE_CHECK(lora.rank > 0, "lora_rank must be positive, got {}", lora.rank);
+  HONE_CHECK(lora.dropout >= 0 && lora.dropout < 1, "lora_dropout must be in [0, 1), got {}", lora.dropout);
+  for (const std::string& m : lora.attn_modules) {
+    const auto& known = lora_attn_module_names();
+    HONE_CHECK(std::find(known.begin(), known.end(), m) != known.end(),
+               "lora_attn_modules: unknown module '{}'; expected q_proj, k_proj, v_proj or output_proj", m);
+  }
+  HONE_CHECK(!lora.apply_to_output || !c.tie_embeddings,
+             "apply_lora_to_output needs an untied output projection; {} ties it to the token embedding", c.name);
+  auto wants = [&](const char* module) {
+    return std::find(lora.attn_modules.begin(), lora.attn_modules.end(), module) != lora.attn_modules.end();
+  };
+  const int64_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
+  std::vector<LoraTarget> targets;
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string layer = "layers." + std::to_string(i) + ".";
+    const std::string qkv = layer + "attn.qkv.weight", up = layer + "mlp.up.weight";
+    if (wants("q_proj")) targets.push_back({"q_proj", i, qkv, 0, q, c.dim});
+    if (wants("k_proj")) targets.push_back({"k_proj", i, qkv, q, kv, c.dim});
+    if (wants("v_proj")) targets.push_back({"v_proj", i, qkv, q + kv, kv, c.dim});
+    if (wants("output_proj")) targets.push_back({"output_proj", i, layer + "attn.out.weight", 0, c.dim, q});
+    if (lora.apply_to_mlp) {
+      if (c.mlp == MlpKind::swiglu) {
+        targets.push_back({"gate_proj", i, up, 0, c.ffn_dim, c.dim});
+        targets.push_back({"up_proj", i, up, c.ffn_dim, c.ffn_dim, c.dim});
+      } else {
+        targets.push_back({"up_proj", i, up, 0, c.ffn_dim, c.dim});
+      }
+      targets.push_back({"down_proj", i, layer + "mlp.down.weight", 0, c.dim, c.ffn_dim});
+    }
+  }
+  if (lora.apply_to_output) targets.push_back({"output", -1, "lm_head.weight", 0, c.vocab_size, c.dim});
+  return targets;
+}
+
+int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora) {
+  int64_t n = 0;
+  for (const LoraTarget& t : lora_targets(config, lora)) n += lora.rank * (t.in + t.rows);
+  return n;
+}
+
+}  // namespace hone

@@ -1,0 +1,182 @@
+// The full_finetune and lora_finetune recipes: a model loaded from any format
+// hone reads (Hugging Face folder, hone model or checkpoint folder, run
+// directory, llm.c / llama2.c file), trained on an instruct or chat dataset by the
+// shared training loop, and exported at the end if asked.
+#include <filesystem>
+
+#include "hone/core/parallel.hpp"
+#include "hone/data/instruct.hpp"
+#include "hone/io/convert.hpp"
+#include "hone/io/peft.hpp"
+#include "hone/train/recipes.hpp"
+#include "hone/train/run_config.hpp"
+#include "hone/train/trainer.hpp"
+
+namespace hone {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<LoraConfig> lora_config_from(const Config& c) {
+  if (!c.has("model.lora_rank")) return std::nullopt;
+  return LoraConfig{.rank = c.get<int64_t>("model.lora_rank"),
+                    .alpha = c.get<double>("model.lora_alpha"),
+                    .dropout = c.get<double>("model.lora_dropout"),
+                    .attn_modules = c.get<std::vector<std::string>>("model.lora_attn_modules"),
+                    .apply_to_mlp = c.get<bool>("model.apply_lora_to_mlp"),
+                    .apply_to_output = c.get<bool>("model.apply_lora_to_output")};
+}
+
+data::InstructOptions instruct_options_from(const Config& c) {
+  data::InstructOptions o;
+  o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
+  o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
+  if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
+    for (auto it = map->begin(); it != map->end(); ++it) {
+      HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column", c.origin(), it.key());
+      o.column_map[it.key()] = it.value().get<std::string>();
+    }
+  }
+  o.train_on_input = c.get<bool>("dataset.train_on_input");
+  o.max_seq_len = c.get<int64_t>("dataset.max_seq_len");
+  o.system_prompt = c.get<std::string>("dataset.system_prompt");
+  return o;
+}
+
+// The tokenizer: tokenizer.path, or the model's folder when it holds one.
+std::string tokenizer_path(const Config& c) {
+  if (c.has("tokenizer.path")) return c.get<std::string>("tokenizer.path");
+  const std::string model = c.get<std::string>("checkpoint.path");
+  HONE_CHECK(fs::is_directory(model), "{}: set tokenizer.path (the model {} is a file, not a folder with a tokenizer)",
+             c.origin(), model);
+  return model;
+}
+
+std::vector<std::string> summarize(const Config& c, const ModelConfig& model) {
+  const RunSettings run = run_settings_from(c);
+  const std::optional<LoraConfig> lora = lora_config_from(c);
+  const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.max_seq_len");
+  const MemoryEstimate m = estimate_training_memory(model, run.dtype, batch, seq_len,
+                                                    c.get<bool>("enable_activation_checkpointing"), lora);
+  const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
+  return {
+      fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
+                  family_name(model.family), c.get<std::string>("checkpoint.path"), double(model.num_params()) / 1e6,
+                  double(trained) / 1e6, lora ? fmt::format(" (LoRA rank {})", lora->rank) : std::string()),
+      fmt::format("batch: {} x {} tokens per micro-batch, {} micro-batches per step", batch, seq_len,
+                  c.get<int64_t>("gradient_accumulation_steps")),
+      fmt::format("memory estimate on {} ({}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {} + activations {}",
+                  run.device.str(), dtype_name(run.dtype), format_bytes(double(m.total())),
+                  format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
+                  format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)),
+                  format_bytes(double(m.activations))),
+  };
+}
+
+}  // namespace
+
+int run_finetune(const Config& c) {
+  const RunSettings run = run_settings_from(c);
+  if (run.threads > 0) set_num_threads(run.threads);
+  const std::unique_ptr<WeightSource> weights = open_weights(c.get<std::string>("checkpoint.path"));
+  const ModelConfig& model_config = weights->config();
+  const std::optional<LoraConfig> lora = lora_config_from(c);
+  const int64_t seq_len = c.get<int64_t>("dataset.max_seq_len");
+  HONE_CHECK(seq_len <= model_config.max_seq_len, "{}: dataset.max_seq_len {} exceeds the model's max_seq_len {}",
+             c.origin(), seq_len, model_config.max_seq_len);
+
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path(c));
+  HONE_CHECK(tokenizer->vocab_size() <= model_config.vocab_size,
+             "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", c.origin(),
+             tokenizer->vocab_size(), model_config.vocab_size);
+  data::InstructDataset dataset =
+      data::load_instruct_dataset(c.get<std::string>("dataset.path"), *tokenizer, instruct_options_from(c));
+  // The last validation_fraction of the records is held out.
+  const double fraction = c.get<double>("dataset.validation_fraction");
+  HONE_CHECK(fraction >= 0 && fraction < 1, "{}: dataset.validation_fraction must be in [0, 1)", c.origin());
+  const size_t held_out = size_t(double(dataset.samples.size()) * fraction + 0.5);
+  HONE_CHECK(held_out < dataset.samples.size(), "{}: nothing left to train on after holding out {} samples",
+             c.origin(), held_out);
+  std::vector<data::TokenizedSample> validation(dataset.samples.end() - ptrdiff_t(held_out), dataset.samples.end());
+  dataset.samples.resize(dataset.samples.size() - held_out);
+  const int32_t pad = tokenizer->pad_id().value_or(tokenizer->eos_id().value_or(0));
+  const int64_t batch = c.get<int64_t>("batch_size");
+  data::SampleStream train(std::move(dataset.samples), batch, seq_len, run.seed, c.get<bool>("dataset.shuffle"), pad);
+  std::unique_ptr<data::SampleStream> valid;
+  if (!validation.empty()) {
+    valid = std::make_unique<data::SampleStream>(std::move(validation), batch, seq_len, run.seed, false, pad);
+  }
+
+  Transformer model(model_config, run.dtype, run.device, lora);
+  load_weights(*weights, model);
+  model.init_lora(run.seed);
+  std::vector<std::string> summary = summarize(c, model_config);
+  if (dataset.truncated || dataset.dropped) {
+    summary.push_back(fmt::format("data: {} samples cut to {} tokens, {} dropped with nothing left to learn",
+                                  dataset.truncated, seq_len, dataset.dropped));
+  }
+  const std::string data_description = fmt::format("{} ({} samples held out)", c.get<std::string>("dataset.path"),
+                                                   held_out);
+  return run_training(c, {.model = &model,
+                          .train = &train,
+                          .validation = valid.get(),
+                          .seq_len = seq_len,
+                          .data_description = data_description,
+                          .summary = summary,
+                          .on_finish = [&](RunConsole& console) {
+                            if (c.has("export.peft")) {
+                              export_peft(model, c.get<std::string>("export.peft"),
+                                          c.get<std::string>("checkpoint.path"));
+                              console.line(fmt::format("PEFT adapter: {}", c.get<std::string>("export.peft")));
+                            }
+                            if (c.has("export.hf")) {
+                              model.merge_lora();
+                              HfExportOptions options;
+                              if (c.has("export.dtype")) options.dtype = parse_dtype(c.get<std::string>("export.dtype"));
+                              export_hf(*with_tokenizer_from(transformer_weights(model), tokenizer_path(c)),
+                                        c.get<std::string>("export.hf"), options);
+                              console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
+                                                       c.get<std::string>("export.hf")));
+                            }
+                          }});
+}
+
+Schema finetune_schema(bool lora) {
+  Schema s;
+  s.add(run_schema()).add(training_schema());
+  s.add({"checkpoint.path", ValueType::string, nullptr,
+         "the model to start from: a Hugging Face folder, a hone model or checkpoint folder, a run directory, or an "
+         "llm.c / llama2.c file",
+         {}, true});
+  s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
+  s.add({"dataset.path", ValueType::string, nullptr, "a .jsonl or .json file of records", {}, true});
+  s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
+         {"alpaca", "summarize", "plain", "chat"}});
+  s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
+  s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
+  s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
+  s.add({"dataset.max_seq_len", ValueType::integer, 512, "tokens per sample (longer ones are cut)"});
+  s.add({"dataset.validation_fraction", ValueType::number, 0.05, "records held out for validation"});
+  s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
+  s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});
+  s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
+  s.add({"export.dtype", ValueType::string, nullptr, "dtype of the exported weights", {"fp32", "bf16", "fp16"}});
+  if (lora) {
+    s.add({"model.lora_rank", ValueType::integer, 8, "LoRA rank"});
+    s.add({"model.lora_alpha", ValueType::number, 16.0, "LoRA alpha (scale = alpha / rank)"});
+    s.add({"model.lora_dropout", ValueType::number, 0.05, "dropout on the adapters' input"});
+    s.add({"model.lora_attn_modules", ValueType::string_list, Json::array({"q_proj", "v_proj"}),
+           "attention projections with adapters: q_proj, k_proj, v_proj, output_proj"});
+    s.add({"model.apply_lora_to_mlp", ValueType::boolean, false, "adapters on the MLP projections"});
+    s.add({"model.apply_lora_to_output", ValueType::boolean, false, "an adapter on the output projection"});
+    s.add({"export.peft", ValueType::string, nullptr, "write the adapters in PEFT form here"});
+  }
+  return s;
+}
+
+std::vector<std::string> summarize_finetune(const Config& c) {
+  return summarize(c, open_weights(c.get<std::string>("checkpoint.path"))->config());
+}
+
+}  // namespace hone

@@ -1,0 +1,136 @@
+// The fine-tuning recipes end to end: a base model pretrained by hone, LoRA and
+// full fine-tuning on an instruct dataset, exact resume, PEFT and HF exports.
+#include <filesystem>
+#include <fstream>
+
+#include "data/tokenizers/assets.hpp"
+#include "hone/io/convert.hpp"
+#include "hone/io/safetensors.hpp"
+#include "run_hone.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FinetuneRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = testing::TempDir() + "hone_finetune_" + std::to_string(::getpid());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    tokenizer_ = asset_path("tokenizers/gpt2-hf");  // the Hugging Face layout, copied into HF exports
+    // The base: a small Llama with GPT-2's vocabulary, a few pretraining steps on mock data.
+    ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/base", "threads=1",
+                               "model.name=llama_tiny", "model.vocab_size=50257", "model.max_seq_len=128",
+                               "dataset.seq_len=64", "max_steps=2", "logging.tensorboard=false"},
+                              root_ + "/base.log"),
+              0)
+        << read_file(root_ + "/base.log");
+    // Learnable records: the answer repeats a word of the instruction.
+    std::ofstream out(root_ + "/data.jsonl");
+    const char* words[] = {"apple", "river", "stone", "cloud", "green", "piano", "tiger", "maple"};
+    for (int i = 0; i < 48; ++i) {
+      out << "{\"instruction\": \"Repeat the word " << words[i % 8] << ".\", \"output\": \"" << words[i % 8]
+          << "\"}\n";
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  std::vector<std::string> lora_args(const std::string& run, int64_t steps) {
+    return {"run", "lora_finetune", "output_dir=" + root_ + "/" + run, "threads=1",
+            "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,
+            "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", "batch_size=4",
+            "max_steps=" + std::to_string(steps), "optimizer.lr=1e-2", "model.lora_rank=4",
+            // On a barely trained base the output adapter does most of the learning.
+            "model.lora_attn_modules=[q_proj, k_proj, v_proj, output_proj]", "model.apply_lora_to_mlp=true",
+            "model.apply_lora_to_output=true", "eval.max_batches=2", "log_every_n_steps=1",
+            "logging.tensorboard=false", "checkpoint.keep_last_n=0"};
+  }
+
+  std::map<int64_t, double> losses(const std::string& run) {
+    std::map<int64_t, double> out;
+    std::ifstream in(root_ + "/" + run + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss/train/total")) out[j["step"]] = j["loss/train/total"];
+    }
+    return out;
+  }
+
+  static std::string root_, tokenizer_;
+};
+std::string FinetuneRun::root_, FinetuneRun::tokenizer_;
+
+TEST_F(FinetuneRun, LoraLearnsSavesAdaptersAndExportsPeftAndHf) {
+  auto args = lora_args("lora", 30);
+  args.push_back("export.peft=" + root_ + "/peft");
+  args.push_back("export.hf=" + root_ + "/hf");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/lora.log"), 0) << read_file(root_ + "/lora.log");
+  const auto l = losses("lora");
+  EXPECT_LT(l.at(30), l.at(1) - 3.0) << read_file(root_ + "/lora.log");
+  // The checkpoint holds the adapters, not a second copy of the frozen base.
+  EXPECT_TRUE(fs::exists(root_ + "/lora/step_0000030/adapter.safetensors"));
+  EXPECT_FALSE(fs::exists(root_ + "/lora/step_0000030/model.safetensors"));
+  // PEFT: its config and tensor names.
+  const auto config = nlohmann::json::parse(read_file(root_ + "/peft/adapter_config.json"));
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["target_modules"], nlohmann::json::array({"down_proj", "gate_proj", "k_proj", "lm_head", "o_proj",
+                                                             "q_proj", "up_proj", "v_proj"}));
+  SafetensorsFile adapters(root_ + "/peft/adapter_model.safetensors");
+  EXPECT_TRUE(adapters.contains("base_model.model.lm_head.lora_A.weight"));
+  EXPECT_TRUE(adapters.contains("base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"));
+  EXPECT_EQ(adapters.entry("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").shape, Shape({4, 64}));
+  // The merged Hugging Face export is a complete Llama with the tokenizer beside it.
+  EXPECT_TRUE(fs::exists(root_ + "/hf/config.json"));
+  EXPECT_TRUE(fs::exists(root_ + "/hf/vocab.json") || fs::exists(root_ + "/hf/encoder.json"));
+  EXPECT_EQ(open_weights(root_ + "/hf")->config().vocab_size, 50257);
+}
+
+TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
+  auto full = lora_args("lora_full", 12);
+  full.push_back("checkpoint.every_n_steps=5");
+  ASSERT_EQ(run_hone_to_log(full, root_ + "/lora_full.log"), 0) << read_file(root_ + "/lora_full.log");
+  fs::create_directories(root_ + "/lora_resumed");
+  fs::copy(root_ + "/lora_full/step_0000005", root_ + "/lora_resumed/step_0000005");
+  std::ofstream(root_ + "/lora_resumed/latest") << "step_0000005\n";
+  auto resumed = lora_args("lora_resumed", 12);
+  resumed.push_back("checkpoint.every_n_steps=5");
+  resumed.push_back("resume=latest");
+  ASSERT_EQ(run_hone_to_log(resumed, root_ + "/lora_resumed.log"), 0) << read_file(root_ + "/lora_resumed.log");
+  const auto a = losses("lora_full"), b = losses("lora_resumed");
+  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+  SafetensorsFile x(root_ + "/lora_full/step_0000012/adapter.safetensors");
+  SafetensorsFile y(root_ + "/lora_resumed/step_0000012/adapter.safetensors");
+  for (const std::string& name : x.names()) EXPECT_EQ(x.load(name).to_vector<float>(), y.load(name).to_vector<float>());
+}
+
+TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
+  ASSERT_EQ(run_hone_to_log({"run", "full_finetune", "output_dir=" + root_ + "/full", "threads=1",
+                             "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,
+                             "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", "batch_size=4",
+                             "max_steps=20", "optimizer.lr=2e-3", "log_every_n_steps=1", "logging.tensorboard=false"},
+                            root_ + "/full.log"),
+            0)
+      << read_file(root_ + "/full.log");
+  const auto l = losses("full");
+  EXPECT_LT(l.at(20), l.at(1) - 1.0);
+  EXPECT_TRUE(fs::exists(root_ + "/full/step_0000020/model.safetensors"));
+}
+
+TEST_F(FinetuneRun, BadSettingsAreOneLineErrors) {
+  auto args = lora_args("bad", 2);
+  args.push_back("model.lora_attn_modules=[q_proj, o_proj]");
+  EXPECT_EQ(run_hone_to_log(args, root_ + "/bad.log"), 2);
+  EXPECT_NE(read_file(root_ + "/bad.log").find("unknown module 'o_proj'"), std::string::npos);
+  EXPECT_EQ(run_hone_to_log({"run", "lora_finetune", "output_dir=" + root_ + "/bad2", "checkpoint.path=" + root_ + "/base",
+                             "dataset.path=" + root_ + "/data.jsonl", "dataset.templat=alpaca"},
+                            root_ + "/bad2.log"),
+            2);
+  EXPECT_NE(read_file(root_ + "/bad2.log").find("did you mean 'dataset.template'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hone::test
