@@ -49,6 +49,19 @@ class FinetuneRun : public ::testing::Test {
             "logging.tensorboard=false", "checkpoint.keep_last_n=0"};
   }
 
+  // The LoRA run with its exports, trained once per test process (ctest runs
+  // every test in a process of its own).
+  std::string trained_lora_run() {
+    const std::string run = root_ + "/lora";
+    if (!fs::exists(run + "/latest")) {
+      auto args = lora_args("lora", 30);
+      args.push_back("export.peft=" + root_ + "/peft");
+      args.push_back("export.hf=" + root_ + "/hf");
+      EXPECT_EQ(run_hone_to_log(args, root_ + "/lora.log"), 0) << read_file(root_ + "/lora.log");
+    }
+    return run;
+  }
+
   std::map<int64_t, double> losses(const std::string& run) {
     std::map<int64_t, double> out;
     std::ifstream in(root_ + "/" + run + "/metrics.jsonl");
@@ -64,10 +77,7 @@ class FinetuneRun : public ::testing::Test {
 std::string FinetuneRun::root_, FinetuneRun::tokenizer_;
 
 TEST_F(FinetuneRun, LoraLearnsSavesAdaptersAndExportsPeftAndHf) {
-  auto args = lora_args("lora", 30);
-  args.push_back("export.peft=" + root_ + "/peft");
-  args.push_back("export.hf=" + root_ + "/hf");
-  ASSERT_EQ(run_hone_to_log(args, root_ + "/lora.log"), 0) << read_file(root_ + "/lora.log");
+  trained_lora_run();
   const auto l = losses("lora");
   EXPECT_LT(l.at(30), l.at(1) - 3.0) << read_file(root_ + "/lora.log");
   // The checkpoint holds the adapters, not a second copy of the frozen base.
@@ -118,6 +128,50 @@ TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
   const auto l = losses("full");
   EXPECT_LT(l.at(20), l.at(1) - 1.0);
   EXPECT_TRUE(fs::exists(root_ + "/full/step_0000020/model.safetensors"));
+}
+
+TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
+  const std::string run = trained_lora_run();
+  auto eval = [&](bool with_adapter) {
+    std::vector<std::string> args = {"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                                     "tokenizer.path=" + tokenizer_, "dataset.type=instruct",
+                                     "dataset.path=" + root_ + "/data.jsonl", "dataset.seq_len=64"};
+    if (with_adapter) args.push_back("lora.adapter=" + run);
+    const std::string out = root_ + "/eval.out";
+    std::remove(out.c_str());  // the log is appended to
+    Process p = start_hone(args, out);
+    EXPECT_EQ(wait_for(p), 0) << read_file(out);
+    const std::string text = read_file(out);
+    return nlohmann::json::parse(text.substr(text.find('{'), text.find('}') - text.find('{') + 1));
+  };
+  const auto base = eval(false), tuned = eval(true);
+  EXPECT_GT(tuned["tokens"].get<int64_t>(), 0);
+  EXPECT_LT(tuned["loss"].get<double>(), base["loss"].get<double>() - 3.0);
+  EXPECT_NEAR(tuned["perplexity"].get<double>(), std::exp(tuned["loss"].get<double>()), 1e-6);
+
+  std::ofstream(root_ + "/task.jsonl") << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 0})"
+                                       << "\n";
+  const std::string task_out = root_ + "/task.out";
+  ASSERT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base", "lora.adapter=" + run,
+                             "tokenizer.path=" + tokenizer_, "task.path=" + root_ + "/task.jsonl"},
+                            task_out),
+            0)
+      << read_file(task_out);
+  EXPECT_NE(read_file(task_out).find("\"accuracy\":"), std::string::npos);
+
+  auto generate = [&](const std::string& out) {
+    std::remove(out.c_str());
+    EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                               "lora.adapter=" + run, "tokenizer.path=" + tokenizer_, "template=alpaca",
+                               "prompt=Repeat the word tiger.", "temperature=0", "max_new_tokens=6"},
+                              out),
+              0);
+    return read_file(out);
+  };
+  const std::string first = generate(root_ + "/gen1.out"), second = generate(root_ + "/gen2.out");
+  EXPECT_NE(first.find("Repeat the word tiger."), std::string::npos) << first;
+  EXPECT_NE(first.find("bandwidth achieved"), std::string::npos) << first;
+  EXPECT_EQ(first.substr(0, first.find("prefill:")), second.substr(0, second.find("prefill:")));  // greedy: reproducible
 }
 
 TEST_F(FinetuneRun, BadSettingsAreOneLineErrors) {

@@ -97,12 +97,11 @@ int32_t special_id(const Tokenizer& t, const std::string& token, const char* for
   return *id;
 }
 
-std::vector<Piece> chat_pieces(const Record& r, const Tokenizer& t, const InstructOptions& o) {
+std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) {
   const std::string column = column_of("messages", o);
   auto it = r.value.find(column);
   HONE_CHECK(it != r.value.end() && it->is_array(), "{}: no '{}' list of messages", r.where, column);
-  std::vector<std::pair<std::string, std::string>> messages;
-  if (!o.system_prompt.empty()) messages.emplace_back("system", o.system_prompt);
+  std::vector<ChatMessage> messages;
   for (const Json& m : *it) {
     HONE_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
                    m["content"].is_string(),
@@ -110,8 +109,16 @@ std::vector<Piece> chat_pieces(const Record& r, const Tokenizer& t, const Instru
     const std::string role = m["role"];
     HONE_CHECK(role == "system" || role == "user" || role == "assistant",
                "{}: message role '{}' is not system, user or assistant", r.where, role);
-    messages.emplace_back(role, m["content"]);
+    messages.push_back({role, m["content"]});
   }
+  return messages;
+}
+
+// The pieces of a conversation in the chat format; with `generation_prompt` the
+// assistant's header follows, for the model to answer after it.
+std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenizer& t, const InstructOptions& o,
+                               const std::string& where, bool generation_prompt) {
+  if (!o.system_prompt.empty()) messages.insert(messages.begin(), {"system", o.system_prompt});
   std::vector<Piece> pieces;
   switch (o.chat_format) {
     case ChatFormat::llama3: {
@@ -124,6 +131,7 @@ std::vector<Piece> chat_pieces(const Record& r, const Tokenizer& t, const Instru
         pieces.push_back({.text = content, .trainable = reply});
         pieces.push_back({.text = "<|eot_id|>", .trainable = reply, .special = true});
       }
+      if (generation_prompt) pieces.push_back({.text = "<|start_header_id|>assistant<|end_header_id|>\n\n", .special = true});
       break;
     }
     case ChatFormat::chatml: {
@@ -136,6 +144,7 @@ std::vector<Piece> chat_pieces(const Record& r, const Tokenizer& t, const Instru
         pieces.push_back({.text = "<|im_end|>", .trainable = reply, .special = true});
         pieces.push_back({.text = "\n"});
       }
+      if (generation_prompt) pieces.push_back({.text = "<|im_start|>assistant\n", .special = true});
       break;
     }
     case ChatFormat::llama2: {
@@ -154,7 +163,7 @@ std::vector<Piece> chat_pieces(const Record& r, const Tokenizer& t, const Instru
           pieces.push_back({.text = turn + content + " [/INST]"});
           open_turn = true;
         } else {
-          HONE_CHECK(open_turn, "{}: in the llama2 format an assistant message follows a user message", r.where);
+          HONE_CHECK(open_turn, "{}: in the llama2 format an assistant message follows a user message", where);
           pieces.push_back({.text = " " + content, .trainable = true});
           pieces.push_back({.trainable = true, .id = t.eos_id()});
           open_turn = false;
@@ -166,7 +175,53 @@ std::vector<Piece> chat_pieces(const Record& r, const Tokenizer& t, const Instru
   return pieces;
 }
 
+TokenizedSample tokenize(const std::vector<Piece>& pieces, const Tokenizer& t, bool train_on_input) {
+  TokenizedSample s;
+  std::vector<int32_t> ids;
+  for (const Piece& p : pieces) {
+    ids.clear();
+    if (p.id) ids.push_back(*p.id);
+    else t.encode_into(p.text, ids, p.special ? SpecialTokens::recognize : SpecialTokens::as_text);
+    const bool learn = p.trainable || train_on_input;
+    for (int32_t id : ids) {
+      s.tokens.push_back(id);
+      s.labels.push_back(learn ? id : kIgnore);
+    }
+  }
+  return s;
+}
+
+// Llama-family tokenizers start sequences with their BOS; GPT-2's BOS is its EOS
+// (<|endoftext|>) and Hugging Face does not prepend it: neither do we.
+std::optional<int32_t> leading_bos(const Tokenizer& t) {
+  if (t.bos_id() && t.bos_id() != t.eos_id()) return t.bos_id();
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::vector<int32_t> prompt_tokens(const Tokenizer& t, const std::string& text, const InstructOptions& o) {
+  std::vector<Piece> pieces;
+  if (o.format == InstructTemplate::chat) {
+    pieces = chat_pieces({{"user", text}}, t, o, "the prompt", /*generation_prompt=*/true);
+  } else {
+    if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
+    const char* field = o.format == InstructTemplate::alpaca ? "instruction"
+                        : o.format == InstructTemplate::summarize ? "dialogue"
+                                                                  : "input";
+    pieces.push_back({.text = format_prompt({{field, text}}, o)});
+  }
+  return tokenize(pieces, t, false).tokens;
+}
+
+int32_t end_of_answer_token(const Tokenizer& t, const InstructOptions& o) {
+  if (o.format == InstructTemplate::chat) {
+    if (o.chat_format == ChatFormat::llama3) return special_id(t, "<|eot_id|>", "llama3");
+    if (o.chat_format == ChatFormat::chatml) return special_id(t, "<|im_end|>", "chatml");
+  }
+  HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token");
+  return *t.eos_id();
+}
 
 InstructTemplate parse_instruct_template(const std::string& name) {
   if (name == "alpaca") return InstructTemplate::alpaca;
@@ -203,7 +258,7 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
   for (const Record& r : read_records(path)) {
     std::vector<Piece> pieces;
     if (o.format == InstructTemplate::chat) {
-      pieces = chat_pieces(r, t, o);
+      pieces = chat_pieces(messages_of(r, o), t, o, r.where, /*generation_prompt=*/false);
     } else {
       std::map<std::string, std::string> fields;
       switch (o.format) {
@@ -214,26 +269,13 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
         case InstructTemplate::summarize: fields["dialogue"] = text_field(r, "dialogue", o); break;
         default: fields["input"] = text_field(r, "input", o); break;
       }
-      // Llama-family tokenizers start sequences with their BOS; GPT-2's BOS is its
-      // EOS (<|endoftext|>) and Hugging Face does not prepend it: neither do we.
-      if (t.bos_id() && t.bos_id() != t.eos_id()) pieces.push_back({.id = t.bos_id()});
+      if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
       pieces.push_back({.text = format_prompt(fields, o)});
       pieces.push_back({.text = text_field(r, "output", o), .trainable = true});
       HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token to end responses with");
       pieces.push_back({.trainable = true, .id = t.eos_id()});
     }
-    TokenizedSample s;
-    std::vector<int32_t> ids;
-    for (const Piece& p : pieces) {
-      ids.clear();
-      if (p.id) ids.push_back(*p.id);
-      else t.encode_into(p.text, ids, p.special ? SpecialTokens::recognize : SpecialTokens::as_text);
-      const bool learn = p.trainable || o.train_on_input;
-      for (int32_t id : ids) {
-        s.tokens.push_back(id);
-        s.labels.push_back(learn ? id : kIgnore);
-      }
-    }
+    TokenizedSample s = tokenize(pieces, t, o.train_on_input);
     if (int64_t(s.tokens.size()) > o.max_seq_len) {
       s.tokens.resize(size_t(o.max_seq_len));
       s.labels.resize(size_t(o.max_seq_len));

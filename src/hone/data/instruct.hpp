@@ -49,8 +49,21 @@ struct InstructDataset {
 InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& tokenizer,
                                       const InstructOptions& options);
 
-// The prompt text of one record as the template writes it (for generation).
+// The prompt text of one record as the template writes it.
 std::string format_prompt(const std::map<std::string, std::string>& fields, const InstructOptions& options);
+
+struct ChatMessage {
+  std::string role;  // system, user or assistant
+  std::string content;
+};
+
+// The tokens a model is given to answer, as training formatted its prompts: for
+// chat, the messages and then the assistant's header; otherwise the template
+// around `text` (the instruction, the dialogue or the plain input), after BOS
+// where the tokenizer family uses one.
+std::vector<int32_t> prompt_tokens(const Tokenizer& tokenizer, const std::string& text, const InstructOptions& options);
+// The token that ends an answer: the chat format's end of turn, else EOS.
+int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);
 
 // Batches of tokenized samples: shuffled every epoch from a seed, right-padded to
 // seq_len (padding has label -100), split across data-parallel ranks. The targets

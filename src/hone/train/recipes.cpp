@@ -38,6 +38,11 @@ const std::vector<Recipe>& recipes() {
                  finetune_schema(false), run_finetune, summarize_finetune});
     t.push_back({"lora_finetune", "fine-tune LoRA adapters on a frozen model (instruct or chat dataset)",
                  finetune_schema(true), run_finetune, summarize_finetune});
+    const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
+    t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",
+                 generate_schema(), run_generate, no_summary});
+    t.push_back({"eval", "loss and perplexity on a dataset; accuracy on a multiple-choice task", eval_schema(),
+                 run_eval, no_summary});
     return t;
   }();
   return table;

@@ -30,6 +30,10 @@ Schema finetune_schema(bool lora);
 // full_finetune and lora_finetune: the config's model.lora_* keys tell them apart.
 int run_finetune(const Config& resolved);
 std::vector<std::string> summarize_finetune(const Config& resolved);
+Schema generate_schema();
+int run_generate(const Config& resolved);
+Schema eval_schema();
+int run_eval(const Config& resolved);
 
 // Set by SIGINT/SIGTERM: a run finishes its step, saves a checkpoint and exits 0.
 bool stop_requested();

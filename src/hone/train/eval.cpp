@@ -1,0 +1,74 @@
+// The eval recipe: loss and perplexity on a dataset (a pretraining token stream
+// or an instruct dataset) and accuracy on a multiple-choice task file; it ends
+// with one JSON line.
+#include <fmt/core.h>
+
+#include "hone/data/instruct.hpp"
+#include "hone/data/pretrain_stream.hpp"
+#include "hone/train/data_sources.hpp"
+#include "hone/train/evaluation.hpp"
+#include "hone/train/inference.hpp"
+#include "hone/train/recipes.hpp"
+
+namespace hone {
+
+Schema eval_schema() {
+  Schema s = inference_schema();
+  s.add({"dataset.type", ValueType::string, nullptr, "data for loss and perplexity",
+         {"mock", "megatron", "mds", "instruct"}});
+  s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct file"});
+  s.add({"dataset.seq_len", ValueType::integer, 256, "tokens per sequence"});
+  s.add({"dataset.template", ValueType::string, "alpaca", "instruct: template", {"alpaca", "summarize", "plain", "chat"}});
+  s.add({"dataset.chat_format", ValueType::string, "llama3", "instruct: chat template", {"llama3", "llama2", "chatml"}});
+  s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"});
+  s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"});
+  s.add({"batch_size", ValueType::integer, 4, "sequences per batch"});
+  s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"});
+  s.add({"task.path", ValueType::string, nullptr, "a multiple-choice JSONL task file (HellaSwag-style)"});
+  return s;
+}
+
+int run_eval(const Config& c) {
+  HONE_CHECK(c.has("dataset.type") || c.has("task.path"), "{}: give dataset.type (and path) or task.path",
+             c.origin());
+  InferenceModel m = load_inference_model(c);
+  const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.seq_len");
+  Json result = Json::object();
+  if (c.has("dataset.type")) {
+    const std::string type = c.get<std::string>("dataset.type");
+    std::unique_ptr<data::BatchSource> source;
+    if (type == "instruct") {
+      data::InstructOptions o;
+      o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
+      o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
+      o.max_seq_len = seq_len;
+      auto d = data::load_instruct_dataset(c.get<std::string>("dataset.path"), *m.tokenizer, o);
+      source = std::make_unique<data::SampleStream>(std::move(d.samples), batch, seq_len, 0, false,
+                                                    m.tokenizer->eos_id().value_or(0));
+    } else {
+      // The pretraining readers, every document kept for evaluation.
+      Config all = c;
+      all.set("dataset.validation_fraction", 0.0);
+      const TrainingData d = open_pretraining_data(all, m.model->config().vocab_size);
+      source = std::make_unique<data::PretrainStream>(
+          d.train, d.weights, data::StreamOptions{.seq_len = seq_len, .batch_size = batch, .shuffle = false});
+    }
+    const int64_t batches = std::max<int64_t>(1, std::min(c.get<int64_t>("max_batches"), source->samples_per_epoch() / batch));
+    const LossEvaluation e = evaluate_loss(*m.model, *source, batches);
+    result["loss"] = e.loss;
+    result["perplexity"] = e.perplexity();
+    result["tokens"] = e.tokens;
+  }
+  if (c.has("task.path")) {
+    const MultipleChoiceResult r =
+        evaluate_multiple_choice(*m.model, *m.tokenizer, read_multiple_choice(c.get<std::string>("task.path")));
+    result["accuracy"] = r.accuracy;
+    result["accuracy_norm"] = r.accuracy_norm;
+    result["task_items"] = r.items;
+  }
+  fmt::print(stderr, "model: {}\n", m.description);
+  fmt::print("{}\n", result.dump());
+  return 0;
+}
+
+}  // namespace hone

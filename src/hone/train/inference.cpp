@@ -1,0 +1,92 @@
+#include "hone/train/inference.hpp"
+
+#include <filesystem>
+
+#include "hone/core/parallel.hpp"
+#include "hone/io/checkpoint.hpp"
+#include "hone/io/convert.hpp"
+#include "hone/io/json_file.hpp"
+#include "hone/train/run_config.hpp"
+
+namespace hone {
+
+namespace fs = std::filesystem;
+
+Schema inference_schema() {
+  Schema s;
+  s.add({"recipe", ValueType::string, nullptr, "the recipe this config is for"});
+  s.add({"seed", ValueType::integer, 1234, "seed of sampling"});
+  s.add({"device", ValueType::string, "cpu", "cpu, cuda or cuda:N"});
+  s.add({"dtype", ValueType::string, "fp32", "compute precision", {"fp32", "bf16"}});
+  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"});
+  s.add({"checkpoint.path", ValueType::string, nullptr,
+         "the model: a Hugging Face folder, a hone model or checkpoint folder, a run directory, or an llm.c / "
+         "llama2.c file",
+         {}, true});
+  s.add({"lora.adapter", ValueType::string, nullptr, "a lora_finetune checkpoint folder or run directory"});
+  s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
+  return s;
+}
+
+namespace {
+
+// A run directory means its latest checkpoint.
+std::string checkpoint_folder(const std::string& path) {
+  if (fs::exists(fs::path(path) / "latest")) {
+    if (auto folder = find_checkpoint(path, "latest")) return *folder;
+  }
+  return path;
+}
+
+}  // namespace
+
+InferenceModel load_inference_model(const Config& c) {
+  const RunSettings run{.output_dir = "",
+                        .seed = uint64_t(c.get<int64_t>("seed")),
+                        .device = parse_device(c.get<std::string>("device")),
+                        .dtype = parse_dtype(c.get<std::string>("dtype")),
+                        .threads = int(c.get<int64_t>("threads"))};
+  if (run.threads > 0) set_num_threads(run.threads);
+  const std::string model_path = c.get<std::string>("checkpoint.path");
+  const std::unique_ptr<WeightSource> weights = open_weights(model_path);
+  InferenceModel out;
+  out.description = weights->description();
+
+  std::optional<LoraConfig> lora;
+  std::string adapter_folder, tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
+  if (c.has("lora.adapter")) {
+    adapter_folder = checkpoint_folder(c.get<std::string>("lora.adapter"));
+    // The run's resolved config says how its adapters were made.
+    const Config trained(Config::from_yaml(
+        read_json_file((fs::path(adapter_folder) / "trainer_state.json").string()).at("config").dump(),
+        adapter_folder + "/trainer_state.json"));
+    HONE_CHECK(trained.has("model.lora_rank"), "{}: not the checkpoint of a lora_finetune run", adapter_folder);
+    lora = LoraConfig{.rank = trained.get<int64_t>("model.lora_rank"),
+                      .alpha = trained.get<double>("model.lora_alpha"),
+                      .dropout = trained.get<double>("model.lora_dropout"),
+                      .attn_modules = trained.get<std::vector<std::string>>("model.lora_attn_modules"),
+                      .apply_to_mlp = trained.get<bool>("model.apply_lora_to_mlp"),
+                      .apply_to_output = trained.get<bool>("model.apply_lora_to_output")};
+    if (tokenizer.empty() && trained.has("tokenizer.path")) tokenizer = trained.get<std::string>("tokenizer.path");
+    out.description += ", LoRA adapters from " + adapter_folder;
+  }
+  out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device, lora);
+  load_weights(*weights, *out.model);
+  if (lora) {
+    load_adapters(adapter_folder, *out.model);
+    out.model->merge_lora();  // inference runs the merged weights: no adapter cost per token
+  }
+  out.model->set_training(false);
+  if (tokenizer.empty()) {
+    HONE_CHECK(fs::is_directory(model_path), "{}: set tokenizer.path (the model {} is a file)", c.origin(),
+               model_path);
+    tokenizer = model_path;
+  }
+  out.tokenizer = load_tokenizer(tokenizer);
+  HONE_CHECK(out.tokenizer->vocab_size() <= weights->config().vocab_size,
+             "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", tokenizer,
+             out.tokenizer->vocab_size(), weights->config().vocab_size);
+  return out;
+}
+
+}  // namespace hone

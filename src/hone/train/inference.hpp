@@ -1,0 +1,27 @@
+#pragma once
+// What the inference recipes (generate, eval) share: their config keys, and the
+// model they load (any format hone reads, with the LoRA adapters of a
+// lora_finetune run merged in when given) with its tokenizer.
+#include <memory>
+
+#include "hone/config/config.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
+#include "hone/model/transformer.hpp"
+
+namespace hone {
+
+// seed, device, dtype, threads, checkpoint.path, lora.adapter, tokenizer.path.
+Schema inference_schema();
+
+struct InferenceModel {
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string description;  // for messages
+};
+
+// Loads checkpoint.path (and lora.adapter: a lora_finetune checkpoint folder or
+// run directory, whose LoRA settings it reads) and the tokenizer (tokenizer.path,
+// else the model's folder, else the adapter run's tokenizer.path).
+InferenceModel load_inference_model(const Config& config);
+
+}  // namespace hone
