@@ -350,6 +350,11 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   PreprocessResult result;
   result.outputs = preprocess_outputs(options);
   result.files = files.size();
+  // The output's folder is made if missing (an empty folder is all a failed run can leave).
+  for (const std::string& output : result.outputs) {
+    const std::filesystem::path parent = std::filesystem::path(output).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+  }
 
   // Writers first, then the sinks that feed them, then the threads: destroyed in
   // reverse, so an unfinished run removes its files after every thread has stopped.

@@ -9,6 +9,7 @@ using namespace detail;
 
 void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
   const char* op = "swiglu";
+  const OpTimer timer(op);
   op_device(op, {&gate_up, &out});
   const int64_t hidden = out.size(-1), rows = rows_of(out);
   HONE_CHECK(gate_up.size(-1) == 2 * hidden && rows_of(gate_up) == rows, "{}: input {} for output {}", op,
@@ -20,6 +21,7 @@ void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
 
 void swiglu_backward(const Tensor& d_out, const Tensor& gate_up, const Tensor& d_gate_up) {
   const char* op = "swiglu backward";
+  const OpTimer timer(op);
   op_device(op, {&d_out, &gate_up, &d_gate_up});
   const int64_t hidden = d_out.size(-1), rows = rows_of(d_out);
   HONE_CHECK(gate_up.size(-1) == 2 * hidden && rows_of(gate_up) == rows && d_gate_up.shape() == gate_up.shape(),
@@ -31,6 +33,7 @@ void swiglu_backward(const Tensor& d_out, const Tensor& gate_up, const Tensor& d
 
 void gelu_forward(const Tensor& x, const Tensor& y, GeluApproximation approximation) {
   const char* op = "gelu";
+  const OpTimer timer(op);
   op_device(op, {&x, &y});
   expect_shape(op, "output", y, x.shape());
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
@@ -40,6 +43,7 @@ void gelu_forward(const Tensor& x, const Tensor& y, GeluApproximation approximat
 
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, GeluApproximation approximation) {
   const char* op = "gelu backward";
+  const OpTimer timer(op);
   op_device(op, {&dy, &x, &dx});
   expect_shape(op, "output gradient", dy, x.shape());
   expect_shape(op, "input gradient", dx, x.shape());

@@ -36,6 +36,7 @@ const compute_t<T>* slopes_or_null(const Tensor& alibi_slopes) {
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
                        const AttentionHeads& heads) {
   const char* op = "attention";
+  const OpTimer timer(op);
   op_device(op, {&qkv, &out, &lse, &alibi_slopes});
   const auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
   dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
@@ -47,6 +48,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
 void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads) {
   const char* op = "attention backward";
+  const OpTimer timer(op);
   op_device(op, {&d_out, &qkv, &out, &lse, &alibi_slopes, &d_qkv});
   const auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
   expect_shape(op, "output gradient", d_out, out.shape());
@@ -61,6 +63,7 @@ void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                       const Tensor& lengths, const Tensor& alibi_slopes, const Tensor& out,
                       const AttentionHeads& heads) {
   const char* op = "attention decode";
+  const OpTimer timer(op);
   op_device(op, {&q, &k_cache, &v_cache, &alibi_slopes, &out});
   const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
   HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);

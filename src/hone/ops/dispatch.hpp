@@ -2,6 +2,7 @@
 // Shared by the op implementations: argument checks and dtype dispatch.
 #include <initializer_list>
 
+#include "hone/core/profiler.hpp"
 #include "hone/core/tensor.hpp"
 
 namespace hone::ops::detail {

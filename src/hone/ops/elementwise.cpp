@@ -11,6 +11,7 @@ using namespace detail;
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   const char* op = "add";
+  const OpTimer timer(op);
   op_device(op, {&a, &b, &out});
   expect_shape(op, "second operand", b, a.shape());
   expect_shape(op, "output", out, a.shape());
@@ -22,6 +23,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
 void add_(const Tensor& x, const Tensor& y) { add(x, y, x); }
 
 void scale_(const Tensor& x, double factor) {
+  const OpTimer timer("scale");
   op_device("scale", {&x});
   dispatch_floating(x.dtype(), "scale", [&]<typename T>() {
     kernels::cpu::scale_inplace<T>(x.data<T>(), x.numel(), factor);
@@ -29,6 +31,7 @@ void scale_(const Tensor& x, double factor) {
 }
 
 void cast(const Tensor& src, const Tensor& dst) {
+  const OpTimer timer("cast");
   op_device("cast", {&src, &dst});
   expect_shape("cast", "destination", dst, src.shape());
   if (src.dtype() == dst.dtype()) {
@@ -40,6 +43,7 @@ void cast(const Tensor& src, const Tensor& dst) {
 
 void cast(const void* src, DType src_dtype, const Tensor& dst) {
   const char* op = "cast";
+  const OpTimer timer(op);
   op_device(op, {&dst});
   const DType from = src_dtype, to = dst.dtype();
   const int64_t n = dst.numel();
@@ -65,6 +69,7 @@ void cast(const void* src, DType src_dtype, const Tensor& dst) {
 
 void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t stream) {
   const char* op = "dropout";
+  const OpTimer timer(op);
   op_device(op, {&x, &out});
   expect_shape(op, "output", out, x.shape());
   HONE_CHECK(p >= 0 && p < 1, "{}: probability {} is not in [0, 1)", op, p);
@@ -75,6 +80,7 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
 
 void add_columns(const Tensor& dst, int64_t col, const Tensor& src, double scale) {
   const char* op = "add_columns";
+  const OpTimer timer(op);
   op_device(op, {&dst, &src});
   HONE_CHECK(dst.ndim() == 2 && src.ndim() == 2 && src.size(0) == dst.size(0) && col >= 0 &&
                  col + src.size(1) <= dst.size(1) && src.dtype() == dst.dtype(),
@@ -87,6 +93,7 @@ void add_columns(const Tensor& dst, int64_t col, const Tensor& src, double scale
 
 void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scale) {
   const char* op = "copy_columns";
+  const OpTimer timer(op);
   op_device(op, {&dst, &src});
   HONE_CHECK(dst.ndim() == 2 && src.ndim() == 2 && src.size(0) == dst.size(0) && col >= 0 &&
                  col + dst.size(1) <= src.size(1) && src.dtype() == dst.dtype(),
@@ -98,6 +105,7 @@ void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scal
 }
 
 double sum_squares(const Tensor& x) {
+  const OpTimer timer("sum_squares");
   op_device("sum_squares", {&x});
   double result = 0;
   dispatch_floating(x.dtype(), "sum_squares", [&]<typename T>() {
@@ -109,6 +117,7 @@ double sum_squares(const Tensor& x) {
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWHyper& hyper, const Tensor& compute_copy) {
   const char* op = "adamw";
+  const OpTimer timer(op);
   op_device(op, {&param, &grad, &m, &v, &compute_copy});
   for (const Tensor* t : {&grad, &m, &v}) {
     HONE_CHECK(t->numel() == param.numel() && t->dtype() == param.dtype(), "{}: state of {} {} for {} {} parameters",

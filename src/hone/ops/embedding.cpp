@@ -22,6 +22,7 @@ void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
 
 void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out) {
   const char* op = "embedding";
+  const OpTimer timer(op);
   op_device(op, {&tokens, &table, &positions, &out});
   check_tokens(op, tokens, table.size(0));
   const int64_t batch = tokens.size(0), seq = tokens.size(1), dim = table.size(1);
@@ -41,6 +42,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& 
 void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table,
                         const Tensor& d_positions) {
   const char* op = "embedding backward";
+  const OpTimer timer(op);
   op_device(op, {&tokens, &d_out, &d_table, &d_positions});
   const int64_t batch = tokens.size(0), seq = tokens.size(1), dim = d_table.size(1);
   expect_shape(op, "output gradient", d_out, {batch, seq, dim});

@@ -10,6 +10,7 @@ using namespace detail;
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta) {
   const char* op = "matmul";
+  const OpTimer timer(op);
   op_device(op, {&a, &b, &c});
   HONE_CHECK(a.ndim() >= 2 && a.ndim() == b.ndim() && a.ndim() == c.ndim(),
              "{}: operands of shapes {}, {}, {} are not matrices of one batch", op, a.shape().str(), b.shape().str(),
@@ -31,6 +32,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
 
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
   const char* op = "linear";
+  const OpTimer timer(op);
   op_device(op, {&x, &weight, &bias, &y});
   HONE_CHECK(weight.ndim() == 2, "{}: weight has shape {}, expected [out, in]", op, weight.shape().str());
   const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
@@ -50,6 +52,7 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                      const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx) {
   const char* op = "linear backward";
+  const OpTimer timer(op);
   op_device(op, {&dy, &x, &weight, &dx, &d_weight, &d_bias});
   const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
   HONE_CHECK(dy.size(-1) == out && rows_of(dy) == rows, "{}: gradient {} does not fit input {} and weight {}", op,

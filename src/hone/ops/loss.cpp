@@ -21,6 +21,7 @@ void check_loss_args(const char* op, const Tensor& logits, const Tensor& targets
 
 LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
   const char* op = "cross_entropy";
+  const OpTimer timer(op);
   op_device(op, {&logits, &targets, &losses, &lse});
   check_loss_args(op, logits, targets, losses);
   check_loss_args(op, logits, targets, lse);
@@ -45,6 +46,7 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale) {
   const char* op = "cross_entropy backward";
+  const OpTimer timer(op);
   op_device(op, {&logits, &targets, &lse});
   check_loss_args(op, logits, targets, lse);
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {

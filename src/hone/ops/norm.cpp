@@ -22,6 +22,7 @@ void check_norm(const char* op, const Tensor& x, const Tensor& y, const Tensor& 
 
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps) {
   const char* op = "rmsnorm";
+  const OpTimer timer(op);
   op_device(op, {&x, &weight, &y, &rstd});
   check_norm(op, x, y, weight, {&rstd});
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
@@ -34,6 +35,7 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, con
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
                       const Tensor& d_weight) {
   const char* op = "rmsnorm backward";
+  const OpTimer timer(op);
   op_device(op, {&dy, &x, &weight, &rstd, &dx, &d_weight});
   check_norm(op, x, dy, weight, {&rstd});
   check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});
@@ -47,6 +49,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd, double eps) {
   const char* op = "layernorm";
+  const OpTimer timer(op);
   op_device(op, {&x, &weight, &bias, &y, &mean, &rstd});
   check_norm(op, x, y, weight, {&mean, &rstd});
   if (bias.defined()) expect_shape(op, "bias", bias, weight.shape());
@@ -60,6 +63,7 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& d_weight, const Tensor& d_bias) {
   const char* op = "layernorm backward";
+  const OpTimer timer(op);
   op_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &d_weight, &d_bias});
   check_norm(op, x, dy, weight, {&mean, &rstd});
   check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});

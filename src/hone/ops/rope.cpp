@@ -10,6 +10,7 @@ using namespace detail;
 void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t head_dim,
                 int64_t position_offset, bool inverse) {
   const char* op = "rope";
+  const OpTimer timer(op);
   op_device(op, {&x, &cos, &sin});
   HONE_CHECK(x.ndim() == 3 && heads * head_dim <= x.size(2) && head_dim % 2 == 0,
              "{}: cannot rotate {} heads of {} dimensions in rows of {}", op, heads, head_dim, x.shape().str());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hone/core/error.hpp"
+#include "hone/kernels/cpu/fast_math.hpp"
 
 namespace hone::kernels::cpu {
 
@@ -112,10 +113,10 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
               if (tile_max == -std::numeric_limits<C>::infinity()) continue;  // every key masked
               // Online softmax: rescale what was accumulated under the old maximum.
               const C new_max = std::max(row_max[size_t(i)], tile_max);
-              const C correction = std::exp(row_max[size_t(i)] - new_max);
+              const C correction = fast_exp(row_max[size_t(i)] - new_max);
               C sum = 0;
               for (int64_t j = 0; j < k_rows; ++j) {
-                s[j] = std::exp(s[j] - new_max);
+                s[j] = fast_exp(s[j] - new_max);
                 sum += s[j];
               }
               row_sum[size_t(i)] = row_sum[size_t(i)] * correction + sum;
@@ -201,7 +202,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
               for (int64_t i = 0; i < q_rows; ++i) {
                 C* p = probs.data() + i * kTile;
                 const C l = lse_h[q_start + i];
-                for (int64_t j = 0; j < k_rows; ++j) p[j] = std::exp(p[j] - l);  // masked: exp(-inf) = 0
+                for (int64_t j = 0; j < k_rows; ++j) p[j] = fast_exp(p[j] - l);  // masked: exp(-inf) = 0
               }
               for (int64_t i = 0; i < q_rows; ++i) {
                 const C* p = probs.data() + i * kTile;
@@ -278,7 +279,7 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int6
           max = std::max(max, s);
         }
         C sum = 0;
-        for (C& s : scores) sum += (s = std::exp(s - max));
+        for (C& s : scores) sum += (s = fast_exp(s - max));
         std::fill(acc.begin(), acc.end(), C(0));
         for (int64_t j = 0; j < length; ++j) {
           const T* v = values + j * KV * hd;

@@ -1,0 +1,25 @@
+#pragma once
+// Wall time per op, for finding hot paths where no sampling profiler works (VMs
+// without performance counters; valgrind cannot run AVX-512 code). Set
+// HONE_PROFILE=1 and the process prints, at exit, each op's calls, total time
+// and share of the profiled time. Only the outermost op of a nested call is
+// timed, so nothing is counted twice. Off, it costs one branch per op.
+#include <chrono>
+
+namespace hone {
+
+class OpTimer {
+ public:
+  explicit OpTimer(const char* op);
+  ~OpTimer();
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+ private:
+  const char* op_ = nullptr;  // null: not recording
+  std::chrono::steady_clock::time_point start_;
+};
+
+bool profiling_enabled();
+
+}  // namespace hone
