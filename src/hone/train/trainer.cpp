@@ -111,8 +111,10 @@ int run_training(const Config& c, TrainingJob job) {
   double train_seconds = 0, window_seconds = 0, last_loss = NAN;
   int64_t window_tokens = 0, window_samples = 0, window_steps = 0, consecutive_nonfinite = 0;
   int64_t samples_this_run = 0;  // excludes what a resumed run trained before
-  int64_t last_saved = -1;
+  int64_t last_saved = state.step;  // a resumed run does not re-save what it loaded
   std::vector<Batch> micro(static_cast<size_t>(accumulation));
+  if (c.get<bool>("eval.first") && state.step == 0) run_evaluation();
+  if (state.step >= total_steps) console.line(fmt::format("the run is at step {} of {}: nothing to train", state.step, total_steps));
   while (state.step < total_steps && !stop_requested()) {
     const auto step_start = Clock::now();
     for (Batch& b : micro) {
@@ -197,8 +199,9 @@ int run_training(const Config& c, TrainingJob job) {
                        .mfu = flops_per_token * tokens_per_sec / (peak_tflops * 1e12),
                        .peak_memory_bytes = memory.stats().peak_allocated,
                        .final_loss = last_loss});
-  console.line(fmt::format("done: {} steps in {}; checkpoints in {}, metrics in {}", state.step,
-                           format_duration(wall), run.output_dir, (fs::path(run.output_dir) / "metrics.jsonl").string()));
+  console.line(fmt::format("done: step {} ({} this run, {}); checkpoints in {}, metrics in {}", state.step,
+                           samples_this_run / (batch_size * accumulation), format_duration(wall), run.output_dir,
+                           (fs::path(run.output_dir) / "metrics.jsonl").string()));
   if (job.on_finish && !interrupted) job.on_finish(console);
   return 0;
 }
