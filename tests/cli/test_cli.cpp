@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <sstream>
 #include <cstdio>
 #include <sys/wait.h>
 
@@ -66,6 +67,25 @@ TEST(Cli, BenchPrintsTheDocumentedJson) {
   EXPECT_NEAR(j["loss_first"].get<double>(), std::log(256.0), 0.2);
   EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
   EXPECT_GT(j["peak_memory_bytes"].get<double>(), j["activation_bytes"].get<double>());
+}
+
+TEST(Cli, EveryBuiltinConfigValidates) {
+  const CliResult ls = run_hone("ls");
+  ASSERT_EQ(ls.status, 0);
+  std::istringstream lines(ls.out.substr(ls.out.find("CONFIG")));
+  std::string line;
+  std::getline(lines, line);  // the header
+  int validated = 0;
+  while (std::getline(lines, line) && !line.empty()) {
+    const std::string name = line.substr(0, line.find(' '));
+    const CliResult v = run_hone("validate " + name);
+    EXPECT_EQ(v.status, 0) << name << ": " << v.err;
+    EXPECT_NE(v.out.find("valid for the"), std::string::npos) << name;
+    ++validated;
+  }
+  EXPECT_GE(validated, 13);
+  // The pretraining configs estimate their memory up front.
+  EXPECT_NE(run_hone("validate llama3_1/8B_pretrain").out.find("# memory estimate on cpu (bf16)"), std::string::npos);
 }
 
 TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {

@@ -117,6 +117,24 @@ TEST(Lora, TrainingMovesOnlyTheAdapters) {
   EXPECT_EQ(m.params().values().to_vector<float>(), base_before);
 }
 
+TEST(Lora, MemoryIsWhatValidateEstimates) {
+  // A frozen base costs its weights only; gradients and AdamW moments exist for
+  // the adapters alone (hone validate's estimate, without activations).
+  const ModelConfig c = model_preset("llama_125M");
+  const LoraConfig lora{.rank = 8, .attn_modules = {"q_proj", "v_proj"}};
+  Allocator& cpu = allocator_for(Device::cpu());
+  const size_t before = cpu.stats().allocated;
+  Transformer m(c, DType::bf16, Device::cpu(), lora);
+  AdamW opt(m.trainable_params(), AdamWConfig{});
+  const size_t measured = cpu.stats().allocated - before;
+  const size_t n = size_t(c.num_params()), adapters = size_t(lora_parameter_count(c, lora));
+  EXPECT_EQ(size_t(m.trainable_params().numel()), adapters);
+  // Weights (4 B) and their bf16 copy (2 B) for base and adapters; gradients (4 B)
+  // and moments (8 B) for the adapters; ALiBi/RoPE tables are not planned yet.
+  EXPECT_EQ(measured, 6 * (n + adapters) + 12 * adapters);
+  EXPECT_LT(measured, 18 * n * 4 / 10);  // full bf16 fine-tuning needs 18 B/param
+}
+
 TEST(Lora, RejectsBadConfigs) {
   const ModelConfig c = model_preset("llama_tiny");
   EXPECT_THROW(Transformer(c, DType::f32, Device::cpu(), LoraConfig{.rank = 0}), Error);

@@ -176,7 +176,11 @@ Schema finetune_schema(bool lora) {
 }
 
 std::vector<std::string> summarize_finetune(const Config& c) {
-  return summarize(c, open_weights(c.get<std::string>("checkpoint.path"))->config());
+  const std::string path = c.get<std::string>("checkpoint.path");
+  if (!fs::exists(path)) {
+    return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
+  }
+  return summarize(c, open_weights(path)->config());
 }
 
 }  // namespace hone
