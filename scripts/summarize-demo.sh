@@ -19,9 +19,10 @@ $hone run generate checkpoint.path=runs/quickstart lora.adapter=runs/summarize_l
   "tokenizer.path=$cache/tokenizers/gpt2" "prompts_file=$cache/summaries/demo_prompts.txt" template=summarize \
   temperature=0 max_new_tokens=24
 echo "The packages' own summaries:"
-head -n 5 "$cache/summaries/heldout.jsonl" | /usr/bin/python3 - <<'PY'
-import json
-import sys
-for i, line in enumerate(sys.stdin):
-    print(f"[{i}] {json.loads(line)['summary']}")
-PY
+/usr/bin/python3 -c "
+import json, sys
+for i, line in enumerate(open(sys.argv[1])):
+    if i == 5:
+        break
+    print('[%d] %s' % (i, json.loads(line)['summary']))
+" "$cache/summaries/heldout.jsonl"
