@@ -34,11 +34,12 @@ const compute_t<T>* slopes_or_null(const Tensor& alibi_slopes) {
 }  // namespace
 
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
-                       const AttentionHeads& heads) {
+                       const AttentionHeads& heads, const Tensor& token_positions) {
   const char* op = "attention";
   const OpTimer timer(op);
   op_device(op, {&qkv, &out, &lse, &alibi_slopes});
-  const auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
+  auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
+  dims.positions = token_positions_of(op, token_positions, dims.batch, dims.seq, dims.seq);
   dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
     kernels::cpu::attention_forward<T>(qkv.data<T>(), out.data<T>(), lse.data<compute_t<T>>(),
                                        slopes_or_null<T>(alibi_slopes), dims);
@@ -46,11 +47,13 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
 }
 
 void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads) {
+                        const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads,
+                        const Tensor& token_positions) {
   const char* op = "attention backward";
   const OpTimer timer(op);
   op_device(op, {&d_out, &qkv, &out, &lse, &alibi_slopes, &d_qkv});
-  const auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
+  auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
+  dims.positions = token_positions_of(op, token_positions, dims.batch, dims.seq, dims.seq);
   expect_shape(op, "output gradient", d_out, out.shape());
   expect_shape(op, "qkv gradient", d_qkv, qkv.shape());
   dispatch_floating(qkv.dtype(), op, [&]<typename T>() {

@@ -31,4 +31,20 @@ int64_t rows_of(const Tensor& t) {
   return last == 0 ? 0 : t.numel() / last;
 }
 
+const int32_t* token_positions_of(const char* op, const Tensor& token_positions, int64_t batch, int64_t seq,
+                                  int64_t limit) {
+  if (!token_positions.defined()) return nullptr;
+  expect_dtype(op, "token positions", token_positions, DType::i32);
+  expect_shape(op, "token positions", token_positions, {batch, seq});
+  const int32_t* p = token_positions.data<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq; ++t) {
+      const int32_t v = p[b * seq + t];
+      HONE_CHECK(v >= 0 && v <= t && v < limit,
+                 "{}: token {} of row {} has position {}, expected 0 to {} (and below {})", op, t, b, v, t, limit);
+    }
+  }
+  return p;
+}
+
 }  // namespace hone::ops::detail

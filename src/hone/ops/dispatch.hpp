@@ -27,5 +27,10 @@ void expect_dtype(const char* op, const char* what, const Tensor& t, DType dtype
 DType compute_dtype(DType activation);
 // Rows of a tensor viewed as [rows, last].
 int64_t rows_of(const Tensor& t);
+// Checks packed-sequence positions (see ops.hpp): i32 [batch, seq], each in
+// [0, t] and below `limit` (a position table's length). Returns the data pointer,
+// or null when the tensor is absent.
+const int32_t* token_positions_of(const char* op, const Tensor& token_positions, int64_t batch, int64_t seq,
+                                  int64_t limit);
 
 }  // namespace hone::ops::detail

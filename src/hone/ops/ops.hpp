@@ -28,11 +28,18 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                      const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx = false);
 
+// Packed sequences (several samples in one row) pass token_positions: i32
+// [batch, seq], each token's position within its own sample (0 where a sample
+// starts). It moves learned and rotary positions, and attention sees only keys of
+// the query's own sample. Absent, a row is one sequence at positions 0..seq-1.
+
 // ---- embedding ----
-// out[b, t] = table[tokens[b, t]] (+ positions[t]); tokens are i32 [batch, seq].
-void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out);
-void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table,
-                        const Tensor& d_positions);
+// out[b, t] = table[tokens[b, t]] (+ positions[t], or positions[token_positions[b, t]]);
+// tokens are i32 [batch, seq].
+void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out,
+                       const Tensor& token_positions = {});
+void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table, const Tensor& d_positions,
+                        const Tensor& token_positions = {});
 
 // ---- normalization over the last dimension ----
 // In the backward ops an absent d_weight (and d_bias) means a frozen norm.
@@ -48,7 +55,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
 // Rotates the first `heads` heads of each row of x [batch, seq, row] in place;
 // cos/sin are [positions, head_dim/2]; inverse = true is the backward pass.
 void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t head_dim,
-                int64_t position_offset, bool inverse);
+                int64_t position_offset, bool inverse, const Tensor& token_positions = {});
 
 // ---- causal attention over a fused qkv [batch, seq, (H + 2·KV)·head_dim] ----
 struct AttentionHeads {
@@ -57,9 +64,10 @@ struct AttentionHeads {
 };
 // out [batch, seq, H·head_dim]; lse [batch, H, seq]; alibi_slopes [H] or absent.
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
-                       const AttentionHeads& heads);
+                       const AttentionHeads& heads, const Tensor& token_positions = {});
 void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads);
+                        const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads,
+                        const Tensor& token_positions = {});
 
 // Decoding: row i of q ([rows, ...]; heads at the start of each row, e.g. a fused
 // qkv row) attends to positions [0, lengths[i]) of cache slot slots[i].

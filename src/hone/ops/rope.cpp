@@ -8,7 +8,7 @@ namespace hone::ops {
 using namespace detail;
 
 void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t head_dim,
-                int64_t position_offset, bool inverse) {
+                int64_t position_offset, bool inverse, const Tensor& token_positions) {
   const char* op = "rope";
   const OpTimer timer(op);
   op_device(op, {&x, &cos, &sin});
@@ -19,10 +19,11 @@ void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t h
                  sin.shape() == cos.shape(),
              "{}: tables {} do not cover positions up to {} for head_dim {}", op, cos.shape().str(),
              position_offset + seq, head_dim);
+  const int32_t* token_pos = token_positions_of(op, token_positions, x.size(0), seq, cos.size(0));
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::rope_apply<T>(x.data<T>(), cos.data<C>(), sin.data<C>(), x.size(0), seq, heads, head_dim,
-                                x.size(2), position_offset, inverse);
+                                x.size(2), position_offset, inverse, token_pos);
   });
 }
 

@@ -35,11 +35,12 @@ void load_tile(C* tile, int64_t rows, int64_t head_dim, RowPtr&& row) {
   }
 }
 
-// scores[i][j] = scale·q_i·k_j (+ ALiBi), -inf where key j comes after query i.
+// scores[i][j] = scale·q_i·k_j (+ ALiBi), -inf where key j comes after query i
+// or before the start of query i's sample (window_start, packed sequences).
 // kt is the scaled key tile transposed, [head_dim][kTile], so the inner loop runs along keys.
 template <typename C>
 void tile_scores(const C* q, const C* kt, C* scores, int64_t q_rows, int64_t k_rows, int64_t head_dim,
-                 int64_t q_start, int64_t k_start, C slope) {
+                 int64_t q_start, int64_t k_start, C slope, const int64_t* window_start) {
   for (int64_t i = 0; i < q_rows; ++i) {
     C* s = scores + i * kTile;
     std::fill(s, s + k_rows, C(0));
@@ -49,10 +50,11 @@ void tile_scores(const C* q, const C* kt, C* scores, int64_t q_rows, int64_t k_r
 #pragma omp simd
       for (int64_t j = 0; j < k_rows; ++j) s[j] += qd * kd[j];
     }
-    const int64_t q_pos = q_start + i;
+    const int64_t q_pos = q_start + i, first_key = window_start ? window_start[i] : 0;
     for (int64_t j = 0; j < k_rows; ++j) {
       const int64_t k_pos = k_start + j;
-      s[j] = k_pos > q_pos ? -std::numeric_limits<C>::infinity() : s[j] + slope * C(k_pos - q_pos);
+      s[j] = k_pos > q_pos || k_pos < first_key ? -std::numeric_limits<C>::infinity()
+                                                : s[j] + slope * C(k_pos - q_pos);
     }
   }
 }
@@ -63,6 +65,14 @@ template <typename C>
 void transpose_scaled(const C* tile, C* transposed, int64_t rows, int64_t head_dim, C scale) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t d = 0; d < head_dim; ++d) transposed[d * kTile + r] = scale * tile[r * head_dim + d];
+}
+
+// The first key each query of a tile may see: position - (its position in its sample).
+void window_starts(const AttentionDims& d, int64_t b, int64_t q_start, int64_t q_rows, int64_t* starts) {
+  for (int64_t i = 0; i < q_rows; ++i) {
+    const int64_t t = q_start + i;
+    starts[i] = d.positions ? t - int64_t(d.positions[b * d.seq + t]) : 0;
+  }
 }
 
 template <typename T>
@@ -87,6 +97,7 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
   {
     std::vector<C> q(size_t(kTile * hd)), kt(size_t(hd * kTile)), k(size_t(kTile * hd)), v(size_t(kTile * hd));
     std::vector<C> scores(size_t(kTile * kTile)), acc(size_t(kTile * hd)), row_max(kTile), row_sum(kTile);
+    int64_t starts[kTile];
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < dims.batch; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -99,13 +110,15 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           std::fill(acc.begin(), acc.end(), C(0));
           std::fill(row_max.begin(), row_max.end(), -std::numeric_limits<C>::infinity());
           std::fill(row_sum.begin(), row_sum.end(), C(0));
-          // Causal: keys up to the last query of this tile.
-          for (int64_t k_start = 0; k_start < q_start + q_rows; k_start += kTile) {
+          window_starts(dims, b, q_start, q_rows, starts);
+          const int64_t first_key = *std::min_element(starts, starts + q_rows);
+          // Causal: keys up to the last query of this tile, from the earliest sample start.
+          for (int64_t k_start = first_key / kTile * kTile; k_start < q_start + q_rows; k_start += kTile) {
             const int64_t k_rows = std::min(kTile, seq - k_start);
             load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
             transpose_scaled(k.data(), kt.data(), k_rows, hd, scale);
             load_tile<T>(v.data(), k_rows, hd, [&](int64_t r) { return view.v(k_start + r, kvh); });
-            tile_scores(q.data(), kt.data(), scores.data(), q_rows, k_rows, hd, q_start, k_start, slope);
+            tile_scores(q.data(), kt.data(), scores.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
             for (int64_t i = 0; i < q_rows; ++i) {
               C* s = scores.data() + i * kTile;
               C tile_max = -std::numeric_limits<C>::infinity();
@@ -162,6 +175,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
     std::vector<C> q(size_t(kTile * hd)), k(size_t(kTile * hd)), kt(size_t(hd * kTile));
     std::vector<C> v(size_t(kTile * hd)), dout(size_t(kTile * hd)), probs(size_t(kTile * kTile));
     std::vector<C> dk(size_t(kTile * hd)), dv(size_t(kTile * hd)), dq, delta;
+    int64_t starts[kTile];
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < dims.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV; ++kvh) {
@@ -198,7 +212,8 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
               const int64_t q_rows = std::min(kTile, seq - q_start);
               load_tile<T>(q.data(), q_rows, hd, [&](int64_t r) { return view.q(q_start + r, h); });
               load_tile<T>(dout.data(), q_rows, hd, [&](int64_t r) { return d_out_b + (q_start + r) * out_stride + h * hd; });
-              tile_scores(q.data(), kt.data(), probs.data(), q_rows, k_rows, hd, q_start, k_start, slope);
+              window_starts(dims, b, q_start, q_rows, starts);
+              tile_scores(q.data(), kt.data(), probs.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
               for (int64_t i = 0; i < q_rows; ++i) {
                 C* p = probs.data() + i * kTile;
                 const C l = lse_h[q_start + i];

@@ -12,6 +12,9 @@ struct AttentionDims {
   int64_t batch = 0, seq = 0;
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   double scale = 0;  // multiplies q·k, usually 1/sqrt(head_dim)
+  // Packed sequences: each token's position within its own sample, [batch, seq]
+  // (null: one sample per row). Query t sees keys [t - positions[t], t] only.
+  const int32_t* positions = nullptr;
 };
 
 // qkv is [batch, seq, (n_heads + 2·n_kv_heads)·head_dim]: query heads, key heads,

@@ -4,13 +4,14 @@ namespace hone::kernels::cpu {
 
 template <typename T>
 void rope_apply(T* x, const compute_t<T>* cos, const compute_t<T>* sin, int64_t batch, int64_t seq, int64_t heads,
-                int64_t head_dim, int64_t row_stride, int64_t position_offset, bool inverse) {
+                int64_t head_dim, int64_t row_stride, int64_t position_offset, bool inverse,
+                const int32_t* positions) {
   using C = compute_t<T>;
   const int64_t half = head_dim / 2;
   const C sign = inverse ? C(-1) : C(1);
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < batch * seq; ++row) {
-    const int64_t position = position_offset + row % seq;
+    const int64_t position = positions ? int64_t(positions[row]) : position_offset + row % seq;
     const C* c = cos + position * half;
     const C* s = sin + position * half;
     for (int64_t h = 0; h < heads; ++h) {
@@ -26,10 +27,10 @@ void rope_apply(T* x, const compute_t<T>* cos, const compute_t<T>* sin, int64_t 
 }
 
 template void rope_apply<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                int64_t, bool);
+                                int64_t, bool, const int32_t*);
 template void rope_apply<double>(double*, const double*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                 int64_t, bool);
+                                 int64_t, bool, const int32_t*);
 template void rope_apply<bf16>(bf16*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               bool);
+                               bool, const int32_t*);
 
 }  // namespace hone::kernels::cpu
