@@ -144,5 +144,33 @@ TEST(SampleStream, PadsShiftsTargetsShufflesAndResumes) {
   EXPECT_EQ(resumed.next().tokens.to_vector<int32_t>(), epoch2);
 }
 
+TEST(SampleStream, PacksWholeSamplesWithTheirOwnPositions) {
+  std::vector<TokenizedSample> samples;
+  for (int32_t i = 0; i < 6; ++i) {
+    const int32_t n = 2 + i % 3;  // lengths 2, 3, 4, 2, 3, 4
+    TokenizedSample s;
+    for (int32_t t = 0; t < n; ++t) {
+      s.tokens.push_back(100 * (i + 1) + t);
+      s.labels.push_back(t == 0 ? -100 : 100 * (i + 1) + t);
+    }
+    samples.push_back(s);
+  }
+  data::SampleStream s(samples, 1, 8, 3, /*shuffle=*/false, 0, 0, 1, /*packed=*/true);
+  EXPECT_EQ(s.samples_per_epoch(), 3);  // rows: [2+3] (4 does not fit), [4+2], [3+4]
+  Batch b = s.next();
+  EXPECT_EQ(b.tokens.to_vector<int32_t>(), (std::vector<int32_t>{100, 101, 200, 201, 202, 0, 0, 0}));
+  EXPECT_EQ(b.positions.to_vector<int32_t>(), (std::vector<int32_t>{0, 1, 0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(b.targets.to_vector<int32_t>(), (std::vector<int32_t>{101, -100, 201, 202, -100, -100, -100, -100}));
+  const nlohmann::json state = s.state();
+  const auto second = s.next().tokens.to_vector<int32_t>();
+  EXPECT_EQ(second, (std::vector<int32_t>{300, 301, 302, 303, 400, 401, 0, 0}));
+  data::SampleStream resumed(samples, 1, 8, 3, false, 0, 0, 1, true);
+  resumed.restore(state);
+  EXPECT_EQ(resumed.next().tokens.to_vector<int32_t>(), second);
+  // Two ranks split the packed rows of the global batch.
+  data::SampleStream r1(samples, 1, 8, 3, false, 0, /*rank=*/1, /*world_size=*/2, true);
+  EXPECT_EQ(r1.next().tokens.to_vector<int32_t>(), second);
+}
+
 }  // namespace
 }  // namespace hone::test

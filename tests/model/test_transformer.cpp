@@ -175,6 +175,54 @@ TEST(Transformer, ActivationCheckpointingGivesIdenticalGradientsInLessMemory) {
   EXPECT_LT(checkpointed, full / 2);
 }
 
+class PackedSequences : public ::testing::TestWithParam<std::string> {};
+
+// Samples packed into one row give each token the loss it has when its sample
+// runs alone: no attention across samples, positions restart per sample.
+TEST_P(PackedSequences, EqualRunningEachSampleAlone) {
+  const ModelConfig config = small(GetParam());
+  Transformer model(config, DType::f64);
+  model.init_weights(21);
+  const std::vector<int64_t> lengths = {5, 7, 3};  // + 1 token of padding = 16
+  std::vector<int32_t> tokens, targets, positions;
+  Generator g(22);
+  std::vector<double> alone;
+  for (int64_t n : lengths) {
+    std::vector<int32_t> t, y;
+    for (int64_t i = 0; i < n; ++i) {
+      t.push_back(int32_t(g.next_below(uint64_t(config.vocab_size))));
+      y.push_back(int32_t(g.next_below(uint64_t(config.vocab_size))));
+    }
+    model.forward(Tensor::from(t, {1, n}), Tensor::from(y, {1, n}));
+    for (double l : model.token_losses().to_vector<double>()) alone.push_back(l);
+    tokens.insert(tokens.end(), t.begin(), t.end());
+    targets.insert(targets.end(), y.begin(), y.end());
+    for (int64_t i = 0; i < n; ++i) positions.push_back(int32_t(i));
+  }
+  tokens.push_back(0);
+  targets.push_back(ops::kIgnoreIndex);
+  positions.push_back(0);
+  const Batch packed{Tensor::from(tokens, {1, 16}), Tensor::from(targets, {1, 16}), Tensor::from(positions, {1, 16})};
+  model.forward(packed.tokens, packed.targets, packed.positions);
+  const auto losses = model.token_losses().to_vector<double>();
+  for (size_t i = 0; i < alone.size(); ++i) EXPECT_NEAR(losses[i], alone[i], 1e-12) << GetParam() << " token " << i;
+
+  // And the gradients of the packed row are right.
+  auto loss = [&] { return model.forward(packed.tokens, packed.targets, packed.positions).mean(); };
+  model.params().zero_grad();
+  const ops::LossSum s = model.forward(packed.tokens, packed.targets, packed.positions);
+  model.backward(1.0 / double(s.tokens));
+  for (const char* name : {"layers.0.attn.qkv.weight", "layers.1.attn.out.weight", "tok_embeddings.weight"}) {
+    Parameter& p = model.params().get(name);
+    expect_gradient(p.value, p.grad, loss, GetParam() + " packed " + name, 1e-6, 24);
+  }
+  if (Parameter* pos = const_cast<Parameter*>(model.params().find("pos_embeddings.weight"))) {
+    expect_gradient(pos->value, pos->grad, loss, "packed pos_embeddings", 1e-6, 24);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, PackedSequences, ::testing::Values("llama", "gpt2", "mpt"));
+
 TEST(Transformer, RejectsBadInput) {
   Transformer model(model_preset("llama_tiny"), DType::f32);
   EXPECT_THROW(model.reserve(1, 100000), Error);  // beyond max_seq_len

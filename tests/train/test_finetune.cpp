@@ -117,6 +117,21 @@ TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
   for (const std::string& name : x.names()) EXPECT_EQ(x.load(name).to_vector<float>(), y.load(name).to_vector<float>());
 }
 
+TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
+  // 48 samples of about 40 tokens: packed, a row of 128 holds three.
+  auto args = lora_args("packed", 6);
+  args.push_back("dataset.packed=true");
+  args.push_back("dataset.max_seq_len=128");
+  args.push_back("epochs=1");
+  args.erase(std::find(args.begin(), args.end(), "max_steps=6"));
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/packed.log"), 0) << read_file(root_ + "/packed.log");
+  const std::string log = read_file(root_ + "/packed.log");
+  const size_t at = log.find(" samples per epoch");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t rows = std::stoll(log.substr(log.rfind(' ', at - 1) + 1, at));
+  EXPECT_LT(rows, 46 / 2) << "46 training samples should pack at least two to a row:\n" << log;
+}
+
 TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
   ASSERT_EQ(run_hone_to_log({"run", "full_finetune", "output_dir=" + root_ + "/full", "threads=1",
                              "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,

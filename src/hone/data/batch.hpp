@@ -8,8 +8,13 @@
 namespace hone {
 
 struct Batch {
-  Tensor tokens;   // i32 [batch, seq]
-  Tensor targets;  // i32 [batch, seq]; ops::kIgnoreIndex (-100) masks a position
+  Tensor tokens;     // i32 [batch, seq]
+  Tensor targets;    // i32 [batch, seq]; ops::kIgnoreIndex (-100) masks a position
+  Tensor positions;  // packed batches only: i32 [batch, seq], each token's position in its sample
+
+  Batch to(Device device) const {
+    return {tokens.to(device), targets.to(device), positions.defined() ? positions.to(device) : Tensor()};
+  }
 };
 
 namespace data {
@@ -21,6 +26,8 @@ class BatchSource {
   // The position, saved in checkpoints; restore() continues exactly from it.
   virtual nlohmann::json state() const = 0;
   virtual void restore(const nlohmann::json& state) = 0;
+  // Back to the first batch (evaluation walks the same batches every time).
+  virtual void rewind() = 0;
   // Samples in one pass over the data (an epoch).
   virtual int64_t samples_per_epoch() const = 0;
 };

@@ -293,12 +293,14 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
 }
 
 SampleStream::SampleStream(std::vector<TokenizedSample> samples, int64_t batch_size, int64_t seq_len, uint64_t seed,
-                           bool shuffle, int32_t pad_id, int rank, int world_size)
+                           bool shuffle, int32_t pad_id, int rank, int world_size, bool packed)
     : samples_(std::move(samples)),
       batch_size_(batch_size),
       seq_len_(seq_len),
       seed_(seed),
       shuffle_(shuffle),
+      packed_(packed),
+      rows_per_epoch_(int64_t(samples_.size())),
       pad_id_(pad_id),
       rank_(rank),
       world_size_(world_size) {
@@ -306,6 +308,16 @@ SampleStream::SampleStream(std::vector<TokenizedSample> samples, int64_t batch_s
   for (const TokenizedSample& s : samples_) {
     HONE_CHECK(int64_t(s.tokens.size()) <= seq_len, "a sample of {} tokens exceeds seq_len {}", s.tokens.size(),
                seq_len);
+  }
+  if (packed_) {
+    // Count the rows of the first pass (later passes, reshuffled, differ a little).
+    std::vector<int32_t> row(static_cast<size_t>(3 * seq_len));  // tokens, targets, positions
+    rows_per_epoch_ = 0;
+    while (position_ < int64_t(samples_.size())) {
+      fill_row(row.data(), row.data() + seq_len, row.data() + 2 * seq_len);
+      ++rows_per_epoch_;
+    }
+    position_ = 0;
   }
 }
 
@@ -322,21 +334,44 @@ const TokenizedSample& SampleStream::sample_at(int64_t position) {
   return samples_[size_t(order_[size_t(index)])];
 }
 
+void SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* positions) {
+  int64_t t = 0;
+  do {
+    const TokenizedSample& s = sample_at(position_);
+    const int64_t n = int64_t(s.tokens.size());
+    if (t + n > seq_len_) break;  // the next sample starts the next row
+    for (int64_t i = 0; i < n; ++i) {
+      tokens[t + i] = s.tokens[size_t(i)];
+      targets[t + i] = i + 1 < n ? s.labels[size_t(i + 1)] : kIgnore;  // no target across samples
+      if (positions) positions[t + i] = int32_t(i);
+    }
+    t += n;
+    ++position_;
+  } while (packed_);
+  for (int64_t i = 0; t + i < seq_len_; ++i) {  // padding: learns nothing, sees only padding
+    tokens[t + i] = pad_id_;
+    targets[t + i] = kIgnore;
+    if (positions) positions[t + i] = int32_t(i);
+  }
+}
+
 Batch SampleStream::next() {
   Tensor tokens = Tensor::empty({batch_size_, seq_len_}, DType::i32);
   Tensor targets = Tensor::empty({batch_size_, seq_len_}, DType::i32);
-  for (int64_t k = 0; k < batch_size_ * world_size_; ++k, ++position_) {
-    if (k / batch_size_ != rank_) continue;
-    const TokenizedSample& s = sample_at(position_);
-    int32_t* row = tokens.data<int32_t>() + (k % batch_size_) * seq_len_;
-    int32_t* target = targets.data<int32_t>() + (k % batch_size_) * seq_len_;
-    const int64_t n = int64_t(s.tokens.size());
-    for (int64_t t = 0; t < seq_len_; ++t) {
-      row[t] = t < n ? s.tokens[size_t(t)] : pad_id_;
-      target[t] = t + 1 < n ? s.labels[size_t(t + 1)] : kIgnore;
+  Tensor positions = packed_ ? Tensor::empty({batch_size_, seq_len_}, DType::i32) : Tensor();
+  std::vector<int32_t> skipped(static_cast<size_t>(3 * seq_len_));
+  // Every rank fills every row of the global batch (packing decides how many
+  // samples a row takes) and keeps its own.
+  for (int64_t k = 0; k < batch_size_ * world_size_; ++k) {
+    if (k / batch_size_ != rank_) {
+      fill_row(skipped.data(), skipped.data() + seq_len_, packed_ ? skipped.data() + 2 * seq_len_ : nullptr);
+      continue;
     }
+    const int64_t row = (k % batch_size_) * seq_len_;
+    fill_row(tokens.data<int32_t>() + row, targets.data<int32_t>() + row,
+             packed_ ? positions.data<int32_t>() + row : nullptr);
   }
-  return {tokens, targets};
+  return {tokens, targets, positions};
 }
 
 nlohmann::json SampleStream::state() const {

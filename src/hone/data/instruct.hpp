@@ -68,21 +68,30 @@ int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& o
 // Batches of tokenized samples: shuffled every epoch from a seed, right-padded to
 // seq_len (padding has label -100), split across data-parallel ranks. The targets
 // of position t are the labels of position t + 1. State: the sample position.
+// Packed, a row holds as many whole samples as fit, each with its own positions
+// (Batch::positions: the model then keeps samples from attending to each other),
+// and an epoch counts the packed rows of the first pass.
 class SampleStream final : public BatchSource {
  public:
   SampleStream(std::vector<TokenizedSample> samples, int64_t batch_size, int64_t seq_len, uint64_t seed,
-               bool shuffle, int32_t pad_id, int rank = 0, int world_size = 1);
+               bool shuffle, int32_t pad_id, int rank = 0, int world_size = 1, bool packed = false);
   Batch next() override;
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state) override;
-  int64_t samples_per_epoch() const override { return int64_t(samples_.size()); }
+  void rewind() override { position_ = 0; }
+  int64_t samples_per_epoch() const override { return rows_per_epoch_; }
 
  private:
   const TokenizedSample& sample_at(int64_t position);
+  // Fills one row (tokens, targets and, packed, positions) from the samples at
+  // position_, advancing it.
+  void fill_row(int32_t* tokens, int32_t* targets, int32_t* positions);
   std::vector<TokenizedSample> samples_;
   int64_t batch_size_, seq_len_;
   uint64_t seed_;
   bool shuffle_;
+  bool packed_;
+  int64_t rows_per_epoch_;
   int32_t pad_id_;
   int rank_, world_size_;
   int64_t position_ = 0;

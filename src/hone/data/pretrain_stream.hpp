@@ -39,6 +39,7 @@ class PretrainStream final : public BatchSource {
   Batch next() override;
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state) override;
+  void rewind() override { replay_to(0); }
   int64_t samples_per_epoch() const override { return samples_per_epoch_; }
   int64_t position() const { return position_; }
 

@@ -275,9 +275,9 @@ void Transformer::forward_layer(int64_t i) {
   auto& adapters = layer_adapters_[size_t(i)];
   project(l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], l.qkv);
   if (c.position == PositionKind::rope) {
-    ops::rope_apply(l.qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, false);
+    ops::rope_apply(l.qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, false, positions_);
   }
-  ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, heads());
+  ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, heads(), positions_);
   project(l.attn, p.out_weight, p.out_bias, adapters[kOut], a.branch);
   ops::add(l.input, a.branch, l.mid);
   // MLP block: x + down(act(up(norm(x))))
@@ -293,16 +293,18 @@ void Transformer::forward_layer(int64_t i) {
   ops::add(l.mid, a.branch, next_input);
 }
 
-ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets) {
+ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, const Tensor& positions) {
   HONE_CHECK(tokens.ndim() == 2, "tokens have shape {}, expected [batch, seq]", tokens.shape().str());
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   reserve(batch, seq);
   tokens_ = tokens;
   targets_ = targets;
+  positions_ = positions;
   const ModelConfig& c = config_;
   Activations& a = acts_;
 
-  ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), a.layers[0].input);
+  ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), a.layers[0].input,
+                         positions);
   for (int64_t i = 0; i < c.n_layers; ++i) forward_layer(i);
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
   project(a.final_norm, lm_head_, nullptr, output_adapters_, a.logits);
@@ -342,16 +344,16 @@ void Transformer::backward(double loss_scale) {
                   a.d_residual);
     // Attention block.
     project_backward(a.d_residual, l.attn, p.out_weight, p.out_bias, adapters[kOut], a.d_attn);
-    ops::attention_backward(a.d_attn, l.qkv, l.attn, l.attn_lse, alibi_slopes_, a.d_qkv, heads());
+    ops::attention_backward(a.d_attn, l.qkv, l.attn, l.attn_lse, alibi_slopes_, a.d_qkv, heads(), positions_);
     if (c.position == PositionKind::rope) {
-      ops::rope_apply(a.d_qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, true);
+      ops::rope_apply(a.d_qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, true, positions_);
     }
     project_backward(a.d_qkv, l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], a.d_norm);
     norm_backward(a.d_norm, l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm_mean, l.attn_norm_rstd,
                   a.d_residual);
   }
   if (tok_embeddings_->grad.defined()) {
-    ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_));
+    ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_), positions_);
   }
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
 }

@@ -90,8 +90,9 @@ class Transformer {
 
   // Runs tokens (i32 [batch, seq]) through the model. With targets (i32
   // [batch, seq], ops::kIgnoreIndex masks a position) it also computes the loss
-  // and keeps what backward() needs.
-  ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {});
+  // and keeps what backward() needs. `positions` (i32 [batch, seq]) packs several
+  // samples into a row: each token's position within its own sample (ops.hpp).
+  ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {});
   // Logits of the last forward pass, [batch·seq, vocab]; backward() overwrites them.
   const Tensor& logits() const { return acts_.logits; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
@@ -152,7 +153,7 @@ class Transformer {
   Activations acts_;
   size_t arena_bytes_ = 0;
   bool checkpointing_ = false;
-  Tensor tokens_, targets_;  // of the last forward, for backward
+  Tensor tokens_, targets_, positions_;  // of the last forward, for backward
 };
 
 }  // namespace hone

@@ -11,13 +11,13 @@ namespace hone {
 double LossEvaluation::perplexity() const { return std::exp(loss); }
 
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches) {
-  source.restore({{"position", 0}, {"samples_per_epoch", source.samples_per_epoch()}});
+  source.rewind();
   model.set_training(false);
   double sum = 0;
   int64_t tokens = 0;
   for (int64_t i = 0; i < max_batches; ++i) {
-    const Batch b = source.next();
-    const ops::LossSum s = model.forward(b.tokens.to(model.device()), b.targets.to(model.device()));
+    const Batch b = source.next().to(model.device());
+    const ops::LossSum s = model.forward(b.tokens, b.targets, b.positions);
     sum += s.sum;
     tokens += s.tokens;
   }

@@ -102,10 +102,13 @@ int run_finetune(const Config& c) {
   dataset.samples.resize(dataset.samples.size() - held_out);
   const int32_t pad = tokenizer->pad_id().value_or(tokenizer->eos_id().value_or(0));
   const int64_t batch = c.get<int64_t>("batch_size");
-  data::SampleStream train(std::move(dataset.samples), batch, seq_len, run.seed, c.get<bool>("dataset.shuffle"), pad);
+  const bool packed = c.get<bool>("dataset.packed");
+  data::SampleStream train(std::move(dataset.samples), batch, seq_len, run.seed, c.get<bool>("dataset.shuffle"), pad,
+                           0, 1, packed);
   std::unique_ptr<data::SampleStream> valid;
   if (!validation.empty()) {
-    valid = std::make_unique<data::SampleStream>(std::move(validation), batch, seq_len, run.seed, false, pad);
+    valid = std::make_unique<data::SampleStream>(std::move(validation), batch, seq_len, run.seed, false, pad, 0, 1,
+                                                 packed);
   }
 
   Transformer model(model_config, run.dtype, run.device, lora);
@@ -159,6 +162,8 @@ Schema finetune_schema(bool lora) {
   s.add({"dataset.max_seq_len", ValueType::integer, 512, "tokens per sample (longer ones are cut)"});
   s.add({"dataset.validation_fraction", ValueType::number, 0.05, "records held out for validation"});
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
+  s.add({"dataset.packed", ValueType::boolean, false,
+         "pack several samples into each max_seq_len row (each attends only to itself)"});
   s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
   s.add({"export.dtype", ValueType::string, nullptr, "dtype of the exported weights", {"fp32", "bf16", "fp16"}});

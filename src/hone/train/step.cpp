@@ -24,7 +24,8 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     // Dropout masks are a function of the micro-batch's global index.
     model.set_dropout_round(uint64_t(optimizer.steps_taken()) * micro_batches.size() + k);
-    loss_sum += model.forward(micro_batches[k].tokens, micro_batches[k].targets).sum;
+    const Batch& b = micro_batches[k];
+    loss_sum += model.forward(b.tokens, b.targets, b.positions).sum;
     model.backward(1.0 / double(stats.tokens));
   }
   stats.loss = loss_sum / double(stats.tokens);

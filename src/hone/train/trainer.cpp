@@ -117,10 +117,7 @@ int run_training(const Config& c, TrainingJob job) {
   if (state.step >= total_steps) console.line(fmt::format("the run is at step {} of {}: nothing to train", state.step, total_steps));
   while (state.step < total_steps && !stop_requested()) {
     const auto step_start = Clock::now();
-    for (Batch& b : micro) {
-      const Batch host = train.next();
-      b = {host.tokens.to(run.device), host.targets.to(run.device)};
-    }
+    for (Batch& b : micro) b = train.next().to(run.device);
     const StepStats s = train_step(model, optimizer, micro, schedule.at(state.step), max_grad_norm);
     const double elapsed = seconds_between(step_start, Clock::now());
     ++state.step;

@@ -1,0 +1,188 @@
+#include "hone/dist/mpi_communicator.hpp"
+
+#include <climits>
+#include <vector>
+
+#include "hone/core/error.hpp"
+#include "hone/dist/mpi_watchdog.hpp"
+
+namespace hone::dist {
+
+namespace {
+
+void check_cpu(const char* op, const Tensor& t) {
+  HONE_CHECK(t.device().is_cpu(), "{}: the MPI backend moves CPU tensors; this one is on {} (CUDA tensors go "
+                                  "through NCCL)",
+             op, t.device().str());
+}
+
+int mpi_count(const char* op, int64_t n) {
+  HONE_CHECK(n <= INT_MAX, "{}: {} elements exceed MPI's count limit of {} per call", op, n, INT_MAX);
+  return int(n);
+}
+
+// The MPI type that sums elements of `dtype`; bf16 is staged through f32 instead.
+MPI_Datatype sum_type(const char* op, DType dtype) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    default: fail("{}: the MPI backend sums f32, bf16, f64, i32 and i64 tensors, not {}", op, dtype_name(dtype));
+  }
+}
+
+// A type of the element's width, for operations that only move bits.
+MPI_Datatype move_type(DType dtype) {
+  switch (dtype_size(dtype)) {
+    case 1: return MPI_UINT8_T;
+    case 2: return MPI_UINT16_T;
+    case 4: return MPI_UINT32_T;
+    default: return MPI_UINT64_T;
+  }
+}
+
+std::vector<float> to_f32(const Tensor& t) {
+  const bf16* p = t.data<bf16>();
+  std::vector<float> out(size_t(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(p[i]);
+  return out;
+}
+
+void store_bf16(const std::vector<float>& values, const Tensor& t) {
+  bf16* p = t.data<bf16>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = float_to_bf16(values[i]);
+}
+
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  MPI_Group group, world;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ranks(size_t(size)), out(size_t(size));
+  for (int r = 0; r < size; ++r) ranks[size_t(r)] = r;
+  MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
+  ensure_mpi_initialized();
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(comm, "world"));
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  watched_ = std::make_shared<WatchedState>();
+  watched_->name = std::move(name);
+  watched_->rank = rank_;
+  watched_->world_ranks = world_ranks_of(comm_);
+  MPI_Comm_dup(comm_, &watched_->control);
+  MPI_Comm_set_errhandler(watched_->control, MPI_ERRORS_RETURN);
+  start_watching(watched_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  stop_watching(watched_.get());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  MPI_Comm_free(&watched_->control);
+  MPI_Comm_free(&comm_);
+}
+
+const std::vector<int>& MpiCommunicator::world_ranks() const { return watched_->world_ranks; }
+
+void MpiCommunicator::all_reduce(const Tensor& t) {
+  check_cpu("all_reduce", t);
+  const int n = mpi_count("all_reduce", t.numel());
+  if (t.dtype() == DType::bf16) {
+    std::vector<float> staged = to_f32(t);
+    Watch w(*watched_, MpiOp::all_reduce, n);
+    MPI_Allreduce(MPI_IN_PLACE, staged.data(), n, MPI_FLOAT, MPI_SUM, comm_);
+    store_bf16(staged, t);
+    return;
+  }
+  const MPI_Datatype type = sum_type("all_reduce", t.dtype());
+  Watch w(*watched_, MpiOp::all_reduce, n);
+  MPI_Allreduce(MPI_IN_PLACE, t.raw(), n, type, MPI_SUM, comm_);
+}
+
+void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+  check_cpu("reduce_scatter", input);
+  check_cpu("reduce_scatter", output);
+  check_chunked("reduce_scatter", input, output, size_);
+  const int n = mpi_count("reduce_scatter", output.numel());
+  if (input.dtype() == DType::bf16) {
+    std::vector<float> staged = to_f32(input), out(size_t(n));
+    Watch w(*watched_, MpiOp::reduce_scatter, n);
+    MPI_Reduce_scatter_block(staged.data(), out.data(), n, MPI_FLOAT, MPI_SUM, comm_);
+    store_bf16(out, output);
+    return;
+  }
+  const MPI_Datatype type = sum_type("reduce_scatter", input.dtype());
+  Watch w(*watched_, MpiOp::reduce_scatter, n);
+  MPI_Reduce_scatter_block(input.raw(), output.raw(), n, type, MPI_SUM, comm_);
+}
+
+void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_cpu("all_gather", input);
+  check_cpu("all_gather", output);
+  check_chunked("all_gather", output, input, size_);
+  const int n = mpi_count("all_gather", input.numel());
+  Watch w(*watched_, MpiOp::all_gather, n);
+  MPI_Allgather(input.raw(), n, move_type(input.dtype()), output.raw(), n, move_type(input.dtype()), comm_);
+}
+
+void MpiCommunicator::broadcast(const Tensor& t, int root) {
+  check_cpu("broadcast", t);
+  check_root("broadcast", root, size_);
+  const int n = mpi_count("broadcast", t.numel());
+  Watch w(*watched_, MpiOp::broadcast, n);
+  MPI_Bcast(t.raw(), n, move_type(t.dtype()), root, comm_);
+}
+
+void MpiCommunicator::barrier() {
+  Watch w(*watched_, MpiOp::barrier, 0);
+  MPI_Barrier(comm_);
+}
+
+void MpiCommunicator::send(const Tensor& t, int peer) {
+  check_cpu("send", t);
+  check_peer("send", peer, rank_, size_);
+  const int n = mpi_count("send", t.numel());
+  Watch w(*watched_, MpiOp::send, n, peer);
+  MPI_Send(t.raw(), n, move_type(t.dtype()), peer, 0, comm_);
+}
+
+void MpiCommunicator::recv(const Tensor& t, int peer) {
+  check_cpu("recv", t);
+  check_peer("recv", peer, rank_, size_);
+  const int n = mpi_count("recv", t.numel());
+  Watch w(*watched_, MpiOp::recv, n, peer);
+  MPI_Status status;
+  MPI_Recv(t.raw(), n, move_type(t.dtype()), peer, 0, comm_, &status);
+  int received = 0;
+  MPI_Get_count(&status, move_type(t.dtype()), &received);
+  HONE_CHECK(received == n, "recv from rank {}: got {} elements into a tensor of {}", peer, received, n);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  HONE_CHECK(color >= 0, "split: color {} must not be negative", color);
+  MPI_Comm comm;
+  {
+    Watch w(*watched_, MpiOp::split, 0);
+    MPI_Comm_split(comm_, color, key, &comm);
+  }
+  return std::unique_ptr<Communicator>(
+      new MpiCommunicator(comm, fmt::format("group {} of {}", color, watched_->name)));
+}
+
+}  // namespace hone::dist

@@ -1,0 +1,284 @@
+#include "hone/kernels/cuda/elementwise.hpp"
+
+#include "hone/core/error.hpp"
+#include "hone/kernels/cuda/common.cuh"
+#include "hone/kernels/cuda/reduce.cuh"
+
+namespace hone::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+  HONE_GRID_STRIDE(i, n) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+
+template <typename T>
+__global__ void scale_kernel(T* x, int64_t n, float factor) {
+  HONE_GRID_STRIDE(i, n) x[i] = from_f32<T>(to_f32(x[i]) * factor);
+}
+
+// IEEE half bits <-> float, the same bits as kernels/cpu/elementwise.hpp's
+// f16_to_float and float_to_f16 (round to nearest even, subnormals, inf, NaN).
+struct F16 {
+  uint16_t bits;
+};
+
+__device__ float f16_to_f32(F16 h) {
+  const uint32_t sign = uint32_t(h.bits & 0x8000u) << 16;
+  const uint32_t exponent = (h.bits >> 10) & 0x1fu, mantissa = h.bits & 0x3ffu;
+  if (exponent == 0x1f) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0) return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  const float magnitude = float(mantissa) * 5.9604644775390625e-8f;
+  return sign ? -magnitude : magnitude;
+}
+
+__device__ F16 f32_to_f16(float f) {
+  uint32_t x = __float_as_uint(f);
+  const auto sign = uint16_t((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return F16{uint16_t(sign | 0x7e00u | ((x >> 13) & 0x3ffu))};
+  if (x >= 0x477ff000u) return F16{uint16_t(sign | 0x7c00u)};
+  if (x >= 0x38800000u) {
+    x -= 112u << 23;
+    x += 0xfffu + ((x >> 13) & 1u);
+    return F16{uint16_t(sign | (x >> 13))};
+  }
+  const uint32_t exponent = x >> 23;
+  if (exponent < 102) return F16{sign};
+  const uint32_t mantissa = (x & 0x7fffffu) | 0x800000u, shift = 126 - exponent;
+  uint32_t units = mantissa >> shift;
+  const uint32_t rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (units & 1u))) ++units;
+  return F16{uint16_t(sign | units)};
+}
+
+__device__ float widen(float x) { return x; }
+__device__ float widen(bf16 x) { return to_f32(x); }
+__device__ float widen(F16 x) { return f16_to_f32(x); }
+__device__ double widen(double x) { return x; }
+
+template <typename To>
+__device__ To narrow(float x);
+template <>
+__device__ bf16 narrow<bf16>(float x) {
+  return from_f32<bf16>(x);
+}
+template <>
+__device__ F16 narrow<F16>(float x) {
+  return f32_to_f16(x);
+}
+template <>
+__device__ double narrow<double>(float x) {
+  return x;
+}
+
+template <typename From, typename To>
+__global__ void cast_kernel(const From* src, To* dst, int64_t n) {
+  if constexpr (std::is_same_v<To, float>) {
+    HONE_GRID_STRIDE(i, n) dst[i] = float(widen(src[i]));
+  } else {
+    HONE_GRID_STRIDE(i, n) dst[i] = narrow<To>(src[i]);
+  }
+}
+
+template <typename From, typename To>
+void launch_cast(const void* src, void* dst, int64_t n) {
+  cast_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(static_cast<const From*>(src),
+                                                                   static_cast<To*>(dst), n);
+  HONE_CUDA_LAUNCHED("cast");
+}
+
+template <typename T>
+__global__ void add_bias_kernel(T* y, const float* bias, int64_t rows, int64_t cols) {
+  HONE_GRID_STRIDE(i, rows * cols) y[i] = from_f32<T>(to_f32(y[i]) + bias[i % cols]);
+}
+
+template <typename T>
+struct BiasTerm {
+  const T* dy;
+  int64_t cols;
+  __device__ float operator()(int64_t row, int64_t col) const { return to_f32(dy[row * cols + col]); }
+};
+
+// Philox4x32-10 as in core/rng.cpp: the same (key, counter) gives the same bits.
+__device__ uint4 philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter_hi) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  uint32_t c0 = uint32_t(counter_lo), c1 = uint32_t(counter_lo >> 32);
+  uint32_t c2 = uint32_t(counter_hi), c3 = uint32_t(counter_hi >> 32);
+  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint32_t hi0 = __umulhi(kMul0, c0), lo0 = kMul0 * c0;
+    const uint32_t hi1 = __umulhi(kMul1, c2), lo1 = kMul1 * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return make_uint4(c0, c1, c2, c3);
+}
+
+// One thread per Philox block of 4 elements, as the CPU draws them.
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* out, int64_t n, uint32_t threshold, float scale, uint64_t seed,
+                               uint64_t stream_id) {
+  HONE_GRID_STRIDE(block, (n + 3) / 4) {
+    const uint4 r = philox4x32(seed, uint64_t(block), stream_id);
+    const uint32_t draws[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = block * 4 + k;
+      if (i < n) out[i] = from_f32<T>(draws[k] >= threshold ? to_f32(x[i]) * scale : 0.0f);
+    }
+  }
+}
+
+template <typename T>
+__global__ void add_columns_kernel(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols,
+                                   float scale) {
+  HONE_GRID_STRIDE(i, rows * cols) {
+    T* d = dst + (i / cols) * width + col + i % cols;
+    *d = from_f32<T>(to_f32(*d) + scale * to_f32(src[i]));
+  }
+}
+
+template <typename T>
+__global__ void copy_columns_kernel(const T* src, int64_t width, int64_t col, T* dst, int64_t rows, int64_t cols,
+                                    float scale) {
+  HONE_GRID_STRIDE(i, rows * cols) dst[i] = from_f32<T>(scale * to_f32(src[(i / cols) * width + col + i % cols]));
+}
+
+constexpr int kSumBlocks = 1024;
+
+// Stage 1: each block's share in double; the grid depends on n only, so the
+// order of additions, and the result, is fixed.
+template <typename T>
+__global__ void sum_squares_kernel(const T* x, int64_t n, double* partial) {
+  __shared__ double scratch[kThreads / kWarpSize];
+  double sum = 0;
+  HONE_GRID_STRIDE(i, n) {
+    const double v = to_f32(x[i]);
+    sum += v * v;
+  }
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+__global__ void sum_partials_kernel(const double* partial, int count, double* total) {
+  __shared__ double scratch[kThreads / kWarpSize];
+  double sum = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) *total = sum;
+}
+
+}  // namespace
+
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(a, b, out, n);
+  HONE_CUDA_LAUNCHED("add");
+}
+
+template <typename T>
+void scale_inplace(T* x, int64_t n, double factor) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(x, n, float(factor));
+  HONE_CUDA_LAUNCHED("scale");
+}
+
+void cast(const void* src, DType from, void* dst, DType to, int64_t n) {
+  if (n == 0) return;
+  if (from == to) {
+    HONE_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * dtype_size(to), cudaMemcpyDeviceToDevice, stream()));
+  } else if (from == DType::f32 && to == DType::bf16) {
+    launch_cast<float, bf16>(src, dst, n);
+  } else if (from == DType::bf16 && to == DType::f32) {
+    launch_cast<bf16, float>(src, dst, n);
+  } else if (from == DType::f32 && to == DType::f16) {
+    launch_cast<float, F16>(src, dst, n);
+  } else if (from == DType::f16 && to == DType::f32) {
+    launch_cast<F16, float>(src, dst, n);
+  } else if (from == DType::f32 && to == DType::f64) {
+    launch_cast<float, double>(src, dst, n);
+  } else if (from == DType::f64 && to == DType::f32) {
+    launch_cast<double, float>(src, dst, n);
+  } else {
+    fail("cast: no conversion from {} to {}", dtype_name(from), dtype_name(to));
+  }
+}
+
+template <typename T>
+void add_bias(T* y, const float* bias, int64_t rows, int64_t cols) {
+  if (rows * cols == 0) return;
+  add_bias_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream()>>>(y, bias, rows, cols);
+  HONE_CUDA_LAUNCHED("add_bias");
+}
+
+template <typename T>
+void bias_backward(const T* dy, float* d_bias, int64_t rows, int64_t cols) {
+  accumulate_columns(BiasTerm<T>{dy, cols}, rows, cols, d_bias);
+}
+
+template <typename T>
+void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream_id) {
+  if (n == 0) return;
+  const auto threshold = uint32_t(p * 4294967296.0);
+  const auto scale = float(1.0 / (1.0 - p));
+  dropout_kernel<<<blocks_for((n + 3) / 4, kThreads), kThreads, 0, stream()>>>(x, out, n, threshold, scale, seed,
+                                                                               stream_id);
+  HONE_CUDA_LAUNCHED("dropout");
+}
+
+template <typename T>
+void add_scaled_columns(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols, double scale) {
+  if (rows * cols == 0) return;
+  add_columns_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream()>>>(dst, width, col, src, rows, cols,
+                                                                                   float(scale));
+  HONE_CUDA_LAUNCHED("add_columns");
+}
+
+template <typename T>
+void copy_scaled_columns(const T* src, int64_t width, int64_t col, T* dst, int64_t rows, int64_t cols,
+                         double scale) {
+  if (rows * cols == 0) return;
+  copy_columns_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream()>>>(src, width, col, dst, rows,
+                                                                                    cols, float(scale));
+  HONE_CUDA_LAUNCHED("copy_columns");
+}
+
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  if (n == 0) return 0.0;
+  const unsigned blocks = std::min<unsigned>(kSumBlocks, blocks_for(n, kThreads));
+  DeviceBuffer partial((blocks + 1) * sizeof(double));
+  double* total = partial.as<double>() + blocks;
+  sum_squares_kernel<<<blocks, kThreads, 0, stream()>>>(x, n, partial.as<double>());
+  HONE_CUDA_LAUNCHED("sum_squares");
+  sum_partials_kernel<<<1, kThreads, 0, stream()>>>(partial.as<double>(), int(blocks), total);
+  HONE_CUDA_LAUNCHED("sum_squares (partials)");
+  double result = 0;
+  copy_to_host(&result, total, sizeof result);
+  return result;
+}
+
+#define HONE_INSTANTIATE(T)                                                                                 \
+  template void add<T>(const T*, const T*, T*, int64_t);                                                    \
+  template void scale_inplace<T>(T*, int64_t, double);                                                      \
+  template void add_bias<T>(T*, const float*, int64_t, int64_t);                                            \
+  template void bias_backward<T>(const T*, float*, int64_t, int64_t);                                       \
+  template void dropout<T>(const T*, T*, int64_t, double, uint64_t, uint64_t);                              \
+  template void add_scaled_columns<T>(T*, int64_t, int64_t, const T*, int64_t, int64_t, double);            \
+  template void copy_scaled_columns<T>(const T*, int64_t, int64_t, T*, int64_t, int64_t, double);           \
+  template double sum_squares<T>(const T*, int64_t);
+HONE_INSTANTIATE(float)
+HONE_INSTANTIATE(bf16)
+#undef HONE_INSTANTIATE
+
+}  // namespace hone::kernels::cuda

@@ -1,0 +1,266 @@
+#include "hone/kernels/cuda/runtime.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "hone/core/allocator.hpp"
+#include "hone/core/error.hpp"
+#include "hone/kernels/cuda/check.hpp"
+
+namespace hone::kernels::cuda {
+
+void fail_cuda(cudaError_t error, const char* call, const char* file, int line) {
+  const std::string_view path(file);
+  const size_t slash = path.find_last_of('/');
+  const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  fail("{} failed at {}:{}: {}: {}", call, name, line, cudaGetErrorName(error), cudaGetErrorString(error));
+}
+
+namespace {
+
+// The process's device, initialized on first use so that programs that never
+// touch CUDA (the CPU test suite on machines without a GPU) never call the driver.
+struct Runtime {
+  std::mutex mutex;
+  int device = 0;
+  std::atomic<bool> initialized = false;
+  cudaStream_t stream = nullptr;
+  int multiprocessors = 0;
+  size_t max_shared_memory = 0;
+
+  void ensure_initialized() {
+    if (initialized.load(std::memory_order_acquire)) return;  // every launch asks: no lock once set up
+    std::lock_guard lock(mutex);
+    if (initialized) return;
+    HONE_CHECK(available(), "device cuda:{} requested, but no CUDA device is usable: {}", device,
+               unavailable_reason());
+    int count = 0;
+    HONE_CUDA_CHECK(cudaGetDeviceCount(&count));
+    HONE_CHECK(device < count, "device cuda:{} requested, but this machine has {} CUDA device(s)", device, count);
+    HONE_CUDA_CHECK(cudaSetDevice(device));
+    HONE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    HONE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    int shared = 0;
+    HONE_CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    max_shared_memory = size_t(shared);
+    initialized = true;
+  }
+};
+
+Runtime& runtime() {
+  static Runtime* instance = new Runtime;  // never destroyed: tensors may be freed during exit
+  return *instance;
+}
+
+struct Availability {
+  bool usable = false;
+  std::string reason;
+};
+
+const Availability& availability() {
+  static const Availability result = [] {
+    int count = 0;
+    const cudaError_t error = cudaGetDeviceCount(&count);
+    if (error != cudaSuccess) {
+      cudaGetLastError();
+      return Availability{false, std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error)};
+    }
+    if (count == 0) return Availability{false, "the driver reports no CUDA device"};
+    return Availability{true, ""};
+  }();
+  return result;
+}
+
+// Device memory in size classes: a freed block goes to the free list of its
+// class and serves the next request of that class without cudaMalloc/cudaFree,
+// which synchronize the device and cost far more than a training step's small
+// tensors. Classes: multiples of 512 B up to 1 MiB; 8 classes per power of two
+// up to 64 MiB (at most 12.5% slack); multiples of 2 MiB above (arenas, weights).
+class CudaAllocator final : public Allocator {
+ public:
+  static size_t size_class(size_t bytes) {
+    constexpr size_t kSmall = 512, kMiB = size_t(1) << 20, kLarge = 2 * kMiB;
+    if (bytes <= kMiB) return round_up(bytes, kSmall);
+    if (bytes <= 64 * kMiB) {
+      const size_t step = std::bit_floor(bytes) / 8;
+      return round_up(bytes, step);
+    }
+    return round_up(bytes, kLarge);
+  }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    Runtime& rt = runtime();
+    rt.ensure_initialized();
+    const size_t size = size_class(bytes);
+    std::lock_guard lock(mutex_);
+    void* ptr = nullptr;
+    std::vector<void*>& list = free_[size];
+    if (!list.empty()) {
+      ptr = list.back();
+      list.pop_back();
+      cached_ -= size;
+    } else {
+      cudaError_t error = cudaMalloc(&ptr, size);
+      if (error == cudaErrorMemoryAllocation) {
+        cudaGetLastError();  // not sticky: clear it and retry with the cache released
+        release_cached_locked();
+        error = cudaMalloc(&ptr, size);
+      }
+      if (error == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free = 0, total = 0;
+        cudaMemGetInfo(&free, &total);
+        fail("out of memory on cuda:{}: could not allocate {} bytes ({} in use by tensors, {} held by hone; the "
+             "device has {} of {} bytes free)",
+             rt.device, bytes, allocated_, reserved_, free, total);
+      }
+      HONE_CUDA_CHECK(error);
+      reserved_ += size;
+    }
+    allocated_ += bytes;
+    peak_ = std::max(peak_, allocated_);
+    return ptr;
+  }
+
+  void deallocate(void* ptr, size_t bytes) override {
+    if (ptr == nullptr) return;
+    const size_t size = size_class(bytes);
+    std::lock_guard lock(mutex_);
+    free_[size].push_back(ptr);
+    cached_ += size;
+    allocated_ -= bytes;
+  }
+
+  MemoryStats stats() const override {
+    std::lock_guard lock(mutex_);
+    return {.allocated = allocated_, .peak_allocated = peak_, .reserved = reserved_};
+  }
+
+  void reset_peak() override {
+    std::lock_guard lock(mutex_);
+    peak_ = allocated_;
+  }
+
+  void zero(void* ptr, size_t bytes) override {
+    if (bytes != 0) HONE_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream()));
+  }
+
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { copy_to_device(dst, src, bytes); }
+
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { cuda::copy_to_host(dst, src, bytes); }
+
+  void copy_within(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) HONE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+  }
+
+  void release_cached() {
+    if (!runtime().initialized) return;
+    std::lock_guard lock(mutex_);
+    release_cached_locked();
+  }
+
+ private:
+  static size_t round_up(size_t bytes, size_t step) { return (bytes + step - 1) / step * step; }
+
+  void release_cached_locked() {
+    HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    for (auto& [size, list] : free_) {
+      for (void* ptr : list) HONE_CUDA_CHECK(cudaFree(ptr));
+      reserved_ -= size * list.size();
+      cached_ -= size * list.size();
+      list.clear();
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // by size class
+  size_t allocated_ = 0, peak_ = 0, reserved_ = 0, cached_ = 0;
+};
+
+CudaAllocator& cuda_allocator() {
+  static CudaAllocator* instance = new CudaAllocator;  // never destroyed, like the runtime
+  return *instance;
+}
+
+// Registered before main(): a CUDA tensor can be made before the first op runs.
+const bool g_registered = [] {
+  register_allocator(DeviceKind::cuda, &cuda_allocator());
+  return true;
+}();
+
+}  // namespace
+
+bool available() { return availability().usable; }
+
+std::string unavailable_reason() { return availability().reason; }
+
+void set_device(int index) {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mutex);
+  HONE_CHECK(!rt.initialized || rt.device == index,
+             "cuda:{} requested after this process started computing on cuda:{} (one device per process)", index,
+             rt.device);
+  HONE_CHECK(index >= 0, "negative CUDA device index {}", index);
+  rt.device = index;
+}
+
+int current_device() { return runtime().device; }
+
+void check_device(Device device) {
+  HONE_ASSERT(g_registered);
+  Runtime& rt = runtime();
+  rt.ensure_initialized();
+  HONE_CHECK(device.index == rt.device,
+             "tensor on {} but this process computes on cuda:{} (one device per process; choose it with "
+             "CUDA_VISIBLE_DEVICES or the launcher's local rank)",
+             device.str(), rt.device);
+}
+
+void synchronize() {
+  if (runtime().initialized) HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void empty_cache() { cuda_allocator().release_cached(); }
+
+cudaStream_t stream() {
+  Runtime& rt = runtime();
+  rt.ensure_initialized();
+  return rt.stream;
+}
+
+int multiprocessors() {
+  Runtime& rt = runtime();
+  rt.ensure_initialized();
+  return rt.multiprocessors;
+}
+
+size_t max_shared_memory_per_block() {
+  Runtime& rt = runtime();
+  rt.ensure_initialized();
+  return rt.max_shared_memory;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : data_(cuda_allocator().allocate(bytes)), bytes_(bytes) {}
+
+DeviceBuffer::~DeviceBuffer() { cuda_allocator().deallocate(data_, bytes_); }
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  HONE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  HONE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+  // The host buffer may be freed or reused as soon as this returns.
+  HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+}  // namespace hone::kernels::cuda
