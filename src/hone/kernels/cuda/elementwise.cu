@@ -55,7 +55,6 @@ __device__ F16 f32_to_f16(float f) {
   return F16{uint16_t(sign | units)};
 }
 
-__device__ float widen(float x) { return x; }
 __device__ float widen(bf16 x) { return to_f32(x); }
 __device__ float widen(F16 x) { return f16_to_f32(x); }
 __device__ double widen(double x) { return x; }

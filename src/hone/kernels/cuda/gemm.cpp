@@ -1,0 +1,209 @@
+#include "hone/kernels/cuda/gemm.hpp"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+
+#include "hone/core/allocator.hpp"
+#include "hone/core/error.hpp"
+#include "hone/kernels/cuda/check.hpp"
+#include "hone/kernels/cuda/elementwise.hpp"
+#include "hone/kernels/cuda/runtime.hpp"
+
+namespace hone::kernels::cuda {
+
+namespace {
+
+[[noreturn]] void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  const std::string_view path(file);
+  fail("{} failed at {}:{}: {}: {}", call, path.substr(path.find_last_of('/') + 1), line,
+       cublasLtGetStatusName(status), cublasLtGetStatusString(status));
+}
+
+#define HONE_CUBLAS_CHECK(call)                                                      \
+  do {                                                                               \
+    const cublasStatus_t hone_status_ = (call);                                      \
+    if (hone_status_ != CUBLAS_STATUS_SUCCESS) fail_cublas(hone_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: fail("no CUDA GEMM for {} operands", dtype_name(dtype));
+  }
+}
+
+// cuBLASLt's heuristics assume 256-byte aligned buffers unless told otherwise;
+// tensors carved from arenas or sliced from flat buffers are often less aligned.
+uint32_t alignment_of(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  return address == 0 ? 256u : uint32_t(std::min<uintptr_t>(256, address & (~address + 1)));
+}
+
+// Everything a plan depends on: shapes, transposes, types, the epilogue and the
+// buffers' alignment (a plan chosen for aligned buffers may not run on others).
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, DType, DType, bool, uint32_t, uint32_t,
+                           uint32_t, uint32_t>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A, B, C (see make_plan)
+  cublasLtMatmulAlgo_t algo{};
+  bool fused_bias = false;
+};
+
+cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t batch) {
+  cublasLtMatrixLayout_t l = nullptr;
+  // Column-major rows×cols with leading dimension rows: the packed matrices of hone.
+  HONE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(dtype), uint64_t(rows), uint64_t(cols), rows));
+  if (batch > 1) {
+    const auto count = int32_t(batch);
+    const int64_t stride = rows * cols;
+    HONE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    HONE_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+  }
+  return l;
+}
+
+class LtGemm {
+ public:
+  void run(const GemmArgs& g, const float* bias) {
+    std::lock_guard lock(mutex_);
+    ensure_handle();
+    const bool want_fused = bias != nullptr && g.batch == 1;
+    const PlanKey key{g.batch,  g.m,
+                      g.n,      g.k,
+                      g.trans_a, g.trans_b,
+                      g.ab_type, g.c_type,
+                      want_fused, alignment_of(g.a),
+                      alignment_of(g.b), alignment_of(g.c),
+                      want_fused ? alignment_of(bias) : 0u};
+    auto found = plans_.find(key);
+    if (found == plans_.end()) found = plans_.emplace(key, make_plan(g, want_fused ? bias : nullptr)).first;
+    Plan& plan = found->second;
+    if (plan.fused_bias) {
+      HONE_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's A is our B.
+    HONE_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.c, plan.c,
+                                     g.c, plan.c, &plan.algo, workspace_, kWorkspaceBytes, stream()));
+    if (bias != nullptr && !plan.fused_bias) add_bias_after(g, bias);
+  }
+
+ private:
+  // cuBLASLt's recommendation for Hopper; Ampere needs less.
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+  void ensure_handle() {
+    if (handle_ != nullptr) return;
+    HONE_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    // From the tensor allocator, so memory/allocated_mem includes it.
+    workspace_ = allocator_for(Device::cuda(current_device())).allocate(kWorkspaceBytes);
+  }
+
+  Plan make_plan(const GemmArgs& g, const float* bias) {
+    Plan p;
+    HONE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    HONE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    HONE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    // Our B stored [k, n] (or [n, k] transposed) is column-major n×k (k×n); our A
+    // stored [m, k] ([k, m]) is column-major k×m (m×k); C is column-major n×m.
+    p.a = g.trans_b ? layout(g.ab_type, g.k, g.n, g.batch) : layout(g.ab_type, g.n, g.k, g.batch);
+    p.b = g.trans_a ? layout(g.ab_type, g.m, g.k, g.batch) : layout(g.ab_type, g.k, g.m, g.batch);
+    p.c = layout(g.c_type, g.n, g.m, g.batch);
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t workspace = kWorkspaceBytes;
+    HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace, sizeof workspace));
+    const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
+    for (auto [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
+      HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
+    }
+    // The bias epilogue reads f32 biases, which cuBLASLt documents for f32
+    // outputs; a bf16 output (or no algorithm with the epilogue) adds the bias
+    // in a second kernel.
+    bool found = false;
+    if (bias != nullptr && g.c_type == DType::f32) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      HONE_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+      HONE_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+      found = heuristic(p, preference);
+      p.fused_bias = found;
+      if (!found) {
+        const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
+        HONE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none));
+      }
+    }
+    if (!found) found = heuristic(p, preference);
+    HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+    HONE_CHECK(found, "cuBLASLt has no algorithm for a {}x{}x{} GEMM (batch {}) of {} operands into {}", g.m, g.n,
+               g.k, g.batch, dtype_name(g.ab_type), dtype_name(g.c_type));
+    return p;
+  }
+
+  bool heuristic(Plan& p, cublasLtMatmulPreference_t preference) {
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, 1, &result, &count);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || count == 0) return false;
+    HONE_CUBLAS_CHECK(status);
+    p.algo = result.algo;
+    return true;
+  }
+
+  static void add_bias_after(const GemmArgs& g, const float* bias) {
+    if (g.c_type == DType::bf16) add_bias(static_cast<bf16*>(g.c), bias, g.batch * g.m, g.n);
+    else add_bias(static_cast<float*>(g.c), bias, g.batch * g.m, g.n);
+  }
+
+  std::mutex mutex_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<PlanKey, Plan> plans_;
+};
+
+LtGemm& lt_gemm() {
+  static LtGemm* instance = new LtGemm;  // never destroyed: the driver may be gone at exit
+  return *instance;
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& g, const float* bias) {
+  HONE_ASSERT(g.batch >= 0 && g.m >= 0 && g.n >= 0 && g.k >= 0);
+  if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  HONE_CHECK((g.ab_type == DType::f32 && g.c_type == DType::f32) ||
+                 (g.ab_type == DType::bf16 && (g.c_type == DType::f32 || g.c_type == DType::bf16)),
+             "no CUDA GEMM for {} operands with a {} result", dtype_name(g.ab_type), dtype_name(g.c_type));
+  if (g.k == 0) {
+    // An empty reduction: C = beta·C, as the CPU path (which allows beta 0 or 1).
+    HONE_ASSERT(g.beta == 0.0f || g.beta == 1.0f);
+    const size_t bytes = size_t(g.batch * g.m * g.n) * dtype_size(g.c_type);
+    if (g.beta == 0.0f) HONE_CUDA_CHECK(cudaMemsetAsync(g.c, 0, bytes, stream()));
+    if (bias == nullptr) return;
+    if (g.c_type == DType::bf16) add_bias(static_cast<bf16*>(g.c), bias, g.batch * g.m, g.n);
+    else add_bias(static_cast<float*>(g.c), bias, g.batch * g.m, g.n);
+    return;
+  }
+  lt_gemm().run(g, bias);
+}
+
+}  // namespace hone::kernels::cuda

@@ -1,0 +1,16 @@
+#pragma once
+// Matrix multiplication on the GPU through cuBLASLt, with the CPU's interface
+// (kernels/cpu/gemm.hpp): row-major operands, optional transposes, a batch of
+// consecutive matrices, alpha and beta. f32·f32→f32 in full fp32 (no TF32, as
+// PyTorch's default); bf16·bf16→f32|bf16 accumulating in fp32.
+#include "hone/kernels/cpu/gemm.hpp"
+
+namespace hone::kernels::cuda {
+
+using GemmArgs = cpu::GemmArgs;
+
+// bias (f32 [n], device memory) is null or added to every row of C after the
+// product: in cuBLASLt's epilogue where it takes it, else by a second kernel.
+void gemm(const GemmArgs& args, const float* bias = nullptr);
+
+}  // namespace hone::kernels::cuda
