@@ -5,11 +5,15 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 namespace hone::kernels::cuda {
 
 // Throws hone::Error: "<call> failed at <file>:<line>: <error name>: <meaning>".
 [[noreturn]] void fail_cuda(cudaError_t error, const char* call, const char* file, int line);
+// Throws hone::Error with `message`. For .cu files, where nvcc cannot compile
+// fmt's compile-time format checks (hone::fail).
+[[noreturn]] void fail_text(const std::string& message);
 
 // The stream of all of hone's device work. One stream orders everything, which
 // is what makes the caching allocator's reuse of freed blocks safe.

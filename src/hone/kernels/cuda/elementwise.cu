@@ -1,6 +1,5 @@
 #include "hone/kernels/cuda/elementwise.hpp"
 
-#include "hone/core/error.hpp"
 #include "hone/kernels/cuda/common.cuh"
 #include "hone/kernels/cuda/reduce.cuh"
 
@@ -209,7 +208,7 @@ void cast(const void* src, DType from, void* dst, DType to, int64_t n) {
   } else if (from == DType::f64 && to == DType::f32) {
     launch_cast<double, float>(src, dst, n);
   } else {
-    fail("cast: no conversion from {} to {}", dtype_name(from), dtype_name(to));
+    fail_text("cast: no conversion from " + std::string(dtype_name(from)) + " to " + std::string(dtype_name(to)));
   }
 }
 

@@ -21,6 +21,8 @@ void fail_cuda(cudaError_t error, const char* call, const char* file, int line) 
   fail("{} failed at {}:{}: {}: {}", call, name, line, cudaGetErrorName(error), cudaGetErrorString(error));
 }
 
+void fail_text(const std::string& message) { throw Error(message); }
+
 namespace {
 
 // The process's device, initialized on first use so that programs that never

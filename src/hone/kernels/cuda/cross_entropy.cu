@@ -1,0 +1,131 @@
+#include "hone/kernels/cuda/cross_entropy.hpp"
+
+#include "hone/kernels/cuda/common.cuh"
+
+namespace hone::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;  // one block per row of the vocabulary
+
+// (max, Σ exp(x - max)) pairs merge exactly like the CPU's chunked online softmax.
+__device__ void merge(float& max, float& sum, float other_max, float other_sum) {
+  if (other_max == -INFINITY) return;
+  if (other_max > max) {
+    sum = sum * expf(max - other_max) + other_sum;
+    max = other_max;
+  } else {
+    sum += other_sum * expf(other_max - max);
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* targets, float* losses, float* lse,
+                                             int64_t vocab, int32_t ignore_index) {
+  __shared__ float shared_max[kThreads / kWarpSize], shared_sum[kThreads / kWarpSize];
+  const T* z = logits + int64_t(blockIdx.x) * vocab;
+  float max = -INFINITY, sum = 0;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) merge(max, sum, to_f32(z[j]), 1.0f);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    merge(max, sum, __shfl_xor_sync(kFullMask, max, offset), __shfl_xor_sync(kFullMask, sum, offset));
+  }
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) {
+    shared_max[warp] = max;
+    shared_sum[warp] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  max = shared_max[0];
+  sum = shared_sum[0];
+  for (int w = 1; w < kThreads / kWarpSize; ++w) merge(max, sum, shared_max[w], shared_sum[w]);
+  const float l = max + logf(sum);
+  lse[blockIdx.x] = l;
+  const int32_t target = targets[blockIdx.x];
+  losses[blockIdx.x] = target == ignore_index || target < 0 || target >= vocab ? 0.0f : l - to_f32(z[target]);
+}
+
+struct Totals {
+  double sum;
+  long long tokens;
+  unsigned long long bad_row;
+};
+
+// One block: Σ losses in double, counts, the first bad row; fixed order, so deterministic.
+__global__ void loss_totals_kernel(const float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                                   int32_t ignore_index, Totals* out) {
+  __shared__ double scratch[kThreads / kWarpSize];
+  __shared__ unsigned long long first_bad;
+  if (threadIdx.x == 0) first_bad = ~0ull;
+  __syncthreads();
+  double sum = 0, tokens = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int32_t t = targets[r];
+    if (t == ignore_index) continue;
+    if (t < 0 || t >= vocab) {
+      atomicMin(&first_bad, static_cast<unsigned long long>(r));
+      continue;
+    }
+    sum += losses[r];
+    tokens += 1;
+  }
+  sum = block_sum(sum, scratch);
+  tokens = block_sum(tokens, scratch);
+  if (threadIdx.x == 0) *out = Totals{sum, static_cast<long long>(tokens), first_bad};
+}
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets, const float* lse, float scale,
+                                              int64_t vocab, int32_t ignore_index) {
+  T* z = logits + int64_t(blockIdx.x) * vocab;
+  const int32_t target = targets[blockIdx.x];
+  const bool ignored = target == ignore_index;
+  const float l = lse[blockIdx.x];
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float p = expf(to_f32(z[j]) - l);
+    z[j] = from_f32<T>(ignored ? 0.0f : scale * (j == target ? p - 1.0f : p));
+  }
+}
+
+}  // namespace
+
+template <typename T>
+LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
+                                 int64_t vocab, int32_t ignore_index) {
+  if (rows == 0) return {};
+  cross_entropy_forward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(logits, targets, losses, lse, vocab,
+                                                                          ignore_index);
+  HONE_CUDA_LAUNCHED("cross_entropy_forward");
+  DeviceBuffer totals(sizeof(Totals));
+  loss_totals_kernel<<<1, kThreads, 0, stream()>>>(losses, targets, rows, vocab, ignore_index, totals.as<Totals>());
+  HONE_CUDA_LAUNCHED("cross_entropy_forward (totals)");
+  Totals host{};
+  copy_to_host(&host, totals.as<void>(), sizeof host);
+  LossTotals result;
+  result.sum = host.sum;
+  result.tokens = host.tokens;
+  if (host.bad_row != ~0ull) {
+    result.bad_row = int64_t(host.bad_row);
+    copy_to_host(&result.bad_target, targets + host.bad_row, sizeof result.bad_target);
+  }
+  return result;
+}
+
+template <typename T>
+void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
+                            int64_t vocab, int32_t ignore_index) {
+  if (rows == 0) return;
+  cross_entropy_backward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(logits, targets, lse, float(scale), vocab,
+                                                                           ignore_index);
+  HONE_CUDA_LAUNCHED("cross_entropy_backward");
+}
+
+#define HONE_INSTANTIATE(T)                                                                                   \
+  template LossTotals cross_entropy_forward<T>(const T*, const int32_t*, float*, float*, int64_t, int64_t,    \
+                                               int32_t);                                                      \
+  template void cross_entropy_backward<T>(T*, const int32_t*, const float*, double, int64_t, int64_t, int32_t);
+HONE_INSTANTIATE(float)
+HONE_INSTANTIATE(bf16)
+#undef HONE_INSTANTIATE
+
+}  // namespace hone::kernels::cuda

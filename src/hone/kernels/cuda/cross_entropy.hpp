@@ -1,0 +1,28 @@
+#pragma once
+// Softmax + cross-entropy over the vocabulary on the GPU, one block per row,
+// with the semantics of kernels/cpu/cross_entropy.hpp. The forward pass also
+// sums the losses and counts (and checks) the targets on the device, so the
+// host reads back three numbers instead of the targets.
+#include <cstdint>
+
+#include "hone/core/dtype.hpp"
+
+namespace hone::kernels::cuda {
+
+struct LossTotals {
+  double sum = 0;       // Σ losses over the unmasked rows (in double, deterministic)
+  int64_t tokens = 0;   // unmasked rows with a valid target
+  int64_t bad_row = -1; // the first row whose target is outside [0, vocab) and not ignore_index
+  int32_t bad_target = 0;
+};
+
+// Writes losses and lse [rows] (f32); waits for the totals.
+template <typename T>
+LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
+                                 int64_t vocab, int32_t ignore_index);
+// In place: logits become scale · (softmax - onehot(target)); ignored rows 0.
+template <typename T>
+void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
+                            int64_t vocab, int32_t ignore_index);
+
+}  // namespace hone::kernels::cuda

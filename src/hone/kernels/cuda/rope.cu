@@ -1,0 +1,46 @@
+#include "hone/kernels/cuda/rope.hpp"
+
+#include "hone/kernels/cuda/common.cuh"
+
+namespace hone::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// One thread per rotated pair (row, head, i < head_dim/2).
+template <typename T>
+__global__ void rope_kernel(T* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
+                            int64_t head_dim, int64_t row_stride, int64_t position_offset, float sign,
+                            const int32_t* positions) {
+  const int64_t half = head_dim / 2;
+  HONE_GRID_STRIDE(i, rows * heads * half) {
+    const int64_t row = i / (heads * half), h = (i / half) % heads, k = i % half;
+    const int64_t position = positions ? int64_t(positions[row]) : position_offset + row % seq;
+    const float c = cos[position * half + k], s = sin[position * half + k];
+    T* v = x + row * row_stride + h * head_dim;
+    const float x1 = to_f32(v[k]), x2 = to_f32(v[k + half]);
+    v[k] = from_f32<T>(x1 * c - sign * x2 * s);
+    v[k + half] = from_f32<T>(x2 * c + sign * x1 * s);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void rope_apply(T* x, const float* cos, const float* sin, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                int64_t row_stride, int64_t position_offset, bool inverse, const int32_t* positions) {
+  const int64_t pairs = batch * seq * heads * (head_dim / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream()>>>(x, cos, sin, batch * seq, seq, heads, head_dim,
+                                                                      row_stride, position_offset,
+                                                                      inverse ? -1.0f : 1.0f, positions);
+  HONE_CUDA_LAUNCHED("rope");
+}
+
+template void rope_apply<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                int64_t, bool, const int32_t*);
+template void rope_apply<bf16>(bf16*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               bool, const int32_t*);
+
+}  // namespace hone::kernels::cuda
