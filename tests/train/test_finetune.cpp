@@ -189,6 +189,21 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   EXPECT_EQ(first.substr(0, first.find("prefill:")), second.substr(0, second.find("prefill:")));  // greedy: reproducible
 }
 
+TEST_F(FinetuneRun, AdaptersOfAnotherBaseModelAreRefused) {
+  const std::string run = trained_lora_run();
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/other", "threads=1", "model.name=llama_tiny",
+                             "model.vocab_size=50257", "model.max_seq_len=128", "model.n_layers=3",
+                             "dataset.seq_len=64", "max_steps=1", "logging.tensorboard=false"},
+                            root_ + "/other.log"),
+            0);
+  const std::string out = root_ + "/other_gen.log";
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/other", "lora.adapter=" + run,
+                             "tokenizer.path=" + tokenizer_, "prompt=hi"},
+                            out),
+            2);
+  EXPECT_NE(read_file(out).find("adapters trained on another base model"), std::string::npos) << read_file(out);
+}
+
 TEST_F(FinetuneRun, BadSettingsAreOneLineErrors) {
   auto args = lora_args("bad", 2);
   args.push_back("model.lora_attn_modules=[q_proj, o_proj]");

@@ -230,6 +230,13 @@ void load_tensor(const SafetensorsFile& file, const std::string& name, const Ten
 void load_adapters(const std::string& folder, Transformer& model) {
   HONE_CHECK(model.lora(), "{}: LoRA adapters, but the model was built without LoRA", folder);
   verify_checkpoint(folder);
+  // The adapters only mean something on the base model they were trained on.
+  const ModelConfig trained_on = read_model_config(folder);
+  HONE_CHECK(model_config_to_json(trained_on) == model_config_to_json(model.config()),
+             "{}: adapters trained on another base model ({}: {} layers, dim {}, vocabulary {}) than this one ({}: {} "
+             "layers, dim {}, vocabulary {})",
+             folder, trained_on.name, trained_on.n_layers, trained_on.dim, trained_on.vocab_size, model.config().name,
+             model.config().n_layers, model.config().dim, model.config().vocab_size);
   const SafetensorsFile file((fs::path(folder) / kAdapter).string());
   const auto names = file.names();
   HONE_CHECK(names.size() == model.trainable_params().all().size(),
