@@ -25,5 +25,15 @@ TEST(FastExp, IsWithinTwoUlpOfExpfAndHandlesTheEdges) {
   EXPECT_EQ(fast_exp(1.0), std::exp(1.0));  // double keeps std::exp
 }
 
+TEST(FastTanhErf, StayWithinTheirStatedErrors) {
+  double tanh_err = 0, erf_err = 0;
+  for (float x = -12.0f; x <= 12.0f; x += 0.00137f) {
+    tanh_err = std::max(tanh_err, std::abs(double(kernels::cpu::fast_tanh(x)) - std::tanh(double(x))));
+    erf_err = std::max(erf_err, std::abs(double(kernels::cpu::fast_erf(x)) - std::erf(double(x))));
+  }
+  EXPECT_LT(tanh_err, 3e-7);
+  EXPECT_LT(erf_err, 5e-7);  // A&S 7.1.26: 1.5e-7, plus float rounding
+}
+
 }  // namespace
 }  // namespace hone::test

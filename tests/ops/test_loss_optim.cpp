@@ -115,17 +115,28 @@ TEST(AdamW, Bf16ComputeCopyFollowsMasterWeights) {
   EXPECT_EQ(params.compute().to_vector<float>(), expected.to_vector<float>());
 }
 
-TEST(ClipGradNorm, ScalesToMaxNormAndReportsTheNormBefore) {
+TEST(ClipGradNorm, NormCoefficientAndAdamWWithScaledGradients) {
   ParameterSet params;
   params.declare("a", {2}, true);
   params.declare("b", {2}, false);
   params.allocate(DType::f32, DType::f32, Device::cpu());
   params.grads().copy_from(Tensor::from(std::vector<float>{3, 0, 0, 4}, {4}));
-  EXPECT_NEAR(clip_grad_norm(params, 10.0), 5.0, 1e-6);  // under the limit: unchanged
-  EXPECT_EQ(params.grads().to_vector<float>(), (std::vector<float>{3, 0, 0, 4}));
-  EXPECT_NEAR(clip_grad_norm(params, 1.0), 5.0, 1e-6);
-  auto g = params.grads().to_vector<float>();
-  EXPECT_NEAR(std::hypot(g[0], g[3]), 1.0, 1e-5);
+  EXPECT_NEAR(grad_norm(params), 5.0, 1e-6);
+  EXPECT_EQ(clip_coefficient(5.0, 10.0), 1.0);  // under the limit: unchanged
+  EXPECT_NEAR(clip_coefficient(5.0, 1.0), 1.0 / (5.0 + 1e-6), 1e-12);
+  EXPECT_EQ(clip_coefficient(5.0, 0.0), 1.0);   // clipping off
+  // AdamW with a gradient scale equals AdamW on gradients scaled beforehand.
+  ParameterSet other;
+  other.declare("a", {2}, true);
+  other.declare("b", {2}, false);
+  other.allocate(DType::f32, DType::f32, Device::cpu());
+  other.grads().copy_from(Tensor::from(std::vector<float>{0.6f, 0, 0, 0.8f}, {4}));
+  AdamW fused(params, AdamWConfig{.lr = 0.1}), plain(other, AdamWConfig{.lr = 0.1});
+  fused.step(0.1, 0.2);
+  plain.step(0.1);
+  auto x = params.values().to_vector<float>(), y = other.values().to_vector<float>();
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(x[i], y[i], 1e-7);
+  EXPECT_NE(x[0], 0.0f);
 }
 
 TEST(LrSchedule, WarmupThenShape) {

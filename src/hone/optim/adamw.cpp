@@ -1,5 +1,6 @@
 #include "hone/optim/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace hone {
@@ -15,7 +16,7 @@ AdamW::AdamW(ParameterSet& params, AdamWConfig config)
   HONE_CHECK(config.weight_decay >= 0, "optimizer.weight_decay must not be negative, got {}", config.weight_decay);
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   ++step_;
   for (const ParameterSet::Group& g : params_.groups()) {
     ops::AdamWHyper hyper{.lr = lr,
@@ -23,7 +24,8 @@ void AdamW::step(double lr) {
                           .beta2 = config_.beta2,
                           .eps = config_.eps,
                           .weight_decay = g.decay ? config_.weight_decay : 0.0,
-                          .step = step_};
+                          .step = step_,
+                          .grad_scale = grad_scale};
     const Shape span{g.count};
     const Tensor compute = params_.compute().defined() ? params_.compute().slice(g.offset, span) : Tensor();
     ops::adamw_update(params_.values().slice(g.offset, span), params_.grads().slice(g.offset, span),
@@ -31,13 +33,11 @@ void AdamW::step(double lr) {
   }
 }
 
-double clip_grad_norm(ParameterSet& params, double max_norm) {
-  const double norm = std::sqrt(ops::sum_squares(params.grads()));
-  if (max_norm > 0) {
-    const double coefficient = max_norm / (norm + 1e-6);
-    if (coefficient < 1.0) ops::scale_(params.grads(), coefficient);
-  }
-  return norm;
+double grad_norm(const ParameterSet& params) { return std::sqrt(ops::sum_squares(params.grads())); }
+
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  return std::min(1.0, max_norm / (norm + 1e-6));
 }
 
 }  // namespace hone

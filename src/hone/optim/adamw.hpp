@@ -18,8 +18,9 @@ class AdamW {
  public:
   AdamW(ParameterSet& params, AdamWConfig config);
 
-  // One update with learning rate `lr` from the gradients in params.grads().
-  void step(double lr);
+  // One update with learning rate `lr` from the gradients in params.grads(),
+  // multiplied by grad_scale (gradient clipping, in the same pass).
+  void step(double lr, double grad_scale = 1.0);
   int64_t steps_taken() const { return step_; }
 
   // Moments and step count, for checkpoints.
@@ -35,9 +36,11 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-// Scales all gradients so that their global L2 norm is at most max_norm (as
-// torch.nn.utils.clip_grad_norm_); returns the norm before clipping. max_norm
-// <= 0 only measures.
-double clip_grad_norm(ParameterSet& params, double max_norm);
+// The global L2 norm of all gradients.
+double grad_norm(const ParameterSet& params);
+// What torch.nn.utils.clip_grad_norm_ multiplies gradients by so that their norm
+// is at most max_norm: max_norm / (norm + 1e-6) when that is below 1, else 1.
+// max_norm <= 0 disables clipping.
+double clip_coefficient(double norm, double max_norm);
 
 }  // namespace hone

@@ -29,10 +29,10 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch
     model.backward(1.0 / double(stats.tokens));
   }
   stats.loss = loss_sum / double(stats.tokens);
-  stats.grad_norm = clip_grad_norm(trained, max_grad_norm);
+  stats.grad_norm = grad_norm(trained);
   stats.lr = lr;
   stats.applied = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);
-  if (stats.applied) optimizer.step(lr);
+  if (stats.applied) optimizer.step(lr, clip_coefficient(stats.grad_norm, max_grad_norm));
   return stats;
 }
 

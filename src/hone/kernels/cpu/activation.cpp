@@ -1,5 +1,7 @@
 #include "hone/kernels/cpu/activation.hpp"
 
+#include "hone/kernels/cpu/fast_math.hpp"
+
 #include <cmath>
 #include <numbers>
 
@@ -9,7 +11,7 @@ namespace {
 
 template <typename C>
 C sigmoid(C x) {
-  return C(1) / (C(1) + std::exp(-x));
+  return C(1) / (C(1) + fast_exp(-x));
 }
 
 // GELU and its derivative at x.
@@ -17,20 +19,20 @@ template <typename C>
 C gelu(C x, GeluApproximation approximation) {
   if (approximation == GeluApproximation::tanh) {
     const C k = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/π)
-    return C(0.5) * x * (C(1) + std::tanh(k * (x + C(0.044715) * x * x * x)));
+    return C(0.5) * x * (C(1) + fast_tanh(k * (x + C(0.044715) * x * x * x)));
   }
-  return C(0.5) * x * (C(1) + std::erf(x * C(std::numbers::sqrt2 / 2)));
+  return C(0.5) * x * (C(1) + fast_erf(x * C(std::numbers::sqrt2 / 2)));
 }
 
 template <typename C>
 C gelu_derivative(C x, GeluApproximation approximation) {
   if (approximation == GeluApproximation::tanh) {
     const C k = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
-    const C t = std::tanh(k * (x + C(0.044715) * x * x * x));
+    const C t = fast_tanh(k * (x + C(0.044715) * x * x * x));
     return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * k * (C(1) + C(3 * 0.044715) * x * x);
   }
-  const C cdf = C(0.5) * (C(1) + std::erf(x * C(std::numbers::sqrt2 / 2)));
-  const C pdf = std::exp(C(-0.5) * x * x) * C(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
+  const C cdf = C(0.5) * (C(1) + fast_erf(x * C(std::numbers::sqrt2 / 2)));
+  const C pdf = fast_exp(C(-0.5) * x * x) * C(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
   return cdf + x * pdf;
 }
 

@@ -12,9 +12,10 @@ void adamw_update(M* param, const M* grad, M* m, M* v, int64_t n, const AdamWHyp
   const double correction2 = 1.0 - std::pow(h.beta2, double(h.step));
   const M step_size = M(h.lr / correction1);
   const M inv_sqrt_correction2 = M(1.0 / std::sqrt(correction2));
+  const M grad_scale = M(h.grad_scale);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const M g = grad[i];
+    const M g = grad[i] * grad_scale;
     const M mi = beta1 * m[i] + (M(1) - beta1) * g;
     const M vi = beta2 * v[i] + (M(1) - beta2) * g * g;
     m[i] = mi;

@@ -12,7 +12,8 @@ struct AdamWHyper {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  int64_t step = 1;  // 1-based step count, for bias correction
+  int64_t step = 1;          // 1-based step count, for bias correction
+  double grad_scale = 1.0;   // multiplies every gradient first (the clipping coefficient)
 };
 
 // Updates param, m and v in place from grad. When compute_copy is not null it

@@ -7,6 +7,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/kernels/cpu/fast_math.hpp"
+#include "hone/kernels/cpu/tile_gemm.hpp"
 
 namespace hone::kernels::cpu {
 
@@ -37,19 +38,14 @@ void load_tile(C* tile, int64_t rows, int64_t head_dim, RowPtr&& row) {
 
 // scores[i][j] = scale·q_i·k_j (+ ALiBi), -inf where key j comes after query i
 // or before the start of query i's sample (window_start, packed sequences).
-// kt is the scaled key tile transposed, [head_dim][kTile], so the inner loop runs along keys.
+// kt is the scaled key tile transposed, [head_dim][kTile].
 template <typename C>
 void tile_scores(const C* q, const C* kt, C* scores, int64_t q_rows, int64_t k_rows, int64_t head_dim,
                  int64_t q_start, int64_t k_start, C slope, const int64_t* window_start) {
+  std::fill(scores, scores + q_rows * kTile, C(0));
+  tile_gemm(q, head_dim, kt, kTile, scores, kTile, q_rows, k_rows, head_dim);
   for (int64_t i = 0; i < q_rows; ++i) {
     C* s = scores + i * kTile;
-    std::fill(s, s + k_rows, C(0));
-    for (int64_t d = 0; d < head_dim; ++d) {
-      const C qd = q[i * head_dim + d];
-      const C* kd = kt + d * kTile;
-#pragma omp simd
-      for (int64_t j = 0; j < k_rows; ++j) s[j] += qd * kd[j];
-    }
     const int64_t q_pos = q_start + i, first_key = window_start ? window_start[i] : 0;
     for (int64_t j = 0; j < k_rows; ++j) {
       const int64_t k_pos = k_start + j;
@@ -59,12 +55,12 @@ void tile_scores(const C* q, const C* kt, C* scores, int64_t q_rows, int64_t k_r
   }
 }
 
-// transposed[d][r] = scale · tile[r][d]: the key tile as tile_scores reads it, with
-// the softmax scale folded in (forward and backward fold it identically).
+// dst[c][r] = scale · src[r][c] for a [rows][cols] tile; src has rows of
+// src_ld elements, dst rows of kTile.
 template <typename C>
-void transpose_scaled(const C* tile, C* transposed, int64_t rows, int64_t head_dim, C scale) {
+void transpose_tile(const C* src, int64_t src_ld, C* dst, int64_t rows, int64_t cols, C scale) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < head_dim; ++d) transposed[d * kTile + r] = scale * tile[r * head_dim + d];
+    for (int64_t c = 0; c < cols; ++c) dst[c * kTile + r] = scale * src[r * src_ld + c];
 }
 
 // The first key each query of a tile may see: position - (its position in its sample).
@@ -116,34 +112,30 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           for (int64_t k_start = first_key / kTile * kTile; k_start < q_start + q_rows; k_start += kTile) {
             const int64_t k_rows = std::min(kTile, seq - k_start);
             load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
-            transpose_scaled(k.data(), kt.data(), k_rows, hd, scale);
+            transpose_tile(k.data(), hd, kt.data(), k_rows, hd, scale);
             load_tile<T>(v.data(), k_rows, hd, [&](int64_t r) { return view.v(k_start + r, kvh); });
             tile_scores(q.data(), kt.data(), scores.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
             for (int64_t i = 0; i < q_rows; ++i) {
               C* s = scores.data() + i * kTile;
               C tile_max = -std::numeric_limits<C>::infinity();
               for (int64_t j = 0; j < k_rows; ++j) tile_max = std::max(tile_max, s[j]);
-              if (tile_max == -std::numeric_limits<C>::infinity()) continue;  // every key masked
+              if (tile_max == -std::numeric_limits<C>::infinity()) {  // every key masked: adds nothing
+                std::fill(s, s + k_rows, C(0));
+                continue;
+              }
               // Online softmax: rescale what was accumulated under the old maximum.
               const C new_max = std::max(row_max[size_t(i)], tile_max);
               const C correction = fast_exp(row_max[size_t(i)] - new_max);
               C sum = 0;
-              for (int64_t j = 0; j < k_rows; ++j) {
-                s[j] = fast_exp(s[j] - new_max);
-                sum += s[j];
-              }
+#pragma omp simd reduction(+ : sum)
+              for (int64_t j = 0; j < k_rows; ++j) sum += (s[j] = fast_exp(s[j] - new_max));
               row_sum[size_t(i)] = row_sum[size_t(i)] * correction + sum;
               row_max[size_t(i)] = new_max;
               C* a = acc.data() + i * hd;
 #pragma omp simd
               for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
-              for (int64_t j = 0; j < k_rows; ++j) {
-                const C p = s[j];
-                const C* vj = v.data() + j * hd;
-#pragma omp simd
-                for (int64_t d = 0; d < hd; ++d) a[d] += p * vj[d];
-              }
             }
+            tile_gemm(scores.data(), kTile, v.data(), hd, acc.data(), hd, q_rows, hd, k_rows);  // acc += P·V
           }
           for (int64_t i = 0; i < q_rows; ++i) {
             const int64_t pos = q_start + i;
@@ -172,8 +164,9 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
   // head and of the query heads that read it, so no two tasks write one place.
 #pragma omp parallel
   {
-    std::vector<C> q(size_t(kTile * hd)), k(size_t(kTile * hd)), kt(size_t(hd * kTile));
+    std::vector<C> q(size_t(kTile * hd)), k(size_t(kTile * hd)), kt(size_t(hd * kTile)), vt(size_t(hd * kTile));
     std::vector<C> v(size_t(kTile * hd)), dout(size_t(kTile * hd)), probs(size_t(kTile * kTile));
+    std::vector<C> dprobs(size_t(kTile * kTile)), transposed(size_t(kTile * kTile));
     std::vector<C> dk(size_t(kTile * hd)), dv(size_t(kTile * hd)), dq, delta;
     int64_t starts[kTile];
 #pragma omp for collapse(2) schedule(dynamic)
@@ -199,8 +192,9 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
         for (int64_t k_start = 0; k_start < seq; k_start += kTile) {
           const int64_t k_rows = std::min(kTile, seq - k_start);
           load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
-          transpose_scaled(k.data(), kt.data(), k_rows, hd, scale);
+          transpose_tile(k.data(), hd, kt.data(), k_rows, hd, scale);
           load_tile<T>(v.data(), k_rows, hd, [&](int64_t r) { return view.v(k_start + r, kvh); });
+          transpose_tile(v.data(), hd, vt.data(), k_rows, hd, C(1));
           std::fill(dk.begin(), dk.end(), C(0));
           std::fill(dv.begin(), dv.end(), C(0));
           for (int64_t g = 0; g < group; ++g) {
@@ -214,35 +208,30 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
               load_tile<T>(dout.data(), q_rows, hd, [&](int64_t r) { return d_out_b + (q_start + r) * out_stride + h * hd; });
               window_starts(dims, b, q_start, q_rows, starts);
               tile_scores(q.data(), kt.data(), probs.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
+              // P = exp(S - lse): the forward pass's probabilities (masked: exactly 0).
               for (int64_t i = 0; i < q_rows; ++i) {
                 C* p = probs.data() + i * kTile;
                 const C l = lse_h[q_start + i];
-                for (int64_t j = 0; j < k_rows; ++j) p[j] = fast_exp(p[j] - l);  // masked: exp(-inf) = 0
+#pragma omp simd
+                for (int64_t j = 0; j < k_rows; ++j) p[j] = fast_exp(p[j] - l);
               }
+              // dP = dO·Vᵀ, then dS = P ⊙ (dP - delta)·scale: the gradient of q·k.
+              std::fill(dprobs.begin(), dprobs.begin() + q_rows * kTile, C(0));
+              tile_gemm(dout.data(), hd, vt.data(), kTile, dprobs.data(), kTile, q_rows, k_rows, hd);
               for (int64_t i = 0; i < q_rows; ++i) {
                 const C* p = probs.data() + i * kTile;
-                const C* dout_i = dout.data() + i * hd;
-                C* dq_i = dq.data() + (g * seq + q_start + i) * hd;
+                C* ds = dprobs.data() + i * kTile;
                 const C delta_i = delta[size_t(g * seq + q_start + i)];
-                for (int64_t j = 0; j < k_rows; ++j) {
-                  if (p[j] == C(0)) continue;
-                  const C* vj = v.data() + j * hd;
-                  C dp = 0;  // dP_ij = dO_i · V_j
-#pragma omp simd reduction(+ : dp)
-                  for (int64_t d = 0; d < hd; ++d) dp += dout_i[d] * vj[d];
-                  const C ds = p[j] * (dp - delta_i) * scale;  // ∂L/∂(q_i·k_j)
-                  C* dv_j = dv.data() + j * hd;
-                  C* dk_j = dk.data() + j * hd;
-                  const C* kj = k.data() + j * hd;
-                  const C* qi = q.data() + i * hd;
 #pragma omp simd
-                  for (int64_t d = 0; d < hd; ++d) {
-                    dv_j[d] += p[j] * dout_i[d];
-                    dq_i[d] += ds * kj[d];
-                    dk_j[d] += ds * qi[d];
-                  }
-                }
+                for (int64_t j = 0; j < k_rows; ++j) ds[j] = p[j] * (ds[j] - delta_i) * scale;
               }
+              // dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K.
+              transpose_tile(probs.data(), kTile, transposed.data(), q_rows, k_rows, C(1));  // [key][query]
+              tile_gemm(transposed.data(), kTile, dout.data(), hd, dv.data(), hd, k_rows, hd, q_rows);
+              transpose_tile(dprobs.data(), kTile, transposed.data(), q_rows, k_rows, C(1));
+              tile_gemm(transposed.data(), kTile, q.data(), hd, dk.data(), hd, k_rows, hd, q_rows);
+              tile_gemm(dprobs.data(), kTile, k.data(), hd, dq.data() + (g * seq + q_start) * hd, hd, q_rows, hd,
+                        k_rows);
             }
           }
           for (int64_t r = 0; r < k_rows; ++r) {

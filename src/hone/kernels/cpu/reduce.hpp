@@ -40,6 +40,7 @@ double sum_elements(int64_t n, Term&& term) {
   for (int64_t c = 0; c < chunks; ++c) {
     double sum = 0.0;
     const int64_t end = std::min(n, (c + 1) * kChunk);
+#pragma omp simd reduction(+ : sum)
     for (int64_t i = c * kChunk; i < end; ++i) sum += term(i);
     partial[size_t(c)] = sum;
   }
