@@ -7,6 +7,10 @@
 
 #include "hone/config/config.hpp"
 
+namespace hone {
+struct Recipe;
+}
+
 namespace hone::cli {
 
 using Command = std::function<int()>;
@@ -19,8 +23,13 @@ Command add_ls(CLI::App& app);
 Command add_cp(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_validate(CLI::App& app);
+Command add_launch(CLI::App& app);
+Command add_comm_bench(CLI::App& app);
+Command add_plan(CLI::App& app);
 
 // A built-in config by name ("gpt2/124M_pretrain") or a YAML file.
 Config load_config(const std::string& name_or_path);
+// The config with its key=value overrides applied, resolved against the recipe's schema.
+Config resolve(const Recipe& recipe, Config config, const std::vector<std::string>& overrides);
 
 }  // namespace hone::cli

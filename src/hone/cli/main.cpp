@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   add(hone::cli::add_convert);
   add(hone::cli::add_preprocess);
   add(hone::cli::add_tokenize);
+  add(hone::cli::add_launch);
+  add(hone::cli::add_comm_bench);
+  add(hone::cli::add_plan);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,9 +7,6 @@
 
 namespace hone::cli {
 
-namespace {
-
-// The config, its overrides applied, resolved against the recipe's schema.
 Config resolve(const Recipe& recipe, Config config, const std::vector<std::string>& overrides) {
   for (const std::string& o : overrides) config.apply_override(o);
   if (config.has("recipe")) {
@@ -19,8 +16,6 @@ Config resolve(const Recipe& recipe, Config config, const std::vector<std::strin
   config.set("recipe", recipe.name);
   return recipe.schema.resolve(config);
 }
-
-}  // namespace
 
 Command add_run(CLI::App& app) {
   struct Args {

@@ -60,7 +60,7 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
   MPI_Group group, world;
   MPI_Comm_group(comm, &group);
   MPI_Comm_group(MPI_COMM_WORLD, &world);
-  std::vector<int> ranks(size_t(size)), out(size_t(size));
+  std::vector<int> ranks(static_cast<size_t>(size)), out(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) ranks[size_t(r)] = r;
   MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
   MPI_Group_free(&group);
@@ -121,7 +121,7 @@ void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) 
   check_chunked("reduce_scatter", input, output, size_);
   const int n = mpi_count("reduce_scatter", output.numel());
   if (input.dtype() == DType::bf16) {
-    std::vector<float> staged = to_f32(input), out(size_t(n));
+    std::vector<float> staged = to_f32(input), out(static_cast<size_t>(n));
     Watch w(*watched_, MpiOp::reduce_scatter, n);
     MPI_Reduce_scatter_block(staged.data(), out.data(), n, MPI_FLOAT, MPI_SUM, comm_);
     store_bf16(out, output);

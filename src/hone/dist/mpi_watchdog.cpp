@@ -104,8 +104,8 @@ class Watchdog {
     for (int r = 0; r < size; ++r) {
       if (r != s.rank && (!is_point_to_point(op) || r == target)) peers.push_back(r);
     }
-    std::vector<Answer> answers(size_t(size));
-    std::vector<int> answered(size_t(size), 0);
+    std::vector<Answer> answers(static_cast<size_t>(size));
+    std::vector<int> answered(static_cast<size_t>(size), 0);
     std::vector<MPI_Request> requests;
     static const int64_t query = 0;
     for (int r : peers) {
@@ -201,7 +201,11 @@ void finish_mpi(int status, void*) {
   if (status == 0) {
     MPI_Finalize();
   } else {
+    // Said here, not left to mpirun, whose own report of an MPI_Abort can get lost.
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     std::fflush(stdout);
+    std::fprintf(stderr, "hone: rank %d exited with status %d; ending the MPI job\n", rank, status);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, status);
   }

@@ -1,0 +1,256 @@
+// hone launch --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P] [--log-dir DIR]
+//             -- COMMAND ARGS...
+// torchrun's interface: starts N processes of COMMAND on this node with RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set. They are started through Open MPI's mpirun (one
+// MPMD entry per rank), because Open MPI forms a world only among processes its runtime started:
+// so one node's processes share one MPI world, and every rank can also bootstrap NCCL. Each
+// output line is prefixed with its rank; when a rank fails, mpirun stops the others and this
+// command ends with one line naming the rank.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <thread>
+
+#include "hone/cli/commands.hpp"
+#include "hone/core/error.hpp"
+
+namespace hone::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile std::sig_atomic_t g_child = 0;
+
+extern "C" void forward_signal(int signal) {
+  if (g_child > 0) ::kill(pid_t(g_child), signal);
+}
+
+std::optional<std::string> find_in_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return fs::exists(name) ? std::optional(name) : std::nullopt;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const fs::path candidate = fs::path(dirs.substr(start, end - start)) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+struct Options {
+  int nproc_per_node = 1, nnodes = 1, node_rank = 0, master_port = 29500;
+  std::string master_addr = "127.0.0.1", log_dir;
+  std::vector<std::string> command;
+};
+
+// mpirun's argument list: one MPMD entry per local rank, each with its own environment.
+std::vector<std::string> mpirun_argv(const Options& o, const std::string& mpirun) {
+  std::vector<std::string> argv{mpirun, "--oversubscribe", "--bind-to", "none", "--tag-output"};
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");  // containers run as root
+  std::vector<std::string> command = o.command;
+  if (command[0] == "hone") command[0] = fs::read_symlink("/proc/self/exe").string();  // this very binary
+  // Each rank gets an equal share of the cores unless the user chose.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string threads = omp ? omp : std::to_string(std::max(1u, cores / unsigned(o.nproc_per_node)));
+  const int world = o.nproc_per_node * o.nnodes;
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    if (local > 0) argv.push_back(":");
+    const int rank = o.node_rank * o.nproc_per_node + local;
+    argv.insert(argv.end(), {"-np", "1"});
+    for (const std::string& kv :
+         {fmt::format("RANK={}", rank), fmt::format("WORLD_SIZE={}", world), fmt::format("LOCAL_RANK={}", local),
+          fmt::format("LOCAL_WORLD_SIZE={}", o.nproc_per_node), fmt::format("GROUP_RANK={}", o.node_rank),
+          fmt::format("MASTER_ADDR={}", o.master_addr), fmt::format("MASTER_PORT={}", o.master_port),
+          fmt::format("OMP_NUM_THREADS={}", threads)}) {
+      argv.insert(argv.end(), {"-x", kv});
+    }
+    argv.insert(argv.end(), command.begin(), command.end());
+  }
+  return argv;
+}
+
+// Reads mpirun's output, rewrites its "[1,R]<stdout>:" tags into "[rank G] ", copies
+// each rank's lines to its log file, and remembers mpirun's own lines naming a failed rank.
+class OutputRouter {
+ public:
+  OutputRouter(const Options& o) : options_(o) {
+    if (o.log_dir.empty()) return;
+    fs::create_directories(o.log_dir);
+    for (int local = 0; local < o.nproc_per_node; ++local) {
+      const int rank = o.node_rank * o.nproc_per_node + local;
+      logs_.emplace_back(fs::path(o.log_dir) / fmt::format("rank_{}.log", rank));
+      HONE_CHECK(logs_.back().good(), "hone launch: cannot write {}/rank_{}.log", o.log_dir, rank);
+    }
+  }
+
+  void line(const std::string& text, FILE* out) {
+    static const std::regex tag(R"(^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$)");
+    std::smatch m;
+    if (std::regex_match(text, m, tag)) {
+      const int local = std::stoi(m[1]);
+      const int rank = options_.node_rank * options_.nproc_per_node + local;
+      fmt::print(out, "[rank {}] {}\n", rank, m[3].str());
+      if (!logs_.empty() && local < int(logs_.size())) logs_[size_t(local)] << m[3].str() << '\n' << std::flush;
+      remember_failure(m[3].str());
+    } else {
+      fmt::print(out, "{}\n", text);
+      remember_failure(text);
+    }
+    std::fflush(out);
+  }
+
+  const std::string& failure() const { return failure_; }
+
+ private:
+  int global(const std::string& local) const {
+    return options_.node_rank * options_.nproc_per_node + std::stoi(local);
+  }
+
+  void remember_failure(const std::string& text) {
+    static const std::regex name(R"(Process name: \[\[\d+,\d+\],(\d+)\])"), code(R"(Exit code:\s+(\d+))"),
+        signal(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+) \(([^)]*)\))"),
+        improper(R"(due to process rank (\d+) with PID)"),
+        abort(R"(MPI_ABORT was invoked on rank (\d+) in communicator)"), errorcode(R"(with errorcode (\d+))"),
+        hone_exit(R"(^hone: rank (\d+) exited with status (\d+); ending the MPI job)"),
+        timeout(R"(^hone: error: rank (\d+): (.+) did not complete within (\d+) s \(HONE_DIST_TIMEOUT\): (.+); aborting)");
+    std::smatch m;
+    if (std::regex_search(text, m, timeout)) {
+      set(fmt::format("rank {} gave up on {} after {} s: {}", global(m[1]), m[2].str(), m[3].str(), m[4].str()));
+    } else if (std::regex_search(text, m, hone_exit)) {
+      set(fmt::format("rank {} failed with status {}", global(m[1]), m[2].str()));
+    } else if (std::regex_search(text, m, name)) {
+      pending_rank_ = global(m[1]);
+    } else if (pending_rank_ >= 0 && std::regex_search(text, m, code)) {
+      set(fmt::format("rank {} failed with status {}", pending_rank_, m[1].str()));
+    } else if (std::regex_search(text, m, signal)) {
+      set(fmt::format("rank {} was killed by signal {} ({})", global(m[1]), m[2].str(), m[3].str()));
+    } else if (std::regex_search(text, m, improper)) {
+      set(fmt::format("rank {} exited before the others without finishing (status 0, no MPI_Finalize)",
+                      global(m[1])));
+    } else if (std::regex_search(text, m, abort)) {
+      pending_rank_ = global(m[1]);
+    } else if (pending_rank_ >= 0 && std::regex_search(text, m, errorcode)) {
+      set(fmt::format("rank {} failed with status {} (MPI_Abort)", pending_rank_, m[1].str()));
+    }
+  }
+
+  void set(std::string what) {
+    if (failure_.empty()) failure_ = std::move(what);
+  }
+
+  const Options& options_;
+  std::vector<std::ofstream> logs_;
+  int pending_rank_ = -1;
+  std::string failure_;
+};
+
+int launch(const Options& o) {
+  HONE_CHECK(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1, got {}", o.nproc_per_node);
+  HONE_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
+             "--node-rank {} must be in [0, --nnodes {})", o.node_rank, o.nnodes);
+  HONE_CHECK(o.master_port > 0 && o.master_port < 65536, "--master-port {} is not a port", o.master_port);
+  HONE_CHECK(!o.command.empty(), "hone launch needs a command after '--', e.g. hone launch --nproc-per-node 2 -- "
+                                 "hone run pretrain --config my.yaml");
+  const char* override = std::getenv("HONE_MPIRUN");
+  const auto mpirun = find_in_path(override ? override : "mpirun");
+  HONE_CHECK(mpirun.has_value(), "hone launch starts its processes through Open MPI's mpirun, which is not on PATH "
+                                 "(Debian: apt-get install openmpi-bin)");
+  const std::vector<std::string> argv = mpirun_argv(o, *mpirun);
+  OutputRouter router(o);
+
+  int out_pipe[2], err_pipe[2];
+  HONE_CHECK(::pipe(out_pipe) == 0 && ::pipe(err_pipe) == 0, "hone launch: pipe failed");
+  const pid_t child = ::fork();
+  HONE_CHECK(child >= 0, "hone launch: fork failed");
+  if (child == 0) {
+    ::setpgid(0, 0);  // signals reach mpirun through us, once
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    std::vector<char*> c_argv;
+    for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+    c_argv.push_back(nullptr);
+    ::execv(c_argv[0], c_argv.data());
+    std::fprintf(stderr, "hone launch: cannot run %s\n", c_argv[0]);
+    ::_exit(127);
+  }
+  g_child = child;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) std::signal(s, forward_signal);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string pending[2];
+  FILE* outs[2] = {stdout, stderr};
+  int open = 2;
+  while (open > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buffer[65536];
+      const ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (!pending[i].empty()) router.line(pending[i], outs[i]);
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+        continue;
+      }
+      pending[i].append(buffer, size_t(n));
+      size_t newline;
+      while ((newline = pending[i].find('\n')) != std::string::npos) {
+        router.line(pending[i].substr(0, newline), outs[i]);
+        pending[i].erase(0, newline + 1);
+      }
+    }
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code != 0) {
+    fmt::print(stderr, "hone launch: {}; the job of {} ranks was stopped (mpirun exit status {})\n",
+               router.failure().empty() ? "the job failed" : router.failure(), o.nproc_per_node * o.nnodes, code);
+  }
+  return code;
+}
+
+}  // namespace
+
+Command add_launch(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "launch", "Start N processes of a command on this node, like torchrun: hone launch --nproc-per-node 2 -- "
+                "hone run pretrain --config my.yaml");
+  sub->add_option("--nproc-per-node", o->nproc_per_node, "Processes on this node (one per GPU)")->required();
+  sub->add_option("--nnodes", o->nnodes, "Nodes in the job (a hone launch runs on each)")->capture_default_str();
+  sub->add_option("--node-rank", o->node_rank, "This node's index, 0..nnodes-1")->capture_default_str();
+  sub->add_option("--master-addr", o->master_addr, "Host of rank 0 (the NCCL rendezvous)")->capture_default_str();
+  sub->add_option("--master-port", o->master_port, "Port of the rendezvous")->capture_default_str();
+  sub->add_option("--log-dir", o->log_dir, "Also write each rank's output to DIR/rank_N.log");
+  sub->add_option("command", o->command, "The command each process runs, after '--'")->required();
+  return [o] { return launch(*o); };
+}
+
+}  // namespace hone::cli

@@ -1,0 +1,171 @@
+// hone plan CONFIG [key=value ...] --world-size W [--tp T] [--zero 0|1|2|3] [--peak-tflops P]
+//           [--memory-gb M] [--link-gbps L] [--inter-node-gbps I] [--devices-per-node D] [--mfu U]
+//           [--tokens N]
+// Sizes a distributed run before it is queued: memory per device, step time (compute and
+// communication) and the time to train a token budget (the model: docs/distributed.md). The
+// last line printed is one JSON object with every figure.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "hone/cli/commands.hpp"
+#include "hone/core/error.hpp"
+#include "hone/dist/plan.hpp"
+#include "hone/train/recipes.hpp"
+#include "hone/train/run_config.hpp"
+
+namespace hone::cli {
+namespace {
+
+struct Args {
+  std::string config;
+  std::vector<std::string> overrides;
+  int world_size = 0, dp = 0, tp = 1, zero = 0, devices_per_node = 8;
+  // One H100 SXM node: dense bf16 peak, 80 GB, NVLink 4 (900 GB/s), one 400 Gb/s NIC per GPU.
+  double peak_tflops = 989, memory_gb = 80, link_gbps = 7200, inter_node_gbps = 400, mfu = 0.4, tokens = 0;
+};
+
+std::string duration(double seconds) {
+  if (seconds < 1) return fmt::format("{:.1f} ms", seconds * 1e3);
+  if (seconds < 120) return fmt::format("{:.2f} s", seconds);
+  if (seconds < 7200) return fmt::format("{:.1f} min", seconds / 60);
+  if (seconds < 3 * 86400) return fmt::format("{:.1f} h", seconds / 3600);
+  return fmt::format("{:.1f} days", seconds / 86400);
+}
+
+std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+
+int run(const Args& a) {
+  const Config base = load_config(a.config);
+  HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
+             base.origin());
+  const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
+  const Config c = resolve(recipe, base, a.overrides);
+  HONE_CHECK(!c.has("model.lora_rank"),
+             "{}: hone plan sizes full-parameter training; LoRA's adapters are too small to need a plan", c.origin());
+  const char* seq_key = c.has("dataset.seq_len") ? "dataset.seq_len" : "dataset.max_seq_len";
+  HONE_CHECK(c.has(seq_key) && c.has("batch_size"), "{}: hone plan needs a training config (batch_size and "
+                                                    "dataset.seq_len or dataset.max_seq_len)",
+             c.origin());
+
+  dist::PlanInput in;
+  in.model = model_config_from(c);
+  in.dtype = run_settings_from(c).dtype;
+  in.micro_batch = c.get<int64_t>("batch_size");
+  in.seq_len = c.get<int64_t>(seq_key);
+  in.grad_accum = c.get<int64_t>("gradient_accumulation_steps");
+  in.activation_checkpointing = c.get<bool>("enable_activation_checkpointing");
+  HONE_CHECK(a.world_size > 0 || a.dp > 0, "give --world-size (or --dp) to plan for");
+  HONE_CHECK(a.tp >= 1, "--tp must be at least 1, got {}", a.tp);
+  const int world = a.world_size > 0 ? a.world_size : a.dp * a.tp;
+  HONE_CHECK(world % a.tp == 0, "--world-size {} is not a multiple of --tp {}", world, a.tp);
+  in.tp = a.tp;
+  in.dp = world / a.tp;
+  HONE_CHECK(a.dp == 0 || a.dp == in.dp, "--dp {} x --tp {} does not equal --world-size {}", a.dp, a.tp, world);
+  in.zero = a.zero;
+  in.mfu = a.mfu;
+  in.tokens = a.tokens > 0 ? a.tokens : c.has("max_tokens") ? double(c.get<int64_t>("max_tokens")) : 0;
+  in.hw = {.peak_flops = a.peak_tflops * 1e12,
+           .memory_bytes = a.memory_gb * 1e9,
+           .intra_node_bw = a.link_gbps * 1e9 / 8,
+           .inter_node_bw = a.inter_node_gbps * 1e9 / 8,
+           .devices_per_node = a.devices_per_node};
+  const dist::Plan p = dist::plan_run(in);
+
+  const ModelConfig& m = in.model;
+  fmt::print("model      {}: {:.2f}B parameters, {} layers, dim {}; {} x {} tokens per micro-batch, {} micro-batches "
+             "per step, {}{}\n",
+             m.name, double(m.num_params()) / 1e9, m.n_layers, m.dim, in.micro_batch, in.seq_len, in.grad_accum,
+             dtype_name(in.dtype), in.activation_checkpointing ? ", activation checkpointing" : "");
+  fmt::print("layout     {} devices = dp {} x tp {}, ZeRO stage {}; {} devices per node\n", world, in.dp, in.tp,
+             in.zero, in.hw.devices_per_node);
+  fmt::print("hardware   {:.0f} TFLOP/s peak at MFU {:.2f}, {:.0f} GB, links {:.0f} Gb/s ({:.0f} GB/s) in a node, "
+             "{:.0f} Gb/s ({:.0f} GB/s) between nodes\n",
+             a.peak_tflops, a.mfu, a.memory_gb, a.link_gbps, a.link_gbps / 8, a.inter_node_gbps,
+             a.inter_node_gbps / 8);
+  fmt::print("\nmemory per device\n");
+  fmt::print("  weights (fp32)        {:>10}\n", gb(p.weights));
+  fmt::print("  gradients (fp32)      {:>10}\n", gb(p.gradients));
+  fmt::print("  AdamW moments         {:>10}\n", gb(p.optimizer));
+  if (p.compute_copy > 0) fmt::print("  bf16 weight copy      {:>10}\n", gb(p.compute_copy));
+  if (p.gathered > 0) fmt::print("  gathered layers       {:>10}\n", gb(p.gathered));
+  fmt::print("  activations           {:>10} without checkpointing, {} with\n", gb(p.activations),
+             gb(p.activations_checkpointed));
+  fmt::print("  total                 {:>10} ({} of {:.0f} GB{})\n", gb(p.total), p.fits ? "fits" : "DOES NOT FIT",
+             a.memory_gb, in.activation_checkpointing ? "" : "; with activation checkpointing " +
+                                                                 gb(p.state() + p.activations_checkpointed));
+  fmt::print("\nper optimizer step ({:.0f} tokens)\n", p.tokens_per_step);
+  fmt::print("  compute               {:>10}  ({:.3g} FLOPs per device)\n", duration(p.compute_s), p.flops);
+  fmt::print("  data parallel         {:>10}  ({} sent per device, {})\n", duration(p.dp_s), gb(p.dp_bytes),
+             p.dp_inter_node ? "between nodes" : "in a node");
+  fmt::print("  tensor parallel       {:>10}  ({} sent per device, {})\n", duration(p.tp_s), gb(p.tp_bytes),
+             p.tp_inter_node ? "between nodes" : "in a node");
+  fmt::print("  step                  {:>10}  ({} with data-parallel traffic hidden behind compute)\n",
+             duration(p.step_s), duration(p.step_overlap_s));
+  if (p.steps > 0) {
+    fmt::print("\ntraining {:.3g} tokens: {:.0f} steps, {} ({} with overlap)\n", in.tokens, p.steps,
+               duration(p.train_s), duration(p.train_overlap_s));
+  }
+  nlohmann::json j = {{"model", m.name},
+                      {"params", m.num_params()},
+                      {"world_size", world},
+                      {"dp", in.dp},
+                      {"tp", in.tp},
+                      {"zero", in.zero},
+                      {"weights_bytes", p.weights},
+                      {"gradients_bytes", p.gradients},
+                      {"optimizer_bytes", p.optimizer},
+                      {"compute_copy_bytes", p.compute_copy},
+                      {"gathered_bytes", p.gathered},
+                      {"activations_bytes", p.activations},
+                      {"activations_checkpointed_bytes", p.activations_checkpointed},
+                      {"total_bytes", p.total},
+                      {"fits", p.fits},
+                      {"tokens_per_step", p.tokens_per_step},
+                      {"flops_per_device", p.flops},
+                      {"compute_s", p.compute_s},
+                      {"dp_bytes", p.dp_bytes},
+                      {"dp_s", p.dp_s},
+                      {"tp_bytes", p.tp_bytes},
+                      {"tp_s", p.tp_s},
+                      {"step_s", p.step_s},
+                      {"step_overlap_s", p.step_overlap_s},
+                      {"tokens", in.tokens},
+                      {"steps", p.steps},
+                      {"train_s", p.train_s},
+                      {"train_overlap_s", p.train_overlap_s}};
+  fmt::print("{}\n", j.dump());
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "plan", "Estimate memory per device, step time and time to train of a distributed run (defaults: H100 SXM "
+              "nodes)");
+  sub->add_option("config", a->config, "Built-in config name or YAML file")->required();
+  sub->add_option("overrides", a->overrides, "key=value overrides of the config");
+  sub->add_option("--world-size", a->world_size, "Devices in the job");
+  sub->add_option("--dp", a->dp, "Data-parallel size (default: world size / tp)");
+  sub->add_option("--tp", a->tp, "Tensor-parallel size")->capture_default_str();
+  sub->add_option("--zero", a->zero, "ZeRO stage: 0 replicas, 1 sharded optimizer, 2 + gradients, 3 + weights "
+                                     "(FSDP)")
+      ->capture_default_str();
+  sub->add_option("--peak-tflops", a->peak_tflops, "Peak TFLOP/s per device in the run's dtype")
+      ->capture_default_str();
+  sub->add_option("--memory-gb", a->memory_gb, "Memory per device (GB)")->capture_default_str();
+  sub->add_option("--link-gbps", a->link_gbps, "Bandwidth per device within a node, Gbit/s (NVLink 4: 7200)")
+      ->capture_default_str();
+  sub->add_option("--inter-node-gbps", a->inter_node_gbps, "Bandwidth per device between nodes, Gbit/s (NDR "
+                                                           "InfiniBand: 400)")
+      ->capture_default_str();
+  sub->add_option("--devices-per-node", a->devices_per_node, "Devices in one node")->capture_default_str();
+  sub->add_option("--mfu", a->mfu, "Model FLOPs utilisation to assume")->capture_default_str();
+  sub->add_option("--tokens", a->tokens, "Token budget (default: the config's max_tokens)");
+  return [a] { return run(*a); };
+}
+
+}  // namespace hone::cli

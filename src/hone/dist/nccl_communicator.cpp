@@ -1,0 +1,226 @@
+#include "hone/dist/nccl_communicator.hpp"
+
+#include <mpi.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "hone/core/error.hpp"
+#include "hone/dist/mpi_watchdog.hpp"
+
+namespace hone::dist {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  HONE_CHECK(e == cudaSuccess, "{}: CUDA error {}", what, cudaGetErrorString(e));
+}
+
+void check_nccl(ncclResult_t r, const char* what) {
+  HONE_CHECK(r == ncclSuccess, "{}: NCCL error {}", what, ncclGetErrorString(r));
+}
+
+void check_cuda_tensor(const char* op, const Tensor& t) {
+  HONE_CHECK(t.device().is_cuda(), "{}: the NCCL backend moves CUDA tensors; this one is on {}", op,
+             t.device().str());
+}
+
+ncclDataType_t nccl_type(const char* op, DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
+    default: fail("{}: NCCL has no type for {}", op, dtype_name(dtype));
+  }
+}
+
+// Writes or reads exactly n bytes; false when the peer closed the connection.
+bool transfer(int fd, void* data, size_t n, bool write) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= size_t(k);
+  }
+  return true;
+}
+
+// Rank 0 hands the NCCL unique id to every other rank over TCP at MASTER_ADDR:MASTER_PORT.
+ncclUniqueId tcp_rendezvous(const ProcessInfo& p, ncclUniqueId id, double timeout_s) {
+  HONE_CHECK(!p.master_addr.empty() && p.master_port > 0,
+             "rank {} of {}: the NCCL rendezvous needs MASTER_ADDR and MASTER_PORT", p.rank, p.world_size);
+  const std::string port = std::to_string(p.master_port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = p.rank == 0 ? AI_PASSIVE : 0;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(p.rank == 0 ? nullptr : p.master_addr.c_str(), port.c_str(), &hints, &found);
+  HONE_CHECK(rc == 0, "NCCL rendezvous: cannot resolve {}:{}: {}", p.master_addr, port, gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, freeaddrinfo);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  if (p.rank == 0) {
+    const int listener = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+    const int one = 1;
+    ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    HONE_CHECK(::bind(listener, found->ai_addr, found->ai_addrlen) == 0 && ::listen(listener, 128) == 0,
+               "NCCL rendezvous: rank 0 cannot listen on port {}: {}", port, std::strerror(errno));
+    for (int served = 1; served < p.world_size; ++served) {
+      const int fd = ::accept(listener, nullptr, nullptr);
+      HONE_CHECK(fd >= 0, "NCCL rendezvous: accept failed: {}", std::strerror(errno));
+      transfer(fd, &id, sizeof id, true);
+      ::close(fd);
+    }
+    ::close(listener);
+    return id;
+  }
+  while (true) {
+    const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+      const bool ok = transfer(fd, &id, sizeof id, false);
+      ::close(fd);
+      HONE_CHECK(ok, "NCCL rendezvous: rank 0 at {}:{} closed the connection before sending the id",
+                 p.master_addr, port);
+      return id;
+    }
+    ::close(fd);
+    HONE_CHECK(std::chrono::steady_clock::now() < deadline,
+               "rank {}: rank 0 did not open the NCCL rendezvous at {}:{} within {:.0f} s (HONE_DIST_TIMEOUT)",
+               p.rank, p.master_addr, port, timeout_s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::world(const ProcessInfo& p, Device device) {
+  const int index = p.local_world_size > 1 ? p.local_rank : device.index;
+  check_cuda(cudaSetDevice(index), "selecting the GPU of this rank");
+  ncclUniqueId id{};
+  if (p.rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (p.launcher == "openmpi" || std::getenv("PMIX_RANK") != nullptr) {
+    ensure_mpi_initialized();
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  } else {
+    id = tcp_rendezvous(p, id, collective_timeout_seconds());
+  }
+  ncclComm_t comm;
+  check_nccl(ncclCommInitRank(&comm, p.world_size, id, p.rank), "ncclCommInitRank");
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comm, index, "world", p.rank));
+}
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, std::string name, int world_rank)
+    : comm_(comm), device_(device), name_(std::move(name)), timeout_s_(collective_timeout_seconds()) {
+  check_nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
+  check_nccl(ncclCommCount(comm_, &size_), "ncclCommCount");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "cudaMalloc");
+  // The members' world ranks, for messages: each rank's own, gathered.
+  world_ranks_.assign(size_t(size_), world_rank);
+  int* buffer = nullptr;
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&buffer), sizeof(int) * size_t(size_ + 1)), "cudaMalloc");
+  check_cuda(cudaMemcpy(buffer + size_, &world_rank, sizeof(int), cudaMemcpyHostToDevice), "cudaMemcpy");
+  finish("gathering the world ranks", ncclAllGather(buffer + size_, buffer, 1, ncclInt32, comm_, stream_));
+  check_cuda(cudaMemcpy(world_ranks_.data(), buffer, sizeof(int) * size_t(size_), cudaMemcpyDeviceToHost),
+             "cudaMemcpy");
+  cudaFree(buffer);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ != nullptr) ncclCommDestroy(comm_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (scratch_ != nullptr) cudaFree(scratch_);
+}
+
+void NcclCommunicator::finish(const char* op, ncclResult_t enqueued) {
+  check_nccl(enqueued, op);
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    const cudaError_t state = cudaStreamQuery(stream_);
+    if (state == cudaSuccess) return;
+    HONE_CHECK(state == cudaErrorNotReady, "{} in {}: CUDA error {}", op, name_, cudaGetErrorString(state));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      fail("rank {}: {} in {} failed: NCCL error {}", world_ranks_[size_t(rank_)],
+           op, name_, ncclGetErrorString(async));
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_s_ > 0 && waited > timeout_s_) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      fail("rank {}: {} in {} did not complete within {:.0f} s (HONE_DIST_TIMEOUT): a peer is hung or dead",
+           world_ranks_[size_t(rank_)], op, name_, timeout_s_);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclCommunicator::all_reduce(const Tensor& t) {
+  check_cuda_tensor("all_reduce", t);
+  finish("all_reduce", ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_type("all_reduce", t.dtype()),
+                                     ncclSum, comm_, stream_));
+}
+
+void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+  check_cuda_tensor("reduce_scatter", input);
+  check_cuda_tensor("reduce_scatter", output);
+  check_chunked("reduce_scatter", input, output, size_);
+  finish("reduce_scatter", ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()),
+                                             nccl_type("reduce_scatter", input.dtype()), ncclSum, comm_, stream_));
+}
+
+void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_cuda_tensor("all_gather", input);
+  check_cuda_tensor("all_gather", output);
+  check_chunked("all_gather", output, input, size_);
+  finish("all_gather", ncclAllGather(input.raw(), output.raw(), size_t(input.numel()),
+                                     nccl_type("all_gather", input.dtype()), comm_, stream_));
+}
+
+void NcclCommunicator::broadcast(const Tensor& t, int root) {
+  check_cuda_tensor("broadcast", t);
+  check_root("broadcast", root, size_);
+  finish("broadcast", ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_type("broadcast", t.dtype()), root,
+                                    comm_, stream_));
+}
+
+void NcclCommunicator::barrier() {
+  // NCCL has no barrier: a one-element all_reduce orders the ranks the same way.
+  finish("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_));
+}
+
+void NcclCommunicator::send(const Tensor& t, int peer) {
+  check_cuda_tensor("send", t);
+  check_peer("send", peer, rank_, size_);
+  finish("send", ncclSend(t.raw(), size_t(t.numel()), nccl_type("send", t.dtype()), peer, comm_, stream_));
+}
+
+void NcclCommunicator::recv(const Tensor& t, int peer) {
+  check_cuda_tensor("recv", t);
+  check_peer("recv", peer, rank_, size_);
+  finish("recv", ncclRecv(t.raw(), size_t(t.numel()), nccl_type("recv", t.dtype()), peer, comm_, stream_));
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  HONE_CHECK(color >= 0, "split: color {} must not be negative", color);
+  ncclComm_t comm;
+  check_nccl(ncclCommSplit(comm_, color, key, &comm, nullptr), "ncclCommSplit");
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(comm, device_, fmt::format("group {} of {}", color, name_), world_ranks_[size_t(rank_)]));
+}
+
+}  // namespace hone::dist

@@ -1,0 +1,78 @@
+#include "hone/dist/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hone/core/error.hpp"
+#include "hone/model/activations.hpp"
+
+namespace hone::dist {
+
+Plan plan_run(const PlanInput& in) {
+  HONE_CHECK(in.dp >= 1 && in.tp >= 1, "dp ({}) and tp ({}) must be at least 1", in.dp, in.tp);
+  HONE_CHECK(in.zero >= 0 && in.zero <= 3, "ZeRO stage {} is not 0, 1, 2 or 3", in.zero);
+  HONE_CHECK(in.mfu > 0 && in.mfu <= 1, "MFU {} must be in (0, 1]", in.mfu);
+  HONE_CHECK(in.micro_batch >= 1 && in.seq_len >= 1 && in.grad_accum >= 1,
+             "batch {}, sequence length {} and accumulation steps {} must be positive", in.micro_batch, in.seq_len,
+             in.grad_accum);
+  HONE_CHECK(in.hw.peak_flops > 0 && in.hw.memory_bytes > 0 && in.hw.intra_node_bw > 0 && in.hw.inter_node_bw > 0 &&
+                 in.hw.devices_per_node >= 1,
+             "the hardware figures (peak FLOP/s, memory, link bandwidths, devices per node) must be positive");
+  HONE_CHECK(in.model.n_heads % in.tp == 0 && in.model.n_kv_heads % in.tp == 0,
+             "tp {} must divide the {} attention heads and {} key/value heads", in.tp, in.model.n_heads,
+             in.model.n_kv_heads);
+  const ModelConfig& m = in.model;
+  const double dp = in.dp, tp = in.tp;
+  const double params = double(m.num_params()) / tp;  // per device of one replica
+  const double w = in.dtype == DType::bf16 ? 2 : 4;    // bytes of a weight or activation as computed
+
+  Plan p;
+  p.weights = 4 * params / (in.zero >= 3 ? dp : 1);
+  p.gradients = 4 * params / (in.zero >= 2 ? dp : 1);
+  p.optimizer = 8 * params / (in.zero >= 1 ? dp : 1);
+  p.compute_copy = in.dtype == DType::bf16 ? 2 * params / (in.zero >= 3 ? dp : 1) : 0;
+  if (in.zero >= 3 && in.dp > 1) {
+    // A layer is gathered before use and the next one prefetched.
+    const double layer = double(m.num_non_embedding_params()) / double(m.n_layers);
+    const double unit = std::max(layer, double(m.vocab_size * m.dim));
+    p.gathered = 2 * unit / tp * w;
+  }
+  p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, false)) / tp;
+  p.activations_checkpointed = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, true)) / tp;
+  p.total = p.state() + (in.activation_checkpointing ? p.activations_checkpointed : p.activations);
+  p.fits = p.total <= in.hw.memory_bytes;
+
+  const double tokens_per_replica = double(in.micro_batch * in.seq_len * in.grad_accum);
+  p.tokens_per_step = tokens_per_replica * dp;
+  p.flops = m.training_flops_per_token(in.seq_len) * tokens_per_replica / tp;
+  p.compute_s = p.flops / (in.hw.peak_flops * in.mfu);
+
+  const double g = double(in.grad_accum);
+  const double ring = (dp - 1) / dp;  // all_gather / reduce_scatter; all_reduce sends twice this
+  const double grads = 4 * params, weights = w * params;
+  switch (in.zero) {
+    case 0: p.dp_bytes = 2 * ring * grads; break;                  // all_reduce of the gradients
+    case 1: p.dp_bytes = ring * (grads + weights); break;          // reduce_scatter, all_gather the update
+    case 2: p.dp_bytes = ring * (g * grads + weights); break;      // reduce_scatter every micro-batch
+    default: p.dp_bytes = g * ring * (2 * weights + grads); break; // gather for forward and backward
+  }
+  // Megatron: two all_reduces of the activations per layer forward, two backward,
+  // two more when the forward pass is recomputed.
+  const double activation = double(in.micro_batch * in.seq_len * m.dim) * w;
+  const double tp_all_reduces = double(m.n_layers) * (in.activation_checkpointing ? 6 : 4);
+  p.tp_bytes = g * tp_all_reduces * 2 * (tp - 1) / tp * activation;
+
+  p.tp_inter_node = in.tp > in.hw.devices_per_node;
+  p.dp_inter_node = in.dp * in.tp > in.hw.devices_per_node;
+  p.dp_s = p.dp_bytes / (p.dp_inter_node ? in.hw.inter_node_bw : in.hw.intra_node_bw);
+  p.tp_s = p.tp_bytes / (p.tp_inter_node ? in.hw.inter_node_bw : in.hw.intra_node_bw);
+  p.step_s = p.compute_s + p.dp_s + p.tp_s;
+  // Tensor-parallel all_reduces sit between the layer's GEMMs and are not hidden.
+  p.step_overlap_s = std::max(p.compute_s, p.dp_s) + p.tp_s;
+  p.steps = in.tokens > 0 ? std::ceil(in.tokens / p.tokens_per_step) : 0;
+  p.train_s = p.steps * p.step_s;
+  p.train_overlap_s = p.steps * p.step_overlap_s;
+  return p;
+}
+
+}  // namespace hone::dist
