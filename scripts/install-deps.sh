@@ -11,7 +11,7 @@ packages=(
   libzstd-dev libxxhash-dev
   zlib1g-dev zstd python3-numpy clang libclang-rt-14-dev
   libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece fortunes
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin slurm-wlm munge
 )
 # fetch-assets.sh uses npm; a Node.js from elsewhere that brings its own npm is kept.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

@@ -75,11 +75,12 @@ std::unique_ptr<Communicator> Communicator::from_environment(Device device) {
   }
   // Open MPI forms its world only among processes that its runtime (mpirun, or
   // srun through PMIx) started; processes started some other way each see a world of 1.
-  HONE_CHECK(p.launcher != "torchrun" || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
-                 std::getenv("PMIX_RANK") != nullptr,
-             "RANK/WORLD_SIZE say this is rank {} of {}, but no MPI runtime started this process: CPU tensors "
-             "travel over MPI, so start the job with hone launch, mpirun or srun --mpi=pmix",
-             p.rank, p.world_size);
+  const bool mpi_runtime = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+                           std::getenv("PMI_RANK") != nullptr;
+  HONE_CHECK(mpi_runtime || p.launcher == "openmpi",
+             "{} says this is rank {} of {}, but no MPI runtime started this process: CPU tensors travel over MPI, "
+             "so start the job with hone launch, mpirun or srun --mpi=pmix",
+             p.launcher == "slurm" ? "srun" : "RANK/WORLD_SIZE", p.rank, p.world_size);
   auto world = MpiCommunicator::world();
   HONE_CHECK(world->size() == p.world_size && world->rank() == p.rank,
              "the {} environment says rank {} of {}, but MPI's world has this process as rank {} of {} (several "
