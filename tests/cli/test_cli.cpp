@@ -69,6 +69,16 @@ TEST(Cli, BenchPrintsTheDocumentedJson) {
   EXPECT_GT(j["peak_memory_bytes"].get<double>(), j["activation_bytes"].get<double>());
 }
 
+TEST(Cli, MemoryEstimateIsWithinTenPercentOfThePeak) {
+  for (const char* extra : {"", " --activation-checkpointing", " --dtype bf16"}) {
+    CliResult r = run_hone(std::string("bench --model llama_tiny --batch-size 4 --seq-len 128 --steps 2") + extra);
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto j = nlohmann::json::parse(last_line(r.out));
+    const double peak = j["peak_memory_bytes"], estimate = j["memory_estimate_bytes"];
+    EXPECT_NEAR(estimate / peak, 1.0, 0.10) << extra << ": estimate " << estimate << ", peak " << peak;
+  }
+}
+
 TEST(Cli, EveryBuiltinConfigValidates) {
   const CliResult ls = run_hone("ls");
   ASSERT_EQ(ls.status, 0);

@@ -7,6 +7,7 @@
 #include "hone/core/rng.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
+#include "hone/train/run_config.hpp"
 #include "hone/train/step.hpp"
 
 namespace hone {
@@ -101,6 +102,9 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["flops_per_token"] = o.model.training_flops_per_token(o.seq_len);
   out["peak_memory_bytes"] = allocator_for(o.device).stats().peak_allocated;
   out["activation_bytes"] = model.activation_bytes();
+  // What hone validate would have said before the run.
+  out["memory_estimate_bytes"] =
+      estimate_training_memory(o.model, o.dtype, o.batch_size, o.seq_len, o.activation_checkpointing).total();
   out["activation_checkpointing"] = o.activation_checkpointing;
   out["loss_first"] = first_loss;
   out["loss_last"] = last_loss;
