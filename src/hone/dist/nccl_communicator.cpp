@@ -2,9 +2,11 @@
 
 #include <mpi.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +78,13 @@ ncclUniqueId tcp_rendezvous(const ProcessInfo& p, ncclUniqueId id, double timeou
     HONE_CHECK(::bind(listener, found->ai_addr, found->ai_addrlen) == 0 && ::listen(listener, 128) == 0,
                "NCCL rendezvous: rank 0 cannot listen on port {}: {}", port, std::strerror(errno));
     for (int served = 1; served < p.world_size; ++served) {
+      pollfd waiting{listener, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const int wait_ms = timeout_s > 0 ? int(std::max<int64_t>(0, left.count())) : -1;  // 0: no timeout
+      HONE_CHECK(::poll(&waiting, 1, wait_ms) == 1,
+                 "rank 0: only {} of the other {} ranks reached the NCCL rendezvous on port {} within {:.0f} s "
+                 "(HONE_DIST_TIMEOUT)",
+                 served - 1, p.world_size - 1, port, timeout_s);
       const int fd = ::accept(listener, nullptr, nullptr);
       HONE_CHECK(fd >= 0, "NCCL rendezvous: accept failed: {}", std::strerror(errno));
       transfer(fd, &id, sizeof id, true);
@@ -94,7 +103,7 @@ ncclUniqueId tcp_rendezvous(const ProcessInfo& p, ncclUniqueId id, double timeou
       return id;
     }
     ::close(fd);
-    HONE_CHECK(std::chrono::steady_clock::now() < deadline,
+    HONE_CHECK(timeout_s <= 0 || std::chrono::steady_clock::now() < deadline,
                "rank {}: rank 0 did not open the NCCL rendezvous at {}:{} within {:.0f} s (HONE_DIST_TIMEOUT)",
                p.rank, p.master_addr, port, timeout_s);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -108,7 +117,11 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::world(const ProcessInfo& p, 
   check_cuda(cudaSetDevice(index), "selecting the GPU of this rank");
   ncclUniqueId id{};
   if (p.rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  if (p.launcher == "openmpi" || std::getenv("PMIX_RANK") != nullptr) {
+  // torchrun-style ranks (hone launch) meet over TCP even where mpirun started them: on several
+  // nodes each node's mpirun forms a separate MPI world.
+  const bool mpi_runtime = p.launcher == "openmpi" || std::getenv("PMIX_RANK") != nullptr ||
+                           std::getenv("PMI_RANK") != nullptr;
+  if (p.launcher != "torchrun" && mpi_runtime) {
     ensure_mpi_initialized();
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
   } else {

@@ -2,9 +2,10 @@
 // The NCCL backend: CUDA tensors (built when the CUDA backend and NCCL are found).
 // Each process of a multi-process job uses the GPU of its local rank, as torchrun
 // does. The NCCL unique id reaches the ranks over MPI when an MPI launcher
-// (mpirun, srun --mpi=pmix) started the job, else over one TCP connection per
-// rank to rank 0 at MASTER_ADDR:MASTER_PORT (torchrun's rendezvous, used only to
-// hand out the id; NCCL does all the communication). Calls are blocking: each
+// (mpirun, srun --mpi=pmix) started the job, and over one TCP connection per
+// rank to rank 0 at MASTER_ADDR:MASTER_PORT when torchrun-style variables say who
+// is who (hone launch) or srun ran without PMIx (the rendezvous only hands out the
+// id; NCCL does all the communication). Calls are blocking: each
 // enqueues on the communicator's stream and waits for it; one that has not
 // finished after HONE_DIST_TIMEOUT seconds aborts the NCCL communicator and
 // throws, naming the operation. bf16 sums are NCCL's own.
