@@ -347,6 +347,23 @@ TEST(Jobs, LaunchNamesTheRankThatFailed) {
       << hung.output;
 }
 
+TEST(Jobs, LaunchForwardsSigtermToTheRanks) {
+  // A SIGTERM (scancel, a preempting scheduler) after 2 s ends the hung job: no rank is left behind.
+  const std::string marker = "sigterm-test-" + std::to_string(getpid());  // names this job's ranks
+  const Job j = run("env HONE_DIST_TIMEOUT=60 timeout -s TERM 2 " + kHone + " launch --nproc-per-node 2 -- " + kProbe +
+                    " hang " + marker);
+  EXPECT_EQ(j.status, 124) << j.output;
+  EXPECT_NE(j.output.find("[rank 1] rank 1 of 2"), std::string::npos) << j.output;
+  Job left;
+  for (int i = 0; i < 50; ++i) {  // mpirun takes a moment to stop its ranks
+    left = run("pgrep -f '[" + marker.substr(0, 1) + "]" + marker.substr(1) + "'");  // not matching pgrep's own shell
+    if (left.output.empty()) break;
+    usleep(100000);
+  }
+  EXPECT_EQ(left.output, "") << "ranks still running after SIGTERM: " << run("ps -ef").output;
+  run("pkill -KILL -f '[" + marker.substr(0, 1) + "]" + marker.substr(1) + "'");
+}
+
 TEST(Jobs, LaunchOnOneOfSeveralNodesNeedsNcclOrMpirunForCpuWorlds) {
   // Each node's hone launch forms its own MPI world: a CPU job across nodes is refused, clearly.
   const Job j = run(kHone + " launch --nproc-per-node 2 --nnodes 2 --node-rank 1 -- " + kProbe + " sum");

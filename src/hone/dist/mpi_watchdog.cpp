@@ -17,7 +17,9 @@ namespace hone::dist {
 
 namespace {
 
-constexpr int kTagQuery = 1, kTagReply = 2;
+// A query carries the tag its answer should use, new for every report, so an
+// answer that arrives after its report gave up never matches a later one.
+constexpr int kTagQuery = 1, kFirstReplyTag = 2;
 // How long a rank whose operation timed out waits for its peers' answers.
 constexpr double kAnswerSeconds = 3.0;
 
@@ -88,10 +90,10 @@ class Watchdog {
     while (flag) {
       MPI_Status status;
       if (MPI_Iprobe(MPI_ANY_SOURCE, kTagQuery, s.control, &flag, &status) != MPI_SUCCESS || !flag) return;
-      int64_t query = 0;
-      MPI_Recv(&query, 1, MPI_INT64_T, status.MPI_SOURCE, kTagQuery, s.control, MPI_STATUS_IGNORE);
+      int64_t reply_tag = 0;
+      MPI_Recv(&reply_tag, 1, MPI_INT64_T, status.MPI_SOURCE, kTagQuery, s.control, MPI_STATUS_IGNORE);
       Answer a = answer_of(s);
-      MPI_Send(&a, 5, MPI_INT64_T, status.MPI_SOURCE, kTagReply, s.control);
+      MPI_Send(&a, 5, MPI_INT64_T, status.MPI_SOURCE, int(reply_tag), s.control);
     }
   }
 
@@ -107,12 +109,13 @@ class Watchdog {
     std::vector<Answer> answers(static_cast<size_t>(size));
     std::vector<int> answered(static_cast<size_t>(size), 0);
     std::vector<MPI_Request> requests;
-    static const int64_t query = 0;
+    static int64_t reply_tag = kFirstReplyTag - 1;
+    reply_tag = reply_tag >= 30000 ? kFirstReplyTag : reply_tag + 1;  // MPI guarantees tags up to 32767
     for (int r : peers) {
       MPI_Request send, recv;
-      MPI_Isend(&query, 1, MPI_INT64_T, r, kTagQuery, s.control, &send);
+      MPI_Isend(&reply_tag, 1, MPI_INT64_T, r, kTagQuery, s.control, &send);
       MPI_Request_free(&send);
-      MPI_Irecv(&answers[size_t(r)], 5, MPI_INT64_T, r, kTagReply, s.control, &recv);
+      MPI_Irecv(&answers[size_t(r)], 5, MPI_INT64_T, r, int(reply_tag), s.control, &recv);
       requests.push_back(recv);
     }
     const int64_t deadline = now_ns() + int64_t(kAnswerSeconds * 1e9);
