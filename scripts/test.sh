@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 cd build
-ctest --output-on-failure --timeout 600 -j 2 "$@"
+# GPU tests (label gpu) run on a machine with a GPU: ctest -L gpu (docs/cuda.md).
+ctest --output-on-failure --timeout 600 -j 2 -LE gpu "$@"

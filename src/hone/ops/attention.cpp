@@ -5,6 +5,10 @@
 #include "hone/ops/dispatch.hpp"
 #include "hone/ops/ops.hpp"
 
+#ifdef HONE_WITH_CUDA
+#include "hone/kernels/cuda/attention.hpp"
+#endif
+
 namespace hone::ops {
 
 using namespace detail;
@@ -37,9 +41,18 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
                        const AttentionHeads& heads, const Tensor& token_positions) {
   const char* op = "attention";
   const OpTimer timer(op);
-  op_device(op, {&qkv, &out, &lse, &alibi_slopes});
+  const Device device = op_device(op, {&qkv, &out, &lse, &alibi_slopes});
   auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
-  dims.positions = token_positions_of(op, token_positions, dims.batch, dims.seq, dims.seq);
+  const Tensor positions = token_positions_on(op, token_positions, dims.batch, dims.seq, dims.seq, device);
+  dims.positions = data_or_null<const int32_t>(positions);
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(qkv.dtype(), op, [&]<typename T>() {
+      kernels::cuda::attention_forward<T>(qkv.data<T>(), out.data<T>(), lse.data<float>(),
+                                          slopes_or_null<T>(alibi_slopes), dims);
+    });
+  }
+#endif
   dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
     kernels::cpu::attention_forward<T>(qkv.data<T>(), out.data<T>(), lse.data<compute_t<T>>(),
                                        slopes_or_null<T>(alibi_slopes), dims);
@@ -51,11 +64,20 @@ void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& ou
                         const Tensor& token_positions) {
   const char* op = "attention backward";
   const OpTimer timer(op);
-  op_device(op, {&d_out, &qkv, &out, &lse, &alibi_slopes, &d_qkv});
+  const Device device = op_device(op, {&d_out, &qkv, &out, &lse, &alibi_slopes, &d_qkv});
   auto dims = attention_dims(op, qkv, out, lse, alibi_slopes, heads);
-  dims.positions = token_positions_of(op, token_positions, dims.batch, dims.seq, dims.seq);
+  const Tensor positions = token_positions_on(op, token_positions, dims.batch, dims.seq, dims.seq, device);
+  dims.positions = data_or_null<const int32_t>(positions);
   expect_shape(op, "output gradient", d_out, out.shape());
   expect_shape(op, "qkv gradient", d_qkv, qkv.shape());
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(qkv.dtype(), op, [&]<typename T>() {
+      kernels::cuda::attention_backward<T>(d_out.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<float>(),
+                                           slopes_or_null<T>(alibi_slopes), d_qkv.data<T>(), dims);
+    });
+  }
+#endif
   dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
     kernels::cpu::attention_backward<T>(d_out.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<compute_t<T>>(),
                                         slopes_or_null<T>(alibi_slopes), d_qkv.data<T>(), dims);
@@ -67,7 +89,7 @@ void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                       const AttentionHeads& heads) {
   const char* op = "attention decode";
   const OpTimer timer(op);
-  op_device(op, {&q, &k_cache, &v_cache, &alibi_slopes, &out});
+  [[maybe_unused]] const Device device = op_device(op, {&q, &k_cache, &v_cache, &alibi_slopes, &out});
   const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
   HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
   const int64_t rows = rows_of(q), capacity = k_cache.size(1);
@@ -78,8 +100,10 @@ void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   expect_shape(op, "output", out, {rows, H * hd});
   expect_shape(op, "slots", slots, {rows});
   expect_shape(op, "lengths", lengths, {rows});
-  const int64_t* s = slots.data<int64_t>();
-  const int64_t* l = lengths.data<int64_t>();
+  // Checked on the host (where the decoder keeps them); a device kernel reads a copy.
+  const Tensor host_slots = on_device(slots, Device::cpu()), host_lengths = on_device(lengths, Device::cpu());
+  const int64_t* s = host_slots.data<int64_t>();
+  const int64_t* l = host_lengths.data<int64_t>();
   for (int64_t i = 0; i < rows; ++i) {
     HONE_CHECK(s[i] >= 0 && s[i] < k_cache.size(0) && l[i] >= 1 && l[i] <= capacity,
                "{}: row {} reads slot {} up to length {} of a {}x{} cache", op, i, s[i], l[i], k_cache.size(0),
@@ -92,6 +116,16 @@ void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                                       .head_dim = hd,
                                       .q_row_stride = q.size(-1),
                                       .scale = heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(hd))};
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    const Tensor device_slots = on_device(slots, device), device_lengths = on_device(lengths, device);
+    return dispatch_cuda(q.dtype(), op, [&]<typename T>() {
+      kernels::cuda::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
+                                         device_slots.data<int64_t>(), device_lengths.data<int64_t>(),
+                                         slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);
+    });
+  }
+#endif
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
     kernels::cpu::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), s, l,
                                       slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);

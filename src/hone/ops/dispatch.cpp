@@ -1,5 +1,9 @@
 #include "hone/ops/dispatch.hpp"
 
+#ifdef HONE_WITH_CUDA
+#include "hone/kernels/cuda/runtime.hpp"
+#endif
+
 namespace hone::ops::detail {
 
 Device op_device(const char* op, std::initializer_list<const Tensor*> tensors) {
@@ -11,8 +15,18 @@ Device op_device(const char* op, std::initializer_list<const Tensor*> tensors) {
                t->device().str());
   }
   HONE_ASSERT(first != nullptr);
-  HONE_CHECK(first->device().is_cpu(), "{}: no kernel for device {} in this build", op, first->device().str());
-  return first->device();
+  const Device device = first->device();
+#ifdef HONE_WITH_CUDA
+  // Also links the CUDA runtime into every program that runs ops, which
+  // registers its allocator for Tensors on cuda.
+  if (device.is_cuda()) kernels::cuda::check_device(device);
+#endif
+  return device;
+}
+
+Tensor on_device(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+  return t.to(device);
 }
 
 void expect_shape(const char* op, const char* what, const Tensor& t, const Shape& shape) {
@@ -31,12 +45,13 @@ int64_t rows_of(const Tensor& t) {
   return last == 0 ? 0 : t.numel() / last;
 }
 
-const int32_t* token_positions_of(const char* op, const Tensor& token_positions, int64_t batch, int64_t seq,
-                                  int64_t limit) {
-  if (!token_positions.defined()) return nullptr;
+Tensor token_positions_on(const char* op, const Tensor& token_positions, int64_t batch, int64_t seq, int64_t limit,
+                          Device device) {
+  if (!token_positions.defined()) return Tensor();
   expect_dtype(op, "token positions", token_positions, DType::i32);
   expect_shape(op, "token positions", token_positions, {batch, seq});
-  const int32_t* p = token_positions.data<int32_t>();
+  const Tensor host = on_device(token_positions, Device::cpu());
+  const int32_t* p = host.data<int32_t>();
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < seq; ++t) {
       const int32_t v = p[b * seq + t];
@@ -44,7 +59,7 @@ const int32_t* token_positions_of(const char* op, const Tensor& token_positions,
                  "{}: token {} of row {} has position {}, expected 0 to {} (and below {})", op, t, b, v, t, limit);
     }
   }
-  return p;
+  return on_device(token_positions, device);
 }
 
 }  // namespace hone::ops::detail

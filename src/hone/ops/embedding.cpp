@@ -2,19 +2,29 @@
 #include "hone/ops/dispatch.hpp"
 #include "hone/ops/ops.hpp"
 
+#ifdef HONE_WITH_CUDA
+#include "hone/kernels/cuda/embedding.hpp"
+#endif
+
 namespace hone::ops {
 
 using namespace detail;
 
 namespace {
 
-void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
+void check_token_shape(const char* op, const Tensor& tokens) {
   expect_dtype(op, "tokens", tokens, DType::i32);
   HONE_CHECK(tokens.ndim() == 2, "{}: tokens have shape {}, expected [batch, seq]", op, tokens.shape().str());
+}
+
+[[noreturn]] void fail_token(const char* op, int32_t id, int64_t index, int64_t vocab) {
+  fail("{}: token id {} at position {} is outside the vocabulary of {}", op, id, index, vocab);
+}
+
+void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
   const int32_t* ids = tokens.data<int32_t>();
   for (int64_t i = 0; i < tokens.numel(); ++i) {
-    HONE_CHECK(ids[i] >= 0 && ids[i] < vocab, "{}: token id {} at position {} is outside the vocabulary of {}", op,
-               ids[i], i, vocab);
+    if (ids[i] < 0 || ids[i] >= vocab) fail_token(op, ids[i], i, vocab);
   }
 }
 
@@ -24,21 +34,34 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& 
                        const Tensor& token_positions) {
   const char* op = "embedding";
   const OpTimer timer(op);
-  op_device(op, {&tokens, &table, &positions, &out});
-  check_tokens(op, tokens, table.size(0));
-  const int64_t batch = tokens.size(0), seq = tokens.size(1), dim = table.size(1);
+  const Device device = op_device(op, {&tokens, &table, &positions, &out});
+  check_token_shape(op, tokens);
+  const int64_t batch = tokens.size(0), seq = tokens.size(1), vocab = table.size(0), dim = table.size(1);
   expect_shape(op, "output", out, {batch, seq, dim});
   if (positions.defined()) {
     HONE_CHECK(positions.size(0) >= seq && positions.size(1) == dim,
                "{}: position table {} is too short for sequence length {}", op, positions.shape().str(), seq);
   }
-  const int32_t* token_pos =
-      token_positions_of(op, token_positions, batch, seq, positions.defined() ? positions.size(0) : seq);
+  const Tensor token_pos =
+      token_positions_on(op, token_positions, batch, seq, positions.defined() ? positions.size(0) : seq, device);
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    // The ids are checked on the device, in the lookup itself.
+    return dispatch_cuda(out.dtype(), op, [&]<typename T>() {
+      expect_dtype(op, "table", table, DType::f32);
+      const kernels::cuda::BadToken bad = kernels::cuda::embedding_forward<T>(
+          tokens.data<int32_t>(), table.data<float>(), vocab, data_or_null<const float>(positions), out.data<T>(),
+          batch, seq, dim, data_or_null<const int32_t>(token_pos));
+      if (bad.index >= 0) fail_token(op, bad.id, bad.index, vocab);
+    });
+  }
+#endif
+  check_tokens(op, tokens, vocab);
   dispatch_floating(out.dtype(), op, [&]<typename T>() {
     expect_dtype(op, "table", table, dtype_of<compute_t<T>>());
     kernels::cpu::embedding_forward<T>(tokens.data<int32_t>(), table.data<compute_t<T>>(),
                                        positions.defined() ? positions.data<compute_t<T>>() : nullptr,
-                                       out.data<T>(), batch, seq, dim, token_pos);
+                                       out.data<T>(), batch, seq, dim, data_or_null<const int32_t>(token_pos));
   });
 }
 
@@ -46,15 +69,25 @@ void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor&
                         const Tensor& token_positions) {
   const char* op = "embedding backward";
   const OpTimer timer(op);
-  op_device(op, {&tokens, &d_out, &d_table, &d_positions});
+  const Device device = op_device(op, {&tokens, &d_out, &d_table, &d_positions});
   const int64_t batch = tokens.size(0), seq = tokens.size(1), dim = d_table.size(1);
   expect_shape(op, "output gradient", d_out, {batch, seq, dim});
-  const int32_t* token_pos =
-      token_positions_of(op, token_positions, batch, seq, d_positions.defined() ? d_positions.size(0) : seq);
+  const Tensor token_pos = token_positions_on(op, token_positions, batch, seq,
+                                              d_positions.defined() ? d_positions.size(0) : seq, device);
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(d_out.dtype(), op, [&]<typename T>() {
+      kernels::cuda::embedding_backward<T>(tokens.data<int32_t>(), d_out.data<T>(), d_table.data<float>(),
+                                           d_table.size(0), data_or_null<float>(d_positions),
+                                           d_positions.defined() ? d_positions.size(0) : 0, batch, seq, dim,
+                                           data_or_null<const int32_t>(token_pos));
+    });
+  }
+#endif
   dispatch_floating(d_out.dtype(), op, [&]<typename T>() {
     kernels::cpu::embedding_backward<T>(tokens.data<int32_t>(), d_out.data<T>(), d_table.data<compute_t<T>>(),
                                         d_positions.defined() ? d_positions.data<compute_t<T>>() : nullptr, batch,
-                                        seq, dim, token_pos);
+                                        seq, dim, data_or_null<const int32_t>(token_pos));
   });
 }
 

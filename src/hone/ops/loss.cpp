@@ -3,6 +3,10 @@
 #include "hone/ops/dispatch.hpp"
 #include "hone/ops/ops.hpp"
 
+#ifdef HONE_WITH_CUDA
+#include "hone/kernels/cuda/cross_entropy.hpp"
+#endif
+
 namespace hone::ops {
 
 using namespace detail;
@@ -22,16 +26,31 @@ void check_loss_args(const char* op, const Tensor& logits, const Tensor& targets
 LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
   const char* op = "cross_entropy";
   const OpTimer timer(op);
-  op_device(op, {&logits, &targets, &losses, &lse});
+  [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &losses, &lse});
   check_loss_args(op, logits, targets, losses);
   check_loss_args(op, logits, targets, lse);
   const int64_t rows = logits.size(0), vocab = logits.size(1);
-  const int32_t* t = targets.data<int32_t>();
+  auto fail_target = [&](int32_t target, int64_t row) {
+    fail("{}: target {} at row {} is outside the vocabulary of {}", op, target, row, vocab);
+  };
   LossSum result;
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    // The device sums the losses and counts and checks the targets in the same pass.
+    dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
+      const kernels::cuda::LossTotals totals = kernels::cuda::cross_entropy_forward<T>(
+          logits.data<T>(), targets.data<int32_t>(), losses.data<float>(), lse.data<float>(), rows, vocab,
+          kIgnoreIndex);
+      if (totals.bad_row >= 0) fail_target(totals.bad_target, totals.bad_row);
+      result = {.sum = totals.sum, .tokens = totals.tokens};
+    });
+    return result;
+  }
+#endif
+  const int32_t* t = targets.data<int32_t>();
   for (int64_t row = 0; row < rows; ++row) {
     if (t[row] == kIgnoreIndex) continue;
-    HONE_CHECK(t[row] >= 0 && t[row] < vocab, "{}: target {} at row {} is outside the vocabulary of {}", op, t[row],
-               row, vocab);
+    if (t[row] < 0 || t[row] >= vocab) fail_target(t[row], row);
     ++result.tokens;
   }
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
@@ -47,8 +66,16 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale) {
   const char* op = "cross_entropy backward";
   const OpTimer timer(op);
-  op_device(op, {&logits, &targets, &lse});
+  [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &lse});
   check_loss_args(op, logits, targets, lse);
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
+      kernels::cuda::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<float>(), scale,
+                                               logits.size(0), logits.size(1), kIgnoreIndex);
+    });
+  }
+#endif
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
     kernels::cpu::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<compute_t<T>>(),
                                             scale, logits.size(0), logits.size(1), kIgnoreIndex);

@@ -3,6 +3,10 @@
 #include "hone/ops/dispatch.hpp"
 #include "hone/ops/ops.hpp"
 
+#ifdef HONE_WITH_CUDA
+#include "hone/kernels/cuda/norm.hpp"
+#endif
+
 namespace hone::ops {
 
 using namespace detail;
@@ -23,8 +27,16 @@ void check_norm(const char* op, const Tensor& x, const Tensor& y, const Tensor& 
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps) {
   const char* op = "rmsnorm";
   const OpTimer timer(op);
-  op_device(op, {&x, &weight, &y, &rstd});
+  [[maybe_unused]] const Device device = op_device(op, {&x, &weight, &y, &rstd});
   check_norm(op, x, y, weight, {&rstd});
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
+      kernels::cuda::rmsnorm_forward<T>(x.data<T>(), weight.data<float>(), y.data<T>(), rstd.data<float>(),
+                                        rows_of(x), x.size(-1), eps);
+    });
+  }
+#endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::rmsnorm_forward<T>(x.data<T>(), weight.data<C>(), y.data<T>(), rstd.data<C>(), rows_of(x),
@@ -36,9 +48,17 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
                       const Tensor& d_weight) {
   const char* op = "rmsnorm backward";
   const OpTimer timer(op);
-  op_device(op, {&dy, &x, &weight, &rstd, &dx, &d_weight});
+  [[maybe_unused]] const Device device = op_device(op, {&dy, &x, &weight, &rstd, &dx, &d_weight});
   check_norm(op, x, dy, weight, {&rstd});
   check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
+      kernels::cuda::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<float>(), rstd.data<float>(),
+                                         dx.data<T>(), data_or_null<float>(d_weight), rows_of(x), x.size(-1));
+    });
+  }
+#endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), rstd.data<C>(), dx.data<T>(),
@@ -50,9 +70,18 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
                        const Tensor& mean, const Tensor& rstd, double eps) {
   const char* op = "layernorm";
   const OpTimer timer(op);
-  op_device(op, {&x, &weight, &bias, &y, &mean, &rstd});
+  [[maybe_unused]] const Device device = op_device(op, {&x, &weight, &bias, &y, &mean, &rstd});
   check_norm(op, x, y, weight, {&mean, &rstd});
   if (bias.defined()) expect_shape(op, "bias", bias, weight.shape());
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
+      kernels::cuda::layernorm_forward<T>(x.data<T>(), weight.data<float>(), data_or_null<const float>(bias),
+                                          y.data<T>(), mean.data<float>(), rstd.data<float>(), rows_of(x),
+                                          x.size(-1), eps);
+    });
+  }
+#endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::layernorm_forward<T>(x.data<T>(), weight.data<C>(), bias.defined() ? bias.data<C>() : nullptr,
@@ -64,11 +93,20 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                         const Tensor& rstd, const Tensor& dx, const Tensor& d_weight, const Tensor& d_bias) {
   const char* op = "layernorm backward";
   const OpTimer timer(op);
-  op_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &d_weight, &d_bias});
+  [[maybe_unused]] const Device device = op_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &d_weight, &d_bias});
   check_norm(op, x, dy, weight, {&mean, &rstd});
   check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});
   if (d_bias.defined()) expect_shape(op, "bias gradient", d_bias, weight.shape());
   HONE_CHECK(d_weight.defined() || !d_bias.defined(), "{}: a bias gradient for a frozen weight", op);
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
+      kernels::cuda::layernorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<float>(), mean.data<float>(),
+                                           rstd.data<float>(), dx.data<T>(), data_or_null<float>(d_weight),
+                                           data_or_null<float>(d_bias), rows_of(x), x.size(-1));
+    });
+  }
+#endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::layernorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), mean.data<C>(), rstd.data<C>(),

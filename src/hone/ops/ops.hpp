@@ -118,6 +118,12 @@ double sum_squares(const Tensor& x);
 void add_columns(const Tensor& dst, int64_t col, const Tensor& src, double scale);
 void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scale);
 
+// ---- device ----
+// Returns once the work queued on `device` has finished: CPU ops are done when
+// they return, CUDA ops queue kernels on the device's stream. For timing (a
+// host clock read after it covers the work before it).
+void synchronize(Device device);
+
 // ---- optimizer ----
 using kernels::cpu::AdamWHyper;
 // One AdamW step on a contiguous parameter span; compute_copy (bf16) absent or

@@ -11,13 +11,13 @@ namespace {
 constexpr int kThreads = 256;
 
 struct AdamWConstants {
-  float beta1, beta2, eps, decay, step_size, inv_sqrt_correction2;
+  float beta1, beta2, eps, decay, step_size, inv_sqrt_correction2, grad_scale;
 };
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamWConstants c,
                              bf16* compute_copy) {
   HONE_GRID_STRIDE(i, n) {
-    const float g = grad[i];
+    const float g = grad[i] * c.grad_scale;  // the clipping coefficient
     const float mi = c.beta1 * m[i] + (1.0f - c.beta1) * g;
     const float vi = c.beta2 * v[i] + (1.0f - c.beta2) * g * g;
     m[i] = mi;
@@ -41,7 +41,8 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
                          float(h.eps),
                          float(1.0 - h.lr * h.weight_decay),
                          float(h.lr / correction1),
-                         float(1.0 / std::sqrt(correction2))};
+                         float(1.0 / std::sqrt(correction2)),
+                         float(h.grad_scale)};
   adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(param, grad, m, v, n, c, compute_copy);
   HONE_CUDA_LAUNCHED("adamw");
 }

@@ -2,7 +2,8 @@
 // Fused AdamW on the GPU with the arithmetic of kernels/cpu/adamw.hpp: one pass
 // over a contiguous span of fp32 master weights, their gradients and moments
 // (a parameter group's flat buffers: one launch updates every tensor of the
-// group), writing the bf16 compute copy in the same pass when given.
+// group), gradients scaled by hyper.grad_scale (clipping) as they are read,
+// writing the bf16 compute copy in the same pass when given.
 #include <cstdint>
 
 #include "hone/kernels/cpu/adamw.hpp"

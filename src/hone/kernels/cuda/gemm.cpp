@@ -1,6 +1,7 @@
 #include "hone/kernels/cuda/gemm.hpp"
 
 #include <cublasLt.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <bit>
@@ -19,10 +20,42 @@ namespace hone::kernels::cuda {
 
 namespace {
 
+// cuBLASLt is half a gigabyte of machine code: linking it would cost every
+// process 60 ms and 200 MB when it starts, GPU or not (the CPU test suite runs
+// hundreds of processes). It is opened on the first GEMM instead.
+#define HONE_CUBLASLT_FUNCTIONS(X)                                                                   \
+  X(cublasLtCreate) X(cublasLtGetStatusName) X(cublasLtGetStatusString) X(cublasLtMatmul)           \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescSetAttribute)   \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                             \
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutSetAttribute)
+
+struct CublasLt {
+#define HONE_DECLARE(name) decltype(&::name) name = nullptr;
+  HONE_CUBLASLT_FUNCTIONS(HONE_DECLARE)
+#undef HONE_DECLARE
+};
+
+const CublasLt& lt() {
+  static const CublasLt api = [] {
+    // The library of the toolkit hone was compiled against (its major version).
+    const std::string library = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    HONE_CHECK(handle != nullptr, "cannot load {} for GPU matrix products: {}", library, dlerror());
+    CublasLt functions;
+#define HONE_RESOLVE(name)                                                                     \
+  functions.name = reinterpret_cast<decltype(&::name)>(dlsym(handle, #name));                  \
+  HONE_CHECK(functions.name != nullptr, "{} has no function {}: {}", library, #name, dlerror());
+    HONE_CUBLASLT_FUNCTIONS(HONE_RESOLVE)
+#undef HONE_RESOLVE
+    return functions;
+  }();
+  return api;
+}
+
 [[noreturn]] void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   const std::string_view path(file);
   fail("{} failed at {}:{}: {}: {}", call, path.substr(path.find_last_of('/') + 1), line,
-       cublasLtGetStatusName(status), cublasLtGetStatusString(status));
+       lt().cublasLtGetStatusName(status), lt().cublasLtGetStatusString(status));
 }
 
 #define HONE_CUBLAS_CHECK(call)                                                      \
@@ -61,13 +94,13 @@ struct Plan {
 cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t batch) {
   cublasLtMatrixLayout_t l = nullptr;
   // Column-major rows×cols with leading dimension rows: the packed matrices of hone.
-  HONE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(dtype), uint64_t(rows), uint64_t(cols), rows));
+  HONE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&l, cuda_type(dtype), uint64_t(rows), uint64_t(cols), rows));
   if (batch > 1) {
     const auto count = int32_t(batch);
     const int64_t stride = rows * cols;
-    HONE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
     HONE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+        lt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
   }
   return l;
 }
@@ -90,10 +123,10 @@ class LtGemm {
     Plan& plan = found->second;
     if (plan.fused_bias) {
       HONE_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+          lt().cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
     // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's A is our B.
-    HONE_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.c, plan.c,
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.c, plan.c,
                                      g.c, plan.c, &plan.algo, workspace_, kWorkspaceBytes, stream()));
     if (bias != nullptr && !plan.fused_bias) add_bias_after(g, bias);
   }
@@ -104,18 +137,18 @@ class LtGemm {
 
   void ensure_handle() {
     if (handle_ != nullptr) return;
-    HONE_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    HONE_CUBLAS_CHECK(lt().cublasLtCreate(&handle_));
     // From the tensor allocator, so memory/allocated_mem includes it.
     workspace_ = allocator_for(Device::cuda(current_device())).allocate(kWorkspaceBytes);
   }
 
   Plan make_plan(const GemmArgs& g, const float* bias) {
     Plan p;
-    HONE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    HONE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-    HONE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     // Our B stored [k, n] (or [n, k] transposed) is column-major n×k (k×n); our A
     // stored [m, k] ([k, m]) is column-major k×m (m×k); C is column-major n×m.
     p.a = g.trans_b ? layout(g.ab_type, g.k, g.n, g.batch) : layout(g.ab_type, g.n, g.k, g.batch);
@@ -123,16 +156,16 @@ class LtGemm {
     p.c = layout(g.c_type, g.n, g.m, g.batch);
 
     cublasLtMatmulPreference_t preference = nullptr;
-    HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceCreate(&preference));
     const uint64_t workspace = kWorkspaceBytes;
-    HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                            &workspace, sizeof workspace));
     const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
     for (auto [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
                                     std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
                                     std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
                                     std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
-      HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
+      HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
     }
     // The bias epilogue reads f32 biases, which cuBLASLt documents for f32
     // outputs; a bf16 output (or no algorithm with the epilogue) adds the bias
@@ -141,18 +174,18 @@ class LtGemm {
     if (bias != nullptr && g.c_type == DType::f32) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       HONE_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+          lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
       HONE_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+          lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
       found = heuristic(p, preference);
       p.fused_bias = found;
       if (!found) {
         const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-        HONE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none));
+        HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none));
       }
     }
     if (!found) found = heuristic(p, preference);
-    HONE_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceDestroy(preference));
     HONE_CHECK(found, "cuBLASLt has no algorithm for a {}x{}x{} GEMM (batch {}) of {} operands into {}", g.m, g.n,
                g.k, g.batch, dtype_name(g.ab_type), dtype_name(g.c_type));
     return p;
@@ -162,7 +195,7 @@ class LtGemm {
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, 1, &result, &count);
+        lt().cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, 1, &result, &count);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || count == 0) return false;
     HONE_CUBLAS_CHECK(status);
     p.algo = result.algo;

@@ -1,0 +1,32 @@
+#pragma once
+// Shared by the GPU tests: a fixture that skips where no CUDA device is usable
+// (CI machines, which build the CUDA backend but have no GPU), and copies of
+// tensors onto the device.
+#include "hone/kernels/cuda/runtime.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+
+inline const Device kGpu = Device::cuda(0);
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kernels::cuda::available()) GTEST_SKIP() << "no usable CUDA device: " << kernels::cuda::unavailable_reason();
+  }
+};
+
+inline Tensor gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
+
+// The message of the hone::Error that fn throws ("" when it throws none).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace hone::test

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# On the device machine: runs the GPU tests that tests/gpu/bundle.sh packed
+# (carry .gpu), printing a summary and leaving logs and XML reports in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/hone-gpu-out}
+mkdir -p "$out"
+bundle=/tmp/hone-gpu
+rm -rf "$bundle" && mkdir -p "$bundle" && tar -C "$bundle" -xzf .gpu/bundle.tar.gz || exit 1
+source_dir=$(cat "$bundle/source_dir")
+if [ ! -e "$source_dir/tests/reference" ]; then
+  mkdir -p "$(dirname "$source_dir")" && ln -sfn "$PWD" "$source_dir"
+fi
+# CUDA's runtime and cuBLASLt from the machine: the toolkit's, else any copy (e.g. pip's).
+libs="$bundle/lib"
+for name in libcudart.so.13 libcublasLt.so.13; do
+  found=$(ls /usr/local/cuda/lib64/$name 2>/dev/null || find / -name "$name" -not -path '/proc/*' 2>/dev/null | head -1)
+  [ -n "$found" ] && libs="$libs:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+status=0
+for test in test_cuda_ops test_cuda_models; do
+  "$bundle/bin/$test" --gtest_output="xml:$out/$test.xml" "$@" >"$out/$test.log" 2>&1
+  rc=$?
+  grep -E '^\[  (FAILED|SKIPPED) |relative error|Failure|Expected|Which is|^\[  PASSED|^\[==========\]' "$out/$test.log"
+  [ "$rc" -eq 0 ] || status=1
+done
+exit "$status"

@@ -1,0 +1,219 @@
+// The whole model on `device: cuda`: the tiny PyTorch reference models
+// (tests/reference/*.safetensors) in fp32 against PyTorch's logits, loss,
+// gradients and AdamW steps, with the CPU path's tolerance; in bf16 against the
+// CPU's bf16 path; packed sequences, LoRA with dropout, activation
+// checkpointing and KV-cache decoding against the CPU.
+#include <nlohmann/json.hpp>
+
+#include "cuda_test.hpp"
+#include "hone/io/model_json.hpp"
+#include "hone/io/safetensors.hpp"
+#include "hone/model/decoder.hpp"
+#include "hone/model/transformer.hpp"
+#include "hone/optim/adamw.hpp"
+#include "hone/train/step.hpp"
+
+namespace hone::test {
+namespace {
+
+constexpr double kFp32Tolerance = 1e-4;  // what tests/model/test_pytorch_reference.cpp asks of the CPU
+
+struct Reference {
+  std::unique_ptr<SafetensorsFile> file;
+  ModelConfig config;
+  nlohmann::json adamw;
+
+  explicit Reference(const std::string& family)
+      : file(std::make_unique<SafetensorsFile>(source_path("tests/reference/" + family + ".safetensors"))) {
+    Json j = Json::parse(file->metadata().at("config"));
+    j["init_std"] = 0.02;  // the generator does not record it; loaded weights do not use it
+    config = model_config_from_json(j, family + ".safetensors");
+    adamw = nlohmann::json::parse(file->metadata().at("adamw"));
+  }
+
+  std::unique_ptr<Transformer> model(DType dtype, Device device) const {
+    auto m = std::make_unique<Transformer>(config, dtype, device);
+    for (Parameter& p : m->params().all()) p.value.copy_from(file->load("param." + p.name));
+    m->params().sync_compute();
+    return m;
+  }
+};
+
+struct Results {
+  Tensor logits;
+  double loss = 0;
+  std::vector<Tensor> grads;  // on the host
+};
+
+Results forward_backward(Transformer& m, const Tensor& tokens, const Tensor& targets, const Tensor& positions = {}) {
+  m.params().zero_grad();
+  const ops::LossSum loss = m.forward(tokens.to(m.device()), targets.to(m.device()), positions.defined() ? positions.to(m.device()) : Tensor());
+  Results r{.logits = m.logits().to(Device::cpu()), .loss = loss.mean(), .grads = {}};
+  m.backward(1.0 / double(loss.tokens));
+  for (const Parameter& p : m.params().all()) r.grads.push_back(p.grad.to(Device::cpu()));
+  return r;
+}
+
+// The largest relative error over the parameters' gradients, and whose it is.
+std::pair<double, std::string> worst_gradient(const Transformer& m, const std::vector<Tensor>& actual,
+                                              const std::function<Tensor(size_t, const Parameter&)>& expected) {
+  double worst = 0;
+  std::string name;
+  size_t i = 0;
+  for (const Parameter& p : m.params().all()) {
+    const double err = relative_error(actual[i], expected(i, p));
+    if (err >= worst) {
+      worst = err;
+      name = p.name;
+    }
+    ++i;
+  }
+  return {worst, name};
+}
+
+class CudaReference : public Cuda, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CudaReference, Fp32MatchesPytorch) {
+  const Reference ref(GetParam());
+  auto m = ref.model(DType::f32, kGpu);
+  const Results r = forward_backward(*m, ref.file->load("tokens"), ref.file->load("targets"));
+  const double logits = relative_error(r.logits, ref.file->load("logits"));
+  const double loss = relative_error(Tensor::from(std::vector<float>{float(r.loss)}, {1}), ref.file->load("loss"));
+  const auto [grads, worst] =
+      worst_gradient(*m, r.grads, [&](size_t, const Parameter& p) { return ref.file->load("grad." + p.name); });
+  fmt::print("{} on cuda: relative errors logits {:.2e}, loss {:.2e}, gradients {:.2e} (worst {})\n", GetParam(),
+             logits, loss, grads, worst);
+  EXPECT_LE(logits, kFp32Tolerance);
+  EXPECT_LE(loss, kFp32Tolerance);
+  EXPECT_LE(grads, kFp32Tolerance) << "gradient of " << worst;
+}
+
+TEST_P(CudaReference, Fp32AdamWStepsMatchPytorch) {
+  const Reference ref(GetParam());
+  auto m = ref.model(DType::f32, kGpu);
+  const nlohmann::json& o = ref.adamw;
+  AdamW optimizer(m->params(), AdamWConfig{.lr = o.at("lr").get<double>(),
+                                           .beta1 = o.at("beta1").get<double>(),
+                                           .beta2 = o.at("beta2").get<double>(),
+                                           .eps = o.at("eps").get<double>(),
+                                           .weight_decay = o.at("weight_decay").get<double>()});
+  const std::vector<Batch> batch{{ref.file->load("tokens").to(kGpu), ref.file->load("targets").to(kGpu)}};
+  std::vector<float> losses;
+  for (int64_t step = 0; step < o.at("steps").get<int64_t>(); ++step) {
+    losses.push_back(
+        float(train_step(*m, optimizer, batch, optimizer.config().lr, o.at("max_grad_norm").get<double>()).loss));
+  }
+  const double err = relative_error(Tensor::from(losses, {int64_t(losses.size())}), ref.file->load("adamw_losses"));
+  fmt::print("{} on cuda: relative error of the AdamW losses {:.2e}\n", GetParam(), err);
+  EXPECT_LE(err, kFp32Tolerance);
+}
+
+// Mixed precision: bf16 activations and GEMMs, fp32 master weights and gradients.
+TEST_P(CudaReference, Bf16MatchesTheCpuBf16Path) {
+  const Reference ref(GetParam());
+  const Tensor tokens = ref.file->load("tokens"), targets = ref.file->load("targets");
+  auto cpu = ref.model(DType::bf16, Device::cpu());
+  auto cuda = ref.model(DType::bf16, kGpu);
+  const Results expected = forward_backward(*cpu, tokens, targets);
+  const Results actual = forward_backward(*cuda, tokens, targets);
+  const double logits = relative_error(actual.logits, expected.logits);
+  const double loss = std::abs(actual.loss - expected.loss) / std::abs(expected.loss);
+  const auto [grads, worst] = worst_gradient(*cuda, actual.grads, [&](size_t i, const Parameter&) { return expected.grads[i]; });
+  fmt::print("{} bf16, cuda against cpu: relative errors logits {:.2e}, loss {:.2e}, gradients {:.2e} (worst {})\n",
+             GetParam(), logits, loss, grads, worst);
+  EXPECT_LE(logits, 3e-2);
+  EXPECT_LE(loss, 1e-2);
+  EXPECT_LE(grads, 5e-2) << "gradient of " << worst;
+}
+
+TEST_P(CudaReference, PackedSequencesAndCheckpointingMatchTheCpu) {
+  const Reference ref(GetParam());
+  const Tensor tokens = ref.file->load("tokens"), targets = ref.file->load("targets");
+  const int64_t batch = tokens.size(0), seq = tokens.size(1);
+  std::vector<int32_t> p;  // two samples per row: 6 tokens, then the rest
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq; ++t) p.push_back(int32_t(t < 6 ? t : t - 6));
+  const Tensor positions = Tensor::from(p, {batch, seq});
+  auto cpu = ref.model(DType::f32, Device::cpu());
+  auto cuda = ref.model(DType::f32, kGpu);
+  cuda->set_activation_checkpointing(true);
+  const Results expected = forward_backward(*cpu, tokens, targets, positions);
+  const Results actual = forward_backward(*cuda, tokens, targets, positions);
+  EXPECT_LE(relative_error(actual.logits, expected.logits), kFp32Tolerance);
+  const auto [grads, worst] = worst_gradient(*cuda, actual.grads, [&](size_t i, const Parameter&) { return expected.grads[i]; });
+  EXPECT_LE(grads, kFp32Tolerance) << "gradient of " << worst;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaReference, ::testing::Values("llama", "gpt2", "mpt"),
+                         [](const auto& info) { return info.param; });
+
+class CudaPreset : public Cuda, public ::testing::WithParamInterface<std::string> {};
+
+ModelConfig small(const std::string& preset) {
+  ModelConfig c = model_preset(preset);
+  c.vocab_size = 50;
+  c.max_seq_len = 40;
+  c.init_std = 0.2;
+  c.tie_embeddings = false;  // so the output projection can take an adapter
+  return c;
+}
+
+TEST_P(CudaPreset, LoraWithDropoutMatchesTheCpu) {
+  const LoraConfig lora{.rank = 3, .alpha = 6, .dropout = 0.2,
+                        .attn_modules = {"q_proj", "k_proj", "v_proj", "output_proj"}, .apply_to_mlp = true,
+                        .apply_to_output = true};
+  std::vector<int32_t> tokens, targets;
+  for (int i = 0; i < 24; ++i) {
+    tokens.push_back((i * 5 + 1) % 50);
+    targets.push_back(i % 7 == 2 ? -100 : (i * 3 + 2) % 50);
+  }
+  const Tensor t = Tensor::from(tokens, {2, 12}), y = Tensor::from(targets, {2, 12});
+  std::vector<std::vector<Tensor>> grads;
+  for (const Device device : {Device::cpu(), kGpu}) {
+    Transformer m(small(GetParam()), DType::f32, device, lora);
+    m.init_weights(3);
+    uint64_t seed = 100;  // B starts at zero, which would make every A gradient zero
+    for (Parameter& p : m.trainable_params().all()) {
+      if (p.name.ends_with(".b")) p.value.copy_from(random_tensor(p.shape, p.value.dtype(), ++seed, 0.3));
+    }
+    m.trainable_params().sync_compute();
+    m.set_dropout_round(5);
+    m.trainable_params().zero_grad();
+    const ops::LossSum loss = m.forward(t.to(device), y.to(device));
+    m.backward(1.0 / double(loss.tokens));
+    grads.emplace_back();
+    for (const Parameter& p : m.trainable_params().all()) grads.back().push_back(p.grad.to(Device::cpu()));
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    expect_close(grads[1][i], grads[0][i], kFp32Tolerance, fmt::format("{} LoRA gradient {}", GetParam(), i));
+  }
+}
+
+TEST_P(CudaPreset, DecodingMatchesTheCpu) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 9; ++i) prompt.push_back((i * 7 + i * i + 3) % 50);
+  std::vector<Tensor> logits[2];
+  int which = 0;
+  for (const Device device : {Device::cpu(), kGpu}) {
+    Transformer m(small(GetParam()), DType::f32, device);
+    m.init_weights(5);
+    Decoder d(m, 2, 30);
+    logits[which].push_back(d.prefill(0, prompt));
+    logits[which].push_back(d.prefill(1, std::span(prompt).first(4)));
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<int64_t> slots = {0, 1};
+      const std::vector<int32_t> feed = {int32_t(step * 3 % 50), int32_t(step * 11 % 50)};
+      logits[which].push_back(d.decode(slots, feed));
+    }
+    ++which;
+  }
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    expect_close(logits[1][i], logits[0][i], kFp32Tolerance, fmt::format("{} decoding step {}", GetParam(), i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaPreset, ::testing::Values("llama_tiny", "gpt2_tiny", "mpt_tiny"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace hone::test

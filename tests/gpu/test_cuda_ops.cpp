@@ -1,0 +1,461 @@
+// Every CUDA op against the CPU implementation of the same op on the same random
+// inputs: f32 to fp32 rounding (1e-5 element-wise, 1e-4 through reductions,
+// relative to the largest element), bf16 to bf16 rounding (1e-2, 2e-2 for
+// gradients through attention). Forward and backward, accumulating outputs
+// prefilled with random values, and the errors that inputs on the device can
+// cause (bad token ids, bad targets), which must read as on the CPU.
+#include <cmath>
+
+#include "cuda_test.hpp"
+#include "hone/core/rng.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace hone::test {
+namespace {
+
+constexpr DType kDtypes[] = {DType::f32, DType::bf16};
+
+double tolerance(DType dtype, double f32, double bf16 = 1e-2) { return dtype == DType::f32 ? f32 : bf16; }
+
+std::string named(const char* what, DType dtype) { return fmt::format("{} {}", what, dtype_name(dtype)); }
+
+// Compares a CUDA result with the CPU's.
+void expect_match(const Tensor& cuda, const Tensor& cpu, double tol, const std::string& what) {
+  ASSERT_TRUE(cuda.device().is_cuda()) << what;
+  expect_close(cuda, cpu, tol, what);
+}
+
+Tensor ids(const std::vector<int32_t>& values, const Shape& shape) { return Tensor::from(values, shape); }
+
+std::vector<int32_t> random_ids(int64_t n, int32_t bound, uint64_t seed) {
+  Generator g(seed);
+  std::vector<int32_t> v(size_t(n), 0);
+  for (int32_t& x : v) x = int32_t(g.next_below(uint64_t(bound)));
+  return v;
+}
+
+TEST_F(Cuda, MatmulEveryTransposeBatchedWithAlphaBeta) {
+  const int64_t batch = 3, m = 37, n = 29, k = 53;
+  for (const auto& [ab, c_type] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::f32},
+                                  std::pair{DType::bf16, DType::bf16}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        const Shape a_shape = ta ? Shape{batch, k, m} : Shape{batch, m, k};
+        const Shape b_shape = tb ? Shape{batch, n, k} : Shape{batch, k, n};
+        const Tensor a = random_tensor(a_shape, ab, 1), b = random_tensor(b_shape, ab, 2);
+        const Tensor c = random_tensor({batch, m, n}, c_type, 3), c_gpu = gpu(c);
+        ops::matmul(a, ta, b, tb, c, 0.5f, 1.0f);
+        ops::matmul(gpu(a), ta, gpu(b), tb, c_gpu, 0.5f, 1.0f);
+        expect_match(c_gpu, c, tolerance(c_type, 1e-5),
+                     fmt::format("matmul {}->{} trans {} {}", dtype_name(ab), dtype_name(c_type), ta, tb));
+      }
+    }
+  }
+}
+
+TEST_F(Cuda, MatmulOnBuffersAlignedToOneElement) {
+  // Slices of flat buffers start anywhere; cuBLASLt must be told.
+  for (const DType dtype : kDtypes) {
+    const int64_t m = 24, n = 40, k = 16;
+    const Tensor a_buf = random_tensor({1 + m * k}, dtype, 4), b_buf = random_tensor({1 + k * n}, dtype, 5);
+    const Tensor a = a_buf.slice(1, {1, m, k}), b = b_buf.slice(1, {1, k, n});
+    const Tensor c = Tensor::zeros({1 + m * n}, dtype), c_gpu = gpu(c);
+    ops::matmul(a, false, b, false, c.slice(1, {1, m, n}));
+    ops::matmul(gpu(a_buf).slice(1, {1, m, k}), false, gpu(b_buf).slice(1, {1, k, n}), false,
+                c_gpu.slice(1, {1, m, n}));
+    expect_match(c_gpu, c, tolerance(dtype, 1e-5), named("misaligned matmul", dtype));
+  }
+}
+
+TEST_F(Cuda, LinearForwardAndBackwardWithBias) {
+  for (const DType dtype : kDtypes) {
+    for (const bool accumulate : {false, true}) {
+      const Tensor x = random_tensor({2, 5, 24}, dtype, 6), w = random_tensor({16, 24}, dtype, 7);
+      const Tensor bias = random_tensor({16}, DType::f32, 8);
+      const Tensor y = Tensor::empty({2, 5, 16}, dtype), y_gpu = Tensor::empty({2, 5, 16}, dtype, kGpu);
+      ops::linear_forward(x, w, bias, y);
+      ops::linear_forward(gpu(x), gpu(w), gpu(bias), y_gpu);
+      expect_match(y_gpu, y, tolerance(dtype, 1e-5), named("linear forward", dtype));
+
+      const Tensor dy = random_tensor(y.shape(), dtype, 9);
+      const Tensor dx = random_tensor(x.shape(), dtype, 10), dw = random_tensor(w.shape(), DType::f32, 11);
+      const Tensor db = random_tensor({16}, DType::f32, 12);
+      const Tensor dx_gpu = gpu(dx), dw_gpu = gpu(dw), db_gpu = gpu(db);
+      ops::linear_backward(dy, x, w, dx, dw, db, accumulate);
+      ops::linear_backward(gpu(dy), gpu(x), gpu(w), dx_gpu, dw_gpu, db_gpu, accumulate);
+      expect_match(dx_gpu, dx, tolerance(dtype, 1e-5), named("linear dx", dtype));
+      expect_match(dw_gpu, dw, 1e-5, named("linear dweight", dtype));
+      expect_match(db_gpu, db, 1e-5, named("linear dbias", dtype));
+    }
+  }
+}
+
+TEST_F(Cuda, EmbeddingWithLearnedAndPackedPositions) {
+  const int64_t batch = 3, seq = 37, vocab = 11, dim = 70, max_positions = 40;
+  const Tensor tokens = ids(random_ids(batch * seq, int32_t(vocab), 13), {batch, seq});  // many repeats
+  std::vector<int32_t> packed;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq; ++t) packed.push_back(int32_t(t % (5 + b)));
+  const Tensor token_positions = ids(packed, {batch, seq});
+  const Tensor table = random_tensor({vocab, dim}, DType::f32, 14), positions = random_tensor({max_positions, dim}, DType::f32, 15);
+  for (const DType dtype : kDtypes) {
+    for (const bool pack : {false, true}) {
+      const Tensor tp = pack ? token_positions : Tensor();
+      const Tensor out = Tensor::empty({batch, seq, dim}, dtype), out_gpu = Tensor::empty(out.shape(), dtype, kGpu);
+      ops::embedding_forward(tokens, table, positions, out, tp);
+      ops::embedding_forward(gpu(tokens), gpu(table), gpu(positions), out_gpu, gpu(tp));
+      expect_match(out_gpu, out, tolerance(dtype, 0), named("embedding forward", dtype));
+
+      const Tensor d_out = random_tensor(out.shape(), dtype, 16);
+      const Tensor d_table = random_tensor(table.shape(), DType::f32, 17), d_pos = random_tensor(positions.shape(), DType::f32, 18);
+      const Tensor d_table_gpu = gpu(d_table), d_pos_gpu = gpu(d_pos);
+      ops::embedding_backward(tokens, d_out, d_table, d_pos, tp);
+      // Positions may also stay on the host: the op copies them over.
+      ops::embedding_backward(gpu(tokens), gpu(d_out), d_table_gpu, d_pos_gpu, tp);
+      expect_match(d_table_gpu, d_table, 1e-5, named("embedding dtable", dtype));
+      expect_match(d_pos_gpu, d_pos, 1e-5, named("embedding dpositions", dtype));
+    }
+  }
+}
+
+TEST_F(Cuda, EmbeddingReportsTheFirstBadTokenAsTheCpuDoes) {
+  std::vector<int32_t> v = random_ids(2 * 8, 10, 19);
+  v[9] = 10;
+  v[5] = -3;
+  const Tensor tokens = ids(v, {2, 8}), table = random_tensor({10, 4}, DType::f32, 20);
+  const Tensor out = Tensor::empty({2, 8, 4}, DType::f32);
+  const std::string cpu = error_of([&] { ops::embedding_forward(tokens, table, Tensor(), out); });
+  const std::string cuda = error_of([&] {
+    ops::embedding_forward(gpu(tokens), gpu(table), Tensor(), Tensor::empty(out.shape(), DType::f32, kGpu));
+  });
+  EXPECT_NE(cpu, "");
+  EXPECT_EQ(cuda, cpu);
+}
+
+TEST_F(Cuda, NormsForwardAndBackward) {
+  for (const int64_t dim : {200, 1000}) {
+    const int64_t rows = 67;
+    const Tensor w = random_tensor({dim}, DType::f32, 21, 2.0), bias = random_tensor({dim}, DType::f32, 22);
+    for (const DType dtype : kDtypes) {
+      const Tensor x = random_tensor({rows, dim}, dtype, 23, 3.0), dy = random_tensor({rows, dim}, dtype, 24);
+      const double tol = tolerance(dtype, 1e-4);
+      {
+        const Tensor y = Tensor::empty(x.shape(), dtype), rstd = Tensor::empty({rows}, DType::f32);
+        const Tensor y_gpu = Tensor::empty(x.shape(), dtype, kGpu), rstd_gpu = Tensor::empty({rows}, DType::f32, kGpu);
+        ops::rmsnorm_forward(x, w, y, rstd, 1e-5);
+        ops::rmsnorm_forward(gpu(x), gpu(w), y_gpu, rstd_gpu, 1e-5);
+        expect_match(y_gpu, y, tol, named("rmsnorm forward", dtype));
+        expect_match(rstd_gpu, rstd, 1e-5, named("rmsnorm rstd", dtype));
+        for (const bool frozen : {false, true}) {
+          const Tensor dx = random_tensor(x.shape(), dtype, 25), dw = frozen ? Tensor() : random_tensor({dim}, DType::f32, 26);
+          const Tensor dx_gpu = gpu(dx), dw_gpu = gpu(dw);
+          ops::rmsnorm_backward(dy, x, w, rstd, dx, dw);
+          ops::rmsnorm_backward(gpu(dy), gpu(x), gpu(w), rstd_gpu, dx_gpu, dw_gpu);
+          expect_match(dx_gpu, dx, tol, named("rmsnorm dx", dtype));
+          if (!frozen) expect_match(dw_gpu, dw, 1e-4, named("rmsnorm dweight", dtype));
+        }
+      }
+      for (const bool with_bias : {false, true}) {
+        const Tensor b = with_bias ? bias : Tensor();
+        const Tensor y = Tensor::empty(x.shape(), dtype), mean = Tensor::empty({rows}, DType::f32),
+                     rstd = Tensor::empty({rows}, DType::f32);
+        const Tensor y_gpu = Tensor::empty(x.shape(), dtype, kGpu), mean_gpu = Tensor::empty({rows}, DType::f32, kGpu),
+                     rstd_gpu = Tensor::empty({rows}, DType::f32, kGpu);
+        ops::layernorm_forward(x, w, b, y, mean, rstd, 1e-5);
+        ops::layernorm_forward(gpu(x), gpu(w), gpu(b), y_gpu, mean_gpu, rstd_gpu, 1e-5);
+        expect_match(y_gpu, y, tol, named("layernorm forward", dtype));
+        expect_match(mean_gpu, mean, 1e-5, named("layernorm mean", dtype));
+        expect_match(rstd_gpu, rstd, 1e-5, named("layernorm rstd", dtype));
+        const Tensor dx = random_tensor(x.shape(), dtype, 27), dw = random_tensor({dim}, DType::f32, 28);
+        const Tensor db = with_bias ? random_tensor({dim}, DType::f32, 29) : Tensor();
+        const Tensor dx_gpu = gpu(dx), dw_gpu = gpu(dw), db_gpu = gpu(db);
+        ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+        ops::layernorm_backward(gpu(dy), gpu(x), gpu(w), mean_gpu, rstd_gpu, dx_gpu, dw_gpu, db_gpu);
+        expect_match(dx_gpu, dx, tol, named("layernorm dx", dtype));
+        expect_match(dw_gpu, dw, 1e-4, named("layernorm dweight", dtype));
+        if (with_bias) expect_match(db_gpu, db, 1e-4, named("layernorm dbias", dtype));
+      }
+    }
+  }
+}
+
+TEST_F(Cuda, RopeForwardInverseOffsetAndPackedPositions) {
+  const int64_t batch = 2, seq = 9, heads = 6, hd = 8, row = (4 + 2 * 2) * hd;
+  const Tensor cos = random_tensor({32, hd / 2}, DType::f32, 30), sin = random_tensor({32, hd / 2}, DType::f32, 31);
+  std::vector<int32_t> packed;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq; ++t) packed.push_back(int32_t(t % 4));
+  for (const DType dtype : kDtypes) {
+    for (const bool pack : {false, true}) {
+      for (const bool inverse : {false, true}) {
+        const Tensor tp = pack ? ids(packed, {batch, seq}) : Tensor();
+        const Tensor x = random_tensor({batch, seq, row}, dtype, 32), x_gpu = gpu(x);
+        ops::rope_apply(x, cos, sin, heads, hd, pack ? 0 : 3, inverse, tp);
+        ops::rope_apply(x_gpu, gpu(cos), gpu(sin), heads, hd, pack ? 0 : 3, inverse, gpu(tp));
+        expect_match(x_gpu, x, tolerance(dtype, 1e-5), named("rope", dtype));
+      }
+    }
+  }
+}
+
+struct AttentionCase {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  bool alibi, packed;
+};
+
+class CudaAttention : public Cuda, public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
+  const AttentionCase c = GetParam();
+  const ops::AttentionHeads heads{.n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.head_dim};
+  const Shape qkv_shape{c.batch, c.seq, (c.heads + 2 * c.kv_heads) * c.head_dim};
+  const Shape out_shape{c.batch, c.seq, c.heads * c.head_dim}, lse_shape{c.batch, c.heads, c.seq};
+  Tensor slopes;
+  if (c.alibi) {
+    std::vector<float> s;
+    for (int64_t h = 0; h < c.heads; ++h) s.push_back(0.5f / float(h + 1));
+    slopes = Tensor::from(s, {c.heads});
+  }
+  Tensor positions;
+  if (c.packed) {
+    std::vector<int32_t> p;  // samples of 17, 40, 5, ... tokens
+    for (int64_t b = 0; b < c.batch; ++b) {
+      int64_t start = 0;
+      for (int64_t t = 0; t < c.seq; ++t) {
+        if (t - start == (t < 60 ? 17 : 40)) start = t;
+        p.push_back(int32_t(t - start));
+      }
+    }
+    positions = ids(p, {c.batch, c.seq});
+  }
+  for (const DType dtype : kDtypes) {
+    const Tensor qkv = random_tensor(qkv_shape, dtype, 33, 1.5);
+    const Tensor out = Tensor::empty(out_shape, dtype), lse = Tensor::empty(lse_shape, DType::f32);
+    const Tensor out_gpu = Tensor::empty(out_shape, dtype, kGpu), lse_gpu = Tensor::empty(lse_shape, DType::f32, kGpu);
+    ops::attention_forward(qkv, out, lse, slopes, heads, positions);
+    ops::attention_forward(gpu(qkv), out_gpu, lse_gpu, gpu(slopes), heads, gpu(positions));
+    expect_match(out_gpu, out, tolerance(dtype, 1e-4), named("attention forward", dtype));
+    expect_match(lse_gpu, lse, 1e-5, named("attention lse", dtype));
+
+    const Tensor d_out = random_tensor(out_shape, dtype, 34);
+    const Tensor d_qkv = Tensor::empty(qkv_shape, dtype), d_qkv_gpu = Tensor::empty(qkv_shape, dtype, kGpu);
+    ops::attention_backward(d_out, qkv, out, lse, slopes, d_qkv, heads, positions);
+    // The GPU's own forward results, as training uses them.
+    ops::attention_backward(gpu(d_out), gpu(qkv), out_gpu, lse_gpu, gpu(slopes), d_qkv_gpu, heads, gpu(positions));
+    expect_match(d_qkv_gpu, d_qkv, tolerance(dtype, 1e-4, 2e-2), named("attention backward", dtype));
+  }
+}
+
+// Tiles end mid-way and span several 32-wide tiles; MHA, GQA, MQA; ALiBi; head
+// dimensions 4 to 128 (each of the kernels' register layouts); packed samples.
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(AttentionCase{2, 70, 4, 2, 8, false, false},
+                                           AttentionCase{1, 130, 2, 2, 16, true, false},
+                                           AttentionCase{2, 9, 4, 1, 4, false, false},
+                                           AttentionCase{1, 64, 4, 2, 8, true, false},
+                                           AttentionCase{1, 100, 4, 2, 64, false, false},
+                                           AttentionCase{2, 80, 2, 1, 128, true, false},
+                                           AttentionCase{1, 96, 2, 2, 48, false, false},
+                                           AttentionCase{2, 150, 4, 2, 64, false, true},
+                                           AttentionCase{1, 200, 8, 8, 256, false, false}));
+
+TEST_F(Cuda, AttentionDecodeMatchesTheCpu) {
+  const int64_t rows = 3, slots = 4, capacity = 50, H = 4, KV = 2;
+  for (const int64_t hd : {8, 64, 128}) {
+    const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
+    const Tensor slot_ids = Tensor::from(std::vector<int64_t>{2, 0, 3}, {rows});
+    const Tensor lengths = Tensor::from(std::vector<int64_t>{1, 37, 50}, {rows});
+    const Tensor slopes = Tensor::from(std::vector<float>{0.5f, 0.25f, 0.125f, 0.0625f}, {H});
+    for (const DType dtype : kDtypes) {
+      for (const bool alibi : {false, true}) {
+        const Tensor q = random_tensor({rows, (H + 2 * KV) * hd}, dtype, 35);
+        const Tensor k = random_tensor({slots, capacity, KV * hd}, dtype, 36);
+        const Tensor v = random_tensor({slots, capacity, KV * hd}, dtype, 37);
+        const Tensor s = alibi ? slopes : Tensor();
+        const Tensor out = Tensor::empty({rows, H * hd}, dtype), out_gpu = Tensor::empty({rows, H * hd}, dtype, kGpu);
+        ops::attention_decode(q, k, v, slot_ids, lengths, s, out, heads);
+        ops::attention_decode(gpu(q), gpu(k), gpu(v), slot_ids, lengths, gpu(s), out_gpu, heads);
+        expect_match(out_gpu, out, tolerance(dtype, 1e-5), named("attention decode", dtype));
+      }
+    }
+  }
+}
+
+TEST_F(Cuda, ActivationsForwardAndBackward) {
+  for (const DType dtype : kDtypes) {
+    const double tol = tolerance(dtype, 1e-5);
+    const Tensor gate_up = random_tensor({7, 66}, dtype, 38, 4.0), d_out = random_tensor({7, 33}, dtype, 39);
+    const Tensor out = Tensor::empty({7, 33}, dtype), out_gpu = Tensor::empty({7, 33}, dtype, kGpu);
+    ops::swiglu_forward(gate_up, out);
+    ops::swiglu_forward(gpu(gate_up), out_gpu);
+    expect_match(out_gpu, out, tol, named("swiglu forward", dtype));
+    const Tensor d_gu = Tensor::empty(gate_up.shape(), dtype), d_gu_gpu = Tensor::empty(gate_up.shape(), dtype, kGpu);
+    ops::swiglu_backward(d_out, gate_up, d_gu);
+    ops::swiglu_backward(gpu(d_out), gpu(gate_up), d_gu_gpu);
+    expect_match(d_gu_gpu, d_gu, tol, named("swiglu backward", dtype));
+
+    for (const auto kind : {ops::GeluApproximation::none, ops::GeluApproximation::tanh}) {
+      const Tensor x = random_tensor({1000}, dtype, 40, 5.0), dy = random_tensor({1000}, dtype, 41);
+      const Tensor y = Tensor::empty({1000}, dtype), y_gpu = Tensor::empty({1000}, dtype, kGpu);
+      ops::gelu_forward(x, y, kind);
+      ops::gelu_forward(gpu(x), y_gpu, kind);
+      expect_match(y_gpu, y, tol, named("gelu forward", dtype));
+      const Tensor dx = Tensor::empty({1000}, dtype), dx_gpu = Tensor::empty({1000}, dtype, kGpu);
+      ops::gelu_backward(dy, x, dx, kind);
+      ops::gelu_backward(gpu(dy), gpu(x), dx_gpu, kind);
+      expect_match(dx_gpu, dx, tol, named("gelu backward", dtype));
+    }
+  }
+}
+
+TEST_F(Cuda, CrossEntropyForwardBackwardAndTotals) {
+  const int64_t rows = 13, vocab = 50257;  // GPT-2's vocabulary: rows longer than a block
+  std::vector<int32_t> t = random_ids(rows, int32_t(vocab), 42);
+  t[2] = t[7] = ops::kIgnoreIndex;
+  const Tensor targets = ids(t, {rows});
+  for (const DType dtype : kDtypes) {
+    const Tensor logits = random_tensor({rows, vocab}, dtype, 43, 6.0), logits_gpu = gpu(logits);
+    const Tensor losses = Tensor::empty({rows}, DType::f32), lse = Tensor::empty({rows}, DType::f32);
+    const Tensor losses_gpu = Tensor::empty({rows}, DType::f32, kGpu), lse_gpu = Tensor::empty({rows}, DType::f32, kGpu);
+    const ops::LossSum cpu = ops::cross_entropy_forward(logits, targets, losses, lse);
+    const ops::LossSum cuda = ops::cross_entropy_forward(logits_gpu, gpu(targets), losses_gpu, lse_gpu);
+    EXPECT_EQ(cuda.tokens, cpu.tokens);
+    EXPECT_NEAR(cuda.sum, cpu.sum, 1e-5 * std::abs(cpu.sum)) << dtype_name(dtype);
+    expect_match(losses_gpu, losses, 1e-5, named("cross-entropy losses", dtype));
+    expect_match(lse_gpu, lse, 1e-5, named("cross-entropy lse", dtype));
+    ops::cross_entropy_backward(logits, targets, lse, 0.25);
+    ops::cross_entropy_backward(logits_gpu, gpu(targets), lse_gpu, 0.25);
+    expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy backward", dtype));
+  }
+}
+
+TEST_F(Cuda, CrossEntropyReportsTheFirstBadTargetAsTheCpuDoes) {
+  const Tensor logits = random_tensor({6, 20}, DType::f32, 44);
+  const Tensor targets = ids({3, ops::kIgnoreIndex, 25, 1, -7, 2}, {6});
+  const Tensor losses = Tensor::empty({6}, DType::f32), lse = Tensor::empty({6}, DType::f32);
+  const std::string cpu = error_of([&] { ops::cross_entropy_forward(logits, targets, losses, lse); });
+  const std::string cuda = error_of([&] {
+    ops::cross_entropy_forward(gpu(logits), gpu(targets), gpu(losses), gpu(lse));
+  });
+  EXPECT_NE(cpu, "");
+  EXPECT_EQ(cuda, cpu);
+}
+
+TEST_F(Cuda, ElementWiseOps) {
+  for (const DType dtype : kDtypes) {
+    const double tol = tolerance(dtype, 1e-6);
+    const Tensor a = random_tensor({1001}, dtype, 45), b = random_tensor({1001}, dtype, 46);
+    const Tensor out = Tensor::empty({1001}, dtype), out_gpu = Tensor::empty({1001}, dtype, kGpu);
+    ops::add(a, b, out);
+    ops::add(gpu(a), gpu(b), out_gpu);
+    expect_match(out_gpu, out, tol, named("add", dtype));
+    ops::scale_(out, 0.3);
+    ops::scale_(out_gpu, 0.3);
+    expect_match(out_gpu, out, tol, named("scale", dtype));
+
+    // The same Philox masks as the CPU: identical, not merely close.
+    const Tensor dropped = Tensor::empty({1001}, dtype), dropped_gpu = Tensor::empty({1001}, dtype, kGpu);
+    ops::dropout(a, dropped, 0.3, 7, 9);
+    ops::dropout(gpu(a), dropped_gpu, 0.3, 7, 9);
+    EXPECT_EQ(relative_error(dropped_gpu, dropped), 0.0) << named("dropout", dtype);
+
+    const Tensor dst = random_tensor({6, 20}, dtype, 47), dst_gpu = gpu(dst), src = random_tensor({6, 7}, dtype, 48);
+    ops::add_columns(dst, 5, src, 0.5);
+    ops::add_columns(dst_gpu, 5, gpu(src), 0.5);
+    expect_match(dst_gpu, dst, tol, named("add_columns", dtype));
+    const Tensor block = Tensor::empty({6, 7}, dtype), block_gpu = Tensor::empty({6, 7}, dtype, kGpu);
+    ops::copy_columns(dst, 9, block, 2.0);
+    ops::copy_columns(dst_gpu, 9, block_gpu, 2.0);
+    expect_match(block_gpu, block, tol, named("copy_columns", dtype));
+
+    const Tensor big = random_tensor({300001}, dtype, 49);
+    EXPECT_NEAR(ops::sum_squares(gpu(big)), ops::sum_squares(big), 1e-12 * ops::sum_squares(big)) << dtype_name(dtype);
+  }
+}
+
+// f16 has no host accessor: compare the bits.
+std::vector<uint16_t> bits_of(const Tensor& t) { return t.view_bytes(0, t.shape(), DType::u16).to_vector<uint16_t>(); }
+
+TEST_F(Cuda, CastsAreBitExactWithTheCpu) {
+  std::vector<float> values;
+  Generator g(50);
+  for (int i = 0; i < 4000; ++i) values.push_back(float((g.next_double() - 0.5) * std::pow(2.0, double(i % 60) - 30)));
+  for (float special : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, 6e-8f, 3e-5f, INFINITY, -INFINITY}) values.push_back(special);
+  const Tensor f32 = Tensor::from(values, {int64_t(values.size())});
+  for (const DType to : {DType::bf16, DType::f16}) {
+    const Tensor cpu = Tensor::empty(f32.shape(), to), cuda = Tensor::empty(f32.shape(), to, kGpu);
+    ops::cast(f32, cpu);
+    ops::cast(gpu(f32), cuda);
+    EXPECT_EQ(bits_of(cuda), bits_of(cpu)) << "f32 -> " << dtype_name(to);
+    // From host memory (a memory-mapped file) into a device tensor.
+    const Tensor from_host = Tensor::empty(f32.shape(), to, kGpu);
+    ops::cast(f32.raw(), DType::f32, from_host);
+    EXPECT_EQ(bits_of(from_host), bits_of(cpu)) << "host f32 -> " << dtype_name(to);
+    const Tensor back = Tensor::empty(f32.shape(), DType::f32), back_gpu = Tensor::empty(f32.shape(), DType::f32, kGpu);
+    ops::cast(cpu, back);
+    ops::cast(cuda, back_gpu);
+    EXPECT_EQ(bits_of(back_gpu.view_bytes(0, {2 * f32.numel()}, DType::bf16)),
+              bits_of(back.view_bytes(0, {2 * f32.numel()}, DType::bf16)))
+        << dtype_name(to) << " -> f32";
+  }
+  const Tensor f64 = Tensor::empty(f32.shape(), DType::f64, kGpu), round_trip = Tensor::empty(f32.shape(), DType::f32, kGpu);
+  ops::cast(gpu(f32), f64);
+  ops::cast(f64, round_trip);
+  EXPECT_EQ(relative_error(f64, f32), 0.0);
+  EXPECT_EQ(relative_error(round_trip, f32), 0.0);
+}
+
+TEST_F(Cuda, AdamWWithComputeCopy) {
+  const int64_t n = 5000;
+  const Tensor param = random_tensor({n}, DType::f32, 51), grad = random_tensor({n}, DType::f32, 52);
+  const Tensor m = random_tensor({n}, DType::f32, 53, 0.1);
+  std::vector<float> second(static_cast<size_t>(n));  // second moments are non-negative
+  Generator(54).uniform(std::span<float>(second), 0.0, 0.01);
+  const Tensor v = Tensor::from(second, {n});
+  const Tensor p_gpu = gpu(param), g_gpu = gpu(grad), m_gpu = gpu(m), v_gpu = gpu(v);
+  const Tensor copy = Tensor::empty({n}, DType::bf16), copy_gpu = Tensor::empty({n}, DType::bf16, kGpu);
+  const ops::AdamWHyper hyper{
+      .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 3, .grad_scale = 0.7};
+  ops::adamw_update(param, grad, m, v, hyper, copy);
+  ops::adamw_update(p_gpu, g_gpu, m_gpu, v_gpu, hyper, copy_gpu);
+  expect_match(p_gpu, param, 1e-6, "adamw param");
+  expect_match(m_gpu, m, 1e-6, "adamw m");
+  expect_match(v_gpu, v, 1e-6, "adamw v");
+  expect_match(copy_gpu, copy, 1e-2, "adamw compute copy");
+}
+
+TEST_F(Cuda, AllocatorCountsAndCaches) {
+  Allocator& memory = allocator_for(kGpu);
+  const MemoryStats before = memory.stats();
+  {
+    const Tensor t = Tensor::zeros({1000, 1000}, DType::f32, kGpu);
+    const MemoryStats during = memory.stats();
+    EXPECT_EQ(during.allocated, before.allocated + 4000000);
+    EXPECT_GE(during.peak_allocated, during.allocated);
+    EXPECT_GE(during.reserved, during.allocated);
+    EXPECT_EQ(t.to_vector<float>()[123456], 0.0f);
+  }
+  const MemoryStats after = memory.stats();
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_GE(after.reserved, before.reserved + 4000000);  // cached for the next tensor of that size
+  const Tensor again = Tensor::empty({1000, 1000}, DType::f32, kGpu);
+  EXPECT_EQ(memory.stats().reserved, after.reserved);
+  kernels::cuda::empty_cache();
+  EXPECT_LE(memory.stats().reserved, after.reserved);
+}
+
+TEST_F(Cuda, ErrorsNameTheCallAndTheProblem) {
+  const Tensor x = Tensor::zeros({4}, DType::f32, kGpu);
+  // Another device than the process's.
+  EXPECT_NE(error_of([&] { kernels::cuda::check_device(Device::cuda(7)); }).find("cuda:7"), std::string::npos);
+  // f64 exists on the CPU only.
+  const Tensor d = Tensor::zeros({4}, DType::f64, kGpu);
+  EXPECT_NE(error_of([&] { ops::scale_(d, 2.0); }).find("no CUDA kernel for f64"), std::string::npos);
+  // Out of memory: a request far beyond the device names the sizes.
+  const std::string oom = error_of([&] { Tensor::empty({int64_t(1) << 50}, DType::f32, kGpu); });
+  EXPECT_NE(oom.find("out of memory on cuda:0"), std::string::npos) << oom;
+  ops::synchronize(kGpu);
+}
+
+}  // namespace
+}  // namespace hone::test
