@@ -115,5 +115,58 @@ TEST_F(CheckpointTest, AnotherArchitectureIsRejected) {
   }
 }
 
+TEST(ShardedCheckpoint, ZeroShardsSaveAndLoadAtAnyWorldSize) {
+  const std::string dir = testing::TempDir() + "hone_zero_ckpt_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  // Two ZeRO "ranks" in one process: shards of a buffer padded to a multiple of 2.
+  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), std::nullopt, /*pad_multiple=*/2);
+  model.init_weights(1);
+  const int64_t padded = model.params().values().numel(), half = padded / 2;
+  EXPECT_EQ(padded % 2, 0);
+  EXPECT_EQ(model.params().numel(), model.config().num_params());
+  Transformer reference(model_preset("llama_tiny"), DType::f32);
+  reference.init_weights(1);
+  AdamW rank0(model.params(), AdamWConfig{}, 0, half), rank1(model.params(), AdamWConfig{}, half, half);
+  AdamW whole(reference.params(), AdamWConfig{});
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = random_tensor({model.config().num_params()}, DType::f32, uint64_t(step + 5));
+    model.params().grads().slice(0, {g.numel()}).copy_from(g);
+    reference.params().grads().copy_from(g);
+    rank0.step(1e-2);
+    rank1.step(1e-2);
+    whole.step(1e-2);
+  }
+  // The shards together are the unsharded optimizer.
+  EXPECT_EQ(model.params().values().slice(0, {model.config().num_params()}).to_vector<float>(),
+            reference.params().values().to_vector<float>());
+  TrainerState state;
+  state.step = 3;
+  const std::string tmp = begin_checkpoint(dir, 3);
+  std::map<std::string, WrittenFile> files;
+  files.insert(*write_optimizer_state(tmp, model, rank0, 0, 2));
+  files.insert(*write_optimizer_state(tmp, model, rank1, 1, 2));
+  const std::string folder = finish_checkpoint(dir, tmp, model, rank0.steps_taken(), state, 0, files);
+  EXPECT_TRUE(fs::exists(folder + "/" + optimizer_shard_file(1, 2)));
+  EXPECT_NO_THROW(verify_checkpoint(folder));
+  // Loaded whole (world 1) it is the unsharded optimizer's state.
+  Transformer one(model_preset("llama_tiny"), DType::f32);
+  AdamW loaded(one.params(), AdamWConfig{});
+  load_checkpoint(folder, one, loaded);
+  EXPECT_EQ(loaded.exp_avg().to_vector<float>(), whole.exp_avg().to_vector<float>());
+  EXPECT_EQ(loaded.exp_avg_sq().to_vector<float>(), whole.exp_avg_sq().to_vector<float>());
+  EXPECT_EQ(one.params().values().to_vector<float>(), reference.params().values().to_vector<float>());
+  // Resharded over three ranks: each third holds its slice.
+  Transformer three(model_preset("llama_tiny"), DType::f32, Device::cpu(), std::nullopt, 3);
+  const int64_t third = three.params().values().numel() / 3;
+  AdamW middle(three.params(), AdamWConfig{}, third, third);
+  load_checkpoint(folder, three, middle);
+  EXPECT_EQ(middle.exp_avg().to_vector<float>(), whole.exp_avg().slice(third, {third}).to_vector<float>());
+  // A missing shard is an error, not zeros.
+  fs::remove(folder + "/" + optimizer_shard_file(1, 2));
+  AdamW again(one.params(), AdamWConfig{});
+  EXPECT_THROW(load_checkpoint(folder, one, again), Error);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace hone::test

@@ -103,43 +103,79 @@ class ModelFolder final : public WeightSource {
 
 std::string checkpoint_folder_name(int64_t step) { return fmt::format("step_{:07d}", step); }
 
-std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
-                            const TrainerState& state, int64_t keep_last_n) {
-  fs::create_directories(run_dir);
+std::string checkpoint_temp_folder(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / ("." + checkpoint_folder_name(step) + ".tmp")).string();
+}
+
+std::string begin_checkpoint(const std::string& run_dir, int64_t step) {
+  const std::string dir = checkpoint_temp_folder(run_dir, step);
+  fs::remove_all(dir);  // what a killed save left
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string optimizer_shard_file(int rank, int world) {
+  return fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank, world);
+}
+
+std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const std::string& dir,
+                                                                         const Transformer& model,
+                                                                         const AdamW& optimizer, int rank, int world) {
+  const ParameterSet& trained = model.trainable_params();
+  if (optimizer.shard_offset() == 0 && optimizer.shard_count() == trained.values().numel()) {
+    // Unsharded: every rank holds the same state, rank 0 writes it by parameter name.
+    if (rank != 0) return std::nullopt;
+    std::vector<NamedTensor> moments;
+    for (const Parameter& p : trained.all()) {
+      moments.push_back({"exp_avg." + p.name, optimizer.exp_avg().slice(p.offset, p.shape)});
+      moments.push_back({"exp_avg_sq." + p.name, optimizer.exp_avg_sq().slice(p.offset, p.shape)});
+    }
+    return std::pair{std::string(kOptimizer), write_safetensors((fs::path(dir) / kOptimizer).string(), moments)};
+  }
+  // ZeRO: each rank writes the flat range of the moments it owns.
+  const std::string name = optimizer_shard_file(rank, world);
+  return std::pair{name, write_safetensors((fs::path(dir) / name).string(),
+                                           {{"exp_avg", optimizer.exp_avg()}, {"exp_avg_sq", optimizer.exp_avg_sq()}},
+                                           {{"offset", std::to_string(optimizer.shard_offset())},
+                                            {"count", std::to_string(optimizer.shard_count())}})};
+}
+
+std::string finish_checkpoint(const std::string& run_dir, const std::string& dir, const Transformer& model,
+                              int64_t optimizer_steps, const TrainerState& state, int64_t keep_last_n,
+                              const std::map<std::string, WrittenFile>& optimizer_files) {
   const std::string name = checkpoint_folder_name(state.step);
   const fs::path final_path = fs::path(run_dir) / name;
-  AtomicFolder folder(final_path.string(), true);  // replaces a step re-saved after a resume
-
-  // The trainable parameters and their AdamW moments: everything for full
-  // training, only the adapters for LoRA (the base stays where it was loaded from).
-  std::vector<NamedTensor> weights, moments;
-  for (const Parameter& p : model.trainable_params().all()) {
-    weights.push_back({p.name, p.value});
-    moments.push_back({"exp_avg." + p.name, optimizer.exp_avg().slice(p.offset, p.shape)});
-    moments.push_back({"exp_avg_sq." + p.name, optimizer.exp_avg_sq().slice(p.offset, p.shape)});
-  }
-  Json trainer_state = {{"step", state.step},
-                        {"tokens_seen", state.tokens_seen},
-                        {"samples_seen", state.samples_seen},
-                        {"nonfinite_steps", state.nonfinite_steps},
-                        {"optimizer_steps", optimizer.steps_taken()},
-                        {"data", state.data_state},
-                        {"config", state.config}};
-  Manifest manifest;
+  // The trainable parameters: everything for full training, only the adapters
+  // for LoRA (the base stays where it was loaded from).
+  std::vector<NamedTensor> weights;
+  for (const Parameter& p : model.trainable_params().all()) weights.push_back({p.name, p.value});
+  std::map<std::string, WrittenFile> files = optimizer_files;
   const char* weights_file = model.lora() ? kAdapter : kWeights;
-  manifest.add(weights_file, write_safetensors(folder.file(weights_file), weights,
-                                               {{"format", "hone"}, {"model", model.config().name}}));
-  manifest.add(kModelJson, write_json_file(folder.file(kModelJson), model_config_to_json(model.config())));
-  manifest.add(kOptimizer, write_safetensors(folder.file(kOptimizer), moments));
-  manifest.add(kTrainerState, write_json_file(folder.file(kTrainerState), trainer_state));
-  manifest.write(folder, {{"step", state.step}});
-  folder.commit();
+  files[weights_file] = write_safetensors((fs::path(dir) / weights_file).string(), weights,
+                                          {{"format", "hone"}, {"model", model.config().name}});
+  files[kModelJson] = write_json_file((fs::path(dir) / kModelJson).string(), model_config_to_json(model.config()));
+  files[kTrainerState] = write_json_file((fs::path(dir) / kTrainerState).string(), {{"step", state.step},
+                                                             {"tokens_seen", state.tokens_seen},
+                                                             {"samples_seen", state.samples_seen},
+                                                             {"nonfinite_steps", state.nonfinite_steps},
+                                                             {"optimizer_steps", optimizer_steps},
+                                                             {"data", state.data_state},
+                                                             {"config", state.config}});
+  // The manifest (sizes and checksums of every file, whichever rank wrote it)
+  // comes last: a folder without one is not a checkpoint.
+  Json listed = Json::object();
+  for (const auto& [file, w] : files) listed[file] = {{"bytes", w.bytes}, {"xxh3_64", checksum_hex(w.checksum)}};
+  write_json_file((fs::path(dir) / "manifest.json").string(),
+                  {{"format", kFormat}, {"version", kVersion}, {"step", state.step}, {"files", listed}});
+  sync_directory(dir);
+  if (fs::exists(final_path)) fs::remove_all(final_path);  // a step re-saved after a resume
+  fs::rename(dir, final_path);
+  sync_directory(run_dir);
   {
     AtomicFile latest((fs::path(run_dir) / kLatest).string());
     latest.write(name + "\n");
     latest.commit();
   }
-
   if (keep_last_n > 0) {
     auto all = checkpoints_in(run_dir);
     for (size_t i = 0; i + size_t(keep_last_n) < all.size(); ++i) {
@@ -147,6 +183,15 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     }
   }
   return final_path.string();
+}
+
+std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
+                            const TrainerState& state, int64_t keep_last_n) {
+  fs::create_directories(run_dir);
+  const std::string dir = begin_checkpoint(run_dir, state.step);
+  std::map<std::string, WrittenFile> optimizer_files;
+  if (auto written = write_optimizer_state(dir, model, optimizer, 0, 1)) optimizer_files.insert(*written);
+  return finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files);
 }
 
 void save_model(const WeightSource& source, const std::string& path, std::optional<DType> dtype) {
@@ -246,11 +291,57 @@ void load_adapters(const std::string& folder, Transformer& model) {
   model.trainable_params().sync_compute();
 }
 
+namespace {
+
+// Copies the part of flat range [src_offset, src_offset + src.numel()) that falls
+// inside the optimizer's shard into its moment buffer `dst`.
+void copy_overlap(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset) {
+  const int64_t lo = std::max(src_offset, dst_offset);
+  const int64_t hi = std::min(src_offset + src.numel(), dst_offset + dst.numel());
+  if (lo < hi) dst.slice(lo - dst_offset, {hi - lo}).copy_from(src.view({src.numel()}).slice(lo - src_offset, {hi - lo}));
+}
+
+// The optimizer's moments from whichever layout the checkpoint has: by parameter
+// (unsharded runs) or flat ranges (ZeRO shards of any world size).
+void load_moments(const std::string& folder, const Transformer& model, AdamW& optimizer) {
+  const int64_t offset = optimizer.shard_offset();
+  if (fs::exists(fs::path(folder) / kOptimizer)) {
+    const SafetensorsFile file((fs::path(folder) / kOptimizer).string());
+    for (const Parameter& p : model.trainable_params().all()) {
+      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+        const Tensor stored = file.load(std::string(moment) + "." + p.name);
+        HONE_CHECK(stored.shape() == p.shape && stored.dtype() == optimizer.exp_avg().dtype(),
+                   "{}: '{}.{}' is {} {}, the model needs {} {}", file.path(), moment, p.name,
+                   dtype_name(stored.dtype()), stored.shape().str(), dtype_name(optimizer.exp_avg().dtype()),
+                   p.shape.str());
+        copy_overlap(stored, p.offset, std::string(moment) == "exp_avg" ? optimizer.exp_avg() : optimizer.exp_avg_sq(),
+                     offset);
+      }
+    }
+    return;
+  }
+  int64_t covered = 0;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("optimizer-") || !name.ends_with(".safetensors")) continue;
+    const SafetensorsFile file(entry.path().string());
+    const int64_t begin = std::stoll(file.metadata().at("offset"));
+    const Tensor m = file.load("exp_avg"), v = file.load("exp_avg_sq");
+    copy_overlap(m, begin, optimizer.exp_avg(), offset);
+    copy_overlap(v, begin, optimizer.exp_avg_sq(), offset);
+    covered += m.numel();
+  }
+  HONE_CHECK(covered >= model.trainable_params().numel(),
+             "{}: the optimizer shards cover {} of {} parameters (a shard file is missing)", folder, covered,
+             model.trainable_params().numel());
+}
+
+}  // namespace
+
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
-  HONE_CHECK(fs::exists(fs::path(folder) / kOptimizer) && fs::exists(fs::path(folder) / kTrainerState),
-             "{}: a model folder without training state ({}, {}): a run can start from it (fine-tuning) but not "
-             "resume it",
-             folder, kOptimizer, kTrainerState);
+  HONE_CHECK(fs::exists(fs::path(folder) / kTrainerState),
+             "{}: a model folder without training state ({}): a run can start from it (fine-tuning) but not resume it",
+             folder, kTrainerState);
   if (model.lora()) {
     HONE_CHECK(fs::exists(fs::path(folder) / kAdapter), "{}: no {}: not the checkpoint of a LoRA run", folder,
                kAdapter);
@@ -260,11 +351,7 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
                "{}: the checkpoint of a LoRA run; resume it with the same LoRA settings", folder);
     load_weights(ModelFolder(folder, &model.config()), model);
   }
-  SafetensorsFile moments((fs::path(folder) / kOptimizer).string());
-  for (const Parameter& p : model.trainable_params().all()) {
-    load_tensor(moments, "exp_avg." + p.name, optimizer.exp_avg().slice(p.offset, p.shape));
-    load_tensor(moments, "exp_avg_sq." + p.name, optimizer.exp_avg_sq().slice(p.offset, p.shape));
-  }
+  load_moments(folder, model, optimizer);
 
   const Json j = read_json_file((fs::path(folder) / kTrainerState).string());
   TrainerState state;

@@ -12,11 +12,13 @@
 // training state: model.safetensors, model.json, the tokenizer files and the
 // manifest. Fine-tuning and inference start from either kind; resuming a
 // training run needs a training checkpoint.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "hone/config/config.hpp"
+#include "hone/io/atomic_file.hpp"
 #include "hone/io/weights.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
@@ -38,13 +40,30 @@ struct TrainerState {
 std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
                             const TrainerState& state, int64_t keep_last_n);
 
+// The same save by several data-parallel ranks, whose optimizers may each own a
+// ZeRO shard (run_dir on a file system they share). With a barrier between steps:
+//   rank 0:     dir = begin_checkpoint(run_dir, step)       a fresh temporary folder
+//   every rank: write_optimizer_state(dir, ...)             its shard (unsharded: rank 0 alone);
+//                                                           returns the file's name, size and checksum
+//   rank 0:     finish_checkpoint(run_dir, dir, ...)        weights, state, and the manifest listing
+//                                                           every rank's optimizer file; rename, latest
+std::string checkpoint_temp_folder(const std::string& run_dir, int64_t step);
+std::string begin_checkpoint(const std::string& run_dir, int64_t step);
+std::string optimizer_shard_file(int rank, int world);
+std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const std::string& dir,
+                                                                         const Transformer& model,
+                                                                         const AdamW& optimizer, int rank, int world);
+std::string finish_checkpoint(const std::string& run_dir, const std::string& dir, const Transformer& model,
+                              int64_t optimizer_steps, const TrainerState& state, int64_t keep_last_n,
+                              const std::map<std::string, WrittenFile>& optimizer_files);
+
 // The checkpoint folder `resume` refers to: "latest" (the folder `latest` in
 // run_dir names; nullopt when the run has none yet) or a folder path.
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume);
 
 // Verifies the manifest (sizes and checksums) and loads weights (for a LoRA
-// model: its adapters; the base comes from where the run loaded it), moments and
-// state. Any missing, truncated or corrupt file is an error naming it, and so is
+// model: its adapters; the base comes from where the run loaded it), the moments
+// of the optimizer's shard (from any world size's shards: resharding) and state. Any missing, truncated or corrupt file is an error naming it, and so is
 // a model folder, which has no training state to resume.
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer);
 

@@ -13,7 +13,9 @@ Parameter& ParameterSet::declare(std::string name, const Shape& shape, bool deca
   return p;
 }
 
-void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads) {
+void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads,
+                            int64_t pad_multiple) {
+  HONE_ASSERT(pad_multiple >= 1);
   int64_t total = 0;
   for (bool decay : {true, false}) {
     Group group{.offset = total, .count = 0, .decay = decay};
@@ -25,9 +27,11 @@ void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device devi
     group.count = total - group.offset;
     if (group.count > 0) groups_.push_back(group);
   }
-  values_ = Tensor::zeros({total}, master_dtype, device);
-  if (with_grads) grads_ = Tensor::zeros({total}, master_dtype, device);
-  if (compute_dtype != master_dtype) compute_ = Tensor::zeros({total}, compute_dtype, device);
+  numel_ = total;
+  const int64_t padded = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
+  values_ = Tensor::zeros({padded}, master_dtype, device);
+  if (with_grads) grads_ = Tensor::zeros({padded}, master_dtype, device);
+  if (compute_dtype != master_dtype) compute_ = Tensor::zeros({padded}, compute_dtype, device);
   for (Parameter& p : params_) {
     p.value = values_.slice(p.offset, p.shape);
     if (with_grads) p.grad = grads_.slice(p.offset, p.shape);

@@ -27,8 +27,11 @@ class ParameterSet {
   Parameter& declare(std::string name, const Shape& shape, bool decay);
   // Allocates the flat buffers (zeroed) and points every parameter into them.
   // compute_dtype bf16 adds a bf16 copy of the weights; otherwise compute aliases value.
-  // Without gradients the set is frozen: no gradient buffer exists at all.
-  void allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads = true);
+  // Without gradients the set is frozen: no gradient buffer exists at all. The
+  // buffers are padded with zeros to a multiple of `pad_multiple` elements, so
+  // that ZeRO can cut them into equal shards (collectives need equal chunks).
+  void allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads = true,
+                int64_t pad_multiple = 1);
   bool frozen() const { return !grads_.defined(); }
 
   Parameter& get(std::string_view name);
@@ -44,10 +47,11 @@ class ParameterSet {
   };
   const std::vector<Group>& groups() const { return groups_; }
 
+  // The flat buffers, padding included.
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }  // undefined when frozen
   const Tensor& compute() const { return compute_; }  // undefined unless a separate copy exists
-  int64_t numel() const { return values_.numel(); }
+  int64_t numel() const { return numel_; }  // parameters, without the padding
 
   void zero_grad();
   // Refreshes the compute copy from the master weights (after init or loading).
@@ -57,6 +61,7 @@ class ParameterSet {
   std::deque<Parameter> params_;  // a deque keeps references stable while declaring
   std::vector<Group> groups_;
   Tensor values_, grads_, compute_;
+  int64_t numel_ = 0;
 };
 
 }  // namespace hone

@@ -21,7 +21,8 @@ Tensor to_tensor(const std::vector<double>& values, const Shape& shape, DType dt
 
 }  // namespace
 
-Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora)
+Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora,
+                         int64_t pad_multiple)
     : config_(std::move(config)), dtype_(dtype), device_(device), lora_(std::move(lora)) {
   config_.validate();
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
@@ -29,10 +30,10 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
   declare_parameters();
   layer_adapters_.resize(layers_.size());  // empty without LoRA
   const DType master = dtype == DType::f64 ? DType::f64 : DType::f32;
-  params_.allocate(master, dtype, device, /*with_grads=*/!lora_);
+  params_.allocate(master, dtype, device, /*with_grads=*/!lora_, lora_ ? 1 : pad_multiple);
   if (lora_) {
     declare_lora();
-    lora_params_.allocate(master, dtype, device);
+    lora_params_.allocate(master, dtype, device, true, pad_multiple);
   }
   if (config_.position == PositionKind::alibi) {
     alibi_slopes_ = to_tensor(alibi_slopes(config_.n_heads, config_.alibi_bias_max), {config_.n_heads}, master,

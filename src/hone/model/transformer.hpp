@@ -47,8 +47,10 @@ class Transformer {
   // master weights, bf16 compute copy) or fp64 (gradient checks). With `lora`
   // the base weights are frozen (no gradients, no optimizer state) and only the
   // adapters train.
+  // pad_multiple pads the flat buffers of the trained parameters (ZeRO cuts them
+  // into that many equal shards).
   explicit Transformer(ModelConfig config, DType dtype = DType::f32, Device device = Device::cpu(),
-                       std::optional<LoraConfig> lora = std::nullopt);
+                       std::optional<LoraConfig> lora = std::nullopt, int64_t pad_multiple = 1);
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }

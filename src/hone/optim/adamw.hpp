@@ -16,14 +16,20 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(ParameterSet& params, AdamWConfig config);
+  // Updates the elements [shard_offset, shard_offset + shard_count) of the flat
+  // parameter buffers and keeps moments for those only (ZeRO: each data-parallel
+  // rank owns one shard); by default all of them.
+  AdamW(ParameterSet& params, AdamWConfig config, int64_t shard_offset = 0, int64_t shard_count = -1);
 
-  // One update with learning rate `lr` from the gradients in params.grads(),
-  // multiplied by grad_scale (gradient clipping, in the same pass).
-  void step(double lr, double grad_scale = 1.0);
+  // One update of the shard with learning rate `lr` from `grads` (the shard's
+  // gradients; by default the shard of params.grads()), multiplied by grad_scale
+  // (gradient clipping, in the same pass).
+  void step(double lr, double grad_scale = 1.0, const Tensor& grads = {});
   int64_t steps_taken() const { return step_; }
+  int64_t shard_offset() const { return offset_; }
+  int64_t shard_count() const { return m_.numel(); }
 
-  // Moments and step count, for checkpoints.
+  // Moments of the shard (flat, [shard_count]) and step count, for checkpoints.
   const Tensor& exp_avg() const { return m_; }
   const Tensor& exp_avg_sq() const { return v_; }
   void set_steps_taken(int64_t step) { step_ = step; }
@@ -32,6 +38,7 @@ class AdamW {
  private:
   ParameterSet& params_;
   AdamWConfig config_;
+  int64_t offset_;
   Tensor m_, v_;
   int64_t step_ = 0;
 };
