@@ -1,7 +1,7 @@
 #pragma once
 // Internals of the CUDA backend, shared by its .cu and .cpp files: error checks
 // that name the failing call and what the error means, the stream every kernel
-// and copy runs on, device properties, and scratch memory.
+// and copy runs on, the shared-memory limit, and scratch memory.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -18,7 +18,6 @@ namespace hone::kernels::cuda {
 // The stream of all of hone's device work. One stream orders everything, which
 // is what makes the caching allocator's reuse of freed blocks safe.
 cudaStream_t stream();
-int multiprocessors();
 // Shared memory one block may use after opting in (cudaFuncSetAttribute).
 size_t max_shared_memory_per_block();
 

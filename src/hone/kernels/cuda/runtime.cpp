@@ -32,7 +32,6 @@ struct Runtime {
   int device = 0;
   std::atomic<bool> initialized = false;
   cudaStream_t stream = nullptr;
-  int multiprocessors = 0;
   size_t max_shared_memory = 0;
 
   void ensure_initialized() {
@@ -46,7 +45,6 @@ struct Runtime {
     HONE_CHECK(device < count, "device cuda:{} requested, but this machine has {} CUDA device(s)", device, count);
     HONE_CUDA_CHECK(cudaSetDevice(device));
     HONE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    HONE_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
     int shared = 0;
     HONE_CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     max_shared_memory = size_t(shared);
@@ -57,6 +55,20 @@ struct Runtime {
 Runtime& runtime() {
   static Runtime* instance = new Runtime;  // never destroyed: tensors may be freed during exit
   return *instance;
+}
+
+// The runtime, initialized, with its device current on the calling thread: the
+// current device is per host thread, and a thread other than the one that
+// initialized (a data loader's, say) starts on device 0.
+Runtime& ready_runtime() {
+  Runtime& rt = runtime();
+  rt.ensure_initialized();
+  thread_local int thread_device = -1;
+  if (thread_device != rt.device) {
+    HONE_CUDA_CHECK(cudaSetDevice(rt.device));
+    thread_device = rt.device;
+  }
+  return rt;
 }
 
 struct Availability {
@@ -97,8 +109,7 @@ class CudaAllocator final : public Allocator {
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
-    Runtime& rt = runtime();
-    rt.ensure_initialized();
+    Runtime& rt = ready_runtime();
     const size_t size = size_class(bytes);
     std::lock_guard lock(mutex_);
     void* ptr = nullptr;
@@ -216,8 +227,7 @@ int current_device() { return runtime().device; }
 
 void check_device(Device device) {
   HONE_ASSERT(g_registered);
-  Runtime& rt = runtime();
-  rt.ensure_initialized();
+  const Runtime& rt = ready_runtime();
   HONE_CHECK(device.index == rt.device,
              "tensor on {} but this process computes on cuda:{} (one device per process; choose it with "
              "CUDA_VISIBLE_DEVICES or the launcher's local rank)",
@@ -230,23 +240,9 @@ void synchronize() {
 
 void empty_cache() { cuda_allocator().release_cached(); }
 
-cudaStream_t stream() {
-  Runtime& rt = runtime();
-  rt.ensure_initialized();
-  return rt.stream;
-}
+cudaStream_t stream() { return ready_runtime().stream; }
 
-int multiprocessors() {
-  Runtime& rt = runtime();
-  rt.ensure_initialized();
-  return rt.multiprocessors;
-}
-
-size_t max_shared_memory_per_block() {
-  Runtime& rt = runtime();
-  rt.ensure_initialized();
-  return rt.max_shared_memory;
-}
+size_t max_shared_memory_per_block() { return ready_runtime().max_shared_memory; }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : data_(cuda_allocator().allocate(bytes)), bytes_(bytes) {}
 
