@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On the device machine: runs the GPU tests that tests/gpu/bundle.sh packed
-# (carry .gpu), printing a summary and leaving logs and XML reports in $OUT.
+# (carry .gpu), then `hone bench --device cuda` on GPT-2 124M, printing a
+# summary and leaving logs and XML reports in $OUT. Arguments go to the tests
+# (e.g. --gtest_filter=...).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/hone-gpu-out}
@@ -11,10 +13,10 @@ source_dir=$(cat "$bundle/source_dir")
 if [ ! -e "$source_dir/tests/reference" ]; then
   mkdir -p "$(dirname "$source_dir")" && ln -sfn "$PWD" "$source_dir"
 fi
-# CUDA's runtime and cuBLASLt from the machine: the toolkit's, else any copy (e.g. pip's).
+# CUDA's runtime, cuBLASLt and NCCL from the machine: the toolkit's, else any copy (e.g. pip's).
 libs="$bundle/lib"
-for name in libcudart.so.13 libcublasLt.so.13; do
-  found=$(ls /usr/local/cuda/lib64/$name 2>/dev/null || find / -name "$name" -not -path '/proc/*' 2>/dev/null | head -1)
+for name in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+  found=$(ls /usr/local/cuda/lib64/$name 2>/dev/null || find /usr /opt -name "$name" 2>/dev/null | head -1)
   [ -n "$found" ] && libs="$libs:$(dirname "$found")"
 done
 export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
@@ -26,4 +28,8 @@ for test in test_cuda_ops test_cuda_models; do
   grep -E '^\[  (FAILED|SKIPPED) |relative error|Failure|Expected|Which is|^\[  PASSED|^\[==========\]' "$out/$test.log"
   [ "$rc" -eq 0 ] || status=1
 done
+# End to end: the trainer's step on the GPU (timings need ops::synchronize in bench.cpp, docs/cuda.md).
+"$bundle/bin/hone" bench --model gpt2_124M --batch-size 8 --seq-len 1024 --dtype bf16 --steps 5 --device cuda \
+  >"$out/bench.log" 2>&1
+echo "bench: exit $?: $(tail -1 "$out/bench.log")"
 exit "$status"
