@@ -90,7 +90,9 @@ TEST(Lora, StartsAsTheBaseModelAndMergesExactly) {
   EXPECT_NEAR(adapted.forward(b.tokens, b.targets).sum, with_adapters, 1e-10);
   // After merging, the adapters contribute nothing: the base weights carry them.
   for (const Parameter& p : adapted.trainable_params().all()) {
-    if (p.name.ends_with(".b")) EXPECT_EQ(ops::sum_squares(p.value), 0.0) << p.name;
+    if (p.name.ends_with(".b")) {
+      EXPECT_EQ(ops::sum_squares(p.value), 0.0) << p.name;
+    }
   }
 }
 

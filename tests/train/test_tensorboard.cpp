@@ -49,7 +49,9 @@ TEST(TensorBoard, FileIsAValidRecordStream) {
     const std::string data = bytes.substr(pos + 12, length);
     std::memcpy(&data_crc, bytes.data() + pos + 12 + length, 4);
     EXPECT_EQ(data_crc, masked_crc32c(data));
-    if (records == 0) EXPECT_NE(data.find("brain.Event:2"), std::string::npos);
+    if (records == 0) {
+      EXPECT_NE(data.find("brain.Event:2"), std::string::npos);
+    }
     pos += 12 + length + 4;
     ++records;
   }

@@ -28,7 +28,7 @@ Config load_config(const std::string& name_or_path) {
 }
 
 Command add_ls(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("ls", "List recipes, built-in configs and built-in models");
+  app.add_subcommand("ls", "List recipes, built-in configs and built-in models");
   return [] {
     fmt::print("RECIPE            DESCRIPTION\n");
     for (const Recipe& r : recipes()) fmt::print("{:<17} {}\n", r.name, r.description);
