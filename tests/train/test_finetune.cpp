@@ -117,6 +117,21 @@ TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
   for (const std::string& name : x.names()) EXPECT_EQ(x.load(name).to_vector<float>(), y.load(name).to_vector<float>());
 }
 
+TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
+  // Two ranks at ZeRO stage 2 with 2 samples each train like one process with two
+  // micro-batches of 2 (the same sums, in the same order, up to rounding). In fp32
+  // and without dropout: each rank draws its own masks.
+  auto one = lora_args("lora_one", 6), two = lora_args("lora_two", 6);
+  one.insert(one.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "gradient_accumulation_steps=2"});
+  two.insert(two.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "distributed.zero=2"});
+  two.insert(two.begin(), {"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone"});
+  ASSERT_EQ(run_hone_to_log(one, root_ + "/lora_one.log"), 0) << read_file(root_ + "/lora_one.log");
+  ASSERT_EQ(run_hone_to_log(two, root_ + "/lora_two.log"), 0) << read_file(root_ + "/lora_two.log");
+  const auto a = losses("lora_one"), b = losses("lora_two");
+  ASSERT_EQ(b.size(), 6u);
+  for (const auto& [step, loss] : b) EXPECT_NEAR(loss, a.at(step), 1e-6) << "step " << step;
+}
+
 TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
   // 48 samples of about 40 tokens: packed, a row of 128 holds three.
   auto args = lora_args("packed", 6);

@@ -190,5 +190,96 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   EXPECT_NE(read_file(root_ + "/metrics/train.log").find("validation loss"), std::string::npos);
 }
 
+// Data parallelism: two ranks under `hone launch`, each on half of every global
+// batch, train the model that one process trains on the whole batch (up to the
+// order of the gradient sum), at every ZeRO stage.
+class DataParallelRun : public TrainingRun {
+ protected:
+  // `ranks` processes with `batch` samples each; fp32 so that runs compare closely.
+  std::vector<std::string> args(const std::string& name, int ranks, int64_t batch, int64_t steps,
+                                 const std::string& extra, std::vector<std::string> overrides = {}) {
+    std::vector<std::string> a{"run", "pretrain", "--config", config(name, steps, "dtype: fp32\n" + extra),
+                               "batch_size=" + std::to_string(batch)};
+    a.insert(a.end(), overrides.begin(), overrides.end());
+    if (ranks > 1) {
+      const std::string hone = std::string(HONE_BINARY_DIR) + "/bin/hone";
+      a.insert(a.begin(), {"launch", "--nproc-per-node", std::to_string(ranks), "--", hone});
+    }
+    return a;
+  }
+  int train(const std::string& name, int ranks, int64_t batch, int64_t steps, const std::string& extra,
+            std::vector<std::string> overrides = {}) {
+    return run(args(name, ranks, batch, steps, extra, std::move(overrides)));
+  }
+  void expect_same_losses(const std::map<int64_t, double>& expected, const std::map<int64_t, double>& actual) {
+    ASSERT_EQ(actual.size(), expected.size());
+    for (const auto& [step, loss] : actual) EXPECT_NEAR(loss, expected.at(step), 1e-6) << "step " << step;
+  }
+};
+
+TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroStage) {
+  ASSERT_EQ(train("single", 1, 4, 8, ""), 0) << log();
+  for (int zero : {0, 1, 2}) {
+    const std::string run = "zero" + std::to_string(zero);
+    ASSERT_EQ(train(run, 2, 2, 8, "checkpoint: {every_n_steps: 4}\n", {"distributed.zero=" + std::to_string(zero)}),
+              0)
+        << log();
+    const std::string parallelism = zero > 0 ? fmt::format(", ZeRO stage {}", zero) : "";
+    EXPECT_NE(log().find("ranks: 2 (MPI), data parallel" + parallelism + "\n"), std::string::npos) << log();
+    // Rank 0 alone writes the metrics: one line per step, with the global batch's loss.
+    expect_same_losses(losses("single"), losses(run));
+    // Stages 1 and 2 save one optimizer file per rank, stage 0 one for all.
+    const fs::path step4 = fs::path(root_) / run / "step_0000004";
+    EXPECT_EQ(fs::exists(step4 / "optimizer.safetensors"), zero == 0) << step4;
+    EXPECT_EQ(fs::exists(step4 / "optimizer-00001-of-00002.safetensors"), zero > 0) << step4;
+  }
+}
+
+TEST_F(DataParallelRun, ZeroCheckpointsResumeAtAnotherWorldSize) {
+  // Two ranks at ZeRO stage 2 save at step 4; one process resumes there, and a
+  // single process's checkpoint resumes on two ranks at stage 1: both continue
+  // the uninterrupted run.
+  const std::string every4 = "checkpoint: {every_n_steps: 4, keep_last_n: 0}\nresume: latest\n";
+  ASSERT_EQ(train("single", 1, 4, 8, every4), 0) << log();
+  ASSERT_EQ(train("sharded", 2, 2, 4, every4, {"distributed.zero=2"}), 0) << log();
+  const auto resume_from = [&](const std::string& source, const std::string& run) {
+    fs::create_directories(root_ + "/" + run);
+    fs::copy(root_ + "/" + source + "/step_0000004", root_ + "/" + run + "/step_0000004");
+    std::ofstream(root_ + "/" + run + "/latest") << "step_0000004\n";
+  };
+  resume_from("sharded", "on_one");
+  ASSERT_EQ(train("on_one", 1, 4, 8, every4), 0) << log();
+  resume_from("single", "on_two");
+  ASSERT_EQ(train("on_two", 2, 2, 8, every4, {"distributed.zero=1"}), 0) << log();
+
+  std::map<int64_t, double> after4 = losses("single");
+  after4.erase(after4.begin(), after4.upper_bound(4));
+  expect_same_losses(after4, losses("on_one"));
+  expect_same_losses(after4, losses("on_two"));
+}
+
+TEST_F(DataParallelRun, SigtermToTheLauncherCheckpointsEveryRankAndEndsCleanly) {
+  // What a scheduler does to preempt a job: every rank finishes its step, the
+  // ranks save their ZeRO shards together, and the job exits 0.
+  Process p = start_hone(args("preempted", 2, 2, 100000, "logging: {tensorboard: false}\n", {"distributed.zero=1"}),
+                         root_ + "/log.txt");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  ::kill(p.pid, SIGTERM);
+  EXPECT_EQ(wait_for(p), 0) << log();
+  EXPECT_NE(log().find("[rank 0] stop requested"), std::string::npos) << log();
+  const auto folder = find_checkpoint(root_ + "/preempted", "latest");
+  ASSERT_TRUE(folder.has_value()) << log();
+  EXPECT_NO_THROW(verify_checkpoint(*folder));
+  EXPECT_TRUE(fs::exists(fs::path(*folder) / "optimizer-00001-of-00002.safetensors")) << *folder;
+}
+
+TEST_F(DataParallelRun, RefusesWhatIsNotAvailableYet) {
+  EXPECT_EQ(train("tp", 1, 4, 2, "distributed: {tp: 2}\n"), 2);
+  EXPECT_NE(log().find("distributed.tp 2: tensor parallelism is not available yet"), std::string::npos) << log();
+  EXPECT_EQ(train("zero3", 1, 4, 2, "distributed: {zero: 3}\n"), 2);
+  EXPECT_NE(log().find("distributed.zero 3: stages 0, 1 and 2 are available"), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(root_ + "/zero3/step_0000002"));
+}
+
 }  // namespace
 }  // namespace hone::test

@@ -66,11 +66,7 @@ std::vector<std::string> summarize(const Config& c, const ModelConfig& model) {
                   double(trained) / 1e6, lora ? fmt::format(" (LoRA rank {})", lora->rank) : std::string()),
       fmt::format("batch: {} x {} tokens per micro-batch, {} micro-batches per step", batch, seq_len,
                   c.get<int64_t>("gradient_accumulation_steps")),
-      fmt::format("memory estimate on {} ({}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {} + activations {}",
-                  run.device.str(), dtype_name(run.dtype), format_bytes(double(m.total())),
-                  format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
-                  format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)),
-                  format_bytes(double(m.activations))),
+      describe(m, run),
   };
 }
 
@@ -103,15 +99,16 @@ int run_finetune(const Config& c) {
   const int32_t pad = tokenizer->pad_id().value_or(tokenizer->eos_id().value_or(0));
   const int64_t batch = c.get<int64_t>("batch_size");
   const bool packed = c.get<bool>("dataset.packed");
+  TrainingWorld world(c, run.device);
   data::SampleStream train(std::move(dataset.samples), batch, seq_len, run.seed, c.get<bool>("dataset.shuffle"), pad,
-                           0, 1, packed);
+                           world.dp_rank(), world.dp_size(), packed);
   std::unique_ptr<data::SampleStream> valid;
   if (!validation.empty()) {
-    valid = std::make_unique<data::SampleStream>(std::move(validation), batch, seq_len, run.seed, false, pad, 0, 1,
-                                                 packed);
+    valid = std::make_unique<data::SampleStream>(std::move(validation), batch, seq_len, run.seed, false, pad,
+                                                 world.dp_rank(), world.dp_size(), packed);
   }
 
-  Transformer model(model_config, run.dtype, run.device, lora);
+  Transformer model(model_config, run.dtype, world.device(), lora, world.pad_multiple());
   load_weights(*weights, model);
   model.init_lora(run.seed);
   std::vector<std::string> summary = summarize(c, model_config);
@@ -121,7 +118,8 @@ int run_finetune(const Config& c) {
   }
   const std::string data_description = fmt::format("{} ({} samples held out)", c.get<std::string>("dataset.path"),
                                                    held_out);
-  return run_training(c, {.model = &model,
+  return run_training(c, {.world = &world,
+                          .model = &model,
                           .train = &train,
                           .validation = valid.get(),
                           .seq_len = seq_len,

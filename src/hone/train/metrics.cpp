@@ -13,7 +13,8 @@ namespace hone {
 
 namespace fs = std::filesystem;
 
-MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard) {
+MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard, bool enabled) {
+  if (!enabled) return;
   fs::create_directories(run_dir);
   const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
   jsonl_.open(path, std::ios::app);
@@ -22,6 +23,7 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard) {
 }
 
 void MetricsWriter::write(int64_t step, const Metrics& metrics) {
+  if (!jsonl_.is_open()) return;
   nlohmann::ordered_json record;
   record["step"] = step;
   const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -49,7 +51,9 @@ void append_perf_summary(const std::string& run_dir, const PerfSummary& r) {
                      r.tokens_per_sec_per_device, r.mfu, r.peak_memory_bytes, r.final_loss);
 }
 
-RunConsole::RunConsole(const std::string& run_dir) : interactive_(::isatty(STDERR_FILENO) != 0) {
+RunConsole::RunConsole(const std::string& run_dir, bool enabled)
+    : enabled_(enabled), interactive_(enabled && ::isatty(STDERR_FILENO) != 0) {
+  if (!enabled) return;
   fs::create_directories(run_dir);
   log_.open(fs::path(run_dir) / "train.log", std::ios::app);
 }
@@ -64,6 +68,7 @@ void RunConsole::clear_progress() {
 }
 
 void RunConsole::line(const std::string& text) {
+  if (!enabled_) return;
   clear_progress();
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);

@@ -17,8 +17,9 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 
 class MetricsWriter {
  public:
-  // Appends to the run's files (a resumed run continues them).
-  MetricsWriter(const std::string& run_dir, bool tensorboard);
+  // Appends to the run's files (a resumed run continues them). A writer that is
+  // not `enabled` (ranks other than 0) writes nothing.
+  MetricsWriter(const std::string& run_dir, bool tensorboard, bool enabled = true);
   void write(int64_t step, const Metrics& metrics);
 
  private:
@@ -41,7 +42,8 @@ void append_perf_summary(const std::string& run_dir, const PerfSummary& row);
 // progress line (step, loss, tokens/s, ETA) is redrawn in place and never logged.
 class RunConsole {
  public:
-  explicit RunConsole(const std::string& run_dir);
+  // A console that is not `enabled` (ranks other than 0) shows and logs nothing.
+  explicit RunConsole(const std::string& run_dir, bool enabled = true);
   ~RunConsole();
   void line(const std::string& text);
   void progress(int64_t step, int64_t total_steps, double loss, double tokens_per_sec, double eta_seconds);
@@ -50,6 +52,7 @@ class RunConsole {
  private:
   void clear_progress();
   std::ofstream log_;
+  bool enabled_;
   bool interactive_ = false;
   bool progress_shown_ = false;
 };

@@ -23,11 +23,7 @@ std::vector<std::string> summarize_training(const Config& c) {
                   double(model.num_matmul_params()) / 1e6),
       fmt::format("batch: {} x {} tokens per micro-batch, {} micro-batches per step", batch, seq_len,
                   c.get<int64_t>("gradient_accumulation_steps")),
-      fmt::format("memory estimate on {} ({}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {} + activations {}",
-                  run.device.str(), dtype_name(run.dtype), format_bytes(double(m.total())),
-                  format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
-                  format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)),
-                  format_bytes(double(m.activations))),
+      describe(m, run),
   };
 }
 
@@ -40,20 +36,28 @@ int run_pretrain(const Config& c) {
   HONE_CHECK(seq_len <= model_config.max_seq_len, "{}: dataset.seq_len {} exceeds model.max_seq_len {}", c.origin(),
              seq_len, model_config.max_seq_len);
 
-  // Data: the train and validation streams over the configured sources.
+  TrainingWorld world(c, run.device);
+
+  // Data: this rank's slices of the train and validation streams over the configured sources.
   const TrainingData data = open_pretraining_data(c, model_config.vocab_size);
-  const data::StreamOptions train_options{
-      .seq_len = seq_len, .batch_size = batch_size, .seed = run.seed, .shuffle = c.get<bool>("dataset.shuffle")};
+  const data::StreamOptions train_options{.seq_len = seq_len,
+                                          .batch_size = batch_size,
+                                          .seed = run.seed,
+                                          .shuffle = c.get<bool>("dataset.shuffle"),
+                                          .rank = world.dp_rank(),
+                                          .world_size = world.dp_size()};
   data::PretrainStream train(data.train, data.weights, train_options);
   std::unique_ptr<data::PretrainStream> valid;
   if (!data.validation.empty()) {
-    valid = std::make_unique<data::PretrainStream>(data.validation, data.weights,
-                                                   data::StreamOptions{.seq_len = seq_len, .batch_size = batch_size,
-                                                                       .seed = run.seed, .shuffle = false});
+    data::StreamOptions valid_options = train_options;
+    valid_options.shuffle = false;
+    valid = std::make_unique<data::PretrainStream>(data.validation, data.weights, valid_options);
   }
-  Transformer model(model_config, run.dtype, run.device);
+  // The same seed on every rank: the replicas start identical.
+  Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.pad_multiple());
   model.init_weights(run.seed);
-  return run_training(c, {.model = &model,
+  return run_training(c, {.world = &world,
+                          .model = &model,
                           .train = &train,
                           .validation = valid.get(),
                           .seq_len = seq_len,

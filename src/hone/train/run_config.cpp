@@ -69,6 +69,9 @@ Schema training_schema() {
   s.add({"max_consecutive_nonfinite", ValueType::integer, 3,
          "stop after this many steps in a row with a non-finite loss or gradient (each is skipped)"});
   s.add({"logging.tensorboard", ValueType::boolean, true, "write TensorBoard event files"});
+  s.add({"distributed.zero", ValueType::integer, 0,
+         "ZeRO stage over data-parallel ranks: 0 (replicas), 1 (optimizer state sharded), 2 (and gradients)"});
+  s.add({"distributed.tp", ValueType::integer, 1, "tensor-parallel ranks per model replica (only 1 for now)"});
   return s;
 }
 
@@ -191,6 +194,14 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
   m.compute_copy = dtype == DType::bf16 ? 2 * stored : 0;
   m.activations = activation_bytes(model, dtype, batch_size, seq_len, activation_checkpointing);
   return m;
+}
+
+std::string describe(const MemoryEstimate& m, const RunSettings& run) {
+  return fmt::format("memory estimate on {} ({}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {} + activations {}",
+                     run.device.str(), dtype_name(run.dtype), format_bytes(double(m.total())),
+                     format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
+                     format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)),
+                     format_bytes(double(m.activations)));
 }
 
 std::string format_bytes(double bytes) {

@@ -19,7 +19,8 @@ Schema run_schema();
 Schema model_schema();
 // batch_size, gradient_accumulation_steps, max_steps/epochs/max_tokens,
 // optimizer.*, lr_scheduler.*, checkpoint.*, resume, log_every_n_steps, eval.*,
-// enable_activation_checkpointing, max_consecutive_nonfinite, logging.*.
+// enable_activation_checkpointing, max_consecutive_nonfinite, logging.*,
+// distributed.*.
 Schema training_schema();
 // dataset.* of the pretrain recipe.
 Schema pretrain_dataset_schema();
@@ -47,6 +48,8 @@ struct MemoryEstimate {
 };
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
                                         bool activation_checkpointing, const std::optional<LoraConfig>& lora = {});
+// "memory estimate on cpu (bf16): total = weights + gradients + ...", for a run's banner.
+std::string describe(const MemoryEstimate& estimate, const RunSettings& run);
 
 std::string format_bytes(double bytes);
 

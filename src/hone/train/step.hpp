@@ -7,6 +7,7 @@
 #include "hone/data/batch.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
+#include "hone/dist/data_parallel.hpp"
 
 namespace hone {
 
@@ -21,8 +22,10 @@ struct StepStats {
 // The loss is the mean over all unmasked tokens of the step, however they are
 // split into micro-batches. max_grad_norm <= 0 disables clipping. A step whose
 // loss or gradient norm is not finite changes no weight.
+// With `parallel`, the micro-batches are this rank's part of the global batch and
+// the step is taken over all ranks' data (losses and token counts are global).
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch> micro_batches, double lr,
-                     double max_grad_norm);
+                     double max_grad_norm, dist::DataParallel* parallel = nullptr);
 
 // Unmasked targets in a host tensor.
 int64_t count_targets(const Tensor& targets);

@@ -42,21 +42,25 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
 
 int run_training(const Config& c, TrainingJob job) {
   const RunSettings run = run_settings_from(c);
+  TrainingWorld& world = *job.world;
   const int64_t batch_size = c.get<int64_t>("batch_size");
   const int64_t accumulation = c.get<int64_t>("gradient_accumulation_steps");
   const int64_t seq_len = job.seq_len;
   HONE_CHECK(batch_size > 0 && accumulation > 0, "{}: batch_size and gradient_accumulation_steps must be positive",
              c.origin());
-  const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), batch_size * accumulation, seq_len);
+  // Sequences per optimizer step, over all data-parallel ranks.
+  const int64_t global_batch = batch_size * accumulation * world.dp_size();
+  const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len);
 
   fs::create_directories(run.output_dir);
-  RunConsole console(run.output_dir);
+  RunConsole console(run.output_dir, world.is_main());
   Transformer& model = *job.model;
   data::BatchSource& train = *job.train;
   data::BatchSource* valid = job.validation;
   const ModelConfig& model_config = model.config();
   model.set_activation_checkpointing(c.get<bool>("enable_activation_checkpointing"));
-  AdamW optimizer(model.trainable_params(), adamw_config_from(c));
+  const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
+  AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
   const LrSchedule schedule = lr_schedule_from(c, total_steps);
   const double max_grad_norm = c.get<double>("optimizer.max_grad_norm");
 
@@ -71,36 +75,44 @@ int run_training(const Config& c, TrainingJob job) {
       console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
     }
   }
-  {
+  if (world.is_main()) {
     AtomicFile resolved((fs::path(run.output_dir) / "config.yaml").string());
     resolved.write(c.to_yaml());
     resolved.commit();
   }
   for (const std::string& line : job.summary) console.line(line);
+  if (world.size() > 1) {
+    console.line(fmt::format("ranks: {} ({}), data parallel{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI",
+                             world.zero_stage() > 0 ? fmt::format(", ZeRO stage {}", world.zero_stage()) : ""));
+  }
   console.line(fmt::format("data: {} samples per epoch ({}), {} steps to run", train.samples_per_epoch(),
                            job.data_description, total_steps - state.step));
 
-  MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"));
-  const double peak_tflops = measure_gemm_peak_tflops(run.dtype, run.device);
+  MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
+  const double peak_tflops = measure_gemm_peak_tflops(run.dtype, world.device());
   const double flops_per_token = model_config.training_flops_per_token(seq_len);
   const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
   const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
   const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
   const int64_t keep_last_n = c.get<int64_t>("checkpoint.keep_last_n");
   const int64_t max_nonfinite = c.get<int64_t>("max_consecutive_nonfinite");
-  Allocator& memory = allocator_for(run.device);
+  Allocator& memory = allocator_for(world.device());
   install_stop_handlers();
 
   auto save = [&] {
     state.data_state = train.state();
-    const std::string folder = save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n);
+    const std::string folder = world.save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n);
     console.line(fmt::format("step {}: checkpoint {}", state.step, folder));
   };
   auto run_evaluation = [&] {
     if (!valid) return;
-    const int64_t batches =
-        std::max<int64_t>(1, std::min(c.get<int64_t>("eval.max_batches"), valid->samples_per_epoch() / batch_size));
-    const LossEvaluation e = evaluate_loss(model, *valid, batches);
+    const int64_t batches = std::max<int64_t>(
+        1, std::min(c.get<int64_t>("eval.max_batches"), valid->samples_per_epoch() / (batch_size * world.dp_size())));
+    // Each rank evaluates its slice of the batches; the mean is over all of them.
+    const LossEvaluation local = evaluate_loss(model, *valid, batches);
+    LossEvaluation e;
+    e.tokens = int64_t(world.sum(double(local.tokens)));
+    e.loss = world.sum(local.loss * double(local.tokens)) / double(std::max<int64_t>(e.tokens, 1));
     metrics.write(state.step, {{"metrics/eval/LanguageCrossEntropy", e.loss},
                                {"metrics/eval/LanguagePerplexity", e.perplexity()}});
     console.line(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f}) over {} tokens", state.step, e.loss,
@@ -115,10 +127,13 @@ int run_training(const Config& c, TrainingJob job) {
   std::vector<Batch> micro(static_cast<size_t>(accumulation));
   if (c.get<bool>("eval.first") && state.step == 0) run_evaluation();
   if (state.step >= total_steps) console.line(fmt::format("the run is at step {} of {}: nothing to train", state.step, total_steps));
-  while (state.step < total_steps && !stop_requested()) {
+  // A signal may reach the ranks at different steps: they agree before each step.
+  bool interrupted = false;
+  while (state.step < total_steps && !(interrupted = world.any(stop_requested()))) {
     const auto step_start = Clock::now();
-    for (Batch& b : micro) b = train.next().to(run.device);
-    const StepStats s = train_step(model, optimizer, micro, schedule.at(state.step), max_grad_norm);
+    for (Batch& b : micro) b = train.next().to(world.device());
+    const StepStats s =
+        train_step(model, optimizer, micro, schedule.at(state.step), max_grad_norm, world.data_parallel());
     const double elapsed = seconds_between(step_start, Clock::now());
     ++state.step;
     if (s.applied) {
@@ -134,12 +149,12 @@ int run_training(const Config& c, TrainingJob job) {
                  state.step, consecutive_nonfinite, run.output_dir);
     }
     state.tokens_seen += s.tokens;
-    state.samples_seen += batch_size * accumulation;
+    state.samples_seen += global_batch;
     train_seconds += elapsed;
     window_seconds += elapsed;
-    window_tokens += batch_size * accumulation * seq_len;
-    window_samples += batch_size * accumulation;
-    samples_this_run += batch_size * accumulation;
+    window_tokens += global_batch * seq_len;
+    window_samples += global_batch;
+    samples_this_run += global_batch;
     ++window_steps;
     last_loss = s.loss;
 
@@ -153,9 +168,10 @@ int run_training(const Config& c, TrainingJob job) {
                                  {"metrics/train/LanguageCrossEntropy", s.loss},
                                  {"metrics/train/LanguagePerplexity", std::exp(s.loss)},
                                  {"throughput/samples_per_sec", samples_per_sec},
-                                 {"throughput/device/samples_per_sec", samples_per_sec},
+                                 {"throughput/device/samples_per_sec", samples_per_sec / world.size()},
                                  {"throughput/tokens_per_sec", tokens_per_sec},
-                                 {"throughput/mfu", flops_per_token * tokens_per_sec / (peak_tflops * 1e12)},
+                                 {"throughput/mfu",
+                                  flops_per_token * tokens_per_sec / world.size() / (peak_tflops * 1e12)},
                                  {"memory/allocated_mem", double(mem.allocated)},
                                  {"memory/reserved_mem", double(mem.reserved)},
                                  {"memory/peak_allocated_mem", double(mem.peak_allocated)},
@@ -178,28 +194,30 @@ int run_training(const Config& c, TrainingJob job) {
     }
   }
 
-  const bool interrupted = stop_requested();
   if (interrupted) console.line(fmt::format("stop requested: saving step {} and exiting", state.step));
   if (!interrupted) run_evaluation();
   if ((interrupted || c.get<bool>("checkpoint.save_final")) && last_saved != state.step) save();
   const double wall = seconds_between(start, Clock::now());
   const double tokens_per_sec = double(samples_this_run * seq_len) / std::max(train_seconds, 1e-9);
-  append_perf_summary(run.output_dir,
-                      {.model = model_config.name,
-                       .precision = std::string(dtype_name(run.dtype)),
-                       .world_size = 1,
-                       .global_batch_size = batch_size * accumulation,
-                       .seq_len = seq_len,
-                       .tokens_per_sec = tokens_per_sec,
-                       .samples_per_sec = tokens_per_sec / double(seq_len),
-                       .tokens_per_sec_per_device = tokens_per_sec,
-                       .mfu = flops_per_token * tokens_per_sec / (peak_tflops * 1e12),
-                       .peak_memory_bytes = memory.stats().peak_allocated,
-                       .final_loss = last_loss});
+  const double tokens_per_sec_per_device = tokens_per_sec / world.size();
+  if (world.is_main()) {
+    append_perf_summary(run.output_dir,
+                        {.model = model_config.name,
+                         .precision = std::string(dtype_name(run.dtype)),
+                         .world_size = world.size(),
+                         .global_batch_size = global_batch,
+                         .seq_len = seq_len,
+                         .tokens_per_sec = tokens_per_sec,
+                         .samples_per_sec = tokens_per_sec / double(seq_len),
+                         .tokens_per_sec_per_device = tokens_per_sec_per_device,
+                         .mfu = flops_per_token * tokens_per_sec_per_device / (peak_tflops * 1e12),
+                         .peak_memory_bytes = memory.stats().peak_allocated,
+                         .final_loss = last_loss});
+  }
   console.line(fmt::format("done: step {} ({} this run, {}); checkpoints in {}, metrics in {}", state.step,
-                           samples_this_run / (batch_size * accumulation), format_duration(wall), run.output_dir,
+                           samples_this_run / global_batch, format_duration(wall), run.output_dir,
                            (fs::path(run.output_dir) / "metrics.jsonl").string()));
-  if (job.on_finish && !interrupted) job.on_finish(console);
+  if (job.on_finish && !interrupted && world.is_main()) job.on_finish(console);
   return 0;
 }
 

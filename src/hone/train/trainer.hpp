@@ -12,17 +12,20 @@
 #include "hone/data/batch.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/train/metrics.hpp"
+#include "hone/train/training_world.hpp"
 
 namespace hone {
 
 struct TrainingJob {
-  Transformer* model = nullptr;
+  TrainingWorld* world = nullptr;  // the ranks; the model lives on world->device()
+  Transformer* model = nullptr;    // built with world->pad_multiple()
+  // This rank's slices of the data (batch_size sequences per micro-batch).
   data::BatchSource* train = nullptr;
   data::BatchSource* validation = nullptr;  // null: nothing held out
   int64_t seq_len = 0;
   std::string data_description;
   std::vector<std::string> summary;  // printed when the run starts
-  // Runs after the final checkpoint of a run that was not interrupted (exports).
+  // Runs on rank 0 after the final checkpoint of a run that was not interrupted (exports).
   std::function<void(RunConsole&)> on_finish;
 };
 

@@ -1,0 +1,60 @@
+#include "hone/train/training_world.hpp"
+
+#include <bit>
+#include <filesystem>
+#include <map>
+#include <span>
+
+#include "hone/core/error.hpp"
+#include "hone/dist/environment.hpp"
+
+namespace hone {
+
+TrainingWorld::TrainingWorld(const Config& c, Device device)
+    : device_(device), zero_stage_(int(c.get<int64_t>("distributed.zero"))) {
+  const int64_t tp = c.get<int64_t>("distributed.tp");
+  HONE_CHECK(tp == 1, "{}: distributed.tp {}: tensor parallelism is not available yet (use 1)", c.origin(), tp);
+  HONE_CHECK(zero_stage_ >= 0 && zero_stage_ <= 2,
+             "{}: distributed.zero {}: stages 0, 1 and 2 are available (3, sharded parameters, is not yet)",
+             c.origin(), zero_stage_);
+  const dist::ProcessInfo process = dist::discover_process();
+  if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
+  world_ = dist::Communicator::from_environment(device_);
+  mesh_ = std::make_unique<dist::DeviceMesh>(*world_, world_->size() / int(tp), int(tp));
+  data_parallel_ = std::make_unique<dist::DataParallel>(mesh_->dp(), zero_stage_, device_);
+}
+
+TrainingWorld::~TrainingWorld() = default;
+
+std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Transformer& model,
+                                           const AdamW& optimizer, const TrainerState& state,
+                                           int64_t keep_last_n) const {
+  if (size() == 1) return hone::save_checkpoint(run_dir, model, optimizer, state, keep_last_n);
+  if (is_main()) begin_checkpoint(run_dir, state.step);
+  world_->barrier();
+  const std::string dir = checkpoint_temp_folder(run_dir, state.step);
+  const auto written = write_optimizer_state(dir, model, optimizer, rank(), size());
+  // Rank 0 lists every rank's file in the manifest: each sends its size and
+  // checksum (size -1: this rank wrote none).
+  const int64_t mine[2] = {written ? int64_t(written->second.bytes) : -1,
+                           written ? std::bit_cast<int64_t>(written->second.checksum) : 0};
+  const Tensor local = Tensor::from(std::span<const int64_t>(mine), {2}).to(device_);
+  const Tensor all = Tensor::empty({2 * size()}, DType::i64, device_);
+  world_->all_gather(local, all);
+  std::string folder = (std::filesystem::path(run_dir) / checkpoint_folder_name(state.step)).string();
+  if (is_main()) {
+    const std::vector<int64_t> files = all.to_vector<int64_t>();
+    std::map<std::string, WrittenFile> optimizer_files;
+    if (written) optimizer_files.insert(*written);
+    for (int r = 1; r < size(); ++r) {
+      if (files[2 * r] < 0) continue;
+      optimizer_files[optimizer_shard_file(r, size())] = {uint64_t(files[2 * r]),
+                                                          std::bit_cast<uint64_t>(files[2 * r + 1])};
+    }
+    folder = finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files);
+  }
+  world_->barrier();
+  return folder;
+}
+
+}  // namespace hone

@@ -1,0 +1,58 @@
+#pragma once
+// The processes of one training run: the world its launcher started (`hone
+// launch`, torchrun, mpirun, srun; one process without a launcher), arranged as
+// a DeviceMesh, with data parallelism at the configured ZeRO stage over the
+// data-parallel group. Each rank trains on its own slice of every global batch.
+// Rank 0 alone writes the console, metrics and the shared files of a checkpoint.
+#include <memory>
+#include <string>
+
+#include "hone/config/config.hpp"
+#include "hone/dist/data_parallel.hpp"
+#include "hone/dist/mesh.hpp"
+#include "hone/io/checkpoint.hpp"
+
+namespace hone {
+
+class TrainingWorld {
+ public:
+  // Reads distributed.tp and distributed.zero. With several ranks on one node a
+  // `cuda` device becomes cuda:LOCAL_RANK.
+  TrainingWorld(const Config& config, Device device);
+  ~TrainingWorld();
+
+  Device device() const { return device_; }
+  int rank() const { return world_->rank(); }
+  int size() const { return world_->size(); }
+  bool is_main() const { return rank() == 0; }
+  int dp_rank() const { return mesh_->dp_rank(); }
+  int dp_size() const { return mesh_->dp_size(); }
+  int zero_stage() const { return zero_stage_; }
+  // What the Transformer pads its trained flat buffers to, so that ZeRO cuts them
+  // into equal shards.
+  int64_t pad_multiple() const { return zero_stage_ > 0 ? dp_size() : 1; }
+  // The data-parallel training of train_step; null in a world of one process.
+  dist::DataParallel* data_parallel() const { return size() > 1 ? data_parallel_.get() : nullptr; }
+  // [offset, count) of the flat trained buffers this rank's optimizer updates.
+  std::pair<int64_t, int64_t> optimizer_shard(int64_t padded) const { return data_parallel_->shard(padded); }
+
+  double sum(double local) const { return data_parallel_->sum(local); }
+  // True on every rank when it is true on any (a stop request that reached some ranks).
+  bool any(bool local) const { return sum(local ? 1.0 : 0.0) > 0; }
+  void barrier() const { world_->barrier(); }
+
+  // save_checkpoint by every rank together: rank 0 prepares the folder and writes
+  // the weights, the state and the manifest; each rank writes its optimizer
+  // shard. Returns the folder (on every rank).
+  std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
+                              const TrainerState& state, int64_t keep_last_n) const;
+
+ private:
+  Device device_;
+  int zero_stage_;
+  std::unique_ptr<dist::Communicator> world_;
+  std::unique_ptr<dist::DeviceMesh> mesh_;
+  std::unique_ptr<dist::DataParallel> data_parallel_;
+};
+
+}  // namespace hone
