@@ -5,13 +5,15 @@
 // MPMD entry per rank), because Open MPI forms a world only among processes its runtime started:
 // so one node's processes share one MPI world, and every rank can also bootstrap NCCL. Each
 // output line is prefixed with its rank; when a rank fails, mpirun stops the others and this
-// command ends with one line naming the rank.
+// command ends with one line naming the rank. A first SIGINT or SIGTERM goes to the ranks, so
+// that a training run checkpoints and the job ends cleanly; a second one ends the job.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -30,10 +32,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
-volatile std::sig_atomic_t g_child = 0;
+// The handler only records a signal; the output loop forwards it (see forward_signal).
+volatile std::sig_atomic_t g_signal = 0, g_signals_received = 0;
 
-extern "C" void forward_signal(int signal) {
-  if (g_child > 0) ::kill(pid_t(g_child), signal);
+extern "C" void record_signal(int signal) {
+  g_signal = signal;
+  g_signals_received = g_signals_received + 1;
+}
+
+// mpirun answers SIGINT and SIGTERM by ending the job: its ranks get SIGKILL a
+// second later, too soon for a training run to save its checkpoint. So the first
+// of these goes to the ranks themselves (mpirun's children): hone's training
+// loop finishes its step, saves and exits 0, and the job ends cleanly. A second
+// signal, or any other, goes to mpirun (one within a second of the first is the
+// same signal sent again, e.g. by `timeout` to its process group: it is dropped).
+void forward_signal(pid_t mpirun, int signal, bool first) {
+  std::vector<pid_t> ranks;
+  if (first && (signal == SIGINT || signal == SIGTERM)) {
+    std::error_code gone;  // mpirun may have exited meanwhile
+    for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", mpirun), gone)) {
+      std::ifstream children(task.path() / "children");
+      for (pid_t pid; children >> pid;) ranks.push_back(pid);
+    }
+  }
+  if (ranks.empty()) ranks.push_back(mpirun);  // not started yet, or a later signal
+  for (const pid_t pid : ranks) ::kill(pid, signal);
 }
 
 std::optional<std::string> find_in_path(const std::string& name) {
@@ -190,8 +213,9 @@ int launch(const Options& o) {
     std::fprintf(stderr, "hone launch: cannot run %s\n", c_argv[0]);
     ::_exit(127);
   }
-  g_child = child;
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) std::signal(s, forward_signal);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) std::signal(s, record_signal);
+  int signals_forwarded = 0;
+  std::chrono::steady_clock::time_point first_signal;
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
 
@@ -200,7 +224,18 @@ int launch(const Options& o) {
   FILE* outs[2] = {stdout, stderr};
   int open = 2;
   while (open > 0) {
-    if (::poll(fds, 2, -1) < 0) {
+    if (g_signals_received > signals_forwarded) {
+      const auto now = std::chrono::steady_clock::now();
+      if (signals_forwarded == 0) {
+        forward_signal(child, g_signal, true);
+        first_signal = now;
+      } else if (now - first_signal > std::chrono::seconds(1)) {
+        forward_signal(child, g_signal, false);
+      }
+      signals_forwarded = g_signals_received;
+    }
+    // A signal interrupts poll; the timeout catches one that lands just before it.
+    if (::poll(fds, 2, 200) < 0) {
       if (errno == EINTR) continue;
       break;
     }
@@ -227,7 +262,6 @@ int launch(const Options& o) {
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  g_child = 0;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code != 0) {
     fmt::print(stderr, "hone launch: {}; the job of {} ranks was stopped (mpirun exit status {})\n",
