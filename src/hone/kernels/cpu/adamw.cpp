@@ -13,17 +13,23 @@ void adamw_update(M* param, const M* grad, M* m, M* v, int64_t n, const AdamWHyp
   const M step_size = M(h.lr / correction1);
   const M inv_sqrt_correction2 = M(1.0 / std::sqrt(correction2));
   const M grad_scale = M(h.grad_scale);
+  // One loop with the bf16 copy, one without: a branch inside would keep the
+  // loop from vectorizing (it is memory-bound: 30 bytes a parameter with the copy).
+  auto update = [&]<bool kWithCopy>() {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const M g = grad[i] * grad_scale;
-    const M mi = beta1 * m[i] + (M(1) - beta1) * g;
-    const M vi = beta2 * v[i] + (M(1) - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const M p = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_correction2 + eps);
-    param[i] = p;
-    if (compute_copy) compute_copy[i] = float_to_bf16(float(p));
-  }
+    for (int64_t i = 0; i < n; ++i) {
+      const M g = grad[i] * grad_scale;
+      const M mi = beta1 * m[i] + (M(1) - beta1) * g;
+      const M vi = beta2 * v[i] + (M(1) - beta2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      const M p = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_correction2 + eps);
+      param[i] = p;
+      if constexpr (kWithCopy) compute_copy[i] = float_to_bf16(float(p));
+    }
+  };
+  if (compute_copy) update.template operator()<true>();
+  else update.template operator()<false>();
 }
 
 template void adamw_update<float>(float*, const float*, float*, float*, int64_t, const AdamWHyper&, bf16*);
