@@ -211,6 +211,10 @@ class DataParallelRun : public TrainingRun {
             std::vector<std::string> overrides = {}) {
     return run(args(name, ranks, batch, steps, extra, std::move(overrides)));
   }
+  // The runs differ only in the order of fp32 gradient sums (a few 1e-8 relative
+  // per step); over 20 steps the losses (about 5) moved by at most 6.3e-8 when
+  // this was written. 1e-6 leaves room for that; skipping ZeRO's parameter
+  // gather (tried while writing this) fails it from the second step.
   void expect_same_losses(const std::map<int64_t, double>& expected, const std::map<int64_t, double>& actual) {
     ASSERT_EQ(actual.size(), expected.size());
     for (const auto& [step, loss] : actual) EXPECT_NEAR(loss, expected.at(step), 1e-6) << "step " << step;
@@ -218,10 +222,10 @@ class DataParallelRun : public TrainingRun {
 };
 
 TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroStage) {
-  ASSERT_EQ(train("single", 1, 4, 8, ""), 0) << log();
+  ASSERT_EQ(train("single", 1, 4, 20, ""), 0) << log();
   for (int zero : {0, 1, 2}) {
     const std::string run = "zero" + std::to_string(zero);
-    ASSERT_EQ(train(run, 2, 2, 8, "checkpoint: {every_n_steps: 4}\n", {"distributed.zero=" + std::to_string(zero)}),
+    ASSERT_EQ(train(run, 2, 2, 20, "checkpoint: {every_n_steps: 4, keep_last_n: 0}\n", {"distributed.zero=" + std::to_string(zero)}),
               0)
         << log();
     const std::string parallelism = zero > 0 ? fmt::format(", ZeRO stage {}", zero) : "";
