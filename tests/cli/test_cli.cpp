@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
 #include <sstream>
 #include <cstdio>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "support/check.hpp"
 
@@ -32,6 +34,13 @@ CliResult run_hone(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), err)) > 0) r.err.append(buf.data(), n);
   fclose(err);
   return r;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::string last_line(const std::string& text) {
@@ -94,8 +103,31 @@ TEST(Cli, EveryBuiltinConfigValidates) {
     ++validated;
   }
   EXPECT_GE(validated, 13);
-  // The pretraining configs estimate their memory up front.
-  EXPECT_NE(run_hone("validate llama3_1/8B_pretrain").out.find("# memory estimate on cpu (bf16)"), std::string::npos);
+  // The pretraining configs count their parameters and estimate their memory up front.
+  const std::string llama8b = run_hone("validate llama3_1/8B_pretrain").out;
+  EXPECT_NE(llama8b.find("# model: llama3_1_8B (llama family), 8030.3M parameters"), std::string::npos) << llama8b;
+  EXPECT_NE(llama8b.find("# memory estimate on cpu (bf16)"), std::string::npos) << llama8b;
+}
+
+TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
+  const std::string dest = testing::TempDir() + "hone_cp_" + std::to_string(::getpid()) + ".yaml";
+  std::remove(dest.c_str());
+  const CliResult cp = run_hone("cp llama3_2/1B_lora " + dest);
+  ASSERT_EQ(cp.status, 0) << cp.err;
+  EXPECT_EQ(cp.out, "copied llama3_2/1B_lora to " + dest + "\n");
+  const std::string copied = file_text(dest);
+  EXPECT_EQ(copied, file_text(source_path("configs/llama3_2/1B_lora.yaml")));
+  const CliResult v = run_hone("validate " + dest);
+  EXPECT_EQ(v.status, 0) << v.err;
+  // An existing file is left alone; an unknown name gets a suggestion.
+  const CliResult again = run_hone("cp llama3_2/1B_lora " + dest);
+  EXPECT_EQ(again.status, 2);
+  EXPECT_NE(again.err.find("exists"), std::string::npos) << again.err;
+  EXPECT_EQ(file_text(dest), copied);
+  const CliResult typo = run_hone("cp llama3_2/1B_lorra " + dest + ".other");
+  EXPECT_EQ(typo.status, 2);
+  EXPECT_NE(typo.err.find("did you mean 'llama3_2/1B_lora'"), std::string::npos) << typo.err;
+  std::remove(dest.c_str());
 }
 
 TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {

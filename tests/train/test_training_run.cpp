@@ -190,6 +190,29 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   EXPECT_NE(read_file(root_ + "/metrics/train.log").find("validation loss"), std::string::npos);
 }
 
+TEST_F(TrainingRun, TokenAndEpochBudgetsSetTheStepCount) {
+  // 4 × 32 tokens a step: 1000 tokens take 8 steps (the last one partly past the
+  // budget); one epoch of the mock data's samples takes ceil(samples / 4) steps.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("tokens", 1), "max_steps=null", "max_tokens=1000"}), 0) << log();
+  EXPECT_EQ(losses("tokens").size(), 8u) << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("epoch", 1), "max_steps=null", "epochs=1"}), 0) << log();
+  const size_t at = log().rfind(" samples per epoch");
+  ASSERT_NE(at, std::string::npos) << log();
+  const int64_t samples = std::stoll(log().substr(log().rfind(' ', at - 1) + 1, at));
+  EXPECT_EQ(int64_t(losses("epoch").size()), (samples + 3) / 4) << log();
+  // Two budgets at once are refused.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("both", 5), "max_tokens=1000"}), 2);
+  EXPECT_NE(log().find("give exactly one of max_steps, epochs and max_tokens"), std::string::npos) << log();
+}
+
+TEST_F(TrainingRun, ARunWithNothingLeftToTrainAddsNoPerformanceRow) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 3, "resume: latest\n")}), 0) << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 3, "resume: latest\n")}), 0) << log();
+  EXPECT_NE(log().find("nothing to train"), std::string::npos) << log();
+  const std::string csv = read_file(root_ + "/done/perf_summary.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 2) << csv;  // the header and the first run's row
+}
+
 // Data parallelism: two ranks under `hone launch`, each on half of every global
 // batch, train the model that one process trains on the whole batch (up to the
 // order of the gradient sum), at every ZeRO stage.

@@ -23,7 +23,8 @@ Command add_run(CLI::App& app) {
     std::vector<std::string> overrides;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand("run", "Run a recipe: pretrain (hone ls lists recipes and configs)");
+  CLI::App* sub = app.add_subcommand(
+      "run", "Run a recipe: pretrain, full_finetune, lora_finetune, generate or eval (hone ls lists them)");
   sub->add_option("recipe", args->recipe, "Recipe name")->required();
   sub->add_option("--config,-c", args->config, "Built-in config name or YAML file");
   sub->add_option("overrides", args->overrides, "key=value overrides, e.g. optimizer.lr=1e-4 max_steps=100");

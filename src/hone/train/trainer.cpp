@@ -200,7 +200,8 @@ int run_training(const Config& c, TrainingJob job) {
   const double wall = seconds_between(start, Clock::now());
   const double tokens_per_sec = double(samples_this_run * seq_len) / std::max(train_seconds, 1e-9);
   const double tokens_per_sec_per_device = tokens_per_sec / world.size();
-  if (world.is_main()) {
+  // A run that had nothing left to train measured nothing: no row.
+  if (world.is_main() && samples_this_run > 0) {
     append_perf_summary(run.output_dir,
                         {.model = model_config.name,
                          .precision = std::string(dtype_name(run.dtype)),
