@@ -2,6 +2,7 @@
 // full fine-tuning on an instruct dataset, exact resume, PEFT and HF exports.
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "data/tokenizers/assets.hpp"
 #include "hone/io/convert.hpp"
@@ -122,7 +123,8 @@ TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) 
   // micro-batches of 2 (the same sums, in the same order, up to rounding). In fp32
   // and without dropout: each rank draws its own masks.
   auto one = lora_args("lora_one", 6), two = lora_args("lora_two", 6);
-  one.insert(one.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "gradient_accumulation_steps=2"});
+  one.insert(one.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "gradient_accumulation_steps=2",
+                         "checkpoint.format=hone"});
   two.insert(two.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "distributed.zero=2"});
   two.insert(two.begin(), {"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone"});
   ASSERT_EQ(run_hone_to_log(one, root_ + "/lora_one.log"), 0) << read_file(root_ + "/lora_one.log");
@@ -204,6 +206,57 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   EXPECT_EQ(first.substr(0, first.find("prefill:")), second.substr(0, second.find("prefill:")));  // greedy: reproducible
 }
 
+TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStopTokens) {
+  trained_lora_run();  // exports the merged model to hf/
+  std::ofstream(root_ + "/prompts.txt") << "Repeat the word apple.\n\nRepeat the word river.\n";
+  auto generate = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/hf",
+                                     "checkpoint.format=hf", "template=alpaca", "max_new_tokens=5"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string out = root_ + "/" + name + ".out";
+    std::remove(out.c_str());
+    EXPECT_EQ(run_hone_to_log(args, out), 0) << read_file(out);
+    // The completions: every line but the report on stderr (model, timings).
+    std::istringstream lines(read_file(out));
+    std::string completions;
+    for (std::string line; std::getline(lines, line);) {
+      bool report = false;
+      for (const char* prefix : {"model: ", "prefill: ", "decode: ", "bandwidth achieved: "}) {
+        if (line.rfind(prefix, 0) == 0) report = true;
+      }
+      if (!report) completions += line + "\n";
+    }
+    return completions;
+  };
+  // Greedy from the merged export equals greedy from the base with its adapters.
+  const std::string merged = generate("merged", {"prompt=Repeat the word tiger.", "temperature=0"});
+  const std::string adapted = generate("adapted", {"checkpoint.path=" + root_ + "/base", "checkpoint.format=hone",
+                                                   "lora.adapter=" + trained_lora_run(), "tokenizer.path=" + tokenizer_,
+                                                   "prompt=Repeat the word tiger.", "temperature=0"});
+  EXPECT_EQ(merged, adapted);
+  // A file of prompts (blank lines skipped) is one batch; seeded sampling repeats itself.
+  const std::vector<std::string> sampled = {"prompts_file=" + root_ + "/prompts.txt", "temperature=0.9", "top_k=5",
+                                            "top_p=0.9", "seed=7", "stop_tokens=[<|endoftext|>]"};
+  const std::string first = generate("sampled1", sampled), second = generate("sampled2", sampled);
+  EXPECT_NE(first.find("[0] Repeat the word apple.\n"), std::string::npos) << first;
+  EXPECT_NE(first.find("[1] Repeat the word river.\n"), std::string::npos) << first;
+  EXPECT_EQ(first.find("[2]"), std::string::npos) << first;
+  EXPECT_EQ(first, second);
+  EXPECT_NE(merged.find("Repeat the word tiger.\n"), std::string::npos) << merged;
+  // Refused: a chat format whose special tokens the tokenizer lacks, a stop token it does not have.
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", "template=chat",
+                             "chat_format=chatml"},
+                            root_ + "/chat.out"),
+            2);
+  EXPECT_NE(read_file(root_ + "/chat.out").find("needs the special token <|im_end|>"), std::string::npos)
+      << read_file(root_ + "/chat.out");
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", "stop_tokens=[<|nope|>]"},
+                            root_ + "/badstop.out"),
+            2);
+  EXPECT_NE(read_file(root_ + "/badstop.out").find("stop token '<|nope|>' is not a special token"), std::string::npos)
+      << read_file(root_ + "/badstop.out");
+}
+
 TEST_F(FinetuneRun, AdaptersOfAnotherBaseModelAreRefused) {
   const std::string run = trained_lora_run();
   ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/other", "threads=1", "model.name=llama_tiny",
@@ -229,6 +282,14 @@ TEST_F(FinetuneRun, BadSettingsAreOneLineErrors) {
                             root_ + "/bad2.log"),
             2);
   EXPECT_NE(read_file(root_ + "/bad2.log").find("did you mean 'dataset.template'"), std::string::npos);
+  // checkpoint.format names the format the model must have: a hone run is not a Hugging Face folder.
+  auto wrong_format = lora_args("bad3", 2);
+  wrong_format.push_back("checkpoint.format=hf");
+  EXPECT_EQ(run_hone_to_log(wrong_format, root_ + "/bad3.log"), 2);
+  EXPECT_NE(read_file(root_ + "/bad3.log").find("checkpoint.format is hf, but this is a hone model or checkpoint folder"),
+            std::string::npos)
+      << read_file(root_ + "/bad3.log");
+  EXPECT_FALSE(fs::exists(root_ + "/bad3/latest"));
 }
 
 }  // namespace

@@ -66,7 +66,9 @@ Command add_preprocess(CLI::App& app) {
   sub->add_option("--tokenizer-type", a->tokenizer_type,
                   "GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer, SentencePieceTokenizer, "
                   "GPTSentencePieceTokenizer or TikTokenizer (default: from the tokenizer file)");
-  sub->add_option("--vocab-file", a->vocab_file, "GPT2BPETokenizer: encoder.json or vocab.json");
+  // --vocab: argparse takes any unambiguous prefix, and scripts written for
+  // Megatron's preprocess_data.py use this one.
+  sub->add_option("--vocab-file,--vocab", a->vocab_file, "GPT2BPETokenizer: encoder.json or vocab.json");
   sub->add_option("--merge-file", a->merge_file, "GPT2BPETokenizer: vocab.bpe or merges.txt");
   sub->add_option("--tokenizer-model", a->tokenizer_model,
                   "The tokenizer file or folder: tokenizer.json, a SentencePiece .model, a tiktoken rank file");

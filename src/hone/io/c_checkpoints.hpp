@@ -20,6 +20,9 @@
 
 namespace hone {
 
+// "llmc" for a file with llm.c's magic number, else "llama2c" (with its "ak42"
+// magic, or the legacy header that has none).
+std::string c_checkpoint_format(const std::string& path);
 // Opens an llm.c or llama2.c file, told apart by their magic numbers; anything
 // else is an error naming the file and what was expected.
 std::unique_ptr<WeightSource> open_c_checkpoint(const std::string& path);

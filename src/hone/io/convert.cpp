@@ -10,13 +10,26 @@ namespace hone {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<WeightSource> open_weights(const std::string& path) {
+std::string model_format(const std::string& path) {
   HONE_CHECK(fs::exists(path), "{}: no such file or folder", path);
-  if (!fs::is_directory(path)) return open_c_checkpoint(path);
-  if (fs::exists(fs::path(path) / "manifest.json")) return open_model_folder(path);
-  if (fs::exists(fs::path(path) / "config.json")) return open_hf(path);
-  if (auto latest = find_checkpoint(path, "latest")) return open_model_folder(*latest);
+  if (!fs::is_directory(path)) return c_checkpoint_format(path);
+  if (fs::exists(fs::path(path) / "manifest.json")) return "hone";
+  if (fs::exists(fs::path(path) / "config.json")) return "hf";
+  if (find_checkpoint(path, "latest")) return "hone";
   fail("{}: not a model folder: no manifest.json (hone), config.json (Hugging Face) or latest (a hone run)", path);
+}
+
+std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_view format) {
+  const std::string found = model_format(path);
+  HONE_CHECK(format == "auto" || format == found, "{}: checkpoint.format is {}, but this is {}", path, format,
+             found == "hone"   ? "a hone model or checkpoint folder (manifest.json)"
+             : found == "hf"   ? "a Hugging Face folder (config.json)"
+             : found == "llmc" ? "an llm.c checkpoint"
+                               : "a llama2.c checkpoint");
+  if (found == "hf") return open_hf(path);
+  if (found == "llmc" || found == "llama2c") return open_c_checkpoint(path);
+  if (fs::exists(fs::path(path) / "manifest.json")) return open_model_folder(path);
+  return open_model_folder(*find_checkpoint(path, "latest"));
 }
 
 ConvertSummary convert_model(const std::string& src, const std::string& dest, const ConvertOptions& options) {

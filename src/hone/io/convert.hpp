@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hone/io/hf.hpp"
@@ -11,10 +12,14 @@
 
 namespace hone {
 
-// Opens the model at `path`: a hone model or checkpoint folder (or a run
-// directory, through its `latest`), a Hugging Face folder, or an llm.c or
-// llama2.c file.
-std::unique_ptr<WeightSource> open_weights(const std::string& path);
+// The format of the model at `path`: "hone" (a model or checkpoint folder, or a
+// run directory with a `latest`), "hf" (a folder with config.json), "llmc" or
+// "llama2c" (a file).
+std::string model_format(const std::string& path);
+// Opens the model at `path`, of any format model_format names. With `format`
+// other than "auto" (a config's checkpoint.format), a model of another format is
+// refused, naming both.
+std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_view format = "auto");
 
 enum class ModelFolderKind { hf, hone };
 

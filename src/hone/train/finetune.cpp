@@ -75,7 +75,7 @@ std::vector<std::string> summarize(const Config& c, const ModelConfig& model) {
 int run_finetune(const Config& c) {
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
-  const std::unique_ptr<WeightSource> weights = open_weights(c.get<std::string>("checkpoint.path"));
+  const std::unique_ptr<WeightSource> weights = open_weights(c.get<std::string>("checkpoint.path"), c.get<std::string>("checkpoint.format"));
   const ModelConfig& model_config = weights->config();
   const std::optional<LoraConfig> lora = lora_config_from(c);
   const int64_t seq_len = c.get<int64_t>("dataset.max_seq_len");
@@ -146,10 +146,7 @@ int run_finetune(const Config& c) {
 Schema finetune_schema(bool lora) {
   Schema s;
   s.add(run_schema()).add(training_schema());
-  s.add({"checkpoint.path", ValueType::string, nullptr,
-         "the model to start from: a Hugging Face folder, a hone model or checkpoint folder, a run directory, or an "
-         "llm.c / llama2.c file",
-         {}, true});
+  s.add(model_source_schema("the model to start from"));
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
   s.add({"dataset.path", ValueType::string, nullptr, "a .jsonl or .json file of records", {}, true});
   s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
@@ -183,7 +180,7 @@ std::vector<std::string> summarize_finetune(const Config& c) {
   if (!fs::exists(path)) {
     return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
   }
-  return summarize(c, open_weights(path)->config());
+  return summarize(c, open_weights(path, c.get<std::string>("checkpoint.format"))->config());
 }
 
 }  // namespace hone

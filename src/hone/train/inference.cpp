@@ -19,10 +19,7 @@ Schema inference_schema() {
   s.add({"device", ValueType::string, "cpu", "cpu, cuda or cuda:N"});
   s.add({"dtype", ValueType::string, "fp32", "compute precision", {"fp32", "bf16"}});
   s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"});
-  s.add({"checkpoint.path", ValueType::string, nullptr,
-         "the model: a Hugging Face folder, a hone model or checkpoint folder, a run directory, or an llm.c / "
-         "llama2.c file",
-         {}, true});
+  s.add(model_source_schema("the model"));
   s.add({"lora.adapter", ValueType::string, nullptr, "a lora_finetune checkpoint folder or run directory"});
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
   return s;
@@ -48,7 +45,7 @@ InferenceModel load_inference_model(const Config& c) {
                         .threads = int(c.get<int64_t>("threads"))};
   if (run.threads > 0) set_num_threads(run.threads);
   const std::string model_path = c.get<std::string>("checkpoint.path");
-  const std::unique_ptr<WeightSource> weights = open_weights(model_path);
+  const std::unique_ptr<WeightSource> weights = open_weights(model_path, c.get<std::string>("checkpoint.format"));
   InferenceModel out;
   out.description = weights->description();
 

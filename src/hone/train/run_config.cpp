@@ -16,6 +16,18 @@ Schema run_schema() {
   return s;
 }
 
+Schema model_source_schema(const std::string& what) {
+  Schema s;
+  s.add({"checkpoint.path", ValueType::string, nullptr,
+         what + ": a Hugging Face folder, a hone model or checkpoint folder, a run directory, or an llm.c / llama2.c "
+                "file",
+         {}, true});
+  s.add({"checkpoint.format", ValueType::string, "auto",
+         "the format checkpoint.path must have (auto: any, told apart by its files)",
+         {"auto", "hf", "hone", "llmc", "llama2c"}});
+  return s;
+}
+
 Schema model_schema() {
   Schema s;
   s.add({"model.name", ValueType::string, nullptr, "a built-in model (hone ls); the keys below override its fields"});

@@ -15,6 +15,9 @@ namespace hone {
 
 // output_dir, seed, device, dtype, threads.
 Schema run_schema();
+// checkpoint.path (required; `what` the model is for) and checkpoint.format
+// (auto, or the format the model must have: hf, hone, llmc, llama2c).
+Schema model_source_schema(const std::string& what);
 // model.*: a built-in model by name, and any field of it overridden.
 Schema model_schema();
 // batch_size, gradient_accumulation_steps, max_steps/epochs/max_tokens,

@@ -649,6 +649,17 @@ TEST_F(Preprocess, AssetsGpt2MatchesTheTokenizerPlusEndOfText) {
   }
   EXPECT_TRUE(tokens_of(read_megatron(path("sotu_text_document"))) == want);
   EXPECT_EQ(data::MegatronDataset(path("sotu_text_document")).dtype(), data::MegatronDType::u16);
+  // Older scripts spell --vocab-file as --vocab (argparse's prefix matching): the same bytes.
+  const HoneRun old_spelling = hone("preprocess --input " + path("sotu.jsonl.gz") + " --output-prefix " +
+                                    path("old") + " --tokenizer-type GPT2BPETokenizer --vocab " + gpt2 +
+                                    "/encoder.json --merge-file " + gpt2 + "/vocab.bpe --append-eod --workers 1");
+  ASSERT_EQ(old_spelling.status, 0) << old_spelling.err;
+  EXPECT_EQ(read_file(path("old_text_document.bin")), read_file(path("sotu_text_document.bin")));
+  // NullTokenizer's --vocab-size has no counterpart: refused, naming the flag.
+  const HoneRun null_tokenizer = hone("preprocess --input " + path("sotu.jsonl.gz") + " --output-prefix " +
+                                      path("null") + " --tokenizer-type NullTokenizer --vocab-size 100");
+  EXPECT_EQ(null_tokenizer.status, 2);
+  EXPECT_NE(null_tokenizer.err.find("--vocab-size"), std::string::npos) << null_tokenizer.err;
 }
 
 TEST_F(Preprocess, AssetsSentencePieceAndTiktoken) {
