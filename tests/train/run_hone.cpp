@@ -1,6 +1,7 @@
 #include "run_hone.hpp"
 
 #include <fcntl.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,21 +10,44 @@
 
 namespace hone::test {
 
-Process start_hone(const std::vector<std::string>& args, const std::string& log_path) {
+namespace {
+
+// In a forked child: becomes `hone args...`.
+[[noreturn]] void exec_hone(const std::vector<std::string>& args) {
   const std::string binary = std::string(HONE_BINARY_DIR) + "/bin/hone";
+  std::vector<char*> argv{const_cast<char*>(binary.c_str())};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(binary.c_str(), argv.data());
+  ::_exit(127);
+}
+
+}  // namespace
+
+Process start_hone(const std::vector<std::string>& args, const std::string& log_path) {
   Process p;
   p.pid = ::fork();
   if (p.pid == 0) {
     const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    std::vector<char*> argv{const_cast<char*>(binary.c_str())};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(binary.c_str(), argv.data());
-    ::_exit(127);
+    exec_hone(args);
   }
   return p;
+}
+
+TerminalRun run_hone_on_terminal(const std::vector<std::string>& args) {
+  int terminal = -1;
+  Process p;
+  p.pid = ::forkpty(&terminal, nullptr, nullptr, nullptr);
+  if (p.pid == 0) exec_hone(args);
+  TerminalRun run;
+  if (p.pid < 0) return run;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(terminal, buffer, sizeof buffer)) > 0;) run.screen.append(buffer, size_t(n));
+  ::close(terminal);
+  run.status = wait_for(p);
+  return run;
 }
 
 int wait_for(const Process& p) {

@@ -16,6 +16,14 @@ Process start_hone(const std::vector<std::string>& args, const std::string& log_
 // Waits; returns the exit status, or 128 + signal when killed.
 int wait_for(const Process& p);
 int run_hone_to_log(const std::vector<std::string>& args, const std::string& log_path);
+
+// Runs `hone args...` with a terminal (a pty) as its stdout and stderr: what a
+// user at a terminal sees, control sequences included.
+struct TerminalRun {
+  int status = -1;
+  std::string screen;
+};
+TerminalRun run_hone_on_terminal(const std::vector<std::string>& args);
 std::string read_file(const std::string& path);
 
 }  // namespace hone::test

@@ -138,6 +138,18 @@ TEST_F(TrainingRun, NonFiniteLossesAreSkippedThenStopTheRun) {
             2);
   EXPECT_NE(log().find("step skipped (1 in a row)"), std::string::npos) << log();
   EXPECT_NE(log().find("3 steps in a row had a non-finite loss"), std::string::npos) << log();
+  // The limit is configurable; 0 skips such steps without ever stopping.
+  const std::vector<std::string> diverging = {"optimizer.lr=1e30", "optimizer.max_grad_norm=0",
+                                              "lr_scheduler.name=constant", "lr_scheduler.warmup_steps=0"};
+  std::vector<std::string> args = {"run", "pretrain", "--config", config("five", 50), "max_consecutive_nonfinite=5"};
+  args.insert(args.end(), diverging.begin(), diverging.end());
+  EXPECT_EQ(run(args), 2);
+  EXPECT_NE(log().find("5 steps in a row had a non-finite loss"), std::string::npos) << log();
+  args = {"run", "pretrain", "--config", config("forever", 12), "max_consecutive_nonfinite=0"};
+  args.insert(args.end(), diverging.begin(), diverging.end());
+  EXPECT_EQ(run(args), 0) << log();
+  EXPECT_NE(log().find("step 12: loss"), std::string::npos) << log();
+  EXPECT_NE(log().find("in a row)"), std::string::npos) << log();
 }
 
 TEST_F(TrainingRun, TrainsOnMegatronDatasetsAndBlends) {
@@ -181,6 +193,10 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
                           "time/token"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
+  // The final validation is in the metrics too.
+  const std::string jsonl = read_file(root_ + "/metrics/metrics.jsonl");
+  EXPECT_NE(jsonl.find("\"metrics/eval/LanguagePerplexity\""), std::string::npos) << jsonl;
+  EXPECT_NE(jsonl.find("\"metrics/eval/LanguageCrossEntropy\""), std::string::npos) << jsonl;
   const std::string csv = read_file(root_ + "/metrics/perf_summary.csv");
   EXPECT_EQ(csv.rfind("model,precision,world_size,", 0), 0u);
   EXPECT_NE(csv.find("\nllama_tiny,fp32,1,4,32,"), std::string::npos) << csv;
@@ -188,6 +204,21 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   EXPECT_TRUE(fs::exists(root_ + "/metrics/train.log"));
   EXPECT_FALSE(fs::is_empty(root_ + "/metrics/tensorboard"));
   EXPECT_NE(read_file(root_ + "/metrics/train.log").find("validation loss"), std::string::npos);
+}
+
+TEST_F(TrainingRun, OnATerminalProgressIsOneLineRedrawnInPlace) {
+  const TerminalRun t = run_hone_on_terminal({"run", "pretrain", "--config", config("terminal", 6), "log_every_n_steps=3"});
+  ASSERT_EQ(t.status, 0) << t.screen;
+  // The bar with step, loss, tokens/s and ETA, redrawn after clearing the line...
+  EXPECT_NE(t.screen.find("\r\033[Kstep 6/6 [========================] loss "), std::string::npos) << t.screen;
+  EXPECT_NE(t.screen.find(" tok/s | ETA "), std::string::npos) << t.screen;
+  // ...and cleared before a line that stays.
+  EXPECT_NE(t.screen.find("\r\033[Kstep 6: validation loss"), std::string::npos) << t.screen;
+  // The per-step lines go to the log file only (the bar shows the same), never the bar.
+  EXPECT_EQ(t.screen.find("step 3/6: loss"), std::string::npos) << t.screen;
+  const std::string log_file = read_file(root_ + "/terminal/train.log");
+  EXPECT_NE(log_file.find("step 3/6: loss"), std::string::npos) << log_file;
+  EXPECT_EQ(log_file.find('\r'), std::string::npos) << log_file;
 }
 
 TEST_F(TrainingRun, TokenAndEpochBudgetsSetTheStepCount) {

@@ -76,6 +76,12 @@ void RunConsole::line(const std::string& text) {
   log_.flush();
 }
 
+void RunConsole::status_line(const std::string& text) {
+  if (!interactive_) return line(text);
+  log_ << text << '\n';
+  log_.flush();
+}
+
 void RunConsole::progress(int64_t step, int64_t total_steps, double loss, double tokens_per_sec,
                           double eta_seconds) {
   if (!interactive_) return;

@@ -39,15 +39,18 @@ struct PerfSummary {
 void append_perf_summary(const std::string& run_dir, const PerfSummary& row);
 
 // Console output of a run: lines go to stderr and train.log; on a terminal a
-// progress line (step, loss, tokens/s, ETA) is redrawn in place and never logged.
+// progress line (step, loss, tokens/s, ETA) is redrawn in place and never
+// logged, and the per-step status lines go to train.log only.
 class RunConsole {
  public:
   // A console that is not `enabled` (ranks other than 0) shows and logs nothing.
   explicit RunConsole(const std::string& run_dir, bool enabled = true);
   ~RunConsole();
   void line(const std::string& text);
+  // A line for train.log that a terminal does not need (its progress bar shows
+  // the same); printed too when the output is not a terminal.
+  void status_line(const std::string& text);
   void progress(int64_t step, int64_t total_steps, double loss, double tokens_per_sec, double eta_seconds);
-  bool interactive() const { return interactive_; }
 
  private:
   void clear_progress();

@@ -179,11 +179,9 @@ int run_training(const Config& c, TrainingJob job) {
                                  {"grad_norm", s.grad_norm},
                                  {"time/train", train_seconds / 3600.0},
                                  {"time/token", double(state.tokens_seen)}});
-      if (!console.interactive()) {
-        console.line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
-                                 state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
-                                 format_duration(eta)));
-      }
+      console.status_line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
+                                      state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
+                                      format_duration(eta)));
       window_seconds = 0;
       window_tokens = window_samples = window_steps = 0;
     }
