@@ -13,10 +13,11 @@ hone=build/bin/hone
 $hone preprocess --input "$cache/corpora/sotu" --output-prefix "$cache/quickstart/sotu" --json-keys text \
   --tokenizer-type GPT2BPETokenizer --vocab-file "$cache/tokenizers/gpt2/encoder.json" \
   --merge-file "$cache/tokenizers/gpt2/vocab.bpe" --append-eod --workers 2
-$hone run pretrain --config quickstart "dataset.path=$cache/quickstart/sotu_text_document"
+$hone run pretrain --config quickstart "dataset.path=$cache/quickstart/sotu_text_document" \
+  "tokenizer.path=$cache/tokenizers/gpt2-hf"
 
 echo
 echo "A sample from the trained model:"
-$hone run generate checkpoint.path=runs/quickstart "tokenizer.path=$cache/tokenizers/gpt2" \
-  "prompt=The state of the Union is" max_new_tokens=60 temperature=0.8 top_k=50
+$hone run generate checkpoint.path=runs/quickstart "prompt=The state of the Union is" max_new_tokens=60 \
+  temperature=0.8 top_k=50
 echo "Checkpoints: runs/quickstart/step_*  Metrics: runs/quickstart/metrics.jsonl (TensorBoard: runs/quickstart/tensorboard)"

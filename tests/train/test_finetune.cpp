@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "data/tokenizers/assets.hpp"
+#include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/safetensors.hpp"
 #include "run_hone.hpp"
@@ -25,7 +26,8 @@ class FinetuneRun : public ::testing::Test {
     // The base: a small Llama with GPT-2's vocabulary, a few pretraining steps on mock data.
     ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/base", "threads=1",
                                "model.name=llama_tiny", "model.vocab_size=50257", "model.max_seq_len=128",
-                               "dataset.seq_len=64", "max_steps=2", "logging.tensorboard=false"},
+                               "dataset.seq_len=64", "max_steps=2", "logging.tensorboard=false",
+                               "tokenizer.path=" + tokenizer_},
                               root_ + "/base.log"),
               0)
         << read_file(root_ + "/base.log");
@@ -255,6 +257,39 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
             2);
   EXPECT_NE(read_file(root_ + "/badstop.out").find("stop token '<|nope|>' is not a special token"), std::string::npos)
       << read_file(root_ + "/badstop.out");
+}
+
+TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
+  // The base was pretrained with tokenizer.path: its checkpoints hold the files, in the manifest.
+  const std::string step = root_ + "/base/step_0000002";
+  for (const char* file : {"vocab.json", "merges.txt"}) {
+    EXPECT_TRUE(fs::exists(fs::path(step) / file)) << file;
+    EXPECT_NE(read_file(step + "/manifest.json").find(file), std::string::npos) << file;
+  }
+  EXPECT_NO_THROW(verify_checkpoint(step));
+  // So generation from the run needs no tokenizer.path, and an HF export has the tokenizer.
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base", "prompt=Hello",
+                             "max_new_tokens=2", "temperature=0"},
+                            root_ + "/carry_generate.log"),
+            0)
+      << read_file(root_ + "/carry_generate.log");
+  ASSERT_EQ(run_hone_to_log({"convert", root_ + "/base", root_ + "/base_hf", "--to", "hf"}, root_ + "/carry_convert.log"),
+            0)
+      << read_file(root_ + "/carry_convert.log");
+  EXPECT_TRUE(fs::exists(root_ + "/base_hf/vocab.json"));
+  EXPECT_TRUE(fs::exists(root_ + "/base_hf/merges.txt"));
+  // A LoRA run started from it (no tokenizer.path: the base's latest checkpoint) carries it on.
+  auto args = lora_args("carried", 1);
+  args.erase(std::find(args.begin(), args.end(), "tokenizer.path=" + tokenizer_));
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/carried.log"), 0) << read_file(root_ + "/carried.log");
+  EXPECT_TRUE(fs::exists(root_ + "/carried/step_0000001/vocab.json"));
+  // A tokenizer.path with no files to carry is refused before training.
+  EXPECT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/no_files", "model.name=llama_tiny",
+                             "model.vocab_size=50257", "dataset.seq_len=32", "max_steps=1", "tokenizer.path=" + asset_path("tokenizers/gpt2")},
+                            root_ + "/no_files.log"),
+            2);
+  EXPECT_NE(read_file(root_ + "/no_files.log").find("has no files a checkpoint can carry"), std::string::npos)
+      << read_file(root_ + "/no_files.log");
 }
 
 TEST_F(FinetuneRun, AdaptersOfAnotherBaseModelAreRefused) {

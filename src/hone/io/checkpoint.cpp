@@ -104,7 +104,7 @@ class ModelFolder final : public WeightSource {
 std::string checkpoint_folder_name(int64_t step) { return fmt::format("step_{:07d}", step); }
 
 std::string checkpoint_temp_folder(const std::string& run_dir, int64_t step) {
-  return (fs::path(run_dir) / ("." + checkpoint_folder_name(step) + ".tmp")).string();
+  return (fs::path(run_dir) / fmt::format(".{}.tmp", checkpoint_folder_name(step))).string();
 }
 
 std::string begin_checkpoint(const std::string& run_dir, int64_t step) {
@@ -142,7 +142,8 @@ std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const s
 
 std::string finish_checkpoint(const std::string& run_dir, const std::string& dir, const Transformer& model,
                               int64_t optimizer_steps, const TrainerState& state, int64_t keep_last_n,
-                              const std::map<std::string, WrittenFile>& optimizer_files) {
+                              const std::map<std::string, WrittenFile>& optimizer_files,
+                              const std::vector<std::string>& companion_files) {
   const std::string name = checkpoint_folder_name(state.step);
   const fs::path final_path = fs::path(run_dir) / name;
   // The trainable parameters: everything for full training, only the adapters
@@ -161,6 +162,10 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
                                                              {"optimizer_steps", optimizer_steps},
                                                              {"data", state.data_state},
                                                              {"config", state.config}});
+  for (const std::string& file : companion_files) {
+    const std::string name = fs::path(file).filename().string();
+    files[name] = copy_file(file, (fs::path(dir) / name).string());
+  }
   // The manifest (sizes and checksums of every file, whichever rank wrote it)
   // comes last: a folder without one is not a checkpoint.
   Json listed = Json::object();
@@ -186,12 +191,14 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
 }
 
 std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
-                            const TrainerState& state, int64_t keep_last_n) {
+                            const TrainerState& state, int64_t keep_last_n,
+                            const std::vector<std::string>& companion_files) {
   fs::create_directories(run_dir);
   const std::string dir = begin_checkpoint(run_dir, state.step);
   std::map<std::string, WrittenFile> optimizer_files;
   if (auto written = write_optimizer_state(dir, model, optimizer, 0, 1)) optimizer_files.insert(*written);
-  return finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files);
+  return finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files,
+                           companion_files);
 }
 
 void save_model(const WeightSource& source, const std::string& path, std::optional<DType> dtype) {
@@ -224,6 +231,13 @@ void save_model(const WeightSource& source, const std::string& path, std::option
   }
   manifest.write(folder);
   folder.commit();
+}
+
+std::string model_folder_of(const std::string& path) {
+  if (fs::exists(fs::path(path) / kLatest)) {
+    if (auto folder = find_checkpoint(path, kLatest)) return *folder;
+  }
+  return path;
 }
 
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hone/config/config.hpp"
 #include "hone/io/atomic_file.hpp"
@@ -36,9 +37,12 @@ struct TrainerState {
 };
 
 // Writes step_<step>/ under run_dir and points `latest` at it; then removes the
-// oldest checkpoints beyond keep_last_n (0 keeps all). Returns the folder path.
+// oldest checkpoints beyond keep_last_n (0 keeps all). `companion_files`
+// (tokenizer files, by companion_file_names()) are copied in, so that inference
+// and exports find them with the weights. Returns the folder path.
 std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
-                            const TrainerState& state, int64_t keep_last_n);
+                            const TrainerState& state, int64_t keep_last_n,
+                            const std::vector<std::string>& companion_files = {});
 
 // The same save by several data-parallel ranks, whose optimizers may each own a
 // ZeRO shard (run_dir on a file system they share). With a barrier between steps:
@@ -55,11 +59,14 @@ std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const s
                                                                          const AdamW& optimizer, int rank, int world);
 std::string finish_checkpoint(const std::string& run_dir, const std::string& dir, const Transformer& model,
                               int64_t optimizer_steps, const TrainerState& state, int64_t keep_last_n,
-                              const std::map<std::string, WrittenFile>& optimizer_files);
+                              const std::map<std::string, WrittenFile>& optimizer_files,
+                              const std::vector<std::string>& companion_files = {});
 
 // The checkpoint folder `resume` refers to: "latest" (the folder `latest` in
 // run_dir names; nullopt when the run has none yet) or a folder path.
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume);
+// A run directory means its latest checkpoint; any other path is itself.
+std::string model_folder_of(const std::string& path);
 
 // Verifies the manifest (sizes and checksums) and loads weights (for a LoRA
 // model: its adapters; the base comes from where the run loaded it), the moments

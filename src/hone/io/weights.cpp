@@ -1,5 +1,6 @@
 #include "hone/io/weights.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fmt/ranges.h>
@@ -174,6 +175,13 @@ std::vector<std::string> companion_files_in(const std::string& dir) {
     if (fs::is_regular_file(p)) found.push_back(p.string());
   }
   return found;
+}
+
+std::vector<std::string> tokenizer_companion_files(const std::string& tokenizer_path) {
+  if (fs::is_directory(tokenizer_path)) return companion_files_in(tokenizer_path);
+  const auto& names = companion_file_names();
+  const bool named = std::find(names.begin(), names.end(), fs::path(tokenizer_path).filename().string()) != names.end();
+  return named ? std::vector<std::string>{tokenizer_path} : std::vector<std::string>{};
 }
 
 }  // namespace hone

@@ -68,5 +68,8 @@ std::string folder_name(const std::string& dir);
 const std::vector<std::string>& companion_file_names();
 // The companion files present in `dir`.
 std::vector<std::string> companion_files_in(const std::string& dir);
+// The companion files of a tokenizer path: those in the folder, or the file
+// itself when it has a companion's name (a tiktoken rank file has none).
+std::vector<std::string> tokenizer_companion_files(const std::string& tokenizer_path);
 
 }  // namespace hone

@@ -44,13 +44,14 @@ data::InstructOptions instruct_options_from(const Config& c) {
   return o;
 }
 
-// The tokenizer: tokenizer.path, or the model's folder when it holds one.
+// The tokenizer: tokenizer.path, or the model's folder (a run's latest
+// checkpoint) when it holds one.
 std::string tokenizer_path(const Config& c) {
   if (c.has("tokenizer.path")) return c.get<std::string>("tokenizer.path");
   const std::string model = c.get<std::string>("checkpoint.path");
   HONE_CHECK(fs::is_directory(model), "{}: set tokenizer.path (the model {} is a file, not a folder with a tokenizer)",
              c.origin(), model);
-  return model;
+  return model_folder_of(model);
 }
 
 std::vector<std::string> summarize(const Config& c, const ModelConfig& model) {
@@ -125,6 +126,7 @@ int run_finetune(const Config& c) {
                           .seq_len = seq_len,
                           .data_description = data_description,
                           .summary = summary,
+                          .companion_files = tokenizer_companion_files(tokenizer_path(c)),
                           .on_finish = [&](RunConsole& console) {
                             if (c.has("export.peft")) {
                               export_peft(model, c.get<std::string>("export.peft"),

@@ -27,13 +27,6 @@ Schema inference_schema() {
 
 namespace {
 
-// A run directory means its latest checkpoint.
-std::string checkpoint_folder(const std::string& path) {
-  if (fs::exists(fs::path(path) / "latest")) {
-    if (auto folder = find_checkpoint(path, "latest")) return *folder;
-  }
-  return path;
-}
 
 }  // namespace
 
@@ -52,7 +45,7 @@ InferenceModel load_inference_model(const Config& c) {
   std::optional<LoraConfig> lora;
   std::string adapter_folder, tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
   if (c.has("lora.adapter")) {
-    adapter_folder = checkpoint_folder(c.get<std::string>("lora.adapter"));
+    adapter_folder = model_folder_of(c.get<std::string>("lora.adapter"));
     // The run's resolved config says how its adapters were made.
     const Config trained(Config::from_yaml(
         read_json_file((fs::path(adapter_folder) / "trainer_state.json").string()).at("config").dump(),
@@ -77,7 +70,7 @@ InferenceModel load_inference_model(const Config& c) {
   if (tokenizer.empty()) {
     HONE_CHECK(fs::is_directory(model_path), "{}: set tokenizer.path (the model {} is a file)", c.origin(),
                model_path);
-    tokenizer = model_path;
+    tokenizer = model_folder_of(model_path);  // a run's checkpoints carry its tokenizer
   }
   out.tokenizer = load_tokenizer(tokenizer);
   HONE_CHECK(out.tokenizer->vocab_size() <= weights->config().vocab_size,

@@ -1,7 +1,11 @@
 // The pretrain recipe: a model from scratch on a token stream (Megatron,
 // MDS or mock documents), trained by the shared training loop.
+#include <fmt/ranges.h>
+
 #include "hone/core/parallel.hpp"
 #include "hone/data/pretrain_stream.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
+#include "hone/io/weights.hpp"
 #include "hone/train/data_sources.hpp"
 #include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
@@ -36,6 +40,18 @@ int run_pretrain(const Config& c) {
   HONE_CHECK(seq_len <= model_config.max_seq_len, "{}: dataset.seq_len {} exceeds model.max_seq_len {}", c.origin(),
              seq_len, model_config.max_seq_len);
 
+  // The tokenizer the data was made with travels in every checkpoint.
+  std::vector<std::string> tokenizer_files;
+  if (c.has("tokenizer.path")) {
+    const std::string path = c.get<std::string>("tokenizer.path");
+    const int64_t vocab = load_tokenizer(path)->vocab_size();
+    HONE_CHECK(vocab <= model_config.vocab_size, "{}: the tokenizer {} has {} tokens, more than model.vocab_size {}",
+               c.origin(), path, vocab, model_config.vocab_size);
+    tokenizer_files = tokenizer_companion_files(path);
+    HONE_CHECK(!tokenizer_files.empty(), "{}: tokenizer.path {} has no files a checkpoint can carry ({})", c.origin(),
+               path, fmt::join(companion_file_names(), ", "));
+  }
+
   TrainingWorld world(c, run.device);
 
   // Data: this rank's slices of the train and validation streams over the configured sources.
@@ -62,7 +78,8 @@ int run_pretrain(const Config& c) {
                           .validation = valid.get(),
                           .seq_len = seq_len,
                           .data_description = data.description,
-                          .summary = summarize_training(c)});
+                          .summary = summarize_training(c),
+                          .companion_files = tokenizer_files});
 }
 
 }  // namespace hone

@@ -97,6 +97,8 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
   s.add({"dataset.mock.documents", ValueType::integer, 2000, "mock: documents"});
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"});
+  s.add({"tokenizer.path", ValueType::string, nullptr,
+         "the folder of the tokenizer the data was made with: its files go into every checkpoint"});
   return s;
 }
 

@@ -25,7 +25,7 @@ Schema model_schema();
 // enable_activation_checkpointing, max_consecutive_nonfinite, logging.*,
 // distributed.*.
 Schema training_schema();
-// dataset.* of the pretrain recipe.
+// dataset.* and tokenizer.path of the pretrain recipe.
 Schema pretrain_dataset_schema();
 
 struct RunSettings {

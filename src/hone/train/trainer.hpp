@@ -25,6 +25,8 @@ struct TrainingJob {
   int64_t seq_len = 0;
   std::string data_description;
   std::vector<std::string> summary;  // printed when the run starts
+  // Tokenizer files every checkpoint carries (generate and exports find them there).
+  std::vector<std::string> companion_files;
   // Runs on rank 0 after the final checkpoint of a run that was not interrupted (exports).
   std::function<void(RunConsole&)> on_finish;
 };

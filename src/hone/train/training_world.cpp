@@ -28,8 +28,9 @@ TrainingWorld::~TrainingWorld() = default;
 
 std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Transformer& model,
                                            const AdamW& optimizer, const TrainerState& state,
-                                           int64_t keep_last_n) const {
-  if (size() == 1) return hone::save_checkpoint(run_dir, model, optimizer, state, keep_last_n);
+                                           int64_t keep_last_n,
+                                           const std::vector<std::string>& companion_files) const {
+  if (size() == 1) return hone::save_checkpoint(run_dir, model, optimizer, state, keep_last_n, companion_files);
   if (is_main()) begin_checkpoint(run_dir, state.step);
   world_->barrier();
   const std::string dir = checkpoint_temp_folder(run_dir, state.step);
@@ -51,7 +52,8 @@ std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Tra
       optimizer_files[optimizer_shard_file(r, size())] = {uint64_t(files[2 * r]),
                                                           std::bit_cast<uint64_t>(files[2 * r + 1])};
     }
-    folder = finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files);
+    folder = finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files,
+                               companion_files);
   }
   world_->barrier();
   return folder;

@@ -43,9 +43,11 @@ class TrainingWorld {
 
   // save_checkpoint by every rank together: rank 0 prepares the folder and writes
   // the weights, the state and the manifest; each rank writes its optimizer
-  // shard. Returns the folder (on every rank).
+  // shard. Returns the folder (on every rank). companion_files: as for
+  // hone::save_checkpoint.
   std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
-                              const TrainerState& state, int64_t keep_last_n) const;
+                              const TrainerState& state, int64_t keep_last_n,
+                              const std::vector<std::string>& companion_files) const;
 
  private:
   Device device_;
