@@ -82,8 +82,13 @@ int run_training(const Config& c, TrainingJob job) {
   }
   for (const std::string& line : job.summary) console.line(line);
   if (world.size() > 1) {
+    // ZeRO: what this rank's optimizer holds (fp32 moments of its shard) against the whole.
+    const auto moments = [](int64_t elements) { return format_bytes(8.0 * double(elements)); };
+    const std::string zero = world.zero_stage() == 0 ? ""
+                             : fmt::format(", ZeRO stage {}: AdamW moments {} per rank (of {})", world.zero_stage(),
+                                           moments(shard_count), moments(model.trainable_params().numel()));
     console.line(fmt::format("ranks: {} ({}), data parallel{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI",
-                             world.zero_stage() > 0 ? fmt::format(", ZeRO stage {}", world.zero_stage()) : ""));
+                             zero));
   }
   console.line(fmt::format("data: {} samples per epoch ({}), {} steps to run", train.samples_per_epoch(),
                            job.data_description, total_steps - state.step));
