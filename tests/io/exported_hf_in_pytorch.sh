@@ -14,7 +14,7 @@ if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for fixture in gpt2 llama31_sharded llama32_tied_bf16 mistral_f16 mpt_bf16 llmc_gpt2_fp32.bin llmc_gpt2_bf16.bin \
+for fixture in gpt2 llama31_sharded llama32_tied_bf16 llama2_mha_f16 mistral_f16 mpt_bf16 llmc_gpt2_fp32.bin llmc_gpt2_bf16.bin \
                llama2c_legacy.bin llama2c_v1.bin; do
   name=${fixture%.bin}
   "$hone" convert "$reference/hf/$fixture" "$work/$name" --to hf --dtype fp32 >/dev/null

@@ -110,7 +110,8 @@ class HfTest : public ::testing::Test {
   std::string dir_;
 };
 
-const char* const kHfFixtures[] = {"llama31_sharded", "llama32_tied_bf16", "mistral_f16", "gpt2", "mpt_bf16"};
+const char* const kHfFixtures[] = {"llama31_sharded", "llama32_tied_bf16", "llama2_mha_f16", "mistral_f16", "gpt2",
+                                   "mpt_bf16"};
 const char* const kCFixtures[] = {"llmc_gpt2_fp32", "llmc_gpt2_bf16", "llama2c_legacy", "llama2c_v1"};
 
 TEST_F(HfTest, ImportedModelsComputeTheReferenceLogits) {
@@ -138,6 +139,10 @@ TEST_F(HfTest, ConfigsMapOntoModelConfig) {
   EXPECT_FALSE(llama.tie_embeddings);
   EXPECT_TRUE(read_hf_config(fixture("llama32_tied_bf16")).tie_embeddings);
   EXPECT_EQ(read_hf_config(fixture("llama32_tied_bf16")).rope_theta, 500000.0);
+  // Llama 2's config.json predates num_key_value_heads and rope_theta: transformers' defaults.
+  const ModelConfig llama2 = read_hf_config(fixture("llama2_mha_f16"));
+  EXPECT_EQ(llama2.n_kv_heads, llama2.n_heads);
+  EXPECT_EQ(llama2.rope_theta, 10000.0);
   // Mistral's window caps the sequence length (full attention equals it only within the window).
   const auto mistral = open_weights(fixture("mistral_f16"));
   EXPECT_EQ(mistral->config().max_seq_len, 16);

@@ -453,6 +453,13 @@ def fixtures():
         "sliding_window": 16, "tie_word_embeddings": False},
         llama_weights, torch.float16)
 
+    # Llama 2 as its HF conversion stores it: multi-head attention, and a config.json that predates
+    # num_key_value_heads and rope_theta (transformers' defaults: as many KV heads as heads, 10000); fp16.
+    llama2_config = {**LLAMA_COMMON, "vocab_size": 44, "hidden_size": 32, "intermediate_size": 40,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 32,
+                     "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "rope_scaling": None}
+    hf_fixture("llama2_mha_f16", 20, llama2_config, llama_weights, torch.float16)
+
     # GPT-2 as the original checkpoints store it: GPT2Model names (no "transformer."), Conv1D
     # weights [in, out], and the causal-mask buffers.
     gpt2_config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 48, "n_embd": 16,
