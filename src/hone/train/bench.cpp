@@ -6,6 +6,7 @@
 #include "hone/core/parallel.hpp"
 #include "hone/core/rng.hpp"
 #include "hone/model/transformer.hpp"
+#include "hone/ops/ops.hpp"
 #include "hone/optim/adamw.hpp"
 #include "hone/train/run_config.hpp"
 #include "hone/train/step.hpp"
@@ -27,17 +28,26 @@ double median(std::vector<double> values) {
 }  // namespace
 
 double measure_gemm_peak_tflops(DType dtype, Device device) {
-  // Large enough to reach the GEMM library's steady state, small enough to take
-  // well under a second per run on a 2-core machine in fp32.
-  const int64_t n = dtype == DType::bf16 ? 2048 : 1536;
-  Tensor a = Tensor::zeros({1, n, n}, dtype, device);
-  Tensor b = Tensor::zeros({1, n, n}, dtype, device);
-  Tensor c = Tensor::zeros({1, n, n}, dtype, device);
+  // Large enough to reach the GEMM library's steady state: on a GPU a size that
+  // takes milliseconds, on a 2-core CPU one that takes well under a second in fp32.
+  const int64_t n = device.is_cuda() ? 8192 : dtype == DType::bf16 ? 2048 : 1536;
+  // Random operands: a GPU multiplies zeros faster (less switching power, higher clocks).
+  auto random_matrix = [&](uint64_t stream) {
+    std::vector<float> values(static_cast<size_t>(n * n));
+    Generator(1234, stream).uniform(std::span<float>(values), -1.0, 1.0);
+    Tensor t = Tensor::empty({1, n, n}, dtype);
+    ops::cast(Tensor::from(values, {1, n, n}), t);
+    return t.to(device);
+  };
+  const Tensor a = random_matrix(1), b = random_matrix(2);
+  const Tensor c = Tensor::zeros({1, n, n}, dtype, device);
   ops::matmul(a, false, b, true, c);  // warm-up: creates the primitive
   double best = 1e30;
   for (int run = 0; run < 3; ++run) {
+    ops::synchronize(device);
     auto start = std::chrono::steady_clock::now();
     ops::matmul(a, false, b, true, c);
+    ops::synchronize(device);  // a GPU runs it asynchronously
     best = std::min(best, seconds_since(start));
   }
   return 2.0 * double(n) * double(n) * double(n) / best / 1e12;
@@ -75,6 +85,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   for (int64_t step = 0; step <= o.steps; ++step) {  // step 0 warms up, untimed
     auto start = std::chrono::steady_clock::now();
     StepStats s = train_step(model, optimizer, std::span(&batch, 1), 1e-4, 1.0);
+    ops::synchronize(o.device);  // the optimizer's kernels may still be running on a GPU
     const double elapsed = seconds_since(start);
     if (step == 0) first_loss = s.loss;
     else times.push_back(elapsed);

@@ -10,6 +10,7 @@
 #include "hone/core/parallel.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/ops/ops.hpp"
 #include "hone/train/bench.hpp"
 #include "hone/train/evaluation.hpp"
 #include "hone/train/recipes.hpp"
@@ -139,6 +140,7 @@ int run_training(const Config& c, TrainingJob job) {
     for (Batch& b : micro) b = train.next().to(world.device());
     const StepStats s =
         train_step(model, optimizer, micro, schedule.at(state.step), max_grad_norm, world.data_parallel());
+    ops::synchronize(world.device());  // the step's last kernels may still be running on a GPU
     const double elapsed = seconds_between(step_start, Clock::now());
     ++state.step;
     if (s.applied) {
