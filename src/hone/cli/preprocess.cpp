@@ -43,6 +43,7 @@ Command add_preprocess(CLI::App& app) {
   struct Args {
     std::vector<std::string> inputs, json_keys{"text"}, mds_hashes;
     std::string output_prefix, tokenizer_type, vocab_file, merge_file, tokenizer_model, lang = "english";
+    int64_t vocab_size = 0;
     std::string dataset_impl = "mmap", format = "megatron", mds_compression, mds_size_limit = "64mb",
                 mds_dtype = "int32";
     bool split_sentences = false, keep_newlines = false, append_eod = false, keep_sequential = false;
@@ -65,11 +66,12 @@ Command add_preprocess(CLI::App& app) {
   sub->add_option("--json-keys", a->json_keys, "JSON keys to tokenize, one output each")->capture_default_str();
   sub->add_option("--tokenizer-type", a->tokenizer_type,
                   "GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer, SentencePieceTokenizer, "
-                  "GPTSentencePieceTokenizer or TikTokenizer (default: from the tokenizer file)");
+                  "GPTSentencePieceTokenizer, TikTokenizer or NullTokenizer (default: from the tokenizer file)");
   // --vocab: argparse takes any unambiguous prefix, and scripts written for
   // Megatron's preprocess_data.py use this one.
   sub->add_option("--vocab-file,--vocab", a->vocab_file, "GPT2BPETokenizer: encoder.json or vocab.json");
   sub->add_option("--merge-file", a->merge_file, "GPT2BPETokenizer: vocab.bpe or merges.txt");
+  sub->add_option("--vocab-size", a->vocab_size, "NullTokenizer: the text holds ids below N; EOD is N");
   sub->add_option("--tokenizer-model", a->tokenizer_model,
                   "The tokenizer file or folder: tokenizer.json, a SentencePiece .model, a tiktoken rank file");
   sub->add_flag("--append-eod", a->append_eod, "End every non-empty document with the EOD token");
@@ -117,7 +119,7 @@ Command add_preprocess(CLI::App& app) {
     o.mds.hashes.erase(std::unique(o.mds.hashes.begin(), o.mds.hashes.end()), o.mds.hashes.end());
 
     const data::PreprocessTokenizer tokenizer = data::load_preprocess_tokenizer(
-        {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model});
+        {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model, a->vocab_size});
 
     // Ctrl-C or a kill: finish the documents in flight, remove the unfinished outputs.
     struct sigaction action {};

@@ -27,8 +27,42 @@ using nlohmann::json;
 namespace {
 
 constexpr std::string_view kTypes =
-    "GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer or "
-    "TikTokenizer";
+    "GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+    "TikTokenizer or NullTokenizer";
+
+// Megatron's NullTokenizer, for text that is already token ids: "12 7 40" is
+// [12, 7, 40]. Ids must be below `ids`; EOD is `ids` itself (one past them).
+class IdListTokenizer final : public Tokenizer {
+ public:
+  explicit IdListTokenizer(int32_t ids) : ids_(ids) { eos_id_ = ids; }
+  void encode_into(std::string_view text, std::vector<int32_t>& out, SpecialTokens) const override {
+    size_t at = 0;
+    while ((at = text.find_first_not_of(" \t\r\n", at)) != std::string_view::npos) {
+      const size_t end = std::min(text.find_first_of(" \t\r\n", at), text.size());
+      const std::string_view word = text.substr(at, end - at);
+      int64_t id = -1;
+      const auto [last, error] = std::from_chars(word.data(), word.data() + word.size(), id);
+      HONE_CHECK(error == std::errc() && last == word.data() + word.size() && id >= 0 && id < ids_,
+                 "NullTokenizer: '{}' at character {} is not a token id in [0, {}) (--vocab-size)", word, at, ids_);
+      out.push_back(int32_t(id));
+      at = end;
+    }
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string text;
+    for (const int32_t id : ids) {
+      HONE_CHECK(id >= 0 && id <= ids_, "token id {} is outside [0, {}]", id, ids_);
+      if (!text.empty()) text += ' ';
+      text += std::to_string(id);
+    }
+    return text;
+  }
+  int32_t vocab_size() const override { return ids_ + 1; }
+  std::string_view kind() const override { return "null"; }
+
+ private:
+  int32_t ids_;
+};
 
 bool is_sentencepiece_type(std::string_view type) {
   return type == "Llama2Tokenizer" || type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer";
@@ -192,8 +226,20 @@ PreprocessTokenizer load_preprocess_tokenizer(const TokenizerFiles& files) {
   PreprocessTokenizer t;
   std::string type = files.type;
   HONE_CHECK(type.empty() || type == "GPT2BPETokenizer" || type == "HuggingFaceTokenizer" || type == "TikTokenizer" ||
-                 is_sentencepiece_type(type),
+                 type == "NullTokenizer" || is_sentencepiece_type(type),
              "--tokenizer-type {}: not supported by hone (expected {})", type, kTypes);
+  HONE_CHECK((type == "NullTokenizer") == (files.vocab_size > 0),
+             "--vocab-size goes with --tokenizer-type NullTokenizer, and NullTokenizer needs it (ids 0..N-1; EOD is N)");
+  if (type == "NullTokenizer") {
+    HONE_CHECK(files.vocab_file.empty() && files.merge_file.empty() && files.tokenizer_model.empty(),
+               "NullTokenizer reads no tokenizer files: the text is already token ids");
+    HONE_CHECK(files.vocab_size < INT32_MAX, "--vocab-size {} is too large", files.vocab_size);
+    t.tokenizer = std::make_unique<IdListTokenizer>(int32_t(files.vocab_size));
+    t.source = "NullTokenizer";
+    t.type = type;
+    t.eod = int32_t(files.vocab_size);
+    return t;
+  }
   const bool gpt2_files = !files.vocab_file.empty() || !files.merge_file.empty();
   if (gpt2_files) {
     HONE_CHECK(type == "GPT2BPETokenizer" || type.empty(),
@@ -449,6 +495,10 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
             }
             doc_tokens += ids.size();
             doc_bytes += text.size();
+          } catch (const Error& e) {  // a text the tokenizer refuses (NullTokenizer): name the document
+            doc_error = std::make_exception_ptr(Error(fmt::format("{}: {}", origin, e.what())));
+            ids.clear();
+            lengths.clear();
           } catch (...) {
             doc_error = std::current_exception();
             ids.clear();

@@ -21,10 +21,12 @@ namespace hone::data {
 // The tokenizer files as preprocess_data.py's flags name them.
 struct TokenizerFiles {
   // GPT2BPETokenizer, HuggingFaceTokenizer, Llama2Tokenizer, SentencePieceTokenizer,
-  // GPTSentencePieceTokenizer or TikTokenizer; empty: decided by the file's kind.
+  // GPTSentencePieceTokenizer, TikTokenizer or NullTokenizer (the text is already
+  // ids, written as decimal numbers between spaces); empty: decided by the file's kind.
   std::string type;
   std::string vocab_file, merge_file;  // GPT2BPETokenizer
   std::string tokenizer_model;         // a file or folder, for the other types
+  int64_t vocab_size = 0;              // NullTokenizer: ids below it; EOD is vocab_size
 };
 
 // A tokenizer set up as Megatron's build_tokenizer() sets up each type.
