@@ -129,6 +129,24 @@ TEST_F(HfTest, ImportedModelsComputeTheReferenceLogits) {
   }
 }
 
+TEST_F(HfTest, LoadingReadsTheMappedFileWithoutCopyingTheModel) {
+  // Weights go from the memory-mapped file (not counted) straight into the
+  // model's buffers: loading allocates at most one parameter's worth at a time
+  // (a transposed or converted staging copy), never a second copy of the model.
+  Allocator& memory = allocator_for(Device::cpu());
+  for (const char* name : kHfFixtures) {
+    const auto source = open_weights(fixture(name));
+    Transformer model(source->config(), DType::f32);
+    size_t largest = 0;
+    for (const Parameter& p : model.params().all()) largest = std::max(largest, p.value.nbytes());
+    memory.reset_peak();
+    const size_t before = memory.stats().allocated;
+    load_weights(*source, model);
+    EXPECT_LE(memory.stats().peak_allocated - before, largest) << name;
+    EXPECT_LT(largest, model.params().values().nbytes() / 2) << name << ": the bound would not tell";
+  }
+}
+
 TEST_F(HfTest, ConfigsMapOntoModelConfig) {
   const ModelConfig llama = read_hf_config(fixture("llama31_sharded"));
   EXPECT_EQ(llama.family, Family::llama);
