@@ -283,6 +283,18 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
   args.erase(std::find(args.begin(), args.end(), "tokenizer.path=" + tokenizer_));
   ASSERT_EQ(run_hone_to_log(args, root_ + "/carried.log"), 0) << read_file(root_ + "/carried.log");
   EXPECT_TRUE(fs::exists(root_ + "/carried/step_0000001/vocab.json"));
+  // A run pretrained without tokenizer.path carries none: generating from it says what to set.
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/bare", "threads=1", "model.name=llama_tiny",
+                             "dataset.seq_len=32", "max_steps=1", "logging.tensorboard=false"},
+                            root_ + "/bare.log"),
+            0)
+      << read_file(root_ + "/bare.log");
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/bare", "prompt=x"},
+                            root_ + "/bare_generate.log"),
+            2);
+  EXPECT_NE(read_file(root_ + "/bare_generate.log").find("set tokenizer.path: " + root_ + "/bare/step_0000001 holds no"),
+            std::string::npos)
+      << read_file(root_ + "/bare_generate.log");
   // A tokenizer.path with no files to carry is refused before training.
   EXPECT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/no_files", "model.name=llama_tiny",
                              "model.vocab_size=50257", "dataset.seq_len=32", "max_steps=1", "tokenizer.path=" + asset_path("tokenizers/gpt2")},

@@ -44,16 +44,6 @@ data::InstructOptions instruct_options_from(const Config& c) {
   return o;
 }
 
-// The tokenizer: tokenizer.path, or the model's folder (a run's latest
-// checkpoint) when it holds one.
-std::string tokenizer_path(const Config& c) {
-  if (c.has("tokenizer.path")) return c.get<std::string>("tokenizer.path");
-  const std::string model = c.get<std::string>("checkpoint.path");
-  HONE_CHECK(fs::is_directory(model), "{}: set tokenizer.path (the model {} is a file, not a folder with a tokenizer)",
-             c.origin(), model);
-  return model_folder_of(model);
-}
-
 std::vector<std::string> summarize(const Config& c, const ModelConfig& model) {
   const RunSettings run = run_settings_from(c);
   const std::optional<LoraConfig> lora = lora_config_from(c);
@@ -83,7 +73,7 @@ int run_finetune(const Config& c) {
   HONE_CHECK(seq_len <= model_config.max_seq_len, "{}: dataset.max_seq_len {} exceeds the model's max_seq_len {}",
              c.origin(), seq_len, model_config.max_seq_len);
 
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path(c));
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path_for_model(c));
   HONE_CHECK(tokenizer->vocab_size() <= model_config.vocab_size,
              "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", c.origin(),
              tokenizer->vocab_size(), model_config.vocab_size);
@@ -126,7 +116,7 @@ int run_finetune(const Config& c) {
                           .seq_len = seq_len,
                           .data_description = data_description,
                           .summary = summary,
-                          .companion_files = tokenizer_companion_files(tokenizer_path(c)),
+                          .companion_files = tokenizer_companion_files(tokenizer_path_for_model(c)),
                           .on_finish = [&](RunConsole& console) {
                             if (c.has("export.peft")) {
                               export_peft(model, c.get<std::string>("export.peft"),
@@ -137,7 +127,7 @@ int run_finetune(const Config& c) {
                               model.merge_lora();
                               HfExportOptions options;
                               if (c.has("export.dtype")) options.dtype = parse_dtype(c.get<std::string>("export.dtype"));
-                              export_hf(*with_tokenizer_from(transformer_weights(model), tokenizer_path(c)),
+                              export_hf(*with_tokenizer_from(transformer_weights(model), tokenizer_path_for_model(c)),
                                         c.get<std::string>("export.hf"), options);
                               console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
                                                        c.get<std::string>("export.hf")));

@@ -67,11 +67,7 @@ InferenceModel load_inference_model(const Config& c) {
     out.model->merge_lora();  // inference runs the merged weights: no adapter cost per token
   }
   out.model->set_training(false);
-  if (tokenizer.empty()) {
-    HONE_CHECK(fs::is_directory(model_path), "{}: set tokenizer.path (the model {} is a file)", c.origin(),
-               model_path);
-    tokenizer = model_folder_of(model_path);  // a run's checkpoints carry its tokenizer
-  }
+  if (tokenizer.empty()) tokenizer = tokenizer_path_for_model(c);
   out.tokenizer = load_tokenizer(tokenizer);
   HONE_CHECK(out.tokenizer->vocab_size() <= weights->config().vocab_size,
              "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", tokenizer,

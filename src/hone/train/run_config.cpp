@@ -1,9 +1,15 @@
 #include "hone/train/run_config.hpp"
 
+#include <filesystem>
+
 #include "hone/core/error.hpp"
+#include "hone/io/checkpoint.hpp"
+#include "hone/io/weights.hpp"
 #include "hone/model/activations.hpp"
 
 namespace hone {
+
+namespace fs = std::filesystem;
 
 Schema run_schema() {
   Schema s;
@@ -26,6 +32,19 @@ Schema model_source_schema(const std::string& what) {
          "the format checkpoint.path must have (auto: any, told apart by its files)",
          {"auto", "hf", "hone", "llmc", "llama2c"}});
   return s;
+}
+
+std::string tokenizer_path_for_model(const Config& c) {
+  if (c.has("tokenizer.path")) return c.get<std::string>("tokenizer.path");
+  const std::string model = c.get<std::string>("checkpoint.path");
+  HONE_CHECK(fs::is_directory(model), "{}: set tokenizer.path (the model {} is a file, not a folder with a tokenizer)",
+             c.origin(), model);
+  const std::string folder = model_folder_of(model);
+  HONE_CHECK(!companion_files_in(folder).empty() || fs::exists(fs::path(folder) / "encoder.json"),
+             "{}: set tokenizer.path: {} holds no tokenizer files (a run pretrained without tokenizer.path carries "
+             "none)",
+             c.origin(), folder);
+  return folder;
 }
 
 Schema model_schema() {

@@ -18,6 +18,9 @@ Schema run_schema();
 // checkpoint.path (required; `what` the model is for) and checkpoint.format
 // (auto, or the format the model must have: hf, hone, llmc, llama2c).
 Schema model_source_schema(const std::string& what);
+// The tokenizer of a recipe that starts from checkpoint.path: tokenizer.path, or
+// else the model's own folder (a run's latest checkpoint), which must hold one.
+std::string tokenizer_path_for_model(const Config& config);
 // model.*: a built-in model by name, and any field of it overridden.
 Schema model_schema();
 // batch_size, gradient_accumulation_steps, max_steps/epochs/max_tokens,
