@@ -13,11 +13,11 @@ uint64_t pack(uint32_t lo, uint32_t hi) { return uint64_t(hi) << 32 | lo; }
 
 TEST(Philox, KnownAnswerVectors) {
   // Random123 kat_vectors: "philox4x32 10 <counter x4> <key x2> <output x4>".
-  EXPECT_EQ(philox4x32(0, 0, 0), (std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox4x32(0, 0, 0), (PhiloxBlock{{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}));
   EXPECT_EQ(philox4x32(pack(0xffffffff, 0xffffffff), pack(0xffffffff, 0xffffffff), pack(0xffffffff, 0xffffffff)),
-            (std::array<uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+            (PhiloxBlock{{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}));
   EXPECT_EQ(philox4x32(pack(0xa4093822, 0x299f31d0), pack(0x243f6a88, 0x85a308d3), pack(0x13198a2e, 0x03707344)),
-            (std::array<uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+            (PhiloxBlock{{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}));
 }
 
 TEST(Generator, SameNumbersForAnyThreadCount) {

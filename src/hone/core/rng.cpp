@@ -7,26 +7,6 @@
 
 namespace hone {
 
-std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter_hi) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t c0 = uint32_t(counter_lo), c1 = uint32_t(counter_lo >> 32);
-  uint32_t c2 = uint32_t(counter_hi), c3 = uint32_t(counter_hi >> 32);
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t(kMul0) * c0, p1 = uint64_t(kMul1) * c2;
-    uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0);
-    uint32_t hi1 = uint32_t(p1 >> 32), lo1 = uint32_t(p1);
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  return {c0, c1, c2, c3};
-}
-
 namespace {
 
 // A double in (0, 1] from 64 random bits: never 0, so log() is safe.
@@ -68,7 +48,7 @@ void Generator::uniform(std::span<T> out, double low, double high) {
   state_.offset += uint64_t(pairs);
 }
 
-std::array<uint32_t, 4> Generator::next_block() {
+PhiloxBlock Generator::next_block() {
   return philox4x32(state_.seed, state_.offset++, state_.stream);
 }
 

@@ -2,14 +2,12 @@
 // Counter-based random numbers (Philox4x32-10, the generator of cuRAND and of
 // PyTorch's CUDA backend). Draw i of a stream depends only on (seed, stream, i),
 // so every result is the same for any number of threads and on any device.
-#include <array>
 #include <cstdint>
 #include <span>
 
-namespace hone {
+#include "hone/core/philox.hpp"
 
-// One Philox block: 128 random bits for a 128-bit counter under a 64-bit key.
-std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter_hi);
+namespace hone {
 
 class Generator {
  public:
@@ -36,7 +34,7 @@ class Generator {
   void set_state(const State& state) { state_ = state; }
 
  private:
-  std::array<uint32_t, 4> next_block();
+  PhiloxBlock next_block();
   State state_;
 };
 

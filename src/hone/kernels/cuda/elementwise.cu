@@ -1,5 +1,6 @@
 #include "hone/kernels/cuda/elementwise.hpp"
 
+#include "hone/core/philox.hpp"
 #include "hone/kernels/cuda/common.cuh"
 #include "hone/kernels/cuda/reduce.cuh"
 
@@ -101,37 +102,16 @@ struct BiasTerm {
   __device__ float operator()(int64_t row, int64_t col) const { return to_f32(dy[row * cols + col]); }
 };
 
-// Philox4x32-10 as in core/rng.cpp: the same (key, counter) gives the same bits.
-__device__ uint4 philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter_hi) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t c0 = uint32_t(counter_lo), c1 = uint32_t(counter_lo >> 32);
-  uint32_t c2 = uint32_t(counter_hi), c3 = uint32_t(counter_hi >> 32);
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint32_t hi0 = __umulhi(kMul0, c0), lo0 = kMul0 * c0;
-    const uint32_t hi1 = __umulhi(kMul1, c2), lo1 = kMul1 * c2;
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  return make_uint4(c0, c1, c2, c3);
-}
-
 // One thread per Philox block of 4 elements, as the CPU draws them.
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, uint32_t threshold, float scale, uint64_t seed,
                                uint64_t stream_id) {
   HONE_GRID_STRIDE(block, (n + 3) / 4) {
-    const uint4 r = philox4x32(seed, uint64_t(block), stream_id);
-    const uint32_t draws[4] = {r.x, r.y, r.z, r.w};
+    const PhiloxBlock r = philox4x32(seed, uint64_t(block), stream_id);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int64_t i = block * 4 + k;
-      if (i < n) out[i] = from_f32<T>(draws[k] >= threshold ? to_f32(x[i]) * scale : 0.0f);
+      if (i < n) out[i] = from_f32<T>(r[k] >= threshold ? to_f32(x[i]) * scale : 0.0f);
     }
   }
 }
