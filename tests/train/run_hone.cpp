@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace hone::test {
@@ -65,6 +66,16 @@ std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::map<int64_t, double> train_losses(const std::string& run_dir) {
+  std::map<int64_t, double> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss/train/total")) out[j["step"]] = j["loss/train/total"];
+  }
+  return out;
 }
 
 }  // namespace hone::test

@@ -2,6 +2,8 @@
 // Running the built `hone` binary from tests.
 #include <sys/types.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,5 +27,7 @@ struct TerminalRun {
 };
 TerminalRun run_hone_on_terminal(const std::vector<std::string>& args);
 std::string read_file(const std::string& path);
+// The train losses (loss/train/total) of the run in run_dir, by step, from its metrics.jsonl.
+std::map<int64_t, double> train_losses(const std::string& run_dir);
 
 }  // namespace hone::test

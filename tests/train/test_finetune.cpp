@@ -65,15 +65,8 @@ class FinetuneRun : public ::testing::Test {
     return run;
   }
 
-  std::map<int64_t, double> losses(const std::string& run) {
-    std::map<int64_t, double> out;
-    std::ifstream in(root_ + "/" + run + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("loss/train/total")) out[j["step"]] = j["loss/train/total"];
-    }
-    return out;
-  }
+  // The train losses of a run, by step.
+  std::map<int64_t, double> losses(const std::string& run) { return train_losses(root_ + "/" + run); }
 
   static std::string root_, tokenizer_;
 };

@@ -47,15 +47,7 @@ class TrainingRun : public ::testing::Test {
   std::string log() { return read_file(root_ + "/log.txt"); }
 
   // The train losses of a run, by step.
-  std::map<int64_t, double> losses(const std::string& run) {
-    std::map<int64_t, double> out;
-    std::ifstream in(root_ + "/" + run + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("loss/train/total")) out[j["step"]] = j["loss/train/total"];
-    }
-    return out;
-  }
+  std::map<int64_t, double> losses(const std::string& run) { return train_losses(root_ + "/" + run); }
 
   std::string root_;
 };
