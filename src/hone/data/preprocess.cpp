@@ -497,10 +497,10 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
             doc_bytes += text.size();
           } catch (const Error& e) {  // a text the tokenizer refuses (NullTokenizer): name the document
             doc_error = std::make_exception_ptr(Error(fmt::format("{}: {}", origin, e.what())));
-            ids.clear();
-            lengths.clear();
           } catch (...) {
             doc_error = std::current_exception();
+          }
+          if (doc_error) {
             ids.clear();
             lengths.clear();
           }

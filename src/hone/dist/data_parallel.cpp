@@ -9,8 +9,7 @@ namespace hone::dist {
 
 DataParallel::DataParallel(Communicator& group, int zero_stage, Device device)
     : group_(group), zero_(zero_stage), device_(device) {
-  HONE_CHECK(zero_stage >= 0 && zero_stage <= 2,
-             "distributed.zero {}: stages 0, 1 and 2 are available (3, sharded parameters, is not yet)", zero_stage);
+  HONE_ASSERT(zero_stage >= 0 && zero_stage <= 2);  // the config is checked where it is read (TrainingWorld)
 }
 
 std::pair<int64_t, int64_t> DataParallel::shard(int64_t padded) const {

@@ -13,7 +13,8 @@ namespace hone::dist {
 
 class DataParallel {
  public:
-  // `device` holds the tensors the group reduces (CPU for MPI, CUDA for NCCL).
+  // `device` holds the tensors the group reduces (CPU for MPI, CUDA for NCCL);
+  // zero_stage is 0, 1 or 2.
   DataParallel(Communicator& group, int zero_stage, Device device);
 
   int rank() const { return group_.rank(); }

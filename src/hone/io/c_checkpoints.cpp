@@ -236,22 +236,26 @@ class Llama2cFile final : public FlatFile {
   }
 };
 
-}  // namespace
-
-std::string c_checkpoint_format(const std::string& path) {
+// The first int32 of a C checkpoint: llm.c's or llama2.c's magic, or (legacy
+// llama2.c) the model dimension.
+int32_t c_checkpoint_magic(const std::string& path) {
   const MappedFile probe(path);
   HONE_CHECK(probe.size() >= 28, "{}: {} bytes is too short for an llm.c or llama2.c checkpoint", path, probe.size());
   int32_t magic;
   std::memcpy(&magic, probe.bytes().data(), 4);
-  return magic == kLlmcMagic ? "llmc" : "llama2c";
+  return magic;
+}
+
+}  // namespace
+
+std::string c_checkpoint_format(const std::string& path) {
+  return c_checkpoint_magic(path) == kLlmcMagic ? "llmc" : "llama2c";
 }
 
 std::unique_ptr<WeightSource> open_c_checkpoint(const std::string& path) {
-  if (c_checkpoint_format(path) == "llmc") return std::make_unique<LlmcFile>(path);
-  const MappedFile probe(path);
-  uint32_t magic;
-  std::memcpy(&magic, probe.bytes().data(), 4);
-  if (magic == kLlama2cMagic) return std::make_unique<Llama2cFile>(path);
+  const int32_t magic = c_checkpoint_magic(path);
+  if (magic == kLlmcMagic) return std::make_unique<LlmcFile>(path);
+  if (uint32_t(magic) == kLlama2cMagic) return std::make_unique<Llama2cFile>(path);
   try {
     return std::make_unique<Llama2cFile>(path);
   } catch (const Error& e) {

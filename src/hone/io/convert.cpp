@@ -28,8 +28,7 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
                                : "a llama2.c checkpoint");
   if (found == "hf") return open_hf(path);
   if (found == "llmc" || found == "llama2c") return open_c_checkpoint(path);
-  if (fs::exists(fs::path(path) / "manifest.json")) return open_model_folder(path);
-  return open_model_folder(*find_checkpoint(path, "latest"));
+  return open_model_folder(model_folder_of(path));
 }
 
 ConvertSummary convert_model(const std::string& src, const std::string& dest, const ConvertOptions& options) {

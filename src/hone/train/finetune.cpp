@@ -66,14 +66,16 @@ std::vector<std::string> summarize(const Config& c, const ModelConfig& model) {
 int run_finetune(const Config& c) {
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
-  const std::unique_ptr<WeightSource> weights = open_weights(c.get<std::string>("checkpoint.path"), c.get<std::string>("checkpoint.format"));
+  const std::unique_ptr<WeightSource> weights =
+      open_weights(c.get<std::string>("checkpoint.path"), c.get<std::string>("checkpoint.format"));
   const ModelConfig& model_config = weights->config();
   const std::optional<LoraConfig> lora = lora_config_from(c);
   const int64_t seq_len = c.get<int64_t>("dataset.max_seq_len");
   HONE_CHECK(seq_len <= model_config.max_seq_len, "{}: dataset.max_seq_len {} exceeds the model's max_seq_len {}",
              c.origin(), seq_len, model_config.max_seq_len);
 
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path_for_model(c));
+  const std::string tokenizer_dir = tokenizer_path_for_model(c);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
   HONE_CHECK(tokenizer->vocab_size() <= model_config.vocab_size,
              "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", c.origin(),
              tokenizer->vocab_size(), model_config.vocab_size);
@@ -116,7 +118,7 @@ int run_finetune(const Config& c) {
                           .seq_len = seq_len,
                           .data_description = data_description,
                           .summary = summary,
-                          .companion_files = tokenizer_companion_files(tokenizer_path_for_model(c)),
+                          .companion_files = tokenizer_companion_files(tokenizer_dir),
                           .on_finish = [&](RunConsole& console) {
                             if (c.has("export.peft")) {
                               export_peft(model, c.get<std::string>("export.peft"),
@@ -127,7 +129,7 @@ int run_finetune(const Config& c) {
                               model.merge_lora();
                               HfExportOptions options;
                               if (c.has("export.dtype")) options.dtype = parse_dtype(c.get<std::string>("export.dtype"));
-                              export_hf(*with_tokenizer_from(transformer_weights(model), tokenizer_path_for_model(c)),
+                              export_hf(*with_tokenizer_from(transformer_weights(model), tokenizer_dir),
                                         c.get<std::string>("export.hf"), options);
                               console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
                                                        c.get<std::string>("export.hf")));

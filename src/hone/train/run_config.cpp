@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "hone/core/error.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/checkpoint.hpp"
-#include "hone/io/weights.hpp"
 #include "hone/model/activations.hpp"
 
 namespace hone {
@@ -40,7 +40,7 @@ std::string tokenizer_path_for_model(const Config& c) {
   HONE_CHECK(fs::is_directory(model), "{}: set tokenizer.path (the model {} is a file, not a folder with a tokenizer)",
              c.origin(), model);
   const std::string folder = model_folder_of(model);
-  HONE_CHECK(!companion_files_in(folder).empty() || fs::exists(fs::path(folder) / "encoder.json"),
+  HONE_CHECK(!tokenizer_files_in(folder).empty(),
              "{}: set tokenizer.path: {} holds no tokenizer files (a run pretrained without tokenizer.path carries "
              "none)",
              c.origin(), folder);

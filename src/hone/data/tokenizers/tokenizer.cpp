@@ -130,14 +130,21 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
 
 }  // namespace
 
+std::vector<fs::path> tokenizer_files_in(const fs::path& dir) {
+  const auto has = [&](const char* name) { return fs::is_regular_file(dir / name); };
+  if (has("tokenizer.json")) return {dir / "tokenizer.json"};
+  if (has("tokenizer.model")) return {dir / "tokenizer.model"};
+  if (has("encoder.json") && has("vocab.bpe")) return {dir / "encoder.json", dir / "vocab.bpe"};
+  if (has("vocab.json") && has("merges.txt")) return {dir / "vocab.json", dir / "merges.txt"};
+  return {};
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    const auto has = [&](const char* name) { return fs::is_regular_file(path / name); };
-    if (has("tokenizer.json")) return load_file(path / "tokenizer.json");
-    if (has("tokenizer.model")) return load_file(path / "tokenizer.model");
-    if (has("encoder.json") && has("vocab.bpe")) return load_gpt2_files(path / "encoder.json", path / "vocab.bpe");
-    if (has("vocab.json") && has("merges.txt")) return load_gpt2_files(path / "vocab.json", path / "merges.txt");
+    const std::vector<fs::path> files = tokenizer_files_in(path);
+    if (files.size() == 1) return load_file(files[0]);
+    if (files.size() == 2) return load_gpt2_files(files[0], files[1]);
     fail("{}: no tokenizer in this folder: expected tokenizer.json, tokenizer.model, encoder.json + vocab.bpe, "
          "or vocab.json + merges.txt",
          path.string());
