@@ -75,6 +75,57 @@ TEST_P(Collectives, AllGatherConcatenatesInRankOrder) {
   }
 }
 
+// The sum over ranks of filled(dtype, n, rank, offset).
+std::vector<double> summed(int64_t n, int ranks, int64_t offset = 0) {
+  std::vector<double> sum(static_cast<size_t>(n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int r = 0; r < ranks; ++r) sum[size_t(i)] += value(r, offset + i);
+  }
+  return sum;
+}
+
+TEST_P(Collectives, ReduceSumsOnTheRootAlone) {
+  auto comm = world();
+  const int root = comm->size() - 1;
+  const Tensor in = filled(GetParam(), 77, comm->rank());
+  const Tensor untouched = filled(GetParam(), 77, 5);
+  Tensor out = untouched.clone();
+  comm->reduce(in, out, root);
+  EXPECT_EQ(in.to_vector<double>(), filled(GetParam(), 77, comm->rank()).to_vector<double>());
+  EXPECT_EQ(out.to_vector<double>(), comm->rank() == root ? summed(77, comm->size()) : untouched.to_vector<double>());
+  // Ranks other than the root need no output at all.
+  comm->reduce(in, comm->rank() == root ? out : Tensor(), root);
+  if (comm->rank() == root) {
+    EXPECT_EQ(out.to_vector<double>(), summed(77, comm->size()));
+  }
+}
+
+TEST_P(Collectives, StartedReductionsCompleteInAnyOrderOfWaiting) {
+  // What bucketed gradient reduction does: several collectives in flight on
+  // neighbouring slices of one buffer, polled with test(), waited for last first.
+  auto comm = world();
+  const int64_t n = 3000;
+  Tensor t = filled(GetParam(), n, comm->rank());
+  Tensor reduced = Tensor::zeros(Shape{1000}, GetParam());
+  auto first = comm->start_all_reduce(t.slice(0, Shape{1000}));
+  auto second = comm->start_reduce(t.slice(1000, Shape{1000}), reduced, 0);
+  auto third = comm->start_all_reduce(t.slice(2000, Shape{1000}));
+  first->test();
+  third->wait();
+  second->wait();
+  first->wait();
+  EXPECT_TRUE(first->test());
+  const std::vector<double> got = t.to_vector<double>(), sum = summed(n, comm->size());
+  for (int64_t i = 0; i < n; ++i) {
+    // The reduce's input stays as it was; the sum went to rank 0's `reduced`.
+    const double expected = i >= 1000 && i < 2000 ? value(comm->rank(), i) : sum[size_t(i)];
+    ASSERT_EQ(got[size_t(i)], expected) << "element " << i;
+  }
+  if (comm->rank() == 0) {
+    EXPECT_EQ(reduced.to_vector<double>(), summed(1000, comm->size(), 1000));
+  }
+}
+
 TEST_P(Collectives, BroadcastCopiesTheRootsTensor) {
   auto comm = world();
   const int root = comm->size() - 1;
@@ -153,6 +204,8 @@ TEST(Mpi, MismatchedShapesAreErrorsBeforeAnyCommunication) {
   EXPECT_THROW(comm->all_gather(in, Tensor::zeros(Shape{4 * comm->size()}, DType::f64)), Error);
   EXPECT_THROW(comm->all_reduce(Tensor::zeros(Shape{4}, DType::f16)), Error);
   EXPECT_THROW(comm->broadcast(in, comm->size()), Error);
+  EXPECT_THROW(comm->reduce(in, Tensor::zeros(Shape{5}, DType::f32), comm->rank()), Error);
+  EXPECT_THROW(comm->start_reduce(in, in, -1), Error);
   EXPECT_THROW(comm->send(in, comm->rank()), Error);
   EXPECT_THROW(comm->split(-1, 0), Error);
   comm->barrier();

@@ -139,6 +139,10 @@ TEST(LocalCommunicator, CollectivesOfOneAreCopies) {
   Tensor scattered = Tensor::zeros(Shape{3}, DType::f32);
   c.reduce_scatter(out, scattered);
   EXPECT_EQ(scattered.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  Tensor reduced = Tensor::zeros(Shape{3}, DType::f32);
+  c.start_reduce(t, reduced, 0)->wait();
+  EXPECT_EQ(reduced.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_THROW(c.reduce(t, Tensor(), 0), Error);
   EXPECT_THROW(c.all_gather(t, Tensor::zeros(Shape{4}, DType::f32)), Error);
   EXPECT_THROW(c.broadcast(t, 1), Error);
   EXPECT_THROW(c.send(t, 0), Error);

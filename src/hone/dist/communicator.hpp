@@ -19,6 +19,17 @@
 
 namespace hone::dist {
 
+// A collective in flight (Communicator::start_*). Its tensors must stay untouched
+// until it is complete; destroying it waits for that.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Lets the backend move data (MPI advances a nonblocking collective only
+  // inside MPI calls); true once complete.
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -37,9 +48,17 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& input, const Tensor& output) = 0;
   // `output` (size() chunks) becomes every rank's `input`, in rank order.
   virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
+  // Root's `output` (shaped like `input`) becomes the sum over ranks of `input`;
+  // other ranks' `output` is not touched (it may be undefined there).
+  virtual void reduce(const Tensor& input, const Tensor& output, int root) = 0;
   // Every rank's `t` becomes root's.
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
+
+  // all_reduce and reduce without waiting, so that computation overlaps the
+  // transfer. Here: the blocking call, returned complete; MPI overrides them.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce(const Tensor& t);
+  virtual std::unique_ptr<PendingCollective> start_reduce(const Tensor& input, const Tensor& output, int root);
   // Point to point; each send is matched by one recv of the same size and dtype.
   virtual void send(const Tensor& t, int peer) = 0;
   virtual void recv(const Tensor& t, int peer) = 0;
@@ -65,6 +84,7 @@ class LocalCommunicator final : public Communicator {
   void all_reduce(const Tensor& t) override;
   void reduce_scatter(const Tensor& input, const Tensor& output) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
+  void reduce(const Tensor& input, const Tensor& output, int root) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override {}
   void send(const Tensor& t, int peer) override;
@@ -79,6 +99,8 @@ class LocalCommunicator final : public Communicator {
 void check_chunked(const char* op, const Tensor& whole, const Tensor& chunk, int size);
 void check_peer(const char* op, int peer, int rank, int size);
 void check_root(const char* op, int root, int size);
+// A reduce's root and, on the root, its output.
+void check_reduce(const char* op, const Tensor& input, const Tensor& output, int root, int rank, int size);
 
 // HONE_DIST_TIMEOUT in seconds (default 600): how long a collective may wait for
 // its peers before the job is ended.

@@ -100,19 +100,91 @@ MpiCommunicator::~MpiCommunicator() {
 
 const std::vector<int>& MpiCommunicator::world_ranks() const { return watched_->world_ranks; }
 
-void MpiCommunicator::all_reduce(const Tensor& t) {
+// A nonblocking reduction. bf16 travels as f32 in `staged`, rounded into
+// `result` once complete.
+class MpiPending final : public PendingCollective {
+ public:
+  MpiPending(WatchedState& watched, MpiOp op, int64_t count) : watched_(watched), op_(op), count_(count) {}
+  ~MpiPending() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  MPI_Request* request() { return &request_; }
+  std::vector<float> staged;
+  Tensor result;  // bf16: where `staged` goes
+
+  bool test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    if (done) complete();
+    return done != 0;
+  }
+  void wait() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    {
+      Watch w(watched_, op_, count_, -1, /*begins=*/false);
+      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    }
+    complete();
+  }
+
+ private:
+  void complete() {
+    if (result.defined()) store_bf16(staged, result);
+    result = Tensor();
+  }
+  WatchedState& watched_;
+  MpiOp op_;
+  int64_t count_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce(const Tensor& t) {
   check_cpu("all_reduce", t);
   const int n = mpi_count("all_reduce", t.numel());
+  auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::all_reduce, n);
+  void* data = t.raw();
+  MPI_Datatype type = MPI_FLOAT;
   if (t.dtype() == DType::bf16) {
-    std::vector<float> staged = to_f32(t);
-    Watch w(*watched_, MpiOp::all_reduce, n);
-    MPI_Allreduce(MPI_IN_PLACE, staged.data(), n, MPI_FLOAT, MPI_SUM, comm_);
-    store_bf16(staged, t);
-    return;
+    pending->staged = to_f32(t);
+    pending->result = t;
+    data = pending->staged.data();
+  } else {
+    type = sum_type("all_reduce", t.dtype());
   }
-  const MPI_Datatype type = sum_type("all_reduce", t.dtype());
   Watch w(*watched_, MpiOp::all_reduce, n);
-  MPI_Allreduce(MPI_IN_PLACE, t.raw(), n, type, MPI_SUM, comm_);
+  MPI_Iallreduce(MPI_IN_PLACE, data, n, type, MPI_SUM, comm_, pending->request());
+  return pending;
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce(const Tensor& input, const Tensor& output,
+                                                                 int root) {
+  check_cpu("reduce", input);
+  check_reduce("reduce", input, output, root, rank_, size_);
+  if (rank_ == root) check_cpu("reduce", output);
+  const int n = mpi_count("reduce", input.numel());
+  auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::reduce, n);
+  const void* in = input.raw();
+  void* out = rank_ == root ? output.raw() : nullptr;
+  MPI_Datatype type = MPI_FLOAT;
+  if (input.dtype() == DType::bf16) {
+    // Input and result share the staging buffer: MPI_IN_PLACE on the root.
+    pending->staged = to_f32(input);
+    if (rank_ == root) pending->result = output;
+    in = rank_ == root ? MPI_IN_PLACE : pending->staged.data();
+    out = rank_ == root ? pending->staged.data() : nullptr;
+  } else {
+    type = sum_type("reduce", input.dtype());
+  }
+  Watch w(*watched_, MpiOp::reduce, n);
+  MPI_Ireduce(in, out, n, type, MPI_SUM, root, comm_, pending->request());
+  return pending;
+}
+
+void MpiCommunicator::all_reduce(const Tensor& t) { start_all_reduce(t)->wait(); }
+
+void MpiCommunicator::reduce(const Tensor& input, const Tensor& output, int root) {
+  start_reduce(input, output, root)->wait();
 }
 
 void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {

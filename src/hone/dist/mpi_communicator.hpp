@@ -29,6 +29,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(const Tensor& t) override;
   void reduce_scatter(const Tensor& input, const Tensor& output) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
+  void reduce(const Tensor& input, const Tensor& output, int root) override;
+  std::unique_ptr<PendingCollective> start_all_reduce(const Tensor& t) override;
+  std::unique_ptr<PendingCollective> start_reduce(const Tensor& input, const Tensor& output, int root) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
   void send(const Tensor& t, int peer) override;

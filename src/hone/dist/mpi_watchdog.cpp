@@ -29,9 +29,9 @@ int64_t now_ns() {
 }
 
 const char* op_name(int op) {
-  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                "barrier",    "send",           "recv",       "split"};
-  return op >= 0 && op < 8 ? names[op] : "?";
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
+                                "send",       "recv",           "split",      "reduce"};
+  return op >= 0 && op < 9 ? names[op] : "?";
 }
 
 bool is_point_to_point(int op) { return op == int(MpiOp::send) || op == int(MpiOp::recv); }
@@ -216,11 +216,11 @@ void finish_mpi(int status, void*) {
 
 }  // namespace
 
-Watch::Watch(WatchedState& state, MpiOp op, int64_t count, int peer) : state_(state) {
+Watch::Watch(WatchedState& state, MpiOp op, int64_t count, int peer, bool begins) : state_(state) {
   state.op = int(op);
   state.peer = peer;
   state.count = count;
-  if (!is_point_to_point(int(op))) ++state.seq;
+  if (begins && !is_point_to_point(int(op))) ++state.seq;
   const int64_t t = now_ns();
   state.last_ns = t;
   state.started_ns = t;

@@ -17,7 +17,7 @@
 
 namespace hone::dist {
 
-enum class MpiOp : int { all_reduce, reduce_scatter, all_gather, broadcast, barrier, send, recv, split };
+enum class MpiOp : int { all_reduce, reduce_scatter, all_gather, broadcast, barrier, send, recv, split, reduce };
 
 struct WatchedState {
   MPI_Comm control = MPI_COMM_NULL;  // duplicate of the data communicator
@@ -31,10 +31,12 @@ struct WatchedState {
   std::atomic<int64_t> last_ns{0};     // when the last operation began
 };
 
-// Marks an operation in progress for the lifetime of the object.
+// Marks an operation in progress for the lifetime of the object. A collective
+// counts as begun once (`begins`): waiting for one started earlier without
+// blocking (MPI_Iallreduce, ...) is watched with begins = false.
 class Watch {
  public:
-  Watch(WatchedState& state, MpiOp op, int64_t count, int peer = -1);
+  Watch(WatchedState& state, MpiOp op, int64_t count, int peer = -1, bool begins = true);
   ~Watch();
 
  private:

@@ -204,6 +204,14 @@ void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
                                      nccl_type("all_gather", input.dtype()), comm_, stream_));
 }
 
+void NcclCommunicator::reduce(const Tensor& input, const Tensor& output, int root) {
+  check_cuda_tensor("reduce", input);
+  check_reduce("reduce", input, output, root, rank_, size_);
+  if (rank_ == root) check_cuda_tensor("reduce", output);
+  finish("reduce", ncclReduce(input.raw(), rank_ == root ? output.raw() : nullptr, size_t(input.numel()),
+                              nccl_type("reduce", input.dtype()), ncclSum, root, comm_, stream_));
+}
+
 void NcclCommunicator::broadcast(const Tensor& t, int root) {
   check_cuda_tensor("broadcast", t);
   check_root("broadcast", root, size_);

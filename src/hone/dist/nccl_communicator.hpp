@@ -33,6 +33,7 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(const Tensor& t) override;
   void reduce_scatter(const Tensor& input, const Tensor& output) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
+  void reduce(const Tensor& input, const Tensor& output, int root) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
   void send(const Tensor& t, int peer) override;
