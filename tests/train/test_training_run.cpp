@@ -274,13 +274,21 @@ TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroSta
   ASSERT_EQ(train("single", 1, 4, 20, ""), 0) << log();
   for (int zero : {0, 1, 2}) {
     const std::string run = "zero" + std::to_string(zero);
-    ASSERT_EQ(train(run, 2, 2, 20, "checkpoint: {every_n_steps: 4, keep_last_n: 0}\n", {"distributed.zero=" + std::to_string(zero)}),
+    // Stages 0 and 2 reduce gradients in buckets of 16 KiB while backward runs
+    // (about 30 for llama_tiny's 513 KiB); stage 1 in one, the default 25 MiB.
+    const std::string bucket_mb = zero == 1 ? "25" : "0.015625";
+    ASSERT_EQ(train(run, 2, 2, 20, "checkpoint: {every_n_steps: 4, keep_last_n: 0}\n",
+                    {"distributed.zero=" + std::to_string(zero), "distributed.bucket_mb=" + bucket_mb}),
               0)
         << log();
     // llama_tiny trains 131,392 parameters: each rank holds the moments of half (8 bytes each).
     const std::string parallelism =
         zero > 0 ? fmt::format(", ZeRO stage {}: AdamW moments 513.25 KiB per rank (of 1.00 MiB)", zero) : "";
     EXPECT_NE(log().find("ranks: 2 (MPI), data parallel" + parallelism + "\n"), std::string::npos) << log();
+    EXPECT_NE(log().find(zero == 1 ? "gradients: reduced in buckets of 25.00 MiB while backward runs\n"
+                                   : "gradients: reduced in buckets of 16.00 KiB while backward runs\n"),
+              std::string::npos)
+        << log();
     // Rank 0 alone writes the metrics: one line per step, with the global batch's loss.
     expect_same_losses(losses("single"), losses(run));
     // Stages 1 and 2 save one optimizer file per rank, stage 0 one for all.
@@ -331,6 +339,8 @@ TEST_F(DataParallelRun, SigtermToTheLauncherCheckpointsEveryRankAndEndsCleanly) 
 TEST_F(DataParallelRun, RefusesWhatIsNotAvailableYet) {
   EXPECT_EQ(train("tp", 1, 4, 2, "distributed: {tp: 2}\n"), 2);
   EXPECT_NE(log().find("distributed.tp 2: tensor parallelism is not available yet"), std::string::npos) << log();
+  EXPECT_EQ(train("buckets", 1, 4, 2, "distributed: {bucket_mb: -1}\n"), 2);
+  EXPECT_NE(log().find("distributed.bucket_mb -1 must not be negative"), std::string::npos) << log();
   EXPECT_EQ(train("zero3", 1, 4, 2, "distributed: {zero: 3}\n"), 2);
   EXPECT_NE(log().find("distributed.zero 3: stages 0, 1 and 2 are available"), std::string::npos) << log();
   EXPECT_FALSE(fs::exists(root_ + "/zero3/step_0000002"));

@@ -1,5 +1,6 @@
 #include "hone/dist/data_parallel.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "hone/core/error.hpp"
@@ -7,10 +8,12 @@
 
 namespace hone::dist {
 
-DataParallel::DataParallel(Communicator& group, int zero_stage, Device device)
-    : group_(group), zero_(zero_stage), device_(device) {
+DataParallel::DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes)
+    : group_(group), zero_(zero_stage), device_(device), bucket_bytes_(bucket_bytes) {
   HONE_ASSERT(zero_stage >= 0 && zero_stage <= 2);  // the config is checked where it is read (TrainingWorld)
 }
+
+DataParallel::~DataParallel() = default;
 
 std::pair<int64_t, int64_t> DataParallel::shard(int64_t padded) const {
   if (zero_ == 0) return {0, padded};
@@ -26,17 +29,80 @@ double DataParallel::sum(double local) const {
   return t.to_vector<double>()[0];
 }
 
-Tensor DataParallel::reduce_gradients(const ParameterSet& params) {
-  const Tensor& grads = params.grads();
-  if (size() == 1) return grads;
-  if (zero_ < 2) {
-    group_.all_reduce(grads);
-    return grads;
+void DataParallel::begin_reduction(const ParameterSet& params) {
+  HONE_ASSERT(reducing_ == nullptr && !params.frozen());
+  reducing_ = &params;
+  slots_.clear();
+  for (const Parameter& p : params.all()) slots_.push_back({&p});
+  std::sort(slots_.begin(), slots_.end(), [](const Slot& a, const Slot& b) { return a.param->offset < b.param->offset; });
+  bucket_elements_ = bucket_bytes_ > 0 ? std::max<int64_t>(1, bucket_bytes_ / dtype_size(params.grads().dtype())) : 0;
+  buckets_started_ = 0;
+  if (zero_ == 2 && size() > 1 && !grad_shard_.defined()) {
+    const Tensor& grads = params.grads();
+    grad_shard_ = Tensor::empty({shard(grads.numel()).second}, grads.dtype(), grads.device());
   }
-  const auto [offset, count] = shard(grads.numel());
-  if (!grad_shard_.defined()) grad_shard_ = Tensor::empty({count}, grads.dtype(), grads.device());
-  group_.reduce_scatter(grads, grad_shard_);
-  return grad_shard_;
+}
+
+void DataParallel::gradients_final(std::span<Parameter* const> params) {
+  HONE_ASSERT(reducing_ != nullptr);
+  if (bucket_elements_ == 0) return;
+  for (const Parameter* p : params) {
+    const auto slot = std::lower_bound(slots_.begin(), slots_.end(), p->offset,
+                                       [](const Slot& s, int64_t offset) { return s.param->offset < offset; });
+    HONE_ASSERT(slot != slots_.end() && slot->param == p);  // a parameter of the set being reduced
+    slot->final = true;
+  }
+  start_buckets(false);
+  for (const auto& pending : in_flight_) pending->test();  // MPI moves data only when called
+}
+
+Tensor DataParallel::finish_reduction() {
+  HONE_ASSERT(reducing_ != nullptr);
+  start_buckets(true);
+  for (const auto& pending : in_flight_) pending->wait();
+  in_flight_.clear();
+  const Tensor& grads = reducing_->grads();
+  reducing_ = nullptr;
+  return zero_ == 2 && size() > 1 ? grad_shard_ : grads;
+}
+
+void DataParallel::start_buckets(bool everything) {
+  // A run is a maximal stretch of neighbouring unsent slots that are final; runs
+  // start at the first slot's offset and end where the next slot begins, so that
+  // together they cover the whole buffer, padding included.
+  const auto ready = [&](const Slot& s) { return !s.sent && (s.final || everything); };
+  const size_t n = slots_.size();
+  for (size_t i = 0; i < n;) {
+    if (!ready(slots_[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    int64_t elements = 0;
+    for (; j < n && ready(slots_[j]); ++j) elements += slots_[j].param->value.numel();
+    if (everything || elements >= bucket_elements_) {
+      start_bucket(i == 0 ? 0 : slots_[i].param->offset, j == n ? reducing_->grads().numel() : slots_[j].param->offset);
+      for (size_t k = i; k < j; ++k) slots_[k].sent = true;
+    }
+    i = j;
+  }
+}
+
+void DataParallel::start_bucket(int64_t begin, int64_t end) {
+  const Tensor& grads = reducing_->grads();
+  ++buckets_started_;
+  if (size() == 1) return;
+  if (zero_ < 2) {
+    in_flight_.push_back(group_.start_all_reduce(grads.slice(begin, {end - begin})));
+    return;
+  }
+  // Stage 2: each shard's part of the bucket goes to its owner alone.
+  const int64_t chunk = shard(grads.numel()).second;
+  for (int64_t owner = begin / chunk; owner * chunk < end; ++owner) {
+    const int64_t from = std::max(begin, owner * chunk), to = std::min(end, (owner + 1) * chunk);
+    const Tensor sum = owner == rank() ? grad_shard_.slice(from - owner * chunk, {to - from}) : Tensor();
+    in_flight_.push_back(group_.start_reduce(grads.slice(from, {to - from}), sum, int(owner)));
+  }
 }
 
 double DataParallel::grad_norm(const Tensor& reduced) const {

@@ -1,10 +1,18 @@
 #pragma once
 // Data parallelism over the data-parallel group of the device mesh, with ZeRO
 // stage 0 (every rank holds everything), 1 (each rank keeps the optimizer state
-// of one shard of the flat parameter buffer) or 2 (gradients are reduce-scattered
-// to the shard's owner, too). Every rank sees different data; gradients are
+// of one shard of the flat parameter buffer) or 2 (gradients are reduced to the
+// shard's owner only, too). Every rank sees different data; gradients are
 // summed so that all ranks train on the mean over the global batch.
+//
+// The gradients are reduced in buckets while the last backward pass of a step
+// runs: the model says when a layer's gradients are final, and as soon as final
+// gradients that neighbour each other in the flat buffer add up to a bucket, a
+// nonblocking collective starts on them (like PyTorch DDP's bucket_cap_mb).
+#include <memory>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "hone/dist/communicator.hpp"
 #include "hone/model/parameters.hpp"
@@ -14,12 +22,14 @@ namespace hone::dist {
 class DataParallel {
  public:
   // `device` holds the tensors the group reduces (CPU for MPI, CUDA for NCCL);
-  // zero_stage is 0, 1 or 2.
-  DataParallel(Communicator& group, int zero_stage, Device device);
+  // zero_stage is 0, 1 or 2. bucket_bytes 0: one reduction after backward.
+  DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes = 0);
+  ~DataParallel();
 
   int rank() const { return group_.rank(); }
   int size() const { return group_.size(); }
   int zero_stage() const { return zero_; }
+  int64_t bucket_bytes() const { return bucket_bytes_; }
   Communicator& group() const { return group_; }
 
   // This rank's shard [offset, offset + count) of flat buffers of `padded`
@@ -28,10 +38,17 @@ class DataParallel {
   // The sum over ranks of one number per rank.
   double sum(double local) const;
 
-  // After the backward passes: gradients summed over ranks. Stage 0 and 1: all of
-  // params.grads() (the returned tensor views it); stage 2: only this rank's shard,
-  // in a buffer of its own (returned).
-  Tensor reduce_gradients(const ParameterSet& params);
+  // The reduction of params' gradients over ranks: begin_reduction() before the
+  // step's last backward pass, gradients_final() from it as parameters' gradients
+  // become final (a layer at a time; optional), finish_reduction() after it.
+  void begin_reduction(const ParameterSet& params);
+  void gradients_final(std::span<Parameter* const> params);
+  // Waits for every bucket. Returns the gradients summed over ranks: stage 0 and
+  // 1: all of params.grads() (the returned tensor views it); stage 2: only this
+  // rank's shard, in a buffer of its own.
+  Tensor finish_reduction();
+  // Collectives started so far by this step's reduction (for tests).
+  int64_t buckets_started() const { return buckets_started_; }
   // The global L2 norm of what reduce_gradients returned.
   double grad_norm(const Tensor& reduced) const;
   // After the optimizer updated this rank's shard (stages 1 and 2): every rank's
@@ -39,10 +56,26 @@ class DataParallel {
   void gather_parameters(ParameterSet& params);
 
  private:
+  // Starts reductions on the runs of final, unsent neighbours that fill a
+  // bucket (all remaining runs when `everything`).
+  void start_buckets(bool everything);
+  // Starts the reduction of flat gradient elements [begin, end).
+  void start_bucket(int64_t begin, int64_t end);
+
+  struct Slot {
+    const Parameter* param;
+    bool final = false, sent = false;
+  };
   Communicator& group_;
   int zero_;
   Device device_;
+  int64_t bucket_bytes_;
   Tensor grad_shard_, value_shard_;  // stage 2 gradient shard; staging for the gather
+  // The reduction in progress: its parameters by flat-buffer offset, its collectives.
+  const ParameterSet* reducing_ = nullptr;
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<PendingCollective>> in_flight_;
+  int64_t bucket_elements_ = 0, buckets_started_ = 0;
 };
 
 }  // namespace hone::dist

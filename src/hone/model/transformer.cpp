@@ -315,7 +315,35 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   return ops::cross_entropy_forward(a.logits, targets.view({batch * seq}), a.token_losses, a.logits_lse);
 }
 
-void Transformer::backward(double loss_scale) {
+std::vector<Parameter*> Transformer::trainable_in_layer(int64_t i) {
+  std::vector<Parameter*> trainable;
+  const auto add = [&](std::initializer_list<Parameter*> params) {
+    for (Parameter* p : params) {
+      if (p != nullptr) trainable.push_back(p);
+    }
+  };
+  const auto add_adapters = [&](const std::vector<LoraAdapter>& adapters) {
+    for (const LoraAdapter& a : adapters) add({a.a, a.b});
+  };
+  if (i < 0) {
+    if (lora_) {
+      add_adapters(output_adapters_);
+    } else {
+      add({final_norm_weight_, final_norm_bias_, lm_head_ == tok_embeddings_ ? nullptr : lm_head_});
+    }
+    return trainable;
+  }
+  if (lora_) {
+    for (const auto& adapters : layer_adapters_[size_t(i)]) add_adapters(adapters);
+    return trainable;
+  }
+  const LayerParameters& p = layers_[size_t(i)];
+  add({p.attn_norm_weight, p.attn_norm_bias, p.qkv_weight, p.qkv_bias, p.out_weight, p.out_bias, p.mlp_norm_weight,
+       p.mlp_norm_bias, p.up_weight, p.up_bias, p.down_weight, p.down_bias});
+  return trainable;
+}
+
+void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   HONE_CHECK(targets_.defined(), "backward() needs a forward pass with targets first");
   const ModelConfig& c = config_;
   Activations& a = acts_;
@@ -328,6 +356,7 @@ void Transformer::backward(double loss_scale) {
   a.d_residual.zero_();
   norm_backward(a.d_norm, a.output, final_norm_weight_, final_norm_bias_, a.final_norm_mean, a.final_norm_rstd,
                 a.d_residual);
+  if (on_final) on_final(trainable_in_layer(-1));
   for (int64_t i = c.n_layers - 1; i >= 0; --i) {
     const LayerParameters& p = layers_[size_t(i)];
     const LayerActivations& l = a.layers[size_t(i)];
@@ -352,6 +381,7 @@ void Transformer::backward(double loss_scale) {
     project_backward(a.d_qkv, l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], a.d_norm);
     norm_backward(a.d_norm, l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm_mean, l.attn_norm_rstd,
                   a.d_residual);
+    if (on_final) on_final(trainable_in_layer(i));
   }
   if (tok_embeddings_->grad.defined()) {
     ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_), positions_);

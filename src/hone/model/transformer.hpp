@@ -3,7 +3,9 @@
 // forward and backward pass per layer (no autograd tape): activations live in an
 // arena planned from the config before the first step.
 #include <array>
+#include <functional>
 #include <optional>
+#include <span>
 
 #include "hone/model/activations.hpp"
 #include "hone/model/config.hpp"
@@ -101,9 +103,14 @@ class Transformer {
   // (0 where the target is masked).
   const Tensor& token_losses() const { return acts_.token_losses; }
 
-  // Adds to params().grads() the gradient of loss_scale · Σ(token losses of the
-  // last forward). For the mean loss pass 1 / LossSum::tokens.
-  void backward(double loss_scale);
+  // Told during backward() which trainable parameters' gradients are final, as
+  // soon as they are: the output head's, then each layer's from the last (the
+  // embeddings' only when backward() returns). Data parallelism reduces them
+  // while the rest of the pass runs.
+  using GradientsFinal = std::function<void(std::span<Parameter* const>)>;
+  // Adds to trainable_params().grads() the gradient of loss_scale · Σ(token
+  // losses of the last forward). For the mean loss pass 1 / LossSum::tokens.
+  void backward(double loss_scale, const GradientsFinal& on_final = {});
 
  private:
   friend class Decoder;  // the inference half: decodes with a KV cache over these weights
@@ -126,6 +133,9 @@ class Transformer {
   void norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& mean,
                      const Tensor& rstd, const Tensor& dx);
   ops::AttentionHeads heads() const;
+  // The trainable parameters of layer i (its adapters with LoRA); i = -1: of the
+  // output head (final norm, an untied output projection, their adapters).
+  std::vector<Parameter*> trainable_in_layer(int64_t i);
 
   ModelConfig config_;
   DType dtype_;

@@ -32,11 +32,17 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch
     model.set_dropout_round(first_round + k);
     const Batch& b = micro_batches[k];
     loss_sum += model.forward(b.tokens, b.targets, b.positions).sum;
-    model.backward(1.0 / double(stats.tokens));
+    // The last backward pass completes the gradients: their reduction over the
+    // ranks starts, a bucket at a time, while it runs.
+    const bool reduce_now = parallel && k + 1 == micro_batches.size();
+    if (reduce_now) parallel->begin_reduction(trained);
+    model.backward(1.0 / double(stats.tokens), reduce_now ? [&](std::span<Parameter* const> final_params) {
+      parallel->gradients_final(final_params);
+    } : Transformer::GradientsFinal());
   }
+  const Tensor reduced = parallel ? parallel->finish_reduction() : trained.grads();
   if (parallel) loss_sum = parallel->sum(loss_sum);
   stats.loss = loss_sum / double(stats.tokens);
-  const Tensor reduced = parallel ? parallel->reduce_gradients(trained) : trained.grads();
   stats.grad_norm = parallel ? parallel->grad_norm(reduced) : grad_norm(trained);
   stats.lr = lr;
   stats.applied = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);

@@ -90,6 +90,10 @@ int run_training(const Config& c, TrainingJob job) {
                                            moments(shard_count), moments(model.trainable_params().numel()));
     console.line(fmt::format("ranks: {} ({}), data parallel{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI",
                              zero));
+    console.line(world.bucket_bytes() > 0
+                     ? fmt::format("gradients: reduced in buckets of {} while backward runs",
+                                   format_bytes(double(world.bucket_bytes())))
+                     : "gradients: reduced after backward, in one piece (distributed.bucket_mb 0)");
   }
   console.line(fmt::format("data: {} samples per epoch ({}), {} steps to run", train.samples_per_epoch(),
                            job.data_description, total_steps - state.step));

@@ -21,7 +21,10 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
   if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
   world_ = dist::Communicator::from_environment(device_);
   mesh_ = std::make_unique<dist::DeviceMesh>(*world_, world_->size() / int(tp), int(tp));
-  data_parallel_ = std::make_unique<dist::DataParallel>(mesh_->dp(), zero_stage_, device_);
+  const double bucket_mb = c.get<double>("distributed.bucket_mb");
+  HONE_CHECK(bucket_mb >= 0, "{}: distributed.bucket_mb {} must not be negative", c.origin(), bucket_mb);
+  data_parallel_ = std::make_unique<dist::DataParallel>(mesh_->dp(), zero_stage_, device_,
+                                                        int64_t(bucket_mb * 1024 * 1024));
 }
 
 TrainingWorld::~TrainingWorld() = default;

@@ -16,8 +16,8 @@ namespace hone {
 
 class TrainingWorld {
  public:
-  // Reads distributed.tp and distributed.zero. With several ranks on one node a
-  // `cuda` device becomes cuda:LOCAL_RANK.
+  // Reads distributed.tp, distributed.zero and distributed.bucket_mb. With
+  // several ranks on one node a `cuda` device becomes cuda:LOCAL_RANK.
   TrainingWorld(const Config& config, Device device);
   ~TrainingWorld();
 
@@ -28,6 +28,8 @@ class TrainingWorld {
   int dp_rank() const { return mesh_->dp_rank(); }
   int dp_size() const { return mesh_->dp_size(); }
   int zero_stage() const { return zero_stage_; }
+  // Gradients are reduced in buckets of this size while backward runs (0: after it).
+  int64_t bucket_bytes() const { return data_parallel_->bucket_bytes(); }
   // What the Transformer pads its trained flat buffers to, so that ZeRO cuts them
   // into equal shards.
   int64_t pad_multiple() const { return zero_stage_ > 0 ? dp_size() : 1; }
