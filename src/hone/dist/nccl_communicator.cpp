@@ -14,6 +14,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/dist/mpi_watchdog.hpp"
+#include "hone/kernels/cuda/check.hpp"
 
 namespace hone::dist {
 
@@ -138,13 +139,16 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, std::string name
   check_nccl(ncclCommCount(comm_, &size_), "ncclCommCount");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&compute_queued_, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&finished_, cudaEventDisableTiming), "cudaEventCreate");
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "cudaMalloc");
   // The members' world ranks, for messages: each rank's own, gathered.
   world_ranks_.assign(size_t(size_), world_rank);
   int* buffer = nullptr;
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&buffer), sizeof(int) * size_t(size_ + 1)), "cudaMalloc");
   check_cuda(cudaMemcpy(buffer + size_, &world_rank, sizeof(int), cudaMemcpyHostToDevice), "cudaMemcpy");
-  finish("gathering the world ranks", ncclAllGather(buffer + size_, buffer, 1, ncclInt32, comm_, stream_));
+  finish("gathering the world ranks",
+         [&] { return ncclAllGather(buffer + size_, buffer, 1, ncclInt32, comm_, stream_); });
   check_cuda(cudaMemcpy(world_ranks_.data(), buffer, sizeof(int) * size_t(size_), cudaMemcpyDeviceToHost),
              "cudaMemcpy");
   cudaFree(buffer);
@@ -152,15 +156,30 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, std::string name
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) ncclCommDestroy(comm_);
+  if (compute_queued_ != nullptr) cudaEventDestroy(compute_queued_);
+  if (finished_ != nullptr) cudaEventDestroy(finished_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (scratch_ != nullptr) cudaFree(scratch_);
 }
 
-void NcclCommunicator::finish(const char* op, ncclResult_t enqueued) {
-  check_nccl(enqueued, op);
+void NcclCommunicator::enqueue(const char* op, const std::function<ncclResult_t()>& call) {
+  // The tensors come from work queued on hone's compute stream: NCCL's stream
+  // waits for all of it first.
+  check_cuda(cudaEventRecord(compute_queued_, kernels::cuda::stream()), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(stream_, compute_queued_, 0), "cudaStreamWaitEvent");
+  check_nccl(call(), op);
+}
+
+void NcclCommunicator::finish(const char* op, const std::function<ncclResult_t()>& call) {
+  enqueue(op, call);
+  check_cuda(cudaEventRecord(finished_, stream_), "cudaEventRecord");
+  await(op, finished_);
+}
+
+void NcclCommunicator::await(const char* op, cudaEvent_t done) {
   const auto start = std::chrono::steady_clock::now();
   while (true) {
-    const cudaError_t state = cudaStreamQuery(stream_);
+    const cudaError_t state = cudaEventQuery(done);
     if (state == cudaSuccess) return;
     HONE_CHECK(state == cudaErrorNotReady, "{} in {}: CUDA error {}", op, name_, cudaGetErrorString(state));
     ncclResult_t async = ncclSuccess;
@@ -168,8 +187,8 @@ void NcclCommunicator::finish(const char* op, ncclResult_t enqueued) {
     if (async != ncclSuccess && async != ncclInProgress) {
       ncclCommAbort(comm_);
       comm_ = nullptr;
-      fail("rank {}: {} in {} failed: NCCL error {}", world_ranks_[size_t(rank_)],
-           op, name_, ncclGetErrorString(async));
+      fail("rank {}: {} in {} failed: NCCL error {}", world_ranks_[size_t(rank_)], op, name_,
+           ncclGetErrorString(async));
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_s_ > 0 && waited > timeout_s_) {
@@ -182,58 +201,106 @@ void NcclCommunicator::finish(const char* op, ncclResult_t enqueued) {
   }
 }
 
-void NcclCommunicator::all_reduce(const Tensor& t) {
+namespace {
+
+// A collective queued on the communicator's stream; `done` is recorded after it.
+// Work queued on the compute stream later does not wait for it: the host does,
+// in wait(), before it queues anything that reads the result.
+class NcclPending final : public PendingCollective {
+ public:
+  NcclPending(std::function<void(const char*, cudaEvent_t)> await, const char* op, cudaStream_t stream)
+      : await_(std::move(await)), op_(op) {
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventRecord(done_, stream), "cudaEventRecord");
+  }
+  ~NcclPending() override {
+    cudaEventSynchronize(done_);  // the collective may still use its tensors
+    cudaEventDestroy(done_);
+  }
+  bool test() override { return cudaEventQuery(done_) != cudaErrorNotReady; }
+  void wait() override { await_(op_, done_); }
+
+ private:
+  std::function<void(const char*, cudaEvent_t)> await_;
+  const char* op_;
+  cudaEvent_t done_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> NcclCommunicator::start_all_reduce(const Tensor& t) {
   check_cuda_tensor("all_reduce", t);
-  finish("all_reduce", ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_type("all_reduce", t.dtype()),
-                                     ncclSum, comm_, stream_));
+  enqueue("all_reduce", [&] {
+    return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_type("all_reduce", t.dtype()), ncclSum, comm_,
+                         stream_);
+  });
+  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); }, "all_reduce",
+                                       stream_);
 }
+
+std::unique_ptr<PendingCollective> NcclCommunicator::start_reduce(const Tensor& input, const Tensor& output, int root) {
+  check_cuda_tensor("reduce", input);
+  check_reduce("reduce", input, output, root, rank_, size_);
+  if (rank_ == root) check_cuda_tensor("reduce", output);
+  enqueue("reduce", [&] {
+    return ncclReduce(input.raw(), rank_ == root ? output.raw() : nullptr, size_t(input.numel()),
+                      nccl_type("reduce", input.dtype()), ncclSum, root, comm_, stream_);
+  });
+  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); }, "reduce",
+                                       stream_);
+}
+
+void NcclCommunicator::all_reduce(const Tensor& t) { start_all_reduce(t)->wait(); }
 
 void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
   check_cuda_tensor("reduce_scatter", input);
   check_cuda_tensor("reduce_scatter", output);
   check_chunked("reduce_scatter", input, output, size_);
-  finish("reduce_scatter", ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()),
-                                             nccl_type("reduce_scatter", input.dtype()), ncclSum, comm_, stream_));
+  finish("reduce_scatter", [&] {
+    return ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()),
+                             nccl_type("reduce_scatter", input.dtype()), ncclSum, comm_, stream_);
+  });
 }
 
 void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   check_cuda_tensor("all_gather", input);
   check_cuda_tensor("all_gather", output);
   check_chunked("all_gather", output, input, size_);
-  finish("all_gather", ncclAllGather(input.raw(), output.raw(), size_t(input.numel()),
-                                     nccl_type("all_gather", input.dtype()), comm_, stream_));
+  finish("all_gather", [&] {
+    return ncclAllGather(input.raw(), output.raw(), size_t(input.numel()), nccl_type("all_gather", input.dtype()),
+                         comm_, stream_);
+  });
 }
 
 void NcclCommunicator::reduce(const Tensor& input, const Tensor& output, int root) {
-  check_cuda_tensor("reduce", input);
-  check_reduce("reduce", input, output, root, rank_, size_);
-  if (rank_ == root) check_cuda_tensor("reduce", output);
-  finish("reduce", ncclReduce(input.raw(), rank_ == root ? output.raw() : nullptr, size_t(input.numel()),
-                              nccl_type("reduce", input.dtype()), ncclSum, root, comm_, stream_));
+  start_reduce(input, output, root)->wait();
 }
 
 void NcclCommunicator::broadcast(const Tensor& t, int root) {
   check_cuda_tensor("broadcast", t);
   check_root("broadcast", root, size_);
-  finish("broadcast", ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_type("broadcast", t.dtype()), root,
-                                    comm_, stream_));
+  finish("broadcast", [&] {
+    return ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_type("broadcast", t.dtype()), root, comm_, stream_);
+  });
 }
 
 void NcclCommunicator::barrier() {
   // NCCL has no barrier: a one-element all_reduce orders the ranks the same way.
-  finish("barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_));
+  finish("barrier", [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
 }
 
 void NcclCommunicator::send(const Tensor& t, int peer) {
   check_cuda_tensor("send", t);
   check_peer("send", peer, rank_, size_);
-  finish("send", ncclSend(t.raw(), size_t(t.numel()), nccl_type("send", t.dtype()), peer, comm_, stream_));
+  finish("send",
+         [&] { return ncclSend(t.raw(), size_t(t.numel()), nccl_type("send", t.dtype()), peer, comm_, stream_); });
 }
 
 void NcclCommunicator::recv(const Tensor& t, int peer) {
   check_cuda_tensor("recv", t);
   check_peer("recv", peer, rank_, size_);
-  finish("recv", ncclRecv(t.raw(), size_t(t.numel()), nccl_type("recv", t.dtype()), peer, comm_, stream_));
+  finish("recv",
+         [&] { return ncclRecv(t.raw(), size_t(t.numel()), nccl_type("recv", t.dtype()), peer, comm_, stream_); });
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {

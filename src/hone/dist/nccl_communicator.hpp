@@ -5,13 +5,16 @@
 // (mpirun, srun --mpi=pmix) started the job, and over one TCP connection per
 // rank to rank 0 at MASTER_ADDR:MASTER_PORT when torchrun-style variables say who
 // is who (hone launch) or srun ran without PMIx (the rendezvous only hands out the
-// id; NCCL does all the communication). Calls are blocking: each
-// enqueues on the communicator's stream and waits for it; one that has not
-// finished after HONE_DIST_TIMEOUT seconds aborts the NCCL communicator and
-// throws, naming the operation. bf16 sums are NCCL's own.
+// id; NCCL does all the communication). Each call queues its collective on the
+// communicator's stream, behind everything queued on hone's compute stream so
+// far (its tensors' producers); blocking calls then wait for it, start_* calls
+// return and let compute go on. A collective that has not finished after
+// HONE_DIST_TIMEOUT seconds aborts the NCCL communicator and throws, naming the
+// operation. bf16 sums are NCCL's own.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 
 #include "hone/dist/communicator.hpp"
@@ -34,6 +37,8 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& input, const Tensor& output) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   void reduce(const Tensor& input, const Tensor& output, int root) override;
+  std::unique_ptr<PendingCollective> start_all_reduce(const Tensor& t) override;
+  std::unique_ptr<PendingCollective> start_reduce(const Tensor& input, const Tensor& output, int root) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
   void send(const Tensor& t, int peer) override;
@@ -44,11 +49,16 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator(ncclComm_t comm, int device, std::string name, int world_rank);
-  // Checks the enqueue's result, then waits for the stream under the timeout.
-  void finish(const char* op, ncclResult_t enqueued);
+  // Queues `call` (an NCCL collective on stream_) after the compute stream's work.
+  void enqueue(const char* op, const std::function<ncclResult_t()>& call);
+  // Waits, under the timeout, for `done` (an event recorded after a collective).
+  void await(const char* op, cudaEvent_t done);
+  // enqueue, then await its completion.
+  void finish(const char* op, const std::function<ncclResult_t()>& call);
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t compute_queued_ = nullptr, finished_ = nullptr;
   float* scratch_ = nullptr;  // one element, for barrier()
   int device_ = 0, rank_ = 0, size_ = 1;
   std::string name_;
