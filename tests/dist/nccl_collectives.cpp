@@ -67,6 +67,26 @@ TEST(Nccl, CollectivesMatchTheirDefinitions) {
   }
   EXPECT_EQ(chunk.to_vector<float>(), mine);
 
+  // Started collectives: waited for in reverse order; the reduce's input stays.
+  Tensor whole = on_gpu(values(r, 30));
+  Tensor reduced = Tensor::zeros(Shape{10}, DType::f32, t.device());
+  auto first = comm->start_all_reduce(whole.slice(0, Shape{20}));
+  auto second = comm->start_reduce(whole.slice(20, Shape{10}), reduced, 0);
+  second->wait();
+  first->wait();
+  EXPECT_TRUE(first->test());
+  std::vector<float> expected_whole = values(r, 30), expected_reduced(10, 0.0f);
+  for (int i = 0; i < 20; ++i) expected_whole[size_t(i)] = 0.0f;
+  for (int q = 0; q < n; ++q) {
+    const auto v = values(q, 30);
+    for (int i = 0; i < 20; ++i) expected_whole[size_t(i)] += v[size_t(i)];
+    for (int i = 0; i < 10; ++i) expected_reduced[size_t(i)] += v[size_t(20 + i)];
+  }
+  EXPECT_EQ(whole.to_vector<float>(), expected_whole);
+  if (r == 0) {
+    EXPECT_EQ(reduced.to_vector<float>(), expected_reduced);
+  }
+
   Tensor b = on_gpu(values(r, 5));
   comm->broadcast(b, n - 1);
   EXPECT_EQ(b.to_vector<float>(), values(n - 1, 5));
