@@ -78,6 +78,12 @@ TEST(Cli, BenchPrintsTheDocumentedJson) {
   EXPECT_GT(j["peak_memory_bytes"].get<double>(), j["activation_bytes"].get<double>());
 }
 
+TEST(Cli, BenchRunsSequencesBeyondThePresetsLimitWhenAsked) {
+  CliResult r = run_hone("bench --model llama_tiny --batch-size 1 --seq-len 300 --max-seq-len 300 --steps 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(last_line(r.out))["seq_len"], 300);
+}
+
 TEST(Cli, MemoryEstimateIsWithinTenPercentOfThePeak) {
   for (const char* extra : {"", " --activation-checkpointing", " --dtype bf16"}) {
     CliResult r = run_hone(std::string("bench --model llama_tiny --batch-size 4 --seq-len 128 --steps 2") + extra);
@@ -137,6 +143,11 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_FALSE(r.err.empty()) << args;
   }
+  const CliResult too_long = run_hone("bench --model llama_tiny --seq-len 300 --steps 1");
+  EXPECT_EQ(too_long.status, 2);
+  EXPECT_NE(too_long.err.find("--seq-len 300 is longer than llama_tiny's max_seq_len 256: raise it with --max-seq-len"),
+            std::string::npos)
+      << too_long.err;
   CliResult r = run_hone("bench --model no_such_model");
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("llama_tiny"), std::string::npos) << "the error should list the valid names: " << r.err;

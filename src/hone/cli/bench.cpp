@@ -1,4 +1,5 @@
-// hone bench --model NAME --batch-size B --seq-len T --dtype fp32|bf16 --steps N [--threads K] [--device cpu|cuda]
+// hone bench --model NAME --batch-size B --seq-len T [--max-seq-len L] --dtype fp32|bf16 --steps N [--threads K]
+//            [--device cpu|cuda] [--activation-checkpointing]
 #include <fmt/core.h>
 
 #include "hone/cli/commands.hpp"
@@ -10,7 +11,7 @@ namespace hone::cli {
 Command add_bench(CLI::App& app) {
   struct Args {
     std::string model = "llama_tiny", dtype = "fp32", device = "cpu";
-    int64_t batch_size = 4, seq_len = 256, steps = 10;
+    int64_t batch_size = 4, seq_len = 256, max_seq_len = 0, steps = 10;
     int threads = 0;
     bool checkpointing = false;
   };
@@ -21,6 +22,9 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--batch-size", args->batch_size, "Sequences per step")->capture_default_str();
   sub->add_option("--seq-len", args->seq_len, "Tokens per sequence")->capture_default_str();
+  sub->add_option("--max-seq-len", args->max_seq_len,
+                  "The model's longest sequence (default: the preset's); with RoPE or ALiBi any length runs, learned "
+                  "positions grow their table");
   sub->add_option("--dtype", args->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
   sub->add_option("--steps", args->steps, "Timed steps (after one warm-up step)")->capture_default_str();
   sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->capture_default_str();
@@ -29,6 +33,10 @@ Command add_bench(CLI::App& app) {
   return [args] {
     BenchOptions o;
     o.model = model_preset(args->model);
+    if (args->max_seq_len > 0) o.model.max_seq_len = args->max_seq_len;
+    HONE_CHECK(args->seq_len <= o.model.max_seq_len,
+               "--seq-len {} is longer than {}'s max_seq_len {}: raise it with --max-seq-len", args->seq_len,
+               args->model, o.model.max_seq_len);
     o.batch_size = args->batch_size;
     o.seq_len = args->seq_len;
     o.dtype = parse_dtype(args->dtype);
