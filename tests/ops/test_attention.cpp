@@ -112,6 +112,44 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                                            Case{2, 9, 4, 1, 4, false},    // MQA, one partial tile
                                            Case{1, 64, 4, 2, 8, true}));  // exactly one tile
 
+// Packed samples over several tiles: key tiles wholly inside every window take
+// the kernel's unmasked path, tiles cut by a sample boundary the masked one.
+// Each sample's rows (outputs and gradients) equal the sample run alone.
+TEST(Attention, PackedSamplesAcrossTilesEqualEachSampleAlone) {
+  for (const bool alibi : {false, true}) {
+    const Case c{1, 220, 4, 2, 8, alibi};
+    const std::vector<int64_t> lengths = {30, 150, 40};  // 150 spans three tiles, boundaries mid-tile
+    const int64_t width = (c.heads + 2 * c.kv_heads) * c.head_dim, out_width = c.heads * c.head_dim;
+    const Tensor qkv = random_tensor({1, c.seq, width}, DType::f64, 5, 1.5);
+    const Tensor probe = random_tensor({1, c.seq, out_width}, DType::f64, 6);
+    std::vector<int32_t> positions;
+    for (int64_t n : lengths)
+      for (int64_t i = 0; i < n; ++i) positions.push_back(int32_t(i));
+    const Tensor packed_positions = Tensor::from(positions, {1, c.seq});
+    const Tensor slopes = slopes_for(c);
+    Tensor out = Tensor::empty({1, c.seq, out_width}, DType::f64), lse = Tensor::empty({1, c.heads, c.seq}, DType::f64);
+    Tensor d_qkv = Tensor::empty(qkv.shape(), DType::f64);
+    ops::attention_forward(qkv, out, lse, slopes, heads_of(c), packed_positions);
+    ops::attention_backward(probe, qkv, out, lse, slopes, d_qkv, heads_of(c), packed_positions);
+
+    int64_t start = 0;
+    for (int64_t n : lengths) {
+      const Tensor q = qkv.view({c.seq * width}).slice(start * width, {1, n, width}).clone();
+      const Tensor p = probe.view({c.seq * out_width}).slice(start * out_width, {1, n, out_width}).clone();
+      Tensor o = Tensor::empty({1, n, out_width}, DType::f64), l = Tensor::empty({1, c.heads, n}, DType::f64);
+      Tensor dq = Tensor::empty({1, n, width}, DType::f64);
+      ops::attention_forward(q, o, l, slopes, heads_of(c));
+      ops::attention_backward(p, q, o, l, slopes, dq, heads_of(c));
+      const std::string what = fmt::format("sample at {} ({}ALiBi)", start, alibi ? "" : "no ");
+      expect_close(out.view({c.seq * out_width}).slice(start * out_width, {1, n, out_width}), o, 1e-12,
+                   "packed output, " + what);
+      expect_close(d_qkv.view({c.seq * width}).slice(start * width, {1, n, width}), dq, 1e-12,
+                   "packed gradient, " + what);
+      start += n;
+    }
+  }
+}
+
 TEST(Attention, RejectsHeadsThatDoNotGroup) {
   Tensor qkv = Tensor::zeros({1, 4, (3 + 4) * 4}, DType::f32);
   Tensor out = Tensor::zeros({1, 4, 3 * 4}, DType::f32), lse = Tensor::zeros({1, 3, 4}, DType::f32);

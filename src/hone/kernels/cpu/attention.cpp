@@ -44,6 +44,21 @@ void tile_scores(const C* q, const C* kt, C* scores, int64_t q_rows, int64_t k_r
                  int64_t q_start, int64_t k_start, C slope, const int64_t* window_start) {
   std::fill(scores, scores + q_rows * kTile, C(0));
   tile_gemm(q, head_dim, kt, kTile, scores, kTile, q_rows, k_rows, head_dim);
+  // Most tiles lie wholly inside every query's window: nothing to mask there,
+  // and without ALiBi nothing to add.
+  const bool all_visible =
+      k_start + k_rows - 1 <= q_start &&
+      (!window_start || *std::max_element(window_start, window_start + q_rows) <= k_start);
+  if (all_visible) {
+    if (slope == C(0)) return;
+    for (int64_t i = 0; i < q_rows; ++i) {
+      C* s = scores + i * kTile;
+      const C offset = C(k_start - (q_start + i));
+#pragma omp simd
+      for (int64_t j = 0; j < k_rows; ++j) s[j] += slope * (offset + C(j));
+    }
+    return;
+  }
   for (int64_t i = 0; i < q_rows; ++i) {
     C* s = scores + i * kTile;
     const int64_t q_pos = q_start + i, first_key = window_start ? window_start[i] : 0;
