@@ -104,9 +104,34 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
   const int64_t q_tiles = (seq + kTile - 1) / kTile;
   const C scale = C(dims.scale);
 
+  // Every query tile of every head in a group reads the same key and value
+  // tiles: they are converted once, keys scaled and transposed for the Q·Kᵀ
+  // tiles ([tile][head_dim][kTile]), values as they are ([position][head_dim]).
+  // Scratch outside the activation arena: 2·B·KV·T·hd compute-type elements.
+  const int64_t k_tiles = q_tiles;
+  std::vector<C> keys_t(size_t(dims.batch * KV * k_tiles * hd * kTile)), values(size_t(dims.batch * KV * seq * hd));
 #pragma omp parallel
   {
-    std::vector<C> q(size_t(kTile * hd)), kt(size_t(hd * kTile)), k(size_t(kTile * hd)), v(size_t(kTile * hd));
+    std::vector<C> k(size_t(kTile * hd));
+#pragma omp for collapse(3) schedule(static)
+    for (int64_t b = 0; b < dims.batch; ++b) {
+      for (int64_t kvh = 0; kvh < KV; ++kvh) {
+        for (int64_t tile = 0; tile < k_tiles; ++tile) {
+          const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
+          const int64_t k_start = tile * kTile, k_rows = std::min(kTile, seq - k_start);
+          const int64_t head = b * KV + kvh;
+          load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
+          transpose_tile(k.data(), hd, keys_t.data() + (head * k_tiles + tile) * hd * kTile, k_rows, hd, scale);
+          load_tile<T>(values.data() + (head * seq + k_start) * hd, k_rows, hd,
+                       [&](int64_t r) { return view.v(k_start + r, kvh); });
+        }
+      }
+    }
+  }
+
+#pragma omp parallel
+  {
+    std::vector<C> q(size_t(kTile * hd));
     std::vector<C> scores(size_t(kTile * kTile)), acc(size_t(kTile * hd)), row_max(kTile), row_sum(kTile);
     int64_t starts[kTile];
 #pragma omp for collapse(3) schedule(dynamic)
@@ -114,7 +139,7 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
       for (int64_t h = 0; h < H; ++h) {
         for (int64_t qt = 0; qt < q_tiles; ++qt) {
           const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
-          const int64_t kvh = h / group;
+          const int64_t kvh = h / group, head = b * KV + kvh;
           const int64_t q_start = qt * kTile, q_rows = std::min(kTile, seq - q_start);
           const C slope = alibi_slopes ? alibi_slopes[h] : C(0);
           load_tile<T>(q.data(), q_rows, hd, [&](int64_t r) { return view.q(q_start + r, h); });
@@ -126,10 +151,9 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           // Causal: keys up to the last query of this tile, from the earliest sample start.
           for (int64_t k_start = first_key / kTile * kTile; k_start < q_start + q_rows; k_start += kTile) {
             const int64_t k_rows = std::min(kTile, seq - k_start);
-            load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
-            transpose_tile(k.data(), hd, kt.data(), k_rows, hd, scale);
-            load_tile<T>(v.data(), k_rows, hd, [&](int64_t r) { return view.v(k_start + r, kvh); });
-            tile_scores(q.data(), kt.data(), scores.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
+            const C* kt = keys_t.data() + (head * k_tiles + k_start / kTile) * hd * kTile;
+            const C* v = values.data() + (head * seq + k_start) * hd;
+            tile_scores(q.data(), kt, scores.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
             for (int64_t i = 0; i < q_rows; ++i) {
               C* s = scores.data() + i * kTile;
               C tile_max = -std::numeric_limits<C>::infinity();
@@ -150,7 +174,7 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
 #pragma omp simd
               for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
             }
-            tile_gemm(scores.data(), kTile, v.data(), hd, acc.data(), hd, q_rows, hd, k_rows);  // acc += P·V
+            tile_gemm(scores.data(), kTile, v, hd, acc.data(), hd, q_rows, hd, k_rows);  // acc += P·V
           }
           for (int64_t i = 0; i < q_rows; ++i) {
             const int64_t pos = q_start + i;
@@ -179,10 +203,12 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
   // head and of the query heads that read it, so no two tasks write one place.
 #pragma omp parallel
   {
-    std::vector<C> q(size_t(kTile * hd)), k(size_t(kTile * hd)), kt(size_t(hd * kTile)), vt(size_t(hd * kTile));
-    std::vector<C> v(size_t(kTile * hd)), dout(size_t(kTile * hd)), probs(size_t(kTile * kTile));
-    std::vector<C> dprobs(size_t(kTile * kTile)), transposed(size_t(kTile * kTile));
+    std::vector<C> k(size_t(kTile * hd)), kt(size_t(hd * kTile)), vt(size_t(hd * kTile)), v(size_t(kTile * hd));
+    std::vector<C> probs(size_t(kTile * kTile)), dprobs(size_t(kTile * kTile)), transposed(size_t(kTile * kTile));
     std::vector<C> dk(size_t(kTile * hd)), dv(size_t(kTile * hd)), dq, delta;
+    // The group's queries and output gradients, converted once per task
+    // ([group][seq][head_dim]): every key tile reads them again.
+    std::vector<C> queries, d_outs;
     int64_t starts[kTile];
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < dims.batch; ++b) {
@@ -194,13 +220,18 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
         // delta[g][i] = dO_i · O_i, the softmax-backward correction per query.
         dq.assign(size_t(group * seq * hd), C(0));
         delta.assign(size_t(group * seq), C(0));
+        queries.resize(size_t(group * seq * hd));
+        d_outs.resize(size_t(group * seq * hd));
         for (int64_t g = 0; g < group; ++g) {
           const int64_t h = kvh * group + g;
+          load_tile<T>(queries.data() + g * seq * hd, seq, hd, [&](int64_t r) { return view.q(r, h); });
+          load_tile<T>(d_outs.data() + g * seq * hd, seq, hd,
+                       [&](int64_t r) { return d_out_b + r * out_stride + h * hd; });
           for (int64_t i = 0; i < seq; ++i) {
-            const T* dout_i = d_out_b + i * out_stride + h * hd;
+            const C* dout_i = d_outs.data() + (g * seq + i) * hd;
             const T* out_i = out_b + i * out_stride + h * hd;
             C sum = 0;
-            for (int64_t d = 0; d < hd; ++d) sum += load(dout_i[d]) * load(out_i[d]);
+            for (int64_t d = 0; d < hd; ++d) sum += dout_i[d] * load(out_i[d]);
             delta[size_t(g * seq + i)] = sum;
           }
         }
@@ -219,10 +250,10 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
             // Causal: only query tiles that reach this key tile.
             for (int64_t q_start = k_start; q_start < seq; q_start += kTile) {
               const int64_t q_rows = std::min(kTile, seq - q_start);
-              load_tile<T>(q.data(), q_rows, hd, [&](int64_t r) { return view.q(q_start + r, h); });
-              load_tile<T>(dout.data(), q_rows, hd, [&](int64_t r) { return d_out_b + (q_start + r) * out_stride + h * hd; });
+              const C* q = queries.data() + (g * seq + q_start) * hd;
+              const C* dout = d_outs.data() + (g * seq + q_start) * hd;
               window_starts(dims, b, q_start, q_rows, starts);
-              tile_scores(q.data(), kt.data(), probs.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
+              tile_scores(q, kt.data(), probs.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
               // P = exp(S - lse): the forward pass's probabilities (masked: exactly 0).
               for (int64_t i = 0; i < q_rows; ++i) {
                 C* p = probs.data() + i * kTile;
@@ -232,7 +263,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
               }
               // dP = dO·Vᵀ, then dS = P ⊙ (dP - delta)·scale: the gradient of q·k.
               std::fill(dprobs.begin(), dprobs.begin() + q_rows * kTile, C(0));
-              tile_gemm(dout.data(), hd, vt.data(), kTile, dprobs.data(), kTile, q_rows, k_rows, hd);
+              tile_gemm(dout, hd, vt.data(), kTile, dprobs.data(), kTile, q_rows, k_rows, hd);
               for (int64_t i = 0; i < q_rows; ++i) {
                 const C* p = probs.data() + i * kTile;
                 C* ds = dprobs.data() + i * kTile;
@@ -242,9 +273,9 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
               }
               // dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K.
               transpose_tile(probs.data(), kTile, transposed.data(), q_rows, k_rows, C(1));  // [key][query]
-              tile_gemm(transposed.data(), kTile, dout.data(), hd, dv.data(), hd, k_rows, hd, q_rows);
+              tile_gemm(transposed.data(), kTile, dout, hd, dv.data(), hd, k_rows, hd, q_rows);
               transpose_tile(dprobs.data(), kTile, transposed.data(), q_rows, k_rows, C(1));
-              tile_gemm(transposed.data(), kTile, q.data(), hd, dk.data(), hd, k_rows, hd, q_rows);
+              tile_gemm(transposed.data(), kTile, q, hd, dk.data(), hd, k_rows, hd, q_rows);
               tile_gemm(dprobs.data(), kTile, k.data(), hd, dq.data() + (g * seq + q_start) * hd, hd, q_rows, hd,
                         k_rows);
             }
