@@ -34,8 +34,10 @@ void DataParallel::begin_reduction(const ParameterSet& params) {
   reducing_ = &params;
   slots_.clear();
   for (const Parameter& p : params.all()) slots_.push_back({&p});
-  std::sort(slots_.begin(), slots_.end(), [](const Slot& a, const Slot& b) { return a.param->offset < b.param->offset; });
-  bucket_elements_ = bucket_bytes_ > 0 ? std::max<int64_t>(1, bucket_bytes_ / dtype_size(params.grads().dtype())) : 0;
+  std::sort(slots_.begin(), slots_.end(),
+            [](const Slot& a, const Slot& b) { return a.param->offset < b.param->offset; });
+  const int64_t element_bytes = int64_t(dtype_size(params.grads().dtype()));
+  bucket_elements_ = bucket_bytes_ > 0 ? std::max<int64_t>(1, bucket_bytes_ / element_bytes) : 0;
   buckets_started_ = 0;
   if (zero_ == 2 && size() > 1 && !grad_shard_.defined()) {
     const Tensor& grads = params.grads();
@@ -81,7 +83,8 @@ void DataParallel::start_buckets(bool everything) {
     int64_t elements = 0;
     for (; j < n && ready(slots_[j]); ++j) elements += slots_[j].param->value.numel();
     if (everything || elements >= bucket_elements_) {
-      start_bucket(i == 0 ? 0 : slots_[i].param->offset, j == n ? reducing_->grads().numel() : slots_[j].param->offset);
+      const int64_t end = j == n ? reducing_->grads().numel() : slots_[j].param->offset;
+      start_bucket(i == 0 ? 0 : slots_[i].param->offset, end);
       for (size_t k = i; k < j; ++k) slots_[k].sent = true;
     }
     i = j;

@@ -49,7 +49,7 @@ class DataParallel {
   Tensor finish_reduction();
   // Collectives started so far by this step's reduction (for tests).
   int64_t buckets_started() const { return buckets_started_; }
-  // The global L2 norm of what reduce_gradients returned.
+  // The global L2 norm of what finish_reduction returned.
   double grad_norm(const Tensor& reduced) const;
   // After the optimizer updated this rank's shard (stages 1 and 2): every rank's
   // shard to every rank, then the compute copy refreshed.
