@@ -15,6 +15,7 @@
 #include "hone/core/error.hpp"
 #include "hone/dist/mpi_watchdog.hpp"
 #include "hone/kernels/cuda/check.hpp"
+#include "hone/kernels/cuda/runtime.hpp"
 
 namespace hone::dist {
 
@@ -115,6 +116,9 @@ ncclUniqueId tcp_rendezvous(const ProcessInfo& p, ncclUniqueId id, double timeou
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::world(const ProcessInfo& p, Device device) {
   const int index = p.local_world_size > 1 ? p.local_rank : device.index;
+  // hone's own kernels and allocations must run on this GPU too: its runtime
+  // would otherwise start on cuda:0 at first use (it throws if already elsewhere).
+  kernels::cuda::set_device(index);
   check_cuda(cudaSetDevice(index), "selecting the GPU of this rank");
   ncclUniqueId id{};
   if (p.rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
