@@ -298,6 +298,18 @@ TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroSta
   }
 }
 
+TEST_F(DataParallelRun, AccumulatedMicroBatchesReduceOnlyAfterTheLast) {
+  // 2 ranks × 2 micro-batches of 1 sample see the global batch of 4 that one
+  // process sees; the first micro-batch's gradients add up locally and go out
+  // with the last one's buckets.
+  ASSERT_EQ(train("single", 1, 4, 20, ""), 0) << log();
+  ASSERT_EQ(train("accumulated", 2, 1, 20, "",
+                  {"gradient_accumulation_steps=2", "distributed.zero=2", "distributed.bucket_mb=0.015625"}),
+            0)
+      << log();
+  expect_same_losses(losses("single"), losses("accumulated"));
+}
+
 TEST_F(DataParallelRun, ZeroCheckpointsResumeAtAnotherWorldSize) {
   // Two ranks at ZeRO stage 2 save at step 4; one process resumes there, and a
   // single process's checkpoint resumes on two ranks at stage 1: both continue
