@@ -25,11 +25,6 @@ Schema inference_schema() {
   return s;
 }
 
-namespace {
-
-
-}  // namespace
-
 InferenceModel load_inference_model(const Config& c) {
   const RunSettings run{.output_dir = "",
                         .seed = uint64_t(c.get<int64_t>("seed")),

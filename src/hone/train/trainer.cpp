@@ -111,7 +111,8 @@ int run_training(const Config& c, TrainingJob job) {
 
   auto save = [&] {
     state.data_state = train.state();
-    const std::string folder = world.save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n, job.companion_files);
+    const std::string folder =
+        world.save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n, job.companion_files);
     console.line(fmt::format("step {}: checkpoint {}", state.step, folder));
   };
   auto run_evaluation = [&] {
