@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 #include <cstdio>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
 #include "support/check.hpp"
 
 namespace hone::test {
@@ -34,13 +34,6 @@ CliResult run_hone(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), err)) > 0) r.err.append(buf.data(), n);
   fclose(err);
   return r;
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 std::string last_line(const std::string& text) {
@@ -121,15 +114,15 @@ TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   const CliResult cp = run_hone("cp llama3_2/1B_lora " + dest);
   ASSERT_EQ(cp.status, 0) << cp.err;
   EXPECT_EQ(cp.out, "copied llama3_2/1B_lora to " + dest + "\n");
-  const std::string copied = file_text(dest);
-  EXPECT_EQ(copied, file_text(source_path("configs/llama3_2/1B_lora.yaml")));
+  const std::string copied = read_file(dest);
+  EXPECT_EQ(copied, read_file(source_path("configs/llama3_2/1B_lora.yaml")));
   const CliResult v = run_hone("validate " + dest);
   EXPECT_EQ(v.status, 0) << v.err;
   // An existing file is left alone; an unknown name gets a suggestion.
   const CliResult again = run_hone("cp llama3_2/1B_lora " + dest);
   EXPECT_EQ(again.status, 2);
   EXPECT_NE(again.err.find("exists"), std::string::npos) << again.err;
-  EXPECT_EQ(file_text(dest), copied);
+  EXPECT_EQ(read_file(dest), copied);
   const CliResult typo = run_hone("cp llama3_2/1B_lorra " + dest + ".other");
   EXPECT_EQ(typo.status, 2);
   EXPECT_NE(typo.err.find("did you mean 'llama3_2/1B_lora'"), std::string::npos) << typo.err;

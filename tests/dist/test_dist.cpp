@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <sys/wait.h>
@@ -18,6 +17,7 @@
 #include "hone/dist/environment.hpp"
 #include "hone/dist/mesh.hpp"
 #include "hone/dist/plan.hpp"
+#include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
 #include "hone/model/activations.hpp"
 #include "support/check.hpp"
 
@@ -324,10 +324,7 @@ TEST(Jobs, LaunchStartsRanksWithTorchrunEnvironmentAndPrefixesTheirOutput) {
   ASSERT_EQ(j.status, 0) << j.output;
   EXPECT_NE(j.output.find("[rank 0] rank 0 of 2 (mpi, RANK=0, LOCAL_RANK=0): sum 3\n"), std::string::npos) << j.output;
   EXPECT_NE(j.output.find("[rank 1] rank 1 of 2 (mpi, RANK=1, LOCAL_RANK=1): sum 3\n"), std::string::npos) << j.output;
-  std::ifstream log(logs + "/rank_1.log");
-  std::stringstream text;
-  text << log.rdbuf();
-  EXPECT_EQ(text.str(), "rank 1 of 2 (mpi, RANK=1, LOCAL_RANK=1): sum 3\n");
+  EXPECT_EQ(read_file(logs + "/rank_1.log"), "rank 1 of 2 (mpi, RANK=1, LOCAL_RANK=1): sum 3\n");
 }
 
 TEST(Jobs, LaunchNamesTheRankThatFailed) {

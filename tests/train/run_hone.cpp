@@ -7,7 +7,6 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 namespace hone::test {
 
@@ -59,13 +58,6 @@ int wait_for(const Process& p) {
 
 int run_hone_to_log(const std::vector<std::string>& args, const std::string& log_path) {
   return wait_for(start_hone(args, log_path));
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 std::map<int64_t, double> train_losses(const std::string& run_dir) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
+
 namespace hone::test {
 
 struct Process {
@@ -26,7 +28,6 @@ struct TerminalRun {
   std::string screen;
 };
 TerminalRun run_hone_on_terminal(const std::vector<std::string>& args);
-std::string read_file(const std::string& path);
 // The train losses (loss/train/total) of the run in run_dir, by step, from its metrics.jsonl.
 std::map<int64_t, double> train_losses(const std::string& run_dir);
 
