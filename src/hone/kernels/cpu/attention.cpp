@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "hone/core/error.hpp"
@@ -109,7 +110,9 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
   // tiles ([tile][head_dim][kTile]), values as they are ([position][head_dim]).
   // Scratch outside the activation arena: 2·B·KV·T·hd compute-type elements.
   const int64_t k_tiles = q_tiles;
-  std::vector<C> keys_t(size_t(dims.batch * KV * k_tiles * hd * kTile)), values(size_t(dims.batch * KV * seq * hd));
+  // Not zeroed: every element a tile product reads is written first.
+  const auto keys_t = std::make_unique_for_overwrite<C[]>(size_t(dims.batch * KV * k_tiles * hd * kTile));
+  const auto values = std::make_unique_for_overwrite<C[]>(size_t(dims.batch * KV * seq * hd));
 #pragma omp parallel
   {
     std::vector<C> k(size_t(kTile * hd));
@@ -121,8 +124,8 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           const int64_t k_start = tile * kTile, k_rows = std::min(kTile, seq - k_start);
           const int64_t head = b * KV + kvh;
           load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
-          transpose_tile(k.data(), hd, keys_t.data() + (head * k_tiles + tile) * hd * kTile, k_rows, hd, scale);
-          load_tile<T>(values.data() + (head * seq + k_start) * hd, k_rows, hd,
+          transpose_tile(k.data(), hd, keys_t.get() + (head * k_tiles + tile) * hd * kTile, k_rows, hd, scale);
+          load_tile<T>(values.get() + (head * seq + k_start) * hd, k_rows, hd,
                        [&](int64_t r) { return view.v(k_start + r, kvh); });
         }
       }
@@ -151,8 +154,8 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           // Causal: keys up to the last query of this tile, from the earliest sample start.
           for (int64_t k_start = first_key / kTile * kTile; k_start < q_start + q_rows; k_start += kTile) {
             const int64_t k_rows = std::min(kTile, seq - k_start);
-            const C* kt = keys_t.data() + (head * k_tiles + k_start / kTile) * hd * kTile;
-            const C* v = values.data() + (head * seq + k_start) * hd;
+            const C* kt = keys_t.get() + (head * k_tiles + k_start / kTile) * hd * kTile;
+            const C* v = values.get() + (head * seq + k_start) * hd;
             tile_scores(q.data(), kt, scores.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
             for (int64_t i = 0; i < q_rows; ++i) {
               C* s = scores.data() + i * kTile;
