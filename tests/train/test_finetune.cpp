@@ -268,6 +268,8 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
                             root_ + "/carry_generate.log"),
             0)
       << read_file(root_ + "/carry_generate.log");
+  EXPECT_NE(read_file(root_ + "/carry_generate.log").find("Hello"), std::string::npos)
+      << "the prompt and its completion: " << read_file(root_ + "/carry_generate.log");
   ASSERT_EQ(run_hone_to_log({"convert", root_ + "/base", root_ + "/base_hf", "--to", "hf"}, root_ + "/carry_convert.log"),
             0)
       << read_file(root_ + "/carry_convert.log");
