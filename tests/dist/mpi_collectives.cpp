@@ -126,6 +126,24 @@ TEST_P(Collectives, StartedReductionsCompleteInAnyOrderOfWaiting) {
   }
 }
 
+TEST_P(Collectives, StartedGathersCompleteInAnyOrderOfWaiting) {
+  // What ZeRO-3 does: a layer's groups gathered at once, the next layer's
+  // started while the first is in use.
+  auto comm = world();
+  const int size = comm->size(), rank = comm->rank();
+  const Tensor a = filled(GetParam(), 100, rank), b = filled(GetParam(), 50, rank, 100);
+  Tensor gathered = Tensor::zeros(Shape{150 * size}, GetParam());
+  auto first = comm->start_all_gather(a, gathered.slice(0, Shape{100 * size}));
+  auto second = comm->start_all_gather(b, gathered.slice(100 * size, Shape{50 * size}));
+  second->wait();
+  first->wait();
+  const std::vector<double> got = gathered.to_vector<double>();
+  for (int r = 0; r < size; ++r) {
+    for (int64_t i = 0; i < 100; ++i) ASSERT_EQ(got[size_t(r * 100 + i)], value(r, i)) << "rank " << r;
+    for (int64_t i = 0; i < 50; ++i) ASSERT_EQ(got[size_t(100 * size + r * 50 + i)], value(r, 100 + i)) << "rank " << r;
+  }
+}
+
 TEST_P(Collectives, BroadcastCopiesTheRootsTensor) {
   auto comm = world();
   const int root = comm->size() - 1;

@@ -204,13 +204,20 @@ void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) 
   MPI_Reduce_scatter_block(input.raw(), output.raw(), n, type, MPI_SUM, comm_);
 }
 
-void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather(const Tensor& input, const Tensor& output) {
   check_cpu("all_gather", input);
   check_cpu("all_gather", output);
   check_chunked("all_gather", output, input, size_);
   const int n = mpi_count("all_gather", input.numel());
+  auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::all_gather, n);
   Watch w(*watched_, MpiOp::all_gather, n);
-  MPI_Allgather(input.raw(), n, move_type(input.dtype()), output.raw(), n, move_type(input.dtype()), comm_);
+  MPI_Iallgather(input.raw(), n, move_type(input.dtype()), output.raw(), n, move_type(input.dtype()), comm_,
+                 pending->request());
+  return pending;
+}
+
+void MpiCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  start_all_gather(input, output)->wait();
 }
 
 void MpiCommunicator::broadcast(const Tensor& t, int root) {

@@ -266,14 +266,20 @@ void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output)
   });
 }
 
-void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+std::unique_ptr<PendingCollective> NcclCommunicator::start_all_gather(const Tensor& input, const Tensor& output) {
   check_cuda_tensor("all_gather", input);
   check_cuda_tensor("all_gather", output);
   check_chunked("all_gather", output, input, size_);
-  finish("all_gather", [&] {
+  enqueue("all_gather", [&] {
     return ncclAllGather(input.raw(), output.raw(), size_t(input.numel()), nccl_type("all_gather", input.dtype()),
                          comm_, stream_);
   });
+  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); }, "all_gather",
+                                       stream_);
+}
+
+void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  start_all_gather(input, output)->wait();
 }
 
 void NcclCommunicator::reduce(const Tensor& input, const Tensor& output, int root) {
