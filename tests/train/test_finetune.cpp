@@ -1,5 +1,6 @@
 // The fine-tuning recipes end to end: a base model pretrained by hone, LoRA and
 // full fine-tuning on an instruct dataset, exact resume, PEFT and HF exports.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,13 @@ TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) 
   const auto a = losses("lora_one"), b = losses("lora_two");
   ASSERT_EQ(b.size(), 6u);
   for (const auto& [step, loss] : b) EXPECT_NEAR(loss, a.at(step), 1e-6) << "step " << step;
+  // ZeRO-3 would have to shard the frozen base; it says so instead.
+  std::replace(two.begin(), two.end(), std::string("distributed.zero=2"), std::string("distributed.zero=3"));
+  std::replace(two.begin(), two.end(), "output_dir=" + root_ + "/lora_two", "output_dir=" + root_ + "/lora_zero3");
+  EXPECT_EQ(run_hone_to_log(two, root_ + "/lora_zero3.log"), 2);
+  EXPECT_NE(read_file(root_ + "/lora_zero3.log").find("distributed.zero 3 with LoRA is not available yet"),
+            std::string::npos)
+      << read_file(root_ + "/lora_zero3.log");
 }
 
 TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
@@ -157,6 +165,26 @@ TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
   const auto l = losses("full");
   EXPECT_LT(l.at(20), l.at(1) - 1.0);
   EXPECT_TRUE(fs::exists(root_ + "/full/step_0000020/model.safetensors"));
+}
+
+TEST_F(FinetuneRun, FullFinetuneOnTwoRanksAtZero3ExportsTheWholeModel) {
+  // The ranks hold half of the weights each; the final checkpoint and the
+  // Hugging Face export gather them whole.
+  ASSERT_EQ(run_hone_to_log({"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone",
+                             "run", "full_finetune", "output_dir=" + root_ + "/zero3", "threads=1",
+                             "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,
+                             "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", "batch_size=2",
+                             "max_steps=4", "distributed.zero=3", "export.hf=" + root_ + "/zero3_hf",
+                             "export.dtype=fp32", "logging.tensorboard=false"},
+                            root_ + "/zero3.log"),
+            0)
+      << read_file(root_ + "/zero3.log");
+  const SafetensorsFile saved(root_ + "/zero3/step_0000004/model.safetensors");
+  const SafetensorsFile exported(root_ + "/zero3_hf/model.safetensors");
+  EXPECT_EQ(exported.load("model.embed_tokens.weight").to_vector<float>(),
+            saved.load("tok_embeddings.weight").to_vector<float>());
+  EXPECT_EQ(exported.load("model.layers.1.mlp.down_proj.weight").to_vector<float>(),
+            saved.load("layers.1.mlp.down.weight").to_vector<float>());
 }
 
 TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {

@@ -10,16 +10,21 @@ namespace hone::dist {
 
 DataParallel::DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes)
     : group_(group), zero_(zero_stage), device_(device), bucket_bytes_(bucket_bytes) {
-  HONE_ASSERT(zero_stage >= 0 && zero_stage <= 2);  // the config is checked where it is read (TrainingWorld)
+  HONE_ASSERT(zero_stage >= 0 && zero_stage <= 3);  // the config is checked where it is read (TrainingWorld)
 }
 
 DataParallel::~DataParallel() = default;
 
 std::pair<int64_t, int64_t> DataParallel::shard(int64_t padded) const {
-  if (zero_ == 0) return {0, padded};
+  if (zero_ == 0 || zero_ == 3) return {0, padded};
   HONE_ASSERT(padded % size() == 0);
   const int64_t chunk = padded / size();
   return {rank() * chunk, chunk};
+}
+
+FullyShardedParameters* DataParallel::shard_parameters(ParameterSet& params) {
+  if (zero_ == 3 && size() > 1 && !sharded_) sharded_ = std::make_unique<FullyShardedParameters>(group_, params);
+  return sharded_.get();
 }
 
 double DataParallel::sum(double local) const {
@@ -33,12 +38,16 @@ void DataParallel::begin_reduction(const ParameterSet& params) {
   HONE_ASSERT(reducing_ == nullptr && !params.frozen());
   reducing_ = &params;
   slots_.clear();
+  buckets_started_ = 0;
+  if (zero_ == 3) {  // the model's release of each layer reduces its gradients
+    bucket_elements_ = 0;
+    return;
+  }
   for (const Parameter& p : params.all()) slots_.push_back({&p});
   std::sort(slots_.begin(), slots_.end(),
             [](const Slot& a, const Slot& b) { return a.param->offset < b.param->offset; });
   const int64_t element_bytes = int64_t(dtype_size(params.grads().dtype()));
   bucket_elements_ = bucket_bytes_ > 0 ? std::max<int64_t>(1, bucket_bytes_ / element_bytes) : 0;
-  buckets_started_ = 0;
   if (zero_ == 2 && size() > 1 && !grad_shard_.defined()) {
     const Tensor& grads = params.grads();
     grad_shard_ = Tensor::empty({shard(grads.numel()).second}, grads.dtype(), grads.device());
@@ -81,7 +90,7 @@ void DataParallel::start_buckets(bool everything) {
     }
     size_t j = i;
     int64_t elements = 0;
-    for (; j < n && ready(slots_[j]); ++j) elements += slots_[j].param->value.numel();
+    for (; j < n && ready(slots_[j]); ++j) elements += slots_[j].param->shape.numel();
     if (everything || elements >= bucket_elements_) {
       const int64_t end = j == n ? reducing_->grads().numel() : slots_[j].param->offset;
       start_bucket(i == 0 ? 0 : slots_[i].param->offset, end);
@@ -110,13 +119,14 @@ void DataParallel::start_bucket(int64_t begin, int64_t end) {
 
 double DataParallel::grad_norm(const Tensor& reduced) const {
   const double local = ops::sum_squares(reduced);
-  // Stage 2 holds a shard: its squares add up across ranks; otherwise every rank
-  // holds the same full sum.
-  return std::sqrt(zero_ == 2 ? sum(local) : local);
+  // Stages 2 and 3 hold a shard: its squares add up across ranks; otherwise
+  // every rank holds the same full sum.
+  return std::sqrt(zero_ >= 2 ? sum(local) : local);
 }
 
 void DataParallel::gather_parameters(ParameterSet& params) {
-  if (zero_ == 0 || size() == 1) return;
+  if (sharded_) sharded_->release_all();
+  if (zero_ == 0 || zero_ == 3 || size() == 1) return;
   const Tensor& values = params.values();
   const auto [offset, count] = shard(values.numel());
   if (!value_shard_.defined()) value_shard_ = Tensor::empty({count}, values.dtype(), values.device());

@@ -1,9 +1,10 @@
 #pragma once
 // Data parallelism over the data-parallel group of the device mesh, with ZeRO
 // stage 0 (every rank holds everything), 1 (each rank keeps the optimizer state
-// of one shard of the flat parameter buffer) or 2 (gradients are reduced to the
-// shard's owner only, too). Every rank sees different data; gradients are
-// summed so that all ranks train on the mean over the global batch.
+// of one shard of the flat parameter buffer), 2 (gradients are reduced to the
+// shard's owner only, too) or 3 (the parameters themselves are sharded:
+// fully_sharded.hpp). Every rank sees different data; gradients are summed so
+// that all ranks train on the mean over the global batch.
 //
 // The gradients are reduced in buckets while the last backward pass of a step
 // runs: the model says when a layer's gradients are final, and as soon as final
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "hone/dist/communicator.hpp"
+#include "hone/dist/fully_sharded.hpp"
 #include "hone/model/parameters.hpp"
 
 namespace hone::dist {
@@ -22,7 +24,8 @@ namespace hone::dist {
 class DataParallel {
  public:
   // `device` holds the tensors the group reduces (CPU for MPI, CUDA for NCCL);
-  // zero_stage is 0, 1 or 2. bucket_bytes 0: one reduction after backward.
+  // zero_stage is 0, 1, 2 or 3. bucket_bytes 0: one reduction after backward
+  // (stage 3 reduces each layer's gradients as it is done, whatever the buckets).
   DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes = 0);
   ~DataParallel();
 
@@ -33,8 +36,13 @@ class DataParallel {
   Communicator& group() const { return group_; }
 
   // This rank's shard [offset, offset + count) of flat buffers of `padded`
-  // elements (a multiple of size()); the whole buffer at ZeRO stage 0.
+  // elements (a multiple of size()); the whole buffer at ZeRO stage 0, and at
+  // stage 3, where the stored buffers are already this rank's.
   std::pair<int64_t, int64_t> shard(int64_t padded) const;
+  // Stage 3 on several ranks: shards `params` (whole and equal on every rank)
+  // and returns what the model must acquire their units from; else null.
+  FullyShardedParameters* shard_parameters(ParameterSet& params);
+  FullyShardedParameters* fully_sharded() const { return sharded_.get(); }
   // The sum over ranks of one number per rank.
   double sum(double local) const;
 
@@ -45,14 +53,16 @@ class DataParallel {
   void gradients_final(std::span<Parameter* const> params);
   // Waits for every bucket. Returns the gradients summed over ranks: stage 0 and
   // 1: all of params.grads() (the returned tensor views it); stage 2: only this
-  // rank's shard, in a buffer of its own.
+  // rank's shard, in a buffer of its own; stage 3: params.grads(), this rank's
+  // stored chunks (each layer's were reduce-scattered there during backward).
   Tensor finish_reduction();
   // Collectives started so far by this step's reduction (for tests).
   int64_t buckets_started() const { return buckets_started_; }
   // The global L2 norm of what finish_reduction returned.
   double grad_norm(const Tensor& reduced) const;
   // After the optimizer updated this rank's shard (stages 1 and 2): every rank's
-  // shard to every rank, then the compute copy refreshed.
+  // shard to every rank, then the compute copy refreshed. Stage 3: gathered
+  // copies of the old weights are dropped (the next pass gathers new ones).
   void gather_parameters(ParameterSet& params);
 
  private:
@@ -71,6 +81,7 @@ class DataParallel {
   Device device_;
   int64_t bucket_bytes_;
   Tensor grad_shard_, value_shard_;  // stage 2 gradient shard; staging for the gather
+  std::unique_ptr<FullyShardedParameters> sharded_;  // stage 3
   // The reduction in progress: its parameters by flat-buffer offset, its collectives.
   const ParameterSet* reducing_ = nullptr;
   std::vector<Slot> slots_;

@@ -122,7 +122,7 @@ std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const s
                                                                          const Transformer& model,
                                                                          const AdamW& optimizer, int rank, int world) {
   const ParameterSet& trained = model.trainable_params();
-  if (optimizer.shard_offset() == 0 && optimizer.shard_count() == trained.values().numel()) {
+  if (optimizer.holds_everything()) {
     // Unsharded: every rank holds the same state, rank 0 writes it by parameter name.
     if (rank != 0) return std::nullopt;
     std::vector<NamedTensor> moments;
@@ -132,12 +132,14 @@ std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const s
     }
     return std::pair{std::string(kOptimizer), write_safetensors((fs::path(dir) / kOptimizer).string(), moments)};
   }
-  // ZeRO: each rank writes the flat range of the moments it owns.
+  // ZeRO: each rank writes the moments it owns and which runs of the flat layout
+  // they are: [[layout offset, index in the tensors, count], ...].
+  Json ranges = Json::array();
+  for (const ParameterSet::StoredRange& r : optimizer.moment_ranges()) ranges.push_back({r.offset, r.stored, r.count});
   const std::string name = optimizer_shard_file(rank, world);
   return std::pair{name, write_safetensors((fs::path(dir) / name).string(),
                                            {{"exp_avg", optimizer.exp_avg()}, {"exp_avg_sq", optimizer.exp_avg_sq()}},
-                                           {{"offset", std::to_string(optimizer.shard_offset())},
-                                            {"count", std::to_string(optimizer.shard_count())}})};
+                                           {{"ranges", ranges.dump()}})};
 }
 
 std::string finish_checkpoint(const std::string& run_dir, const std::string& dir, const Transformer& model,
@@ -307,18 +309,21 @@ void load_adapters(const std::string& folder, Transformer& model) {
 
 namespace {
 
-// Copies the part of flat range [src_offset, src_offset + src.numel()) that falls
-// inside the optimizer's shard into its moment buffer `dst`.
-void copy_overlap(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset) {
-  const int64_t lo = std::max(src_offset, dst_offset);
-  const int64_t hi = std::min(src_offset + src.numel(), dst_offset + dst.numel());
-  if (lo < hi) dst.slice(lo - dst_offset, {hi - lo}).copy_from(src.view({src.numel()}).slice(lo - src_offset, {hi - lo}));
+// Copies what the optimizer holds of flat-layout run [src_offset, src_offset +
+// src.numel()) into its moment buffer `moments`.
+void copy_overlap(const Tensor& src, int64_t src_offset, const Tensor& moments,
+                  const std::vector<ParameterSet::StoredRange>& held) {
+  const Tensor flat = src.view({src.numel()});
+  for (const ParameterSet::StoredRange& r : held) {
+    const int64_t lo = std::max(src_offset, r.offset), hi = std::min(src_offset + src.numel(), r.offset + r.count);
+    if (lo < hi) moments.slice(r.stored + (lo - r.offset), {hi - lo}).copy_from(flat.slice(lo - src_offset, {hi - lo}));
+  }
 }
 
 // The optimizer's moments from whichever layout the checkpoint has: by parameter
-// (unsharded runs) or flat ranges (ZeRO shards of any world size).
+// (unsharded runs) or runs of the flat layout (ZeRO shards of any world size and stage).
 void load_moments(const std::string& folder, const Transformer& model, AdamW& optimizer) {
-  const int64_t offset = optimizer.shard_offset();
+  const std::vector<ParameterSet::StoredRange> held = optimizer.moment_ranges();
   if (fs::exists(fs::path(folder) / kOptimizer)) {
     const SafetensorsFile file((fs::path(folder) / kOptimizer).string());
     for (const Parameter& p : model.trainable_params().all()) {
@@ -329,7 +334,7 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
                    dtype_name(stored.dtype()), stored.shape().str(), dtype_name(optimizer.exp_avg().dtype()),
                    p.shape.str());
         copy_overlap(stored, p.offset, std::string(moment) == "exp_avg" ? optimizer.exp_avg() : optimizer.exp_avg_sq(),
-                     offset);
+                     held);
       }
     }
     return;
@@ -339,11 +344,24 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("optimizer-") || !name.ends_with(".safetensors")) continue;
     const SafetensorsFile file(entry.path().string());
-    const int64_t begin = std::stoll(file.metadata().at("offset"));
+    const auto ranges = file.metadata().find("ranges");
+    HONE_CHECK(ranges != file.metadata().end(), "{}: no 'ranges' in its metadata (a shard from an older hone?)",
+               file.path());
     const Tensor m = file.load("exp_avg"), v = file.load("exp_avg_sq");
-    copy_overlap(m, begin, optimizer.exp_avg(), offset);
-    copy_overlap(v, begin, optimizer.exp_avg_sq(), offset);
-    covered += m.numel();
+    const Json list = Json::parse(ranges->second, nullptr, /*allow_exceptions=*/false);
+    HONE_CHECK(list.is_array(), "{}: its metadata 'ranges' is not a JSON list", file.path());
+    for (const Json& r : list) {
+      const bool triple = r.is_array() && r.size() == 3 && r[0].is_number_integer() && r[1].is_number_integer() &&
+                          r[2].is_number_integer();
+      HONE_CHECK(triple, "{}: metadata 'ranges' holds {}, not [offset, index, count]", file.path(), r.dump());
+      const int64_t offset = r[0].get<int64_t>(), at = r[1].get<int64_t>(), count = r[2].get<int64_t>();
+      HONE_CHECK(offset >= 0 && at >= 0 && count >= 0 && at + count <= m.numel() && m.numel() == v.numel(),
+                 "{}: range [{}, {}) of its metadata lies outside its {} moments", file.path(), at, at + count,
+                 m.numel());
+      copy_overlap(m.slice(at, {count}), offset, optimizer.exp_avg(), held);
+      copy_overlap(v.slice(at, {count}), offset, optimizer.exp_avg_sq(), held);
+      covered += count;
+    }
   }
   HONE_CHECK(covered >= model.trainable_params().numel(),
              "{}: the optimizer shards cover {} of {} parameters (a shard file is missing)", folder, covered,
@@ -352,7 +370,7 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
 
 }  // namespace
 
-TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
+void load_checkpoint_weights(const std::string& folder, Transformer& model) {
   HONE_CHECK(fs::exists(fs::path(folder) / kTrainerState),
              "{}: a model folder without training state ({}): a run can start from it (fine-tuning) but not resume it",
              folder, kTrainerState);
@@ -365,8 +383,10 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
                "{}: the checkpoint of a LoRA run; resume it with the same LoRA settings", folder);
     load_weights(ModelFolder(folder, &model.config()), model);
   }
-  load_moments(folder, model, optimizer);
+}
 
+TrainerState load_checkpoint_state(const std::string& folder, const Transformer& model, AdamW& optimizer) {
+  load_moments(folder, model, optimizer);
   const Json j = read_json_file((fs::path(folder) / kTrainerState).string());
   TrainerState state;
   state.step = j.at("step").get<int64_t>();
@@ -377,6 +397,11 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   state.config = j.at("config");
   optimizer.set_steps_taken(j.at("optimizer_steps").get<int64_t>());
   return state;
+}
+
+TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
+  load_checkpoint_weights(folder, model);
+  return load_checkpoint_state(folder, model, optimizer);
 }
 
 ModelConfig read_model_config(const std::string& folder) {

@@ -1,33 +1,45 @@
 #include "hone/model/parameters.hpp"
 
+#include <algorithm>
+
 #include "hone/ops/ops.hpp"
 
 namespace hone {
 
-Parameter& ParameterSet::declare(std::string name, const Shape& shape, bool decay) {
-  HONE_ASSERT(!values_.defined() && find(name) == nullptr);
+Parameter& ParameterSet::declare(std::string name, const Shape& shape, bool decay, int unit) {
+  HONE_ASSERT(!values_.defined() && find(name) == nullptr && unit >= 0);
   Parameter& p = params_.emplace_back();
   p.name = std::move(name);
   p.shape = shape;
   p.decay = decay;
+  p.unit = unit;
   return p;
+}
+
+int ParameterSet::units() const {
+  int units = 0;
+  for (const Parameter& p : params_) units = std::max(units, p.unit + 1);
+  return units;
 }
 
 void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads,
                             int64_t pad_multiple) {
   HONE_ASSERT(pad_multiple >= 1);
   int64_t total = 0;
-  for (bool decay : {true, false}) {
-    Group group{.offset = total, .count = 0, .decay = decay};
-    for (Parameter& p : params_) {
-      if (p.decay != decay) continue;
-      p.offset = total;
-      total += p.shape.numel();
+  for (int unit = 0; unit < units(); ++unit) {
+    for (bool decay : {true, false}) {
+      Group group{.offset = total, .decay = decay, .unit = unit, .stored = total};
+      for (Parameter& p : params_) {
+        if (p.unit != unit || p.decay != decay) continue;
+        p.offset = total;
+        total += p.shape.numel();
+      }
+      group.count = group.chunk = total - group.offset;
+      if (group.count > 0) groups_.push_back(group);
     }
-    group.count = total - group.offset;
-    if (group.count > 0) groups_.push_back(group);
   }
   numel_ = total;
+  compute_dtype_ = compute_dtype;
   const int64_t padded = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
   values_ = Tensor::zeros({padded}, master_dtype, device);
   if (with_grads) grads_ = Tensor::zeros({padded}, master_dtype, device);
@@ -54,6 +66,66 @@ const Parameter& ParameterSet::get(std::string_view name) const {
 
 Parameter& ParameterSet::get(std::string_view name) {
   return const_cast<Parameter&>(static_cast<const ParameterSet*>(this)->get(name));
+}
+
+std::vector<ParameterSet::StoredRange> ParameterSet::stored_ranges() const {
+  if (!sharded()) return {{.offset = 0, .stored = 0, .count = numel_}};
+  std::vector<StoredRange> ranges;
+  for (const Group& g : groups_) {
+    const int64_t begin = int64_t(rank_) * g.chunk, end = std::min(g.count, begin + g.chunk);
+    if (begin < end) ranges.push_back({.offset = g.offset + begin, .stored = g.stored, .count = end - begin});
+  }
+  return ranges;
+}
+
+void ParameterSet::shard(int rank, int world) {
+  HONE_ASSERT(values_.defined() && !sharded() && world >= 1 && rank >= 0 && rank < world);
+  if (world == 1) return;
+  rank_ = rank;
+  world_ = world;
+  int64_t stored = 0;
+  std::vector<int64_t> gathered(size_t(units()), 0);
+  for (Group& g : groups_) {
+    g.chunk = (g.count + world - 1) / world;
+    g.stored = stored;
+    stored += g.chunk;
+    g.gathered = gathered[size_t(g.unit)];
+    gathered[size_t(g.unit)] += g.chunk * world;
+  }
+  const Tensor whole = values_;
+  values_ = Tensor::zeros({stored}, whole.dtype(), whole.device());
+  for (const StoredRange& r : stored_ranges()) {
+    values_.slice(r.stored, {r.count}).copy_from(whole.slice(r.offset, {r.count}));
+  }
+  if (grads_.defined()) grads_ = Tensor::zeros({stored}, whole.dtype(), whole.device());
+  compute_ = Tensor();
+  for (Parameter& p : params_) p.value = p.grad = p.compute = Tensor();
+}
+
+int64_t ParameterSet::gathered_numel(int unit) const {
+  int64_t n = 0;
+  for (const Group& g : groups_) n += g.unit == unit ? g.chunk * world_ : 0;
+  return n;
+}
+
+void ParameterSet::attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads) {
+  HONE_ASSERT(sharded() && values.numel() == gathered_numel(unit));
+  for (Parameter& p : params_) {
+    if (p.unit != unit) continue;
+    const auto g = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) {
+      return g.unit == unit && g.decay == p.decay;
+    });
+    const int64_t at = g->gathered + (p.offset - g->offset);
+    p.value = values.slice(at, p.shape);
+    p.compute = compute.defined() ? compute.slice(at, p.shape) : p.value;
+    p.grad = grads.defined() ? grads.slice(at, p.shape) : Tensor();
+  }
+}
+
+void ParameterSet::detach(int unit) {
+  for (Parameter& p : params_) {
+    if (p.unit == unit) p.value = p.grad = p.compute = Tensor();
+  }
 }
 
 void ParameterSet::zero_grad() {

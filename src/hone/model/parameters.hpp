@@ -1,7 +1,10 @@
 #pragma once
 // ParameterSet: a model's named parameters in three flat buffers (master weights,
-// gradients, and the compute copy that GEMMs read), laid out so that the
-// weight-decayed parameters form one contiguous group and the others another.
+// gradients, and the compute copy that GEMMs read). The flat layout goes unit by
+// unit (a unit is what the model uses together: a layer, the embeddings, the
+// output head), and within a unit the weight-decayed parameters come first: each
+// (unit, decay) span is one group. ZeRO-3 shards every group over the ranks and
+// gathers a unit's groups just before the model uses them.
 #include <deque>
 #include <string>
 #include <string_view>
@@ -18,13 +21,29 @@ struct Parameter {
   Tensor value;       // master weights: fp32 (fp64 on the gradient-check path)
   Tensor grad;        // same dtype and shape as value; undefined when frozen
   Tensor compute;     // what the forward pass reads: `value` itself, or its bf16 copy
-  int64_t offset = 0; // position in the flat buffers
+  int unit = 0;       // the parameters a model uses together (Transformer: embeddings, a layer, the head)
+  int64_t offset = 0; // position in the flat layout
+};
+
+// Where a ParameterSet's units are between uses. The model acquires a unit before
+// it reads the unit's parameters and releases it afterwards; a sharded set
+// (ZeRO-3, dist/fully_sharded.hpp) gathers the unit from every rank on acquire
+// and frees it on release.
+class UnitResidency {
+ public:
+  virtual ~UnitResidency() = default;
+  // Makes the unit's parameters readable and, with_grads, gives them zeroed
+  // gradients to add to. `next` (-1: none) is the unit the model will acquire
+  // next: it may be fetched meanwhile.
+  virtual void acquire(int unit, bool with_grads, int next = -1) = 0;
+  // The model is done with the unit; gradients it was given are complete.
+  virtual void release(int unit) = 0;
 };
 
 class ParameterSet {
  public:
   // Declares a parameter; its storage comes with allocate().
-  Parameter& declare(std::string name, const Shape& shape, bool decay);
+  Parameter& declare(std::string name, const Shape& shape, bool decay, int unit = 0);
   // Allocates the flat buffers (zeroed) and points every parameter into them.
   // compute_dtype bf16 adds a bf16 copy of the weights; otherwise compute aliases value.
   // Without gradients the set is frozen: no gradient buffer exists at all. The
@@ -40,18 +59,48 @@ class ParameterSet {
   std::deque<Parameter>& all() { return params_; }
   const std::deque<Parameter>& all() const { return params_; }
 
-  // Contiguous spans of the flat buffers that share one weight-decay setting.
+  // The parameters of one unit that share one weight-decay setting.
   struct Group {
-    int64_t offset = 0, count = 0;
+    int64_t offset = 0, count = 0;  // in the flat layout
     bool decay = true;
+    int unit = 0;
+    // Where the stored buffers (values(), grads()) hold the group: unsharded, the
+    // whole group at `offset`; sharded, this rank's chunk (chunk = count / world,
+    // rounded up, the last rank's padded with zeros) at `stored`.
+    int64_t stored = 0, chunk = 0;
+    int64_t gathered = 0;  // sharded: where the group's world·chunk elements start in its unit's gathered buffers
   };
   const std::vector<Group>& groups() const { return groups_; }
 
-  // The flat buffers, padding included.
+  // The stored flat buffers, padding included: the whole layout, or this rank's
+  // chunks once sharded.
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }  // undefined when frozen
-  const Tensor& compute() const { return compute_; }  // undefined unless a separate copy exists
+  const Tensor& compute() const { return compute_; }  // undefined unless a separate copy exists (never sharded)
   int64_t numel() const { return numel_; }  // parameters, without the padding
+  DType compute_dtype() const { return compute_dtype_; }
+
+  // A run of the flat layout, [offset, offset + count), held at `stored` in the stored buffers.
+  struct StoredRange {
+    int64_t offset = 0, stored = 0, count = 0;
+  };
+  // What the stored buffers hold of the layout, padding excluded.
+  std::vector<StoredRange> stored_ranges() const;
+
+  // ZeRO-3: keeps only this rank's chunk of every group in values() and grads()
+  // (no compute copy: gathered units are cast). Parameters' tensors are undefined
+  // until attach() gives their unit gathered buffers. world 1: nothing changes.
+  void shard(int rank, int world);
+  bool sharded() const { return world_ > 1; }
+  int shard_world() const { return world_; }
+  int units() const;
+  // Elements of a unit's gathered buffers: each of its groups at world·chunk.
+  int64_t gathered_numel(int unit) const;
+  // Points the unit's parameters into gathered buffers of gathered_numel(unit)
+  // elements: master values, the compute copy (when compute_dtype() differs) and
+  // gradients (or undefined). detach() makes them undefined again.
+  void attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads);
+  void detach(int unit);
 
   void zero_grad();
   // Refreshes the compute copy from the master weights (after init or loading).
@@ -62,6 +111,8 @@ class ParameterSet {
   std::vector<Group> groups_;
   Tensor values_, grads_, compute_;
   int64_t numel_ = 0;
+  DType compute_dtype_ = DType::f32;
+  int rank_ = 0, world_ = 1;
 };
 
 }  // namespace hone

@@ -44,23 +44,25 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
 void Transformer::declare_parameters() {
   const ModelConfig& c = config_;
   const bool layernorm_bias = c.norm == NormKind::layernorm && c.norm_bias;
+  int unit = kEmbeddingUnit;
   auto norm = [&](const std::string& prefix, Parameter*& weight, Parameter*& bias) {
-    weight = &params_.declare(prefix + ".weight", {c.dim}, false);
-    if (layernorm_bias) bias = &params_.declare(prefix + ".bias", {c.dim}, false);
+    weight = &params_.declare(prefix + ".weight", {c.dim}, false, unit);
+    if (layernorm_bias) bias = &params_.declare(prefix + ".bias", {c.dim}, false, unit);
   };
   auto linear = [&](const std::string& prefix, int64_t out, int64_t in, Parameter*& weight, Parameter*& bias) {
-    weight = &params_.declare(prefix + ".weight", {out, in}, true);
-    if (c.linear_bias) bias = &params_.declare(prefix + ".bias", {out}, false);
+    weight = &params_.declare(prefix + ".weight", {out, in}, true, unit);
+    if (c.linear_bias) bias = &params_.declare(prefix + ".bias", {out}, false, unit);
   };
 
-  tok_embeddings_ = &params_.declare("tok_embeddings.weight", {c.vocab_size, c.dim}, true);
+  tok_embeddings_ = &params_.declare("tok_embeddings.weight", {c.vocab_size, c.dim}, true, unit);
   if (c.position == PositionKind::learned) {
-    pos_embeddings_ = &params_.declare("pos_embeddings.weight", {c.max_seq_len, c.dim}, true);
+    pos_embeddings_ = &params_.declare("pos_embeddings.weight", {c.max_seq_len, c.dim}, true, unit);
   }
   layers_.resize(size_t(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) {
     LayerParameters& l = layers_[size_t(i)];
     const std::string prefix = "layers." + std::to_string(i);
+    unit = layer_unit(i);
     norm(prefix + ".attn_norm", l.attn_norm_weight, l.attn_norm_bias);
     linear(prefix + ".attn.qkv", c.qkv_dim(), c.dim, l.qkv_weight, l.qkv_bias);
     linear(prefix + ".attn.out", c.dim, c.n_heads * c.head_dim(), l.out_weight, l.out_bias);
@@ -68,8 +70,10 @@ void Transformer::declare_parameters() {
     linear(prefix + ".mlp.up", c.mlp_up_dim(), c.dim, l.up_weight, l.up_bias);
     linear(prefix + ".mlp.down", c.dim, c.ffn_dim, l.down_weight, l.down_bias);
   }
+  unit = head_unit();
   norm("norm", final_norm_weight_, final_norm_bias_);
-  lm_head_ = c.tie_embeddings ? tok_embeddings_ : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true);
+  lm_head_ = c.tie_embeddings ? tok_embeddings_
+                              : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true, unit);
 }
 
 void Transformer::declare_lora() {
@@ -79,8 +83,9 @@ void Transformer::declare_lora() {
     const std::string prefix = t.layer < 0 ? "lora." : "layers." + std::to_string(t.layer) + ".lora.";
     LoraAdapter a{.module = t.module, .base = &params_.get(t.base), .a = nullptr, .b = nullptr,
                   .row_begin = t.row_begin, .rows = t.rows, .stream = ++stream, .u = Tensor()};
-    a.a = &lora_params_.declare(prefix + t.module + ".a", {lora.rank, t.in}, true);
-    a.b = &lora_params_.declare(prefix + t.module + ".b", {t.rows, lora.rank}, true);
+    const int unit = t.layer < 0 ? head_unit() : layer_unit(t.layer);
+    a.a = &lora_params_.declare(prefix + t.module + ".a", {lora.rank, t.in}, true, unit);
+    a.b = &lora_params_.declare(prefix + t.module + ".b", {t.rows, lora.rank}, true, unit);
     if (t.layer < 0) {
       output_adapters_.push_back(a);
       continue;
@@ -304,9 +309,16 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   const ModelConfig& c = config_;
   Activations& a = acts_;
 
+  const int64_t n = c.n_layers;
+  acquire(kEmbeddingUnit, false);
+  acquire(head_unit(), false, layer_unit(0));
   ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), a.layers[0].input,
                          positions);
-  for (int64_t i = 0; i < c.n_layers; ++i) forward_layer(i);
+  for (int64_t i = 0; i < n; ++i) {
+    acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : -1);
+    forward_layer(i);
+    release(layer_unit(i));
+  }
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
   project(a.final_norm, lm_head_, nullptr, output_adapters_, a.logits);
   if (!targets.defined()) return {};
@@ -350,6 +362,8 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   const auto gelu_kind =
       c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
 
+  acquire(head_unit(), true);
+  acquire(kEmbeddingUnit, true, layer_unit(c.n_layers - 1));
   ops::cross_entropy_backward(a.logits, targets_.view({a.batch * a.seq}), a.logits_lse, loss_scale);
   const Tensor& d_logits = a.logits;
   project_backward(d_logits, a.final_norm, lm_head_, nullptr, output_adapters_, a.d_norm);
@@ -361,6 +375,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     const LayerParameters& p = layers_[size_t(i)];
     const LayerActivations& l = a.layers[size_t(i)];
     auto& adapters = layer_adapters_[size_t(i)];
+    acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : -1);
     if (checkpointing_) forward_layer(i);  // refill the shared working set with layer i
     // MLP block; the residual gradient flows on unchanged and the branch adds to it.
     project_backward(a.d_residual, l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.d_mlp_act);
@@ -381,11 +396,14 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     project_backward(a.d_qkv, l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], a.d_norm);
     norm_backward(a.d_norm, l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm_mean, l.attn_norm_rstd,
                   a.d_residual);
+    release(layer_unit(i));
     if (on_final) on_final(trainable_in_layer(i));
   }
   if (tok_embeddings_->grad.defined()) {
     ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_), positions_);
   }
+  release(head_unit());
+  release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
 }
 

@@ -65,6 +65,17 @@ class Transformer {
   const ParameterSet& trainable_params() const { return lora_ ? lora_params_ : params_; }
   const std::optional<LoraConfig>& lora() const { return lora_; }
 
+  // The units of its parameter sets (ParameterSet): the embeddings, each layer,
+  // the output head (final norm, an untied output projection; LoRA: the adapters
+  // of each). A tied output projection stays with the embeddings.
+  static constexpr int kEmbeddingUnit = 0;
+  static int layer_unit(int64_t layer) { return int(layer) + 1; }
+  int head_unit() const { return int(config_.n_layers) + 1; }
+  // ZeRO-3: what makes the trainable units present while forward() and
+  // backward() run; the embeddings and head stay acquired from forward() to the
+  // end of backward(), layers one at a time. Null (the default): always present.
+  void set_residency(UnitResidency* residency) { residency_ = residency; }
+
   // Normal(0, init_std) matrices and embeddings, with the residual projections
   // scaled by 1/sqrt(2·n_layers) (GPT-2); norm weights 1, biases 0; LoRA adapters
   // as init_lora does.
@@ -136,6 +147,12 @@ class Transformer {
   // The trainable parameters of layer i (its adapters with LoRA); i = -1: of the
   // output head (final norm, an untied output projection, their adapters).
   std::vector<Parameter*> trainable_in_layer(int64_t i);
+  void acquire(int unit, bool with_grads, int next = -1) {
+    if (residency_) residency_->acquire(unit, with_grads, next);
+  }
+  void release(int unit) {
+    if (residency_) residency_->release(unit);
+  }
 
   ModelConfig config_;
   DType dtype_;
@@ -155,6 +172,7 @@ class Transformer {
   ParameterSet lora_params_;
   std::vector<std::array<std::vector<LoraAdapter>, kProjections>> layer_adapters_;
   std::vector<LoraAdapter> output_adapters_;
+  UnitResidency* residency_ = nullptr;
   bool training_ = true;
   uint64_t dropout_round_ = 0;
   uint64_t dropout_seed_ = 0;

@@ -36,8 +36,8 @@ void AdamW::step(double lr, double grad_scale, const Tensor& grads) {
   const Tensor shard_grads = grads.defined() ? grads : params_.grads().slice(offset_, {m_.numel()});
   HONE_ASSERT(shard_grads.numel() == m_.numel());
   for (const ParameterSet::Group& g : params_.groups()) {
-    // The part of this weight-decay group inside the shard.
-    const int64_t lo = std::max(g.offset, offset_), hi = std::min(g.offset + g.count, end);
+    // The part of this group's stored span inside the shard.
+    const int64_t lo = std::max(g.stored, offset_), hi = std::min(g.stored + g.chunk, end);
     if (lo >= hi) continue;
     ops::AdamWHyper hyper{.lr = lr,
                           .beta1 = config_.beta1,
@@ -51,6 +51,20 @@ void AdamW::step(double lr, double grad_scale, const Tensor& grads) {
     ops::adamw_update(params_.values().slice(lo, span), shard_grads.slice(lo - offset_, span),
                       m_.slice(lo - offset_, span), v_.slice(lo - offset_, span), hyper, compute);
   }
+}
+
+bool AdamW::holds_everything() const {
+  return !params_.sharded() && offset_ == 0 && m_.numel() == params_.values().numel();
+}
+
+std::vector<ParameterSet::StoredRange> AdamW::moment_ranges() const {
+  std::vector<ParameterSet::StoredRange> ranges;
+  const int64_t end = offset_ + m_.numel();
+  for (const ParameterSet::StoredRange& r : params_.stored_ranges()) {
+    const int64_t lo = std::max(r.stored, offset_), hi = std::min(r.stored + r.count, end);
+    if (lo < hi) ranges.push_back({.offset = r.offset + (lo - r.stored), .stored = lo - offset_, .count = hi - lo});
+  }
+  return ranges;
 }
 
 double grad_norm(const ParameterSet& params) { return std::sqrt(ops::sum_squares(params.grads())); }

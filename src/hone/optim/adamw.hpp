@@ -16,9 +16,10 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // Updates the elements [shard_offset, shard_offset + shard_count) of the flat
-  // parameter buffers and keeps moments for those only (ZeRO: each data-parallel
-  // rank owns one shard); by default all of them.
+  // Updates the elements [shard_offset, shard_offset + shard_count) of the stored
+  // flat parameter buffers and keeps moments for those only (ZeRO-1/2: each
+  // data-parallel rank owns one shard; ZeRO-3: the set itself is sharded and its
+  // stored buffers are this rank's part); by default all of them.
   AdamW(ParameterSet& params, AdamWConfig config, int64_t shard_offset = 0, int64_t shard_count = -1);
 
   // One update of the shard with learning rate `lr` from `grads` (the shard's
@@ -29,6 +30,10 @@ class AdamW {
   int64_t shard_offset() const { return offset_; }
   int64_t shard_count() const { return m_.numel(); }
 
+  // True when the moments cover every parameter in the flat layout's order (no ZeRO).
+  bool holds_everything() const;
+  // Which runs of the flat layout the moments hold (`stored`: index into exp_avg()).
+  std::vector<ParameterSet::StoredRange> moment_ranges() const;
   // Moments of the shard (flat, [shard_count]) and step count, for checkpoints.
   const Tensor& exp_avg() const { return m_; }
   const Tensor& exp_avg_sq() const { return v_; }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "hone/core/parallel.hpp"
 #include "hone/io/atomic_file.hpp"
@@ -60,6 +61,11 @@ int run_training(const Config& c, TrainingJob job) {
   data::BatchSource* valid = job.validation;
   const ModelConfig& model_config = model.config();
   model.set_activation_checkpointing(c.get<bool>("enable_activation_checkpointing"));
+  // Weights are loaded whole, then (ZeRO-3) sharded; the optimizer is built on what this rank keeps.
+  const std::optional<std::string> resume_from =
+      c.has("resume") ? find_checkpoint(run.output_dir, c.get<std::string>("resume")) : std::nullopt;
+  if (resume_from) load_checkpoint_weights(*resume_from, model);
+  world.shard_parameters(model);
   const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
   AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
   const LrSchedule schedule = lr_schedule_from(c, total_steps);
@@ -67,14 +73,12 @@ int run_training(const Config& c, TrainingJob job) {
 
   TrainerState state;
   state.config = c.tree();
-  if (c.has("resume")) {
-    if (auto folder = find_checkpoint(run.output_dir, c.get<std::string>("resume"))) {
-      state = load_checkpoint(*folder, model, optimizer);
-      train.restore(state.data_state);
-      console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
-    } else {
-      console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
-    }
+  if (resume_from) {
+    state = load_checkpoint_state(*resume_from, model, optimizer);
+    train.restore(state.data_state);
+    console.line(fmt::format("resumed from {} at step {}", *resume_from, state.step));
+  } else if (c.has("resume")) {
+    console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
   }
   if (world.is_main()) {
     AtomicFile resolved((fs::path(run.output_dir) / "config.yaml").string());
@@ -83,11 +87,12 @@ int run_training(const Config& c, TrainingJob job) {
   }
   for (const std::string& line : job.summary) console.line(line);
   if (world.size() > 1) {
-    // ZeRO: what this rank's optimizer holds (fp32 moments of its shard) against the whole.
-    const auto moments = [](int64_t elements) { return format_bytes(8.0 * double(elements)); };
-    const std::string zero = world.zero_stage() == 0 ? ""
-                             : fmt::format(", ZeRO stage {}: AdamW moments {} per rank (of {})", world.zero_stage(),
-                                           moments(shard_count), moments(model.trainable_params().numel()));
+    // ZeRO: what this rank holds (two fp32 numbers per element of its shard) against the whole.
+    const auto two_fp32 = [](int64_t elements) { return format_bytes(8.0 * double(elements)); };
+    std::string zero = world.zero_stage() == 0 ? ""
+                       : fmt::format(", ZeRO stage {}: AdamW moments {} per rank (of {})", world.zero_stage(),
+                                     two_fp32(shard_count), two_fp32(model.trainable_params().numel()));
+    if (world.zero_stage() == 3) zero += fmt::format(", master weights and gradients {} per rank", two_fp32(shard_count));
     console.line(fmt::format("ranks: {} ({}), data parallel{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI",
                              zero));
     console.line(world.bucket_bytes() > 0
@@ -228,7 +233,11 @@ int run_training(const Config& c, TrainingJob job) {
   console.line(fmt::format("done: step {} ({} this run, {}); checkpoints in {}, metrics in {}", state.step,
                            samples_this_run / global_batch, format_duration(wall), run.output_dir,
                            (fs::path(run.output_dir) / "metrics.jsonl").string()));
-  if (job.on_finish && !interrupted && world.is_main()) job.on_finish(console);
+  if (job.on_finish && !interrupted) {
+    world.gather_weights();  // exports read whole weights
+    if (world.is_main()) job.on_finish(console);
+    world.release_weights();
+  }
   return 0;
 }
 

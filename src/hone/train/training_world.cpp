@@ -14,8 +14,7 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
     : device_(device), zero_stage_(int(c.get<int64_t>("distributed.zero"))) {
   const int64_t tp = c.get<int64_t>("distributed.tp");
   HONE_CHECK(tp == 1, "{}: distributed.tp {}: tensor parallelism is not available yet (use 1)", c.origin(), tp);
-  HONE_CHECK(zero_stage_ >= 0 && zero_stage_ <= 2,
-             "{}: distributed.zero {}: stages 0, 1 and 2 are available (3, sharded parameters, is not yet)",
+  HONE_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, "{}: distributed.zero {}: the stages are 0, 1, 2 and 3",
              c.origin(), zero_stage_);
   const dist::ProcessInfo process = dist::discover_process();
   if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
@@ -29,12 +28,29 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
 
 TrainingWorld::~TrainingWorld() = default;
 
+void TrainingWorld::shard_parameters(Transformer& model) {
+  if (zero_stage_ != 3 || size() == 1) return;
+  HONE_CHECK(!model.lora(),
+             "distributed.zero 3 with LoRA is not available yet: the frozen base weights are not sharded; "
+             "use distributed.zero 2 (the adapters' gradients and optimizer state are sharded)");
+  model.set_residency(data_parallel_->shard_parameters(model.trainable_params()));
+}
+
+void TrainingWorld::gather_weights() const {
+  if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all();
+}
+
+void TrainingWorld::release_weights() const {
+  if (auto* sharded = data_parallel_->fully_sharded()) sharded->release_all();
+}
+
 std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Transformer& model,
                                            const AdamW& optimizer, const TrainerState& state,
                                            int64_t keep_last_n,
                                            const std::vector<std::string>& companion_files) const {
   if (size() == 1) return hone::save_checkpoint(run_dir, model, optimizer, state, keep_last_n, companion_files);
   if (is_main()) begin_checkpoint(run_dir, state.step);
+  gather_weights();  // rank 0 writes whole weights
   world_->barrier();
   const std::string dir = checkpoint_temp_folder(run_dir, state.step);
   const auto written = write_optimizer_state(dir, model, optimizer, rank(), size());
@@ -58,6 +74,7 @@ std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Tra
     folder = finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files,
                                companion_files);
   }
+  release_weights();
   world_->barrier();
   return folder;
 }

@@ -32,7 +32,15 @@ class TrainingWorld {
   int64_t bucket_bytes() const { return data_parallel_->bucket_bytes(); }
   // What the Transformer pads its trained flat buffers to, so that ZeRO cuts them
   // into equal shards.
-  int64_t pad_multiple() const { return zero_stage_ > 0 ? dp_size() : 1; }
+  int64_t pad_multiple() const { return zero_stage_ == 1 || zero_stage_ == 2 ? dp_size() : 1; }
+  // ZeRO-3 on several ranks: shards the model's trained weights (loaded whole
+  // and equal on every rank) so that each rank keeps its part and the model
+  // gathers each unit when it needs it. Otherwise nothing.
+  void shard_parameters(Transformer& model);
+  // Collective: makes a sharded model's weights whole on every rank until
+  // release_weights() (checkpoints and exports read them); nothing unsharded.
+  void gather_weights() const;
+  void release_weights() const;
   // The data-parallel training of train_step; null in a world of one process.
   dist::DataParallel* data_parallel() const { return size() > 1 ? data_parallel_.get() : nullptr; }
   // [offset, count) of the flat trained buffers this rank's optimizer updates.
