@@ -101,7 +101,8 @@ Schema training_schema() {
          "stop after this many steps in a row with a non-finite loss or gradient (each is skipped)"});
   s.add({"logging.tensorboard", ValueType::boolean, true, "write TensorBoard event files"});
   s.add({"distributed.zero", ValueType::integer, 0,
-         "ZeRO stage over data-parallel ranks: 0 (replicas), 1 (optimizer state sharded), 2 (and gradients)"});
+         "ZeRO stage over data-parallel ranks: 0 (replicas), 1 (optimizer state sharded), 2 (and gradients), "
+         "3 (and weights, gathered a layer at a time)"});
   s.add({"distributed.bucket_mb", ValueType::number, 25.0,
          "gradients reduced over ranks in buckets of this many MiB while backward runs (0: all at once after it)"});
   s.add({"distributed.tp", ValueType::integer, 1, "tensor-parallel ranks per model replica (only 1 for now)"});
