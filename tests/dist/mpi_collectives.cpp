@@ -126,17 +126,28 @@ TEST_P(Collectives, StartedReductionsCompleteInAnyOrderOfWaiting) {
   }
 }
 
-TEST_P(Collectives, StartedGathersCompleteInAnyOrderOfWaiting) {
+TEST_P(Collectives, StartedGathersAndReduceScattersCompleteInAnyOrderOfWaiting) {
   // What ZeRO-3 does: a layer's groups gathered at once, the next layer's
-  // started while the first is in use.
+  // started while the first is in use, and gradients reduce-scattered meanwhile.
   auto comm = world();
   const int size = comm->size(), rank = comm->rank();
+  const int64_t chunk = 37;
   const Tensor a = filled(GetParam(), 100, rank), b = filled(GetParam(), 50, rank, 100);
-  Tensor gathered = Tensor::zeros(Shape{150 * size}, GetParam());
+  const Tensor grads = filled(GetParam(), chunk * size, rank);
+  Tensor gathered = Tensor::zeros(Shape{150 * size}, GetParam()), sum = Tensor::zeros(Shape{chunk}, GetParam());
   auto first = comm->start_all_gather(a, gathered.slice(0, Shape{100 * size}));
+  auto scatter = comm->start_reduce_scatter(grads, sum);
   auto second = comm->start_all_gather(b, gathered.slice(100 * size, Shape{50 * size}));
+  scatter->test();
   second->wait();
   first->wait();
+  scatter->wait();
+  const std::vector<double> sums = sum.to_vector<double>();
+  for (int64_t j = 0; j < chunk; ++j) {
+    double expected = 0;
+    for (int r = 0; r < size; ++r) expected += value(r, rank * chunk + j);
+    ASSERT_EQ(sums[size_t(j)], expected) << "element " << j;
+  }
   const std::vector<double> got = gathered.to_vector<double>();
   for (int r = 0; r < size; ++r) {
     for (int64_t i = 0; i < 100; ++i) ASSERT_EQ(got[size_t(r * 100 + i)], value(r, i)) << "rank " << r;

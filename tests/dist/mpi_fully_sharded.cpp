@@ -73,6 +73,7 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneLayerGatheredAhead) {
     reference.backward(1.0 / double(expected.tokens));
     model.backward(1.0 / double(loss.tokens));
     EXPECT_EQ(sharded.gathered_units(), 0);
+    sharded.finish_reductions();
     EXPECT_EQ(counting.most, 4);  // the embeddings, the head, a layer and the next one
     for (const ParameterSet::StoredRange& r : params.stored_ranges()) {
       const std::vector<float> got = params.grads().slice(r.stored, {r.count}).to_vector<float>();

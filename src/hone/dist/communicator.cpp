@@ -50,6 +50,11 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce(const Tensor& inpu
   return std::make_unique<CompletedCollective>();
 }
 
+std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter(const Tensor& input, const Tensor& output) {
+  reduce_scatter(input, output);
+  return std::make_unique<CompletedCollective>();
+}
+
 std::unique_ptr<PendingCollective> Communicator::start_all_gather(const Tensor& input, const Tensor& output) {
   all_gather(input, output);
   return std::make_unique<CompletedCollective>();

@@ -55,11 +55,12 @@ class Communicator {
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
 
-  // all_reduce, reduce and all_gather without waiting, so that computation
+  // all_reduce, reduce, reduce_scatter and all_gather without waiting, so that computation
   // overlaps the transfer. Here: the blocking call, returned complete; MPI and
   // NCCL override them.
   virtual std::unique_ptr<PendingCollective> start_all_reduce(const Tensor& t);
   virtual std::unique_ptr<PendingCollective> start_reduce(const Tensor& input, const Tensor& output, int root);
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter(const Tensor& input, const Tensor& output);
   virtual std::unique_ptr<PendingCollective> start_all_gather(const Tensor& input, const Tensor& output);
   // Point to point; each send is matched by one recv of the same size and dtype.
   virtual void send(const Tensor& t, int peer) = 0;

@@ -72,6 +72,7 @@ Tensor DataParallel::finish_reduction() {
   start_buckets(true);
   for (const auto& pending : in_flight_) pending->wait();
   in_flight_.clear();
+  if (sharded_) sharded_->finish_reductions();
   const Tensor& grads = reducing_->grads();
   reducing_ = nullptr;
   return zero_ == 2 && size() > 1 ? grad_shard_ : grads;

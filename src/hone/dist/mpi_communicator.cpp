@@ -49,9 +49,10 @@ std::vector<float> to_f32(const Tensor& t) {
   return out;
 }
 
+// The first t.numel() of `values` into t.
 void store_bf16(const std::vector<float>& values, const Tensor& t) {
   bf16* p = t.data<bf16>();
-  for (size_t i = 0; i < values.size(); ++i) p[i] = float_to_bf16(values[i]);
+  for (size_t i = 0; i < size_t(t.numel()); ++i) p[i] = float_to_bf16(values[i]);
 }
 
 std::vector<int> world_ranks_of(MPI_Comm comm) {
@@ -187,21 +188,31 @@ void MpiCommunicator::reduce(const Tensor& input, const Tensor& output, int root
   start_reduce(input, output, root)->wait();
 }
 
-void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output) {
   check_cpu("reduce_scatter", input);
   check_cpu("reduce_scatter", output);
   check_chunked("reduce_scatter", input, output, size_);
   const int n = mpi_count("reduce_scatter", output.numel());
+  auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::reduce_scatter, n);
+  const void* in = input.raw();
+  void* out = output.raw();
+  MPI_Datatype type = MPI_FLOAT;
   if (input.dtype() == DType::bf16) {
-    std::vector<float> staged = to_f32(input), out(static_cast<size_t>(n));
-    Watch w(*watched_, MpiOp::reduce_scatter, n);
-    MPI_Reduce_scatter_block(staged.data(), out.data(), n, MPI_FLOAT, MPI_SUM, comm_);
-    store_bf16(out, output);
-    return;
+    // In place in the staging buffer: the sum of this rank's chunk lands at its start.
+    pending->staged = to_f32(input);
+    pending->result = output;
+    in = MPI_IN_PLACE;
+    out = pending->staged.data();
+  } else {
+    type = sum_type("reduce_scatter", input.dtype());
   }
-  const MPI_Datatype type = sum_type("reduce_scatter", input.dtype());
   Watch w(*watched_, MpiOp::reduce_scatter, n);
-  MPI_Reduce_scatter_block(input.raw(), output.raw(), n, type, MPI_SUM, comm_);
+  MPI_Ireduce_scatter_block(in, out, n, type, MPI_SUM, comm_, pending->request());
+  return pending;
+}
+
+void MpiCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+  start_reduce_scatter(input, output)->wait();
 }
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather(const Tensor& input, const Tensor& output) {

@@ -256,14 +256,20 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start_reduce(const Tensor& 
 
 void NcclCommunicator::all_reduce(const Tensor& t) { start_all_reduce(t)->wait(); }
 
-void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+std::unique_ptr<PendingCollective> NcclCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output) {
   check_cuda_tensor("reduce_scatter", input);
   check_cuda_tensor("reduce_scatter", output);
   check_chunked("reduce_scatter", input, output, size_);
-  finish("reduce_scatter", [&] {
+  enqueue("reduce_scatter", [&] {
     return ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()),
                              nccl_type("reduce_scatter", input.dtype()), ncclSum, comm_, stream_);
   });
+  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); },
+                                       "reduce_scatter", stream_);
+}
+
+void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
+  start_reduce_scatter(input, output)->wait();
 }
 
 std::unique_ptr<PendingCollective> NcclCommunicator::start_all_gather(const Tensor& input, const Tensor& output) {

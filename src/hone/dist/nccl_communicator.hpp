@@ -39,6 +39,7 @@ class NcclCommunicator final : public Communicator {
   void reduce(const Tensor& input, const Tensor& output, int root) override;
   std::unique_ptr<PendingCollective> start_all_reduce(const Tensor& t) override;
   std::unique_ptr<PendingCollective> start_reduce(const Tensor& input, const Tensor& output, int root) override;
+  std::unique_ptr<PendingCollective> start_reduce_scatter(const Tensor& input, const Tensor& output) override;
   std::unique_ptr<PendingCollective> start_all_gather(const Tensor& input, const Tensor& output) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
