@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "hone/dist/fully_sharded.hpp"
 #include "hone/model/transformer.hpp"
@@ -38,6 +39,7 @@ struct Case {
   const char* model;
   DType dtype;
   bool checkpointing;
+  bool lora = false;  // the frozen base and the adapters sharded
 };
 
 class FullySharded : public testing::TestWithParam<Case> {};
@@ -48,24 +50,35 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneLayerGatheredAhead) {
   ASSERT_EQ(comm->size(), 2);
   ModelConfig config = model_preset(c.model);
   config.n_layers = 4;  // 6 units: a pass that kept what it gathered would hold them all
-  Transformer reference(config, c.dtype), model(config, c.dtype);
+  std::optional<LoraConfig> lora;
+  if (c.lora) lora = LoraConfig{.rank = 4, .apply_to_mlp = true, .apply_to_output = !config.tie_embeddings};
+  Transformer reference(config, c.dtype, Device::cpu(), lora), model(config, c.dtype, Device::cpu(), lora);
   for (Transformer* m : {&reference, &model}) {
     m->init_weights(3);
     m->set_activation_checkpointing(c.checkpointing);
+    if (c.lora) {  // LoRA's B = 0 would make the gradients of A zero
+      float* values = m->trainable_params().values().data<float>();
+      for (int64_t i = 0; i < m->trainable_params().numel(); ++i) values[i] = 0.02f * float(i % 101 - 50) / 50;
+      m->trainable_params().sync_compute();
+    }
   }
-  FullyShardedParameters sharded(*comm, model.params());
+  std::vector<ParameterSet*> sets{&model.params()};
+  if (c.lora) sets.push_back(&model.trainable_params());
+  FullyShardedParameters sharded(*comm, sets);
   CountingResidency counting(sharded);
   model.set_residency(&counting);
-  // Each rank stores half of every group, rounded up.
-  const ParameterSet& params = model.params();
+  // Each rank stores half of every group, rounded up. The trained set's
+  // gradients are checked below: the adapters' with LoRA.
+  const ParameterSet& base = model.params();
+  EXPECT_LE(base.values().numel(), reference.params().numel() / 2 + int64_t(base.groups().size()));
+  const ParameterSet& params = model.trainable_params();
   EXPECT_TRUE(params.sharded());
-  EXPECT_LE(params.values().numel(), reference.params().numel() / 2 + int64_t(params.groups().size()));
-  EXPECT_FALSE(params.get("layers.0.attn.qkv.weight").value.defined());
+  EXPECT_FALSE(base.get("layers.0.attn.qkv.weight").value.defined());
 
   const Tensor tokens = token_ids(config.vocab_size, 1), targets = token_ids(config.vocab_size, 2);
   for (int step = 0; step < 2; ++step) {  // the second pass gathers again what the first freed
-    reference.params().zero_grad();
-    model.params().zero_grad();
+    reference.trainable_params().zero_grad();
+    model.trainable_params().zero_grad();
     const ops::LossSum expected = reference.forward(tokens, targets);
     const ops::LossSum loss = model.forward(tokens, targets);
     EXPECT_EQ(loss.sum, expected.sum);
@@ -77,27 +90,32 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneLayerGatheredAhead) {
     EXPECT_EQ(counting.most, 4);  // the embeddings, the head, a layer and the next one
     for (const ParameterSet::StoredRange& r : params.stored_ranges()) {
       const std::vector<float> got = params.grads().slice(r.stored, {r.count}).to_vector<float>();
-      const std::vector<float> whole = reference.params().grads().slice(r.offset, {r.count}).to_vector<float>();
+      const std::vector<float> whole =
+          reference.trainable_params().grads().slice(r.offset, {r.count}).to_vector<float>();
       for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 2 * whole[i]) << "layout element " << r.offset + i;
     }
   }
   // Gathered whole, the weights are the unsharded model's.
   sharded.acquire_all();
-  for (const Parameter& p : reference.params().all()) {
-    const Parameter& q = params.get(p.name);
-    EXPECT_EQ(q.value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
-    if (c.dtype == DType::bf16) EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
+  for (const ParameterSet* set : {&reference.params(), &reference.trainable_params()}) {
+    for (const Parameter& p : set->all()) {
+      const Parameter& q = set == &reference.params() ? base.get(p.name) : params.get(p.name);
+      EXPECT_EQ(q.value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
+      if (c.dtype == DType::bf16) EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
+    }
   }
   sharded.release_all();
-  EXPECT_FALSE(params.get("tok_embeddings.weight").value.defined());
+  EXPECT_FALSE(base.get("tok_embeddings.weight").value.defined());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FullySharded,
                          testing::Values(Case{"llama_tiny", DType::f32, false}, Case{"llama_tiny", DType::bf16, true},
-                                         Case{"gpt2_tiny", DType::f32, true}, Case{"gpt2_tiny", DType::bf16, false}),
+                                         Case{"gpt2_tiny", DType::f32, true}, Case{"gpt2_tiny", DType::bf16, false},
+                                         Case{"llama_tiny", DType::f32, false, true},
+                                         Case{"gpt2_tiny", DType::bf16, true, true}),
                          [](const testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.model) + "_" + std::string(dtype_name(info.param.dtype)) +
-                                  (info.param.checkpointing ? "_checkpointing" : "");
+                                  (info.param.checkpointing ? "_checkpointing" : "") + (info.param.lora ? "_lora" : "");
                          });
 
 }  // namespace

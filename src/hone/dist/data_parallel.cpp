@@ -22,8 +22,8 @@ std::pair<int64_t, int64_t> DataParallel::shard(int64_t padded) const {
   return {rank() * chunk, chunk};
 }
 
-FullyShardedParameters* DataParallel::shard_parameters(ParameterSet& params) {
-  if (zero_ == 3 && size() > 1 && !sharded_) sharded_ = std::make_unique<FullyShardedParameters>(group_, params);
+FullyShardedParameters* DataParallel::shard_parameters(std::vector<ParameterSet*> sets) {
+  if (zero_ == 3 && size() > 1 && !sharded_) sharded_ = std::make_unique<FullyShardedParameters>(group_, std::move(sets));
   return sharded_.get();
 }
 

@@ -39,9 +39,10 @@ class DataParallel {
   // elements (a multiple of size()); the whole buffer at ZeRO stage 0, and at
   // stage 3, where the stored buffers are already this rank's.
   std::pair<int64_t, int64_t> shard(int64_t padded) const;
-  // Stage 3 on several ranks: shards `params` (whole and equal on every rank)
-  // and returns what the model must acquire their units from; else null.
-  FullyShardedParameters* shard_parameters(ParameterSet& params);
+  // Stage 3 on several ranks: shards `sets` (whole and equal on every rank; the
+  // trained one among them is what begin_reduction() is given) and returns what
+  // the model must acquire their units from; else null.
+  FullyShardedParameters* shard_parameters(std::vector<ParameterSet*> sets);
   FullyShardedParameters* fully_sharded() const { return sharded_.get(); }
   // The sum over ranks of one number per rank.
   double sum(double local) const;

@@ -1,6 +1,7 @@
 #include "hone/dist/fully_sharded.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "hone/core/error.hpp"
 #include "hone/core/profiler.hpp"
@@ -8,17 +9,32 @@
 
 namespace hone::dist {
 
-FullyShardedParameters::FullyShardedParameters(Communicator& group, ParameterSet& params)
-    : group_(group), params_(params) {
-  params_.shard(group.rank(), group.size());
+FullyShardedParameters::FullyShardedParameters(Communicator& group, std::vector<ParameterSet*> sets)
+    : group_(group), sets_(std::move(sets)) {
+  HONE_ASSERT(!sets_.empty());
+  for (ParameterSet* set : sets_) set->shard(group.rank(), group.size());
 }
 
 FullyShardedParameters::~FullyShardedParameters() = default;
 
+int FullyShardedParameters::gathered_units() const {
+  std::set<int> units;
+  for (const auto& [key, g] : present_) units.insert(key.second);
+  return int(units.size());
+}
+
+std::vector<size_t> FullyShardedParameters::sets_of(int unit) const {
+  std::vector<size_t> holding;
+  for (size_t i = 0; i < sets_.size(); ++i) {
+    if (unit >= 0 && unit < sets_[i]->units() && sets_[i]->gathered_numel(unit) > 0) holding.push_back(i);
+  }
+  return holding;
+}
+
 Tensor FullyShardedParameters::take(int64_t numel, DType dtype) {
   const auto fits = std::find_if(spare_.begin(), spare_.end(),
                                  [&](const Tensor& t) { return t.numel() == numel && t.dtype() == dtype; });
-  if (fits == spare_.end()) return Tensor::empty({numel}, dtype, params_.values().device());
+  if (fits == spare_.end()) return Tensor::empty({numel}, dtype, sets_.front()->values().device());
   Tensor t = std::move(*fits);
   spare_.erase(fits);
   return t;
@@ -29,66 +45,83 @@ void FullyShardedParameters::give_back(Tensor& t) {
   t = Tensor();
 }
 
-FullyShardedParameters::Gathered& FullyShardedParameters::start_gather(int unit) {
-  Gathered& g = present_[unit];
-  const Tensor& stored = params_.values();
-  g.values = take(params_.gathered_numel(unit), stored.dtype());
-  for (const ParameterSet::Group& group : params_.groups()) {
-    if (group.unit != unit) continue;
+FullyShardedParameters::Gathered& FullyShardedParameters::start_gather(Key key) {
+  const ParameterSet& set = *sets_[key.first];
+  Gathered& g = present_[key];
+  const Tensor& stored = set.values();
+  g.values = take(set.gathered_numel(key.second), stored.dtype());
+  for (const ParameterSet::Group& group : set.groups()) {
+    if (group.unit != key.second) continue;
     g.pending.push_back(group_.start_all_gather(stored.slice(group.stored, {group.chunk}),
                                                 g.values.slice(group.gathered, {group.chunk * group_.size()})));
   }
   return g;
 }
 
-void FullyShardedParameters::complete(int unit, Gathered& g) {
+void FullyShardedParameters::complete(Key key, Gathered& g) {
+  ParameterSet& set = *sets_[key.first];
   for (const auto& pending : g.pending) pending->wait();
   g.pending.clear();
-  if (!g.compute.defined() && params_.compute_dtype() != g.values.dtype()) {
-    g.compute = take(g.values.numel(), params_.compute_dtype());
+  if (!g.compute.defined() && set.compute_dtype() != g.values.dtype()) {
+    g.compute = take(g.values.numel(), set.compute_dtype());
     ops::cast(g.values, g.compute);
   }
-  params_.attach(unit, g.values, g.compute, g.grads);
+  set.attach(key.second, g.values, g.compute, g.grads);
 }
 
 void FullyShardedParameters::acquire(int unit, bool with_grads, int next) {
   const OpTimer timer("zero3_acquire");  // waiting for the gather, the cast, zeroing gradients
-  auto found = present_.find(unit);
-  Gathered& g = found != present_.end() ? found->second : start_gather(unit);
-  if (with_grads && !g.grads.defined()) {
-    g.grads = take(g.values.numel(), g.values.dtype());
-    g.grads.zero_();
+  for (size_t i : sets_of(unit)) {
+    const Key key{i, unit};
+    auto found = present_.find(key);
+    Gathered& g = found != present_.end() ? found->second : start_gather(key);
+    if (with_grads && !sets_[i]->frozen() && !g.grads.defined()) {
+      g.grads = take(g.values.numel(), g.values.dtype());
+      g.grads.zero_();
+    }
+    complete(key, g);
   }
-  complete(unit, g);
   for (const Reduction& r : reducing_) {
     for (const auto& pending : r.pending) pending->test();  // MPI moves data only when called
   }
   // The next unit's gather runs while this one computes.
-  if (next >= 0 && next < params_.units() && !present_.contains(next)) start_gather(next);
+  for (size_t i : sets_of(next)) {
+    if (!present_.contains({i, next})) start_gather({i, next});
+  }
 }
 
 void FullyShardedParameters::release(int unit) {
   const OpTimer timer("zero3_release");  // the previous unit's reduction, starting this one's
-  auto found = present_.find(unit);
-  HONE_ASSERT(found != present_.end());
-  Gathered& g = found->second;
-  for (const auto& pending : g.pending) pending->wait();  // a prefetch the model did not use
-  if (g.grads.defined()) {
-    finish_reductions();  // one unit's reduction in flight at a time bounds the memory held
-    Reduction& r = reducing_.emplace_back();
-    const Tensor& stored = params_.grads();
-    for (const ParameterSet::Group& group : params_.groups()) {
-      if (group.unit != unit) continue;
-      Tensor sum = take(group.chunk, stored.dtype());
-      r.pending.push_back(
-          group_.start_reduce_scatter(g.grads.slice(group.gathered, {group.chunk * group_.size()}), sum));
-      r.sums.emplace_back(std::move(sum), stored.slice(group.stored, {group.chunk}));
-    }
-    r.grads = std::move(g.grads);
+  const std::vector<size_t> holding = sets_of(unit);
+  bool with_grads = false;
+  for (size_t i : holding) {
+    auto found = present_.find({i, unit});
+    HONE_ASSERT(found != present_.end());
+    for (const auto& pending : found->second.pending) pending->wait();  // a prefetch the model did not use
+    with_grads = with_grads || found->second.grads.defined();
   }
-  params_.detach(unit);
-  for (Tensor* t : {&g.values, &g.compute, &g.grads}) give_back(*t);
-  present_.erase(found);
+  // One unit's reduction in flight at a time bounds the memory it holds.
+  if (with_grads) finish_reductions();
+  Reduction r;
+  for (size_t i : holding) {
+    ParameterSet& set = *sets_[i];
+    Gathered& g = present_.at({i, unit});
+    if (g.grads.defined()) {
+      const Tensor& stored = set.grads();
+      for (const ParameterSet::Group& group : set.groups()) {
+        if (group.unit != unit) continue;
+        Tensor sum = take(group.chunk, stored.dtype());
+        r.pending.push_back(
+            group_.start_reduce_scatter(g.grads.slice(group.gathered, {group.chunk * group_.size()}), sum));
+        r.sums.emplace_back(std::move(sum), stored.slice(group.stored, {group.chunk}));
+      }
+      r.grads.push_back(std::move(g.grads));
+    }
+    set.detach(unit);
+    for (Tensor* t : {&g.values, &g.compute, &g.grads}) give_back(*t);
+    present_.erase({i, unit});
+  }
+  if (!r.pending.empty()) reducing_.push_back(std::move(r));
 }
 
 void FullyShardedParameters::finish_reductions() {
@@ -98,25 +131,27 @@ void FullyShardedParameters::finish_reductions() {
       ops::add_(stored, sum);
       give_back(sum);
     }
-    give_back(r.grads);
+    for (Tensor& grads : r.grads) give_back(grads);
   }
   reducing_.clear();
 }
 
 void FullyShardedParameters::acquire_all() {
   finish_reductions();
-  for (int unit = 0; unit < params_.units(); ++unit) {
-    if (!present_.contains(unit)) start_gather(unit);
+  for (size_t i = 0; i < sets_.size(); ++i) {
+    for (int unit = 0; unit < sets_[i]->units(); ++unit) {
+      if (sets_[i]->gathered_numel(unit) > 0 && !present_.contains({i, unit})) start_gather({i, unit});
+    }
   }
-  for (auto& [unit, g] : present_) complete(unit, g);
+  for (auto& [key, g] : present_) complete(key, g);
 }
 
 void FullyShardedParameters::release_all() {
   finish_reductions();
-  for (auto& [unit, g] : present_) {
+  for (auto& [key, g] : present_) {
     HONE_ASSERT(!g.grads.defined());
     for (const auto& pending : g.pending) pending->wait();
-    params_.detach(unit);
+    sets_[key.first]->detach(key.second);
     for (Tensor* t : {&g.values, &g.compute}) give_back(*t);
   }
   present_.clear();

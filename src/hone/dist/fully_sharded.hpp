@@ -1,7 +1,8 @@
 #pragma once
 // ZeRO stage 3 (PyTorch's FSDP full shard): each rank stores only its chunk of
-// every group of a ParameterSet (master weights, gradients, and so the
-// optimizer's moments); a unit's parameters are gathered from every rank just
+// every group of the model's ParameterSets (master weights, gradients, and so
+// the optimizer's moments; with LoRA the frozen base and the adapters alike); a
+// unit's parameters are gathered from every rank just
 // before the model uses them and freed right after. Forward gathers each layer
 // while the previous one computes (the model names the unit it needs next);
 // backward gathers them again, in reverse, and each layer's gradients are
@@ -22,8 +23,9 @@ namespace hone::dist {
 
 class FullyShardedParameters final : public UnitResidency {
  public:
-  // Shards `params` (whole on every rank, with the same values) over the group.
-  FullyShardedParameters(Communicator& group, ParameterSet& params);
+  // Shards `sets` (whole on every rank, with the same values) over the group.
+  // A frozen set has no gradients: its units are only gathered.
+  FullyShardedParameters(Communicator& group, std::vector<ParameterSet*> sets);
   ~FullyShardedParameters() override;
 
   void acquire(int unit, bool with_grads, int next = -1) override;
@@ -39,32 +41,35 @@ class FullyShardedParameters final : public UnitResidency {
   void acquire_all();
   // Frees whatever is gathered (gradients must have been released first).
   void release_all();
-  // Units gathered now (for tests).
-  int gathered_units() const { return int(present_.size()); }
+  // Units gathered now, in any set (for tests).
+  int gathered_units() const;
 
  private:
+  using Key = std::pair<size_t, int>;  // (set, unit)
   struct Gathered {
     Tensor values, compute, grads;
     std::vector<std::unique_ptr<PendingCollective>> pending;  // a prefetch in flight
   };
   // A released unit's gradients on their way to their owners.
   struct Reduction {
-    Tensor grads;  // the unit's gathered gradients, read until the reduces complete
+    std::vector<Tensor> grads;  // the unit's gathered gradients, read until the reductions complete
     std::vector<std::pair<Tensor, Tensor>> sums;  // this rank's sum of a group's chunk, and where it adds
     std::vector<std::unique_ptr<PendingCollective>> pending;
   };
-  // Starts gathering a unit's values from every rank.
-  Gathered& start_gather(int unit);
-  // Waits for a unit's gather, casts the compute copy and points the parameters at it.
-  void complete(int unit, Gathered& g);
+  // Starts gathering a set's unit from every rank.
+  Gathered& start_gather(Key key);
+  // Waits for the gather, casts the compute copy and points the parameters at it.
+  void complete(Key key, Gathered& g);
+  // The sets holding parameters of `unit`.
+  std::vector<size_t> sets_of(int unit) const;
   // Buffers come from and go back to a free list: every layer gathers buffers of
   // the same sizes, and fresh ones would cost a page fault per 4 KiB each time.
   Tensor take(int64_t numel, DType dtype);
   void give_back(Tensor& t);
 
   Communicator& group_;
-  ParameterSet& params_;
-  std::map<int, Gathered> present_;
+  std::vector<ParameterSet*> sets_;
+  std::map<Key, Gathered> present_;
   std::vector<Reduction> reducing_;
   std::vector<Tensor> spare_;
 };

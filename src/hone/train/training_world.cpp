@@ -30,10 +30,9 @@ TrainingWorld::~TrainingWorld() = default;
 
 void TrainingWorld::shard_parameters(Transformer& model) {
   if (zero_stage_ != 3 || size() == 1) return;
-  HONE_CHECK(!model.lora(),
-             "distributed.zero 3 with LoRA is not available yet: the frozen base weights are not sharded; "
-             "use distributed.zero 2 (the adapters' gradients and optimizer state are sharded)");
-  model.set_residency(data_parallel_->shard_parameters(model.trainable_params()));
+  std::vector<ParameterSet*> sets{&model.params()};  // with LoRA: the frozen base, then the adapters
+  if (model.lora()) sets.push_back(&model.trainable_params());
+  model.set_residency(data_parallel_->shard_parameters(std::move(sets)));
 }
 
 void TrainingWorld::gather_weights() const {

@@ -33,9 +33,10 @@ class TrainingWorld {
   // What the Transformer pads its trained flat buffers to, so that ZeRO cuts them
   // into equal shards.
   int64_t pad_multiple() const { return zero_stage_ == 1 || zero_stage_ == 2 ? dp_size() : 1; }
-  // ZeRO-3 on several ranks: shards the model's trained weights (loaded whole
-  // and equal on every rank) so that each rank keeps its part and the model
-  // gathers each unit when it needs it. Otherwise nothing.
+  // ZeRO-3 on several ranks: shards the model's weights (loaded whole and equal
+  // on every rank; with LoRA the frozen base and the adapters) so that each rank
+  // keeps its part and the model gathers each unit when it needs it. Otherwise
+  // nothing.
   void shard_parameters(Transformer& model);
   // Collective: makes a sharded model's weights whole on every rank until
   // release_weights() (checkpoints and exports read them); nothing unsharded.
