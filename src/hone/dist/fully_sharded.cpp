@@ -12,7 +12,10 @@ namespace hone::dist {
 FullyShardedParameters::FullyShardedParameters(Communicator& group, std::vector<ParameterSet*> sets)
     : group_(group), sets_(std::move(sets)) {
   HONE_ASSERT(!sets_.empty());
-  for (ParameterSet* set : sets_) set->shard(group.rank(), group.size());
+  for (ParameterSet* set : sets_) {
+    if (!set->sharded()) set->shard(group.rank(), group.size());
+    HONE_ASSERT(set->shard_world() == group.size());
+  }
 }
 
 FullyShardedParameters::~FullyShardedParameters() = default;

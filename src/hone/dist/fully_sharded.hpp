@@ -23,8 +23,9 @@ namespace hone::dist {
 
 class FullyShardedParameters final : public UnitResidency {
  public:
-  // Shards `sets` (whole on every rank, with the same values) over the group.
-  // A frozen set has no gradients: its units are only gathered.
+  // Shards `sets` (whole on every rank, with the same values) over the group,
+  // or takes them already sharded over it (ParameterSet::allocate). A frozen set
+  // has no gradients: its units are only gathered.
   FullyShardedParameters(Communicator& group, std::vector<ParameterSet*> sets);
   ~FullyShardedParameters() override;
 

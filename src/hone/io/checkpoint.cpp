@@ -279,11 +279,13 @@ void verify_checkpoint(const std::string& folder) {
 namespace {
 
 // Copies tensor `name` of `file` into dst, whose shape and dtype it must have.
-void load_tensor(const SafetensorsFile& file, const std::string& name, const Tensor& dst) {
-  const SafetensorsFile::Entry& e = file.entry(name);
-  HONE_CHECK(e.shape == dst.shape() && e.dtype == dst.dtype(), "{}: '{}' is {} {}, the model needs {} {}",
-             file.path(), name, dtype_name(e.dtype), e.shape.str(), dtype_name(dst.dtype()), dst.shape().str());
-  dst.copy_from(file.load(name));
+// A parameter's stored tensor into its master weights.
+void load_parameter(const SafetensorsFile& file, ParameterSet& set, const Parameter& p) {
+  const SafetensorsFile::Entry& e = file.entry(p.name);
+  const DType master = set.values().dtype();
+  HONE_CHECK(e.shape == p.shape && e.dtype == master, "{}: '{}' is {} {}, the model needs {} {}", file.path(), p.name,
+             dtype_name(e.dtype), e.shape.str(), dtype_name(master), p.shape.str());
+  set.write(p, file.load(p.name));
 }
 
 }  // namespace
@@ -303,7 +305,7 @@ void load_adapters(const std::string& folder, Transformer& model) {
   HONE_CHECK(names.size() == model.trainable_params().all().size(),
              "{}: holds {} adapter tensors, the model's LoRA settings make {} (another rank or other modules?)",
              file.path(), names.size(), model.trainable_params().all().size());
-  for (const Parameter& p : model.trainable_params().all()) load_tensor(file, p.name, p.value);
+  for (const Parameter& p : model.trainable_params().all()) load_parameter(file, model.trainable_params(), p);
   model.trainable_params().sync_compute();
 }
 
@@ -370,7 +372,7 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
 
 }  // namespace
 
-void load_checkpoint_weights(const std::string& folder, Transformer& model) {
+TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
   HONE_CHECK(fs::exists(fs::path(folder) / kTrainerState),
              "{}: a model folder without training state ({}): a run can start from it (fine-tuning) but not resume it",
              folder, kTrainerState);
@@ -383,10 +385,8 @@ void load_checkpoint_weights(const std::string& folder, Transformer& model) {
                "{}: the checkpoint of a LoRA run; resume it with the same LoRA settings", folder);
     load_weights(ModelFolder(folder, &model.config()), model);
   }
-}
-
-TrainerState load_checkpoint_state(const std::string& folder, const Transformer& model, AdamW& optimizer) {
   load_moments(folder, model, optimizer);
+
   const Json j = read_json_file((fs::path(folder) / kTrainerState).string());
   TrainerState state;
   state.step = j.at("step").get<int64_t>();
@@ -397,11 +397,6 @@ TrainerState load_checkpoint_state(const std::string& folder, const Transformer&
   state.config = j.at("config");
   optimizer.set_steps_taken(j.at("optimizer_steps").get<int64_t>());
   return state;
-}
-
-TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
-  load_checkpoint_weights(folder, model);
-  return load_checkpoint_state(folder, model, optimizer);
 }
 
 ModelConfig read_model_config(const std::string& folder) {

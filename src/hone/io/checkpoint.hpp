@@ -73,10 +73,6 @@ std::string model_folder_of(const std::string& path);
 // of the optimizer's shard (from any world size's shards: resharding) and state. Any missing, truncated or corrupt file is an error naming it, and so is
 // a model folder, which has no training state to resume.
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer);
-// Its two halves, for a model sharded in between (ZeRO-3 loads whole weights,
-// keeps its shard, then builds the optimizer): the weights, then the moments and state.
-void load_checkpoint_weights(const std::string& folder, Transformer& model);
-TrainerState load_checkpoint_state(const std::string& folder, const Transformer& model, AdamW& optimizer);
 
 // Loads the adapters of a LoRA run's checkpoint folder into a model built with
 // the same LoRA settings (for inference or further training).

@@ -49,18 +49,12 @@ void load_weights(const WeightSource& source, Transformer& model) {
     HONE_CHECK(specs[i].name == p.name && specs[i].shape == p.shape,
                "{} has parameter '{}' {} where the model has '{}' {} (another architecture?)", source.description(),
                specs[i].name, specs[i].shape.str(), p.name, p.shape.str());
-    if (p.value.device().is_cpu() && p.value.dtype() == DType::f32) {
+    if (!model.params().sharded() && p.value.device().is_cpu() && p.value.dtype() == DType::f32) {
       source.read(p.name, p.value);  // straight from the file into the master weights
     } else {
       Tensor staged = Tensor::empty(p.shape, DType::f32);
       source.read(p.name, staged);
-      if (p.value.dtype() == DType::f32) {
-        p.value.copy_from(staged);
-      } else {
-        Tensor converted = Tensor::empty(p.shape, p.value.dtype());
-        ops::cast(staged, converted);
-        p.value.copy_from(converted);
-      }
+      model.params().write(p, staged);
     }
   }
   model.params().sync_compute();

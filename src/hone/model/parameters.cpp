@@ -23,7 +23,7 @@ int ParameterSet::units() const {
 }
 
 void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads,
-                            int64_t pad_multiple) {
+                            int64_t pad_multiple, ShardSpec shard) {
   HONE_ASSERT(pad_multiple >= 1);
   int64_t total = 0;
   for (int unit = 0; unit < units(); ++unit) {
@@ -40,6 +40,13 @@ void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device devi
   }
   numel_ = total;
   compute_dtype_ = compute_dtype;
+  if (shard.world > 1) {
+    lay_out_shards(shard.rank, shard.world);
+    const int64_t stored = groups_.empty() ? 0 : groups_.back().stored + groups_.back().chunk;
+    values_ = Tensor::zeros({stored}, master_dtype, device);
+    if (with_grads) grads_ = Tensor::zeros({stored}, master_dtype, device);
+    return;
+  }
   const int64_t padded = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
   values_ = Tensor::zeros({padded}, master_dtype, device);
   if (with_grads) grads_ = Tensor::zeros({padded}, master_dtype, device);
@@ -78,9 +85,8 @@ std::vector<ParameterSet::StoredRange> ParameterSet::stored_ranges() const {
   return ranges;
 }
 
-void ParameterSet::shard(int rank, int world) {
-  HONE_ASSERT(values_.defined() && !sharded() && world >= 1 && rank >= 0 && rank < world);
-  if (world == 1) return;
+void ParameterSet::lay_out_shards(int rank, int world) {
+  HONE_ASSERT(!sharded() && world > 1 && rank >= 0 && rank < world);
   rank_ = rank;
   world_ = world;
   int64_t stored = 0;
@@ -92,14 +98,50 @@ void ParameterSet::shard(int rank, int world) {
     g.gathered = gathered[size_t(g.unit)];
     gathered[size_t(g.unit)] += g.chunk * world;
   }
+}
+
+void ParameterSet::shard(int rank, int world) {
+  HONE_ASSERT(values_.defined() && !sharded());
+  if (world == 1) return;
+  lay_out_shards(rank, world);
   const Tensor whole = values_;
-  values_ = Tensor::zeros({stored}, whole.dtype(), whole.device());
+  const Group& last = groups_.back();
+  values_ = Tensor::zeros({last.stored + last.chunk}, whole.dtype(), whole.device());
   for (const StoredRange& r : stored_ranges()) {
     values_.slice(r.stored, {r.count}).copy_from(whole.slice(r.offset, {r.count}));
   }
-  if (grads_.defined()) grads_ = Tensor::zeros({stored}, whole.dtype(), whole.device());
+  if (grads_.defined()) grads_ = Tensor::zeros({values_.numel()}, whole.dtype(), whole.device());
   compute_ = Tensor();
   for (Parameter& p : params_) p.value = p.grad = p.compute = Tensor();
+}
+
+void ParameterSet::write(const Parameter& p, const Tensor& whole) {
+  HONE_ASSERT(whole.shape() == p.shape);
+  const DType master = values_.dtype();
+  Tensor converted = whole;
+  if (whole.dtype() != master) {
+    converted = Tensor::empty(p.shape, master, whole.device());
+    ops::cast(whole, converted);
+  }
+  if (!sharded()) {
+    p.value.copy_from(converted);
+    return;
+  }
+  const Group& g = group_of(p);
+  // This rank's chunk of the group, within the parameter.
+  const int64_t chunk_begin = g.offset + int64_t(rank_) * g.chunk;
+  const int64_t lo = std::max(p.offset, chunk_begin);
+  const int64_t hi = std::min({p.offset + p.shape.numel(), chunk_begin + g.chunk, g.offset + g.count});
+  if (lo >= hi) return;
+  values_.slice(g.stored + (lo - chunk_begin), {hi - lo})
+      .copy_from(converted.view({p.shape.numel()}).slice(lo - p.offset, {hi - lo}));
+}
+
+const ParameterSet::Group& ParameterSet::group_of(const Parameter& p) const {
+  const auto g = std::find_if(groups_.begin(), groups_.end(),
+                              [&](const Group& g) { return g.unit == p.unit && g.decay == p.decay; });
+  HONE_ASSERT(g != groups_.end());
+  return *g;
 }
 
 int64_t ParameterSet::gathered_numel(int unit) const {
@@ -112,10 +154,8 @@ void ParameterSet::attach(int unit, const Tensor& values, const Tensor& compute,
   HONE_ASSERT(sharded() && values.numel() == gathered_numel(unit));
   for (Parameter& p : params_) {
     if (p.unit != unit) continue;
-    const auto g = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) {
-      return g.unit == unit && g.decay == p.decay;
-    });
-    const int64_t at = g->gathered + (p.offset - g->offset);
+    const Group& g = group_of(p);
+    const int64_t at = g.gathered + (p.offset - g.offset);
     p.value = values.slice(at, p.shape);
     p.compute = compute.defined() ? compute.slice(at, p.shape) : p.value;
     p.grad = grads.defined() ? grads.slice(at, p.shape) : Tensor();

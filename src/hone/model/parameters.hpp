@@ -40,6 +40,11 @@ class UnitResidency {
   virtual void release(int unit) = 0;
 };
 
+// Which part of every group a rank stores under ZeRO-3 (world 1: everything).
+struct ShardSpec {
+  int rank = 0, world = 1;
+};
+
 class ParameterSet {
  public:
   // Declares a parameter; its storage comes with allocate().
@@ -49,8 +54,10 @@ class ParameterSet {
   // Without gradients the set is frozen: no gradient buffer exists at all. The
   // buffers are padded with zeros to a multiple of `pad_multiple` elements, so
   // that ZeRO can cut them into equal shards (collectives need equal chunks).
+  // A shard of several ranks allocates only this rank's chunks, as shard() keeps
+  // them: the whole model never exists on one rank (write() fills the chunks).
   void allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads = true,
-                int64_t pad_multiple = 1);
+                int64_t pad_multiple = 1, ShardSpec shard = {});
   bool frozen() const { return !grads_.defined(); }
 
   Parameter& get(std::string_view name);
@@ -91,6 +98,10 @@ class ParameterSet {
   // (no compute copy: gathered units are cast). Parameters' tensors are undefined
   // until attach() gives their unit gathered buffers. world 1: nothing changes.
   void shard(int rank, int world);
+  // Sets a parameter's master weights from `whole` (its shape, any dtype the
+  // master's cast takes, any device): into p.value, or, sharded, into this
+  // rank's chunk of it. Call sync_compute() after the last.
+  void write(const Parameter& p, const Tensor& whole);
   bool sharded() const { return world_ > 1; }
   int shard_world() const { return world_; }
   int units() const;
@@ -108,6 +119,10 @@ class ParameterSet {
 
  private:
   std::deque<Parameter> params_;  // a deque keeps references stable while declaring
+  // Sharded: each group's chunk size and places (stored, gathered).
+  void lay_out_shards(int rank, int world);
+  const Group& group_of(const Parameter& p) const;
+
   std::vector<Group> groups_;
   Tensor values_, grads_, compute_;
   int64_t numel_ = 0;

@@ -22,7 +22,7 @@ Tensor to_tensor(const std::vector<double>& values, const Shape& shape, DType dt
 }  // namespace
 
 Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora,
-                         int64_t pad_multiple)
+                         int64_t pad_multiple, ShardSpec shard)
     : config_(std::move(config)), dtype_(dtype), device_(device), lora_(std::move(lora)) {
   config_.validate();
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
@@ -30,10 +30,10 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
   declare_parameters();
   layer_adapters_.resize(layers_.size());  // empty without LoRA
   const DType master = dtype == DType::f64 ? DType::f64 : DType::f32;
-  params_.allocate(master, dtype, device, /*with_grads=*/!lora_, lora_ ? 1 : pad_multiple);
+  params_.allocate(master, dtype, device, /*with_grads=*/!lora_, lora_ ? 1 : pad_multiple, shard);
   if (lora_) {
     declare_lora();
-    lora_params_.allocate(master, dtype, device, true, pad_multiple);
+    lora_params_.allocate(master, dtype, device, true, pad_multiple, shard);
   }
   if (config_.position == PositionKind::alibi) {
     alibi_slopes_ = to_tensor(alibi_slopes(config_.n_heads, config_.alibi_bias_max), {config_.n_heads}, master,
@@ -103,13 +103,13 @@ void Transformer::init_lora(uint64_t seed) {
   dropout_seed_ = seed;
   uint64_t stream = uint64_t(1) << 40;
   for (Parameter& p : lora_params_.all()) {
-    Tensor host = Tensor::zeros(p.shape, p.value.dtype());
+    Tensor host = Tensor::zeros(p.shape, lora_params_.values().dtype());
     if (p.name.ends_with(".a")) {
       const double bound = 1.0 / std::sqrt(double(p.shape[1]));
       if (host.dtype() == DType::f64) Generator(seed, stream).uniform(std::span(host.data<double>(), size_t(host.numel())), -bound, bound);
       else Generator(seed, stream).uniform(std::span(host.data<float>(), size_t(host.numel())), -bound, bound);
     }
-    p.value.copy_from(host);
+    lora_params_.write(p, host);
     ++stream;
   }
   lora_params_.sync_compute();
@@ -183,7 +183,7 @@ void Transformer::init_weights(uint64_t seed) {
   const double residual_std = config_.init_std / std::sqrt(2.0 * double(config_.n_layers));
   uint64_t stream = 0;
   for (Parameter& p : params_.all()) {
-    Tensor host = Tensor::empty(p.shape, p.value.dtype());
+    Tensor host = Tensor::empty(p.shape, params_.values().dtype());
     const bool is_norm = p.name.find("norm") != std::string::npos;
     const bool is_bias = p.name.ends_with(".bias");
     const bool residual_projection = p.name.ends_with("attn.out.weight") || p.name.ends_with("mlp.down.weight");
@@ -200,7 +200,7 @@ void Transformer::init_weights(uint64_t seed) {
     };
     if (host.dtype() == DType::f64) fill(host.data<double>());
     else fill(host.data<float>());
-    p.value.copy_from(host);
+    params_.write(p, host);
     ++stream;
   }
   params_.sync_compute();

@@ -49,10 +49,13 @@ class Transformer {
   // master weights, bf16 compute copy) or fp64 (gradient checks). With `lora`
   // the base weights are frozen (no gradients, no optimizer state) and only the
   // adapters train.
-  // pad_multiple pads the flat buffers of the trained parameters (ZeRO cuts them
-  // into that many equal shards).
+  // pad_multiple pads the flat buffers of the trained parameters (ZeRO-1/2 cut
+  // them into that many equal shards); `shard` (ZeRO-3) stores only this rank's
+  // chunks of every set: the weights are readable once a residency
+  // (set_residency) gathers them, and init_weights() and loading write the chunks.
   explicit Transformer(ModelConfig config, DType dtype = DType::f32, Device device = Device::cpu(),
-                       std::optional<LoraConfig> lora = std::nullopt, int64_t pad_multiple = 1);
+                       std::optional<LoraConfig> lora = std::nullopt, int64_t pad_multiple = 1,
+                       ShardSpec shard = {});
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }

@@ -101,7 +101,7 @@ int run_finetune(const Config& c) {
                                                  world.dp_rank(), world.dp_size(), packed);
   }
 
-  Transformer model(model_config, run.dtype, world.device(), lora, world.pad_multiple());
+  Transformer model(model_config, run.dtype, world.device(), lora, world.pad_multiple(), world.parameter_shard());
   load_weights(*weights, model);
   model.init_lora(run.seed);
   std::vector<std::string> summary = summarize(c, model_config);

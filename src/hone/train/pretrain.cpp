@@ -70,7 +70,8 @@ int run_pretrain(const Config& c) {
     valid = std::make_unique<data::PretrainStream>(data.validation, data.weights, valid_options);
   }
   // The same seed on every rank: the replicas start identical.
-  Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.pad_multiple());
+  Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.pad_multiple(),
+                    world.parameter_shard());
   model.init_weights(run.seed);
   return run_training(c, {.world = &world,
                           .model = &model,

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <optional>
 
 #include "hone/core/parallel.hpp"
 #include "hone/io/atomic_file.hpp"
@@ -61,10 +60,6 @@ int run_training(const Config& c, TrainingJob job) {
   data::BatchSource* valid = job.validation;
   const ModelConfig& model_config = model.config();
   model.set_activation_checkpointing(c.get<bool>("enable_activation_checkpointing"));
-  // Weights are loaded whole, then (ZeRO-3) sharded; the optimizer is built on what this rank keeps.
-  const std::optional<std::string> resume_from =
-      c.has("resume") ? find_checkpoint(run.output_dir, c.get<std::string>("resume")) : std::nullopt;
-  if (resume_from) load_checkpoint_weights(*resume_from, model);
   world.shard_parameters(model);
   const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
   AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
@@ -73,12 +68,14 @@ int run_training(const Config& c, TrainingJob job) {
 
   TrainerState state;
   state.config = c.tree();
-  if (resume_from) {
-    state = load_checkpoint_state(*resume_from, model, optimizer);
-    train.restore(state.data_state);
-    console.line(fmt::format("resumed from {} at step {}", *resume_from, state.step));
-  } else if (c.has("resume")) {
-    console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
+  if (c.has("resume")) {
+    if (auto folder = find_checkpoint(run.output_dir, c.get<std::string>("resume"))) {
+      state = load_checkpoint(*folder, model, optimizer);
+      train.restore(state.data_state);
+      console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
+    } else {
+      console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
+    }
   }
   if (world.is_main()) {
     AtomicFile resolved((fs::path(run.output_dir) / "config.yaml").string());

@@ -33,10 +33,14 @@ class TrainingWorld {
   // What the Transformer pads its trained flat buffers to, so that ZeRO cuts them
   // into equal shards.
   int64_t pad_multiple() const { return zero_stage_ == 1 || zero_stage_ == 2 ? dp_size() : 1; }
-  // ZeRO-3 on several ranks: shards the model's weights (loaded whole and equal
-  // on every rank; with LoRA the frozen base and the adapters) so that each rank
-  // keeps its part and the model gathers each unit when it needs it. Otherwise
-  // nothing.
+  // What the Transformer stores of its weights: at ZeRO-3 on several ranks,
+  // this data-parallel rank's chunks (the whole model is never built on a rank).
+  ShardSpec parameter_shard() const {
+    return zero_stage_ == 3 && dp_size() > 1 ? ShardSpec{.rank = dp_rank(), .world = dp_size()} : ShardSpec{};
+  }
+  // ZeRO-3 on several ranks: makes the model gather each unit of its weights
+  // (built with parameter_shard(); with LoRA the frozen base and the adapters)
+  // when it needs it. Otherwise nothing.
   void shard_parameters(Transformer& model);
   // Collective: makes a sharded model's weights whole on every rank until
   // release_weights() (checkpoints and exports read them); nothing unsharded.
