@@ -139,11 +139,17 @@ void FullyShardedParameters::finish_reductions() {
   reducing_.clear();
 }
 
-void FullyShardedParameters::acquire_all() {
+void FullyShardedParameters::acquire_all(bool keep) {
   finish_reductions();
   for (size_t i = 0; i < sets_.size(); ++i) {
     for (int unit = 0; unit < sets_[i]->units(); ++unit) {
-      if (sets_[i]->gathered_numel(unit) > 0 && !present_.contains({i, unit})) start_gather({i, unit});
+      const Key key{i, unit};
+      if (sets_[i]->gathered_numel(unit) == 0 || present_.contains(key)) continue;
+      Gathered& g = start_gather(key);
+      if (keep) continue;
+      for (const auto& pending : g.pending) pending->wait();
+      give_back(g.values);
+      present_.erase(key);
     }
   }
   for (auto& [key, g] : present_) complete(key, g);

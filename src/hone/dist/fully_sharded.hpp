@@ -38,8 +38,11 @@ class FullyShardedParameters final : public UnitResidency {
   // anything reads the stored gradients.
   void finish_reductions();
 
-  // Every unit gathered (collective): checkpoints and exports read whole weights.
-  void acquire_all();
+  // Every unit gathered (collective): checkpoints and exports read whole
+  // weights. A rank that does not keep them takes part in each gather and drops
+  // the unit at once, so it never holds more than one (the ranks that do not
+  // write the checkpoint).
+  void acquire_all(bool keep = true);
   // Frees whatever is gathered (gradients must have been released first).
   void release_all();
   // Units gathered now, in any set (for tests).

@@ -36,7 +36,7 @@ void TrainingWorld::shard_parameters(Transformer& model) {
 }
 
 void TrainingWorld::gather_weights() const {
-  if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all();
+  if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all(/*keep=*/is_main());
 }
 
 void TrainingWorld::release_weights() const {

@@ -42,8 +42,9 @@ class TrainingWorld {
   // (built with parameter_shard(); with LoRA the frozen base and the adapters)
   // when it needs it. Otherwise nothing.
   void shard_parameters(Transformer& model);
-  // Collective: makes a sharded model's weights whole on every rank until
-  // release_weights() (checkpoints and exports read them); nothing unsharded.
+  // Collective: makes a sharded model's weights whole on rank 0 until
+  // release_weights() (checkpoints and exports, which rank 0 writes, read them;
+  // the other ranks take part in the gathers but keep nothing); nothing unsharded.
   void gather_weights() const;
   void release_weights() const;
   // The data-parallel training of train_step; null in a world of one process.
