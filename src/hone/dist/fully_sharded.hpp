@@ -1,12 +1,12 @@
 #pragma once
 // ZeRO stage 3 (PyTorch's FSDP full shard): each rank stores only its chunk of
 // every group of the model's ParameterSets (master weights, gradients, and so
-// the optimizer's moments; with LoRA the frozen base and the adapters alike); a
-// unit's parameters are gathered from every rank just
-// before the model uses them and freed right after. Forward gathers each layer
-// while the previous one computes (the model names the unit it needs next);
-// backward gathers them again, in reverse, and each layer's gradients are
-// reduce-scattered to their owners while the next layer's backward runs.
+// the optimizer's moments; with LoRA the frozen base and the adapters alike). A
+// unit's parameters are gathered from every rank just before the model uses
+// them and freed right after. Forward gathers each layer while the previous one
+// computes (the model names the unit it needs next); backward gathers them
+// again, in reverse, and each layer's gradients are reduce-scattered to their
+// owners while the next layer's backward runs.
 //
 // A gathered unit holds its master weights (exactly what the unsharded model
 // reads, fp32) and, for a bf16 model, their bf16 cast: gathering the bf16 copy

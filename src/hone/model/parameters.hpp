@@ -118,11 +118,11 @@ class ParameterSet {
   void sync_compute();
 
  private:
-  std::deque<Parameter> params_;  // a deque keeps references stable while declaring
   // Sharded: each group's chunk size and places (stored, gathered).
   void lay_out_shards(int rank, int world);
   const Group& group_of(const Parameter& p) const;
 
+  std::deque<Parameter> params_;  // a deque keeps references stable while declaring
   std::vector<Group> groups_;
   Tensor values_, grads_, compute_;
   int64_t numel_ = 0;
