@@ -230,9 +230,12 @@ TEST(Plan, ZeroStagesShardMoreAndSendWhatTheyMust) {
   EXPECT_DOUBLE_EQ(z2.gradients, 4 * 105120.0 / 4);
   EXPECT_DOUBLE_EQ(z2.dp_bytes, 0.75 * (4 * 4 * 105120.0 + 2 * 105120));  // reduce_scatter per micro-batch
   EXPECT_DOUBLE_EQ(z3.weights, 4 * 105120.0 / 4);
-  EXPECT_DOUBLE_EQ(z3.compute_copy, 2 * 105120.0 / 4);
-  EXPECT_DOUBLE_EQ(z3.gathered, 2 * 64000 / 2 * 2.0);  // two units: the 64000-weight embedding > a 41088 layer
-  EXPECT_DOUBLE_EQ(z3.dp_bytes, 4 * 0.75 * (2 * 2 + 4) * 105120.0);
+  EXPECT_DOUBLE_EQ(z3.compute_copy, 0);
+  // Two units, each the 64000-weight embedding table (larger than a layer of
+  // 82240 / 2), at 4 + 2 + 4 bytes (fp32 weights, their bf16 cast, fp32
+  // gradients), and a layer's gradients in flight, over tp 2.
+  EXPECT_DOUBLE_EQ(z3.gathered, (2 * 64000 * 10.0 + 4 * 41120) / 2);
+  EXPECT_DOUBLE_EQ(z3.dp_bytes, 4 * 0.75 * (2 * 4 + 4) * 105120.0);  // fp32 gathers for forward and backward
   PlanInput one = small_plan(3);
   one.dp = 1;
   EXPECT_DOUBLE_EQ(plan_run(one).dp_bytes, 0);

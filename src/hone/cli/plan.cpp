@@ -89,7 +89,7 @@ int run(const Args& a) {
   fmt::print("  gradients (fp32)      {:>10}\n", gb(p.gradients));
   fmt::print("  AdamW moments         {:>10}\n", gb(p.optimizer));
   if (p.compute_copy > 0) fmt::print("  bf16 weight copy      {:>10}\n", gb(p.compute_copy));
-  if (p.gathered > 0) fmt::print("  gathered layers       {:>10}\n", gb(p.gathered));
+  if (p.gathered > 0) fmt::print("  gathered units        {:>10}\n", gb(p.gathered));
   fmt::print("  activations           {:>10} without checkpointing, {} with\n", gb(p.activations),
              gb(p.activations_checkpointed));
   fmt::print("  total                 {:>10} ({} of {:.0f} GB{})\n", gb(p.total), p.fits ? "fits" : "DOES NOT FIT",

@@ -30,12 +30,18 @@ Plan plan_run(const PlanInput& in) {
   p.weights = 4 * params / (in.zero >= 3 ? dp : 1);
   p.gradients = 4 * params / (in.zero >= 2 ? dp : 1);
   p.optimizer = 8 * params / (in.zero >= 1 ? dp : 1);
-  p.compute_copy = in.dtype == DType::bf16 ? 2 * params / (in.zero >= 3 ? dp : 1) : 0;
+  // ZeRO-3 keeps no compute copy: the gathered units hold their casts.
+  p.compute_copy = in.dtype == DType::bf16 && in.zero < 3 ? 2 * params : 0;
   if (in.zero >= 3 && in.dp > 1) {
-    // A layer is gathered before use and the next one prefetched.
+    // What hone's ZeRO-3 holds whole at once: two units (one in use, the next
+    // prefetched), tied embeddings throughout, each with fp32 master weights,
+    // their cast for a bf16 run and fp32 gradients in backward; and the
+    // gradients of the layer whose reduce_scatter is in flight.
     const double layer = double(m.num_non_embedding_params()) / double(m.n_layers);
-    const double unit = std::max(layer, double(m.vocab_size * m.dim));
-    p.gathered = 2 * unit / tp * w;
+    const double table = double(m.vocab_size * m.dim);
+    const double per_element = 4 + 4 + (in.dtype == DType::bf16 ? 2 : 0);
+    const double units = 2 * std::max(layer, table) + (m.tie_embeddings ? table : 0);
+    p.gathered = (units * per_element + 4 * layer) / tp;
   }
   p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, false)) / tp;
   p.activations_checkpointed = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, true)) / tp;
@@ -54,7 +60,7 @@ Plan plan_run(const PlanInput& in) {
     case 0: p.dp_bytes = 2 * ring * grads; break;                  // all_reduce of the gradients
     case 1: p.dp_bytes = ring * (grads + weights); break;          // reduce_scatter, all_gather the update
     case 2: p.dp_bytes = ring * (g * grads + weights); break;      // reduce_scatter every micro-batch
-    default: p.dp_bytes = g * ring * (2 * weights + grads); break; // gather for forward and backward
+    default: p.dp_bytes = g * ring * 3 * grads; break;  // gather fp32 weights for forward and backward
   }
   // Megatron: two all_reduces of the activations per layer forward, two backward,
   // two more when the forward pass is recomputed.

@@ -42,7 +42,7 @@ struct PlanInput {
 struct Plan {
   // Bytes per device.
   double weights = 0, gradients = 0, optimizer = 0, compute_copy = 0;
-  double gathered = 0;  // ZeRO-3: full weights of the two largest units being used
+  double gathered = 0;  // ZeRO-3: the units whole at once (embeddings, head, two layers) and their gradients
   double activations = 0, activations_checkpointed = 0;  // without / with activation checkpointing
   double state() const { return weights + gradients + optimizer + compute_copy + gathered; }
   double total = 0;  // state + the activations the input asks for

@@ -310,15 +310,16 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   Activations& a = acts_;
 
   const int64_t n = c.n_layers;
-  acquire(kEmbeddingUnit, false);
-  acquire(head_unit(), false, layer_unit(0));
+  acquire(kEmbeddingUnit, false, layer_unit(0));
   ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), a.layers[0].input,
                          positions);
+  if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
-    acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : -1);
+    acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
     forward_layer(i);
     release(layer_unit(i));
   }
+  acquire(head_unit(), false);  // held into backward, which starts there
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
   project(a.final_norm, lm_head_, nullptr, output_adapters_, a.logits);
   if (!targets.defined()) return {};
@@ -362,20 +363,22 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   const auto gelu_kind =
       c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
 
-  acquire(head_unit(), true);
-  acquire(kEmbeddingUnit, true, layer_unit(c.n_layers - 1));
+  const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !lora_;
+  acquire(head_unit(), true, layer_unit(c.n_layers - 1));
+  if (tied) acquire(kEmbeddingUnit, true);
   ops::cross_entropy_backward(a.logits, targets_.view({a.batch * a.seq}), a.logits_lse, loss_scale);
   const Tensor& d_logits = a.logits;
   project_backward(d_logits, a.final_norm, lm_head_, nullptr, output_adapters_, a.d_norm);
   a.d_residual.zero_();
   norm_backward(a.d_norm, a.output, final_norm_weight_, final_norm_bias_, a.final_norm_mean, a.final_norm_rstd,
                 a.d_residual);
+  release(head_unit());
   if (on_final) on_final(trainable_in_layer(-1));
   for (int64_t i = c.n_layers - 1; i >= 0; --i) {
     const LayerParameters& p = layers_[size_t(i)];
     const LayerActivations& l = a.layers[size_t(i)];
     auto& adapters = layer_adapters_[size_t(i)];
-    acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : -1);
+    acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : train_embeddings ? kEmbeddingUnit : -1);
     if (checkpointing_) forward_layer(i);  // refill the shared working set with layer i
     // MLP block; the residual gradient flows on unchanged and the branch adds to it.
     project_backward(a.d_residual, l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.d_mlp_act);
@@ -399,11 +402,11 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     release(layer_unit(i));
     if (on_final) on_final(trainable_in_layer(i));
   }
-  if (tok_embeddings_->grad.defined()) {
+  if (train_embeddings) {
+    acquire(kEmbeddingUnit, true);
     ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_), positions_);
   }
-  release(head_unit());
-  release(kEmbeddingUnit);
+  if (tied || train_embeddings) release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
 }
 

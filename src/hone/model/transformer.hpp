@@ -74,9 +74,11 @@ class Transformer {
   static constexpr int kEmbeddingUnit = 0;
   static int layer_unit(int64_t layer) { return int(layer) + 1; }
   int head_unit() const { return int(config_.n_layers) + 1; }
-  // ZeRO-3: what makes the trainable units present while forward() and
-  // backward() run; the embeddings and head stay acquired from forward() to the
-  // end of backward(), layers one at a time. Null (the default): always present.
+  // ZeRO-3: what makes the units present while forward() and backward() run:
+  // one at a time (and the next one fetched meanwhile); the head is held from
+  // the end of forward() into backward(), and tied embeddings, which the head
+  // reads, from the start of forward() to the end of backward(). Null (the
+  // default): always present.
   void set_residency(UnitResidency* residency) { residency_ = residency; }
 
   // Normal(0, init_std) matrices and embeddings, with the residual projections
