@@ -1,6 +1,7 @@
 #include "hone/dist/fully_sharded.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <set>
 
 #include "hone/core/error.hpp"
@@ -34,17 +35,37 @@ std::vector<size_t> FullyShardedParameters::sets_of(int unit) const {
   return holding;
 }
 
+namespace {
+
+// Buffers come in sizes of 16 to 32 times a power of two (at most 1/16 unused),
+// so that units of nearly one size share them: the embeddings and the head
+// differ by a norm.
+int64_t size_class(int64_t numel) {
+  const int64_t granule = int64_t(1) << std::max(0, int(std::bit_width(uint64_t(numel))) - 5);
+  return (numel + granule - 1) / granule * granule;
+}
+
+}  // namespace
+
 Tensor FullyShardedParameters::take(int64_t numel, DType dtype) {
+  const int64_t capacity = size_class(numel);
   const auto fits = std::find_if(spare_.begin(), spare_.end(),
-                                 [&](const Tensor& t) { return t.numel() == numel && t.dtype() == dtype; });
-  if (fits == spare_.end()) return Tensor::empty({numel}, dtype, sets_.front()->values().device());
-  Tensor t = std::move(*fits);
-  spare_.erase(fits);
-  return t;
+                                 [&](const Tensor& t) { return t.numel() == capacity && t.dtype() == dtype; });
+  if (fits != spare_.end()) {
+    lent_.push_back(std::move(*fits));
+    spare_.erase(fits);
+  } else {
+    lent_.push_back(Tensor::empty({capacity}, dtype, sets_.front()->values().device()));
+  }
+  return lent_.back().slice(0, {numel});
 }
 
 void FullyShardedParameters::give_back(Tensor& t) {
-  if (t.defined()) spare_.push_back(std::move(t));
+  if (!t.defined()) return;
+  const auto buffer = std::find_if(lent_.begin(), lent_.end(), [&](const Tensor& b) { return b.raw() == t.raw(); });
+  HONE_ASSERT(buffer != lent_.end());
+  spare_.push_back(std::move(*buffer));
+  lent_.erase(buffer);
   t = Tensor();
 }
 

@@ -68,6 +68,8 @@ class FullyShardedParameters final : public UnitResidency {
   std::vector<size_t> sets_of(int unit) const;
   // Buffers come from and go back to a free list: every layer gathers buffers of
   // the same sizes, and fresh ones would cost a page fault per 4 KiB each time.
+  // take() returns the first `numel` elements of a buffer; give_back() takes
+  // that view and frees (undefines) it.
   Tensor take(int64_t numel, DType dtype);
   void give_back(Tensor& t);
 
@@ -75,7 +77,7 @@ class FullyShardedParameters final : public UnitResidency {
   std::vector<ParameterSet*> sets_;
   std::map<Key, Gathered> present_;
   std::vector<Reduction> reducing_;
-  std::vector<Tensor> spare_;
+  std::vector<Tensor> spare_, lent_;  // whole buffers, free and in use
 };
 
 }  // namespace hone::dist
