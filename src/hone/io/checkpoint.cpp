@@ -278,8 +278,7 @@ void verify_checkpoint(const std::string& folder) {
 
 namespace {
 
-// Copies tensor `name` of `file` into dst, whose shape and dtype it must have.
-// A parameter's stored tensor into its master weights.
+// A parameter's tensor in `file` into its master weights, whose shape and dtype it must have.
 void load_parameter(const SafetensorsFile& file, ParameterSet& set, const Parameter& p) {
   const SafetensorsFile::Entry& e = file.entry(p.name);
   const DType master = set.values().dtype();

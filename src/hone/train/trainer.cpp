@@ -92,10 +92,14 @@ int run_training(const Config& c, TrainingJob job) {
     if (world.zero_stage() == 3) zero += fmt::format(", master weights and gradients {} per rank", two_fp32(shard_count));
     console.line(fmt::format("ranks: {} ({}), data parallel{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI",
                              zero));
-    console.line(world.bucket_bytes() > 0
-                     ? fmt::format("gradients: reduced in buckets of {} while backward runs",
-                                   format_bytes(double(world.bucket_bytes())))
-                     : "gradients: reduced after backward, in one piece (distributed.bucket_mb 0)");
+    if (world.zero_stage() == 3) {
+      console.line("gradients: reduce-scattered a unit at a time while backward runs; weights gathered a unit ahead");
+    } else {
+      console.line(world.bucket_bytes() > 0
+                       ? fmt::format("gradients: reduced in buckets of {} while backward runs",
+                                     format_bytes(double(world.bucket_bytes())))
+                       : "gradients: reduced after backward, in one piece (distributed.bucket_mb 0)");
+    }
   }
   console.line(fmt::format("data: {} samples per epoch ({}), {} steps to run", train.samples_per_epoch(),
                            job.data_description, total_steps - state.step));
