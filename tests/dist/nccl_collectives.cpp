@@ -87,6 +87,21 @@ TEST(Nccl, CollectivesMatchTheirDefinitions) {
     EXPECT_EQ(reduced.to_vector<float>(), expected_reduced);
   }
 
+  // ZeRO-3's pattern: a gather started, a reduce_scatter started behind it, waited for in reverse.
+  Tensor layer = Tensor::zeros(Shape{6 * n}, DType::f32, t.device());
+  Tensor scattered = Tensor::zeros(Shape{10}, DType::f32, t.device());
+  auto gather = comm->start_all_gather(on_gpu(values(r, 6)), layer);
+  auto scatter = comm->start_reduce_scatter(on_gpu(values(r, 10 * n)), scattered);
+  scatter->wait();
+  gather->wait();
+  std::vector<float> expected_gathered;
+  for (int q = 0; q < n; ++q) {
+    const auto v = values(q, 6);
+    expected_gathered.insert(expected_gathered.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(layer.to_vector<float>(), expected_gathered);
+  EXPECT_EQ(scattered.to_vector<float>(), mine);
+
   Tensor b = on_gpu(values(r, 5));
   comm->broadcast(b, n - 1);
   EXPECT_EQ(b.to_vector<float>(), values(n - 1, 5));
