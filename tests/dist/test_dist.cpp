@@ -19,6 +19,7 @@
 #include "hone/dist/plan.hpp"
 #include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
 #include "hone/model/activations.hpp"
+#include "hone/train/run_config.hpp"
 #include "support/check.hpp"
 
 namespace hone::dist {
@@ -244,6 +245,24 @@ TEST(Plan, ZeroStagesShardMoreAndSendWhatTheyMust) {
   bad = small_plan(1);
   bad.tp = 3;
   EXPECT_THROW(plan_run(bad), Error);
+}
+
+TEST(MemoryEstimate, PerRankShardsWhatHonesZeroStagesShard) {
+  const ModelConfig m = small_model();  // 210240 parameters, untied
+  const double n = 210240;
+  const auto at = [&](int zero, int ranks) {
+    return estimate_training_memory(m, DType::bf16, 2, 32, false, std::nullopt, zero, ranks);
+  };
+  const MemoryEstimate one = at(3, 1), z1 = at(1, 4), z2 = at(2, 4), z3 = at(3, 4);
+  EXPECT_EQ(one.zero, 0);  // one rank shards nothing
+  EXPECT_EQ(double(one.parameters + one.gradients + one.optimizer + one.compute_copy), (4 + 4 + 8 + 2) * n);
+  EXPECT_EQ(double(z1.optimizer), 8 * n / 4);
+  EXPECT_EQ(double(z2.gradients), 4 * n + 4 * n / 4);  // the full buffer and the reduced shard
+  EXPECT_EQ(double(z3.parameters), 4 * n / 4);
+  EXPECT_EQ(double(z3.gradients), 4 * n / 4);
+  EXPECT_EQ(z3.compute_copy, 0u);
+  EXPECT_EQ(double(z3.gathered), zero3_gathered_bytes(m, DType::bf16));
+  EXPECT_EQ(z3.activations, one.activations);
 }
 
 // ---- real jobs ----

@@ -8,6 +8,14 @@
 
 namespace hone::dist {
 
+double zero3_gathered_bytes(const ModelConfig& m, DType dtype) {
+  const double layer = double(m.num_non_embedding_params()) / double(m.n_layers);
+  const double table = double(m.vocab_size * m.dim);
+  const double per_element = 4 + 4 + (dtype == DType::bf16 ? 2 : 0);
+  const double units = 2 * std::max(layer, table) + (m.tie_embeddings ? table : 0);
+  return units * per_element + 4 * layer;
+}
+
 Plan plan_run(const PlanInput& in) {
   HONE_CHECK(in.dp >= 1 && in.tp >= 1, "dp ({}) and tp ({}) must be at least 1", in.dp, in.tp);
   HONE_CHECK(in.zero >= 0 && in.zero <= 3, "ZeRO stage {} is not 0, 1, 2 or 3", in.zero);
@@ -33,15 +41,7 @@ Plan plan_run(const PlanInput& in) {
   // ZeRO-3 keeps no compute copy: the gathered units hold their casts.
   p.compute_copy = in.dtype == DType::bf16 && in.zero < 3 ? 2 * params : 0;
   if (in.zero >= 3 && in.dp > 1) {
-    // What hone's ZeRO-3 holds whole at once: two units (one in use, the next
-    // prefetched), tied embeddings throughout, each with fp32 master weights,
-    // their cast for a bf16 run and fp32 gradients in backward; and the
-    // gradients of the layer whose reduce_scatter is in flight.
-    const double layer = double(m.num_non_embedding_params()) / double(m.n_layers);
-    const double table = double(m.vocab_size * m.dim);
-    const double per_element = 4 + 4 + (in.dtype == DType::bf16 ? 2 : 0);
-    const double units = 2 * std::max(layer, table) + (m.tie_embeddings ? table : 0);
-    p.gathered = (units * per_element + 4 * layer) / tp;
+    p.gathered = zero3_gathered_bytes(m, in.dtype) / tp;
   }
   p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, false)) / tp;
   p.activations_checkpointed = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, true)) / tp;

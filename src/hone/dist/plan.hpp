@@ -17,6 +17,13 @@
 
 namespace hone::dist {
 
+// What hone's ZeRO-3 holds whole at once on a device, in bytes (one replica,
+// no tensor parallelism): two units (one in use, the next prefetched: the larger
+// of a layer and the embedding table, twice) and tied embeddings throughout, each
+// with fp32 master weights, their cast for a bf16 run and fp32 gradients; and
+// the gradients of the layer whose reduce_scatter is in flight.
+double zero3_gathered_bytes(const ModelConfig& model, DType dtype);
+
 struct Hardware {
   double peak_flops = 0;       // per device, in the run's dtype (FLOP/s)
   double memory_bytes = 0;     // per device

@@ -44,12 +44,13 @@ data::InstructOptions instruct_options_from(const Config& c) {
   return o;
 }
 
-std::vector<std::string> summarize(const Config& c, const ModelConfig& model) {
+std::vector<std::string> summarize(const Config& c, const ModelConfig& model, int data_parallel_ranks = 1) {
   const RunSettings run = run_settings_from(c);
   const std::optional<LoraConfig> lora = lora_config_from(c);
   const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.max_seq_len");
-  const MemoryEstimate m = estimate_training_memory(model, run.dtype, batch, seq_len,
-                                                    c.get<bool>("enable_activation_checkpointing"), lora);
+  const MemoryEstimate m =
+      estimate_training_memory(model, run.dtype, batch, seq_len, c.get<bool>("enable_activation_checkpointing"), lora,
+                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks);
   const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
@@ -104,7 +105,7 @@ int run_finetune(const Config& c) {
   Transformer model(model_config, run.dtype, world.device(), lora, world.pad_multiple(), world.parameter_shard());
   load_weights(*weights, model);
   model.init_lora(run.seed);
-  std::vector<std::string> summary = summarize(c, model_config);
+  std::vector<std::string> summary = summarize(c, model_config, world.dp_size());
   if (dataset.truncated || dataset.dropped) {
     summary.push_back(fmt::format("data: {} samples cut to {} tokens, {} dropped with nothing left to learn",
                                   dataset.truncated, seq_len, dataset.dropped));

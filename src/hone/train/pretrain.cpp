@@ -13,14 +13,15 @@
 
 namespace hone {
 
-std::vector<std::string> summarize_training(const Config& c) {
+std::vector<std::string> summarize_training(const Config& c, int data_parallel_ranks) {
   const RunSettings run = run_settings_from(c);
   const ModelConfig model = model_config_from(c);
   const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.seq_len");
   HONE_CHECK(seq_len <= model.max_seq_len, "{}: dataset.seq_len {} exceeds model.max_seq_len {}", c.origin(), seq_len,
              model.max_seq_len);
-  const MemoryEstimate m = estimate_training_memory(model, run.dtype, batch, seq_len,
-                                                    c.get<bool>("enable_activation_checkpointing"));
+  const MemoryEstimate m =
+      estimate_training_memory(model, run.dtype, batch, seq_len, c.get<bool>("enable_activation_checkpointing"), {},
+                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks);
   return {
       fmt::format("model: {} ({} family), {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), double(model.num_params()) / 1e6,
@@ -79,7 +80,7 @@ int run_pretrain(const Config& c) {
                           .validation = valid.get(),
                           .seq_len = seq_len,
                           .data_description = data.description,
-                          .summary = summarize_training(c),
+                          .summary = summarize_training(c, world.dp_size()),
                           .companion_files = tokenizer_files});
 }
 

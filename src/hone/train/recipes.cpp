@@ -33,7 +33,7 @@ const std::vector<Recipe>& recipes() {
     Schema pretrain;
     pretrain.add(run_schema()).add(model_schema()).add(training_schema()).add(pretrain_dataset_schema());
     t.push_back({"pretrain", "train a model from scratch on a token stream (Megatron .bin/.idx, MDS, or mock data)",
-                 pretrain, run_pretrain, summarize_training});
+                 pretrain, run_pretrain, [](const Config& c) { return summarize_training(c); }});
     t.push_back({"full_finetune", "fine-tune every weight of a model on an instruct or chat dataset",
                  finetune_schema(false), run_finetune, summarize_finetune});
     t.push_back({"lora_finetune", "fine-tune LoRA adapters on a frozen model (instruct or chat dataset)",

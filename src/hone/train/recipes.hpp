@@ -25,7 +25,8 @@ const Recipe& find_recipe(const std::string& name);
 
 // The recipe entry points.
 int run_pretrain(const Config& resolved);
-std::vector<std::string> summarize_training(const Config& resolved);
+// The banner: model, batch, memory estimate (per rank of `data_parallel_ranks`).
+std::vector<std::string> summarize_training(const Config& resolved, int data_parallel_ranks = 1);
 Schema finetune_schema(bool lora);
 // full_finetune and lora_finetune: the config's model.lora_* keys tell them apart.
 int run_finetune(const Config& resolved);

@@ -4,6 +4,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
+#include "hone/dist/plan.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/model/activations.hpp"
 
@@ -219,24 +220,38 @@ LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
 }
 
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
-                                        bool activation_checkpointing, const std::optional<LoraConfig>& lora) {
+                                        bool activation_checkpointing, const std::optional<LoraConfig>& lora, int zero,
+                                        int ranks) {
   const size_t n = size_t(model.num_params());
   const size_t trained = lora ? size_t(lora_parameter_count(model, *lora)) : n;
   const size_t stored = lora ? n + trained : n;
+  const size_t r = size_t(ranks > 1 ? ranks : 1);
   MemoryEstimate m;
+  m.zero = ranks > 1 ? zero : 0;
+  m.ranks = int(r);
   m.parameters = 4 * stored;
   m.gradients = 4 * trained;
-  m.optimizer = 8 * trained;
+  m.optimizer = 8 * trained / (m.zero >= 1 ? r : 1);
   m.compute_copy = dtype == DType::bf16 ? 2 * stored : 0;
+  if (m.zero == 2) m.gradients += 4 * trained / r;  // the reduced shard, besides the full buffer
+  if (m.zero == 3) {
+    m.parameters /= r;
+    m.gradients /= r;
+    m.compute_copy = 0;  // gathered units hold their casts
+    m.gathered = size_t(dist::zero3_gathered_bytes(model, dtype));
+  }
   m.activations = activation_bytes(model, dtype, batch_size, seq_len, activation_checkpointing);
   return m;
 }
 
 std::string describe(const MemoryEstimate& m, const RunSettings& run) {
-  return fmt::format("memory estimate on {} ({}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {} + activations {}",
-                     run.device.str(), dtype_name(run.dtype), format_bytes(double(m.total())),
+  const std::string per_rank = m.ranks > 1 ? fmt::format(", per rank of {} at ZeRO stage {}", m.ranks, m.zero) : "";
+  const std::string gathered = m.gathered > 0 ? " + gathered units " + format_bytes(double(m.gathered)) : "";
+  return fmt::format("memory estimate on {} ({}{}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {}{} + "
+                     "activations {}",
+                     run.device.str(), dtype_name(run.dtype), per_rank, format_bytes(double(m.total())),
                      format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
-                     format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)),
+                     format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)), gathered,
                      format_bytes(double(m.activations)));
 }
 
