@@ -110,8 +110,18 @@ class MpiPending final : public PendingCollective {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
   MPI_Request* request() { return &request_; }
+  // The MPI type a reduction of `input` sums in. bf16 is staged: its values go
+  // to `staged` as f32, which the reduction works on in place, and the first
+  // result.numel() of the sum are rounded into `result` once complete (undefined
+  // on ranks that receive nothing).
+  MPI_Datatype stage_sum(const char* op, const Tensor& input, const Tensor& result) {
+    if (input.dtype() != DType::bf16) return sum_type(op, input.dtype());
+    staged = to_f32(input);
+    this->result = result;
+    return MPI_FLOAT;
+  }
+  bool is_staged() const { return !staged.empty(); }
   std::vector<float> staged;
-  Tensor result;  // bf16: where `staged` goes
 
   bool test() override {
     if (request_ == MPI_REQUEST_NULL) return true;
@@ -134,6 +144,7 @@ class MpiPending final : public PendingCollective {
     if (result.defined()) store_bf16(staged, result);
     result = Tensor();
   }
+  Tensor result;  // bf16: where `staged` goes
   WatchedState& watched_;
   MpiOp op_;
   int64_t count_;
@@ -144,15 +155,8 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce(const Tenso
   check_cpu("all_reduce", t);
   const int n = mpi_count("all_reduce", t.numel());
   auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::all_reduce, n);
-  void* data = t.raw();
-  MPI_Datatype type = MPI_FLOAT;
-  if (t.dtype() == DType::bf16) {
-    pending->staged = to_f32(t);
-    pending->result = t;
-    data = pending->staged.data();
-  } else {
-    type = sum_type("all_reduce", t.dtype());
-  }
+  const MPI_Datatype type = pending->stage_sum("all_reduce", t, t);
+  void* data = pending->is_staged() ? pending->staged.data() : t.raw();
   Watch w(*watched_, MpiOp::all_reduce, n);
   MPI_Iallreduce(MPI_IN_PLACE, data, n, type, MPI_SUM, comm_, pending->request());
   return pending;
@@ -165,17 +169,13 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce(const Tensor& i
   if (rank_ == root) check_cpu("reduce", output);
   const int n = mpi_count("reduce", input.numel());
   auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::reduce, n);
+  const bool root_here = rank_ == root;
+  const MPI_Datatype type = pending->stage_sum("reduce", input, root_here ? output : Tensor());
   const void* in = input.raw();
-  void* out = rank_ == root ? output.raw() : nullptr;
-  MPI_Datatype type = MPI_FLOAT;
-  if (input.dtype() == DType::bf16) {
-    // Input and result share the staging buffer: MPI_IN_PLACE on the root.
-    pending->staged = to_f32(input);
-    if (rank_ == root) pending->result = output;
-    in = rank_ == root ? MPI_IN_PLACE : pending->staged.data();
-    out = rank_ == root ? pending->staged.data() : nullptr;
-  } else {
-    type = sum_type("reduce", input.dtype());
+  void* out = root_here ? output.raw() : nullptr;
+  if (pending->is_staged()) {  // on the root, input and result share the staging buffer
+    in = root_here ? MPI_IN_PLACE : pending->staged.data();
+    out = root_here ? pending->staged.data() : nullptr;
   }
   Watch w(*watched_, MpiOp::reduce, n);
   MPI_Ireduce(in, out, n, type, MPI_SUM, root, comm_, pending->request());
@@ -194,17 +194,12 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter(const T
   check_chunked("reduce_scatter", input, output, size_);
   const int n = mpi_count("reduce_scatter", output.numel());
   auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::reduce_scatter, n);
+  const MPI_Datatype type = pending->stage_sum("reduce_scatter", input, output);
   const void* in = input.raw();
   void* out = output.raw();
-  MPI_Datatype type = MPI_FLOAT;
-  if (input.dtype() == DType::bf16) {
-    // In place in the staging buffer: the sum of this rank's chunk lands at its start.
-    pending->staged = to_f32(input);
-    pending->result = output;
+  if (pending->is_staged()) {  // in place: the sum of this rank's chunk lands at the buffer's start
     in = MPI_IN_PLACE;
     out = pending->staged.data();
-  } else {
-    type = sum_type("reduce_scatter", input.dtype());
   }
   Watch w(*watched_, MpiOp::reduce_scatter, n);
   MPI_Ireduce_scatter_block(in, out, n, type, MPI_SUM, comm_, pending->request());

@@ -144,7 +144,6 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, std::string name
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaEventCreateWithFlags(&compute_queued_, cudaEventDisableTiming), "cudaEventCreate");
-  check_cuda(cudaEventCreateWithFlags(&finished_, cudaEventDisableTiming), "cudaEventCreate");
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "cudaMalloc");
   // The members' world ranks, for messages: each rank's own, gathered.
   world_ranks_.assign(size_t(size_), world_rank);
@@ -161,48 +160,8 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, std::string name
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) ncclCommDestroy(comm_);
   if (compute_queued_ != nullptr) cudaEventDestroy(compute_queued_);
-  if (finished_ != nullptr) cudaEventDestroy(finished_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (scratch_ != nullptr) cudaFree(scratch_);
-}
-
-void NcclCommunicator::enqueue(const char* op, const std::function<ncclResult_t()>& call) {
-  // The tensors come from work queued on hone's compute stream: NCCL's stream
-  // waits for all of it first.
-  check_cuda(cudaEventRecord(compute_queued_, kernels::cuda::stream()), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(stream_, compute_queued_, 0), "cudaStreamWaitEvent");
-  check_nccl(call(), op);
-}
-
-void NcclCommunicator::finish(const char* op, const std::function<ncclResult_t()>& call) {
-  enqueue(op, call);
-  check_cuda(cudaEventRecord(finished_, stream_), "cudaEventRecord");
-  await(op, finished_);
-}
-
-void NcclCommunicator::await(const char* op, cudaEvent_t done) {
-  const auto start = std::chrono::steady_clock::now();
-  while (true) {
-    const cudaError_t state = cudaEventQuery(done);
-    if (state == cudaSuccess) return;
-    HONE_CHECK(state == cudaErrorNotReady, "{} in {}: CUDA error {}", op, name_, cudaGetErrorString(state));
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      fail("rank {}: {} in {} failed: NCCL error {}", world_ranks_[size_t(rank_)], op, name_,
-           ncclGetErrorString(async));
-    }
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (timeout_s_ > 0 && waited > timeout_s_) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      fail("rank {}: {} in {} did not complete within {:.0f} s (HONE_DIST_TIMEOUT): a peer is hung or dead",
-           world_ranks_[size_t(rank_)], op, name_, timeout_s_);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
 }
 
 namespace {
@@ -232,26 +191,60 @@ class NcclPending final : public PendingCollective {
 
 }  // namespace
 
+std::unique_ptr<PendingCollective> NcclCommunicator::start(const char* op,
+                                                           const std::function<ncclResult_t()>& call) {
+  // The tensors come from work queued on hone's compute stream: NCCL's stream
+  // waits for all of it first.
+  check_cuda(cudaEventRecord(compute_queued_, kernels::cuda::stream()), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(stream_, compute_queued_, 0), "cudaStreamWaitEvent");
+  check_nccl(call(), op);
+  return std::make_unique<NcclPending>([this](const char* what, cudaEvent_t done) { await(what, done); }, op,
+                                       stream_);
+}
+
+void NcclCommunicator::finish(const char* op, const std::function<ncclResult_t()>& call) { start(op, call)->wait(); }
+
+void NcclCommunicator::await(const char* op, cudaEvent_t done) {
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    const cudaError_t state = cudaEventQuery(done);
+    if (state == cudaSuccess) return;
+    HONE_CHECK(state == cudaErrorNotReady, "{} in {}: CUDA error {}", op, name_, cudaGetErrorString(state));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      fail("rank {}: {} in {} failed: NCCL error {}", world_ranks_[size_t(rank_)], op, name_,
+           ncclGetErrorString(async));
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_s_ > 0 && waited > timeout_s_) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      fail("rank {}: {} in {} did not complete within {:.0f} s (HONE_DIST_TIMEOUT): a peer is hung or dead",
+           world_ranks_[size_t(rank_)], op, name_, timeout_s_);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 std::unique_ptr<PendingCollective> NcclCommunicator::start_all_reduce(const Tensor& t) {
   check_cuda_tensor("all_reduce", t);
-  enqueue("all_reduce", [&] {
+  return start("all_reduce", [&] {
     return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_type("all_reduce", t.dtype()), ncclSum, comm_,
                          stream_);
   });
-  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); }, "all_reduce",
-                                       stream_);
 }
 
 std::unique_ptr<PendingCollective> NcclCommunicator::start_reduce(const Tensor& input, const Tensor& output, int root) {
   check_cuda_tensor("reduce", input);
   check_reduce("reduce", input, output, root, rank_, size_);
   if (rank_ == root) check_cuda_tensor("reduce", output);
-  enqueue("reduce", [&] {
+  return start("reduce", [&] {
     return ncclReduce(input.raw(), rank_ == root ? output.raw() : nullptr, size_t(input.numel()),
                       nccl_type("reduce", input.dtype()), ncclSum, root, comm_, stream_);
   });
-  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); }, "reduce",
-                                       stream_);
 }
 
 void NcclCommunicator::all_reduce(const Tensor& t) { start_all_reduce(t)->wait(); }
@@ -260,12 +253,10 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start_reduce_scatter(const 
   check_cuda_tensor("reduce_scatter", input);
   check_cuda_tensor("reduce_scatter", output);
   check_chunked("reduce_scatter", input, output, size_);
-  enqueue("reduce_scatter", [&] {
+  return start("reduce_scatter", [&] {
     return ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()),
                              nccl_type("reduce_scatter", input.dtype()), ncclSum, comm_, stream_);
   });
-  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); },
-                                       "reduce_scatter", stream_);
 }
 
 void NcclCommunicator::reduce_scatter(const Tensor& input, const Tensor& output) {
@@ -276,12 +267,10 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start_all_gather(const Tens
   check_cuda_tensor("all_gather", input);
   check_cuda_tensor("all_gather", output);
   check_chunked("all_gather", output, input, size_);
-  enqueue("all_gather", [&] {
+  return start("all_gather", [&] {
     return ncclAllGather(input.raw(), output.raw(), size_t(input.numel()), nccl_type("all_gather", input.dtype()),
                          comm_, stream_);
   });
-  return std::make_unique<NcclPending>([this](const char* op, cudaEvent_t done) { await(op, done); }, "all_gather",
-                                       stream_);
 }
 
 void NcclCommunicator::all_gather(const Tensor& input, const Tensor& output) {

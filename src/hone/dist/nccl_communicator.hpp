@@ -51,16 +51,17 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator(ncclComm_t comm, int device, std::string name, int world_rank);
-  // Queues `call` (an NCCL collective on stream_) after the compute stream's work.
-  void enqueue(const char* op, const std::function<ncclResult_t()>& call);
+  // Queues `call` (an NCCL collective on stream_) after the compute stream's
+  // work; returns the collective in flight.
+  std::unique_ptr<PendingCollective> start(const char* op, const std::function<ncclResult_t()>& call);
   // Waits, under the timeout, for `done` (an event recorded after a collective).
   void await(const char* op, cudaEvent_t done);
-  // enqueue, then await its completion.
+  // start, then wait for it.
   void finish(const char* op, const std::function<ncclResult_t()>& call);
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t compute_queued_ = nullptr, finished_ = nullptr;
+  cudaEvent_t compute_queued_ = nullptr;
   float* scratch_ = nullptr;  // one element, for barrier()
   int device_ = 0, rank_ = 0, size_ = 1;
   std::string name_;
