@@ -310,17 +310,6 @@ void load_adapters(const std::string& folder, Transformer& model) {
 
 namespace {
 
-// Copies what the optimizer holds of flat-layout run [src_offset, src_offset +
-// src.numel()) into its moment buffer `moments`.
-void copy_overlap(const Tensor& src, int64_t src_offset, const Tensor& moments,
-                  const std::vector<ParameterSet::StoredRange>& held) {
-  const Tensor flat = src.view({src.numel()});
-  for (const ParameterSet::StoredRange& r : held) {
-    const int64_t lo = std::max(src_offset, r.offset), hi = std::min(src_offset + src.numel(), r.offset + r.count);
-    if (lo < hi) moments.slice(r.stored + (lo - r.offset), {hi - lo}).copy_from(flat.slice(lo - src_offset, {hi - lo}));
-  }
-}
-
 // The optimizer's moments from whichever layout the checkpoint has: by parameter
 // (unsharded runs) or runs of the flat layout (ZeRO shards of any world size and stage).
 void load_moments(const std::string& folder, const Transformer& model, AdamW& optimizer) {
@@ -334,7 +323,7 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
                    "{}: '{}.{}' is {} {}, the model needs {} {}", file.path(), moment, p.name,
                    dtype_name(stored.dtype()), stored.shape().str(), dtype_name(optimizer.exp_avg().dtype()),
                    p.shape.str());
-        copy_overlap(stored, p.offset, std::string(moment) == "exp_avg" ? optimizer.exp_avg() : optimizer.exp_avg_sq(),
+        copy_held(stored, p.offset, std::string(moment) == "exp_avg" ? optimizer.exp_avg() : optimizer.exp_avg_sq(),
                      held);
       }
     }
@@ -359,8 +348,8 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
       HONE_CHECK(offset >= 0 && at >= 0 && count >= 0 && at + count <= m.numel() && m.numel() == v.numel(),
                  "{}: range [{}, {}) of its metadata lies outside its {} moments", file.path(), at, at + count,
                  m.numel());
-      copy_overlap(m.slice(at, {count}), offset, optimizer.exp_avg(), held);
-      copy_overlap(v.slice(at, {count}), offset, optimizer.exp_avg_sq(), held);
+      copy_held(m.slice(at, {count}), offset, optimizer.exp_avg(), held);
+      copy_held(v.slice(at, {count}), offset, optimizer.exp_avg_sq(), held);
       covered += count;
     }
   }

@@ -41,10 +41,7 @@ void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device devi
   numel_ = total;
   compute_dtype_ = compute_dtype;
   if (shard.world > 1) {
-    lay_out_shards(shard.rank, shard.world);
-    const int64_t stored = groups_.empty() ? 0 : groups_.back().stored + groups_.back().chunk;
-    values_ = Tensor::zeros({stored}, master_dtype, device);
-    if (with_grads) grads_ = Tensor::zeros({stored}, master_dtype, device);
+    store_shards(shard.rank, shard.world, master_dtype, device, with_grads);
     return;
   }
   const int64_t padded = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
@@ -85,7 +82,7 @@ std::vector<ParameterSet::StoredRange> ParameterSet::stored_ranges() const {
   return ranges;
 }
 
-void ParameterSet::lay_out_shards(int rank, int world) {
+void ParameterSet::store_shards(int rank, int world, DType master_dtype, Device device, bool with_grads) {
   HONE_ASSERT(!sharded() && world > 1 && rank >= 0 && rank < world);
   rank_ = rank;
   world_ = world;
@@ -98,21 +95,18 @@ void ParameterSet::lay_out_shards(int rank, int world) {
     g.gathered = gathered[size_t(g.unit)];
     gathered[size_t(g.unit)] += g.chunk * world;
   }
+  values_ = Tensor::zeros({stored}, master_dtype, device);
+  grads_ = with_grads ? Tensor::zeros({stored}, master_dtype, device) : Tensor();
+  compute_ = Tensor();
+  for (Parameter& p : params_) p.value = p.grad = p.compute = Tensor();
 }
 
 void ParameterSet::shard(int rank, int world) {
   HONE_ASSERT(values_.defined() && !sharded());
   if (world == 1) return;
-  lay_out_shards(rank, world);
   const Tensor whole = values_;
-  const Group& last = groups_.back();
-  values_ = Tensor::zeros({last.stored + last.chunk}, whole.dtype(), whole.device());
-  for (const StoredRange& r : stored_ranges()) {
-    values_.slice(r.stored, {r.count}).copy_from(whole.slice(r.offset, {r.count}));
-  }
-  if (grads_.defined()) grads_ = Tensor::zeros({values_.numel()}, whole.dtype(), whole.device());
-  compute_ = Tensor();
-  for (Parameter& p : params_) p.value = p.grad = p.compute = Tensor();
+  store_shards(rank, world, whole.dtype(), whole.device(), grads_.defined());
+  copy_held(whole, 0, values_, stored_ranges());
 }
 
 void ParameterSet::write(const Parameter& p, const Tensor& whole) {
@@ -123,18 +117,16 @@ void ParameterSet::write(const Parameter& p, const Tensor& whole) {
     converted = Tensor::empty(p.shape, master, whole.device());
     ops::cast(whole, converted);
   }
-  if (!sharded()) {
-    p.value.copy_from(converted);
-    return;
+  copy_held(converted, p.offset, values_, stored_ranges());
+}
+
+void copy_held(const Tensor& src, int64_t src_offset, const Tensor& dst,
+               const std::vector<ParameterSet::StoredRange>& held) {
+  const Tensor flat = src.view({src.numel()});
+  for (const ParameterSet::StoredRange& r : held) {
+    const int64_t lo = std::max(src_offset, r.offset), hi = std::min(src_offset + src.numel(), r.offset + r.count);
+    if (lo < hi) dst.slice(r.stored + (lo - r.offset), {hi - lo}).copy_from(flat.slice(lo - src_offset, {hi - lo}));
   }
-  const Group& g = group_of(p);
-  // This rank's chunk of the group, within the parameter.
-  const int64_t chunk_begin = g.offset + int64_t(rank_) * g.chunk;
-  const int64_t lo = std::max(p.offset, chunk_begin);
-  const int64_t hi = std::min({p.offset + p.shape.numel(), chunk_begin + g.chunk, g.offset + g.count});
-  if (lo >= hi) return;
-  values_.slice(g.stored + (lo - chunk_begin), {hi - lo})
-      .copy_from(converted.view({p.shape.numel()}).slice(lo - p.offset, {hi - lo}));
 }
 
 const ParameterSet::Group& ParameterSet::group_of(const Parameter& p) const {

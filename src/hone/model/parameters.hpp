@@ -118,8 +118,9 @@ class ParameterSet {
   void sync_compute();
 
  private:
-  // Sharded: each group's chunk size and places (stored, gathered).
-  void lay_out_shards(int rank, int world);
+  // Sharded: each group's chunk size and places (stored, gathered), and the
+  // stored buffers (zeroed) of that size.
+  void store_shards(int rank, int world, DType master_dtype, Device device, bool with_grads);
   const Group& group_of(const Parameter& p) const;
 
   std::deque<Parameter> params_;  // a deque keeps references stable while declaring
@@ -129,5 +130,10 @@ class ParameterSet {
   DType compute_dtype_ = DType::f32;
   int rank_ = 0, world_ = 1;
 };
+
+// Copies what `held` (runs of a flat layout and where a buffer stores them)
+// holds of the layout's run [src_offset, src_offset + src.numel()) from src into dst.
+void copy_held(const Tensor& src, int64_t src_offset, const Tensor& dst,
+               const std::vector<ParameterSet::StoredRange>& held);
 
 }  // namespace hone
