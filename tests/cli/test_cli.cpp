@@ -21,7 +21,8 @@ struct CliResult {
 };
 
 CliResult run_hone(const std::string& args) {
-  const std::string err_path = testing::TempDir() + "hone_cli_stderr.txt";
+  // Per process: ctest runs the tests of this file in parallel processes.
+  const std::string err_path = testing::TempDir() + "hone_cli_stderr_" + std::to_string(::getpid()) + ".txt";
   const std::string command = std::string(HONE_BINARY_DIR) + "/bin/hone " + args + " 2>" + err_path;
   CliResult r;
   FILE* pipe = popen(command.c_str(), "r");
@@ -33,6 +34,7 @@ CliResult run_hone(const std::string& args) {
   FILE* err = fopen(err_path.c_str(), "r");
   while ((n = fread(buf.data(), 1, buf.size(), err)) > 0) r.err.append(buf.data(), n);
   fclose(err);
+  std::remove(err_path.c_str());
   return r;
 }
 
