@@ -100,13 +100,17 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneUnitGatheredAhead) {
   // Gathered whole on rank 0 (as for a checkpoint), the weights are the
   // unsharded model's; rank 1 takes part in the gathers and keeps nothing.
   sharded.acquire_all(/*keep=*/comm->rank() == 0);
-  if (comm->rank() == 1) EXPECT_EQ(sharded.gathered_units(), 0);
+  if (comm->rank() == 1) {
+    EXPECT_EQ(sharded.gathered_units(), 0);
+  }
   for (const ParameterSet* set : {&reference.params(), &reference.trainable_params()}) {
     if (comm->rank() == 1) break;
     for (const Parameter& p : set->all()) {
       const Parameter& q = set == &reference.params() ? base.get(p.name) : params.get(p.name);
       EXPECT_EQ(q.value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
-      if (c.dtype == DType::bf16) EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
+      if (c.dtype == DType::bf16) {
+        EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
+      }
     }
   }
   sharded.release_all();

@@ -72,7 +72,7 @@ TEST_P(BucketedReduction, SumsEveryGradientOnceAndStartsBeforeBackwardEnds) {
   const Case c = GetParam();
   std::optional<LoraConfig> lora;
   if (c.lora) lora = LoraConfig{.rank = 4, .apply_to_mlp = true, .apply_to_output = true};
-  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), lora, /*pad_multiple=*/2);
+  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), lora, {.pad_multiple = 2});
   model.init_weights(7);
   ParameterSet& trained = model.trainable_params();
   if (c.lora) {  // LoRA's B = 0 would make the gradients of A zero

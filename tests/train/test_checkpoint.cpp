@@ -119,7 +119,7 @@ TEST(ShardedCheckpoint, ZeroShardsSaveAndLoadAtAnyWorldSize) {
   const std::string dir = testing::TempDir() + "hone_zero_ckpt_" + std::to_string(::getpid());
   fs::remove_all(dir);
   // Two ZeRO "ranks" in one process: shards of a buffer padded to a multiple of 2.
-  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), std::nullopt, /*pad_multiple=*/2);
+  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), std::nullopt, {.pad_multiple = 2});
   model.init_weights(1);
   const int64_t padded = model.params().values().numel(), half = padded / 2;
   EXPECT_EQ(padded % 2, 0);
@@ -156,7 +156,7 @@ TEST(ShardedCheckpoint, ZeroShardsSaveAndLoadAtAnyWorldSize) {
   EXPECT_EQ(loaded.exp_avg_sq().to_vector<float>(), whole.exp_avg_sq().to_vector<float>());
   EXPECT_EQ(one.params().values().to_vector<float>(), reference.params().values().to_vector<float>());
   // Resharded over three ranks: each third holds its slice.
-  Transformer three(model_preset("llama_tiny"), DType::f32, Device::cpu(), std::nullopt, 3);
+  Transformer three(model_preset("llama_tiny"), DType::f32, Device::cpu(), std::nullopt, {.pad_multiple = 3});
   const int64_t third = three.params().values().numel() / 3;
   AdamW middle(three.params(), AdamWConfig{}, third, third);
   load_checkpoint(folder, three, middle);

@@ -8,8 +8,13 @@
 
 namespace hone::dist {
 
-DataParallel::DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes)
-    : group_(group), zero_(zero_stage), device_(device), bucket_bytes_(bucket_bytes) {
+DataParallel::DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes,
+                           Communicator* tensor_parallel)
+    : group_(group),
+      tensor_parallel_(tensor_parallel && tensor_parallel->size() > 1 ? tensor_parallel : nullptr),
+      zero_(zero_stage),
+      device_(device),
+      bucket_bytes_(bucket_bytes) {
   HONE_ASSERT(zero_stage >= 0 && zero_stage <= 3);  // the config is checked where it is read (TrainingWorld)
 }
 
@@ -27,12 +32,19 @@ FullyShardedParameters* DataParallel::shard_parameters(std::vector<ParameterSet*
   return sharded_.get();
 }
 
-double DataParallel::sum(double local) const {
-  if (size() == 1) return local;
-  const Tensor t = Tensor::from(std::vector<double>{local}, {1}).to(device_);
-  group_.all_reduce(t);
+namespace {
+
+// The sum over `group` of one number per rank, moved in a tensor on `device`.
+double sum_over(Communicator& group, double local, Device device) {
+  if (group.size() == 1) return local;
+  const Tensor t = Tensor::from(std::vector<double>{local}, {1}).to(device);
+  group.all_reduce(t);
   return t.to_vector<double>()[0];
 }
+
+}  // namespace
+
+double DataParallel::sum(double local) const { return sum_over(group_, local, device_); }
 
 void DataParallel::begin_reduction(const ParameterSet& params) {
   HONE_ASSERT(reducing_ == nullptr && !params.frozen());
@@ -73,9 +85,46 @@ Tensor DataParallel::finish_reduction() {
   for (const auto& pending : in_flight_) pending->wait();
   in_flight_.clear();
   if (sharded_) sharded_->finish_reductions();
-  const Tensor& grads = reducing_->grads();
+  const Tensor reduced = zero_ == 2 && size() > 1 ? grad_shard_ : reducing_->grads();
+  if (tensor_parallel_) reduce_replicated(reduced);
   reducing_ = nullptr;
-  return zero_ == 2 && size() > 1 ? grad_shard_ : grads;
+  return reduced;
+}
+
+void DataParallel::reduce_replicated(const Tensor& reduced) {
+  // What `reduced` holds of the set's layout: all of it, this rank's ZeRO-2
+  // shard, or its ZeRO-3 chunks.
+  const ParameterSet& params = *reducing_;
+  std::vector<ParameterSet::StoredRange> held = params.local_ranges();
+  if (reduced.raw() != params.grads().raw()) {
+    const auto [offset, count] = shard(params.grads().numel());
+    held = {{.offset = offset, .stored = 0, .count = count}};
+  }
+  replicated_.clear();
+  int64_t total = 0;
+  for (const Parameter& p : params.all()) {
+    if (p.split.dim >= 0) continue;
+    for (const ParameterSet::StoredRange& r : held) {
+      const int64_t lo = std::max(p.offset, r.offset), hi = std::min(p.offset + p.shape.numel(), r.offset + r.count);
+      if (lo < hi) replicated_.push_back({r.stored + (lo - r.offset), hi - lo});
+      total += std::max<int64_t>(0, hi - lo);
+    }
+  }
+  // One all_reduce of them all, staged contiguously.
+  if (!replicated_staging_.defined() || replicated_staging_.numel() != total) {
+    replicated_staging_ = Tensor::empty({total}, reduced.dtype(), reduced.device());
+  }
+  int64_t at = 0;
+  for (const auto& [index, count] : replicated_) {
+    replicated_staging_.slice(at, {count}).copy_from(reduced.slice(index, {count}));
+    at += count;
+  }
+  tensor_parallel_->all_reduce(replicated_staging_);
+  at = 0;
+  for (const auto& [index, count] : replicated_) {
+    reduced.slice(index, {count}).copy_from(replicated_staging_.slice(at, {count}));
+    at += count;
+  }
 }
 
 void DataParallel::start_buckets(bool everything) {
@@ -119,7 +168,13 @@ void DataParallel::start_bucket(int64_t begin, int64_t end) {
 }
 
 double DataParallel::grad_norm(const Tensor& reduced) const {
-  const double local = ops::sum_squares(reduced);
+  double local = ops::sum_squares(reduced);
+  if (tensor_parallel_) {
+    // The tp ranks' parts add up; what each holds whole counts once.
+    double replicated = 0;
+    for (const auto& [index, count] : replicated_) replicated += ops::sum_squares(reduced.slice(index, {count}));
+    local = sum_over(*tensor_parallel_, local - replicated * (1.0 - 1.0 / tensor_parallel_->size()), device_);
+  }
   // Stages 2 and 3 hold a shard: its squares add up across ranks; otherwise
   // every rank holds the same full sum.
   return std::sqrt(zero_ >= 2 ? sum(local) : local);

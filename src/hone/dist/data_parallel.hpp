@@ -10,6 +10,11 @@
 // runs: the model says when a layer's gradients are final, and as soon as final
 // gradients that neighbour each other in the flat buffer add up to a bucket, a
 // nonblocking collective starts on them (like PyTorch DDP's bucket_cap_mb).
+//
+// With tensor parallelism the parameters that every rank of a tp group holds
+// whole (norms, embeddings, output head, row-parallel biases) got only this
+// rank's rows' share of their gradient: the reduction sums them over the tp
+// group too, and the gradient norm counts them once.
 #include <memory>
 #include <span>
 #include <utility>
@@ -26,7 +31,9 @@ class DataParallel {
   // `device` holds the tensors the group reduces (CPU for MPI, CUDA for NCCL);
   // zero_stage is 0, 1, 2 or 3. bucket_bytes 0: one reduction after backward
   // (stage 3 reduces each layer's gradients as it is done, whatever the buckets).
-  DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes = 0);
+  // `tensor_parallel`: this rank's tp group (null: none).
+  DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes = 0,
+               Communicator* tensor_parallel = nullptr);
   ~DataParallel();
 
   int rank() const { return group_.rank(); }
@@ -72,12 +79,16 @@ class DataParallel {
   void start_buckets(bool everything);
   // Starts the reduction of flat gradient elements [begin, end).
   void start_bucket(int64_t begin, int64_t end);
+  // Tensor parallelism: sums the gradients of the parameters every tp rank
+  // holds whole over the tp group, in `reduced` (what finish_reduction returns).
+  void reduce_replicated(const Tensor& reduced);
 
   struct Slot {
     const Parameter* param;
     bool final = false, sent = false;
   };
   Communicator& group_;
+  Communicator* tensor_parallel_;
   int zero_;
   Device device_;
   int64_t bucket_bytes_;
@@ -88,6 +99,10 @@ class DataParallel {
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<PendingCollective>> in_flight_;
   int64_t bucket_elements_ = 0, buckets_started_ = 0;
+  // Tensor parallelism: where the last reduction's tp-replicated gradients lie
+  // in what it returned, as (index, count).
+  std::vector<std::pair<int64_t, int64_t>> replicated_;
+  Tensor replicated_staging_;
 };
 
 }  // namespace hone::dist

@@ -282,8 +282,8 @@ namespace {
 void load_parameter(const SafetensorsFile& file, ParameterSet& set, const Parameter& p) {
   const SafetensorsFile::Entry& e = file.entry(p.name);
   const DType master = set.values().dtype();
-  HONE_CHECK(e.shape == p.shape && e.dtype == master, "{}: '{}' is {} {}, the model needs {} {}", file.path(), p.name,
-             dtype_name(e.dtype), e.shape.str(), dtype_name(master), p.shape.str());
+  HONE_CHECK(e.shape == p.whole_shape && e.dtype == master, "{}: '{}' is {} {}, the model needs {} {}", file.path(),
+             p.name, dtype_name(e.dtype), e.shape.str(), dtype_name(master), p.whole_shape.str());
   set.write(p, file.load(p.name));
 }
 
@@ -319,11 +319,11 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
     for (const Parameter& p : model.trainable_params().all()) {
       for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
         const Tensor stored = file.load(std::string(moment) + "." + p.name);
-        HONE_CHECK(stored.shape() == p.shape && stored.dtype() == optimizer.exp_avg().dtype(),
+        HONE_CHECK(stored.shape() == p.whole_shape && stored.dtype() == optimizer.exp_avg().dtype(),
                    "{}: '{}.{}' is {} {}, the model needs {} {}", file.path(), moment, p.name,
                    dtype_name(stored.dtype()), stored.shape().str(), dtype_name(optimizer.exp_avg().dtype()),
-                   p.shape.str());
-        copy_held(stored, p.offset, std::string(moment) == "exp_avg" ? optimizer.exp_avg() : optimizer.exp_avg_sq(),
+                   p.whole_shape.str());
+        copy_held(stored, p.whole_offset, std::string(moment) == "exp_avg" ? optimizer.exp_avg() : optimizer.exp_avg_sq(),
                      held);
       }
     }

@@ -46,13 +46,14 @@ void load_weights(const WeightSource& source, Transformer& model) {
              source.description(), specs.size(), params.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const Parameter& p = params[i];
-    HONE_CHECK(specs[i].name == p.name && specs[i].shape == p.shape,
+    HONE_CHECK(specs[i].name == p.name && specs[i].shape == p.whole_shape,
                "{} has parameter '{}' {} where the model has '{}' {} (another architecture?)", source.description(),
-               specs[i].name, specs[i].shape.str(), p.name, p.shape.str());
-    if (!model.params().sharded() && p.value.device().is_cpu() && p.value.dtype() == DType::f32) {
+               specs[i].name, specs[i].shape.str(), p.name, p.whole_shape.str());
+    const bool whole_here = !model.params().sharded() && !model.params().split();
+    if (whole_here && p.value.device().is_cpu() && p.value.dtype() == DType::f32) {
       source.read(p.name, p.value);  // straight from the file into the master weights
     } else {
-      Tensor staged = Tensor::empty(p.shape, DType::f32);
+      Tensor staged = Tensor::empty(p.whole_shape, DType::f32);
       source.read(p.name, staged);
       model.params().write(p, staged);
     }

@@ -1,13 +1,21 @@
 #include "hone/model/activations.hpp"
 
+#include "hone/core/error.hpp"
+
 namespace hone {
 
 Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq, Arena& arena,
-                             bool checkpointing) {
+                             bool checkpointing, int tp) {
+  HONE_CHECK(batch * seq % tp == 0, "tensor parallelism over {} ranks needs batch x seq ({} x {}) to be a multiple of {}",
+             tp, batch, seq, tp);
   const DType stats = dtype == DType::f64 ? DType::f64 : DType::f32;
   const bool layernorm = c.norm == NormKind::layernorm;
-  const Shape hidden{batch, seq, c.dim};
-  const Shape rows{batch * seq};
+  const Shape all_rows{batch, seq, c.dim};
+  const Shape hidden = tp == 1 ? all_rows : Shape{batch * seq / tp, c.dim};
+  const Shape rows{batch * seq / tp};
+  const int64_t heads = c.n_heads / tp, qkv = c.qkv_dim() / tp, ffn = c.ffn_dim / tp, up = c.mlp_up_dim() / tp;
+  // An `_all` tensor: all rows under tp, else the row tensor itself.
+  auto all = [&](const Tensor& own) { return tp == 1 ? own : arena.take(all_rows, dtype); };
   auto norm_stats = [&](Tensor& mean, Tensor& rstd) {
     if (layernorm) mean = arena.take(rows, stats);
     rstd = arena.take(rows, stats);
@@ -26,36 +34,42 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
       continue;
     }
     l.attn_norm = arena.take(hidden, dtype);
+    l.attn_norm_all = all(l.attn_norm);
     norm_stats(l.attn_norm_mean, l.attn_norm_rstd);
-    l.qkv = arena.take({batch, seq, c.qkv_dim()}, dtype);
-    l.attn = arena.take({batch, seq, c.n_heads * c.head_dim()}, dtype);
-    l.attn_lse = arena.take({batch, c.n_heads, seq}, stats);
+    l.qkv = arena.take({batch, seq, qkv}, dtype);
+    l.attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
+    l.attn_lse = arena.take({batch, heads, seq}, stats);
     l.mid = arena.take(hidden, dtype);
     l.mlp_norm = arena.take(hidden, dtype);
+    l.mlp_norm_all = all(l.mlp_norm);
     norm_stats(l.mlp_norm_mean, l.mlp_norm_rstd);
-    l.mlp_up = arena.take({batch, seq, c.mlp_up_dim()}, dtype);
-    l.mlp_act = arena.take({batch, seq, c.ffn_dim}, dtype);
+    l.mlp_up = arena.take({batch, seq, up}, dtype);
+    l.mlp_act = arena.take({batch, seq, ffn}, dtype);
   }
   a.output = arena.take(hidden, dtype);
   a.final_norm = arena.take(hidden, dtype);
   norm_stats(a.final_norm_mean, a.final_norm_rstd);
-  a.logits = arena.take({batch * seq, c.vocab_size}, dtype);
+  a.logits = arena.take({batch * seq / tp, c.vocab_size}, dtype);
   a.token_losses = arena.take(rows, stats);
   a.logits_lse = arena.take(rows, stats);
 
   a.branch = arena.take(hidden, dtype);
+  a.branch_all = all(a.branch);
   a.d_residual = arena.take(hidden, dtype);
+  a.d_residual_all = all(a.d_residual);
   a.d_norm = arena.take(hidden, dtype);
-  a.d_attn = arena.take({batch, seq, c.n_heads * c.head_dim()}, dtype);
-  a.d_qkv = arena.take({batch, seq, c.qkv_dim()}, dtype);
-  a.d_mlp_act = arena.take({batch, seq, c.ffn_dim}, dtype);
-  a.d_mlp_up = arena.take({batch, seq, c.mlp_up_dim()}, dtype);
+  a.d_norm_all = all(a.d_norm);
+  a.d_attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
+  a.d_qkv = arena.take({batch, seq, qkv}, dtype);
+  a.d_mlp_act = arena.take({batch, seq, ffn}, dtype);
+  a.d_mlp_up = arena.take({batch, seq, up}, dtype);
   return a;
 }
 
-size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, bool checkpointing) {
+size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, bool checkpointing,
+                        int tp) {
   Arena measure;
-  plan_activations(config, dtype, batch, seq, measure, checkpointing);
+  plan_activations(config, dtype, batch, seq, measure, checkpointing, tp);
   return measure.bytes_used();
 }
 

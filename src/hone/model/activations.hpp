@@ -9,13 +9,20 @@
 
 namespace hone {
 
+// Shapes for one rank. Tensor parallelism over tp ranks (sequence parallel):
+// the residual stream and what norms read and write are this rank's B·T/tp rows
+// ([B·T/tp, D]; [B, T, D] without tp), the tensors named `_all` all rows
+// (without tp the same tensor as their row part), and H, KV and ffn_dim are this
+// rank's heads/tp and ffn_dim/tp.
 struct LayerActivations {
   Tensor input;  // residual stream entering the layer [B, T, D]
   Tensor attn_norm, attn_norm_mean, attn_norm_rstd;  // mean only for LayerNorm
+  Tensor attn_norm_all;                              // what qkv reads
   Tensor qkv;                                        // after RoPE [B, T, (H + 2·KV)·hd]
   Tensor attn, attn_lse;                             // [B, T, H·hd], [B, H, T]
   Tensor mid;                                        // residual stream after attention
   Tensor mlp_norm, mlp_norm_mean, mlp_norm_rstd;
+  Tensor mlp_norm_all;                               // what up reads
   Tensor mlp_up;   // [B, T, mlp_up_dim]: pre-activation (gate | up for SwiGLU)
   Tensor mlp_act;  // [B, T, ffn_dim]
 };
@@ -29,8 +36,11 @@ struct Activations {
   Tensor token_losses, logits_lse;   // [B·T], compute dtype
   // Scratch shared by all layers.
   Tensor branch;      // a projection's output before it joins the residual stream
+  Tensor branch_all;  // tp: out's and down's partial sums, before the reduce-scatter
   Tensor d_residual;  // gradient of the residual stream
+  Tensor d_residual_all;
   Tensor d_norm;      // gradient of a norm's output
+  Tensor d_norm_all;  // tp: qkv's and up's partial sums, before the reduce-scatter
   Tensor d_attn, d_qkv, d_mlp_act, d_mlp_up;
 };
 
@@ -39,10 +49,10 @@ struct Activations {
 // per-layer tensors share one working set, which the backward pass refills by
 // recomputing each layer's forward pass.
 Activations plan_activations(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, Arena& arena,
-                             bool checkpointing = false);
+                             bool checkpointing = false, int tp = 1);
 
 // Bytes of the arena plan_activations needs.
 size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
-                        bool checkpointing = false);
+                        bool checkpointing = false, int tp = 1);
 
 }  // namespace hone

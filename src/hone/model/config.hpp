@@ -53,6 +53,9 @@ struct ModelConfig {
   // Throws hone::Error naming the first inconsistent field.
   void validate() const;
   int64_t num_params() const;
+  // Parameters one of `tp` tensor-parallel ranks holds: its part of every
+  // attention and MLP projection (and column-parallel bias), all of the rest.
+  int64_t num_params_per_rank(int tp) const;
   // Parameters outside the embedding tables and the output projection.
   int64_t num_non_embedding_params() const;
   // Weights that take part in a matrix product per token: everything but the

@@ -7,6 +7,8 @@ Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
       capacity_(capacity),
       lengths_(static_cast<size_t>(max_sequences), 0),
       model_was_checkpointing_(model.activation_checkpointing()) {
+  HONE_CHECK(model.tp_size() == 1, "decoding with a KV cache runs on one rank; this model is split over {} (tensor "
+             "parallelism)", model.tp_size());
   model_.set_activation_checkpointing(false);
   const ModelConfig& c = model.config();
   HONE_CHECK(capacity > 0 && capacity <= c.max_seq_len,

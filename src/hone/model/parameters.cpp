@@ -6,13 +6,48 @@
 
 namespace hone {
 
-Parameter& ParameterSet::declare(std::string name, const Shape& shape, bool decay, int unit) {
+Shape part_shape(const Shape& whole, const TensorSplit& split) {
+  if (split.dim < 0) return whole;
+  HONE_ASSERT(split.dim < whole.ndim() && split.parts >= 1 && whole[split.dim] % split.parts == 0);
+  std::vector<int64_t> dims(whole.begin(), whole.end());
+  dims[size_t(split.dim)] /= split.parts;
+  return Shape(std::span<const int64_t>(dims));
+}
+
+std::vector<PartRun> part_runs(const Shape& whole, const TensorSplit& split, int index) {
+  if (split.dim < 0) return {{.whole = 0, .part = 0, .count = whole.numel()}};
+  HONE_ASSERT(whole.ndim() <= 2 && index >= 0 && index < split.parts);
+  const std::vector<int64_t> segments = split.segments.empty() ? std::vector{whole[split.dim]} : split.segments;
+  // Row-major [rows, cols] (a vector is one column): a row split is one run per
+  // segment, a column split one run per segment of every row.
+  const int64_t rows = whole[0], cols = whole.ndim() == 2 ? whole[1] : 1;
+  const int64_t part_cols = split.dim == 1 ? cols / split.parts : cols;
+  std::vector<PartRun> runs;
+  for (int64_t row = 0; row < (split.dim == 1 ? rows : 1); ++row) {
+    int64_t begin = 0, part_begin = 0;  // of the segment, along dim
+    for (const int64_t segment : segments) {
+      HONE_ASSERT(segment % split.parts == 0);
+      const int64_t length = segment / split.parts, from = begin + index * length;
+      runs.push_back(split.dim == 0
+                         ? PartRun{.whole = from * cols, .part = part_begin * cols, .count = length * cols}
+                         : PartRun{.whole = row * cols + from, .part = row * part_cols + part_begin, .count = length});
+      begin += segment;
+      part_begin += length;
+    }
+  }
+  return runs;
+}
+
+Parameter& ParameterSet::declare(std::string name, const Shape& whole, bool decay, int unit, TensorSplit split) {
   HONE_ASSERT(!values_.defined() && find(name) == nullptr && unit >= 0);
   Parameter& p = params_.emplace_back();
   p.name = std::move(name);
-  p.shape = shape;
+  p.shape = part_shape(whole, split);
+  p.whole_shape = whole;
   p.decay = decay;
   p.unit = unit;
+  split_ = split_ || split.dim >= 0;
+  p.split = std::move(split);
   return p;
 }
 
@@ -25,14 +60,16 @@ int ParameterSet::units() const {
 void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads,
                             int64_t pad_multiple, ShardSpec shard) {
   HONE_ASSERT(pad_multiple >= 1);
-  int64_t total = 0;
+  int64_t total = 0, whole_total = 0;
   for (int unit = 0; unit < units(); ++unit) {
     for (bool decay : {true, false}) {
       Group group{.offset = total, .decay = decay, .unit = unit, .stored = total};
       for (Parameter& p : params_) {
         if (p.unit != unit || p.decay != decay) continue;
         p.offset = total;
+        p.whole_offset = whole_total;
         total += p.shape.numel();
+        whole_total += p.whole_shape.numel();
       }
       group.count = group.chunk = total - group.offset;
       if (group.count > 0) groups_.push_back(group);
@@ -48,9 +85,14 @@ void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device devi
   values_ = Tensor::zeros({padded}, master_dtype, device);
   if (with_grads) grads_ = Tensor::zeros({padded}, master_dtype, device);
   if (compute_dtype != master_dtype) compute_ = Tensor::zeros({padded}, compute_dtype, device);
+  point_into_buffers();
+}
+
+void ParameterSet::point_into_buffers() {
+  HONE_ASSERT(!sharded());
   for (Parameter& p : params_) {
     p.value = values_.slice(p.offset, p.shape);
-    if (with_grads) p.grad = grads_.slice(p.offset, p.shape);
+    p.grad = grads_.defined() ? grads_.slice(p.offset, p.shape) : Tensor();
     p.compute = compute_.defined() ? compute_.slice(p.offset, p.shape) : p.value;
   }
 }
@@ -73,6 +115,28 @@ Parameter& ParameterSet::get(std::string_view name) {
 }
 
 std::vector<ParameterSet::StoredRange> ParameterSet::stored_ranges() const {
+  std::vector<StoredRange> local = local_ranges();
+  if (!split_) return local;
+  std::vector<StoredRange> held;
+  for (const Parameter& p : params_) append_held(p, local, held);
+  return held;
+}
+
+void ParameterSet::append_held(const Parameter& p, const std::vector<StoredRange>& local,
+                               std::vector<StoredRange>& held) const {
+  for (const PartRun& run : part_runs(p.whole_shape, p.split, p.split.index)) {
+    const int64_t begin = p.offset + run.part, end = begin + run.count;  // in the local layout
+    for (const StoredRange& r : local) {
+      const int64_t lo = std::max(begin, r.offset), hi = std::min(end, r.offset + r.count);
+      if (lo < hi) {
+        held.push_back({.offset = p.whole_offset + run.whole + (lo - begin), .stored = r.stored + (lo - r.offset),
+                        .count = hi - lo});
+      }
+    }
+  }
+}
+
+std::vector<ParameterSet::StoredRange> ParameterSet::local_ranges() const {
   if (!sharded()) return {{.offset = 0, .stored = 0, .count = numel_}};
   std::vector<StoredRange> ranges;
   for (const Group& g : groups_) {
@@ -106,18 +170,20 @@ void ParameterSet::shard(int rank, int world) {
   if (world == 1) return;
   const Tensor whole = values_;
   store_shards(rank, world, whole.dtype(), whole.device(), grads_.defined());
-  copy_held(whole, 0, values_, stored_ranges());
+  copy_held(whole, 0, values_, local_ranges());
 }
 
 void ParameterSet::write(const Parameter& p, const Tensor& whole) {
-  HONE_ASSERT(whole.shape() == p.shape);
+  HONE_ASSERT(whole.shape() == p.whole_shape);
   const DType master = values_.dtype();
   Tensor converted = whole;
   if (whole.dtype() != master) {
-    converted = Tensor::empty(p.shape, master, whole.device());
+    converted = Tensor::empty(whole.shape(), master, whole.device());
     ops::cast(whole, converted);
   }
-  copy_held(converted, p.offset, values_, stored_ranges());
+  std::vector<StoredRange> held;
+  append_held(p, local_ranges(), held);
+  copy_held(converted, p.whole_offset, values_, held);
 }
 
 void copy_held(const Tensor& src, int64_t src_offset, const Tensor& dst,

@@ -14,6 +14,26 @@
 
 namespace hone {
 
+// Tensor parallelism (Megatron's column and row split): a weight cut along one
+// dimension over `parts` ranks, rank `index` holding part `index` of every
+// segment along it. The fused qkv weight's rows are three segments (query, key
+// and value heads), so each rank holds whole heads of each.
+struct TensorSplit {
+  int dim = -1;  // -1: not split (every rank holds all of it); 0: rows; 1: columns
+  int parts = 1, index = 0;
+  std::vector<int64_t> segments;  // sizes along dim (each a multiple of parts); empty: one segment
+};
+
+// A run of elements that a part of a split tensor shares with the whole:
+// `count` elements at `whole` in the whole tensor and at `part` in the part.
+struct PartRun {
+  int64_t whole = 0, part = 0, count = 0;
+};
+// The runs that make up part `index` of a tensor of shape `whole` split by `split`.
+std::vector<PartRun> part_runs(const Shape& whole, const TensorSplit& split, int index);
+// The shape of one part.
+Shape part_shape(const Shape& whole, const TensorSplit& split);
+
 struct Parameter {
   std::string name;
   Shape shape;
@@ -23,6 +43,12 @@ struct Parameter {
   Tensor compute;     // what the forward pass reads: `value` itself, or its bf16 copy
   int unit = 0;       // the parameters a model uses together (Transformer: embeddings, a layer, the head)
   int64_t offset = 0; // position in the flat layout
+  // Tensor parallelism: `shape` is this rank's part of a whole of `whole_shape`
+  // (equal when not split), which sits at `whole_offset` in the layout of the
+  // whole model (what checkpoints and write() speak).
+  TensorSplit split;
+  Shape whole_shape;
+  int64_t whole_offset = 0;
 };
 
 // Where a ParameterSet's units are between uses. The model acquires a unit before
@@ -47,8 +73,9 @@ struct ShardSpec {
 
 class ParameterSet {
  public:
-  // Declares a parameter; its storage comes with allocate().
-  Parameter& declare(std::string name, const Shape& shape, bool decay, int unit = 0);
+  // Declares a parameter of shape `whole`, of which this set holds the part
+  // `split` says (all of it by default); its storage comes with allocate().
+  Parameter& declare(std::string name, const Shape& whole, bool decay, int unit = 0, TensorSplit split = {});
   // Allocates the flat buffers (zeroed) and points every parameter into them.
   // compute_dtype bf16 adds a bf16 copy of the weights; otherwise compute aliases value.
   // Without gradients the set is frozen: no gradient buffer exists at all. The
@@ -59,6 +86,10 @@ class ParameterSet {
   void allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads = true,
                 int64_t pad_multiple = 1, ShardSpec shard = {});
   bool frozen() const { return !grads_.defined(); }
+  // Points every parameter's tensors into the flat buffers again (unsharded),
+  // after a caller pointed them elsewhere for a while (TrainingWorld shows
+  // checkpoints whole weights of a tensor-parallel model that way).
+  void point_into_buffers();
 
   Parameter& get(std::string_view name);
   const Parameter& get(std::string_view name) const;
@@ -87,20 +118,27 @@ class ParameterSet {
   int64_t numel() const { return numel_; }  // parameters, without the padding
   DType compute_dtype() const { return compute_dtype_; }
 
-  // A run of the flat layout, [offset, offset + count), held at `stored` in the stored buffers.
+  // A run of the whole model's flat layout, [offset, offset + count), held at
+  // `stored` in the stored buffers.
   struct StoredRange {
     int64_t offset = 0, stored = 0, count = 0;
   };
-  // What the stored buffers hold of the layout, padding excluded.
+  // What the stored buffers hold of the whole model's layout, padding excluded
+  // (a tensor-parallel rank holds its parts of the split parameters).
   std::vector<StoredRange> stored_ranges() const;
+  // What the stored buffers hold of this set's own layout (offsets of
+  // Parameter::offset; the same as stored_ranges() unless split).
+  std::vector<StoredRange> local_ranges() const;
+  // Some parameters are split over tensor-parallel ranks.
+  bool split() const { return split_; }
 
   // ZeRO-3: keeps only this rank's chunk of every group in values() and grads()
   // (no compute copy: gathered units are cast). Parameters' tensors are undefined
   // until attach() gives their unit gathered buffers. world 1: nothing changes.
   void shard(int rank, int world);
-  // Sets a parameter's master weights from `whole` (its shape, any dtype the
-  // master's cast takes, any device): into p.value, or, sharded, into this
-  // rank's chunk of it. Call sync_compute() after the last.
+  // Sets a parameter's master weights from `whole` (its whole_shape, any dtype
+  // the master's cast takes, any device): into p.value, or, sharded, into this
+  // rank's chunk of it; split, only this rank's part. Call sync_compute() after the last.
   void write(const Parameter& p, const Tensor& whole);
   bool sharded() const { return world_ > 1; }
   int shard_world() const { return world_; }
@@ -122,6 +160,8 @@ class ParameterSet {
   // stored buffers (zeroed) of that size.
   void store_shards(int rank, int world, DType master_dtype, Device device, bool with_grads);
   const Group& group_of(const Parameter& p) const;
+  // Appends what `local` (local_ranges()) holds of p, in the whole model's layout.
+  void append_held(const Parameter& p, const std::vector<StoredRange>& local, std::vector<StoredRange>& held) const;
 
   std::deque<Parameter> params_;  // a deque keeps references stable while declaring
   std::vector<Group> groups_;
@@ -129,6 +169,7 @@ class ParameterSet {
   int64_t numel_ = 0;
   DType compute_dtype_ = DType::f32;
   int rank_ = 0, world_ = 1;
+  bool split_ = false;
 };
 
 // Copies what `held` (runs of a flat layout and where a buffer stores them)

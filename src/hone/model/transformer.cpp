@@ -22,22 +22,35 @@ Tensor to_tensor(const std::vector<double>& values, const Shape& shape, DType dt
 }  // namespace
 
 Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora,
-                         int64_t pad_multiple, ShardSpec shard)
+                         ModelPlacement placement)
     : config_(std::move(config)), dtype_(dtype), device_(device), lora_(std::move(lora)) {
   config_.validate();
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
              "models compute in fp32, bf16 or fp64, not {}", dtype_name(dtype));
+  if (placement.tensor_parallel && placement.tensor_parallel->size() > 1) {
+    tp_ = placement.tensor_parallel;
+    tp_size_ = tp_->size();
+    tp_rank_ = tp_->rank();
+    HONE_CHECK(config_.n_heads % tp_size_ == 0 && config_.n_kv_heads % tp_size_ == 0 && config_.ffn_dim % tp_size_ == 0,
+               "model {}: tensor parallelism over {} ranks needs {} attention heads, {} key/value heads and ffn_dim "
+               "{} to be multiples of {}",
+               config_.name, tp_size_, config_.n_heads, config_.n_kv_heads, config_.ffn_dim, tp_size_);
+    HONE_CHECK(!lora_, "LoRA with tensor parallelism is not available yet (use distributed.tp 1)");
+  }
   declare_parameters();
   layer_adapters_.resize(layers_.size());  // empty without LoRA
   const DType master = dtype == DType::f64 ? DType::f64 : DType::f32;
-  params_.allocate(master, dtype, device, /*with_grads=*/!lora_, lora_ ? 1 : pad_multiple, shard);
+  const int64_t pad = lora_ ? 1 : placement.pad_multiple;
+  params_.allocate(master, dtype, device, /*with_grads=*/!lora_, pad, placement.shard);
   if (lora_) {
     declare_lora();
-    lora_params_.allocate(master, dtype, device, true, pad_multiple, shard);
+    lora_params_.allocate(master, dtype, device, true, placement.pad_multiple, placement.shard);
   }
   if (config_.position == PositionKind::alibi) {
-    alibi_slopes_ = to_tensor(alibi_slopes(config_.n_heads, config_.alibi_bias_max), {config_.n_heads}, master,
-                              device);
+    const int64_t heads = config_.n_heads / tp_size_;
+    std::vector<double> slopes = alibi_slopes(config_.n_heads, config_.alibi_bias_max);
+    slopes = std::vector(slopes.begin() + tp_rank_ * heads, slopes.begin() + (tp_rank_ + 1) * heads);
+    alibi_slopes_ = to_tensor(slopes, {heads}, master, device);
   }
 }
 
@@ -49,9 +62,19 @@ void Transformer::declare_parameters() {
     weight = &params_.declare(prefix + ".weight", {c.dim}, false, unit);
     if (layernorm_bias) bias = &params_.declare(prefix + ".bias", {c.dim}, false, unit);
   };
-  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, Parameter*& weight, Parameter*& bias) {
-    weight = &params_.declare(prefix + ".weight", {out, in}, true, unit);
-    if (c.linear_bias) bias = &params_.declare(prefix + ".bias", {out}, false, unit);
+  // Tensor parallelism: a column-parallel projection's output features (and
+  // bias) are split over the ranks, segment by segment; a row-parallel one's
+  // input features (its bias is whole on every rank).
+  enum Parallel { kColumn, kRow };
+  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, Parameter*& weight, Parameter*& bias,
+                    Parallel parallel, std::vector<int64_t> segments = {}) {
+    TensorSplit split;
+    if (tp_size_ > 1) split = {.dim = parallel == kColumn ? 0 : 1, .parts = tp_size_, .index = tp_rank_,
+                               .segments = std::move(segments)};
+    weight = &params_.declare(prefix + ".weight", {out, in}, true, unit, split);
+    if (c.linear_bias) {
+      bias = &params_.declare(prefix + ".bias", {out}, false, unit, parallel == kColumn ? split : TensorSplit{});
+    }
   };
 
   tok_embeddings_ = &params_.declare("tok_embeddings.weight", {c.vocab_size, c.dim}, true, unit);
@@ -64,11 +87,14 @@ void Transformer::declare_parameters() {
     const std::string prefix = "layers." + std::to_string(i);
     unit = layer_unit(i);
     norm(prefix + ".attn_norm", l.attn_norm_weight, l.attn_norm_bias);
-    linear(prefix + ".attn.qkv", c.qkv_dim(), c.dim, l.qkv_weight, l.qkv_bias);
-    linear(prefix + ".attn.out", c.dim, c.n_heads * c.head_dim(), l.out_weight, l.out_bias);
+    const int64_t hd = c.head_dim();
+    linear(prefix + ".attn.qkv", c.qkv_dim(), c.dim, l.qkv_weight, l.qkv_bias, kColumn,
+           {c.n_heads * hd, c.n_kv_heads * hd, c.n_kv_heads * hd});
+    linear(prefix + ".attn.out", c.dim, c.n_heads * hd, l.out_weight, l.out_bias, kRow);
     norm(prefix + ".mlp_norm", l.mlp_norm_weight, l.mlp_norm_bias);
-    linear(prefix + ".mlp.up", c.mlp_up_dim(), c.dim, l.up_weight, l.up_bias);
-    linear(prefix + ".mlp.down", c.dim, c.ffn_dim, l.down_weight, l.down_bias);
+    linear(prefix + ".mlp.up", c.mlp_up_dim(), c.dim, l.up_weight, l.up_bias, kColumn,
+           c.mlp == MlpKind::swiglu ? std::vector{c.ffn_dim, c.ffn_dim} : std::vector<int64_t>{});
+    linear(prefix + ".mlp.down", c.dim, c.ffn_dim, l.down_weight, l.down_bias, kRow);
   }
   unit = head_unit();
   norm("norm", final_norm_weight_, final_norm_bias_);
@@ -183,7 +209,7 @@ void Transformer::init_weights(uint64_t seed) {
   const double residual_std = config_.init_std / std::sqrt(2.0 * double(config_.n_layers));
   uint64_t stream = 0;
   for (Parameter& p : params_.all()) {
-    Tensor host = Tensor::empty(p.shape, params_.values().dtype());
+    Tensor host = Tensor::empty(p.whole_shape, params_.values().dtype());  // drawn whole: tp ranks keep their parts
     const bool is_norm = p.name.find("norm") != std::string::npos;
     const bool is_bias = p.name.ends_with(".bias");
     const bool residual_projection = p.name.ends_with("attn.out.weight") || p.name.ends_with("mlp.down.weight");
@@ -213,9 +239,9 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
              config_.max_seq_len);
   if (acts_.batch == batch && acts_.seq == seq) return;
   acts_ = Activations();  // free the old arena before making the new one
-  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, checkpointing_);
+  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, checkpointing_, tp_size_);
   Arena arena(arena_bytes_, device_);
-  acts_ = plan_activations(config_, dtype_, batch, seq, arena, checkpointing_);
+  acts_ = plan_activations(config_, dtype_, batch, seq, arena, checkpointing_, tp_size_);
   ensure_rope_tables(seq);
 }
 
@@ -235,7 +261,26 @@ void Transformer::ensure_rope_tables(int64_t positions) {
 }
 
 ops::AttentionHeads Transformer::heads() const {
-  return {.n_heads = config_.n_heads, .n_kv_heads = config_.n_kv_heads, .head_dim = config_.head_dim()};
+  return {.n_heads = config_.n_heads / tp_size_, .n_kv_heads = config_.n_kv_heads / tp_size_,
+          .head_dim = config_.head_dim()};
+}
+
+Tensor Transformer::rows_of(const Tensor& all) const {
+  const int64_t rows = acts_.batch * acts_.seq / tp_size_, width = all.size(-1);
+  return all.view({all.numel()}).slice(tp_rank_ * rows * width, {rows, width});
+}
+
+void Transformer::gather_rows(const Tensor& rows, const Tensor& all) const {
+  if (tp_) tp_->all_gather(rows, all);
+}
+
+void Transformer::reduce_scatter_rows(const Tensor& all, const Tensor& rows) const {
+  if (tp_) tp_->reduce_scatter(all, rows);
+}
+
+Tensor Transformer::local_targets() const {
+  const Tensor all = targets_.view({targets_.numel(), 1});
+  return tp_ ? rows_of(all).view({all.numel() / tp_size_}) : all.view({all.numel()});
 }
 
 void Transformer::norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y,
@@ -277,25 +322,32 @@ void Transformer::forward_layer(int64_t i) {
   const LayerActivations& l = a.layers[size_t(i)];
   const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
   // Attention block: x + out(attention(rope(qkv(norm(x)))))
+  // (Tensor parallelism: norms and residual adds on this rank's rows, the rest
+  // on all rows and this rank's heads and ffn features.)
   norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
+  gather_rows(l.attn_norm, l.attn_norm_all);
   auto& adapters = layer_adapters_[size_t(i)];
-  project(l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], l.qkv);
+  project(l.attn_norm_all, p.qkv_weight, p.qkv_bias, adapters[kQkv], l.qkv);
+  const ops::AttentionHeads h = heads();
   if (c.position == PositionKind::rope) {
-    ops::rope_apply(l.qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, false, positions_);
+    ops::rope_apply(l.qkv, rope_cos_, rope_sin_, h.n_heads + h.n_kv_heads, h.head_dim, 0, false, positions_);
   }
-  ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, heads(), positions_);
-  project(l.attn, p.out_weight, p.out_bias, adapters[kOut], a.branch);
+  ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, h, positions_);
+  project(l.attn, p.out_weight, row_parallel_bias(p.out_bias), adapters[kOut], a.branch_all);
+  reduce_scatter_rows(a.branch_all, a.branch);
   ops::add(l.input, a.branch, l.mid);
   // MLP block: x + down(act(up(norm(x))))
   norm_forward(l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm, l.mlp_norm_mean, l.mlp_norm_rstd);
-  project(l.mlp_norm, p.up_weight, p.up_bias, adapters[kUp], l.mlp_up);
+  gather_rows(l.mlp_norm, l.mlp_norm_all);
+  project(l.mlp_norm_all, p.up_weight, p.up_bias, adapters[kUp], l.mlp_up);
   if (c.mlp == MlpKind::swiglu) {
     ops::swiglu_forward(l.mlp_up, l.mlp_act);
   } else {
     ops::gelu_forward(l.mlp_up, l.mlp_act,
                       c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
   }
-  project(l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.branch);
+  project(l.mlp_act, p.down_weight, row_parallel_bias(p.down_bias), adapters[kDown], a.branch_all);
+  reduce_scatter_rows(a.branch_all, a.branch);
   ops::add(l.mid, a.branch, next_input);
 }
 
@@ -311,8 +363,10 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
 
   const int64_t n = c.n_layers;
   acquire(kEmbeddingUnit, false, layer_unit(0));
-  ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), a.layers[0].input,
+  const Tensor& first = a.layers[0].input;
+  ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), tp_ ? a.branch_all : first,
                          positions);
+  if (tp_) first.copy_from(rows_of(a.branch_all));
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
     acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
@@ -325,7 +379,13 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   if (!targets.defined()) return {};
   HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
              tokens.shape().str());
-  return ops::cross_entropy_forward(a.logits, targets.view({batch * seq}), a.token_losses, a.logits_lse);
+  const ops::LossSum loss = ops::cross_entropy_forward(a.logits, local_targets(), a.token_losses, a.logits_lse);
+  if (!tp_) return loss;
+  // The whole batch's loss: every rank's rows.
+  const Tensor sum = Tensor::from(std::vector{loss.sum, double(loss.tokens)}, {2}).to(device_);
+  tp_->all_reduce(sum);
+  const std::vector<double> total = sum.to_vector<double>();
+  return {.sum = total[0], .tokens = int64_t(total[1])};
 }
 
 std::vector<Parameter*> Transformer::trainable_in_layer(int64_t i) {
@@ -366,7 +426,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !lora_;
   acquire(head_unit(), true, layer_unit(c.n_layers - 1));
   if (tied) acquire(kEmbeddingUnit, true);
-  ops::cross_entropy_backward(a.logits, targets_.view({a.batch * a.seq}), a.logits_lse, loss_scale);
+  ops::cross_entropy_backward(a.logits, local_targets(), a.logits_lse, loss_scale);
   const Tensor& d_logits = a.logits;
   project_backward(d_logits, a.final_norm, lm_head_, nullptr, output_adapters_, a.d_norm);
   a.d_residual.zero_();
@@ -381,22 +441,29 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : train_embeddings ? kEmbeddingUnit : -1);
     if (checkpointing_) forward_layer(i);  // refill the shared working set with layer i
     // MLP block; the residual gradient flows on unchanged and the branch adds to it.
-    project_backward(a.d_residual, l.mlp_act, p.down_weight, p.down_bias, adapters[kDown], a.d_mlp_act);
+    gather_rows(a.d_residual, a.d_residual_all);
+    project_backward(a.d_residual_all, l.mlp_act, p.down_weight, row_parallel_bias(p.down_bias), adapters[kDown],
+                     a.d_mlp_act);
     if (c.mlp == MlpKind::swiglu) {
       ops::swiglu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up);
     } else {
       ops::gelu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up, gelu_kind);
     }
-    project_backward(a.d_mlp_up, l.mlp_norm, p.up_weight, p.up_bias, adapters[kUp], a.d_norm);
+    project_backward(a.d_mlp_up, l.mlp_norm_all, p.up_weight, p.up_bias, adapters[kUp], a.d_norm_all);
+    reduce_scatter_rows(a.d_norm_all, a.d_norm);
     norm_backward(a.d_norm, l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm_mean, l.mlp_norm_rstd,
                   a.d_residual);
     // Attention block.
-    project_backward(a.d_residual, l.attn, p.out_weight, p.out_bias, adapters[kOut], a.d_attn);
-    ops::attention_backward(a.d_attn, l.qkv, l.attn, l.attn_lse, alibi_slopes_, a.d_qkv, heads(), positions_);
+    gather_rows(a.d_residual, a.d_residual_all);
+    project_backward(a.d_residual_all, l.attn, p.out_weight, row_parallel_bias(p.out_bias), adapters[kOut],
+                     a.d_attn);
+    const ops::AttentionHeads h = heads();
+    ops::attention_backward(a.d_attn, l.qkv, l.attn, l.attn_lse, alibi_slopes_, a.d_qkv, h, positions_);
     if (c.position == PositionKind::rope) {
-      ops::rope_apply(a.d_qkv, rope_cos_, rope_sin_, c.n_heads + c.n_kv_heads, c.head_dim(), 0, true, positions_);
+      ops::rope_apply(a.d_qkv, rope_cos_, rope_sin_, h.n_heads + h.n_kv_heads, h.head_dim, 0, true, positions_);
     }
-    project_backward(a.d_qkv, l.attn_norm, p.qkv_weight, p.qkv_bias, adapters[kQkv], a.d_norm);
+    project_backward(a.d_qkv, l.attn_norm_all, p.qkv_weight, p.qkv_bias, adapters[kQkv], a.d_norm_all);
+    reduce_scatter_rows(a.d_norm_all, a.d_norm);
     norm_backward(a.d_norm, l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm_mean, l.attn_norm_rstd,
                   a.d_residual);
     release(layer_unit(i));
@@ -404,7 +471,12 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   }
   if (train_embeddings) {
     acquire(kEmbeddingUnit, true);
-    ops::embedding_backward(tokens_, a.d_residual, tok_embeddings_->grad, grad_or_none(pos_embeddings_), positions_);
+    if (tp_) {  // this rank's rows' part of the gradient
+      a.d_residual_all.zero_();
+      rows_of(a.d_residual_all).copy_from(a.d_residual);
+    }
+    ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad, grad_or_none(pos_embeddings_),
+                            positions_);
   }
   if (tied || train_embeddings) release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong

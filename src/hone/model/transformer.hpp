@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 
+#include "hone/dist/communicator.hpp"
 #include "hone/model/activations.hpp"
 #include "hone/model/config.hpp"
 #include "hone/model/lora.hpp"
@@ -43,19 +44,35 @@ struct LoraAdapter {
   Tensor u;             // x·Aᵀ of the last forward pass [batch·seq, rank]
 };
 
+// How one model is spread over ranks (dist/ and train/training_world.hpp).
+struct ModelPlacement {
+  // Pads the flat buffers of the trained parameters (ZeRO-1/2 cut them into
+  // that many equal shards).
+  int64_t pad_multiple = 1;
+  // ZeRO-3: stores only this rank's chunks of every set: the weights are
+  // readable once a residency (set_residency) gathers them, and init_weights()
+  // and loading write the chunks.
+  ShardSpec shard;
+  // Tensor parallelism over this group (null or one rank: none), Megatron's
+  // split with sequence parallelism: each rank holds heads/tp of every
+  // attention and ffn/tp of every MLP (qkv and up split by rows, out and down
+  // by columns), and B·T/tp rows of the residual stream, which are gathered
+  // from all ranks before qkv and up and reduce-scattered after out and down.
+  // Norms, embeddings and the output head are held whole by every rank and
+  // computed on its rows: their gradients are partial sums over the group
+  // (dist::DataParallel completes them), as are the row-parallel biases (rank
+  // 0 adds them).
+  dist::Communicator* tensor_parallel = nullptr;
+};
+
 class Transformer {
  public:
   // dtype is the activation and GEMM dtype: fp32, bf16 (mixed precision: fp32
   // master weights, bf16 compute copy) or fp64 (gradient checks). With `lora`
   // the base weights are frozen (no gradients, no optimizer state) and only the
   // adapters train.
-  // pad_multiple pads the flat buffers of the trained parameters (ZeRO-1/2 cut
-  // them into that many equal shards); `shard` (ZeRO-3) stores only this rank's
-  // chunks of every set: the weights are readable once a residency
-  // (set_residency) gathers them, and init_weights() and loading write the chunks.
   explicit Transformer(ModelConfig config, DType dtype = DType::f32, Device device = Device::cpu(),
-                       std::optional<LoraConfig> lora = std::nullopt, int64_t pad_multiple = 1,
-                       ShardSpec shard = {});
+                       std::optional<LoraConfig> lora = std::nullopt, ModelPlacement placement = {});
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
@@ -67,6 +84,9 @@ class Transformer {
   ParameterSet& trainable_params() { return lora_ ? lora_params_ : params_; }
   const ParameterSet& trainable_params() const { return lora_ ? lora_params_ : params_; }
   const std::optional<LoraConfig>& lora() const { return lora_; }
+  // Tensor-parallel ranks (1: none) and this rank among them.
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
 
   // The units of its parameter sets (ParameterSet): the embeddings, each layer,
   // the output head (final norm, an untied output projection; LoRA: the adapters
@@ -113,10 +133,11 @@ class Transformer {
   // and keeps what backward() needs. `positions` (i32 [batch, seq]) packs several
   // samples into a row: each token's position within its own sample (ops.hpp).
   ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {});
-  // Logits of the last forward pass, [batch·seq, vocab]; backward() overwrites them.
+  // Logits of the last forward pass, [batch·seq, vocab]; backward() overwrites
+  // them. (Tensor parallelism: this rank's rows; the loss is the whole batch's.)
   const Tensor& logits() const { return acts_.logits; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
-  // (0 where the target is masked).
+  // (0 where the target is masked; tensor parallelism: this rank's rows).
   const Tensor& token_losses() const { return acts_.token_losses; }
 
   // Told during backward() which trainable parameters' gradients are final, as
@@ -148,7 +169,16 @@ class Transformer {
                     const Tensor& rstd);
   void norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& mean,
                      const Tensor& rstd, const Tensor& dx);
-  ops::AttentionHeads heads() const;
+  ops::AttentionHeads heads() const;  // this rank's
+  // Tensor parallelism: this rank's rows of an all-rows tensor, and the
+  // collectives between the two (nothing on one rank, where they are one tensor).
+  Tensor rows_of(const Tensor& all) const;
+  void gather_rows(const Tensor& rows, const Tensor& all) const;
+  void reduce_scatter_rows(const Tensor& all, const Tensor& rows) const;
+  // A row-parallel projection's bias: rank 0 adds it (and owns its gradient).
+  const Parameter* row_parallel_bias(const Parameter* bias) const { return tp_rank_ == 0 ? bias : nullptr; }
+  // This rank's targets of the last forward pass, [rows].
+  Tensor local_targets() const;
   // The trainable parameters of layer i (its adapters with LoRA); i = -1: of the
   // output head (final norm, an untied output projection, their adapters).
   std::vector<Parameter*> trainable_in_layer(int64_t i);
@@ -178,12 +208,14 @@ class Transformer {
   std::vector<std::array<std::vector<LoraAdapter>, kProjections>> layer_adapters_;
   std::vector<LoraAdapter> output_adapters_;
   UnitResidency* residency_ = nullptr;
+  dist::Communicator* tp_ = nullptr;
+  int tp_size_ = 1, tp_rank_ = 0;
   bool training_ = true;
   uint64_t dropout_round_ = 0;
   uint64_t dropout_seed_ = 0;
 
   Tensor rope_cos_, rope_sin_;  // [seq, hd/2], RoPE only
-  Tensor alibi_slopes_;         // [H], ALiBi only
+  Tensor alibi_slopes_;         // this rank's heads', ALiBi only
 
   Activations acts_;
   size_t arena_bytes_ = 0;

@@ -54,7 +54,7 @@ void AdamW::step(double lr, double grad_scale, const Tensor& grads) {
 }
 
 bool AdamW::holds_everything() const {
-  return !params_.sharded() && offset_ == 0 && m_.numel() == params_.values().numel();
+  return !params_.sharded() && !params_.split() && offset_ == 0 && m_.numel() == params_.values().numel();
 }
 
 std::vector<ParameterSet::StoredRange> AdamW::moment_ranges() const {

@@ -50,7 +50,8 @@ std::vector<std::string> summarize(const Config& c, const ModelConfig& model, in
   const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.max_seq_len");
   const MemoryEstimate m =
       estimate_training_memory(model, run.dtype, batch, seq_len, c.get<bool>("enable_activation_checkpointing"), lora,
-                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks);
+                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks,
+                               int(c.get<int64_t>("distributed.tp")));
   const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
@@ -102,7 +103,7 @@ int run_finetune(const Config& c) {
                                                  world.dp_rank(), world.dp_size(), packed);
   }
 
-  Transformer model(model_config, run.dtype, world.device(), lora, world.pad_multiple(), world.parameter_shard());
+  Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
   model.init_lora(run.seed);
   std::vector<std::string> summary = summarize(c, model_config, world.dp_size());

@@ -21,7 +21,8 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
              model.max_seq_len);
   const MemoryEstimate m =
       estimate_training_memory(model, run.dtype, batch, seq_len, c.get<bool>("enable_activation_checkpointing"), {},
-                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks);
+                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks,
+                               int(c.get<int64_t>("distributed.tp")));
   return {
       fmt::format("model: {} ({} family), {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), double(model.num_params()) / 1e6,
@@ -71,8 +72,7 @@ int run_pretrain(const Config& c) {
     valid = std::make_unique<data::PretrainStream>(data.validation, data.weights, valid_options);
   }
   // The same seed on every rank: the replicas start identical.
-  Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.pad_multiple(),
-                    world.parameter_shard());
+  Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
   model.init_weights(run.seed);
   return run_training(c, {.world = &world,
                           .model = &model,

@@ -106,7 +106,7 @@ Schema training_schema() {
          "3 (and weights, gathered a layer at a time)"});
   s.add({"distributed.bucket_mb", ValueType::number, 25.0,
          "gradients reduced over ranks in buckets of this many MiB while backward runs (0: all at once after it)"});
-  s.add({"distributed.tp", ValueType::integer, 1, "tensor-parallel ranks per model replica (only 1 for now)"});
+  s.add({"distributed.tp", ValueType::integer, 1, "tensor-parallel ranks per model replica (Megatron split with sequence parallelism; divides the world size)"});
   return s;
 }
 
@@ -221,14 +221,15 @@ LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
 
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
                                         bool activation_checkpointing, const std::optional<LoraConfig>& lora, int zero,
-                                        int ranks) {
-  const size_t n = size_t(model.num_params());
+                                        int ranks, int tp) {
+  const size_t n = size_t(model.num_params_per_rank(tp));
   const size_t trained = lora ? size_t(lora_parameter_count(model, *lora)) : n;
   const size_t stored = lora ? n + trained : n;
   const size_t r = size_t(ranks > 1 ? ranks : 1);
   MemoryEstimate m;
   m.zero = ranks > 1 ? zero : 0;
   m.ranks = int(r);
+  m.tp = tp;
   m.parameters = 4 * stored;
   m.gradients = 4 * trained;
   m.optimizer = 8 * trained / (m.zero >= 1 ? r : 1);
@@ -240,12 +241,15 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
     m.compute_copy = 0;  // gathered units hold their casts
     m.gathered = size_t(dist::zero3_gathered_bytes(model, dtype));
   }
-  m.activations = activation_bytes(model, dtype, batch_size, seq_len, activation_checkpointing);
+  m.activations = activation_bytes(model, dtype, batch_size, seq_len, activation_checkpointing, tp);
   return m;
 }
 
 std::string describe(const MemoryEstimate& m, const RunSettings& run) {
-  const std::string per_rank = m.ranks > 1 ? fmt::format(", per rank of {} at ZeRO stage {}", m.ranks, m.zero) : "";
+  const std::string tensor_parallel = m.tp > 1 ? fmt::format(" data-parallel x {} tensor-parallel", m.tp) : "";
+  const std::string per_rank = m.ranks * m.tp > 1 ? fmt::format(", per rank of {}{} at ZeRO stage {}", m.ranks,
+                                                                 tensor_parallel, m.zero)
+                                                   : "";
   const std::string gathered = m.gathered > 0 ? " + gathered units " + format_bytes(double(m.gathered)) : "";
   return fmt::format("memory estimate on {} ({}{}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {}{} + "
                      "activations {}",

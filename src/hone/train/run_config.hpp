@@ -51,14 +51,16 @@ LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
 struct MemoryEstimate {
   size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, gathered = 0, activations = 0;
   int zero = 0, ranks = 1;  // per rank of this many data-parallel ranks at this ZeRO stage
+  int tp = 1;               // and of this many tensor-parallel ranks
   size_t total() const { return parameters + gradients + optimizer + compute_copy + gathered + activations; }
 };
 // Per rank of `ranks` data-parallel ranks at ZeRO stage `zero`, as hone shards:
 // 1 the moments; 2 also keeps a gradient shard besides the full buffer; 3 the
-// weights, gradients and moments, plus the units gathered at once.
+// weights, gradients and moments, plus the units gathered at once. Tensor
+// parallelism over `tp` ranks splits the projections and the activations.
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
                                         bool activation_checkpointing, const std::optional<LoraConfig>& lora = {},
-                                        int zero = 0, int ranks = 1);
+                                        int zero = 0, int ranks = 1, int tp = 1);
 // "memory estimate on cpu (bf16): total = weights + gradients + ...", for a run's banner.
 std::string describe(const MemoryEstimate& estimate, const RunSettings& run);
 

@@ -60,7 +60,7 @@ int run_training(const Config& c, TrainingJob job) {
   data::BatchSource* valid = job.validation;
   const ModelConfig& model_config = model.config();
   model.set_activation_checkpointing(c.get<bool>("enable_activation_checkpointing"));
-  world.shard_parameters(model);
+  world.adopt(model);
   const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
   AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
   const LrSchedule schedule = lr_schedule_from(c, total_steps);
@@ -90,7 +90,11 @@ int run_training(const Config& c, TrainingJob job) {
                        : fmt::format(", ZeRO stage {}: AdamW moments {} per rank (of {})", world.zero_stage(),
                                      two_fp32(shard_count), two_fp32(model.trainable_params().numel()));
     if (world.zero_stage() == 3) zero += fmt::format(", master weights and gradients {} per rank", two_fp32(shard_count));
-    console.line(fmt::format("ranks: {} ({}), data parallel{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI",
+    const std::string layout = world.tp_size() > 1 ? fmt::format("tensor parallel {} (with sequence parallelism) x "
+                                                                 "data parallel {}",
+                                                                 world.tp_size(), world.dp_size())
+                                                   : "data parallel";
+    console.line(fmt::format("ranks: {} ({}), {}{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI", layout,
                              zero));
     if (world.zero_stage() == 3) {
       console.line("gradients: reduce-scattered a unit at a time while backward runs; weights gathered a unit ahead");

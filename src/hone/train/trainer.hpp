@@ -18,7 +18,7 @@ namespace hone {
 
 struct TrainingJob {
   TrainingWorld* world = nullptr;  // the ranks; the model lives on world->device()
-  Transformer* model = nullptr;    // built with world->pad_multiple()
+  Transformer* model = nullptr;    // built with world->model_placement()
   // This rank's slices of the data (batch_size sequences per micro-batch).
   data::BatchSource* train = nullptr;
   data::BatchSource* validation = nullptr;  // null: nothing held out

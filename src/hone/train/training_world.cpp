@@ -7,28 +7,41 @@
 
 #include "hone/core/error.hpp"
 #include "hone/dist/environment.hpp"
+#include "hone/dist/tensor_parallel.hpp"
 
 namespace hone {
 
 TrainingWorld::TrainingWorld(const Config& c, Device device)
     : device_(device), zero_stage_(int(c.get<int64_t>("distributed.zero"))) {
   const int64_t tp = c.get<int64_t>("distributed.tp");
-  HONE_CHECK(tp == 1, "{}: distributed.tp {}: tensor parallelism is not available yet (use 1)", c.origin(), tp);
   HONE_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, "{}: distributed.zero {}: the stages are 0, 1, 2 and 3",
              c.origin(), zero_stage_);
+  HONE_CHECK(tp == 1 || zero_stage_ < 3,
+             "{}: distributed.tp {} with distributed.zero 3 is not available yet (use ZeRO stage 0, 1 or 2 with tp)",
+             c.origin(), tp);
   const dist::ProcessInfo process = dist::discover_process();
   if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
   world_ = dist::Communicator::from_environment(device_);
+  HONE_CHECK(tp >= 1 && world_->size() % tp == 0,
+             "{}: distributed.tp {} must divide the {} ranks of this run (dp x tp = world size)", c.origin(), tp,
+             world_->size());
   mesh_ = std::make_unique<dist::DeviceMesh>(*world_, world_->size() / int(tp), int(tp));
   const double bucket_mb = c.get<double>("distributed.bucket_mb");
   HONE_CHECK(bucket_mb >= 0, "{}: distributed.bucket_mb {} must not be negative", c.origin(), bucket_mb);
   data_parallel_ = std::make_unique<dist::DataParallel>(mesh_->dp(), zero_stage_, device_,
-                                                        int64_t(bucket_mb * 1024 * 1024));
+                                                        int64_t(bucket_mb * 1024 * 1024), &mesh_->tp());
 }
 
 TrainingWorld::~TrainingWorld() = default;
 
-void TrainingWorld::shard_parameters(Transformer& model) {
+ModelPlacement TrainingWorld::model_placement() const {
+  return {.pad_multiple = zero_stage_ == 1 || zero_stage_ == 2 ? dp_size() : 1,
+          .shard = zero_stage_ == 3 && dp_size() > 1 ? ShardSpec{.rank = dp_rank(), .world = dp_size()} : ShardSpec{},
+          .tensor_parallel = tp_size() > 1 ? &mesh_->tp() : nullptr};
+}
+
+void TrainingWorld::adopt(Transformer& model) {
+  if (model.tp_size() > 1) split_model_ = &model;
   if (zero_stage_ != 3 || size() == 1) return;
   std::vector<ParameterSet*> sets{&model.params()};  // with LoRA: the frozen base, then the adapters
   if (model.lora()) sets.push_back(&model.trainable_params());
@@ -37,10 +50,17 @@ void TrainingWorld::shard_parameters(Transformer& model) {
 
 void TrainingWorld::gather_weights() const {
   if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all(/*keep=*/is_main());
+  // Rank 0's tp group puts the split weights together (the other replicas hold the same).
+  if (!split_model_ || dp_rank() != 0) return;
+  for (Parameter& p : split_model_->params().all()) {
+    Tensor whole = dist::gather_whole(p, p.value, mesh_->tp());
+    if (is_main()) p.value = std::move(whole);
+  }
 }
 
 void TrainingWorld::release_weights() const {
   if (auto* sharded = data_parallel_->fully_sharded()) sharded->release_all();
+  if (split_model_ && is_main()) split_model_->params().point_into_buffers();
 }
 
 std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Transformer& model,
@@ -52,7 +72,9 @@ std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Tra
   gather_weights();  // rank 0 writes whole weights
   world_->barrier();
   const std::string dir = checkpoint_temp_folder(run_dir, state.step);
-  const auto written = write_optimizer_state(dir, model, optimizer, rank(), size());
+  // Without ZeRO the data-parallel replicas hold the same moments: the first writes them.
+  const bool replica = zero_stage_ == 0 && dp_rank() > 0;
+  const auto written = replica ? std::nullopt : write_optimizer_state(dir, model, optimizer, rank(), size());
   // Rank 0 lists every rank's file in the manifest: each sends its size and
   // checksum (size -1: this rank wrote none).
   const int64_t mine[2] = {written ? int64_t(written->second.bytes) : -1,

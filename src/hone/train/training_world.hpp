@@ -1,8 +1,10 @@
 #pragma once
 // The processes of one training run: the world its launcher started (`hone
 // launch`, torchrun, mpirun, srun; one process without a launcher), arranged as
-// a DeviceMesh, with data parallelism at the configured ZeRO stage over the
-// data-parallel group. Each rank trains on its own slice of every global batch.
+// a DeviceMesh dp x tp: each tp group splits one model replica (tensor and
+// sequence parallelism, ModelPlacement), and data parallelism at the configured
+// ZeRO stage runs over the dp groups. Each replica trains on its own slice of
+// every global batch (all ranks of a tp group read the same one).
 // Rank 0 alone writes the console, metrics and the shared files of a checkpoint.
 #include <memory>
 #include <string>
@@ -27,24 +29,22 @@ class TrainingWorld {
   bool is_main() const { return rank() == 0; }
   int dp_rank() const { return mesh_->dp_rank(); }
   int dp_size() const { return mesh_->dp_size(); }
+  int tp_size() const { return mesh_->tp_size(); }
   int zero_stage() const { return zero_stage_; }
   // Gradients are reduced in buckets of this size while backward runs (0: after it).
   int64_t bucket_bytes() const { return data_parallel_->bucket_bytes(); }
-  // What the Transformer pads its trained flat buffers to, so that ZeRO cuts them
-  // into equal shards.
-  int64_t pad_multiple() const { return zero_stage_ == 1 || zero_stage_ == 2 ? dp_size() : 1; }
-  // What the Transformer stores of its weights: at ZeRO-3 on several ranks,
-  // this data-parallel rank's chunks (the whole model is never built on a rank).
-  ShardSpec parameter_shard() const {
-    return zero_stage_ == 3 && dp_size() > 1 ? ShardSpec{.rank = dp_rank(), .world = dp_size()} : ShardSpec{};
-  }
-  // ZeRO-3 on several ranks: makes the model gather each unit of its weights
-  // (built with parameter_shard(); with LoRA the frozen base and the adapters)
-  // when it needs it. Otherwise nothing.
-  void shard_parameters(Transformer& model);
-  // Collective: makes a sharded model's weights whole on rank 0 until
-  // release_weights() (checkpoints and exports, which rank 0 writes, read them;
-  // the other ranks take part in the gathers but keep nothing); nothing unsharded.
+  // What a Transformer of this run is built with: ZeRO-1/2 pad its trained
+  // flat buffers so that they cut into equal shards; at ZeRO-3 on several ranks
+  // it stores this data-parallel rank's chunks (the whole model is never built
+  // on a rank); tensor parallelism splits it over the tp group.
+  ModelPlacement model_placement() const;
+  // Takes on the model built with model_placement(): at ZeRO-3 makes it gather
+  // each unit of its weights (with LoRA the frozen base and the adapters) when
+  // it needs it; with tensor parallelism remembers it for gather_weights().
+  void adopt(Transformer& model);
+  // Collective: makes the weights whole on rank 0 until release_weights()
+  // (checkpoints and exports, which rank 0 writes, read them; the other ranks
+  // take part in the gathers but keep nothing); nothing when rank 0 holds them.
   void gather_weights() const;
   void release_weights() const;
   // The data-parallel training of train_step; null in a world of one process.
@@ -71,6 +71,7 @@ class TrainingWorld {
   std::unique_ptr<dist::Communicator> world_;
   std::unique_ptr<dist::DeviceMesh> mesh_;
   std::unique_ptr<dist::DataParallel> data_parallel_;
+  Transformer* split_model_ = nullptr;  // adopted, with tensor parallelism
 };
 
 }  // namespace hone
