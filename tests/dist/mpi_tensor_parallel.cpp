@@ -10,6 +10,7 @@
 
 #include "hone/dist/data_parallel.hpp"
 #include "hone/dist/tensor_parallel.hpp"
+#include "hone/model/decoder.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
 
@@ -81,6 +82,22 @@ TEST_P(TensorParallel, LossAndGradientsEqualTheUnsplitModel) {
       ASSERT_NEAR(got[i], want[i], c.tolerance * largest) << p.name << " element " << i;
     }
   }
+}
+
+TEST(TensorParallelModel, RefusesWhatItCannotSplit) {
+  auto comm = Communicator::from_environment();
+  const ModelConfig config = model_preset("llama_tiny");
+  const ModelPlacement split{.tensor_parallel = comm.get()};
+  EXPECT_THROW(Transformer(config, DType::f32, Device::cpu(), LoraConfig{.rank = 4}, split), Error);
+  ModelConfig odd = config;
+  odd.n_kv_heads = 1;
+  odd.n_heads = 3;
+  odd.dim = 48;
+  EXPECT_THROW(Transformer(odd, DType::f32, Device::cpu(), std::nullopt, split), Error);
+  Transformer model(config, DType::f32, Device::cpu(), std::nullopt, split);
+  EXPECT_THROW(Decoder(model, 1, 16), Error);  // KV-cache decoding runs on one rank
+  const Tensor tokens = token_ids(config.vocab_size, 1).slice(0, {1, 15});  // 15 rows do not split in two
+  EXPECT_THROW(model.forward(tokens, tokens), Error);
 }
 
 // fp64: the sums differ only in their order (about 1e-16 relative); fp32 in

@@ -380,7 +380,7 @@ TEST_F(DataParallelRun, SigtermToTheLauncherCheckpointsEveryRankAndEndsCleanly) 
 TEST_F(DataParallelRun, TensorParallelRanksTrainLikeOneProcess) {
   // Two ranks each holding half of every layer's heads and features and half of
   // the rows (tp 2), and a 2 x 2 mesh of four ranks (tp 2 x dp 2, each tp pair
-  // on half of the global batch) at ZeRO stages 1 and 2, train the model one
+  // on half of the global batch) at ZeRO stages 1 to 3, train the model one
   // process trains. Dropping the tp reduction of the norms' and embeddings'
   // gradients (tried while writing this) fails every step after the first.
   ASSERT_EQ(train("single", 1, 4, 20, ""), 0) << log();
@@ -399,7 +399,7 @@ TEST_F(DataParallelRun, TensorParallelRanksTrainLikeOneProcess) {
   EXPECT_EQ(weights.entry("layers.0.attn.qkv.weight").shape, Shape({128, 64}));
   EXPECT_EQ(weights.entry("layers.0.mlp.down.weight").shape, Shape({64, 192}));
   EXPECT_TRUE(fs::exists(root_ + "/tp2/step_0000004/optimizer-00001-of-00002.safetensors"));
-  for (const std::string zero : {"1", "2"}) {
+  for (const std::string zero : {"1", "2", "3"}) {
     ASSERT_EQ(train("mesh" + zero, 4, 2, 20, "", {"distributed.tp=2", "distributed.zero=" + zero}), 0) << log();
     EXPECT_NE(log().find("ranks: 4 (MPI), tensor parallel 2 (with sequence parallelism) x data parallel 2, ZeRO"),
               std::string::npos)
@@ -409,8 +409,9 @@ TEST_F(DataParallelRun, TensorParallelRanksTrainLikeOneProcess) {
 }
 
 TEST_F(DataParallelRun, TensorParallelCheckpointsResumeAtAnotherLayout) {
-  // A tp 2 checkpoint resumes in one process and on a 2 x 2 mesh at ZeRO-1; a
-  // single process's resumes at tp 2: all continue the uninterrupted run.
+  // A tp 2 checkpoint resumes in one process and on a 2 x 2 mesh at ZeRO-3 (its
+  // moments and weights cut both ways); a single process's resumes at tp 2: all
+  // continue the uninterrupted run.
   const std::string every4 = "checkpoint: {every_n_steps: 4, keep_last_n: 0}\nresume: latest\n";
   ASSERT_EQ(train("single", 1, 4, 8, every4), 0) << log();
   const auto resume_from = [&](const std::string& source, const std::string& run) {
@@ -425,18 +426,23 @@ TEST_F(DataParallelRun, TensorParallelCheckpointsResumeAtAnotherLayout) {
   ASSERT_EQ(train("on_one", 1, 4, 8, every4), 0) << log();
   expect_same_losses(after4, losses("on_one"));
   resume_from("tp2", "on_mesh");
-  ASSERT_EQ(train("on_mesh", 4, 2, 8, every4, {"distributed.tp=2", "distributed.zero=1"}), 0) << log();
+  ASSERT_EQ(train("on_mesh", 4, 2, 8, every4, {"distributed.tp=2", "distributed.zero=3"}), 0) << log();
   expect_same_losses(after4, losses("on_mesh"));
   resume_from("single", "on_tp2");
   ASSERT_EQ(train("on_tp2", 2, 4, 8, every4, {"distributed.tp=2"}), 0) << log();
   expect_same_losses(after4, losses("on_tp2"));
 }
 
-TEST_F(DataParallelRun, RefusesWhatIsNotAvailableYet) {
+TEST_F(DataParallelRun, RefusesWhatItCannotRun) {
   EXPECT_EQ(train("tp", 1, 4, 2, "distributed: {tp: 2}\n"), 2);
   EXPECT_NE(log().find("distributed.tp 2 must divide the 1 ranks of this run"), std::string::npos) << log();
-  EXPECT_EQ(train("tp_zero3", 2, 4, 2, "distributed: {tp: 2, zero: 3}\n"), 2);
-  EXPECT_NE(log().find("distributed.tp 2 with distributed.zero 3 is not available yet"), std::string::npos) << log();
+  EXPECT_EQ(train("tp3", 2, 4, 2, "distributed: {tp: 3}\n"), 2);
+  EXPECT_NE(log().find("distributed.tp 3 must divide the 2 ranks of this run"), std::string::npos) << log();
+  EXPECT_EQ(train("tp_kv", 2, 4, 2, "distributed: {tp: 2}\n", {"model.n_kv_heads=1"}), 2);
+  EXPECT_NE(log().find("tensor parallelism over 2 ranks needs 4 attention heads, 1 key/value heads and ffn_dim 192 "
+                       "to be multiples of 2"),
+            std::string::npos)
+      << log();
   EXPECT_EQ(train("buckets", 1, 4, 2, "distributed: {bucket_mb: -1}\n"), 2);
   EXPECT_NE(log().find("distributed.bucket_mb -1 must not be negative"), std::string::npos) << log();
   EXPECT_EQ(train("zero4", 1, 4, 2, "distributed: {zero: 4}\n"), 2);

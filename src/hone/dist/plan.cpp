@@ -8,8 +8,9 @@
 
 namespace hone::dist {
 
-double zero3_gathered_bytes(const ModelConfig& m, DType dtype) {
-  const double layer = double(m.num_non_embedding_params()) / double(m.n_layers);
+double zero3_gathered_bytes(const ModelConfig& m, DType dtype, int tp) {
+  const double layer = double(m.num_non_embedding_params() - m.num_split_params() + m.num_split_params() / tp) /
+                       double(m.n_layers);
   const double table = double(m.vocab_size * m.dim);
   const double per_element = 4 + 4 + (dtype == DType::bf16 ? 2 : 0);
   const double units = 2 * std::max(layer, table) + (m.tie_embeddings ? table : 0);
@@ -31,7 +32,7 @@ Plan plan_run(const PlanInput& in) {
              in.model.n_kv_heads);
   const ModelConfig& m = in.model;
   const double dp = in.dp, tp = in.tp;
-  const double params = double(m.num_params()) / tp;  // per device of one replica
+  const double params = double(m.num_params_per_rank(in.tp));  // per device of one replica
   const double w = in.dtype == DType::bf16 ? 2 : 4;    // bytes of a weight or activation as computed
 
   Plan p;
@@ -41,10 +42,10 @@ Plan plan_run(const PlanInput& in) {
   // ZeRO-3 keeps no compute copy: the gathered units hold their casts.
   p.compute_copy = in.dtype == DType::bf16 && in.zero < 3 ? 2 * params : 0;
   if (in.zero >= 3 && in.dp > 1) {
-    p.gathered = zero3_gathered_bytes(m, in.dtype) / tp;
+    p.gathered = zero3_gathered_bytes(m, in.dtype, in.tp);
   }
-  p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, false)) / tp;
-  p.activations_checkpointed = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, true)) / tp;
+  p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, false, in.tp));
+  p.activations_checkpointed = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, true, in.tp));
   p.total = p.state() + (in.activation_checkpointing ? p.activations_checkpointed : p.activations);
   p.fits = p.total <= in.hw.memory_bytes;
 
@@ -62,11 +63,15 @@ Plan plan_run(const PlanInput& in) {
     case 2: p.dp_bytes = ring * (g * grads + weights); break;      // reduce_scatter every micro-batch
     default: p.dp_bytes = g * ring * 3 * grads; break;  // gather fp32 weights for forward and backward
   }
-  // Megatron: two all_reduces of the activations per layer forward, two backward,
-  // two more when the forward pass is recomputed.
+  // Sequence parallelism: per layer an all_gather and a reduce_scatter of the
+  // activations (together what an all_reduce sends) around attention and
+  // around the MLP forward, the same backward, and again when the forward pass
+  // is recomputed; once per step, an all_reduce of the gradients of what every
+  // tp rank holds whole (embeddings, head, norms).
   const double activation = double(in.micro_batch * in.seq_len * m.dim) * w;
   const double tp_all_reduces = double(m.n_layers) * (in.activation_checkpointing ? 6 : 4);
-  p.tp_bytes = g * tp_all_reduces * 2 * (tp - 1) / tp * activation;
+  const double replicated = double(m.num_params() - m.num_split_params());
+  p.tp_bytes = 2 * (tp - 1) / tp * (g * tp_all_reduces * activation + (in.tp > 1 ? 4 * replicated : 0));
 
   p.tp_inter_node = in.tp > in.hw.devices_per_node;
   p.dp_inter_node = in.dp * in.tp > in.hw.devices_per_node;

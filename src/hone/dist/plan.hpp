@@ -3,9 +3,10 @@
 // estimated from the model's sizes and a few hardware figures, before any job is
 // queued. The model is written down in docs/distributed.md; in short:
 //   memory   fp32 master weights 4 B, fp32 gradients 4 B, AdamW 8 B per parameter
-//            (+2 B bf16 compute copy), split over tp, and over dp by ZeRO stage
-//            (1: optimizer, 2: + gradients, 3: + weights); activations from hone's
-//            own activation planner, split over tp (sequence parallel assumed);
+//            (+2 B bf16 compute copy) of what a tp rank holds (its part of the
+//            projections, all of embeddings, head and norms), split over dp by
+//            ZeRO stage (1: optimizer, 2: + gradients, 3: + weights);
+//            activations from hone's own activation planner for a tp rank;
 //   compute  PaLM's FLOPs per token × tokens per device / (peak × MFU);
 //   network  ring algorithms: per device, all_reduce sends 2(n-1)/n of the buffer,
 //            all_gather and reduce_scatter (n-1)/n; a group inside one node uses
@@ -18,11 +19,11 @@
 namespace hone::dist {
 
 // What hone's ZeRO-3 holds whole at once on a device, in bytes (one replica,
-// no tensor parallelism): two units (one in use, the next prefetched: the larger
+// a tp rank's part of each layer): two units (one in use, the next prefetched: the larger
 // of a layer and the embedding table, twice) and tied embeddings throughout, each
 // with fp32 master weights, their cast for a bf16 run and fp32 gradients; and
 // the gradients of the layer whose reduce_scatter is in flight.
-double zero3_gathered_bytes(const ModelConfig& model, DType dtype);
+double zero3_gathered_bytes(const ModelConfig& model, DType dtype, int tp = 1);
 
 struct Hardware {
   double peak_flops = 0;       // per device, in the run's dtype (FLOP/s)

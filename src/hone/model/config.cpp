@@ -40,10 +40,13 @@ int64_t ModelConfig::num_params() const {
   return num_non_embedding_params() + embeddings;
 }
 
-int64_t ModelConfig::num_params_per_rank(int tp) const {
+int64_t ModelConfig::num_split_params() const {
   const int64_t projections = qkv_dim() * dim + dim * n_heads * head_dim() + mlp_up_dim() * dim + dim * ffn_dim;
-  const int64_t split = n_layers * (projections + (linear_bias ? qkv_dim() + mlp_up_dim() : 0));
-  return num_params() - split + split / tp;
+  return n_layers * (projections + (linear_bias ? qkv_dim() + mlp_up_dim() : 0));
+}
+
+int64_t ModelConfig::num_params_per_rank(int tp) const {
+  return num_params() - num_split_params() + num_split_params() / tp;
 }
 
 double ModelConfig::training_flops_per_token(int64_t seq_len) const {

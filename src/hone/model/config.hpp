@@ -53,8 +53,10 @@ struct ModelConfig {
   // Throws hone::Error naming the first inconsistent field.
   void validate() const;
   int64_t num_params() const;
-  // Parameters one of `tp` tensor-parallel ranks holds: its part of every
-  // attention and MLP projection (and column-parallel bias), all of the rest.
+  // Tensor parallelism: the parameters it splits (every attention and MLP
+  // projection, the column-parallel biases), and what one of `tp` ranks holds:
+  // its part of those, all of the rest.
+  int64_t num_split_params() const;
   int64_t num_params_per_rank(int tp) const;
   // Parameters outside the embedding tables and the output projection.
   int64_t num_non_embedding_params() const;

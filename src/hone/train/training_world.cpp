@@ -16,9 +16,6 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
   const int64_t tp = c.get<int64_t>("distributed.tp");
   HONE_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, "{}: distributed.zero {}: the stages are 0, 1, 2 and 3",
              c.origin(), zero_stage_);
-  HONE_CHECK(tp == 1 || zero_stage_ < 3,
-             "{}: distributed.tp {} with distributed.zero 3 is not available yet (use ZeRO stage 0, 1 or 2 with tp)",
-             c.origin(), tp);
   const dist::ProcessInfo process = dist::discover_process();
   if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
   world_ = dist::Communicator::from_environment(device_);
@@ -49,8 +46,9 @@ void TrainingWorld::adopt(Transformer& model) {
 }
 
 void TrainingWorld::gather_weights() const {
-  if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all(/*keep=*/is_main());
-  // Rank 0's tp group puts the split weights together (the other replicas hold the same).
+  // Rank 0's tp group (rank 0 alone without tp) gathers its ZeRO-3 shards, then
+  // puts the split weights together on rank 0 (the other replicas hold the same).
+  if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all(/*keep=*/dp_rank() == 0);
   if (!split_model_ || dp_rank() != 0) return;
   for (Parameter& p : split_model_->params().all()) {
     Tensor whole = dist::gather_whole(p, p.value, mesh_->tp());
@@ -59,8 +57,11 @@ void TrainingWorld::gather_weights() const {
 }
 
 void TrainingWorld::release_weights() const {
-  if (auto* sharded = data_parallel_->fully_sharded()) sharded->release_all();
-  if (split_model_ && is_main()) split_model_->params().point_into_buffers();
+  if (auto* sharded = data_parallel_->fully_sharded()) {
+    sharded->release_all();  // detaches every parameter, whatever it pointed to
+  } else if (split_model_ && is_main()) {
+    split_model_->params().point_into_buffers();
+  }
 }
 
 std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Transformer& model,

@@ -44,7 +44,8 @@ class TrainingWorld {
   void adopt(Transformer& model);
   // Collective: makes the weights whole on rank 0 until release_weights()
   // (checkpoints and exports, which rank 0 writes, read them; the other ranks
-  // take part in the gathers but keep nothing); nothing when rank 0 holds them.
+  // take part in the gathers but keep nothing that matters); nothing when rank
+  // 0 holds them.
   void gather_weights() const;
   void release_weights() const;
   // The data-parallel training of train_step; null in a world of one process.
