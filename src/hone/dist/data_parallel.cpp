@@ -100,31 +100,31 @@ void DataParallel::reduce_replicated(const Tensor& reduced) {
     const auto [offset, count] = shard(params.grads().numel());
     held = {{.offset = offset, .stored = 0, .count = count}};
   }
+  // The runs of such parameters, neighbours merged (a layer's norms lie
+  // together, as do the head's projection and norm), reduced in place, all in flight at once.
   replicated_.clear();
-  int64_t total = 0;
   for (const Parameter& p : params.all()) {
     if (p.split.dim >= 0) continue;
     for (const ParameterSet::StoredRange& r : held) {
       const int64_t lo = std::max(p.offset, r.offset), hi = std::min(p.offset + p.shape.numel(), r.offset + r.count);
       if (lo < hi) replicated_.push_back({r.stored + (lo - r.offset), hi - lo});
-      total += std::max<int64_t>(0, hi - lo);
     }
   }
-  // One all_reduce of them all, staged contiguously.
-  if (!replicated_staging_.defined() || replicated_staging_.numel() != total) {
-    replicated_staging_ = Tensor::empty({total}, reduced.dtype(), reduced.device());
-  }
-  int64_t at = 0;
+  std::sort(replicated_.begin(), replicated_.end());
+  std::vector<std::pair<int64_t, int64_t>> runs;
   for (const auto& [index, count] : replicated_) {
-    replicated_staging_.slice(at, {count}).copy_from(reduced.slice(index, {count}));
-    at += count;
+    if (!runs.empty() && runs.back().first + runs.back().second == index) {
+      runs.back().second += count;
+    } else {
+      runs.push_back({index, count});
+    }
   }
-  tensor_parallel_->all_reduce(replicated_staging_);
-  at = 0;
+  replicated_ = std::move(runs);
   for (const auto& [index, count] : replicated_) {
-    reduced.slice(index, {count}).copy_from(replicated_staging_.slice(at, {count}));
-    at += count;
+    in_flight_.push_back(tensor_parallel_->start_all_reduce(reduced.slice(index, {count})));
   }
+  for (const auto& pending : in_flight_) pending->wait();
+  in_flight_.clear();
 }
 
 void DataParallel::start_buckets(bool everything) {

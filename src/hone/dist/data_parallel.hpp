@@ -102,7 +102,6 @@ class DataParallel {
   // Tensor parallelism: where the last reduction's tp-replicated gradients lie
   // in what it returned, as (index, count).
   std::vector<std::pair<int64_t, int64_t>> replicated_;
-  Tensor replicated_staging_;
 };
 
 }  // namespace hone::dist
