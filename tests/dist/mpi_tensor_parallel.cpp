@@ -75,12 +75,14 @@ TEST_P(TensorParallel, LossAndGradientsEqualTheUnsplitModel) {
     const Parameter& q = model.params().get(p.name);
     EXPECT_EQ(as_doubles(gather_whole(q, q.value, *comm)), as_doubles(p.value)) << p.name << ": drawn whole, then split";
     const std::vector<double> want = as_doubles(p.grad), got = as_doubles(gather_whole(q, q.grad, *comm));
-    double largest = 0;
-    for (double w : want) largest = std::max(largest, std::abs(w));
     ASSERT_EQ(got.size(), want.size());
+    double largest = 0, worst = 0;
     for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], c.tolerance * largest) << p.name << " element " << i;
+      largest = std::max(largest, std::abs(want[i]));
+      worst = std::max(worst, std::abs(got[i] - want[i]));
     }
+    EXPECT_LE(worst, c.tolerance * largest) << p.name << ": gradients differ by up to " << worst / largest
+                                            << " of the largest";
   }
 }
 
@@ -102,12 +104,16 @@ TEST(TensorParallelModel, RefusesWhatItCannotSplit) {
 
 // fp64: the sums differ only in their order (about 1e-16 relative); fp32 in
 // rounding at every op (1e-5 relative of a tensor's largest gradient leaves a
-// margin of about 10x over what was seen).
+// margin of about 10x over what was seen); bf16 also in where results are
+// rounded to bf16 (a row-parallel projection's partial sums are rounded before
+// the reduce-scatter adds them): up to 0.75% of a tensor's largest gradient
+// was seen, 2 bf16 steps.
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallel,
                          testing::Values(Case{"llama_tiny", DType::f64, false, 1e-12},
                                          Case{"gpt2_tiny", DType::f64, false, 1e-12},
                                          Case{"mpt_tiny", DType::f64, true, 1e-12},
-                                         Case{"llama_tiny", DType::f32, true, 1e-5}),
+                                         Case{"llama_tiny", DType::f32, true, 1e-5},
+                                         Case{"gpt2_tiny", DType::bf16, false, 2e-2}),
                          [](const testing::TestParamInfo<Case>& info) {
                            return fmt::format("{}_{}{}", info.param.model, dtype_name(info.param.dtype),
                                               info.param.checkpointing ? "_checkpointed" : "");

@@ -174,24 +174,29 @@ TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
   EXPECT_TRUE(fs::exists(root_ + "/full/step_0000020/model.safetensors"));
 }
 
-TEST_F(FinetuneRun, FullFinetuneOnTwoRanksAtZero3ExportsTheWholeModel) {
-  // The ranks hold half of the weights each; the final checkpoint and the
-  // Hugging Face export gather them whole.
-  ASSERT_EQ(run_hone_to_log({"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone",
-                             "run", "full_finetune", "output_dir=" + root_ + "/zero3", "threads=1",
-                             "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,
-                             "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", "batch_size=2",
-                             "max_steps=4", "distributed.zero=3", "export.hf=" + root_ + "/zero3_hf",
-                             "export.dtype=fp32", "logging.tensorboard=false"},
-                            root_ + "/zero3.log"),
-            0)
-      << read_file(root_ + "/zero3.log");
-  const SafetensorsFile saved(root_ + "/zero3/step_0000004/model.safetensors");
-  const SafetensorsFile exported(root_ + "/zero3_hf/model.safetensors");
-  EXPECT_EQ(exported.load("model.embed_tokens.weight").to_vector<float>(),
-            saved.load("tok_embeddings.weight").to_vector<float>());
-  EXPECT_EQ(exported.load("model.layers.1.mlp.down_proj.weight").to_vector<float>(),
-            saved.load("layers.1.mlp.down.weight").to_vector<float>());
+TEST_F(FinetuneRun, FullFinetuneOnTwoRanksExportsTheWholeModel) {
+  // At ZeRO-3 the ranks hold half of the weights each, at tp 2 half of every
+  // projection; the final checkpoint and the Hugging Face export gather them whole.
+  for (const auto& [name, layout] : {std::pair{"zero3", "distributed.zero=3"}, {"tp2", "distributed.tp=2"}}) {
+    const std::string run = root_ + "/" + name;
+    ASSERT_EQ(run_hone_to_log({"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone",
+                               "run", "full_finetune", "output_dir=" + run, "threads=1",
+                               "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,
+                               "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", "batch_size=2",
+                               "max_steps=4", layout, "export.hf=" + run + "_hf", "export.dtype=fp32",
+                               "logging.tensorboard=false"},
+                              run + ".log"),
+              0)
+        << read_file(run + ".log");
+    const SafetensorsFile saved(run + "/step_0000004/model.safetensors");
+    const SafetensorsFile exported(run + "_hf/model.safetensors");
+    EXPECT_EQ(exported.load("model.embed_tokens.weight").to_vector<float>(),
+              saved.load("tok_embeddings.weight").to_vector<float>())
+        << layout;
+    EXPECT_EQ(exported.load("model.layers.1.mlp.down_proj.weight").to_vector<float>(),
+              saved.load("layers.1.mlp.down.weight").to_vector<float>())
+        << layout;
+  }
 }
 
 TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
