@@ -69,9 +69,18 @@ TEST_P(Collectives, AllGatherConcatenatesInRankOrder) {
   Tensor in = filled(GetParam(), chunk, comm->rank());
   Tensor out = Tensor::zeros(Shape{comm->size(), chunk}, GetParam());
   comm->all_gather(in, out);
-  const std::vector<double> got = out.to_vector<double>();
+  std::vector<double> got = out.to_vector<double>();
   for (int r = 0; r < comm->size(); ++r) {
     for (int64_t j = 0; j < chunk; ++j) ASSERT_EQ(got[size_t(r * chunk + j)], value(r, j)) << r << "," << j;
+  }
+  // In place: this rank's chunk of the output is the input (ZeRO's gather of updated shards).
+  const Tensor whole = Tensor::zeros(Shape{comm->size() * chunk}, GetParam());
+  const Tensor own = whole.slice(comm->rank() * chunk, Shape{chunk});
+  own.copy_from(in);
+  comm->all_gather(own, whole);
+  got = whole.to_vector<double>();
+  for (int r = 0; r < comm->size(); ++r) {
+    for (int64_t j = 0; j < chunk; ++j) ASSERT_EQ(got[size_t(r * chunk + j)], value(r, j)) << "in place " << r;
   }
 }
 

@@ -47,6 +47,7 @@ class Communicator {
   // sum over ranks of chunk r.
   virtual void reduce_scatter(const Tensor& input, const Tensor& output) = 0;
   // `output` (size() chunks) becomes every rank's `input`, in rank order.
+  // `input` may be this rank's own chunk of `output` (in place).
   virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
   // Root's `output` (shaped like `input`) becomes the sum over ranks of `input`;
   // other ranks' `output` is not touched (it may be undefined there).

@@ -217,8 +217,9 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather(const Tenso
   const int n = mpi_count("all_gather", input.numel());
   auto pending = std::make_unique<MpiPending>(*watched_, MpiOp::all_gather, n);
   Watch w(*watched_, MpiOp::all_gather, n);
-  MPI_Iallgather(input.raw(), n, move_type(input.dtype()), output.raw(), n, move_type(input.dtype()), comm_,
-                 pending->request());
+  const bool in_place = input.raw() == output.slice(int64_t(rank_) * input.numel(), input.shape()).raw();
+  MPI_Iallgather(in_place ? MPI_IN_PLACE : input.raw(), n, move_type(input.dtype()), output.raw(), n,
+                 move_type(input.dtype()), comm_, pending->request());
   return pending;
 }
 
