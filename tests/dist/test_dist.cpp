@@ -233,7 +233,9 @@ TEST(Plan, ZeroStagesShardMoreAndSendWhatTheyMust) {
   const Plan z0 = plan_run(small_plan(0)), z2 = plan_run(small_plan(2)), z3 = plan_run(small_plan(3));
   EXPECT_DOUBLE_EQ(z0.optimizer, 8 * 169280.0);
   EXPECT_DOUBLE_EQ(z0.dp_bytes, 2 * 0.75 * 4 * 169280);               // all_reduce of fp32 gradients
-  EXPECT_DOUBLE_EQ(z2.gradients, 4 * 169280.0 / 4);
+  // The shard, and three units' gradients: the 64000-weight embedding table,
+  // larger than a tp rank's part of a layer (20640, below).
+  EXPECT_DOUBLE_EQ(z2.gradients, 4 * 169280.0 / 4 + 4 * 3 * 64000.0);
   EXPECT_DOUBLE_EQ(z2.dp_bytes, 0.75 * (4 * 4 * 169280.0 + 2 * 169280));  // reduce_scatter per micro-batch
   EXPECT_DOUBLE_EQ(z3.weights, 4 * 169280.0 / 4);
   EXPECT_DOUBLE_EQ(z3.compute_copy, 0);
@@ -263,7 +265,7 @@ TEST(MemoryEstimate, PerRankShardsWhatHonesZeroStagesShard) {
   EXPECT_EQ(one.zero, 0);  // one rank shards nothing
   EXPECT_EQ(double(one.parameters + one.gradients + one.optimizer + one.compute_copy), (4 + 4 + 8 + 2) * n);
   EXPECT_EQ(double(z1.optimizer), 8 * n / 4);
-  EXPECT_EQ(double(z2.gradients), 4 * n + 4 * n / 4);  // the full buffer and the reduced shard
+  EXPECT_EQ(double(z2.gradients), 4 * n / 4 + zero2_unit_gradient_bytes(m));  // the shard, the units at hand
   EXPECT_EQ(double(z3.parameters), 4 * n / 4);
   EXPECT_EQ(double(z3.gradients), 4 * n / 4);
   EXPECT_EQ(z3.compute_copy, 0u);

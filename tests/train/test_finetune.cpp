@@ -117,14 +117,13 @@ TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
 TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
   // Two ranks at ZeRO stage 2 with 2 samples each train like one process with two
   // micro-batches of 2 (the same sums, in the same order, up to rounding). In fp32
-  // and without dropout: each rank draws its own masks. Buckets of 4 KiB: the
-  // adapters' gradients are reduced in several pieces while backward runs. At
+  // and without dropout: each rank draws its own masks. At stage 2 each unit's
+  // adapter gradients go to their owners as backward releases the unit; at
   // stage 3 the frozen base and the adapters are both sharded and gathered.
   auto one = lora_args("lora_one", 6), two = lora_args("lora_two", 6);
   one.insert(one.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "gradient_accumulation_steps=2",
                          "checkpoint.format=hone"});
-  two.insert(two.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "distributed.zero=2",
-                         "distributed.bucket_mb=0.004"});
+  two.insert(two.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "distributed.zero=2"});
   two.insert(two.begin(), {"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone"});
   ASSERT_EQ(run_hone_to_log(one, root_ + "/lora_one.log"), 0) << read_file(root_ + "/lora_one.log");
   ASSERT_EQ(run_hone_to_log(two, root_ + "/lora_two.log"), 0) << read_file(root_ + "/lora_two.log");

@@ -274,10 +274,11 @@ TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroSta
   ASSERT_EQ(train("single", 1, 4, 20, ""), 0) << log();
   for (int zero : {0, 1, 2, 3}) {
     const std::string run = "zero" + std::to_string(zero);
-    // Stages 0 and 2 reduce gradients in buckets of 16 KiB while backward runs
-    // (about 30 for llama_tiny's 513 KiB); stage 1 in one, the default 25 MiB.
-    // Stage 3 gathers each layer again in backward: with activation checkpointing
-    // too, the recomputed forward pass reads gathered weights.
+    // Stage 0 reduces gradients in buckets of 16 KiB while backward runs (about
+    // 30 for llama_tiny's 513 KiB); stage 1 in one, the default 25 MiB. Stage 2
+    // reduces each unit's to their owners as backward releases it. Stage 3
+    // gathers each layer again in backward: with activation checkpointing too,
+    // the recomputed forward pass reads gathered weights.
     const std::string bucket_mb = zero == 1 ? "25" : "0.015625";
     ASSERT_EQ(train(run, 2, 2, 20, "checkpoint: {every_n_steps: 4, keep_last_n: 0}\n",
                     {"distributed.zero=" + std::to_string(zero), "distributed.bucket_mb=" + bucket_mb,
@@ -287,16 +288,18 @@ TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroSta
     // llama_tiny trains 131,392 parameters: each rank holds the moments of half
     // (8 bytes each); stage 3 rounds each of its 8 groups up to an even count.
     const std::string parallelism =
-        zero == 0 ? ""
-        : zero < 3
-            ? fmt::format(", ZeRO stage {}: AdamW moments 513.25 KiB per rank (of 1.00 MiB)", zero)
-            : ", ZeRO stage 3: AdamW moments 513.25 KiB per rank (of 1.00 MiB), master weights and gradients "
-              "513.25 KiB per rank";
+        zero == 0   ? ""
+        : zero == 1 ? ", ZeRO stage 1: AdamW moments 513.25 KiB per rank (of 1.00 MiB)"
+        : zero == 2 ? ", ZeRO stage 2: AdamW moments 513.25 KiB per rank (of 1.00 MiB), gradients 256.62 KiB per rank"
+                    : ", ZeRO stage 3: AdamW moments 513.25 KiB per rank (of 1.00 MiB), master weights and gradients "
+                      "513.25 KiB per rank";
     EXPECT_NE(log().find("ranks: 2 (MPI), data parallel" + parallelism + "\n"), std::string::npos) << log();
     EXPECT_NE(log().find(fmt::format("memory estimate on cpu (fp32, per rank of 2 at ZeRO stage {})", zero)),
               std::string::npos)
         << log();
     EXPECT_NE(log().find(zero == 1   ? "gradients: reduced in buckets of 25.00 MiB while backward runs\n"
+                         : zero == 2 ? "gradients: a unit at a time while backward runs, each rank's part reduced to "
+                                       "it\n"
                          : zero == 3 ? "gradients: reduce-scattered a unit at a time while backward runs; weights "
                                        "gathered a unit ahead\n"
                                      : "gradients: reduced in buckets of 16.00 KiB while backward runs\n"),

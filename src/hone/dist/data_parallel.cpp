@@ -27,6 +27,15 @@ std::pair<int64_t, int64_t> DataParallel::shard(int64_t padded) const {
   return {rank() * chunk, chunk};
 }
 
+ShardedGradients* DataParallel::shard_gradients(ParameterSet& trained) {
+  if (zero_ == 2 && size() > 1 && !sharded_grads_) {
+    const auto [offset, count] = shard(trained.grads().numel());
+    const Tensor shard = Tensor::empty({count}, trained.grads().dtype(), trained.grads().device());
+    sharded_grads_ = std::make_unique<ShardedGradients>(group_, trained, shard, offset);
+  }
+  return sharded_grads_.get();
+}
+
 FullyShardedParameters* DataParallel::shard_parameters(std::vector<ParameterSet*> sets) {
   if (zero_ == 3 && size() > 1 && !sharded_) sharded_ = std::make_unique<FullyShardedParameters>(group_, std::move(sets));
   return sharded_.get();
@@ -51,7 +60,7 @@ void DataParallel::begin_reduction(const ParameterSet& params) {
   reducing_ = &params;
   slots_.clear();
   buckets_started_ = 0;
-  if (zero_ == 3) {  // the model's release of each layer reduces its gradients
+  if (sharded_ || sharded_grads_) {  // the model's release of each unit reduces its gradients
     bucket_elements_ = 0;
     return;
   }
@@ -60,10 +69,6 @@ void DataParallel::begin_reduction(const ParameterSet& params) {
             [](const Slot& a, const Slot& b) { return a.param->offset < b.param->offset; });
   const int64_t element_bytes = int64_t(dtype_size(params.grads().dtype()));
   bucket_elements_ = bucket_bytes_ > 0 ? std::max<int64_t>(1, bucket_bytes_ / element_bytes) : 0;
-  if (zero_ == 2 && size() > 1 && !grad_shard_.defined()) {
-    const Tensor& grads = params.grads();
-    grad_shard_ = Tensor::empty({shard(grads.numel()).second}, grads.dtype(), grads.device());
-  }
 }
 
 void DataParallel::gradients_final(std::span<Parameter* const> params) {
@@ -85,7 +90,7 @@ Tensor DataParallel::finish_reduction() {
   for (const auto& pending : in_flight_) pending->wait();
   in_flight_.clear();
   if (sharded_) sharded_->finish_reductions();
-  const Tensor reduced = zero_ == 2 && size() > 1 ? grad_shard_ : reducing_->grads();
+  const Tensor reduced = sharded_grads_ ? sharded_grads_->finish() : reducing_->grads();
   if (tensor_parallel_) reduce_replicated(reduced);
   reducing_ = nullptr;
   return reduced;
@@ -96,8 +101,8 @@ void DataParallel::reduce_replicated(const Tensor& reduced) {
   // shard, or its ZeRO-3 chunks.
   const ParameterSet& params = *reducing_;
   std::vector<ParameterSet::StoredRange> held = params.local_ranges();
-  if (reduced.raw() != params.grads().raw()) {
-    const auto [offset, count] = shard(params.grads().numel());
+  if (sharded_grads_) {
+    const auto [offset, count] = shard(params.values().numel());
     held = {{.offset = offset, .stored = 0, .count = count}};
   }
   // The runs of such parameters, neighbours merged (a layer's norms lie
@@ -151,20 +156,8 @@ void DataParallel::start_buckets(bool everything) {
 }
 
 void DataParallel::start_bucket(int64_t begin, int64_t end) {
-  const Tensor& grads = reducing_->grads();
   ++buckets_started_;
-  if (size() == 1) return;
-  if (zero_ < 2) {
-    in_flight_.push_back(group_.start_all_reduce(grads.slice(begin, {end - begin})));
-    return;
-  }
-  // Stage 2: each shard's part of the bucket goes to its owner alone.
-  const int64_t chunk = shard(grads.numel()).second;
-  for (int64_t owner = begin / chunk; owner * chunk < end; ++owner) {
-    const int64_t from = std::max(begin, owner * chunk), to = std::min(end, (owner + 1) * chunk);
-    const Tensor sum = owner == rank() ? grad_shard_.slice(from - owner * chunk, {to - from}) : Tensor();
-    in_flight_.push_back(group_.start_reduce(grads.slice(from, {to - from}), sum, int(owner)));
-  }
+  if (size() > 1) in_flight_.push_back(group_.start_all_reduce(reducing_->grads().slice(begin, {end - begin})));
 }
 
 double DataParallel::grad_norm(const Tensor& reduced) const {
@@ -185,9 +178,7 @@ void DataParallel::gather_parameters(ParameterSet& params) {
   if (zero_ == 0 || zero_ == 3 || size() == 1) return;
   const Tensor& values = params.values();
   const auto [offset, count] = shard(values.numel());
-  if (!value_shard_.defined()) value_shard_ = Tensor::empty({count}, values.dtype(), values.device());
-  value_shard_.copy_from(values.slice(offset, {count}));
-  group_.all_gather(value_shard_, values);
+  group_.all_gather(values.slice(offset, {count}), values);  // in place
   params.sync_compute();
 }
 

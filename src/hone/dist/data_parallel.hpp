@@ -1,15 +1,17 @@
 #pragma once
 // Data parallelism over the data-parallel group of the device mesh, with ZeRO
 // stage 0 (every rank holds everything), 1 (each rank keeps the optimizer state
-// of one shard of the flat parameter buffer), 2 (gradients are reduced to the
-// shard's owner only, too) or 3 (the parameters themselves are sharded:
-// fully_sharded.hpp). Every rank sees different data; gradients are summed so
-// that all ranks train on the mean over the global batch.
+// of one shard of the flat parameter buffer), 2 (and only that shard of the
+// gradients: sharded_gradients.hpp) or 3 (the parameters themselves are
+// sharded: fully_sharded.hpp). Every rank sees different data; gradients are
+// summed so that all ranks train on the mean over the global batch.
 //
-// The gradients are reduced in buckets while the last backward pass of a step
-// runs: the model says when a layer's gradients are final, and as soon as final
-// gradients that neighbour each other in the flat buffer add up to a bucket, a
-// nonblocking collective starts on them (like PyTorch DDP's bucket_cap_mb).
+// At stages 0 and 1 the gradients are reduced in buckets while the last
+// backward pass of a step runs: the model says when a layer's gradients are
+// final, and as soon as final gradients that neighbour each other in the flat
+// buffer add up to a bucket, a nonblocking all_reduce starts on them (like
+// PyTorch DDP's bucket_cap_mb). Stages 2 and 3 reduce each unit's gradients
+// as the model releases it, on every micro-batch.
 //
 // With tensor parallelism the parameters that every rank of a tp group holds
 // whole (norms, embeddings, output head, row-parallel biases) got only this
@@ -22,6 +24,7 @@
 
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/fully_sharded.hpp"
+#include "hone/dist/sharded_gradients.hpp"
 #include "hone/model/parameters.hpp"
 
 namespace hone::dist {
@@ -30,7 +33,7 @@ class DataParallel {
  public:
   // `device` holds the tensors the group reduces (CPU for MPI, CUDA for NCCL);
   // zero_stage is 0, 1, 2 or 3. bucket_bytes 0: one reduction after backward
-  // (stage 3 reduces each layer's gradients as it is done, whatever the buckets).
+  // (stages 2 and 3 reduce each unit's gradients as it is done, whatever the buckets).
   // `tensor_parallel`: this rank's tp group (null: none).
   DataParallel(Communicator& group, int zero_stage, Device device, int64_t bucket_bytes = 0,
                Communicator* tensor_parallel = nullptr);
@@ -50,6 +53,10 @@ class DataParallel {
   // trained one among them is what begin_reduction() is given) and returns what
   // the model must acquire their units from; else null.
   FullyShardedParameters* shard_parameters(std::vector<ParameterSet*> sets);
+  // Stage 2 on several ranks: keeps only this rank's shard of `trained`'s
+  // gradients (its gradient buffer is released) and returns what the model must
+  // acquire its units from; else null.
+  ShardedGradients* shard_gradients(ParameterSet& trained);
   FullyShardedParameters* fully_sharded() const { return sharded_.get(); }
   // The sum over ranks of one number per rank.
   double sum(double local) const;
@@ -59,10 +66,10 @@ class DataParallel {
   // become final (a layer at a time; optional), finish_reduction() after it.
   void begin_reduction(const ParameterSet& params);
   void gradients_final(std::span<Parameter* const> params);
-  // Waits for every bucket. Returns the gradients summed over ranks: stage 0 and
-  // 1: all of params.grads() (the returned tensor views it); stage 2: only this
-  // rank's shard, in a buffer of its own; stage 3: params.grads(), this rank's
-  // stored chunks (each layer's were reduce-scattered there during backward).
+  // Waits for every reduction. Returns the gradients summed over ranks: stage 0
+  // and 1: all of params.grads() (the returned tensor views it); stage 2: only
+  // this rank's shard, in a buffer of its own; stage 3: params.grads(), this
+  // rank's stored chunks (each layer's were reduce-scattered there during backward).
   Tensor finish_reduction();
   // Collectives started so far by this step's reduction (for tests).
   int64_t buckets_started() const { return buckets_started_; }
@@ -92,7 +99,7 @@ class DataParallel {
   int zero_;
   Device device_;
   int64_t bucket_bytes_;
-  Tensor grad_shard_, value_shard_;  // stage 2 gradient shard; staging for the gather
+  std::unique_ptr<ShardedGradients> sharded_grads_;  // stage 2
   std::unique_ptr<FullyShardedParameters> sharded_;  // stage 3
   // The reduction in progress: its parameters by flat-buffer offset, its collectives.
   const ParameterSet* reducing_ = nullptr;

@@ -1,7 +1,6 @@
 #include "hone/dist/fully_sharded.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <set>
 
 #include "hone/core/error.hpp"
@@ -11,8 +10,7 @@
 namespace hone::dist {
 
 FullyShardedParameters::FullyShardedParameters(Communicator& group, std::vector<ParameterSet*> sets)
-    : group_(group), sets_(std::move(sets)) {
-  HONE_ASSERT(!sets_.empty());
+    : group_(group), sets_(std::move(sets)), buffers_(sets_.at(0)->values().device()) {
   for (ParameterSet* set : sets_) {
     if (!set->sharded()) set->shard(group.rank(), group.size());
     HONE_ASSERT(set->shard_world() == group.size());
@@ -35,45 +33,11 @@ std::vector<size_t> FullyShardedParameters::sets_of(int unit) const {
   return holding;
 }
 
-namespace {
-
-// Buffers come in sizes of 16 to 32 times a power of two (at most 1/16 unused),
-// so that units of nearly one size share them: the embeddings and the head
-// differ by a norm.
-int64_t size_class(int64_t numel) {
-  const int64_t granule = int64_t(1) << std::max(0, int(std::bit_width(uint64_t(numel))) - 5);
-  return (numel + granule - 1) / granule * granule;
-}
-
-}  // namespace
-
-Tensor FullyShardedParameters::take(int64_t numel, DType dtype) {
-  const int64_t capacity = size_class(numel);
-  const auto fits = std::find_if(spare_.begin(), spare_.end(),
-                                 [&](const Tensor& t) { return t.numel() == capacity && t.dtype() == dtype; });
-  if (fits != spare_.end()) {
-    lent_.push_back(std::move(*fits));
-    spare_.erase(fits);
-  } else {
-    lent_.push_back(Tensor::empty({capacity}, dtype, sets_.front()->values().device()));
-  }
-  return lent_.back().slice(0, {numel});
-}
-
-void FullyShardedParameters::give_back(Tensor& t) {
-  if (!t.defined()) return;
-  const auto buffer = std::find_if(lent_.begin(), lent_.end(), [&](const Tensor& b) { return b.raw() == t.raw(); });
-  HONE_ASSERT(buffer != lent_.end());
-  spare_.push_back(std::move(*buffer));
-  lent_.erase(buffer);
-  t = Tensor();
-}
-
 FullyShardedParameters::Gathered& FullyShardedParameters::start_gather(Key key) {
   const ParameterSet& set = *sets_[key.first];
   Gathered& g = present_[key];
   const Tensor& stored = set.values();
-  g.values = take(set.gathered_numel(key.second), stored.dtype());
+  g.values = buffers_.take(set.gathered_numel(key.second), stored.dtype());
   for (const ParameterSet::Group& group : set.groups()) {
     if (group.unit != key.second) continue;
     g.pending.push_back(group_.start_all_gather(stored.slice(group.stored, {group.chunk}),
@@ -87,7 +51,7 @@ void FullyShardedParameters::complete(Key key, Gathered& g) {
   for (const auto& pending : g.pending) pending->wait();
   g.pending.clear();
   if (!g.compute.defined() && set.compute_dtype() != g.values.dtype()) {
-    g.compute = take(g.values.numel(), set.compute_dtype());
+    g.compute = buffers_.take(g.values.numel(), set.compute_dtype());
     ops::cast(g.values, g.compute);
   }
   set.attach(key.second, g.values, g.compute, g.grads);
@@ -100,7 +64,7 @@ void FullyShardedParameters::acquire(int unit, bool with_grads, int next) {
     auto found = present_.find(key);
     Gathered& g = found != present_.end() ? found->second : start_gather(key);
     if (with_grads && !sets_[i]->frozen() && !g.grads.defined()) {
-      g.grads = take(g.values.numel(), g.values.dtype());
+      g.grads = buffers_.take(g.values.numel(), g.values.dtype());
       g.grads.zero_();
     }
     complete(key, g);
@@ -134,7 +98,7 @@ void FullyShardedParameters::release(int unit) {
       const Tensor& stored = set.grads();
       for (const ParameterSet::Group& group : set.groups()) {
         if (group.unit != unit) continue;
-        Tensor sum = take(group.chunk, stored.dtype());
+        Tensor sum = buffers_.take(group.chunk, stored.dtype());
         r.pending.push_back(
             group_.start_reduce_scatter(g.grads.slice(group.gathered, {group.chunk * group_.size()}), sum));
         r.sums.emplace_back(std::move(sum), stored.slice(group.stored, {group.chunk}));
@@ -142,7 +106,7 @@ void FullyShardedParameters::release(int unit) {
       r.grads.push_back(std::move(g.grads));
     }
     set.detach(unit);
-    for (Tensor* t : {&g.values, &g.compute, &g.grads}) give_back(*t);
+    for (Tensor* t : {&g.values, &g.compute, &g.grads}) buffers_.give_back(*t);
     present_.erase({i, unit});
   }
   if (!r.pending.empty()) reducing_.push_back(std::move(r));
@@ -153,9 +117,9 @@ void FullyShardedParameters::finish_reductions() {
     for (const auto& pending : r.pending) pending->wait();
     for (auto& [sum, stored] : r.sums) {
       ops::add_(stored, sum);
-      give_back(sum);
+      buffers_.give_back(sum);
     }
-    for (Tensor& grads : r.grads) give_back(grads);
+    for (Tensor& grads : r.grads) buffers_.give_back(grads);
   }
   reducing_.clear();
 }
@@ -169,7 +133,7 @@ void FullyShardedParameters::acquire_all(bool keep) {
       Gathered& g = start_gather(key);
       if (keep) continue;
       for (const auto& pending : g.pending) pending->wait();
-      give_back(g.values);
+      buffers_.give_back(g.values);
       present_.erase(key);
     }
   }
@@ -182,7 +146,7 @@ void FullyShardedParameters::release_all() {
     HONE_ASSERT(!g.grads.defined());
     for (const auto& pending : g.pending) pending->wait();
     sets_[key.first]->detach(key.second);
-    for (Tensor* t : {&g.values, &g.compute}) give_back(*t);
+    for (Tensor* t : {&g.values, &g.compute}) buffers_.give_back(*t);
   }
   present_.clear();
 }

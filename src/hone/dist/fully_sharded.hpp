@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "hone/dist/buffer_pool.hpp"
 #include "hone/dist/communicator.hpp"
 #include "hone/model/parameters.hpp"
 
@@ -66,18 +67,12 @@ class FullyShardedParameters final : public UnitResidency {
   void complete(Key key, Gathered& g);
   // The sets holding parameters of `unit`.
   std::vector<size_t> sets_of(int unit) const;
-  // Buffers come from and go back to a free list: every layer gathers buffers of
-  // the same sizes, and fresh ones would cost a page fault per 4 KiB each time.
-  // take() returns the first `numel` elements of a buffer; give_back() takes
-  // that view and frees (undefines) it.
-  Tensor take(int64_t numel, DType dtype);
-  void give_back(Tensor& t);
 
   Communicator& group_;
   std::vector<ParameterSet*> sets_;
   std::map<Key, Gathered> present_;
   std::vector<Reduction> reducing_;
-  std::vector<Tensor> spare_, lent_;  // whole buffers, free and in use
+  BufferPool buffers_;  // gathered weights, gradients, reduced chunks
 };
 
 }  // namespace hone::dist

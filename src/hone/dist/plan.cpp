@@ -8,13 +8,25 @@
 
 namespace hone::dist {
 
+namespace {
+
+// Parameters of a tp rank's part of one layer, and of the embedding table.
+double layer_params(const ModelConfig& m, int tp) {
+  return double(m.num_non_embedding_params() - m.num_split_params() + m.num_split_params() / tp) / double(m.n_layers);
+}
+
+}  // namespace
+
 double zero3_gathered_bytes(const ModelConfig& m, DType dtype, int tp) {
-  const double layer = double(m.num_non_embedding_params() - m.num_split_params() + m.num_split_params() / tp) /
-                       double(m.n_layers);
-  const double table = double(m.vocab_size * m.dim);
+  const double layer = layer_params(m, tp), table = double(m.vocab_size * m.dim);
   const double per_element = 4 + 4 + (dtype == DType::bf16 ? 2 : 0);
   const double units = 2 * std::max(layer, table) + (m.tie_embeddings ? table : 0);
   return units * per_element + 4 * layer;
+}
+
+double zero2_unit_gradient_bytes(const ModelConfig& m, int tp) {
+  const double layer = layer_params(m, tp), table = double(m.vocab_size * m.dim);
+  return 4 * (3 * std::max(layer, table) + (m.tie_embeddings ? table : 0));
 }
 
 Plan plan_run(const PlanInput& in) {
@@ -37,7 +49,7 @@ Plan plan_run(const PlanInput& in) {
 
   Plan p;
   p.weights = 4 * params / (in.zero >= 3 ? dp : 1);
-  p.gradients = 4 * params / (in.zero >= 2 ? dp : 1);
+  p.gradients = 4 * params / (in.zero >= 2 ? dp : 1) + (in.zero == 2 && in.dp > 1 ? zero2_unit_gradient_bytes(m, in.tp) : 0);
   p.optimizer = 8 * params / (in.zero >= 1 ? dp : 1);
   // ZeRO-3 keeps no compute copy: the gathered units hold their casts.
   p.compute_copy = in.dtype == DType::bf16 && in.zero < 3 ? 2 * params : 0;

@@ -24,6 +24,11 @@ namespace hone::dist {
 // with fp32 master weights, their cast for a bf16 run and fp32 gradients; and
 // the gradients of the layer whose reduce_scatter is in flight.
 double zero3_gathered_bytes(const ModelConfig& model, DType dtype, int tp = 1);
+// What hone's ZeRO-2 holds of gradients besides its shard, in bytes: a unit's
+// fp32 gradients while backward computes it, the previous unit's while their
+// reduction is in flight and this rank's sum of them (the larger of a layer
+// and the embedding table, three times), and tied embeddings' throughout.
+double zero2_unit_gradient_bytes(const ModelConfig& model, int tp = 1);
 
 struct Hardware {
   double peak_flops = 0;       // per device, in the run's dtype (FLOP/s)

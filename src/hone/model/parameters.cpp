@@ -226,6 +226,31 @@ void ParameterSet::detach(int unit) {
   }
 }
 
+void ParameterSet::release_grads() {
+  HONE_ASSERT(!sharded() && grads_.defined());
+  grads_ = Tensor();
+  grads_by_unit_ = true;
+  for (Parameter& p : params_) p.grad = Tensor();
+}
+
+std::pair<int64_t, int64_t> ParameterSet::unit_range(int unit) const {
+  HONE_ASSERT(!sharded());
+  int64_t begin = numel_, end = 0;
+  for (const Group& g : groups_) {
+    if (g.unit != unit) continue;
+    begin = std::min(begin, g.offset);
+    end = std::max(end, g.offset + g.count);
+  }
+  return begin < end ? std::pair{begin, end} : std::pair<int64_t, int64_t>{0, 0};
+}
+
+void ParameterSet::attach_grads(int unit, const Tensor& grads) {
+  const int64_t begin = unit_range(unit).first;
+  for (Parameter& p : params_) {
+    if (p.unit == unit) p.grad = grads.defined() ? grads.slice(p.offset - begin, p.shape) : Tensor();
+  }
+}
+
 void ParameterSet::zero_grad() {
   if (grads_.defined()) grads_.zero_();
 }

@@ -8,6 +8,7 @@
 #include <deque>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hone/core/tensor.hpp"
@@ -85,7 +86,16 @@ class ParameterSet {
   // them: the whole model never exists on one rank (write() fills the chunks).
   void allocate(DType master_dtype, DType compute_dtype, Device device, bool with_grads = true,
                 int64_t pad_multiple = 1, ShardSpec shard = {});
-  bool frozen() const { return !grads_.defined(); }
+  bool frozen() const { return !grads_.defined() && !grads_by_unit_; }
+  // ZeRO-2: frees the gradient buffer; the set stays trainable, and a residency
+  // points each unit's gradients into a buffer of its own (attach_grads) while
+  // backward runs.
+  void release_grads();
+  // Unsharded: [begin, end) of the unit's parameters in the flat layout.
+  std::pair<int64_t, int64_t> unit_range(int unit) const;
+  // Points the unit's gradients into `grads` (the unit_range's elements), or
+  // nowhere when it is undefined.
+  void attach_grads(int unit, const Tensor& grads);
   // Points every parameter's tensors into the flat buffers again (unsharded),
   // after a caller pointed them elsewhere for a while (TrainingWorld shows
   // checkpoints whole weights of a tensor-parallel model that way).
@@ -170,6 +180,7 @@ class ParameterSet {
   DType compute_dtype_ = DType::f32;
   int rank_ = 0, world_ = 1;
   bool split_ = false;
+  bool grads_by_unit_ = false;
 };
 
 // Copies what `held` (runs of a flat layout and where a buffer stores them)

@@ -234,7 +234,10 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
   m.gradients = 4 * trained;
   m.optimizer = 8 * trained / (m.zero >= 1 ? r : 1);
   m.compute_copy = dtype == DType::bf16 ? 2 * stored : 0;
-  if (m.zero == 2) m.gradients += 4 * trained / r;  // the reduced shard, besides the full buffer
+  if (m.zero == 2) {  // the shard, and the buffers of the units backward is at (LoRA: adapters, small)
+    m.gradients = 4 * trained / r + (lora ? 3 * 4 * trained / size_t(model.n_layers)
+                                          : size_t(dist::zero2_unit_gradient_bytes(model, tp)));
+  }
   if (m.zero == 3) {
     m.parameters /= r;
     m.gradients /= r;

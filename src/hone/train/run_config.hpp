@@ -55,7 +55,7 @@ struct MemoryEstimate {
   size_t total() const { return parameters + gradients + optimizer + compute_copy + gathered + activations; }
 };
 // Per rank of `ranks` data-parallel ranks at ZeRO stage `zero`, as hone shards:
-// 1 the moments; 2 also keeps a gradient shard besides the full buffer; 3 the
+// 1 the moments; 2 also the gradients (a shard, and the units backward is at); 3 the
 // weights, gradients and moments, plus the units gathered at once. Tensor
 // parallelism over `tp` ranks splits the projections and the activations.
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,

@@ -89,6 +89,7 @@ int run_training(const Config& c, TrainingJob job) {
     std::string zero = world.zero_stage() == 0 ? ""
                        : fmt::format(", ZeRO stage {}: AdamW moments {} per rank (of {})", world.zero_stage(),
                                      two_fp32(shard_count), two_fp32(model.trainable_params().numel()));
+    if (world.zero_stage() == 2) zero += fmt::format(", gradients {} per rank", format_bytes(4.0 * double(shard_count)));
     if (world.zero_stage() == 3) zero += fmt::format(", master weights and gradients {} per rank", two_fp32(shard_count));
     const std::string layout = world.tp_size() > 1 ? fmt::format("tensor parallel {} (with sequence parallelism) x "
                                                                  "data parallel {}",
@@ -98,6 +99,8 @@ int run_training(const Config& c, TrainingJob job) {
                              zero));
     if (world.zero_stage() == 3) {
       console.line("gradients: reduce-scattered a unit at a time while backward runs; weights gathered a unit ahead");
+    } else if (world.zero_stage() == 2) {
+      console.line("gradients: a unit at a time while backward runs, each rank's part reduced to it");
     } else {
       console.line(world.bucket_bytes() > 0
                        ? fmt::format("gradients: reduced in buckets of {} while backward runs",

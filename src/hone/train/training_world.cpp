@@ -39,7 +39,8 @@ ModelPlacement TrainingWorld::model_placement() const {
 
 void TrainingWorld::adopt(Transformer& model) {
   if (model.tp_size() > 1) split_model_ = &model;
-  if (zero_stage_ != 3 || size() == 1) return;
+  if (zero_stage_ == 2) model.set_residency(data_parallel_->shard_gradients(model.trainable_params()));
+  if (zero_stage_ != 3) return;
   std::vector<ParameterSet*> sets{&model.params()};  // with LoRA: the frozen base, then the adapters
   if (model.lora()) sets.push_back(&model.trainable_params());
   model.set_residency(data_parallel_->shard_parameters(std::move(sets)));

@@ -38,9 +38,11 @@ class TrainingWorld {
   // it stores this data-parallel rank's chunks (the whole model is never built
   // on a rank); tensor parallelism splits it over the tp group.
   ModelPlacement model_placement() const;
-  // Takes on the model built with model_placement(): at ZeRO-3 makes it gather
-  // each unit of its weights (with LoRA the frozen base and the adapters) when
-  // it needs it; with tensor parallelism remembers it for gather_weights().
+  // Takes on the model built with model_placement(): at ZeRO-2 gives each unit
+  // of the trained parameters a gradient buffer only while backward computes
+  // it; at ZeRO-3 makes it gather each unit of its weights (with LoRA the
+  // frozen base and the adapters) when it needs it; with tensor parallelism
+  // remembers it for gather_weights(). (Stages 2 and 3 on several dp ranks.)
   void adopt(Transformer& model);
   // Collective: makes the weights whole on rank 0 until release_weights()
   // (checkpoints and exports, which rank 0 writes, read them; the other ranks
