@@ -61,6 +61,38 @@ class MirrorCommunicator final : public Communicator {
   std::vector<int> ranks_{0, 1};
 };
 
+// llama_tiny with buffers padded for two shards; with LoRA, adapters of
+// nonzero values (LoRA's B = 0 would make the gradients of A zero).
+Transformer tiny_model(bool with_lora) {
+  std::optional<LoraConfig> lora;
+  if (with_lora) lora = LoraConfig{.rank = 4, .apply_to_mlp = true, .apply_to_output = true};
+  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), lora, {.pad_multiple = 2});
+  model.init_weights(7);
+  if (with_lora) {
+    ParameterSet& trained = model.trainable_params();
+    float* values = trained.values().data<float>();
+    for (int64_t i = 0; i < trained.numel(); ++i) values[i] = 0.02f * float(int64_t(i * 2654435761u % 101) - 50) / 50;
+  }
+  return model;
+}
+
+// [2, 16] tokens and their next-token targets.
+std::pair<Tensor, Tensor> tiny_batch() {
+  std::vector<int32_t> tokens(2 * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 37 % 256);
+  const Tensor input = Tensor::from(tokens, Shape{2, 16});
+  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
+  return {input, Tensor::from(tokens, Shape{2, 16})};
+}
+
+// The trained gradients of one plain backward pass, padding included.
+std::vector<float> plain_gradients(Transformer& model, const Tensor& input, const Tensor& targets) {
+  model.trainable_params().zero_grad();
+  model.forward(input, targets);
+  model.backward(1.0);
+  return model.trainable_params().grads().to_vector<float>();
+}
+
 struct Case {
   bool lora;
   int zero;
@@ -72,25 +104,10 @@ class BucketedReduction : public testing::TestWithParam<Case> {};
 
 TEST_P(BucketedReduction, SumsEveryGradientOnceAndStartsBeforeBackwardEnds) {
   const Case c = GetParam();
-  std::optional<LoraConfig> lora;
-  if (c.lora) lora = LoraConfig{.rank = 4, .apply_to_mlp = true, .apply_to_output = true};
-  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), lora, {.pad_multiple = 2});
-  model.init_weights(7);
+  Transformer model = tiny_model(c.lora);
   ParameterSet& trained = model.trainable_params();
-  if (c.lora) {  // LoRA's B = 0 would make the gradients of A zero
-    float* values = trained.values().data<float>();
-    for (int64_t i = 0; i < trained.numel(); ++i) values[i] = 0.02f * float(int64_t(i * 2654435761u % 101) - 50) / 50;
-  }
-  std::vector<int32_t> tokens(2 * 16);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 37 % 256);
-  const Tensor input = Tensor::from(tokens, Shape{2, 16});
-  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
-  const Tensor targets = Tensor::from(tokens, Shape{2, 16});
-
-  trained.zero_grad();
-  model.forward(input, targets);
-  model.backward(1.0);
-  const std::vector<float> expected = trained.grads().to_vector<float>();
+  const auto [input, targets] = tiny_batch();
+  const std::vector<float> expected = plain_gradients(model, input, targets);
 
   int64_t layers_done = 0;
   MirrorCommunicator group(c.rank, trained.grads(), layers_done);
@@ -144,24 +161,10 @@ class ShardedGradientsTest : public testing::TestWithParam<std::pair<bool, int>>
 
 TEST_P(ShardedGradientsTest, KeepOnlyTheShardAndReduceEachUnitWhenBackwardReleasesIt) {
   const auto [with_lora, rank] = GetParam();
-  std::optional<LoraConfig> lora;
-  if (with_lora) lora = LoraConfig{.rank = 4, .apply_to_mlp = true, .apply_to_output = true};
-  Transformer model(model_preset("llama_tiny"), DType::f32, Device::cpu(), lora, {.pad_multiple = 2});
-  model.init_weights(7);
+  Transformer model = tiny_model(with_lora);
   ParameterSet& trained = model.trainable_params();
-  if (with_lora) {  // LoRA's B = 0 would make the gradients of A zero
-    float* values = trained.values().data<float>();
-    for (int64_t i = 0; i < trained.numel(); ++i) values[i] = 0.02f * float(int64_t(i * 2654435761u % 101) - 50) / 50;
-  }
-  std::vector<int32_t> tokens(2 * 16);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 37 % 256);
-  const Tensor input = Tensor::from(tokens, Shape{2, 16});
-  std::rotate(tokens.begin(), tokens.begin() + 1, tokens.end());
-  const Tensor targets = Tensor::from(tokens, Shape{2, 16});
-  trained.zero_grad();
-  model.forward(input, targets);
-  model.backward(1.0);
-  const std::vector<float> expected = trained.grads().to_vector<float>();
+  const auto [input, targets] = tiny_batch();
+  const std::vector<float> expected = plain_gradients(model, input, targets);
   const int64_t padded = trained.grads().numel();
 
   int64_t layers_done = 0;

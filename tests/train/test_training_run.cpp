@@ -268,6 +268,20 @@ class DataParallelRun : public TrainingRun {
     ASSERT_EQ(actual.size(), expected.size());
     for (const auto& [step, loss] : actual) EXPECT_NEAR(loss, expected.at(step), 1e-6) << "step " << step;
   }
+
+  // Resuming runs: checkpoints every 4 steps, resume from the latest.
+  static constexpr const char* kEvery4 = "checkpoint: {every_n_steps: 4, keep_last_n: 0}\nresume: latest\n";
+  // Makes run `run` start from `source`'s checkpoint at step 4.
+  void resume_from(const std::string& source, const std::string& run) {
+    fs::create_directories(root_ + "/" + run);
+    fs::copy(root_ + "/" + source + "/step_0000004", root_ + "/" + run + "/step_0000004");
+    std::ofstream(root_ + "/" + run + "/latest") << "step_0000004\n";
+  }
+  std::map<int64_t, double> losses_after_step_4(const std::string& run) {
+    std::map<int64_t, double> after4 = losses(run);
+    after4.erase(after4.begin(), after4.upper_bound(4));
+    return after4;
+  }
 };
 
 TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroStage) {
@@ -333,19 +347,12 @@ TEST_F(DataParallelRun, ZeroCheckpointsResumeAtAnotherWorldSize) {
   // Two ranks at ZeRO stages 2 and 3 save at step 4; one process resumes there,
   // and a single process's checkpoint resumes on two ranks at stages 1 and 3:
   // all continue the uninterrupted run.
-  const std::string every4 = "checkpoint: {every_n_steps: 4, keep_last_n: 0}\nresume: latest\n";
-  ASSERT_EQ(train("single", 1, 4, 8, every4), 0) << log();
-  const auto resume_from = [&](const std::string& source, const std::string& run) {
-    fs::create_directories(root_ + "/" + run);
-    fs::copy(root_ + "/" + source + "/step_0000004", root_ + "/" + run + "/step_0000004");
-    std::ofstream(root_ + "/" + run + "/latest") << "step_0000004\n";
-  };
-  std::map<int64_t, double> after4 = losses("single");
-  after4.erase(after4.begin(), after4.upper_bound(4));
+  ASSERT_EQ(train("single", 1, 4, 8, kEvery4), 0) << log();
+  const std::map<int64_t, double> after4 = losses_after_step_4("single");
   for (const std::string zero : {"2", "3"}) {
-    ASSERT_EQ(train("sharded" + zero, 2, 2, 4, every4, {"distributed.zero=" + zero}), 0) << log();
+    ASSERT_EQ(train("sharded" + zero, 2, 2, 4, kEvery4, {"distributed.zero=" + zero}), 0) << log();
     resume_from("sharded" + zero, "on_one" + zero);
-    ASSERT_EQ(train("on_one" + zero, 1, 4, 8, every4), 0) << log();
+    ASSERT_EQ(train("on_one" + zero, 1, 4, 8, kEvery4), 0) << log();
     expect_same_losses(after4, losses("on_one" + zero));
   }
   // The weights a ZeRO-3 run saved (gathered from both ranks) are those of the
@@ -360,7 +367,7 @@ TEST_F(DataParallelRun, ZeroCheckpointsResumeAtAnotherWorldSize) {
   for (const std::string& name : zero2.names()) test::expect_close(zero3.load(name), zero2.load(name), 1e-6, name);
   for (const std::string zero : {"1", "3"}) {
     resume_from("single", "on_two" + zero);
-    ASSERT_EQ(train("on_two" + zero, 2, 2, 8, every4, {"distributed.zero=" + zero}), 0) << log();
+    ASSERT_EQ(train("on_two" + zero, 2, 2, 8, kEvery4, {"distributed.zero=" + zero}), 0) << log();
     expect_same_losses(after4, losses("on_two" + zero));
   }
 }
@@ -415,24 +422,17 @@ TEST_F(DataParallelRun, TensorParallelCheckpointsResumeAtAnotherLayout) {
   // A tp 2 checkpoint resumes in one process and on a 2 x 2 mesh at ZeRO-3 (its
   // moments and weights cut both ways); a single process's resumes at tp 2: all
   // continue the uninterrupted run.
-  const std::string every4 = "checkpoint: {every_n_steps: 4, keep_last_n: 0}\nresume: latest\n";
-  ASSERT_EQ(train("single", 1, 4, 8, every4), 0) << log();
-  const auto resume_from = [&](const std::string& source, const std::string& run) {
-    fs::create_directories(root_ + "/" + run);
-    fs::copy(root_ + "/" + source + "/step_0000004", root_ + "/" + run + "/step_0000004");
-    std::ofstream(root_ + "/" + run + "/latest") << "step_0000004\n";
-  };
-  std::map<int64_t, double> after4 = losses("single");
-  after4.erase(after4.begin(), after4.upper_bound(4));
-  ASSERT_EQ(train("tp2", 2, 4, 4, every4, {"distributed.tp=2"}), 0) << log();
+  ASSERT_EQ(train("single", 1, 4, 8, kEvery4), 0) << log();
+  const std::map<int64_t, double> after4 = losses_after_step_4("single");
+  ASSERT_EQ(train("tp2", 2, 4, 4, kEvery4, {"distributed.tp=2"}), 0) << log();
   resume_from("tp2", "on_one");
-  ASSERT_EQ(train("on_one", 1, 4, 8, every4), 0) << log();
+  ASSERT_EQ(train("on_one", 1, 4, 8, kEvery4), 0) << log();
   expect_same_losses(after4, losses("on_one"));
   resume_from("tp2", "on_mesh");
-  ASSERT_EQ(train("on_mesh", 4, 2, 8, every4, {"distributed.tp=2", "distributed.zero=3"}), 0) << log();
+  ASSERT_EQ(train("on_mesh", 4, 2, 8, kEvery4, {"distributed.tp=2", "distributed.zero=3"}), 0) << log();
   expect_same_losses(after4, losses("on_mesh"));
   resume_from("single", "on_tp2");
-  ASSERT_EQ(train("on_tp2", 2, 4, 8, every4, {"distributed.tp=2"}), 0) << log();
+  ASSERT_EQ(train("on_tp2", 2, 4, 8, kEvery4, {"distributed.tp=2"}), 0) << log();
   expect_same_losses(after4, losses("on_tp2"));
 }
 
