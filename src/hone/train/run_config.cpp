@@ -105,8 +105,11 @@ Schema training_schema() {
          "ZeRO stage over data-parallel ranks: 0 (replicas), 1 (optimizer state sharded), 2 (and gradients), "
          "3 (and weights, gathered a layer at a time)"});
   s.add({"distributed.bucket_mb", ValueType::number, 25.0,
-         "gradients reduced over ranks in buckets of this many MiB while backward runs (0: all at once after it)"});
-  s.add({"distributed.tp", ValueType::integer, 1, "tensor-parallel ranks per model replica (Megatron split with sequence parallelism; divides the world size)"});
+         "ZeRO stages 0 and 1: gradients reduced over ranks in buckets of this many MiB while backward runs (0: all "
+         "at once after it)"});
+  s.add({"distributed.tp", ValueType::integer, 1,
+         "tensor-parallel ranks per model replica (Megatron's split with sequence parallelism; divides the world "
+         "size)"});
   return s;
 }
 
