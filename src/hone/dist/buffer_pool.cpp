@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "hone/core/error.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone::dist {
 
@@ -36,6 +37,15 @@ void BufferPool::give_back(Tensor& view) {
   spare_.push_back(std::move(*buffer));
   lent_.erase(buffer);
   view = Tensor();
+}
+
+void GradientReduction::finish(BufferPool& buffers) {
+  for (const auto& p : pending) p->wait();
+  for (auto& [sum, into] : sums) {
+    ops::add_(into, sum);
+    buffers.give_back(sum);
+  }
+  for (Tensor& g : grads) buffers.give_back(g);
 }
 
 }  // namespace hone::dist

@@ -69,7 +69,7 @@ void FullyShardedParameters::acquire(int unit, bool with_grads, int next) {
     }
     complete(key, g);
   }
-  for (const Reduction& r : reducing_) {
+  for (const GradientReduction& r : reducing_) {
     for (const auto& pending : r.pending) pending->test();  // MPI moves data only when called
   }
   // The next unit's gather runs while this one computes.
@@ -90,7 +90,7 @@ void FullyShardedParameters::release(int unit) {
   }
   // One unit's reduction in flight at a time bounds the memory it holds.
   if (with_grads) finish_reductions();
-  Reduction r;
+  GradientReduction r;
   for (size_t i : holding) {
     ParameterSet& set = *sets_[i];
     Gathered& g = present_.at({i, unit});
@@ -113,14 +113,7 @@ void FullyShardedParameters::release(int unit) {
 }
 
 void FullyShardedParameters::finish_reductions() {
-  for (Reduction& r : reducing_) {
-    for (const auto& pending : r.pending) pending->wait();
-    for (auto& [sum, stored] : r.sums) {
-      ops::add_(stored, sum);
-      buffers_.give_back(sum);
-    }
-    for (Tensor& grads : r.grads) buffers_.give_back(grads);
-  }
+  for (GradientReduction& r : reducing_) r.finish(buffers_);
   reducing_.clear();
 }
 

@@ -55,12 +55,6 @@ class FullyShardedParameters final : public UnitResidency {
     Tensor values, compute, grads;
     std::vector<std::unique_ptr<PendingCollective>> pending;  // a prefetch in flight
   };
-  // A released unit's gradients on their way to their owners.
-  struct Reduction {
-    std::vector<Tensor> grads;  // the unit's gathered gradients, read until the reductions complete
-    std::vector<std::pair<Tensor, Tensor>> sums;  // this rank's sum of a group's chunk, and where it adds
-    std::vector<std::unique_ptr<PendingCollective>> pending;
-  };
   // Starts gathering a set's unit from every rank.
   Gathered& start_gather(Key key);
   // Waits for the gather, casts the compute copy and points the parameters at it.
@@ -71,7 +65,7 @@ class FullyShardedParameters final : public UnitResidency {
   Communicator& group_;
   std::vector<ParameterSet*> sets_;
   std::map<Key, Gathered> present_;
-  std::vector<Reduction> reducing_;
+  std::vector<GradientReduction> reducing_;
   BufferPool buffers_;  // gathered weights, gradients, reduced chunks
 };
 

@@ -4,7 +4,6 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/profiler.hpp"
-#include "hone/ops/ops.hpp"
 
 namespace hone::dist {
 
@@ -34,7 +33,8 @@ void ShardedGradients::release(int unit) {
   const OpTimer timer("zero2_release");  // the previous unit's reduction, starting this one's
   finish_reductions();
   const auto [begin, end] = params_.unit_range(unit);
-  Reduction r{.grads = std::move(found->second), .sums = {}, .pending = {}};
+  GradientReduction r;
+  r.grads.push_back(std::move(found->second));
   present_.erase(found);
   params_.attach_grads(unit, Tensor());
   // Each owner's part of [begin, end) goes to that owner alone.
@@ -46,7 +46,7 @@ void ShardedGradients::release(int unit) {
       sum = buffers_.take(to - from, shard_.dtype());
       r.sums.emplace_back(sum, shard_.slice(from - offset_, {to - from}));
     }
-    r.pending.push_back(group_.start_reduce(r.grads.slice(from - begin, {to - from}), sum, int(owner)));
+    r.pending.push_back(group_.start_reduce(r.grads[0].slice(from - begin, {to - from}), sum, int(owner)));
   }
   reducing_.push_back(std::move(r));
 }
@@ -58,14 +58,7 @@ const Tensor& ShardedGradients::finish() {
 }
 
 void ShardedGradients::finish_reductions() {
-  for (Reduction& r : reducing_) {
-    for (const auto& pending : r.pending) pending->wait();
-    for (auto& [sum, into] : r.sums) {
-      ops::add_(into, sum);
-      buffers_.give_back(sum);
-    }
-    buffers_.give_back(r.grads);
-  }
+  for (GradientReduction& r : reducing_) r.finish(buffers_);
   reducing_.clear();
 }
 

@@ -37,17 +37,12 @@ class ShardedGradients final : public UnitResidency {
  private:
   void finish_reductions();
 
-  struct Reduction {
-    Tensor grads;  // the unit's, read until the reductions complete
-    std::vector<std::pair<Tensor, Tensor>> sums;  // this rank's sum, and where in the shard it adds
-    std::vector<std::unique_ptr<PendingCollective>> pending;
-  };
   Communicator& group_;
   ParameterSet& params_;
   Tensor shard_;
   int64_t offset_;
   std::map<int, Tensor> present_;  // units whose gradients backward is computing
-  std::vector<Reduction> reducing_;
+  std::vector<GradientReduction> reducing_;
   BufferPool buffers_;
   bool new_sum_ = true;
 };
