@@ -97,17 +97,23 @@ Tensor DataParallel::finish_reduction() {
 }
 
 void DataParallel::reduce_replicated(const Tensor& reduced) {
-  // What `reduced` holds of the set's layout: all of it, this rank's ZeRO-2
-  // shard, or its ZeRO-3 chunks.
-  const ParameterSet& params = *reducing_;
+  if (replicated_.empty()) find_replicated(*reducing_);
+  for (const auto& [index, count] : replicated_) {
+    in_flight_.push_back(tensor_parallel_->start_all_reduce(reduced.slice(index, {count})));
+  }
+  for (const auto& pending : in_flight_) pending->wait();
+  in_flight_.clear();
+}
+
+void DataParallel::find_replicated(const ParameterSet& params) {
+  // What the reduction returns of the set's layout: all of it, this rank's
+  // ZeRO-2 shard, or its ZeRO-3 chunks.
   std::vector<ParameterSet::StoredRange> held = params.local_ranges();
   if (sharded_grads_) {
     const auto [offset, count] = shard(params.values().numel());
     held = {{.offset = offset, .stored = 0, .count = count}};
   }
-  // The runs of such parameters, neighbours merged (a layer's norms lie
-  // together, as do the head's projection and norm), reduced in place, all in flight at once.
-  replicated_.clear();
+  // Neighbours merged: a layer's norms lie together, as do the head's projection and norm.
   for (const Parameter& p : params.all()) {
     if (p.split.dim >= 0) continue;
     for (const ParameterSet::StoredRange& r : held) {
@@ -125,11 +131,6 @@ void DataParallel::reduce_replicated(const Tensor& reduced) {
     }
   }
   replicated_ = std::move(runs);
-  for (const auto& [index, count] : replicated_) {
-    in_flight_.push_back(tensor_parallel_->start_all_reduce(reduced.slice(index, {count})));
-  }
-  for (const auto& pending : in_flight_) pending->wait();
-  in_flight_.clear();
 }
 
 void DataParallel::start_buckets(bool everything) {

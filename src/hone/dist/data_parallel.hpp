@@ -87,8 +87,12 @@ class DataParallel {
   // Starts the reduction of flat gradient elements [begin, end).
   void start_bucket(int64_t begin, int64_t end);
   // Tensor parallelism: sums the gradients of the parameters every tp rank
-  // holds whole over the tp group, in `reduced` (what finish_reduction returns).
+  // holds whole over the tp group, in `reduced` (what finish_reduction returns),
+  // a run at a time, all in flight at once.
   void reduce_replicated(const Tensor& reduced);
+  // Where those gradients lie in what finish_reduction returns (the layout
+  // does not change: found once).
+  void find_replicated(const ParameterSet& params);
 
   struct Slot {
     const Parameter* param;
@@ -106,8 +110,8 @@ class DataParallel {
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<PendingCollective>> in_flight_;
   int64_t bucket_elements_ = 0, buckets_started_ = 0;
-  // Tensor parallelism: where the last reduction's tp-replicated gradients lie
-  // in what it returned, as (index, count).
+  // Tensor parallelism: where the tp-replicated gradients lie in what
+  // finish_reduction returns, as (index, count).
   std::vector<std::pair<int64_t, int64_t>> replicated_;
 };
 

@@ -52,6 +52,7 @@ void TrainingWorld::gather_weights() const {
   if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all(/*keep=*/dp_rank() == 0);
   if (!split_model_ || dp_rank() != 0) return;
   for (Parameter& p : split_model_->params().all()) {
+    if (p.split.dim < 0) continue;
     Tensor whole = dist::gather_whole(p, p.value, mesh_->tp());
     if (is_main()) p.value = std::move(whole);
   }
