@@ -25,6 +25,10 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   a.batch = batch;
   a.seq = seq;
   a.layers.resize(size_t(c.n_layers));
+  // Under tp a norm's row output only feeds the gather into its `_all`
+  // tensor (backward reads the norm's input): one scratch serves every norm.
+  const Tensor norm_rows = tp == 1 ? Tensor() : arena.take(hidden, dtype);
+  auto norm_output = [&] { return tp == 1 ? arena.take(hidden, dtype) : norm_rows; };
   for (LayerActivations& l : a.layers) {
     l.input = arena.take(hidden, dtype);
     if (checkpointing && &l != &a.layers.front()) {
@@ -33,14 +37,14 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
       l.input = input;
       continue;
     }
-    l.attn_norm = arena.take(hidden, dtype);
+    l.attn_norm = norm_output();
     l.attn_norm_all = all(l.attn_norm);
     norm_stats(l.attn_norm_mean, l.attn_norm_rstd);
     l.qkv = arena.take({batch, seq, qkv}, dtype);
     l.attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
     l.attn_lse = arena.take({batch, heads, seq}, stats);
     l.mid = arena.take(hidden, dtype);
-    l.mlp_norm = arena.take(hidden, dtype);
+    l.mlp_norm = norm_output();
     l.mlp_norm_all = all(l.mlp_norm);
     norm_stats(l.mlp_norm_mean, l.mlp_norm_rstd);
     l.mlp_up = arena.take({batch, seq, up}, dtype);

@@ -12,8 +12,9 @@ namespace hone {
 // Shapes for one rank. Tensor parallelism over tp ranks (sequence parallel):
 // the residual stream and what norms read and write are this rank's B·T/tp rows
 // ([B·T/tp, D]; [B, T, D] without tp), the tensors named `_all` all rows
-// (without tp the same tensor as their row part), and H, KV and ffn_dim are this
-// rank's heads/tp and ffn_dim/tp.
+// (without tp the same tensor as their row part; with tp the row parts of the
+// norms' outputs are one scratch, read only by the gather), and H, KV and
+// ffn_dim are this rank's heads/tp and ffn_dim/tp.
 struct LayerActivations {
   Tensor input;  // residual stream entering the layer [B, T, D]
   Tensor attn_norm, attn_norm_mean, attn_norm_rstd;  // mean only for LayerNorm
