@@ -49,12 +49,14 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(std::stoi(argv[2]));
   }
   // Forward (x·Wᵀ), input gradient (dy·W) and weight gradient (dyᵀ·x) of the
-  // qkv, output, MLP and LM-head projections.
+  // qkv, output, MLP and LM-head projections; the head's input gradient is the
+  // one long reduction (K = vocabulary).
   const Shape shapes[] = {
       {"qkv fwd", 1024, 1280, 768, false, true},   {"out fwd", 1024, 768, 768, false, true},
       {"up fwd", 1024, 4096, 768, false, true},    {"down fwd", 1024, 768, 2048, false, true},
       {"head fwd", 1024, 32000, 768, false, true}, {"up dx", 1024, 768, 4096, false, false},
-      {"up dW", 4096, 768, 1024, true, false},     {"head dW", 32000, 768, 1024, true, false},
+      {"head dx", 1024, 768, 32000, false, false}, {"up dW", 4096, 768, 1024, true, false},
+      {"head dW", 32000, 768, 1024, true, false},
   };
   fmt::print("threads {}\n{:<9} {:>6} {:>6} {:>6}  {:>14} {:>14} {:>14}\n", omp_get_max_threads(), "shape", "M",
              "N", "K", "openblas f32", "onednn f32", "onednn bf16");
