@@ -53,6 +53,42 @@ TEST(Matmul, AllTransposesAndDtypesMatchDefinition) {
   }
 }
 
+// Reductions longer than 4096 run in chunks of K (kernels/cpu/gemm.cpp): every
+// chunk's slice of A and B must be read at the whole operand's strides, the
+// tail chunk included, and a bf16 result must be rounded once, from the f32
+// sum of all chunks, not after each chunk.
+TEST(Matmul, LongReductionsMatchDefinition) {
+  const int64_t batch = 2, m = 5, n = 7, k = 2 * 4096 + 123;
+  // An f32 sum of 8315 products drifts by about sqrt(k)·2^-24 relative: 1e-5.
+  for (MatmulCase mc : {MatmulCase{DType::f32, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::f32, 1e-5},
+                        MatmulCase{DType::bf16, DType::bf16, 0.0}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+          const std::string what = fmt::format("{}->{} ta={} tb={} alpha={} beta={}", dtype_name(mc.ab),
+                                               dtype_name(mc.c), ta, tb, alpha, beta);
+          Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
+          Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
+          Tensor c = random_tensor({batch, m, n}, mc.c, 3);
+          Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
+          ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
+          if (mc.c != DType::bf16) {
+            expect_close(c, expected, mc.tolerance, what);
+            continue;
+          }
+          // Rounded once: within half a bf16 unit in the last place of the exact
+          // value (2^-8 relative), plus the f32 sum's own error.
+          const auto got = c.to_vector<double>(), want = expected.to_vector<double>();
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double half_ulp = std::ldexp(1.0, std::ilogb(want[i]) - 8);
+            ASSERT_LE(std::abs(got[i] - want[i]), half_ulp + 1e-4) << what << " at " << i << ": " << want[i];
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, RejectsMismatchedShapes) {
   Tensor a = Tensor::zeros({1, 3, 4}, DType::f32), b = Tensor::zeros({1, 5, 2}, DType::f32);
   Tensor c = Tensor::zeros({1, 3, 2}, DType::f32);

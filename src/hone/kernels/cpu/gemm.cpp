@@ -5,8 +5,10 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <vector>
 
 #include "hone/core/error.hpp"
+#include "hone/kernels/cpu/elementwise.hpp"
 
 namespace hone::kernels::cpu {
 
@@ -20,9 +22,19 @@ dnnl::memory::data_type to_dnnl(DType dtype) {
   }
 }
 
+// oneDNN runs long reductions (the output head's input gradient, K = vocabulary;
+// weight gradients over many rows) up to 3x slower than the same product cut
+// into pieces of K (docs/benchmarks.md), so reductions longer than
+// kLongReduction run as chunks of kReductionChunk accumulated in C, or in an
+// f32 scratch of M·N when C is bf16 (rounding once, as one product would). The
+// rule is fixed, not timed per run, so results stay bit-identical between runs.
+constexpr int64_t kLongReduction = 4096;
+constexpr int64_t kReductionChunk = 2048;
+
 // Creating a oneDNN primitive costs far more than small GEMMs, and a training
 // step repeats the same few shapes, so primitives are made once per shape.
-using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, DType, DType>;
+// `k` is the chunk's reduction length, `full_k` the operands' (their strides).
+using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, DType, DType>;
 
 struct Matmul {
   dnnl::memory::desc a, b, c;
@@ -33,36 +45,58 @@ struct DnnlGemm {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<GemmKey, Matmul> primitives;
+  std::vector<float> scratch;  // the f32 sum of a chunked product with a bf16 result
   std::mutex mutex;
 
-  Matmul& matmul_for(const GemmArgs& g) {
-    GemmKey key{g.batch, g.m, g.n, g.k, g.trans_a, g.trans_b, g.alpha, g.beta, g.ab_type, g.c_type};
+  Matmul& matmul_for(const GemmArgs& g, int64_t k, float beta, DType c_type) {
+    GemmKey key{g.batch, g.m, g.n, k, g.k, g.trans_a, g.trans_b, g.alpha, beta, g.ab_type, c_type};
     auto found = primitives.find(key);
     if (found != primitives.end()) return found->second;
-    using tag = dnnl::memory::format_tag;
+    // Strides of the whole operands, so a chunk reads its slice in place.
+    const int64_t m = g.m, n = g.n, full_k = g.k;
     auto ab = to_dnnl(g.ab_type);
-    dnnl::memory::desc a({g.batch, g.m, g.k}, ab, g.trans_a ? tag::acb : tag::abc);
-    dnnl::memory::desc b({g.batch, g.k, g.n}, ab, g.trans_b ? tag::acb : tag::abc);
-    dnnl::memory::desc c({g.batch, g.m, g.n}, to_dnnl(g.c_type), tag::abc);
+    dnnl::memory::desc a({g.batch, m, k}, ab, {m * full_k, g.trans_a ? 1 : full_k, g.trans_a ? m : 1});
+    dnnl::memory::desc b({g.batch, k, n}, ab, {full_k * n, g.trans_b ? 1 : n, g.trans_b ? full_k : 1});
+    dnnl::memory::desc c({g.batch, m, n}, to_dnnl(c_type), dnnl::memory::format_tag::abc);
     dnnl::primitive_attr attr;
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
-    if (g.beta != 0.0f) {
+    if (beta != 0.0f) {
       dnnl::post_ops post;
-      post.append_sum(g.beta);
+      post.append_sum(beta);
       attr.set_post_ops(post);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
     return primitives.emplace(key, Matmul{a, b, c, dnnl::matmul(pd)}).first->second;
   }
 
-  void run(const GemmArgs& g) {
-    std::lock_guard lock(mutex);
-    Matmul& mm = matmul_for(g);
-    dnnl::memory a(mm.a, engine, const_cast<void*>(g.a));
-    dnnl::memory b(mm.b, engine, const_cast<void*>(g.b));
-    dnnl::memory c(mm.c, engine, g.c);
+  // C (+)= alpha·op(A)[:, p0:p0+k]·op(B)[p0:p0+k, :].
+  void run_chunk(const GemmArgs& g, int64_t p0, int64_t k, float beta, void* c_data, DType c_type) {
+    Matmul& mm = matmul_for(g, k, beta, c_type);
+    const size_t element = dtype_size(g.ab_type);
+    const auto* a_data = static_cast<const char*>(g.a) + size_t(p0 * (g.trans_a ? g.m : 1)) * element;
+    const auto* b_data = static_cast<const char*>(g.b) + size_t(p0 * (g.trans_b ? 1 : g.n)) * element;
+    dnnl::memory a(mm.a, engine, const_cast<char*>(a_data));
+    dnnl::memory b(mm.b, engine, const_cast<char*>(b_data));
+    dnnl::memory c(mm.c, engine, c_data);
     mm.primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     stream.wait();
+  }
+
+  void run(const GemmArgs& g) {
+    std::lock_guard lock(mutex);
+    if (g.k <= kLongReduction) return run_chunk(g, 0, g.k, g.beta, g.c, g.c_type);
+    void* sum = g.c;
+    const int64_t c_numel = g.batch * g.m * g.n;
+    if (g.c_type == DType::bf16) {
+      scratch.resize(size_t(c_numel));
+      if (g.beta != 0.0f) cast(static_cast<const bf16*>(g.c), scratch.data(), c_numel);
+      sum = scratch.data();
+    }
+    for (int64_t p0 = 0; p0 < g.k; p0 += kReductionChunk) {
+      const float beta = p0 == 0 ? g.beta : 1.0f;
+      run_chunk(g, p0, std::min(kReductionChunk, g.k - p0), beta, sum, DType::f32);
+    }
+    if (sum != g.c) cast(scratch.data(), static_cast<bf16*>(g.c), c_numel);
   }
 };
 
