@@ -1,4 +1,4 @@
-// Tiled causal attention (GQA, ALiBi) against a plain softmax(QKᵀ)V that stores
+// Causal attention in query blocks (GQA, ALiBi) against a plain softmax(QKᵀ)V that stores
 // the full score matrix, and its backward against finite differences in fp64.
 #include <cmath>
 
@@ -105,20 +105,22 @@ TEST_P(AttentionTest, ForwardMatchesNaiveAndBackwardMatchesFiniteDifferences) {
   }
 }
 
-// Sequences that end mid-tile and span several 64-wide tiles; MHA, GQA and MQA.
+// Sequences that end mid-block and span several blocks of 64 queries; MHA, GQA
+// and MQA.
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(Case{2, 70, 4, 2, 8, false},   // GQA, two tiles
-                                           Case{1, 130, 2, 2, 16, true},  // MHA + ALiBi, three tiles
-                                           Case{2, 9, 4, 1, 4, false},    // MQA, one partial tile
-                                           Case{1, 64, 4, 2, 8, true}));  // exactly one tile
+                         ::testing::Values(Case{2, 70, 4, 2, 8, false},    // GQA, two blocks
+                                           Case{1, 130, 2, 2, 16, true},   // MHA + ALiBi, three blocks
+                                           Case{2, 9, 4, 1, 4, false},     // MQA, one partial block
+                                           Case{1, 64, 4, 2, 8, true},     // exactly one block
+                                           Case{1, 300, 6, 2, 8, true}));  // GQA + ALiBi, five blocks
 
-// Packed samples over several tiles: key tiles wholly inside every window take
-// the kernel's unmasked path, tiles cut by a sample boundary the masked one.
+// Packed samples over several query blocks: a block whose queries start in
+// different samples reads keys from the earliest start and masks the rest.
 // Each sample's rows (outputs and gradients) equal the sample run alone.
-TEST(Attention, PackedSamplesAcrossTilesEqualEachSampleAlone) {
+TEST(Attention, PackedSamplesAcrossBlocksEqualEachSampleAlone) {
   for (const bool alibi : {false, true}) {
     const Case c{1, 220, 4, 2, 8, alibi};
-    const std::vector<int64_t> lengths = {30, 150, 40};  // 150 spans three tiles, boundaries mid-tile
+    const std::vector<int64_t> lengths = {30, 150, 40};  // 150 spans three blocks, boundaries mid-block
     const int64_t width = (c.heads + 2 * c.kv_heads) * c.head_dim, out_width = c.heads * c.head_dim;
     const Tensor qkv = random_tensor({1, c.seq, width}, DType::f64, 5, 1.5);
     const Tensor probe = random_tensor({1, c.seq, out_width}, DType::f64, 6);

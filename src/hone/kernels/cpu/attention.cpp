@@ -8,13 +8,18 @@
 
 #include "hone/core/error.hpp"
 #include "hone/kernels/cpu/fast_math.hpp"
-#include "hone/kernels/cpu/tile_gemm.hpp"
+#include "hone/kernels/cpu/gemm.hpp"
 
 namespace hone::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kTile = 64;  // queries and keys per tile
+// Queries per block. A block of one key/value head stacks its group's query
+// heads, so its products are (group·kQueryBlock) × keys × head_dim GEMMs: large
+// enough for oneDNN's AMX / AVX-512 kernels, small enough that a causal block
+// skips most keys after its last query. 64 ran faster than 32, 128 and 256 on
+// llama_125M at seq 256 and 2048 (docs/benchmarks.md).
+constexpr int64_t kQueryBlock = 64;
 
 // Where the heads of one batch element live inside the fused qkv rows.
 template <typename T>
@@ -27,64 +32,60 @@ struct QkvView {
   const T* v(int64_t pos, int64_t h) const { return base + pos * row_stride + v_offset + h * head_dim; }
 };
 
-// Copies `rows` head vectors into a dense compute-type tile.
-template <typename T, typename C, typename RowPtr>
-void load_tile(C* tile, int64_t rows, int64_t head_dim, RowPtr&& row) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* src = row(r);
-#pragma omp simd
-    for (int64_t d = 0; d < head_dim; ++d) tile[r * head_dim + d] = load(src[d]);
-  }
+// dst[r] = src[r·stride], `rows` head vectors of head_dim elements, and back.
+template <typename T>
+void gather_rows(T* dst, const T* src, int64_t stride, int64_t rows, int64_t head_dim) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * stride, head_dim, dst + r * head_dim);
+}
+template <typename T>
+void scatter_rows(T* dst, int64_t stride, const T* src, int64_t rows, int64_t head_dim) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * head_dim, head_dim, dst + r * stride);
 }
 
-// scores[i][j] = scale·q_i·k_j (+ ALiBi), -inf where key j comes after query i
-// or before the start of query i's sample (window_start, packed sequences).
-// kt is the scaled key tile transposed, [head_dim][kTile].
+// C = A·op(B) (+ C when accumulate) on dense row-major matrices; A is M×K, or
+// stored K×M when trans_a.
+template <typename In, typename Out>
+void product(int64_t m, int64_t n, int64_t k, const In* a, bool trans_a, const In* b, bool trans_b, Out* c,
+             bool accumulate = false) {
+  gemm({.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b, .beta = accumulate ? 1.0f : 0.0f, .a = a,
+        .b = b, .c = c, .ab_type = dtype_of<In>(), .c_type = dtype_of<Out>()});
+}
+
+// One query block of one key/value head: queries [q0, q0 + rows) of each of the
+// group's heads (row g·rows + r of the block is query q0 + r of head
+// kv_head·group + g) against keys [first_key, first_key + keys), the last
+// query's causal horizon from the earliest sample start among the rows.
+struct Block {
+  int64_t b, kv_head, q0, rows, first_key, keys;
+};
+
+// The first key query t may see: where its sample starts (0 without packing).
+int64_t window_start(const AttentionDims& d, int64_t b, int64_t t) {
+  return d.positions ? t - int64_t(d.positions[b * d.seq + t]) : 0;
+}
+
+Block block_at(const AttentionDims& d, int64_t b, int64_t kv_head, int64_t q0) {
+  const int64_t rows = std::min(kQueryBlock, d.seq - q0);
+  int64_t first_key = q0;
+  for (int64_t t = q0; t < q0 + rows; ++t) first_key = std::min(first_key, window_start(d, b, t));
+  first_key = std::max<int64_t>(first_key, 0);
+  return {b, kv_head, q0, rows, first_key, q0 + rows - first_key};
+}
+
+// The visible keys of one block row, as indices into its row of scores:
+// [window start, query position], each scaled score plus ALiBi's
+// slope·(key - query). Scores outside are left as they are.
+struct VisibleKeys {
+  int64_t begin, end;
+};
 template <typename C>
-void tile_scores(const C* q, const C* kt, C* scores, int64_t q_rows, int64_t k_rows, int64_t head_dim,
-                 int64_t q_start, int64_t k_start, C slope, const int64_t* window_start) {
-  std::fill(scores, scores + q_rows * kTile, C(0));
-  tile_gemm(q, head_dim, kt, kTile, scores, kTile, q_rows, k_rows, head_dim);
-  // Most tiles lie wholly inside every query's window: nothing to mask there,
-  // and without ALiBi nothing to add.
-  const bool all_visible =
-      k_start + k_rows - 1 <= q_start &&
-      (!window_start || *std::max_element(window_start, window_start + q_rows) <= k_start);
-  if (all_visible) {
-    if (slope == C(0)) return;
-    for (int64_t i = 0; i < q_rows; ++i) {
-      C* s = scores + i * kTile;
-      const C offset = C(k_start - (q_start + i));
+VisibleKeys scale_visible_scores(const AttentionDims& d, const Block& k, int64_t row, C* s, C scale, C slope) {
+  const int64_t pos = k.q0 + row % k.rows;
+  const VisibleKeys v{std::max(window_start(d, k.b, pos), k.first_key) - k.first_key, pos + 1 - k.first_key};
+  const C offset = C(k.first_key - pos);
 #pragma omp simd
-      for (int64_t j = 0; j < k_rows; ++j) s[j] += slope * (offset + C(j));
-    }
-    return;
-  }
-  for (int64_t i = 0; i < q_rows; ++i) {
-    C* s = scores + i * kTile;
-    const int64_t q_pos = q_start + i, first_key = window_start ? window_start[i] : 0;
-    for (int64_t j = 0; j < k_rows; ++j) {
-      const int64_t k_pos = k_start + j;
-      s[j] = k_pos > q_pos || k_pos < first_key ? -std::numeric_limits<C>::infinity()
-                                                : s[j] + slope * C(k_pos - q_pos);
-    }
-  }
-}
-
-// dst[c][r] = scale · src[r][c] for a [rows][cols] tile; src has rows of
-// src_ld elements, dst rows of kTile.
-template <typename C>
-void transpose_tile(const C* src, int64_t src_ld, C* dst, int64_t rows, int64_t cols, C scale) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * kTile + r] = scale * src[r * src_ld + c];
-}
-
-// The first key each query of a tile may see: position - (its position in its sample).
-void window_starts(const AttentionDims& d, int64_t b, int64_t q_start, int64_t q_rows, int64_t* starts) {
-  for (int64_t i = 0; i < q_rows; ++i) {
-    const int64_t t = q_start + i;
-    starts[i] = d.positions ? t - int64_t(d.positions[b * d.seq + t]) : 0;
-  }
+  for (int64_t j = v.begin; j < v.end; ++j) s[j] = s[j] * scale + slope * (offset + C(j));
+  return v;
 }
 
 template <typename T>
@@ -102,91 +103,60 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
   check_dims<T>(dims);
   const int64_t H = dims.n_heads, KV = dims.n_kv_heads, hd = dims.head_dim, seq = dims.seq;
   const int64_t group = H / KV, row_stride = (H + 2 * KV) * hd, out_stride = H * hd;
-  const int64_t q_tiles = (seq + kTile - 1) / kTile;
+  const int64_t blocks = (seq + kQueryBlock - 1) / kQueryBlock;
   const C scale = C(dims.scale);
 
-  // Every query tile of every head in a group reads the same key and value
-  // tiles: they are converted once, keys scaled and transposed for the Q·Kᵀ
-  // tiles ([tile][head_dim][kTile]), values as they are ([position][head_dim]).
-  // Scratch outside the activation arena: 2·B·KV·T·hd compute-type elements.
-  const int64_t k_tiles = q_tiles;
-  // Not zeroed: every element a tile product reads is written first.
-  const auto keys_t = std::make_unique_for_overwrite<C[]>(size_t(dims.batch * KV * k_tiles * hd * kTile));
-  const auto values = std::make_unique_for_overwrite<C[]>(size_t(dims.batch * KV * seq * hd));
-#pragma omp parallel
-  {
-    std::vector<C> k(size_t(kTile * hd));
-#pragma omp for collapse(3) schedule(static)
-    for (int64_t b = 0; b < dims.batch; ++b) {
-      for (int64_t kvh = 0; kvh < KV; ++kvh) {
-        for (int64_t tile = 0; tile < k_tiles; ++tile) {
-          const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
-          const int64_t k_start = tile * kTile, k_rows = std::min(kTile, seq - k_start);
-          const int64_t head = b * KV + kvh;
-          load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
-          transpose_tile(k.data(), hd, keys_t.get() + (head * k_tiles + tile) * hd * kTile, k_rows, hd, scale);
-          load_tile<T>(values.get() + (head * seq + k_start) * hd, k_rows, hd,
-                       [&](int64_t r) { return view.v(k_start + r, kvh); });
-        }
-      }
+  // Dense copies of every key and value head, [batch][kv head][position][head_dim]:
+  // the GEMMs read them in place. Scratch outside the activation arena.
+  const auto keys = std::make_unique_for_overwrite<T[]>(size_t(dims.batch * KV * seq * hd));
+  const auto values = std::make_unique_for_overwrite<T[]>(size_t(dims.batch * KV * seq * hd));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < dims.batch; ++b) {
+    for (int64_t kvh = 0; kvh < KV; ++kvh) {
+      const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
+      gather_rows(keys.get() + (b * KV + kvh) * seq * hd, view.k(0, kvh), row_stride, seq, hd);
+      gather_rows(values.get() + (b * KV + kvh) * seq * hd, view.v(0, kvh), row_stride, seq, hd);
     }
   }
 
 #pragma omp parallel
   {
-    std::vector<C> q(size_t(kTile * hd));
-    std::vector<C> scores(size_t(kTile * kTile)), acc(size_t(kTile * hd)), row_max(kTile), row_sum(kTile);
-    int64_t starts[kTile];
+    std::vector<T> queries, probs, outputs;
+    std::vector<C> scores;
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < dims.batch; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        for (int64_t qt = 0; qt < q_tiles; ++qt) {
+      for (int64_t kvh = 0; kvh < KV; ++kvh) {
+        for (int64_t block = 0; block < blocks; ++block) {
+          const Block k = block_at(dims, b, kvh, block * kQueryBlock);
+          const int64_t m = group * k.rows, head0 = kvh * group;
           const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
-          const int64_t kvh = h / group, head = b * KV + kvh;
-          const int64_t q_start = qt * kTile, q_rows = std::min(kTile, seq - q_start);
-          const C slope = alibi_slopes ? alibi_slopes[h] : C(0);
-          load_tile<T>(q.data(), q_rows, hd, [&](int64_t r) { return view.q(q_start + r, h); });
-          std::fill(acc.begin(), acc.end(), C(0));
-          std::fill(row_max.begin(), row_max.end(), -std::numeric_limits<C>::infinity());
-          std::fill(row_sum.begin(), row_sum.end(), C(0));
-          window_starts(dims, b, q_start, q_rows, starts);
-          const int64_t first_key = *std::min_element(starts, starts + q_rows);
-          // Causal: keys up to the last query of this tile, from the earliest sample start.
-          for (int64_t k_start = first_key / kTile * kTile; k_start < q_start + q_rows; k_start += kTile) {
-            const int64_t k_rows = std::min(kTile, seq - k_start);
-            const C* kt = keys_t.get() + (head * k_tiles + k_start / kTile) * hd * kTile;
-            const C* v = values.get() + (head * seq + k_start) * hd;
-            tile_scores(q.data(), kt, scores.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
-            for (int64_t i = 0; i < q_rows; ++i) {
-              C* s = scores.data() + i * kTile;
-              C tile_max = -std::numeric_limits<C>::infinity();
-              for (int64_t j = 0; j < k_rows; ++j) tile_max = std::max(tile_max, s[j]);
-              if (tile_max == -std::numeric_limits<C>::infinity()) {  // every key masked: adds nothing
-                std::fill(s, s + k_rows, C(0));
-                continue;
-              }
-              // Online softmax: rescale what was accumulated under the old maximum.
-              const C new_max = std::max(row_max[size_t(i)], tile_max);
-              const C correction = fast_exp(row_max[size_t(i)] - new_max);
-              C sum = 0;
+          const int64_t kv_offset = ((b * KV + kvh) * seq + k.first_key) * hd;
+          queries.resize(size_t(m * hd));
+          for (int64_t g = 0; g < group; ++g)
+            gather_rows(queries.data() + g * k.rows * hd, view.q(k.q0, head0 + g), row_stride, k.rows, hd);
+          scores.resize(size_t(m * k.keys));
+          product(m, k.keys, hd, queries.data(), false, keys.get() + kv_offset, true, scores.data());  // Q·Kᵀ
+          // Softmax over each row's visible keys; the others get probability 0.
+          probs.assign(size_t(m * k.keys), T{});
+          for (int64_t i = 0; i < m; ++i) {
+            const int64_t h = head0 + i / k.rows;
+            C* s = scores.data() + i * k.keys;
+            const VisibleKeys v = scale_visible_scores(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
+            const C max = *std::max_element(s + v.begin, s + v.end);
+            C sum = 0;
 #pragma omp simd reduction(+ : sum)
-              for (int64_t j = 0; j < k_rows; ++j) sum += (s[j] = fast_exp(s[j] - new_max));
-              row_sum[size_t(i)] = row_sum[size_t(i)] * correction + sum;
-              row_max[size_t(i)] = new_max;
-              C* a = acc.data() + i * hd;
+            for (int64_t j = v.begin; j < v.end; ++j) sum += (s[j] = fast_exp(s[j] - max));
+            const C inv = C(1) / sum;
+            T* p = probs.data() + i * k.keys;
 #pragma omp simd
-              for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
-            }
-            tile_gemm(scores.data(), kTile, v, hd, acc.data(), hd, q_rows, hd, k_rows);  // acc += P·V
+            for (int64_t j = v.begin; j < v.end; ++j) p[j] = store<T>(s[j] * inv);
+            lse[(b * H + h) * seq + k.q0 + i % k.rows] = max + std::log(sum);
           }
-          for (int64_t i = 0; i < q_rows; ++i) {
-            const int64_t pos = q_start + i;
-            T* o = out + (b * seq + pos) * out_stride + h * hd;
-            const C inv = C(1) / row_sum[size_t(i)];
-#pragma omp simd
-            for (int64_t d = 0; d < hd; ++d) o[d] = store<T>(acc[size_t(i * hd + d)] * inv);
-            lse[(b * H + h) * seq + pos] = row_max[size_t(i)] + std::log(row_sum[size_t(i)]);
-          }
+          outputs.resize(size_t(m * hd));
+          product(m, hd, k.keys, probs.data(), false, values.get() + kv_offset, false, outputs.data());  // P·V
+          for (int64_t g = 0; g < group; ++g)
+            scatter_rows(out + (b * seq + k.q0) * out_stride + (head0 + g) * hd, out_stride,
+                         outputs.data() + g * k.rows * hd, k.rows, hd);
         }
       }
     }
@@ -206,97 +176,84 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
   // head and of the query heads that read it, so no two tasks write one place.
 #pragma omp parallel
   {
-    std::vector<C> k(size_t(kTile * hd)), kt(size_t(hd * kTile)), vt(size_t(hd * kTile)), v(size_t(kTile * hd));
-    std::vector<C> probs(size_t(kTile * kTile)), dprobs(size_t(kTile * kTile)), transposed(size_t(kTile * kTile));
-    std::vector<C> dk(size_t(kTile * hd)), dv(size_t(kTile * hd)), dq, delta;
-    // The group's queries and output gradients, converted once per task
-    // ([group][seq][head_dim]): every key tile reads them again.
-    std::vector<C> queries, d_outs;
-    int64_t starts[kTile];
+    std::vector<T> keys, values, queries, d_outs, probs, d_scores, d_queries;
+    std::vector<C> scores, d_probs, d_keys, d_values, delta;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < dims.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV; ++kvh) {
         const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
-        const T* d_out_b = d_out + b * seq * out_stride;
-        const T* out_b = out + b * seq * out_stride;
-        T* d_qkv_b = d_qkv + b * seq * row_stride;
-        // delta[g][i] = dO_i · O_i, the softmax-backward correction per query.
-        dq.assign(size_t(group * seq * hd), C(0));
-        delta.assign(size_t(group * seq), C(0));
-        queries.resize(size_t(group * seq * hd));
-        d_outs.resize(size_t(group * seq * hd));
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t h = kvh * group + g;
-          load_tile<T>(queries.data() + g * seq * hd, seq, hd, [&](int64_t r) { return view.q(r, h); });
-          load_tile<T>(d_outs.data() + g * seq * hd, seq, hd,
-                       [&](int64_t r) { return d_out_b + r * out_stride + h * hd; });
-          for (int64_t i = 0; i < seq; ++i) {
-            const C* dout_i = d_outs.data() + (g * seq + i) * hd;
-            const T* out_i = out_b + i * out_stride + h * hd;
-            C sum = 0;
-            for (int64_t d = 0; d < hd; ++d) sum += dout_i[d] * load(out_i[d]);
-            delta[size_t(g * seq + i)] = sum;
-          }
-        }
-        for (int64_t k_start = 0; k_start < seq; k_start += kTile) {
-          const int64_t k_rows = std::min(kTile, seq - k_start);
-          load_tile<T>(k.data(), k_rows, hd, [&](int64_t r) { return view.k(k_start + r, kvh); });
-          transpose_tile(k.data(), hd, kt.data(), k_rows, hd, scale);
-          load_tile<T>(v.data(), k_rows, hd, [&](int64_t r) { return view.v(k_start + r, kvh); });
-          transpose_tile(v.data(), hd, vt.data(), k_rows, hd, C(1));
-          std::fill(dk.begin(), dk.end(), C(0));
-          std::fill(dv.begin(), dv.end(), C(0));
+        const int64_t head0 = kvh * group;
+        keys.resize(size_t(seq * hd));
+        values.resize(size_t(seq * hd));
+        gather_rows(keys.data(), view.k(0, kvh), row_stride, seq, hd);
+        gather_rows(values.data(), view.v(0, kvh), row_stride, seq, hd);
+        d_keys.assign(size_t(seq * hd), C(0));
+        d_values.assign(size_t(seq * hd), C(0));
+        for (int64_t q0 = 0; q0 < seq; q0 += kQueryBlock) {
+          const Block k = block_at(dims, b, kvh, q0);
+          const int64_t m = group * k.rows, first = k.first_key * hd;
+          queries.resize(size_t(m * hd));
+          d_outs.resize(size_t(m * hd));
+          delta.resize(size_t(m));
           for (int64_t g = 0; g < group; ++g) {
-            const int64_t h = kvh * group + g;
-            const C slope = alibi_slopes ? alibi_slopes[h] : C(0);
-            const C* lse_h = lse + (b * H + h) * seq;
-            // Causal: only query tiles that reach this key tile.
-            for (int64_t q_start = k_start; q_start < seq; q_start += kTile) {
-              const int64_t q_rows = std::min(kTile, seq - q_start);
-              const C* q = queries.data() + (g * seq + q_start) * hd;
-              const C* dout = d_outs.data() + (g * seq + q_start) * hd;
-              window_starts(dims, b, q_start, q_rows, starts);
-              tile_scores(q, kt.data(), probs.data(), q_rows, k_rows, hd, q_start, k_start, slope, starts);
-              // P = exp(S - lse): the forward pass's probabilities (masked: exactly 0).
-              for (int64_t i = 0; i < q_rows; ++i) {
-                C* p = probs.data() + i * kTile;
-                const C l = lse_h[q_start + i];
-#pragma omp simd
-                for (int64_t j = 0; j < k_rows; ++j) p[j] = fast_exp(p[j] - l);
-              }
-              // dP = dO·Vᵀ, then dS = P ⊙ (dP - delta)·scale: the gradient of q·k.
-              std::fill(dprobs.begin(), dprobs.begin() + q_rows * kTile, C(0));
-              tile_gemm(dout, hd, vt.data(), kTile, dprobs.data(), kTile, q_rows, k_rows, hd);
-              for (int64_t i = 0; i < q_rows; ++i) {
-                const C* p = probs.data() + i * kTile;
-                C* ds = dprobs.data() + i * kTile;
-                const C delta_i = delta[size_t(g * seq + q_start + i)];
-#pragma omp simd
-                for (int64_t j = 0; j < k_rows; ++j) ds[j] = p[j] * (ds[j] - delta_i) * scale;
-              }
-              // dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K.
-              transpose_tile(probs.data(), kTile, transposed.data(), q_rows, k_rows, C(1));  // [key][query]
-              tile_gemm(transposed.data(), kTile, dout, hd, dv.data(), hd, k_rows, hd, q_rows);
-              transpose_tile(dprobs.data(), kTile, transposed.data(), q_rows, k_rows, C(1));
-              tile_gemm(transposed.data(), kTile, q, hd, dk.data(), hd, k_rows, hd, q_rows);
-              tile_gemm(dprobs.data(), kTile, k.data(), hd, dq.data() + (g * seq + q_start) * hd, hd, q_rows, hd,
-                        k_rows);
+            gather_rows(queries.data() + g * k.rows * hd, view.q(q0, head0 + g), row_stride, k.rows, hd);
+            const int64_t out_offset = (b * seq + q0) * out_stride + (head0 + g) * hd;
+            gather_rows(d_outs.data() + g * k.rows * hd, d_out + out_offset, out_stride, k.rows, hd);
+            // delta = dO·O per query: the softmax backward's correction.
+            for (int64_t r = 0; r < k.rows; ++r) {
+              const T* o = out + out_offset + r * out_stride;
+              const T* d_o = d_outs.data() + (g * k.rows + r) * hd;
+              C sum = 0;
+              for (int64_t d = 0; d < hd; ++d) sum += load(d_o[d]) * load(o[d]);
+              delta[size_t(g * k.rows + r)] = sum;
             }
           }
-          for (int64_t r = 0; r < k_rows; ++r) {
-            T* dk_row = d_qkv_b + (k_start + r) * row_stride + H * hd + kvh * hd;
-            T* dv_row = d_qkv_b + (k_start + r) * row_stride + (H + KV) * hd + kvh * hd;
-            for (int64_t d = 0; d < hd; ++d) {
-              dk_row[d] = store<T>(dk[size_t(r * hd + d)]);
-              dv_row[d] = store<T>(dv[size_t(r * hd + d)]);
+          // P = exp(S - lse): the forward pass's probabilities, 0 where masked.
+          scores.resize(size_t(m * k.keys));
+          product(m, k.keys, hd, queries.data(), false, keys.data() + first, true, scores.data());
+          for (int64_t i = 0; i < m; ++i) {
+            const int64_t h = head0 + i / k.rows;
+            C* s = scores.data() + i * k.keys;
+            const VisibleKeys v = scale_visible_scores(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
+            const C l = lse[(b * H + h) * seq + q0 + i % k.rows];
+            std::fill(s, s + v.begin, C(0));
+            std::fill(s + v.end, s + k.keys, C(0));
+#pragma omp simd
+            for (int64_t j = v.begin; j < v.end; ++j) s[j] = fast_exp(s[j] - l);
+          }
+          // dP = dO·Vᵀ, then dS = P ⊙ (dP - delta)·scale: the gradient of q·k.
+          d_probs.resize(size_t(m * k.keys));
+          product(m, k.keys, hd, d_outs.data(), false, values.data() + first, true, d_probs.data());
+          probs.resize(size_t(m * k.keys));
+          d_scores.resize(size_t(m * k.keys));
+          for (int64_t i = 0; i < m; ++i) {
+            const C* p = scores.data() + i * k.keys;
+            const C* dp = d_probs.data() + i * k.keys;
+            const C delta_i = delta[size_t(i)];
+            T* p_out = probs.data() + i * k.keys;
+            T* ds = d_scores.data() + i * k.keys;
+#pragma omp simd
+            for (int64_t j = 0; j < k.keys; ++j) {
+              p_out[j] = store<T>(p[j]);
+              ds[j] = store<T>(p[j] * (dp[j] - delta_i) * scale);
             }
           }
+          // dQ = dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q.
+          d_queries.resize(size_t(m * hd));
+          product(m, hd, k.keys, d_scores.data(), false, keys.data() + first, false, d_queries.data());
+          for (int64_t g = 0; g < group; ++g)
+            scatter_rows(d_qkv + (b * seq + q0) * row_stride + (head0 + g) * hd, row_stride,
+                         d_queries.data() + g * k.rows * hd, k.rows, hd);
+          product(k.keys, hd, m, probs.data(), true, d_outs.data(), false, d_values.data() + first, true);
+          product(k.keys, hd, m, d_scores.data(), true, queries.data(), false, d_keys.data() + first, true);
         }
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t h = kvh * group + g;
-          for (int64_t i = 0; i < seq; ++i) {
-            T* dq_row = d_qkv_b + i * row_stride + h * hd;
-            for (int64_t d = 0; d < hd; ++d) dq_row[d] = store<T>(dq[size_t((g * seq + i) * hd + d)]);
+        T* d_qkv_b = d_qkv + b * seq * row_stride;
+        for (int64_t pos = 0; pos < seq; ++pos) {
+          T* dk = d_qkv_b + pos * row_stride + (H + kvh) * hd;
+          T* dv = d_qkv_b + pos * row_stride + (H + KV + kvh) * hd;
+          for (int64_t d = 0; d < hd; ++d) {
+            dk[d] = store<T>(d_keys[size_t(pos * hd + d)]);
+            dv[d] = store<T>(d_values[size_t(pos * hd + d)]);
           }
         }
       }

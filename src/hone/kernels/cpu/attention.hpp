@@ -1,7 +1,10 @@
 #pragma once
 // Causal self-attention with grouped-query heads and optional ALiBi, computed in
-// tiles (FlashAttention-2's algorithm): no seq×seq matrix is ever stored; the
-// forward pass keeps only each query's logsumexp for the backward pass.
+// blocks of queries: a block's scores against the keys it can see are one GEMM
+// (oneDNN: AMX / AVX-512 BF16 where present), softmaxed, then multiplied by V in
+// another. Only one block's scores exist at a time per thread (memory linear in
+// seq, never seq×seq); the forward pass keeps each query's logsumexp for the
+// backward pass, which recomputes the probabilities block by block.
 #include <cstdint>
 
 #include "hone/core/dtype.hpp"

@@ -1,5 +1,7 @@
 #include "hone/kernels/cpu/gemm.hpp"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -37,19 +39,22 @@ constexpr int64_t kReductionChunk = 2048;
 using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, DType, DType>;
 
 struct Matmul {
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, scratchpad;
   dnnl::matmul primitive;
 };
 
+// Callable from several threads at once (attention runs its blocks' products
+// in parallel, each on one thread): the primitive cache is locked, and each
+// thread brings its own stream, scratchpad and bf16 sum. Inside a parallel
+// region oneDNN runs a product on the calling thread alone.
 struct DnnlGemm {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
   std::map<GemmKey, Matmul> primitives;
-  std::vector<float> scratch;  // the f32 sum of a chunked product with a bf16 result
   std::mutex mutex;
 
-  Matmul& matmul_for(const GemmArgs& g, int64_t k, float beta, DType c_type) {
+  const Matmul& matmul_for(const GemmArgs& g, int64_t k, float beta, DType c_type) {
     GemmKey key{g.batch, g.m, g.n, k, g.k, g.trans_a, g.trans_b, g.alpha, beta, g.ab_type, c_type};
+    std::lock_guard lock(mutex);
     auto found = primitives.find(key);
     if (found != primitives.end()) return found->second;
     // Strides of the whole operands, so a chunk reads its slice in place.
@@ -59,6 +64,7 @@ struct DnnlGemm {
     dnnl::memory::desc b({g.batch, k, n}, ab, {full_k * n, g.trans_b ? 1 : n, g.trans_b ? full_k : 1});
     dnnl::memory::desc c({g.batch, m, n}, to_dnnl(c_type), dnnl::memory::format_tag::abc);
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
     if (beta != 0.0f) {
       dnnl::post_ops post;
@@ -66,25 +72,29 @@ struct DnnlGemm {
       attr.set_post_ops(post);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
-    return primitives.emplace(key, Matmul{a, b, c, dnnl::matmul(pd)}).first->second;
+    return primitives.emplace(key, Matmul{a, b, c, pd.scratchpad_desc(), dnnl::matmul(pd)}).first->second;
   }
 
   // C (+)= alpha·op(A)[:, p0:p0+k]·op(B)[p0:p0+k, :].
   void run_chunk(const GemmArgs& g, int64_t p0, int64_t k, float beta, void* c_data, DType c_type) {
-    Matmul& mm = matmul_for(g, k, beta, c_type);
+    thread_local dnnl::stream stream{engine};
+    thread_local std::vector<std::byte> scratchpad;
+    const Matmul& mm = matmul_for(g, k, beta, c_type);
     const size_t element = dtype_size(g.ab_type);
     const auto* a_data = static_cast<const char*>(g.a) + size_t(p0 * (g.trans_a ? g.m : 1)) * element;
     const auto* b_data = static_cast<const char*>(g.b) + size_t(p0 * (g.trans_b ? 1 : g.n)) * element;
+    scratchpad.resize(std::max(scratchpad.size(), mm.scratchpad.get_size()));
     dnnl::memory a(mm.a, engine, const_cast<char*>(a_data));
     dnnl::memory b(mm.b, engine, const_cast<char*>(b_data));
     dnnl::memory c(mm.c, engine, c_data);
-    mm.primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    dnnl::memory pad(mm.scratchpad, engine, scratchpad.data());
+    mm.primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     stream.wait();
   }
 
   void run(const GemmArgs& g) {
-    std::lock_guard lock(mutex);
     if (g.k <= kLongReduction) return run_chunk(g, 0, g.k, g.beta, g.c, g.c_type);
+    thread_local std::vector<float> scratch;  // the f32 sum when the result is bf16
     void* sum = g.c;
     const int64_t c_numel = g.batch * g.m * g.n;
     if (g.c_type == DType::bf16) {

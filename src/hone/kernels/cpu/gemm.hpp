@@ -23,6 +23,8 @@ struct GemmArgs {
   DType c_type = DType::f32;
 };
 
+// Safe to call from several threads at once; inside an OpenMP parallel region
+// the product runs on the calling thread.
 void gemm(const GemmArgs& args);
 
 }  // namespace hone::kernels::cpu
