@@ -17,8 +17,8 @@ namespace {
 // Queries per block. A block of one key/value head stacks its group's query
 // heads, so its products are (group·kQueryBlock) × keys × head_dim GEMMs: large
 // enough for oneDNN's AMX / AVX-512 kernels, small enough that a causal block
-// skips most keys after its last query. 64 ran faster than 32, 128 and 256 on
-// llama_125M at seq 256 and 2048 (docs/benchmarks.md).
+// skips most keys after its last query. 64 beat 128 and 256 on llama_125M at
+// seq 256 and 2048, and 32 at seq 256 (docs/benchmarks.md).
 constexpr int64_t kQueryBlock = 64;
 
 // Where the heads of one batch element live inside the fused qkv rows.
@@ -51,12 +51,12 @@ void product(int64_t m, int64_t n, int64_t k, const In* a, bool trans_a, const I
         .b = b, .c = c, .ab_type = dtype_of<In>(), .c_type = dtype_of<Out>()});
 }
 
-// One query block of one key/value head: queries [q0, q0 + rows) of each of the
-// group's heads (row g·rows + r of the block is query q0 + r of head
-// kv_head·group + g) against keys [first_key, first_key + keys), the last
-// query's causal horizon from the earliest sample start among the rows.
+// One query block of one key/value head in batch element b: queries
+// [q0, q0 + rows) of each of the group's heads (row g·rows + r of the block is
+// query q0 + r of the group's head g) against keys [first_key, first_key + keys),
+// from the earliest sample start among the rows to the last query.
 struct Block {
-  int64_t b, kv_head, q0, rows, first_key, keys;
+  int64_t b, q0, rows, first_key, keys;
 };
 
 // The first key query t may see: where its sample starts (0 without packing).
@@ -64,12 +64,12 @@ int64_t window_start(const AttentionDims& d, int64_t b, int64_t t) {
   return d.positions ? t - int64_t(d.positions[b * d.seq + t]) : 0;
 }
 
-Block block_at(const AttentionDims& d, int64_t b, int64_t kv_head, int64_t q0) {
+Block block_at(const AttentionDims& d, int64_t b, int64_t q0) {
   const int64_t rows = std::min(kQueryBlock, d.seq - q0);
   int64_t first_key = q0;
   for (int64_t t = q0; t < q0 + rows; ++t) first_key = std::min(first_key, window_start(d, b, t));
   first_key = std::max<int64_t>(first_key, 0);
-  return {b, kv_head, q0, rows, first_key, q0 + rows - first_key};
+  return {b, q0, rows, first_key, q0 + rows - first_key};
 }
 
 // The visible keys of one block row, as indices into its row of scores:
@@ -127,7 +127,7 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
     for (int64_t b = 0; b < dims.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV; ++kvh) {
         for (int64_t block = 0; block < blocks; ++block) {
-          const Block k = block_at(dims, b, kvh, block * kQueryBlock);
+          const Block k = block_at(dims, b, block * kQueryBlock);
           const int64_t m = group * k.rows, head0 = kvh * group;
           const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
           const int64_t kv_offset = ((b * KV + kvh) * seq + k.first_key) * hd;
@@ -190,7 +190,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
         d_keys.assign(size_t(seq * hd), C(0));
         d_values.assign(size_t(seq * hd), C(0));
         for (int64_t q0 = 0; q0 < seq; q0 += kQueryBlock) {
-          const Block k = block_at(dims, b, kvh, q0);
+          const Block k = block_at(dims, b, q0);
           const int64_t m = group * k.rows, first = k.first_key * hd;
           queries.resize(size_t(m * hd));
           d_outs.resize(size_t(m * hd));
