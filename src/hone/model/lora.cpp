@@ -25,31 +25,36 @@ std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lor
     return std::find(lora.attn_modules.begin(), lora.attn_modules.end(), module) != lora.attn_modules.end();
   };
   const int64_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
+  using enum LoraTarget::Split;
   std::vector<LoraTarget> targets;
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string layer = "layers." + std::to_string(i) + ".";
     const std::string qkv = layer + "attn.qkv.weight", up = layer + "mlp.up.weight";
-    if (wants("q_proj")) targets.push_back({"q_proj", i, qkv, 0, q, c.dim});
-    if (wants("k_proj")) targets.push_back({"k_proj", i, qkv, q, kv, c.dim});
-    if (wants("v_proj")) targets.push_back({"v_proj", i, qkv, q + kv, kv, c.dim});
-    if (wants("output_proj")) targets.push_back({"output_proj", i, layer + "attn.out.weight", 0, c.dim, q});
+    if (wants("q_proj")) targets.push_back({"q_proj", i, qkv, 0, q, c.dim, rows});
+    if (wants("k_proj")) targets.push_back({"k_proj", i, qkv, q, kv, c.dim, rows});
+    if (wants("v_proj")) targets.push_back({"v_proj", i, qkv, q + kv, kv, c.dim, rows});
+    if (wants("output_proj")) targets.push_back({"output_proj", i, layer + "attn.out.weight", 0, c.dim, q, columns});
     if (lora.apply_to_mlp) {
       if (c.mlp == MlpKind::swiglu) {
-        targets.push_back({"gate_proj", i, up, 0, c.ffn_dim, c.dim});
-        targets.push_back({"up_proj", i, up, c.ffn_dim, c.ffn_dim, c.dim});
+        targets.push_back({"gate_proj", i, up, 0, c.ffn_dim, c.dim, rows});
+        targets.push_back({"up_proj", i, up, c.ffn_dim, c.ffn_dim, c.dim, rows});
       } else {
-        targets.push_back({"up_proj", i, up, 0, c.ffn_dim, c.dim});
+        targets.push_back({"up_proj", i, up, 0, c.ffn_dim, c.dim, rows});
       }
-      targets.push_back({"down_proj", i, layer + "mlp.down.weight", 0, c.dim, c.ffn_dim});
+      targets.push_back({"down_proj", i, layer + "mlp.down.weight", 0, c.dim, c.ffn_dim, columns});
     }
   }
-  if (lora.apply_to_output) targets.push_back({"output", -1, "lm_head.weight", 0, c.vocab_size, c.dim});
+  if (lora.apply_to_output) targets.push_back({"output", -1, "lm_head.weight", 0, c.vocab_size, c.dim, whole});
   return targets;
 }
 
-int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora) {
+int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, int64_t tp) {
   int64_t n = 0;
-  for (const LoraTarget& t : lora_targets(config, lora)) n += lora.rank * (t.in + t.rows);
+  for (const LoraTarget& t : lora_targets(config, lora)) {
+    const int64_t in = t.split == LoraTarget::Split::columns ? t.in / tp : t.in;
+    const int64_t rows = t.split == LoraTarget::Split::rows ? t.rows / tp : t.rows;
+    n += lora.rank * (in + rows);
+  }
   return n;
 }
 

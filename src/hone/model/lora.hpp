@@ -30,11 +30,16 @@ struct LoraTarget {
   int64_t layer = -1;  // -1: the output projection
   std::string base;    // the hone parameter name: "layers.3.attn.qkv.weight"
   int64_t row_begin = 0, rows = 0, in = 0;
+  // Under tensor parallelism the base weight is split by its output rows (q, k,
+  // v, gate and up: B [rows, rank] is split with them), by its input columns
+  // (output_proj, down_proj: A [rank, in] is split), or is whole (output).
+  enum class Split { whole, rows, columns } split = Split::whole;
 };
 
 // The adapters `lora` puts on a model of `config`, in declaration order; throws
 // hone::Error for settings the model cannot take.
 std::vector<LoraTarget> lora_targets(const ModelConfig& config, const LoraConfig& lora);
-int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora);
+// Adapter elements per rank of a tp-way tensor-parallel model (tp 1: all of them).
+int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, int64_t tp = 1);
 
 }  // namespace hone

@@ -35,7 +35,6 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
                "model {}: tensor parallelism over {} ranks needs {} attention heads, {} key/value heads and ffn_dim "
                "{} to be multiples of {}",
                config_.name, tp_size_, config_.n_heads, config_.n_kv_heads, config_.ffn_dim, tp_size_);
-    HONE_CHECK(!lora_, "LoRA with tensor parallelism is not available yet (use distributed.tp 1)");
   }
   declare_parameters();
   layer_adapters_.resize(layers_.size());  // empty without LoRA
@@ -107,11 +106,21 @@ void Transformer::declare_lora() {
   uint64_t stream = 0;
   for (const LoraTarget& t : lora_targets(config_, lora)) {
     const std::string prefix = t.layer < 0 ? "lora." : "layers." + std::to_string(t.layer) + ".lora.";
+    const bool split_rows = tp_size_ > 1 && t.split == LoraTarget::Split::rows;
+    const bool split_columns = tp_size_ > 1 && t.split == LoraTarget::Split::columns;
+    const TensorSplit part{.dim = split_rows ? 0 : 1, .parts = tp_size_, .index = tp_rank_};
+    // The adapters of split inputs (out, down) draw each rank's own dropout masks;
+    // the others see the same whole input, and the same masks, on every rank.
+    ++stream;
     LoraAdapter a{.module = t.module, .base = &params_.get(t.base), .a = nullptr, .b = nullptr,
-                  .row_begin = t.row_begin, .rows = t.rows, .stream = ++stream, .u = Tensor()};
+                  .row_begin = split_rows ? t.row_begin / tp_size_ : t.row_begin,
+                  .rows = split_rows ? t.rows / tp_size_ : t.rows, .target = t,
+                  .stream = split_columns ? stream | uint64_t(tp_rank_) << 24 : stream, .u = Tensor()};
     const int unit = t.layer < 0 ? head_unit() : layer_unit(t.layer);
-    a.a = &lora_params_.declare(prefix + t.module + ".a", {lora.rank, t.in}, true, unit);
-    a.b = &lora_params_.declare(prefix + t.module + ".b", {t.rows, lora.rank}, true, unit);
+    a.a = &lora_params_.declare(prefix + t.module + ".a", {lora.rank, t.in}, true, unit,
+                                split_columns ? part : TensorSplit{});
+    a.b = &lora_params_.declare(prefix + t.module + ".b", {t.rows, lora.rank}, true, unit,
+                                split_rows ? part : TensorSplit{});
     if (t.layer < 0) {
       output_adapters_.push_back(a);
       continue;
@@ -129,9 +138,9 @@ void Transformer::init_lora(uint64_t seed) {
   dropout_seed_ = seed;
   uint64_t stream = uint64_t(1) << 40;
   for (Parameter& p : lora_params_.all()) {
-    Tensor host = Tensor::zeros(p.shape, lora_params_.values().dtype());
+    Tensor host = Tensor::zeros(p.whole_shape, lora_params_.values().dtype());  // drawn whole, as init_weights
     if (p.name.ends_with(".a")) {
-      const double bound = 1.0 / std::sqrt(double(p.shape[1]));
+      const double bound = 1.0 / std::sqrt(double(p.whole_shape[1]));
       if (host.dtype() == DType::f64) Generator(seed, stream).uniform(std::span(host.data<double>(), size_t(host.numel())), -bound, bound);
       else Generator(seed, stream).uniform(std::span(host.data<float>(), size_t(host.numel())), -bound, bound);
     }
@@ -144,9 +153,13 @@ void Transformer::init_lora(uint64_t seed) {
 void Transformer::merge_lora() {
   if (!lora_) return;
   auto merge = [&](LoraAdapter& a) {
-    const int64_t in = a.base->shape[1], rank = lora_->rank;
-    const Tensor block = a.base->value.view({a.base->value.numel()}).slice(a.row_begin * in, {1, a.rows, in});
-    ops::matmul(a.b->value.view({1, a.rows, rank}), false, a.a->value.view({1, rank, in}), false, block,
+    // This rank's parts of a split model, or the whole weights that
+    // TrainingWorld::gather_weights put together (exports of a tp run).
+    const bool whole = a.base->value.numel() == a.base->whole_shape.numel();
+    const int64_t in = a.base->value.numel() / a.base->value.size(0), rank = lora_->rank;
+    const int64_t row_begin = whole ? a.target.row_begin : a.row_begin, rows = whole ? a.target.rows : a.rows;
+    const Tensor block = a.base->value.view({a.base->value.numel()}).slice(row_begin * in, {1, rows, in});
+    ops::matmul(a.b->value.view({1, rows, rank}), false, a.a->value.view({1, rank, in}), false, block,
                 float(lora_->scale()), 1.0f);
     a.b->value.zero_();
   };

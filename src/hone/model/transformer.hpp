@@ -34,12 +34,17 @@ struct LayerParameters {
 
 // A LoRA adapter on rows [row_begin, row_begin + rows) of a projection weight
 // (a column block of its output): q, k and v are row blocks of the fused qkv.
+// Under tensor parallelism an adapter is split with its base weight: B by rows
+// where the base is split by rows (row_begin and rows then count this rank's
+// rows), A by columns where the base is split by columns. The forward and
+// backward code is the same: each rank's products are its part of the sum.
 struct LoraAdapter {
   std::string module;  // torchtune's name: q_proj, ..., output
   Parameter* base = nullptr;  // the weight it adapts
   Parameter* a = nullptr;  // [rank, in]
   Parameter* b = nullptr;  // [rows, rank]
-  int64_t row_begin = 0, rows = 0;
+  int64_t row_begin = 0, rows = 0;  // in this rank's part of the base weight
+  LoraTarget target;                // the rows of the whole base weight (merging gathered weights)
   uint64_t stream = 0;  // dropout masks: Philox stream of this adapter
   Tensor u;             // x·Aᵀ of the last forward pass [batch·seq, rank]
 };

@@ -226,7 +226,7 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
                                         bool activation_checkpointing, const std::optional<LoraConfig>& lora, int zero,
                                         int ranks, int tp) {
   const size_t n = size_t(model.num_params_per_rank(tp));
-  const size_t trained = lora ? size_t(lora_parameter_count(model, *lora)) : n;
+  const size_t trained = lora ? size_t(lora_parameter_count(model, *lora, tp)) : n;
   const size_t stored = lora ? n + trained : n;
   const size_t r = size_t(ranks > 1 ? ranks : 1);
   MemoryEstimate m;

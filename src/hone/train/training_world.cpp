@@ -11,6 +11,17 @@
 
 namespace hone {
 
+namespace {
+
+// The model's parameter sets: with LoRA the frozen base, then the adapters.
+std::vector<ParameterSet*> parameter_sets(Transformer& model) {
+  std::vector<ParameterSet*> sets{&model.params()};
+  if (model.lora()) sets.push_back(&model.trainable_params());
+  return sets;
+}
+
+}  // namespace
+
 TrainingWorld::TrainingWorld(const Config& c, Device device)
     : device_(device), zero_stage_(int(c.get<int64_t>("distributed.zero"))) {
   const int64_t tp = c.get<int64_t>("distributed.tp");
@@ -41,9 +52,7 @@ void TrainingWorld::adopt(Transformer& model) {
   if (model.tp_size() > 1) split_model_ = &model;
   if (zero_stage_ == 2) model.set_residency(data_parallel_->shard_gradients(model.trainable_params()));
   if (zero_stage_ != 3) return;
-  std::vector<ParameterSet*> sets{&model.params()};  // with LoRA: the frozen base, then the adapters
-  if (model.lora()) sets.push_back(&model.trainable_params());
-  model.set_residency(data_parallel_->shard_parameters(std::move(sets)));
+  model.set_residency(data_parallel_->shard_parameters(parameter_sets(model)));
 }
 
 void TrainingWorld::gather_weights() const {
@@ -51,10 +60,12 @@ void TrainingWorld::gather_weights() const {
   // puts the split weights together on rank 0 (the other replicas hold the same).
   if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all(/*keep=*/dp_rank() == 0);
   if (!split_model_ || dp_rank() != 0) return;
-  for (Parameter& p : split_model_->params().all()) {
-    if (p.split.dim < 0) continue;
-    Tensor whole = dist::gather_whole(p, p.value, mesh_->tp());
-    if (is_main()) p.value = std::move(whole);
+  for (ParameterSet* set : parameter_sets(*split_model_)) {
+    for (Parameter& p : set->all()) {
+      if (p.split.dim < 0) continue;
+      Tensor whole = dist::gather_whole(p, p.value, mesh_->tp());
+      if (is_main()) p.value = std::move(whole);
+    }
   }
 }
 
@@ -62,7 +73,7 @@ void TrainingWorld::release_weights() const {
   if (auto* sharded = data_parallel_->fully_sharded()) {
     sharded->release_all();  // detaches every parameter, whatever it pointed to
   } else if (split_model_ && is_main()) {
-    split_model_->params().point_into_buffers();
+    for (ParameterSet* set : parameter_sets(*split_model_)) set->point_into_buffers();
   }
 }
 
