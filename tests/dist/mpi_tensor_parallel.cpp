@@ -31,6 +31,43 @@ std::vector<double> as_doubles(const Tensor& t) {
   return d.to_vector<double>();
 }
 
+// One forward and backward pass of `reference` and of its tp-split twin `model`
+// on the same batch: the loss, the gradient norm and every gradient of the
+// trained set (split ones put together with gather_whole) agree to `tolerance`
+// relative to each tensor's largest value.
+void expect_same_step(Transformer& reference, Transformer& model, Communicator& tp, double tolerance,
+                      const std::string& what) {
+  LocalCommunicator one;  // no data parallelism: the reduction only completes what tp ranks hold whole
+  DataParallel parallel(one, 0, Device::cpu(), 0, &tp);
+  const int64_t vocab = reference.config().vocab_size;
+  const Tensor tokens = token_ids(vocab, 1), targets = token_ids(vocab, 2);
+  reference.trainable_params().zero_grad();
+  const ops::LossSum expected = reference.forward(tokens, targets);
+  reference.backward(1.0 / double(expected.tokens));
+  model.trainable_params().zero_grad();
+  const ops::LossSum loss = model.forward(tokens, targets);
+  EXPECT_EQ(loss.tokens, expected.tokens) << what;
+  EXPECT_NEAR(loss.sum, expected.sum, tolerance * std::abs(expected.sum)) << what;
+  parallel.begin_reduction(model.trainable_params());
+  model.backward(1.0 / double(loss.tokens));
+  const Tensor reduced = parallel.finish_reduction();
+  const double norm = grad_norm(reference.trainable_params());
+  EXPECT_NEAR(parallel.grad_norm(reduced), norm, tolerance * norm) << what;
+  for (const Parameter& p : reference.trainable_params().all()) {
+    const Parameter& q = model.trainable_params().get(p.name);
+    const std::vector<double> want = as_doubles(p.grad), got = as_doubles(gather_whole(q, q.grad, tp));
+    ASSERT_EQ(got.size(), want.size()) << what << " " << p.name;
+    double largest = 0, worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      largest = std::max(largest, std::abs(want[i]));
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+    }
+    EXPECT_GT(largest, 0.0) << what << " " << p.name << ": a zero gradient would prove nothing";
+    EXPECT_LE(worst, tolerance * largest) << what << " " << p.name << ": gradients differ by up to "
+                                          << worst / largest << " of the largest";
+  }
+}
+
 struct Case {
   const char* model;  // llama: GQA, RoPE, SwiGLU; gpt2: LayerNorm and biases, learned positions, tied embeddings; mpt: ALiBi
   DType dtype;
@@ -57,34 +94,11 @@ TEST_P(TensorParallel, LossAndGradientsEqualTheUnsplitModel) {
   EXPECT_EQ(model.params().get("layers.0.mlp.down.weight").shape[1] * 2, config.ffn_dim);
   EXPECT_EQ(model.params().get("norm.weight").shape, Shape{config.dim});
 
-  LocalCommunicator one;  // no data parallelism: the reduction only completes what tp ranks hold whole
-  DataParallel parallel(one, 0, Device::cpu(), 0, comm.get());
-  const Tensor tokens = token_ids(config.vocab_size, 1), targets = token_ids(config.vocab_size, 2);
-  reference.params().zero_grad();
-  const ops::LossSum expected = reference.forward(tokens, targets);
-  reference.backward(1.0 / double(expected.tokens));
-  model.params().zero_grad();
-  const ops::LossSum loss = model.forward(tokens, targets);
-  EXPECT_EQ(loss.tokens, expected.tokens);
-  EXPECT_NEAR(loss.sum, expected.sum, c.tolerance * std::abs(expected.sum));
-  parallel.begin_reduction(model.params());
-  model.backward(1.0 / double(loss.tokens));
-  const Tensor reduced = parallel.finish_reduction();
-  EXPECT_NEAR(parallel.grad_norm(reduced), grad_norm(reference.params()), c.tolerance * grad_norm(reference.params()));
-
   for (const Parameter& p : reference.params().all()) {
     const Parameter& q = model.params().get(p.name);
     EXPECT_EQ(as_doubles(gather_whole(q, q.value, *comm)), as_doubles(p.value)) << p.name << ": drawn whole, then split";
-    const std::vector<double> want = as_doubles(p.grad), got = as_doubles(gather_whole(q, q.grad, *comm));
-    ASSERT_EQ(got.size(), want.size());
-    double largest = 0, worst = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      largest = std::max(largest, std::abs(want[i]));
-      worst = std::max(worst, std::abs(got[i] - want[i]));
-    }
-    EXPECT_LE(worst, c.tolerance * largest) << p.name << ": gradients differ by up to " << worst / largest
-                                            << " of the largest";
   }
+  expect_same_step(reference, model, *comm, c.tolerance, c.model);
 }
 
 // LoRA on every projection a model has: q, k, v, gate and up adapters split B
@@ -114,32 +128,7 @@ TEST(TensorParallelLora, GradientsAndMergedWeightsEqualTheUnsplitModel) {
     EXPECT_EQ(model.trainable_params().get("lora.output.a").shape, (Shape{4, config.dim}));
     EXPECT_EQ(model.trainable_params().numel(), lora_parameter_count(config, lora, 2));  // the memory estimate's count
 
-    LocalCommunicator one;
-    DataParallel parallel(one, 0, Device::cpu(), 0, comm.get());
-    const Tensor tokens = token_ids(config.vocab_size, 1), targets = token_ids(config.vocab_size, 2);
-    reference.trainable_params().zero_grad();
-    const ops::LossSum expected = reference.forward(tokens, targets);
-    reference.backward(1.0 / double(expected.tokens));
-    model.trainable_params().zero_grad();
-    const ops::LossSum loss = model.forward(tokens, targets);
-    EXPECT_NEAR(loss.sum, expected.sum, 1e-12 * std::abs(expected.sum)) << name;
-    parallel.begin_reduction(model.trainable_params());
-    model.backward(1.0 / double(loss.tokens));
-    const Tensor reduced = parallel.finish_reduction();
-    const double norm = grad_norm(reference.trainable_params());
-    EXPECT_NEAR(parallel.grad_norm(reduced), norm, 1e-12 * norm) << name;
-    for (const Parameter& p : reference.trainable_params().all()) {
-      const Parameter& q = model.trainable_params().get(p.name);
-      const std::vector<double> want = as_doubles(p.grad), got = as_doubles(gather_whole(q, q.grad, *comm));
-      ASSERT_EQ(got.size(), want.size()) << p.name;
-      double largest = 0, worst = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        largest = std::max(largest, std::abs(want[i]));
-        worst = std::max(worst, std::abs(got[i] - want[i]));
-      }
-      EXPECT_GT(largest, 0.0) << name << " " << p.name;
-      EXPECT_LE(worst, 1e-12 * largest) << name << " " << p.name;
-    }
+    expect_same_step(reference, model, *comm, 1e-12, name);
 
     // Merging each rank's parts, then putting the base weights together, gives
     // the unsplit model's merged weights.
