@@ -69,6 +69,19 @@ class FinetuneRun : public ::testing::Test {
   // The train losses of a run, by step.
   std::map<int64_t, double> losses(const std::string& run) { return train_losses(root_ + "/" + run); }
 
+  // `hone <args>` as a job of 2 ranks under hone launch.
+  static std::vector<std::string> on_two_ranks(std::vector<std::string> args) {
+    args.insert(args.begin(), {"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone"});
+    return args;
+  }
+
+  // Every step of `run` (there are `steps`) lost what the same step of `want` did, to 1e-6.
+  void expect_losses_of(const std::string& run, const std::map<int64_t, double>& want, size_t steps) {
+    const auto got = losses(run);
+    ASSERT_EQ(got.size(), steps) << run;
+    for (const auto& [step, loss] : got) EXPECT_NEAR(loss, want.at(step), 1e-6) << run << " step " << step;
+  }
+
   static std::string root_, tokenizer_;
 };
 std::string FinetuneRun::root_, FinetuneRun::tokenizer_;
@@ -124,18 +137,15 @@ TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) 
   one.insert(one.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "gradient_accumulation_steps=2",
                          "checkpoint.format=hone"});
   two.insert(two.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "distributed.zero=2"});
-  two.insert(two.begin(), {"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone"});
+  two = on_two_ranks(two);
   ASSERT_EQ(run_hone_to_log(one, root_ + "/lora_one.log"), 0) << read_file(root_ + "/lora_one.log");
   ASSERT_EQ(run_hone_to_log(two, root_ + "/lora_two.log"), 0) << read_file(root_ + "/lora_two.log");
-  const auto a = losses("lora_one"), b = losses("lora_two");
-  ASSERT_EQ(b.size(), 6u);
-  for (const auto& [step, loss] : b) EXPECT_NEAR(loss, a.at(step), 1e-6) << "step " << step;
+  const auto a = losses("lora_one");
+  expect_losses_of("lora_two", a, 6);
   std::replace(two.begin(), two.end(), std::string("distributed.zero=2"), std::string("distributed.zero=3"));
   std::replace(two.begin(), two.end(), "output_dir=" + root_ + "/lora_two", "output_dir=" + root_ + "/lora_zero3");
   ASSERT_EQ(run_hone_to_log(two, root_ + "/lora_zero3.log"), 0) << read_file(root_ + "/lora_zero3.log");
-  const auto c = losses("lora_zero3");
-  ASSERT_EQ(c.size(), 6u);
-  for (const auto& [step, loss] : c) EXPECT_NEAR(loss, a.at(step), 1e-6) << "step " << step;
+  expect_losses_of("lora_zero3", a, 6);
   // The checkpoint holds the adapters whole (gathered from both ranks), equal to
   // stage 2's: the same two-rank sums; only the gradient norm adds its squares
   // in another order (equal when this was written; 1e-6 leaves room for that).
@@ -164,12 +174,11 @@ TEST_F(FinetuneRun, LoraAtTensorParallel2TrainsAndExportsLikeOneProcess) {
   one.push_back("export.hf=" + root_ + "/lora_single_hf");
   tp.insert(tp.end(), common.begin(), common.end());
   tp.insert(tp.end(), {"distributed.tp=2", "export.hf=" + root_ + "/lora_tp2_hf"});
-  tp.insert(tp.begin(), {"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone"});
+  tp = on_two_ranks(tp);
   ASSERT_EQ(run_hone_to_log(one, root_ + "/lora_single.log"), 0) << read_file(root_ + "/lora_single.log");
   ASSERT_EQ(run_hone_to_log(tp, root_ + "/lora_tp2.log"), 0) << read_file(root_ + "/lora_tp2.log");
-  const auto a = losses("lora_single"), b = losses("lora_tp2");
-  ASSERT_EQ(b.size(), 6u);
-  for (const auto& [step, loss] : b) EXPECT_NEAR(loss, a.at(step), 1e-6) << "step " << step;
+  const auto a = losses("lora_single");
+  expect_losses_of("lora_tp2", a, 6);
   EXPECT_LT(a.at(6), a.at(1) - 0.5) << "the adapters should have learned: the comparisons below would prove less";
   for (const char* file : {"/step_0000006/adapter.safetensors", "_hf/model.safetensors"}) {
     const SafetensorsFile single(root_ + "/lora_single" + file), split(root_ + "/lora_tp2" + file);
@@ -213,12 +222,11 @@ TEST_F(FinetuneRun, FullFinetuneOnTwoRanksExportsTheWholeModel) {
   // projection; the final checkpoint and the Hugging Face export gather them whole.
   for (const auto& [name, layout] : {std::pair{"zero3", "distributed.zero=3"}, {"tp2", "distributed.tp=2"}}) {
     const std::string run = root_ + "/" + name;
-    ASSERT_EQ(run_hone_to_log({"launch", "--nproc-per-node", "2", "--", std::string(HONE_BINARY_DIR) + "/bin/hone",
-                               "run", "full_finetune", "output_dir=" + run, "threads=1",
-                               "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,
-                               "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", "batch_size=2",
-                               "max_steps=4", layout, "export.hf=" + run + "_hf", "export.dtype=fp32",
-                               "logging.tensorboard=false"},
+    ASSERT_EQ(run_hone_to_log(on_two_ranks({"run", "full_finetune", "output_dir=" + run, "threads=1",
+                                            "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,
+                                            "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64",
+                                            "batch_size=2", "max_steps=4", layout, "export.hf=" + run + "_hf",
+                                            "export.dtype=fp32", "logging.tensorboard=false"}),
                               run + ".log"),
               0)
         << read_file(run + ".log");
