@@ -50,11 +50,7 @@ std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lor
 
 int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, int64_t tp) {
   int64_t n = 0;
-  for (const LoraTarget& t : lora_targets(config, lora)) {
-    const int64_t in = t.split == LoraTarget::Split::columns ? t.in / tp : t.in;
-    const int64_t rows = t.split == LoraTarget::Split::rows ? t.rows / tp : t.rows;
-    n += lora.rank * (in + rows);
-  }
+  for (const LoraTarget& t : lora_targets(config, lora)) n += lora.rank * (t.in_per_rank(tp) + t.rows_per_rank(tp));
   return n;
 }
 

@@ -34,6 +34,11 @@ struct LoraTarget {
   // v, gate and up: B [rows, rank] is split with them), by its input columns
   // (output_proj, down_proj: A [rank, in] is split), or is whole (output).
   enum class Split { whole, rows, columns } split = Split::whole;
+  // This rank's share of a tp-way split model: B's rows (and where they begin in
+  // the rank's part of the base weight), A's input columns.
+  int64_t rows_per_rank(int64_t tp) const { return split == Split::rows ? rows / tp : rows; }
+  int64_t row_begin_per_rank(int64_t tp) const { return split == Split::rows ? row_begin / tp : row_begin; }
+  int64_t in_per_rank(int64_t tp) const { return split == Split::columns ? in / tp : in; }
 };
 
 // The adapters `lora` puts on a model of `config`, in declaration order; throws

@@ -113,8 +113,7 @@ void Transformer::declare_lora() {
     // the others see the same whole input, and the same masks, on every rank.
     ++stream;
     LoraAdapter a{.module = t.module, .base = &params_.get(t.base), .a = nullptr, .b = nullptr,
-                  .row_begin = split_rows ? t.row_begin / tp_size_ : t.row_begin,
-                  .rows = split_rows ? t.rows / tp_size_ : t.rows, .target = t,
+                  .row_begin = t.row_begin_per_rank(tp_size_), .rows = t.rows_per_rank(tp_size_), .target = t,
                   .stream = split_columns ? stream | uint64_t(tp_rank_) << 24 : stream, .u = Tensor()};
     const int unit = t.layer < 0 ? head_unit() : layer_unit(t.layer);
     a.a = &lora_params_.declare(prefix + t.module + ".a", {lora.rank, t.in}, true, unit,
