@@ -20,6 +20,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Waits up to 120 s for `text` to appear in the log `file` a running job writes.
+// Signal tests send their signal once a step is logged: then the job catches it
+// (a fixed delay was too short on a loaded machine).
+bool wait_for_log_line(const std::string& file, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto logged = [&] { return fs::exists(file) && read_file(file).find(text) != std::string::npos; };
+  while (!logged() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return logged();
+}
+
 class TrainingRun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -114,9 +126,10 @@ TEST_F(TrainingRun, SigkillAtAnyMomentLeavesALoadableCheckpoint) {
 TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
   for (const int signal : {SIGINT, SIGTERM}) {  // Ctrl-C; a scheduler's preemption
     const std::string run = signal == SIGINT ? "interrupted" : "preempted";
+    fs::remove(root_ + "/log.txt");  // the log is appended to: the wait below reads this run's lines only
     Process p = start_hone({"run", "pretrain", "--config", config(run, 100000, "logging: {tensorboard: false}\n")},
                            root_ + "/log.txt");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "step 1/")) << "no step within 120 s";
     ::kill(p.pid, signal);
     EXPECT_EQ(wait_for(p), 0) << log();
     EXPECT_NE(log().find("stop requested"), std::string::npos) << log();
@@ -377,7 +390,8 @@ TEST_F(DataParallelRun, SigtermToTheLauncherCheckpointsEveryRankAndEndsCleanly) 
   // ranks save their ZeRO shards together, and the job exits 0.
   Process p = start_hone(args("preempted", 2, 2, 100000, "logging: {tensorboard: false}\n", {"distributed.zero=1"}),
                          root_ + "/log.txt");
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // Once rank 0 has logged a step, both ranks are training (a step is collective).
+  ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "[rank 0] step 1/")) << "no step within 120 s";
   ::kill(p.pid, SIGTERM);
   EXPECT_EQ(wait_for(p), 0) << log();
   EXPECT_NE(log().find("[rank 0] stop requested"), std::string::npos) << log();
