@@ -98,22 +98,25 @@ TEST_F(Cuda, EmbeddingWithLearnedAndPackedPositions) {
     for (int64_t t = 0; t < seq; ++t) packed.push_back(int32_t(t % (5 + b)));
   const Tensor token_positions = ids(packed, {batch, seq});
   const Tensor table = random_tensor({vocab, dim}, DType::f32, 14), positions = random_tensor({max_positions, dim}, DType::f32, 15);
-  for (const DType dtype : kDtypes) {
-    for (const bool pack : {false, true}) {
-      const Tensor tp = pack ? token_positions : Tensor();
-      const Tensor out = Tensor::empty({batch, seq, dim}, dtype), out_gpu = Tensor::empty(out.shape(), dtype, kGpu);
-      ops::embedding_forward(tokens, table, positions, out, tp);
-      ops::embedding_forward(gpu(tokens), gpu(table), gpu(positions), out_gpu, gpu(tp));
-      expect_match(out_gpu, out, tolerance(dtype, 0), named("embedding forward", dtype));
+  // The whole vocabulary, and a tensor-parallel part holding ids [3, vocab + 3).
+  for (const ops::VocabPart part : {ops::VocabPart{}, ops::VocabPart{.first = 3, .classes = vocab + 3}}) {
+    for (const DType dtype : kDtypes) {
+      for (const bool pack : {false, true}) {
+        const Tensor tp = pack ? token_positions : Tensor();
+        const Tensor out = Tensor::empty({batch, seq, dim}, dtype), out_gpu = Tensor::empty(out.shape(), dtype, kGpu);
+        ops::embedding_forward(tokens, table, positions, out, tp, part);
+        ops::embedding_forward(gpu(tokens), gpu(table), gpu(positions), out_gpu, gpu(tp), part);
+        expect_match(out_gpu, out, tolerance(dtype, 0), named("embedding forward", dtype));
 
-      const Tensor d_out = random_tensor(out.shape(), dtype, 16);
-      const Tensor d_table = random_tensor(table.shape(), DType::f32, 17), d_pos = random_tensor(positions.shape(), DType::f32, 18);
-      const Tensor d_table_gpu = gpu(d_table), d_pos_gpu = gpu(d_pos);
-      ops::embedding_backward(tokens, d_out, d_table, d_pos, tp);
-      // Positions may also stay on the host: the op copies them over.
-      ops::embedding_backward(gpu(tokens), gpu(d_out), d_table_gpu, d_pos_gpu, tp);
-      expect_match(d_table_gpu, d_table, 1e-5, named("embedding dtable", dtype));
-      expect_match(d_pos_gpu, d_pos, 1e-5, named("embedding dpositions", dtype));
+        const Tensor d_out = random_tensor(out.shape(), dtype, 16);
+        const Tensor d_table = random_tensor(table.shape(), DType::f32, 17), d_pos = random_tensor(positions.shape(), DType::f32, 18);
+        const Tensor d_table_gpu = gpu(d_table), d_pos_gpu = gpu(d_pos);
+        ops::embedding_backward(tokens, d_out, d_table, d_pos, tp, part);
+        // Positions may also stay on the host: the op copies them over.
+        ops::embedding_backward(gpu(tokens), gpu(d_out), d_table_gpu, d_pos_gpu, tp, part);
+        expect_match(d_table_gpu, d_table, 1e-5, named("embedding dtable", dtype));
+        expect_match(d_pos_gpu, d_pos, 1e-5, named("embedding dpositions", dtype));
+      }
     }
   }
 }
@@ -313,19 +316,22 @@ TEST_F(Cuda, CrossEntropyForwardBackwardAndTotals) {
   std::vector<int32_t> t = random_ids(rows, int32_t(vocab), 42);
   t[2] = t[7] = ops::kIgnoreIndex;
   const Tensor targets = ids(t, {rows});
-  for (const DType dtype : kDtypes) {
-    const Tensor logits = random_tensor({rows, vocab}, dtype, 43, 6.0), logits_gpu = gpu(logits);
-    const Tensor losses = Tensor::empty({rows}, DType::f32), lse = Tensor::empty({rows}, DType::f32);
-    const Tensor losses_gpu = Tensor::empty({rows}, DType::f32, kGpu), lse_gpu = Tensor::empty({rows}, DType::f32, kGpu);
-    const ops::LossSum cpu = ops::cross_entropy_forward(logits, targets, losses, lse);
-    const ops::LossSum cuda = ops::cross_entropy_forward(logits_gpu, gpu(targets), losses_gpu, lse_gpu);
-    EXPECT_EQ(cuda.tokens, cpu.tokens);
-    EXPECT_NEAR(cuda.sum, cpu.sum, 1e-5 * std::abs(cpu.sum)) << dtype_name(dtype);
-    expect_match(losses_gpu, losses, 1e-5, named("cross-entropy losses", dtype));
-    expect_match(lse_gpu, lse, 1e-5, named("cross-entropy lse", dtype));
-    ops::cross_entropy_backward(logits, targets, lse, 0.25);
-    ops::cross_entropy_backward(logits_gpu, gpu(targets), lse_gpu, 0.25);
-    expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy backward", dtype));
+  // The whole vocabulary, and a tensor-parallel part holding classes [7, vocab + 7).
+  for (const ops::VocabPart part : {ops::VocabPart{}, ops::VocabPart{.first = 7, .classes = vocab + 7}}) {
+    for (const DType dtype : kDtypes) {
+      const Tensor logits = random_tensor({rows, vocab}, dtype, 43, 6.0), logits_gpu = gpu(logits);
+      const Tensor losses = Tensor::empty({rows}, DType::f32), lse = Tensor::empty({rows}, DType::f32);
+      const Tensor losses_gpu = Tensor::empty({rows}, DType::f32, kGpu), lse_gpu = Tensor::empty({rows}, DType::f32, kGpu);
+      const ops::LossSum cpu = ops::cross_entropy_forward(logits, targets, losses, lse, part);
+      const ops::LossSum cuda = ops::cross_entropy_forward(logits_gpu, gpu(targets), losses_gpu, lse_gpu, part);
+      EXPECT_EQ(cuda.tokens, cpu.tokens);
+      EXPECT_NEAR(cuda.sum, cpu.sum, 1e-5 * std::abs(cpu.sum)) << dtype_name(dtype);
+      expect_match(losses_gpu, losses, 1e-5, named("cross-entropy losses", dtype));
+      expect_match(lse_gpu, lse, 1e-5, named("cross-entropy lse", dtype));
+      ops::cross_entropy_backward(logits, targets, lse, 0.25, part);
+      ops::cross_entropy_backward(logits_gpu, gpu(targets), lse_gpu, 0.25, part);
+      expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy backward", dtype));
+    }
   }
 }
 

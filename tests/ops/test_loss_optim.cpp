@@ -58,6 +58,52 @@ TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
   EXPECT_THROW(ops::cross_entropy_forward(logits, targets, losses, lse), Error);
 }
 
+// Tensor parallelism's split vocabulary: each part of the columns gives its own
+// logsumexp and lse - (the target's logit where it holds the target, else 0);
+// with the whole logsumexp, the parts' gradients are the whole gradient's columns.
+TEST(CrossEntropy, PartsOfTheVocabularyGiveWhatTheWholeLossIsMadeOf) {
+  const int64_t rows = 5, vocab = 13;
+  const Tensor logits = random_tensor({rows, vocab}, DType::f64, 3, 4.0);
+  const std::vector<int32_t> t = {3, ops::kIgnoreIndex, 12, 6, 5};
+  const Tensor targets = Tensor::from(t, {rows});
+  Tensor losses = Tensor::empty({rows}, DType::f64), lse = Tensor::empty({rows}, DType::f64);
+  ops::cross_entropy_forward(logits, targets, losses, lse);
+  Tensor whole_grad = logits.clone();
+  ops::cross_entropy_backward(whole_grad, targets, lse, 0.5);
+  const std::vector<double> Z = logits.to_vector<double>();
+  const std::vector<double> G = whole_grad.to_vector<double>();
+
+  for (const auto [first, columns] : {std::pair<int64_t, int64_t>{0, 6}, {6, 7}}) {
+    Tensor part = Tensor::empty({rows, columns}, DType::f64);
+    for (int64_t r = 0; r < rows; ++r) part[r].copy_from(logits[r].slice(first, {columns}));
+    const ops::VocabPart vocab_part{.first = first, .classes = vocab};
+    Tensor part_losses = Tensor::empty({rows}, DType::f64), part_lse = Tensor::empty({rows}, DType::f64);
+    const ops::LossSum sum = ops::cross_entropy_forward(part, targets, part_losses, part_lse, vocab_part);
+    EXPECT_EQ(sum.tokens, 4);
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t j = first; j < first + columns; ++j) s += std::exp(Z[size_t(r * vocab + j)]);
+      EXPECT_NEAR(part_lse.to_vector<double>()[size_t(r)], std::log(s), 1e-13);
+      const int32_t target = t[size_t(r)];
+      const bool held = target >= first && target < first + columns;
+      const double expected = target == ops::kIgnoreIndex ? 0.0
+                              : held                      ? std::log(s) - Z[size_t(r * vocab + target)]
+                                                          : std::log(s);
+      EXPECT_NEAR(part_losses.to_vector<double>()[size_t(r)], expected, 1e-13) << "row " << r << " from " << first;
+    }
+    ops::cross_entropy_backward(part, targets, lse, 0.5, vocab_part);  // the whole vocabulary's logsumexp
+    const std::vector<double> P = part.to_vector<double>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < columns; ++j)
+        EXPECT_NEAR(P[size_t(r * columns + j)], G[size_t(r * vocab + first + j)], 1e-15) << r << " " << first + j;
+  }
+  // Targets are checked against the whole vocabulary; a part must fit in it.
+  Tensor part = Tensor::zeros({rows, 6}, DType::f64);
+  const Tensor bad = Tensor::from(std::vector<int32_t>{3, 1, 13, 0, 0}, {rows});
+  EXPECT_THROW(ops::cross_entropy_forward(part, bad, losses, lse, {.first = 6, .classes = vocab}), Error);
+  EXPECT_THROW(ops::cross_entropy_forward(part, targets, losses, lse, {.first = 8, .classes = vocab}), Error);
+}
+
 // torch.optim.AdamW, step by step, for one scalar.
 double torch_adamw(double p, const std::vector<double>& grads, double lr, double b1, double b2, double eps, double wd) {
   double m = 0, v = 0;

@@ -31,6 +31,39 @@ TEST(Embedding, ForwardGathersAndBackwardScatters) {
   expect_gradient(positions, d_pos, loss, "embedding dpositions");
 }
 
+// Tensor parallelism's split vocabulary: a part of the table looks up the ids
+// it holds (zeros for the others, positions added all the same) and adds to
+// their rows only: the parts' outputs sum to the whole lookup, and each part's
+// gradient is the whole gradient's rows.
+TEST(Embedding, PartsOfTheTableAddUpToTheWhole) {
+  const int64_t vocab = 11, dim = 3, batch = 2, seq = 4;
+  const Tensor table = random_tensor({vocab, dim}, DType::f64, 1), positions = random_tensor({seq, dim}, DType::f64, 2);
+  const Tensor tokens = Tensor::from(std::vector<int32_t>{3, 7, 3, 0, 10, 3, 5, 7}, {batch, seq});
+  const Tensor whole = Tensor::empty({batch, seq, dim}, DType::f64);
+  ops::embedding_forward(tokens, table, positions, whole);
+  const Tensor probe = random_tensor(whole.shape(), DType::f64, 3);
+  const Tensor d_whole = Tensor::zeros(table.shape(), DType::f64);
+  ops::embedding_backward(tokens, probe, d_whole, Tensor());
+
+  Tensor sum = Tensor::zeros(whole.shape(), DType::f64);
+  for (const auto [first, rows] : {std::pair<int64_t, int64_t>{0, 4}, {4, 7}}) {
+    const Tensor part = table.slice(first * dim, {rows, dim}).clone();
+    const ops::VocabPart vocab_part{.first = first, .classes = vocab};
+    const Tensor out = Tensor::empty(whole.shape(), DType::f64);
+    ops::embedding_forward(tokens, part, first == 0 ? positions : Tensor(), out, Tensor(), vocab_part);  // positions once
+    ops::add(sum, out, sum);
+    const Tensor d_part = Tensor::zeros(part.shape(), DType::f64);
+    ops::embedding_backward(tokens, probe, d_part, Tensor(), Tensor(), vocab_part);
+    EXPECT_EQ(d_part.to_vector<double>(), d_whole.slice(first * dim, {rows, dim}).to_vector<double>());
+  }
+  EXPECT_EQ(sum.to_vector<double>(), whole.to_vector<double>());
+  // Ids are checked against the whole vocabulary.
+  const Tensor out = Tensor::empty({1, 2, dim}, DType::f64);
+  EXPECT_THROW(ops::embedding_forward(Tensor::from(std::vector<int32_t>{3, 11}, {1, 2}), table.slice(0, {4, dim}),
+                                      Tensor(), out, Tensor(), {.first = 0, .classes = vocab}),
+               Error);
+}
+
 TEST(Embedding, RejectsTokenOutsideVocabulary) {
   Tensor table = Tensor::zeros({4, 2}, DType::f32), out = Tensor::zeros({1, 2, 2}, DType::f32);
   Tensor tokens = Tensor::from(std::vector<int32_t>{1, 4}, {1, 2});

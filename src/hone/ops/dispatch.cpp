@@ -45,6 +45,13 @@ int64_t rows_of(const Tensor& t) {
   return last == 0 ? 0 : t.numel() / last;
 }
 
+VocabPart checked_vocab_part(const char* op, VocabPart part, int64_t held) {
+  if (part.classes == 0) part.classes = held;
+  HONE_CHECK(part.first >= 0 && part.first + held <= part.classes,
+             "{}: a part of {} classes from {} does not fit a vocabulary of {}", op, held, part.first, part.classes);
+  return part;
+}
+
 Tensor token_positions_on(const char* op, const Tensor& token_positions, int64_t batch, int64_t seq, int64_t limit,
                           Device device) {
   if (!token_positions.defined()) return Tensor();

@@ -5,6 +5,7 @@
 
 #include "hone/core/profiler.hpp"
 #include "hone/core/tensor.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone::ops::detail {
 
@@ -49,6 +50,9 @@ void expect_dtype(const char* op, const char* what, const Tensor& t, DType dtype
 DType compute_dtype(DType activation);
 // Rows of a tensor viewed as [rows, last].
 int64_t rows_of(const Tensor& t);
+// A part of the vocabulary (ops.hpp VocabPart) of `held` classes, checked to
+// fit, with `classes` filled in (0 means the part is the whole vocabulary).
+VocabPart checked_vocab_part(const char* op, VocabPart part, int64_t held);
 // Checks packed-sequence positions (see ops.hpp): i32 [batch, seq], each in
 // [0, t] and below `limit` (a position table's length); positions on a GPU are
 // read through a host copy. Returns them on `device` (see on_device), or an

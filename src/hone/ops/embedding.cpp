@@ -31,12 +31,14 @@ void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out,
-                       const Tensor& token_positions) {
+                       const Tensor& token_positions, VocabPart part) {
   const char* op = "embedding";
   const OpTimer timer(op);
   const Device device = op_device(op, {&tokens, &table, &positions, &out});
   check_token_shape(op, tokens);
-  const int64_t batch = tokens.size(0), seq = tokens.size(1), vocab = table.size(0), dim = table.size(1);
+  const int64_t batch = tokens.size(0), seq = tokens.size(1), held = table.size(0), dim = table.size(1);
+  part = checked_vocab_part(op, part, held);
+  const int64_t vocab = part.classes;
   expect_shape(op, "output", out, {batch, seq, dim});
   if (positions.defined()) {
     HONE_CHECK(positions.size(0) >= seq && positions.size(1) == dim,
@@ -50,8 +52,9 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& 
     return dispatch_cuda(out.dtype(), op, [&]<typename T>() {
       expect_dtype(op, "table", table, DType::f32);
       const kernels::cuda::BadToken bad = kernels::cuda::embedding_forward<T>(
-          tokens.data<int32_t>(), table.data<float>(), vocab, data_or_null<const float>(positions), out.data<T>(),
-          batch, seq, dim, data_or_null<const int32_t>(token_pos));
+          tokens.data<int32_t>(), table.data<float>(), part.first, held, vocab,
+          data_or_null<const float>(positions), out.data<T>(), batch, seq, dim,
+          data_or_null<const int32_t>(token_pos));
       if (bad.index >= 0) fail_token(op, bad.id, bad.index, vocab);
     });
   }
@@ -61,16 +64,18 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& 
     expect_dtype(op, "table", table, dtype_of<compute_t<T>>());
     kernels::cpu::embedding_forward<T>(tokens.data<int32_t>(), table.data<compute_t<T>>(),
                                        positions.defined() ? positions.data<compute_t<T>>() : nullptr,
-                                       out.data<T>(), batch, seq, dim, data_or_null<const int32_t>(token_pos));
+                                       out.data<T>(), batch, seq, dim, data_or_null<const int32_t>(token_pos),
+                                       part.first, held);
   });
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table, const Tensor& d_positions,
-                        const Tensor& token_positions) {
+                        const Tensor& token_positions, VocabPart part) {
   const char* op = "embedding backward";
   const OpTimer timer(op);
   const Device device = op_device(op, {&tokens, &d_out, &d_table, &d_positions});
-  const int64_t batch = tokens.size(0), seq = tokens.size(1), dim = d_table.size(1);
+  const int64_t batch = tokens.size(0), seq = tokens.size(1), held = d_table.size(0), dim = d_table.size(1);
+  part = checked_vocab_part(op, part, held);
   expect_shape(op, "output gradient", d_out, {batch, seq, dim});
   const Tensor token_pos = token_positions_on(op, token_positions, batch, seq,
                                               d_positions.defined() ? d_positions.size(0) : seq, device);
@@ -78,7 +83,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor&
   if (device.is_cuda()) {
     return dispatch_cuda(d_out.dtype(), op, [&]<typename T>() {
       kernels::cuda::embedding_backward<T>(tokens.data<int32_t>(), d_out.data<T>(), d_table.data<float>(),
-                                           d_table.size(0), data_or_null<float>(d_positions),
+                                           part.first, held, data_or_null<float>(d_positions),
                                            d_positions.defined() ? d_positions.size(0) : 0, batch, seq, dim,
                                            data_or_null<const int32_t>(token_pos));
     });
@@ -87,7 +92,7 @@ void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor&
   dispatch_floating(d_out.dtype(), op, [&]<typename T>() {
     kernels::cpu::embedding_backward<T>(tokens.data<int32_t>(), d_out.data<T>(), d_table.data<compute_t<T>>(),
                                         d_positions.defined() ? d_positions.data<compute_t<T>>() : nullptr, batch,
-                                        seq, dim, data_or_null<const int32_t>(token_pos));
+                                        seq, dim, data_or_null<const int32_t>(token_pos), part.first, held);
   });
 }
 

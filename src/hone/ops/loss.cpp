@@ -23,13 +23,16 @@ void check_loss_args(const char* op, const Tensor& logits, const Tensor& targets
 
 }  // namespace
 
-LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse) {
+LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
+                              VocabPart part) {
   const char* op = "cross_entropy";
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &losses, &lse});
   check_loss_args(op, logits, targets, losses);
   check_loss_args(op, logits, targets, lse);
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const int64_t rows = logits.size(0), columns = logits.size(1);
+  part = checked_vocab_part(op, part, columns);
+  const int64_t vocab = part.classes;
   auto fail_target = [&](int32_t target, int64_t row) {
     fail("{}: target {} at row {} is outside the vocabulary of {}", op, target, row, vocab);
   };
@@ -39,8 +42,8 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
     // The device sums the losses and counts and checks the targets in the same pass.
     dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
       const kernels::cuda::LossTotals totals = kernels::cuda::cross_entropy_forward<T>(
-          logits.data<T>(), targets.data<int32_t>(), losses.data<float>(), lse.data<float>(), rows, vocab,
-          kIgnoreIndex);
+          logits.data<T>(), targets.data<int32_t>(), losses.data<float>(), lse.data<float>(), rows, columns,
+          kIgnoreIndex, part.first, vocab);
       if (totals.bad_row >= 0) fail_target(totals.bad_target, totals.bad_row);
       result = {.sum = totals.sum, .tokens = totals.tokens};
     });
@@ -55,30 +58,32 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
   }
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(), rows, vocab,
-                                           kIgnoreIndex);
+    kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(), rows, columns,
+                                           kIgnoreIndex, part.first);
     const C* l = losses.data<C>();
     result.sum = kernels::cpu::sum_elements(rows, [&](int64_t i) { return double(l[i]); });
   });
   return result;
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale) {
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
+                            VocabPart part) {
   const char* op = "cross_entropy backward";
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &lse});
   check_loss_args(op, logits, targets, lse);
+  part = checked_vocab_part(op, part, logits.size(1));
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
       kernels::cuda::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<float>(), scale,
-                                               logits.size(0), logits.size(1), kIgnoreIndex);
+                                               logits.size(0), logits.size(1), kIgnoreIndex, part.first);
     });
   }
 #endif
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
     kernels::cpu::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<compute_t<T>>(),
-                                            scale, logits.size(0), logits.size(1), kIgnoreIndex);
+                                            scale, logits.size(0), logits.size(1), kIgnoreIndex, part.first);
   });
 }
 

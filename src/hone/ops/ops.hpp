@@ -33,13 +33,24 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
 // starts). It moves learned and rotary positions, and attention sees only keys of
 // the query's own sample. Absent, a row is one sequence at positions 0..seq-1.
 
+// Tensor parallelism can split the vocabulary (Megatron's vocab-parallel
+// embedding and cross-entropy): a table, or the logits' columns, then hold the
+// classes [first, first + their rows or columns) of a vocabulary of `classes`.
+// The default is the whole vocabulary.
+struct VocabPart {
+  int64_t first = 0;
+  int64_t classes = 0;  // the whole vocabulary, for checking ids; 0: what the table or logits hold
+};
+
 // ---- embedding ----
 // out[b, t] = table[tokens[b, t]] (+ positions[t], or positions[token_positions[b, t]]);
-// tokens are i32 [batch, seq].
+// tokens are i32 [batch, seq]. A part of the table gives zero rows for the ids
+// it does not hold (and adds the positions all the same), and its backward pass
+// adds only to the rows it holds.
 void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out,
-                       const Tensor& token_positions = {});
+                       const Tensor& token_positions = {}, VocabPart part = {});
 void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table, const Tensor& d_positions,
-                        const Tensor& token_positions = {});
+                        const Tensor& token_positions = {}, VocabPart part = {});
 
 // ---- normalization over the last dimension ----
 // In the backward ops an absent d_weight (and d_bias) means a frozen norm.
@@ -94,9 +105,15 @@ struct LossSum {
 };
 // logits [rows, vocab], targets i32 [rows]; losses and lse [rows] (compute type).
 // Throws hone::Error naming the row when a target is outside the vocabulary.
-LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse);
-// Turns logits, in place, into the gradient of scale·Σ losses.
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale);
+// Logits of a part of the vocabulary give the part's logsumexp in lse and
+// losses[row] = lse[row] - (the target's logit where the part holds the target,
+// else 0), from which the parts' whole loss follows (Transformer does that).
+LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
+                              VocabPart part = {});
+// Turns logits, in place, into the gradient of scale·Σ losses; with a part, lse
+// must be the whole vocabulary's logsumexp.
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
+                            VocabPart part = {});
 
 // ---- dropout ----
 // out = x · keep / (1 - p), keep = 1 with probability 1 - p, drawn from Philox at

@@ -10,7 +10,7 @@ namespace hone::kernels::cpu {
 
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
-                           int64_t rows, int64_t vocab, int32_t ignore_index) {
+                           int64_t rows, int64_t vocab, int32_t ignore_index, int64_t first) {
   using C = compute_t<T>;
   // A row's logsumexp over cache-sized chunks: each chunk's max, then its sum of
   // exp relative to that max, merged into the running (max, sum). The logits are
@@ -36,37 +36,39 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>
       }
     }
     lse[row] = max + std::log(sum);
-    const int32_t target = targets[row];
-    losses[row] = target == ignore_index ? C(0) : lse[row] - load(z[target]);
+    const int64_t target = int64_t(targets[row]) - first;
+    const bool held = target >= 0 && target < vocab;
+    losses[row] = targets[row] == ignore_index ? C(0) : lse[row] - (held ? load(z[target]) : C(0));
   }
 }
 
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index) {
+                            int64_t vocab, int32_t ignore_index, int64_t first) {
   using C = compute_t<T>;
   const C s = C(scale);
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < rows; ++row) {
     T* z = logits + row * vocab;
-    const int32_t target = targets[row];
-    if (target == ignore_index) {
+    if (targets[row] == ignore_index) {
       std::fill(z, z + vocab, store<T>(C(0)));
       continue;
     }
+    const int64_t target = int64_t(targets[row]) - first;
+    const bool held = target >= 0 && target < vocab;
     const C l = lse[row];
-    const C target_grad = s * (fast_exp(load(z[target]) - l) - C(1));
+    const C target_grad = held ? s * (fast_exp(load(z[target]) - l) - C(1)) : C(0);
 #pragma omp simd
     for (int64_t j = 0; j < vocab; ++j) z[j] = store<T>(s * fast_exp(load(z[j]) - l));
-    z[target] = store<T>(target_grad);
+    if (held) z[target] = store<T>(target_grad);
   }
 }
 
 #define HONE_INSTANTIATE(T)                                                                                 \
   template void cross_entropy_forward<T>(const T*, const int32_t*, compute_t<T>*, compute_t<T>*, int64_t,   \
-                                         int64_t, int32_t);                                                 \
+                                         int64_t, int32_t, int64_t);                                        \
   template void cross_entropy_backward<T>(T*, const int32_t*, const compute_t<T>*, double, int64_t, int64_t, \
-                                          int32_t);
+                                          int32_t, int64_t);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(double)
 HONE_INSTANTIATE(bf16)

@@ -9,16 +9,19 @@ namespace hone::kernels::cpu {
 
 // losses[row] = logsumexp(logits[row]) - logits[row, target], computed in
 // compute_t<T>; lse[row] keeps the logsumexp for the backward pass. Rows whose
-// target is ignore_index get loss 0.
+// target is ignore_index get loss 0. The `vocab` columns are the classes
+// [first, first + vocab) (a tensor-parallel part of the vocabulary): a target
+// outside them counts as a logit of 0 (the part that holds it has the logit).
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
-                           int64_t rows, int64_t vocab, int32_t ignore_index);
+                           int64_t rows, int64_t vocab, int32_t ignore_index, int64_t first = 0);
 
 // In place: logits become scale · (softmax(logits) - onehot(target)), the
 // gradient of scale · Σ losses; ignored rows become 0. The logits buffer is the
-// largest activation, so reusing it saves a vocabulary-sized copy.
+// largest activation, so reusing it saves a vocabulary-sized copy. With a part
+// of the vocabulary, lse is the whole vocabulary's logsumexp.
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index);
+                            int64_t vocab, int32_t ignore_index, int64_t first = 0);
 
 }  // namespace hone::kernels::cpu

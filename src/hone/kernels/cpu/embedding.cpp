@@ -6,20 +6,24 @@ namespace hone::kernels::cpu {
 
 template <typename T>
 void embedding_forward(const int32_t* tokens, const compute_t<T>* table, const compute_t<T>* positions, T* out,
-                       int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions) {
+                       int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions, int64_t first,
+                       int64_t held) {
+  using C = compute_t<T>;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < batch * seq; ++row) {
-    const compute_t<T>* tok = table + int64_t(tokens[row]) * dim;
+    const int64_t id = int64_t(tokens[row]) - first;
+    const C* tok = id >= 0 && id < held ? table + id * dim : nullptr;
     const int64_t p = token_positions ? int64_t(token_positions[row]) : row % seq;
-    const compute_t<T>* pos = positions ? positions + p * dim : nullptr;
+    const C* pos = positions ? positions + p * dim : nullptr;
     T* o = out + row * dim;
-    for (int64_t j = 0; j < dim; ++j) o[j] = store<T>(tok[j] + (pos ? pos[j] : compute_t<T>(0)));
+    for (int64_t j = 0; j < dim; ++j) o[j] = store<T>((tok ? tok[j] : C(0)) + (pos ? pos[j] : C(0)));
   }
 }
 
 template <typename T>
 void embedding_backward(const int32_t* tokens, const T* d_out, compute_t<T>* d_table, compute_t<T>* d_positions,
-                        int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions) {
+                        int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions, int64_t first,
+                        int64_t held) {
   constexpr int64_t kColumns = 64;
   const int64_t column_blocks = (dim + kColumns - 1) / kColumns;
 #pragma omp parallel for schedule(static)
@@ -27,8 +31,11 @@ void embedding_backward(const int32_t* tokens, const T* d_out, compute_t<T>* d_t
     const int64_t j0 = block * kColumns, j1 = std::min(dim, j0 + kColumns);
     for (int64_t row = 0; row < batch * seq; ++row) {
       const T* g = d_out + row * dim;
-      compute_t<T>* tok = d_table + int64_t(tokens[row]) * dim;
-      for (int64_t j = j0; j < j1; ++j) tok[j] += load(g[j]);
+      const int64_t id = int64_t(tokens[row]) - first;
+      if (id >= 0 && id < held) {
+        compute_t<T>* tok = d_table + id * dim;
+        for (int64_t j = j0; j < j1; ++j) tok[j] += load(g[j]);
+      }
       if (d_positions) {
         const int64_t p = token_positions ? int64_t(token_positions[row]) : row % seq;
         compute_t<T>* pos = d_positions + p * dim;
@@ -40,9 +47,9 @@ void embedding_backward(const int32_t* tokens, const T* d_out, compute_t<T>* d_t
 
 #define HONE_INSTANTIATE(T)                                                                                   \
   template void embedding_forward<T>(const int32_t*, const compute_t<T>*, const compute_t<T>*, T*, int64_t,    \
-                                     int64_t, int64_t, const int32_t*);                                        \
+                                     int64_t, int64_t, const int32_t*, int64_t, int64_t);                      \
   template void embedding_backward<T>(const int32_t*, const T*, compute_t<T>*, compute_t<T>*, int64_t, int64_t, \
-                                      int64_t, const int32_t*);
+                                      int64_t, const int32_t*, int64_t, int64_t);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(double)
 HONE_INSTANTIATE(bf16)

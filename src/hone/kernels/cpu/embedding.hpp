@@ -8,15 +8,20 @@ namespace hone::kernels::cpu {
 
 // out[b,t,:] = table[tokens[b,t], :] (+ positions[p, :] when given, p = t or
 // token_positions[b,t] for packed sequences). Tables hold master weights
-// (compute_t<T>); ids are checked by the caller.
+// (compute_t<T>); ids are checked by the caller. The table's `held` rows are
+// the ids [first, first + held) (a tensor-parallel part of the vocabulary):
+// other ids look up a row of zeros.
 template <typename T>
 void embedding_forward(const int32_t* tokens, const compute_t<T>* table, const compute_t<T>* positions, T* out,
-                       int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions = nullptr);
+                       int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions, int64_t first,
+                       int64_t held);
 
-// d_table[tokens[b,t], :] += d_out[b,t,:] (and d_positions[t, :] += ...).
-// Parallel over embedding columns, so each sum keeps row order: deterministic.
+// d_table[tokens[b,t], :] += d_out[b,t,:] (and d_positions[t, :] += ...), for
+// the ids the table holds. Parallel over embedding columns, so each sum keeps
+// row order: deterministic.
 template <typename T>
 void embedding_backward(const int32_t* tokens, const T* d_out, compute_t<T>* d_table, compute_t<T>* d_positions,
-                        int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions = nullptr);
+                        int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions, int64_t first,
+                        int64_t held);
 
 }  // namespace hone::kernels::cpu

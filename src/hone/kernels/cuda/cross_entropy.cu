@@ -21,7 +21,7 @@ __device__ void merge(float& max, float& sum, float other_max, float other_sum) 
 
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* targets, float* losses, float* lse,
-                                             int64_t vocab, int32_t ignore_index) {
+                                             int64_t vocab, int32_t ignore_index, int64_t first) {
   __shared__ float shared_max[kThreads / kWarpSize], shared_sum[kThreads / kWarpSize];
   const T* z = logits + int64_t(blockIdx.x) * vocab;
   float max = -INFINITY, sum = 0;
@@ -41,8 +41,10 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* tar
   for (int w = 1; w < kThreads / kWarpSize; ++w) merge(max, sum, shared_max[w], shared_sum[w]);
   const float l = max + logf(sum);
   lse[blockIdx.x] = l;
-  const int32_t target = targets[blockIdx.x];
-  losses[blockIdx.x] = target == ignore_index || target < 0 || target >= vocab ? 0.0f : l - to_f32(z[target]);
+  // Not held (another part's class; or a bad target, which the totals report): logit 0.
+  const int64_t target = int64_t(targets[blockIdx.x]) - first;
+  const bool held = target >= 0 && target < vocab;
+  losses[blockIdx.x] = targets[blockIdx.x] == ignore_index ? 0.0f : l - (held ? to_f32(z[target]) : 0.0f);
 }
 
 struct Totals {
@@ -52,7 +54,7 @@ struct Totals {
 };
 
 // One block: Σ losses in double, counts, the first bad row; fixed order, so deterministic.
-__global__ void loss_totals_kernel(const float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+__global__ void loss_totals_kernel(const float* losses, const int32_t* targets, int64_t rows, int64_t classes,
                                    int32_t ignore_index, Totals* out) {
   __shared__ double scratch[kThreads / kWarpSize];
   __shared__ unsigned long long first_bad;
@@ -62,7 +64,7 @@ __global__ void loss_totals_kernel(const float* losses, const int32_t* targets, 
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const int32_t t = targets[r];
     if (t == ignore_index) continue;
-    if (t < 0 || t >= vocab) {
+    if (t < 0 || t >= classes) {
       atomicMin(&first_bad, static_cast<unsigned long long>(r));
       continue;
     }
@@ -76,10 +78,10 @@ __global__ void loss_totals_kernel(const float* losses, const int32_t* targets, 
 
 template <typename T>
 __global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets, const float* lse, float scale,
-                                              int64_t vocab, int32_t ignore_index) {
+                                              int64_t vocab, int32_t ignore_index, int64_t first) {
   T* z = logits + int64_t(blockIdx.x) * vocab;
-  const int32_t target = targets[blockIdx.x];
-  const bool ignored = target == ignore_index;
+  const int64_t target = int64_t(targets[blockIdx.x]) - first;  // a column only where this part holds it
+  const bool ignored = targets[blockIdx.x] == ignore_index;
   const float l = lse[blockIdx.x];
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
     const float p = expf(to_f32(z[j]) - l);
@@ -91,13 +93,14 @@ __global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets,
 
 template <typename T>
 LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
-                                 int64_t vocab, int32_t ignore_index) {
+                                 int64_t vocab, int32_t ignore_index, int64_t first, int64_t classes) {
   if (rows == 0) return {};
   cross_entropy_forward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(logits, targets, losses, lse, vocab,
-                                                                          ignore_index);
+                                                                          ignore_index, first);
   HONE_CUDA_LAUNCHED("cross_entropy_forward");
   DeviceBuffer totals(sizeof(Totals));
-  loss_totals_kernel<<<1, kThreads, 0, stream()>>>(losses, targets, rows, vocab, ignore_index, totals.as<Totals>());
+  loss_totals_kernel<<<1, kThreads, 0, stream()>>>(losses, targets, rows, classes, ignore_index,
+                                                   totals.as<Totals>());
   HONE_CUDA_LAUNCHED("cross_entropy_forward (totals)");
   Totals host{};
   copy_to_host(&host, totals.as<void>(), sizeof host);
@@ -113,17 +116,18 @@ LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float*
 
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index) {
+                            int64_t vocab, int32_t ignore_index, int64_t first) {
   if (rows == 0) return;
   cross_entropy_backward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(logits, targets, lse, float(scale), vocab,
-                                                                           ignore_index);
+                                                                           ignore_index, first);
   HONE_CUDA_LAUNCHED("cross_entropy_backward");
 }
 
 #define HONE_INSTANTIATE(T)                                                                                   \
   template LossTotals cross_entropy_forward<T>(const T*, const int32_t*, float*, float*, int64_t, int64_t,    \
-                                               int32_t);                                                      \
-  template void cross_entropy_backward<T>(T*, const int32_t*, const float*, double, int64_t, int64_t, int32_t);
+                                               int32_t, int64_t, int64_t);                                    \
+  template void cross_entropy_backward<T>(T*, const int32_t*, const float*, double, int64_t, int64_t, int32_t, \
+                                          int64_t);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(bf16)
 #undef HONE_INSTANTIATE

@@ -12,17 +12,19 @@ namespace hone::kernels::cuda {
 struct LossTotals {
   double sum = 0;       // Σ losses over the unmasked rows (in double, deterministic)
   int64_t tokens = 0;   // unmasked rows with a valid target
-  int64_t bad_row = -1; // the first row whose target is outside [0, vocab) and not ignore_index
+  int64_t bad_row = -1; // the first row whose target is outside [0, classes) and not ignore_index
   int32_t bad_target = 0;
 };
 
-// Writes losses and lse [rows] (f32); waits for the totals.
+// Writes losses and lse [rows] (f32); waits for the totals. The `vocab` columns
+// are the classes [first, first + vocab) of `classes` (the whole vocabulary
+// unless tensor parallelism splits it).
 template <typename T>
 LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
-                                 int64_t vocab, int32_t ignore_index);
+                                 int64_t vocab, int32_t ignore_index, int64_t first, int64_t classes);
 // In place: logits become scale · (softmax - onehot(target)); ignored rows 0.
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index);
+                            int64_t vocab, int32_t ignore_index, int64_t first);
 
 }  // namespace hone::kernels::cuda

@@ -10,9 +10,10 @@ constexpr int kThreads = 256;
 constexpr unsigned long long kNone = ~0ull;
 
 template <typename T>
-__global__ void embedding_forward_kernel(const int32_t* tokens, const float* table, int64_t vocab,
-                                         const float* positions, T* out, int64_t rows, int64_t seq, int64_t dim,
-                                         const int32_t* token_positions, unsigned long long* first_bad) {
+__global__ void embedding_forward_kernel(const int32_t* tokens, const float* table, int64_t first, int64_t held,
+                                         int64_t vocab, const float* positions, T* out, int64_t rows, int64_t seq,
+                                         int64_t dim, const int32_t* token_positions,
+                                         unsigned long long* first_bad) {
   HONE_GRID_STRIDE(i, rows * dim) {
     const int64_t row = i / dim, j = i % dim;
     const int32_t token = tokens[row];
@@ -20,7 +21,8 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* tab
       if (j == 0) atomicMin(first_bad, static_cast<unsigned long long>(row));
       continue;
     }
-    float value = table[int64_t(token) * dim + j];
+    const int64_t id = int64_t(token) - first;
+    float value = id >= 0 && id < held ? table[id * dim + j] : 0.0f;
     if (positions) {
       const int64_t p = token_positions ? int64_t(token_positions[row]) : row % seq;
       value += positions[p * dim + j];
@@ -31,44 +33,47 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* tab
 
 // Thread (column j, bucket b) owns column j of every table row r with r % buckets == b:
 // it walks all input rows in order and adds those that land in its table rows.
-// index null: table row = input row % seq (learned positions without packing).
+// index null: table row = input row % seq (learned positions without packing);
+// else index - first (the table holds rows [first, first + table_rows)).
 constexpr int kColumnsPerBlock = kWarpSize;
 constexpr int kBucketsPerBlock = kThreads / kColumnsPerBlock;
 constexpr int kBuckets = 64;
 
 template <typename T>
-__global__ void scatter_add_rows_kernel(const int32_t* index, int64_t seq, const T* g, float* table,
+__global__ void scatter_add_rows_kernel(const int32_t* index, int64_t first, int64_t seq, const T* g, float* table,
                                         int64_t table_rows, int64_t rows, int64_t dim) {
   const int64_t j = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
   const int bucket = int(blockIdx.y) * kBucketsPerBlock + int(threadIdx.y);
   if (j >= dim) return;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t target = index ? int64_t(index[r]) : r % seq;
+    const int64_t target = index ? int64_t(index[r]) - first : r % seq;
     if (target < 0 || target >= table_rows || target % kBuckets != bucket) continue;
     table[target * dim + j] += to_f32(g[r * dim + j]);
   }
 }
 
 template <typename T>
-void scatter_add_rows(const int32_t* index, int64_t seq, const T* g, float* table, int64_t table_rows, int64_t rows,
-                      int64_t dim) {
+void scatter_add_rows(const int32_t* index, int64_t first, int64_t seq, const T* g, float* table, int64_t table_rows,
+                      int64_t rows, int64_t dim) {
   const dim3 block(kColumnsPerBlock, kBucketsPerBlock);
   const dim3 grid(unsigned((dim + kColumnsPerBlock - 1) / kColumnsPerBlock), kBuckets / kBucketsPerBlock);
-  scatter_add_rows_kernel<<<grid, block, 0, stream()>>>(index, seq, g, table, table_rows, rows, dim);
+  scatter_add_rows_kernel<<<grid, block, 0, stream()>>>(index, first, seq, g, table, table_rows, rows, dim);
   HONE_CUDA_LAUNCHED("embedding_backward");
 }
 
 }  // namespace
 
 template <typename T>
-BadToken embedding_forward(const int32_t* tokens, const float* table, int64_t vocab, const float* positions, T* out,
-                           int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions) {
+BadToken embedding_forward(const int32_t* tokens, const float* table, int64_t first, int64_t held, int64_t vocab,
+                           const float* positions, T* out, int64_t batch, int64_t seq, int64_t dim,
+                           const int32_t* token_positions) {
   const int64_t rows = batch * seq;
   if (rows * dim == 0) return {};
   DeviceBuffer first_bad(sizeof(unsigned long long));
   HONE_CUDA_CHECK(cudaMemsetAsync(first_bad.as<void>(), 0xff, sizeof(unsigned long long), stream()));
   embedding_forward_kernel<<<blocks_for(rows * dim, kThreads), kThreads, 0, stream()>>>(
-      tokens, table, vocab, positions, out, rows, seq, dim, token_positions, first_bad.as<unsigned long long>());
+      tokens, table, first, held, vocab, positions, out, rows, seq, dim, token_positions,
+      first_bad.as<unsigned long long>());
   HONE_CUDA_LAUNCHED("embedding_forward");
   unsigned long long bad = kNone;
   copy_to_host(&bad, first_bad.as<void>(), sizeof bad);
@@ -80,20 +85,20 @@ BadToken embedding_forward(const int32_t* tokens, const float* table, int64_t vo
 }
 
 template <typename T>
-void embedding_backward(const int32_t* tokens, const T* d_out, float* d_table, int64_t vocab, float* d_positions,
-                        int64_t n_positions, int64_t batch, int64_t seq, int64_t dim,
+void embedding_backward(const int32_t* tokens, const T* d_out, float* d_table, int64_t first, int64_t held,
+                        float* d_positions, int64_t n_positions, int64_t batch, int64_t seq, int64_t dim,
                         const int32_t* token_positions) {
   const int64_t rows = batch * seq;
   if (rows * dim == 0) return;
-  scatter_add_rows(tokens, seq, d_out, d_table, vocab, rows, dim);
-  if (d_positions) scatter_add_rows(token_positions, seq, d_out, d_positions, n_positions, rows, dim);
+  scatter_add_rows(tokens, first, seq, d_out, d_table, held, rows, dim);
+  if (d_positions) scatter_add_rows(token_positions, 0, seq, d_out, d_positions, n_positions, rows, dim);
 }
 
 #define HONE_INSTANTIATE(T)                                                                                     \
-  template BadToken embedding_forward<T>(const int32_t*, const float*, int64_t, const float*, T*, int64_t,      \
-                                         int64_t, int64_t, const int32_t*);                                     \
-  template void embedding_backward<T>(const int32_t*, const T*, float*, int64_t, float*, int64_t, int64_t,      \
-                                      int64_t, int64_t, const int32_t*);
+  template BadToken embedding_forward<T>(const int32_t*, const float*, int64_t, int64_t, int64_t, const float*, \
+                                         T*, int64_t, int64_t, int64_t, const int32_t*);                        \
+  template void embedding_backward<T>(const int32_t*, const T*, float*, int64_t, int64_t, float*, int64_t,      \
+                                      int64_t, int64_t, int64_t, const int32_t*);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(bf16)
 #undef HONE_INSTANTIATE

@@ -14,17 +14,21 @@ struct BadToken {
 };
 
 // out[b,t,:] = table[tokens[b,t], :] (+ positions[p, :], p = t or
-// token_positions[b,t]); table is [vocab, dim]. Waits for the check's result.
+// token_positions[b,t]); table is [held, dim], the ids [first, first + held)
+// of a vocabulary of `vocab` (other ids look up zeros). Waits for the check's
+// result.
 template <typename T>
-BadToken embedding_forward(const int32_t* tokens, const float* table, int64_t vocab, const float* positions, T* out,
-                           int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions);
+BadToken embedding_forward(const int32_t* tokens, const float* table, int64_t first, int64_t held, int64_t vocab,
+                           const float* positions, T* out, int64_t batch, int64_t seq, int64_t dim,
+                           const int32_t* token_positions);
 
-// d_table[tokens[b,t], :] += d_out[b,t,:] (and d_positions[p, :] += ...), each
-// sum in row order: deterministic, as on the CPU. Threads own (column, set of
-// table rows) pairs, so no two write one place and no atomics are needed.
+// d_table[tokens[b,t], :] += d_out[b,t,:] for the ids the table holds (and
+// d_positions[p, :] += ...), each sum in row order: deterministic, as on the
+// CPU. Threads own (column, set of table rows) pairs, so no two write one place
+// and no atomics are needed.
 template <typename T>
-void embedding_backward(const int32_t* tokens, const T* d_out, float* d_table, int64_t vocab, float* d_positions,
-                        int64_t n_positions, int64_t batch, int64_t seq, int64_t dim,
+void embedding_backward(const int32_t* tokens, const T* d_out, float* d_table, int64_t first, int64_t held,
+                        float* d_positions, int64_t n_positions, int64_t batch, int64_t seq, int64_t dim,
                         const int32_t* token_positions);
 
 }  // namespace hone::kernels::cuda
