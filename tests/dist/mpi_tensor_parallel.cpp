@@ -1,7 +1,8 @@
 // Tensor (and sequence) parallelism on 2 MPI ranks against the unsplit model in
 // the same process, run by ctest as `mpirun -np 2 mpi_tensor_parallel`: each rank
-// holds half of every attention's heads and every MLP's features and half of the
-// rows of the residual stream. The loss, the gradients completed by
+// holds half of every attention's heads and every MLP's features, half of the
+// rows of the residual stream and, where the vocabulary is even, half of it (the
+// embedding rows, the output projection's rows, the logits' classes). The loss, the gradients completed by
 // DataParallel (each split weight's parts put together with gather_whole) and
 // the gradient norm must equal the unsplit model's up to the order of sums.
 #include <gtest/gtest.h>
@@ -73,6 +74,7 @@ struct Case {
   DType dtype;
   bool checkpointing;
   double tolerance;  // relative to each tensor's largest value
+  int64_t vocab = 0;  // 0: the preset's (even: split over the 2 ranks); odd: held whole by each
 };
 
 class TensorParallel : public testing::TestWithParam<Case> {};
@@ -81,7 +83,8 @@ TEST_P(TensorParallel, LossAndGradientsEqualTheUnsplitModel) {
   const Case c = GetParam();
   auto comm = Communicator::from_environment();
   ASSERT_EQ(comm->size(), 2);
-  const ModelConfig config = model_preset(c.model);
+  ModelConfig config = model_preset(c.model);
+  if (c.vocab) config.vocab_size = c.vocab;
   Transformer reference(config, c.dtype), model(config, c.dtype, Device::cpu(), std::nullopt,
                                                  {.tensor_parallel = comm.get()});
   for (Transformer* m : {&reference, &model}) {
@@ -93,17 +96,21 @@ TEST_P(TensorParallel, LossAndGradientsEqualTheUnsplitModel) {
   EXPECT_EQ(qkv.shape[0] * 2, qkv.whole_shape[0]);
   EXPECT_EQ(model.params().get("layers.0.mlp.down.weight").shape[1] * 2, config.ffn_dim);
   EXPECT_EQ(model.params().get("norm.weight").shape, Shape{config.dim});
+  const bool split_vocabulary = config.vocab_size % 2 == 0;
+  EXPECT_EQ(model.splits_vocabulary(), split_vocabulary);
+  EXPECT_EQ(model.params().get("tok_embeddings.weight").shape[0] * (split_vocabulary ? 2 : 1), config.vocab_size);
 
   for (const Parameter& p : reference.params().all()) {
     const Parameter& q = model.params().get(p.name);
     EXPECT_EQ(as_doubles(gather_whole(q, q.value, *comm)), as_doubles(p.value)) << p.name << ": drawn whole, then split";
   }
   expect_same_step(reference, model, *comm, c.tolerance, c.model);
+  EXPECT_EQ(model.logits().size(1) * (split_vocabulary ? 2 : 1), config.vocab_size);
 }
 
 // LoRA on every projection a model has: q, k, v, gate and up adapters split B
 // with their base's rows, output_proj and down_proj adapters split A with their
-// base's columns, the output head's stays whole. The adapters' gradients (the
+// base's columns, the output head's splits B by vocabulary rows. The adapters' gradients (the
 // whole-held parts completed over the tp group) and the merged weights equal
 // the unsplit model's.
 TEST(TensorParallelLora, GradientsAndMergedWeightsEqualTheUnsplitModel) {
@@ -126,6 +133,7 @@ TEST(TensorParallelLora, GradientsAndMergedWeightsEqualTheUnsplitModel) {
     EXPECT_EQ(model.trainable_params().get("layers.0.lora.q_proj.b").shape[0] * 2, config.n_heads * config.head_dim());
     EXPECT_EQ(model.trainable_params().get("layers.0.lora.down_proj.a").shape[1] * 2, config.ffn_dim);
     EXPECT_EQ(model.trainable_params().get("lora.output.a").shape, (Shape{4, config.dim}));
+    EXPECT_EQ(model.trainable_params().get("lora.output.b").shape, (Shape{config.vocab_size / 2, 4}));
     EXPECT_EQ(model.trainable_params().numel(), lora_parameter_count(config, lora, 2));  // the memory estimate's count
 
     expect_same_step(reference, model, *comm, 1e-12, name);
@@ -171,10 +179,13 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallel,
                                          Case{"gpt2_tiny", DType::f64, false, 1e-12},
                                          Case{"mpt_tiny", DType::f64, true, 1e-12},
                                          Case{"llama_tiny", DType::f32, true, 1e-5},
-                                         Case{"gpt2_tiny", DType::bf16, false, 2e-2}),
+                                         Case{"gpt2_tiny", DType::bf16, false, 2e-2},
+                                         Case{"gpt2_tiny", DType::f64, false, 1e-12, 255},
+                                         Case{"llama_tiny", DType::f32, false, 1e-5, 255}),
                          [](const testing::TestParamInfo<Case>& info) {
-                           return fmt::format("{}_{}{}", info.param.model, dtype_name(info.param.dtype),
-                                              info.param.checkpointing ? "_checkpointed" : "");
+                           return fmt::format("{}_{}{}{}", info.param.model, dtype_name(info.param.dtype),
+                                              info.param.checkpointing ? "_checkpointed" : "",
+                                              info.param.vocab ? fmt::format("_vocab{}", info.param.vocab) : "");
                          });
 
 }  // namespace

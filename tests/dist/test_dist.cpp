@@ -196,34 +196,38 @@ TEST(Plan, MatchesAHandCalculation) {
   ASSERT_EQ(small_model().num_params(), 210240);
   const Plan p = plan_run(small_plan(1));
   // tp 2 splits each layer's projections (qkv 192·64, out 64·64, up 256·64,
-  // down 64·128: 40960) and holds the other 128320 (embeddings, head, norms)
-  // whole: 128320 + 40960 = 169280 parameters per tp rank. ZeRO-1 shards
-  // AdamW's 8 B over dp = 4.
-  ASSERT_EQ(small_model().num_params_per_rank(2), 169280);
-  EXPECT_DOUBLE_EQ(p.weights, 4 * 169280.0);
-  EXPECT_DOUBLE_EQ(p.gradients, 4 * 169280.0);
-  EXPECT_DOUBLE_EQ(p.optimizer, 8 * 169280.0 / 4);
-  EXPECT_DOUBLE_EQ(p.compute_copy, 2 * 169280.0);
+  // down 64·128: 40960 per rank) and the vocabulary of 1000 (embeddings and
+  // head, 64000 per rank), and holds the norms' 320 whole: 320 + 40960 + 64000
+  // = 105280 parameters per tp rank. ZeRO-1 shards AdamW's 8 B over dp = 4.
+  ASSERT_EQ(small_model().num_params_per_rank(2), 105280);
+  ModelConfig odd = small_model();  // a vocabulary tp 2 cannot split: every rank holds all of it
+  odd.vocab_size = 999;
+  EXPECT_EQ(odd.num_params_per_rank(2), odd.num_params() - 40960);
+  EXPECT_DOUBLE_EQ(p.weights, 4 * 105280.0);
+  EXPECT_DOUBLE_EQ(p.gradients, 4 * 105280.0);
+  EXPECT_DOUBLE_EQ(p.optimizer, 8 * 105280.0 / 4);
+  EXPECT_DOUBLE_EQ(p.compute_copy, 2 * 105280.0);
   EXPECT_DOUBLE_EQ(p.gathered, 0);
   EXPECT_DOUBLE_EQ(p.activations, double(activation_bytes(small_model(), DType::bf16, 2, 32, false, 2)));
-  EXPECT_DOUBLE_EQ(p.total, 4 * 169280.0 * 2 + 2 * 169280.0 + 2 * 169280.0 + p.activations);
+  EXPECT_DOUBLE_EQ(p.total, 4 * 105280.0 * 2 + 2 * 105280.0 + 2 * 105280.0 + p.activations);
   // 2·32·4 = 256 tokens per replica, 1024 per step; FLOPs per token
   // 6·(82240 + 64000) + 12·2·4·16·32 = 926592, split over tp 2.
   EXPECT_DOUBLE_EQ(p.tokens_per_step, 1024);
   EXPECT_DOUBLE_EQ(p.flops, 926592.0 * 256 / 2);
   EXPECT_DOUBLE_EQ(p.compute_s, 118603776.0 / 0.5e12);
-  // reduce_scatter fp32 gradients + all_gather bf16 weights: 3/4 · 6 B · 169280;
+  // reduce_scatter fp32 gradients + all_gather bf16 weights: 3/4 · 6 B · 105280;
   // 8 devices over nodes of 4: between nodes at 1e8 B/s.
-  EXPECT_DOUBLE_EQ(p.dp_bytes, 761760);
+  EXPECT_DOUBLE_EQ(p.dp_bytes, 473760);
   EXPECT_TRUE(p.dp_inter_node);
-  EXPECT_DOUBLE_EQ(p.dp_s, 761760 / 1e8);
-  // tp: 4 micro-batches · 2 layers · 4 all_reduces' worth · 2·(1/2) · (2·32·64·2 B),
-  // and the all_reduce of the 128320 whole parameters' fp32 gradients, in a node.
-  EXPECT_DOUBLE_EQ(p.tp_bytes, 4 * 8 * 8192.0 + 4 * 128320.0);
+  EXPECT_DOUBLE_EQ(p.dp_s, 473760 / 1e8);
+  // tp: 4 micro-batches · (2 layers · 4 + 2 for the split vocabulary) all_reduces'
+  // worth · 2·(1/2) · (2·32·64·2 B), and the all_reduce of the 320 whole
+  // parameters' fp32 gradients, in a node.
+  EXPECT_DOUBLE_EQ(p.tp_bytes, 4 * 10 * 8192.0 + 4 * 320.0);
   EXPECT_FALSE(p.tp_inter_node);
-  EXPECT_DOUBLE_EQ(p.tp_s, 775424 / 1e9);
-  EXPECT_NEAR(p.step_s, 2.37207552e-4 + 7.6176e-3 + 7.75424e-4, 1e-15);
-  EXPECT_NEAR(p.step_overlap_s, 7.6176e-3 + 7.75424e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(p.tp_s, 328960 / 1e9);
+  EXPECT_NEAR(p.step_s, 2.37207552e-4 + 4.7376e-3 + 3.2896e-4, 1e-15);
+  EXPECT_NEAR(p.step_overlap_s, 4.7376e-3 + 3.2896e-4, 1e-15);
   EXPECT_DOUBLE_EQ(p.steps, 977);  // ceil(1e6 / 1024)
   EXPECT_NEAR(p.train_s, 977 * p.step_s, 1e-12);
   EXPECT_TRUE(p.fits);
@@ -231,20 +235,20 @@ TEST(Plan, MatchesAHandCalculation) {
 
 TEST(Plan, ZeroStagesShardMoreAndSendWhatTheyMust) {
   const Plan z0 = plan_run(small_plan(0)), z2 = plan_run(small_plan(2)), z3 = plan_run(small_plan(3));
-  EXPECT_DOUBLE_EQ(z0.optimizer, 8 * 169280.0);
-  EXPECT_DOUBLE_EQ(z0.dp_bytes, 2 * 0.75 * 4 * 169280);               // all_reduce of fp32 gradients
-  // The shard, and three units' gradients: the 64000-weight embedding table,
-  // larger than a tp rank's part of a layer (20640, below).
-  EXPECT_DOUBLE_EQ(z2.gradients, 4 * 169280.0 / 4 + 4 * 3 * 64000.0);
-  EXPECT_DOUBLE_EQ(z2.dp_bytes, 0.75 * (4 * 4 * 169280.0 + 2 * 169280));  // reduce_scatter per micro-batch
-  EXPECT_DOUBLE_EQ(z3.weights, 4 * 169280.0 / 4);
+  EXPECT_DOUBLE_EQ(z0.optimizer, 8 * 105280.0);
+  EXPECT_DOUBLE_EQ(z0.dp_bytes, 2 * 0.75 * 4 * 105280);               // all_reduce of fp32 gradients
+  // The shard, and three units' gradients: a tp rank's 32000 rows of the
+  // embedding table, more than its part of a layer (20640, below).
+  EXPECT_DOUBLE_EQ(z2.gradients, 4 * 105280.0 / 4 + 4 * 3 * 32000.0);
+  EXPECT_DOUBLE_EQ(z2.dp_bytes, 0.75 * (4 * 4 * 105280.0 + 2 * 105280));  // reduce_scatter per micro-batch
+  EXPECT_DOUBLE_EQ(z3.weights, 4 * 105280.0 / 4);
   EXPECT_DOUBLE_EQ(z3.compute_copy, 0);
-  // Two units, each the 64000-weight embedding table (held whole; larger than
-  // a tp rank's part of a layer, (82240 - 81920 + 40960) / 2 = 20640), at 4 + 2
-  // + 4 bytes (fp32 weights, their bf16 cast, fp32 gradients), and a layer's
+  // Two units, each a tp rank's 32000 rows of the embedding table (more than
+  // its part of a layer, (82240 - 81920 + 40960) / 2 = 20640), at 4 + 2 + 4
+  // bytes (fp32 weights, their bf16 cast, fp32 gradients), and a layer's
   // gradients in flight.
-  EXPECT_DOUBLE_EQ(z3.gathered, 2 * 64000 * 10.0 + 4 * 20640);
-  EXPECT_DOUBLE_EQ(z3.dp_bytes, 4 * 0.75 * (2 * 4 + 4) * 169280.0);  // fp32 gathers for forward and backward
+  EXPECT_DOUBLE_EQ(z3.gathered, 2 * 32000 * 10.0 + 4 * 20640);
+  EXPECT_DOUBLE_EQ(z3.dp_bytes, 4 * 0.75 * (2 * 4 + 4) * 105280.0);  // fp32 gathers for forward and backward
   PlanInput one = small_plan(3);
   one.dp = 1;
   EXPECT_DOUBLE_EQ(plan_run(one).dp_bytes, 0);

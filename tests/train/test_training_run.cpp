@@ -405,12 +405,14 @@ TEST_F(DataParallelRun, TensorParallelRanksTrainLikeOneProcess) {
   // Two ranks each holding half of every layer's heads and features and half of
   // the rows (tp 2), and a 2 x 2 mesh of four ranks (tp 2 x dp 2, each tp pair
   // on half of the global batch) at ZeRO stages 1 to 3, train the model one
-  // process trains. Dropping the tp reduction of the norms' and embeddings'
-  // gradients (tried while writing this) fails every step after the first.
+  // process trains. Dropping the tp reduction of the norms' gradients (tried
+  // while writing this, with the embeddings then whole) fails every step after
+  // the first.
   ASSERT_EQ(train("single", 1, 4, 20, ""), 0) << log();
   ASSERT_EQ(train("tp2", 2, 4, 20, "checkpoint: {every_n_steps: 4, keep_last_n: 0}\n", {"distributed.tp=2"}), 0)
       << log();
-  EXPECT_NE(log().find("ranks: 2 (MPI), tensor parallel 2 (with sequence parallelism) x data parallel 1\n"),
+  EXPECT_NE(log().find("ranks: 2 (MPI), tensor parallel 2 (with sequence parallelism, vocabulary split) x data "
+                       "parallel 1\n"),
             std::string::npos)
       << log();
   EXPECT_NE(log().find("memory estimate on cpu (fp32, per rank of 1 data-parallel x 2 tensor-parallel"),
@@ -422,10 +424,12 @@ TEST_F(DataParallelRun, TensorParallelRanksTrainLikeOneProcess) {
   const SafetensorsFile weights(root_ + "/tp2/step_0000004/model.safetensors");
   EXPECT_EQ(weights.entry("layers.0.attn.qkv.weight").shape, Shape({128, 64}));
   EXPECT_EQ(weights.entry("layers.0.mlp.down.weight").shape, Shape({64, 192}));
+  EXPECT_EQ(weights.entry("tok_embeddings.weight").shape, Shape({256, 64}));  // split by vocabulary rows
   EXPECT_TRUE(fs::exists(root_ + "/tp2/step_0000004/optimizer-00001-of-00002.safetensors"));
   for (const std::string zero : {"1", "2", "3"}) {
     ASSERT_EQ(train("mesh" + zero, 4, 2, 20, "", {"distributed.tp=2", "distributed.zero=" + zero}), 0) << log();
-    EXPECT_NE(log().find("ranks: 4 (MPI), tensor parallel 2 (with sequence parallelism) x data parallel 2, ZeRO"),
+    EXPECT_NE(log().find("ranks: 4 (MPI), tensor parallel 2 (with sequence parallelism, vocabulary split) x data "
+                         "parallel 2, ZeRO"),
               std::string::npos)
         << log();
     expect_same_losses(losses("single"), losses("mesh" + zero));

@@ -12,20 +12,25 @@ namespace {
 
 // Parameters of a tp rank's part of one layer, and of the embedding table.
 double layer_params(const ModelConfig& m, int tp) {
-  return double(m.num_non_embedding_params() - m.num_split_params() + m.num_split_params() / tp) / double(m.n_layers);
+  const int64_t split = m.num_projection_params();
+  return double(m.num_non_embedding_params() - split + split / tp) / double(m.n_layers);
+}
+
+double table_params(const ModelConfig& m, int tp) {
+  return double(m.vocab_size * m.dim) / (m.splits_vocabulary(tp) ? tp : 1);
 }
 
 }  // namespace
 
 double zero3_gathered_bytes(const ModelConfig& m, DType dtype, int tp) {
-  const double layer = layer_params(m, tp), table = double(m.vocab_size * m.dim);
+  const double layer = layer_params(m, tp), table = table_params(m, tp);
   const double per_element = 4 + 4 + (dtype == DType::bf16 ? 2 : 0);
   const double units = 2 * std::max(layer, table) + (m.tie_embeddings ? table : 0);
   return units * per_element + 4 * layer;
 }
 
 double zero2_unit_gradient_bytes(const ModelConfig& m, int tp) {
-  const double layer = layer_params(m, tp), table = double(m.vocab_size * m.dim);
+  const double layer = layer_params(m, tp), table = table_params(m, tp);
   return 4 * (3 * std::max(layer, table) + (m.tie_embeddings ? table : 0));
 }
 
@@ -78,11 +83,14 @@ Plan plan_run(const PlanInput& in) {
   // Sequence parallelism: per layer an all_gather and a reduce_scatter of the
   // activations (together what an all_reduce sends) around attention and
   // around the MLP forward, the same backward, and again when the forward pass
-  // is recomputed; once per step, an all_reduce of the gradients of what every
-  // tp rank holds whole (embeddings, head, norms).
+  // is recomputed; a split vocabulary adds the same around the embedding
+  // lookup and the output projection, forward and backward; once per step, an
+  // all_reduce of the gradients of what every tp rank holds whole (norms;
+  // embeddings and head unless the vocabulary is split).
   const double activation = double(in.micro_batch * in.seq_len * m.dim) * w;
-  const double tp_all_reduces = double(m.n_layers) * (in.activation_checkpointing ? 6 : 4);
-  const double replicated = double(m.num_params() - m.num_split_params());
+  const double tp_all_reduces =
+      double(m.n_layers) * (in.activation_checkpointing ? 6 : 4) + (m.splits_vocabulary(in.tp) ? 2 : 0);
+  const double replicated = double(m.num_params() - m.num_split_params(in.tp));
   p.tp_bytes = 2 * (tp - 1) / tp * (g * tp_all_reduces * activation + (in.tp > 1 ? 4 * replicated : 0));
 
   p.tp_inter_node = in.tp > in.hw.devices_per_node;

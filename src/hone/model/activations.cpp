@@ -53,9 +53,12 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   a.output = arena.take(hidden, dtype);
   a.final_norm = arena.take(hidden, dtype);
   norm_stats(a.final_norm_mean, a.final_norm_rstd);
-  a.logits = arena.take({batch * seq / tp, c.vocab_size}, dtype);
-  a.token_losses = arena.take(rows, stats);
-  a.logits_lse = arena.take(rows, stats);
+  const bool split_vocabulary = c.splits_vocabulary(tp);
+  a.final_norm_all = split_vocabulary ? arena.take(all_rows, dtype) : a.final_norm;
+  const Shape loss_rows = split_vocabulary ? Shape{batch * seq} : rows;
+  a.logits = arena.take({loss_rows[0], split_vocabulary ? c.vocab_size / tp : c.vocab_size}, dtype);
+  a.token_losses = arena.take(loss_rows, stats);
+  a.logits_lse = arena.take(loss_rows, stats);
 
   a.branch = arena.take(hidden, dtype);
   a.branch_all = all(a.branch);

@@ -33,8 +33,13 @@ struct Activations {
   std::vector<LayerActivations> layers;
   Tensor output;  // residual stream after the last layer
   Tensor final_norm, final_norm_mean, final_norm_rstd;
-  Tensor logits;                     // [B·T, V]; the backward pass turns it into its gradient
-  Tensor token_losses, logits_lse;   // [B·T], compute dtype
+  // The output projection's input and output. A split vocabulary
+  // (ModelConfig::splits_vocabulary) computes the logits of all B·T rows for
+  // this rank's V/tp classes, from the gathered final norm; otherwise the
+  // projection reads final_norm itself and computes this rank's rows.
+  Tensor final_norm_all;
+  Tensor logits;                     // [rows, classes]; the backward pass turns it into its gradient
+  Tensor token_losses, logits_lse;   // [rows], compute dtype
   // Scratch shared by all layers.
   Tensor branch;      // a projection's output before it joins the residual stream
   Tensor branch_all;  // tp: out's and down's partial sums, before the reduce-scatter

@@ -33,20 +33,24 @@ int64_t ModelConfig::num_non_embedding_params() const {
   return n_layers * layer + norm_params;
 }
 
+int64_t ModelConfig::num_vocabulary_params() const { return (tie_embeddings ? 1 : 2) * vocab_size * dim; }
+
 int64_t ModelConfig::num_params() const {
-  int64_t embeddings = vocab_size * dim;
-  if (!tie_embeddings) embeddings += vocab_size * dim;
-  if (position == PositionKind::learned) embeddings += max_seq_len * dim;
-  return num_non_embedding_params() + embeddings;
+  const int64_t positions = position == PositionKind::learned ? max_seq_len * dim : 0;
+  return num_non_embedding_params() + num_vocabulary_params() + positions;
 }
 
-int64_t ModelConfig::num_split_params() const {
+int64_t ModelConfig::num_projection_params() const {
   const int64_t projections = qkv_dim() * dim + dim * n_heads * head_dim() + mlp_up_dim() * dim + dim * ffn_dim;
   return n_layers * (projections + (linear_bias ? qkv_dim() + mlp_up_dim() : 0));
 }
 
+int64_t ModelConfig::num_split_params(int tp) const {
+  return num_projection_params() + (splits_vocabulary(tp) ? num_vocabulary_params() : 0);
+}
+
 int64_t ModelConfig::num_params_per_rank(int tp) const {
-  return num_params() - num_split_params() + num_split_params() / tp;
+  return num_params() - num_split_params(tp) + num_split_params(tp) / tp;
 }
 
 double ModelConfig::training_flops_per_token(int64_t seq_len) const {

@@ -23,6 +23,10 @@ struct RopeScaling {
   bool enabled() const { return factor != 1.0; }
 };
 
+// Whether tensor parallelism over tp ranks splits a vocabulary of vocab_size
+// (ModelConfig::splits_vocabulary).
+inline bool splits_vocabulary(int64_t vocab_size, int64_t tp) { return tp > 1 && vocab_size % tp == 0; }
+
 struct ModelConfig {
   std::string name = "custom";
   Family family = Family::llama;
@@ -53,10 +57,15 @@ struct ModelConfig {
   // Throws hone::Error naming the first inconsistent field.
   void validate() const;
   int64_t num_params() const;
-  // Tensor parallelism: the parameters it splits (every attention and MLP
-  // projection, the column-parallel biases), and what one of `tp` ranks holds:
-  // its part of those, all of the rest.
-  int64_t num_split_params() const;
+  // Tensor parallelism over tp ranks splits every attention and MLP projection
+  // (and the column-parallel biases) and, when tp divides vocab_size, the token
+  // embeddings and the output projection by vocabulary rows (Megatron's
+  // vocab-parallel embedding and cross-entropy; otherwise every rank holds them
+  // whole). One rank holds its part of the split parameters, all of the rest.
+  bool splits_vocabulary(int64_t tp) const { return hone::splits_vocabulary(vocab_size, tp); }
+  int64_t num_projection_params() const;  // the projections and column-parallel biases
+  int64_t num_vocabulary_params() const;  // token embeddings and an untied output projection
+  int64_t num_split_params(int tp) const;
   int64_t num_params_per_rank(int tp) const;
   // Parameters outside the embedding tables and the output projection.
   int64_t num_non_embedding_params() const;

@@ -44,7 +44,7 @@ std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lor
       targets.push_back({"down_proj", i, layer + "mlp.down.weight", 0, c.dim, c.ffn_dim, columns});
     }
   }
-  if (lora.apply_to_output) targets.push_back({"output", -1, "lm_head.weight", 0, c.vocab_size, c.dim, whole});
+  if (lora.apply_to_output) targets.push_back({"output", -1, "lm_head.weight", 0, c.vocab_size, c.dim, vocabulary});
   return targets;
 }
 

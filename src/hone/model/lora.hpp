@@ -32,13 +32,18 @@ struct LoraTarget {
   int64_t row_begin = 0, rows = 0, in = 0;
   // Under tensor parallelism the base weight is split by its output rows (q, k,
   // v, gate and up: B [rows, rank] is split with them), by its input columns
-  // (output_proj, down_proj: A [rank, in] is split), or is whole (output).
-  enum class Split { whole, rows, columns } split = Split::whole;
+  // (output_proj, down_proj: A [rank, in] is split), or, the output projection,
+  // by its vocabulary rows where tp splits the vocabulary (else it is whole).
+  enum class Split { rows, columns, vocabulary } split = Split::rows;
+  bool splits_rows(int64_t tp) const {
+    return tp > 1 && (split == Split::rows || (split == Split::vocabulary && splits_vocabulary(rows, tp)));
+  }
+  bool splits_columns(int64_t tp) const { return tp > 1 && split == Split::columns; }
   // This rank's share of a tp-way split model: B's rows (and where they begin in
   // the rank's part of the base weight), A's input columns.
-  int64_t rows_per_rank(int64_t tp) const { return split == Split::rows ? rows / tp : rows; }
-  int64_t row_begin_per_rank(int64_t tp) const { return split == Split::rows ? row_begin / tp : row_begin; }
-  int64_t in_per_rank(int64_t tp) const { return split == Split::columns ? in / tp : in; }
+  int64_t rows_per_rank(int64_t tp) const { return splits_rows(tp) ? rows / tp : rows; }
+  int64_t row_begin_per_rank(int64_t tp) const { return splits_rows(tp) ? row_begin / tp : row_begin; }
+  int64_t in_per_rank(int64_t tp) const { return splits_columns(tp) ? in / tp : in; }
 };
 
 // The adapters `lora` puts on a model of `config`, in declaration order; throws

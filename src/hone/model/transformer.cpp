@@ -35,6 +35,7 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
                "model {}: tensor parallelism over {} ranks needs {} attention heads, {} key/value heads and ffn_dim "
                "{} to be multiples of {}",
                config_.name, tp_size_, config_.n_heads, config_.n_kv_heads, config_.ffn_dim, tp_size_);
+    split_vocabulary_ = config_.splits_vocabulary(tp_size_);
   }
   declare_parameters();
   layer_adapters_.resize(layers_.size());  // empty without LoRA
@@ -76,7 +77,11 @@ void Transformer::declare_parameters() {
     }
   };
 
-  tok_embeddings_ = &params_.declare("tok_embeddings.weight", {c.vocab_size, c.dim}, true, unit);
+  // A split vocabulary: each rank holds vocab/tp rows of the token embeddings
+  // and of the output projection.
+  const TensorSplit vocabulary =
+      split_vocabulary_ ? TensorSplit{.dim = 0, .parts = tp_size_, .index = tp_rank_} : TensorSplit{};
+  tok_embeddings_ = &params_.declare("tok_embeddings.weight", {c.vocab_size, c.dim}, true, unit, vocabulary);
   if (c.position == PositionKind::learned) {
     pos_embeddings_ = &params_.declare("pos_embeddings.weight", {c.max_seq_len, c.dim}, true, unit);
   }
@@ -98,7 +103,7 @@ void Transformer::declare_parameters() {
   unit = head_unit();
   norm("norm", final_norm_weight_, final_norm_bias_);
   lm_head_ = c.tie_embeddings ? tok_embeddings_
-                              : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true, unit);
+                              : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true, unit, vocabulary);
 }
 
 void Transformer::declare_lora() {
@@ -106,8 +111,7 @@ void Transformer::declare_lora() {
   uint64_t stream = 0;
   for (const LoraTarget& t : lora_targets(config_, lora)) {
     const std::string prefix = t.layer < 0 ? "lora." : "layers." + std::to_string(t.layer) + ".lora.";
-    const bool split_rows = tp_size_ > 1 && t.split == LoraTarget::Split::rows;
-    const bool split_columns = tp_size_ > 1 && t.split == LoraTarget::Split::columns;
+    const bool split_rows = t.splits_rows(tp_size_), split_columns = t.splits_columns(tp_size_);
     const TensorSplit part{.dim = split_rows ? 0 : 1, .parts = tp_size_, .index = tp_rank_};
     // The adapters of split inputs (out, down) draw each rank's own dropout masks;
     // the others see the same whole input, and the same masks, on every rank.
@@ -290,9 +294,56 @@ void Transformer::reduce_scatter_rows(const Tensor& all, const Tensor& rows) con
   if (tp_) tp_->reduce_scatter(all, rows);
 }
 
-Tensor Transformer::local_targets() const {
+Tensor Transformer::loss_targets() const {
   const Tensor all = targets_.view({targets_.numel(), 1});
-  return tp_ ? rows_of(all).view({all.numel() / tp_size_}) : all.view({all.numel()});
+  return tp_ && !split_vocabulary_ ? rows_of(all).view({all.numel() / tp_size_}) : all.view({all.numel()});
+}
+
+Tensor Transformer::token_losses() const {
+  const Tensor& losses = acts_.token_losses;
+  return split_vocabulary_ ? rows_of(losses.view({losses.numel(), 1})).view({losses.numel() / tp_size_}) : losses;
+}
+
+ops::VocabPart Transformer::vocab_part() const {
+  if (!split_vocabulary_) return {};
+  return {.first = tp_rank_ * (config_.vocab_size / tp_size_), .classes = config_.vocab_size};
+}
+
+ops::LossSum Transformer::merge_vocab_parts(int64_t tokens) {
+  // Per row, rank r has lse_r, the logsumexp of its classes, and lse_r - z_r,
+  // where z_r is the target's logit on the rank that holds the target and 0 on
+  // the others. So lse = log Σ_r exp(lse_r), z = Σ_r (lse_r - (lse_r - z_r)),
+  // loss = lse - z. Two numbers per row and rank: all-gathered, merged on the host.
+  const Tensor& lse = acts_.logits_lse;
+  const Tensor& losses = acts_.token_losses;
+  const int64_t rows = lse.numel();
+  const Tensor mine = Tensor::empty({2, rows}, lse.dtype(), device_);
+  mine[0].copy_from(lse);
+  mine[1].copy_from(losses);
+  const Tensor parts = Tensor::empty({tp_size_, 2, rows}, lse.dtype(), device_);
+  tp_->all_gather(mine, parts);
+  const std::vector<double> part = parts.to_vector<double>();
+  const std::vector<int32_t> targets = targets_.to_vector<int32_t>();
+  auto part_lse = [&](int r, int64_t row) { return part[size_t(2 * r * rows + row)]; };
+  auto part_loss = [&](int r, int64_t row) { return part[size_t((2 * r + 1) * rows + row)]; };
+  const size_t n = size_t(rows);
+  std::vector<double> whole_lse(n), whole_losses(n, 0.0);
+  ops::LossSum total{.sum = 0, .tokens = tokens};
+  for (int64_t row = 0; row < rows; ++row) {
+    double max = part_lse(0, row);
+    for (int r = 1; r < tp_size_; ++r) max = std::max(max, part_lse(r, row));
+    double sum = 0, target_logit = 0;
+    for (int r = 0; r < tp_size_; ++r) {
+      sum += std::exp(part_lse(r, row) - max);
+      target_logit += part_lse(r, row) - part_loss(r, row);
+    }
+    whole_lse[size_t(row)] = max + std::log(sum);
+    if (targets[size_t(row)] != ops::kIgnoreIndex) whole_losses[size_t(row)] = whole_lse[size_t(row)] - target_logit;
+    total.sum += whole_losses[size_t(row)];
+  }
+  lse.copy_from(to_tensor(whole_lse, {rows}, lse.dtype(), device_));
+  losses.copy_from(to_tensor(whole_losses, {rows}, losses.dtype(), device_));
+  return total;
 }
 
 void Transformer::norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y,
@@ -376,9 +427,17 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   const int64_t n = c.n_layers;
   acquire(kEmbeddingUnit, false, layer_unit(0));
   const Tensor& first = a.layers[0].input;
-  ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_), tp_ ? a.branch_all : first,
-                         positions);
-  if (tp_) first.copy_from(rows_of(a.branch_all));
+  if (split_vocabulary_) {
+    // Each rank looks up every row's id where it holds the id (zeros elsewhere),
+    // rank 0 adds the positions, and the sums come reduce-scattered into rows.
+    ops::embedding_forward(tokens, tok_embeddings_->value, tp_rank_ == 0 ? value_or_none(pos_embeddings_) : Tensor(),
+                           a.branch_all, positions, vocab_part());
+    reduce_scatter_rows(a.branch_all, first);
+  } else {
+    ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_),
+                           tp_ ? a.branch_all : first, positions);
+    if (tp_) first.copy_from(rows_of(a.branch_all));
+  }
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
     acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
@@ -387,11 +446,14 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   }
   acquire(head_unit(), false);  // held into backward, which starts there
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
-  project(a.final_norm, lm_head_, nullptr, output_adapters_, a.logits);
+  if (split_vocabulary_) gather_rows(a.final_norm, a.final_norm_all);
+  project(a.final_norm_all, lm_head_, nullptr, output_adapters_, a.logits);
   if (!targets.defined()) return {};
   HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
              tokens.shape().str());
-  const ops::LossSum loss = ops::cross_entropy_forward(a.logits, local_targets(), a.token_losses, a.logits_lse);
+  const ops::LossSum loss =
+      ops::cross_entropy_forward(a.logits, loss_targets(), a.token_losses, a.logits_lse, vocab_part());
+  if (split_vocabulary_) return merge_vocab_parts(loss.tokens);  // every rank: the whole batch's
   if (!tp_) return loss;
   // The whole batch's loss: every rank's rows.
   const Tensor sum = Tensor::from(std::vector{loss.sum, double(loss.tokens)}, {2}).to(device_);
@@ -438,9 +500,12 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !lora_;
   acquire(head_unit(), true, layer_unit(c.n_layers - 1));
   if (tied) acquire(kEmbeddingUnit, true);
-  ops::cross_entropy_backward(a.logits, local_targets(), a.logits_lse, loss_scale);
+  ops::cross_entropy_backward(a.logits, loss_targets(), a.logits_lse, loss_scale, vocab_part());
   const Tensor& d_logits = a.logits;
-  project_backward(d_logits, a.final_norm, lm_head_, nullptr, output_adapters_, a.d_norm);
+  // A split vocabulary: every row's input gradient is a sum over the ranks' classes.
+  project_backward(d_logits, a.final_norm_all, lm_head_, nullptr, output_adapters_,
+                   split_vocabulary_ ? a.d_norm_all : a.d_norm);
+  if (split_vocabulary_) reduce_scatter_rows(a.d_norm_all, a.d_norm);
   a.d_residual.zero_();
   norm_backward(a.d_norm, a.output, final_norm_weight_, final_norm_bias_, a.final_norm_mean, a.final_norm_rstd,
                 a.d_residual);
@@ -483,12 +548,20 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   }
   if (train_embeddings) {
     acquire(kEmbeddingUnit, true);
-    if (tp_) {  // this rank's rows' part of the gradient
-      a.d_residual_all.zero_();
-      rows_of(a.d_residual_all).copy_from(a.d_residual);
+    if (split_vocabulary_) {
+      // Every row's gradient to the ids this rank holds; rank 0, which added the
+      // positions, to theirs.
+      gather_rows(a.d_residual, a.d_residual_all);
+      ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad,
+                              tp_rank_ == 0 ? grad_or_none(pos_embeddings_) : Tensor(), positions_, vocab_part());
+    } else {
+      if (tp_) {  // this rank's rows' part of the gradient
+        a.d_residual_all.zero_();
+        rows_of(a.d_residual_all).copy_from(a.d_residual);
+      }
+      ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad, grad_or_none(pos_embeddings_),
+                              positions_);
     }
-    ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad, grad_or_none(pos_embeddings_),
-                            positions_);
   }
   if (tied || train_embeddings) release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong

@@ -139,11 +139,16 @@ class Transformer {
   // samples into a row: each token's position within its own sample (ops.hpp).
   ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {});
   // Logits of the last forward pass, [batch·seq, vocab]; backward() overwrites
-  // them. (Tensor parallelism: this rank's rows; the loss is the whole batch's.)
+  // them. (Tensor parallelism: this rank's rows, or, where it splits the
+  // vocabulary, all rows and this rank's vocab/tp classes; the loss is the
+  // whole batch's.)
   const Tensor& logits() const { return acts_.logits; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
   // (0 where the target is masked; tensor parallelism: this rank's rows).
-  const Tensor& token_losses() const { return acts_.token_losses; }
+  Tensor token_losses() const;
+  // Tensor parallelism splits the token embeddings and the output projection by
+  // vocabulary rows (ModelConfig::splits_vocabulary).
+  bool splits_vocabulary() const { return split_vocabulary_; }
 
   // Told during backward() which trainable parameters' gradients are final, as
   // soon as they are: the output head's, then each layer's from the last (the
@@ -182,8 +187,14 @@ class Transformer {
   void reduce_scatter_rows(const Tensor& all, const Tensor& rows) const;
   // A row-parallel projection's bias: rank 0 adds it (and owns its gradient).
   const Parameter* row_parallel_bias(const Parameter* bias) const { return tp_rank_ == 0 ? bias : nullptr; }
-  // This rank's targets of the last forward pass, [rows].
-  Tensor local_targets() const;
+  // The targets of the last forward pass that this rank's loss covers, [rows]:
+  // its rows under tensor parallelism, all rows where the vocabulary is split.
+  Tensor loss_targets() const;
+  // The classes this rank's embedding rows and logits stand for.
+  ops::VocabPart vocab_part() const;
+  // A split vocabulary: each row's logsumexp and loss from every rank's part of
+  // them (cross_entropy_forward with a VocabPart), written back in place.
+  ops::LossSum merge_vocab_parts(int64_t tokens);
   // The trainable parameters of layer i (its adapters with LoRA); i = -1: of the
   // output head (final norm, an untied output projection, their adapters).
   std::vector<Parameter*> trainable_in_layer(int64_t i);
@@ -215,6 +226,7 @@ class Transformer {
   UnitResidency* residency_ = nullptr;
   dist::Communicator* tp_ = nullptr;
   int tp_size_ = 1, tp_rank_ = 0;
+  bool split_vocabulary_ = false;
   bool training_ = true;
   uint64_t dropout_round_ = 0;
   uint64_t dropout_seed_ = 0;
