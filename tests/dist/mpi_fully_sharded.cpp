@@ -1,7 +1,9 @@
 // ZeRO-3 (FullyShardedParameters) on 2 MPI ranks against the unsharded model in
 // the same process, run by ctest as `mpirun -np 2 mpi_fully_sharded`. Both ranks
 // feed the same batch, so the reduce-scattered gradients are exactly twice the
-// unsharded model's (x + x is exact in floating point).
+// unsharded model's (x + x is exact in floating point). A bf16 model gathers its
+// projections' bf16 copies: each rank's cast of its chunk is the same as a
+// slice of the whole's cast, so the passes stay exactly equal.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,6 +87,12 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneUnitGatheredAhead) {
     // The head waits for backward, and so do tied embeddings (the head's projection).
     const bool tied = config.tie_embeddings;
     EXPECT_EQ(sharded.gathered_units(), tied ? 2 : 1);
+    // The held head: a bf16 model gathered only the bf16 copy of its projection
+    // (GEMMs read nothing else), and the norm's fp32 master weights, which it reads.
+    const Parameter& head = base.get(tied ? "tok_embeddings.weight" : "lm_head.weight");
+    EXPECT_EQ(head.value.defined(), c.dtype == DType::f32 || tied) << "the lookup reads tied embeddings' fp32 weights";
+    EXPECT_TRUE(head.compute.defined());
+    EXPECT_TRUE(base.get("norm.weight").value.defined());
     reference.backward(1.0 / double(expected.tokens));
     model.backward(1.0 / double(loss.tokens));
     EXPECT_EQ(sharded.gathered_units(), 0);

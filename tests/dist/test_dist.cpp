@@ -248,7 +248,9 @@ TEST(Plan, ZeroStagesShardMoreAndSendWhatTheyMust) {
   // bytes (fp32 weights, their bf16 cast, fp32 gradients), and a layer's
   // gradients in flight.
   EXPECT_DOUBLE_EQ(z3.gathered, 2 * 32000 * 10.0 + 4 * 20640);
-  EXPECT_DOUBLE_EQ(z3.dp_bytes, 4 * 0.75 * (2 * 4 + 4) * 105280.0);  // fp32 gathers for forward and backward
+  // Gathers for forward and backward: the 72960 projection and head weights
+  // (40960 + 32000) as bf16, the other 32320 as fp32; fp32 gradients.
+  EXPECT_DOUBLE_EQ(z3.dp_bytes, 4 * 0.75 * (2 * (2 * 72960 + 4 * 32320) + 4 * 105280.0));
   PlanInput one = small_plan(3);
   one.dp = 1;
   EXPECT_DOUBLE_EQ(plan_run(one).dp_bytes, 0);

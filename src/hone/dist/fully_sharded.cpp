@@ -33,28 +33,52 @@ std::vector<size_t> FullyShardedParameters::sets_of(int unit) const {
   return holding;
 }
 
-FullyShardedParameters::Gathered& FullyShardedParameters::start_gather(Key key) {
+FullyShardedParameters::Gathered& FullyShardedParameters::start_gather(Key key, bool for_training) {
   const ParameterSet& set = *sets_[key.first];
   Gathered& g = present_[key];
   const Tensor& stored = set.values();
-  g.values = buffers_.take(set.gathered_numel(key.second), stored.dtype());
+  const int64_t numel = set.gathered_numel(key.second);
+  g.compute_only_cast = for_training && set.compute_dtype() != stored.dtype();
+  bool any_values = false;
+  for (const ParameterSet::Group& group : set.groups()) {
+    any_values = any_values || (group.unit == key.second && !(g.compute_only_cast && group.compute_only));
+  }
+  if (any_values) g.values = buffers_.take(numel, stored.dtype());
+  if (set.compute_dtype() != stored.dtype()) g.compute = buffers_.take(numel, set.compute_dtype());
   for (const ParameterSet::Group& group : set.groups()) {
     if (group.unit != key.second) continue;
-    g.pending.push_back(group_.start_all_gather(stored.slice(group.stored, {group.chunk}),
-                                                g.values.slice(group.gathered, {group.chunk * group_.size()})));
+    const Tensor chunk = stored.slice(group.stored, {group.chunk});
+    const int64_t gathered = group.chunk * group_.size();
+    if (g.compute_only_cast && group.compute_only) {
+      Tensor& staged = g.staged.emplace_back(buffers_.take(group.chunk, set.compute_dtype()));
+      ops::cast(chunk, staged);
+      g.pending.push_back(group_.start_all_gather(staged, g.compute.slice(group.gathered, {gathered})));
+    } else {
+      g.pending.push_back(group_.start_all_gather(chunk, g.values.slice(group.gathered, {gathered})));
+    }
   }
   return g;
 }
 
-void FullyShardedParameters::complete(Key key, Gathered& g) {
-  ParameterSet& set = *sets_[key.first];
+void FullyShardedParameters::wait_for(Gathered& g) {
   for (const auto& pending : g.pending) pending->wait();
   g.pending.clear();
-  if (!g.compute.defined() && set.compute_dtype() != g.values.dtype()) {
-    g.compute = buffers_.take(g.values.numel(), set.compute_dtype());
-    ops::cast(g.values, g.compute);
+  for (Tensor& staged : g.staged) buffers_.give_back(staged);
+  g.staged.clear();
+}
+
+void FullyShardedParameters::complete(Key key, Gathered& g) {
+  ParameterSet& set = *sets_[key.first];
+  wait_for(g);
+  if (!g.cast && g.compute.defined()) {  // the compute copy of what came as master weights
+    for (const ParameterSet::Group& group : set.groups()) {
+      if (group.unit != key.second || (g.compute_only_cast && group.compute_only)) continue;
+      const int64_t gathered = group.chunk * group_.size();
+      ops::cast(g.values.slice(group.gathered, {gathered}), g.compute.slice(group.gathered, {gathered}));
+    }
   }
-  set.attach(key.second, g.values, g.compute, g.grads);
+  g.cast = true;
+  set.attach(key.second, g.values, g.compute, g.grads, /*compute_only_values=*/!g.compute_only_cast);
 }
 
 void FullyShardedParameters::acquire(int unit, bool with_grads, int next) {
@@ -62,9 +86,9 @@ void FullyShardedParameters::acquire(int unit, bool with_grads, int next) {
   for (size_t i : sets_of(unit)) {
     const Key key{i, unit};
     auto found = present_.find(key);
-    Gathered& g = found != present_.end() ? found->second : start_gather(key);
+    Gathered& g = found != present_.end() ? found->second : start_gather(key, /*for_training=*/true);
     if (with_grads && !sets_[i]->frozen() && !g.grads.defined()) {
-      g.grads = buffers_.take(g.values.numel(), g.values.dtype());
+      g.grads = buffers_.take(sets_[i]->gathered_numel(unit), sets_[i]->values().dtype());
       g.grads.zero_();
     }
     complete(key, g);
@@ -74,7 +98,7 @@ void FullyShardedParameters::acquire(int unit, bool with_grads, int next) {
   }
   // The next unit's gather runs while this one computes.
   for (size_t i : sets_of(next)) {
-    if (!present_.contains({i, next})) start_gather({i, next});
+    if (!present_.contains({i, next})) start_gather({i, next}, /*for_training=*/true);
   }
 }
 
@@ -85,7 +109,7 @@ void FullyShardedParameters::release(int unit) {
   for (size_t i : holding) {
     auto found = present_.find({i, unit});
     HONE_ASSERT(found != present_.end());
-    for (const auto& pending : found->second.pending) pending->wait();  // a prefetch the model did not use
+    wait_for(found->second);  // a prefetch the model did not use
     with_grads = with_grads || found->second.grads.defined();
   }
   // One unit's reduction in flight at a time bounds the memory it holds.
@@ -122,11 +146,15 @@ void FullyShardedParameters::acquire_all(bool keep) {
   for (size_t i = 0; i < sets_.size(); ++i) {
     for (int unit = 0; unit < sets_[i]->units(); ++unit) {
       const Key key{i, unit};
-      if (sets_[i]->gathered_numel(unit) == 0 || present_.contains(key)) continue;
-      Gathered& g = start_gather(key);
+      if (sets_[i]->gathered_numel(unit) == 0) continue;
+      if (present_.contains(key)) {
+        HONE_ASSERT(!present_.at(key).compute_only_cast);  // checkpoints read master weights
+        continue;
+      }
+      Gathered& g = start_gather(key, /*for_training=*/false);
       if (keep) continue;
-      for (const auto& pending : g.pending) pending->wait();
-      buffers_.give_back(g.values);
+      wait_for(g);
+      for (Tensor* t : {&g.values, &g.compute}) buffers_.give_back(*t);
       present_.erase(key);
     }
   }
@@ -137,7 +165,7 @@ void FullyShardedParameters::release_all() {
   finish_reductions();
   for (auto& [key, g] : present_) {
     HONE_ASSERT(!g.grads.defined());
-    for (const auto& pending : g.pending) pending->wait();
+    wait_for(g);
     sets_[key.first]->detach(key.second);
     for (Tensor* t : {&g.values, &g.compute}) buffers_.give_back(*t);
   }

@@ -8,10 +8,12 @@
 // again, in reverse, and each layer's gradients are reduce-scattered to their
 // owners while the next layer's backward runs.
 //
-// A gathered unit holds its master weights (exactly what the unsharded model
-// reads, fp32) and, for a bf16 model, their bf16 cast: gathering the bf16 copy
-// alone would halve the bytes on the wire but change what norms and embeddings
-// read.
+// A gathered unit holds what the unsharded model reads: for an fp32 model its
+// master weights; for a bf16 model the bf16 copy of the projections (each rank
+// casts its chunk and the casts are gathered: half the bytes of fp32 weights,
+// as FSDP's bf16 param_dtype sends) and the fp32 master weights of the rest
+// (norms, biases and embeddings read them, as unsharded), with their bf16
+// cast. Checkpoints and exports (acquire_all) gather fp32 master weights.
 #include <map>
 #include <memory>
 #include <vector>
@@ -53,10 +55,18 @@ class FullyShardedParameters final : public UnitResidency {
   using Key = std::pair<size_t, int>;  // (set, unit)
   struct Gathered {
     Tensor values, compute, grads;
+    // For training: the compute-only groups came as their compute copy alone
+    // (values undefined for them), from this rank's chunks cast into `staged`.
+    bool compute_only_cast = false;
+    std::vector<Tensor> staged;
+    bool cast = false;  // the compute copy of the master weights is made
     std::vector<std::unique_ptr<PendingCollective>> pending;  // a prefetch in flight
   };
-  // Starts gathering a set's unit from every rank.
-  Gathered& start_gather(Key key);
+  // Starts gathering a set's unit from every rank: what training reads, or the
+  // master weights (checkpoints).
+  Gathered& start_gather(Key key, bool for_training);
+  // Waits for the gather and gives back the staged casts.
+  void wait_for(Gathered& g);
   // Waits for the gather, casts the compute copy and points the parameters at it.
   void complete(Key key, Gathered& g);
   // The sets holding parameters of `unit`.

@@ -16,6 +16,13 @@ double layer_params(const ModelConfig& m, int tp) {
   return double(m.num_non_embedding_params() - split + split / tp) / double(m.n_layers);
 }
 
+// A tp rank's projection weights (not biases) and untied output projection.
+double gemm_weights(const ModelConfig& m, int tp) {
+  const int64_t layer = (m.qkv_dim() + m.mlp_up_dim()) * m.dim + m.dim * (m.n_heads * m.head_dim() + m.ffn_dim);
+  const double head = m.tie_embeddings ? 0.0 : double(m.vocab_size * m.dim) / (m.splits_vocabulary(tp) ? tp : 1);
+  return double(m.n_layers * layer) / tp + head;
+}
+
 double table_params(const ModelConfig& m, int tp) {
   return double(m.vocab_size * m.dim) / (m.splits_vocabulary(tp) ? tp : 1);
 }
@@ -74,11 +81,18 @@ Plan plan_run(const PlanInput& in) {
   const double g = double(in.grad_accum);
   const double ring = (dp - 1) / dp;  // all_gather / reduce_scatter; all_reduce sends twice this
   const double grads = 4 * params, weights = w * params;
+  // ZeRO-3 in bf16 gathers the projections' bf16 copies (all GEMMs read) and
+  // the rest (norms, biases, embeddings) as fp32 master weights.
+  const double gemm = gemm_weights(m, in.tp);
   switch (in.zero) {
     case 0: p.dp_bytes = 2 * ring * grads; break;                  // all_reduce of the gradients
     case 1: p.dp_bytes = ring * (grads + weights); break;          // reduce_scatter, all_gather the update
     case 2: p.dp_bytes = ring * (g * grads + weights); break;      // reduce_scatter every micro-batch
-    default: p.dp_bytes = g * ring * 3 * grads; break;  // gather fp32 weights for forward and backward
+    default: {  // gather the weights for forward and again for backward, reduce_scatter the gradients
+      const double gathered = in.dtype == DType::bf16 ? 2 * gemm + 4 * (params - gemm) : 4 * params;
+      p.dp_bytes = g * ring * (2 * gathered + grads);
+      break;
+    }
   }
   // Sequence parallelism: per layer an all_gather and a reduce_scatter of the
   // activations (together what an all_reduce sends) around attention and

@@ -63,9 +63,10 @@ void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device devi
   int64_t total = 0, whole_total = 0;
   for (int unit = 0; unit < units(); ++unit) {
     for (bool decay : {true, false}) {
-      Group group{.offset = total, .decay = decay, .unit = unit, .stored = total};
+      Group group{.offset = total, .decay = decay, .unit = unit, .stored = total, .compute_only = true};
       for (Parameter& p : params_) {
         if (p.unit != unit || p.decay != decay) continue;
+        group.compute_only = group.compute_only && p.compute_only;
         p.offset = total;
         p.whole_offset = whole_total;
         total += p.shape.numel();
@@ -208,13 +209,14 @@ int64_t ParameterSet::gathered_numel(int unit) const {
   return n;
 }
 
-void ParameterSet::attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads) {
-  HONE_ASSERT(sharded() && values.numel() == gathered_numel(unit));
+void ParameterSet::attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads,
+                          bool compute_only_values) {
+  HONE_ASSERT(sharded() && (values.defined() ? values.numel() : compute.numel()) == gathered_numel(unit));
   for (Parameter& p : params_) {
     if (p.unit != unit) continue;
     const Group& g = group_of(p);
     const int64_t at = g.gathered + (p.offset - g.offset);
-    p.value = values.slice(at, p.shape);
+    p.value = compute_only_values || !g.compute_only ? values.slice(at, p.shape) : Tensor();
     p.compute = compute.defined() ? compute.slice(at, p.shape) : p.value;
     p.grad = grads.defined() ? grads.slice(at, p.shape) : Tensor();
   }

@@ -39,6 +39,9 @@ struct Parameter {
   std::string name;
   Shape shape;
   bool decay = true;  // AdamW applies weight decay (matrices, embeddings; not norms, biases)
+  // The model reads it only through `compute` (a GEMM operand, never `value`),
+  // so a sharded bf16 set gathers only that copy for training (ZeRO-3).
+  bool compute_only = false;
   Tensor value;       // master weights: fp32 (fp64 on the gradient-check path)
   Tensor grad;        // same dtype and shape as value; undefined when frozen
   Tensor compute;     // what the forward pass reads: `value` itself, or its bf16 copy
@@ -117,6 +120,7 @@ class ParameterSet {
     // rounded up, the last rank's padded with zeros) at `stored`.
     int64_t stored = 0, chunk = 0;
     int64_t gathered = 0;  // sharded: where the group's world·chunk elements start in its unit's gathered buffers
+    bool compute_only = false;  // all its parameters are (Parameter::compute_only)
   };
   const std::vector<Group>& groups() const { return groups_; }
 
@@ -157,8 +161,12 @@ class ParameterSet {
   int64_t gathered_numel(int unit) const;
   // Points the unit's parameters into gathered buffers of gathered_numel(unit)
   // elements: master values, the compute copy (when compute_dtype() differs) and
-  // gradients (or undefined). detach() makes them undefined again.
-  void attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads);
+  // gradients (or undefined). Without `compute_only_values` the values of the
+  // compute-only groups were not gathered: those parameters' values stay
+  // undefined (values may then be undefined too, if every group is compute-only).
+  // detach() makes them undefined again.
+  void attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads,
+              bool compute_only_values = true);
   void detach(int unit);
 
   void zero_grad();

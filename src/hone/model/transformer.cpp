@@ -72,6 +72,7 @@ void Transformer::declare_parameters() {
     if (tp_size_ > 1) split = {.dim = parallel == kColumn ? 0 : 1, .parts = tp_size_, .index = tp_rank_,
                                .segments = std::move(segments)};
     weight = &params_.declare(prefix + ".weight", {out, in}, true, unit, split);
+    weight->compute_only = true;  // only GEMMs read projection weights
     if (c.linear_bias) {
       bias = &params_.declare(prefix + ".bias", {out}, false, unit, parallel == kColumn ? split : TensorSplit{});
     }
@@ -104,6 +105,7 @@ void Transformer::declare_parameters() {
   norm("norm", final_norm_weight_, final_norm_bias_);
   lm_head_ = c.tie_embeddings ? tok_embeddings_
                               : &params_.declare("lm_head.weight", {c.vocab_size, c.dim}, true, unit, vocabulary);
+  lm_head_->compute_only = !c.tie_embeddings;  // the lookup reads the embeddings' master weights
 }
 
 void Transformer::declare_lora() {
@@ -124,6 +126,7 @@ void Transformer::declare_lora() {
                                 split_columns ? part : TensorSplit{});
     a.b = &lora_params_.declare(prefix + t.module + ".b", {t.rows, lora.rank}, true, unit,
                                 split_rows ? part : TensorSplit{});
+    a.a->compute_only = a.b->compute_only = true;
     if (t.layer < 0) {
       output_adapters_.push_back(a);
       continue;
