@@ -142,23 +142,26 @@ void FullyShardedParameters::finish_reductions() {
 }
 
 void FullyShardedParameters::acquire_all(bool keep) {
-  finish_reductions();
-  for (size_t i = 0; i < sets_.size(); ++i) {
-    for (int unit = 0; unit < sets_[i]->units(); ++unit) {
-      const Key key{i, unit};
-      if (sets_[i]->gathered_numel(unit) == 0) continue;
-      if (present_.contains(key)) {
-        HONE_ASSERT(!present_.at(key).compute_only_cast);  // checkpoints read master weights
-        continue;
-      }
-      Gathered& g = start_gather(key, /*for_training=*/false);
-      if (keep) continue;
-      wait_for(g);
-      for (Tensor* t : {&g.values, &g.compute}) buffers_.give_back(*t);
-      present_.erase(key);
-    }
+  for (const ParameterSet* set : sets_) {
+    for (int unit = 0; unit < set->units(); ++unit) gather_master(*set, unit, keep);
   }
-  for (auto& [key, g] : present_) complete(key, g);
+}
+
+void FullyShardedParameters::gather_master(const ParameterSet& set, int unit, bool keep) {
+  finish_reductions();
+  const auto found = std::find(sets_.begin(), sets_.end(), &set);
+  HONE_ASSERT(found != sets_.end());
+  const Key key{size_t(found - sets_.begin()), unit};
+  if (set.gathered_numel(unit) == 0) return;
+  if (present_.contains(key)) {
+    HONE_ASSERT(!present_.at(key).compute_only_cast);  // the master weights are wanted
+    return;
+  }
+  Gathered& g = start_gather(key, /*for_training=*/false);
+  if (keep) return complete(key, g);
+  wait_for(g);
+  for (Tensor* t : {&g.values, &g.compute}) buffers_.give_back(*t);
+  present_.erase(key);
 }
 
 void FullyShardedParameters::release_all() {

@@ -41,11 +41,13 @@ class FullyShardedParameters final : public UnitResidency {
   // anything reads the stored gradients.
   void finish_reductions();
 
-  // Every unit gathered (collective): checkpoints and exports read whole
-  // weights. A rank that does not keep them takes part in each gather and drops
-  // the unit at once, so it never holds more than one (the ranks that do not
-  // write the checkpoint).
+  // Every unit gathered (collective): exports read whole weights. A rank that
+  // does not keep them takes part in each gather and drops the unit at once,
+  // so it never holds more than one (the ranks that do not write).
   void acquire_all(bool keep = true);
+  // One unit of one of the sets gathered likewise (master weights): a
+  // checkpoint writes the model a unit at a time. release_all() frees it.
+  void gather_master(const ParameterSet& set, int unit, bool keep);
   // Frees whatever is gathered (gradients must have been released first).
   void release_all();
   // Units gathered now, in any set (for tests).

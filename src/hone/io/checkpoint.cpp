@@ -142,20 +142,48 @@ std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const s
                                            {{"ranges", ranges.dump()}})};
 }
 
+std::vector<const Parameter*> CheckpointWeights::order(const Transformer& model) {
+  // The trainable parameters: everything for full training, only the adapters
+  // for LoRA (the base stays where it was loaded from).
+  std::vector<const Parameter*> order;
+  for (const Parameter& p : model.trainable_params().all()) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](const Parameter* a, const Parameter* b) { return a->unit < b->unit; });
+  return order;
+}
+
+namespace {
+
+std::vector<SafetensorsWriter::Layout> weights_layout(const Transformer& model) {
+  std::vector<SafetensorsWriter::Layout> layout;
+  for (const Parameter* p : CheckpointWeights::order(model)) {
+    layout.push_back({p->name, model.trainable_params().values().dtype(), p->whole_shape});
+  }
+  return layout;
+}
+
+}  // namespace
+
+CheckpointWeights::CheckpointWeights(const std::string& dir, const Transformer& model)
+    : file_(model.lora() ? kAdapter : kWeights),
+      order_(order(model)),
+      writer_((fs::path(dir) / file_).string(), weights_layout(model),
+              {{"format", "hone"}, {"model", model.config().name}}) {}
+
+void CheckpointWeights::write(const Parameter& p, const Tensor& whole) {
+  HONE_ASSERT(next_ < order_.size() && order_[next_] == &p);
+  ++next_;
+  writer_.write(whole);
+}
+
+std::pair<std::string, WrittenFile> CheckpointWeights::commit() { return {file_, writer_.commit()}; }
+
 std::string finish_checkpoint(const std::string& run_dir, const std::string& dir, const Transformer& model,
                               int64_t optimizer_steps, const TrainerState& state, int64_t keep_last_n,
-                              const std::map<std::string, WrittenFile>& optimizer_files,
+                              const std::map<std::string, WrittenFile>& written,
                               const std::vector<std::string>& companion_files) {
   const std::string name = checkpoint_folder_name(state.step);
   const fs::path final_path = fs::path(run_dir) / name;
-  // The trainable parameters: everything for full training, only the adapters
-  // for LoRA (the base stays where it was loaded from).
-  std::vector<NamedTensor> weights;
-  for (const Parameter& p : model.trainable_params().all()) weights.push_back({p.name, p.value});
-  std::map<std::string, WrittenFile> files = optimizer_files;
-  const char* weights_file = model.lora() ? kAdapter : kWeights;
-  files[weights_file] = write_safetensors((fs::path(dir) / weights_file).string(), weights,
-                                          {{"format", "hone"}, {"model", model.config().name}});
+  std::map<std::string, WrittenFile> files = written;
   files[kModelJson] = write_json_file((fs::path(dir) / kModelJson).string(), model_config_to_json(model.config()));
   files[kTrainerState] = write_json_file((fs::path(dir) / kTrainerState).string(), {{"step", state.step},
                                                              {"tokens_seen", state.tokens_seen},
@@ -197,9 +225,12 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                             const std::vector<std::string>& companion_files) {
   fs::create_directories(run_dir);
   const std::string dir = begin_checkpoint(run_dir, state.step);
-  std::map<std::string, WrittenFile> optimizer_files;
-  if (auto written = write_optimizer_state(dir, model, optimizer, 0, 1)) optimizer_files.insert(*written);
-  return finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files,
+  std::map<std::string, WrittenFile> files;
+  if (auto written = write_optimizer_state(dir, model, optimizer, 0, 1)) files.insert(*written);
+  CheckpointWeights weights(dir, model);
+  for (const Parameter* p : CheckpointWeights::order(model)) weights.write(*p, p->value);
+  files.insert(weights.commit());
+  return finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, files,
                            companion_files);
 }
 

@@ -20,6 +20,7 @@
 
 #include "hone/config/config.hpp"
 #include "hone/io/atomic_file.hpp"
+#include "hone/io/safetensors.hpp"
 #include "hone/io/weights.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
@@ -49,17 +50,40 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 //   rank 0:     dir = begin_checkpoint(run_dir, step)       a fresh temporary folder
 //   every rank: write_optimizer_state(dir, ...)             its shard (unsharded: rank 0 alone);
 //                                                           returns the file's name, size and checksum
-//   rank 0:     finish_checkpoint(run_dir, dir, ...)        weights, state, and the manifest listing
-//                                                           every rank's optimizer file; rename, latest
+//   rank 0:     CheckpointWeights(dir, model)               the weights, a parameter at a time
+//                                                           (the ranks gather each in turn)
+//   rank 0:     finish_checkpoint(run_dir, dir, ...)        state, and the manifest listing every
+//                                                           file written; rename, latest
 std::string checkpoint_temp_folder(const std::string& run_dir, int64_t step);
 std::string begin_checkpoint(const std::string& run_dir, int64_t step);
 std::string optimizer_shard_file(int rank, int world);
 std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const std::string& dir,
                                                                          const Transformer& model,
                                                                          const AdamW& optimizer, int rank, int world);
+// A checkpoint's weights file: the trained parameters (all of them, or a LoRA
+// run's adapters), whole, in their master dtype, written one at a time in
+// order(), so that a sharded model is never whole at once.
+class CheckpointWeights {
+ public:
+  CheckpointWeights(const std::string& dir, const Transformer& model);
+  // The order write() takes them in: unit by unit (Transformer's units), as declared within one.
+  static std::vector<const Parameter*> order(const Transformer& model);
+  // The next parameter's whole value (whole_shape, master dtype; any device).
+  void write(const Parameter& p, const Tensor& whole);
+  // The file's name in the folder, its size and checksum.
+  std::pair<std::string, WrittenFile> commit();
+
+ private:
+  std::string file_;
+  std::vector<const Parameter*> order_;
+  size_t next_ = 0;
+  SafetensorsWriter writer_;
+};
+
+// `files`: what the ranks wrote into dir (the weights, every optimizer shard).
 std::string finish_checkpoint(const std::string& run_dir, const std::string& dir, const Transformer& model,
                               int64_t optimizer_steps, const TrainerState& state, int64_t keep_last_n,
-                              const std::map<std::string, WrittenFile>& optimizer_files,
+                              const std::map<std::string, WrittenFile>& files,
                               const std::vector<std::string>& companion_files = {});
 
 // The checkpoint folder `resume` refers to: "latest" (the folder `latest` in

@@ -7,6 +7,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/dist/environment.hpp"
+#include "hone/dist/fully_sharded.hpp"
 #include "hone/dist/tensor_parallel.hpp"
 
 namespace hone {
@@ -77,18 +78,39 @@ void TrainingWorld::release_weights() const {
   }
 }
 
+void TrainingWorld::for_each_whole_parameter(const Transformer& model,
+                                             const std::function<void(const Parameter&, const Tensor&)>& write) const {
+  dist::FullyShardedParameters* sharded = data_parallel_->fully_sharded();
+  // Rank 0's tp group puts each parameter together (the other replicas hold the same).
+  const bool writers = dp_rank() == 0;
+  const std::vector<const Parameter*> order = CheckpointWeights::order(model);
+  for (size_t i = 0; i < order.size();) {
+    const int unit = order[i]->unit;
+    if (sharded) sharded->gather_master(model.trainable_params(), unit, /*keep=*/writers);
+    for (; i < order.size() && order[i]->unit == unit; ++i) {
+      if (!writers) continue;
+      const Parameter& p = *order[i];
+      const Tensor whole = p.split.dim >= 0 ? dist::gather_whole(p, p.value, mesh_->tp()) : p.value;
+      if (is_main()) write(p, whole);
+    }
+    if (sharded) sharded->release_all();
+  }
+}
+
 std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Transformer& model,
                                            const AdamW& optimizer, const TrainerState& state,
                                            int64_t keep_last_n,
                                            const std::vector<std::string>& companion_files) const {
   if (size() == 1) return hone::save_checkpoint(run_dir, model, optimizer, state, keep_last_n, companion_files);
   if (is_main()) begin_checkpoint(run_dir, state.step);
-  gather_weights();  // rank 0 writes whole weights
   world_->barrier();
   const std::string dir = checkpoint_temp_folder(run_dir, state.step);
   // Without ZeRO the data-parallel replicas hold the same moments: the first writes them.
   const bool replica = zero_stage_ == 0 && dp_rank() > 0;
   const auto written = replica ? std::nullopt : write_optimizer_state(dir, model, optimizer, rank(), size());
+  std::optional<CheckpointWeights> weights;
+  if (is_main()) weights.emplace(dir, model);
+  for_each_whole_parameter(model, [&](const Parameter& p, const Tensor& whole) { weights->write(p, whole); });
   // Rank 0 lists every rank's file in the manifest: each sends its size and
   // checksum (size -1: this rank wrote none).
   const int64_t mine[2] = {written ? int64_t(written->second.bytes) : -1,
@@ -99,17 +121,16 @@ std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Tra
   std::string folder = (std::filesystem::path(run_dir) / checkpoint_folder_name(state.step)).string();
   if (is_main()) {
     const std::vector<int64_t> files = all.to_vector<int64_t>();
-    std::map<std::string, WrittenFile> optimizer_files;
-    if (written) optimizer_files.insert(*written);
+    std::map<std::string, WrittenFile> written_files{weights->commit()};
+    if (written) written_files.insert(*written);
     for (int r = 1; r < size(); ++r) {
       if (files[2 * r] < 0) continue;
-      optimizer_files[optimizer_shard_file(r, size())] = {uint64_t(files[2 * r]),
-                                                          std::bit_cast<uint64_t>(files[2 * r + 1])};
+      written_files[optimizer_shard_file(r, size())] = {uint64_t(files[2 * r]),
+                                                        std::bit_cast<uint64_t>(files[2 * r + 1])};
     }
-    folder = finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, optimizer_files,
+    folder = finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, written_files,
                                companion_files);
   }
-  release_weights();
   world_->barrier();
   return folder;
 }

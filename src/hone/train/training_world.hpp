@@ -6,6 +6,7 @@
 // ZeRO stage runs over the dp groups. Each replica trains on its own slice of
 // every global batch (all ranks of a tp group read the same one).
 // Rank 0 alone writes the console, metrics and the shared files of a checkpoint.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,11 +46,15 @@ class TrainingWorld {
   // remembers it for gather_weights(). (Stages 2 and 3 on several dp ranks.)
   void adopt(Transformer& model);
   // Collective: makes the weights whole on rank 0 until release_weights()
-  // (checkpoints and exports, which rank 0 writes, read them; the other ranks
-  // take part in the gathers but keep nothing that matters); nothing when rank
-  // 0 holds them.
+  // (exports, which rank 0 writes, read them; the other ranks take part in the
+  // gathers but keep nothing that matters); nothing when rank 0 holds them.
   void gather_weights() const;
   void release_weights() const;
+  // Collective: calls `write` on rank 0 with each trained parameter whole, in
+  // CheckpointWeights::order, with only one unit of them whole at a time
+  // (ZeRO-3 shards gathered, tensor-parallel parts put together).
+  void for_each_whole_parameter(const Transformer& model,
+                                const std::function<void(const Parameter&, const Tensor&)>& write) const;
   // The data-parallel training of train_step; null in a world of one process.
   dist::DataParallel* data_parallel() const { return size() > 1 ? data_parallel_.get() : nullptr; }
   // [offset, count) of the flat trained buffers this rank's optimizer updates.
@@ -61,8 +66,8 @@ class TrainingWorld {
   void barrier() const { world_->barrier(); }
 
   // save_checkpoint by every rank together: rank 0 prepares the folder and writes
-  // the weights, the state and the manifest; each rank writes its optimizer
-  // shard. Returns the folder (on every rank). companion_files: as for
+  // the weights (a unit at a time, for_each_whole_parameter), the state and the
+  // manifest; each rank writes its optimizer shard. Returns the folder (on every rank). companion_files: as for
   // hone::save_checkpoint.
   std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const AdamW& optimizer,
                               const TrainerState& state, int64_t keep_last_n,
