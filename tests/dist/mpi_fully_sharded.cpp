@@ -123,6 +123,17 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneUnitGatheredAhead) {
   }
   sharded.release_all();
   EXPECT_FALSE(base.get("tok_embeddings.weight").value.defined());
+  // A checkpoint's way: one unit of the trained set whole at a time (master
+  // weights, also of a bf16 model's projections), kept by rank 0 alone.
+  for (int unit = 0; unit < params.units(); ++unit) {
+    sharded.gather_master(params, unit, /*keep=*/comm->rank() == 0);
+    EXPECT_EQ(sharded.gathered_units(), comm->rank() == 0 && params.gathered_numel(unit) > 0 ? 1 : 0);
+    for (const Parameter& p : reference.trainable_params().all()) {
+      if (p.unit != unit || comm->rank() != 0) continue;
+      EXPECT_EQ(params.get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
+    }
+    sharded.release_all();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FullySharded,
