@@ -137,7 +137,9 @@ class OutputRouter {
     std::fflush(out);
   }
 
-  const std::string& failure() const { return failure_; }
+  // A rank's own account of a timeout tells more than mpirun's report of the
+  // abort that follows it, and the two arrive in either order.
+  const std::string& failure() const { return timed_out_.empty() ? failure_ : timed_out_; }
 
  private:
   int global(const std::string& local) const {
@@ -153,7 +155,10 @@ class OutputRouter {
         timeout(R"(^hone: error: rank (\d+): (.+) did not complete within (\d+) s \(HONE_DIST_TIMEOUT\): (.+); aborting)");
     std::smatch m;
     if (std::regex_search(text, m, timeout)) {
-      set(fmt::format("rank {} gave up on {} after {} s: {}", global(m[1]), m[2].str(), m[3].str(), m[4].str()));
+      if (timed_out_.empty()) {
+        timed_out_ = fmt::format("rank {} gave up on {} after {} s: {}", global(m[1]), m[2].str(), m[3].str(),
+                                 m[4].str());
+      }
     } else if (std::regex_search(text, m, hone_exit)) {
       set(fmt::format("rank {} failed with status {}", global(m[1]), m[2].str()));
     } else if (std::regex_search(text, m, name)) {
@@ -179,7 +184,7 @@ class OutputRouter {
   const Options& options_;
   std::vector<std::ofstream> logs_;
   int pending_rank_ = -1;
-  std::string failure_;
+  std::string failure_, timed_out_;
 };
 
 int launch(const Options& o) {
