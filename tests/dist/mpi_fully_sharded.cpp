@@ -105,35 +105,24 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneUnitGatheredAhead) {
       for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 2 * whole[i]) << "layout element " << r.offset + i;
     }
   }
-  // Gathered whole on rank 0 (as for a checkpoint), the weights are the
-  // unsharded model's; rank 1 takes part in the gathers and keeps nothing.
-  sharded.acquire_all(/*keep=*/comm->rank() == 0);
-  if (comm->rank() == 1) {
-    EXPECT_EQ(sharded.gathered_units(), 0);
-  }
+  // A checkpoint's way: one unit of a set whole at a time, master weights
+  // (also of a bf16 model's projections), kept by rank 0 alone; rank 1 takes
+  // part in the gathers and keeps nothing. They are the unsharded model's.
   for (const ParameterSet* set : {&reference.params(), &reference.trainable_params()}) {
-    if (comm->rank() == 1) break;
-    for (const Parameter& p : set->all()) {
-      const Parameter& q = set == &reference.params() ? base.get(p.name) : params.get(p.name);
-      EXPECT_EQ(q.value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
-      if (c.dtype == DType::bf16) {
-        EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
+    const ParameterSet& sharded_set = set == &reference.params() ? base : params;
+    for (int unit = 0; unit < sharded_set.units(); ++unit) {
+      sharded.gather_master(sharded_set, unit, /*keep=*/comm->rank() == 0);
+      EXPECT_EQ(sharded.gathered_units(), comm->rank() == 0 && sharded_set.gathered_numel(unit) > 0 ? 1 : 0);
+      for (const Parameter& p : set->all()) {
+        if (p.unit != unit || comm->rank() != 0) continue;
+        const Parameter& q = sharded_set.get(p.name);
+        EXPECT_EQ(q.value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
+        if (c.dtype == DType::bf16) EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
       }
+      sharded.release_all();
     }
   }
-  sharded.release_all();
   EXPECT_FALSE(base.get("tok_embeddings.weight").value.defined());
-  // A checkpoint's way: one unit of the trained set whole at a time (master
-  // weights, also of a bf16 model's projections), kept by rank 0 alone.
-  for (int unit = 0; unit < params.units(); ++unit) {
-    sharded.gather_master(params, unit, /*keep=*/comm->rank() == 0);
-    EXPECT_EQ(sharded.gathered_units(), comm->rank() == 0 && params.gathered_numel(unit) > 0 ? 1 : 0);
-    for (const Parameter& p : reference.trainable_params().all()) {
-      if (p.unit != unit || comm->rank() != 0) continue;
-      EXPECT_EQ(params.get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
-    }
-    sharded.release_all();
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FullySharded,

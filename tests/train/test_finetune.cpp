@@ -158,9 +158,10 @@ TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) 
 TEST_F(FinetuneRun, LoraAtTensorParallel2TrainsAndExportsLikeOneProcess) {
   // At tp 2 each rank holds half of every split adapter (B of q, k, v, gate, up;
   // A of output_proj, down_proj) and of the base weights; the single process and
-  // the tp pair see the same batches. The checkpointed adapters and the merged
-  // Hugging Face export (merged on rank 0 after the weights are put together)
-  // must equal the single process's. fp32 without dropout: the ranks compute
+  // the tp pair see the same batches. The checkpointed adapters, the PEFT
+  // export and the merged Hugging Face export must equal the single process's
+  // (which exports from memory; the tp run, whose weights are never whole on
+  // one rank, from its final checkpoint, merging a tensor at a time). fp32 without dropout: the ranks compute
   // the split sums in another order. AdamW with eps 1 (lr 1): its update is
   // then nearly g itself, continuous in the gradient, so those rounding
   // differences stay of their own size (1e-6, as for the data-parallel runs);
@@ -171,16 +172,18 @@ TEST_F(FinetuneRun, LoraAtTensorParallel2TrainsAndExportsLikeOneProcess) {
                                            "optimizer.lr=1"};
   auto one = lora_args("lora_single", 6), tp = lora_args("lora_tp2", 6);
   one.insert(one.end(), common.begin(), common.end());
-  one.push_back("export.hf=" + root_ + "/lora_single_hf");
+  one.insert(one.end(), {"export.hf=" + root_ + "/lora_single_hf", "export.peft=" + root_ + "/lora_single_peft"});
   tp.insert(tp.end(), common.begin(), common.end());
-  tp.insert(tp.end(), {"distributed.tp=2", "export.hf=" + root_ + "/lora_tp2_hf"});
+  tp.insert(tp.end(), {"distributed.tp=2", "export.hf=" + root_ + "/lora_tp2_hf",
+                       "export.peft=" + root_ + "/lora_tp2_peft"});
   tp = on_two_ranks(tp);
   ASSERT_EQ(run_hone_to_log(one, root_ + "/lora_single.log"), 0) << read_file(root_ + "/lora_single.log");
   ASSERT_EQ(run_hone_to_log(tp, root_ + "/lora_tp2.log"), 0) << read_file(root_ + "/lora_tp2.log");
   const auto a = losses("lora_single");
   expect_losses_of("lora_tp2", a, 6);
   EXPECT_LT(a.at(6), a.at(1) - 0.5) << "the adapters should have learned: the comparisons below would prove less";
-  for (const char* file : {"/step_0000006/adapter.safetensors", "_hf/model.safetensors"}) {
+  for (const char* file :
+       {"/step_0000006/adapter.safetensors", "_hf/model.safetensors", "_peft/adapter_model.safetensors"}) {
     const SafetensorsFile single(root_ + "/lora_single" + file), split(root_ + "/lora_tp2" + file);
     ASSERT_EQ(split.names(), single.names()) << file;
     for (const std::string& name : single.names()) {

@@ -141,12 +141,6 @@ void FullyShardedParameters::finish_reductions() {
   reducing_.clear();
 }
 
-void FullyShardedParameters::acquire_all(bool keep) {
-  for (const ParameterSet* set : sets_) {
-    for (int unit = 0; unit < set->units(); ++unit) gather_master(*set, unit, keep);
-  }
-}
-
 void FullyShardedParameters::gather_master(const ParameterSet& set, int unit, bool keep) {
   finish_reductions();
   const auto found = std::find(sets_.begin(), sets_.end(), &set);

@@ -13,7 +13,7 @@
 // casts its chunk and the casts are gathered: half the bytes of fp32 weights,
 // as FSDP's bf16 param_dtype sends) and the fp32 master weights of the rest
 // (norms, biases and embeddings read them, as unsharded), with their bf16
-// cast. Checkpoints and exports (acquire_all) gather fp32 master weights.
+// cast. Checkpoints (gather_master) gather fp32 master weights.
 #include <map>
 #include <memory>
 #include <vector>
@@ -41,12 +41,10 @@ class FullyShardedParameters final : public UnitResidency {
   // anything reads the stored gradients.
   void finish_reductions();
 
-  // Every unit gathered (collective): exports read whole weights. A rank that
-  // does not keep them takes part in each gather and drops the unit at once,
-  // so it never holds more than one (the ranks that do not write).
-  void acquire_all(bool keep = true);
-  // One unit of one of the sets gathered likewise (master weights): a
-  // checkpoint writes the model a unit at a time. release_all() frees it.
+  // One unit of one of the sets gathered whole, master weights (collective): a
+  // checkpoint writes the model a unit at a time. A rank that does not keep it
+  // (one that does not write) takes part in the gather and drops it at once.
+  // release_all() frees it.
   void gather_master(const ParameterSet& set, int unit, bool keep);
   // Frees whatever is gathered (gradients must have been released first).
   void release_all();

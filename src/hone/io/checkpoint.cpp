@@ -330,7 +330,7 @@ void load_adapters(const std::string& folder, Transformer& model) {
              "layers, dim {}, vocabulary {})",
              folder, trained_on.name, trained_on.n_layers, trained_on.dim, trained_on.vocab_size, model.config().name,
              model.config().n_layers, model.config().dim, model.config().vocab_size);
-  const SafetensorsFile file((fs::path(folder) / kAdapter).string());
+  const SafetensorsFile file(adapter_file(folder));
   const auto names = file.names();
   HONE_CHECK(names.size() == model.trainable_params().all().size(),
              "{}: holds {} adapter tensors, the model's LoRA settings make {} (another rank or other modules?)",
@@ -423,6 +423,50 @@ ModelConfig read_model_config(const std::string& folder) {
   HONE_CHECK(fs::exists(path), "{}: no {} (not a hone model folder, or a checkpoint from an older hone)", folder,
              kModelJson);
   return model_config_from_json(read_json_file(path.string()), path.string());
+}
+
+std::string adapter_file(const std::string& folder) { return (fs::path(folder) / kAdapter).string(); }
+
+namespace {
+
+class LoraMergedWeights final : public WeightSource {
+ public:
+  LoraMergedWeights(const std::string& folder, const WeightSource& base, LoraConfig lora)
+      : base_(base), lora_(std::move(lora)), targets_(lora_targets(base.config(), lora_)) {
+    verify_checkpoint(folder);
+    adapters_ = std::make_unique<SafetensorsFile>(adapter_file(folder));
+  }
+  const ModelConfig& config() const override { return base_.config(); }
+  DType stored_dtype() const override { return base_.stored_dtype(); }
+  std::vector<std::string> companion_files() const override { return base_.companion_files(); }
+  std::string description() const override { return base_.description() + " with merged LoRA adapters"; }
+  void read(const std::string& name, const Tensor& dst) const override {
+    base_.read(name, dst);
+    for (const LoraTarget& t : targets_) {
+      if (t.base != name) continue;
+      auto f32 = [&](const std::string& adapter) {
+        const Tensor stored = adapters_->load(adapter);
+        Tensor converted = Tensor::empty(stored.shape(), DType::f32);
+        ops::cast(stored, converted);
+        return converted;
+      };
+      merge_adapter(dst, t.row_begin, t.rows, f32(t.a_name()), f32(t.b_name()), lora_.scale());
+    }
+  }
+
+ private:
+  const WeightSource& base_;
+  LoraConfig lora_;
+  std::vector<LoraTarget> targets_;
+  std::unique_ptr<SafetensorsFile> adapters_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, const WeightSource& base,
+                                                 const std::optional<LoraConfig>& lora) {
+  if (!lora) return open_model_folder(folder);
+  return std::make_unique<LoraMergedWeights>(folder, base, *lora);
 }
 
 std::unique_ptr<WeightSource> open_model_folder(const std::string& folder) {

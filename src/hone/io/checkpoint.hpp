@@ -119,6 +119,17 @@ ModelConfig read_model_config(const std::string& folder);
 // Weights stored in bf16 or f16 are converted on reading.
 std::unique_ptr<WeightSource> open_model_folder(const std::string& folder);
 
+// The adapter file of a LoRA run's checkpoint folder.
+std::string adapter_file(const std::string& folder);
+
+// What a checkpoint's run trained, read a parameter at a time (so exports of a
+// run whose weights are never whole on one rank need not gather them): the
+// checkpoint's weights, or for a LoRA run `base` (the model it started from)
+// with the checkpoint's adapters merged in, W += alpha/rank · B·A. `base` must
+// outlive the source.
+std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, const WeightSource& base,
+                                                 const std::optional<LoraConfig>& lora);
+
 // Loads the weights of a model or checkpoint folder into `model` (for
 // fine-tuning and inference; no optimizer state is needed or read).
 void load_model_weights(const std::string& folder, Transformer& model);

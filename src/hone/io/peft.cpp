@@ -1,18 +1,22 @@
 #include "hone/io/peft.hpp"
 
+#include <functional>
 #include <set>
 
 #include "hone/io/atomic_file.hpp"
+#include "hone/io/checkpoint.hpp"
 #include "hone/io/hf.hpp"
 #include "hone/io/json_file.hpp"
 #include "hone/io/safetensors.hpp"
 
 namespace hone {
 
-void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model) {
-  HONE_CHECK(model.lora().has_value(), "{}: the model has no LoRA adapters to export", dir);
-  const LoraConfig& lora = *model.lora();
-  const ModelConfig& config = model.config();
+namespace {
+
+// `adapter(name)`: the adapter tensor of that hone name.
+void write_peft(const ModelConfig& config, const LoraConfig& lora,
+                const std::function<Tensor(const std::string&)>& adapter, const std::string& dir,
+                const std::string& base_model) {
   std::vector<NamedTensor> tensors;
   std::set<std::string> modules;
   for (const LoraTarget& t : lora_targets(config, lora)) {
@@ -28,10 +32,8 @@ void export_peft(const Transformer& model, const std::string& dir, const std::st
                dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
     const std::string module = match->name.substr(0, match->name.size() - std::string(".weight").size());
     modules.insert(module.substr(module.rfind('.') + 1));
-    const std::string prefix = t.layer < 0 ? "lora." : "layers." + std::to_string(t.layer) + ".lora.";
-    const ParameterSet& adapters = model.trainable_params();
-    tensors.push_back({"base_model.model." + module + ".lora_A.weight", adapters.get(prefix + t.module + ".a").value});
-    tensors.push_back({"base_model.model." + module + ".lora_B.weight", adapters.get(prefix + t.module + ".b").value});
+    tensors.push_back({"base_model.model." + module + ".lora_A.weight", adapter(t.a_name())});
+    tensors.push_back({"base_model.model." + module + ".lora_B.weight", adapter(t.b_name())});
   }
   const Json adapter_config = {{"base_model_name_or_path", base_model},
                                {"bias", "none"},
@@ -49,6 +51,20 @@ void export_peft(const Transformer& model, const std::string& dir, const std::st
   write_json_file(folder.file("adapter_config.json"), adapter_config);
   write_safetensors(folder.file("adapter_model.safetensors"), tensors, {{"format", "pt"}});
   folder.commit();
+}
+
+}  // namespace
+
+void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model) {
+  HONE_CHECK(model.lora().has_value(), "{}: the model has no LoRA adapters to export", dir);
+  write_peft(model.config(), *model.lora(),
+             [&](const std::string& name) { return model.trainable_params().get(name).value; }, dir, base_model);
+}
+
+void export_peft(const std::string& checkpoint, const ModelConfig& config, const LoraConfig& lora,
+                 const std::string& dir, const std::string& base_model) {
+  const SafetensorsFile adapters(adapter_file(checkpoint));
+  write_peft(config, lora, [&](const std::string& name) { return adapters.load(name); }, dir, base_model);
 }
 
 }  // namespace hone

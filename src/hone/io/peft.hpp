@@ -14,5 +14,9 @@ namespace hone {
 // Adapters PEFT cannot express are an error: one on part of a tensor that
 // Hugging Face stores fused (GPT-2's c_attn), or on a transposed Conv1D weight.
 void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model);
+// The same from a LoRA run's checkpoint folder (its adapter file, read a tensor
+// at a time), trained with `lora` on a model of `config`.
+void export_peft(const std::string& checkpoint, const ModelConfig& config, const LoraConfig& lora,
+                 const std::string& dir, const std::string& base_model);
 
 }  // namespace hone

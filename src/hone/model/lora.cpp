@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "hone/core/error.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone {
 
@@ -52,6 +53,13 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
   int64_t n = 0;
   for (const LoraTarget& t : lora_targets(config, lora)) n += lora.rank * (t.in_per_rank(tp) + t.rows_per_rank(tp));
   return n;
+}
+
+void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
+                   double scale) {
+  const int64_t in = weight.numel() / weight.size(0), rank = a.size(0);
+  const Tensor block = weight.view({weight.numel()}).slice(row_begin * in, {1, rows, in});
+  ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, block, float(scale), 1.0f);
 }
 
 }  // namespace hone

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hone/core/tensor.hpp"
 #include "hone/model/config.hpp"
 
 namespace hone {
@@ -44,6 +45,12 @@ struct LoraTarget {
   int64_t rows_per_rank(int64_t tp) const { return splits_rows(tp) ? rows / tp : rows; }
   int64_t row_begin_per_rank(int64_t tp) const { return splits_rows(tp) ? row_begin / tp : row_begin; }
   int64_t in_per_rank(int64_t tp) const { return splits_columns(tp) ? in / tp : in; }
+  // The adapter's parameter names: "layers.3.lora.q_proj.a", "lora.output.b".
+  std::string a_name() const { return prefix() + module + ".a"; }
+  std::string b_name() const { return prefix() + module + ".b"; }
+
+ private:
+  std::string prefix() const { return layer < 0 ? "lora." : "layers." + std::to_string(layer) + ".lora."; }
 };
 
 // The adapters `lora` puts on a model of `config`, in declaration order; throws
@@ -51,5 +58,11 @@ struct LoraTarget {
 std::vector<LoraTarget> lora_targets(const ModelConfig& config, const LoraConfig& lora);
 // Adapter elements per rank of a tp-way tensor-parallel model (tp 1: all of them).
 int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, int64_t tp = 1);
+
+// Folds one adapter into its base weight: weight[row_begin, row_begin + rows)
+// += scale · B·A, with weight [out, in] (or the part of it a rank holds, with A
+// [rank, in] and B [rows, rank] to match).
+void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
+                   double scale);
 
 }  // namespace hone

@@ -86,11 +86,6 @@ void ParameterSet::allocate(DType master_dtype, DType compute_dtype, Device devi
   values_ = Tensor::zeros({padded}, master_dtype, device);
   if (with_grads) grads_ = Tensor::zeros({padded}, master_dtype, device);
   if (compute_dtype != master_dtype) compute_ = Tensor::zeros({padded}, compute_dtype, device);
-  point_into_buffers();
-}
-
-void ParameterSet::point_into_buffers() {
-  HONE_ASSERT(!sharded());
   for (Parameter& p : params_) {
     p.value = values_.slice(p.offset, p.shape);
     p.grad = grads_.defined() ? grads_.slice(p.offset, p.shape) : Tensor();

@@ -99,10 +99,6 @@ class ParameterSet {
   // Points the unit's gradients into `grads` (the unit_range's elements), or
   // nowhere when it is undefined.
   void attach_grads(int unit, const Tensor& grads);
-  // Points every parameter's tensors into the flat buffers again (unsharded),
-  // after a caller pointed them elsewhere for a while (TrainingWorld shows
-  // checkpoints whole weights of a tensor-parallel model that way).
-  void point_into_buffers();
 
   Parameter& get(std::string_view name);
   const Parameter& get(std::string_view name) const;

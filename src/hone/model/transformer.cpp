@@ -112,19 +112,18 @@ void Transformer::declare_lora() {
   const LoraConfig& lora = *lora_;
   uint64_t stream = 0;
   for (const LoraTarget& t : lora_targets(config_, lora)) {
-    const std::string prefix = t.layer < 0 ? "lora." : "layers." + std::to_string(t.layer) + ".lora.";
     const bool split_rows = t.splits_rows(tp_size_), split_columns = t.splits_columns(tp_size_);
     const TensorSplit part{.dim = split_rows ? 0 : 1, .parts = tp_size_, .index = tp_rank_};
     // The adapters of split inputs (out, down) draw each rank's own dropout masks;
     // the others see the same whole input, and the same masks, on every rank.
     ++stream;
     LoraAdapter a{.module = t.module, .base = &params_.get(t.base), .a = nullptr, .b = nullptr,
-                  .row_begin = t.row_begin_per_rank(tp_size_), .rows = t.rows_per_rank(tp_size_), .target = t,
+                  .row_begin = t.row_begin_per_rank(tp_size_), .rows = t.rows_per_rank(tp_size_),
                   .stream = split_columns ? stream | uint64_t(tp_rank_) << 24 : stream, .u = Tensor()};
     const int unit = t.layer < 0 ? head_unit() : layer_unit(t.layer);
-    a.a = &lora_params_.declare(prefix + t.module + ".a", {lora.rank, t.in}, true, unit,
+    a.a = &lora_params_.declare(t.a_name(), {lora.rank, t.in}, true, unit,
                                 split_columns ? part : TensorSplit{});
-    a.b = &lora_params_.declare(prefix + t.module + ".b", {t.rows, lora.rank}, true, unit,
+    a.b = &lora_params_.declare(t.b_name(), {t.rows, lora.rank}, true, unit,
                                 split_rows ? part : TensorSplit{});
     a.a->compute_only = a.b->compute_only = true;
     if (t.layer < 0) {
@@ -159,14 +158,8 @@ void Transformer::init_lora(uint64_t seed) {
 void Transformer::merge_lora() {
   if (!lora_) return;
   auto merge = [&](LoraAdapter& a) {
-    // This rank's parts of a split model, or the whole weights that
-    // TrainingWorld::gather_weights put together (exports of a tp run).
-    const bool whole = a.base->value.numel() == a.base->whole_shape.numel();
-    const int64_t in = a.base->value.numel() / a.base->value.size(0), rank = lora_->rank;
-    const int64_t row_begin = whole ? a.target.row_begin : a.row_begin, rows = whole ? a.target.rows : a.rows;
-    const Tensor block = a.base->value.view({a.base->value.numel()}).slice(row_begin * in, {1, rows, in});
-    ops::matmul(a.b->value.view({1, rows, rank}), false, a.a->value.view({1, rank, in}), false, block,
-                float(lora_->scale()), 1.0f);
+    // Split by tensor parallelism, each rank merges its parts.
+    merge_adapter(a.base->value, a.row_begin, a.rows, a.a->value, a.b->value, lora_->scale());
     a.b->value.zero_();
   };
   for (auto& layer : layer_adapters_)

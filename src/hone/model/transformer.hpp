@@ -44,7 +44,6 @@ struct LoraAdapter {
   Parameter* a = nullptr;  // [rank, in]
   Parameter* b = nullptr;  // [rows, rank]
   int64_t row_begin = 0, rows = 0;  // in this rank's part of the base weight
-  LoraTarget target;                // the rows of the whole base weight (merging gathered weights)
   uint64_t stream = 0;  // dropout masks: Philox stream of this adapter
   Tensor u;             // x·Aᵀ of the last forward pass [batch·seq, rank]
 };

@@ -121,17 +121,27 @@ int run_finetune(const Config& c) {
                           .data_description = data_description,
                           .summary = summary,
                           .companion_files = tokenizer_companion_files(tokenizer_dir),
-                          .on_finish = [&](RunConsole& console) {
+                          .on_finish = [&](RunConsole& console, const std::optional<std::string>& checkpoint) {
+                            // The trained weights in memory, or, where they are not whole on
+                            // this rank, in the final checkpoint (read a tensor at a time).
                             if (c.has("export.peft")) {
-                              export_peft(model, c.get<std::string>("export.peft"),
-                                          c.get<std::string>("checkpoint.path"));
-                              console.line(fmt::format("PEFT adapter: {}", c.get<std::string>("export.peft")));
+                              const std::string dir = c.get<std::string>("export.peft");
+                              const std::string base = c.get<std::string>("checkpoint.path");
+                              if (checkpoint) export_peft(*checkpoint, model_config, *lora, dir, base);
+                              else export_peft(model, dir, base);
+                              console.line(fmt::format("PEFT adapter: {}", dir));
                             }
                             if (c.has("export.hf")) {
-                              model.merge_lora();
+                              std::unique_ptr<WeightSource> trained;
+                              if (checkpoint) {
+                                trained = open_trained_model(*checkpoint, *weights, lora);
+                              } else {
+                                model.merge_lora();
+                                trained = transformer_weights(model);
+                              }
                               HfExportOptions options;
                               if (c.has("export.dtype")) options.dtype = parse_dtype(c.get<std::string>("export.dtype"));
-                              export_hf(*with_tokenizer_from(transformer_weights(model), tokenizer_dir),
+                              export_hf(*with_tokenizer_from(std::move(trained), tokenizer_dir),
                                         c.get<std::string>("export.hf"), options);
                               console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
                                                        c.get<std::string>("export.hf")));

@@ -91,7 +91,8 @@ Schema training_schema() {
   s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1, "wsd: fraction of steps spent decaying"});
   s.add({"checkpoint.every_n_steps", ValueType::integer, 0, "save every N steps (0: only at the end)"});
   s.add({"checkpoint.keep_last_n", ValueType::integer, 3, "checkpoints kept (0: all)"});
-  s.add({"checkpoint.save_final", ValueType::boolean, true, "save when the run ends"});
+  s.add({"checkpoint.save_final", ValueType::boolean, true,
+         "save when the run ends (a ZeRO-3 or tensor-parallel run that exports always does: it exports from there)"});
   s.add({"resume", ValueType::string, nullptr, "latest (if the run has a checkpoint) or a checkpoint folder"});
   s.add({"log_every_n_steps", ValueType::integer, 10, "metrics every N steps"});
   s.add({"eval.every_n_steps", ValueType::integer, 0, "validation every N steps (0: only at the end)"});

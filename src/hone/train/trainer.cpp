@@ -224,7 +224,15 @@ int run_training(const Config& c, TrainingJob job) {
 
   if (interrupted) console.line(fmt::format("stop requested: saving step {} and exiting", state.step));
   if (!interrupted) run_evaluation();
-  if ((interrupted || c.get<bool>("checkpoint.save_final")) && last_saved != state.step) save();
+  // Exports of weights that are never whole on one rank read the final
+  // checkpoint (a tensor at a time): it is saved for them if this run has not.
+  const bool export_from_checkpoint = job.on_finish && !interrupted && !world.weights_whole_on_main();
+  const std::string final_folder = (fs::path(run.output_dir) / checkpoint_folder_name(state.step)).string();
+  const bool saved_final = last_saved == state.step && fs::exists(final_folder);
+  if (((interrupted || c.get<bool>("checkpoint.save_final")) && last_saved != state.step) ||
+      (export_from_checkpoint && !saved_final)) {
+    save();
+  }
   const double wall = seconds_between(start, Clock::now());
   const double tokens_per_sec = double(samples_this_run * seq_len) / std::max(train_seconds, 1e-9);
   const double tokens_per_sec_per_device = tokens_per_sec / world.size();
@@ -246,10 +254,8 @@ int run_training(const Config& c, TrainingJob job) {
   console.line(fmt::format("done: step {} ({} this run, {}); checkpoints in {}, metrics in {}", state.step,
                            samples_this_run / global_batch, format_duration(wall), run.output_dir,
                            (fs::path(run.output_dir) / "metrics.jsonl").string()));
-  if (job.on_finish && !interrupted) {
-    world.gather_weights();  // exports read whole weights
-    if (world.is_main()) job.on_finish(console);
-    world.release_weights();
+  if (job.on_finish && !interrupted && world.is_main()) {
+    job.on_finish(console, export_from_checkpoint ? std::optional(final_folder) : std::nullopt);
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 // steps, and a graceful stop on SIGINT/SIGTERM. Recipes build the model and the
 // data and hand them over.
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,11 @@ struct TrainingJob {
   std::vector<std::string> summary;  // printed when the run starts
   // Tokenizer files every checkpoint carries (generate and exports find them there).
   std::vector<std::string> companion_files;
-  // Runs on rank 0 after the final checkpoint of a run that was not interrupted (exports).
-  std::function<void(RunConsole&)> on_finish;
+  // Runs on rank 0 after the final checkpoint of a run that was not interrupted
+  // (exports). `checkpoint` names that checkpoint when the exports are to read
+  // the trained weights from it (they are not whole on rank 0: ZeRO-3 shards,
+  // tensor-parallel parts); nullopt when job.model holds them.
+  std::function<void(RunConsole&, const std::optional<std::string>& checkpoint)> on_finish;
 };
 
 // Trains job.model as the resolved config says (batch_size,

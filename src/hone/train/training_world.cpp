@@ -50,32 +50,9 @@ ModelPlacement TrainingWorld::model_placement() const {
 }
 
 void TrainingWorld::adopt(Transformer& model) {
-  if (model.tp_size() > 1) split_model_ = &model;
   if (zero_stage_ == 2) model.set_residency(data_parallel_->shard_gradients(model.trainable_params()));
   if (zero_stage_ != 3) return;
   model.set_residency(data_parallel_->shard_parameters(parameter_sets(model)));
-}
-
-void TrainingWorld::gather_weights() const {
-  // Rank 0's tp group (rank 0 alone without tp) gathers its ZeRO-3 shards, then
-  // puts the split weights together on rank 0 (the other replicas hold the same).
-  if (auto* sharded = data_parallel_->fully_sharded()) sharded->acquire_all(/*keep=*/dp_rank() == 0);
-  if (!split_model_ || dp_rank() != 0) return;
-  for (ParameterSet* set : parameter_sets(*split_model_)) {
-    for (Parameter& p : set->all()) {
-      if (p.split.dim < 0) continue;
-      Tensor whole = dist::gather_whole(p, p.value, mesh_->tp());
-      if (is_main()) p.value = std::move(whole);
-    }
-  }
-}
-
-void TrainingWorld::release_weights() const {
-  if (auto* sharded = data_parallel_->fully_sharded()) {
-    sharded->release_all();  // detaches every parameter, whatever it pointed to
-  } else if (split_model_ && is_main()) {
-    for (ParameterSet* set : parameter_sets(*split_model_)) set->point_into_buffers();
-  }
 }
 
 void TrainingWorld::for_each_whole_parameter(const Transformer& model,

@@ -42,14 +42,11 @@ class TrainingWorld {
   // Takes on the model built with model_placement(): at ZeRO-2 gives each unit
   // of the trained parameters a gradient buffer only while backward computes
   // it; at ZeRO-3 makes it gather each unit of its weights (with LoRA the
-  // frozen base and the adapters) when it needs it; with tensor parallelism
-  // remembers it for gather_weights(). (Stages 2 and 3 on several dp ranks.)
+  // frozen base and the adapters) when it needs it. (Stages 2 and 3 on
+  // several dp ranks.)
   void adopt(Transformer& model);
-  // Collective: makes the weights whole on rank 0 until release_weights()
-  // (exports, which rank 0 writes, read them; the other ranks take part in the
-  // gathers but keep nothing that matters); nothing when rank 0 holds them.
-  void gather_weights() const;
-  void release_weights() const;
+  // Rank 0 holds every weight whole (no ZeRO-3 shards, no tensor-parallel parts).
+  bool weights_whole_on_main() const { return (zero_stage_ < 3 || dp_size() == 1) && tp_size() == 1; }
   // Collective: calls `write` on rank 0 with each trained parameter whole, in
   // CheckpointWeights::order, with only one unit of them whole at a time
   // (ZeRO-3 shards gathered, tensor-parallel parts put together).
@@ -79,7 +76,6 @@ class TrainingWorld {
   std::unique_ptr<dist::Communicator> world_;
   std::unique_ptr<dist::DeviceMesh> mesh_;
   std::unique_ptr<dist::DataParallel> data_parallel_;
-  Transformer* split_model_ = nullptr;  // adopted, with tensor parallelism
 };
 
 }  // namespace hone
