@@ -39,11 +39,8 @@ FullyShardedParameters::Gathered& FullyShardedParameters::start_gather(Key key, 
   const Tensor& stored = set.values();
   const int64_t numel = set.gathered_numel(key.second);
   g.compute_only_cast = for_training && set.compute_dtype() != stored.dtype();
-  bool any_values = false;
-  for (const ParameterSet::Group& group : set.groups()) {
-    any_values = any_values || (group.unit == key.second && !(g.compute_only_cast && group.compute_only));
-  }
-  if (any_values) g.values = buffers_.take(numel, stored.dtype());
+  const int64_t values_numel = g.compute_only_cast ? set.gathered_values_numel(key.second) : numel;
+  if (values_numel > 0) g.values = buffers_.take(values_numel, stored.dtype());
   if (set.compute_dtype() != stored.dtype()) g.compute = buffers_.take(numel, set.compute_dtype());
   for (const ParameterSet::Group& group : set.groups()) {
     if (group.unit != key.second) continue;

@@ -16,24 +16,29 @@ double layer_params(const ModelConfig& m, int tp) {
   return double(m.num_non_embedding_params() - split + split / tp) / double(m.n_layers);
 }
 
-// A tp rank's projection weights (not biases) and untied output projection.
-double gemm_weights(const ModelConfig& m, int tp) {
-  const int64_t layer = (m.qkv_dim() + m.mlp_up_dim()) * m.dim + m.dim * (m.n_heads * m.head_dim() + m.ffn_dim);
-  const double head = m.tie_embeddings ? 0.0 : double(m.vocab_size * m.dim) / (m.splits_vocabulary(tp) ? tp : 1);
-  return double(m.n_layers * layer) / tp + head;
-}
-
 double table_params(const ModelConfig& m, int tp) {
   return double(m.vocab_size * m.dim) / (m.splits_vocabulary(tp) ? tp : 1);
 }
 
+// What only GEMMs read (Parameter::compute_only): a tp rank's projection
+// weights of one layer (not biases), and its rows of an untied output projection.
+double layer_gemm_weights(const ModelConfig& m, int tp) {
+  return double((m.qkv_dim() + m.mlp_up_dim()) * m.dim + m.dim * (m.n_heads * m.head_dim() + m.ffn_dim)) / tp;
+}
+double head_gemm_weights(const ModelConfig& m, int tp) { return m.tie_embeddings ? 0.0 : table_params(m, tp); }
+
 }  // namespace
 
 double zero3_gathered_bytes(const ModelConfig& m, DType dtype, int tp) {
-  const double layer = layer_params(m, tp), table = table_params(m, tp);
-  const double per_element = 4 + 4 + (dtype == DType::bf16 ? 2 : 0);
-  const double units = 2 * std::max(layer, table) + (m.tie_embeddings ? table : 0);
-  return units * per_element + 4 * layer;
+  // Bytes per element of a gathered unit: fp32 master weights and gradients,
+  // and in bf16 their cast; what only GEMMs read comes as its bf16 copy alone.
+  const bool bf16 = dtype == DType::bf16;
+  const double whole = bf16 ? 10 : 8, gemm_only = bf16 ? 6 : 8;
+  const double layer = layer_params(m, tp), layer_gemm = layer_gemm_weights(m, tp);
+  const double embeddings = whole * table_params(m, tp);
+  const double layer_unit = gemm_only * layer_gemm + whole * (layer - layer_gemm);
+  const double head = gemm_only * head_gemm_weights(m, tp);
+  return 2 * std::max({embeddings, layer_unit, head}) + (m.tie_embeddings ? embeddings : 0) + 4 * layer;
 }
 
 double zero2_unit_gradient_bytes(const ModelConfig& m, int tp) {
@@ -83,7 +88,7 @@ Plan plan_run(const PlanInput& in) {
   const double grads = 4 * params, weights = w * params;
   // ZeRO-3 in bf16 gathers the projections' bf16 copies (all GEMMs read) and
   // the rest (norms, biases, embeddings) as fp32 master weights.
-  const double gemm = gemm_weights(m, in.tp);
+  const double gemm = double(m.n_layers) * layer_gemm_weights(m, in.tp) + head_gemm_weights(m, in.tp);
   switch (in.zero) {
     case 0: p.dp_bytes = 2 * ring * grads; break;                  // all_reduce of the gradients
     case 1: p.dp_bytes = ring * (grads + weights); break;          // reduce_scatter, all_gather the update

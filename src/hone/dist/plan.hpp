@@ -19,10 +19,11 @@
 namespace hone::dist {
 
 // What hone's ZeRO-3 holds whole at once on a device, in bytes (one replica,
-// a tp rank's part of each layer): two units (one in use, the next prefetched: the larger
-// of a layer and the embedding table, twice) and tied embeddings throughout, each
-// with fp32 master weights, their cast for a bf16 run and fp32 gradients; and
-// the gradients of the layer whose reduce_scatter is in flight.
+// a tp rank's part of each layer): two units (one in use, the next prefetched:
+// the largest of the embeddings, a layer and the output head, twice) and tied
+// embeddings throughout, each with fp32 master weights, their cast for a bf16
+// run and fp32 gradients (the projections of a bf16 run only their bf16 copy
+// and gradients); and the gradients of the layer whose reduce_scatter is in flight.
 double zero3_gathered_bytes(const ModelConfig& model, DType dtype, int tp = 1);
 // What hone's ZeRO-2 holds of gradients besides its shard, in bytes: a unit's
 // fp32 gradients while backward computes it, the previous unit's while their

@@ -147,13 +147,20 @@ void ParameterSet::store_shards(int rank, int world, DType master_dtype, Device 
   rank_ = rank;
   world_ = world;
   int64_t stored = 0;
-  std::vector<int64_t> gathered(size_t(units()), 0);
   for (Group& g : groups_) {
     g.chunk = (g.count + world - 1) / world;
     g.stored = stored;
     stored += g.chunk;
-    g.gathered = gathered[size_t(g.unit)];
-    gathered[size_t(g.unit)] += g.chunk * world;
+  }
+  // Within a unit's gathered buffers the compute-only groups come last, so a
+  // gather of their compute copy alone needs master values only for the prefix.
+  std::vector<int64_t> gathered(size_t(units()), 0);
+  for (const bool compute_only : {false, true}) {
+    for (Group& g : groups_) {
+      if (g.compute_only != compute_only) continue;
+      g.gathered = gathered[size_t(g.unit)];
+      gathered[size_t(g.unit)] += g.chunk * world;
+    }
   }
   values_ = Tensor::zeros({stored}, master_dtype, device);
   grads_ = with_grads ? Tensor::zeros({stored}, master_dtype, device) : Tensor();
@@ -204,9 +211,16 @@ int64_t ParameterSet::gathered_numel(int unit) const {
   return n;
 }
 
+int64_t ParameterSet::gathered_values_numel(int unit) const {
+  int64_t n = 0;
+  for (const Group& g : groups_) n += g.unit == unit && !g.compute_only ? g.chunk * world_ : 0;
+  return n;
+}
+
 void ParameterSet::attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads,
                           bool compute_only_values) {
-  HONE_ASSERT(sharded() && (values.defined() ? values.numel() : compute.numel()) == gathered_numel(unit));
+  const int64_t values_numel = compute_only_values ? gathered_numel(unit) : gathered_values_numel(unit);
+  HONE_ASSERT(sharded() && (values_numel == 0 || values.numel() == values_numel));
   for (Parameter& p : params_) {
     if (p.unit != unit) continue;
     const Group& g = group_of(p);

@@ -155,12 +155,15 @@ class ParameterSet {
   int units() const;
   // Elements of a unit's gathered buffers: each of its groups at world·chunk.
   int64_t gathered_numel(int unit) const;
+  // The part of them before the compute-only groups (which come last): what a
+  // values buffer needs when those groups come as their compute copy alone.
+  int64_t gathered_values_numel(int unit) const;
   // Points the unit's parameters into gathered buffers of gathered_numel(unit)
   // elements: master values, the compute copy (when compute_dtype() differs) and
   // gradients (or undefined). Without `compute_only_values` the values of the
-  // compute-only groups were not gathered: those parameters' values stay
-  // undefined (values may then be undefined too, if every group is compute-only).
-  // detach() makes them undefined again.
+  // compute-only groups were not gathered: `values` holds gathered_values_numel
+  // elements (undefined when that is 0) and those parameters' values stay
+  // undefined. detach() makes them undefined again.
   void attach(int unit, const Tensor& values, const Tensor& compute, const Tensor& grads,
               bool compute_only_values = true);
   void detach(int unit);
