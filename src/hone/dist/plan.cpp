@@ -23,7 +23,7 @@ double table_params(const ModelConfig& m, int tp) {
 // What only GEMMs read (Parameter::compute_only): a tp rank's projection
 // weights of one layer (not biases), and its rows of an untied output projection.
 double layer_gemm_weights(const ModelConfig& m, int tp) {
-  return double((m.qkv_dim() + m.mlp_up_dim()) * m.dim + m.dim * (m.n_heads * m.head_dim() + m.ffn_dim)) / tp;
+  return double(m.num_projection_weights() / m.n_layers) / tp;
 }
 double head_gemm_weights(const ModelConfig& m, int tp) { return m.tie_embeddings ? 0.0 : table_params(m, tp); }
 

@@ -40,9 +40,12 @@ int64_t ModelConfig::num_params() const {
   return num_non_embedding_params() + num_vocabulary_params() + positions;
 }
 
+int64_t ModelConfig::num_projection_weights() const {
+  return n_layers * (qkv_dim() * dim + dim * n_heads * head_dim() + mlp_up_dim() * dim + dim * ffn_dim);
+}
+
 int64_t ModelConfig::num_projection_params() const {
-  const int64_t projections = qkv_dim() * dim + dim * n_heads * head_dim() + mlp_up_dim() * dim + dim * ffn_dim;
-  return n_layers * (projections + (linear_bias ? qkv_dim() + mlp_up_dim() : 0));
+  return num_projection_weights() + (linear_bias ? n_layers * (qkv_dim() + mlp_up_dim()) : 0);
 }
 
 int64_t ModelConfig::num_split_params(int tp) const {

@@ -63,7 +63,8 @@ struct ModelConfig {
   // vocab-parallel embedding and cross-entropy; otherwise every rank holds them
   // whole). One rank holds its part of the split parameters, all of the rest.
   bool splits_vocabulary(int64_t tp) const { return hone::splits_vocabulary(vocab_size, tp); }
-  int64_t num_projection_params() const;  // the projections and column-parallel biases
+  int64_t num_projection_weights() const;  // every layer's projection matrices
+  int64_t num_projection_params() const;   // those and the column-parallel biases
   int64_t num_vocabulary_params() const;  // token embeddings and an untied output projection
   int64_t num_split_params(int tp) const;
   int64_t num_params_per_rank(int tp) const;
