@@ -290,14 +290,17 @@ void Transformer::reduce_scatter_rows(const Tensor& all, const Tensor& rows) con
   if (tp_) tp_->reduce_scatter(all, rows);
 }
 
+Tensor Transformer::row_values_of(const Tensor& all) const {
+  return rows_of(all.view({all.numel(), 1})).view({all.numel() / tp_size_});
+}
+
 Tensor Transformer::loss_targets() const {
-  const Tensor all = targets_.view({targets_.numel(), 1});
-  return tp_ && !split_vocabulary_ ? rows_of(all).view({all.numel() / tp_size_}) : all.view({all.numel()});
+  const Tensor all = targets_.view({targets_.numel()});
+  return tp_ && !split_vocabulary_ ? row_values_of(all) : all;
 }
 
 Tensor Transformer::token_losses() const {
-  const Tensor& losses = acts_.token_losses;
-  return split_vocabulary_ ? rows_of(losses.view({losses.numel(), 1})).view({losses.numel() / tp_size_}) : losses;
+  return split_vocabulary_ ? row_values_of(acts_.token_losses) : acts_.token_losses;
 }
 
 ops::VocabPart Transformer::vocab_part() const {
@@ -423,17 +426,13 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   const int64_t n = c.n_layers;
   acquire(kEmbeddingUnit, false, layer_unit(0));
   const Tensor& first = a.layers[0].input;
-  if (split_vocabulary_) {
-    // Each rank looks up every row's id where it holds the id (zeros elsewhere),
-    // rank 0 adds the positions, and the sums come reduce-scattered into rows.
-    ops::embedding_forward(tokens, tok_embeddings_->value, tp_rank_ == 0 ? value_or_none(pos_embeddings_) : Tensor(),
-                           a.branch_all, positions, vocab_part());
-    reduce_scatter_rows(a.branch_all, first);
-  } else {
-    ops::embedding_forward(tokens, tok_embeddings_->value, value_or_none(pos_embeddings_),
-                           tp_ ? a.branch_all : first, positions);
-    if (tp_) first.copy_from(rows_of(a.branch_all));
-  }
+  // Under tp every rank looks up all rows and keeps its own; a split vocabulary
+  // looks up the ids this rank holds (zeros elsewhere), rank 0 adds the
+  // positions, and the sums come reduce-scattered into rows.
+  ops::embedding_forward(tokens, tok_embeddings_->value, adds_positions() ? value_or_none(pos_embeddings_) : Tensor(),
+                         tp_ ? a.branch_all : first, positions, vocab_part());
+  if (split_vocabulary_) reduce_scatter_rows(a.branch_all, first);
+  else if (tp_) first.copy_from(rows_of(a.branch_all));
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
     acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
@@ -544,20 +543,16 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   }
   if (train_embeddings) {
     acquire(kEmbeddingUnit, true);
+    // A split vocabulary: every row's gradient to the ids this rank holds (and,
+    // on rank 0, to the positions); otherwise this rank's rows' part of it.
     if (split_vocabulary_) {
-      // Every row's gradient to the ids this rank holds; rank 0, which added the
-      // positions, to theirs.
       gather_rows(a.d_residual, a.d_residual_all);
-      ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad,
-                              tp_rank_ == 0 ? grad_or_none(pos_embeddings_) : Tensor(), positions_, vocab_part());
-    } else {
-      if (tp_) {  // this rank's rows' part of the gradient
-        a.d_residual_all.zero_();
-        rows_of(a.d_residual_all).copy_from(a.d_residual);
-      }
-      ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad, grad_or_none(pos_embeddings_),
-                              positions_);
+    } else if (tp_) {
+      a.d_residual_all.zero_();
+      rows_of(a.d_residual_all).copy_from(a.d_residual);
     }
+    ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad,
+                            adds_positions() ? grad_or_none(pos_embeddings_) : Tensor(), positions_, vocab_part());
   }
   if (tied || train_embeddings) release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong

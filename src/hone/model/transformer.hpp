@@ -182,6 +182,10 @@ class Transformer {
   // Tensor parallelism: this rank's rows of an all-rows tensor, and the
   // collectives between the two (nothing on one rank, where they are one tensor).
   Tensor rows_of(const Tensor& all) const;
+  Tensor row_values_of(const Tensor& all) const;  // of a tensor with one value per row
+  // Learned positions are added where each row is looked up; with a split
+  // vocabulary, where the lookups are summed, rank 0 adds them once.
+  bool adds_positions() const { return !split_vocabulary_ || tp_rank_ == 0; }
   void gather_rows(const Tensor& rows, const Tensor& all) const;
   void reduce_scatter_rows(const Tensor& all, const Tensor& rows) const;
   // A row-parallel projection's bias: rank 0 adds it (and owns its gradient).
