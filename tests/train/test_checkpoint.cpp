@@ -146,7 +146,7 @@ TEST(ShardedCheckpoint, ZeroShardsSaveAndLoadAtAnyWorldSize) {
   files.insert(*write_optimizer_state(tmp, model, rank0, 0, 2));
   files.insert(*write_optimizer_state(tmp, model, rank1, 1, 2));
   CheckpointWeights weights(tmp, model);
-  for (const Parameter* p : CheckpointWeights::order(model)) weights.write(*p, p->value);
+  for (const Parameter* p : weights.parameters()) weights.write(*p, p->value);
   files.insert(weights.commit());
   const std::string folder = finish_checkpoint(dir, tmp, model, rank0.steps_taken(), state, 0, files);
   EXPECT_TRUE(fs::exists(folder + "/" + optimizer_shard_file(1, 2)));

@@ -153,11 +153,9 @@ std::vector<const Parameter*> CheckpointWeights::order(const Transformer& model)
 
 namespace {
 
-std::vector<SafetensorsWriter::Layout> weights_layout(const Transformer& model) {
+std::vector<SafetensorsWriter::Layout> weights_layout(const std::vector<const Parameter*>& order, DType dtype) {
   std::vector<SafetensorsWriter::Layout> layout;
-  for (const Parameter* p : CheckpointWeights::order(model)) {
-    layout.push_back({p->name, model.trainable_params().values().dtype(), p->whole_shape});
-  }
+  for (const Parameter* p : order) layout.push_back({p->name, dtype, p->whole_shape});
   return layout;
 }
 
@@ -166,7 +164,7 @@ std::vector<SafetensorsWriter::Layout> weights_layout(const Transformer& model) 
 CheckpointWeights::CheckpointWeights(const std::string& dir, const Transformer& model)
     : file_(model.lora() ? kAdapter : kWeights),
       order_(order(model)),
-      writer_((fs::path(dir) / file_).string(), weights_layout(model),
+      writer_((fs::path(dir) / file_).string(), weights_layout(order_, model.trainable_params().values().dtype()),
               {{"format", "hone"}, {"model", model.config().name}}) {}
 
 void CheckpointWeights::write(const Parameter& p, const Tensor& whole) {
@@ -228,7 +226,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   std::map<std::string, WrittenFile> files;
   if (auto written = write_optimizer_state(dir, model, optimizer, 0, 1)) files.insert(*written);
   CheckpointWeights weights(dir, model);
-  for (const Parameter* p : CheckpointWeights::order(model)) weights.write(*p, p->value);
+  for (const Parameter* p : weights.parameters()) weights.write(*p, p->value);
   files.insert(weights.commit());
   return finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, files,
                            companion_files);

@@ -68,6 +68,8 @@ class CheckpointWeights {
   CheckpointWeights(const std::string& dir, const Transformer& model);
   // The order write() takes them in: unit by unit (Transformer's units), as declared within one.
   static std::vector<const Parameter*> order(const Transformer& model);
+  // This file's parameters, order(model).
+  const std::vector<const Parameter*>& parameters() const { return order_; }
   // The next parameter's whole value (whole_shape, master dtype; any device).
   void write(const Parameter& p, const Tensor& whole);
   // The file's name in the folder, its size and checksum.

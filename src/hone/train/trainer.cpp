@@ -91,15 +91,16 @@ int run_training(const Config& c, TrainingJob job) {
                                      two_fp32(shard_count), two_fp32(model.trainable_params().numel()));
     if (world.zero_stage() == 2) zero += fmt::format(", gradients {} per rank", format_bytes(4.0 * double(shard_count)));
     if (world.zero_stage() == 3) zero += fmt::format(", master weights and gradients {} per rank", two_fp32(shard_count));
-    const std::string vocabulary =
-        model.splits_vocabulary()
-            ? ", vocabulary split"
-            : fmt::format(", embeddings and output head whole on every rank (vocabulary {} is not a multiple of {})",
-                          model.config().vocab_size, world.tp_size());
-    const std::string layout = world.tp_size() > 1 ? fmt::format("tensor parallel {} (with sequence parallelism{}) x "
-                                                                 "data parallel {}",
-                                                                 world.tp_size(), vocabulary, world.dp_size())
-                                                   : "data parallel";
+    std::string layout = "data parallel";
+    if (world.tp_size() > 1) {
+      const std::string vocabulary =
+          model.splits_vocabulary()
+              ? "vocabulary split"
+              : fmt::format("embeddings and output head whole on every rank (vocabulary {} is not a multiple of {})",
+                            model.config().vocab_size, world.tp_size());
+      layout = fmt::format("tensor parallel {} (with sequence parallelism, {}) x data parallel {}", world.tp_size(),
+                           vocabulary, world.dp_size());
+    }
     console.line(fmt::format("ranks: {} ({}), {}{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI", layout,
                              zero));
     if (world.zero_stage() == 3) {
