@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "hone/core/error.hpp"
@@ -88,6 +89,18 @@ VisibleKeys scale_visible_scores(const AttentionDims& d, const Block& k, int64_t
   return v;
 }
 
+// Whether probabilities can live in the scores buffer (T is its own compute type).
+template <typename T>
+constexpr bool kInPlace = std::is_same_v<T, compute_t<T>>;
+
+// Row `offset` of the probabilities: the scores themselves when they can hold
+// them, else the T buffer.
+template <typename T>
+T* probs_row(compute_t<T>* scores, std::vector<T>& probs, int64_t offset) {
+  if constexpr (kInPlace<T>) return scores + offset;
+  else return probs.data() + offset;
+}
+
 template <typename T>
 void check_dims(const AttentionDims& d) {
   HONE_CHECK(d.n_kv_heads > 0 && d.n_heads % d.n_kv_heads == 0,
@@ -137,23 +150,29 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           scores.resize(size_t(m * k.keys));
           product(m, k.keys, hd, queries.data(), false, keys.get() + kv_offset, true, scores.data());  // Q·Kᵀ
           // Softmax over each row's visible keys; the others get probability 0.
-          probs.assign(size_t(m * k.keys), T{});
+          // In place when T is the compute type.
+          if constexpr (!kInPlace<T>) probs.resize(size_t(m * k.keys));
           for (int64_t i = 0; i < m; ++i) {
             const int64_t h = head0 + i / k.rows;
             C* s = scores.data() + i * k.keys;
             const VisibleKeys v = scale_visible_scores(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
-            const C max = *std::max_element(s + v.begin, s + v.end);
+            C max = -std::numeric_limits<C>::infinity();
+#pragma omp simd reduction(max : max)
+            for (int64_t j = v.begin; j < v.end; ++j) max = std::max(max, s[j]);
             C sum = 0;
 #pragma omp simd reduction(+ : sum)
             for (int64_t j = v.begin; j < v.end; ++j) sum += (s[j] = fast_exp(s[j] - max));
             const C inv = C(1) / sum;
-            T* p = probs.data() + i * k.keys;
+            T* p = probs_row<T>(scores.data(), probs, i * k.keys);
+            std::fill(p, p + v.begin, T{});
+            std::fill(p + v.end, p + k.keys, T{});
 #pragma omp simd
             for (int64_t j = v.begin; j < v.end; ++j) p[j] = store<T>(s[j] * inv);
             lse[(b * H + h) * seq + k.q0 + i % k.rows] = max + std::log(sum);
           }
           outputs.resize(size_t(m * hd));
-          product(m, hd, k.keys, probs.data(), false, values.get() + kv_offset, false, outputs.data());  // P·V
+          product(m, hd, k.keys, probs_row<T>(scores.data(), probs, 0), false, values.get() + kv_offset, false,
+                  outputs.data());  // P·V
           for (int64_t g = 0; g < group; ++g)
             scatter_rows(out + (b * seq + k.q0) * out_stride + (head0 + g) * hd, out_stride,
                          outputs.data() + g * k.rows * hd, k.rows, hd);
@@ -224,28 +243,34 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
           // dP = dO·Vᵀ, then dS = P ⊙ (dP - delta)·scale: the gradient of q·k.
           d_probs.resize(size_t(m * k.keys));
           product(m, k.keys, hd, d_outs.data(), false, values.data() + first, true, d_probs.data());
-          probs.resize(size_t(m * k.keys));
-          d_scores.resize(size_t(m * k.keys));
+          // In place when T is the compute type: P stays in scores, dS overwrites dP.
+          if constexpr (!kInPlace<T>) {
+            probs.resize(size_t(m * k.keys));
+            d_scores.resize(size_t(m * k.keys));
+          }
           for (int64_t i = 0; i < m; ++i) {
             const C* p = scores.data() + i * k.keys;
             const C* dp = d_probs.data() + i * k.keys;
             const C delta_i = delta[size_t(i)];
-            T* p_out = probs.data() + i * k.keys;
-            T* ds = d_scores.data() + i * k.keys;
+            T* p_out = probs_row<T>(scores.data(), probs, i * k.keys);
+            T* ds = probs_row<T>(d_probs.data(), d_scores, i * k.keys);
 #pragma omp simd
             for (int64_t j = 0; j < k.keys; ++j) {
-              p_out[j] = store<T>(p[j]);
-              ds[j] = store<T>(p[j] * (dp[j] - delta_i) * scale);
+              const C d_score = p[j] * (dp[j] - delta_i) * scale;
+              if constexpr (!kInPlace<T>) p_out[j] = store<T>(p[j]);
+              ds[j] = store<T>(d_score);
             }
           }
+          const T* p_block = probs_row<T>(scores.data(), probs, 0);
+          const T* ds_block = probs_row<T>(d_probs.data(), d_scores, 0);
           // dQ = dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q.
           d_queries.resize(size_t(m * hd));
-          product(m, hd, k.keys, d_scores.data(), false, keys.data() + first, false, d_queries.data());
+          product(m, hd, k.keys, ds_block, false, keys.data() + first, false, d_queries.data());
           for (int64_t g = 0; g < group; ++g)
             scatter_rows(d_qkv + (b * seq + q0) * row_stride + (head0 + g) * hd, row_stride,
                          d_queries.data() + g * k.rows * hd, k.rows, hd);
-          product(k.keys, hd, m, probs.data(), true, d_outs.data(), false, d_values.data() + first, true);
-          product(k.keys, hd, m, d_scores.data(), true, queries.data(), false, d_keys.data() + first, true);
+          product(k.keys, hd, m, p_block, true, d_outs.data(), false, d_values.data() + first, true);
+          product(k.keys, hd, m, ds_block, true, queries.data(), false, d_keys.data() + first, true);
         }
         T* d_qkv_b = d_qkv + b * seq * row_stride;
         for (int64_t pos = 0; pos < seq; ++pos) {
