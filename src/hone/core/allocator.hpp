@@ -41,6 +41,8 @@ class CpuAllocator final : public Allocator {
   void copy_within(void* dst, const void* src, size_t bytes) override;
 
  private:
+  static void copy(void* dst, const void* src, size_t bytes);  // not overlapping
+
   std::atomic<size_t> allocated_{0};
   std::atomic<size_t> peak_{0};
 };
