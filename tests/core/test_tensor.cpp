@@ -1,4 +1,6 @@
 // Tensors, views, device copies, memory accounting and arenas.
+#include <algorithm>
+
 #include "hone/core/arena.hpp"
 #include "support/check.hpp"
 
@@ -46,6 +48,19 @@ TEST(Allocator, TracksCurrentAndPeakBytes) {
   EXPECT_EQ(cpu.stats().peak_allocated, before + 8000);
   cpu.reset_peak();
   EXPECT_EQ(cpu.stats().peak_allocated, before);
+}
+
+TEST(Allocator, LargeFillsAndCopiesCoverEveryByte) {
+  // Above 4 MiB they run in pieces across the threads; an odd size leaves a
+  // short last piece.
+  Allocator& cpu = allocator_for(Device::cpu());
+  const size_t bytes = (size_t(9) << 20) + 3;
+  std::vector<unsigned char> source(bytes), copy(bytes, 0);
+  for (size_t i = 0; i < bytes; ++i) source[i] = static_cast<unsigned char>(i * 7 + 1);
+  cpu.copy_from_host(copy.data(), source.data(), bytes);
+  EXPECT_EQ(copy, source);
+  cpu.zero(copy.data(), bytes);
+  EXPECT_EQ(std::count(copy.begin(), copy.end(), 0), std::ptrdiff_t(bytes));
 }
 
 TEST(Allocator, UnknownDeviceIsAnError) {
