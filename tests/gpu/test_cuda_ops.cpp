@@ -333,6 +333,17 @@ TEST_F(Cuda, CrossEntropyForwardBackwardAndTotals) {
       expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy backward", dtype));
     }
   }
+  // Training's one-call variant (whole vocabulary) against the CPU's fused pass.
+  for (const DType dtype : kDtypes) {
+    const Tensor logits = random_tensor({rows, vocab}, dtype, 45, 6.0), logits_gpu = gpu(logits);
+    const Tensor losses = Tensor::empty({rows}, DType::f32), lse = Tensor::empty({rows}, DType::f32);
+    const Tensor losses_gpu = Tensor::empty({rows}, DType::f32, kGpu), lse_gpu = Tensor::empty({rows}, DType::f32, kGpu);
+    const ops::LossSum cpu = ops::cross_entropy_forward_backward(logits, targets, losses, lse, 0.25);
+    const ops::LossSum cuda = ops::cross_entropy_forward_backward(logits_gpu, gpu(targets), losses_gpu, lse_gpu, 0.25);
+    EXPECT_EQ(cuda.tokens, cpu.tokens);
+    EXPECT_NEAR(cuda.sum, cpu.sum, 1e-5 * std::abs(cpu.sum)) << dtype_name(dtype);
+    expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy forward-backward", dtype));
+  }
 }
 
 TEST_F(Cuda, CrossEntropyReportsTheFirstBadTargetAsTheCpuDoes) {

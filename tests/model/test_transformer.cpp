@@ -64,6 +64,33 @@ TEST_P(ModelGradients, EveryParameterMatchesFiniteDifferencesInFp64) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelGradients, ::testing::Values("llama", "llama_tied", "gpt2", "mpt"));
 
+// Training tells forward() the loss scale: the loss gradient is then computed in
+// the forward pass, and every gradient comes out as from the separate passes.
+TEST(Transformer, LossGradientInTheForwardPassGivesTheSameGradients) {
+  for (const std::string variant : {"llama_tied", "gpt2"}) {
+    const ModelConfig config = small(variant);
+    const Batch b = random_batch(2, 11, config.vocab_size, 4);
+    std::vector<std::vector<float>> grads[2];
+    for (const bool fused : {false, true}) {
+      Transformer model(config, DType::f32);
+      model.init_weights(3);
+      model.params().zero_grad();
+      const double scale = 1.0 / 9;
+      const ops::LossSum s = model.forward(b.tokens, b.targets, {}, fused ? std::optional(scale) : std::nullopt);
+      EXPECT_EQ(s.tokens, 18);
+      model.backward(scale);
+      for (Parameter& p : model.params().all()) grads[fused].push_back(p.grad.to_vector<float>());
+    }
+    EXPECT_EQ(grads[0], grads[1]) << variant;
+  }
+  const ModelConfig config = small("llama");
+  Transformer model(config, DType::f32);
+  model.init_weights(3);
+  const Batch b = random_batch(1, 5, config.vocab_size, 4);
+  model.forward(b.tokens, b.targets, {}, 0.5);
+  EXPECT_THROW(model.backward(0.25), Error);  // the logits hold the gradient for 0.5
+}
+
 TEST(Transformer, Bf16MixedPrecisionTracksFp32) {
   for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
     const ModelConfig config = model_preset(name);

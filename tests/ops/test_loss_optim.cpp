@@ -51,11 +51,36 @@ TEST(CrossEntropy, Bf16LogitsGiveFp32AccurateLoss) {
   EXPECT_NEAR(from_bf16, from_rounded_f32, 1e-5);  // the arithmetic is fp32; only the storage is bf16
 }
 
+// Training's fused pass gives, bit for bit, the forward pass's losses and lse and
+// the backward pass's gradient (rows longer than one logsumexp chunk included).
+TEST(CrossEntropy, ForwardBackwardInOnePassEqualsTheTwoPasses) {
+  for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const int64_t rows = 5, vocab = 4099;
+    const Tensor logits = random_tensor({rows, vocab}, dtype, 3, 6.0);
+    const Tensor targets = Tensor::from(std::vector<int32_t>{4098, ops::kIgnoreIndex, 0, 2048, 17}, {rows});
+    const DType compute = dtype == DType::f64 ? DType::f64 : DType::f32;  // losses and lse: the compute type
+    Tensor losses = Tensor::empty({rows}, compute), lse = Tensor::empty({rows}, compute);
+    Tensor two_pass = logits.clone();
+    const ops::LossSum expected = ops::cross_entropy_forward(two_pass, targets, losses, lse);
+    ops::cross_entropy_backward(two_pass, targets, lse, 0.25);
+
+    Tensor fused = logits.clone();
+    Tensor fused_losses = Tensor::empty({rows}, compute), fused_lse = Tensor::empty({rows}, compute);
+    const ops::LossSum got = ops::cross_entropy_forward_backward(fused, targets, fused_losses, fused_lse, 0.25);
+    EXPECT_EQ(got.sum, expected.sum) << dtype_name(dtype);
+    EXPECT_EQ(got.tokens, 4);
+    EXPECT_EQ(fused_losses.to_vector<double>(), losses.to_vector<double>()) << dtype_name(dtype);
+    EXPECT_EQ(fused_lse.to_vector<double>(), lse.to_vector<double>()) << dtype_name(dtype);
+    EXPECT_EQ(fused.to_vector<double>(), two_pass.to_vector<double>()) << dtype_name(dtype);
+  }
+}
+
 TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
   Tensor logits = Tensor::zeros({2, 5}, DType::f32), losses = Tensor::empty({2}, DType::f32);
   Tensor lse = Tensor::empty({2}, DType::f32);
   Tensor targets = Tensor::from(std::vector<int32_t>{1, 5}, {2});
   EXPECT_THROW(ops::cross_entropy_forward(logits, targets, losses, lse), Error);
+  EXPECT_THROW(ops::cross_entropy_forward_backward(logits, targets, losses, lse, 1.0), Error);
 }
 
 // Tensor parallelism's split vocabulary: each part of the columns gives its own

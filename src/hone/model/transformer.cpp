@@ -413,13 +413,15 @@ void Transformer::forward_layer(int64_t i) {
   ops::add(l.mid, a.branch, next_input);
 }
 
-ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, const Tensor& positions) {
+ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, const Tensor& positions,
+                                  std::optional<double> loss_scale) {
   HONE_CHECK(tokens.ndim() == 2, "tokens have shape {}, expected [batch, seq]", tokens.shape().str());
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   reserve(batch, seq);
   tokens_ = tokens;
   targets_ = targets;
   positions_ = positions;
+  fused_loss_scale_.reset();
   const ModelConfig& c = config_;
   Activations& a = acts_;
 
@@ -446,8 +448,12 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   if (!targets.defined()) return {};
   HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
              tokens.shape().str());
+  // A split vocabulary needs every rank's logsumexp before any gradient.
+  if (loss_scale && !split_vocabulary_) fused_loss_scale_ = loss_scale;
   const ops::LossSum loss =
-      ops::cross_entropy_forward(a.logits, loss_targets(), a.token_losses, a.logits_lse, vocab_part());
+      fused_loss_scale_
+          ? ops::cross_entropy_forward_backward(a.logits, loss_targets(), a.token_losses, a.logits_lse, *loss_scale)
+          : ops::cross_entropy_forward(a.logits, loss_targets(), a.token_losses, a.logits_lse, vocab_part());
   if (split_vocabulary_) return merge_vocab_parts(loss.tokens);  // every rank: the whole batch's
   if (!tp_) return loss;
   // The whole batch's loss: every rank's rows.
@@ -495,7 +501,13 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !lora_;
   acquire(head_unit(), true, layer_unit(c.n_layers - 1));
   if (tied) acquire(kEmbeddingUnit, true);
-  ops::cross_entropy_backward(a.logits, loss_targets(), a.logits_lse, loss_scale, vocab_part());
+  if (fused_loss_scale_) {
+    HONE_CHECK(*fused_loss_scale_ == loss_scale,
+               "backward() got loss scale {}, but the forward pass computed the loss gradient for {}", loss_scale,
+               *fused_loss_scale_);
+  } else {
+    ops::cross_entropy_backward(a.logits, loss_targets(), a.logits_lse, loss_scale, vocab_part());
+  }
   const Tensor& d_logits = a.logits;
   // A split vocabulary: every row's input gradient is a sum over the ranks' classes.
   project_backward(d_logits, a.final_norm_all, lm_head_, nullptr, output_adapters_,
@@ -556,6 +568,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   }
   if (tied || train_embeddings) release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
+  fused_loss_scale_.reset();
 }
 
 }  // namespace hone

@@ -136,9 +136,13 @@ class Transformer {
   // [batch, seq], ops::kIgnoreIndex masks a position) it also computes the loss
   // and keeps what backward() needs. `positions` (i32 [batch, seq]) packs several
   // samples into a row: each token's position within its own sample (ops.hpp).
-  ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {});
-  // Logits of the last forward pass, [batch·seq, vocab]; backward() overwrites
-  // them. (Tensor parallelism: this rank's rows, or, where it splits the
+  // Training passes loss_scale, the scale backward() will get, when it knows it:
+  // the loss gradient is then computed in the same pass over the logits (where
+  // this rank holds the whole vocabulary), and backward() starts from it.
+  ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {},
+                       std::optional<double> loss_scale = {});
+  // Logits of the last forward pass, [batch·seq, vocab]; backward(), or a
+  // forward pass given a loss scale, overwrites them with their gradient. (Tensor parallelism: this rank's rows, or, where it splits the
   // vocabulary, all rows and this rank's vocab/tp classes; the loss is the
   // whole batch's.)
   const Tensor& logits() const { return acts_.logits; }
@@ -241,6 +245,7 @@ class Transformer {
   size_t arena_bytes_ = 0;
   bool checkpointing_ = false;
   Tensor tokens_, targets_, positions_;  // of the last forward, for backward
+  std::optional<double> fused_loss_scale_;  // the logits hold the gradient of this scale · Σ losses
 };
 
 }  // namespace hone

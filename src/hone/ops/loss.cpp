@@ -1,3 +1,5 @@
+#include <optional>
+
 #include "hone/kernels/cpu/cross_entropy.hpp"
 #include "hone/kernels/cpu/reduce.hpp"
 #include "hone/ops/dispatch.hpp"
@@ -23,9 +25,12 @@ void check_loss_args(const char* op, const Tensor& logits, const Tensor& targets
 
 }  // namespace
 
-LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
-                              VocabPart part) {
-  const char* op = "cross_entropy";
+namespace {
+
+// The forward pass, and with a gradient scale the backward pass fused into it
+// (whole vocabulary only).
+LossSum loss_forward(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                     const Tensor& lse, VocabPart part, std::optional<double> gradient_scale) {
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &losses, &lse});
   check_loss_args(op, logits, targets, losses);
@@ -46,6 +51,10 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
           kIgnoreIndex, part.first, vocab);
       if (totals.bad_row >= 0) fail_target(totals.bad_target, totals.bad_row);
       result = {.sum = totals.sum, .tokens = totals.tokens};
+      if (gradient_scale) {
+        kernels::cuda::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<float>(),
+                                                 *gradient_scale, rows, columns, kIgnoreIndex, part.first);
+      }
     });
     return result;
   }
@@ -58,12 +67,29 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
   }
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(), rows, columns,
-                                           kIgnoreIndex, part.first);
+    if (gradient_scale) {
+      kernels::cpu::cross_entropy_forward_backward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(),
+                                                      *gradient_scale, rows, columns, kIgnoreIndex);
+    } else {
+      kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(), rows, columns,
+                                             kIgnoreIndex, part.first);
+    }
     const C* l = losses.data<C>();
     result.sum = kernels::cpu::sum_elements(rows, [&](int64_t i) { return double(l[i]); });
   });
   return result;
+}
+
+}  // namespace
+
+LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
+                              VocabPart part) {
+  return loss_forward("cross_entropy", logits, targets, losses, lse, part, std::nullopt);
+}
+
+LossSum cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                                       const Tensor& lse, double scale) {
+  return loss_forward("cross_entropy with gradient", logits, targets, losses, lse, {}, scale);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,

@@ -114,6 +114,12 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
 // must be the whole vocabulary's logsumexp.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
                             VocabPart part = {});
+// Both at once over the whole vocabulary, for training when the loss scale is
+// known before the forward pass: the losses and lse of cross_entropy_forward,
+// and the logits turned into the gradient of scale·Σ losses. On the CPU each
+// row's gradient is written while the row is still in cache.
+LossSum cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                                       const Tensor& lse, double scale);
 
 // ---- dropout ----
 // out = x · keep / (1 - p), keep = 1 with probability 1 - p, drawn from Philox at

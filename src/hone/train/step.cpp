@@ -31,12 +31,13 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     model.set_dropout_round(first_round + k);
     const Batch& b = micro_batches[k];
-    loss_sum += model.forward(b.tokens, b.targets, b.positions).sum;
+    const double loss_scale = 1.0 / double(stats.tokens);
+    loss_sum += model.forward(b.tokens, b.targets, b.positions, loss_scale).sum;
     // The last backward pass completes the gradients: their reduction over the
     // ranks starts, a bucket at a time, while it runs.
     const bool reduce_now = parallel && k + 1 == micro_batches.size();
     if (reduce_now) parallel->begin_reduction(trained);
-    model.backward(1.0 / double(stats.tokens), reduce_now ? [&](std::span<Parameter* const> final_params) {
+    model.backward(loss_scale, reduce_now ? [&](std::span<Parameter* const> final_params) {
       parallel->gradients_final(final_params);
     } : Transformer::GradientsFinal());
   }
