@@ -89,6 +89,31 @@ TEST(Matmul, LongReductionsMatchDefinition) {
   }
 }
 
+// bf16 products with a large transposed A (weight gradients) copy A to plain
+// rows first, in blocks of at most 2^22 elements (kernels/cpu/gemm.cpp): sizes
+// off every tile, two blocks each, one with a long reduction as well.
+TEST(Matmul, Bf16TransposedOperandCopiedInBlocksMatchesDefinition) {
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (const Size size : {Size{2100, 5, 2050}, Size{1100, 3, 4100}}) {
+    for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
+      for (bool tb : {false, true}) {
+        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+          Tensor a = random_tensor({1, size.k, size.m}, mc.ab, 1);
+          Tensor b = random_tensor(tb ? Shape{1, size.n, size.k} : Shape{1, size.k, size.n}, mc.ab, 2);
+          Tensor c = random_tensor({1, size.m, size.n}, mc.c, 3);
+          Tensor expected = naive_matmul(a, true, b, tb, c, alpha, beta);
+          ops::matmul(a, true, b, tb, c, float(alpha), float(beta));
+          expect_close(c, expected, mc.tolerance,
+                       fmt::format("{}x{}x{} ->{} tb={} alpha={} beta={}", size.m, size.n, size.k, dtype_name(mc.c),
+                                   tb, alpha, beta));
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, RejectsMismatchedShapes) {
   Tensor a = Tensor::zeros({1, 3, 4}, DType::f32), b = Tensor::zeros({1, 5, 2}, DType::f32);
   Tensor c = Tensor::zeros({1, 3, 2}, DType::f32);

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -24,6 +27,35 @@ dnnl::memory::data_type to_dnnl(DType dtype) {
   }
 }
 
+#ifdef __SSE2__
+// d[c·ld_d + r] = s[r·ld_s + c] for an 8×8 block of 16-bit elements: three
+// rounds of interleaving pairs of rows (16-, 32-, then 64-bit units).
+void transpose_8x8_16bit(const uint16_t* s, int64_t ld_s, uint16_t* d, int64_t ld_d) {
+  __m128i x[8], y[8];
+  for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * ld_s));
+  for (int i = 0; i < 4; ++i) {
+    y[i] = _mm_unpacklo_epi16(x[2 * i], x[2 * i + 1]);
+    y[i + 4] = _mm_unpackhi_epi16(x[2 * i], x[2 * i + 1]);
+  }
+  // y: rows 0-3 hold columns 0-3 of row pairs (0,1) (2,3) (4,5) (6,7); rows 4-7 columns 4-7.
+  for (int h = 0; h < 2; ++h) {
+    const __m128i* p = y + 4 * h;
+    x[4 * h + 0] = _mm_unpacklo_epi32(p[0], p[1]);
+    x[4 * h + 1] = _mm_unpackhi_epi32(p[0], p[1]);
+    x[4 * h + 2] = _mm_unpacklo_epi32(p[2], p[3]);
+    x[4 * h + 3] = _mm_unpackhi_epi32(p[2], p[3]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m128i* p = x + 4 * h;
+    const int64_t c = 4 * h;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (c + 0) * ld_d), _mm_unpacklo_epi64(p[0], p[2]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (c + 1) * ld_d), _mm_unpackhi_epi64(p[0], p[2]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (c + 2) * ld_d), _mm_unpacklo_epi64(p[1], p[3]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (c + 3) * ld_d), _mm_unpackhi_epi64(p[1], p[3]));
+  }
+}
+#endif
+
 // oneDNN runs long reductions (the output head's input gradient, K = vocabulary;
 // weight gradients over many rows) up to 3x slower than the same product cut
 // into pieces of K (docs/benchmarks.md), so reductions longer than
@@ -32,6 +64,39 @@ dnnl::memory::data_type to_dnnl(DType dtype) {
 // rule is fixed, not timed per run, so results stay bit-identical between runs.
 constexpr int64_t kLongReduction = 4096;
 constexpr int64_t kReductionChunk = 2048;
+
+// bf16 products with a transposed A of at least this many elements copy it to
+// plain rows first (attention's small ones do not), in blocks of at most
+// kTransposeBlockElements (8 MiB).
+constexpr int64_t kTransposeMinElements = int64_t(1) << 18;
+constexpr int64_t kTransposeBlockElements = int64_t(1) << 22;
+
+// dst[c·rows + r] = src[r·ld + c] for r < rows, c < cols: 16-bit elements, in
+// tiles of 64×64 across the threads, 8×8 at a time in SSE2 registers.
+void transpose_16bit(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst) {
+  constexpr int64_t kTile = 64;
+  const auto scalar = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) dst[c * rows + r] = src[r * ld + c];
+  };
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+#ifdef __SSE2__
+      int64_t r = r0;
+      for (; r + 8 <= r1; r += 8) {
+        int64_t c = c0;
+        for (; c + 8 <= c1; c += 8) transpose_8x8_16bit(src + r * ld + c, ld, dst + c * rows + r, rows);
+        scalar(r, r + 8, c, c1);
+      }
+      scalar(r, r1, c0, c1);
+#else
+      scalar(r0, r1, c0, c1);
+#endif
+    }
+  }
+}
 
 // Creating a oneDNN primitive costs far more than small GEMMs, and a training
 // step repeats the same few shapes, so primitives are made once per shape.
@@ -93,6 +158,9 @@ struct DnnlGemm {
   }
 
   void run(const GemmArgs& g) {
+    if (g.trans_a && g.ab_type == DType::bf16 && g.batch == 1 && g.m * g.k >= kTransposeMinElements) {
+      return run_transposed_a(g);
+    }
     if (g.k <= kLongReduction) return run_chunk(g, 0, g.k, g.beta, g.c, g.c_type);
     thread_local std::vector<float> scratch;  // the f32 sum when the result is bf16
     void* sum = g.c;
@@ -107,6 +175,27 @@ struct DnnlGemm {
       run_chunk(g, p0, std::min(kReductionChunk, g.k - p0), beta, sum, DType::f32);
     }
     if (sum != g.c) cast(scratch.data(), static_cast<bf16*>(g.c), c_numel);
+  }
+
+  // A stored K×M (a weight gradient dYᵀ·X: K = rows) copied to M×K first, a
+  // block of rows of C at a time: oneDNN's AMX kernels run such products about
+  // 1.4x faster from a plain A than from a strided one, and the copy costs far
+  // less than that (docs/benchmarks.md).
+  void run_transposed_a(const GemmArgs& g) {
+    thread_local std::vector<uint16_t> block;
+    const int64_t rows = std::max<int64_t>(1, kTransposeBlockElements / g.k);
+    const size_t c_row_bytes = size_t(g.n) * dtype_size(g.c_type);
+    for (int64_t m0 = 0; m0 < g.m; m0 += rows) {
+      const int64_t m = std::min(rows, g.m - m0);
+      block.resize(size_t(m * g.k));
+      transpose_16bit(static_cast<const uint16_t*>(g.a) + m0, g.m, g.k, m, block.data());
+      GemmArgs part = g;
+      part.m = m;
+      part.trans_a = false;
+      part.a = block.data();
+      part.c = static_cast<char*>(g.c) + size_t(m0) * c_row_bytes;
+      run(part);
+    }
   }
 };
 
