@@ -86,5 +86,15 @@ TEST(CastF16, TensorsAndHostMemory) {
   EXPECT_THROW(ops::cast(half, Tensor::empty({3, 5}, DType::bf16)), Error);
 }
 
+TEST(Cast, CastToConvertsOrReturnsTheSameTensor) {
+  const Tensor f32 = Tensor::from(std::vector<float>{1.5f, -2.0f, 3.0f}, {3});
+  const Tensor same = ops::cast_to(f32, DType::f32);
+  EXPECT_EQ(same.raw(), f32.raw());  // no copy when nothing converts
+  const Tensor bf = ops::cast_to(f32, DType::bf16);
+  EXPECT_EQ(bf.dtype(), DType::bf16);
+  EXPECT_EQ(bf.shape(), f32.shape());
+  EXPECT_EQ(bf.to_vector<float>(), (std::vector<float>{1.5f, -2.0f, 3.0f}));  // exact in bf16
+}
+
 }  // namespace
 }  // namespace hone::test

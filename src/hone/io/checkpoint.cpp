@@ -247,12 +247,7 @@ void save_model(const WeightSource& source, const std::string& path, std::option
   for (const ParameterSpec& spec : specs) {
     Tensor value = Tensor::empty(spec.shape, DType::f32);
     source.read(spec.name, value);
-    if (stored != DType::f32) {
-      Tensor converted = Tensor::empty(spec.shape, stored);
-      ops::cast(value, converted);
-      value = converted;
-    }
-    weights.write(value);
+    weights.write(ops::cast_to(value, stored));
   }
   manifest.add(kWeights, weights.commit());
   manifest.add(kModelJson, write_json_file(folder.file(kModelJson), model_config_to_json(config)));
@@ -442,13 +437,8 @@ class LoraMergedWeights final : public WeightSource {
     base_.read(name, dst);
     for (const LoraTarget& t : targets_) {
       if (t.base != name) continue;
-      auto f32 = [&](const std::string& adapter) {
-        const Tensor stored = adapters_->load(adapter);
-        Tensor converted = Tensor::empty(stored.shape(), DType::f32);
-        ops::cast(stored, converted);
-        return converted;
-      };
-      merge_adapter(dst, t.row_begin, t.rows, f32(t.a_name()), f32(t.b_name()), lora_.scale());
+      merge_adapter(dst, t.row_begin, t.rows, ops::cast_to(adapters_->load(t.a_name()), DType::f32),
+                    ops::cast_to(adapters_->load(t.b_name()), DType::f32), lora_.scale());
     }
   }
 

@@ -220,8 +220,7 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
       const HfTensor& t = p->tensor;
       const int64_t cols = cached.ndim() == 2 ? cached.size(1) : 1;
       const Tensor rows = cached.slice(t.row_begin * cols, cached.ndim() == 2 ? Shape{t.rows, cols} : Shape{t.rows});
-      Tensor converted = Tensor::empty(rows.shape(), summary.dtype);
-      ops::cast(rows, converted);
+      Tensor converted = ops::cast_to(rows, summary.dtype);
       if (t.transposed) {
         Tensor stored = Tensor::empty(t.shape, summary.dtype);
         transpose(converted, stored);

@@ -178,15 +178,9 @@ void ParameterSet::shard(int rank, int world) {
 
 void ParameterSet::write(const Parameter& p, const Tensor& whole) {
   HONE_ASSERT(whole.shape() == p.whole_shape);
-  const DType master = values_.dtype();
-  Tensor converted = whole;
-  if (whole.dtype() != master) {
-    converted = Tensor::empty(whole.shape(), master, whole.device());
-    ops::cast(whole, converted);
-  }
   std::vector<StoredRange> held;
   append_held(p, local_ranges(), held);
-  copy_held(converted, p.whole_offset, values_, held);
+  copy_held(ops::cast_to(whole, values_.dtype()), p.whole_offset, values_, held);
 }
 
 void copy_held(const Tensor& src, int64_t src_offset, const Tensor& dst,

@@ -12,11 +12,7 @@ namespace {
 
 // A host vector of doubles as a tensor of `dtype` (f32 or f64) on `device`.
 Tensor to_tensor(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
-  Tensor host = Tensor::from(values, shape);
-  if (dtype == DType::f64) return host.to(device);
-  Tensor converted = Tensor::empty(shape, dtype);
-  ops::cast(host, converted);
-  return converted.to(device);
+  return ops::cast_to(Tensor::from(values, shape), dtype).to(device);
 }
 
 }  // namespace
@@ -452,7 +448,8 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   if (loss_scale && !split_vocabulary_) fused_loss_scale_ = loss_scale;
   const ops::LossSum loss =
       fused_loss_scale_
-          ? ops::cross_entropy_forward_backward(a.logits, loss_targets(), a.token_losses, a.logits_lse, *loss_scale)
+          ? ops::cross_entropy_forward_backward(a.logits, loss_targets(), a.token_losses, a.logits_lse,
+                                                *fused_loss_scale_)
           : ops::cross_entropy_forward(a.logits, loss_targets(), a.token_losses, a.logits_lse, vocab_part());
   if (split_vocabulary_) return merge_vocab_parts(loss.tokens);  // every rank: the whole batch's
   if (!tp_) return loss;

@@ -142,9 +142,9 @@ class Transformer {
   ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {},
                        std::optional<double> loss_scale = {});
   // Logits of the last forward pass, [batch·seq, vocab]; backward(), or a
-  // forward pass given a loss scale, overwrites them with their gradient. (Tensor parallelism: this rank's rows, or, where it splits the
-  // vocabulary, all rows and this rank's vocab/tp classes; the loss is the
-  // whole batch's.)
+  // forward pass given a loss scale, overwrites them with their gradient.
+  // (Tensor parallelism: this rank's rows, or, where it splits the vocabulary,
+  // all rows and this rank's vocab/tp classes; the loss is the whole batch's.)
   const Tensor& logits() const { return acts_.logits; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
   // (0 where the target is masked; tensor parallelism: this rank's rows).

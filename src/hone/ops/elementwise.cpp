@@ -65,6 +65,13 @@ void cast(const Tensor& src, const Tensor& dst) {
   }
 }
 
+Tensor cast_to(const Tensor& src, DType dtype) {
+  if (src.dtype() == dtype) return src;
+  Tensor converted = Tensor::empty(src.shape(), dtype, src.device());
+  cast(src, converted);
+  return converted;
+}
+
 void cast(const void* src, DType src_dtype, const Tensor& dst) {
   const char* op = "cast";
   const OpTimer timer(op);

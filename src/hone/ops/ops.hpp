@@ -135,6 +135,8 @@ void cast(const Tensor& src, const Tensor& dst);  // f32 <-> bf16, f16 or f64
 // Converts dst.numel() elements of src_dtype at host memory `src` (a memory-mapped
 // file, say) into dst, with the conversions of cast() above.
 void cast(const void* src, DType src_dtype, const Tensor& dst);
+// src itself when it already is `dtype`, else a converted copy on src's device.
+Tensor cast_to(const Tensor& src, DType dtype);
 double sum_squares(const Tensor& x);
 // Column blocks of [rows, width] matrices (LoRA adapters own a block of a
 // projection's outputs): dst[:, col:col+c] += scale·src, and dst = scale·src[:, col:col+c].

@@ -28,10 +28,10 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Batch
   // draws its own (the same masks on every rank would correlate their samples).
   const uint64_t ranks = parallel ? uint64_t(parallel->size()) : 1, rank = parallel ? uint64_t(parallel->rank()) : 0;
   const uint64_t first_round = (uint64_t(optimizer.steps_taken()) * ranks + rank) * micro_batches.size();
+  const double loss_scale = 1.0 / double(stats.tokens);
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     model.set_dropout_round(first_round + k);
     const Batch& b = micro_batches[k];
-    const double loss_scale = 1.0 / double(stats.tokens);
     loss_sum += model.forward(b.tokens, b.targets, b.positions, loss_scale).sum;
     // The last backward pass completes the gradients: their reduction over the
     // ranks starts, a bucket at a time, while it runs.
