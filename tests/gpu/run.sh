@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the device machine: runs the GPU tests that tests/gpu/bundle.sh packed
-# (carry .gpu), then `hone bench --device cuda` on GPT-2 124M, printing a
-# summary and leaving logs and XML reports in $OUT. Arguments go to the tests
+# (carry .gpu), then `hone bench --device cuda` on GPT-2 124M and attention
+# alone at seq 4096 (head sizes 128 and 64), printing a summary and leaving logs and XML reports in $OUT. Arguments go to the tests
 # (e.g. --gtest_filter=...).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,4 +32,9 @@ done
 "$bundle/bin/hone" bench --model gpt2_124M --batch-size 8 --seq-len 1024 --dtype bf16 --steps 5 --device cuda \
   >"$out/bench.log" 2>&1
 echo "bench: exit $?: $(tail -1 "$out/bench.log")"
+for head_dim in 128 64; do
+  "$bundle/bin/bench_attention" --device cuda --batch 4 --seq 4096 --heads $((2048 / head_dim)) \
+    --kv-heads $((2048 / head_dim)) --head-dim "$head_dim" >>"$out/bench_attention.log" 2>&1
+  echo "bench_attention: exit $?: $(tail -1 "$out/bench_attention.log")"
+done
 exit "$status"

@@ -249,8 +249,9 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
   }
 }
 
-// Tiles end mid-way and span several 32-wide tiles; MHA, GQA, MQA; ALiBi; head
-// dimensions 4 to 128 (each of the kernels' register layouts); packed samples.
+// Tiles end mid-way and span several 32-wide (CUDA cores) and 64-wide (tensor
+// cores: bf16 at head_dim 64 and 128) tiles; MHA, GQA, MQA; ALiBi; head
+// dimensions 4 to 256 (each of the kernels' register layouts); packed samples.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(AttentionCase{2, 70, 4, 2, 8, false, false},
                                            AttentionCase{1, 130, 2, 2, 16, true, false},
@@ -260,6 +261,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttentionCase{2, 80, 2, 1, 128, true, false},
                                            AttentionCase{1, 96, 2, 2, 48, false, false},
                                            AttentionCase{2, 150, 4, 2, 64, false, true},
+                                           AttentionCase{1, 300, 4, 1, 128, true, true},
                                            AttentionCase{1, 200, 8, 8, 256, false, false}));
 
 TEST_F(Cuda, AttentionDecodeMatchesTheCpu) {

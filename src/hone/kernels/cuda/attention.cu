@@ -1,9 +1,14 @@
 #include "hone/kernels/cuda/attention.hpp"
 
+#include <type_traits>
+
+#include "hone/kernels/cuda/attention_mma.hpp"
+#include "hone/kernels/cuda/attention_shape.cuh"
 #include "hone/kernels/cuda/common.cuh"
 
 // A straightforward tiled kernel on the CUDA cores (fp32 arithmetic, no tensor
-// cores): blocks of 8 warps own 32 queries (forward, dQ) or 32 keys (dK, dV);
+// cores) for every call that attention_mma.cu's tensor-core kernels do not take
+// (f32, head sizes other than 64 and 128, unaligned rows, older GPUs): blocks of 8 warps own 32 queries (forward, dQ) or 32 keys (dK, dV);
 // each warp owns 4 of them. In the score phase a lane owns one key (or query)
 // of the 32 and computes its dot products from shared memory; in the
 // accumulation phase a lane owns head dimensions lane, lane + 32, ... Keys and
@@ -20,18 +25,6 @@ constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kPerWarp = kTile / kWarps;  // queries (or keys) per warp
 constexpr int kMaxHeadDim = 256;
 
-struct Shape {
-  int64_t batch, seq, heads, kv_heads, head_dim, group, row_stride, out_stride;
-  float scale;
-  const float* slopes;      // [heads] or null
-  const int32_t* positions; // [batch, seq] or null (packed sequences)
-};
-
-// The first key query t of row b may see: the start of its sample.
-__device__ int64_t window_start(const Shape& s, int64_t b, int64_t t) {
-  return s.positions ? t - int64_t(s.positions[b * s.seq + t]) : 0;
-}
-
 // Copies `rows` head vectors starting at row `first` (row stride `stride`
 // elements) into a float tile with leading dimension ld; missing rows are 0.
 template <typename T>
@@ -44,7 +37,7 @@ __device__ void load_tile(float* tile, int ld, const T* src, int64_t stride, int
 
 template <typename T, int kDims>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(const T* qkv, T* out, float* lse, Shape s) {
+    attention_forward_kernel(const T* qkv, T* out, float* lse, AttentionShape s) {
   extern __shared__ float smem[];
   __shared__ int first_key;
   const int hd = int(s.head_dim), ld = hd + 1;
@@ -136,7 +129,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // delta[b, h, t] = dO · O, the softmax-backward correction of each query; one warp each.
 template <typename T>
-__global__ void attention_delta_kernel(const T* d_out, const T* out, float* delta, Shape s) {
+__global__ void attention_delta_kernel(const T* d_out, const T* out, float* delta, AttentionShape s) {
   const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
   if (item >= s.batch * s.seq * s.heads) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -152,7 +145,8 @@ __global__ void attention_delta_kernel(const T* d_out, const T* out, float* delt
 // while scoring, head dimensions while accumulating dQ += dS·K.
 template <typename T, int kDims>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_kernel(const T* d_out, const T* qkv, const float* lse, const float* delta, T* d_qkv, Shape s) {
+    attention_dq_kernel(const T* d_out, const T* qkv, const float* lse, const float* delta, T* d_qkv,
+                        AttentionShape s) {
   extern __shared__ float smem[];
   __shared__ int first_key;
   const int hd = int(s.head_dim), ld = hd + 1;
@@ -243,7 +237,8 @@ __global__ void __launch_bounds__(kThreads)
 // queries while scoring, head dimensions while accumulating.
 template <typename T, int kDims>
 __global__ void __launch_bounds__(kThreads)
-    attention_dkv_kernel(const T* d_out, const T* qkv, const float* lse, const float* delta, T* d_qkv, Shape s) {
+    attention_dkv_kernel(const T* d_out, const T* qkv, const float* lse, const float* delta, T* d_qkv,
+                         AttentionShape s) {
   extern __shared__ float smem[];
   __shared__ float probs[kTile][kTile + 1], dscores[kTile][kTile + 1];  // [query][key]
   const int hd = int(s.head_dim), ld = hd + 1;
@@ -413,19 +408,19 @@ void check_heads(const char* op, int64_t heads, int64_t kv_heads, int64_t head_d
   }
 }
 
-Shape shape_of(const AttentionDims& d, const float* slopes) {
+AttentionShape shape_of(const AttentionDims& d, const float* slopes) {
   check_heads("attention", d.n_heads, d.n_kv_heads, d.head_dim);
-  return Shape{d.batch,
-               d.seq,
-               d.n_heads,
-               d.n_kv_heads,
-               d.head_dim,
-               d.n_heads / d.n_kv_heads,
-               (d.n_heads + 2 * d.n_kv_heads) * d.head_dim,
-               d.n_heads * d.head_dim,
-               float(d.scale),
-               slopes,
-               d.positions};
+  return AttentionShape{d.batch,
+                        d.seq,
+                        d.n_heads,
+                        d.n_kv_heads,
+                        d.head_dim,
+                        d.n_heads / d.n_kv_heads,
+                        (d.n_heads + 2 * d.n_kv_heads) * d.head_dim,
+                        d.n_heads * d.head_dim,
+                        float(d.scale),
+                        slopes,
+                        d.positions};
 }
 
 // Calls fn.template operator()<kDims>() with head_dim <= 32·kDims.
@@ -457,8 +452,11 @@ size_t shared_tiles(Kernel kernel, int tiles, int64_t head_dim, const char* name
 
 template <typename T>
 void attention_forward(const T* qkv, T* out, float* lse, const float* alibi_slopes, const AttentionDims& dims) {
-  const Shape s = shape_of(dims, alibi_slopes);
+  const AttentionShape s = shape_of(dims, alibi_slopes);
   if (s.batch * s.seq == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (mma_attention_fits(s, {qkv, out})) return mma_attention_forward(qkv, out, lse, s);
+  }
   const dim3 grid(unsigned((s.seq + kTile - 1) / kTile), unsigned(s.heads), unsigned(s.batch));
   dispatch_head_dim(s.head_dim, [&]<int kDims>() {
     const auto kernel = attention_forward_kernel<T, kDims>;
@@ -471,13 +469,18 @@ void attention_forward(const T* qkv, T* out, float* lse, const float* alibi_slop
 template <typename T>
 void attention_backward(const T* d_out, const T* qkv, const T* out, const float* lse, const float* alibi_slopes,
                         T* d_qkv, const AttentionDims& dims) {
-  const Shape s = shape_of(dims, alibi_slopes);
+  const AttentionShape s = shape_of(dims, alibi_slopes);
   if (s.batch * s.seq == 0) return;
   const int64_t items = s.batch * s.seq * s.heads;
   DeviceBuffer delta(size_t(items) * sizeof(float));
   attention_delta_kernel<<<unsigned((items + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(d_out, out,
                                                                                              delta.as<float>(), s);
   HONE_CUDA_LAUNCHED("attention_backward (delta)");
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (mma_attention_fits(s, {d_out, qkv, d_qkv})) {
+      return mma_attention_backward(d_out, qkv, lse, delta.as<float>(), d_qkv, s);
+    }
+  }
   const unsigned tiles = unsigned((s.seq + kTile - 1) / kTile);
   dispatch_head_dim(s.head_dim, [&]<int kDims>() {
     const auto dq = attention_dq_kernel<T, kDims>;

@@ -1,7 +1,8 @@
 #pragma once
 // Internals of the CUDA backend, shared by its .cu and .cpp files: error checks
 // that name the failing call and what the error means, the stream every kernel
-// and copy runs on, the shared-memory limit, and scratch memory.
+// and copy runs on, the shared-memory limit and compute capability, and
+// scratch memory.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -20,6 +21,8 @@ namespace hone::kernels::cuda {
 cudaStream_t stream();
 // Shared memory one block may use after opting in (cudaFuncSetAttribute).
 size_t max_shared_memory_per_block();
+// The device's compute capability as 10·major + minor (80: A100, 90: H100).
+int compute_capability();
 
 // Device scratch memory from the caching allocator (counted in its statistics),
 // returned to it at scope exit; work queued on the stream before then may still

@@ -33,6 +33,7 @@ struct Runtime {
   std::atomic<bool> initialized = false;
   cudaStream_t stream = nullptr;
   size_t max_shared_memory = 0;
+  int compute_capability = 0;
 
   void ensure_initialized() {
     if (initialized.load(std::memory_order_acquire)) return;  // every launch asks: no lock once set up
@@ -48,6 +49,10 @@ struct Runtime {
     int shared = 0;
     HONE_CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     max_shared_memory = size_t(shared);
+    int major = 0, minor = 0;
+    HONE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    HONE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    compute_capability = 10 * major + minor;
     initialized = true;
   }
 };
@@ -243,6 +248,8 @@ void empty_cache() { cuda_allocator().release_cached(); }
 cudaStream_t stream() { return ready_runtime().stream; }
 
 size_t max_shared_memory_per_block() { return ready_runtime().max_shared_memory; }
+
+int compute_capability() { return ready_runtime().compute_capability; }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : data_(cuda_allocator().allocate(bytes)), bytes_(bytes) {}
 
