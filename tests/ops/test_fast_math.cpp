@@ -1,5 +1,9 @@
-// The vectorizable exp of the softmax kernels against the C library's.
+// The vectorizable exp and max of the softmax kernels against the C and C++
+// libraries'.
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "hone/kernels/cpu/fast_math.hpp"
@@ -33,6 +37,17 @@ TEST(FastTanhErf, StayWithinTheirStatedErrors) {
   }
   EXPECT_LT(tanh_err, 3e-7);
   EXPECT_LT(erf_err, 5e-7);  // A&S 7.1.26: 1.5e-7, plus float rounding
+}
+
+TEST(FastMax, EqualsStdMaxBitForBitNaNAndSignedZerosIncluded) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float values[] = {-inf, -2.5f, -0.0f, 0.0f, 1e-45f, 3.0f, inf, nan};
+  for (const float a : values) {
+    for (const float b : values) {
+      const float expected = std::max(a, b), got = kernels::cpu::fast_max(a, b);
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(expected)) << a << " " << b;
+    }
+  }
 }
 
 }  // namespace

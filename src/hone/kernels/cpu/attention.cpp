@@ -158,7 +158,7 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
             const VisibleKeys v = scale_visible_scores(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
             C max = -std::numeric_limits<C>::infinity();
 #pragma omp simd reduction(max : max)
-            for (int64_t j = v.begin; j < v.end; ++j) max = std::max(max, s[j]);
+            for (int64_t j = v.begin; j < v.end; ++j) max = fast_max(max, s[j]);
             C sum = 0;
 #pragma omp simd reduction(+ : sum)
             for (int64_t j = v.begin; j < v.end; ++j) sum += (s[j] = fast_exp(s[j] - max));

@@ -22,7 +22,7 @@ compute_t<T> row_logsumexp(const T* z, int64_t vocab) {
     const int64_t end = std::min(vocab, begin + kChunk);
     C chunk_max = -std::numeric_limits<C>::infinity();
 #pragma omp simd reduction(max : chunk_max)
-    for (int64_t j = begin; j < end; ++j) chunk_max = std::max(chunk_max, load(z[j]));
+    for (int64_t j = begin; j < end; ++j) chunk_max = fast_max(chunk_max, load(z[j]));
     C chunk_sum = 0;
 #pragma omp simd reduction(+ : chunk_sum)
     for (int64_t j = begin; j < end; ++j) chunk_sum += fast_exp(load(z[j]) - chunk_max);

@@ -1,6 +1,6 @@
 #pragma once
-// exp() that the compiler vectorizes. glibc's expf is a function call per
-// element (its vector variants need -ffast-math), which made the softmax over a
+// exp() and max() that the compiler vectorizes. glibc's expf is a function call
+// per element (its vector variants need -ffast-math), which made the softmax over a
 // 50k vocabulary cost more than the matrix products around it. This is the
 // classic range reduction exp(x) = 2^n · exp(r), |r| <= ln2/2, with Cephes'
 // degree-6 polynomial: relative error below 2e-7 (about 1 ulp), NaN kept, and 0
@@ -33,6 +33,15 @@ inline float fast_exp(float x) {
 }
 
 inline double fast_exp(double x) { return std::exp(x); }
+
+// std::max(a, b) as a select of values: GCC vectorizes it inside `omp simd
+// reduction(max : ...)` loops, where std::max (which returns a reference) stays
+// a scalar compare-and-branch chain, 10x slower on a row of softmax scores.
+// Same result as std::max(a, b), NaN in b ignored included.
+template <typename C>
+inline C fast_max(C a, C b) {
+  return b > a ? b : a;
+}
 
 // tanh through exp: 1 - 2 / (e^{2x} + 1); absolute error about 1e-7.
 inline float fast_tanh(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f); }
