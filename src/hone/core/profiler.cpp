@@ -26,6 +26,10 @@ class Profile {
     ++t.calls;
     t.seconds += seconds;
   }
+  void reset() {
+    std::lock_guard lock(mutex_);
+    totals_.clear();
+  }
   ~Profile() {
     if (totals_.empty()) return;
     std::vector<std::pair<std::string, Totals>> rows(totals_.begin(), totals_.end());
@@ -60,6 +64,10 @@ bool profiling_enabled() {
     return v != nullptr && *v != '\0' && std::string(v) != "0";
   }();
   return enabled;
+}
+
+void reset_profile() {
+  if (profiling_enabled()) profile().reset();
 }
 
 OpTimer::OpTimer(const char* op) {

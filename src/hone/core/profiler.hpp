@@ -21,5 +21,9 @@ class OpTimer {
 };
 
 bool profiling_enabled();
+// Forgets what was recorded so far: `hone bench` calls it after its untimed
+// warm-up step, whose first touches of every buffer (page faults) would
+// otherwise be charged to the ops that happen to write them first.
+void reset_profile();
 
 }  // namespace hone

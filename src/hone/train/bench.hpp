@@ -23,8 +23,10 @@ struct BenchOptions {
   bool activation_checkpointing = false;
 };
 
-// Peak TFLOP/s of a large square GEMM in `dtype` on `device`, best of a few runs.
-double measure_gemm_peak_tflops(DType dtype, Device device);
+// Peak TFLOP/s of a large square GEMM in `dtype` on `device`: the best of the
+// products run in `window_seconds`, at least 3. A training run's MFU metric
+// takes the default; `hone bench`, whose MFU is a reported figure, a longer window.
+double measure_gemm_peak_tflops(DType dtype, Device device, double window_seconds = 0);
 
 // Runs the benchmark; `progress` (may be null) is told each step's loss and time.
 nlohmann::ordered_json run_bench(const BenchOptions& options,
