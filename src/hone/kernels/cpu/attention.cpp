@@ -33,14 +33,27 @@ struct QkvView {
   const T* v(int64_t pos, int64_t h) const { return base + pos * row_stride + v_offset + h * head_dim; }
 };
 
-// dst[r] = src[r·stride], `rows` head vectors of head_dim elements, and back.
+// Per-thread scratch of n elements.
+template <typename X>
+std::vector<X> scratch(int64_t n) {
+  return std::vector<X>(size_t(n));
+}
+
+// One head vector copied as bytes in an inline vector loop: a libc call per
+// vector of 64 to 128 elements cost more than the copy, and GCC copies bf16
+// elements one at a time.
+template <typename T>
+void copy_head(T* dst, const T* src, int64_t head_dim) {
+  auto* d = reinterpret_cast<unsigned char*>(dst);
+  const auto* s = reinterpret_cast<const unsigned char*>(src);
+#pragma omp simd
+  for (int64_t i = 0; i < head_dim * int64_t(sizeof(T)); ++i) d[i] = s[i];
+}
+
+// dst[r] = src[r·stride], `rows` head vectors.
 template <typename T>
 void gather_rows(T* dst, const T* src, int64_t stride, int64_t rows, int64_t head_dim) {
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * stride, head_dim, dst + r * head_dim);
-}
-template <typename T>
-void scatter_rows(T* dst, int64_t stride, const T* src, int64_t rows, int64_t head_dim) {
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * head_dim, head_dim, dst + r * stride);
+  for (int64_t r = 0; r < rows; ++r) copy_head(dst + r * head_dim, src + r * stride, head_dim);
 }
 
 // C = A·op(B) (+ C when accumulate) on dense row-major matrices; A is M×K, or
@@ -73,20 +86,21 @@ Block block_at(const AttentionDims& d, int64_t b, int64_t q0) {
   return {b, q0, rows, first_key, q0 + rows - first_key};
 }
 
-// The visible keys of one block row, as indices into its row of scores:
-// [window start, query position], each scaled score plus ALiBi's
-// slope·(key - query). Scores outside are left as they are.
-struct VisibleKeys {
-  int64_t begin, end;
-};
+// Row `row` of a block's scores, in place, as logits: each score times `scale`
+// plus ALiBi's slope·(key - query) for the keys the row's query sees ([window
+// start, query position]), -inf for the others. Whole rows, here and in the
+// loops after it, so that they vectorize without ragged ends: causal rows end
+// anywhere, and a scalar remainder of up to 15 exp() calls a row cost more than
+// the masked lanes do.
 template <typename C>
-VisibleKeys scale_visible_scores(const AttentionDims& d, const Block& k, int64_t row, C* s, C scale, C slope) {
+void to_logits(const AttentionDims& d, const Block& k, int64_t row, C* s, C scale, C slope) {
   const int64_t pos = k.q0 + row % k.rows;
-  const VisibleKeys v{std::max(window_start(d, k.b, pos), k.first_key) - k.first_key, pos + 1 - k.first_key};
-  const C offset = C(k.first_key - pos);
+  const int64_t begin = std::max(window_start(d, k.b, pos), k.first_key) - k.first_key, end = pos + 1 - k.first_key;
+  const C offset = slope * C(k.first_key - pos);
+  std::fill(s, s + begin, -std::numeric_limits<C>::infinity());
 #pragma omp simd
-  for (int64_t j = v.begin; j < v.end; ++j) s[j] = s[j] * scale + slope * (offset + C(j));
-  return v;
+  for (int64_t j = begin; j < end; ++j) s[j] = s[j] * scale + (offset + slope * C(j));
+  std::fill(s + end, s + k.keys, -std::numeric_limits<C>::infinity());
 }
 
 // Whether probabilities can live in the scores buffer (T is its own compute type).
@@ -132,10 +146,13 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
     }
   }
 
+  // Per-thread scratch at its largest block's size, allocated once: resizing
+  // per block value-initialized the bf16 buffers one element at a time.
+  const int64_t max_rows = group * std::min(kQueryBlock, seq);
 #pragma omp parallel
   {
-    std::vector<T> queries, probs, outputs;
-    std::vector<C> scores;
+    auto queries = scratch<T>(max_rows * hd), probs = scratch<T>(kInPlace<T> ? 0 : max_rows * seq);
+    auto scores = scratch<C>(max_rows * seq), outputs = scratch<C>(max_rows * hd), row_sums = scratch<C>(max_rows);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < dims.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV; ++kvh) {
@@ -144,38 +161,39 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           const int64_t m = group * k.rows, head0 = kvh * group;
           const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
           const int64_t kv_offset = ((b * KV + kvh) * seq + k.first_key) * hd;
-          queries.resize(size_t(m * hd));
           for (int64_t g = 0; g < group; ++g)
             gather_rows(queries.data() + g * k.rows * hd, view.q(k.q0, head0 + g), row_stride, k.rows, hd);
-          scores.resize(size_t(m * k.keys));
           product(m, k.keys, hd, queries.data(), false, keys.get() + kv_offset, true, scores.data());  // Q·Kᵀ
-          // Softmax over each row's visible keys; the others get probability 0.
+          // Softmax over each row's visible keys (the others get probability 0),
+          // left unnormalized: P·V is divided by the row's sum on the way out.
           // In place when T is the compute type.
-          if constexpr (!kInPlace<T>) probs.resize(size_t(m * k.keys));
           for (int64_t i = 0; i < m; ++i) {
             const int64_t h = head0 + i / k.rows;
             C* s = scores.data() + i * k.keys;
-            const VisibleKeys v = scale_visible_scores(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
+            to_logits(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
             C max = -std::numeric_limits<C>::infinity();
 #pragma omp simd reduction(max : max)
-            for (int64_t j = v.begin; j < v.end; ++j) max = fast_max(max, s[j]);
+            for (int64_t j = 0; j < k.keys; ++j) max = fast_max(max, s[j]);
+            T* p = probs_row<T>(scores.data(), probs, i * k.keys);
             C sum = 0;
 #pragma omp simd reduction(+ : sum)
-            for (int64_t j = v.begin; j < v.end; ++j) sum += (s[j] = fast_exp(s[j] - max));
-            const C inv = C(1) / sum;
-            T* p = probs_row<T>(scores.data(), probs, i * k.keys);
-            std::fill(p, p + v.begin, T{});
-            std::fill(p + v.end, p + k.keys, T{});
-#pragma omp simd
-            for (int64_t j = v.begin; j < v.end; ++j) p[j] = store<T>(s[j] * inv);
+            for (int64_t j = 0; j < k.keys; ++j) {
+              const C e = fast_exp(s[j] - max);
+              p[j] = store<T>(e);
+              sum += load(store<T>(e));  // the probabilities P·V sees, rounded as they are
+            }
+            row_sums[size_t(i)] = sum;
             lse[(b * H + h) * seq + k.q0 + i % k.rows] = max + std::log(sum);
           }
-          outputs.resize(size_t(m * hd));
           product(m, hd, k.keys, probs_row<T>(scores.data(), probs, 0), false, values.get() + kv_offset, false,
                   outputs.data());  // P·V
-          for (int64_t g = 0; g < group; ++g)
-            scatter_rows(out + (b * seq + k.q0) * out_stride + (head0 + g) * hd, out_stride,
-                         outputs.data() + g * k.rows * hd, k.rows, hd);
+          for (int64_t i = 0; i < m; ++i) {
+            const C inv = C(1) / row_sums[size_t(i)];
+            const C* o = outputs.data() + i * hd;
+            T* dst = out + (b * seq + k.q0 + i % k.rows) * out_stride + (head0 + i / k.rows) * hd;
+#pragma omp simd
+            for (int64_t e = 0; e < hd; ++e) dst[e] = store<T>(o[e] * inv);
+          }
         }
       }
     }
@@ -193,93 +211,91 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
 
   // One task per (batch, key/value head): it owns the gradients of that key/value
   // head and of the query heads that read it, so no two tasks write one place.
+  const int64_t max_rows = group * std::min(kQueryBlock, seq), block_scores = max_rows * seq;
 #pragma omp parallel
   {
-    std::vector<T> keys, values, queries, d_outs, probs, d_scores, d_queries;
-    std::vector<C> scores, d_probs, d_keys, d_values, delta;
+    // Per-thread scratch, allocated once: a task's keys, values, queries and
+    // output gradients, one block's scores and probabilities.
+    auto keys = scratch<T>(seq * hd), values = scratch<T>(seq * hd), queries = scratch<T>(group * seq * hd),
+         d_outs = scratch<T>(group * seq * hd), d_queries = scratch<T>(max_rows * hd);
+    auto probs = scratch<T>(kInPlace<T> ? 0 : block_scores), d_scores = scratch<T>(kInPlace<T> ? 0 : block_scores);
+    auto scores = scratch<C>(block_scores), d_probs = scratch<C>(block_scores), delta = scratch<C>(group * seq);
+    auto d_keys = scratch<C>(seq * hd), d_values = scratch<C>(seq * hd);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < dims.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV; ++kvh) {
         const QkvView<T> view{qkv + b * seq * row_stride, row_stride, H * hd, (H + KV) * hd, hd};
         const int64_t head0 = kvh * group;
-        keys.resize(size_t(seq * hd));
-        values.resize(size_t(seq * hd));
         gather_rows(keys.data(), view.k(0, kvh), row_stride, seq, hd);
         gather_rows(values.data(), view.v(0, kvh), row_stride, seq, hd);
-        d_keys.assign(size_t(seq * hd), C(0));
-        d_values.assign(size_t(seq * hd), C(0));
+        std::fill(d_keys.begin(), d_keys.end(), C(0));
+        std::fill(d_values.begin(), d_values.end(), C(0));
+        // The group's queries and output gradients stacked as the blocks'
+        // products read them (row g·rows + r of the block at q0 holds position
+        // q0 + r of the group's head g; the block starts at row q0·group), and
+        // delta = dO·O per query, the softmax backward's correction: one pass
+        // over the rows of qkv, out and d_out in memory order.
+        for (int64_t t = 0; t < seq; ++t) {
+          const int64_t q0 = t / kQueryBlock * kQueryBlock, rows = std::min(kQueryBlock, seq - q0);
+          for (int64_t g = 0; g < group; ++g) {
+            const int64_t row = q0 * group + g * rows + t - q0, out_offset = (b * seq + t) * out_stride + (head0 + g) * hd;
+            copy_head(queries.data() + row * hd, view.q(t, head0 + g), hd);
+            const T* d_o = d_out + out_offset;
+            const T* o = out + out_offset;
+            copy_head(d_outs.data() + row * hd, d_o, hd);
+            C sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t d = 0; d < hd; ++d) sum += load(d_o[d]) * load(o[d]);
+            delta[size_t(row)] = sum;
+          }
+        }
         for (int64_t q0 = 0; q0 < seq; q0 += kQueryBlock) {
           const Block k = block_at(dims, b, q0);
           const int64_t m = group * k.rows, first = k.first_key * hd;
-          queries.resize(size_t(m * hd));
-          d_outs.resize(size_t(m * hd));
-          delta.resize(size_t(m));
-          for (int64_t g = 0; g < group; ++g) {
-            gather_rows(queries.data() + g * k.rows * hd, view.q(q0, head0 + g), row_stride, k.rows, hd);
-            const int64_t out_offset = (b * seq + q0) * out_stride + (head0 + g) * hd;
-            gather_rows(d_outs.data() + g * k.rows * hd, d_out + out_offset, out_stride, k.rows, hd);
-            // delta = dO·O per query: the softmax backward's correction.
-            for (int64_t r = 0; r < k.rows; ++r) {
-              const T* o = out + out_offset + r * out_stride;
-              const T* d_o = d_outs.data() + (g * k.rows + r) * hd;
-              C sum = 0;
-              for (int64_t d = 0; d < hd; ++d) sum += load(d_o[d]) * load(o[d]);
-              delta[size_t(g * k.rows + r)] = sum;
-            }
-          }
-          // P = exp(S - lse): the forward pass's probabilities, 0 where masked.
-          scores.resize(size_t(m * k.keys));
-          product(m, k.keys, hd, queries.data(), false, keys.data() + first, true, scores.data());
+          const T* block_queries = queries.data() + q0 * group * hd;
+          const T* block_d_outs = d_outs.data() + q0 * group * hd;
+          const C* block_delta = delta.data() + q0 * group;
+          // S = Q·Kᵀ and dP = dO·Vᵀ; then in one pass P = exp(S - lse) (the
+          // forward pass's probabilities, 0 where masked) and dS = P ⊙ (dP -
+          // delta)·scale, the gradient of q·k. In place when T is the compute
+          // type: P overwrites S, dS overwrites dP.
+          product(m, k.keys, hd, block_queries, false, keys.data() + first, true, scores.data());
+          product(m, k.keys, hd, block_d_outs, false, values.data() + first, true, d_probs.data());
           for (int64_t i = 0; i < m; ++i) {
             const int64_t h = head0 + i / k.rows;
             C* s = scores.data() + i * k.keys;
-            const VisibleKeys v = scale_visible_scores(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
-            const C l = lse[(b * H + h) * seq + q0 + i % k.rows];
-            std::fill(s, s + v.begin, C(0));
-            std::fill(s + v.end, s + k.keys, C(0));
-#pragma omp simd
-            for (int64_t j = v.begin; j < v.end; ++j) s[j] = fast_exp(s[j] - l);
-          }
-          // dP = dO·Vᵀ, then dS = P ⊙ (dP - delta)·scale: the gradient of q·k.
-          d_probs.resize(size_t(m * k.keys));
-          product(m, k.keys, hd, d_outs.data(), false, values.data() + first, true, d_probs.data());
-          // In place when T is the compute type: P stays in scores, dS overwrites dP.
-          if constexpr (!kInPlace<T>) {
-            probs.resize(size_t(m * k.keys));
-            d_scores.resize(size_t(m * k.keys));
-          }
-          for (int64_t i = 0; i < m; ++i) {
-            const C* p = scores.data() + i * k.keys;
+            to_logits(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
+            const C l = lse[(b * H + h) * seq + q0 + i % k.rows], delta_i = block_delta[i];
             const C* dp = d_probs.data() + i * k.keys;
-            const C delta_i = delta[size_t(i)];
             T* p_out = probs_row<T>(scores.data(), probs, i * k.keys);
             T* ds = probs_row<T>(d_probs.data(), d_scores, i * k.keys);
 #pragma omp simd
             for (int64_t j = 0; j < k.keys; ++j) {
-              const C d_score = p[j] * (dp[j] - delta_i) * scale;
-              if constexpr (!kInPlace<T>) p_out[j] = store<T>(p[j]);
-              ds[j] = store<T>(d_score);
+              const C p = fast_exp(s[j] - l);
+              ds[j] = store<T>(p * (dp[j] - delta_i) * scale);
+              p_out[j] = store<T>(p);
             }
           }
           const T* p_block = probs_row<T>(scores.data(), probs, 0);
           const T* ds_block = probs_row<T>(d_probs.data(), d_scores, 0);
           // dQ = dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q.
-          d_queries.resize(size_t(m * hd));
           product(m, hd, k.keys, ds_block, false, keys.data() + first, false, d_queries.data());
-          for (int64_t g = 0; g < group; ++g)
-            scatter_rows(d_qkv + (b * seq + q0) * row_stride + (head0 + g) * hd, row_stride,
-                         d_queries.data() + g * k.rows * hd, k.rows, hd);
-          product(k.keys, hd, m, p_block, true, d_outs.data(), false, d_values.data() + first, true);
-          product(k.keys, hd, m, ds_block, true, queries.data(), false, d_keys.data() + first, true);
+          for (int64_t i = 0; i < m; ++i)
+            copy_head(d_qkv + (b * seq + q0 + i % k.rows) * row_stride + (head0 + i / k.rows) * hd,
+                      d_queries.data() + i * hd, hd);
+          product(k.keys, hd, m, p_block, true, block_d_outs, false, d_values.data() + first, true);
+          product(k.keys, hd, m, ds_block, true, block_queries, false, d_keys.data() + first, true);
         }
         T* d_qkv_b = d_qkv + b * seq * row_stride;
         for (int64_t pos = 0; pos < seq; ++pos) {
           T* dk = d_qkv_b + pos * row_stride + (H + kvh) * hd;
           T* dv = d_qkv_b + pos * row_stride + (H + KV + kvh) * hd;
-          for (int64_t d = 0; d < hd; ++d) {
-            dk[d] = store<T>(d_keys[size_t(pos * hd + d)]);
-            dv[d] = store<T>(d_values[size_t(pos * hd + d)]);
-          }
+          const C* dk_sum = d_keys.data() + pos * hd;
+          const C* dv_sum = d_values.data() + pos * hd;
+#pragma omp simd
+          for (int64_t d = 0; d < hd; ++d) dk[d] = store<T>(dk_sum[d]);
+#pragma omp simd
+          for (int64_t d = 0; d < hd; ++d) dv[d] = store<T>(dv_sum[d]);
         }
       }
     }
