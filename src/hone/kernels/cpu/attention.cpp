@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <type_traits>
@@ -39,15 +40,17 @@ std::vector<X> scratch(int64_t n) {
   return std::vector<X>(size_t(n));
 }
 
-// One head vector copied as bytes in an inline vector loop: a libc call per
-// vector of 64 to 128 elements cost more than the copy, and GCC copies bf16
-// elements one at a time.
+// One head vector. The common sizes (head_dim 64 and 128 in bf16 or f32) are
+// constants here, so the copy inlines as a few vector moves: a libc call per
+// head vector cost more than the copy (GCC turns a copy loop into that call).
 template <typename T>
 void copy_head(T* dst, const T* src, int64_t head_dim) {
-  auto* d = reinterpret_cast<unsigned char*>(dst);
-  const auto* s = reinterpret_cast<const unsigned char*>(src);
-#pragma omp simd
-  for (int64_t i = 0; i < head_dim * int64_t(sizeof(T)); ++i) d[i] = s[i];
+  switch (const size_t bytes = size_t(head_dim) * sizeof(T)) {
+    case 128: std::memcpy(dst, src, 128); break;
+    case 256: std::memcpy(dst, src, 256); break;
+    case 512: std::memcpy(dst, src, 512); break;
+    default: std::memcpy(dst, src, bytes);
+  }
 }
 
 // dst[r] = src[r·stride], `rows` head vectors.
