@@ -91,10 +91,10 @@ Block block_at(const AttentionDims& d, int64_t b, int64_t q0) {
 
 // Row `row` of a block's scores, in place, as logits: each score times `scale`
 // plus ALiBi's slope·(key - query) for the keys the row's query sees ([window
-// start, query position]), -inf for the others. Whole rows, here and in the
-// loops after it, so that they vectorize without ragged ends: causal rows end
-// anywhere, and a scalar remainder of up to 15 exp() calls a row cost more than
-// the masked lanes do.
+// start, query position]), -inf for the others. The exp() loops after it then
+// run over whole rows, masked keys included (exp(-inf) = 0), so that they
+// vectorize without ragged ends: causal rows end anywhere, and a scalar
+// remainder of up to 15 exp() calls a row cost more than the masked lanes do.
 template <typename C>
 void to_logits(const AttentionDims& d, const Block& k, int64_t row, C* s, C scale, C slope) {
   const int64_t pos = k.q0 + row % k.rows;
