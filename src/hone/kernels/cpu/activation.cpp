@@ -14,26 +14,37 @@ C sigmoid(C x) {
   return C(1) / (C(1) + fast_exp(-x));
 }
 
-// GELU and its derivative at x.
-template <typename C>
-C gelu(C x, GeluApproximation approximation) {
-  if (approximation == GeluApproximation::tanh) {
+// GELU and its derivative at x. The approximation is a template parameter so
+// that each loop holds one formula: with a run-time choice inside the loop, the
+// vectorized body evaluated both and selected one.
+template <GeluApproximation kApproximation, typename C>
+C gelu(C x) {
+  if constexpr (kApproximation == GeluApproximation::tanh) {
     const C k = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/π)
     return C(0.5) * x * (C(1) + fast_tanh(k * (x + C(0.044715) * x * x * x)));
+  } else {
+    return C(0.5) * x * (C(1) + fast_erf(x * C(std::numbers::sqrt2 / 2)));
   }
-  return C(0.5) * x * (C(1) + fast_erf(x * C(std::numbers::sqrt2 / 2)));
 }
 
-template <typename C>
-C gelu_derivative(C x, GeluApproximation approximation) {
-  if (approximation == GeluApproximation::tanh) {
+template <GeluApproximation kApproximation, typename C>
+C gelu_derivative(C x) {
+  if constexpr (kApproximation == GeluApproximation::tanh) {
     const C k = C(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
     const C t = fast_tanh(k * (x + C(0.044715) * x * x * x));
     return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * k * (C(1) + C(3 * 0.044715) * x * x);
+  } else {
+    const C cdf = C(0.5) * (C(1) + fast_erf(x * C(std::numbers::sqrt2 / 2)));
+    const C pdf = fast_exp(C(-0.5) * x * x) * C(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
+    return cdf + x * pdf;
   }
-  const C cdf = C(0.5) * (C(1) + fast_erf(x * C(std::numbers::sqrt2 / 2)));
-  const C pdf = fast_exp(C(-0.5) * x * x) * C(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
-  return cdf + x * pdf;
+}
+
+// f.template operator()<approximation>(), the run-time choice made once.
+template <typename F>
+void with_approximation(GeluApproximation approximation, F&& f) {
+  if (approximation == GeluApproximation::tanh) f.template operator()<GeluApproximation::tanh>();
+  else f.template operator()<GeluApproximation::none>();
 }
 
 }  // namespace
@@ -76,14 +87,18 @@ void swiglu_backward(const T* d_out, const T* gate_up, T* d_gate_up, int64_t row
 
 template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n, GeluApproximation approximation) {
+  with_approximation(approximation, [&]<GeluApproximation kApproximation>() {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(gelu(load(x[i]), approximation));
+    for (int64_t i = 0; i < n; ++i) y[i] = store<T>(gelu<kApproximation>(load(x[i])));
+  });
 }
 
 template <typename T>
 void gelu_backward(const T* dy, const T* x, T* dx, int64_t n, GeluApproximation approximation) {
+  with_approximation(approximation, [&]<GeluApproximation kApproximation>() {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(dy[i]) * gelu_derivative(load(x[i]), approximation));
+    for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(dy[i]) * gelu_derivative<kApproximation>(load(x[i])));
+  });
 }
 
 #define HONE_INSTANTIATE(T)                                                          \
