@@ -241,7 +241,8 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
         for (int64_t t = 0; t < seq; ++t) {
           const int64_t q0 = t / kQueryBlock * kQueryBlock, rows = std::min(kQueryBlock, seq - q0);
           for (int64_t g = 0; g < group; ++g) {
-            const int64_t row = q0 * group + g * rows + t - q0, out_offset = (b * seq + t) * out_stride + (head0 + g) * hd;
+            const int64_t row = q0 * group + g * rows + t - q0;
+            const int64_t out_offset = (b * seq + t) * out_stride + (head0 + g) * hd;
             copy_head(queries.data() + row * hd, view.q(t, head0 + g), hd);
             const T* d_o = d_out + out_offset;
             const T* o = out + out_offset;
