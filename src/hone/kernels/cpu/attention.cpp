@@ -74,6 +74,10 @@ void product(int64_t m, int64_t n, int64_t k, const In* a, bool trans_a, const I
 // from the earliest sample start among the rows to the last query.
 struct Block {
   int64_t b, q0, rows, first_key, keys;
+
+  // Row i's query position, and which of the group's heads it belongs to.
+  int64_t position(int64_t i) const { return q0 + i % rows; }
+  int64_t group_head(int64_t i) const { return i / rows; }
 };
 
 // The first key query t may see: where its sample starts (0 without packing).
@@ -97,7 +101,7 @@ Block block_at(const AttentionDims& d, int64_t b, int64_t q0) {
 // remainder of up to 15 exp() calls a row cost more than the masked lanes do.
 template <typename C>
 void to_logits(const AttentionDims& d, const Block& k, int64_t row, C* s, C scale, C slope) {
-  const int64_t pos = k.q0 + row % k.rows;
+  const int64_t pos = k.position(row);
   const int64_t begin = std::max(window_start(d, k.b, pos), k.first_key) - k.first_key, end = pos + 1 - k.first_key;
   const C offset = slope * C(k.first_key - pos);
   std::fill(s, s + begin, -std::numeric_limits<C>::infinity());
@@ -171,7 +175,7 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
           // left unnormalized: P·V is divided by the row's sum on the way out.
           // In place when T is the compute type.
           for (int64_t i = 0; i < m; ++i) {
-            const int64_t h = head0 + i / k.rows;
+            const int64_t h = head0 + k.group_head(i);
             C* s = scores.data() + i * k.keys;
             to_logits(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
             C max = -std::numeric_limits<C>::infinity();
@@ -186,14 +190,14 @@ void attention_forward(const T* qkv, T* out, compute_t<T>* lse, const compute_t<
               sum += load(store<T>(e));  // the probabilities P·V sees, rounded as they are
             }
             row_sums[size_t(i)] = sum;
-            lse[(b * H + h) * seq + k.q0 + i % k.rows] = max + std::log(sum);
+            lse[(b * H + h) * seq + k.position(i)] = max + std::log(sum);
           }
           product(m, hd, k.keys, probs_row<T>(scores.data(), probs, 0), false, values.get() + kv_offset, false,
                   outputs.data());  // P·V
           for (int64_t i = 0; i < m; ++i) {
             const C inv = C(1) / row_sums[size_t(i)];
             const C* o = outputs.data() + i * hd;
-            T* dst = out + (b * seq + k.q0 + i % k.rows) * out_stride + (head0 + i / k.rows) * hd;
+            T* dst = out + (b * seq + k.position(i)) * out_stride + (head0 + k.group_head(i)) * hd;
 #pragma omp simd
             for (int64_t e = 0; e < hd; ++e) dst[e] = store<T>(o[e] * inv);
           }
@@ -266,10 +270,10 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
           product(m, k.keys, hd, block_queries, false, keys.data() + first, true, scores.data());
           product(m, k.keys, hd, block_d_outs, false, values.data() + first, true, d_probs.data());
           for (int64_t i = 0; i < m; ++i) {
-            const int64_t h = head0 + i / k.rows;
+            const int64_t h = head0 + k.group_head(i);
             C* s = scores.data() + i * k.keys;
             to_logits(dims, k, i, s, scale, alibi_slopes ? alibi_slopes[h] : C(0));
-            const C l = lse[(b * H + h) * seq + q0 + i % k.rows], delta_i = block_delta[i];
+            const C l = lse[(b * H + h) * seq + k.position(i)], delta_i = block_delta[i];
             const C* dp = d_probs.data() + i * k.keys;
             T* p_out = probs_row<T>(scores.data(), probs, i * k.keys);
             T* ds = probs_row<T>(d_probs.data(), d_scores, i * k.keys);
@@ -285,7 +289,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
           // dQ = dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q.
           product(m, hd, k.keys, ds_block, false, keys.data() + first, false, d_queries.data());
           for (int64_t i = 0; i < m; ++i)
-            copy_head(d_qkv + (b * seq + q0 + i % k.rows) * row_stride + (head0 + i / k.rows) * hd,
+            copy_head(d_qkv + (b * seq + k.position(i)) * row_stride + (head0 + k.group_head(i)) * hd,
                       d_queries.data() + i * hd, hd);
           product(k.keys, hd, m, p_block, true, block_d_outs, false, d_values.data() + first, true);
           product(k.keys, hd, m, ds_block, true, block_queries, false, d_keys.data() + first, true);
