@@ -67,7 +67,8 @@ class TransformerWeights final : public WeightSource {
  public:
   explicit TransformerWeights(const Transformer& model) : model_(model) {}
   const ModelConfig& config() const override { return model_.config(); }
-  DType stored_dtype() const override { return DType::f32; }
+  // fp32 master weights, or LoRA's base kept in bf16.
+  DType stored_dtype() const override { return model_.params().values().dtype(); }
   void read(const std::string& name, const Tensor& dst) const override {
     const Parameter* p = model_.params().find(name);
     HONE_CHECK(p != nullptr, "the model has no parameter '{}'", name);

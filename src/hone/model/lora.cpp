@@ -59,7 +59,15 @@ void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const 
                    double scale) {
   const int64_t in = weight.numel() / weight.size(0), rank = a.size(0);
   const Tensor block = weight.view({weight.numel()}).slice(row_begin * in, {1, rows, in});
-  ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, block, float(scale), 1.0f);
+  if (block.dtype() == a.dtype()) {
+    ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, block, float(scale), 1.0f);
+    return;
+  }
+  // A base kept in bf16 (Transformer: LoRA's frozen base): the sum in the
+  // adapters' fp32, rounded once.
+  const Tensor sum = ops::cast_to(block, a.dtype());
+  ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, sum, float(scale), 1.0f);
+  ops::cast(sum, block);
 }
 
 }  // namespace hone

@@ -61,7 +61,8 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
 
 // Folds one adapter into its base weight: weight[row_begin, row_begin + rows)
 // += scale · B·A, with weight [out, in] (or the part of it a rank holds, with A
-// [rank, in] and B [rows, rank] to match).
+// [rank, in] and B [rows, rank] to match). A bf16 weight gets the fp32 sum
+// rounded once.
 void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
                    double scale);
 

@@ -39,6 +39,11 @@ void expect_dtype(const char* op, const char* what, const Tensor& t, DType dtype
 
 DType compute_dtype(DType activation) { return activation == DType::f64 ? DType::f64 : DType::f32; }
 
+Tensor parameter_in_compute_dtype(const Tensor& vector, DType activation) {
+  const DType want = compute_dtype(activation);
+  return !vector.defined() || vector.dtype() == want ? vector : cast_to(vector, want);
+}
+
 int64_t rows_of(const Tensor& t) {
   HONE_ASSERT(t.ndim() >= 1);
   int64_t last = t.size(-1);

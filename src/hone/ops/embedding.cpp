@@ -28,6 +28,17 @@ void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
   }
 }
 
+// Calls fn.template operator()<W>() with W the element type of an embedding
+// table for activations of type T: the master weights' compute_t<T>, or T itself
+// (a frozen model kept in its compute dtype). Position tables match the token table.
+template <typename T, typename Fn>
+void dispatch_table(const char* op, const Tensor& table, const Tensor& positions, Fn&& fn) {
+  if (positions.defined()) expect_dtype(op, "position table", positions, table.dtype());
+  if (table.dtype() == dtype_of<T>()) return fn.template operator()<T>();
+  expect_dtype(op, "table", table, dtype_of<compute_t<T>>());
+  fn.template operator()<compute_t<T>>();
+}
+
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out,
@@ -50,22 +61,22 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& 
   if (device.is_cuda()) {
     // The ids are checked on the device, in the lookup itself.
     return dispatch_cuda(out.dtype(), op, [&]<typename T>() {
-      expect_dtype(op, "table", table, DType::f32);
-      const kernels::cuda::BadToken bad = kernels::cuda::embedding_forward<T>(
-          tokens.data<int32_t>(), table.data<float>(), part.first, held, vocab,
-          data_or_null<const float>(positions), out.data<T>(), batch, seq, dim,
-          data_or_null<const int32_t>(token_pos));
-      if (bad.index >= 0) fail_token(op, bad.id, bad.index, vocab);
+      dispatch_table<T>(op, table, positions, [&]<typename W>() {
+        const kernels::cuda::BadToken bad = kernels::cuda::embedding_forward<T, W>(
+            tokens.data<int32_t>(), table.data<W>(), part.first, held, vocab, data_or_null<const W>(positions),
+            out.data<T>(), batch, seq, dim, data_or_null<const int32_t>(token_pos));
+        if (bad.index >= 0) fail_token(op, bad.id, bad.index, vocab);
+      });
     });
   }
 #endif
   check_tokens(op, tokens, vocab);
   dispatch_floating(out.dtype(), op, [&]<typename T>() {
-    expect_dtype(op, "table", table, dtype_of<compute_t<T>>());
-    kernels::cpu::embedding_forward<T>(tokens.data<int32_t>(), table.data<compute_t<T>>(),
-                                       positions.defined() ? positions.data<compute_t<T>>() : nullptr,
-                                       out.data<T>(), batch, seq, dim, data_or_null<const int32_t>(token_pos),
-                                       part.first, held);
+    dispatch_table<T>(op, table, positions, [&]<typename W>() {
+      kernels::cpu::embedding_forward<T, W>(tokens.data<int32_t>(), table.data<W>(), data_or_null<const W>(positions),
+                                            out.data<T>(), batch, seq, dim, data_or_null<const int32_t>(token_pos),
+                                            part.first, held);
+    });
   });
 }
 

@@ -60,17 +60,19 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   const kernels::cpu::GemmArgs args{.m = rows, .n = out, .k = in, .trans_b = true, .a = x.raw(), .b = weight.raw(),
                                     .c = y.raw(), .ab_type = x.dtype(), .c_type = y.dtype()};
   if (bias.defined()) expect_shape(op, "bias", bias, {out});
+  // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
+  const Tensor b = parameter_in_compute_dtype(bias, y.dtype());
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     // The bias goes into the GEMM's epilogue where cuBLASLt can add it there.
-    if (bias.defined()) expect_dtype(op, "bias", bias, DType::f32);
-    return gemm_on(device, args, data_or_null<const float>(bias));
+    if (b.defined()) expect_dtype(op, "bias", b, DType::f32);
+    return gemm_on(device, args, data_or_null<const float>(b));
   }
 #endif
   gemm_on(device, args);
-  if (bias.defined()) {
+  if (b.defined()) {
     dispatch_floating(y.dtype(), op, [&]<typename T>() {
-      kernels::cpu::add_bias<T>(y.data<T>(), bias.data<compute_t<T>>(), rows, out);
+      kernels::cpu::add_bias<T>(y.data<T>(), b.data<compute_t<T>>(), rows, out);
     });
   }
 }

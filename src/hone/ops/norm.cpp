@@ -29,17 +29,19 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, con
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&x, &weight, &y, &rstd});
   check_norm(op, x, y, weight, {&rstd});
+  // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
+  const Tensor w = parameter_in_compute_dtype(weight, x.dtype());
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
-      kernels::cuda::rmsnorm_forward<T>(x.data<T>(), weight.data<float>(), y.data<T>(), rstd.data<float>(),
+      kernels::cuda::rmsnorm_forward<T>(x.data<T>(), w.data<float>(), y.data<T>(), rstd.data<float>(),
                                         rows_of(x), x.size(-1), eps);
     });
   }
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::rmsnorm_forward<T>(x.data<T>(), weight.data<C>(), y.data<T>(), rstd.data<C>(), rows_of(x),
+    kernels::cpu::rmsnorm_forward<T>(x.data<T>(), w.data<C>(), y.data<T>(), rstd.data<C>(), rows_of(x),
                                      x.size(-1), eps);
   });
 }
@@ -50,18 +52,20 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&dy, &x, &weight, &rstd, &dx, &d_weight});
   check_norm(op, x, dy, weight, {&rstd});
+  // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
+  const Tensor w = parameter_in_compute_dtype(weight, x.dtype());
   check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
-      kernels::cuda::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<float>(), rstd.data<float>(),
+      kernels::cuda::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<float>(), rstd.data<float>(),
                                          dx.data<T>(), data_or_null<float>(d_weight), rows_of(x), x.size(-1));
     });
   }
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), rstd.data<C>(), dx.data<T>(),
+    kernels::cpu::rmsnorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<C>(), rstd.data<C>(), dx.data<T>(),
                                       d_weight.defined() ? d_weight.data<C>() : nullptr, rows_of(x), x.size(-1));
   });
 }
@@ -72,11 +76,14 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&x, &weight, &bias, &y, &mean, &rstd});
   check_norm(op, x, y, weight, {&mean, &rstd});
+  // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
+  const Tensor w = parameter_in_compute_dtype(weight, x.dtype());
+  const Tensor b = parameter_in_compute_dtype(bias, x.dtype());
   if (bias.defined()) expect_shape(op, "bias", bias, weight.shape());
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
-      kernels::cuda::layernorm_forward<T>(x.data<T>(), weight.data<float>(), data_or_null<const float>(bias),
+      kernels::cuda::layernorm_forward<T>(x.data<T>(), w.data<float>(), data_or_null<const float>(b),
                                           y.data<T>(), mean.data<float>(), rstd.data<float>(), rows_of(x),
                                           x.size(-1), eps);
     });
@@ -84,7 +91,7 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::layernorm_forward<T>(x.data<T>(), weight.data<C>(), bias.defined() ? bias.data<C>() : nullptr,
+    kernels::cpu::layernorm_forward<T>(x.data<T>(), w.data<C>(), data_or_null<const C>(b),
                                        y.data<T>(), mean.data<C>(), rstd.data<C>(), rows_of(x), x.size(-1), eps);
   });
 }
@@ -95,13 +102,15 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&dy, &x, &weight, &mean, &rstd, &dx, &d_weight, &d_bias});
   check_norm(op, x, dy, weight, {&mean, &rstd});
+  // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
+  const Tensor w = parameter_in_compute_dtype(weight, x.dtype());
   check_norm(op, x, dx, d_weight.defined() ? d_weight : weight, {});
   if (d_bias.defined()) expect_shape(op, "bias gradient", d_bias, weight.shape());
   HONE_CHECK(d_weight.defined() || !d_bias.defined(), "{}: a bias gradient for a frozen weight", op);
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
-      kernels::cuda::layernorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<float>(), mean.data<float>(),
+      kernels::cuda::layernorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<float>(), mean.data<float>(),
                                            rstd.data<float>(), dx.data<T>(), data_or_null<float>(d_weight),
                                            data_or_null<float>(d_bias), rows_of(x), x.size(-1));
     });
@@ -109,7 +118,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::layernorm_backward<T>(dy.data<T>(), x.data<T>(), weight.data<C>(), mean.data<C>(), rstd.data<C>(),
+    kernels::cpu::layernorm_backward<T>(dy.data<T>(), x.data<T>(), w.data<C>(), mean.data<C>(), rstd.data<C>(),
                                         dx.data<T>(), d_weight.defined() ? d_weight.data<C>() : nullptr,
                                         d_bias.defined() ? d_bias.data<C>() : nullptr, rows_of(x), x.size(-1));
   });

@@ -2,7 +2,9 @@
 // The op API that models call. Each op checks its tensors (shapes, dtypes, one
 // device) and dispatches to the kernels of that device and dtype. Activations
 // are f32, bf16 or f64 ("T"); parameters, their gradients and statistics are
-// kept in the compute type (f32, or f64 for f64 activations).
+// kept in the compute type (f32, or f64 for f64 activations). Parameters that
+// are read only (a frozen model kept in its compute dtype: LoRA's base in bf16)
+// may also be T.
 //
 // Conventions: "_backward" ops that produce gradients of parameters or of the
 // residual stream *accumulate* (+=) into them; all other outputs are overwritten.

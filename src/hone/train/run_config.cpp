@@ -228,16 +228,17 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
                                         int ranks, int tp) {
   const size_t n = size_t(model.num_params_per_rank(tp));
   const size_t trained = lora ? size_t(lora_parameter_count(model, *lora, tp)) : n;
-  const size_t stored = lora ? n + trained : n;
+  // LoRA's frozen base is kept in the compute dtype alone (Transformer).
+  const size_t base_bytes = lora && dtype == DType::bf16 ? 2 : 4;
   const size_t r = size_t(ranks > 1 ? ranks : 1);
   MemoryEstimate m;
   m.zero = ranks > 1 ? zero : 0;
   m.ranks = int(r);
   m.tp = tp;
-  m.parameters = 4 * stored;
+  m.parameters = lora ? base_bytes * n + 4 * trained : 4 * n;
   m.gradients = 4 * trained;
   m.optimizer = 8 * trained / (m.zero >= 1 ? r : 1);
-  m.compute_copy = dtype == DType::bf16 ? 2 * stored : 0;
+  m.compute_copy = dtype == DType::bf16 ? 2 * trained : 0;
   if (m.zero == 2) {  // the shard, and the buffers of the units backward is at (LoRA: adapters, small)
     m.gradients = 4 * trained / r + (lora ? 3 * 4 * trained / size_t(model.n_layers)
                                           : size_t(dist::zero2_unit_gradient_bytes(model, tp)));

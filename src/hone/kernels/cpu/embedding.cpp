@@ -4,19 +4,20 @@
 
 namespace hone::kernels::cpu {
 
-template <typename T>
-void embedding_forward(const int32_t* tokens, const compute_t<T>* table, const compute_t<T>* positions, T* out,
-                       int64_t batch, int64_t seq, int64_t dim, const int32_t* token_positions, int64_t first,
-                       int64_t held) {
+template <typename T, typename W>
+void embedding_forward(const int32_t* tokens, const W* table, const W* positions, T* out, int64_t batch, int64_t seq,
+                       int64_t dim, const int32_t* token_positions, int64_t first, int64_t held) {
   using C = compute_t<T>;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < batch * seq; ++row) {
     const int64_t id = int64_t(tokens[row]) - first;
-    const C* tok = id >= 0 && id < held ? table + id * dim : nullptr;
+    const W* tok = id >= 0 && id < held ? table + id * dim : nullptr;
     const int64_t p = token_positions ? int64_t(token_positions[row]) : row % seq;
-    const C* pos = positions ? positions + p * dim : nullptr;
+    const W* pos = positions ? positions + p * dim : nullptr;
     T* o = out + row * dim;
-    for (int64_t j = 0; j < dim; ++j) o[j] = store<T>((tok ? tok[j] : C(0)) + (pos ? pos[j] : C(0)));
+    for (int64_t j = 0; j < dim; ++j) {
+      o[j] = store<T>((tok ? C(load(tok[j])) : C(0)) + (pos ? C(load(pos[j])) : C(0)));
+    }
   }
 }
 
@@ -45,9 +46,16 @@ void embedding_backward(const int32_t* tokens, const T* d_out, compute_t<T>* d_t
   }
 }
 
+#define HONE_INSTANTIATE_FORWARD(T, W)                                                                           \
+  template void embedding_forward<T, W>(const int32_t*, const W*, const W*, T*, int64_t, int64_t, int64_t,        \
+                                        const int32_t*, int64_t, int64_t);
+HONE_INSTANTIATE_FORWARD(float, float)
+HONE_INSTANTIATE_FORWARD(double, double)
+HONE_INSTANTIATE_FORWARD(bf16, float)
+HONE_INSTANTIATE_FORWARD(bf16, bf16)
+#undef HONE_INSTANTIATE_FORWARD
+
 #define HONE_INSTANTIATE(T)                                                                                   \
-  template void embedding_forward<T>(const int32_t*, const compute_t<T>*, const compute_t<T>*, T*, int64_t,    \
-                                     int64_t, int64_t, const int32_t*, int64_t, int64_t);                      \
   template void embedding_backward<T>(const int32_t*, const T*, compute_t<T>*, compute_t<T>*, int64_t, int64_t, \
                                       int64_t, const int32_t*, int64_t, int64_t);
 HONE_INSTANTIATE(float)

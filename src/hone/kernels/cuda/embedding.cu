@@ -9,9 +9,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned long long kNone = ~0ull;
 
-template <typename T>
-__global__ void embedding_forward_kernel(const int32_t* tokens, const float* table, int64_t first, int64_t held,
-                                         int64_t vocab, const float* positions, T* out, int64_t rows, int64_t seq,
+template <typename T, typename W>
+__global__ void embedding_forward_kernel(const int32_t* tokens, const W* table, int64_t first, int64_t held,
+                                         int64_t vocab, const W* positions, T* out, int64_t rows, int64_t seq,
                                          int64_t dim, const int32_t* token_positions,
                                          unsigned long long* first_bad) {
   HONE_GRID_STRIDE(i, rows * dim) {
@@ -22,10 +22,10 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* tab
       continue;
     }
     const int64_t id = int64_t(token) - first;
-    float value = id >= 0 && id < held ? table[id * dim + j] : 0.0f;
+    float value = id >= 0 && id < held ? to_f32(table[id * dim + j]) : 0.0f;
     if (positions) {
       const int64_t p = token_positions ? int64_t(token_positions[row]) : row % seq;
-      value += positions[p * dim + j];
+      value += to_f32(positions[p * dim + j]);
     }
     out[i] = from_f32<T>(value);
   }
@@ -63,9 +63,9 @@ void scatter_add_rows(const int32_t* index, int64_t first, int64_t seq, const T*
 
 }  // namespace
 
-template <typename T>
-BadToken embedding_forward(const int32_t* tokens, const float* table, int64_t first, int64_t held, int64_t vocab,
-                           const float* positions, T* out, int64_t batch, int64_t seq, int64_t dim,
+template <typename T, typename W>
+BadToken embedding_forward(const int32_t* tokens, const W* table, int64_t first, int64_t held, int64_t vocab,
+                           const W* positions, T* out, int64_t batch, int64_t seq, int64_t dim,
                            const int32_t* token_positions) {
   const int64_t rows = batch * seq;
   if (rows * dim == 0) return {};
@@ -94,9 +94,15 @@ void embedding_backward(const int32_t* tokens, const T* d_out, float* d_table, i
   if (d_positions) scatter_add_rows(token_positions, 0, seq, d_out, d_positions, n_positions, rows, dim);
 }
 
+#define HONE_INSTANTIATE_FORWARD(T, W)                                                                         \
+  template BadToken embedding_forward<T, W>(const int32_t*, const W*, int64_t, int64_t, int64_t, const W*, T*,  \
+                                            int64_t, int64_t, int64_t, const int32_t*);
+HONE_INSTANTIATE_FORWARD(float, float)
+HONE_INSTANTIATE_FORWARD(bf16, float)
+HONE_INSTANTIATE_FORWARD(bf16, bf16)
+#undef HONE_INSTANTIATE_FORWARD
+
 #define HONE_INSTANTIATE(T)                                                                                     \
-  template BadToken embedding_forward<T>(const int32_t*, const float*, int64_t, int64_t, int64_t, const float*, \
-                                         T*, int64_t, int64_t, int64_t, const int32_t*);                        \
   template void embedding_backward<T>(const int32_t*, const T*, float*, int64_t, int64_t, float*, int64_t,      \
                                       int64_t, int64_t, int64_t, const int32_t*);
 HONE_INSTANTIATE(float)

@@ -15,11 +15,11 @@ struct BadToken {
 
 // out[b,t,:] = table[tokens[b,t], :] (+ positions[p, :], p = t or
 // token_positions[b,t]); table is [held, dim], the ids [first, first + held)
-// of a vocabulary of `vocab` (other ids look up zeros). Waits for the check's
-// result.
-template <typename T>
-BadToken embedding_forward(const int32_t* tokens, const float* table, int64_t first, int64_t held, int64_t vocab,
-                           const float* positions, T* out, int64_t batch, int64_t seq, int64_t dim,
+// of a vocabulary of `vocab` (other ids look up zeros). Tables (W) are f32, or
+// T for a frozen model kept in its compute dtype. Waits for the check's result.
+template <typename T, typename W>
+BadToken embedding_forward(const int32_t* tokens, const W* table, int64_t first, int64_t held, int64_t vocab,
+                           const W* positions, T* out, int64_t batch, int64_t seq, int64_t dim,
                            const int32_t* token_positions);
 
 // d_table[tokens[b,t], :] += d_out[b,t,:] for the ids the table holds (and
