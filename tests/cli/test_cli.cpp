@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
+#include "hone/model/config.hpp"
 #include "support/check.hpp"
 
 namespace hone::test {
@@ -73,6 +74,22 @@ TEST(Cli, BenchPrintsTheDocumentedJson) {
   EXPECT_GT(j["peak_memory_bytes"].get<double>(), j["activation_bytes"].get<double>());
 }
 
+TEST(Cli, BenchTrainsLoraAdaptersWhenAsked) {
+  CliResult r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 3 --lora-rank 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["lora_rank"], 4);
+  // Rank 4 on q, v, output_proj, gate, up and down of 2 layers (dim 64, 2 KV heads of 16, ffn 192).
+  const int64_t per_layer = 4 * ((64 + 64) + (64 + 32) + (64 + 64) + 2 * (64 + 192) + (192 + 64));
+  EXPECT_EQ(j["trained_params"], 2 * per_layer);
+  // The frozen weights take part in the forward pass and input gradients only: 4·N, not 6·N.
+  const ModelConfig c = model_preset("llama_tiny");
+  EXPECT_NEAR(j["flops_per_token"].get<double>(),
+              c.training_flops_per_token(32) - 2.0 * double(c.num_matmul_params()) + 6.0 * 2 * per_layer, 1.0);
+  EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
+  EXPECT_EQ(run_hone("bench --model llama_tiny --lora-rank -1").status, 2);
+}
+
 TEST(Cli, BenchRunsSequencesBeyondThePresetsLimitWhenAsked) {
   CliResult r = run_hone("bench --model llama_tiny --batch-size 1 --seq-len 300 --max-seq-len 300 --steps 1");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -80,7 +97,8 @@ TEST(Cli, BenchRunsSequencesBeyondThePresetsLimitWhenAsked) {
 }
 
 TEST(Cli, MemoryEstimateIsWithinTenPercentOfThePeak) {
-  for (const char* extra : {"", " --activation-checkpointing", " --dtype bf16"}) {
+  for (const char* extra : {"", " --activation-checkpointing", " --dtype bf16", " --dtype bf16 --lora-rank 4",
+                            " --lora-rank 4 --activation-checkpointing"}) {
     CliResult r = run_hone(std::string("bench --model llama_tiny --batch-size 4 --seq-len 128 --steps 2") + extra);
     ASSERT_EQ(r.status, 0) << r.err;
     auto j = nlohmann::json::parse(last_line(r.out));

@@ -1,5 +1,5 @@
 // hone bench --model NAME --batch-size B --seq-len T [--max-seq-len L] --dtype fp32|bf16 --steps N [--threads K]
-//            [--device cpu|cuda] [--activation-checkpointing]
+//            [--device cpu|cuda] [--activation-checkpointing] [--lora-rank R]
 #include <fmt/core.h>
 
 #include "hone/cli/commands.hpp"
@@ -11,7 +11,7 @@ namespace hone::cli {
 Command add_bench(CLI::App& app) {
   struct Args {
     std::string model = "llama_tiny", dtype = "fp32", device = "cpu";
-    int64_t batch_size = 4, seq_len = 256, max_seq_len = 0, steps = 10;
+    int64_t batch_size = 4, seq_len = 256, max_seq_len = 0, steps = 10, lora_rank = 0;
     int threads = 0;
     bool checkpointing = false;
   };
@@ -30,6 +30,10 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->capture_default_str();
   sub->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
   sub->add_flag("--activation-checkpointing", args->checkpointing, "Recompute each layer in the backward pass");
+  sub->add_option("--lora-rank", args->lora_rank,
+                  "Train LoRA adapters of this rank on a frozen base instead of every weight (0); the modules of "
+                  "torchtune's Llama 3.1 8B LoRA recipe: q, v and output projections and the MLP, alpha 2 x rank")
+      ->capture_default_str();
   return [args] {
     BenchOptions o;
     o.model = model_preset(args->model);
@@ -46,6 +50,11 @@ Command add_bench(CLI::App& app) {
     o.threads = args->threads;
     o.device = parse_device(args->device);
     o.activation_checkpointing = args->checkpointing;
+    HONE_CHECK(args->lora_rank >= 0, "--lora-rank must not be negative, got {}", args->lora_rank);
+    if (args->lora_rank > 0) {
+      o.lora = LoraConfig{.rank = args->lora_rank, .alpha = 2.0 * double(args->lora_rank),
+                          .attn_modules = {"q_proj", "v_proj", "output_proj"}, .apply_to_mlp = true};
+    }
     auto report = run_bench(o, [&](int64_t step, double loss, double seconds) {
       fmt::print(stderr, "{} {:>4}/{}  loss {:.4f}  {:.3f} s\n", step == 0 ? "warm-up" : "step   ", step, o.steps,
                  loss, seconds);

@@ -50,8 +50,9 @@ void load_weights(const WeightSource& source, Transformer& model) {
                "{} has parameter '{}' {} where the model has '{}' {} (another architecture?)", source.description(),
                specs[i].name, specs[i].shape.str(), p.name, p.whole_shape.str());
     const bool whole_here = !model.params().sharded() && !model.params().split();
-    if (whole_here && p.value.device().is_cpu() && p.value.dtype() == DType::f32) {
-      source.read(p.name, p.value);  // straight from the file into the master weights
+    const bool readable = p.value.dtype() == DType::f32 || p.value.dtype() == DType::bf16;
+    if (whole_here && p.value.device().is_cpu() && readable) {
+      source.read(p.name, p.value);  // straight from the file into the weights (fp32, or LoRA's bf16 base)
     } else {
       Tensor staged = Tensor::empty(p.whole_shape, DType::f32);
       source.read(p.name, staged);

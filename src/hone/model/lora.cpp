@@ -55,6 +55,23 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
   return n;
 }
 
+size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t rows,
+                             int64_t tp) {
+  int64_t kept = 0, widest = 0, widest_in = 0;
+  for (const LoraTarget& t : lora_targets(config, lora)) {
+    kept += rows * lora.rank;
+    widest = std::max(widest, t.rows_per_rank(tp));
+    widest_in = std::max(widest_in, t.in_per_rank(tp));
+  }
+  const int64_t moment = rows * (widest + lora.rank + (lora.dropout > 0 ? 2 * widest_in : 0));
+  return size_t(kept + moment) * dtype_size(dtype);
+}
+
+double lora_training_flops_per_token(const ModelConfig& config, const LoraConfig& lora, int64_t seq_len) {
+  return config.training_flops_per_token(seq_len) - 2.0 * double(config.num_matmul_params()) +
+         6.0 * double(lora_parameter_count(config, lora));
+}
+
 void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
                    double scale) {
   const int64_t in = weight.numel() / weight.size(0), rank = a.size(0);

@@ -59,6 +59,19 @@ std::vector<LoraTarget> lora_targets(const ModelConfig& config, const LoraConfig
 // Adapter elements per rank of a tp-way tensor-parallel model (tp 1: all of them).
 int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, int64_t tp = 1);
 
+// Bytes the adapters use beyond the model's planned activations, for `rows`
+// tokens: each adapter's x·Aᵀ ([rows, rank], kept for backward), and for a
+// moment the widest adapter's [rows, out] product with its [rows, rank] gradient
+// (and, with dropout, the dropped input and its gradient).
+size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t rows,
+                             int64_t tp = 1);
+
+// Training FLOPs per token with these adapters on a frozen base (PaLM's count,
+// as ModelConfig::training_flops_per_token): the frozen weights take part in
+// the forward pass and the input gradients (4·N, no weight gradients), attention
+// in all three products (12·L·H·Q·T), each adapter element in 6.
+double lora_training_flops_per_token(const ModelConfig& config, const LoraConfig& lora, int64_t seq_len);
+
 // Folds one adapter into its base weight: weight[row_begin, row_begin + rows)
 // += scale · B·A, with weight [out, in] (or the part of it a rank holds, with A
 // [rank, in] and B [rows, rank] to match). A bf16 weight gets the fp32 sum

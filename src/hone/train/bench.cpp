@@ -66,10 +66,12 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   // the peak, MFU 174%; half a second before the steps, 63%: MFU 124%).
   double peak = measure_gemm_peak_tflops(o.dtype, o.device, 0.5);
 
-  allocator_for(o.device).reset_peak();
-  Transformer model(o.model, o.dtype, o.device);
+  Transformer model(o.model, o.dtype, o.device, o.lora);
   model.init_weights(o.seed);
   AdamW optimizer(model.trainable_params(), AdamWConfig{});
+  // The peak of training, what the estimate plans: the weights' random draws
+  // (the largest parameter in fp32, for a moment) are not part of it.
+  allocator_for(o.device).reset_peak();
   model.set_activation_checkpointing(o.activation_checkpointing);
   model.reserve(o.batch_size, o.seq_len);
 
@@ -107,7 +109,9 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   peak = std::max(peak, measure_gemm_peak_tflops(o.dtype, o.device, 0.5));
   const double step_time = median(times);
   const double tokens_per_step = double(o.batch_size * o.seq_len);
-  const double tflops = o.model.training_flops_per_token(o.seq_len) * tokens_per_step / step_time / 1e12;
+  const double flops_per_token = o.lora ? lora_training_flops_per_token(o.model, *o.lora, o.seq_len)
+                                        : o.model.training_flops_per_token(o.seq_len);
+  const double tflops = flops_per_token * tokens_per_step / step_time / 1e12;
   nlohmann::ordered_json out;
   out["model"] = o.model.name;
   out["dtype"] = std::string(dtype_name(o.dtype));
@@ -117,17 +121,19 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["steps"] = o.steps;
   out["threads"] = num_threads();
   out["params"] = o.model.num_params();
+  out["trained_params"] = model.trainable_params().numel();
+  out["lora_rank"] = o.lora ? o.lora->rank : 0;
   out["tokens_per_sec"] = tokens_per_step / step_time;
   out["step_time_s"] = step_time;
   out["tflops"] = tflops;
   out["mfu"] = tflops / peak;
   out["gemm_peak_tflops"] = peak;
-  out["flops_per_token"] = o.model.training_flops_per_token(o.seq_len);
+  out["flops_per_token"] = flops_per_token;
   out["peak_memory_bytes"] = peak_memory;
   out["activation_bytes"] = model.activation_bytes();
   // What hone validate would have said before the run.
   out["memory_estimate_bytes"] =
-      estimate_training_memory(o.model, o.dtype, o.batch_size, o.seq_len, o.activation_checkpointing).total();
+      estimate_training_memory(o.model, o.dtype, o.batch_size, o.seq_len, o.activation_checkpointing, o.lora).total();
   out["activation_checkpointing"] = o.activation_checkpointing;
   out["loss_first"] = first_loss;
   out["loss_last"] = last_loss;

@@ -4,10 +4,12 @@
 // and peak memory, as one JSON object (interface in docs/architecture.md).
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "hone/core/tensor.hpp"
 #include "hone/model/config.hpp"
+#include "hone/model/lora.hpp"
 
 namespace hone {
 
@@ -21,6 +23,7 @@ struct BenchOptions {
   Device device = Device::cpu();
   uint64_t seed = 1234;
   bool activation_checkpointing = false;
+  std::optional<LoraConfig> lora;  // LoRA adapters on a frozen base instead of training every weight
 };
 
 // Peak TFLOP/s of a large square GEMM in `dtype` on `device`: the best of the

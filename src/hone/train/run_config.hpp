@@ -47,7 +47,8 @@ LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
 // Memory a training run needs on its device, before it starts: fp32 master
 // weights, gradients and AdamW moments (16 B/param), the bf16 compute copy in
 // mixed precision (2 B/param), and the planned activations. With LoRA the base
-// has no gradients or moments; only the adapters do.
+// has no gradients or moments, only the adapters do, and it is kept in the
+// compute dtype alone (bf16: 2 B/param); the adapters' own activations count too.
 struct MemoryEstimate {
   size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, gathered = 0, activations = 0;
   int zero = 0, ranks = 1;  // per rank of this many data-parallel ranks at this ZeRO stage
