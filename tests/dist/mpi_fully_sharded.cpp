@@ -117,7 +117,9 @@ TEST_P(FullySharded, PassesEqualTheUnshardedModelWithOneUnitGatheredAhead) {
         if (p.unit != unit || comm->rank() != 0) continue;
         const Parameter& q = sharded_set.get(p.name);
         EXPECT_EQ(q.value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
-        if (c.dtype == DType::bf16) EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
+        if (c.dtype == DType::bf16) {
+          EXPECT_EQ(q.compute.to_vector<float>(), p.compute.to_vector<float>()) << p.name;
+        }
       }
       sharded.release_all();
     }

@@ -98,7 +98,7 @@ TEST(CrossEntropy, PartsOfTheVocabularyGiveWhatTheWholeLossIsMadeOf) {
   const std::vector<double> Z = logits.to_vector<double>();
   const std::vector<double> G = whole_grad.to_vector<double>();
 
-  for (const auto [first, columns] : {std::pair<int64_t, int64_t>{0, 6}, {6, 7}}) {
+  for (const auto& [first, columns] : {std::pair<int64_t, int64_t>{0, 6}, {6, 7}}) {
     Tensor part = Tensor::empty({rows, columns}, DType::f64);
     for (int64_t r = 0; r < rows; ++r) part[r].copy_from(logits[r].slice(first, {columns}));
     const ops::VocabPart vocab_part{.first = first, .classes = vocab};

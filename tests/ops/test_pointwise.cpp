@@ -46,7 +46,7 @@ TEST(Embedding, PartsOfTheTableAddUpToTheWhole) {
   ops::embedding_backward(tokens, probe, d_whole, Tensor());
 
   Tensor sum = Tensor::zeros(whole.shape(), DType::f64);
-  for (const auto [first, rows] : {std::pair<int64_t, int64_t>{0, 4}, {4, 7}}) {
+  for (const auto& [first, rows] : {std::pair<int64_t, int64_t>{0, 4}, {4, 7}}) {
     const Tensor part = table.slice(first * dim, {rows, dim}).clone();
     const ops::VocabPart vocab_part{.first = first, .classes = vocab};
     const Tensor out = Tensor::empty(whole.shape(), DType::f64);
