@@ -41,7 +41,9 @@ DType compute_dtype(DType activation) { return activation == DType::f64 ? DType:
 
 Tensor parameter_in_compute_dtype(const Tensor& vector, DType activation) {
   const DType want = compute_dtype(activation);
-  return !vector.defined() || vector.dtype() == want ? vector : cast_to(vector, want);
+  // Only T itself is cast: any other dtype reaches the kernels' checks as it is.
+  if (!vector.defined() || vector.dtype() != activation || activation == want) return vector;
+  return cast_to(vector, want);
 }
 
 int64_t rows_of(const Tensor& t) {

@@ -49,8 +49,8 @@ void expect_dtype(const char* op, const char* what, const Tensor& t, DType dtype
 // Parameters, their gradients and statistics use the compute type of activations.
 DType compute_dtype(DType activation);
 // A parameter vector (a norm's weight or bias, a linear bias: [dim] elements) in
-// the compute type of `activation`, cast for this call when it is kept in
-// another (ops.hpp: read-only parameters may be T). Undefined stays so.
+// the compute type of `activation`, cast for this call when it is kept in T
+// (ops.hpp: read-only parameters may be). Other dtypes, and undefined, stay so.
 Tensor parameter_in_compute_dtype(const Tensor& vector, DType activation);
 // Rows of a tensor viewed as [rows, last].
 int64_t rows_of(const Tensor& t);
