@@ -67,9 +67,10 @@ size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, 
   return size_t(kept + moment) * dtype_size(dtype);
 }
 
-double lora_training_flops_per_token(const ModelConfig& config, const LoraConfig& lora, int64_t seq_len) {
-  return config.training_flops_per_token(seq_len) - 2.0 * double(config.num_matmul_params()) +
-         6.0 * double(lora_parameter_count(config, lora));
+double training_flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora, int64_t seq_len) {
+  const double whole = config.training_flops_per_token(seq_len);
+  if (!lora) return whole;
+  return whole - 2.0 * double(config.num_matmul_params()) + 6.0 * double(lora_parameter_count(config, *lora));
 }
 
 void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,

@@ -4,6 +4,7 @@
 // B starting at zero. Module names are torchtune's: q_proj, k_proj, v_proj and
 // output_proj in attention; gate_proj, up_proj, down_proj in the MLP (up_proj and
 // down_proj for GELU MLPs); the output projection.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,11 +67,12 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
 size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t rows,
                              int64_t tp = 1);
 
-// Training FLOPs per token with these adapters on a frozen base (PaLM's count,
-// as ModelConfig::training_flops_per_token): the frozen weights take part in
-// the forward pass and the input gradients (4·N, no weight gradients), attention
-// in all three products (12·L·H·Q·T), each adapter element in 6.
-double lora_training_flops_per_token(const ModelConfig& config, const LoraConfig& lora, int64_t seq_len);
+// Training FLOPs per token, PaLM's count (ModelConfig::training_flops_per_token)
+// for a model trained whole, or with these adapters on a frozen base: then the
+// frozen weights take part in the forward pass and the input gradients only
+// (4·N, no weight gradients), attention in all three products (12·L·H·Q·T),
+// each adapter element in 6.
+double training_flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora, int64_t seq_len);
 
 // Folds one adapter into its base weight: weight[row_begin, row_begin + rows)
 // += scale · B·A, with weight [out, in] (or the part of it a rank holds, with A

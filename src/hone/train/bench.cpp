@@ -109,8 +109,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   peak = std::max(peak, measure_gemm_peak_tflops(o.dtype, o.device, 0.5));
   const double step_time = median(times);
   const double tokens_per_step = double(o.batch_size * o.seq_len);
-  const double flops_per_token = o.lora ? lora_training_flops_per_token(o.model, *o.lora, o.seq_len)
-                                        : o.model.training_flops_per_token(o.seq_len);
+  const double flops_per_token = training_flops_per_token(o.model, o.lora, o.seq_len);
   const double tflops = flops_per_token * tokens_per_step / step_time / 1e12;
   nlohmann::ordered_json out;
   out["model"] = o.model.name;

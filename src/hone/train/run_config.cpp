@@ -228,14 +228,13 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
                                         int ranks, int tp) {
   const size_t n = size_t(model.num_params_per_rank(tp));
   const size_t trained = lora ? size_t(lora_parameter_count(model, *lora, tp)) : n;
-  // LoRA's frozen base is kept in the compute dtype alone (Transformer).
-  const size_t base_bytes = lora && dtype == DType::bf16 ? 2 : 4;
   const size_t r = size_t(ranks > 1 ? ranks : 1);
   MemoryEstimate m;
   m.zero = ranks > 1 ? zero : 0;
   m.ranks = int(r);
   m.tp = tp;
-  m.parameters = lora ? base_bytes * n + 4 * trained : 4 * n;
+  // LoRA's frozen base is kept in the compute dtype alone (Transformer).
+  m.parameters = lora ? dtype_size(dtype) * n + 4 * trained : 4 * n;
   m.gradients = 4 * trained;
   m.optimizer = 8 * trained / (m.zero >= 1 ? r : 1);
   m.compute_copy = dtype == DType::bf16 ? 2 * trained : 0;

@@ -119,8 +119,7 @@ int run_training(const Config& c, TrainingJob job) {
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
   const double peak_tflops = measure_gemm_peak_tflops(run.dtype, world.device());
-  const double flops_per_token = model.lora() ? lora_training_flops_per_token(model_config, *model.lora(), seq_len)
-                                              : model_config.training_flops_per_token(seq_len);
+  const double flops_per_token = training_flops_per_token(model_config, model.lora(), seq_len);
   const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
   const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
   const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
