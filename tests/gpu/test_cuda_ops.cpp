@@ -377,6 +377,9 @@ TEST_F(Cuda, ElementWiseOps) {
     ops::dropout(a, dropped, 0.3, 7, 9);
     ops::dropout(gpu(a), dropped_gpu, 0.3, 7, 9);
     EXPECT_EQ(relative_error(dropped_gpu, dropped), 0.0) << named("dropout", dtype);
+    const Tensor part = Tensor::empty({37}, dtype, kGpu);  // from inside a Philox block of 4
+    ops::dropout(gpu(a).slice(5, {37}), part, 0.3, 7, 9, 5);
+    EXPECT_EQ(relative_error(part, dropped.slice(5, {37})), 0.0) << named("dropout of a part", dtype);
 
     const Tensor dst = random_tensor({6, 20}, dtype, 47), dst_gpu = gpu(dst), src = random_tensor({6, 7}, dtype, 48);
     ops::add_columns(dst, 5, src, 0.5);

@@ -91,6 +91,63 @@ TEST(Transformer, LossGradientInTheForwardPassGivesTheSameGradients) {
   EXPECT_THROW(model.backward(0.25), Error);  // the logits hold the gradient for 0.5
 }
 
+// The output head and the loss over chunks of rows: 13 x 16 rows in chunks of
+// 64 (the smallest chunk: 64, 64, 64, 16) against all rows at once, with the
+// loss scale known in the forward pass (training: each chunk's gradient right
+// after its loss) and without (backward recomputes each chunk's logits); LoRA
+// adapters on the output projection, with dropout: each chunk gets its rows'
+// masks.
+TEST(Transformer, OutputHeadInChunksOfRowsGivesTheSameLossAndGradients) {
+  struct Case {
+    std::string variant;
+    std::optional<LoraConfig> lora;
+  };
+  const LoraConfig output_lora{.rank = 3, .dropout = 0.3, .apply_to_mlp = true, .apply_to_output = true};
+  for (const Case& k : {Case{"llama_tied", {}}, Case{"gpt2", {}}, Case{"llama", output_lora}}) {
+    const ModelConfig config = small(k.variant);
+    const Batch b = random_batch(13, 16, config.vocab_size, 6);
+    const double scale = 1.0 / double(count_targets(b.targets));
+    for (const bool scale_in_forward : {true, false}) {
+      SCOPED_TRACE(k.variant + (k.lora ? " with LoRA" : "") + (scale_in_forward ? ", scale in forward" : ""));
+      auto run = [&](size_t chunk_bytes) {
+        Transformer m(config, DType::f64, Device::cpu(), k.lora);
+        m.init_weights(7);
+        uint64_t seed = 8;
+        for (Parameter& p : m.trainable_params().all()) {  // B = 0 would leave A's gradients 0
+          if (k.lora && p.name.ends_with(".b")) p.value.copy_from(random_tensor(p.shape, p.value.dtype(), ++seed, 0.3));
+        }
+        m.trainable_params().sync_compute();
+        m.set_logits_chunk_bytes(chunk_bytes);
+        m.set_dropout_round(2);
+        m.trainable_params().zero_grad();
+        const ops::LossSum s =
+            m.forward(b.tokens, b.targets, {}, scale_in_forward ? std::optional(scale) : std::nullopt);
+        const Tensor losses = m.token_losses().clone();
+        m.backward(scale);
+        return std::tuple(s.sum, losses, m.trainable_params().grads().clone(), m.activation_bytes());
+      };
+      const auto [whole_loss, whole_losses, whole_grads, whole_bytes] = run(kWholeLogits);
+      const auto [loss, losses, grads, bytes] = run(1);
+      EXPECT_NEAR(loss, whole_loss, 1e-12 * whole_loss);
+      EXPECT_LE(relative_error(losses, whole_losses), 1e-12);
+      EXPECT_LE(relative_error(grads, whole_grads), 1e-12);
+      EXPECT_EQ(whole_bytes - bytes, size_t(13 * 16 - 64) * size_t(config.vocab_size) * sizeof(double));
+    }
+  }
+  // Logits are whole, or not handed out: forward without targets needs them all.
+  const ModelConfig config = small("gpt2");
+  Transformer m(config, DType::f32);
+  m.init_weights(8);
+  m.set_logits_chunk_bytes(1);
+  const Batch b = random_batch(13, 16, config.vocab_size, 9);
+  m.forward(b.tokens, b.targets);
+  EXPECT_THROW(m.logits(), Error);
+  EXPECT_THROW(m.forward(b.tokens), Error);
+  m.set_logits_chunk_bytes(kWholeLogits);
+  m.forward(b.tokens);
+  EXPECT_EQ(m.logits().shape(), (Shape{13 * 16, config.vocab_size}));
+}
+
 TEST(Transformer, Bf16MixedPrecisionTracksFp32) {
   for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
     const ModelConfig config = model_preset(name);
@@ -193,11 +250,11 @@ TEST(Transformer, ActivationCheckpointingGivesIdenticalGradientsInLessMemory) {
   // Memory: one layer's working set plus one [batch, seq, dim] input per layer.
   ModelConfig c = model_preset("llama_125M");
   const int64_t B = 4, T = 256, bytes_per_input = B * T * c.dim * 2;  // bf16
-  const size_t full = activation_bytes(c, DType::bf16, B, T, false);
-  const size_t checkpointed = activation_bytes(c, DType::bf16, B, T, true);
+  const size_t full = activation_bytes(c, DType::bf16, B, T);
+  const size_t checkpointed = activation_bytes(c, DType::bf16, B, T, {.checkpointing = true});
   ModelConfig one_layer = c;
   one_layer.n_layers = 1;
-  const size_t working_set = activation_bytes(one_layer, DType::bf16, B, T, false);
+  const size_t working_set = activation_bytes(one_layer, DType::bf16, B, T);
   EXPECT_LE(checkpointed, working_set + size_t((c.n_layers - 1) * bytes_per_input) + 64 * 64);
   EXPECT_LT(checkpointed, full / 2);
 }

@@ -1,5 +1,5 @@
-// Embedding, RoPE, SwiGLU, GELU (exact and tanh) and residual add: forward
-// against their formulas, backward against finite differences in fp64.
+// Embedding, RoPE, SwiGLU, GELU (exact and tanh), residual add and dropout:
+// forward against their formulas, backward against finite differences in fp64.
 #include <cmath>
 
 #include "hone/ops/ops.hpp"
@@ -167,6 +167,29 @@ TEST(Add, SumsAndItsGradientPassesThrough) {
   };
   expect_gradient(a, probe, loss, "add da");
   expect_gradient(b, probe, loss, "add db");
+}
+
+TEST(Dropout, KeepsOrZeroesAndAPartGetsItsPartOfTheWholeMask) {
+  const int64_t n = 1001;
+  const double p = 0.3;
+  const Tensor x = random_tensor({n}, DType::f64, 4), whole = Tensor::empty({n}, DType::f64);
+  ops::dropout(x, whole, p, 7, 9);
+  const std::vector<double> in = x.to_vector<double>(), out = whole.to_vector<double>();
+  int64_t kept = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] != 0) {
+      EXPECT_DOUBLE_EQ(out[i], in[i] / (1 - p)) << i;
+      ++kept;
+    }
+  }
+  EXPECT_NEAR(double(kept) / double(n), 1 - p, 0.05);
+  // Parts starting inside a Philox block of 4 and at its edges.
+  for (const int64_t first : {0, 1, 3, 4, 5, 998}) {
+    const int64_t count = std::min<int64_t>(n - first, 37);
+    const Tensor part = Tensor::empty({count}, DType::f64);
+    ops::dropout(x.slice(first, {count}), part, p, 7, 9, first);
+    EXPECT_EQ(part.to_vector<double>(), whole.slice(first, {count}).to_vector<double>()) << "first " << first;
+  }
 }
 
 TEST(Cast, Bf16RoundsToNearestEven) {

@@ -1,11 +1,22 @@
 #include "hone/model/activations.hpp"
 
+#include <algorithm>
+
 #include "hone/core/error.hpp"
 
 namespace hone {
 
+int64_t logits_chunk_rows(int64_t rows, int64_t classes, DType dtype, size_t chunk_bytes) {
+  const size_t row_bytes = size_t(classes) * dtype_size(dtype);
+  if (size_t(rows) <= chunk_bytes / row_bytes) return rows;
+  const int64_t fitting = int64_t(chunk_bytes / row_bytes) / 64 * 64;
+  return std::min(rows, std::max<int64_t>(fitting, 64));
+}
+
 Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq, Arena& arena,
-                             bool checkpointing, int tp) {
+                             const ActivationOptions& options) {
+  const int tp = options.tp;
+  const bool checkpointing = options.checkpointing;
   HONE_CHECK(batch * seq % tp == 0, "tensor parallelism over {} ranks needs batch x seq ({} x {}) to be a multiple of {}",
              tp, batch, seq, tp);
   const DType stats = dtype == DType::f64 ? DType::f64 : DType::f32;
@@ -56,7 +67,8 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   const bool split_vocabulary = c.splits_vocabulary(tp);
   a.final_norm_all = split_vocabulary ? arena.take(all_rows, dtype) : a.final_norm;
   const Shape loss_rows = split_vocabulary ? Shape{batch * seq} : rows;
-  a.logits = arena.take({loss_rows[0], split_vocabulary ? c.vocab_size / tp : c.vocab_size}, dtype);
+  const int64_t classes = split_vocabulary ? c.vocab_size / tp : c.vocab_size;
+  a.logits = arena.take({logits_chunk_rows(loss_rows[0], classes, dtype, options.logits_chunk_bytes), classes}, dtype);
   a.token_losses = arena.take(loss_rows, stats);
   a.logits_lse = arena.take(loss_rows, stats);
 
@@ -73,10 +85,10 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   return a;
 }
 
-size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, bool checkpointing,
-                        int tp) {
+size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
+                        const ActivationOptions& options) {
   Arena measure;
-  plan_activations(config, dtype, batch, seq, measure, checkpointing, tp);
+  plan_activations(config, dtype, batch, seq, measure, options);
   return measure.bytes_used();
 }
 

@@ -2,6 +2,7 @@
 // Every tensor one training step needs, planned from (config, dtype, batch, seq)
 // into one arena before the first step. Per-layer tensors are what the backward
 // pass reads; the shared scratch is reused by every layer.
+#include <cstdint>
 #include <vector>
 
 #include "hone/core/arena.hpp"
@@ -38,7 +39,10 @@ struct Activations {
   // this rank's V/tp classes, from the gathered final norm; otherwise the
   // projection reads final_norm itself and computes this rank's rows.
   Tensor final_norm_all;
-  Tensor logits;                     // [rows, classes]; the backward pass turns it into its gradient
+  // [chunk rows, classes]: the output head and the loss run over the rows in
+  // chunks of this many (logits_chunk_rows), each chunk's logits turned into
+  // their gradient in place.
+  Tensor logits;
   Tensor token_losses, logits_lse;   // [rows], compute dtype
   // Scratch shared by all layers.
   Tensor branch;      // a projection's output before it joins the residual stream
@@ -50,15 +54,36 @@ struct Activations {
   Tensor d_attn, d_qkv, d_mlp_act, d_mlp_up;
 };
 
-// Lays out the activations in `arena` (see Arena for the two-pass use). With
-// activation checkpointing only each layer's input is kept per layer; all other
-// per-layer tensors share one working set, which the backward pass refills by
-// recomputing each layer's forward pass.
+// What one chunk of logits may take by default: a training step never holds
+// the logits of all B·T rows (Llama 3's 128256 classes at 2 x 2048 tokens are
+// 0.98 GiB in bf16).
+inline constexpr size_t kLogitsChunkBytes = size_t(64) << 20;
+// No limit: the logits of all rows at once, as a forward pass without targets
+// returns them (generation reads them).
+inline constexpr size_t kWholeLogits = SIZE_MAX;
+
+struct ActivationOptions {
+  // Activation checkpointing: only each layer's input is kept per layer; all
+  // other per-layer tensors share one working set, which the backward pass
+  // refills by recomputing each layer's forward pass.
+  bool checkpointing = false;
+  // The output head and the loss run over chunks of rows whose logits take at
+  // most this many bytes (logits_chunk_rows).
+  size_t logits_chunk_bytes = kLogitsChunkBytes;
+  int tp = 1;  // tensor-parallel ranks
+};
+
+// Rows of logits computed at a time for `rows` rows of `classes` classes: all
+// of them when they fit chunk_bytes, else the largest multiple of 64 rows that
+// fits (at least 64).
+int64_t logits_chunk_rows(int64_t rows, int64_t classes, DType dtype, size_t chunk_bytes = kLogitsChunkBytes);
+
+// Lays out the activations in `arena` (see Arena for the two-pass use).
 Activations plan_activations(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, Arena& arena,
-                             bool checkpointing = false, int tp = 1);
+                             const ActivationOptions& options = {});
 
 // Bytes of the arena plan_activations needs.
 size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
-                        bool checkpointing = false, int tp = 1);
+                        const ActivationOptions& options = {});
 
 }  // namespace hone

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "hone/core/error.hpp"
+#include "hone/model/activations.hpp"
 #include "hone/ops/ops.hpp"
 
 namespace hone {
@@ -57,13 +58,14 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
 
 size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t rows,
                              int64_t tp) {
-  int64_t kept = 0, widest = 0, widest_in = 0;
+  int64_t kept = 0, moment = 0;
   for (const LoraTarget& t : lora_targets(config, lora)) {
-    kept += rows * lora.rank;
-    widest = std::max(widest, t.rows_per_rank(tp));
-    widest_in = std::max(widest_in, t.in_per_rank(tp));
+    const int64_t out = t.rows_per_rank(tp), in = t.in_per_rank(tp);
+    // The output head runs over chunks of rows.
+    const int64_t n = t.layer < 0 ? logits_chunk_rows(rows, out, dtype) : rows;
+    kept += n * lora.rank;
+    moment = std::max(moment, n * (out + lora.rank + (lora.dropout > 0 ? 2 * in : 0)));
   }
-  const int64_t moment = rows * (widest + lora.rank + (lora.dropout > 0 ? 2 * widest_in : 0));
   return size_t(kept + moment) * dtype_size(dtype);
 }
 

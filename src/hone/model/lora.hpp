@@ -62,8 +62,9 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
 
 // Bytes the adapters use beyond the model's planned activations, for `rows`
 // tokens: each adapter's x·Aᵀ ([rows, rank], kept for backward), and for a
-// moment the widest adapter's [rows, out] product with its [rows, rank] gradient
-// (and, with dropout, the dropped input and its gradient).
+// moment the largest adapter's [rows, out] product with its [rows, rank]
+// gradient (and, with dropout, the dropped input and its gradient). The output
+// projection's adapters see the head's chunks of rows (logits_chunk_rows).
 size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t rows,
                              int64_t tp = 1);
 

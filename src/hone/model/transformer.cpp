@@ -168,22 +168,26 @@ void Transformer::merge_lora() {
   lora_params_.sync_compute();
 }
 
-Tensor Transformer::adapter_input(const Tensor& x, const LoraAdapter& adapter) const {
+Tensor Transformer::adapter_input(const Tensor& x, const LoraAdapter& adapter, int64_t first_row) const {
   if (!training_ || lora_->dropout == 0) return x;
   Tensor dropped = Tensor::empty(x.shape(), x.dtype(), x.device());
-  ops::dropout(x, dropped, lora_->dropout, dropout_seed_, adapter.stream << 32 | (dropout_round_ & 0xffffffffu));
+  ops::dropout(x, dropped, lora_->dropout, dropout_seed_, adapter.stream << 32 | (dropout_round_ & 0xffffffffu),
+               first_row * x.size(-1));
   return dropped;
 }
 
 void Transformer::project(const Tensor& x, const Parameter* weight, const Parameter* bias,
-                          std::vector<LoraAdapter>& adapters, const Tensor& y) {
+                          std::vector<LoraAdapter>& adapters, const Tensor& y, int64_t first_row) {
   ops::linear_forward(x, weight->compute, bias ? bias->value : Tensor(), y);
   if (adapters.empty()) return;
   const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
   const Tensor y2 = y.view({rows, y.size(-1)});
   for (LoraAdapter& a : adapters) {
-    if (!a.u.defined() || a.u.size(0) != rows) a.u = Tensor::empty({rows, lora_->rank}, dtype_, device_);
-    ops::linear_forward(adapter_input(x, a).view({rows, in}), a.a->compute, Tensor(), a.u);
+    if (!a.u.defined() || a.u.size(0) != rows) {  // the output head's last chunk may be shorter
+      a.u = Tensor();
+      a.u = Tensor::empty({rows, lora_->rank}, dtype_, device_);
+    }
+    ops::linear_forward(adapter_input(x, a, first_row).view({rows, in}), a.a->compute, Tensor(), a.u);
     const Tensor delta = Tensor::empty({rows, a.rows}, dtype_, device_);
     ops::linear_forward(a.u, a.b->compute, Tensor(), delta);
     ops::add_columns(y2, a.row_begin, delta, lora_->scale());
@@ -191,7 +195,8 @@ void Transformer::project(const Tensor& x, const Parameter* weight, const Parame
 }
 
 void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight,
-                                   const Parameter* bias, std::vector<LoraAdapter>& adapters, const Tensor& dx) {
+                                   const Parameter* bias, std::vector<LoraAdapter>& adapters, const Tensor& dx,
+                                   int64_t first_row) {
   ops::linear_backward(dy, x, weight->compute, dx, weight->grad, bias ? bias->grad : Tensor());
   if (adapters.empty()) return;
   const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
@@ -203,14 +208,15 @@ void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Para
     ops::copy_columns(dy2, a.row_begin, scaled_dy, lora_->scale());
     const Tensor du = Tensor::empty({rows, lora_->rank}, dtype_, device_);
     ops::linear_backward(scaled_dy, a.u, a.b->compute, du, a.b->grad, Tensor());
-    const Tensor input = adapter_input(x, a).view({rows, in});
+    const Tensor input = adapter_input(x, a, first_row).view({rows, in});
     if (!dropout) {
       ops::linear_backward(du, input, a.a->compute, dx2, a.a->grad, Tensor(), /*accumulate_dx=*/true);
       continue;
     }
     const Tensor dx_adapter = Tensor::empty({rows, in}, dtype_, device_);
     ops::linear_backward(du, input, a.a->compute, dx_adapter, a.a->grad, Tensor());
-    ops::dropout(dx_adapter, dx_adapter, lora_->dropout, dropout_seed_, a.stream << 32 | (dropout_round_ & 0xffffffffu));
+    ops::dropout(dx_adapter, dx_adapter, lora_->dropout, dropout_seed_, a.stream << 32 | (dropout_round_ & 0xffffffffu),
+                 first_row * in);
     ops::add_(dx2, dx_adapter);
   }
 }
@@ -251,9 +257,11 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
              config_.max_seq_len);
   if (acts_.batch == batch && acts_.seq == seq) return;
   acts_ = Activations();  // free the old arena before making the new one
-  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, checkpointing_, tp_size_);
+  const ActivationOptions options{
+      .checkpointing = checkpointing_, .logits_chunk_bytes = logits_chunk_bytes_, .tp = tp_size_};
+  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, options);
   Arena arena(arena_bytes_, device_);
-  acts_ = plan_activations(config_, dtype_, batch, seq, arena, checkpointing_, tp_size_);
+  acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
   ensure_rope_tables(seq);
 }
 
@@ -261,6 +269,19 @@ void Transformer::set_activation_checkpointing(bool on) {
   if (on == checkpointing_) return;
   checkpointing_ = on;
   acts_ = Activations();  // re-planned by the next reserve() or forward()
+}
+
+void Transformer::set_logits_chunk_bytes(size_t bytes) {
+  if (bytes == logits_chunk_bytes_) return;
+  logits_chunk_bytes_ = bytes;
+  acts_ = Activations();
+}
+
+const Tensor& Transformer::logits() const {
+  HONE_CHECK(!acts_.logits.defined() || acts_.logits.size(0) == acts_.logits_lse.numel(),
+             "the last forward pass computed its {} rows of logits in chunks of {} rows; "
+             "set_logits_chunk_bytes(kWholeLogits) keeps them all", acts_.logits_lse.numel(), acts_.logits.size(0));
+  return acts_.logits;
 }
 
 void Transformer::ensure_rope_tables(int64_t positions) {
@@ -297,6 +318,37 @@ Tensor Transformer::row_values_of(const Tensor& all) const {
 Tensor Transformer::loss_targets() const {
   const Tensor all = targets_.view({targets_.numel()});
   return tp_ && !split_vocabulary_ ? row_values_of(all) : all;
+}
+
+namespace {
+
+// Rows [first, first + rows) of a tensor of rows of its last dimension (of
+// single values, for a vector).
+Tensor row_range(const Tensor& t, int64_t first, int64_t rows) {
+  if (t.ndim() == 1) return t.slice(first, {rows});
+  const int64_t width = t.size(-1);
+  return t.slice(first * width, {rows, width});
+}
+
+}  // namespace
+
+std::vector<Transformer::HeadChunk> Transformer::head_chunks() const {
+  const Activations& a = acts_;
+  const int64_t rows = a.logits_lse.numel(), chunk_rows = a.logits.size(0);
+  const Tensor targets = loss_targets();
+  const Tensor& d_input = split_vocabulary_ ? a.d_norm_all : a.d_norm;  // the head reads final_norm_all
+  std::vector<HeadChunk> chunks;
+  for (int64_t first = 0; first < rows; first += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - first);
+    chunks.push_back({.first = first,
+                      .input = row_range(a.final_norm_all, first, n),
+                      .logits = row_range(a.logits, 0, n),
+                      .targets = row_range(targets, first, n),
+                      .losses = row_range(a.token_losses, first, n),
+                      .lse = row_range(a.logits_lse, first, n),
+                      .d_input = row_range(d_input, first, n)});
+  }
+  return chunks;
 }
 
 Tensor Transformer::token_losses() const {
@@ -421,7 +473,7 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   tokens_ = tokens;
   targets_ = targets;
   positions_ = positions;
-  fused_loss_scale_.reset();
+  head_grad_scale_.reset();
   const ModelConfig& c = config_;
   Activations& a = acts_;
 
@@ -441,20 +493,31 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
     forward_layer(i);
     release(layer_unit(i));
   }
-  acquire(head_unit(), false);  // held into backward, which starts there
+  // A split vocabulary needs every rank's logsumexp before any gradient.
+  if (targets.defined() && loss_scale && !split_vocabulary_) head_grad_scale_ = loss_scale;
+  acquire(head_unit(), head_grad_scale_.has_value());  // held into backward, which starts there
+  if (head_grad_scale_ && lm_head_ == tok_embeddings_) acquire(kEmbeddingUnit, true);
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
   if (split_vocabulary_) gather_rows(a.final_norm, a.final_norm_all);
-  project(a.final_norm_all, lm_head_, nullptr, output_adapters_, a.logits);
-  if (!targets.defined()) return {};
+  if (!targets.defined()) {
+    logits();  // checks that they are whole
+    project(a.final_norm_all, lm_head_, nullptr, output_adapters_, a.logits);
+    return {};
+  }
   HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
              tokens.shape().str());
-  // A split vocabulary needs every rank's logsumexp before any gradient.
-  if (loss_scale && !split_vocabulary_) fused_loss_scale_ = loss_scale;
-  const ops::LossSum loss =
-      fused_loss_scale_
-          ? ops::cross_entropy_forward_backward(a.logits, loss_targets(), a.token_losses, a.logits_lse,
-                                                *fused_loss_scale_)
-          : ops::cross_entropy_forward(a.logits, loss_targets(), a.token_losses, a.logits_lse, vocab_part());
+  ops::LossSum loss{.sum = 0, .tokens = 0};
+  for (const HeadChunk& chunk : head_chunks()) {
+    head_forward(chunk);
+    const ops::LossSum part =
+        head_grad_scale_
+            ? ops::cross_entropy_forward_backward(chunk.logits, chunk.targets, chunk.losses, chunk.lse,
+                                                  *head_grad_scale_)
+            : ops::cross_entropy_forward(chunk.logits, chunk.targets, chunk.losses, chunk.lse, vocab_part());
+    if (head_grad_scale_) head_backward(chunk);  // while the chunk's logits are at hand
+    loss.sum += part.sum;
+    loss.tokens += part.tokens;
+  }
   if (split_vocabulary_) return merge_vocab_parts(loss.tokens);  // every rank: the whole batch's
   if (!tp_) return loss;
   // The whole batch's loss: every rank's rows.
@@ -502,17 +565,19 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !lora_;
   acquire(head_unit(), true, layer_unit(c.n_layers - 1));
   if (tied) acquire(kEmbeddingUnit, true);
-  if (fused_loss_scale_) {
-    HONE_CHECK(*fused_loss_scale_ == loss_scale,
+  if (head_grad_scale_) {
+    HONE_CHECK(*head_grad_scale_ == loss_scale,
                "backward() got loss scale {}, but the forward pass computed the loss gradient for {}", loss_scale,
-               *fused_loss_scale_);
+               *head_grad_scale_);
   } else {
-    ops::cross_entropy_backward(a.logits, loss_targets(), a.logits_lse, loss_scale, vocab_part());
+    const std::vector<HeadChunk> chunks = head_chunks();
+    for (const HeadChunk& chunk : chunks) {
+      if (chunks.size() > 1) head_forward(chunk);  // only the last chunk's logits are left
+      ops::cross_entropy_backward(chunk.logits, chunk.targets, chunk.lse, loss_scale, vocab_part());
+      head_backward(chunk);
+    }
   }
-  const Tensor& d_logits = a.logits;
   // A split vocabulary: every row's input gradient is a sum over the ranks' classes.
-  project_backward(d_logits, a.final_norm_all, lm_head_, nullptr, output_adapters_,
-                   split_vocabulary_ ? a.d_norm_all : a.d_norm);
   if (split_vocabulary_) reduce_scatter_rows(a.d_norm_all, a.d_norm);
   a.d_residual.zero_();
   norm_backward(a.d_norm, a.output, final_norm_weight_, final_norm_bias_, a.final_norm_mean, a.final_norm_rstd,
@@ -569,7 +634,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   }
   if (tied || train_embeddings) release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
-  fused_loss_scale_.reset();
+  head_grad_scale_.reset();
 }
 
 }  // namespace hone

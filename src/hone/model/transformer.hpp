@@ -136,16 +136,24 @@ class Transformer {
   // [batch, seq], ops::kIgnoreIndex masks a position) it also computes the loss
   // and keeps what backward() needs. `positions` (i32 [batch, seq]) packs several
   // samples into a row: each token's position within its own sample (ops.hpp).
-  // Training passes loss_scale, the scale backward() will get, when it knows it:
-  // the loss gradient is then computed in the same pass over the logits (where
-  // this rank holds the whole vocabulary), and backward() starts from it.
+  // The output head and the loss run over chunks of rows (at most
+  // logits_chunk_bytes of logits at a time). Training passes loss_scale, the
+  // scale backward() will get, when it knows it: each chunk's loss gradient and
+  // the head's gradients are then computed right after its loss (where this rank
+  // holds the whole vocabulary), and backward() starts below the head.
   ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {},
                        std::optional<double> loss_scale = {});
-  // Logits of the last forward pass, [batch·seq, vocab]; backward(), or a
-  // forward pass given a loss scale, overwrites them with their gradient.
-  // (Tensor parallelism: this rank's rows, or, where it splits the vocabulary,
-  // all rows and this rank's vocab/tp classes; the loss is the whole batch's.)
-  const Tensor& logits() const { return acts_.logits; }
+  // Logits of the last forward pass, [batch·seq, vocab], where they were
+  // computed in one chunk: always without targets, which needs whole logits
+  // (kWholeLogits) once they exceed a chunk. backward(), or a forward pass
+  // given a loss scale, overwrites them with their gradient. (Tensor
+  // parallelism: this rank's rows, or, where it splits the vocabulary, all rows
+  // and this rank's vocab/tp classes; the loss is the whole batch's.)
+  const Tensor& logits() const;
+  // At most this many bytes of logits at a time (ActivationOptions);
+  // kWholeLogits: all rows at once, as generation needs (Decoder sets it).
+  void set_logits_chunk_bytes(size_t bytes);
+  size_t logits_chunk_bytes() const { return logits_chunk_bytes_; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
   // (0 where the target is masked; tensor parallelism: this rank's rows).
   Tensor token_losses() const;
@@ -170,14 +178,28 @@ class Transformer {
   void declare_lora();
   // Layer i's forward pass: from acts_.layers[i].input to the next layer's input.
   void forward_layer(int64_t i);
-  // y = x·Wᵀ + b plus the projection's LoRA adapters.
+  // y = x·Wᵀ + b plus the projection's LoRA adapters. x may be rows
+  // [first_row, ...) of the projection's input (the output head's chunks).
   void project(const Tensor& x, const Parameter* weight, const Parameter* bias, std::vector<LoraAdapter>& adapters,
-               const Tensor& y);
+               const Tensor& y, int64_t first_row = 0);
   // dx = dy·W (+ adapters), and the gradients of whatever is trainable.
   void project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight, const Parameter* bias,
-                        std::vector<LoraAdapter>& adapters, const Tensor& dx);
+                        std::vector<LoraAdapter>& adapters, const Tensor& dx, int64_t first_row = 0);
   // x as an adapter sees it: with this forward pass's dropout mask applied.
-  Tensor adapter_input(const Tensor& x, const LoraAdapter& adapter) const;
+  Tensor adapter_input(const Tensor& x, const LoraAdapter& adapter, int64_t first_row) const;
+  // Rows [first, first + rows) of what the output head and the loss read and
+  // write (rows: a chunk's, fewer for the last).
+  struct HeadChunk {
+    int64_t first = 0;
+    Tensor input, logits, targets, losses, lse, d_input;
+  };
+  std::vector<HeadChunk> head_chunks() const;
+  void head_forward(const HeadChunk& chunk) {
+    project(chunk.input, lm_head_, nullptr, output_adapters_, chunk.logits, chunk.first);
+  }
+  void head_backward(const HeadChunk& chunk) {
+    project_backward(chunk.logits, chunk.input, lm_head_, nullptr, output_adapters_, chunk.d_input, chunk.first);
+  }
   void norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y, const Tensor& mean,
                     const Tensor& rstd);
   void norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& mean,
@@ -244,8 +266,10 @@ class Transformer {
   Activations acts_;
   size_t arena_bytes_ = 0;
   bool checkpointing_ = false;
+  size_t logits_chunk_bytes_ = kLogitsChunkBytes;
   Tensor tokens_, targets_, positions_;  // of the last forward, for backward
-  std::optional<double> fused_loss_scale_;  // the logits hold the gradient of this scale · Σ losses
+  // The last forward pass computed the head's gradients for this loss scale.
+  std::optional<double> head_grad_scale_;
 };
 
 }  // namespace hone

@@ -107,21 +107,22 @@ void cast(const void* src, DType src_dtype, const Tensor& dst) {
   }
 }
 
-void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t stream) {
+void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t stream, int64_t first) {
   const char* op = "dropout";
   const OpTimer timer(op);
   [[maybe_unused]] const Device device = op_device(op, {&x, &out});
   expect_shape(op, "output", out, x.shape());
   HONE_CHECK(p >= 0 && p < 1, "{}: probability {} is not in [0, 1)", op, p);
+  HONE_CHECK(first >= 0, "{}: first element {} is negative", op, first);
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
-      kernels::cuda::dropout<T>(x.data<T>(), out.data<T>(), x.numel(), p, seed, stream);
+      kernels::cuda::dropout<T>(x.data<T>(), out.data<T>(), x.numel(), p, seed, stream, first);
     });
   }
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
-    kernels::cpu::dropout<T>(x.data<T>(), out.data<T>(), x.numel(), p, seed, stream);
+    kernels::cpu::dropout<T>(x.data<T>(), out.data<T>(), x.numel(), p, seed, stream, first);
   });
 }
 

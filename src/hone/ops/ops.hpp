@@ -127,7 +127,9 @@ LossSum cross_entropy_forward_backward(const Tensor& logits, const Tensor& targe
 // out = x · keep / (1 - p), keep = 1 with probability 1 - p, drawn from Philox at
 // (seed, stream, element): calling it again with the same arguments applies the
 // same mask, so a backward pass recomputes it instead of storing it. out may be x.
-void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t stream);
+// x may be a part of a whole, from its element `first` on: it gets that part of
+// the whole's mask.
+void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t stream, int64_t first = 0);
 
 // ---- element-wise ----
 void add(const Tensor& a, const Tensor& b, const Tensor& out);

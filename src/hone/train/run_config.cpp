@@ -248,7 +248,8 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
     m.compute_copy = 0;  // gathered units hold their casts
     m.gathered = size_t(dist::zero3_gathered_bytes(model, dtype));
   }
-  m.activations = activation_bytes(model, dtype, batch_size, seq_len, activation_checkpointing, tp);
+  m.activations =
+      activation_bytes(model, dtype, batch_size, seq_len, {.checkpointing = activation_checkpointing, .tp = tp});
   if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size * seq_len, tp);
   return m;
 }

@@ -59,15 +59,16 @@ void bias_backward(const T* dy, compute_t<T>* d_bias, int64_t rows, int64_t cols
 }
 
 template <typename T>
-void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream) {
+void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream, int64_t first) {
   const auto scale = compute_t<T>(1.0 / (1.0 - p));
   const uint32_t threshold = uint32_t(p * 4294967296.0);  // keep when the draw is >= p·2^32
+  // Element i is element first + i of the whole: Philox block (first + i) / 4.
 #pragma omp parallel for schedule(static)
-  for (int64_t block = 0; block < (n + 3) / 4; ++block) {
+  for (int64_t block = first / 4; block < (first + n + 3) / 4; ++block) {
     const auto r = philox4x32(seed, uint64_t(block), stream);
-    for (int64_t k = 0; k < 4 && block * 4 + k < n; ++k) {
-      const int64_t i = block * 4 + k;
-      out[i] = store<T>(r[size_t(k)] >= threshold ? load(x[i]) * scale : compute_t<T>(0));
+    for (int64_t k = 0; k < 4; ++k) {
+      const int64_t i = block * 4 + k - first;
+      if (i >= 0 && i < n) out[i] = store<T>(r[size_t(k)] >= threshold ? load(x[i]) * scale : compute_t<T>(0));
     }
   }
 }
@@ -139,7 +140,7 @@ double sum_squares(const T* x, int64_t n) {
   template double sum_squares<T>(const T*, int64_t);                     \
   template void add_bias<T>(T*, const compute_t<T>*, int64_t, int64_t);  \
   template void bias_backward<T>(const T*, compute_t<T>*, int64_t, int64_t);     \
-  template void dropout<T>(const T*, T*, int64_t, double, uint64_t, uint64_t);                          \
+  template void dropout<T>(const T*, T*, int64_t, double, uint64_t, uint64_t, int64_t);                 \
   template void add_scaled_columns<T>(T*, int64_t, int64_t, const T*, int64_t, int64_t, double);        \
   template void copy_scaled_columns<T>(const T*, int64_t, int64_t, T*, int64_t, int64_t, double);
 HONE_INSTANTIATE(float)

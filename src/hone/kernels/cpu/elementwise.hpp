@@ -71,9 +71,10 @@ void add_bias(T* y, const compute_t<T>* bias, int64_t rows, int64_t cols);
 // d_bias += Σ_rows dy[row, :], deterministic for any thread count.
 template <typename T>
 void bias_backward(const T* dy, compute_t<T>* d_bias, int64_t rows, int64_t cols);
-// out = x · keep / (1 - p) with keep drawn per element from Philox(seed, stream, i).
+// out = x · keep / (1 - p) with keep drawn per element from Philox(seed, stream,
+// first + i): x is elements [first, first + n) of a whole with one mask.
 template <typename T>
-void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream);
+void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream, int64_t first = 0);
 // dst[r, col + j] += scale · src[r, j] for a [rows, cols] src and a [rows, width] dst.
 template <typename T>
 void add_scaled_columns(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols, double scale);

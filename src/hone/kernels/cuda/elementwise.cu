@@ -105,13 +105,15 @@ struct BiasTerm {
 // One thread per Philox block of 4 elements, as the CPU draws them.
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, uint32_t threshold, float scale, uint64_t seed,
-                               uint64_t stream_id) {
-  HONE_GRID_STRIDE(block, (n + 3) / 4) {
+                               uint64_t stream_id, int64_t first) {
+  const int64_t first_block = first / 4;
+  HONE_GRID_STRIDE(b, (first + n + 3) / 4 - first_block) {
+    const int64_t block = first_block + b;
     const PhiloxBlock r = philox4x32(seed, uint64_t(block), stream_id);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const int64_t i = block * 4 + k;
-      if (i < n) out[i] = from_f32<T>(r[k] >= threshold ? to_f32(x[i]) * scale : 0.0f);
+      const int64_t i = block * 4 + k - first;
+      if (i >= 0 && i < n) out[i] = from_f32<T>(r[k] >= threshold ? to_f32(x[i]) * scale : 0.0f);
     }
   }
 }
@@ -205,12 +207,13 @@ void bias_backward(const T* dy, float* d_bias, int64_t rows, int64_t cols) {
 }
 
 template <typename T>
-void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream_id) {
+void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream_id, int64_t first) {
   if (n == 0) return;
   const auto threshold = uint32_t(p * 4294967296.0);
   const auto scale = float(1.0 / (1.0 - p));
-  dropout_kernel<<<blocks_for((n + 3) / 4, kThreads), kThreads, 0, stream()>>>(x, out, n, threshold, scale, seed,
-                                                                               stream_id);
+  const int64_t blocks = (first + n + 3) / 4 - first / 4;
+  dropout_kernel<<<blocks_for(blocks, kThreads), kThreads, 0, stream()>>>(x, out, n, threshold, scale, seed, stream_id,
+                                                                          first);
   HONE_CUDA_LAUNCHED("dropout");
 }
 
@@ -251,7 +254,7 @@ double sum_squares(const T* x, int64_t n) {
   template void scale_inplace<T>(T*, int64_t, double);                                                      \
   template void add_bias<T>(T*, const float*, int64_t, int64_t);                                            \
   template void bias_backward<T>(const T*, float*, int64_t, int64_t);                                       \
-  template void dropout<T>(const T*, T*, int64_t, double, uint64_t, uint64_t);                              \
+  template void dropout<T>(const T*, T*, int64_t, double, uint64_t, uint64_t, int64_t);                     \
   template void add_scaled_columns<T>(T*, int64_t, int64_t, const T*, int64_t, int64_t, double);            \
   template void copy_scaled_columns<T>(const T*, int64_t, int64_t, T*, int64_t, int64_t, double);           \
   template double sum_squares<T>(const T*, int64_t);

@@ -21,7 +21,7 @@ void add_bias(T* y, const float* bias, int64_t rows, int64_t cols);
 template <typename T>
 void bias_backward(const T* dy, float* d_bias, int64_t rows, int64_t cols);
 template <typename T>
-void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream);
+void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t stream, int64_t first = 0);
 template <typename T>
 void add_scaled_columns(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols, double scale);
 template <typename T>
