@@ -298,6 +298,9 @@ TEST_F(Cuda, ActivationsForwardAndBackward) {
     ops::swiglu_backward(d_out, gate_up, d_gu);
     ops::swiglu_backward(gpu(d_out), gpu(gate_up), d_gu_gpu);
     expect_match(d_gu_gpu, d_gu, tol, named("swiglu backward", dtype));
+    const Tensor in_place = gpu(gate_up);  // the model writes the gradient over the input
+    ops::swiglu_backward(gpu(d_out), in_place, in_place);
+    EXPECT_EQ(relative_error(in_place, d_gu_gpu), 0.0) << named("swiglu backward in place", dtype);
 
     for (const auto kind : {ops::GeluApproximation::none, ops::GeluApproximation::tanh}) {
       const Tensor x = random_tensor({1000}, dtype, 40, 5.0), dy = random_tensor({1000}, dtype, 41);
@@ -309,6 +312,9 @@ TEST_F(Cuda, ActivationsForwardAndBackward) {
       ops::gelu_backward(dy, x, dx, kind);
       ops::gelu_backward(gpu(dy), gpu(x), dx_gpu, kind);
       expect_match(dx_gpu, dx, tol, named("gelu backward", dtype));
+      const Tensor in_place = gpu(x);
+      ops::gelu_backward(gpu(dy), in_place, in_place, kind);
+      EXPECT_EQ(relative_error(in_place, dx_gpu), 0.0) << named("gelu backward in place", dtype);
     }
   }
 }

@@ -128,6 +128,15 @@ TEST(SwiGlu, ForwardAndBackward) {
   Tensor d = Tensor::empty(gate_up.shape(), DType::f64);
   ops::swiglu_backward(probe, gate_up, d);
   expect_gradient(gate_up, d, loss, "swiglu");
+  // In place (the model writes the gradient over its input), in every dtype's
+  // kernel (bf16 and fp32 vectorize differently).
+  for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const Tensor input = random_tensor(gate_up.shape(), dtype, 3, 3.0), d_out = random_tensor(probe.shape(), dtype, 4);
+    const Tensor apart = Tensor::empty(input.shape(), dtype), in_place = input.clone();
+    ops::swiglu_backward(d_out, input, apart);
+    ops::swiglu_backward(d_out, in_place, in_place);
+    EXPECT_EQ(in_place.to_vector<double>(), apart.to_vector<double>()) << dtype_name(dtype);
+  }
 }
 
 TEST(Gelu, ExactAndTanhForwardAndBackward) {
@@ -150,6 +159,9 @@ TEST(Gelu, ExactAndTanhForwardAndBackward) {
     Tensor dx = Tensor::empty({50}, DType::f64);
     ops::gelu_backward(probe, x, dx, kind);
     expect_gradient(x, dx, loss, kind == ops::GeluApproximation::none ? "gelu" : "gelu tanh");
+    const Tensor in_place = x.clone();
+    ops::gelu_backward(probe, in_place, in_place, kind);
+    EXPECT_EQ(in_place.to_vector<double>(), dx.to_vector<double>()) << "in place";
   }
 }
 

@@ -81,7 +81,6 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   a.d_attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
   a.d_qkv = arena.take({batch, seq, qkv}, dtype);
   a.d_mlp_act = arena.take({batch, seq, ffn}, dtype);
-  a.d_mlp_up = arena.take({batch, seq, up}, dtype);
   return a;
 }
 

@@ -51,7 +51,7 @@ struct Activations {
   Tensor d_residual_all;
   Tensor d_norm;      // gradient of a norm's output
   Tensor d_norm_all;  // tp: qkv's and up's partial sums, before the reduce-scatter
-  Tensor d_attn, d_qkv, d_mlp_act, d_mlp_up;
+  Tensor d_attn, d_qkv, d_mlp_act;  // (the MLP's input gradient overwrites its input, mlp_up)
 };
 
 // What one chunk of logits may take by default: a training step never holds

@@ -594,12 +594,13 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     gather_rows(a.d_residual, a.d_residual_all);
     project_backward(a.d_residual_all, l.mlp_act, p.down_weight, row_parallel_bias(p.down_bias), adapters[kDown],
                      a.d_mlp_act);
+    const Tensor& d_mlp_up = l.mlp_up;  // written over the pre-activation, which nothing reads after
     if (c.mlp == MlpKind::swiglu) {
-      ops::swiglu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up);
+      ops::swiglu_backward(a.d_mlp_act, l.mlp_up, d_mlp_up);
     } else {
-      ops::gelu_backward(a.d_mlp_act, l.mlp_up, a.d_mlp_up, gelu_kind);
+      ops::gelu_backward(a.d_mlp_act, l.mlp_up, d_mlp_up, gelu_kind);
     }
-    project_backward(a.d_mlp_up, l.mlp_norm_all, p.up_weight, p.up_bias, adapters[kUp], a.d_norm_all);
+    project_backward(d_mlp_up, l.mlp_norm_all, p.up_weight, p.up_bias, adapters[kUp], a.d_norm_all);
     reduce_scatter_rows(a.d_norm_all, a.d_norm);
     norm_backward(a.d_norm, l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm_mean, l.mlp_norm_rstd,
                   a.d_residual);

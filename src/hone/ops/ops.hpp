@@ -91,7 +91,9 @@ void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                       const AttentionHeads& heads);
 
 // ---- activations (outputs overwritten) ----
-// gate_up [..., 2·hidden] -> out [..., hidden].
+// gate_up [..., 2·hidden] -> out [..., hidden]. The backward passes may write
+// the input's gradient over the input (d_gate_up = gate_up, dx = x): the model's
+// backward pass needs no other copy of the MLP's widest tensor.
 void swiglu_forward(const Tensor& gate_up, const Tensor& out);
 void swiglu_backward(const Tensor& d_out, const Tensor& gate_up, const Tensor& d_gate_up);
 using kernels::cpu::GeluApproximation;
