@@ -91,25 +91,25 @@ TEST(Transformer, LossGradientInTheForwardPassGivesTheSameGradients) {
   EXPECT_THROW(model.backward(0.25), Error);  // the logits hold the gradient for 0.5
 }
 
-// The output head and the loss over chunks of rows: 13 x 16 rows in chunks of
-// 64 (the smallest chunk: 64, 64, 64, 16) against all rows at once, with the
-// loss scale known in the forward pass (training: each chunk's gradient right
-// after its loss) and without (backward recomputes each chunk's logits); LoRA
-// adapters on the output projection, with dropout: each chunk gets its rows'
-// masks.
-TEST(Transformer, OutputHeadInChunksOfRowsGivesTheSameLossAndGradients) {
+// Row-wise work in chunks of rows: 13 x 16 rows in chunks of 64 (the smallest:
+// 64, 64, 64, 16) against all rows at once: the output head and the loss, and
+// under activation checkpointing the MLP too. With the loss scale known in the
+// forward pass (training: each chunk's gradient right after its loss) and
+// without (backward computes each chunk's logits again); LoRA adapters on the
+// MLP and the output projection, with dropout: each chunk gets its rows' masks.
+TEST(Transformer, ChunksOfRowsGiveTheSameLossAndGradients) {
   struct Case {
     std::string variant;
     std::optional<LoraConfig> lora;
   };
-  const LoraConfig output_lora{.rank = 3, .dropout = 0.3, .apply_to_mlp = true, .apply_to_output = true};
-  for (const Case& k : {Case{"llama_tied", {}}, Case{"gpt2", {}}, Case{"llama", output_lora}}) {
+  const LoraConfig lora{.rank = 3, .dropout = 0.3, .apply_to_mlp = true, .apply_to_output = true};
+  for (const Case& k : {Case{"llama_tied", {}}, Case{"gpt2", {}}, Case{"llama", lora}}) {
     const ModelConfig config = small(k.variant);
     const Batch b = random_batch(13, 16, config.vocab_size, 6);
     const double scale = 1.0 / double(count_targets(b.targets));
     for (const bool scale_in_forward : {true, false}) {
       SCOPED_TRACE(k.variant + (k.lora ? " with LoRA" : "") + (scale_in_forward ? ", scale in forward" : ""));
-      auto run = [&](size_t chunk_bytes) {
+      auto run = [&](size_t chunk_bytes, bool checkpointing) {
         Transformer m(config, DType::f64, Device::cpu(), k.lora);
         m.init_weights(7);
         uint64_t seed = 8;
@@ -117,33 +117,46 @@ TEST(Transformer, OutputHeadInChunksOfRowsGivesTheSameLossAndGradients) {
           if (k.lora && p.name.ends_with(".b")) p.value.copy_from(random_tensor(p.shape, p.value.dtype(), ++seed, 0.3));
         }
         m.trainable_params().sync_compute();
-        m.set_logits_chunk_bytes(chunk_bytes);
+        m.set_chunk_bytes(chunk_bytes);
+        m.set_activation_checkpointing(checkpointing);
         m.set_dropout_round(2);
         m.trainable_params().zero_grad();
         const ops::LossSum s =
             m.forward(b.tokens, b.targets, {}, scale_in_forward ? std::optional(scale) : std::nullopt);
         const Tensor losses = m.token_losses().clone();
         m.backward(scale);
-        return std::tuple(s.sum, losses, m.trainable_params().grads().clone(), m.activation_bytes());
+        return std::tuple(s.sum, losses, m.trainable_params().grads().clone());
       };
-      const auto [whole_loss, whole_losses, whole_grads, whole_bytes] = run(kWholeLogits);
-      const auto [loss, losses, grads, bytes] = run(1);
-      EXPECT_NEAR(loss, whole_loss, 1e-12 * whole_loss);
-      EXPECT_LE(relative_error(losses, whole_losses), 1e-12);
-      EXPECT_LE(relative_error(grads, whole_grads), 1e-12);
-      EXPECT_EQ(whole_bytes - bytes, size_t(13 * 16 - 64) * size_t(config.vocab_size) * sizeof(double));
+      const auto [whole_loss, whole_losses, whole_grads] = run(kNoChunks, false);
+      for (const bool checkpointing : {false, true}) {
+        SCOPED_TRACE(checkpointing ? "checkpointing: the MLP in chunks too" : "the head in chunks");
+        const auto [loss, losses, grads] = run(1, checkpointing);
+        EXPECT_NEAR(loss, whole_loss, 1e-12 * whole_loss);
+        EXPECT_LE(relative_error(losses, whole_losses), 1e-12);
+        EXPECT_LE(relative_error(grads, whole_grads), 1e-12);
+      }
+    }
+    // The plan: 64-row chunks of logits, and of the MLP's working set under checkpointing.
+    for (const bool checkpointing : {false, true}) {
+      const ActivationOptions options{.checkpointing = checkpointing, .chunk_bytes = 1};
+      Arena arena(activation_bytes(config, DType::f64, 13, 16, options), Device::cpu());
+      const Activations a = plan_activations(config, DType::f64, 13, 16, arena, options);
+      EXPECT_EQ(a.logits.shape(), (Shape{64, config.vocab_size}));
+      EXPECT_EQ(a.mlp_rows, checkpointing ? 64 : 13 * 16);
+      EXPECT_EQ(a.layers[0].mlp_up.numel(), a.mlp_rows * config.mlp_up_dim());
+      EXPECT_EQ(a.d_mlp_act.numel(), a.mlp_rows * config.ffn_dim);
     }
   }
   // Logits are whole, or not handed out: forward without targets needs them all.
   const ModelConfig config = small("gpt2");
   Transformer m(config, DType::f32);
   m.init_weights(8);
-  m.set_logits_chunk_bytes(1);
+  m.set_chunk_bytes(1);
   const Batch b = random_batch(13, 16, config.vocab_size, 9);
   m.forward(b.tokens, b.targets);
   EXPECT_THROW(m.logits(), Error);
   EXPECT_THROW(m.forward(b.tokens), Error);
-  m.set_logits_chunk_bytes(kWholeLogits);
+  m.set_chunk_bytes(kNoChunks);
   m.forward(b.tokens);
   EXPECT_EQ(m.logits().shape(), (Shape{13 * 16, config.vocab_size}));
 }

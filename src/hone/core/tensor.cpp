@@ -81,6 +81,12 @@ Tensor Tensor::slice(int64_t offset, const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::rows(int64_t first, int64_t count) const {
+  if (ndim() == 1) return slice(first, {count});
+  const int64_t width = size(-1);
+  return slice(first * width, {count, width});
+}
+
 Tensor Tensor::view_bytes(size_t byte_offset, const Shape& shape, DType dtype) const {
   HONE_ASSERT(byte_offset + size_t(shape.numel()) * dtype_size(dtype) <= nbytes());
   Tensor t = *this;

@@ -90,6 +90,9 @@ class Tensor {
   Tensor view(const Shape& shape) const;
   // The `count` consecutive elements from `offset`, viewed with `shape`.
   Tensor slice(int64_t offset, const Shape& shape) const;
+  // Rows [first, first + count) of the rows of its last dimension ([count,
+  // last]; of a vector, its elements [first, first + count)).
+  Tensor rows(int64_t first, int64_t count) const;
   // `shape` elements of `dtype` starting `byte_offset` bytes into this tensor's
   // memory (carves typed tensors out of one byte buffer, as arenas do).
   Tensor view_bytes(size_t byte_offset, const Shape& shape, DType dtype) const;

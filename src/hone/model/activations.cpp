@@ -6,11 +6,26 @@
 
 namespace hone {
 
-int64_t logits_chunk_rows(int64_t rows, int64_t classes, DType dtype, size_t chunk_bytes) {
-  const size_t row_bytes = size_t(classes) * dtype_size(dtype);
+int64_t chunk_rows(int64_t rows, size_t row_bytes, size_t chunk_bytes) {
   if (size_t(rows) <= chunk_bytes / row_bytes) return rows;
   const int64_t fitting = int64_t(chunk_bytes / row_bytes) / 64 * 64;
   return std::min(rows, std::max<int64_t>(fitting, 64));
+}
+
+int64_t logits_chunk_rows(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq,
+                          const ActivationOptions& options) {
+  const bool split_vocabulary = c.splits_vocabulary(options.tp);
+  const int64_t rows = split_vocabulary ? batch * seq : batch * seq / options.tp;
+  const int64_t classes = split_vocabulary ? c.vocab_size / options.tp : c.vocab_size;
+  return chunk_rows(rows, size_t(classes) * dtype_size(dtype), options.chunk_bytes);
+}
+
+int64_t mlp_chunk_rows(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq,
+                       const ActivationOptions& options) {
+  // Checkpointing recomputes the MLP in the backward pass anyway: its working
+  // set can hold a chunk of rows at a time (tp gathers and scatters whole rows).
+  if (!options.checkpointing || options.tp > 1) return batch * seq / options.tp;
+  return chunk_rows(batch * seq, size_t(c.mlp_up_dim()) * dtype_size(dtype), options.chunk_bytes);
 }
 
 Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq, Arena& arena,
@@ -27,14 +42,18 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   const int64_t heads = c.n_heads / tp, qkv = c.qkv_dim() / tp, ffn = c.ffn_dim / tp, up = c.mlp_up_dim() / tp;
   // An `_all` tensor: all rows under tp, else the row tensor itself.
   auto all = [&](const Tensor& own) { return tp == 1 ? own : arena.take(all_rows, dtype); };
-  auto norm_stats = [&](Tensor& mean, Tensor& rstd) {
-    if (layernorm) mean = arena.take(rows, stats);
-    rstd = arena.take(rows, stats);
+  auto norm_stats = [&](Tensor& mean, Tensor& rstd, const Shape& stat_rows) {
+    if (layernorm) mean = arena.take(stat_rows, stats);
+    rstd = arena.take(stat_rows, stats);
   };
+  const int64_t mlp_rows = mlp_chunk_rows(c, dtype, batch, seq, options);
+  const bool mlp_chunked = mlp_rows < batch * seq / tp;
+  auto mlp_shape = [&](int64_t width) { return mlp_chunked ? Shape{mlp_rows, width} : Shape{batch, seq, width}; };
 
   Activations a;
   a.batch = batch;
   a.seq = seq;
+  a.mlp_rows = mlp_rows;
   a.layers.resize(size_t(c.n_layers));
   // Under tp a norm's row output only feeds the gather into its `_all`
   // tensor (backward reads the norm's input): one scratch serves every norm.
@@ -50,25 +69,25 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
     }
     l.attn_norm = norm_output();
     l.attn_norm_all = all(l.attn_norm);
-    norm_stats(l.attn_norm_mean, l.attn_norm_rstd);
+    norm_stats(l.attn_norm_mean, l.attn_norm_rstd, rows);
     l.qkv = arena.take({batch, seq, qkv}, dtype);
     l.attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
     l.attn_lse = arena.take({batch, heads, seq}, stats);
     l.mid = arena.take(hidden, dtype);
-    l.mlp_norm = norm_output();
+    l.mlp_norm = mlp_chunked ? arena.take(mlp_shape(c.dim), dtype) : norm_output();
     l.mlp_norm_all = all(l.mlp_norm);
-    norm_stats(l.mlp_norm_mean, l.mlp_norm_rstd);
-    l.mlp_up = arena.take({batch, seq, up}, dtype);
-    l.mlp_act = arena.take({batch, seq, ffn}, dtype);
+    norm_stats(l.mlp_norm_mean, l.mlp_norm_rstd, Shape{mlp_rows});
+    l.mlp_up = arena.take(mlp_shape(up), dtype);
+    l.mlp_act = arena.take(mlp_shape(ffn), dtype);
   }
   a.output = arena.take(hidden, dtype);
   a.final_norm = arena.take(hidden, dtype);
-  norm_stats(a.final_norm_mean, a.final_norm_rstd);
+  norm_stats(a.final_norm_mean, a.final_norm_rstd, rows);
   const bool split_vocabulary = c.splits_vocabulary(tp);
   a.final_norm_all = split_vocabulary ? arena.take(all_rows, dtype) : a.final_norm;
   const Shape loss_rows = split_vocabulary ? Shape{batch * seq} : rows;
   const int64_t classes = split_vocabulary ? c.vocab_size / tp : c.vocab_size;
-  a.logits = arena.take({logits_chunk_rows(loss_rows[0], classes, dtype, options.logits_chunk_bytes), classes}, dtype);
+  a.logits = arena.take({logits_chunk_rows(c, dtype, batch, seq, options), classes}, dtype);
   a.token_losses = arena.take(loss_rows, stats);
   a.logits_lse = arena.take(loss_rows, stats);
 
@@ -80,7 +99,7 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   a.d_norm_all = all(a.d_norm);
   a.d_attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
   a.d_qkv = arena.take({batch, seq, qkv}, dtype);
-  a.d_mlp_act = arena.take({batch, seq, ffn}, dtype);
+  a.d_mlp_act = arena.take(mlp_shape(ffn), dtype);
   return a;
 }
 

@@ -31,6 +31,10 @@ struct LayerActivations {
 
 struct Activations {
   int64_t batch = 0, seq = 0;
+  // Rows of the MLP's tensors (mlp_norm to mlp_act, d_mlp_act): all B·T rows,
+  // or under activation checkpointing without tp a chunk of them (chunk_rows);
+  // the MLP runs chunk by chunk.
+  int64_t mlp_rows = 0;
   std::vector<LayerActivations> layers;
   Tensor output;  // residual stream after the last layer
   Tensor final_norm, final_norm_mean, final_norm_rstd;
@@ -40,8 +44,8 @@ struct Activations {
   // projection reads final_norm itself and computes this rank's rows.
   Tensor final_norm_all;
   // [chunk rows, classes]: the output head and the loss run over the rows in
-  // chunks of this many (logits_chunk_rows), each chunk's logits turned into
-  // their gradient in place.
+  // chunks of this many (chunk_rows), each chunk's logits turned into their
+  // gradient in place.
   Tensor logits;
   Tensor token_losses, logits_lse;   // [rows], compute dtype
   // Scratch shared by all layers.
@@ -54,29 +58,34 @@ struct Activations {
   Tensor d_attn, d_qkv, d_mlp_act;  // (the MLP's input gradient overwrites its input, mlp_up)
 };
 
-// What one chunk of logits may take by default: a training step never holds
-// the logits of all B·T rows (Llama 3's 128256 classes at 2 x 2048 tokens are
-// 0.98 GiB in bf16).
-inline constexpr size_t kLogitsChunkBytes = size_t(64) << 20;
-// No limit: the logits of all rows at once, as a forward pass without targets
-// returns them (generation reads them).
-inline constexpr size_t kWholeLogits = SIZE_MAX;
+// Row-wise work runs over chunks of rows whose widest tensor takes at most this
+// many bytes by default: the output head and the loss (Llama 3's 128256
+// classes at 2 x 2048 tokens are 0.98 GiB of bf16 logits), and under activation
+// checkpointing the MLP (Llama 3.1 8B's [B·T, 2·14336] pre-activation, 224 MiB).
+inline constexpr size_t kChunkBytes = size_t(64) << 20;
+// No limit: all rows at once (a forward pass without targets returns the
+// logits of all rows: generation reads them).
+inline constexpr size_t kNoChunks = SIZE_MAX;
 
 struct ActivationOptions {
   // Activation checkpointing: only each layer's input is kept per layer; all
   // other per-layer tensors share one working set, which the backward pass
   // refills by recomputing each layer's forward pass.
   bool checkpointing = false;
-  // The output head and the loss run over chunks of rows whose logits take at
-  // most this many bytes (logits_chunk_rows).
-  size_t logits_chunk_bytes = kLogitsChunkBytes;
+  size_t chunk_bytes = kChunkBytes;  // chunk_rows' budget
   int tp = 1;  // tensor-parallel ranks
 };
 
-// Rows of logits computed at a time for `rows` rows of `classes` classes: all
-// of them when they fit chunk_bytes, else the largest multiple of 64 rows that
-// fits (at least 64).
-int64_t logits_chunk_rows(int64_t rows, int64_t classes, DType dtype, size_t chunk_bytes = kLogitsChunkBytes);
+// Rows done at a time of `rows` rows whose widest tensor takes `row_bytes` a
+// row: all of them when they fit chunk_bytes, else the largest multiple of 64
+// rows that fits (at least 64).
+int64_t chunk_rows(int64_t rows, size_t row_bytes, size_t chunk_bytes);
+// The rows of one chunk of the output head's logits, and of the MLP's working
+// set (Activations::mlp_rows), in plan_activations' plan.
+int64_t logits_chunk_rows(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
+                          const ActivationOptions& options);
+int64_t mlp_chunk_rows(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
+                       const ActivationOptions& options);
 
 // Lays out the activations in `arena` (see Arena for the two-pass use).
 Activations plan_activations(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, Arena& arena,

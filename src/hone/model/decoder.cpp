@@ -7,11 +7,11 @@ Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
       capacity_(capacity),
       lengths_(static_cast<size_t>(max_sequences), 0),
       model_was_checkpointing_(model.activation_checkpointing()),
-      model_logits_chunk_bytes_(model.logits_chunk_bytes()) {
+      model_chunk_bytes_(model.chunk_bytes()) {
   HONE_CHECK(model.tp_size() == 1, "decoding with a KV cache runs on one rank; this model is split over {} (tensor "
              "parallelism)", model.tp_size());
   model_.set_activation_checkpointing(false);
-  model_.set_logits_chunk_bytes(kWholeLogits);  // prefill reads the prompt's last row
+  model_.set_chunk_bytes(kNoChunks);  // prefill reads the prompt's last row
   const ModelConfig& c = model.config();
   HONE_CHECK(capacity > 0 && capacity <= c.max_seq_len,
              "generation needs {} positions but the model has max_seq_len {}", capacity, c.max_seq_len);
@@ -26,7 +26,7 @@ Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
 
 Decoder::~Decoder() {
   model_.set_activation_checkpointing(model_was_checkpointing_);
-  model_.set_logits_chunk_bytes(model_logits_chunk_bytes_);
+  model_.set_chunk_bytes(model_chunk_bytes_);
 }
 
 size_t Decoder::cache_bytes() const { return 2 * k_cache_.size() * (k_cache_.empty() ? 0 : k_cache_[0].nbytes()); }

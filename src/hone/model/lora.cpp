@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "hone/core/error.hpp"
-#include "hone/model/activations.hpp"
 #include "hone/ops/ops.hpp"
 
 namespace hone {
@@ -56,13 +55,17 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
   return n;
 }
 
-size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t rows,
-                             int64_t tp) {
+size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t batch,
+                             int64_t seq, const ActivationOptions& options) {
+  const int64_t tp = options.tp, rows = batch * seq;
+  const int64_t head_rows = logits_chunk_rows(config, dtype, batch, seq, options);
+  const int64_t mlp_rows = mlp_chunk_rows(config, dtype, batch, seq, options);
   int64_t kept = 0, moment = 0;
   for (const LoraTarget& t : lora_targets(config, lora)) {
     const int64_t out = t.rows_per_rank(tp), in = t.in_per_rank(tp);
-    // The output head runs over chunks of rows.
-    const int64_t n = t.layer < 0 ? logits_chunk_rows(rows, out, dtype) : rows;
+    // The output head, and the MLP under checkpointing, run over chunks of rows.
+    const bool mlp = t.module == "gate_proj" || t.module == "up_proj" || t.module == "down_proj";
+    const int64_t n = t.layer < 0 ? head_rows : mlp && tp == 1 ? mlp_rows : rows;
     kept += n * lora.rank;
     moment = std::max(moment, n * (out + lora.rank + (lora.dropout > 0 ? 2 * in : 0)));
   }

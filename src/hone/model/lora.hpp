@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hone/core/tensor.hpp"
+#include "hone/model/activations.hpp"
 #include "hone/model/config.hpp"
 
 namespace hone {
@@ -60,13 +61,14 @@ std::vector<LoraTarget> lora_targets(const ModelConfig& config, const LoraConfig
 // Adapter elements per rank of a tp-way tensor-parallel model (tp 1: all of them).
 int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, int64_t tp = 1);
 
-// Bytes the adapters use beyond the model's planned activations, for `rows`
-// tokens: each adapter's x·Aᵀ ([rows, rank], kept for backward), and for a
+// Bytes the adapters use beyond the model's planned activations, for batch x
+// seq tokens: each adapter's x·Aᵀ ([rows, rank], kept for backward), and for a
 // moment the largest adapter's [rows, out] product with its [rows, rank]
 // gradient (and, with dropout, the dropped input and its gradient). The output
-// projection's adapters see the head's chunks of rows (logits_chunk_rows).
-size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t rows,
-                             int64_t tp = 1);
+// projection's adapters see the head's chunks of rows, the MLP's those of the
+// MLP (activations.hpp).
+size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t batch,
+                             int64_t seq, const ActivationOptions& options = {});
 
 // Training FLOPs per token, PaLM's count (ModelConfig::training_flops_per_token)
 // for a model trained whole, or with these adapters on a frozen base: then the

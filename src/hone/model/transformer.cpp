@@ -176,18 +176,25 @@ Tensor Transformer::adapter_input(const Tensor& x, const LoraAdapter& adapter, i
   return dropped;
 }
 
-void Transformer::project(const Tensor& x, const Parameter* weight, const Parameter* bias,
-                          std::vector<LoraAdapter>& adapters, const Tensor& y, int64_t first_row) {
-  ops::linear_forward(x, weight->compute, bias ? bias->value : Tensor(), y);
-  if (adapters.empty()) return;
+void Transformer::adapter_inputs(const Tensor& x, std::vector<LoraAdapter>& adapters, int64_t first_row) {
   const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
-  const Tensor y2 = y.view({rows, y.size(-1)});
   for (LoraAdapter& a : adapters) {
-    if (!a.u.defined() || a.u.size(0) != rows) {  // the output head's last chunk may be shorter
+    if (!a.u.defined() || a.u.size(0) != rows) {  // a last chunk of rows may be shorter
       a.u = Tensor();
       a.u = Tensor::empty({rows, lora_->rank}, dtype_, device_);
     }
     ops::linear_forward(adapter_input(x, a, first_row).view({rows, in}), a.a->compute, Tensor(), a.u);
+  }
+}
+
+void Transformer::project(const Tensor& x, const Parameter* weight, const Parameter* bias,
+                          std::vector<LoraAdapter>& adapters, const Tensor& y, int64_t first_row) {
+  ops::linear_forward(x, weight->compute, bias ? bias->value : Tensor(), y);
+  if (adapters.empty()) return;
+  adapter_inputs(x, adapters, first_row);
+  const int64_t rows = x.numel() / x.size(-1);
+  const Tensor y2 = y.view({rows, y.size(-1)});
+  for (LoraAdapter& a : adapters) {
     const Tensor delta = Tensor::empty({rows, a.rows}, dtype_, device_);
     ops::linear_forward(a.u, a.b->compute, Tensor(), delta);
     ops::add_columns(y2, a.row_begin, delta, lora_->scale());
@@ -258,7 +265,7 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   if (acts_.batch == batch && acts_.seq == seq) return;
   acts_ = Activations();  // free the old arena before making the new one
   const ActivationOptions options{
-      .checkpointing = checkpointing_, .logits_chunk_bytes = logits_chunk_bytes_, .tp = tp_size_};
+      .checkpointing = checkpointing_, .chunk_bytes = chunk_bytes_, .tp = tp_size_};
   arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, options);
   Arena arena(arena_bytes_, device_);
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
@@ -271,16 +278,16 @@ void Transformer::set_activation_checkpointing(bool on) {
   acts_ = Activations();  // re-planned by the next reserve() or forward()
 }
 
-void Transformer::set_logits_chunk_bytes(size_t bytes) {
-  if (bytes == logits_chunk_bytes_) return;
-  logits_chunk_bytes_ = bytes;
+void Transformer::set_chunk_bytes(size_t bytes) {
+  if (bytes == chunk_bytes_) return;
+  chunk_bytes_ = bytes;
   acts_ = Activations();
 }
 
 const Tensor& Transformer::logits() const {
   HONE_CHECK(!acts_.logits.defined() || acts_.logits.size(0) == acts_.logits_lse.numel(),
              "the last forward pass computed its {} rows of logits in chunks of {} rows; "
-             "set_logits_chunk_bytes(kWholeLogits) keeps them all", acts_.logits_lse.numel(), acts_.logits.size(0));
+             "set_chunk_bytes(kNoChunks) keeps them all", acts_.logits_lse.numel(), acts_.logits.size(0));
   return acts_.logits;
 }
 
@@ -320,18 +327,6 @@ Tensor Transformer::loss_targets() const {
   return tp_ && !split_vocabulary_ ? row_values_of(all) : all;
 }
 
-namespace {
-
-// Rows [first, first + rows) of a tensor of rows of its last dimension (of
-// single values, for a vector).
-Tensor row_range(const Tensor& t, int64_t first, int64_t rows) {
-  if (t.ndim() == 1) return t.slice(first, {rows});
-  const int64_t width = t.size(-1);
-  return t.slice(first * width, {rows, width});
-}
-
-}  // namespace
-
 std::vector<Transformer::HeadChunk> Transformer::head_chunks() const {
   const Activations& a = acts_;
   const int64_t rows = a.logits_lse.numel(), chunk_rows = a.logits.size(0);
@@ -341,12 +336,12 @@ std::vector<Transformer::HeadChunk> Transformer::head_chunks() const {
   for (int64_t first = 0; first < rows; first += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - first);
     chunks.push_back({.first = first,
-                      .input = row_range(a.final_norm_all, first, n),
-                      .logits = row_range(a.logits, 0, n),
-                      .targets = row_range(targets, first, n),
-                      .losses = row_range(a.token_losses, first, n),
-                      .lse = row_range(a.logits_lse, first, n),
-                      .d_input = row_range(d_input, first, n)});
+                      .input = a.final_norm_all.rows(first, n),
+                      .logits = a.logits.rows(0, n),
+                      .targets = targets.rows(first, n),
+                      .losses = a.token_losses.rows(first, n),
+                      .lse = a.logits_lse.rows(first, n),
+                      .d_input = d_input.rows(first, n)});
   }
   return chunks;
 }
@@ -430,14 +425,21 @@ const Tensor& grad_or_none(const Parameter* p) {
 }  // namespace
 
 void Transformer::forward_layer(int64_t i) {
+  forward_attention(i);
+  for (const MlpChunk& chunk : mlp_chunks()) {
+    mlp_forward_input(i, chunk);
+    mlp_forward_output(i, chunk);
+  }
+}
+
+void Transformer::forward_attention(int64_t i) {
   const ModelConfig& c = config_;
   Activations& a = acts_;
   const LayerParameters& p = layers_[size_t(i)];
   const LayerActivations& l = a.layers[size_t(i)];
-  const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
-  // Attention block: x + out(attention(rope(qkv(norm(x)))))
-  // (Tensor parallelism: norms and residual adds on this rank's rows, the rest
-  // on all rows and this rank's heads and ffn features.)
+  // x + out(attention(rope(qkv(norm(x))))). (Tensor parallelism: norms and
+  // residual adds on this rank's rows, the rest on all rows and this rank's
+  // heads and ffn features.)
   norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
   gather_rows(l.attn_norm, l.attn_norm_all);
   auto& adapters = layer_adapters_[size_t(i)];
@@ -450,19 +452,46 @@ void Transformer::forward_layer(int64_t i) {
   project(l.attn, p.out_weight, row_parallel_bias(p.out_bias), adapters[kOut], a.branch_all);
   reduce_scatter_rows(a.branch_all, a.branch);
   ops::add(l.input, a.branch, l.mid);
-  // MLP block: x + down(act(up(norm(x))))
-  norm_forward(l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm, l.mlp_norm_mean, l.mlp_norm_rstd);
-  gather_rows(l.mlp_norm, l.mlp_norm_all);
-  project(l.mlp_norm_all, p.up_weight, p.up_bias, adapters[kUp], l.mlp_up);
-  if (c.mlp == MlpKind::swiglu) {
-    ops::swiglu_forward(l.mlp_up, l.mlp_act);
-  } else {
-    ops::gelu_forward(l.mlp_up, l.mlp_act,
-                      c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
+}
+
+std::vector<Transformer::MlpChunk> Transformer::mlp_chunks() const {
+  const int64_t rows = acts_.layers[0].mid.numel() / config_.dim;
+  if (acts_.mlp_rows == rows) return {MlpChunk{.whole = true, .first = 0, .rows = rows}};
+  std::vector<MlpChunk> chunks;
+  for (int64_t first = 0; first < rows; first += acts_.mlp_rows) {
+    chunks.push_back({.whole = false, .first = first, .rows = std::min(acts_.mlp_rows, rows - first)});
   }
-  project(l.mlp_act, p.down_weight, row_parallel_bias(p.down_bias), adapters[kDown], a.branch_all);
+  return chunks;
+}
+
+void Transformer::mlp_forward_input(int64_t i, const MlpChunk& chunk) {
+  const ModelConfig& c = config_;
+  const LayerParameters& p = layers_[size_t(i)];
+  const LayerActivations& l = acts_.layers[size_t(i)];
+  // norm(x), up(·) and the activation of the chunk's rows of x = mid.
+  const Tensor norm = chunk.working(l.mlp_norm), up = chunk.working(l.mlp_up), act = chunk.working(l.mlp_act);
+  norm_forward(chunk.part(l.mid), p.mlp_norm_weight, p.mlp_norm_bias, norm, chunk.working(l.mlp_norm_mean),
+               chunk.working(l.mlp_norm_rstd));
+  gather_rows(norm, chunk.working(l.mlp_norm_all));
+  project(chunk.working(l.mlp_norm_all), p.up_weight, p.up_bias, layer_adapters_[size_t(i)][kUp], up, chunk.first);
+  if (c.mlp == MlpKind::swiglu) {
+    ops::swiglu_forward(up, act);
+  } else {
+    ops::gelu_forward(up, act, c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
+  }
+}
+
+void Transformer::mlp_forward_output(int64_t i, const MlpChunk& chunk) {
+  const ModelConfig& c = config_;
+  Activations& a = acts_;
+  const LayerParameters& p = layers_[size_t(i)];
+  const LayerActivations& l = a.layers[size_t(i)];
+  const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
+  // x + down(·)
+  project(chunk.working(l.mlp_act), p.down_weight, row_parallel_bias(p.down_bias), layer_adapters_[size_t(i)][kDown],
+          chunk.part(a.branch_all), chunk.first);
   reduce_scatter_rows(a.branch_all, a.branch);
-  ops::add(l.mid, a.branch, next_input);
+  ops::add(chunk.part(l.mid), chunk.part(a.branch), chunk.part(next_input));
 }
 
 ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, const Tensor& positions,
@@ -589,21 +618,33 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     const LayerActivations& l = a.layers[size_t(i)];
     auto& adapters = layer_adapters_[size_t(i)];
     acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : train_embeddings ? kEmbeddingUnit : -1);
-    if (checkpointing_) forward_layer(i);  // refill the shared working set with layer i
-    // MLP block; the residual gradient flows on unchanged and the branch adds to it.
-    gather_rows(a.d_residual, a.d_residual_all);
-    project_backward(a.d_residual_all, l.mlp_act, p.down_weight, row_parallel_bias(p.down_bias), adapters[kDown],
-                     a.d_mlp_act);
-    const Tensor& d_mlp_up = l.mlp_up;  // written over the pre-activation, which nothing reads after
-    if (c.mlp == MlpKind::swiglu) {
-      ops::swiglu_backward(a.d_mlp_act, l.mlp_up, d_mlp_up);
-    } else {
-      ops::gelu_backward(a.d_mlp_act, l.mlp_up, d_mlp_up, gelu_kind);
+    const std::vector<MlpChunk> mlp = mlp_chunks();
+    if (checkpointing_) {  // refill the shared working set with layer i (down's output is not read)
+      forward_attention(i);
+      if (mlp.size() == 1) mlp_forward_input(i, mlp[0]);
     }
-    project_backward(d_mlp_up, l.mlp_norm_all, p.up_weight, p.up_bias, adapters[kUp], a.d_norm_all);
-    reduce_scatter_rows(a.d_norm_all, a.d_norm);
-    norm_backward(a.d_norm, l.mid, p.mlp_norm_weight, p.mlp_norm_bias, l.mlp_norm_mean, l.mlp_norm_rstd,
-                  a.d_residual);
+    // MLP block, chunk by chunk; the residual gradient flows on unchanged and the branch adds to it.
+    for (const MlpChunk& chunk : mlp) {
+      if (mlp.size() > 1) {  // this chunk's working set, and what down's adapters keep of it
+        mlp_forward_input(i, chunk);
+        adapter_inputs(chunk.working(l.mlp_act), adapters[kDown], chunk.first);
+      }
+      const Tensor up = chunk.working(l.mlp_up), d_act = chunk.working(a.d_mlp_act);
+      gather_rows(a.d_residual, a.d_residual_all);
+      project_backward(chunk.part(a.d_residual_all), chunk.working(l.mlp_act), p.down_weight,
+                       row_parallel_bias(p.down_bias), adapters[kDown], d_act, chunk.first);
+      const Tensor& d_up = up;  // written over the pre-activation, which nothing reads after
+      if (c.mlp == MlpKind::swiglu) {
+        ops::swiglu_backward(d_act, up, d_up);
+      } else {
+        ops::gelu_backward(d_act, up, d_up, gelu_kind);
+      }
+      project_backward(d_up, chunk.working(l.mlp_norm_all), p.up_weight, p.up_bias, adapters[kUp],
+                       chunk.part(a.d_norm_all), chunk.first);
+      reduce_scatter_rows(a.d_norm_all, a.d_norm);
+      norm_backward(chunk.part(a.d_norm), chunk.part(l.mid), p.mlp_norm_weight, p.mlp_norm_bias,
+                    chunk.working(l.mlp_norm_mean), chunk.working(l.mlp_norm_rstd), chunk.part(a.d_residual));
+    }
     // Attention block.
     gather_rows(a.d_residual, a.d_residual_all);
     project_backward(a.d_residual_all, l.attn, p.out_weight, row_parallel_bias(p.out_bias), adapters[kOut],

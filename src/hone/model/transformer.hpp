@@ -126,8 +126,9 @@ class Transformer {
   // this itself when the shape changes.
   void reserve(int64_t batch, int64_t seq);
   // Activation checkpointing: keep only each layer's input and recompute the
-  // layer in the backward pass (one more forward pass of compute for activation
-  // memory of one layer's working set plus one [batch, seq, dim] per layer).
+  // layer in the backward pass (one more forward pass of compute, less down's
+  // product, for activation memory of one layer's working set, with its MLP in
+  // chunks of rows, plus one [batch, seq, dim] per layer).
   void set_activation_checkpointing(bool on);
   bool activation_checkpointing() const { return checkpointing_; }
   size_t activation_bytes() const { return arena_bytes_; }
@@ -137,7 +138,7 @@ class Transformer {
   // and keeps what backward() needs. `positions` (i32 [batch, seq]) packs several
   // samples into a row: each token's position within its own sample (ops.hpp).
   // The output head and the loss run over chunks of rows (at most
-  // logits_chunk_bytes of logits at a time). Training passes loss_scale, the
+  // chunk_bytes() of logits at a time). Training passes loss_scale, the
   // scale backward() will get, when it knows it: each chunk's loss gradient and
   // the head's gradients are then computed right after its loss (where this rank
   // holds the whole vocabulary), and backward() starts below the head.
@@ -145,15 +146,16 @@ class Transformer {
                        std::optional<double> loss_scale = {});
   // Logits of the last forward pass, [batch·seq, vocab], where they were
   // computed in one chunk: always without targets, which needs whole logits
-  // (kWholeLogits) once they exceed a chunk. backward(), or a forward pass
-  // given a loss scale, overwrites them with their gradient. (Tensor
+  // (kNoChunks) once they exceed a chunk. backward(), or a forward pass given a
+  // loss scale, overwrites them with their gradient. (Tensor
   // parallelism: this rank's rows, or, where it splits the vocabulary, all rows
   // and this rank's vocab/tp classes; the loss is the whole batch's.)
   const Tensor& logits() const;
-  // At most this many bytes of logits at a time (ActivationOptions);
-  // kWholeLogits: all rows at once, as generation needs (Decoder sets it).
-  void set_logits_chunk_bytes(size_t bytes);
-  size_t logits_chunk_bytes() const { return logits_chunk_bytes_; }
+  // Row-wise work (the output head and loss; the MLP under checkpointing) in
+  // chunks of rows of at most this many bytes (ActivationOptions, kChunkBytes);
+  // kNoChunks: all rows at once, as generation needs (Decoder sets it).
+  void set_chunk_bytes(size_t bytes);
+  size_t chunk_bytes() const { return chunk_bytes_; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
   // (0 where the target is masked; tensor parallelism: this rank's rows).
   Tensor token_losses() const;
@@ -178,6 +180,23 @@ class Transformer {
   void declare_lora();
   // Layer i's forward pass: from acts_.layers[i].input to the next layer's input.
   void forward_layer(int64_t i);
+  // Its attention block: input -> mid.
+  void forward_attention(int64_t i);
+  // Rows [first, first + rows) of the MLP's work (Activations::mlp_rows): all
+  // rows in one chunk, or under activation checkpointing chunks of them.
+  struct MlpChunk {
+    bool whole = true;
+    int64_t first = 0, rows = 0;
+    // The chunk's rows of a tensor of all rows (of all rows' `_all` tensors under tp: whole).
+    Tensor part(const Tensor& all) const { return whole || !all.defined() ? all : all.rows(first, rows); }
+    // The chunk's part of an MLP working tensor, which holds a chunk.
+    Tensor working(const Tensor& chunk) const { return whole || !chunk.defined() ? chunk : chunk.rows(0, rows); }
+  };
+  std::vector<MlpChunk> mlp_chunks() const;
+  // The MLP block on a chunk: norm, up and the activation (what its backward
+  // pass reads), then down and the residual add.
+  void mlp_forward_input(int64_t i, const MlpChunk& chunk);
+  void mlp_forward_output(int64_t i, const MlpChunk& chunk);
   // y = x·Wᵀ + b plus the projection's LoRA adapters. x may be rows
   // [first_row, ...) of the projection's input (the output head's chunks).
   void project(const Tensor& x, const Parameter* weight, const Parameter* bias, std::vector<LoraAdapter>& adapters,
@@ -185,6 +204,8 @@ class Transformer {
   // dx = dy·W (+ adapters), and the gradients of whatever is trainable.
   void project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight, const Parameter* bias,
                         std::vector<LoraAdapter>& adapters, const Tensor& dx, int64_t first_row = 0);
+  // Each adapter's u = x·Aᵀ (the first part of project()).
+  void adapter_inputs(const Tensor& x, std::vector<LoraAdapter>& adapters, int64_t first_row);
   // x as an adapter sees it: with this forward pass's dropout mask applied.
   Tensor adapter_input(const Tensor& x, const LoraAdapter& adapter, int64_t first_row) const;
   // Rows [first, first + rows) of what the output head and the loss read and
@@ -266,7 +287,7 @@ class Transformer {
   Activations acts_;
   size_t arena_bytes_ = 0;
   bool checkpointing_ = false;
-  size_t logits_chunk_bytes_ = kLogitsChunkBytes;
+  size_t chunk_bytes_ = kChunkBytes;
   Tensor tokens_, targets_, positions_;  // of the last forward, for backward
   // The last forward pass computed the head's gradients for this loss scale.
   std::optional<double> head_grad_scale_;
