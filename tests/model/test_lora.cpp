@@ -3,6 +3,7 @@
 // and training.
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
+#include "hone/train/bench.hpp"
 #include "hone/train/run_config.hpp"
 #include "hone/train/step.hpp"
 #include "support/check.hpp"
@@ -147,6 +148,25 @@ TEST(Lora, MemoryIsWhatValidateEstimates) {
     estimate.activations = 0;
     EXPECT_EQ(estimate.total(), expected);
   }
+}
+
+// Where the output head and, under checkpointing, the MLP run in chunks of rows
+// (logits and MLP pre-activation beyond kChunkBytes: 640 rows of 32768 classes
+// and of 2 x 16448 features in fp32), the estimate that hone validate prints is
+// the peak a LoRA step measures.
+TEST(Lora, EstimateIsThePeakWhereTheHeadAndTheMlpRunInChunks) {
+  ModelConfig c = model_preset("llama_tiny");
+  c.vocab_size = 32768;
+  c.ffn_dim = 16448;
+  c.max_seq_len = 320;
+  const ActivationOptions checkpointing{.checkpointing = true};
+  ASSERT_EQ(logits_chunk_rows(c, DType::f32, 2, 320, checkpointing), 512);
+  ASSERT_EQ(mlp_chunk_rows(c, DType::f32, 2, 320, checkpointing), 448);
+  const BenchOptions o{.model = c, .batch_size = 2, .seq_len = 320, .steps = 1, .threads = 1,
+                       .activation_checkpointing = true, .lora = LoraConfig{.rank = 4, .apply_to_mlp = true}};
+  const nlohmann::ordered_json j = run_bench(o, nullptr);
+  const double peak = j["peak_memory_bytes"], estimate = j["memory_estimate_bytes"];
+  EXPECT_NEAR(estimate / peak, 1.0, 0.002) << "estimate " << estimate << ", peak " << peak;
 }
 
 TEST(Lora, Bf16BaseComputesAsTheFullModelWithTheSameWeights) {

@@ -68,7 +68,7 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
 // projection's adapters see the head's chunks of rows, the MLP's those of the
 // MLP (activations.hpp).
 size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t batch,
-                             int64_t seq, const ActivationOptions& options = {});
+                             int64_t seq, const ActivationOptions& options);
 
 // Training FLOPs per token, PaLM's count (ModelConfig::training_flops_per_token)
 // for a model trained whole, or with these adapters on a frozen base: then the

@@ -248,9 +248,9 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
     m.compute_copy = 0;  // gathered units hold their casts
     m.gathered = size_t(dist::zero3_gathered_bytes(model, dtype));
   }
-  m.activations =
-      activation_bytes(model, dtype, batch_size, seq_len, {.checkpointing = activation_checkpointing, .tp = tp});
-  if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size * seq_len, tp);
+  const ActivationOptions options{.checkpointing = activation_checkpointing, .tp = tp};
+  m.activations = activation_bytes(model, dtype, batch_size, seq_len, options);
+  if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, options);
   return m;
 }
 
