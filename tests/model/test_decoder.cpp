@@ -55,6 +55,26 @@ TEST_P(DecoderTest, TeacherForcedDecodingEqualsTheFullForwardPass) {
   EXPECT_THROW(d.prefill(0, std::vector<int32_t>(30, 1)), Error);  // does not fit the cache
 }
 
+// A prompt longer than a chunk of logits (64 rows here): prefill computes the
+// head on its last row alone and leaves the model's chunking as it was.
+TEST(Decoder, PrefillOfAPromptLongerThanAChunkOfLogits) {
+  ModelConfig c = family("llama_tiny");
+  c.max_seq_len = 100;
+  Transformer m(c, DType::f64);
+  m.init_weights(6);
+  const std::vector<int32_t> text = tokens_of(91, 3), prompt(text.begin(), text.end() - 1);
+  m.set_chunk_bytes(kNoChunks);
+  const Tensor full = full_logits(m, text);
+  m.set_chunk_bytes(1);
+  {
+    Decoder d(m, 1, 100);
+    expect_close(d.prefill(0, prompt), full[89], 1e-12, "prefill");
+    expect_close(d.decode(std::vector<int64_t>{0}, std::vector<int32_t>{text.back()})[0], full[90], 1e-12,
+                 "decode");
+  }
+  EXPECT_EQ(m.chunk_bytes(), size_t(1));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, DecoderTest,
                          ::testing::Combine(::testing::Values("llama_tiny", "gpt2_tiny", "mpt_tiny"),
                                             ::testing::Values(DType::f64, DType::f32)));

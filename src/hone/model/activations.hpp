@@ -64,7 +64,7 @@ struct Activations {
 // checkpointing the MLP (Llama 3.1 8B's [B·T, 2·14336] pre-activation, 224 MiB).
 inline constexpr size_t kChunkBytes = size_t(64) << 20;
 // No limit: all rows at once (a forward pass without targets returns the
-// logits of all rows: generation reads them).
+// logits of all rows).
 inline constexpr size_t kNoChunks = SIZE_MAX;
 
 struct ActivationOptions {

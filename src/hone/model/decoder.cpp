@@ -6,12 +6,10 @@ Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
     : model_(model),
       capacity_(capacity),
       lengths_(static_cast<size_t>(max_sequences), 0),
-      model_was_checkpointing_(model.activation_checkpointing()),
-      model_chunk_bytes_(model.chunk_bytes()) {
+      model_was_checkpointing_(model.activation_checkpointing()) {
   HONE_CHECK(model.tp_size() == 1, "decoding with a KV cache runs on one rank; this model is split over {} (tensor "
              "parallelism)", model.tp_size());
   model_.set_activation_checkpointing(false);
-  model_.set_chunk_bytes(kNoChunks);  // prefill reads the prompt's last row
   const ModelConfig& c = model.config();
   HONE_CHECK(capacity > 0 && capacity <= c.max_seq_len,
              "generation needs {} positions but the model has max_seq_len {}", capacity, c.max_seq_len);
@@ -24,10 +22,7 @@ Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
   model_.ensure_rope_tables(capacity);
 }
 
-Decoder::~Decoder() {
-  model_.set_activation_checkpointing(model_was_checkpointing_);
-  model_.set_chunk_bytes(model_chunk_bytes_);
-}
+Decoder::~Decoder() { model_.set_activation_checkpointing(model_was_checkpointing_); }
 
 size_t Decoder::cache_bytes() const { return 2 * k_cache_.size() * (k_cache_.empty() ? 0 : k_cache_[0].nbytes()); }
 
@@ -37,7 +32,7 @@ Tensor Decoder::prefill(int64_t slot, std::span<const int32_t> prompt) {
   HONE_CHECK(slot >= 0 && slot < int64_t(lengths_.size()), "no cache slot {}", slot);
   HONE_CHECK(n >= 1 && n < capacity_, "a prompt of {} tokens does not fit a cache of {} positions", n, capacity_);
   const Tensor tokens = Tensor::from(std::vector<int32_t>(prompt.begin(), prompt.end()), {1, n}).to(model_.device());
-  model_.forward(tokens);
+  model_.forward_hidden(tokens, Tensor());
   // Keep each layer's keys and values: the k and v heads of the fused qkv rows.
   const int64_t q_width = c.n_heads * c.head_dim(), kv_width = c.n_kv_heads * c.head_dim();
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -51,7 +46,11 @@ Tensor Decoder::prefill(int64_t slot, std::span<const int32_t> prompt) {
     }
   }
   lengths_[size_t(slot)] = n;
-  return model_.logits()[n - 1].to(Device::cpu());
+  // Only the last position's logits: the head on one row.
+  const Tensor logits = Tensor::empty({1, c.vocab_size}, model_.dtype(), model_.device());
+  model_.project(model_.acts_.final_norm_all.rows(n - 1, 1), model_.lm_head_, nullptr, model_.output_adapters_,
+                 logits, n - 1);
+  return logits[0].to(Device::cpu());
 }
 
 Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> tokens) {

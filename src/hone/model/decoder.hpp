@@ -37,7 +37,6 @@ class Decoder {
   std::vector<Tensor> k_cache_, v_cache_;  // per layer: [slots, capacity, KV·head_dim]
   std::vector<int64_t> lengths_;
   bool model_was_checkpointing_;  // prefill needs every layer's keys: off while decoding
-  size_t model_chunk_bytes_;  // prefill reads the logits: whole while decoding
 };
 
 }  // namespace hone

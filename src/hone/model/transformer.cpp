@@ -494,13 +494,12 @@ void Transformer::mlp_forward_output(int64_t i, const MlpChunk& chunk) {
   ops::add(chunk.part(l.mid), chunk.part(a.branch), chunk.part(next_input));
 }
 
-ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, const Tensor& positions,
-                                  std::optional<double> loss_scale) {
+void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) {
   HONE_CHECK(tokens.ndim() == 2, "tokens have shape {}, expected [batch, seq]", tokens.shape().str());
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   reserve(batch, seq);
   tokens_ = tokens;
-  targets_ = targets;
+  targets_ = Tensor();
   positions_ = positions;
   head_grad_scale_.reset();
   const ModelConfig& c = config_;
@@ -522,12 +521,15 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
     forward_layer(i);
     release(layer_unit(i));
   }
-  // A split vocabulary needs every rank's logsumexp before any gradient.
-  if (targets.defined() && loss_scale && !split_vocabulary_) head_grad_scale_ = loss_scale;
-  acquire(head_unit(), head_grad_scale_.has_value());  // held into backward, which starts there
-  if (head_grad_scale_ && lm_head_ == tok_embeddings_) acquire(kEmbeddingUnit, true);
+  acquire(head_unit(), false);  // held into backward, which starts there
   norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
   if (split_vocabulary_) gather_rows(a.final_norm, a.final_norm_all);
+}
+
+ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, const Tensor& positions,
+                                  std::optional<double> loss_scale) {
+  forward_hidden(tokens, positions);
+  Activations& a = acts_;
   if (!targets.defined()) {
     logits();  // checks that they are whole
     project(a.final_norm_all, lm_head_, nullptr, output_adapters_, a.logits);
@@ -535,6 +537,13 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   }
   HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
              tokens.shape().str());
+  targets_ = targets;
+  // A split vocabulary needs every rank's logsumexp before any gradient.
+  if (loss_scale && !split_vocabulary_) {
+    head_grad_scale_ = loss_scale;
+    acquire(head_unit(), true);  // its gradients come now
+    if (lm_head_ == tok_embeddings_) acquire(kEmbeddingUnit, true);
+  }
   ops::LossSum loss{.sum = 0, .tokens = 0};
   for (const HeadChunk& chunk : head_chunks()) {
     head_forward(chunk);

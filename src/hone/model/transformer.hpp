@@ -153,7 +153,7 @@ class Transformer {
   const Tensor& logits() const;
   // Row-wise work (the output head and loss; the MLP under checkpointing) in
   // chunks of rows of at most this many bytes (ActivationOptions, kChunkBytes);
-  // kNoChunks: all rows at once, as generation needs (Decoder sets it).
+  // kNoChunks: all rows at once, as forward() without targets needs.
   void set_chunk_bytes(size_t bytes);
   size_t chunk_bytes() const { return chunk_bytes_; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
@@ -178,6 +178,9 @@ class Transformer {
   void ensure_rope_tables(int64_t positions);
   void declare_parameters();
   void declare_lora();
+  // forward() up to the output head: embeddings, layers, the final norm
+  // (acts_.final_norm_all); the head's unit stays acquired.
+  void forward_hidden(const Tensor& tokens, const Tensor& positions);
   // Layer i's forward pass: from acts_.layers[i].input to the next layer's input.
   void forward_layer(int64_t i);
   // Its attention block: input -> mid.
