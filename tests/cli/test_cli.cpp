@@ -90,6 +90,22 @@ TEST(Cli, BenchTrainsLoraAdaptersWhenAsked) {
   EXPECT_EQ(run_hone("bench --model llama_tiny --lora-rank -1").status, 2);
 }
 
+// Offloading the checkpointed layer inputs to host memory is for GPU runs: on
+// the CPU, or without checkpointing, it is a one-line error.
+TEST(Cli, ActivationOffloadingNeedsCheckpointingOnAGpu) {
+  for (const char* flags : {"--activation-offloading", "--activation-offloading --activation-checkpointing"}) {
+    const CliResult r = run_hone(std::string("bench --model llama_tiny --steps 1 ") + flags);
+    EXPECT_EQ(r.status, 2) << flags;
+    EXPECT_NE(r.err.find("--activation-offloading keeps the checkpointed layer inputs in host memory"),
+              std::string::npos) << r.err;
+  }
+  const CliResult v = run_hone("validate quickstart enable_activation_checkpointing=true enable_activation_offloading=true");
+  EXPECT_EQ(v.status, 2);
+  EXPECT_NE(v.err.find("enable_activation_offloading keeps the checkpointed layer inputs in host memory during a GPU "
+                       "run: it needs enable_activation_checkpointing: true and device: cuda"),
+            std::string::npos) << v.err;
+}
+
 TEST(Cli, BenchRunsSequencesBeyondThePresetsLimitWhenAsked) {
   CliResult r = run_hone("bench --model llama_tiny --batch-size 1 --seq-len 300 --max-seq-len 300 --steps 1");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -265,7 +265,7 @@ TEST(MemoryEstimate, PerRankShardsWhatHonesZeroStagesShard) {
   const ModelConfig m = small_model();  // 210240 parameters, untied
   const double n = 210240;
   const auto at = [&](int zero, int ranks) {
-    return estimate_training_memory(m, DType::bf16, 2, 32, false, std::nullopt, zero, ranks);
+    return estimate_training_memory(m, DType::bf16, 2, 32, {}, std::nullopt, zero, ranks);
   };
   const MemoryEstimate one = at(3, 1), z1 = at(1, 4), z2 = at(2, 4), z3 = at(3, 4);
   EXPECT_EQ(one.zero, 0);  // one rank shards nothing

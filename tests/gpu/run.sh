@@ -37,4 +37,8 @@ for head_dim in 128 64; do
     --kv-heads $((2048 / head_dim)) --head-dim "$head_dim" >>"$out/bench_attention.log" 2>&1
   echo "bench_attention: exit $?: $(tail -1 "$out/bench_attention.log")"
 done
+# #8's LoRA memory goal (<= 16.0 GiB): Llama 3.1 8B at 2 x 2048, inputs offloaded to the host.
+timeout 420 "$bundle/bin/hone" bench --model llama3_1_8B --batch-size 2 --seq-len 2048 --dtype bf16 --steps 3 \
+  --lora-rank 8 --activation-checkpointing --activation-offloading --device cuda >"$out/bench_lora_8b.log" 2>&1
+echo "bench LoRA 8B: exit $?: $(tail -1 "$out/bench_lora_8b.log")"
 exit "$status"

@@ -137,6 +137,7 @@ TEST_P(CudaReference, PackedSequencesAndCheckpointingMatchTheCpu) {
   auto cpu = ref.model(DType::f32, Device::cpu());
   auto cuda = ref.model(DType::f32, kGpu);
   cuda->set_activation_checkpointing(true);
+  cuda->set_activation_offloading(true);  // layer inputs through host memory
   const Results expected = forward_backward(*cpu, tokens, targets, positions);
   const Results actual = forward_backward(*cuda, tokens, targets, positions);
   EXPECT_LE(relative_error(actual.logits, expected.logits), kFp32Tolerance);

@@ -144,7 +144,7 @@ TEST(Lora, MemoryIsWhatValidateEstimates) {
     EXPECT_FALSE(m.params().compute().defined()) << "the base's weights are what its GEMMs read";
     // ALiBi/RoPE tables are not planned yet.
     EXPECT_EQ(measured, expected);
-    MemoryEstimate estimate = estimate_training_memory(c, dtype, 1, 1, false, lora);
+    MemoryEstimate estimate = estimate_training_memory(c, dtype, 1, 1, {}, lora);
     estimate.activations = 0;
     EXPECT_EQ(estimate.total(), expected);
   }

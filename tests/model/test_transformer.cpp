@@ -272,6 +272,42 @@ TEST(Transformer, ActivationCheckpointingGivesIdenticalGradientsInLessMemory) {
   EXPECT_LT(checkpointed, full / 2);
 }
 
+// Offloading keeps the checkpointed layer inputs on the host: the same
+// numbers, with two inputs planned on the device instead of one per layer.
+TEST(Transformer, ActivationOffloadingKeepsTwoLayerInputsOnTheDevice) {
+  for (const char* name : {"llama_tiny", "gpt2_tiny"}) {
+    ModelConfig c = model_preset(name);
+    c.n_layers = 4;
+    const Batch b = random_batch(2, 48, c.vocab_size, 14);
+    const LoraConfig lora{.rank = 4, .dropout = 0.2, .apply_to_mlp = true};
+    for (const std::optional<LoraConfig>& adapters : {std::optional<LoraConfig>(), std::optional(lora)}) {
+      SCOPED_TRACE(std::string(name) + (adapters ? " with LoRA" : ""));
+      auto run = [&](bool offloading) {
+        Transformer m(c, DType::f32, Device::cpu(), adapters);
+        m.init_weights(15);
+        m.set_activation_checkpointing(true);
+        m.set_activation_offloading(offloading);
+        m.set_dropout_round(4);
+        const ops::LossSum s = m.forward(b.tokens, b.targets, {}, 1.0 / 64);
+        m.backward(1.0 / 64);
+        return std::tuple(s.sum, m.trainable_params().grads().to_vector<float>(), m.activation_bytes());
+      };
+      const auto [loss, grads, bytes] = run(false);
+      const auto [offloaded_loss, offloaded_grads, offloaded_bytes] = run(true);
+      EXPECT_EQ(offloaded_loss, loss);
+      EXPECT_EQ(offloaded_grads, grads);
+      EXPECT_EQ(bytes - offloaded_bytes, size_t(c.n_layers - 2) * 2 * 48 * size_t(c.dim) * sizeof(float));
+    }
+  }
+  // Without checkpointing there is nothing to offload: the plan is the plain one.
+  const ModelConfig c = model_preset("llama_tiny");
+  Transformer m(c, DType::f32);
+  m.set_activation_offloading(true);
+  m.reserve(2, 48);
+  EXPECT_EQ(m.activation_bytes(), activation_bytes(c, DType::f32, 2, 48));
+  EXPECT_THROW(activation_bytes(c, DType::f32, 2, 48, {.offload_inputs = true}), Error);
+}
+
 class PackedSequences : public ::testing::TestWithParam<std::string> {};
 
 // Samples packed into one row give each token the loss it has when its sample

@@ -1,5 +1,5 @@
 // hone bench --model NAME --batch-size B --seq-len T [--max-seq-len L] --dtype fp32|bf16 --steps N [--threads K]
-//            [--device cpu|cuda] [--activation-checkpointing] [--lora-rank R]
+//            [--device cpu|cuda] [--activation-checkpointing [--activation-offloading]] [--lora-rank R]
 #include <fmt/core.h>
 
 #include "hone/cli/commands.hpp"
@@ -14,6 +14,7 @@ Command add_bench(CLI::App& app) {
     int64_t batch_size = 4, seq_len = 256, max_seq_len = 0, steps = 10, lora_rank = 0;
     int threads = 0;
     bool checkpointing = false;
+    bool offloading = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -30,6 +31,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->capture_default_str();
   sub->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
   sub->add_flag("--activation-checkpointing", args->checkpointing, "Recompute each layer in the backward pass");
+  sub->add_flag("--activation-offloading", args->offloading,
+                "With --activation-checkpointing on a GPU: keep the layer inputs in host memory");
   sub->add_option("--lora-rank", args->lora_rank,
                   "Train LoRA adapters of this rank on a frozen base instead of every weight (0); the modules of "
                   "torchtune's Llama 3.1 8B LoRA recipe: q, v and output projections and the MLP, alpha 2 x rank")
@@ -50,6 +53,10 @@ Command add_bench(CLI::App& app) {
     o.threads = args->threads;
     o.device = parse_device(args->device);
     o.activation_checkpointing = args->checkpointing;
+    o.activation_offloading = args->offloading;
+    HONE_CHECK(!o.activation_offloading || (o.activation_checkpointing && o.device.is_cuda()),
+               "--activation-offloading keeps the checkpointed layer inputs in host memory during a GPU run: it needs "
+               "--activation-checkpointing and --device cuda");
     HONE_CHECK(args->lora_rank >= 0, "--lora-rank must not be negative, got {}", args->lora_rank);
     if (args->lora_rank > 0) {
       o.lora = LoraConfig{.rank = args->lora_rank, .alpha = 2.0 * double(args->lora_rank),

@@ -1,6 +1,7 @@
 #include "hone/model/activations.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "hone/core/error.hpp"
 
@@ -32,6 +33,9 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
                              const ActivationOptions& options) {
   const int tp = options.tp;
   const bool checkpointing = options.checkpointing;
+  HONE_CHECK(!options.offload_inputs || checkpointing,
+             "activation offloading keeps the checkpointed layer inputs in host memory: it needs activation "
+             "checkpointing");
   HONE_CHECK(batch * seq % tp == 0, "tensor parallelism over {} ranks needs batch x seq ({} x {}) to be a multiple of {}",
              tp, batch, seq, tp);
   const DType stats = dtype == DType::f64 ? DType::f64 : DType::f32;
@@ -59,8 +63,12 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   // tensor (backward reads the norm's input): one scratch serves every norm.
   const Tensor norm_rows = tp == 1 ? Tensor() : arena.take(hidden, dtype);
   auto norm_output = [&] { return tp == 1 ? arena.take(hidden, dtype) : norm_rows; };
+  // Offloaded inputs: layer i reads buffer i % 2 and writes the other.
+  std::array<Tensor, 2> on_device;
+  if (options.offload_inputs) on_device = {arena.take(hidden, dtype), arena.take(hidden, dtype)};
   for (LayerActivations& l : a.layers) {
-    l.input = arena.take(hidden, dtype);
+    const size_t i = size_t(&l - a.layers.data());
+    l.input = options.offload_inputs ? on_device[i % 2] : arena.take(hidden, dtype);
     if (checkpointing && &l != &a.layers.front()) {
       const Tensor input = l.input;
       l = a.layers.front();  // the shared working set

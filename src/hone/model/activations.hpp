@@ -72,6 +72,10 @@ struct ActivationOptions {
   // other per-layer tensors share one working set, which the backward pass
   // refills by recomputing each layer's forward pass.
   bool checkpointing = false;
+  // With checkpointing: the layer inputs live in host memory (the Transformer
+  // copies each out before its layer runs and back before its recompute); the
+  // plan holds the two a layer's forward pass reads and writes.
+  bool offload_inputs = false;
   size_t chunk_bytes = kChunkBytes;  // chunk_rows' budget
   int tp = 1;  // tensor-parallel ranks
 };

@@ -264,11 +264,17 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
              config_.max_seq_len);
   if (acts_.batch == batch && acts_.seq == seq) return;
   acts_ = Activations();  // free the old arena before making the new one
-  const ActivationOptions options{
-      .checkpointing = checkpointing_, .chunk_bytes = chunk_bytes_, .tp = tp_size_};
+  host_inputs_ = Tensor();
+  const ActivationOptions options{.checkpointing = checkpointing_,
+                                  .offload_inputs = checkpointing_ && offloading_,
+                                  .chunk_bytes = chunk_bytes_,
+                                  .tp = tp_size_};
   arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, options);
   Arena arena(arena_bytes_, device_);
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
+  if (options.offload_inputs) {
+    host_inputs_ = Tensor::empty({config_.n_layers, batch * seq / tp_size_, config_.dim}, dtype_, Device::cpu());
+  }
   ensure_rope_tables(seq);
 }
 
@@ -276,6 +282,12 @@ void Transformer::set_activation_checkpointing(bool on) {
   if (on == checkpointing_) return;
   checkpointing_ = on;
   acts_ = Activations();  // re-planned by the next reserve() or forward()
+}
+
+void Transformer::set_activation_offloading(bool on) {
+  if (on == offloading_) return;
+  offloading_ = on;
+  acts_ = Activations();
 }
 
 void Transformer::set_chunk_bytes(size_t bytes) {
@@ -518,6 +530,8 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
     acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
+    // Offloading: out before layer i + 1 writes over the buffer.
+    if (host_inputs_.defined()) host_inputs_[i].copy_from(a.layers[size_t(i)].input.view(host_inputs_[i].shape()));
     forward_layer(i);
     release(layer_unit(i));
   }
@@ -629,6 +643,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : train_embeddings ? kEmbeddingUnit : -1);
     const std::vector<MlpChunk> mlp = mlp_chunks();
     if (checkpointing_) {  // refill the shared working set with layer i (down's output is not read)
+      if (host_inputs_.defined()) l.input.view(host_inputs_[i].shape()).copy_from(host_inputs_[i]);
       forward_attention(i);
       if (mlp.size() == 1) mlp_forward_input(i, mlp[0]);
     }

@@ -131,6 +131,12 @@ class Transformer {
   // chunks of rows, plus one [batch, seq, dim] per layer).
   void set_activation_checkpointing(bool on);
   bool activation_checkpointing() const { return checkpointing_; }
+  // With checkpointing, keeps the layer inputs in host memory: on a GPU the
+  // device holds two of them instead of one per layer (one copy out per layer
+  // in the forward pass, one back before its recompute). Torchtune's
+  // enable_activation_offloading; without checkpointing it does nothing.
+  void set_activation_offloading(bool on);
+  bool activation_offloading() const { return offloading_; }
   size_t activation_bytes() const { return arena_bytes_; }
 
   // Runs tokens (i32 [batch, seq]) through the model. With targets (i32
@@ -290,6 +296,8 @@ class Transformer {
   Activations acts_;
   size_t arena_bytes_ = 0;
   bool checkpointing_ = false;
+  bool offloading_ = false;
+  Tensor host_inputs_;  // offloading: [n_layers, rows, dim] on the host
   size_t chunk_bytes_ = kChunkBytes;
   Tensor tokens_, targets_, positions_;  // of the last forward, for backward
   // The last forward pass computed the head's gradients for this loss scale.

@@ -73,6 +73,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   // (the largest parameter in fp32, for a moment) are not part of it.
   allocator_for(o.device).reset_peak();
   model.set_activation_checkpointing(o.activation_checkpointing);
+  model.set_activation_offloading(o.activation_offloading);
   model.reserve(o.batch_size, o.seq_len);
 
   // Random tokens: the next-token targets are the inputs shifted by one.
@@ -132,8 +133,12 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["activation_bytes"] = model.activation_bytes();
   // What hone validate would have said before the run.
   out["memory_estimate_bytes"] =
-      estimate_training_memory(o.model, o.dtype, o.batch_size, o.seq_len, o.activation_checkpointing, o.lora).total();
+      estimate_training_memory(o.model, o.dtype, o.batch_size, o.seq_len,
+                               {.checkpointing = o.activation_checkpointing, .offload_inputs = o.activation_offloading},
+                               o.lora)
+          .total();
   out["activation_checkpointing"] = o.activation_checkpointing;
+  out["activation_offloading"] = o.activation_offloading;
   out["loss_first"] = first_loss;
   out["loss_last"] = last_loss;
   return out;

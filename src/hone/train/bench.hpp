@@ -23,6 +23,7 @@ struct BenchOptions {
   Device device = Device::cpu();
   uint64_t seed = 1234;
   bool activation_checkpointing = false;
+  bool activation_offloading = false;  // with checkpointing: layer inputs in host memory
   std::optional<LoraConfig> lora;  // LoRA adapters on a frozen base instead of training every weight
 };
 

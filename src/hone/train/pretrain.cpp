@@ -20,9 +20,8 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
   HONE_CHECK(seq_len <= model.max_seq_len, "{}: dataset.seq_len {} exceeds model.max_seq_len {}", c.origin(), seq_len,
              model.max_seq_len);
   const MemoryEstimate m =
-      estimate_training_memory(model, run.dtype, batch, seq_len, c.get<bool>("enable_activation_checkpointing"), {},
-                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks,
-                               int(c.get<int64_t>("distributed.tp")));
+      estimate_training_memory(model, run.dtype, batch, seq_len, activation_options_from(c), {},
+                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks);
   return {
       fmt::format("model: {} ({} family), {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), double(model.num_params()) / 1e6,

@@ -99,6 +99,8 @@ Schema training_schema() {
   s.add({"eval.max_batches", ValueType::integer, 20, "validation batches per evaluation"});
   s.add({"eval.first", ValueType::boolean, false, "also validate before the first step"});
   s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute each layer in backward"});
+  s.add({"enable_activation_offloading", ValueType::boolean, false,
+         "with activation checkpointing on a GPU: keep the layer inputs in host memory"});
   s.add({"max_consecutive_nonfinite", ValueType::integer, 3,
          "stop after this many steps in a row with a non-finite loss or gradient (each is skipped)"});
   s.add({"logging.tensorboard", ValueType::boolean, true, "write TensorBoard event files"});
@@ -138,6 +140,17 @@ RunSettings run_settings_from(const Config& c) {
   r.threads = int(c.get<int64_t>("threads"));
   HONE_CHECK(r.threads >= 0, "{}: 'threads' must not be negative", c.origin());
   return r;
+}
+
+ActivationOptions activation_options_from(const Config& c) {
+  const ActivationOptions options{.checkpointing = c.get<bool>("enable_activation_checkpointing"),
+                                  .offload_inputs = c.get<bool>("enable_activation_offloading"),
+                                  .tp = int(c.get<int64_t>("distributed.tp"))};
+  HONE_CHECK(!options.offload_inputs || (options.checkpointing && run_settings_from(c).device.is_cuda()),
+             "{}: enable_activation_offloading keeps the checkpointed layer inputs in host memory during a GPU run: it "
+             "needs enable_activation_checkpointing: true and device: cuda",
+             c.origin());
+  return options;
 }
 
 ModelConfig model_config_from(const Config& c) {
@@ -224,8 +237,9 @@ LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
 }
 
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
-                                        bool activation_checkpointing, const std::optional<LoraConfig>& lora, int zero,
-                                        int ranks, int tp) {
+                                        const ActivationOptions& activations, const std::optional<LoraConfig>& lora,
+                                        int zero, int ranks) {
+  const int tp = activations.tp;
   const size_t n = size_t(model.num_params_per_rank(tp));
   const size_t trained = lora ? size_t(lora_parameter_count(model, *lora, tp)) : n;
   const size_t r = size_t(ranks > 1 ? ranks : 1);
@@ -248,9 +262,8 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
     m.compute_copy = 0;  // gathered units hold their casts
     m.gathered = size_t(dist::zero3_gathered_bytes(model, dtype));
   }
-  const ActivationOptions options{.checkpointing = activation_checkpointing, .tp = tp};
-  m.activations = activation_bytes(model, dtype, batch_size, seq_len, options);
-  if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, options);
+  m.activations = activation_bytes(model, dtype, batch_size, seq_len, activations);
+  if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, activations);
   return m;
 }
 

@@ -40,6 +40,9 @@ struct RunSettings {
 };
 RunSettings run_settings_from(const Config& config);
 ModelConfig model_config_from(const Config& config);
+// enable_activation_checkpointing, enable_activation_offloading (which needs
+// checkpointing and device: cuda) and distributed.tp.
+ActivationOptions activation_options_from(const Config& config);
 AdamWConfig adamw_config_from(const Config& config);
 // The schedule for a run of total_steps optimizer steps.
 LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
@@ -59,9 +62,10 @@ struct MemoryEstimate {
 // 1 the moments; 2 also the gradients (a shard, and the units backward is at); 3 the
 // weights, gradients and moments, plus the units gathered at once. Tensor
 // parallelism over `tp` ranks splits the projections and the activations.
+// Activations as `activations` lays them out (checkpointing, offloading, tp).
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
-                                        bool activation_checkpointing, const std::optional<LoraConfig>& lora = {},
-                                        int zero = 0, int ranks = 1, int tp = 1);
+                                        const ActivationOptions& activations,
+                                        const std::optional<LoraConfig>& lora = {}, int zero = 0, int ranks = 1);
 // "memory estimate on cpu (bf16): total = weights + gradients + ...", for a run's banner.
 std::string describe(const MemoryEstimate& estimate, const RunSettings& run);
 

@@ -59,7 +59,9 @@ int run_training(const Config& c, TrainingJob job) {
   data::BatchSource& train = *job.train;
   data::BatchSource* valid = job.validation;
   const ModelConfig& model_config = model.config();
-  model.set_activation_checkpointing(c.get<bool>("enable_activation_checkpointing"));
+  const ActivationOptions activations = activation_options_from(c);
+  model.set_activation_checkpointing(activations.checkpointing);
+  model.set_activation_offloading(activations.offload_inputs);
   world.adopt(model);
   const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
   AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
