@@ -7,11 +7,16 @@
 
 namespace hone {
 
+namespace {
+
+// Rows done at a time of `rows` rows whose widest tensor takes `row_bytes` a row.
 int64_t chunk_rows(int64_t rows, size_t row_bytes, size_t chunk_bytes) {
   if (size_t(rows) <= chunk_bytes / row_bytes) return rows;
   const int64_t fitting = int64_t(chunk_bytes / row_bytes) / 64 * 64;
   return std::min(rows, std::max<int64_t>(fitting, 64));
 }
+
+}  // namespace
 
 int64_t logits_chunk_rows(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq,
                           const ActivationOptions& options) {

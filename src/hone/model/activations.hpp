@@ -32,8 +32,8 @@ struct LayerActivations {
 struct Activations {
   int64_t batch = 0, seq = 0;
   // Rows of the MLP's tensors (mlp_norm to mlp_act, d_mlp_act): all B·T rows,
-  // or under activation checkpointing without tp a chunk of them (chunk_rows);
-  // the MLP runs chunk by chunk.
+  // or under activation checkpointing without tp a chunk of them
+  // (mlp_chunk_rows); the MLP runs chunk by chunk.
   int64_t mlp_rows = 0;
   std::vector<LayerActivations> layers;
   Tensor output;  // residual stream after the last layer
@@ -44,8 +44,8 @@ struct Activations {
   // projection reads final_norm itself and computes this rank's rows.
   Tensor final_norm_all;
   // [chunk rows, classes]: the output head and the loss run over the rows in
-  // chunks of this many (chunk_rows), each chunk's logits turned into their
-  // gradient in place.
+  // chunks of this many (logits_chunk_rows), each chunk's logits turned into
+  // their gradient in place.
   Tensor logits;
   Tensor token_losses, logits_lse;   // [rows], compute dtype
   // Scratch shared by all layers.
@@ -76,16 +76,13 @@ struct ActivationOptions {
   // copies each out before its layer runs and back before its recompute); the
   // plan holds the two a layer's forward pass reads and writes.
   bool offload_inputs = false;
-  size_t chunk_bytes = kChunkBytes;  // chunk_rows' budget
+  size_t chunk_bytes = kChunkBytes;  // the budget of a chunk's widest tensor
   int tp = 1;  // tensor-parallel ranks
 };
 
-// Rows done at a time of `rows` rows whose widest tensor takes `row_bytes` a
-// row: all of them when they fit chunk_bytes, else the largest multiple of 64
-// rows that fits (at least 64).
-int64_t chunk_rows(int64_t rows, size_t row_bytes, size_t chunk_bytes);
 // The rows of one chunk of the output head's logits, and of the MLP's working
-// set (Activations::mlp_rows), in plan_activations' plan.
+// set (Activations::mlp_rows), in plan_activations' plan: all of them when they
+// fit chunk_bytes, else the largest multiple of 64 rows that fits (at least 64).
 int64_t logits_chunk_rows(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
                           const ActivationOptions& options);
 int64_t mlp_chunk_rows(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,

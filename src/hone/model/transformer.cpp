@@ -265,10 +265,9 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   if (acts_.batch == batch && acts_.seq == seq) return;
   acts_ = Activations();  // free the old arena before making the new one
   host_inputs_ = Tensor();
-  const ActivationOptions options{.checkpointing = checkpointing_,
-                                  .offload_inputs = checkpointing_ && offloading_,
-                                  .chunk_bytes = chunk_bytes_,
-                                  .tp = tp_size_};
+  ActivationOptions options = plan_options_;
+  options.offload_inputs = options.offload_inputs && options.checkpointing;  // nothing to offload otherwise
+  options.tp = tp_size_;
   arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, options);
   Arena arena(arena_bytes_, device_);
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
@@ -278,23 +277,16 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   ensure_rope_tables(seq);
 }
 
-void Transformer::set_activation_checkpointing(bool on) {
-  if (on == checkpointing_) return;
-  checkpointing_ = on;
-  acts_ = Activations();  // re-planned by the next reserve() or forward()
+template <typename V>
+void Transformer::replan(V ActivationOptions::*option, V value) {
+  if (plan_options_.*option == value) return;
+  plan_options_.*option = value;
+  acts_ = Activations();  // planned again by the next reserve() or forward()
 }
 
-void Transformer::set_activation_offloading(bool on) {
-  if (on == offloading_) return;
-  offloading_ = on;
-  acts_ = Activations();
-}
-
-void Transformer::set_chunk_bytes(size_t bytes) {
-  if (bytes == chunk_bytes_) return;
-  chunk_bytes_ = bytes;
-  acts_ = Activations();
-}
+void Transformer::set_activation_checkpointing(bool on) { replan(&ActivationOptions::checkpointing, on); }
+void Transformer::set_activation_offloading(bool on) { replan(&ActivationOptions::offload_inputs, on); }
+void Transformer::set_chunk_bytes(size_t bytes) { replan(&ActivationOptions::chunk_bytes, bytes); }
 
 const Tensor& Transformer::logits() const {
   HONE_CHECK(!acts_.logits.defined() || acts_.logits.size(0) == acts_.logits_lse.numel(),
@@ -642,7 +634,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     auto& adapters = layer_adapters_[size_t(i)];
     acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : train_embeddings ? kEmbeddingUnit : -1);
     const std::vector<MlpChunk> mlp = mlp_chunks();
-    if (checkpointing_) {  // refill the shared working set with layer i (down's output is not read)
+    if (plan_options_.checkpointing) {  // refill the shared working set with layer i (down's output is not read)
       if (host_inputs_.defined()) l.input.view(host_inputs_[i].shape()).copy_from(host_inputs_[i]);
       forward_attention(i);
       if (mlp.size() == 1) mlp_forward_input(i, mlp[0]);

@@ -130,13 +130,13 @@ class Transformer {
   // product, for activation memory of one layer's working set, with its MLP in
   // chunks of rows, plus one [batch, seq, dim] per layer).
   void set_activation_checkpointing(bool on);
-  bool activation_checkpointing() const { return checkpointing_; }
+  bool activation_checkpointing() const { return plan_options_.checkpointing; }
   // With checkpointing, keeps the layer inputs in host memory: on a GPU the
   // device holds two of them instead of one per layer (one copy out per layer
   // in the forward pass, one back before its recompute). Torchtune's
   // enable_activation_offloading; without checkpointing it does nothing.
   void set_activation_offloading(bool on);
-  bool activation_offloading() const { return offloading_; }
+  bool activation_offloading() const { return plan_options_.offload_inputs; }
   size_t activation_bytes() const { return arena_bytes_; }
 
   // Runs tokens (i32 [batch, seq]) through the model. With targets (i32
@@ -161,7 +161,7 @@ class Transformer {
   // chunks of rows of at most this many bytes (ActivationOptions, kChunkBytes);
   // kNoChunks: all rows at once, as forward() without targets needs.
   void set_chunk_bytes(size_t bytes);
-  size_t chunk_bytes() const { return chunk_bytes_; }
+  size_t chunk_bytes() const { return plan_options_.chunk_bytes; }
   // Each position's loss of the last forward pass with targets, [batch·seq]
   // (0 where the target is masked; tensor parallelism: this rank's rows).
   Tensor token_losses() const;
@@ -184,6 +184,9 @@ class Transformer {
   void ensure_rope_tables(int64_t positions);
   void declare_parameters();
   void declare_lora();
+  // Sets one of plan_options_; the activations are planned again when it changes.
+  template <typename V>
+  void replan(V ActivationOptions::*option, V value);
   // forward() up to the output head: embeddings, layers, the final norm
   // (acts_.final_norm_all); the head's unit stays acquired.
   void forward_hidden(const Tensor& tokens, const Tensor& positions);
@@ -295,10 +298,8 @@ class Transformer {
 
   Activations acts_;
   size_t arena_bytes_ = 0;
-  bool checkpointing_ = false;
-  bool offloading_ = false;
+  ActivationOptions plan_options_;  // what set_activation_* and set_chunk_bytes ask (tp: tp_size_)
   Tensor host_inputs_;  // offloading: [n_layers, rows, dim] on the host
-  size_t chunk_bytes_ = kChunkBytes;
   Tensor tokens_, targets_, positions_;  // of the last forward, for backward
   // The last forward pass computed the head's gradients for this loss scale.
   std::optional<double> head_grad_scale_;
