@@ -634,16 +634,17 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     auto& adapters = layer_adapters_[size_t(i)];
     acquire(layer_unit(i), true, i > 0 ? layer_unit(i - 1) : train_embeddings ? kEmbeddingUnit : -1);
     const std::vector<MlpChunk> mlp = mlp_chunks();
-    if (plan_options_.checkpointing) {  // refill the shared working set with layer i (down's output is not read)
+    const bool recompute = plan_options_.checkpointing;  // refill the shared working set with layer i
+    if (recompute) {
       if (host_inputs_.defined()) l.input.view(host_inputs_[i].shape()).copy_from(host_inputs_[i]);
       forward_attention(i);
-      if (mlp.size() == 1) mlp_forward_input(i, mlp[0]);
     }
     // MLP block, chunk by chunk; the residual gradient flows on unchanged and the branch adds to it.
     for (const MlpChunk& chunk : mlp) {
-      if (mlp.size() > 1) {  // this chunk's working set, and what down's adapters keep of it
+      if (recompute) {  // the chunk's input side (down's output is not read)
         mlp_forward_input(i, chunk);
-        adapter_inputs(chunk.working(l.mlp_act), adapters[kDown], chunk.first);
+        // Down's adapters keep x·Aᵀ of the last chunk their forward pass saw.
+        if (mlp.size() > 1) adapter_inputs(chunk.working(l.mlp_act), adapters[kDown], chunk.first);
       }
       const Tensor up = chunk.working(l.mlp_up), d_act = chunk.working(a.d_mlp_act);
       gather_rows(a.d_residual, a.d_residual_all);
