@@ -238,7 +238,10 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
     ops::attention_forward(qkv, out, lse, slopes, heads, positions);
     ops::attention_forward(gpu(qkv), out_gpu, lse_gpu, gpu(slopes), heads, gpu(positions));
     expect_match(out_gpu, out, tolerance(dtype, 1e-4), named("attention forward", dtype));
-    expect_match(lse_gpu, lse, 1e-5, named("attention lse", dtype));
+    // In bf16 the CPU sums the probabilities as rounded for P·V, relative to the
+    // row's final maximum; the GPU sums them unrounded, tile by tile: up to
+    // 2^-9 of a sum apart, about 1e-3 in its logarithm.
+    expect_match(lse_gpu, lse, tolerance(dtype, 1e-5, 2e-3), named("attention lse", dtype));
 
     const Tensor d_out = random_tensor(out_shape, dtype, 34);
     const Tensor d_qkv = Tensor::empty(qkv_shape, dtype), d_qkv_gpu = Tensor::empty(qkv_shape, dtype, kGpu);
@@ -397,7 +400,8 @@ TEST_F(Cuda, ElementWiseOps) {
     expect_match(block_gpu, block, tol, named("copy_columns", dtype));
 
     const Tensor big = random_tensor({300001}, dtype, 49);
-    EXPECT_NEAR(ops::sum_squares(gpu(big)), ops::sum_squares(big), 1e-12 * ops::sum_squares(big)) << dtype_name(dtype);
+    // The CPU adds float squares in blocks of 256, the GPU double ones: about 3e-9 apart.
+    EXPECT_NEAR(ops::sum_squares(gpu(big)), ops::sum_squares(big), 1e-7 * ops::sum_squares(big)) << dtype_name(dtype);
   }
 }
 

@@ -149,7 +149,9 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, std::string name
   world_ranks_.assign(size_t(size_), world_rank);
   int* buffer = nullptr;
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&buffer), sizeof(int) * size_t(size_ + 1)), "cudaMalloc");
-  check_cuda(cudaMemcpy(buffer + size_, &world_rank, sizeof(int), cudaMemcpyHostToDevice), "cudaMemcpy");
+  // On the collective's stream: a plain cudaMemcpy from pageable memory may return before its data landed.
+  check_cuda(cudaMemcpyAsync(buffer + size_, &world_rank, sizeof(int), cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync");
   finish("gathering the world ranks",
          [&] { return ncclAllGather(buffer + size_, buffer, 1, ncclInt32, comm_, stream_); });
   check_cuda(cudaMemcpy(world_ranks_.data(), buffer, sizeof(int) * size_t(size_), cudaMemcpyDeviceToHost),

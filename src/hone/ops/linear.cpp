@@ -57,6 +57,7 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   HONE_CHECK(x.size(-1) == in && y.size(-1) == out && rows_of(y) == rows,
              "{}: input {} and output {} do not fit weight {}", op, x.shape().str(), y.shape().str(),
              weight.shape().str());
+  expect_dtype(op, "weight", weight, x.dtype());  // one operand type for the GEMM
   const kernels::cpu::GemmArgs args{.m = rows, .n = out, .k = in, .trans_b = true, .a = x.raw(), .b = weight.raw(),
                                     .c = y.raw(), .ab_type = x.dtype(), .c_type = y.dtype()};
   if (bias.defined()) expect_shape(op, "bias", bias, {out});
@@ -85,6 +86,8 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
   HONE_CHECK(dy.size(-1) == out && rows_of(dy) == rows, "{}: gradient {} does not fit input {} and weight {}", op,
              dy.shape().str(), x.shape().str(), weight.shape().str());
+  expect_dtype(op, "weight", weight, dy.dtype());  // one operand type for the GEMMs
+  expect_dtype(op, "input", x, dy.dtype());
   if (dx.defined()) {
     HONE_CHECK(dx.shape() == x.shape(), "{}: input gradient {} for input {}", op, dx.shape().str(), x.shape().str());
     gemm_on(device, {.m = rows, .n = in, .k = out, .beta = accumulate_dx ? 1.0f : 0.0f, .a = dy.raw(),

@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kDecodeWarps * kWarpSize)
 
 // Head counts and sizes these kernels take; the message names what is off.
 void check_heads(const char* op, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  if (kv_heads <= 0 || heads % kv_heads != 0) {
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0) {
     fail_text(std::string(op) + ": " + std::to_string(heads) + " query heads cannot share " +
               std::to_string(kv_heads) + " key/value heads evenly");
   }
@@ -501,6 +501,7 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int6
                       const float* alibi_slopes, T* out, const DecodeDims& dims) {
   check_heads("attention decode", dims.n_heads, dims.n_kv_heads, dims.head_dim);
   if (dims.rows == 0) return;
+  if (dims.rows > 65535) fail_text("attention decode: " + std::to_string(dims.rows) + " rows at once; at most 65535");
   const dim3 grid(unsigned(dims.n_heads), unsigned(dims.rows));
   dispatch_head_dim(dims.head_dim, [&]<int kDims>() {
     attention_decode_kernel<T, kDims><<<grid, kDecodeWarps * kWarpSize, 0, stream()>>>(

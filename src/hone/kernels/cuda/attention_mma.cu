@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_forward_kernel(const bf16* qk
     }
     accumulate_product<D>(acc, probs, vs);
   }
+  __syncwarp();  // the last tile's reads of row_factor are done
   if (cell.col0 == 0) row_factor[row] = row_valid ? 1.0f / l : 0.0f;
   if (row_valid && cell.col0 == 0) lse[(b * s.heads + h) * s.seq + q_pos] = m + logf(l);
   __syncwarp();

@@ -110,7 +110,9 @@ class LtGemm {
   void run(const GemmArgs& g, const float* bias) {
     std::lock_guard lock(mutex_);
     ensure_handle();
-    const bool want_fused = bias != nullptr && g.batch == 1;
+    // The bias epilogue reads the bias in vectors: one sliced from a flat
+    // parameter buffer may be aligned to its 4 bytes alone.
+    const bool want_fused = bias != nullptr && g.batch == 1 && alignment_of(bias) >= 16;
     const PlanKey key{g.batch,  g.m,
                       g.n,      g.k,
                       g.trans_a, g.trans_b,
@@ -196,8 +198,9 @@ class LtGemm {
     int count = 0;
     const cublasStatus_t status =
         lt().cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, 1, &result, &count);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED || count == 0) return false;
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
     HONE_CUBLAS_CHECK(status);
+    if (count == 0) return false;
     p.algo = result.algo;
     return true;
   }
