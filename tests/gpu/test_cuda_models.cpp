@@ -2,7 +2,8 @@
 // (tests/reference/*.safetensors) in fp32 against PyTorch's logits, loss,
 // gradients and AdamW steps, with the CPU path's tolerance; in bf16 against the
 // CPU's bf16 path; packed sequences, LoRA with dropout, activation
-// checkpointing and KV-cache decoding against the CPU.
+// checkpointing and KV-cache decoding against the CPU; offloaded activations
+// against inputs kept on the device.
 #include <nlohmann/json.hpp>
 
 #include "cuda_test.hpp"
@@ -200,6 +201,40 @@ TEST_P(CudaPreset, LoraWithDropoutMatchesTheCpu) {
       expect_close(grads[1][i], grads[0][i], tolerance,
                    fmt::format("{} {} LoRA gradient {}", GetParam(), dtype_name(dtype), i));
     }
+  }
+}
+
+// Offloading's copies run on a stream of their own, overlapping the layers'
+// compute: six layers (each of the two device buffers reused three times), a
+// forward pass with no backward before the one that is trained (the next
+// forward pass writes over buffers the last copies out read), and the results
+// bit for bit those of inputs kept on the device.
+TEST_P(CudaPreset, OffloadedLayerInputsGiveTheSameGradients) {
+  ModelConfig c = small(GetParam());
+  c.n_layers = 6;
+  std::vector<int32_t> tokens, targets;
+  for (int i = 0; i < 80; ++i) {
+    tokens.push_back((i * 7 + 3) % 50);
+    targets.push_back((i * 5 + 1) % 50);
+  }
+  const Tensor t = Tensor::from(tokens, {2, 40}).to(kGpu), y = Tensor::from(targets, {2, 40}).to(kGpu);
+  std::vector<Tensor> results[2];
+  for (const bool offloading : {false, true}) {
+    Transformer m(c, DType::f32, kGpu);
+    m.init_weights(7);
+    m.set_activation_checkpointing(true);
+    m.set_activation_offloading(offloading);
+    m.forward(t, y);
+    m.params().zero_grad();
+    const ops::LossSum loss = m.forward(t, y);
+    m.backward(1.0 / double(loss.tokens));
+    std::vector<Tensor>& r = results[offloading];
+    r.push_back(Tensor::from(std::vector<double>{loss.mean()}, {1}));
+    for (const Parameter& p : m.params().all()) r.push_back(p.grad.to(Device::cpu()));
+  }
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    EXPECT_EQ(relative_error(results[1][i], results[0][i]), 0.0) << GetParam() << (i == 0 ? " loss" : " gradient ")
+                                                                  << (i == 0 ? "" : std::to_string(i - 1));
   }
 }
 

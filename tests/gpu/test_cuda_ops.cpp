@@ -476,6 +476,41 @@ TEST_F(Cuda, AllocatorCountsAndCaches) {
   EXPECT_LE(memory.stats().reserved, after.reserved);
 }
 
+// Out to the host and back through page-locked memory on the copy stream, with
+// kernels on the compute stream between them: each copy waits for the compute
+// queued before it, and compute after wait(slot) sees the slot's copy done.
+TEST_F(Cuda, OverlappedCopiesOrderWithTheComputeStream) {
+  const int64_t rows = 4, width = 1 << 20;  // 4 MiB a row: long enough for a copy to still run
+  const Tensor host = Tensor::zeros({rows, width}, DType::f32);
+  {
+    ops::OverlappedCopies copies(kGpu, host, 2);
+    const Tensor buffers[2] = {Tensor::empty({width}, DType::f32, kGpu), Tensor::empty({width}, DType::f32, kGpu)};
+    const Tensor ones = Tensor::from(std::vector<float>(size_t(width), 1.0f), {width}).to(kGpu);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Tensor& buffer = buffers[r % 2];
+      copies.wait(int(r % 2));  // the copy out of this buffer two rows ago is done
+      buffer.copy_from(ones);
+      ops::scale_(buffer, double(r + 1));
+      ops::scale_(buffer, 2.0);
+      copies.start(host[r], buffer, int(r % 2));
+    }
+    for (int64_t r = rows - 1; r >= 0; --r) {  // back in, then doubled again on the device
+      const Tensor& buffer = buffers[r % 2];
+      copies.start(buffer, host[r], int(r % 2));
+      copies.wait(int(r % 2));
+      ops::scale_(buffer, 2.0);
+      const std::vector<float> back = buffer.to_vector<float>();
+      EXPECT_EQ(back.front(), 4.0f * float(r + 1)) << "row " << r;
+      EXPECT_EQ(back.back(), 4.0f * float(r + 1)) << "row " << r;
+    }
+    const Tensor pageable = Tensor::zeros({width}, DType::f32);
+    EXPECT_NE(error_of([&] { copies.start(pageable, buffers[0], 0); }).find("not a part of the pinned host tensor"),
+              std::string::npos);
+  }
+  const std::vector<float> out = host.to_vector<float>();  // the destructor waited for the copies
+  for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(out[size_t(r * width + width / 2)], 2.0f * float(r + 1));
+}
+
 TEST_F(Cuda, ErrorsNameTheCallAndTheProblem) {
   const Tensor x = Tensor::zeros({4}, DType::f32, kGpu);
   // Another device than the process's.

@@ -1,5 +1,6 @@
 // Embedding, RoPE, SwiGLU, GELU (exact and tanh), residual add and dropout:
-// forward against their formulas, backward against finite differences in fp64.
+// forward against their formulas, backward against finite differences in fp64;
+// overlapped copies on the CPU.
 #include <cmath>
 
 #include "hone/ops/ops.hpp"
@@ -216,6 +217,19 @@ TEST(Cast, Bf16RoundsToNearestEven) {
   EXPECT_EQ(v[1], 1.0f + 4.0f / 256);
   EXPECT_EQ(v[2], -2.5f);
   EXPECT_NEAR(v[3], 1e-3f, 1e-3f / 128);
+}
+
+// On the CPU overlapped copies are plain ones, done when start() returns.
+TEST(OverlappedCopies, OnTheCpuCopyAtOnceAndCheckTheirTensors) {
+  const Tensor host = Tensor::zeros({3, 4}, DType::f32), x = random_tensor({4}, DType::f32, 1);
+  ops::OverlappedCopies copies(Device::cpu(), host, 2);
+  copies.start(host[1], x, 1);
+  copies.wait(1);
+  EXPECT_EQ(host[1].to_vector<float>(), x.to_vector<float>());
+  EXPECT_EQ(host[0].to_vector<float>(), std::vector<float>(4, 0.0f));
+  EXPECT_THROW(copies.start(host[2], Tensor::zeros({5}, DType::f32), 0), Error);
+  EXPECT_THROW(copies.start(host[2], Tensor::zeros({4}, DType::f64), 0), Error);
+  EXPECT_THROW(ops::OverlappedCopies(Device::cpu(), host, 0), Error);
 }
 
 }  // namespace

@@ -263,6 +263,7 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   HONE_CHECK(seq <= config_.max_seq_len, "sequence length {} exceeds the model's max_seq_len {}", seq,
              config_.max_seq_len);
   if (acts_.batch == batch && acts_.seq == seq) return;
+  input_copies_.reset();  // its copies may still use the arena
   acts_ = Activations();  // free the old arena before making the new one
   host_inputs_ = Tensor();
   ActivationOptions options = plan_options_;
@@ -273,6 +274,7 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
   if (options.offload_inputs) {
     host_inputs_ = Tensor::empty({config_.n_layers, batch * seq / tp_size_, config_.dim}, dtype_, Device::cpu());
+    input_copies_ = std::make_unique<ops::OverlappedCopies>(device_, host_inputs_, 2);
   }
   ensure_rope_tables(seq);
 }
@@ -281,6 +283,7 @@ template <typename V>
 void Transformer::replan(V ActivationOptions::*option, V value) {
   if (plan_options_.*option == value) return;
   plan_options_.*option = value;
+  input_copies_.reset();  // its copies may still use the arena
   acts_ = Activations();  // planned again by the next reserve() or forward()
 }
 
@@ -512,6 +515,8 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   const int64_t n = c.n_layers;
   acquire(kEmbeddingUnit, false, layer_unit(0));
   const Tensor& first = a.layers[0].input;
+  // Offloading: layer i's input buffer is i % 2's; the embedding writes buffer 0.
+  if (input_copies_) input_copies_->wait(0);
   // Under tp every rank looks up all rows and keeps its own; a split vocabulary
   // looks up the ids this rank holds (zeros elsewhere), rank 0 adds the
   // positions, and the sums come reduce-scattered into rows.
@@ -522,8 +527,10 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
     acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
-    // Offloading: out before layer i + 1 writes over the buffer.
-    if (host_inputs_.defined()) host_inputs_[i].copy_from(a.layers[size_t(i)].input.view(host_inputs_[i].shape()));
+    if (input_copies_) {  // layer i's input goes out while it runs; it writes over layer i - 1's
+      input_copies_->start(host_inputs_[i], a.layers[size_t(i)].input.view(host_inputs_[i].shape()), int(i % 2));
+      input_copies_->wait(int((i + 1) % 2));
+    }
     forward_layer(i);
     release(layer_unit(i));
   }
@@ -636,7 +643,14 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     const std::vector<MlpChunk> mlp = mlp_chunks();
     const bool recompute = plan_options_.checkpointing;  // refill the shared working set with layer i
     if (recompute) {
-      if (host_inputs_.defined()) l.input.view(host_inputs_[i].shape()).copy_from(host_inputs_[i]);
+      if (input_copies_) {  // layer i's input came back during layer i + 1 (the last layer's never left)
+        input_copies_->wait(int(i % 2));
+        // Layer i - 1's comes back into layer i + 1's buffer while layer i runs.
+        if (i > 0) {
+          const Tensor& previous = a.layers[size_t(i - 1)].input;
+          input_copies_->start(previous.view(host_inputs_[i - 1].shape()), host_inputs_[i - 1], int((i - 1) % 2));
+        }
+      }
       forward_attention(i);
     }
     // MLP block, chunk by chunk; the residual gradient flows on unchanged and the branch adds to it.

@@ -303,6 +303,9 @@ class Transformer {
   Tensor tokens_, targets_, positions_;  // of the last forward, for backward
   // The last forward pass computed the head's gradients for this loss scale.
   std::optional<double> head_grad_scale_;
+  // Offloading's copies of host_inputs_, slot i % 2 for layer i's input buffer.
+  // Last, so that it goes first: it waits for copies into and out of acts_.
+  std::unique_ptr<ops::OverlappedCopies> input_copies_;
 };
 
 }  // namespace hone

@@ -10,10 +10,15 @@
 // residual stream *accumulate* (+=) into them; all other outputs are overwritten.
 // An absent optional tensor is a default-constructed Tensor{}.
 #include <cstdint>
+#include <memory>
 
 #include "hone/core/tensor.hpp"
 #include "hone/kernels/cpu/activation.hpp"
 #include "hone/kernels/cpu/adamw.hpp"
+
+namespace hone::kernels::cuda {
+class CopyStream;
+}
 
 namespace hone::ops {
 
@@ -154,6 +159,30 @@ void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scal
 // they return, CUDA ops queue kernels on the device's stream. For timing (a
 // host clock read after it covers the work before it).
 void synchronize(Device device);
+
+// Copies between a device's tensors and host tensors that overlap the device's
+// compute (activation offloading). On CUDA they run on a stream of their own,
+// from and to page-locked host memory; on the CPU they are plain copies, done
+// when start() returns. Each copy belongs to a slot. A copy starts after the
+// compute queued before it; compute queued after wait(slot) sees the slot's last
+// copy finished. So: wait for a slot before writing over the device tensor its
+// last copy read, or before reading the one it wrote. Destroying the object
+// waits for its copies.
+class OverlappedCopies {
+ public:
+  // `host`: the host tensor every copy reads or writes a part of (pinned here).
+  OverlappedCopies(Device device, const Tensor& host, int slots);
+  ~OverlappedCopies();
+  OverlappedCopies(const OverlappedCopies&) = delete;
+  OverlappedCopies& operator=(const OverlappedCopies&) = delete;
+
+  void start(const Tensor& dst, const Tensor& src, int slot);
+  void wait(int slot);
+
+ private:
+  Tensor host_;
+  std::unique_ptr<kernels::cuda::CopyStream> stream_;  // CUDA only
+};
 
 // ---- optimizer ----
 using kernels::cpu::AdamWHyper;

@@ -268,4 +268,53 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
   HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+struct CopyStream::Handles {
+  cudaStream_t copies = nullptr;
+  cudaEvent_t compute_point = nullptr;  // where the compute stream was when a copy was queued
+  std::vector<cudaEvent_t> done;        // by slot: its last copy's end
+};
+
+CopyStream::CopyStream(int slots) : handles_(std::make_unique<Handles>()) {
+  ready_runtime();
+  HONE_CHECK(slots > 0, "a copy stream needs at least one slot, got {}", slots);
+  HONE_CUDA_CHECK(cudaStreamCreateWithFlags(&handles_->copies, cudaStreamNonBlocking));
+  HONE_CUDA_CHECK(cudaEventCreateWithFlags(&handles_->compute_point, cudaEventDisableTiming));
+  handles_->done.resize(size_t(slots));
+  for (cudaEvent_t& event : handles_->done) HONE_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+}
+
+// No throwing here: after a device fault every call fails, and the memory is
+// the driver's to reclaim then.
+CopyStream::~CopyStream() {
+  if (handles_->copies != nullptr) cudaStreamSynchronize(handles_->copies);
+  for (void* host : pinned_) cudaHostUnregister(host);
+  for (cudaEvent_t event : handles_->done) {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+  if (handles_->compute_point != nullptr) cudaEventDestroy(handles_->compute_point);
+  if (handles_->copies != nullptr) cudaStreamDestroy(handles_->copies);
+}
+
+void CopyStream::pin(void* host, size_t bytes) {
+  if (bytes == 0) return;
+  HONE_CUDA_CHECK(cudaHostRegister(host, bytes, cudaHostRegisterDefault));
+  pinned_.push_back(host);
+}
+
+void CopyStream::copy(void* dst, const void* src, size_t bytes, int slot) {
+  HONE_ASSERT(slot >= 0 && size_t(slot) < handles_->done.size());
+  if (bytes == 0) return;
+  HONE_CUDA_CHECK(cudaEventRecord(handles_->compute_point, stream()));
+  HONE_CUDA_CHECK(cudaStreamWaitEvent(handles_->copies, handles_->compute_point, 0));
+  // Default: the direction follows from the addresses (unified addressing).
+  HONE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, handles_->copies));
+  HONE_CUDA_CHECK(cudaEventRecord(handles_->done[size_t(slot)], handles_->copies));
+}
+
+// A slot with no copy yet has an event never recorded, which a wait passes.
+void CopyStream::compute_waits_for(int slot) {
+  HONE_ASSERT(slot >= 0 && size_t(slot) < handles_->done.size());
+  HONE_CUDA_CHECK(cudaStreamWaitEvent(stream(), handles_->done[size_t(slot)], 0));
+}
+
 }  // namespace hone::kernels::cuda

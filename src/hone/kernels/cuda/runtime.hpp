@@ -4,7 +4,10 @@
 // work. Its caching allocator serves every Tensor on DeviceKind::cuda; it is
 // registered with core's allocator_for() when this library is linked (ops/
 // links it by calling check_device() in every op).
+#include <cstddef>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "hone/core/device.hpp"
 
@@ -30,4 +33,28 @@ void synchronize();
 // to the driver.
 void empty_cache();
 
+// Copies between device memory and host memory on a stream of their own, so
+// that they run while the compute stream's kernels do (activation offloading).
+// A copy starts after the compute queued before it and belongs to a slot; the
+// compute stream waits for a slot's last copy only where compute_waits_for()
+// says so. The caller keeps the memory a copy reads or writes alive and
+// untouched until then: the allocator's reuse of freed blocks is ordered on the
+// compute stream alone. Host memory given to pin() is page-locked, which makes
+// copies from and to it asynchronous and several times faster.
+class CopyStream {
+ public:
+  explicit CopyStream(int slots);
+  ~CopyStream();  // waits for the copies queued, then unpins
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+
+  void pin(void* host, size_t bytes);
+  void copy(void* dst, const void* src, size_t bytes, int slot);
+  void compute_waits_for(int slot);
+
+ private:
+  struct Handles;  // the stream and events, opaque here
+  std::unique_ptr<Handles> handles_;
+  std::vector<void*> pinned_;
+};
 }  // namespace hone::kernels::cuda
