@@ -68,10 +68,26 @@ TEST(Cli, BenchPrintsTheDocumentedJson) {
   EXPECT_GT(j["tokens_per_sec"].get<double>(), 0);
   EXPECT_GT(j["mfu"].get<double>(), 0);
   EXPECT_LT(j["mfu"].get<double>(), 1.5);
+  EXPECT_EQ(j["mfu_peak_tflops"], j["gemm_peak_tflops"]);
   // Random tokens over 256 ids: the loss starts at about ln(256) and falls.
   EXPECT_NEAR(j["loss_first"].get<double>(), std::log(256.0), 0.2);
   EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
   EXPECT_GT(j["peak_memory_bytes"].get<double>(), j["activation_bytes"].get<double>());
+}
+
+// A GPU's MFU goal counts against its datasheet peak, not the measured one.
+TEST(Cli, BenchMfuAgainstAGivenPeak) {
+  const CliResult r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 2 --peak-tflops 0.5");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["mfu_peak_tflops"].get<double>(), 0.5);
+  EXPECT_NEAR(j["mfu"].get<double>(), j["tflops"].get<double>() / 0.5, 1e-12);
+  EXPECT_GT(j["gemm_peak_tflops"].get<double>(), 0);
+  for (const char* bad : {"0", "-3"}) {
+    const CliResult e = run_hone(std::string("bench --model llama_tiny --steps 1 --peak-tflops ") + bad);
+    EXPECT_EQ(e.status, 2) << bad;
+    EXPECT_NE(e.err.find("--peak-tflops must be positive"), std::string::npos) << e.err;
+  }
 }
 
 TEST(Cli, BenchTrainsLoraAdaptersWhenAsked) {

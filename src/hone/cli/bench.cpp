@@ -1,5 +1,6 @@
 // hone bench --model NAME --batch-size B --seq-len T [--max-seq-len L] --dtype fp32|bf16 --steps N [--threads K]
 //            [--device cpu|cuda] [--activation-checkpointing [--activation-offloading]] [--lora-rank R]
+//            [--peak-tflops P]
 #include <fmt/core.h>
 
 #include "hone/cli/commands.hpp"
@@ -13,6 +14,7 @@ Command add_bench(CLI::App& app) {
     std::string model = "llama_tiny", dtype = "fp32", device = "cpu";
     int64_t batch_size = 4, seq_len = 256, max_seq_len = 0, steps = 10, lora_rank = 0;
     int threads = 0;
+    double peak_tflops = 0;
     bool checkpointing = false;
     bool offloading = false;
   };
@@ -37,7 +39,10 @@ Command add_bench(CLI::App& app) {
                   "Train LoRA adapters of this rank on a frozen base instead of every weight (0); the modules of "
                   "torchtune's Llama 3.1 8B LoRA recipe: q, v and output projections and the MLP, alpha 2 x rank")
       ->capture_default_str();
-  return [args] {
+  CLI::Option* peak = sub->add_option("--peak-tflops", args->peak_tflops,
+                  "MFU against this peak, e.g. a GPU's datasheet bf16 figure (PaLM's convention; H100 SXM: 989), "
+                  "instead of the GEMM peak measured in the run");
+  return [args, peak] {
     BenchOptions o;
     o.model = model_preset(args->model);
     if (args->max_seq_len > 0) o.model.max_seq_len = args->max_seq_len;
@@ -50,6 +55,7 @@ Command add_bench(CLI::App& app) {
     HONE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16, "--dtype must be fp32 or bf16, got '{}'",
                args->dtype);
     o.steps = args->steps;
+    if (peak->count() > 0) o.peak_tflops = args->peak_tflops;
     o.threads = args->threads;
     o.device = parse_device(args->device);
     o.activation_checkpointing = args->checkpointing;

@@ -59,6 +59,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
                                  const std::function<void(int64_t step, double loss, double seconds)>& progress) {
   HONE_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
   HONE_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got {}", o.batch_size);
+  HONE_CHECK(!o.peak_tflops || *o.peak_tflops > 0, "--peak-tflops must be positive, got {}", o.peak_tflops.value_or(0));
   if (o.threads > 0) set_num_threads(o.threads);
   // Half a second of products, before the steps and again after them, the
   // better of the two: on a shared host a burst of other work can slow every
@@ -126,7 +127,8 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["tokens_per_sec"] = tokens_per_step / step_time;
   out["step_time_s"] = step_time;
   out["tflops"] = tflops;
-  out["mfu"] = tflops / peak;
+  out["mfu"] = tflops / o.peak_tflops.value_or(peak);
+  out["mfu_peak_tflops"] = o.peak_tflops.value_or(peak);
   out["gemm_peak_tflops"] = peak;
   out["flops_per_token"] = flops_per_token;
   out["peak_memory_bytes"] = peak_memory;

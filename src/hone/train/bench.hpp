@@ -1,6 +1,7 @@
 #pragma once
 // `hone bench`: trains a model for a few steps on random tokens and reports
-// throughput, achieved FLOP/s, MFU against this machine's measured GEMM peak,
+// throughput, achieved FLOP/s, MFU against this machine's measured GEMM peak
+// (or a given one),
 // and peak memory, as one JSON object (interface in docs/architecture.md).
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,9 @@ struct BenchOptions {
   bool activation_checkpointing = false;
   bool activation_offloading = false;  // with checkpointing: layer inputs in host memory
   std::optional<LoraConfig> lora;  // LoRA adapters on a frozen base instead of training every weight
+  // MFU against this peak (a GPU's datasheet figure, PaLM's convention) instead
+  // of the GEMM peak measured in the run.
+  std::optional<double> peak_tflops;
 };
 
 // Peak TFLOP/s of a large square GEMM in `dtype` on `device`: the best of the
