@@ -90,6 +90,29 @@ TEST(Arena, MeasuringAndRealPassesAgreeAndAlign) {
   EXPECT_EQ(ts[1].dtype(), DType::f32);
 }
 
+// Two sets of tensors never live at once share memory: the second set starts
+// where the first did, and the arena ends after the longer one.
+TEST(Arena, ReusedMemoryOverlapsAndTheEndIsTheFurthest) {
+  Arena arena(4096, Device::cpu());
+  const Tensor before = arena.take({16}, DType::f32);
+  const size_t mark = arena.mark();
+  const Tensor first = arena.take({100}, DType::f32);
+  const size_t first_end = arena.bytes_used();
+  arena.reuse_from(mark);
+  const Tensor second = arena.take({8}, DType::f64), third = arena.take({200}, DType::f32);
+  EXPECT_EQ(second.raw(), first.raw());
+  const size_t furthest = arena.bytes_used();
+  EXPECT_GT(furthest, first_end);
+  arena.reuse_from(mark);
+  arena.take({4}, DType::f32);
+  EXPECT_EQ(arena.bytes_used(), furthest);  // a shorter set leaves the end where it was
+  arena.reuse_end();
+  const Tensor after = arena.take({1}, DType::f32);
+  EXPECT_GE(static_cast<const std::byte*>(after.raw()),
+            static_cast<const std::byte*>(third.raw()) + third.nbytes());
+  EXPECT_EQ(static_cast<const std::byte*>(before.raw()) + 64, static_cast<const std::byte*>(first.raw()));
+}
+
 TEST(DType, NamesRoundTrip) {
   for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) EXPECT_EQ(parse_dtype(dtype_name(d)), d);
   EXPECT_EQ(parse_dtype("float32"), DType::f32);

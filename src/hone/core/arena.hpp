@@ -15,13 +15,21 @@ class Arena {
   Arena(size_t bytes, Device device);
 
   Tensor take(const Shape& shape, DType dtype);
-  size_t bytes_used() const { return used_; }
+  size_t bytes_used() const { return end_; }
+
+  // Tensors never live at the same time may share memory: reuse_from(mark())
+  // takes the next tensors from that mark again, over those taken since, and
+  // reuse_end() goes back to taking after everything.
+  size_t mark() const { return used_; }
+  void reuse_from(size_t mark);
+  void reuse_end() { used_ = end_; }
   bool measuring() const { return !buffer_.defined(); }
 
  private:
   static constexpr size_t kAlignment = 64;
   Tensor buffer_;
-  size_t used_ = 0;
+  size_t used_ = 0;  // where the next tensor goes
+  size_t end_ = 0;   // the furthest any took
 };
 
 }  // namespace hone

@@ -60,6 +60,10 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   auto mlp_shape = [&](int64_t width) { return mlp_chunked ? Shape{mlp_rows, width} : Shape{batch, seq, width}; };
 
   Activations a;
+  auto attention_gradients = [&] {
+    a.d_attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
+    a.d_qkv = arena.take({batch, seq, qkv}, dtype);
+  };
   a.batch = batch;
   a.seq = seq;
   a.mlp_rows = mlp_rows;
@@ -74,6 +78,11 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   for (LayerActivations& l : a.layers) {
     const size_t i = size_t(&l - a.layers.data());
     l.input = options.offload_inputs ? on_device[i % 2] : arena.take(hidden, dtype);
+  }
+  // Each layer's working set, or under checkpointing one they share; its MLP
+  // part is taken last (see below).
+  size_t mlp_working_set = 0;
+  for (LayerActivations& l : a.layers) {
     if (checkpointing && &l != &a.layers.front()) {
       const Tensor input = l.input;
       l = a.layers.front();  // the shared working set
@@ -87,20 +96,37 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
     l.attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
     l.attn_lse = arena.take({batch, heads, seq}, stats);
     l.mid = arena.take(hidden, dtype);
+    mlp_working_set = arena.mark();
     l.mlp_norm = mlp_chunked ? arena.take(mlp_shape(c.dim), dtype) : norm_output();
     l.mlp_norm_all = all(l.mlp_norm);
     norm_stats(l.mlp_norm_mean, l.mlp_norm_rstd, Shape{mlp_rows});
     l.mlp_up = arena.take(mlp_shape(up), dtype);
     l.mlp_act = arena.take(mlp_shape(ffn), dtype);
   }
-  a.output = arena.take(hidden, dtype);
-  a.final_norm = arena.take(hidden, dtype);
-  norm_stats(a.final_norm_mean, a.final_norm_rstd, rows);
   const bool split_vocabulary = c.splits_vocabulary(tp);
-  a.final_norm_all = split_vocabulary ? arena.take(all_rows, dtype) : a.final_norm;
-  const Shape loss_rows = split_vocabulary ? Shape{batch * seq} : rows;
   const int64_t classes = split_vocabulary ? c.vocab_size / tp : c.vocab_size;
-  a.logits = arena.take({logits_chunk_rows(c, dtype, batch, seq, options), classes}, dtype);
+  auto head_input_and_logits = [&] {
+    a.final_norm = arena.take(hidden, dtype);
+    a.final_norm_all = split_vocabulary ? arena.take(all_rows, dtype) : a.final_norm;
+    a.logits = arena.take({logits_chunk_rows(c, dtype, batch, seq, options), classes}, dtype);
+  };
+  if (checkpointing) {
+    // Three sets of tensors that are never live at once share the memory of
+    // the MLP's working set, which is live within a layer's MLP block: the
+    // attention block's gradients (its backward runs between the MLP's and the
+    // next layer's recompute) and the head's input and logits (live from the
+    // last layer's forward to the start of the first layer's backward).
+    arena.reuse_from(mlp_working_set);
+    attention_gradients();
+    arena.reuse_from(mlp_working_set);
+    head_input_and_logits();
+    arena.reuse_end();
+  } else {
+    head_input_and_logits();
+  }
+  a.output = arena.take(hidden, dtype);
+  norm_stats(a.final_norm_mean, a.final_norm_rstd, rows);
+  const Shape loss_rows = split_vocabulary ? Shape{batch * seq} : rows;
   a.token_losses = arena.take(loss_rows, stats);
   a.logits_lse = arena.take(loss_rows, stats);
 
@@ -110,8 +136,7 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
   a.d_residual_all = all(a.d_residual);
   a.d_norm = arena.take(hidden, dtype);
   a.d_norm_all = all(a.d_norm);
-  a.d_attn = arena.take({batch, seq, heads * c.head_dim()}, dtype);
-  a.d_qkv = arena.take({batch, seq, qkv}, dtype);
+  if (!checkpointing) attention_gradients();
   a.d_mlp_act = arena.take(mlp_shape(ffn), dtype);
   return a;
 }

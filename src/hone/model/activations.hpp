@@ -55,7 +55,11 @@ struct Activations {
   Tensor d_residual_all;
   Tensor d_norm;      // gradient of a norm's output
   Tensor d_norm_all;  // tp: qkv's and up's partial sums, before the reduce-scatter
-  Tensor d_attn, d_qkv, d_mlp_act;  // (the MLP's input gradient overwrites its input, mlp_up)
+  // (The MLP's input gradient overwrites its input, mlp_up.) Under activation
+  // checkpointing d_attn and d_qkv, and also final_norm(_all) and logits, lie
+  // in the memory of the MLP's working set (mlp_norm to mlp_act), each set
+  // live when the others are not (plan_activations).
+  Tensor d_attn, d_qkv, d_mlp_act;
 };
 
 // Row-wise work runs over chunks of rows whose widest tensor takes at most this
