@@ -12,6 +12,7 @@
 #include "hone/model/decoder.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
+#include "hone/train/bench.hpp"
 #include "hone/train/step.hpp"
 
 namespace hone::test {
@@ -236,6 +237,24 @@ TEST_P(CudaPreset, OffloadedLayerInputsGiveTheSameGradients) {
     EXPECT_EQ(relative_error(results[1][i], results[0][i]), 0.0) << GetParam() << (i == 0 ? " loss" : " gradient ")
                                                                   << (i == 0 ? "" : std::to_string(i - 1));
   }
+}
+
+// What hone validate and hone bench plan for a GPU run is its peak: the
+// weights, the arena (with the head's and the MLP's chunks, inputs offloaded),
+// the adapters' activations and cuBLASLt's workspace; the kernels' own scratch
+// is small beside them.
+TEST_F(Cuda, EstimateIsThePeakOfAnOffloadedLoraRun) {
+  ModelConfig c = model_preset("llama_tiny");
+  c.vocab_size = 32768;
+  c.ffn_dim = 16448;
+  c.max_seq_len = 320;
+  const BenchOptions o{.model = c, .batch_size = 2, .seq_len = 320, .dtype = DType::bf16, .steps = 1, .device = kGpu,
+                       .activation_checkpointing = true, .activation_offloading = true,
+                       .lora = LoraConfig{.rank = 4, .apply_to_mlp = true}};
+  const nlohmann::ordered_json j = run_bench(o, nullptr);
+  const double peak = j["peak_memory_bytes"], estimate = j["memory_estimate_bytes"];
+  fmt::print("offloaded LoRA run on cuda: estimate {}, peak {}\n", estimate, peak);
+  EXPECT_NEAR(estimate / peak, 1.0, 0.01) << "estimate " << estimate << ", peak " << peak;
 }
 
 TEST_P(CudaPreset, DecodingMatchesTheCpu) {

@@ -26,6 +26,14 @@ void gemm_on(Device device, const kernels::cpu::GemmArgs& args, const float* bia
 
 }  // namespace
 
+size_t gemm_workspace_bytes(Device device) {
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) return kernels::cuda::kWorkspaceBytes;
+#endif
+  (void)device;
+  return 0;
+}
+
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha, float beta) {
   const char* op = "matmul";
   const OpTimer timer(op);

@@ -27,6 +27,9 @@ namespace hone::ops {
 // dimensions are a batch (same in a, b, c).
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, float alpha = 1.0f,
             float beta = 0.0f);
+// Device memory the GEMM library keeps from the first product on, counted by
+// the device's allocator: cuBLASLt's workspace on CUDA, none on the CPU.
+size_t gemm_workspace_bytes(Device device);
 
 // y[..., out] = x[..., in] · weight[out, in]ᵀ (+ bias[out]).
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);

@@ -137,7 +137,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["memory_estimate_bytes"] =
       estimate_training_memory(o.model, o.dtype, o.batch_size, o.seq_len,
                                {.checkpointing = o.activation_checkpointing, .offload_inputs = o.activation_offloading},
-                               o.lora)
+                               o.lora, 0, 1, o.device)
           .total();
   out["activation_checkpointing"] = o.activation_checkpointing;
   out["activation_offloading"] = o.activation_offloading;

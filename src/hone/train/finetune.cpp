@@ -50,7 +50,7 @@ std::vector<std::string> summarize(const Config& c, const ModelConfig& model, in
   const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.max_seq_len");
   const MemoryEstimate m =
       estimate_training_memory(model, run.dtype, batch, seq_len, activation_options_from(c), lora,
-                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks);
+                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
   const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,

@@ -21,7 +21,7 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
              model.max_seq_len);
   const MemoryEstimate m =
       estimate_training_memory(model, run.dtype, batch, seq_len, activation_options_from(c), {},
-                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks);
+                               int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
   return {
       fmt::format("model: {} ({} family), {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), double(model.num_params()) / 1e6,

@@ -7,6 +7,7 @@
 #include "hone/dist/plan.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/model/activations.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone {
 
@@ -238,7 +239,7 @@ LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
 
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
                                         const ActivationOptions& activations, const std::optional<LoraConfig>& lora,
-                                        int zero, int ranks) {
+                                        int zero, int ranks, Device device) {
   const int tp = activations.tp;
   const size_t n = size_t(model.num_params_per_rank(tp));
   const size_t trained = lora ? size_t(lora_parameter_count(model, *lora, tp)) : n;
@@ -264,6 +265,7 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
   }
   m.activations = activation_bytes(model, dtype, batch_size, seq_len, activations);
   if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, activations);
+  m.workspace = ops::gemm_workspace_bytes(device);
   return m;
 }
 
@@ -273,12 +275,13 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                                                                  tensor_parallel, m.zero)
                                                    : "";
   const std::string gathered = m.gathered > 0 ? " + gathered units " + format_bytes(double(m.gathered)) : "";
+  const std::string workspace = m.workspace > 0 ? " + GEMM workspace " + format_bytes(double(m.workspace)) : "";
   return fmt::format("memory estimate on {} ({}{}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {}{} + "
-                     "activations {}",
+                     "activations {}{}",
                      run.device.str(), dtype_name(run.dtype), per_rank, format_bytes(double(m.total())),
                      format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
                      format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)), gathered,
-                     format_bytes(double(m.activations)));
+                     format_bytes(double(m.activations)), workspace);
 }
 
 std::string format_bytes(double bytes) {

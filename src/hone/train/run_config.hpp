@@ -54,18 +54,23 @@ LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
 // compute dtype alone (bf16: 2 B/param); the adapters' own activations count too.
 struct MemoryEstimate {
   size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, gathered = 0, activations = 0;
+  size_t workspace = 0;     // the GEMM library's (ops::gemm_workspace_bytes)
   int zero = 0, ranks = 1;  // per rank of this many data-parallel ranks at this ZeRO stage
   int tp = 1;               // and of this many tensor-parallel ranks
-  size_t total() const { return parameters + gradients + optimizer + compute_copy + gathered + activations; }
+  size_t total() const {
+    return parameters + gradients + optimizer + compute_copy + gathered + activations + workspace;
+  }
 };
 // Per rank of `ranks` data-parallel ranks at ZeRO stage `zero`, as hone shards:
 // 1 the moments; 2 also the gradients (a shard, and the units backward is at); 3 the
 // weights, gradients and moments, plus the units gathered at once. Tensor
 // parallelism over `tp` ranks splits the projections and the activations.
 // Activations as `activations` lays them out (checkpointing, offloading, tp).
+// On `device`, what its GEMM library keeps too.
 MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
                                         const ActivationOptions& activations,
-                                        const std::optional<LoraConfig>& lora = {}, int zero = 0, int ranks = 1);
+                                        const std::optional<LoraConfig>& lora = {}, int zero = 0, int ranks = 1,
+                                        Device device = Device::cpu());
 // "memory estimate on cpu (bf16): total = weights + gradients + ...", for a run's banner.
 std::string describe(const MemoryEstimate& estimate, const RunSettings& run);
 

@@ -134,9 +134,6 @@ class LtGemm {
   }
 
  private:
-  // cuBLASLt's recommendation for Hopper; Ampere needs less.
-  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-
   void ensure_handle() {
     if (handle_ != nullptr) return;
     HONE_CUBLAS_CHECK(lt().cublasLtCreate(&handle_));
