@@ -90,6 +90,25 @@ TEST_F(Cuda, LinearForwardAndBackwardWithBias) {
   }
 }
 
+// A bias sliced from a flat buffer, aligned to its 4 bytes alone, is added
+// after the product instead of in cuBLASLt's epilogue; and a bias gradient over
+// more rows than 256 chunks of 64 sums longer chunks.
+TEST_F(Cuda, LinearWithAMisalignedBiasAndManyRows) {
+  const Tensor flat = random_tensor({17}, DType::f32, 13), bias = flat.slice(1, {16});
+  for (const DType dtype : kDtypes) {
+    const Tensor x = random_tensor({20000, 24}, dtype, 14), w = random_tensor({16, 24}, dtype, 15);
+    const Tensor y = Tensor::empty({20000, 16}, dtype), y_gpu = Tensor::empty({20000, 16}, dtype, kGpu);
+    ops::linear_forward(x, w, bias, y);
+    ops::linear_forward(gpu(x), gpu(w), gpu(flat).slice(1, {16}), y_gpu);
+    expect_match(y_gpu, y, tolerance(dtype, 1e-5), named("linear forward, misaligned bias", dtype));
+    const Tensor dy = random_tensor(y.shape(), dtype, 16);
+    const Tensor db = Tensor::zeros({16}, DType::f32), db_gpu = Tensor::zeros({16}, DType::f32, kGpu);
+    ops::linear_backward(dy, x, w, Tensor(), Tensor(), db);
+    ops::linear_backward(gpu(dy), gpu(x), gpu(w), Tensor(), Tensor(), db_gpu);
+    expect_match(db_gpu, db, 1e-5, named("linear dbias over 20000 rows", dtype));
+  }
+}
+
 TEST_F(Cuda, EmbeddingWithLearnedAndPackedPositions) {
   const int64_t batch = 3, seq = 37, vocab = 11, dim = 70, max_positions = 40;
   const Tensor tokens = ids(random_ids(batch * seq, int32_t(vocab), 13), {batch, seq});  // many repeats

@@ -39,7 +39,10 @@ __global__ void column_finish_kernel(const Acc* partial, int64_t chunks, int64_t
 template <typename F>
 void accumulate_columns(F term, int64_t rows, int64_t width, float* first, int64_t split, float* second) {
   if (rows == 0 || width == 0) return;
-  constexpr int64_t kMaxChunks = 65535;  // gridDim.y
+  // At most 256 chunks: (width / 256) x 256 blocks keep a GPU busy, and the
+  // scratch stays 256 rows of partial sums (4 MiB at width 4096) however many
+  // rows a long sequence brings.
+  constexpr int64_t kMaxChunks = 256;
   const int64_t min_chunk = (rows + kMaxChunks - 1) / kMaxChunks;
   const int64_t chunk_rows = min_chunk > kColumnChunkRows ? min_chunk : kColumnChunkRows;
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
