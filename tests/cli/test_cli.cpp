@@ -90,6 +90,22 @@ TEST(Cli, BenchMfuAgainstAGivenPeak) {
   }
 }
 
+// HONE_PROFILE=1: at exit, each op's calls and time, the timed steps' alone.
+TEST(Cli, ProfilePrintsTheOpsOfTheTimedSteps) {
+  setenv("HONE_PROFILE", "1", 1);
+  const CliResult r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 2");
+  unsetenv("HONE_PROFILE");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("hone profile (HONE_PROFILE)"), std::string::npos) << r.err;
+  // Two layers, four projections each, and the head: 9 products a forward pass.
+  const std::string linear = "\nlinear" + std::string(18, ' ');  // the op column is 24 wide
+  const size_t row = r.err.find(linear);
+  ASSERT_NE(row, std::string::npos) << r.err;
+  EXPECT_EQ(std::stoll(r.err.substr(row + linear.size())), 2 * 9) << r.err.substr(row, 80);
+  // The GEMM peak, measured after the steps, is not a training op.
+  EXPECT_EQ(r.err.find("\nmatmul"), std::string::npos) << r.err;
+}
+
 TEST(Cli, BenchTrainsLoraAdaptersWhenAsked) {
   CliResult r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 3 --lora-rank 4");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -56,6 +57,12 @@ Profile& profile() {
 
 thread_local int depth = 0;
 
+std::atomic<void (*)()> barrier = nullptr;
+
+void wait_for_device() {
+  if (void (*wait)() = barrier.load()) wait();
+}
+
 }  // namespace
 
 bool profiling_enabled() {
@@ -66,8 +73,19 @@ bool profiling_enabled() {
   return enabled;
 }
 
+void register_profile_barrier(void (*wait)()) { barrier = wait; }
+
 void reset_profile() {
   if (profiling_enabled()) profile().reset();
+}
+
+// Only outermost ops are recorded: inside this scope none is.
+UnprofiledScope::UnprofiledScope() {
+  if (profiling_enabled()) ++depth;
+}
+
+UnprofiledScope::~UnprofiledScope() {
+  if (profiling_enabled()) --depth;
 }
 
 OpTimer::OpTimer(const char* op) {
@@ -75,6 +93,7 @@ OpTimer::OpTimer(const char* op) {
   if (depth++ == 0) {
     profile();  // constructed before first use, destroyed (and printed) at exit
     op_ = op;
+    wait_for_device();  // the work queued before this op is not its time
     start_ = std::chrono::steady_clock::now();
   }
 }
@@ -82,7 +101,9 @@ OpTimer::OpTimer(const char* op) {
 OpTimer::~OpTimer() {
   if (!profiling_enabled()) return;
   --depth;
-  if (op_) profile().add(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  if (!op_) return;
+  wait_for_device();
+  profile().add(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
 }
 
 }  // namespace hone

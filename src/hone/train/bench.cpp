@@ -29,6 +29,7 @@ double median(std::vector<double> values) {
 }  // namespace
 
 double measure_gemm_peak_tflops(DType dtype, Device device, double window_seconds) {
+  const UnprofiledScope not_a_training_op;
   // Large enough to reach the GEMM library's steady state: on a GPU a size that
   // takes milliseconds, on a 2-core CPU one that takes well under a second in fp32.
   const int64_t n = device.is_cuda() ? 8192 : dtype == DType::bf16 ? 2048 : 1536;

@@ -10,6 +10,7 @@
 
 #include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/profiler.hpp"
 #include "hone/kernels/cuda/check.hpp"
 
 namespace hone::kernels::cuda {
@@ -209,6 +210,11 @@ CudaAllocator& cuda_allocator() {
 // Registered before main(): a CUDA tensor can be made before the first op runs.
 const bool g_registered = [] {
   register_allocator(DeviceKind::cuda, &cuda_allocator());
+  // No throwing (it runs in OpTimer's destructor): a failed kernel's error
+  // reaches the next op that checks.
+  register_profile_barrier([] {
+    if (runtime().initialized) (void)cudaStreamSynchronize(runtime().stream);
+  });
   return true;
 }();
 
