@@ -52,6 +52,10 @@ if [[ $stages == *" bench "* ]]; then
   "$bundle/bin/hone" bench --model llama3_2_1B --batch-size 4 --seq-len 2048 --dtype bf16 --steps 5 --device cuda \
     $peak_flag >"$out/bench_llama_1b.log" 2>&1
   echo "bench Llama 3.2 1B: exit $?: $(tail -1 "$out/bench_llama_1b.log")"
+  # Where its step goes: each op timed with the device synchronized around it.
+  HONE_PROFILE=1 "$bundle/bin/hone" bench --model llama3_2_1B --batch-size 4 --seq-len 2048 --dtype bf16 --steps 2 \
+    --device cuda >"$out/profile_llama_1b.log" 2>&1
+  echo "profile Llama 3.2 1B: exit $?"; grep -A12 "hone profile" "$out/profile_llama_1b.log"
   for head_dim in 128 64; do
     "$bundle/bin/bench_attention" --device cuda --batch 4 --seq 4096 --heads $((2048 / head_dim)) \
       --kv-heads $((2048 / head_dim)) --head-dim "$head_dim" >>"$out/bench_attention.log" 2>&1
