@@ -20,5 +20,4 @@ ldd "$stage"/bin/* | awk '/=> \//{print $3}' | sort -u |
 pwd > "$stage/source_dir"
 tar -C "$stage" -czf .gpu/bundle.tar.gz .
 rm -rf "$stage"
-grep -qx '/.gpu/' .git/info/exclude || echo '/.gpu/' >> .git/info/exclude
 ls -la .gpu/bundle.tar.gz
