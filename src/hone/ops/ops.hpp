@@ -16,10 +16,6 @@
 #include "hone/kernels/cpu/activation.hpp"
 #include "hone/kernels/cpu/adamw.hpp"
 
-namespace hone::kernels::cuda {
-class CopyStream;
-}
-
 namespace hone::ops {
 
 // ---- GEMM ----
@@ -183,8 +179,9 @@ class OverlappedCopies {
   void wait(int slot);
 
  private:
+  struct CopyStream;  // a CUDA device's (copies.cpp)
   Tensor host_;
-  std::unique_ptr<kernels::cuda::CopyStream> stream_;  // CUDA only
+  std::unique_ptr<CopyStream> stream_;  // null on the CPU
 };
 
 // ---- optimizer ----
