@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU tests, the hone binary and bench_attention for Hopper (sm_90), without
+# Builds the GPU tests (and NCCL's, #7), the hone binary and bench_attention for Hopper (sm_90), without
 # -march=native (the device machine's processor may lack this one's AVX-512),
 # and packs them with the shared libraries a CUDA image lacks into
 # .gpu/bundle.tar.gz, for tests/gpu/run.sh on the device machine (docs/cuda.md).
@@ -7,10 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHONE_CUDA=ON \
   -DHONE_NATIVE=OFF >/dev/null
-cmake --build build-gpu --target test_cuda_ops test_cuda_models hone bench_attention
+cmake --build build-gpu --target test_cuda_ops test_cuda_models nccl_collectives hone bench_attention
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" .gpu
-cp build-gpu/bin/test_cuda_ops build-gpu/bin/test_cuda_models build-gpu/bin/hone build-gpu/bin/bench_attention "$stage/bin/"
+cp build-gpu/bin/test_cuda_ops build-gpu/bin/test_cuda_models build-gpu/bin/nccl_collectives build-gpu/bin/hone \
+  build-gpu/bin/bench_attention "$stage/bin/"
 # Every library they load but glibc's and CUDA's (the device machine has its own
 # CUDA 13; NCCL, 200 MB, comes with its PyTorch).
 ldd "$stage"/bin/* | awk '/=> \//{print $3}' | sort -u |

@@ -42,6 +42,12 @@ if [[ $stages == *" tests "* ]]; then
     grep -E '^\[  (FAILED|SKIPPED) |relative error|Failure|Expected|Which is|^\[  PASSED|^\[==========\]' "$out/$test.log"
     [ "$rc" -eq 0 ] || status=1
   done
+  # #7's NCCL backend, a world of one (the lent machines have one GPU; two ranks need two).
+  HONE_DIST_TIMEOUT=60 "$bundle/bin/nccl_collectives" --gtest_output="xml:$out/nccl_collectives.xml" \
+    >"$out/nccl_collectives.log" 2>&1
+  rc=$?
+  grep -E '^\[  (FAILED|SKIPPED) |Failure|^\[  PASSED|^\[==========\]' "$out/nccl_collectives.log"
+  [ "$rc" -eq 0 ] || status=1
 fi
 if [[ $stages == *" bench "* ]]; then
   # End to end: the trainer's step on the GPU.
