@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the device machine: runs the GPU tests that tests/gpu/bundle.sh packed
-# (carry .gpu), then `hone bench --device cuda` on GPT-2 124M and Llama 3.2 1B
+# (carry .gpu) and NCCL's at one rank, then `hone bench --device cuda` on GPT-2 124M and Llama 3.2 1B
 # (MFU against the datasheet peak), attention alone at seq 4096 (head sizes 128
 # and 64) and the Llama 3.1 8B LoRA memory goal, printing a summary and leaving
 # logs and XML reports in $OUT. Arguments go to the tests (e.g. --gtest_filter=...).
