@@ -265,7 +265,6 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   if (acts_.batch == batch && acts_.seq == seq) return;
   input_copies_.reset();  // its copies may still use the arena
   acts_ = Activations();  // free the old arena before making the new one
-  host_inputs_ = Tensor();
   ActivationOptions options = plan_options_;
   options.offload_inputs = options.offload_inputs && options.checkpointing;  // nothing to offload otherwise
   options.tp = tp_size_;
@@ -273,8 +272,8 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   Arena arena(arena_bytes_, device_);
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
   if (options.offload_inputs) {
-    host_inputs_ = Tensor::empty({config_.n_layers, batch * seq / tp_size_, config_.dim}, dtype_, Device::cpu());
-    input_copies_ = std::make_unique<ops::OverlappedCopies>(device_, host_inputs_, 2);
+    const Tensor host = Tensor::empty({config_.n_layers, batch * seq / tp_size_, config_.dim}, dtype_, Device::cpu());
+    input_copies_ = std::make_unique<ops::OverlappedCopies>(device_, host, 2);
   }
   ensure_rope_tables(seq);
 }
@@ -431,6 +430,21 @@ const Tensor& grad_or_none(const Parameter* p) {
 
 }  // namespace
 
+// Offloading: layer i's input lives in device buffer i % 2, whose copies are slot i % 2's.
+void Transformer::offload_input(int64_t i) {
+  const Tensor& host = input_copies_->host()[i];
+  input_copies_->start(host, acts_.layers[size_t(i)].input.view(host.shape()), int(i % 2));
+  input_copies_->wait(int((i + 1) % 2));  // layer i writes over layer i - 1's input, which may still be going out
+}
+
+void Transformer::restore_input(int64_t i) {
+  input_copies_->wait(int(i % 2));  // it came back during layer i + 1 (the last layer's never left)
+  if (i == 0) return;
+  // Layer i - 1's comes back into layer i + 1's buffer while layer i runs.
+  const Tensor& host = input_copies_->host()[i - 1];
+  input_copies_->start(acts_.layers[size_t(i - 1)].input.view(host.shape()), host, int((i - 1) % 2));
+}
+
 void Transformer::forward_layer(int64_t i) {
   forward_attention(i);
   for (const MlpChunk& chunk : mlp_chunks()) {
@@ -527,10 +541,7 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
     acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
-    if (input_copies_) {  // layer i's input goes out while it runs; it writes over layer i - 1's
-      input_copies_->start(host_inputs_[i], a.layers[size_t(i)].input.view(host_inputs_[i].shape()), int(i % 2));
-      input_copies_->wait(int((i + 1) % 2));
-    }
+    if (input_copies_) offload_input(i);
     forward_layer(i);
     release(layer_unit(i));
   }
@@ -643,14 +654,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     const std::vector<MlpChunk> mlp = mlp_chunks();
     const bool recompute = plan_options_.checkpointing;  // refill the shared working set with layer i
     if (recompute) {
-      if (input_copies_) {  // layer i's input came back during layer i + 1 (the last layer's never left)
-        input_copies_->wait(int(i % 2));
-        // Layer i - 1's comes back into layer i + 1's buffer while layer i runs.
-        if (i > 0) {
-          const Tensor& previous = a.layers[size_t(i - 1)].input;
-          input_copies_->start(previous.view(host_inputs_[i - 1].shape()), host_inputs_[i - 1], int((i - 1) % 2));
-        }
-      }
+      if (input_copies_) restore_input(i);
       forward_attention(i);
     }
     // MLP block, chunk by chunk; the residual gradient flows on unchanged and the branch adds to it.

@@ -133,7 +133,8 @@ class Transformer {
   bool activation_checkpointing() const { return plan_options_.checkpointing; }
   // With checkpointing, keeps the layer inputs in host memory: on a GPU the
   // device holds two of them instead of one per layer (one copy out per layer
-  // in the forward pass, one back before its recompute). Torchtune's
+  // in the forward pass, one back per layer in the backward pass, each on a
+  // copy stream while another layer computes). Torchtune's
   // enable_activation_offloading; without checkpointing it does nothing.
   void set_activation_offloading(bool on);
   bool activation_offloading() const { return plan_options_.offload_inputs; }
@@ -190,6 +191,10 @@ class Transformer {
   // forward() up to the output head: embeddings, layers, the final norm
   // (acts_.final_norm_all); the head's unit stays acquired.
   void forward_hidden(const Tensor& tokens, const Tensor& positions);
+  // Offloading, before layer i's forward pass: its input goes out while it
+  // runs; before its recompute: it is back, and layer i - 1's starts back.
+  void offload_input(int64_t i);
+  void restore_input(int64_t i);
   // Layer i's forward pass: from acts_.layers[i].input to the next layer's input.
   void forward_layer(int64_t i);
   // Its attention block: input -> mid.
@@ -299,12 +304,12 @@ class Transformer {
   Activations acts_;
   size_t arena_bytes_ = 0;
   ActivationOptions plan_options_;  // what set_activation_* and set_chunk_bytes ask (tp: tp_size_)
-  Tensor host_inputs_;  // offloading: [n_layers, rows, dim] on the host
   Tensor tokens_, targets_, positions_;  // of the last forward, for backward
   // The last forward pass computed the head's gradients for this loss scale.
   std::optional<double> head_grad_scale_;
-  // Offloading's copies of host_inputs_, slot i % 2 for layer i's input buffer.
-  // Last, so that it goes first: it waits for copies into and out of acts_.
+  // Offloading: the layer inputs in host memory ([n_layers, rows, dim]) and
+  // their copies. Last, so that it goes first: it waits for copies into and out
+  // of acts_.
   std::unique_ptr<ops::OverlappedCopies> input_copies_;
 };
 

@@ -177,6 +177,7 @@ class OverlappedCopies {
 
   void start(const Tensor& dst, const Tensor& src, int slot);
   void wait(int slot);
+  const Tensor& host() const { return host_; }
 
  private:
   struct CopyStream;  // a CUDA device's (copies.cpp)
