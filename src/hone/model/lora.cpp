@@ -64,8 +64,7 @@ size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, 
   for (const LoraTarget& t : lora_targets(config, lora)) {
     const int64_t out = t.rows_per_rank(tp), in = t.in_per_rank(tp);
     // The output head, and the MLP under checkpointing, run over chunks of rows.
-    const bool mlp = t.module == "gate_proj" || t.module == "up_proj" || t.module == "down_proj";
-    const int64_t n = t.layer < 0 ? head_rows : mlp && tp == 1 ? mlp_rows : rows;
+    const int64_t n = t.layer < 0 ? head_rows : t.in_mlp() && tp == 1 ? mlp_rows : rows;
     kept += n * lora.rank;
     moment = std::max(moment, n * (out + lora.rank + (lora.dropout > 0 ? 2 * in : 0)));
   }

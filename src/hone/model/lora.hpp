@@ -42,6 +42,7 @@ struct LoraTarget {
     return tp > 1 && (split == Split::rows || (split == Split::vocabulary && splits_vocabulary(rows, tp)));
   }
   bool splits_columns(int64_t tp) const { return tp > 1 && split == Split::columns; }
+  bool in_mlp() const { return module == "gate_proj" || module == "up_proj" || module == "down_proj"; }
   // This rank's share of a tp-way split model: B's rows (and where they begin in
   // the rank's part of the base weight), A's input columns.
   int64_t rows_per_rank(int64_t tp) const { return splits_rows(tp) ? rows / tp : rows; }
