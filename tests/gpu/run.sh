@@ -14,9 +14,10 @@ source_dir=$(cat "$bundle/source_dir")
 if [ ! -e "$source_dir/tests/reference" ]; then
   mkdir -p "$(dirname "$source_dir")" && ln -sfn "$PWD" "$source_dir"
 fi
-# CUDA's runtime, cuBLASLt and NCCL from the machine: the toolkit's, else any copy (e.g. pip's).
+# CUDA's runtime, cuBLASLt, NVRTC (cuDNN compiles some engines at run time),
+# cuDNN and NCCL from the machine: the toolkit's, else any copy (e.g. pip's).
 libs="$bundle/lib"
-for name in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+for name in libcudart.so.13 libcublasLt.so.13 libnvrtc.so.13 libcudnn.so.9 libnccl.so.2; do
   found=$(ls /usr/local/cuda/lib64/$name 2>/dev/null || find /usr /opt -name "$name" 2>/dev/null | head -1)
   [ -n "$found" ] && libs="$libs:$(dirname "$found")"
 done
@@ -62,10 +63,14 @@ if [[ $stages == *" bench "* ]]; then
   HONE_PROFILE=1 "$bundle/bin/hone" bench --model llama3_2_1B --batch-size 4 --seq-len 2048 --dtype bf16 --steps 2 \
     --device cuda >"$out/profile_llama_1b.log" 2>&1
   echo "profile Llama 3.2 1B: exit $?"; grep -A12 "hone profile" "$out/profile_llama_1b.log"
-  for head_dim in 128 64; do
-    "$bundle/bin/bench_attention" --device cuda --batch 4 --seq 4096 --heads $((2048 / head_dim)) \
-      --kv-heads $((2048 / head_dim)) --head-dim "$head_dim" >>"$out/bench_attention.log" 2>&1
-    echo "bench_attention: exit $?: $(tail -1 "$out/bench_attention.log")"
+  # Attention alone: cuDNN's fused kernels (the default) and hone's own.
+  for kernels in cudnn hone; do
+    for head_dim in 128 64; do
+      HONE_CUDA_ATTENTION=$kernels "$bundle/bin/bench_attention" --device cuda --batch 4 --seq 4096 \
+        --heads $((2048 / head_dim)) --kv-heads $((2048 / head_dim)) --head-dim "$head_dim" \
+        >>"$out/bench_attention.log" 2>&1
+      echo "bench_attention ($kernels): exit $?: $(tail -1 "$out/bench_attention.log")"
+    done
   done
 fi
 if [[ $stages == *" lora8b "* ]]; then

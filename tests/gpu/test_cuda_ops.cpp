@@ -8,6 +8,7 @@
 
 #include "cuda_test.hpp"
 #include "hone/core/rng.hpp"
+#include "hone/kernels/cuda/attention_cudnn.hpp"
 #include "hone/ops/ops.hpp"
 
 namespace hone::test {
@@ -225,6 +226,20 @@ struct AttentionCase {
   bool alibi, packed;
 };
 
+using kernels::cuda::AttentionKernels;
+
+// Sets which kernels bf16 attention tries first for one scope.
+class KernelChoice {
+ public:
+  explicit KernelChoice(AttentionKernels kernels) : before_(kernels::cuda::attention_kernels()) {
+    kernels::cuda::set_attention_kernels(kernels);
+  }
+  ~KernelChoice() { kernels::cuda::set_attention_kernels(before_); }
+
+ private:
+  AttentionKernels before_;
+};
+
 class CudaAttention : public Cuda, public ::testing::WithParamInterface<AttentionCase> {};
 
 TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
@@ -250,7 +265,13 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
     }
     positions = ids(p, {c.batch, c.seq});
   }
-  for (const DType dtype : kDtypes) {
+  // bf16 at head sizes 64 and 128 without ALiBi or packing goes to cuDNN unless
+  // hone's kernels are asked for: both are checked.
+  for (const auto& [dtype, preferred] : {std::pair{DType::f32, AttentionKernels::hone},
+                                         std::pair{DType::bf16, AttentionKernels::hone},
+                                         std::pair{DType::bf16, AttentionKernels::cudnn}}) {
+    const KernelChoice choice(preferred);
+    SCOPED_TRACE(preferred == AttentionKernels::hone ? "hone's kernels" : "cuDNN first");
     const Tensor qkv = random_tensor(qkv_shape, dtype, 33, 1.5);
     const Tensor out = Tensor::empty(out_shape, dtype), lse = Tensor::empty(lse_shape, DType::f32);
     const Tensor out_gpu = Tensor::empty(out_shape, dtype, kGpu), lse_gpu = Tensor::empty(lse_shape, DType::f32, kGpu);
@@ -285,6 +306,69 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttentionCase{2, 150, 4, 2, 64, false, true},
                                            AttentionCase{1, 300, 4, 1, 128, true, true},
                                            AttentionCase{1, 200, 8, 8, 256, false, false}));
+
+// cuDNN's fused attention takes the bf16 calls it should (the test above would
+// pass just as well if it silently took none), and its outputs and hone's are
+// interchangeable: hone's backward pass after cuDNN's forward pass and cuDNN's
+// after hone's match the CPU. MHA, GQA and MQA; a sequence that ends mid-tile,
+// whose backward pass cuDNN before 9.15.1 leaves to hone's kernels.
+TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
+  struct Case {
+    int64_t batch, seq, heads, kv_heads, head_dim;
+  };
+  for (const Case c : {Case{2, 128, 4, 2, 64}, Case{1, 384, 4, 1, 128}, Case{2, 256, 8, 8, 128},
+                       Case{1, 1024, 8, 2, 64}, Case{1, 300, 4, 2, 128}}) {
+    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}", c.batch, c.seq, c.heads, c.kv_heads,
+                             c.head_dim));
+    const ops::AttentionHeads heads{.n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.head_dim};
+    const kernels::cpu::AttentionDims dims{.batch = c.batch,
+                                           .seq = c.seq,
+                                           .n_heads = c.heads,
+                                           .n_kv_heads = c.kv_heads,
+                                           .head_dim = c.head_dim,
+                                           .scale = 1.0 / std::sqrt(double(c.head_dim))};
+    const Shape qkv_shape{c.batch, c.seq, (c.heads + 2 * c.kv_heads) * c.head_dim};
+    const Shape out_shape{c.batch, c.seq, c.heads * c.head_dim}, lse_shape{c.batch, c.heads, c.seq};
+    const Tensor qkv = random_tensor(qkv_shape, DType::bf16, 35, 1.5), d_out = random_tensor(out_shape, DType::bf16, 36);
+    const Tensor out = Tensor::empty(out_shape, DType::bf16), lse = Tensor::empty(lse_shape, DType::f32);
+    const Tensor d_qkv = Tensor::empty(qkv_shape, DType::bf16);
+    ops::attention_forward(qkv, out, lse, Tensor(), heads);
+    ops::attention_backward(d_out, qkv, out, lse, Tensor(), d_qkv, heads);
+
+    const Tensor qkv_gpu = gpu(qkv), d_out_gpu = gpu(d_out);
+    const Tensor out_cudnn = Tensor::empty(out_shape, DType::bf16, kGpu), lse_cudnn = Tensor::empty(lse_shape, DType::f32, kGpu);
+    ASSERT_TRUE(kernels::cuda::cudnn_attention_forward(qkv_gpu.data<bf16>(), out_cudnn.data<bf16>(),
+                                                       lse_cudnn.data<float>(), nullptr, dims))
+        << "cuDNN did not take the forward pass (its notice above says why)";
+    expect_match(out_cudnn, out, 1e-2, "cuDNN forward");
+    expect_match(lse_cudnn, lse, 2e-3, "cuDNN lse");
+
+    const KernelChoice hone_kernels(AttentionKernels::hone);
+    const Tensor out_hone = Tensor::empty(out_shape, DType::bf16, kGpu), lse_hone = Tensor::empty(lse_shape, DType::f32, kGpu);
+    ops::attention_forward(qkv_gpu, out_hone, lse_hone, Tensor(), heads);
+    const Tensor d_qkv_cudnn = Tensor::empty(qkv_shape, DType::bf16, kGpu);
+    const bool backward_taken = kernels::cuda::cudnn_attention_backward(
+        d_out_gpu.data<bf16>(), qkv_gpu.data<bf16>(), out_hone.data<bf16>(), lse_hone.data<float>(), nullptr,
+        d_qkv_cudnn.data<bf16>(), dims);
+    if (c.seq % 128 == 0) {
+      ASSERT_TRUE(backward_taken) << "cuDNN did not take the backward pass (its notice above says why)";
+    }
+    if (backward_taken) expect_match(d_qkv_cudnn, d_qkv, 2e-2, "cuDNN backward after hone's forward");
+    const Tensor d_qkv_hone = Tensor::empty(qkv_shape, DType::bf16, kGpu);
+    ops::attention_backward(d_out_gpu, qkv_gpu, out_cudnn, lse_cudnn, Tensor(), d_qkv_hone, heads);
+    expect_match(d_qkv_hone, d_qkv, 2e-2, "hone's backward after cuDNN's forward");
+  }
+  // What it leaves to hone's kernels.
+  const kernels::cpu::AttentionDims odd{.batch = 1, .seq = 8, .n_heads = 2, .n_kv_heads = 2, .head_dim = 48, .scale = 0.1};
+  const Tensor buffer = Tensor::zeros({1, 8, 6 * 128}, DType::bf16, kGpu), lse = Tensor::zeros({1, 2, 8}, DType::f32, kGpu);
+  EXPECT_FALSE(kernels::cuda::cudnn_attention_forward(buffer.data<bf16>(), buffer.data<bf16>(), lse.data<float>(),
+                                                      nullptr, odd));
+  const Tensor slopes = Tensor::zeros({2}, DType::f32, kGpu);
+  kernels::cpu::AttentionDims alibi = odd;
+  alibi.head_dim = 64;
+  EXPECT_FALSE(kernels::cuda::cudnn_attention_forward(buffer.data<bf16>(), buffer.data<bf16>(), lse.data<float>(),
+                                                      slopes.data<float>(), alibi));
+}
 
 TEST_F(Cuda, AttentionDecodeMatchesTheCpu) {
   const int64_t rows = 3, slots = 4, capacity = 50, H = 4, KV = 2;

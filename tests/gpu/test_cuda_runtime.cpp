@@ -1,7 +1,12 @@
 // The CUDA runtime where no GPU is usable (CI builds the backend on machines
 // without one): asking for a CUDA tensor fails with an error that says why,
 // rather than crashing, and nothing touches the driver before that.
+#include <dlfcn.h>
+
+#include <cmath>
+
 #include "cuda_test.hpp"
+#include "hone/kernels/cuda/attention_cudnn.hpp"
 #include "hone/ops/ops.hpp"
 
 namespace hone::test {
@@ -22,6 +27,54 @@ TEST(CudaRuntime, ADeviceTensorWithoutAUsableGpuIsAClearError) {
 TEST(CudaRuntime, ChoosingTheDeviceChecksItsIndex) {
   EXPECT_NE(error_of([] { kernels::cuda::set_device(-1); }), "");
   EXPECT_EQ(error_of([] { kernels::cuda::set_device(kernels::cuda::current_device()); }), "");
+}
+
+// cuDNN takes hone's fused attention graphs (attention_cudnn.cpp) for an H100
+// without one: cuDNN 9.8+ plans for a GPU it is given the properties of (an
+// H100 SXM's, as cudaGetDeviceProperties reports them). Without a GPU driver,
+// the toolkit's stub stands in for it: cuDNN recognizes each graph as fused
+// attention, picks an engine and compiles its kernels, and only loading them
+// fails. The shapes of #8's benchmarks and models, and one that ends mid-tile.
+TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
+  const bool stub = !kernels::cuda::available();
+  if (stub && dlopen(HONE_CUDA_DRIVER_STUB, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    GTEST_SKIP() << "no CUDA driver library here, not even the toolkit's stub: " << dlerror();
+  }
+  const std::string h100 = R"({"deviceName": "NVIDIA H100 80GB HBM3", "cudaDeviceId": 0, "deviceVer": 900,
+    "driverVer": 13000, "multiProcessorCount": 132, "totalGlobalMem": 85520809984, "l2CacheSize": 52428800,
+    "maxSharedMemoryPerBlock": 49152, "maxSharedMemoryPerBlockOptin": 232448, "reservedSharedMemoryPerBlock": 1024,
+    "maxGridSize": [2147483647, 65535, 65535], "maxBlockSize": [1024, 1024, 64], "regsPerBlock": 65536,
+    "maxRegistersPerSM": 65536, "maxThreadsPerBlock": 1024, "maxThreadsPerSM": 2048, "maxCtasPerSM": 32,
+    "warpSize": 32, "smClockRateKHz": 1980000, "memClockRateKHz": 2619000, "pciDeviceId": 0, "isTccDriver": 0,
+    "supportCoopLaunch": 1})";
+  struct Shape {
+    int64_t batch, seq, heads, kv_heads, head_dim;
+  };
+  for (const Shape s : {Shape{4, 2048, 32, 8, 64},     // Llama 3.2 1B
+                        Shape{2, 2048, 32, 8, 128},    // Llama 3.1 8B
+                        Shape{8, 1024, 12, 12, 64},    // GPT-2 124M
+                        Shape{4, 4096, 16, 16, 128},   // attention alone
+                        Shape{1, 300, 4, 1, 128}}) {   // MQA, a length that ends mid-tile
+    const kernels::cpu::AttentionDims dims{.batch = s.batch,
+                                           .seq = s.seq,
+                                           .n_heads = s.heads,
+                                           .n_kv_heads = s.kv_heads,
+                                           .head_dim = s.head_dim,
+                                           .scale = 1.0 / std::sqrt(double(s.head_dim))};
+    const std::string error = kernels::cuda::plan_cudnn_attention(h100, dims);
+    if (error.find("cannot load") == 0) GTEST_SKIP() << "no cuDNN library here: " << error;
+    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}", s.batch, s.seq, s.heads, s.kv_heads,
+                             s.head_dim));
+    if (!stub) {
+      EXPECT_EQ(error, "");
+      continue;
+    }
+    // Both passes got as far as loading their compiled kernels, and no further.
+    const std::string loading = "CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER: cuLibraryLoadData";
+    const size_t forward = error.find("forward pass: cuDNN execution plan: " + loading);
+    const size_t backward = error.find("backward pass: cuDNN execution plan: " + loading);
+    EXPECT_TRUE(forward != std::string::npos && backward != std::string::npos) << error;
+  }
 }
 
 }  // namespace

@@ -2,14 +2,17 @@
 
 #include <type_traits>
 
+#include "hone/kernels/cuda/attention_cudnn.hpp"
 #include "hone/kernels/cuda/attention_mma.hpp"
 #include "hone/kernels/cuda/attention_shape.cuh"
 #include "hone/kernels/cuda/common.cuh"
 
-// A straightforward tiled kernel on the CUDA cores (fp32 arithmetic, no tensor
-// cores) for every call that attention_mma.cu's tensor-core kernels do not take
-// (f32, head sizes other than 64 and 128, unaligned rows, older GPUs): blocks of 8 warps own 32 queries (forward, dQ) or 32 keys (dK, dV);
-// each warp owns 4 of them. In the score phase a lane owns one key (or query)
+// bf16 calls go to cuDNN's fused attention first (attention_cudnn.cpp), then to
+// the tensor-core kernels of attention_mma.cu. Here: a straightforward tiled
+// kernel on the CUDA cores (fp32 arithmetic, no tensor cores) for every call
+// that neither takes (f32, head sizes other than 64 and 128, unaligned rows,
+// older GPUs): blocks of 8 warps own 32 queries (forward, dQ) or 32 keys (dK,
+// dV); each warp owns 4 of them. In the score phase a lane owns one key (or query)
 // of the 32 and computes its dot products from shared memory; in the
 // accumulation phase a lane owns head dimensions lane, lane + 32, ... Keys and
 // queries that a lane reads row-wise are stored with one float of padding per
@@ -455,6 +458,7 @@ void attention_forward(const T* qkv, T* out, float* lse, const float* alibi_slop
   const AttentionShape s = shape_of(dims, alibi_slopes);
   if (s.batch * s.seq == 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
+    if (cudnn_attention_forward(qkv, out, lse, alibi_slopes, dims)) return;
     if (mma_attention_fits(s, {qkv, out})) return mma_attention_forward(qkv, out, lse, s);
   }
   const dim3 grid(unsigned((s.seq + kTile - 1) / kTile), unsigned(s.heads), unsigned(s.batch));
@@ -471,6 +475,9 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const float*
                         T* d_qkv, const AttentionDims& dims) {
   const AttentionShape s = shape_of(dims, alibi_slopes);
   if (s.batch * s.seq == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (cudnn_attention_backward(d_out, qkv, out, lse, alibi_slopes, d_qkv, dims)) return;
+  }
   const int64_t items = s.batch * s.seq * s.heads;
   DeviceBuffer delta(size_t(items) * sizeof(float));
   attention_delta_kernel<<<unsigned((items + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(d_out, out,

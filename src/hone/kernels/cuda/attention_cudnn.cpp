@@ -1,0 +1,718 @@
+#include "hone/kernels/cuda/attention_cudnn.hpp"
+
+#include <fmt/core.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+#include "hone/core/error.hpp"
+
+namespace hone::kernels::cuda {
+
+namespace {
+
+AttentionKernels initial_kernels() {
+  const char* name = std::getenv("HONE_CUDA_ATTENTION");
+  if (name == nullptr || *name == 0 || std::string_view(name) == "cudnn") return AttentionKernels::cudnn;
+  HONE_CHECK(std::string_view(name) == "hone", "HONE_CUDA_ATTENTION={}: expected cudnn or hone", name);
+  return AttentionKernels::hone;
+}
+
+std::atomic<AttentionKernels>& kernel_choice() {
+  static std::atomic<AttentionKernels> choice{initial_kernels()};
+  return choice;
+}
+
+}  // namespace
+
+AttentionKernels attention_kernels() { return kernel_choice().load(); }
+
+void set_attention_kernels(AttentionKernels kernels) { kernel_choice().store(kernels); }
+
+}  // namespace hone::kernels::cuda
+
+// cuDNN's headers come with its library, which a CUDA toolkit may lack: hone
+// then builds without it, and its own kernels take every call.
+#if !__has_include(<cudnn_graph.h>)
+
+namespace hone::kernels::cuda {
+
+std::string plan_cudnn_attention(const std::string&, const AttentionDims&) {
+  return "hone was built without cuDNN's headers";
+}
+
+bool cudnn_attention_forward(const bf16*, bf16*, float*, const float*, const AttentionDims&) { return false; }
+bool cudnn_attention_backward(const bf16*, const bf16*, const bf16*, const float*, const float*, bf16*,
+                              const AttentionDims&) {
+  return false;
+}
+
+}  // namespace hone::kernels::cuda
+
+#else
+
+#include <cudnn_graph.h>
+#include <dlfcn.h>
+
+#include <deque>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "hone/kernels/cuda/check.hpp"
+
+namespace hone::kernels::cuda {
+
+namespace {
+
+// ---- the library, opened on first use ----
+
+// cuDNN is several hundred megabytes of engines: opened when attention first
+// needs it, and optional (hone's kernels run where it is missing).
+#define HONE_CUDNN_FUNCTIONS(X)                                                                        \
+  X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnGetLastErrorString) X(cudnnCreate) X(cudnnSetStream) \
+  X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)         \
+  X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
+
+struct Cudnn {
+#define HONE_DECLARE(name) decltype(&::name) name = nullptr;
+  HONE_CUDNN_FUNCTIONS(HONE_DECLARE)
+#undef HONE_DECLARE
+  std::string missing;  // why it cannot be used, or empty
+};
+
+const Cudnn& api() {
+  static const Cudnn library = [] {
+    Cudnn c;
+    const std::string name = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
+    void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      c.missing = fmt::format("cannot load {}: {}", name, dlerror());
+      return c;
+    }
+#define HONE_RESOLVE(function)                                                              \
+  c.function = reinterpret_cast<decltype(&::function)>(dlsym(handle, #function));           \
+  if (c.function == nullptr) {                                                              \
+    c.missing = fmt::format("{} has no function {}", name, #function);                      \
+    return c;                                                                               \
+  }
+    HONE_CUDNN_FUNCTIONS(HONE_RESOLVE)
+#undef HONE_RESOLVE
+    // The backend API's enums are stable within a major version only.
+    const size_t version = c.cudnnGetVersion();
+    if (version / 10000 != CUDNN_MAJOR) {
+      c.missing = fmt::format("{} is cuDNN {}, hone was built for cuDNN {}", name, version, CUDNN_MAJOR);
+      return c;
+    }
+    if (version == 91000 || version == 91001) {
+      c.missing = fmt::format("cuDNN {} has known bugs in its bf16 fused attention", version);
+    }
+    return c;
+  }();
+  return library;
+}
+
+// cuDNN on this process's device and compute stream: the handle, or why there is none.
+struct Session {
+  cudnnHandle_t handle = nullptr;
+  std::string missing;
+};
+
+const Session& session() {
+  static const Session current = [] {
+    Session s;
+    s.missing = api().missing;
+    if (!s.missing.empty()) return s;
+    const cudaStream_t compute = stream();  // sets this process's device first: the handle is made on it
+    cudnnStatus_t status = api().cudnnCreate(&s.handle);
+    if (status == CUDNN_STATUS_SUCCESS) status = api().cudnnSetStream(s.handle, compute);
+    if (status != CUDNN_STATUS_SUCCESS) s.missing = fmt::format("cuDNN's handle: {}", api().cudnnGetErrorString(status));
+    return s;
+  }();
+  return current;
+}
+
+// "cuDNN <what>: <status>: <cuDNN's own explanation>".
+std::string describe(cudnnStatus_t status, const char* what) {
+  char detail[512] = "";
+  api().cudnnGetLastErrorString(detail, sizeof detail);
+  return fmt::format("cuDNN {}: {}{}{}", what, api().cudnnGetErrorString(status), detail[0] ? ": " : "", detail);
+}
+
+// Throws hone::Error with describe()'s text unless the call succeeded.
+void check(cudnnStatus_t status, const char* what) {
+  if (status != CUDNN_STATUS_SUCCESS) fail("{}", describe(status, what));
+}
+
+// ---- descriptors ----
+
+// One backend descriptor, destroyed with its owner. Plans keep every
+// descriptor they were built from alive (cuDNN's objects refer to each other).
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type) {
+    check(api().cudnnBackendCreateDescriptor(type, &handle_), "create descriptor");
+  }
+  ~Descriptor() {
+    if (handle_ != nullptr) api().cudnnBackendDestroyDescriptor(handle_);
+  }
+  Descriptor(Descriptor&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return handle_; }
+
+  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+                  const void* values) {
+    check(api().cudnnBackendSetAttribute(handle_, name, type, count, values), "set attribute");
+    return *this;
+  }
+  Descriptor& set(cudnnBackendAttributeName_t name, int64_t value) { return set(name, CUDNN_TYPE_INT64, 1, &value); }
+  Descriptor& set(cudnnBackendAttributeName_t name, const std::vector<int64_t>& values) {
+    return set(name, CUDNN_TYPE_INT64, int64_t(values.size()), values.data());
+  }
+  Descriptor& set(cudnnBackendAttributeName_t name, const Descriptor& d) {
+    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d.handle_);
+  }
+  Descriptor& set_flag(cudnnBackendAttributeName_t name) {
+    const bool yes = true;
+    return set(name, CUDNN_TYPE_BOOLEAN, 1, &yes);
+  }
+  Descriptor& finalize(const char* what) {
+    check(api().cudnnBackendFinalize(handle_), what);
+    return *this;
+  }
+
+ private:
+  cudnnBackendDescriptor_t handle_ = nullptr;
+};
+
+// ---- plans ----
+
+// Everything a plan depends on: the shape and direction. Buffers are checked
+// to be 16-byte aligned before a plan is used, as its tensors declare.
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t>;  // backward, b, s, h, kv, d
+
+struct Plan {
+  std::deque<Descriptor> descriptors;  // the graph's, kept alive for the plan
+  cudnnBackendDescriptor_t plan = nullptr;
+  int64_t workspace_bytes = 0;  // the engine's
+  // Tensors of the graph that live at the start of the workspace, before the
+  // engine's part (backward: dQ's f32 sums, zeroed before each run, and the
+  // dO·O row sums): id, offset, bytes, zeroed.
+  struct Scratch {
+    int64_t id, offset, bytes;
+    bool zeroed;
+  };
+  std::vector<Scratch> scratch;
+  int64_t scratch_bytes = 0;
+
+  Descriptor& make(cudnnBackendDescriptorType_t type) { return descriptors.emplace_back(type); }
+  void add_scratch(int64_t id, int64_t bytes, bool zeroed) {
+    scratch.push_back({id, scratch_bytes, bytes, zeroed});
+    scratch_bytes += (bytes + 255) / 256 * 256;  // every part 256-byte aligned
+  }
+};
+
+// The GPU a plan is built for: this process's (its cuDNN handle), or one
+// described by a device-properties descriptor (planning without the GPU).
+struct Target {
+  cudnnHandle_t handle = nullptr;
+  cudnnBackendDescriptor_t device = nullptr;
+};
+
+// The engine configurations cuDNN's heuristics (in `mode`) propose for a
+// graph, best first.
+std::deque<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode, const Target& target) {
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (target.device != nullptr) {
+    heuristics.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &target.device);
+  }
+  heuristics.finalize("engine heuristics");
+  int64_t count = 0;
+  check(api().cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+        "engine count");
+  std::deque<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> handles;
+  for (int64_t i = 0; i < count; ++i) handles.push_back(configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
+  check(api().cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, handles.data()),
+        "engine configurations");
+  while (int64_t(configs.size()) > count) configs.pop_back();  // fewer may come back
+  return configs;
+}
+
+// Builds the execution plan for the operations of a graph: the first engine
+// configuration, in the order cuDNN's heuristics rank them (then its fallback
+// list), whose plan finalizes. Throws hone::Error when none does.
+void plan_graph(Plan& plan, const std::vector<const Descriptor*>& operations, const Target& target) {
+  std::vector<cudnnBackendDescriptor_t> handles;
+  for (const Descriptor* op : operations) handles.push_back(op->get());
+  Descriptor& graph = plan.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  if (target.handle != nullptr) graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(handles.size()), handles.data())
+      .finalize("operation graph");
+  std::string reason;  // why no plan was made
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (Descriptor& config : engine_configs(graph, mode, target)) {
+      Descriptor candidate(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      if (target.handle != nullptr) {
+        candidate.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle);
+      } else {
+        candidate.set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &target.device);
+      }
+      candidate.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+      const cudnnStatus_t status = api().cudnnBackendFinalize(candidate.get());
+      if (status != CUDNN_STATUS_SUCCESS) {
+        // An engine that took the graph and compiled its kernels, but had no
+        // driver to load them into (planning for a described GPU), is the
+        // most telling failure.
+        if (reason.empty() || status == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) {
+          reason = describe(status, "execution plan");
+        }
+        continue;
+      }
+      int64_t count = 0;
+      check(api().cudnnBackendGetAttribute(candidate.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                           CUDNN_TYPE_INT64, 1, &count, &plan.workspace_bytes),
+            "workspace size");
+      plan.descriptors.push_back(std::move(config));  // the plan's configuration lives as long as it does
+      plan.plan = plan.descriptors.emplace_back(std::move(candidate)).get();
+      return;
+    }
+  }
+  fail("{}", reason.empty() ? "cuDNN proposes no engine for the graph" : reason);
+}
+
+// Runs a plan on the stream with device (or, for by-value scalars, host)
+// pointers per tensor id.
+void execute(const Plan& plan, const std::vector<std::pair<int64_t, const void*>>& tensors) {
+  std::vector<int64_t> ids;
+  std::vector<void*> pointers;
+  for (const auto& [id, pointer] : tensors) {
+    ids.push_back(id);
+    pointers.push_back(const_cast<void*>(pointer));
+  }
+  const int64_t total = plan.scratch_bytes + plan.workspace_bytes;
+  std::optional<DeviceBuffer> workspace;
+  char* base = total > 0 ? workspace.emplace(size_t(total)).as<char>() : nullptr;
+  for (const Plan::Scratch& part : plan.scratch) {
+    ids.push_back(part.id);
+    pointers.push_back(base + part.offset);
+    if (part.zeroed) HONE_CUDA_CHECK(cudaMemsetAsync(base + part.offset, 0, size_t(part.bytes), stream()));
+  }
+  void* workspace_pointer = plan.workspace_bytes > 0 ? base + plan.scratch_bytes : nullptr;
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, ids)
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(pointers.size()), pointers.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace_pointer)
+      .finalize("variant pack");
+  check(api().cudnnBackendExecute(session().handle, plan.plan, pack.get()), "execute");
+}
+
+// ---- the graphs ----
+
+// Tensor ids in the graphs and variant packs.
+enum : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kScale, kFill,       // both passes
+  kDO, kDQ, kDK, kDV, kOne, kRowSums, kDQSum,       // backward
+  kFirstVirtual = 100
+};
+
+// Every buffer is 16-byte aligned (takes() checks), as the tensors declare.
+constexpr int64_t kAlignment = 16;
+
+// Where hone's buffers put each tensor, as cuDNN's [batch, heads, seq, head_dim]
+// views: q, k and v (and their gradients) are column ranges of the fused qkv
+// rows; out and its gradient are [batch, seq, heads·head_dim]; lse [batch, heads, seq].
+struct Layout {
+  explicit Layout(const AttentionDims& d)
+      : b(d.batch), s(d.seq), h(d.n_heads), kv(d.n_kv_heads), hd(d.head_dim), row((h + 2 * kv) * hd) {}
+  int64_t b, s, h, kv, hd, row;
+  int64_t q_offset = 0, k_offset = h * hd, v_offset = (h + kv) * hd;
+
+  std::vector<int64_t> qkv_dims(int64_t heads) const { return {b, heads, s, hd}; }
+  std::vector<int64_t> qkv_strides() const { return {s * row, hd, row, 1}; }
+  std::vector<int64_t> out_dims() const { return {b, h, s, hd}; }
+  std::vector<int64_t> out_strides() const { return {s * h * hd, hd, h * hd, 1}; }
+  std::vector<int64_t> stats_dims() const { return {b, h, s, 1}; }
+  std::vector<int64_t> stats_strides() const { return {h * s, s, 1, 1}; }
+};
+
+// The masked scores' fill value: cuDNN's engines take -inf from 9.10 on (every
+// causal row keeps its diagonal, so no row is all fill either way).
+float mask_fill() {
+  return api().cudnnGetVersion() >= 91000 ? -std::numeric_limits<float>::infinity()
+                                          : std::numeric_limits<float>::lowest();
+}
+
+// Builds one pass's operation graph into a Plan: tensors and operations in
+// cuDNN's backend terms, each finalized as it is made.
+class GraphBuilder {
+ public:
+  GraphBuilder(Plan& plan, const Layout& l) : plan_(plan), l_(l) {}
+
+  // A tensor hone passes in the variant pack (by_value: a host scalar).
+  const Descriptor& tensor(int64_t id, cudnnDataType_t type, const std::vector<int64_t>& dims,
+                           const std::vector<int64_t>& strides, bool by_value = false) {
+    return make_tensor(id, type, dims, strides, false, by_value);
+  }
+  // A host float passed by value (one descriptor per id, however often used).
+  const Descriptor& scalar(int64_t id) {
+    auto found = scalars_.find(id);
+    if (found == scalars_.end()) {
+      found = scalars_.emplace(id, &tensor(id, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, true)).first;
+    }
+    return *found->second;
+  }
+  // Intermediates cuDNN keeps to itself: [b, h, s, s] scores, packed, and
+  // [b, h, s, 1] per-query values.
+  const Descriptor& scores(cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    const int64_t s = l_.s;
+    return intermediate(type, {l_.b, l_.h, s, s}, {l_.h * s * s, s * s, s, 1});
+  }
+  const Descriptor& per_query() { return intermediate(CUDNN_DATA_FLOAT, l_.stats_dims(), l_.stats_strides()); }
+  // [b, h, s_kv, s_q] in bf16: the scores' transpose as the backward products take it.
+  const Descriptor& scores_transposed() {
+    const int64_t s = l_.s;
+    return intermediate(CUDNN_DATA_BFLOAT16, {l_.b, l_.h, s, s}, {l_.h * s * s, s * s, 1, s});
+  }
+  const Descriptor& intermediate(cudnnDataType_t type, const std::vector<int64_t>& dims,
+                                 const std::vector<int64_t>& strides) {
+    return make_tensor(next_virtual_++, type, dims, strides, true, false);
+  }
+
+  void matmul(const Descriptor& c, const Descriptor& a, const Descriptor& b) {
+    Descriptor& desc = plan_.make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    desc.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize("matmul");
+    add(plan_.make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)
+            .set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
+            .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
+            .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
+            .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, desc)
+            .finalize("matmul operation"));
+  }
+
+  // y = mode(x[, b[, t]]); GEN_INDEX takes an axis, comparisons compute in booleans.
+  void pointwise(cudnnPointwiseMode_t mode, const Descriptor& y, const Descriptor& x, const Descriptor* b = nullptr,
+                 const Descriptor* t = nullptr, int64_t axis = -1) {
+    Descriptor& desc = plan_.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    const cudnnDataType_t precision = mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT;
+    desc.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision);
+    if (axis >= 0) desc.set(CUDNN_ATTR_POINTWISE_AXIS, axis);
+    desc.finalize("pointwise");
+    const float one = 1.0f;
+    Descriptor& op = plan_.make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one);
+    if (b != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+    if (t != nullptr) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
+    add(op.finalize("pointwise operation"));
+  }
+
+  // y [b, h, s, 1] = the rows of x reduced by `reduce` (its last dimension).
+  void reduction(cudnnReduceTensorOp_t reduce, const Descriptor& y, const Descriptor& x) {
+    Descriptor& desc = plan_.make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    desc.set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32)
+        .set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &reduce)
+        .finalize("reduction");
+    add(plan_.make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR)
+            .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc)
+            .set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
+            .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
+            .finalize("reduction operation"));
+  }
+
+  // y: x's elements under y's dimensions, strides and type (a transposed
+  // view, a cast).
+  void reshape(const Descriptor& y, const Descriptor& x) {
+    add(plan_.make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)
+            .set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x)
+            .set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y)
+            .finalize("reshape operation"));
+  }
+
+  // Q·Kᵀ·scale: the first two steps of both passes.
+  const Descriptor& scaled_scores(const Descriptor& q, const Descriptor& k_transposed) {
+    const Descriptor& raw = scores();
+    matmul(raw, q, k_transposed);
+    const Descriptor& scaled = scores();
+    pointwise(CUDNN_POINTWISE_MUL, scaled, raw, &scalar(kScale));
+    return scaled;
+  }
+
+  // x with every key after its query replaced by the fill value (top-left
+  // causal: key index <= query index is kept).
+  const Descriptor& causal_mask(const Descriptor& x) {
+    const Descriptor& row = scores(CUDNN_DATA_INT32);
+    const Descriptor& column = scores(CUDNN_DATA_INT32);
+    const Descriptor& keep = scores(CUDNN_DATA_BOOLEAN);
+    const Descriptor& masked = scores();
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, nullptr, nullptr, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, column, x, nullptr, nullptr, 3);
+    pointwise(CUDNN_POINTWISE_CMP_GE, keep, row, &column);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, masked, x, &scalar(kFill), &keep);
+    return masked;
+  }
+
+  void plan(const Target& target) { plan_graph(plan_, operations_, target); }
+
+ private:
+  const Descriptor& make_tensor(int64_t id, cudnnDataType_t type, const std::vector<int64_t>& dims,
+                                const std::vector<int64_t>& strides, bool is_virtual, bool by_value) {
+    Descriptor& t = plan_.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
+        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, dims)
+        .set(CUDNN_ATTR_TENSOR_STRIDES, strides)
+        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, id)
+        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, kAlignment);
+    if (is_virtual) t.set_flag(CUDNN_ATTR_TENSOR_IS_VIRTUAL);
+    if (by_value) t.set_flag(CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+    return t.finalize("tensor");
+  }
+  void add(const Descriptor& op) { operations_.push_back(&op); }
+
+  Plan& plan_;
+  const Layout& l_;
+  int64_t next_virtual_ = kFirstVirtual;
+  std::map<int64_t, const Descriptor*> scalars_;
+  std::vector<const Descriptor*> operations_;
+};
+
+// Kᵀ (or Vᵀ) as a view of the rows of K (V): the last two dimensions and
+// strides swapped.
+const Descriptor& transposed_view(GraphBuilder& g, int64_t id, const Layout& l) {
+  return g.tensor(id, CUDNN_DATA_BFLOAT16, {l.b, l.kv, l.hd, l.s}, {l.s * l.row, l.hd, 1, l.row});
+}
+
+// out = softmax(mask(Q·Kᵀ·scale))·V and lse = its logsumexp per query,
+// softmax written out as cuDNN's fused engines recognize it.
+std::unique_ptr<Plan> forward_plan(const AttentionDims& d, const Target& target) {
+  auto plan = std::make_unique<Plan>();
+  const Layout l(d);
+  GraphBuilder g(*plan, l);
+  const Descriptor& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.h), l.qkv_strides());
+  const Descriptor& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.kv), l.qkv_strides());
+  const Descriptor& out = g.tensor(kO, CUDNN_DATA_BFLOAT16, l.out_dims(), l.out_strides());
+  const Descriptor& lse = g.tensor(kStats, CUDNN_DATA_FLOAT, l.stats_dims(), l.stats_strides());
+  const Descriptor& masked = g.causal_mask(g.scaled_scores(q, transposed_view(g, kK, l)));
+  const Descriptor& max = g.per_query();
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, max, masked);
+  const Descriptor& centered = g.scores();
+  g.pointwise(CUDNN_POINTWISE_SUB, centered, masked, &max);
+  const Descriptor& exps = g.scores();
+  g.pointwise(CUDNN_POINTWISE_EXP, exps, centered);
+  const Descriptor& sum = g.per_query();
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, sum, exps);
+  const Descriptor& log_sum = g.per_query();
+  g.pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
+  g.pointwise(CUDNN_POINTWISE_ADD, lse, max, &log_sum);
+  // The second product takes the probabilities in the inputs' type.
+  const Descriptor& probabilities = g.scores(CUDNN_DATA_BFLOAT16);
+  g.pointwise(CUDNN_POINTWISE_DIV, probabilities, exps, &sum);
+  g.matmul(out, probabilities, v);
+  g.plan(target);
+  return plan;
+}
+
+// dQ, dK and dV from dO, the inputs and the forward's out and lse: the
+// probabilities recomputed from lse, dV = Pᵀ·dO, dS = P ⊙ (dO·Vᵀ - rowsum(dO ⊙ O))·scale,
+// dK = dSᵀ·Q, dQ = dS·K (summed in f32 in the workspace). With grouped heads,
+// dK and dV are summed over each group's query heads.
+std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Target& target) {
+  auto plan = std::make_unique<Plan>();
+  const Layout l(d);
+  GraphBuilder g(*plan, l);
+  const bool grouped = l.kv != l.h;
+  const Descriptor& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.h), l.qkv_strides());
+  const Descriptor& k_transposed = transposed_view(g, kK, l);
+  const Descriptor& v_transposed = transposed_view(g, kV, l);
+  const Descriptor& out = g.tensor(kO, CUDNN_DATA_BFLOAT16, l.out_dims(), l.out_strides());
+  const Descriptor& d_out = g.tensor(kDO, CUDNN_DATA_BFLOAT16, l.out_dims(), l.out_strides());
+  const Descriptor& lse = g.tensor(kStats, CUDNN_DATA_FLOAT, l.stats_dims(), l.stats_strides());
+  const Descriptor& d_q = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.h), l.qkv_strides());
+  const Descriptor& d_k = g.tensor(kDK, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.kv), l.qkv_strides());
+  const Descriptor& d_v = g.tensor(kDV, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.kv), l.qkv_strides());
+  const std::vector<int64_t> packed{l.h * l.s * l.hd, l.s * l.hd, l.hd, 1};  // [b, h, s, hd] in order
+
+  // rowsum(dO ⊙ O), into the workspace.
+  const Descriptor& products = g.intermediate(CUDNN_DATA_FLOAT, l.out_dims(), packed);
+  g.pointwise(CUDNN_POINTWISE_MUL, products, d_out, &out);
+  const Descriptor& sums = g.per_query();
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, sums, products);
+  const Descriptor& row_sums = g.tensor(kRowSums, CUDNN_DATA_FLOAT, l.stats_dims(), l.stats_strides());
+  plan->add_scratch(kRowSums, l.b * l.h * l.s * int64_t(sizeof(float)), false);
+  g.pointwise(CUDNN_POINTWISE_MUL, row_sums, sums, &g.scalar(kOne));
+
+  // P = exp(mask(Q·Kᵀ·scale - lse)).
+  const Descriptor& centered = g.scores();
+  g.pointwise(CUDNN_POINTWISE_SUB, centered, g.scaled_scores(q, k_transposed), &lse);
+  const Descriptor& p = g.scores();
+  g.pointwise(CUDNN_POINTWISE_EXP, p, g.causal_mask(centered));
+
+  // dV = Pᵀ·dO (per query head, then summed over the group).
+  const Descriptor& p_transposed = g.scores_transposed();
+  g.reshape(p_transposed, p);
+  const Descriptor& d_v_heads = grouped ? g.intermediate(CUDNN_DATA_BFLOAT16, l.out_dims(), packed) : d_v;
+  g.matmul(d_v_heads, p_transposed, d_out);
+  if (grouped) g.reduction(CUDNN_REDUCE_TENSOR_ADD, d_v, d_v_heads);
+
+  // dS = P ⊙ (dO·Vᵀ - rowsum)·scale.
+  const Descriptor& d_p = g.scores();
+  g.matmul(d_p, d_out, v_transposed);
+  const Descriptor& d_p_centered = g.scores();
+  g.pointwise(CUDNN_POINTWISE_SUB, d_p_centered, d_p, &row_sums);
+  const Descriptor& d_s_unscaled = g.scores();
+  g.pointwise(CUDNN_POINTWISE_MUL, d_s_unscaled, d_p_centered, &p);
+  const Descriptor& d_s = g.scores();
+  g.pointwise(CUDNN_POINTWISE_MUL, d_s, d_s_unscaled, &g.scalar(kScale));
+
+  // dK = dSᵀ·Q (per query head, then summed over the group).
+  const Descriptor& d_s_transposed = g.scores_transposed();
+  g.reshape(d_s_transposed, d_s);
+  const Descriptor& d_k_heads = grouped ? g.intermediate(CUDNN_DATA_BFLOAT16, l.out_dims(), packed) : d_k;
+  g.matmul(d_k_heads, d_s_transposed, q);
+  if (grouped) g.reduction(CUDNN_REDUCE_TENSOR_ADD, d_k, d_k_heads);
+
+  // dQ = dS·K, summed in f32 in the workspace, then rounded into d_qkv.
+  const Descriptor& k = g.intermediate(CUDNN_DATA_FLOAT, l.qkv_dims(l.kv), l.qkv_strides());
+  g.reshape(k, k_transposed);
+  const Descriptor& d_q_sums = g.tensor(kDQSum, CUDNN_DATA_FLOAT, l.out_dims(), packed);
+  plan->add_scratch(kDQSum, l.b * l.h * l.s * l.hd * int64_t(sizeof(float)), true);
+  g.matmul(d_q_sums, d_s, k);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, d_q, d_q_sums);
+  g.plan(target);
+  return plan;
+}
+
+// ---- which calls, and the plans per shape ----
+
+bool takes(const float* alibi_slopes, const AttentionDims& d, std::initializer_list<const void*> buffers) {
+  if (attention_kernels() != AttentionKernels::cudnn) return false;
+  if (alibi_slopes != nullptr || d.positions != nullptr) return false;
+  if (d.head_dim != 64 && d.head_dim != 128) return false;
+  for (const void* p : buffers) {
+    if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) return false;
+  }
+  if (compute_capability() < 80) return false;
+  if (!session().missing.empty()) {
+    static const bool said = [] {
+      fmt::print(stderr, "hone: cuDNN's fused attention is unavailable ({}); hone's attention kernels run instead\n",
+                 session().missing);
+      return true;
+    }();
+    (void)said;
+    return false;
+  }
+  return true;
+}
+
+// The plan for a shape, built on first use; null where cuDNN has none (said once).
+const Plan* plan_for(bool backward, const AttentionDims& d) {
+  static std::mutex mutex;
+  static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>;  // never destroyed: cuDNN may be gone at exit
+  std::lock_guard lock(mutex);
+  const PlanKey key{backward, d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim};
+  auto found = plans->find(key);
+  if (found == plans->end()) {
+    std::unique_ptr<Plan> plan;
+    try {
+      const Target target{.handle = session().handle};
+      plan = backward ? backward_plan(d, target) : forward_plan(d, target);
+    } catch (const Error& e) {
+      fmt::print(stderr,
+                 "hone: cuDNN has no fused attention {} for batch {}, seq {}, {} query and {} key/value heads of "
+                 "size {} ({}); hone's attention kernels run instead\n",
+                 backward ? "backward pass" : "forward pass", d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim,
+                 e.what());
+    }
+    found = plans->emplace(key, std::move(plan)).first;
+  }
+  return found->second.get();
+}
+
+}  // namespace
+
+std::string plan_cudnn_attention(const std::string& device_properties, const AttentionDims& dims) {
+  if (!api().missing.empty()) return api().missing;
+  try {
+    Descriptor device(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+    device.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, int64_t(device_properties.size()),
+               device_properties.data())
+        .finalize("device properties");
+    const Target target{.device = device.get()};
+    std::string errors;
+    for (const bool backward : {false, true}) {
+      try {
+        backward ? backward_plan(dims, target) : forward_plan(dims, target);
+      } catch (const Error& e) {
+        errors += fmt::format("{}{} pass: {}", errors.empty() ? "" : "; ", backward ? "backward" : "forward", e.what());
+      }
+    }
+    return errors;
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
+                             const AttentionDims& dims) {
+  if (!takes(alibi_slopes, dims, {qkv, out, lse})) return false;
+  const Plan* plan = plan_for(false, dims);
+  if (plan == nullptr) return false;
+  const float scale = float(dims.scale), fill = mask_fill();
+  const Layout l(dims);
+  execute(*plan, {{kQ, qkv + l.q_offset},
+                  {kK, qkv + l.k_offset},
+                  {kV, qkv + l.v_offset},
+                  {kO, out},
+                  {kStats, lse},
+                  {kScale, &scale},
+                  {kFill, &fill}});
+  return true;
+}
+
+bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
+                              const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims) {
+  if (!takes(alibi_slopes, dims, {d_out, qkv, out, lse, d_qkv})) return false;
+  // cuDNN up to 9.15.0 could read out of bounds in this pass at lengths not a
+  // multiple of 128 (fixed in 9.15.1).
+  if (api().cudnnGetVersion() <= 91500 && dims.seq % 128 != 0) return false;
+  const Plan* plan = plan_for(true, dims);
+  if (plan == nullptr) return false;
+  const float scale = float(dims.scale), fill = mask_fill(), one = 1.0f;
+  const Layout l(dims);
+  execute(*plan, {{kQ, qkv + l.q_offset},
+                  {kK, qkv + l.k_offset},
+                  {kV, qkv + l.v_offset},
+                  {kO, out},
+                  {kStats, lse},
+                  {kScale, &scale},
+                  {kFill, &fill},
+                  {kOne, &one},
+                  {kDO, d_out},
+                  {kDQ, d_qkv + l.q_offset},
+                  {kDK, d_qkv + l.k_offset},
+                  {kDV, d_qkv + l.v_offset}});
+  return true;
+}
+
+}  // namespace hone::kernels::cuda
+
+#endif  // __has_include(<cudnn_graph.h>)
