@@ -1,7 +1,10 @@
 #pragma once
 // Shared by the GPU tests: a fixture that skips where no CUDA device is usable
 // (CI machines, which build the CUDA backend but have no GPU), and copies of
-// tensors onto the device.
+// tensors onto the device, attention shapes.
+#include <cmath>
+
+#include "hone/kernels/cpu/attention.hpp"
 #include "hone/kernels/cuda/runtime.hpp"
 #include "support/check.hpp"
 
@@ -17,6 +20,17 @@ class Cuda : public ::testing::Test {
 };
 
 inline Tensor gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
+
+// Causal attention of this shape, scaled by 1/sqrt(head_dim).
+inline kernels::cpu::AttentionDims attention_dims(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                                  int64_t head_dim) {
+  return {.batch = batch,
+          .seq = seq,
+          .n_heads = heads,
+          .n_kv_heads = kv_heads,
+          .head_dim = head_dim,
+          .scale = 1.0 / std::sqrt(double(head_dim))};
+}
 
 // The message of the hone::Error that fn throws ("" when it throws none).
 template <typename Fn>

@@ -321,12 +321,7 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
     SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}", c.batch, c.seq, c.heads, c.kv_heads,
                              c.head_dim));
     const ops::AttentionHeads heads{.n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.head_dim};
-    const kernels::cpu::AttentionDims dims{.batch = c.batch,
-                                           .seq = c.seq,
-                                           .n_heads = c.heads,
-                                           .n_kv_heads = c.kv_heads,
-                                           .head_dim = c.head_dim,
-                                           .scale = 1.0 / std::sqrt(double(c.head_dim))};
+    const auto dims = attention_dims(c.batch, c.seq, c.heads, c.kv_heads, c.head_dim);
     const Shape qkv_shape{c.batch, c.seq, (c.heads + 2 * c.kv_heads) * c.head_dim};
     const Shape out_shape{c.batch, c.seq, c.heads * c.head_dim}, lse_shape{c.batch, c.heads, c.seq};
     const Tensor qkv = random_tensor(qkv_shape, DType::bf16, 35, 1.5), d_out = random_tensor(out_shape, DType::bf16, 36);

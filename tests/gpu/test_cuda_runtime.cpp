@@ -3,8 +3,6 @@
 // rather than crashing, and nothing touches the driver before that.
 #include <dlfcn.h>
 
-#include <cmath>
-
 #include "cuda_test.hpp"
 #include "hone/kernels/cuda/attention_cudnn.hpp"
 #include "hone/ops/ops.hpp"
@@ -55,13 +53,8 @@ TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
                         Shape{8, 1024, 12, 12, 64},    // GPT-2 124M
                         Shape{4, 4096, 16, 16, 128},   // attention alone
                         Shape{1, 300, 4, 1, 128}}) {   // MQA, a length that ends mid-tile
-    const kernels::cpu::AttentionDims dims{.batch = s.batch,
-                                           .seq = s.seq,
-                                           .n_heads = s.heads,
-                                           .n_kv_heads = s.kv_heads,
-                                           .head_dim = s.head_dim,
-                                           .scale = 1.0 / std::sqrt(double(s.head_dim))};
-    const std::string error = kernels::cuda::plan_cudnn_attention(h100, dims);
+    const std::string error =
+        kernels::cuda::plan_cudnn_attention(h100, attention_dims(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim));
     if (error.find("cannot load") == 0) GTEST_SKIP() << "no cuDNN library here: " << error;
     SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}", s.batch, s.seq, s.heads, s.kv_heads,
                              s.head_dim));

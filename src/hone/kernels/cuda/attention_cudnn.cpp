@@ -671,20 +671,27 @@ std::string plan_cudnn_attention(const std::string& device_properties, const Att
   }
 }
 
+namespace {
+
+// The variant pack entries both passes share: the inputs, out and lse, and the
+// scalars (host floats that must outlive the run).
+std::vector<std::pair<int64_t, const void*>> shared_tensors(const bf16* qkv, const bf16* out, const float* lse,
+                                                            const AttentionDims& dims, const float& scale,
+                                                            const float& fill) {
+  const Layout l(dims);
+  return {{kQ, qkv + l.q_offset}, {kK, qkv + l.k_offset}, {kV, qkv + l.v_offset}, {kO, out},
+          {kStats, lse},          {kScale, &scale},       {kFill, &fill}};
+}
+
+}  // namespace
+
 bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
                              const AttentionDims& dims) {
   if (!takes(alibi_slopes, dims, {qkv, out, lse})) return false;
   const Plan* plan = plan_for(false, dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill();
-  const Layout l(dims);
-  execute(*plan, {{kQ, qkv + l.q_offset},
-                  {kK, qkv + l.k_offset},
-                  {kV, qkv + l.v_offset},
-                  {kO, out},
-                  {kStats, lse},
-                  {kScale, &scale},
-                  {kFill, &fill}});
+  execute(*plan, shared_tensors(qkv, out, lse, dims, scale, fill));
   return true;
 }
 
@@ -698,18 +705,13 @@ bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* ou
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill(), one = 1.0f;
   const Layout l(dims);
-  execute(*plan, {{kQ, qkv + l.q_offset},
-                  {kK, qkv + l.k_offset},
-                  {kV, qkv + l.v_offset},
-                  {kO, out},
-                  {kStats, lse},
-                  {kScale, &scale},
-                  {kFill, &fill},
-                  {kOne, &one},
-                  {kDO, d_out},
-                  {kDQ, d_qkv + l.q_offset},
-                  {kDK, d_qkv + l.k_offset},
-                  {kDV, d_qkv + l.v_offset}});
+  auto tensors = shared_tensors(qkv, out, lse, dims, scale, fill);
+  tensors.insert(tensors.end(), {{kOne, &one},
+                                 {kDO, d_out},
+                                 {kDQ, d_qkv + l.q_offset},
+                                 {kDK, d_qkv + l.k_offset},
+                                 {kDV, d_qkv + l.v_offset}});
+  execute(*plan, tensors);
   return true;
 }
 
