@@ -32,7 +32,7 @@ TEST(CudaRuntime, ChoosingTheDeviceChecksItsIndex) {
 // H100 SXM's, as cudaGetDeviceProperties reports them). Without a GPU driver,
 // the toolkit's stub stands in for it: cuDNN recognizes each graph as fused
 // attention, picks an engine and compiles its kernels, and only loading them
-// fails. The shapes of #8's benchmarks and models, and one that ends mid-tile.
+// fails. The shapes of #8's benchmarks and models, and MQA.
 TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
   const bool stub = !kernels::cuda::available();
   if (stub && dlopen(HONE_CUDA_DRIVER_STUB, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
@@ -52,7 +52,7 @@ TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
                         Shape{2, 2048, 32, 8, 128},    // Llama 3.1 8B
                         Shape{8, 1024, 12, 12, 64},    // GPT-2 124M
                         Shape{4, 4096, 16, 16, 128},   // attention alone
-                        Shape{1, 300, 4, 1, 128}}) {   // MQA, a length that ends mid-tile
+                        Shape{1, 384, 4, 1, 128}}) {   // MQA
     const std::string error =
         kernels::cuda::plan_cudnn_attention(h100, attention_dims(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim));
     if (error.find("cannot load") == 0) GTEST_SKIP() << "no cuDNN library here: " << error;

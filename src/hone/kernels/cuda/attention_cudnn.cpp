@@ -603,10 +603,17 @@ std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Target& target
 
 // ---- which calls, and the plans per shape ----
 
+// cuDNN compiles a plan's kernels for each shape at run time: it takes
+// lengths that are multiples of 128, the ones training repeats step after step,
+// and leaves the one-off lengths of prompts to hone's kernels. (Before 9.15.1
+// its backward pass could also read out of bounds at other lengths.)
+constexpr int64_t kLengthMultiple = 128;
+
 bool takes(const float* alibi_slopes, const AttentionDims& d, std::initializer_list<const void*> buffers) {
   if (attention_kernels() != AttentionKernels::cudnn) return false;
   if (alibi_slopes != nullptr || d.positions != nullptr) return false;
   if (d.head_dim != 64 && d.head_dim != 128) return false;
+  if (d.seq % kLengthMultiple != 0) return false;
   for (const void* p : buffers) {
     if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) return false;
   }
@@ -698,9 +705,6 @@ bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
                               const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims) {
   if (!takes(alibi_slopes, dims, {d_out, qkv, out, lse, d_qkv})) return false;
-  // cuDNN up to 9.15.0 could read out of bounds in this pass at lengths not a
-  // multiple of 128 (fixed in 9.15.1).
-  if (api().cudnnGetVersion() <= 91500 && dims.seq % 128 != 0) return false;
   const Plan* plan = plan_for(true, dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill(), one = 1.0f;
