@@ -5,7 +5,9 @@
 
 #include "cuda_test.hpp"
 #include "hone/kernels/cuda/attention_cudnn.hpp"
+#include "hone/model/config.hpp"
 #include "hone/ops/ops.hpp"
+#include "hone/train/run_config.hpp"
 
 namespace hone::test {
 namespace {
@@ -68,6 +70,25 @@ TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
     const size_t backward = error.find("backward pass: cuDNN execution plan: " + loading);
     EXPECT_TRUE(forward != std::string::npos && backward != std::string::npos) << error;
   }
+}
+
+// The memory estimate counts what cuDNN's attention backward pass allocates
+// where cuDNN takes the call: llama_125M in bf16 on CUDA at a length that is a
+// multiple of 128, not at another length, in f32, or with hone's kernels chosen.
+TEST(CudaRuntime, TheMemoryEstimateCountsCudnnAttentionScratch) {
+  const ModelConfig model = model_preset("llama_125M");
+  const auto workspace = [&](DType dtype, int64_t seq) {
+    return estimate_training_memory(model, dtype, 2, seq, {}, std::nullopt, 0, 1, kGpu).workspace;
+  };
+  const size_t gemm = ops::gemm_workspace_bytes(kGpu);
+  const size_t dq_sums = 2 * 12 * 256 * 64 * 4, row_sums = 2 * 12 * 256 * 4;  // both multiples of 256 bytes
+  EXPECT_EQ(workspace(DType::bf16, 256), gemm + dq_sums + row_sums);
+  EXPECT_EQ(workspace(DType::bf16, 200), gemm);
+  EXPECT_EQ(workspace(DType::f32, 256), gemm);
+  const auto before = kernels::cuda::attention_kernels();
+  kernels::cuda::set_attention_kernels(kernels::cuda::AttentionKernels::hone);
+  EXPECT_EQ(workspace(DType::bf16, 256), gemm);
+  kernels::cuda::set_attention_kernels(before);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #ifdef HONE_WITH_CUDA
 #include "hone/kernels/cuda/attention.hpp"
+#include "hone/kernels/cuda/attention_cudnn.hpp"
 #endif
 
 namespace hone::ops {
@@ -36,6 +37,20 @@ const compute_t<T>* slopes_or_null(const Tensor& alibi_slopes) {
 }
 
 }  // namespace
+
+size_t attention_scratch_bytes(Device device, DType dtype, const AttentionHeads& heads, int64_t batch,
+                               int64_t seq, bool alibi) {
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda() && dtype == DType::bf16) {
+    return kernels::cuda::cudnn_attention_scratch_bytes(
+        {.batch = batch, .seq = seq, .n_heads = heads.n_heads, .n_kv_heads = heads.n_kv_heads,
+         .head_dim = heads.head_dim},
+        alibi);
+  }
+#endif
+  (void)device, (void)dtype, (void)heads, (void)batch, (void)seq, (void)alibi;
+  return 0;
+}
 
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
                        const AttentionHeads& heads, const Tensor& token_positions) {

@@ -79,6 +79,12 @@ struct AttentionHeads {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   double scale = 0;  // 0 means 1/sqrt(head_dim)
 };
+// Device memory cuDNN's attention backward pass allocates for a call of this
+// shape besides its tensors and its engine's workspace (CUDA, bf16: dQ's f32
+// sums); 0 where cuDNN would not take the call. hone's own kernels need 4
+// bytes per query and head, left out.
+size_t attention_scratch_bytes(Device device, DType dtype, const AttentionHeads& heads, int64_t batch,
+                               int64_t seq, bool alibi);
 // out [batch, seq, H·head_dim]; lse [batch, H, seq]; alibi_slopes [H] or absent.
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
                        const AttentionHeads& heads, const Tensor& token_positions = {});

@@ -265,7 +265,11 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
   }
   m.activations = activation_bytes(model, dtype, batch_size, seq_len, activations);
   if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, activations);
-  m.workspace = ops::gemm_workspace_bytes(device);
+  const ops::AttentionHeads heads{
+      .n_heads = model.n_heads / tp, .n_kv_heads = model.n_kv_heads / tp, .head_dim = model.head_dim()};
+  m.workspace = ops::gemm_workspace_bytes(device) +
+                ops::attention_scratch_bytes(device, dtype, heads, batch_size, seq_len,
+                                             model.position == PositionKind::alibi);
   return m;
 }
 
@@ -275,7 +279,7 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                                                                  tensor_parallel, m.zero)
                                                    : "";
   const std::string gathered = m.gathered > 0 ? " + gathered units " + format_bytes(double(m.gathered)) : "";
-  const std::string workspace = m.workspace > 0 ? " + GEMM workspace " + format_bytes(double(m.workspace)) : "";
+  const std::string workspace = m.workspace > 0 ? " + workspace " + format_bytes(double(m.workspace)) : "";
   return fmt::format("memory estimate on {} ({}{}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {}{} + "
                      "activations {}{}",
                      run.device.str(), dtype_name(run.dtype), per_rank, format_bytes(double(m.total())),

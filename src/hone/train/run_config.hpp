@@ -54,7 +54,7 @@ LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
 // compute dtype alone (bf16: 2 B/param); the adapters' own activations count too.
 struct MemoryEstimate {
   size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, gathered = 0, activations = 0;
-  size_t workspace = 0;     // the GEMM library's (ops::gemm_workspace_bytes)
+  size_t workspace = 0;     // cuBLASLt's and cuDNN attention's (ops::gemm_workspace_bytes, attention_scratch_bytes)
   int zero = 0, ranks = 1;  // per rank of this many data-parallel ranks at this ZeRO stage
   int tp = 1;               // and of this many tensor-parallel ranks
   size_t total() const {

@@ -42,6 +42,8 @@ std::string plan_cudnn_attention(const std::string&, const AttentionDims&) {
   return "hone was built without cuDNN's headers";
 }
 
+size_t cudnn_attention_scratch_bytes(const AttentionDims&, bool) { return 0; }
+
 bool cudnn_attention_forward(const bf16*, bf16*, float*, const float*, const AttentionDims&) { return false; }
 bool cudnn_attention_backward(const bf16*, const bf16*, const bf16*, const float*, const float*, bf16*,
                               const AttentionDims&) {
@@ -217,8 +219,9 @@ struct Plan {
   Descriptor& make(cudnnBackendDescriptorType_t type) { return descriptors.emplace_back(type); }
   void add_scratch(int64_t id, int64_t bytes, bool zeroed) {
     scratch.push_back({id, scratch_bytes, bytes, zeroed});
-    scratch_bytes += (bytes + 255) / 256 * 256;  // every part 256-byte aligned
+    scratch_bytes += scratch_part(bytes);
   }
+  static int64_t scratch_part(int64_t bytes) { return (bytes + 255) / 256 * 256; }  // every part 256-byte aligned
 };
 
 // The GPU a plan is built for: this process's (its cuDNN handle), or one
@@ -347,6 +350,9 @@ struct Layout {
   std::vector<int64_t> out_strides() const { return {s * h * hd, hd, h * hd, 1}; }
   std::vector<int64_t> stats_dims() const { return {b, h, s, 1}; }
   std::vector<int64_t> stats_strides() const { return {h * s, s, 1, 1}; }
+  // The backward pass's scratch: dQ summed in f32, and rowsum(dO ⊙ O).
+  int64_t dq_sums_bytes() const { return b * h * s * hd * int64_t(sizeof(float)); }
+  int64_t row_sums_bytes() const { return b * h * s * int64_t(sizeof(float)); }
 };
 
 // The masked scores' fill value: cuDNN's engines take -inf from 9.10 on (every
@@ -557,7 +563,7 @@ std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Target& target
   const Descriptor& sums = g.per_query();
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, sums, products);
   const Descriptor& row_sums = g.tensor(kRowSums, CUDNN_DATA_FLOAT, l.stats_dims(), l.stats_strides());
-  plan->add_scratch(kRowSums, l.b * l.h * l.s * int64_t(sizeof(float)), false);
+  plan->add_scratch(kRowSums, l.row_sums_bytes(), false);
   g.pointwise(CUDNN_POINTWISE_MUL, row_sums, sums, &g.scalar(kOne));
 
   // P = exp(mask(Q·Kᵀ·scale - lse)).
@@ -594,7 +600,7 @@ std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Target& target
   const Descriptor& k = g.intermediate(CUDNN_DATA_FLOAT, l.qkv_dims(l.kv), l.qkv_strides());
   g.reshape(k, k_transposed);
   const Descriptor& d_q_sums = g.tensor(kDQSum, CUDNN_DATA_FLOAT, l.out_dims(), packed);
-  plan->add_scratch(kDQSum, l.b * l.h * l.s * l.hd * int64_t(sizeof(float)), true);
+  plan->add_scratch(kDQSum, l.dq_sums_bytes(), true);
   g.matmul(d_q_sums, d_s, k);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, d_q, d_q_sums);
   g.plan(target);
@@ -609,11 +615,14 @@ std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Target& target
 // its backward pass could also read out of bounds at other lengths.)
 constexpr int64_t kLengthMultiple = 128;
 
+// Whether cuDNN is to take a call of this shape (the buffers and the GPU aside).
+bool shape_taken(const AttentionDims& d, bool alibi) {
+  return attention_kernels() == AttentionKernels::cudnn && !alibi && d.positions == nullptr &&
+         (d.head_dim == 64 || d.head_dim == 128) && d.seq % kLengthMultiple == 0;
+}
+
 bool takes(const float* alibi_slopes, const AttentionDims& d, std::initializer_list<const void*> buffers) {
-  if (attention_kernels() != AttentionKernels::cudnn) return false;
-  if (alibi_slopes != nullptr || d.positions != nullptr) return false;
-  if (d.head_dim != 64 && d.head_dim != 128) return false;
-  if (d.seq % kLengthMultiple != 0) return false;
+  if (!shape_taken(d, alibi_slopes != nullptr)) return false;
   for (const void* p : buffers) {
     if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) return false;
   }
@@ -655,6 +664,12 @@ const Plan* plan_for(bool backward, const AttentionDims& d) {
 }
 
 }  // namespace
+
+size_t cudnn_attention_scratch_bytes(const AttentionDims& dims, bool alibi) {
+  if (!shape_taken(dims, alibi)) return 0;
+  const Layout l(dims);
+  return size_t(Plan::scratch_part(l.dq_sums_bytes()) + Plan::scratch_part(l.row_sums_bytes()));
+}
 
 std::string plan_cudnn_attention(const std::string& device_properties, const AttentionDims& dims) {
   if (!api().missing.empty()) return api().missing;

@@ -40,6 +40,11 @@ bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
                               const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims);
 
+// What cuDNN's backward pass allocates besides its engine's own workspace
+// (dQ's f32 sums and the dO·O row sums) for a call it takes, else 0; for the
+// memory estimate, which cannot know before planning whether cuDNN loads.
+size_t cudnn_attention_scratch_bytes(const AttentionDims& dims, bool alibi);
+
 // Builds both passes' plans for a GPU described by cuDNN's device-properties
 // JSON, without that GPU (cuDNN 9.8 or later): "" when cuDNN plans both, else
 // why not. Checks the graphs on machines that have cuDNN's library but no GPU.
