@@ -19,6 +19,7 @@ fi
 libs="$bundle/lib"
 for name in libcudart.so.13 libcublasLt.so.13 libnvrtc.so.13 libcudnn.so.9 libnccl.so.2; do
   found=$(ls /usr/local/cuda/lib64/$name 2>/dev/null || find /usr /opt -name "$name" 2>/dev/null | head -1)
+  echo "$name: ${found:-not found}"
   [ -n "$found" ] && libs="$libs:$(dirname "$found")"
 done
 export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
@@ -40,9 +41,17 @@ if [[ $stages == *" tests "* ]]; then
   for test in test_cuda_ops test_cuda_models; do
     "$bundle/bin/$test" --gtest_output="xml:$out/$test.xml" "$@" >"$out/$test.log" 2>&1
     rc=$?
-    grep -E '^\[  (FAILED|SKIPPED) |relative error|Failure|Expected|Which is|^\[  PASSED|^\[==========\]' "$out/$test.log"
+    grep -E '^\[  (FAILED|SKIPPED) |relative error|Failure|Expected|Which is|^\[  PASSED|^\[==========\]|^hone: ' \
+      "$out/$test.log"
     [ "$rc" -eq 0 ] || status=1
   done
+  # Where cuDNN refused hone's attention graphs, its own log says which operation and why.
+  if grep -q "^hone: cuDNN" "$out"/test_cuda_*.log; then
+    CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn.log" "$bundle/bin/test_cuda_ops" \
+      --gtest_filter='*Cudnn*' >/dev/null 2>&1
+    truncate -s '<15M' "$out/cudnn.log"
+    grep -m 20 -E 'Reason|No viable' "$out/cudnn.log"
+  fi
   # #7's NCCL backend, a world of one (the lent machines have one GPU; two ranks need two).
   HONE_DIST_TIMEOUT=60 "$bundle/bin/nccl_collectives" --gtest_output="xml:$out/nccl_collectives.xml" \
     >"$out/nccl_collectives.log" 2>&1
