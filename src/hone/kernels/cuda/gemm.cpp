@@ -166,17 +166,20 @@ class LtGemm {
                                     std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
       HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
     }
-    // The bias epilogue reads f32 biases, which cuBLASLt documents for f32
-    // outputs; a bf16 output (or no algorithm with the epilogue) adds the bias
-    // in a second kernel.
+    // hone's biases are f32. cuBLASLt's bias epilogue reads the output's type
+    // unless told otherwise: for bf16 outputs it is told f32, and where no
+    // algorithm takes that (or any bias epilogue), a second kernel adds the bias.
     bool found = false;
-    if (bias != nullptr && g.c_type == DType::f32) {
+    if (bias != nullptr) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const auto bias_type = int32_t(CUDA_R_32F);
       HONE_CUBLAS_CHECK(
           lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+      HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                            sizeof bias_type));
       HONE_CUBLAS_CHECK(
           lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-      found = heuristic(p, preference);
+      found = heuristic(p, preference, /*epilogue_optional=*/true);
       p.fused_bias = found;
       if (!found) {
         const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
@@ -190,12 +193,14 @@ class LtGemm {
     return p;
   }
 
-  bool heuristic(Plan& p, cublasLtMatmulPreference_t preference) {
+  // The best algorithm for the plan's descriptors, or false where cuBLASLt has
+  // none; with an optional epilogue, any refusal of it just means "none".
+  bool heuristic(Plan& p, cublasLtMatmulPreference_t preference, bool epilogue_optional = false) {
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
     const cublasStatus_t status =
         lt().cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, 1, &result, &count);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (epilogue_optional && status != CUBLAS_STATUS_SUCCESS)) return false;
     HONE_CUBLAS_CHECK(status);
     if (count == 0) return false;
     p.algo = result.algo;
