@@ -265,8 +265,8 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
     }
     positions = ids(p, {c.batch, c.seq});
   }
-  // bf16 at head sizes 64 and 128 without ALiBi or packing goes to cuDNN unless
-  // hone's kernels are asked for: both are checked.
+  // bf16 at head sizes 64 and 128 and lengths a multiple of 128, without ALiBi
+  // or packing, goes to cuDNN unless hone's kernels are asked for: both are checked.
   for (const auto& [dtype, preferred] : {std::pair{DType::f32, AttentionKernels::hone},
                                          std::pair{DType::bf16, AttentionKernels::hone},
                                          std::pair{DType::bf16, AttentionKernels::cudnn}}) {
@@ -294,7 +294,8 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
 
 // Tiles end mid-way and span several 32-wide (CUDA cores) and 64-wide (tensor
 // cores: bf16 at head_dim 64 and 128) tiles; MHA, GQA, MQA; ALiBi; head
-// dimensions 4 to 256 (each of the kernels' register layouts); packed samples.
+// dimensions 4 to 256 (each of the kernels' register layouts); packed samples;
+// lengths cuDNN takes (multiples of 128).
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(AttentionCase{2, 70, 4, 2, 8, false, false},
                                            AttentionCase{1, 130, 2, 2, 16, true, false},
@@ -305,13 +306,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttentionCase{1, 96, 2, 2, 48, false, false},
                                            AttentionCase{2, 150, 4, 2, 64, false, true},
                                            AttentionCase{1, 300, 4, 1, 128, true, true},
-                                           AttentionCase{1, 200, 8, 8, 256, false, false}));
+                                           AttentionCase{1, 200, 8, 8, 256, false, false},
+                                           AttentionCase{2, 256, 4, 2, 64, false, false},
+                                           AttentionCase{1, 128, 2, 1, 128, false, false}));
 
 // cuDNN's fused attention takes the bf16 calls it should (the test above would
 // pass just as well if it silently took none), and its outputs and hone's are
 // interchangeable: hone's backward pass after cuDNN's forward pass and cuDNN's
 // after hone's match the CPU. MHA, GQA and MQA.
 TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
+  const KernelChoice cudnn_first(AttentionKernels::cudnn);  // whatever HONE_CUDA_ATTENTION says
   struct Case {
     int64_t batch, seq, heads, kv_heads, head_dim;
   };
@@ -337,18 +341,21 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
     expect_match(out_cudnn, out, 1e-2, "cuDNN forward");
     expect_match(lse_cudnn, lse, 2e-3, "cuDNN lse");
 
-    const KernelChoice hone_kernels(AttentionKernels::hone);
+    // hone's kernels: their forward pass, and their backward pass after cuDNN's forward.
     const Tensor out_hone = Tensor::empty(out_shape, DType::bf16, kGpu), lse_hone = Tensor::empty(lse_shape, DType::f32, kGpu);
-    ops::attention_forward(qkv_gpu, out_hone, lse_hone, Tensor(), heads);
+    const Tensor d_qkv_hone = Tensor::empty(qkv_shape, DType::bf16, kGpu);
+    {
+      const KernelChoice hone_kernels(AttentionKernels::hone);
+      ops::attention_forward(qkv_gpu, out_hone, lse_hone, Tensor(), heads);
+      ops::attention_backward(d_out_gpu, qkv_gpu, out_cudnn, lse_cudnn, Tensor(), d_qkv_hone, heads);
+    }
+    expect_match(d_qkv_hone, d_qkv, 2e-2, "hone's backward after cuDNN's forward");
     const Tensor d_qkv_cudnn = Tensor::empty(qkv_shape, DType::bf16, kGpu);
     ASSERT_TRUE(kernels::cuda::cudnn_attention_backward(d_out_gpu.data<bf16>(), qkv_gpu.data<bf16>(),
                                                         out_hone.data<bf16>(), lse_hone.data<float>(), nullptr,
                                                         d_qkv_cudnn.data<bf16>(), dims))
         << "cuDNN did not take the backward pass (its notice above says why)";
     expect_match(d_qkv_cudnn, d_qkv, 2e-2, "cuDNN backward after hone's forward");
-    const Tensor d_qkv_hone = Tensor::empty(qkv_shape, DType::bf16, kGpu);
-    ops::attention_backward(d_out_gpu, qkv_gpu, out_cudnn, lse_cudnn, Tensor(), d_qkv_hone, heads);
-    expect_match(d_qkv_hone, d_qkv, 2e-2, "hone's backward after cuDNN's forward");
   }
   // What it leaves to hone's kernels: other head sizes, ALiBi, lengths that are
   // not multiples of 128 (each a change to a call it takes).
@@ -356,11 +363,10 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
   auto head_48 = taken, length_100 = taken;
   head_48.head_dim = 48;
   length_100.seq = 100;
-  const Tensor buffer = Tensor::zeros({1, 128, 6 * 64}, DType::bf16, kGpu), lse = Tensor::zeros({1, 2, 128}, DType::f32, kGpu);
-  const Tensor slopes = Tensor::zeros({2}, DType::f32, kGpu);
+  const Tensor qkv = Tensor::zeros({1, 128, 6 * 64}, DType::bf16, kGpu), out = Tensor::zeros({1, 128, 2 * 64}, DType::bf16, kGpu);
+  const Tensor lse = Tensor::zeros({1, 2, 128}, DType::f32, kGpu), slopes = Tensor::zeros({2}, DType::f32, kGpu);
   const auto forward = [&](const kernels::cpu::AttentionDims& dims, const float* alibi) {
-    return kernels::cuda::cudnn_attention_forward(buffer.data<bf16>(), buffer.data<bf16>(), lse.data<float>(), alibi,
-                                                  dims);
+    return kernels::cuda::cudnn_attention_forward(qkv.data<bf16>(), out.data<bf16>(), lse.data<float>(), alibi, dims);
   };
   EXPECT_TRUE(forward(taken, nullptr));
   EXPECT_FALSE(forward(head_48, nullptr));
