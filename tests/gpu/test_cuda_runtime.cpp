@@ -36,6 +36,7 @@ TEST(CudaRuntime, ChoosingTheDeviceChecksItsIndex) {
 // attention, picks an engine and compiles its kernels, and only loading them
 // fails. The shapes of #8's benchmarks and models, and MQA.
 TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
+  if (!kernels::cuda::cudnn_attention_built()) GTEST_SKIP() << "hone was built without cuDNN's headers";
   const bool stub = !kernels::cuda::available();
   if (stub && dlopen(HONE_CUDA_DRIVER_STUB, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     GTEST_SKIP() << "no CUDA driver library here, not even the toolkit's stub: " << dlerror();
@@ -76,6 +77,7 @@ TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
 // where cuDNN takes the call: llama_125M in bf16 on CUDA at a length that is a
 // multiple of 128, not at another length, in f32, or with hone's kernels chosen.
 TEST(CudaRuntime, TheMemoryEstimateCountsCudnnAttentionScratch) {
+  if (!kernels::cuda::cudnn_attention_built()) GTEST_SKIP() << "hone was built without cuDNN's headers";
   const ModelConfig model = model_preset("llama_125M");
   const auto workspace = [&](DType dtype, int64_t seq) {
     return estimate_training_memory(model, dtype, 2, seq, {}, std::nullopt, 0, 1, kGpu).workspace;

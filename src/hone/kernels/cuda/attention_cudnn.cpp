@@ -42,6 +42,8 @@ std::string plan_cudnn_attention(const std::string&, const AttentionDims&) {
   return "hone was built without cuDNN's headers";
 }
 
+bool cudnn_attention_built() { return false; }
+
 size_t cudnn_attention_scratch_bytes(const AttentionDims&, bool) { return 0; }
 
 bool cudnn_attention_forward(const bf16*, bf16*, float*, const float*, const AttentionDims&) { return false; }
@@ -664,6 +666,8 @@ const Plan* plan_for(bool backward, const AttentionDims& d) {
 }
 
 }  // namespace
+
+bool cudnn_attention_built() { return true; }
 
 size_t cudnn_attention_scratch_bytes(const AttentionDims& dims, bool alibi) {
   if (!shape_taken(dims, alibi)) return 0;

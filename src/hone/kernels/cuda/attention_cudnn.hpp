@@ -40,6 +40,10 @@ bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
                               const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims);
 
+// Whether hone was built with cuDNN's headers (without them, hone's kernels
+// take every call).
+bool cudnn_attention_built();
+
 // What cuDNN's backward pass allocates besides its engine's own workspace
 // (dQ's f32 sums and the dO·O row sums) for a call it takes, else 0; for the
 // memory estimate, which cannot know before planning whether cuDNN loads.
