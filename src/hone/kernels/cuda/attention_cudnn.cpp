@@ -89,6 +89,7 @@ struct Cudnn {
 #define HONE_DECLARE(name) decltype(&::name) name = nullptr;
   HONE_CUDNN_FUNCTIONS(HONE_DECLARE)
 #undef HONE_DECLARE
+  size_t version = 0;    // e.g. 91900 for 9.19.0
   std::string missing;  // why it cannot be used, or empty
 };
 
@@ -110,13 +111,13 @@ const Cudnn& api() {
     HONE_CUDNN_FUNCTIONS(HONE_RESOLVE)
 #undef HONE_RESOLVE
     // The backend API's enums are stable within a major version only.
-    const size_t version = c.cudnnGetVersion();
-    if (version / 10000 != CUDNN_MAJOR) {
-      c.missing = fmt::format("{} is cuDNN {}, hone was built for cuDNN {}", name, version, CUDNN_MAJOR);
+    c.version = c.cudnnGetVersion();
+    if (c.version / 10000 != CUDNN_MAJOR) {
+      c.missing = fmt::format("{} is cuDNN {}, hone was built for cuDNN {}", name, c.version, CUDNN_MAJOR);
       return c;
     }
-    if (version == 91000 || version == 91001) {
-      c.missing = fmt::format("cuDNN {} has known bugs in its bf16 fused attention", version);
+    if (c.version == 91000 || c.version == 91001) {
+      c.missing = fmt::format("cuDNN {} has known bugs in its bf16 fused attention", c.version);
     }
     return c;
   }();
@@ -360,7 +361,7 @@ struct Layout {
 // The masked scores' fill value: cuDNN's engines take -inf from 9.10 on (every
 // causal row keeps its diagonal, so no row is all fill either way).
 float mask_fill() {
-  return api().cudnnGetVersion() >= 91000 ? -std::numeric_limits<float>::infinity()
+  return api().version >= 91000 ? -std::numeric_limits<float>::infinity()
                                           : std::numeric_limits<float>::lowest();
 }
 
@@ -370,16 +371,17 @@ class GraphBuilder {
  public:
   GraphBuilder(Plan& plan, const Layout& l) : plan_(plan), l_(l) {}
 
-  // A tensor hone passes in the variant pack (by_value: a host scalar).
+  // A tensor hone passes in the variant pack, as a device pointer.
   const Descriptor& tensor(int64_t id, cudnnDataType_t type, const std::vector<int64_t>& dims,
-                           const std::vector<int64_t>& strides, bool by_value = false) {
-    return make_tensor(id, type, dims, strides, false, by_value);
+                           const std::vector<int64_t>& strides) {
+    return make_tensor(id, type, dims, strides, false, false);
   }
   // A host float passed by value (one descriptor per id, however often used).
   const Descriptor& scalar(int64_t id) {
     auto found = scalars_.find(id);
     if (found == scalars_.end()) {
-      found = scalars_.emplace(id, &tensor(id, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, true)).first;
+      const Descriptor& t = make_tensor(id, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+      found = scalars_.emplace(id, &t).first;
     }
     return *found->second;
   }

@@ -7,9 +7,10 @@
 // bf16 kernels (attention_mma.cu) take, except ALiBi and packed sequences:
 // bf16, head size 64 or 128, 16-byte aligned rows, compute capability 8.0 or
 // more; and it takes sequence lengths that are multiples of 128 (it compiles
-// kernels per shape: training's lengths, not every prompt's). cuDNN (libcudnn.so.9) is opened on first use; where it cannot be
-// opened, or finds no engine for a shape, the call returns false and the caller
-// runs hone's kernels (a one-line notice says why, once per process and shape).
+// kernels per shape: training's lengths, not every prompt's). cuDNN
+// (libcudnn.so.9) is opened on first use; where it cannot be opened, or finds
+// no engine for a shape, the call returns false and the caller runs hone's
+// kernels (a one-line notice says why, once per process and shape).
 //
 // Outputs have the meaning of hone's kernels: the same out, lse (natural-log
 // logsumexp of the scaled scores per query, [batch, heads, seq]) and d_qkv, so
@@ -32,9 +33,9 @@ void set_attention_kernels(AttentionKernels kernels);
 
 // Each runs the pass through cuDNN and returns true, or returns false having
 // written nothing: another kernel choice, a call outside what cuDNN takes here
-// (ALiBi, packed positions, other head sizes or lengths, unaligned rows), no cuDNN library,
-// or no engine for the shape. Pointers are device memory; shapes as in
-// kernels/cpu/attention.hpp.
+// (ALiBi, packed positions, other head sizes or lengths, unaligned rows), no
+// cuDNN library, or no engine for the shape. Pointers are device memory;
+// shapes as in kernels/cpu/attention.hpp.
 bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
                              const AttentionDims& dims);
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
