@@ -77,15 +77,19 @@ class FinetuneRun : public ::testing::Test {
   }
 
   // Every step of `run` (there are `steps`) lost what the same step of `want`
-  // did, to 1e-6 relative. The losses are fp32 sums of the same products added
-  // in another order, so they may differ by a few units in the last place
-  // (at a loss of 4.9 one unit is 4.8e-7; a tp 2 run on AVX-512 without AMX
-  // was seen 2.2 units off at step 6, which an absolute 1e-6 rejected).
+  // did, to 5e-5 relative. The runs add the same products in another order, so
+  // their gradients differ in the last place, and AdamW at lr 1e-2 makes such
+  // differences grow step by step: it scales each gradient element by its own
+  // size, so rounding noise in near-zero elements becomes a full-size update.
+  // On an AMX Xeon two ranks at ZeRO 2 against one process accumulating were
+  // 0, 3e-8, 8e-7, 2.5e-6, 2.4e-6 and 4e-6 apart at steps 1-6; one process
+  // that dropped half of each step's samples (the size of a lost rank) was
+  // 2.4e-3 apart at step 1 and 3.5e-3 to 6e-2 after.
   void expect_losses_of(const std::string& run, const std::map<int64_t, double>& want, size_t steps) {
     const auto got = losses(run);
     ASSERT_EQ(got.size(), steps) << run;
     for (const auto& [step, loss] : got) {
-      EXPECT_NEAR(loss, want.at(step), 1e-6 * std::abs(want.at(step))) << run << " step " << step;
+      EXPECT_NEAR(loss, want.at(step), 5e-5 * std::abs(want.at(step))) << run << " step " << step;
     }
   }
 
