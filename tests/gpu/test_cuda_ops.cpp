@@ -265,8 +265,8 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
     }
     positions = ids(p, {c.batch, c.seq});
   }
-  // bf16 at head sizes 64 and 128 and lengths a multiple of 128, without ALiBi
-  // or packing, goes to cuDNN unless hone's kernels are asked for: both are checked.
+  // bf16 at head sizes 64 and 128 and lengths a multiple of 128, without
+  // packing, goes to cuDNN unless hone's kernels are asked for: both are checked.
   for (const auto& [dtype, preferred] : {std::pair{DType::f32, AttentionKernels::hone},
                                          std::pair{DType::bf16, AttentionKernels::hone},
                                          std::pair{DType::bf16, AttentionKernels::cudnn}}) {
@@ -308,21 +308,23 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttentionCase{1, 300, 4, 1, 128, true, true},
                                            AttentionCase{1, 200, 8, 8, 256, false, false},
                                            AttentionCase{2, 256, 4, 2, 64, false, false},
-                                           AttentionCase{1, 128, 2, 1, 128, false, false}));
+                                           AttentionCase{1, 128, 2, 1, 128, false, false},
+                                           AttentionCase{1, 256, 4, 2, 128, true, false}));
 
 // cuDNN's fused attention takes the bf16 calls it should (the test above would
 // pass just as well if it silently took none), and its outputs and hone's are
 // interchangeable: hone's backward pass after cuDNN's forward pass and cuDNN's
-// after hone's match the CPU. MHA, GQA and MQA.
+// after hone's match the CPU. MHA, GQA and MQA, with and without ALiBi.
 TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
   const KernelChoice cudnn_first(AttentionKernels::cudnn);  // whatever HONE_CUDA_ATTENTION says
   struct Case {
     int64_t batch, seq, heads, kv_heads, head_dim;
+    bool alibi;
   };
-  for (const Case c : {Case{2, 128, 4, 2, 64}, Case{1, 384, 4, 1, 128}, Case{2, 256, 8, 8, 128},
-                       Case{1, 1024, 8, 2, 64}}) {
-    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}", c.batch, c.seq, c.heads, c.kv_heads,
-                             c.head_dim));
+  for (const Case c : {Case{2, 128, 4, 2, 64, false}, Case{1, 384, 4, 1, 128, false}, Case{2, 256, 8, 8, 128, false},
+                       Case{1, 1024, 8, 2, 64, false}, Case{2, 256, 4, 4, 64, true}, Case{1, 512, 8, 2, 128, true}}) {
+    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}{}", c.batch, c.seq, c.heads, c.kv_heads,
+                             c.head_dim, c.alibi ? " ALiBi" : ""));
     const ops::AttentionHeads heads{.n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.head_dim};
     const auto dims = attention_dims(c.batch, c.seq, c.heads, c.kv_heads, c.head_dim);
     const Shape qkv_shape{c.batch, c.seq, (c.heads + 2 * c.kv_heads) * c.head_dim};
@@ -330,13 +332,20 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
     const Tensor qkv = random_tensor(qkv_shape, DType::bf16, 35, 1.5), d_out = random_tensor(out_shape, DType::bf16, 36);
     const Tensor out = Tensor::empty(out_shape, DType::bf16), lse = Tensor::empty(lse_shape, DType::f32);
     const Tensor d_qkv = Tensor::empty(qkv_shape, DType::bf16);
-    ops::attention_forward(qkv, out, lse, Tensor(), heads);
-    ops::attention_backward(d_out, qkv, out, lse, Tensor(), d_qkv, heads);
+    Tensor slopes;  // MPT's: 2^(-8·(h + 1) / heads)
+    if (c.alibi) {
+      std::vector<float> s;
+      for (int64_t h = 0; h < c.heads; ++h) s.push_back(std::exp2(-8.0f * float(h + 1) / float(c.heads)));
+      slopes = Tensor::from(s, {c.heads});
+    }
+    ops::attention_forward(qkv, out, lse, slopes, heads);
+    ops::attention_backward(d_out, qkv, out, lse, slopes, d_qkv, heads);
 
-    const Tensor qkv_gpu = gpu(qkv), d_out_gpu = gpu(d_out);
+    const Tensor qkv_gpu = gpu(qkv), d_out_gpu = gpu(d_out), slopes_gpu = gpu(slopes);
+    const float* slopes_data = c.alibi ? slopes_gpu.data<float>() : nullptr;
     const Tensor out_cudnn = Tensor::empty(out_shape, DType::bf16, kGpu), lse_cudnn = Tensor::empty(lse_shape, DType::f32, kGpu);
     ASSERT_TRUE(kernels::cuda::cudnn_attention_forward(qkv_gpu.data<bf16>(), out_cudnn.data<bf16>(),
-                                                       lse_cudnn.data<float>(), nullptr, dims))
+                                                       lse_cudnn.data<float>(), slopes_data, dims))
         << "cuDNN did not take the forward pass (its notice above says why)";
     expect_match(out_cudnn, out, 1e-2, "cuDNN forward");
     expect_match(lse_cudnn, lse, 2e-3, "cuDNN lse");
@@ -346,22 +355,24 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
     const Tensor d_qkv_hone = Tensor::empty(qkv_shape, DType::bf16, kGpu);
     {
       const KernelChoice hone_kernels(AttentionKernels::hone);
-      ops::attention_forward(qkv_gpu, out_hone, lse_hone, Tensor(), heads);
-      ops::attention_backward(d_out_gpu, qkv_gpu, out_cudnn, lse_cudnn, Tensor(), d_qkv_hone, heads);
+      ops::attention_forward(qkv_gpu, out_hone, lse_hone, slopes_gpu, heads);
+      ops::attention_backward(d_out_gpu, qkv_gpu, out_cudnn, lse_cudnn, slopes_gpu, d_qkv_hone, heads);
     }
     expect_match(d_qkv_hone, d_qkv, 2e-2, "hone's backward after cuDNN's forward");
     const Tensor d_qkv_cudnn = Tensor::empty(qkv_shape, DType::bf16, kGpu);
     ASSERT_TRUE(kernels::cuda::cudnn_attention_backward(d_out_gpu.data<bf16>(), qkv_gpu.data<bf16>(),
-                                                        out_hone.data<bf16>(), lse_hone.data<float>(), nullptr,
+                                                        out_hone.data<bf16>(), lse_hone.data<float>(), slopes_data,
                                                         d_qkv_cudnn.data<bf16>(), dims))
         << "cuDNN did not take the backward pass (its notice above says why)";
     expect_match(d_qkv_cudnn, d_qkv, 2e-2, "cuDNN backward after hone's forward");
   }
-  // What it leaves to hone's kernels: other head sizes, ALiBi, lengths that are
-  // not multiples of 128 (each a change to a call it takes).
+  // What it leaves to hone's kernels: other head sizes, packed samples, lengths
+  // that are not multiples of 128 (each a change to a call it takes).
   const auto taken = attention_dims(1, 128, 2, 2, 64);
-  auto head_48 = taken, length_100 = taken;
+  const Tensor positions = Tensor::zeros({1, 128}, DType::i32, kGpu);
+  auto head_48 = taken, packed = taken, length_100 = taken;
   head_48.head_dim = 48;
+  packed.positions = positions.data<int32_t>();
   length_100.seq = 100;
   const Tensor qkv = Tensor::zeros({1, 128, 6 * 64}, DType::bf16, kGpu), out = Tensor::zeros({1, 128, 2 * 64}, DType::bf16, kGpu);
   const Tensor lse = Tensor::zeros({1, 2, 128}, DType::f32, kGpu), slopes = Tensor::zeros({2}, DType::f32, kGpu);
@@ -369,8 +380,9 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
     return kernels::cuda::cudnn_attention_forward(qkv.data<bf16>(), out.data<bf16>(), lse.data<float>(), alibi, dims);
   };
   EXPECT_TRUE(forward(taken, nullptr));
+  EXPECT_TRUE(forward(taken, slopes.data<float>()));
   EXPECT_FALSE(forward(head_48, nullptr));
-  EXPECT_FALSE(forward(taken, slopes.data<float>()));
+  EXPECT_FALSE(forward(packed, nullptr));
   EXPECT_FALSE(forward(length_100, nullptr));
 }
 

@@ -34,7 +34,7 @@ TEST(CudaRuntime, ChoosingTheDeviceChecksItsIndex) {
 // H100 SXM's, as cudaGetDeviceProperties reports them). Without a GPU driver,
 // the toolkit's stub stands in for it: cuDNN recognizes each graph as fused
 // attention, picks an engine and compiles its kernels, and only loading them
-// fails. The shapes of #8's benchmarks and models, and MQA.
+// fails. The shapes of #8's benchmarks and models, MQA, and ALiBi (MPT).
 TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
   if (!kernels::cuda::cudnn_attention_built()) GTEST_SKIP() << "hone was built without cuDNN's headers";
   const bool stub = !kernels::cuda::available();
@@ -50,17 +50,21 @@ TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
     "supportCoopLaunch": 1})";
   struct Shape {
     int64_t batch, seq, heads, kv_heads, head_dim;
+    bool alibi;
   };
-  for (const Shape s : {Shape{4, 2048, 32, 8, 64},     // Llama 3.2 1B
-                        Shape{2, 2048, 32, 8, 128},    // Llama 3.1 8B
-                        Shape{8, 1024, 12, 12, 64},    // GPT-2 124M
-                        Shape{4, 4096, 16, 16, 128},   // attention alone
-                        Shape{1, 384, 4, 1, 128}}) {   // MQA
-    const std::string error =
-        kernels::cuda::plan_cudnn_attention(h100, attention_dims(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim));
+  for (const Shape s : {Shape{4, 2048, 32, 8, 64, false},     // Llama 3.2 1B
+                        Shape{2, 2048, 32, 8, 128, false},    // Llama 3.1 8B
+                        Shape{8, 1024, 12, 12, 64, false},    // GPT-2 124M
+                        Shape{4, 4096, 16, 16, 128, false},   // attention alone
+                        Shape{1, 384, 4, 1, 128, false},      // MQA
+                        Shape{8, 2048, 12, 12, 64, true},     // MPT 125M
+                        Shape{2, 2048, 32, 32, 128, true},    // MPT 7B
+                        Shape{1, 256, 4, 2, 64, true}}) {     // ALiBi with grouped heads
+    const std::string error = kernels::cuda::plan_cudnn_attention(
+        h100, attention_dims(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim), s.alibi);
     if (error.find("cannot load") == 0) GTEST_SKIP() << "no cuDNN library here: " << error;
-    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}", s.batch, s.seq, s.heads, s.kv_heads,
-                             s.head_dim));
+    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}{}", s.batch, s.seq, s.heads, s.kv_heads,
+                             s.head_dim, s.alibi ? " ALiBi" : ""));
     if (!stub) {
       EXPECT_EQ(error, "");
       continue;
@@ -74,17 +78,18 @@ TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
 }
 
 // The memory estimate counts what cuDNN's attention backward pass allocates
-// where cuDNN takes the call: llama_125M in bf16 on CUDA at a length that is a
-// multiple of 128, not at another length, in f32, or with hone's kernels chosen.
+// where cuDNN takes the call: llama_125M (and mpt_125M, ALiBi) in bf16 on CUDA
+// at a length that is a multiple of 128, not at another length, in f32, or with
+// hone's kernels chosen.
 TEST(CudaRuntime, TheMemoryEstimateCountsCudnnAttentionScratch) {
   if (!kernels::cuda::cudnn_attention_built()) GTEST_SKIP() << "hone was built without cuDNN's headers";
-  const ModelConfig model = model_preset("llama_125M");
-  const auto workspace = [&](DType dtype, int64_t seq) {
-    return estimate_training_memory(model, dtype, 2, seq, {}, std::nullopt, 0, 1, kGpu).workspace;
+  const auto workspace = [&](DType dtype, int64_t seq, const char* preset = "llama_125M") {
+    return estimate_training_memory(model_preset(preset), dtype, 2, seq, {}, std::nullopt, 0, 1, kGpu).workspace;
   };
   const size_t gemm = ops::gemm_workspace_bytes(kGpu);
   const size_t dq_sums = 2 * 12 * 256 * 64 * 4, row_sums = 2 * 12 * 256 * 4;  // both multiples of 256 bytes
   EXPECT_EQ(workspace(DType::bf16, 256), gemm + dq_sums + row_sums);
+  EXPECT_EQ(workspace(DType::bf16, 256, "mpt_125M"), gemm + dq_sums + row_sums);  // 12 heads of 64 too
   EXPECT_EQ(workspace(DType::bf16, 200), gemm);
   EXPECT_EQ(workspace(DType::f32, 256), gemm);
   const auto before = kernels::cuda::attention_kernels();

@@ -39,16 +39,15 @@ const compute_t<T>* slopes_or_null(const Tensor& alibi_slopes) {
 }  // namespace
 
 size_t attention_scratch_bytes(Device device, DType dtype, const AttentionHeads& heads, int64_t batch,
-                               int64_t seq, bool alibi) {
+                               int64_t seq) {
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda() && dtype == DType::bf16) {
     return kernels::cuda::cudnn_attention_scratch_bytes(
         {.batch = batch, .seq = seq, .n_heads = heads.n_heads, .n_kv_heads = heads.n_kv_heads,
-         .head_dim = heads.head_dim},
-        alibi);
+         .head_dim = heads.head_dim});
   }
 #endif
-  (void)device, (void)dtype, (void)heads, (void)batch, (void)seq, (void)alibi;
+  (void)device, (void)dtype, (void)heads, (void)batch, (void)seq;
   return 0;
 }
 

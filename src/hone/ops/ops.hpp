@@ -84,7 +84,7 @@ struct AttentionHeads {
 // sums); 0 where cuDNN would not take the call. hone's own kernels need 4
 // bytes per query and head, left out.
 size_t attention_scratch_bytes(Device device, DType dtype, const AttentionHeads& heads, int64_t batch,
-                               int64_t seq, bool alibi);
+                               int64_t seq);
 // out [batch, seq, H·head_dim]; lse [batch, H, seq]; alibi_slopes [H] or absent.
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
                        const AttentionHeads& heads, const Tensor& token_positions = {});

@@ -38,13 +38,13 @@ void set_attention_kernels(AttentionKernels kernels) { kernel_choice().store(ker
 
 namespace hone::kernels::cuda {
 
-std::string plan_cudnn_attention(const std::string&, const AttentionDims&) {
+std::string plan_cudnn_attention(const std::string&, const AttentionDims&, bool) {
   return "hone was built without cuDNN's headers";
 }
 
 bool cudnn_attention_built() { return false; }
 
-size_t cudnn_attention_scratch_bytes(const AttentionDims&, bool) { return 0; }
+size_t cudnn_attention_scratch_bytes(const AttentionDims&) { return 0; }
 
 bool cudnn_attention_forward(const bf16*, bf16*, float*, const float*, const AttentionDims&) { return false; }
 bool cudnn_attention_backward(const bf16*, const bf16*, const bf16*, const float*, const float*, bf16*,
@@ -201,9 +201,10 @@ class Descriptor {
 
 // ---- plans ----
 
-// Everything a plan depends on: the shape and direction. Buffers are checked
-// to be 16-byte aligned before a plan is used, as its tensors declare.
-using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t>;  // backward, b, s, h, kv, d
+// Everything a plan depends on: the direction, ALiBi or not, and the shape.
+// Buffers are checked to be 16-byte aligned before a plan is used, as its
+// tensors declare.
+using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t>;  // backward, alibi, b, s, h, kv, d
 
 struct Plan {
   std::deque<Descriptor> descriptors;  // the graph's, kept alive for the plan
@@ -330,8 +331,8 @@ void execute(const Plan& plan, const std::vector<std::pair<int64_t, const void*>
 
 // Tensor ids in the graphs and variant packs.
 enum : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kFill,       // both passes
-  kDO, kDQ, kDK, kDV, kOne, kRowSums, kDQSum,       // backward
+  kQ = 1, kK, kV, kO, kStats, kScale, kFill, kSlopes,  // both passes
+  kDO, kDQ, kDK, kDV, kOne, kRowSums, kDQSum,           // backward
   kFirstVirtual = 100
 };
 
@@ -369,7 +370,7 @@ float mask_fill() {
 // cuDNN's backend terms, each finalized as it is made.
 class GraphBuilder {
  public:
-  GraphBuilder(Plan& plan, const Layout& l) : plan_(plan), l_(l) {}
+  GraphBuilder(Plan& plan, const Layout& l, bool alibi) : plan_(plan), l_(l), alibi_(alibi) {}
 
   // A tensor hone passes in the variant pack, as a device pointer.
   const Descriptor& tensor(int64_t id, cudnnDataType_t type, const std::vector<int64_t>& dims,
@@ -458,13 +459,31 @@ class GraphBuilder {
             .finalize("reshape operation"));
   }
 
-  // Q·Kᵀ·scale: the first two steps of both passes.
+  // Q·Kᵀ·scale, plus ALiBi's bias where the graph has it: the first steps of
+  // both passes.
   const Descriptor& scaled_scores(const Descriptor& q, const Descriptor& k_transposed) {
     const Descriptor& raw = scores();
     matmul(raw, q, k_transposed);
     const Descriptor& scaled = scores();
     pointwise(CUDNN_POINTWISE_MUL, scaled, raw, &scalar(kScale));
-    return scaled;
+    return alibi_ ? with_alibi(scaled) : scaled;
+  }
+
+  // x + slope·(key index - query index), the slopes one f32 per query head
+  // (hone's kernels add the same; cuDNN's engines recognize it in this form).
+  const Descriptor& with_alibi(const Descriptor& x) {
+    const Descriptor& row = scores(CUDNN_DATA_INT32);
+    const Descriptor& column = scores(CUDNN_DATA_INT32);
+    const Descriptor& distance = scores(CUDNN_DATA_INT32);
+    const Descriptor& bias = scores();
+    const Descriptor& biased = scores();
+    const Descriptor& slopes = tensor(kSlopes, CUDNN_DATA_FLOAT, {1, l_.h, 1, 1}, {l_.h, 1, 1, 1});
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, nullptr, nullptr, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, column, x, nullptr, nullptr, 3);
+    pointwise(CUDNN_POINTWISE_SUB, distance, column, &row);
+    pointwise(CUDNN_POINTWISE_MUL, bias, distance, &slopes);
+    pointwise(CUDNN_POINTWISE_ADD, biased, x, &bias);
+    return biased;
   }
 
   // x with every key after its query replaced by the fill value (top-left
@@ -500,6 +519,7 @@ class GraphBuilder {
 
   Plan& plan_;
   const Layout& l_;
+  const bool alibi_;
   int64_t next_virtual_ = kFirstVirtual;
   std::map<int64_t, const Descriptor*> scalars_;
   std::vector<const Descriptor*> operations_;
@@ -511,12 +531,12 @@ const Descriptor& transposed_view(GraphBuilder& g, int64_t id, const Layout& l) 
   return g.tensor(id, CUDNN_DATA_BFLOAT16, {l.b, l.kv, l.hd, l.s}, {l.s * l.row, l.hd, 1, l.row});
 }
 
-// out = softmax(mask(Q·Kᵀ·scale))·V and lse = its logsumexp per query,
-// softmax written out as cuDNN's fused engines recognize it.
-std::unique_ptr<Plan> forward_plan(const AttentionDims& d, const Target& target) {
+// out = softmax(mask(Q·Kᵀ·scale [+ ALiBi]))·V and lse = its logsumexp per
+// query, softmax written out as cuDNN's fused engines recognize it.
+std::unique_ptr<Plan> forward_plan(const AttentionDims& d, bool alibi, const Target& target) {
   auto plan = std::make_unique<Plan>();
   const Layout l(d);
-  GraphBuilder g(*plan, l);
+  GraphBuilder g(*plan, l, alibi);
   const Descriptor& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.h), l.qkv_strides());
   const Descriptor& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.kv), l.qkv_strides());
   const Descriptor& out = g.tensor(kO, CUDNN_DATA_BFLOAT16, l.out_dims(), l.out_strides());
@@ -545,10 +565,10 @@ std::unique_ptr<Plan> forward_plan(const AttentionDims& d, const Target& target)
 // probabilities recomputed from lse, dV = Pᵀ·dO, dS = P ⊙ (dO·Vᵀ - rowsum(dO ⊙ O))·scale,
 // dK = dSᵀ·Q, dQ = dS·K (summed in f32 in the workspace). With grouped heads,
 // dK and dV are summed over each group's query heads.
-std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Target& target) {
+std::unique_ptr<Plan> backward_plan(const AttentionDims& d, bool alibi, const Target& target) {
   auto plan = std::make_unique<Plan>();
   const Layout l(d);
-  GraphBuilder g(*plan, l);
+  GraphBuilder g(*plan, l, alibi);
   const bool grouped = l.kv != l.h;
   const Descriptor& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.h), l.qkv_strides());
   const Descriptor& k_transposed = transposed_view(g, kK, l);
@@ -620,13 +640,14 @@ std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Target& target
 constexpr int64_t kLengthMultiple = 128;
 
 // Whether cuDNN is to take a call of this shape (the buffers and the GPU aside).
-bool shape_taken(const AttentionDims& d, bool alibi) {
-  return attention_kernels() == AttentionKernels::cudnn && !alibi && d.positions == nullptr &&
+bool shape_taken(const AttentionDims& d) {
+  return attention_kernels() == AttentionKernels::cudnn && d.positions == nullptr &&
          (d.head_dim == 64 || d.head_dim == 128) && d.seq % kLengthMultiple == 0;
 }
 
-bool takes(const float* alibi_slopes, const AttentionDims& d, std::initializer_list<const void*> buffers) {
-  if (!shape_taken(d, alibi_slopes != nullptr)) return false;
+// Whether cuDNN is to take a call with these buffers (null for absent ones).
+bool takes(const AttentionDims& d, std::initializer_list<const void*> buffers) {
+  if (!shape_taken(d)) return false;
   for (const void* p : buffers) {
     if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) return false;
   }
@@ -644,23 +665,23 @@ bool takes(const float* alibi_slopes, const AttentionDims& d, std::initializer_l
 }
 
 // The plan for a shape, built on first use; null where cuDNN has none (said once).
-const Plan* plan_for(bool backward, const AttentionDims& d) {
+const Plan* plan_for(bool backward, bool alibi, const AttentionDims& d) {
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>;  // never destroyed: cuDNN may be gone at exit
   std::lock_guard lock(mutex);
-  const PlanKey key{backward, d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim};
+  const PlanKey key{backward, alibi, d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim};
   auto found = plans->find(key);
   if (found == plans->end()) {
     std::unique_ptr<Plan> plan;
     try {
       const Target target{.handle = session().handle};
-      plan = backward ? backward_plan(d, target) : forward_plan(d, target);
+      plan = backward ? backward_plan(d, alibi, target) : forward_plan(d, alibi, target);
     } catch (const Error& e) {
       fmt::print(stderr,
-                 "hone: cuDNN has no fused attention {} for batch {}, seq {}, {} query and {} key/value heads of "
+                 "hone: cuDNN has no fused attention {}{} for batch {}, seq {}, {} query and {} key/value heads of "
                  "size {} ({}); hone's attention kernels run instead\n",
-                 backward ? "backward pass" : "forward pass", d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim,
-                 e.what());
+                 backward ? "backward pass" : "forward pass", alibi ? " with ALiBi" : "", d.batch, d.seq, d.n_heads,
+                 d.n_kv_heads, d.head_dim, e.what());
     }
     found = plans->emplace(key, std::move(plan)).first;
   }
@@ -671,13 +692,13 @@ const Plan* plan_for(bool backward, const AttentionDims& d) {
 
 bool cudnn_attention_built() { return true; }
 
-size_t cudnn_attention_scratch_bytes(const AttentionDims& dims, bool alibi) {
-  if (!shape_taken(dims, alibi)) return 0;
+size_t cudnn_attention_scratch_bytes(const AttentionDims& dims) {
+  if (!shape_taken(dims)) return 0;
   const Layout l(dims);
   return size_t(Plan::scratch_part(l.dq_sums_bytes()) + Plan::scratch_part(l.row_sums_bytes()));
 }
 
-std::string plan_cudnn_attention(const std::string& device_properties, const AttentionDims& dims) {
+std::string plan_cudnn_attention(const std::string& device_properties, const AttentionDims& dims, bool alibi) {
   if (!api().missing.empty()) return api().missing;
   try {
     Descriptor device(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
@@ -688,7 +709,7 @@ std::string plan_cudnn_attention(const std::string& device_properties, const Att
     std::string errors;
     for (const bool backward : {false, true}) {
       try {
-        backward ? backward_plan(dims, target) : forward_plan(dims, target);
+        backward ? backward_plan(dims, alibi, target) : forward_plan(dims, alibi, target);
       } catch (const Error& e) {
         errors += fmt::format("{}{} pass: {}", errors.empty() ? "" : "; ", backward ? "backward" : "forward", e.what());
       }
@@ -701,36 +722,39 @@ std::string plan_cudnn_attention(const std::string& device_properties, const Att
 
 namespace {
 
-// The variant pack entries both passes share: the inputs, out and lse, and the
-// scalars (host floats that must outlive the run).
+// The variant pack entries both passes share: the inputs, out and lse, ALiBi's
+// slopes where given, and the scalars (host floats that must outlive the run).
 std::vector<std::pair<int64_t, const void*>> shared_tensors(const bf16* qkv, const bf16* out, const float* lse,
-                                                            const AttentionDims& dims, const float& scale,
-                                                            const float& fill) {
+                                                            const float* alibi_slopes, const AttentionDims& dims,
+                                                            const float& scale, const float& fill) {
   const Layout l(dims);
-  return {{kQ, qkv + l.q_offset}, {kK, qkv + l.k_offset}, {kV, qkv + l.v_offset}, {kO, out},
-          {kStats, lse},          {kScale, &scale},       {kFill, &fill}};
+  std::vector<std::pair<int64_t, const void*>> tensors{
+      {kQ, qkv + l.q_offset}, {kK, qkv + l.k_offset}, {kV, qkv + l.v_offset}, {kO, out},
+      {kStats, lse},          {kScale, &scale},       {kFill, &fill}};
+  if (alibi_slopes != nullptr) tensors.emplace_back(kSlopes, alibi_slopes);
+  return tensors;
 }
 
 }  // namespace
 
 bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
                              const AttentionDims& dims) {
-  if (!takes(alibi_slopes, dims, {qkv, out, lse})) return false;
-  const Plan* plan = plan_for(false, dims);
+  if (!takes(dims, {qkv, out, lse, alibi_slopes})) return false;
+  const Plan* plan = plan_for(false, alibi_slopes != nullptr, dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill();
-  execute(*plan, shared_tensors(qkv, out, lse, dims, scale, fill));
+  execute(*plan, shared_tensors(qkv, out, lse, alibi_slopes, dims, scale, fill));
   return true;
 }
 
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
                               const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims) {
-  if (!takes(alibi_slopes, dims, {d_out, qkv, out, lse, d_qkv})) return false;
-  const Plan* plan = plan_for(true, dims);
+  if (!takes(dims, {d_out, qkv, out, lse, alibi_slopes, d_qkv})) return false;
+  const Plan* plan = plan_for(true, alibi_slopes != nullptr, dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill(), one = 1.0f;
   const Layout l(dims);
-  auto tensors = shared_tensors(qkv, out, lse, dims, scale, fill);
+  auto tensors = shared_tensors(qkv, out, lse, alibi_slopes, dims, scale, fill);
   tensors.insert(tensors.end(), {{kOne, &one},
                                  {kDO, d_out},
                                  {kDQ, d_qkv + l.q_offset},
