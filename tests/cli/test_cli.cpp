@@ -197,6 +197,21 @@ TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   std::remove(dest.c_str());
 }
 
+TEST(Cli, ValidateTakesItsConfigAsHoneRunDoesToo) {
+  const CliResult positional = run_hone("validate quickstart max_steps=7 optimizer.lr=0.002");
+  ASSERT_EQ(positional.status, 0) << positional.err;
+  EXPECT_NE(positional.out.find("max_steps: 7\n"), std::string::npos) << positional.out;
+  for (const char* args : {"validate --config quickstart max_steps=7 optimizer.lr=0.002",
+                           "validate max_steps=7 -c quickstart optimizer.lr=0.002"}) {
+    const CliResult v = run_hone(args);
+    EXPECT_EQ(v.status, 0) << args << ": " << v.err;
+    EXPECT_EQ(v.out, positional.out) << args;
+  }
+  const CliResult none = run_hone("validate");
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.err.find("which config?"), std::string::npos) << none.err;
+}
+
 TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
   for (const char* args : {"bench --model no_such_model", "bench --dtype fp8", "bench --steps 0",
                            "bench --seq-len 100000", "bench --batch-size"}) {

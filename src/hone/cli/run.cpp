@@ -1,4 +1,4 @@
-// hone run RECIPE [--config CONFIG] [key=value ...] | hone validate CONFIG [key=value ...]
+// hone run RECIPE [--config CONFIG] [key=value ...] | hone validate [--config] CONFIG [key=value ...]
 #include <fmt/core.h>
 
 #include "hone/cli/commands.hpp"
@@ -37,20 +37,29 @@ Command add_run(CLI::App& app) {
 
 Command add_validate(CLI::App& app) {
   struct Args {
-    std::string config;
+    std::string config, config_option;
     std::vector<std::string> overrides;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "validate", "Check a config: print it resolved, with the parameter count and a memory estimate");
-  sub->add_option("config", args->config, "Built-in config name or YAML file")->required();
+  sub->add_option("config", args->config, "Built-in config name or YAML file");
+  sub->add_option("--config,-c", args->config_option, "The same, given as hone run takes it");
   sub->add_option("overrides", args->overrides, "key=value overrides");
   return [args] {
-    const Config base = load_config(args->config);
+    // With --config, what was read as the positional config is the first override.
+    std::vector<std::string> overrides = args->overrides;
+    std::string config = args->config;
+    if (!args->config_option.empty()) {
+      if (!config.empty()) overrides.insert(overrides.begin(), config);
+      config = args->config_option;
+    }
+    HONE_CHECK(!config.empty(), "validate: which config? hone validate CONFIG [key=value ...] (hone ls lists them)");
+    const Config base = load_config(config);
     HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
                base.origin());
     const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
-    const Config resolved = resolve(recipe, base, args->overrides);
+    const Config resolved = resolve(recipe, base, overrides);
     fmt::print("{}", resolved.to_yaml());
     for (const std::string& line : recipe.summarize(resolved)) fmt::print("# {}\n", line);
     fmt::print("# {}: valid for the {} recipe\n", base.origin(), recipe.name);
