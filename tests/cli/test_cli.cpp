@@ -224,6 +224,10 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
   EXPECT_NE(too_long.err.find("--seq-len 300 is longer than llama_tiny's max_seq_len 256: raise it with --max-seq-len"),
             std::string::npos)
       << too_long.err;
+  // Without a config file, the keys come from the command line, which says so.
+  const CliResult no_model = run_hone("run generate prompt=hi");
+  EXPECT_EQ(no_model.status, 2);
+  EXPECT_EQ(no_model.err.find("hone: error: the command line: 'checkpoint.path' is required"), 0u) << no_model.err;
   CliResult r = run_hone("bench --model no_such_model");
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("llama_tiny"), std::string::npos) << "the error should list the valid names: " << r.err;

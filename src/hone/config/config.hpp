@@ -36,7 +36,7 @@ class Config {
   std::string to_yaml() const;
 
  private:
-  std::string origin_;
+  std::string origin_ = "the command line";  // no config file: only overrides
   Json tree_ = Json::object();
 };
 
