@@ -242,6 +242,19 @@ class KernelChoice {
 
 class CudaAttention : public Cuda, public ::testing::WithParamInterface<AttentionCase> {};
 
+// Token positions of rows packed with samples of 17, 40, 40, ... tokens (on the CPU).
+Tensor packed_positions(int64_t batch, int64_t seq) {
+  std::vector<int32_t> p;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t start = 0;
+    for (int64_t t = 0; t < seq; ++t) {
+      if (t - start == (t < 60 ? 17 : 40)) start = t;
+      p.push_back(int32_t(t - start));
+    }
+  }
+  return ids(p, {batch, seq});
+}
+
 TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
   const AttentionCase c = GetParam();
   const ops::AttentionHeads heads{.n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.head_dim};
@@ -253,20 +266,9 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
     for (int64_t h = 0; h < c.heads; ++h) s.push_back(0.5f / float(h + 1));
     slopes = Tensor::from(s, {c.heads});
   }
-  Tensor positions;
-  if (c.packed) {
-    std::vector<int32_t> p;  // samples of 17, 40, 5, ... tokens
-    for (int64_t b = 0; b < c.batch; ++b) {
-      int64_t start = 0;
-      for (int64_t t = 0; t < c.seq; ++t) {
-        if (t - start == (t < 60 ? 17 : 40)) start = t;
-        p.push_back(int32_t(t - start));
-      }
-    }
-    positions = ids(p, {c.batch, c.seq});
-  }
-  // bf16 at head sizes 64 and 128 and lengths a multiple of 128, without
-  // packing, goes to cuDNN unless hone's kernels are asked for: both are checked.
+  const Tensor positions = c.packed ? packed_positions(c.batch, c.seq) : Tensor();
+  // bf16 at head sizes 64 and 128 and lengths a multiple of 128 goes to cuDNN
+  // unless hone's kernels are asked for: both are checked.
   for (const auto& [dtype, preferred] : {std::pair{DType::f32, AttentionKernels::hone},
                                          std::pair{DType::bf16, AttentionKernels::hone},
                                          std::pair{DType::bf16, AttentionKernels::cudnn}}) {
@@ -309,24 +311,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttentionCase{1, 200, 8, 8, 256, false, false},
                                            AttentionCase{2, 256, 4, 2, 64, false, false},
                                            AttentionCase{1, 128, 2, 1, 128, false, false},
-                                           AttentionCase{1, 256, 4, 2, 128, true, false}));
+                                           AttentionCase{1, 256, 4, 2, 128, true, false},
+                                           AttentionCase{2, 256, 4, 2, 64, false, true}));
 
 // cuDNN's fused attention takes the bf16 calls it should (the test above would
 // pass just as well if it silently took none), and its outputs and hone's are
 // interchangeable: hone's backward pass after cuDNN's forward pass and cuDNN's
-// after hone's match the CPU. MHA, GQA and MQA, with and without ALiBi.
+// after hone's match the CPU. MHA, GQA and MQA, with and without ALiBi, with
+// and without packed samples.
 TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
   const KernelChoice cudnn_first(AttentionKernels::cudnn);  // whatever HONE_CUDA_ATTENTION says
   struct Case {
     int64_t batch, seq, heads, kv_heads, head_dim;
-    bool alibi;
+    bool alibi, packed;
   };
-  for (const Case c : {Case{2, 128, 4, 2, 64, false}, Case{1, 384, 4, 1, 128, false}, Case{2, 256, 8, 8, 128, false},
-                       Case{1, 1024, 8, 2, 64, false}, Case{2, 256, 4, 4, 64, true}, Case{1, 512, 8, 2, 128, true}}) {
-    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}{}", c.batch, c.seq, c.heads, c.kv_heads,
-                             c.head_dim, c.alibi ? " ALiBi" : ""));
+  for (const Case c : {Case{2, 128, 4, 2, 64, false, false}, Case{1, 384, 4, 1, 128, false, false},
+                       Case{2, 256, 8, 8, 128, false, false}, Case{1, 1024, 8, 2, 64, false, false},
+                       Case{2, 256, 4, 4, 64, true, false}, Case{1, 512, 8, 2, 128, true, false},
+                       Case{2, 384, 8, 2, 128, false, true}, Case{1, 256, 4, 4, 64, true, true}}) {
+    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}{}{}", c.batch, c.seq, c.heads, c.kv_heads,
+                             c.head_dim, c.alibi ? " ALiBi" : "", c.packed ? " packed" : ""));
     const ops::AttentionHeads heads{.n_heads = c.heads, .n_kv_heads = c.kv_heads, .head_dim = c.head_dim};
-    const auto dims = attention_dims(c.batch, c.seq, c.heads, c.kv_heads, c.head_dim);
+    const Tensor positions = c.packed ? packed_positions(c.batch, c.seq) : Tensor(), positions_gpu = gpu(positions);
+    auto dims = attention_dims(c.batch, c.seq, c.heads, c.kv_heads, c.head_dim);
+    if (c.packed) dims.positions = positions_gpu.data<int32_t>();
     const Shape qkv_shape{c.batch, c.seq, (c.heads + 2 * c.kv_heads) * c.head_dim};
     const Shape out_shape{c.batch, c.seq, c.heads * c.head_dim}, lse_shape{c.batch, c.heads, c.seq};
     const Tensor qkv = random_tensor(qkv_shape, DType::bf16, 35, 1.5), d_out = random_tensor(out_shape, DType::bf16, 36);
@@ -338,8 +346,8 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
       for (int64_t h = 0; h < c.heads; ++h) s.push_back(std::exp2(-8.0f * float(h + 1) / float(c.heads)));
       slopes = Tensor::from(s, {c.heads});
     }
-    ops::attention_forward(qkv, out, lse, slopes, heads);
-    ops::attention_backward(d_out, qkv, out, lse, slopes, d_qkv, heads);
+    ops::attention_forward(qkv, out, lse, slopes, heads, positions);
+    ops::attention_backward(d_out, qkv, out, lse, slopes, d_qkv, heads, positions);
 
     const Tensor qkv_gpu = gpu(qkv), d_out_gpu = gpu(d_out), slopes_gpu = gpu(slopes);
     const float* slopes_data = c.alibi ? slopes_gpu.data<float>() : nullptr;
@@ -355,8 +363,8 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
     const Tensor d_qkv_hone = Tensor::empty(qkv_shape, DType::bf16, kGpu);
     {
       const KernelChoice hone_kernels(AttentionKernels::hone);
-      ops::attention_forward(qkv_gpu, out_hone, lse_hone, slopes_gpu, heads);
-      ops::attention_backward(d_out_gpu, qkv_gpu, out_cudnn, lse_cudnn, slopes_gpu, d_qkv_hone, heads);
+      ops::attention_forward(qkv_gpu, out_hone, lse_hone, slopes_gpu, heads, positions_gpu);
+      ops::attention_backward(d_out_gpu, qkv_gpu, out_cudnn, lse_cudnn, slopes_gpu, d_qkv_hone, heads, positions_gpu);
     }
     expect_match(d_qkv_hone, d_qkv, 2e-2, "hone's backward after cuDNN's forward");
     const Tensor d_qkv_cudnn = Tensor::empty(qkv_shape, DType::bf16, kGpu);
@@ -366,8 +374,9 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
         << "cuDNN did not take the backward pass (its notice above says why)";
     expect_match(d_qkv_cudnn, d_qkv, 2e-2, "cuDNN backward after hone's forward");
   }
-  // What it leaves to hone's kernels: other head sizes, packed samples, lengths
-  // that are not multiples of 128 (each a change to a call it takes).
+  // It takes ALiBi and packed samples, and leaves to hone's kernels other head
+  // sizes and lengths that are not multiples of 128 (each a change to a call it
+  // takes).
   const auto taken = attention_dims(1, 128, 2, 2, 64);
   const Tensor positions = Tensor::zeros({1, 128}, DType::i32, kGpu);
   auto head_48 = taken, packed = taken, length_100 = taken;
@@ -381,8 +390,8 @@ TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
   };
   EXPECT_TRUE(forward(taken, nullptr));
   EXPECT_TRUE(forward(taken, slopes.data<float>()));
+  EXPECT_TRUE(forward(packed, nullptr));
   EXPECT_FALSE(forward(head_48, nullptr));
-  EXPECT_FALSE(forward(packed, nullptr));
   EXPECT_FALSE(forward(length_100, nullptr));
 }
 

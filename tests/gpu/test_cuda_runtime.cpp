@@ -34,7 +34,8 @@ TEST(CudaRuntime, ChoosingTheDeviceChecksItsIndex) {
 // H100 SXM's, as cudaGetDeviceProperties reports them). Without a GPU driver,
 // the toolkit's stub stands in for it: cuDNN recognizes each graph as fused
 // attention, picks an engine and compiles its kernels, and only loading them
-// fails. The shapes of #8's benchmarks and models, MQA, and ALiBi (MPT).
+// fails. The shapes of #8's benchmarks and models, MQA, ALiBi (MPT), and
+// packed samples (fine-tuning with dataset.packed).
 TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
   if (!kernels::cuda::cudnn_attention_built()) GTEST_SKIP() << "hone was built without cuDNN's headers";
   const bool stub = !kernels::cuda::available();
@@ -50,21 +51,24 @@ TEST(CudaRuntime, CudnnPlansTheAttentionGraphsForAnH100) {
     "supportCoopLaunch": 1})";
   struct Shape {
     int64_t batch, seq, heads, kv_heads, head_dim;
-    bool alibi;
+    bool alibi, packed;
   };
-  for (const Shape s : {Shape{4, 2048, 32, 8, 64, false},     // Llama 3.2 1B
-                        Shape{2, 2048, 32, 8, 128, false},    // Llama 3.1 8B
-                        Shape{8, 1024, 12, 12, 64, false},    // GPT-2 124M
-                        Shape{4, 4096, 16, 16, 128, false},   // attention alone
-                        Shape{1, 384, 4, 1, 128, false},      // MQA
-                        Shape{8, 2048, 12, 12, 64, true},     // MPT 125M
-                        Shape{2, 2048, 32, 32, 128, true},    // MPT 7B
-                        Shape{1, 256, 4, 2, 64, true}}) {     // ALiBi with grouped heads
-    const std::string error = kernels::cuda::plan_cudnn_attention(
-        h100, attention_dims(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim), s.alibi);
+  const int32_t never_read = 0;  // planning reads no data: a packed graph needs a positions pointer only
+  for (const Shape s : {Shape{4, 2048, 32, 8, 64, false, false},     // Llama 3.2 1B
+                        Shape{2, 2048, 32, 8, 128, false, false},    // Llama 3.1 8B
+                        Shape{8, 1024, 12, 12, 64, false, false},    // GPT-2 124M
+                        Shape{4, 4096, 16, 16, 128, false, false},   // attention alone
+                        Shape{1, 384, 4, 1, 128, false, false},      // MQA
+                        Shape{8, 2048, 12, 12, 64, true, false},     // MPT 125M
+                        Shape{2, 2048, 32, 32, 128, true, false},    // MPT 7B
+                        Shape{2, 2048, 32, 8, 128, false, true},     // Llama 3.1 8B fine-tuning on packed samples
+                        Shape{1, 256, 4, 2, 64, true, true}}) {      // ALiBi, grouped heads, packed samples
+    auto dims = attention_dims(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+    if (s.packed) dims.positions = &never_read;
+    const std::string error = kernels::cuda::plan_cudnn_attention(h100, dims, s.alibi);
     if (error.find("cannot load") == 0) GTEST_SKIP() << "no cuDNN library here: " << error;
-    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}{}", s.batch, s.seq, s.heads, s.kv_heads,
-                             s.head_dim, s.alibi ? " ALiBi" : ""));
+    SCOPED_TRACE(fmt::format("batch {} seq {} heads {}/{} head_dim {}{}{}", s.batch, s.seq, s.heads, s.kv_heads,
+                             s.head_dim, s.alibi ? " ALiBi" : "", s.packed ? " packed" : ""));
     if (!stub) {
       EXPECT_EQ(error, "");
       continue;

@@ -201,10 +201,16 @@ class Descriptor {
 
 // ---- plans ----
 
-// Everything a plan depends on: the direction, ALiBi or not, and the shape.
+// What a graph adds to causal attention: ALiBi's bias, packed samples' masks.
+struct Variant {
+  bool alibi = false, packed = false;
+};
+
+// Everything a plan depends on: the direction, the variant and the shape.
 // Buffers are checked to be 16-byte aligned before a plan is used, as its
 // tensors declare.
-using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t>;  // backward, alibi, b, s, h, kv, d
+using PlanKey = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t>;  // backward, alibi,
+                                                                                           // packed, b, s, h, kv, d
 
 struct Plan {
   std::deque<Descriptor> descriptors;  // the graph's, kept alive for the plan
@@ -331,8 +337,8 @@ void execute(const Plan& plan, const std::vector<std::pair<int64_t, const void*>
 
 // Tensor ids in the graphs and variant packs.
 enum : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kFill, kSlopes,  // both passes
-  kDO, kDQ, kDK, kDV, kOne, kRowSums, kDQSum,           // backward
+  kQ = 1, kK, kV, kO, kStats, kScale, kFill, kSlopes, kPositions,  // both passes
+  kDO, kDQ, kDK, kDV, kOne, kRowSums, kDQSum,                       // backward
   kFirstVirtual = 100
 };
 
@@ -370,7 +376,7 @@ float mask_fill() {
 // cuDNN's backend terms, each finalized as it is made.
 class GraphBuilder {
  public:
-  GraphBuilder(Plan& plan, const Layout& l, bool alibi) : plan_(plan), l_(l), alibi_(alibi) {}
+  GraphBuilder(Plan& plan, const Layout& l, const Variant& v) : plan_(plan), l_(l), alibi_(v.alibi), packed_(v.packed) {}
 
   // A tensor hone passes in the variant pack, as a device pointer.
   const Descriptor& tensor(int64_t id, cudnnDataType_t type, const std::vector<int64_t>& dims,
@@ -418,8 +424,11 @@ class GraphBuilder {
   // y = mode(x[, b[, t]]); GEN_INDEX takes an axis, comparisons compute in booleans.
   void pointwise(cudnnPointwiseMode_t mode, const Descriptor& y, const Descriptor& x, const Descriptor* b = nullptr,
                  const Descriptor* t = nullptr, int64_t axis = -1) {
+    pointwise_in(mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT, mode, y, x, b, t, axis);
+  }
+  void pointwise_in(cudnnDataType_t precision, cudnnPointwiseMode_t mode, const Descriptor& y, const Descriptor& x,
+                    const Descriptor* b, const Descriptor* t, int64_t axis) {
     Descriptor& desc = plan_.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    const cudnnDataType_t precision = mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT;
     desc.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
         .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision);
     if (axis >= 0) desc.set(CUDNN_ATTR_POINTWISE_AXIS, axis);
@@ -472,37 +481,51 @@ class GraphBuilder {
   // x + slope·(key index - query index), the slopes one f32 per query head
   // (hone's kernels add the same; cuDNN's engines recognize it in this form).
   const Descriptor& with_alibi(const Descriptor& x) {
-    const Descriptor& row = scores(CUDNN_DATA_INT32);
-    const Descriptor& column = scores(CUDNN_DATA_INT32);
-    const Descriptor& distance = scores(CUDNN_DATA_INT32);
     const Descriptor& bias = scores();
     const Descriptor& biased = scores();
     const Descriptor& slopes = tensor(kSlopes, CUDNN_DATA_FLOAT, {1, l_.h, 1, 1}, {l_.h, 1, 1, 1});
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, nullptr, nullptr, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, column, x, nullptr, nullptr, 3);
-    pointwise(CUDNN_POINTWISE_SUB, distance, column, &row);
-    pointwise(CUDNN_POINTWISE_MUL, bias, distance, &slopes);
+    pointwise(CUDNN_POINTWISE_MUL, bias, difference(index(x, 3), index(x, 2)), &slopes);
     pointwise(CUDNN_POINTWISE_ADD, biased, x, &bias);
     return biased;
   }
 
-  // x with every key after its query replaced by the fill value (top-left
-  // causal: key index <= query index is kept).
+  // x with the fill value for every key its query does not see: the keys after
+  // it (top-left causal: key index <= query index is kept) and, with packed
+  // samples, the keys before its sample starts (key index >= query index - the
+  // query's position in its sample, one int32 per query: [b, 1, s, 1]). cuDNN's
+  // engines take the second condition as a second select on the int32 start
+  // (not as a LOGICAL_AND of two conditions, nor with the start in f32).
   const Descriptor& causal_mask(const Descriptor& x) {
-    const Descriptor& row = scores(CUDNN_DATA_INT32);
-    const Descriptor& column = scores(CUDNN_DATA_INT32);
-    const Descriptor& keep = scores(CUDNN_DATA_BOOLEAN);
-    const Descriptor& masked = scores();
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, nullptr, nullptr, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, column, x, nullptr, nullptr, 3);
-    pointwise(CUDNN_POINTWISE_CMP_GE, keep, row, &column);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, masked, x, &scalar(kFill), &keep);
-    return masked;
+    const Descriptor& masked = fill_unless(x, index(x, 2), index(x, 3));
+    if (!packed_) return masked;
+    const Descriptor& positions = tensor(kPositions, CUDNN_DATA_INT32, {l_.b, 1, l_.s, 1}, {l_.s, l_.s, 1, 1});
+    return fill_unless(masked, index(masked, 3), difference(index(masked, 2), positions));
   }
 
   void plan(const Target& target) { plan_graph(plan_, operations_, target); }
 
  private:
+  // The int32 index of every score along `axis` (2: its query, 3: its key).
+  const Descriptor& index(const Descriptor& x, int64_t axis) {
+    const Descriptor& y = scores(CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, y, x, nullptr, nullptr, axis);
+    return y;
+  }
+  // a - b in int32.
+  const Descriptor& difference(const Descriptor& a, const Descriptor& b) {
+    const Descriptor& y = scores(CUDNN_DATA_INT32);
+    pointwise_in(CUDNN_DATA_INT32, CUDNN_POINTWISE_SUB, y, a, &b, nullptr, -1);
+    return y;
+  }
+  // x where a >= b, else the fill value.
+  const Descriptor& fill_unless(const Descriptor& x, const Descriptor& a, const Descriptor& b) {
+    const Descriptor& keep = scores(CUDNN_DATA_BOOLEAN);
+    const Descriptor& y = scores();
+    pointwise(CUDNN_POINTWISE_CMP_GE, keep, a, &b);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, y, x, &scalar(kFill), &keep);
+    return y;
+  }
+
   const Descriptor& make_tensor(int64_t id, cudnnDataType_t type, const std::vector<int64_t>& dims,
                                 const std::vector<int64_t>& strides, bool is_virtual, bool by_value) {
     Descriptor& t = plan_.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
@@ -519,7 +542,7 @@ class GraphBuilder {
 
   Plan& plan_;
   const Layout& l_;
-  const bool alibi_;
+  const bool alibi_, packed_;
   int64_t next_virtual_ = kFirstVirtual;
   std::map<int64_t, const Descriptor*> scalars_;
   std::vector<const Descriptor*> operations_;
@@ -533,10 +556,10 @@ const Descriptor& transposed_view(GraphBuilder& g, int64_t id, const Layout& l) 
 
 // out = softmax(mask(Q·Kᵀ·scale [+ ALiBi]))·V and lse = its logsumexp per
 // query, softmax written out as cuDNN's fused engines recognize it.
-std::unique_ptr<Plan> forward_plan(const AttentionDims& d, bool alibi, const Target& target) {
+std::unique_ptr<Plan> forward_plan(const AttentionDims& d, const Variant& variant, const Target& target) {
   auto plan = std::make_unique<Plan>();
   const Layout l(d);
-  GraphBuilder g(*plan, l, alibi);
+  GraphBuilder g(*plan, l, variant);
   const Descriptor& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.h), l.qkv_strides());
   const Descriptor& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.kv), l.qkv_strides());
   const Descriptor& out = g.tensor(kO, CUDNN_DATA_BFLOAT16, l.out_dims(), l.out_strides());
@@ -565,10 +588,10 @@ std::unique_ptr<Plan> forward_plan(const AttentionDims& d, bool alibi, const Tar
 // probabilities recomputed from lse, dV = Pᵀ·dO, dS = P ⊙ (dO·Vᵀ - rowsum(dO ⊙ O))·scale,
 // dK = dSᵀ·Q, dQ = dS·K (summed in f32 in the workspace). With grouped heads,
 // dK and dV are summed over each group's query heads.
-std::unique_ptr<Plan> backward_plan(const AttentionDims& d, bool alibi, const Target& target) {
+std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Variant& variant, const Target& target) {
   auto plan = std::make_unique<Plan>();
   const Layout l(d);
-  GraphBuilder g(*plan, l, alibi);
+  GraphBuilder g(*plan, l, variant);
   const bool grouped = l.kv != l.h;
   const Descriptor& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.h), l.qkv_strides());
   const Descriptor& k_transposed = transposed_view(g, kK, l);
@@ -641,13 +664,13 @@ constexpr int64_t kLengthMultiple = 128;
 
 // Whether cuDNN is to take a call of this shape (the buffers and the GPU aside).
 bool shape_taken(const AttentionDims& d) {
-  return attention_kernels() == AttentionKernels::cudnn && d.positions == nullptr &&
-         (d.head_dim == 64 || d.head_dim == 128) && d.seq % kLengthMultiple == 0;
+  return attention_kernels() == AttentionKernels::cudnn && (d.head_dim == 64 || d.head_dim == 128) &&
+         d.seq % kLengthMultiple == 0;
 }
 
 // Whether cuDNN is to take a call with these buffers (null for absent ones).
 bool takes(const AttentionDims& d, std::initializer_list<const void*> buffers) {
-  if (!shape_taken(d)) return false;
+  if (!shape_taken(d) || reinterpret_cast<uintptr_t>(d.positions) % kAlignment != 0) return false;
   for (const void* p : buffers) {
     if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) return false;
   }
@@ -665,23 +688,23 @@ bool takes(const AttentionDims& d, std::initializer_list<const void*> buffers) {
 }
 
 // The plan for a shape, built on first use; null where cuDNN has none (said once).
-const Plan* plan_for(bool backward, bool alibi, const AttentionDims& d) {
+const Plan* plan_for(bool backward, const Variant& v, const AttentionDims& d) {
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>;  // never destroyed: cuDNN may be gone at exit
   std::lock_guard lock(mutex);
-  const PlanKey key{backward, alibi, d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim};
+  const PlanKey key{backward, v.alibi, v.packed, d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim};
   auto found = plans->find(key);
   if (found == plans->end()) {
     std::unique_ptr<Plan> plan;
     try {
       const Target target{.handle = session().handle};
-      plan = backward ? backward_plan(d, alibi, target) : forward_plan(d, alibi, target);
+      plan = backward ? backward_plan(d, v, target) : forward_plan(d, v, target);
     } catch (const Error& e) {
       fmt::print(stderr,
-                 "hone: cuDNN has no fused attention {}{} for batch {}, seq {}, {} query and {} key/value heads of "
+                 "hone: cuDNN has no fused attention {}{}{} for batch {}, seq {}, {} query and {} key/value heads of "
                  "size {} ({}); hone's attention kernels run instead\n",
-                 backward ? "backward pass" : "forward pass", alibi ? " with ALiBi" : "", d.batch, d.seq, d.n_heads,
-                 d.n_kv_heads, d.head_dim, e.what());
+                 backward ? "backward pass" : "forward pass", v.alibi ? " with ALiBi" : "",
+                 v.packed ? " over packed samples" : "", d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim, e.what());
     }
     found = plans->emplace(key, std::move(plan)).first;
   }
@@ -709,7 +732,8 @@ std::string plan_cudnn_attention(const std::string& device_properties, const Att
     std::string errors;
     for (const bool backward : {false, true}) {
       try {
-        backward ? backward_plan(dims, alibi, target) : forward_plan(dims, alibi, target);
+        const Variant variant{.alibi = alibi, .packed = dims.positions != nullptr};
+        backward ? backward_plan(dims, variant, target) : forward_plan(dims, variant, target);
       } catch (const Error& e) {
         errors += fmt::format("{}{} pass: {}", errors.empty() ? "" : "; ", backward ? "backward" : "forward", e.what());
       }
@@ -722,8 +746,13 @@ std::string plan_cudnn_attention(const std::string& device_properties, const Att
 
 namespace {
 
+Variant variant_of(const float* alibi_slopes, const AttentionDims& dims) {
+  return {.alibi = alibi_slopes != nullptr, .packed = dims.positions != nullptr};
+}
+
 // The variant pack entries both passes share: the inputs, out and lse, ALiBi's
-// slopes where given, and the scalars (host floats that must outlive the run).
+// slopes and the samples' positions where given, and the scalars (host floats
+// that must outlive the run).
 std::vector<std::pair<int64_t, const void*>> shared_tensors(const bf16* qkv, const bf16* out, const float* lse,
                                                             const float* alibi_slopes, const AttentionDims& dims,
                                                             const float& scale, const float& fill) {
@@ -732,6 +761,7 @@ std::vector<std::pair<int64_t, const void*>> shared_tensors(const bf16* qkv, con
       {kQ, qkv + l.q_offset}, {kK, qkv + l.k_offset}, {kV, qkv + l.v_offset}, {kO, out},
       {kStats, lse},          {kScale, &scale},       {kFill, &fill}};
   if (alibi_slopes != nullptr) tensors.emplace_back(kSlopes, alibi_slopes);
+  if (dims.positions != nullptr) tensors.emplace_back(kPositions, dims.positions);
   return tensors;
 }
 
@@ -740,7 +770,7 @@ std::vector<std::pair<int64_t, const void*>> shared_tensors(const bf16* qkv, con
 bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
                              const AttentionDims& dims) {
   if (!takes(dims, {qkv, out, lse, alibi_slopes})) return false;
-  const Plan* plan = plan_for(false, alibi_slopes != nullptr, dims);
+  const Plan* plan = plan_for(false, variant_of(alibi_slopes, dims), dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill();
   execute(*plan, shared_tensors(qkv, out, lse, alibi_slopes, dims, scale, fill));
@@ -750,7 +780,7 @@ bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
                               const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims) {
   if (!takes(dims, {d_out, qkv, out, lse, alibi_slopes, d_qkv})) return false;
-  const Plan* plan = plan_for(true, alibi_slopes != nullptr, dims);
+  const Plan* plan = plan_for(true, variant_of(alibi_slopes, dims), dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill(), one = 1.0f;
   const Layout l(dims);

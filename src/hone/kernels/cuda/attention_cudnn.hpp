@@ -1,13 +1,13 @@
 #pragma once
 // Attention through cuDNN's fused flash-attention engines: the pass is
 // described to cuDNN's backend API as an operation graph (Q·Kᵀ, the scale,
-// ALiBi's bias where the model has it, the causal mask, the softmax with its
-// logsumexp, P·V; and in backward the
+// ALiBi's bias where the model has it, the causal mask and packed samples'
+// masks, the softmax with its logsumexp, P·V; and in backward the
 // recomputed probabilities and the four products of the gradients), which
 // cuDNN matches with a fused engine tuned for the GPU. It takes what hone's own
-// bf16 kernels (attention_mma.cu) take, except packed sequences: bf16, head
-// size 64 or 128, 16-byte aligned rows, compute capability 8.0 or
-// more; and it takes sequence lengths that are multiples of 128 (it compiles
+// bf16 kernels (attention_mma.cu) take: bf16, head size 64 or 128, 16-byte
+// aligned rows, compute capability 8.0 or more; and it takes sequence lengths
+// that are multiples of 128 (it compiles
 // kernels per shape: training's lengths, not every prompt's). cuDNN
 // (libcudnn.so.9) is opened on first use; where it cannot be opened, or finds
 // no engine for a shape, the call returns false and the caller runs hone's
@@ -34,7 +34,7 @@ void set_attention_kernels(AttentionKernels kernels);
 
 // Each runs the pass through cuDNN and returns true, or returns false having
 // written nothing: another kernel choice, a call outside what cuDNN takes here
-// (packed positions, other head sizes or lengths, unaligned rows), no
+// (other head sizes or lengths, unaligned rows), no
 // cuDNN library, or no engine for the shape. Pointers are device memory;
 // shapes as in kernels/cpu/attention.hpp.
 bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
@@ -51,8 +51,9 @@ bool cudnn_attention_built();
 // memory estimate, which cannot know before planning whether cuDNN loads.
 size_t cudnn_attention_scratch_bytes(const AttentionDims& dims);
 
-// Builds both passes' plans (with ALiBi's bias or without) for a GPU described
-// by cuDNN's device-properties JSON, without that GPU (cuDNN 9.8 or later): ""
+// Builds both passes' plans (with ALiBi's bias or without; over packed samples
+// where dims.positions is not null, which is never read) for a GPU described by
+// cuDNN's device-properties JSON, without that GPU (cuDNN 9.8 or later): ""
 // when cuDNN plans both, else why not. Checks the graphs on machines that have
 // cuDNN's library but no GPU.
 std::string plan_cudnn_attention(const std::string& device_properties, const AttentionDims& dims, bool alibi);
