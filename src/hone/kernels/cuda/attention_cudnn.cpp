@@ -495,7 +495,7 @@ class GraphBuilder {
   // query's position in its sample, one int32 per query: [b, 1, s, 1]). cuDNN's
   // engines take the second condition as a second select on the int32 start
   // (not as a LOGICAL_AND of two conditions, nor with the start in f32).
-  const Descriptor& causal_mask(const Descriptor& x) {
+  const Descriptor& mask_hidden_keys(const Descriptor& x) {
     const Descriptor& masked = fill_unless(x, index(x, 2), index(x, 3));
     if (!packed_) return masked;
     const Descriptor& positions = tensor(kPositions, CUDNN_DATA_INT32, {l_.b, 1, l_.s, 1}, {l_.s, l_.s, 1, 1});
@@ -564,7 +564,7 @@ std::unique_ptr<Plan> forward_plan(const AttentionDims& d, const Variant& varian
   const Descriptor& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, l.qkv_dims(l.kv), l.qkv_strides());
   const Descriptor& out = g.tensor(kO, CUDNN_DATA_BFLOAT16, l.out_dims(), l.out_strides());
   const Descriptor& lse = g.tensor(kStats, CUDNN_DATA_FLOAT, l.stats_dims(), l.stats_strides());
-  const Descriptor& masked = g.causal_mask(g.scaled_scores(q, transposed_view(g, kK, l)));
+  const Descriptor& masked = g.mask_hidden_keys(g.scaled_scores(q, transposed_view(g, kK, l)));
   const Descriptor& max = g.per_query();
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, max, masked);
   const Descriptor& centered = g.scores();
@@ -617,7 +617,7 @@ std::unique_ptr<Plan> backward_plan(const AttentionDims& d, const Variant& varia
   const Descriptor& centered = g.scores();
   g.pointwise(CUDNN_POINTWISE_SUB, centered, g.scaled_scores(q, k_transposed), &lse);
   const Descriptor& p = g.scores();
-  g.pointwise(CUDNN_POINTWISE_EXP, p, g.causal_mask(centered));
+  g.pointwise(CUDNN_POINTWISE_EXP, p, g.mask_hidden_keys(centered));
 
   // dV = Pᵀ·dO (per query head, then summed over the group).
   const Descriptor& p_transposed = g.scores_transposed();
