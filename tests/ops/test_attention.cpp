@@ -1,6 +1,7 @@
 // Causal attention in query blocks (GQA, ALiBi) against a plain softmax(QKᵀ)V that stores
 // the full score matrix, and its backward against finite differences in fp64.
 #include <cmath>
+#include <functional>
 
 #include "hone/ops/ops.hpp"
 #include "support/check.hpp"
@@ -152,6 +153,46 @@ TEST(Attention, PackedSamplesAcrossBlocksEqualEachSampleAlone) {
       start += n;
     }
   }
+}
+
+// Packed positions are checked by every op that takes them (each in [0, t]),
+// or once by TokenPositions::checked, whose positions the ops then take as
+// they are (on a GPU that saves a read-back per op): the same results, the same
+// refusals, and the ops still check their shape.
+TEST(Attention, TokenPositionsAreCheckedByEachOpOrOnce) {
+  const Case c{1, 6, 2, 1, 4, false};
+  const int64_t width = (c.heads + 2 * c.kv_heads) * c.head_dim, out_width = c.heads * c.head_dim;
+  const Tensor qkv = random_tensor({1, c.seq, width}, DType::f64, 7, 1.5);
+  const auto forward = [&](const ops::TokenPositions& positions) {
+    Tensor out = Tensor::empty({1, c.seq, out_width}, DType::f64), lse = Tensor::empty({1, c.heads, c.seq}, DType::f64);
+    ops::attention_forward(qkv, out, lse, Tensor(), heads_of(c), positions);
+    return out;
+  };
+  const auto error = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const Tensor positions = Tensor::from(std::vector<int32_t>{0, 1, 2, 0, 1, 0}, {1, c.seq});
+  const ops::TokenPositions checked = ops::TokenPositions::checked(positions, Device::cpu());
+  EXPECT_TRUE(checked.is_checked());
+  expect_close(forward(checked), forward(positions), 0.0, "checked positions");
+
+  for (const auto& [values, message] :
+       {std::pair{std::vector<int32_t>{0, 1, 2, 0, 1, -1}, "token 5 of row 0 has position -1, expected 0 to 5"},
+        std::pair{std::vector<int32_t>{0, 1, 2, 4, 1, 0}, "token 3 of row 0 has position 4, expected 0 to 3"}}) {
+    const Tensor bad = Tensor::from(values, {1, c.seq});
+    EXPECT_NE(error([&] { forward(bad); }).find(std::string("attention: ") + message), std::string::npos);
+    EXPECT_NE(error([&] { ops::TokenPositions::checked(bad, Device::cpu()); }).find(message), std::string::npos);
+  }
+  const ops::TokenPositions too_short =
+      ops::TokenPositions::checked(Tensor::from(std::vector<int32_t>{0, 1, 2}, {1, 3}), Device::cpu());
+  EXPECT_NE(error([&] { forward(too_short); }).find("token positions has shape [1, 3], expected [1, 6]"),
+            std::string::npos)
+      << error([&] { forward(too_short); });
 }
 
 TEST(Attention, RejectsHeadsThatDoNotGroup) {

@@ -521,7 +521,7 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   reserve(batch, seq);
   tokens_ = tokens;
   targets_ = Tensor();
-  positions_ = positions;
+  positions_ = positions.defined() ? ops::TokenPositions::checked(positions, device_) : ops::TokenPositions();
   head_grad_scale_.reset();
   const ModelConfig& c = config_;
   Activations& a = acts_;
@@ -535,7 +535,7 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   // looks up the ids this rank holds (zeros elsewhere), rank 0 adds the
   // positions, and the sums come reduce-scattered into rows.
   ops::embedding_forward(tokens, tok_embeddings_->value, adds_positions() ? value_or_none(pos_embeddings_) : Tensor(),
-                         tp_ ? a.branch_all : first, positions, vocab_part());
+                         tp_ ? a.branch_all : first, positions_, vocab_part());
   if (split_vocabulary_) reduce_scatter_rows(a.branch_all, first);
   else if (tp_) first.copy_from(rows_of(a.branch_all));
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end

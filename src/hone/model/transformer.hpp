@@ -304,7 +304,8 @@ class Transformer {
   Activations acts_;
   size_t arena_bytes_ = 0;
   ActivationOptions plan_options_;  // what set_activation_* and set_chunk_bytes ask (tp: tp_size_)
-  Tensor tokens_, targets_, positions_;  // of the last forward, for backward
+  Tensor tokens_, targets_;  // of the last forward, for backward
+  ops::TokenPositions positions_;  // checked once per forward: the ops then read them without a synchronization
   // The last forward pass computed the head's gradients for this loss scale.
   std::optional<double> head_grad_scale_;
   // Offloading: the layer inputs in host memory ([n_layers, rows, dim]) and

@@ -52,7 +52,7 @@ size_t attention_scratch_bytes(Device device, DType dtype, const AttentionHeads&
 }
 
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
-                       const AttentionHeads& heads, const Tensor& token_positions) {
+                       const AttentionHeads& heads, const TokenPositions& token_positions) {
   const char* op = "attention";
   const OpTimer timer(op);
   const Device device = op_device(op, {&qkv, &out, &lse, &alibi_slopes});
@@ -75,7 +75,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
 
 void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads,
-                        const Tensor& token_positions) {
+                        const TokenPositions& token_positions) {
   const char* op = "attention backward";
   const OpTimer timer(op);
   const Device device = op_device(op, {&d_out, &qkv, &out, &lse, &alibi_slopes, &d_qkv});

@@ -59,21 +59,46 @@ VocabPart checked_vocab_part(const char* op, VocabPart part, int64_t held) {
   return part;
 }
 
-Tensor token_positions_on(const char* op, const Tensor& token_positions, int64_t batch, int64_t seq, int64_t limit,
-                          Device device) {
-  if (!token_positions.defined()) return Tensor();
-  expect_dtype(op, "token positions", token_positions, DType::i32);
-  expect_shape(op, "token positions", token_positions, {batch, seq});
-  const Tensor host = on_device(token_positions, Device::cpu());
+namespace {
+
+// Every position of [batch, seq] in [0, t].
+void check_position_values(const char* op, const Tensor& positions) {
+  const int64_t batch = positions.size(0), seq = positions.size(1);
+  const Tensor host = on_device(positions, Device::cpu());
   const int32_t* p = host.data<int32_t>();
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < seq; ++t) {
       const int32_t v = p[b * seq + t];
-      HONE_CHECK(v >= 0 && v <= t && v < limit,
-                 "{}: token {} of row {} has position {}, expected 0 to {} (and below {})", op, t, b, v, t, limit);
+      HONE_CHECK(v >= 0 && v <= t, "{}: token {} of row {} has position {}, expected 0 to {}", op, t, b, v, t);
     }
   }
-  return on_device(token_positions, device);
+}
+
+}  // namespace
+
+Tensor token_positions_on(const char* op, const TokenPositions& token_positions, int64_t batch, int64_t seq,
+                          int64_t limit, Device device) {
+  const Tensor& positions = token_positions.tensor();
+  if (!positions.defined()) return Tensor();
+  expect_dtype(op, "token positions", positions, DType::i32);
+  expect_shape(op, "token positions", positions, {batch, seq});
+  // Positions are below seq: a table of `limit` rows holds them all.
+  HONE_CHECK(seq <= limit, "{}: token positions up to {} do not fit a position table of {}", op, seq - 1, limit);
+  if (!token_positions.is_checked()) check_position_values(op, positions);
+  return on_device(positions, device);
 }
 
 }  // namespace hone::ops::detail
+
+namespace hone::ops {
+
+TokenPositions TokenPositions::checked(const Tensor& positions, Device device) {
+  HONE_CHECK(positions.ndim() == 2, "token positions have shape {}, expected [batch, seq]", positions.shape().str());
+  detail::expect_dtype("token positions", "token positions", positions, DType::i32);
+  detail::check_position_values("token positions", positions);
+  TokenPositions result(detail::on_device(positions, device));
+  result.checked_ = true;
+  return result;
+}
+
+}  // namespace hone::ops

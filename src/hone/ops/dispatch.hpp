@@ -58,10 +58,11 @@ int64_t rows_of(const Tensor& t);
 // fit, with `classes` filled in (0 means the part is the whole vocabulary).
 VocabPart checked_vocab_part(const char* op, VocabPart part, int64_t held);
 // Checks packed-sequence positions (see ops.hpp): i32 [batch, seq], each in
-// [0, t] and below `limit` (a position table's length); positions on a GPU are
-// read through a host copy. Returns them on `device` (see on_device), or an
+// [0, t] (read through a host copy where they are on a GPU, unless
+// TokenPositions::checked did that already), and seq within `limit` (a
+// position table's length). Returns them on `device` (see on_device), or an
 // undefined tensor when they are absent.
-Tensor token_positions_on(const char* op, const Tensor& token_positions, int64_t batch, int64_t seq, int64_t limit,
-                          Device device);
+Tensor token_positions_on(const char* op, const TokenPositions& token_positions, int64_t batch, int64_t seq,
+                          int64_t limit, Device device);
 
 }  // namespace hone::ops::detail

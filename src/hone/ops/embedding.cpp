@@ -42,7 +42,7 @@ void dispatch_table(const char* op, const Tensor& table, const Tensor& positions
 }  // namespace
 
 void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out,
-                       const Tensor& token_positions, VocabPart part) {
+                       const TokenPositions& token_positions, VocabPart part) {
   const char* op = "embedding";
   const OpTimer timer(op);
   const Device device = op_device(op, {&tokens, &table, &positions, &out});
@@ -81,7 +81,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& 
 }
 
 void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table, const Tensor& d_positions,
-                        const Tensor& token_positions, VocabPart part) {
+                        const TokenPositions& token_positions, VocabPart part) {
   const char* op = "embedding backward";
   const OpTimer timer(op);
   const Device device = op_device(op, {&tokens, &d_out, &d_table, &d_positions});

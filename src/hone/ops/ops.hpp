@@ -38,6 +38,24 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
 // [batch, seq], each token's position within its own sample (0 where a sample
 // starts). It moves learned and rotary positions, and attention sees only keys of
 // the query's own sample. Absent, a row is one sequence at positions 0..seq-1.
+//
+// Every op checks plain position tensors (each in [0, t]) before using them,
+// which on a GPU means reading them back: a synchronization per op. Positions
+// checked once, by TokenPositions::checked, are taken as they are.
+class TokenPositions {
+ public:
+  TokenPositions() = default;
+  TokenPositions(Tensor unchecked) : tensor_(std::move(unchecked)) {}  // NOLINT(google-explicit-constructor)
+  // The positions, checked (hone::Error naming the first bad one), on `device`.
+  static TokenPositions checked(const Tensor& positions, Device device);
+
+  const Tensor& tensor() const { return tensor_; }
+  bool is_checked() const { return checked_; }
+
+ private:
+  Tensor tensor_;
+  bool checked_ = false;
+};
 
 // Tensor parallelism can split the vocabulary (Megatron's vocab-parallel
 // embedding and cross-entropy): a table, or the logits' columns, then hold the
@@ -54,9 +72,9 @@ struct VocabPart {
 // it does not hold (and adds the positions all the same), and its backward pass
 // adds only to the rows it holds.
 void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& positions, const Tensor& out,
-                       const Tensor& token_positions = {}, VocabPart part = {});
+                       const TokenPositions& token_positions = {}, VocabPart part = {});
 void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor& d_table, const Tensor& d_positions,
-                        const Tensor& token_positions = {}, VocabPart part = {});
+                        const TokenPositions& token_positions = {}, VocabPart part = {});
 
 // ---- normalization over the last dimension ----
 // In the backward ops an absent d_weight (and d_bias) means a frozen norm.
@@ -72,7 +90,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
 // Rotates the first `heads` heads of each row of x [batch, seq, row] in place;
 // cos/sin are [positions, head_dim/2]; inverse = true is the backward pass.
 void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t head_dim,
-                int64_t position_offset, bool inverse, const Tensor& token_positions = {});
+                int64_t position_offset, bool inverse, const TokenPositions& token_positions = {});
 
 // ---- causal attention over a fused qkv [batch, seq, (H + 2·KV)·head_dim] ----
 struct AttentionHeads {
@@ -87,10 +105,10 @@ size_t attention_scratch_bytes(Device device, DType dtype, const AttentionHeads&
                                int64_t seq);
 // out [batch, seq, H·head_dim]; lse [batch, H, seq]; alibi_slopes [H] or absent.
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& alibi_slopes,
-                       const AttentionHeads& heads, const Tensor& token_positions = {});
+                       const AttentionHeads& heads, const TokenPositions& token_positions = {});
 void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads,
-                        const Tensor& token_positions = {});
+                        const TokenPositions& token_positions = {});
 
 // Decoding: row i of q ([rows, ...]; heads at the start of each row, e.g. a fused
 // qkv row) attends to positions [0, lengths[i]) of cache slot slots[i].

@@ -12,7 +12,7 @@ namespace hone::ops {
 using namespace detail;
 
 void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t head_dim,
-                int64_t position_offset, bool inverse, const Tensor& token_positions) {
+                int64_t position_offset, bool inverse, const TokenPositions& token_positions) {
   const char* op = "rope";
   const OpTimer timer(op);
   const Device device = op_device(op, {&x, &cos, &sin});
