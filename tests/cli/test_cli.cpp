@@ -197,7 +197,7 @@ TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   std::remove(dest.c_str());
 }
 
-TEST(Cli, ValidateTakesItsConfigAsHoneRunDoesToo) {
+TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   const CliResult positional = run_hone("validate quickstart max_steps=7 optimizer.lr=0.002");
   ASSERT_EQ(positional.status, 0) << positional.err;
   EXPECT_NE(positional.out.find("max_steps: 7\n"), std::string::npos) << positional.out;
@@ -210,6 +210,10 @@ TEST(Cli, ValidateTakesItsConfigAsHoneRunDoesToo) {
   const CliResult none = run_hone("validate");
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.err.find("which config?"), std::string::npos) << none.err;
+  const CliResult plan = run_hone("plan llama3_1/8B_pretrain --world-size 16 batch_size=2");
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  EXPECT_NE(plan.out.find("2 x 8192 tokens per micro-batch"), std::string::npos) << plan.out;
+  EXPECT_EQ(run_hone("plan --world-size 16 -c llama3_1/8B_pretrain batch_size=2").out, plan.out);
 }
 
 TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {

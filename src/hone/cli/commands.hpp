@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hone/config/config.hpp"
 
@@ -31,5 +33,20 @@ Command add_plan(CLI::App& app);
 Config load_config(const std::string& name_or_path);
 // The config with its key=value overrides applied, resolved against the recipe's schema.
 Config resolve(const Recipe& recipe, Config config, const std::vector<std::string>& overrides);
+
+// The config of a command that reads one without running it (validate, plan):
+// named by a positional argument or, as hone run takes it, by --config/-c, and
+// followed by key=value overrides.
+class ConfigArguments {
+ public:
+  void add_to(CLI::App& command);
+  // The config's recipe (the config must name one) and the config with the
+  // overrides applied, resolved against that recipe's schema.
+  std::pair<const Recipe&, Config> resolved(const char* command) const;
+
+ private:
+  std::string positional_, option_;
+  std::vector<std::string> overrides_;
+};
 
 }  // namespace hone::cli

@@ -12,15 +12,13 @@
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
 #include "hone/dist/plan.hpp"
-#include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
 
 namespace hone::cli {
 namespace {
 
 struct Args {
-  std::string config;
-  std::vector<std::string> overrides;
+  ConfigArguments config;
   int world_size = 0, dp = 0, tp = 1, zero = 0, devices_per_node = 8;
   // One H100 SXM node: dense bf16 peak, 80 GB, NVLink 4 (900 GB/s), one 400 Gb/s NIC per GPU.
   double peak_tflops = 989, memory_gb = 80, link_gbps = 7200, inter_node_gbps = 400, mfu = 0.4, tokens = 0;
@@ -37,11 +35,7 @@ std::string duration(double seconds) {
 std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
 
 int run(const Args& a) {
-  const Config base = load_config(a.config);
-  HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
-             base.origin());
-  const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
-  const Config c = resolve(recipe, base, a.overrides);
+  const Config c = a.config.resolved("plan").second;
   HONE_CHECK(!c.has("model.lora_rank"),
              "{}: hone plan sizes full-parameter training; LoRA's adapters are too small to need a plan", c.origin());
   const char* seq_key = c.has("dataset.seq_len") ? "dataset.seq_len" : "dataset.max_seq_len";
@@ -146,8 +140,7 @@ Command add_plan(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "plan", "Estimate memory per device, step time and time to train of a distributed run (defaults: H100 SXM "
               "nodes)");
-  sub->add_option("config", a->config, "Built-in config name or YAML file")->required();
-  sub->add_option("overrides", a->overrides, "key=value overrides of the config");
+  a->config.add_to(*sub);
   sub->add_option("--world-size", a->world_size, "Devices in the job");
   sub->add_option("--dp", a->dp, "Data-parallel size (default: world size / tp)");
   sub->add_option("--tp", a->tp, "Tensor-parallel size")->capture_default_str();

@@ -1,4 +1,5 @@
-// hone run RECIPE [--config CONFIG] [key=value ...] | hone validate [--config] CONFIG [key=value ...]
+// hone run RECIPE [--config CONFIG] [key=value ...] | hone validate [--config] CONFIG [key=value ...], and the
+// config arguments of the commands that read one without running it
 #include <fmt/core.h>
 
 #include "hone/cli/commands.hpp"
@@ -35,34 +36,39 @@ Command add_run(CLI::App& app) {
   };
 }
 
+void ConfigArguments::add_to(CLI::App& command) {
+  command.add_option("config", positional_, "Built-in config name or YAML file");
+  command.add_option("--config,-c", option_, "The same, given as hone run takes it");
+  command.add_option("overrides", overrides_, "key=value overrides of the config");
+}
+
+std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) const {
+  // With --config, what was read as the positional config is the first override.
+  std::vector<std::string> overrides = overrides_;
+  std::string name = positional_;
+  if (!option_.empty()) {
+    if (!name.empty()) overrides.insert(overrides.begin(), name);
+    name = option_;
+  }
+  HONE_CHECK(!name.empty(), "{}: which config? hone {} CONFIG [key=value ...] (hone ls lists them)", command,
+             command);
+  const Config base = load_config(name);
+  HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
+             base.origin());
+  const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
+  return {recipe, resolve(recipe, base, overrides)};
+}
+
 Command add_validate(CLI::App& app) {
-  struct Args {
-    std::string config, config_option;
-    std::vector<std::string> overrides;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<ConfigArguments>();
   CLI::App* sub = app.add_subcommand(
       "validate", "Check a config: print it resolved, with the parameter count and a memory estimate");
-  sub->add_option("config", args->config, "Built-in config name or YAML file");
-  sub->add_option("--config,-c", args->config_option, "The same, given as hone run takes it");
-  sub->add_option("overrides", args->overrides, "key=value overrides");
+  args->add_to(*sub);
   return [args] {
-    // With --config, what was read as the positional config is the first override.
-    std::vector<std::string> overrides = args->overrides;
-    std::string config = args->config;
-    if (!args->config_option.empty()) {
-      if (!config.empty()) overrides.insert(overrides.begin(), config);
-      config = args->config_option;
-    }
-    HONE_CHECK(!config.empty(), "validate: which config? hone validate CONFIG [key=value ...] (hone ls lists them)");
-    const Config base = load_config(config);
-    HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
-               base.origin());
-    const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
-    const Config resolved = resolve(recipe, base, overrides);
+    const auto [recipe, resolved] = args->resolved("validate");
     fmt::print("{}", resolved.to_yaml());
     for (const std::string& line : recipe.summarize(resolved)) fmt::print("# {}\n", line);
-    fmt::print("# {}: valid for the {} recipe\n", base.origin(), recipe.name);
+    fmt::print("# {}: valid for the {} recipe\n", resolved.origin(), recipe.name);
     return 0;
   };
 }
