@@ -1,5 +1,5 @@
-// hone run RECIPE [--config CONFIG] [key=value ...] | hone validate [--config] CONFIG [key=value ...], and the
-// config arguments of the commands that read one without running it
+// hone run RECIPE [--config CONFIG] [key=value ...] | hone validate [--config] CONFIG [key=value ...]
+// (ConfigArguments: the config arguments of validate and plan)
 #include <fmt/core.h>
 
 #include "hone/cli/commands.hpp"
