@@ -206,6 +206,10 @@ struct Variant {
   bool alibi = false, packed = false;
 };
 
+Variant variant_of(bool alibi, const AttentionDims& dims) {
+  return {.alibi = alibi, .packed = dims.positions != nullptr};
+}
+
 // Everything a plan depends on: the direction, the variant and the shape.
 // Buffers are checked to be 16-byte aligned before a plan is used, as its
 // tensors declare.
@@ -376,7 +380,7 @@ float mask_fill() {
 // cuDNN's backend terms, each finalized as it is made.
 class GraphBuilder {
  public:
-  GraphBuilder(Plan& plan, const Layout& l, const Variant& v) : plan_(plan), l_(l), alibi_(v.alibi), packed_(v.packed) {}
+  GraphBuilder(Plan& plan, const Layout& l, const Variant& variant) : plan_(plan), l_(l), variant_(variant) {}
 
   // A tensor hone passes in the variant pack, as a device pointer.
   const Descriptor& tensor(int64_t id, cudnnDataType_t type, const std::vector<int64_t>& dims,
@@ -475,7 +479,7 @@ class GraphBuilder {
     matmul(raw, q, k_transposed);
     const Descriptor& scaled = scores();
     pointwise(CUDNN_POINTWISE_MUL, scaled, raw, &scalar(kScale));
-    return alibi_ ? with_alibi(scaled) : scaled;
+    return variant_.alibi ? with_alibi(scaled) : scaled;
   }
 
   // x + slope·(key index - query index), the slopes one f32 per query head
@@ -497,7 +501,7 @@ class GraphBuilder {
   // (not as a LOGICAL_AND of two conditions, nor with the start in f32).
   const Descriptor& mask_hidden_keys(const Descriptor& x) {
     const Descriptor& masked = fill_unless(x, index(x, 2), index(x, 3));
-    if (!packed_) return masked;
+    if (!variant_.packed) return masked;
     const Descriptor& positions = tensor(kPositions, CUDNN_DATA_INT32, {l_.b, 1, l_.s, 1}, {l_.s, l_.s, 1, 1});
     return fill_unless(masked, index(masked, 3), difference(index(masked, 2), positions));
   }
@@ -542,7 +546,7 @@ class GraphBuilder {
 
   Plan& plan_;
   const Layout& l_;
-  const bool alibi_, packed_;
+  const Variant variant_;
   int64_t next_virtual_ = kFirstVirtual;
   std::map<int64_t, const Descriptor*> scalars_;
   std::vector<const Descriptor*> operations_;
@@ -732,8 +736,8 @@ std::string plan_cudnn_attention(const std::string& device_properties, const Att
     std::string errors;
     for (const bool backward : {false, true}) {
       try {
-        const Variant variant{.alibi = alibi, .packed = dims.positions != nullptr};
-        backward ? backward_plan(dims, variant, target) : forward_plan(dims, variant, target);
+        backward ? backward_plan(dims, variant_of(alibi, dims), target)
+                 : forward_plan(dims, variant_of(alibi, dims), target);
       } catch (const Error& e) {
         errors += fmt::format("{}{} pass: {}", errors.empty() ? "" : "; ", backward ? "backward" : "forward", e.what());
       }
@@ -745,10 +749,6 @@ std::string plan_cudnn_attention(const std::string& device_properties, const Att
 }
 
 namespace {
-
-Variant variant_of(const float* alibi_slopes, const AttentionDims& dims) {
-  return {.alibi = alibi_slopes != nullptr, .packed = dims.positions != nullptr};
-}
 
 // The variant pack entries both passes share: the inputs, out and lse, ALiBi's
 // slopes and the samples' positions where given, and the scalars (host floats
@@ -770,7 +770,7 @@ std::vector<std::pair<int64_t, const void*>> shared_tensors(const bf16* qkv, con
 bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
                              const AttentionDims& dims) {
   if (!takes(dims, {qkv, out, lse, alibi_slopes})) return false;
-  const Plan* plan = plan_for(false, variant_of(alibi_slopes, dims), dims);
+  const Plan* plan = plan_for(false, variant_of(alibi_slopes != nullptr, dims), dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill();
   execute(*plan, shared_tensors(qkv, out, lse, alibi_slopes, dims, scale, fill));
@@ -780,7 +780,7 @@ bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
                               const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims) {
   if (!takes(dims, {d_out, qkv, out, lse, alibi_slopes, d_qkv})) return false;
-  const Plan* plan = plan_for(true, variant_of(alibi_slopes, dims), dims);
+  const Plan* plan = plan_for(true, variant_of(alibi_slopes != nullptr, dims), dims);
   if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill(), one = 1.0f;
   const Layout l(dims);
