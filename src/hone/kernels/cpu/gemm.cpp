@@ -109,28 +109,28 @@ struct Matmul {
 };
 
 // Callable from several threads at once (attention runs its blocks' products
-// in parallel, each on one thread): the primitive cache is locked, and each
-// thread brings its own stream, scratchpad and bf16 sum. Inside a parallel
-// region oneDNN runs a product on the calling thread alone.
+// in parallel, each on one thread): the shared primitive cache is locked, and
+// each thread keeps its own stream, scratchpad, memory objects (Bound) and bf16
+// sum. Inside a parallel region oneDNN runs a product on the calling thread
+// alone.
 struct DnnlGemm {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   std::map<GemmKey, Matmul> primitives;
   std::mutex mutex;
 
-  const Matmul& matmul_for(const GemmArgs& g, int64_t k, float beta, DType c_type) {
-    GemmKey key{g.batch, g.m, g.n, k, g.k, g.trans_a, g.trans_b, g.alpha, beta, g.ab_type, c_type};
+  const Matmul& matmul_for(const GemmKey& key) {
     std::lock_guard lock(mutex);
     auto found = primitives.find(key);
     if (found != primitives.end()) return found->second;
+    const auto [batch, m, n, k, full_k, trans_a, trans_b, alpha, beta, ab_type, c_type] = key;
     // Strides of the whole operands, so a chunk reads its slice in place.
-    const int64_t m = g.m, n = g.n, full_k = g.k;
-    auto ab = to_dnnl(g.ab_type);
-    dnnl::memory::desc a({g.batch, m, k}, ab, {m * full_k, g.trans_a ? 1 : full_k, g.trans_a ? m : 1});
-    dnnl::memory::desc b({g.batch, k, n}, ab, {full_k * n, g.trans_b ? 1 : n, g.trans_b ? full_k : 1});
-    dnnl::memory::desc c({g.batch, m, n}, to_dnnl(c_type), dnnl::memory::format_tag::abc);
+    auto ab = to_dnnl(ab_type);
+    dnnl::memory::desc a({batch, m, k}, ab, {m * full_k, trans_a ? 1 : full_k, trans_a ? m : 1});
+    dnnl::memory::desc b({batch, k, n}, ab, {full_k * n, trans_b ? 1 : n, trans_b ? full_k : 1});
+    dnnl::memory::desc c({batch, m, n}, to_dnnl(c_type), dnnl::memory::format_tag::abc);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
       dnnl::post_ops post;
       post.append_sum(beta);
@@ -140,20 +140,42 @@ struct DnnlGemm {
     return primitives.emplace(key, Matmul{a, b, c, pd.scratchpad_desc(), dnnl::matmul(pd)}).first->second;
   }
 
+  // A primitive as one thread runs it: memory objects made once and pointed at
+  // each call's operands. Attention makes thousands of small products a step,
+  // on both threads at once; creating the memory objects and taking the lock
+  // per call cost as much as a 64×64×64 product.
+  struct Bound {
+    const Matmul* matmul;
+    dnnl::memory a, b, c, scratchpad;
+  };
+
+  Bound& bound_for(const GemmKey& key) {
+    thread_local std::map<GemmKey, Bound> bound;
+    auto found = bound.find(key);
+    if (found != bound.end()) return found->second;
+    const Matmul& mm = matmul_for(key);
+    Bound made{&mm, dnnl::memory(mm.a, engine, nullptr), dnnl::memory(mm.b, engine, nullptr),
+               dnnl::memory(mm.c, engine, nullptr), dnnl::memory(mm.scratchpad, engine, nullptr)};
+    return bound.emplace(key, std::move(made)).first->second;
+  }
+
   // C (+)= alpha·op(A)[:, p0:p0+k]·op(B)[p0:p0+k, :].
   void run_chunk(const GemmArgs& g, int64_t p0, int64_t k, float beta, void* c_data, DType c_type) {
     thread_local dnnl::stream stream{engine};
     thread_local std::vector<std::byte> scratchpad;
-    const Matmul& mm = matmul_for(g, k, beta, c_type);
+    Bound& bound = bound_for({g.batch, g.m, g.n, k, g.k, g.trans_a, g.trans_b, g.alpha, beta, g.ab_type, c_type});
     const size_t element = dtype_size(g.ab_type);
     const auto* a_data = static_cast<const char*>(g.a) + size_t(p0 * (g.trans_a ? g.m : 1)) * element;
     const auto* b_data = static_cast<const char*>(g.b) + size_t(p0 * (g.trans_b ? 1 : g.n)) * element;
-    scratchpad.resize(std::max(scratchpad.size(), mm.scratchpad.get_size()));
-    dnnl::memory a(mm.a, engine, const_cast<char*>(a_data));
-    dnnl::memory b(mm.b, engine, const_cast<char*>(b_data));
-    dnnl::memory c(mm.c, engine, c_data);
-    dnnl::memory pad(mm.scratchpad, engine, scratchpad.data());
-    mm.primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
+    scratchpad.resize(std::max(scratchpad.size(), bound.matmul->scratchpad.get_size()));
+    bound.a.set_data_handle(const_cast<char*>(a_data));
+    bound.b.set_data_handle(const_cast<char*>(b_data));
+    bound.c.set_data_handle(c_data);
+    bound.scratchpad.set_data_handle(scratchpad.data());
+    bound.matmul->primitive.execute(stream, {{DNNL_ARG_SRC, bound.a},
+                                             {DNNL_ARG_WEIGHTS, bound.b},
+                                             {DNNL_ARG_DST, bound.c},
+                                             {DNNL_ARG_SCRATCHPAD, bound.scratchpad}});
     stream.wait();
   }
 
