@@ -214,6 +214,24 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   EXPECT_NE(read_file(root_ + "/metrics/train.log").find("validation loss"), std::string::npos);
 }
 
+TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("report", 6), "eval.every_n_steps=3"}), 0) << log();
+  const std::string dir = root_ + "/report";
+  ASSERT_EQ(run({"report", dir}), 0) << log();
+  EXPECT_NE(log().find("wrote " + dir + "/report.html: 6 charts from 8 metrics records"), std::string::npos) << log();
+  const std::string html = read_file(dir + "/report.html");
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  for (const char* title : {"Loss", "Learning rate", "Gradient norm", "Throughput", "MFU", "Memory"}) {
+    EXPECT_NE(html.find(std::string("<h2>") + title + "</h2>\n<svg"), std::string::npos) << title;
+  }
+  ASSERT_EQ(run({"report", dir, "--output", root_ + "/elsewhere.html"}), 0) << log();
+  EXPECT_EQ(read_file(root_ + "/elsewhere.html"), html);
+  // A folder that is not a run: status 2, one line, no page written.
+  EXPECT_EQ(run({"report", root_ + "/nothing"}), 2);
+  EXPECT_NE(log().find("hone: error: " + root_ + "/nothing: no such run folder"), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(root_ + "/nothing"));
+}
+
 TEST_F(TrainingRun, OnATerminalProgressIsOneLineRedrawnInPlace) {
   const TerminalRun t = run_hone_on_terminal({"run", "pretrain", "--config", config("terminal", 6), "log_every_n_steps=3"});
   ASSERT_EQ(t.status, 0) << t.screen;

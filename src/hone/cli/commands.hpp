@@ -28,6 +28,7 @@ Command add_validate(CLI::App& app);
 Command add_launch(CLI::App& app);
 Command add_comm_bench(CLI::App& app);
 Command add_plan(CLI::App& app);
+Command add_report(CLI::App& app);
 
 // A built-in config by name ("gpt2/124M_pretrain") or a YAML file.
 Config load_config(const std::string& name_or_path);

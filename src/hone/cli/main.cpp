@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   add(hone::cli::add_launch);
   add(hone::cli::add_comm_bench);
   add(hone::cli::add_plan);
+  add(hone::cli::add_report);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
