@@ -200,6 +200,50 @@ TEST(Transformer, RunsAreReproducible) {
   EXPECT_EQ(train(), train());
 }
 
+// zero_grad() leaves last step's gradients in place and marks them stale: the
+// backward pass's first write of each replaces them (a GEMM with beta 0) or
+// zeroes them first, and what nothing wrote reads as zero. Gradients then are
+// bit for bit those of a zeroed buffer, whatever it held: for every family,
+// tied or not, biases, learned positions, LoRA adapters, the head and the MLP in
+// row chunks, and two micro-batches added up.
+TEST(Transformer, StaleGradientsAreReplacedNotAddedTo) {
+  struct Case {
+    std::string variant;
+    std::optional<LoraConfig> lora;
+  };
+  const LoraConfig lora{.rank = 3, .apply_to_mlp = true, .apply_to_output = true};
+  for (const Case& k : {Case{"llama", {}}, Case{"llama_tied", {}}, Case{"gpt2", {}}, Case{"mpt", {}},
+                        Case{"llama", lora}}) {
+    const ModelConfig config = small(k.variant);
+    const Batch batches[2] = {random_batch(3, 16, config.vocab_size, 21), random_batch(3, 16, config.vocab_size, 22)};
+    for (const bool chunked : {false, true}) {
+      SCOPED_TRACE(k.variant + (k.lora ? " with LoRA" : "") + (chunked ? ", in row chunks" : ""));
+      auto grads = [&](bool stale) {
+        Transformer m(config, DType::f64, Device::cpu(), k.lora);
+        m.init_weights(7);
+        if (chunked) {
+          m.set_chunk_bytes(1);
+          m.set_activation_checkpointing(true);
+        }
+        ParameterSet& trained = m.trainable_params();
+        if (stale) {
+          trained.grads().copy_from(random_tensor(trained.grads().shape(), DType::f64, 5, 100.0));
+          trained.zero_grad();
+        } else {
+          trained.grads().zero_();
+        }
+        for (const Batch& b : batches) {
+          m.forward(b.tokens, b.targets);
+          m.backward(0.01);
+        }
+        return trained.grads().clone();
+      };
+      const Tensor fresh = grads(false), stale = grads(true);
+      EXPECT_EQ(fresh.to_vector<double>(), stale.to_vector<double>());
+    }
+  }
+}
+
 TEST(Transformer, GradientAccumulationEqualsOneLargeBatch) {
   const ModelConfig config = model_preset("gpt2_tiny");
   const Batch whole = random_batch(4, 16, config.vocab_size, 9);

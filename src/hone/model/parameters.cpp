@@ -257,7 +257,25 @@ void ParameterSet::attach_grads(int unit, const Tensor& grads) {
 }
 
 void ParameterSet::zero_grad() {
-  if (grads_.defined()) grads_.zero_();
+  if (!grads_.defined()) return;
+  if (sharded()) {  // ZeRO-3: the ranks' sums are added into the stored shard
+    grads_.zero_();
+    return;
+  }
+  for (Parameter& p : params_) p.grad_stale = p.grad.defined();
+}
+
+const Tensor& grad_to_add(const Parameter* p) {
+  static const Tensor none;
+  if (p == nullptr) return none;
+  if (std::exchange(p->grad_stale, false)) p->grad.zero_();
+  return p->grad;
+}
+
+bool overwrite_grad(const Parameter* p) { return p != nullptr && std::exchange(p->grad_stale, false); }
+
+void settle_grads(std::span<Parameter* const> params) {
+  for (const Parameter* p : params) grad_to_add(p);
 }
 
 void ParameterSet::sync_compute() {

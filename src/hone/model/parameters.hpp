@@ -6,6 +6,7 @@
 // (unit, decay) span is one group. ZeRO-3 shards every group over the ranks and
 // gathers a unit's groups just before the model uses them.
 #include <deque>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,6 +45,10 @@ struct Parameter {
   bool compute_only = false;
   Tensor value;       // master weights: fp32 (fp64 on the gradient-check path)
   Tensor grad;        // same dtype and shape as value; undefined when frozen
+  // ParameterSet::zero_grad() left last step's values in `grad` instead of
+  // zeroing it (a pass over every gradient, 4% of a bf16 step on the CPU): the
+  // step's first write replaces them (take_fresh_grad, overwrite_grad).
+  mutable bool grad_stale = false;
   Tensor compute;     // what the forward pass reads: `value` itself, or its bf16 copy
   int unit = 0;       // the parameters a model uses together (Transformer: embeddings, a layer, the head)
   int64_t offset = 0; // position in the flat layout
@@ -54,6 +59,17 @@ struct Parameter {
   Shape whole_shape;
   int64_t whole_offset = 0;
 };
+
+// The gradient of p (undefined for none or frozen) for a writer that adds to
+// it: zeroed first if zero_grad() left it stale.
+const Tensor& grad_to_add(const Parameter* p);
+// Whether the writer about to add to p's gradient may overwrite it instead
+// (a GEMM with beta 0): true once after zero_grad(). The writer must then write
+// all of it.
+bool overwrite_grad(const Parameter* p);
+// Zeroes the gradients that nothing wrote since zero_grad() (an adapter or a
+// bias this rank does not own): call before anything reads them.
+void settle_grads(std::span<Parameter* const> params);
 
 // Where a ParameterSet's units are between uses. The model acquires a unit before
 // it reads the unit's parameters and releases it afterwards; a sharded set
@@ -168,6 +184,9 @@ class ParameterSet {
               bool compute_only_values = true);
   void detach(int unit);
 
+  // Starts a step's gradients: marks them stale (Parameter::grad_stale), which
+  // the model's backward pass overwrites or zeroes, so that grads() reads zero
+  // where nothing added. A sharded set zeroes its stored shard.
   void zero_grad();
   // Refreshes the compute copy from the master weights (after init or loading).
   void sync_compute();

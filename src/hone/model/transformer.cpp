@@ -204,7 +204,7 @@ void Transformer::project(const Tensor& x, const Parameter* weight, const Parame
 void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight,
                                    const Parameter* bias, std::vector<LoraAdapter>& adapters, const Tensor& dx,
                                    int64_t first_row) {
-  ops::linear_backward(dy, x, weight->compute, dx, weight->grad, bias ? bias->grad : Tensor());
+  ops::linear_backward(dy, x, weight->compute, dx, weight->grad, grad_to_add(bias), false, !overwrite_grad(weight));
   if (adapters.empty()) return;
   const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
   const Tensor dy2 = dy.view({rows, dy.size(-1)}), dx2 = dx.view({rows, in});
@@ -214,14 +214,15 @@ void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Para
     const Tensor scaled_dy = Tensor::empty({rows, a.rows}, dtype_, device_);
     ops::copy_columns(dy2, a.row_begin, scaled_dy, lora_->scale());
     const Tensor du = Tensor::empty({rows, lora_->rank}, dtype_, device_);
-    ops::linear_backward(scaled_dy, a.u, a.b->compute, du, a.b->grad, Tensor());
+    ops::linear_backward(scaled_dy, a.u, a.b->compute, du, a.b->grad, Tensor(), false, !overwrite_grad(a.b));
     const Tensor input = adapter_input(x, a, first_row).view({rows, in});
     if (!dropout) {
-      ops::linear_backward(du, input, a.a->compute, dx2, a.a->grad, Tensor(), /*accumulate_dx=*/true);
+      ops::linear_backward(du, input, a.a->compute, dx2, a.a->grad, Tensor(), /*accumulate_dx=*/true,
+                           !overwrite_grad(a.a));
       continue;
     }
     const Tensor dx_adapter = Tensor::empty({rows, in}, dtype_, device_);
-    ops::linear_backward(du, input, a.a->compute, dx_adapter, a.a->grad, Tensor());
+    ops::linear_backward(du, input, a.a->compute, dx_adapter, a.a->grad, Tensor(), false, !overwrite_grad(a.a));
     ops::dropout(dx_adapter, dx_adapter, lora_->dropout, dropout_seed_, a.stream << 32 | (dropout_round_ & 0xffffffffu),
                  first_row * in);
     ops::add_(dx2, dx_adapter);
@@ -410,9 +411,9 @@ void Transformer::norm_forward(const Tensor& x, Parameter* weight, Parameter* bi
 void Transformer::norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias,
                                 const Tensor& mean, const Tensor& rstd, const Tensor& dx) {
   if (config_.norm == NormKind::rmsnorm) {
-    ops::rmsnorm_backward(dy, x, weight->value, rstd, dx, weight->grad);
+    ops::rmsnorm_backward(dy, x, weight->value, rstd, dx, grad_to_add(weight));
   } else {
-    ops::layernorm_backward(dy, x, weight->value, mean, rstd, dx, weight->grad, bias ? bias->grad : Tensor());
+    ops::layernorm_backward(dy, x, weight->value, mean, rstd, dx, grad_to_add(weight), grad_to_add(bias));
   }
 }
 
@@ -423,9 +424,11 @@ const Tensor& value_or_none(const Parameter* p) {
   return p ? p->value : none;
 }
 
-const Tensor& grad_or_none(const Parameter* p) {
-  static const Tensor none;
-  return p ? p->grad : none;
+// The parameters, their gradients settled (settle_grads): complete, for the
+// data-parallel reduction to read.
+std::vector<Parameter*> settled(std::vector<Parameter*> params) {
+  settle_grads(params);
+  return params;
 }
 
 }  // namespace
@@ -645,7 +648,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   norm_backward(a.d_norm, a.output, final_norm_weight_, final_norm_bias_, a.final_norm_mean, a.final_norm_rstd,
                 a.d_residual);
   release(head_unit());
-  if (on_final) on_final(trainable_in_layer(-1));
+  if (on_final) on_final(settled(trainable_in_layer(-1)));
   for (int64_t i = c.n_layers - 1; i >= 0; --i) {
     const LayerParameters& p = layers_[size_t(i)];
     const LayerActivations& l = a.layers[size_t(i)];
@@ -694,7 +697,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     norm_backward(a.d_norm, l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm_mean, l.attn_norm_rstd,
                   a.d_residual);
     release(layer_unit(i));
-    if (on_final) on_final(trainable_in_layer(i));
+    if (on_final) on_final(settled(trainable_in_layer(i)));
   }
   if (train_embeddings) {
     acquire(kEmbeddingUnit, true);
@@ -706,9 +709,11 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
       a.d_residual_all.zero_();
       rows_of(a.d_residual_all).copy_from(a.d_residual);
     }
-    ops::embedding_backward(tokens_, a.d_residual_all, tok_embeddings_->grad,
-                            adds_positions() ? grad_or_none(pos_embeddings_) : Tensor(), positions_, vocab_part());
+    ops::embedding_backward(tokens_, a.d_residual_all, grad_to_add(tok_embeddings_),
+                            adds_positions() ? grad_to_add(pos_embeddings_) : Tensor(), positions_, vocab_part());
   }
+  // What no op wrote this step (a rank's share that another owns) reads as zero.
+  for (const Parameter& p : trainable_params().all()) grad_to_add(&p);
   if (tied || train_embeddings) release(kEmbeddingUnit);
   targets_ = Tensor();  // the logits now hold gradients: a second backward would be wrong
   head_grad_scale_.reset();

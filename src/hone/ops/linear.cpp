@@ -87,7 +87,7 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx) {
+                     const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx, bool accumulate_dw) {
   const char* op = "linear backward";
   const OpTimer timer(op);
   const Device device = op_device(op, {&dy, &x, &weight, &dx, &d_weight, &d_bias});
@@ -103,7 +103,8 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   }
   if (d_weight.defined()) {
     expect_shape(op, "weight gradient", d_weight, weight.shape());
-    gemm_on(device, {.m = out, .n = in, .k = rows, .trans_a = true, .beta = 1.0f, .a = dy.raw(), .b = x.raw(),
+    gemm_on(device, {.m = out, .n = in, .k = rows, .trans_a = true, .beta = accumulate_dw ? 1.0f : 0.0f,
+                     .a = dy.raw(), .b = x.raw(),
                      .c = d_weight.raw(), .ab_type = dy.dtype(), .c_type = d_weight.dtype()});
   }
   if (d_bias.defined()) {

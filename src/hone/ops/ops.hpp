@@ -29,10 +29,12 @@ size_t gemm_workspace_bytes(Device device);
 
 // y[..., out] = x[..., in] · weight[out, in]ᵀ (+ bias[out]).
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
-// dx = dy·weight (dx += ... when accumulate_dx), d_weight += dyᵀ·x,
-// d_bias += Σ dy. dx may be absent (frozen input), d_bias too (no bias).
+// dx = dy·weight (dx += ... when accumulate_dx), d_weight += dyᵀ·x (= when not
+// accumulate_dw), d_bias += Σ dy. dx may be absent (frozen input), d_bias too
+// (no bias).
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx = false);
+                     const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx = false,
+                     bool accumulate_dw = true);
 
 // Packed sequences (several samples in one row) pass token_positions: i32
 // [batch, seq], each token's position within its own sample (0 where a sample
