@@ -95,6 +95,11 @@ TEST_F(RunReportTest, DrawsOnlyTheChartsItHasDataFor) {
   EXPECT_EQ(r.charts, 1);
   EXPECT_EQ(points_of(r.html, "train").size(), 1u);
   EXPECT_EQ(r.html.find("validation"), std::string::npos);
+  write("metrics.jsonl", "{\"step\":1}\n");  // records without a metric: no chart, no step range
+  const RunReport bare = render_run_report(dir_);
+  EXPECT_EQ(bare.records, 1);
+  EXPECT_EQ(bare.charts, 0);
+  EXPECT_EQ(bare.html.find("steps logged"), std::string::npos);
 }
 
 TEST_F(RunReportTest, SkipsALastLineCutShortAndNamesAnyOtherBadLine) {

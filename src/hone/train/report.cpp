@@ -217,6 +217,11 @@ std::string svg_chart(const std::string& unit, const std::vector<Line>& lines) {
   return svg + "</svg>";
 }
 
+// Bytes in MiB below a GiB, else in GiB: the unit's size and name.
+std::pair<double, const char*> byte_unit(double most) {
+  return most >= double(1 << 30) ? std::pair{double(1 << 30), "GiB"} : std::pair{double(1 << 20), "MiB"};
+}
+
 // ---- summary ----
 
 std::optional<std::pair<int64_t, double>> last_of(const Table& t, const std::string& metric) {
@@ -257,7 +262,7 @@ std::string summary_table(const Table& t) {
     first = std::min(first, steps.begin()->first);
     last = std::max(last, steps.rbegin()->first);
   }
-  rows.emplace_back("steps logged", fmt::format("{} to {}", first, last));
+  if (first <= last) rows.emplace_back("steps logged", fmt::format("{} to {}", first, last));
   if (auto v = last_of(t, "loss/train/total"))
     rows.emplace_back("training loss", fmt::format("{:.4f} (step {})", v->second, v->first));
   if (auto v = lowest_of(t, "metrics/eval/LanguageCrossEntropy")) {
@@ -271,9 +276,8 @@ std::string summary_table(const Table& t) {
     rows.emplace_back("tokens/s (median)", fmt::format("{:.1f}", *v));
   if (auto v = median_of(t, "throughput/mfu")) rows.emplace_back("MFU (median)", fmt::format("{:.1f}%", *v * 100));
   if (auto v = highest_of(t, "memory/peak_allocated_mem")) {
-    rows.emplace_back("peak memory",
-                      fmt::format("{:.2f} {} ({:.0f} bytes)", *v / double(*v >= double(1 << 30) ? 1 << 30 : 1 << 20),
-                                  *v >= double(1 << 30) ? "GiB" : "MiB", *v));
+    const auto [size, name] = byte_unit(*v);
+    rows.emplace_back("peak memory", fmt::format("{:.2f} {} ({:.0f} bytes)", *v / size, name, *v));
   }
   if (auto v = last_of(t, "time/token")) rows.emplace_back("tokens trained", fmt::format("{:.0f}", v->second));
   if (auto v = last_of(t, "time/train")) rows.emplace_back("training time", format_duration(v->second * 3600.0));
@@ -344,12 +348,12 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
     }
     if (lines.empty()) continue;
     std::string unit = chart.unit;
-    if (unit == "bytes") {  // in MiB below a GiB, else in GiB
+    if (unit == "bytes") {
       double most = 0;
       for (const Line& l : lines)
         for (const auto& point : l.points) most = std::max(most, point.second);
-      const double size = most >= double(1 << 30) ? double(1 << 30) : double(1 << 20);
-      unit = size == double(1 << 20) ? "MiB" : "GiB";
+      const auto [size, name] = byte_unit(most);
+      unit = name;
       for (Line& l : lines)
         for (auto& point : l.points) point.second /= size;
     }
