@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "hone/core/error.hpp"
+#include "hone/data/tokenizers/loaders.hpp"  // read_file
 #include "hone/train/metrics.hpp"
 
 namespace hone {
@@ -29,11 +29,8 @@ struct LoggedMetrics {
 };
 
 LoggedMetrics read_metrics(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HONE_CHECK(in.good(), "{}: cannot read it (is this a hone run folder?)", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  HONE_CHECK(std::filesystem::is_regular_file(path), "{}: cannot read it (is this a hone run folder?)", path);
+  const std::string text = read_file(path);
   LoggedMetrics m;
   size_t begin = 0;
   for (int64_t line = 1; begin < text.size(); ++line) {
@@ -62,12 +59,9 @@ LoggedMetrics read_metrics(const std::string& path) {
   return m;
 }
 
-std::string read_optional(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) return "";
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+// A file of the run folder that may be absent ("" then).
+std::string read_if_present(const std::filesystem::path& path) {
+  return std::filesystem::exists(path) ? read_file(path.string()) : "";
 }
 
 std::string escape(std::string_view text) {
@@ -224,35 +218,43 @@ std::pair<double, const char*> byte_unit(double most) {
 
 // ---- summary ----
 
-std::optional<std::pair<int64_t, double>> last_of(const Table& t, const std::string& metric) {
+// A metric's values by step, or null when it was never logged (a logged
+// metric has at least one value).
+const std::map<int64_t, double>* steps_of(const Table& t, const std::string& metric) {
   auto found = t.find(metric);
-  if (found == t.end() || found->second.empty()) return std::nullopt;
-  return *found->second.rbegin();
+  return found == t.end() ? nullptr : &found->second;
+}
+
+bool by_value(const std::pair<const int64_t, double>& a, const std::pair<const int64_t, double>& b) {
+  return a.second < b.second;
+}
+
+std::optional<std::pair<int64_t, double>> last_of(const Table& t, const std::string& metric) {
+  const auto* steps = steps_of(t, metric);
+  if (steps == nullptr) return std::nullopt;
+  return *steps->rbegin();
 }
 
 std::optional<std::pair<int64_t, double>> lowest_of(const Table& t, const std::string& metric) {
-  auto found = t.find(metric);
-  if (found == t.end() || found->second.empty()) return std::nullopt;
-  return *std::min_element(found->second.begin(), found->second.end(),
-                           [](const auto& a, const auto& b) { return a.second < b.second; });
-}
-
-std::optional<double> median_of(const Table& t, const std::string& metric) {
-  auto found = t.find(metric);
-  if (found == t.end() || found->second.empty()) return std::nullopt;
-  std::vector<double> v;
-  for (const auto& [step, value] : found->second) v.push_back(value);
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  const auto* steps = steps_of(t, metric);
+  if (steps == nullptr) return std::nullopt;
+  return *std::min_element(steps->begin(), steps->end(), by_value);
 }
 
 std::optional<double> highest_of(const Table& t, const std::string& metric) {
-  auto found = t.find(metric);
-  if (found == t.end() || found->second.empty()) return std::nullopt;
-  double best = -INFINITY;
-  for (const auto& [step, value] : found->second) best = std::max(best, value);
-  return best;
+  const auto* steps = steps_of(t, metric);
+  if (steps == nullptr) return std::nullopt;
+  return std::max_element(steps->begin(), steps->end(), by_value)->second;
+}
+
+std::optional<double> median_of(const Table& t, const std::string& metric) {
+  const auto* steps = steps_of(t, metric);
+  if (steps == nullptr) return std::nullopt;
+  std::vector<double> v;
+  for (const auto& [step, value] : *steps) v.push_back(value);
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string summary_table(const Table& t) {
@@ -360,10 +362,10 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
     html += fmt::format("<h2>{}</h2>\n{}\n", chart.title, svg_chart(unit, lines));
     ++report.charts;
   }
-  if (const std::string csv = read_optional((dir / "perf_summary.csv").string()); !csv.empty()) {
+  if (const std::string csv = read_if_present(dir / "perf_summary.csv"); !csv.empty()) {
     html += "<h2>perf_summary.csv</h2>\n" + csv_table(csv) + "\n";
   }
-  if (const std::string config = read_optional((dir / "config.yaml").string()); !config.empty()) {
+  if (const std::string config = read_if_present(dir / "config.yaml"); !config.empty()) {
     html += "<h2>config.yaml</h2>\n<pre>" + escape(config) + "</pre>\n";
   }
   html += "</body></html>\n";
