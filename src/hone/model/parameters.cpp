@@ -272,7 +272,7 @@ const Tensor& grad_to_add(const Parameter* p) {
   return p->grad;
 }
 
-bool overwrite_grad(const Parameter* p) { return p != nullptr && std::exchange(p->grad_stale, false); }
+bool adds_to_grad(const Parameter* p) { return p == nullptr || !std::exchange(p->grad_stale, false); }
 
 void settle_grads(std::span<Parameter* const> params) {
   for (const Parameter* p : params) grad_to_add(p);

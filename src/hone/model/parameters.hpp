@@ -48,7 +48,7 @@ struct Parameter {
   // ParameterSet::zero_grad() left last step's values in `grad` instead of
   // zeroing it (a pass over every gradient: 20-30 ms of llama_125M's 0.85 s
   // bf16 step on the CPU): the step's first write replaces them or zeroes them
-  // first (overwrite_grad, grad_to_add).
+  // first (adds_to_grad, grad_to_add).
   mutable bool grad_stale = false;
   Tensor compute;     // what the forward pass reads: `value` itself, or its bf16 copy
   int unit = 0;       // the parameters a model uses together (Transformer: embeddings, a layer, the head)
@@ -64,10 +64,10 @@ struct Parameter {
 // The gradient of p (undefined for none or frozen) for a writer that adds to
 // it: zeroed first if zero_grad() left it stale.
 const Tensor& grad_to_add(const Parameter* p);
-// Whether the writer about to add to p's gradient may overwrite it instead
-// (a GEMM with beta 0): true once after zero_grad(). The writer must then write
-// all of it.
-bool overwrite_grad(const Parameter* p);
+// Whether the writer about to add to p's gradient must add to it: false once
+// after zero_grad(), when it overwrites it instead (a GEMM with beta 0) and so
+// must write all of it.
+bool adds_to_grad(const Parameter* p);
 // Zeroes the gradients that nothing wrote since zero_grad() (an adapter or a
 // bias this rank does not own): call before anything reads them.
 void settle_grads(std::span<Parameter* const> params);

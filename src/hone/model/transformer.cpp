@@ -204,7 +204,8 @@ void Transformer::project(const Tensor& x, const Parameter* weight, const Parame
 void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight,
                                    const Parameter* bias, std::vector<LoraAdapter>& adapters, const Tensor& dx,
                                    int64_t first_row) {
-  ops::linear_backward(dy, x, weight->compute, dx, weight->grad, grad_to_add(bias), false, !overwrite_grad(weight));
+  ops::linear_backward(dy, x, weight->compute, dx, weight->grad, grad_to_add(bias), /*accumulate_dx=*/false,
+                       adds_to_grad(weight));
   if (adapters.empty()) return;
   const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
   const Tensor dy2 = dy.view({rows, dy.size(-1)}), dx2 = dx.view({rows, in});
@@ -214,15 +215,17 @@ void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Para
     const Tensor scaled_dy = Tensor::empty({rows, a.rows}, dtype_, device_);
     ops::copy_columns(dy2, a.row_begin, scaled_dy, lora_->scale());
     const Tensor du = Tensor::empty({rows, lora_->rank}, dtype_, device_);
-    ops::linear_backward(scaled_dy, a.u, a.b->compute, du, a.b->grad, Tensor(), false, !overwrite_grad(a.b));
+    ops::linear_backward(scaled_dy, a.u, a.b->compute, du, a.b->grad, Tensor(), /*accumulate_dx=*/false,
+                         adds_to_grad(a.b));
     const Tensor input = adapter_input(x, a, first_row).view({rows, in});
     if (!dropout) {
       ops::linear_backward(du, input, a.a->compute, dx2, a.a->grad, Tensor(), /*accumulate_dx=*/true,
-                           !overwrite_grad(a.a));
+                           adds_to_grad(a.a));
       continue;
     }
     const Tensor dx_adapter = Tensor::empty({rows, in}, dtype_, device_);
-    ops::linear_backward(du, input, a.a->compute, dx_adapter, a.a->grad, Tensor(), false, !overwrite_grad(a.a));
+    ops::linear_backward(du, input, a.a->compute, dx_adapter, a.a->grad, Tensor(), /*accumulate_dx=*/false,
+                         adds_to_grad(a.a));
     ops::dropout(dx_adapter, dx_adapter, lora_->dropout, dropout_seed_, a.stream << 32 | (dropout_round_ & 0xffffffffu),
                  first_row * in);
     ops::add_(dx2, dx_adapter);

@@ -104,8 +104,8 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   if (d_weight.defined()) {
     expect_shape(op, "weight gradient", d_weight, weight.shape());
     gemm_on(device, {.m = out, .n = in, .k = rows, .trans_a = true, .beta = accumulate_dw ? 1.0f : 0.0f,
-                     .a = dy.raw(), .b = x.raw(),
-                     .c = d_weight.raw(), .ab_type = dy.dtype(), .c_type = d_weight.dtype()});
+                     .a = dy.raw(), .b = x.raw(), .c = d_weight.raw(), .ab_type = dy.dtype(),
+                     .c_type = d_weight.dtype()});
   }
   if (d_bias.defined()) {
     expect_shape(op, "bias gradient", d_bias, {out});

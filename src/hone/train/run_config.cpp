@@ -267,7 +267,8 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
   if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, activations);
   const ops::AttentionHeads heads{
       .n_heads = model.n_heads / tp, .n_kv_heads = model.n_kv_heads / tp, .head_dim = model.head_dim()};
-  m.workspace = ops::gemm_workspace_bytes(device) + ops::attention_scratch_bytes(device, dtype, heads, batch_size, seq_len);
+  m.workspace =
+      ops::gemm_workspace_bytes(device) + ops::attention_scratch_bytes(device, dtype, heads, batch_size, seq_len);
   return m;
 }
 
