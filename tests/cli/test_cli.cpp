@@ -207,6 +207,10 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
     EXPECT_EQ(v.status, 0) << args << ": " << v.err;
     EXPECT_EQ(v.out, positional.out) << args;
   }
+  // A value outside its range is caught before any run starts.
+  const CliResult zero = run_hone("validate quickstart batch_size=0");
+  EXPECT_EQ(zero.status, 2);
+  EXPECT_NE(zero.err.find("'batch_size' must be positive, got 0"), std::string::npos) << zero.err;
   const CliResult none = run_hone("validate");
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.err.find("which config?"), std::string::npos) << none.err;

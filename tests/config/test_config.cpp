@@ -8,9 +8,9 @@ namespace {
 Schema schema() {
   Schema s;
   s.add({"output_dir", ValueType::string, nullptr, "where runs are written", {}, true});
-  s.add({"batch_size", ValueType::integer, 8, "sequences per device"});
-  s.add({"optimizer.lr", ValueType::number, 3e-4, "peak learning rate"});
-  s.add({"optimizer.betas", ValueType::number_list, Json::array({0.9, 0.95}), "AdamW betas"});
+  s.add({"batch_size", ValueType::integer, 8, "sequences per device"}, Range::positive());
+  s.add({"optimizer.lr", ValueType::number, 3e-4, "peak learning rate"}, Range::not_negative());
+  s.add({"optimizer.betas", ValueType::number_list, Json::array({0.9, 0.95}), "AdamW betas"}, Range::fraction());
   s.add({"lr_scheduler.name", ValueType::string, "cosine", "schedule", {"constant", "linear", "cosine", "wsd"}});
   s.add({"resume", ValueType::string, nullptr, "latest or a path"});
   s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute layers in backward"});
@@ -87,6 +87,23 @@ TEST(Schema, ErrorsNameTheKeyAndSuggest) {
   EXPECT_EQ(resolve("batch_size: 2\n"), "run.yaml: 'output_dir' is required (where runs are written)");
   EXPECT_NE(resolve("a: [1\n").find("run.yaml:"), std::string::npos);  // YAML syntax errors name the file
   EXPECT_NE(resolve("a: 1\na: 2\n").find("appears twice"), std::string::npos);
+}
+
+// Numbers outside their key's range fail when the config is resolved (so
+// `hone validate` catches them), every number of a list included.
+TEST(Schema, NumbersOutsideTheirRangeAreErrors) {
+  auto resolve = [](const std::string& yaml) {
+    return error_of([&] { schema().resolve(Config::from_yaml("output_dir: x\n" + yaml, "run.yaml")); });
+  };
+  EXPECT_EQ(resolve("batch_size: 0\n"), "run.yaml: 'batch_size' must be positive, got 0");
+  EXPECT_EQ(resolve("optimizer: {lr: -0.5}\n"), "run.yaml: 'optimizer.lr' must not be negative, got -0.5");
+  EXPECT_EQ(resolve("optimizer: {betas: [0.9, 1.0]}\n"),
+            "run.yaml: 'optimizer.betas' must be in [0, 1), got [0.9,1.0]");
+  // The ends of a range: 0 is not positive but is not negative; 0 is in [0, 1), 1 is not.
+  EXPECT_EQ(resolve("batch_size: 1\noptimizer: {lr: 0, betas: [0, 0.999]}\n"), "");
+  EXPECT_EQ(Range{.low = 2}.requirement(), "must be at least 2");
+  EXPECT_EQ((Range{.low = 0, .high = 1, .low_open = true}).requirement(), "must be in (0, 1]");
+  EXPECT_EQ((Range{.low = 0, .high = 3}).requirement(), "must be in [0, 3]");
 }
 
 }  // namespace

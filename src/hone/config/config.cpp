@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <fstream>
 #include <sstream>
@@ -235,6 +236,23 @@ std::string Config::to_yaml() const {
   return std::string(out.c_str()) + "\n";
 }
 
+bool Range::contains(double x) const {
+  return (low_open ? x > low : x >= low) && (high_open ? x < high : x <= high);
+}
+
+std::string Range::requirement() const {
+  if (std::isinf(high)) {
+    if (low == 0) return low_open ? "must be positive" : "must not be negative";
+    return fmt::format("must be {} {}", low_open ? "greater than" : "at least", low);
+  }
+  return fmt::format("must be in {}{}, {}{}", low_open ? '(' : '[', low, high, high_open ? ')' : ']');
+}
+
+Schema& Schema::add(KeySpec spec, Range range) {
+  spec.range = range;
+  return add(std::move(spec));
+}
+
 Schema& Schema::add(KeySpec spec) {
   keys_.push_back(std::move(spec));
   return *this;
@@ -265,9 +283,14 @@ Config Schema::resolve(const Config& user) const {
            suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion));
     }
     if (value->is_null()) continue;
-    // An integer is a fine number; a number where a list is expected is a 1-list.
+    // An integer is a fine number.
     HONE_CHECK(matches(*value, spec->type), "{}: '{}' must be {}, got {}", origin, key, type_name(spec->type),
                value->dump());
+    const bool numeric = value->is_number() || spec->type == ValueType::number_list;
+    const auto in_range = [&](const Json& x) { return spec->range.contains(x.get<double>()); };
+    if (numeric && !std::all_of(value->begin(), value->end(), in_range)) {
+      fail("{}: '{}' {}, got {}", origin, key, spec->range.requirement(), value->dump());
+    }
     if (!spec->choices.empty()) {
       const std::string v = value->get<std::string>();
       if (std::find(spec->choices.begin(), spec->choices.end(), v) == spec->choices.end()) {

@@ -3,6 +3,7 @@
 // `key.sub=value` overrides, and resolved against a Schema that fills defaults
 // and rejects unknown keys (with the closest valid key) and ill-typed values.
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,24 @@ class Config {
 
 enum class ValueType { integer, number, boolean, string, number_list, string_list, mapping };
 
+// The interval a number (each number of a list) must lie in; an open end
+// excludes its bound.
+struct Range {
+  double low = -std::numeric_limits<double>::infinity();
+  double high = std::numeric_limits<double>::infinity();
+  bool low_open = false;
+  bool high_open = false;
+
+  static constexpr Range positive() { return {.low = 0, .low_open = true}; }
+  static constexpr Range not_negative() { return {.low = 0}; }
+  static constexpr Range fraction() { return {.low = 0, .high = 1, .high_open = true}; }  // [0, 1)
+  static constexpr Range unit_interval() { return {.low = 0, .high = 1}; }              // [0, 1]
+
+  bool contains(double x) const;
+  // "must be positive", "must not be negative", "must be in [0, 1)", ...
+  std::string requirement() const;
+};
+
 struct KeySpec {
   std::string key;     // dotted: "optimizer.lr"
   ValueType type;
@@ -49,15 +68,18 @@ struct KeySpec {
   std::string help;
   std::vector<std::string> choices = {};  // allowed strings, when not empty
   bool required = false;
+  Range range = {};  // numbers only; any value by default
 };
 
 class Schema {
  public:
   Schema& add(KeySpec spec);
+  // A numeric key whose values must lie in `range`.
+  Schema& add(KeySpec spec, Range range);
   Schema& add(const Schema& other);
   // The user's config with every default filled in. Throws hone::Error for an
-  // unknown key (naming the closest known one), a value of the wrong type or
-  // outside its choices, or a missing required key.
+  // unknown key (naming the closest known one), a value of the wrong type,
+  // outside its choices or its range, or a missing required key.
   Config resolve(const Config& user) const;
   const std::vector<KeySpec>& keys() const { return keys_; }
 

@@ -17,13 +17,13 @@ Schema eval_schema() {
   s.add({"dataset.type", ValueType::string, nullptr, "data for loss and perplexity",
          {"mock", "megatron", "mds", "instruct"}});
   s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct file"});
-  s.add({"dataset.seq_len", ValueType::integer, 256, "tokens per sequence"});
+  s.add({"dataset.seq_len", ValueType::integer, 256, "tokens per sequence"}, Range::positive());
   s.add({"dataset.template", ValueType::string, "alpaca", "instruct: template", {"alpaca", "summarize", "plain", "chat"}});
   s.add({"dataset.chat_format", ValueType::string, "llama3", "instruct: chat template", {"llama3", "llama2", "chatml"}});
-  s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"});
-  s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"});
-  s.add({"batch_size", ValueType::integer, 4, "sequences per batch"});
-  s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"});
+  s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"}, Range::positive());
+  s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
+  s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
+  s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
   s.add({"task.path", ValueType::string, nullptr, "a multiple-choice JSONL task file (HellaSwag-style)"});
   return s;
 }

@@ -84,7 +84,6 @@ int run_finetune(const Config& c) {
       data::load_instruct_dataset(c.get<std::string>("dataset.path"), *tokenizer, instruct_options_from(c));
   // The last validation_fraction of the records is held out.
   const double fraction = c.get<double>("dataset.validation_fraction");
-  HONE_CHECK(fraction >= 0 && fraction < 1, "{}: dataset.validation_fraction must be in [0, 1)", c.origin());
   const size_t held_out = size_t(double(dataset.samples.size()) * fraction + 0.5);
   HONE_CHECK(held_out < dataset.samples.size(), "{}: nothing left to train on after holding out {} samples",
              c.origin(), held_out);
@@ -159,8 +158,8 @@ Schema finetune_schema(bool lora) {
   s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
   s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
   s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
-  s.add({"dataset.max_seq_len", ValueType::integer, 512, "tokens per sample (longer ones are cut)"});
-  s.add({"dataset.validation_fraction", ValueType::number, 0.05, "records held out for validation"});
+  s.add({"dataset.max_seq_len", ValueType::integer, 512, "tokens per sample (longer ones are cut)"}, Range{.low = 2});
+  s.add({"dataset.validation_fraction", ValueType::number, 0.05, "records held out for validation"}, Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});
@@ -168,9 +167,9 @@ Schema finetune_schema(bool lora) {
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
   s.add({"export.dtype", ValueType::string, nullptr, "dtype of the exported weights", {"fp32", "bf16", "fp16"}});
   if (lora) {
-    s.add({"model.lora_rank", ValueType::integer, 8, "LoRA rank"});
-    s.add({"model.lora_alpha", ValueType::number, 16.0, "LoRA alpha (scale = alpha / rank)"});
-    s.add({"model.lora_dropout", ValueType::number, 0.05, "dropout on the adapters' input"});
+    s.add({"model.lora_rank", ValueType::integer, 8, "LoRA rank"}, Range::positive());
+    s.add({"model.lora_alpha", ValueType::number, 16.0, "LoRA alpha (scale = alpha / rank)"}, Range::positive());
+    s.add({"model.lora_dropout", ValueType::number, 0.05, "dropout on the adapters' input"}, Range::fraction());
     s.add({"model.lora_attn_modules", ValueType::string_list, Json::array({"q_proj", "v_proj"}),
            "attention projections with adapters: q_proj, k_proj, v_proj, output_proj"});
     s.add({"model.apply_lora_to_mlp", ValueType::boolean, false, "adapters on the MLP projections"});

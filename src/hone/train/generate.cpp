@@ -21,10 +21,10 @@ Schema generate_schema() {
          {"plain", "alpaca", "summarize", "chat"}});
   s.add({"chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
   s.add({"system_prompt", ValueType::string, "", "chat: a system message"});
-  s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"});
-  s.add({"temperature", ValueType::number, 0.8, "sampling temperature (0: greedy)"});
-  s.add({"top_k", ValueType::integer, 0, "sample from the k most likely tokens (0: all)"});
-  s.add({"top_p", ValueType::number, 1.0, "nucleus sampling threshold"});
+  s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"}, Range::positive());
+  s.add({"temperature", ValueType::number, 0.8, "sampling temperature (0: greedy)"}, Range::not_negative());
+  s.add({"top_k", ValueType::integer, 0, "sample from the k most likely tokens (0: all)"}, Range::not_negative());
+  s.add({"top_p", ValueType::number, 1.0, "nucleus sampling threshold"}, Range{.low = 0, .high = 1, .low_open = true});
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
          "special tokens that end a completion besides the end of answer (e.g. \"<|endoftext|>\")"});
   return s;

@@ -18,7 +18,7 @@ Schema inference_schema() {
   s.add({"seed", ValueType::integer, 1234, "seed of sampling"});
   s.add({"device", ValueType::string, "cpu", "cpu, cuda or cuda:N"});
   s.add({"dtype", ValueType::string, "fp32", "compute precision", {"fp32", "bf16"}});
-  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"});
+  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"}, Range::not_negative());
   s.add(model_source_schema("the model"));
   s.add({"lora.adapter", ValueType::string, nullptr, "a lora_finetune checkpoint folder or run directory"});
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});

@@ -20,7 +20,7 @@ Schema run_schema() {
   s.add({"seed", ValueType::integer, 1234, "seed of weight init and data order"});
   s.add({"device", ValueType::string, "cpu", "cpu, cuda or cuda:N"});
   s.add({"dtype", ValueType::string, "fp32", "compute precision", {"fp32", "bf16"}});
-  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"});
+  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"}, Range::not_negative());
   return s;
 }
 
@@ -75,45 +75,52 @@ Schema model_schema() {
 
 Schema training_schema() {
   Schema s;
-  s.add({"batch_size", ValueType::integer, 8, "sequences per device per micro-batch"});
-  s.add({"gradient_accumulation_steps", ValueType::integer, 1, "micro-batches per optimizer step"});
-  s.add({"max_steps", ValueType::integer, nullptr, "optimizer steps (or give epochs or max_tokens)"});
-  s.add({"epochs", ValueType::number, nullptr, "passes over the training data"});
-  s.add({"max_tokens", ValueType::integer, nullptr, "a token budget"});
-  s.add({"optimizer.lr", ValueType::number, 3e-4, "peak learning rate"});
-  s.add({"optimizer.betas", ValueType::number_list, Json::array({0.9, 0.95}), "AdamW betas"});
-  s.add({"optimizer.eps", ValueType::number, 1e-8, "AdamW epsilon"});
-  s.add({"optimizer.weight_decay", ValueType::number, 0.1, "decoupled weight decay (matrices and embeddings)"});
-  s.add({"optimizer.max_grad_norm", ValueType::number, 1.0, "global gradient-norm clip (0: off)"});
+  s.add({"batch_size", ValueType::integer, 8, "sequences per device per micro-batch"}, Range::positive());
+  s.add({"gradient_accumulation_steps", ValueType::integer, 1, "micro-batches per optimizer step"}, Range::positive());
+  s.add({"max_steps", ValueType::integer, nullptr, "optimizer steps (or give epochs or max_tokens)"},
+        Range::positive());
+  s.add({"epochs", ValueType::number, nullptr, "passes over the training data"}, Range::positive());
+  s.add({"max_tokens", ValueType::integer, nullptr, "a token budget"}, Range::positive());
+  s.add({"optimizer.lr", ValueType::number, 3e-4, "peak learning rate"}, Range::not_negative());
+  s.add({"optimizer.betas", ValueType::number_list, Json::array({0.9, 0.95}), "AdamW betas"}, Range::fraction());
+  s.add({"optimizer.eps", ValueType::number, 1e-8, "AdamW epsilon"}, Range::positive());
+  s.add({"optimizer.weight_decay", ValueType::number, 0.1, "decoupled weight decay (matrices and embeddings)"},
+        Range::not_negative());
+  s.add({"optimizer.max_grad_norm", ValueType::number, 1.0, "global gradient-norm clip (0: off)"},
+        Range::not_negative());
   s.add({"lr_scheduler.name", ValueType::string, "cosine", "schedule after warmup",
          {"constant", "linear", "cosine", "wsd"}});
-  s.add({"lr_scheduler.warmup_steps", ValueType::integer, 0, "linear warmup steps"});
-  s.add({"lr_scheduler.min_lr_ratio", ValueType::number, 0.1, "final learning rate / peak"});
-  s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1, "wsd: fraction of steps spent decaying"});
-  s.add({"checkpoint.every_n_steps", ValueType::integer, 0, "save every N steps (0: only at the end)"});
-  s.add({"checkpoint.keep_last_n", ValueType::integer, 3, "checkpoints kept (0: all)"});
+  s.add({"lr_scheduler.warmup_steps", ValueType::integer, 0, "linear warmup steps"}, Range::not_negative());
+  s.add({"lr_scheduler.min_lr_ratio", ValueType::number, 0.1, "final learning rate / peak"}, Range::unit_interval());
+  s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1, "wsd: fraction of steps spent decaying"},
+        Range{.low = 0, .high = 1, .low_open = true});
+  s.add({"checkpoint.every_n_steps", ValueType::integer, 0, "save every N steps (0: only at the end)"},
+        Range::not_negative());
+  s.add({"checkpoint.keep_last_n", ValueType::integer, 3, "checkpoints kept (0: all)"}, Range::not_negative());
   s.add({"checkpoint.save_final", ValueType::boolean, true,
          "save when the run ends (a ZeRO-3 or tensor-parallel run that exports always does: it exports from there)"});
   s.add({"resume", ValueType::string, nullptr, "latest (if the run has a checkpoint) or a checkpoint folder"});
-  s.add({"log_every_n_steps", ValueType::integer, 10, "metrics every N steps"});
-  s.add({"eval.every_n_steps", ValueType::integer, 0, "validation every N steps (0: only at the end)"});
-  s.add({"eval.max_batches", ValueType::integer, 20, "validation batches per evaluation"});
+  s.add({"log_every_n_steps", ValueType::integer, 10, "metrics every N steps"}, Range::positive());
+  s.add({"eval.every_n_steps", ValueType::integer, 0, "validation every N steps (0: only at the end)"},
+        Range::not_negative());
+  s.add({"eval.max_batches", ValueType::integer, 20, "validation batches per evaluation"}, Range::positive());
   s.add({"eval.first", ValueType::boolean, false, "also validate before the first step"});
   s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute each layer in backward"});
   s.add({"enable_activation_offloading", ValueType::boolean, false,
          "with activation checkpointing on a GPU: keep the layer inputs in host memory"});
   s.add({"max_consecutive_nonfinite", ValueType::integer, 3,
-         "stop after this many steps in a row with a non-finite loss or gradient (each is skipped)"});
+         "stop after this many steps in a row with a non-finite loss or gradient (each is skipped; 0: never)"},
+      Range::not_negative());
   s.add({"logging.tensorboard", ValueType::boolean, true, "write TensorBoard event files"});
   s.add({"distributed.zero", ValueType::integer, 0,
          "ZeRO stage over data-parallel ranks: 0 (replicas), 1 (optimizer state sharded), 2 (and gradients), "
-         "3 (and weights, gathered a layer at a time)"});
+         "3 (and weights, gathered a layer at a time)"}, Range{.low = 0, .high = 3});
   s.add({"distributed.bucket_mb", ValueType::number, 25.0,
          "ZeRO stages 0 and 1: gradients reduced over ranks in buckets of this many MiB while backward runs (0: all "
-         "at once after it)"});
+         "at once after it)"}, Range::not_negative());
   s.add({"distributed.tp", ValueType::integer, 1,
          "tensor-parallel ranks per model replica (Megatron's split with sequence parallelism; divides the world "
-         "size)"});
+         "size)"}, Range::positive());
   return s;
 }
 
@@ -122,11 +129,12 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.type", ValueType::string, "mock", "where tokens come from", {"mock", "megatron", "mds"}});
   s.add({"dataset.path", ValueType::string, nullptr,
          "megatron: a prefix or a blend 'W1 PREFIX1 W2 PREFIX2 ...'; mds: a folder with index.json"});
-  s.add({"dataset.seq_len", ValueType::integer, nullptr, "tokens per training sequence", {}, true});
-  s.add({"dataset.validation_fraction", ValueType::number, 0.01, "documents held out for validation"});
+  s.add({"dataset.seq_len", ValueType::integer, nullptr, "tokens per training sequence", {}, true}, Range::positive());
+  s.add({"dataset.validation_fraction", ValueType::number, 0.01, "documents held out for validation"},
+        Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
-  s.add({"dataset.mock.documents", ValueType::integer, 2000, "mock: documents"});
-  s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"});
+  s.add({"dataset.mock.documents", ValueType::integer, 2000, "mock: documents"}, Range::positive());
+  s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"tokenizer.path", ValueType::string, nullptr,
          "the folder of the tokenizer the data was made with: its files go into every checkpoint"});
   return s;
@@ -139,7 +147,6 @@ RunSettings run_settings_from(const Config& c) {
   r.device = parse_device(c.get<std::string>("device"));
   r.dtype = parse_dtype(c.get<std::string>("dtype"));
   r.threads = int(c.get<int64_t>("threads"));
-  HONE_CHECK(r.threads >= 0, "{}: 'threads' must not be negative", c.origin());
   return r;
 }
 
@@ -231,9 +238,6 @@ LrSchedule lr_schedule_from(const Config& c, int64_t total_steps) {
   s.warmup_steps = c.get<int64_t>("lr_scheduler.warmup_steps");
   s.total_steps = total_steps;
   s.decay_fraction = c.get<double>("lr_scheduler.decay_fraction");
-  HONE_CHECK(s.warmup_steps >= 0, "{}: lr_scheduler.warmup_steps must not be negative", c.origin());
-  HONE_CHECK(s.decay_fraction > 0 && s.decay_fraction <= 1, "{}: lr_scheduler.decay_fraction must be in (0, 1]",
-             c.origin());
   return s;
 }
 

@@ -47,8 +47,6 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t batch_size = c.get<int64_t>("batch_size");
   const int64_t accumulation = c.get<int64_t>("gradient_accumulation_steps");
   const int64_t seq_len = job.seq_len;
-  HONE_CHECK(batch_size > 0 && accumulation > 0, "{}: batch_size and gradient_accumulation_steps must be positive",
-             c.origin());
   // Sequences per optimizer step, over all data-parallel ranks.
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len);

@@ -26,8 +26,6 @@ std::vector<ParameterSet*> parameter_sets(Transformer& model) {
 TrainingWorld::TrainingWorld(const Config& c, Device device)
     : device_(device), zero_stage_(int(c.get<int64_t>("distributed.zero"))) {
   const int64_t tp = c.get<int64_t>("distributed.tp");
-  HONE_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, "{}: distributed.zero {}: the stages are 0, 1, 2 and 3",
-             c.origin(), zero_stage_);
   const dist::ProcessInfo process = dist::discover_process();
   if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
   world_ = dist::Communicator::from_environment(device_);
@@ -36,7 +34,6 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
              world_->size());
   mesh_ = std::make_unique<dist::DeviceMesh>(*world_, world_->size() / int(tp), int(tp));
   const double bucket_mb = c.get<double>("distributed.bucket_mb");
-  HONE_CHECK(bucket_mb >= 0, "{}: distributed.bucket_mb {} must not be negative", c.origin(), bucket_mb);
   data_parallel_ = std::make_unique<dist::DataParallel>(mesh_->dp(), zero_stage_, device_,
                                                         int64_t(bucket_mb * 1024 * 1024), &mesh_->tp());
 }
