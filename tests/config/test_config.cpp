@@ -101,6 +101,15 @@ TEST(Schema, NumbersOutsideTheirRangeAreErrors) {
             "run.yaml: 'optimizer.betas' must be in [0, 1), got [0.9,1.0]");
   // The ends of a range: 0 is not positive but is not negative; 0 is in [0, 1), 1 is not.
   EXPECT_EQ(resolve("batch_size: 1\noptimizer: {lr: 0, betas: [0, 0.999]}\n"), "");
+  // A bad value given as key=value is the command line's, not the file's.
+  Config user = Config::from_yaml("output_dir: x\nbatch_size: 2\n", "run.yaml");
+  user.apply_override("optimizer.betas=[0.9, 2]");
+  EXPECT_EQ(error_of([&] { schema().resolve(user); }),
+            "the command line: 'optimizer.betas' must be in [0, 1), got [0.9,2]");
+  user.apply_override("optimizer.betas=[0.9, 0.99]");
+  user.apply_override("batch_sise=3");
+  EXPECT_EQ(error_of([&] { schema().resolve(user); }),
+            "the command line: unknown key 'batch_sise' (did you mean 'batch_size'?)");
   EXPECT_EQ(Range{.low = 2}.requirement(), "must be at least 2");
   EXPECT_EQ((Range{.low = 0, .high = 1, .low_open = true}).requirement(), "must be in (0, 1]");
   EXPECT_EQ((Range{.low = 0, .high = 3}).requirement(), "must be in [0, 3]");

@@ -169,6 +169,15 @@ void Config::apply_override(std::string_view assignment) {
   const std::string key(assignment.substr(0, eq));
   Config value = from_yaml("v: " + std::string(assignment.substr(eq + 1)), "override " + key);
   set(key, value.tree_["v"]);
+  overridden_.push_back(key);
+}
+
+const std::string& Config::origin_of(std::string_view key) const {
+  static const std::string command_line = "the command line";
+  for (const std::string& o : overridden_) {
+    if (key == o || (key.starts_with(o) && key[o.size()] == '.')) return command_line;
+  }
+  return origin_;
 }
 
 const Json* Config::find(std::string_view key) const {
@@ -266,7 +275,6 @@ Schema& Schema::add(const Schema& other) {
 Config Schema::resolve(const Config& user) const {
   std::vector<std::string> known;
   for (const KeySpec& k : keys_) known.push_back(k.key);
-  const std::string& origin = user.origin();
 
   std::set<std::string> mappings;
   for (const KeySpec& k : keys_) {
@@ -275,6 +283,7 @@ Config Schema::resolve(const Config& user) const {
   std::vector<std::pair<std::string, const Json*>> given;
   flatten(user.tree(), "", mappings, given);
   for (const auto& [key, value] : given) {
+    const std::string& origin = user.origin_of(key);
     auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
     if (spec == keys_.end()) {
       // A mapping given where a section was expected is still a typo of the section's keys.
@@ -304,7 +313,7 @@ Config Schema::resolve(const Config& user) const {
   for (const KeySpec& k : keys_) {
     const Json* v = user.find(k.key);
     if (v == nullptr || v->is_null()) {
-      HONE_CHECK(!k.required, "{}: '{}' is required ({})", origin, k.key, k.help);
+      HONE_CHECK(!k.required, "{}: '{}' is required ({})", user.origin(), k.key, k.help);
       resolved.set(k.key, k.default_value);
     }
   }

@@ -20,6 +20,9 @@ class Config {
   static Config from_file(const std::string& path);
 
   const std::string& origin() const { return origin_; }
+  // Where the value at `key` came from: "the command line" for an override,
+  // else origin().
+  const std::string& origin_of(std::string_view key) const;
   const Json& tree() const { return tree_; }
 
   // Applies "a.b.c=value"; the value is read as YAML (numbers, true/false, null,
@@ -39,6 +42,7 @@ class Config {
  private:
   std::string origin_ = "the command line";  // no config file: only overrides
   Json tree_ = Json::object();
+  std::vector<std::string> overridden_;  // keys given as key=value
 };
 
 enum class ValueType { integer, number, boolean, string, number_list, string_list, mapping };
