@@ -270,6 +270,23 @@ TEST_F(TrainingRun, ARunWithNothingLeftToTrainAddsNoPerformanceRow) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 2) << csv;  // the header and the first run's row
 }
 
+TEST_F(TrainingRun, AFreshRunRefusesAFolderThatHoldsARun) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("taken", 2)}), 0) << log();
+  const std::string metrics = read_file(root_ + "/taken/metrics.jsonl");
+  // Again without resume (the same config, or another model): refused before
+  // anything is written, naming the folder and the way on.
+  for (const char* model : {"model.name=llama_tiny", "model.name=gpt2_tiny"}) {
+    EXPECT_EQ(run({"run", "pretrain", "--config", config("taken", 4), model}), 2) << log();
+    EXPECT_NE(log().find("/taken already holds a run (latest checkpoint "), std::string::npos) << log();
+    EXPECT_NE(log().find("give resume=latest to go on from it, or another output_dir"), std::string::npos);
+  }
+  EXPECT_EQ(read_file(root_ + "/taken/metrics.jsonl"), metrics);
+  EXPECT_FALSE(fs::exists(root_ + "/taken/step_0000004"));
+  // With resume it goes on.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("taken", 4), "resume=latest"}), 0) << log();
+  EXPECT_TRUE(fs::exists(root_ + "/taken/step_0000004"));
+}
+
 // Data parallelism: two ranks under `hone launch`, each on half of every global
 // batch, train the model that one process trains on the whole batch (up to the
 // order of the gradient sum), at every ZeRO stage.

@@ -65,6 +65,7 @@ std::vector<std::string> summarize(const Config& c, const ModelConfig& model, in
 }  // namespace
 
 int run_finetune(const Config& c) {
+  check_output_dir_is_free(c);
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
   const std::unique_ptr<WeightSource> weights =

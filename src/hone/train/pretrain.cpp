@@ -33,6 +33,7 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
 }
 
 int run_pretrain(const Config& c) {
+  check_output_dir_is_free(c);
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
   const ModelConfig model_config = model_config_from(c);

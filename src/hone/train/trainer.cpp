@@ -41,6 +41,16 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
 
 }  // namespace
 
+void check_output_dir_is_free(const Config& c) {
+  if (c.has("resume")) return;
+  const std::string output_dir = c.get<std::string>("output_dir");
+  const std::optional<std::string> earlier = find_checkpoint(output_dir, "latest");
+  HONE_CHECK(!earlier,
+             "{}: output_dir {} already holds a run (latest checkpoint {}): give resume=latest to go on from it, or "
+             "another output_dir",
+             c.origin(), output_dir, earlier.value_or(""));
+}
+
 int run_training(const Config& c, TrainingJob job) {
   const RunSettings run = run_settings_from(c);
   TrainingWorld& world = *job.world;

@@ -35,6 +35,11 @@ struct TrainingJob {
   std::function<void(RunConsole&, const std::optional<std::string>& checkpoint)> on_finish;
 };
 
+// Throws unless the run may write to output_dir: a run without `resume` into
+// a folder that holds checkpoints would interleave two runs' checkpoints and
+// metrics. Recipes call it before they load anything.
+void check_output_dir_is_free(const Config& config);
+
 // Trains job.model as the resolved config says (batch_size,
 // gradient_accumulation_steps, max_steps | epochs | max_tokens, optimizer.*,
 // lr_scheduler.*, checkpoint.*, resume, eval.*, ...). Returns the exit status.
