@@ -114,6 +114,24 @@ TEST(PretrainStream, SplitAndTooSmallData) {
   EXPECT_THROW(PretrainStream({all_of(numbered({4}))}, {}, {.seq_len = 4, .batch_size = 1}), Error);
 }
 
+// Data tokenized for a larger vocabulary fails where it is read, naming the
+// source and the document, not later inside the embedding.
+TEST(PretrainStream, ATokenOutsideTheVocabularyNamesItsDocument) {
+  auto docs = numbered({5, 3, 9, 4});  // tokens 0..20; document 2 holds 8..16
+  const data::StreamOptions options{.seq_len = 4, .batch_size = 5, .shuffle = false, .vocab_size = 12};
+  PretrainStream s({all_of(docs)}, {}, options);
+  try {
+    s.next();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "4 in-memory documents: document 2 holds token id 12, outside the model's vocabulary of 12 "
+                 "(tokenized for another model?)");
+  }
+  PretrainStream fits({all_of(docs)}, {}, {.seq_len = 4, .batch_size = 5, .shuffle = false, .vocab_size = 21});
+  EXPECT_NO_THROW(fits.next());
+}
+
 TEST(MockDocuments, AreLearnableProgressions) {
   data::MockDocuments m(10, 50, 97, 1);
   std::vector<int32_t> t(50);

@@ -84,7 +84,16 @@ void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> ou
   while (filled < out.size()) {
     const int64_t in_doc = offset - s.starts[size_t(doc)];
     const int64_t take = std::min<int64_t>(int64_t(out.size() - filled), s.starts[size_t(doc) + 1] - offset);
-    s.range.source->read(s.range.first + doc, in_doc, out.subspan(filled, size_t(take)));
+    const std::span<int32_t> part = out.subspan(filled, size_t(take));
+    s.range.source->read(s.range.first + doc, in_doc, part);
+    if (options_.vocab_size > 0) {
+      for (const int32_t id : part) {
+        HONE_CHECK(id >= 0 && id < options_.vocab_size,
+                   "{}: document {} holds token id {}, outside the model's vocabulary of {} (tokenized for another "
+                   "model?)",
+                   s.range.source->describe(), s.range.first + doc, id, options_.vocab_size);
+      }
+    }
     filled += size_t(take);
     offset += take;
     ++doc;

@@ -29,6 +29,7 @@ struct StreamOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   int rank = 0, world_size = 1;
+  int64_t vocab_size = 0;  // > 0: a token at or above it is an error naming its document
 };
 
 class PretrainStream final : public BatchSource {

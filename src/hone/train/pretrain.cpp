@@ -63,7 +63,8 @@ int run_pretrain(const Config& c) {
                                           .seed = run.seed,
                                           .shuffle = c.get<bool>("dataset.shuffle"),
                                           .rank = world.dp_rank(),
-                                          .world_size = world.dp_size()};
+                                          .world_size = world.dp_size(),
+                                          .vocab_size = model_config.vocab_size};
   data::PretrainStream train(data.train, data.weights, train_options);
   std::unique_ptr<data::PretrainStream> valid;
   if (!data.validation.empty()) {
