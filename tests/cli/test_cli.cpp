@@ -176,6 +176,30 @@ TEST(Cli, EveryBuiltinConfigValidates) {
   EXPECT_NE(llama8b.find("# memory estimate on cpu (bf16)"), std::string::npos) << llama8b;
 }
 
+// `hone ls RECIPE` lists every key the recipe's schema has, with its default,
+// description and what values it takes.
+TEST(Cli, LsRecipeListsItsKeys) {
+  const CliResult ls = run_hone("ls pretrain");
+  ASSERT_EQ(ls.status, 0) << ls.err;
+  const auto row = [&](const std::string& key) {
+    const size_t at = ls.out.find("\n" + key + " ");
+    return at == std::string::npos ? std::string() : ls.out.substr(at + 1, ls.out.find('\n', at + 1) - at - 1);
+  };
+  for (const char* key : {"output_dir", "batch_size", "optimizer.betas", "lr_scheduler.name", "resume",
+                          "dataset.seq_len", "distributed.zero", "enable_activation_checkpointing"}) {
+    EXPECT_FALSE(row(key).empty()) << key << " missing from:\n" << ls.out;
+  }
+  EXPECT_NE(row("batch_size").find(" 8 "), std::string::npos) << row("batch_size");
+  EXPECT_NE(row("batch_size").find("(an integer; must be positive)"), std::string::npos) << row("batch_size");
+  EXPECT_NE(row("output_dir").find("(required)"), std::string::npos) << row("output_dir");
+  EXPECT_NE(row("optimizer.betas").find("[0.9,0.95]"), std::string::npos) << row("optimizer.betas");
+  EXPECT_NE(row("lr_scheduler.name").find("(one of constant, linear, cosine, wsd)"), std::string::npos);
+  EXPECT_NE(run_hone("ls generate").out.find("\ntop_p "), std::string::npos);
+  const CliResult typo = run_hone("ls pretrian");
+  EXPECT_EQ(typo.status, 2);
+  EXPECT_NE(typo.err.find("did you mean 'pretrain'"), std::string::npos) << typo.err;
+}
+
 TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   const std::string dest = testing::TempDir() + "hone_cp_" + std::to_string(::getpid()) + ".yaml";
   std::remove(dest.c_str());

@@ -27,9 +27,43 @@ Config load_config(const std::string& name_or_path) {
        suggestion.empty() ? std::string() : fmt::format("; did you mean '{}'?", suggestion));
 }
 
+namespace {
+
+// `hone ls RECIPE`: every key the recipe takes, its default and what it is.
+void list_keys(const Recipe& recipe) {
+  const std::vector<KeySpec>& keys = recipe.schema.keys();
+  size_t key_width = 3, default_width = 7;
+  const auto default_of = [](const KeySpec& k) {
+    if (k.required) return std::string("(required)");
+    if (k.default_value.is_null()) return std::string("-");
+    const bool plain_string = k.default_value.is_string() && !k.default_value.get<std::string>().empty();
+    return plain_string ? k.default_value.get<std::string>() : k.default_value.dump();
+  };
+  for (const KeySpec& k : keys) {
+    key_width = std::max(key_width, k.key.size());
+    default_width = std::max(default_width, default_of(k).size());
+  }
+  fmt::print("{}: {}\n(hone run {} [--config FILE] [key=value ...]; '-': unset)\n\n", recipe.name, recipe.description,
+             recipe.name);
+  fmt::print("{:<{}}  {:<{}}  DESCRIPTION\n", "KEY", key_width, "DEFAULT", default_width);
+  for (const KeySpec& k : keys) {
+    if (k.key == "recipe") continue;
+    fmt::print("{:<{}}  {:<{}}  {} ({})\n", k.key, key_width, default_of(k), default_width, k.help, describe_values(k));
+  }
+}
+
+}  // namespace
+
 Command add_ls(CLI::App& app) {
-  app.add_subcommand("ls", "List recipes, built-in configs and built-in models");
-  return [] {
+  auto recipe = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand(
+      "ls", "List recipes, built-in configs and built-in models; with a recipe name, the keys that recipe takes");
+  sub->add_option("recipe", *recipe, "A recipe whose keys to list (defaults and descriptions)");
+  return [recipe] {
+    if (!recipe->empty()) {
+      list_keys(find_recipe(*recipe));
+      return 0;
+    }
     fmt::print("RECIPE            DESCRIPTION\n");
     for (const Recipe& r : recipes()) fmt::print("{:<17} {}\n", r.name, r.description);
     fmt::print("\nCONFIG                      RECIPE\n");
@@ -41,6 +75,7 @@ Command add_ls(CLI::App& app) {
     for (const std::string& m : model_preset_names()) {
       fmt::print("{:<15} {:>8.1f}M parameters\n", m, double(model_preset(m).num_params()) / 1e6);
     }
+    fmt::print("\nhone ls RECIPE lists the keys a recipe takes.\n");
     return 0;
   };
 }

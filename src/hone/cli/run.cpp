@@ -25,7 +25,8 @@ Command add_run(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
-      "run", "Run a recipe: pretrain, full_finetune, lora_finetune, generate or eval (hone ls lists them)");
+      "run", "Run a recipe: pretrain, full_finetune, lora_finetune, generate or eval (hone ls lists them; hone ls "
+             "RECIPE lists a recipe's keys)");
   sub->add_option("recipe", args->recipe, "Recipe name")->required();
   sub->add_option("--config,-c", args->config, "Built-in config name or YAML file");
   sub->add_option("overrides", args->overrides, "key=value overrides, e.g. optimizer.lr=1e-4 max_steps=100");

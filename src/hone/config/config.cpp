@@ -257,6 +257,15 @@ std::string Range::requirement() const {
   return fmt::format("must be in {}{}, {}{}", low_open ? '(' : '[', low, high, high_open ? ')' : ']');
 }
 
+std::string describe_values(const KeySpec& spec) {
+  if (!spec.choices.empty()) return fmt::format("one of {}", fmt::join(spec.choices, ", "));
+  const bool numeric = spec.type == ValueType::integer || spec.type == ValueType::number ||
+                       spec.type == ValueType::number_list;
+  const bool any = std::isinf(spec.range.low) && std::isinf(spec.range.high);
+  if (!numeric || any) return std::string(type_name(spec.type));
+  return fmt::format("{}; {}", type_name(spec.type), spec.range.requirement());
+}
+
 Schema& Schema::add(KeySpec spec, Range range) {
   spec.range = range;
   return add(std::move(spec));

@@ -91,6 +91,10 @@ class Schema {
   std::vector<KeySpec> keys_;
 };
 
+// What a key takes, for listings: "an integer; must be positive", "one of
+// constant, linear, cosine, wsd", "true or false", ...
+std::string describe_values(const KeySpec& spec);
+
 // The candidate closest to `word` by edit distance, or "" when none is close.
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 

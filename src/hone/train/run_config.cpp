@@ -53,14 +53,22 @@ Schema model_schema() {
   Schema s;
   s.add({"model.name", ValueType::string, nullptr, "a built-in model (hone ls); the keys below override its fields"});
   s.add({"model.family", ValueType::string, nullptr, "architecture family", {"llama", "gpt2", "mpt"}});
-  for (const char* key : {"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"}) {
-    s.add({std::string("model.") + key, ValueType::integer, nullptr, "model shape"});
+  const std::pair<const char*, const char*> shape[] = {
+      {"vocab_size", "tokens in the vocabulary"},
+      {"dim", "hidden size"},
+      {"n_layers", "transformer blocks"},
+      {"n_heads", "attention heads"},
+      {"n_kv_heads", "key/value heads (fewer than n_heads: GQA)"},
+      {"ffn_dim", "MLP hidden size"},
+      {"max_seq_len", "longest sequence (positions)"}};
+  for (const auto& [key, help] : shape) {
+    s.add({std::string("model.") + key, ValueType::integer, nullptr, help}, Range::positive());
   }
   s.add({"model.norm", ValueType::string, nullptr, "normalization", {"rmsnorm", "layernorm"}});
   s.add({"model.norm_bias", ValueType::boolean, nullptr, "LayerNorm with a bias"});
-  s.add({"model.norm_eps", ValueType::number, nullptr, "normalization epsilon"});
+  s.add({"model.norm_eps", ValueType::number, nullptr, "normalization epsilon"}, Range::positive());
   s.add({"model.position", ValueType::string, nullptr, "position encoding", {"rope", "learned", "alibi"}});
-  s.add({"model.rope_theta", ValueType::number, nullptr, "RoPE base"});
+  s.add({"model.rope_theta", ValueType::number, nullptr, "RoPE base"}, Range::positive());
   s.add({"model.rope_scaling.factor", ValueType::number, nullptr, "Llama 3.1 RoPE scaling factor (1: none)"});
   s.add({"model.rope_scaling.low_freq_factor", ValueType::number, nullptr, "Llama 3.1 RoPE scaling"});
   s.add({"model.rope_scaling.high_freq_factor", ValueType::number, nullptr, "Llama 3.1 RoPE scaling"});
@@ -69,7 +77,7 @@ Schema model_schema() {
   s.add({"model.mlp", ValueType::string, nullptr, "MLP activation", {"swiglu", "gelu", "gelu_tanh"}});
   s.add({"model.linear_bias", ValueType::boolean, nullptr, "biases on attention and MLP projections"});
   s.add({"model.tie_embeddings", ValueType::boolean, nullptr, "output projection shares the token embedding"});
-  s.add({"model.init_std", ValueType::number, nullptr, "standard deviation of weight init"});
+  s.add({"model.init_std", ValueType::number, nullptr, "standard deviation of weight init"}, Range::positive());
   return s;
 }
 
