@@ -231,6 +231,24 @@ TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
   EXPECT_TRUE(fs::exists(root_ + "/full/step_0000020/model.safetensors"));
 }
 
+// Unset, dataset.max_seq_len is 512 cut to the base model's 128; set beyond
+// it, the run is refused.
+TEST_F(FinetuneRun, SampleLengthDefaultsToWhatTheModelTakes) {
+  std::vector<std::string> args{"run", "full_finetune", "output_dir=" + root_ + "/fits", "threads=1",
+                                "checkpoint.path=" + root_ + "/base", "dataset.path=" + root_ + "/data.jsonl",
+                                "batch_size=2", "max_steps=1", "logging.tensorboard=false"};
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/fits.log"), 0) << read_file(root_ + "/fits.log");
+  EXPECT_NE(read_file(root_ + "/fits.log").find("batch: 2 x 128 tokens per micro-batch"), std::string::npos)
+      << read_file(root_ + "/fits.log");
+  args[2] = "output_dir=" + root_ + "/too_long";
+  args.push_back("dataset.max_seq_len=200");
+  EXPECT_EQ(run_hone_to_log(args, root_ + "/too_long.log"), 2);
+  EXPECT_NE(read_file(root_ + "/too_long.log")
+                .find("the command line: dataset.max_seq_len 200 exceeds the model's max_seq_len 128"),
+            std::string::npos)
+      << read_file(root_ + "/too_long.log");
+}
+
 TEST_F(FinetuneRun, FullFinetuneOnTwoRanksExportsTheWholeModel) {
   // At ZeRO-3 the ranks hold half of the weights each, at tp 2 half of every
   // projection; the final checkpoint and the Hugging Face export gather them whole.

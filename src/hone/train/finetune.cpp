@@ -28,7 +28,16 @@ std::optional<LoraConfig> lora_config_from(const Config& c) {
                     .apply_to_output = c.get<bool>("model.apply_lora_to_output")};
 }
 
-data::InstructOptions instruct_options_from(const Config& c) {
+// dataset.max_seq_len, or when it is unset 512 tokens cut to what the model takes.
+int64_t sample_length(const Config& c, const ModelConfig& model) {
+  if (!c.has("dataset.max_seq_len")) return std::min<int64_t>(512, model.max_seq_len);
+  const int64_t length = c.get<int64_t>("dataset.max_seq_len");
+  HONE_CHECK(length <= model.max_seq_len, "{}: dataset.max_seq_len {} exceeds the model's max_seq_len {}",
+             c.origin_of("dataset.max_seq_len"), length, model.max_seq_len);
+  return length;
+}
+
+data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len) {
   data::InstructOptions o;
   o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
   o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
@@ -39,7 +48,7 @@ data::InstructOptions instruct_options_from(const Config& c) {
     }
   }
   o.train_on_input = c.get<bool>("dataset.train_on_input");
-  o.max_seq_len = c.get<int64_t>("dataset.max_seq_len");
+  o.max_seq_len = max_seq_len;
   o.system_prompt = c.get<std::string>("dataset.system_prompt");
   return o;
 }
@@ -47,7 +56,7 @@ data::InstructOptions instruct_options_from(const Config& c) {
 std::vector<std::string> summarize(const Config& c, const ModelConfig& model, int data_parallel_ranks = 1) {
   const RunSettings run = run_settings_from(c);
   const std::optional<LoraConfig> lora = lora_config_from(c);
-  const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.max_seq_len");
+  const int64_t batch = c.get<int64_t>("batch_size"), seq_len = sample_length(c, model);
   const MemoryEstimate m =
       estimate_training_memory(model, run.dtype, batch, seq_len, activation_options_from(c), lora,
                                int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
@@ -72,9 +81,7 @@ int run_finetune(const Config& c) {
       open_weights(c.get<std::string>("checkpoint.path"), c.get<std::string>("checkpoint.format"));
   const ModelConfig& model_config = weights->config();
   const std::optional<LoraConfig> lora = lora_config_from(c);
-  const int64_t seq_len = c.get<int64_t>("dataset.max_seq_len");
-  HONE_CHECK(seq_len <= model_config.max_seq_len, "{}: dataset.max_seq_len {} exceeds the model's max_seq_len {}",
-             c.origin(), seq_len, model_config.max_seq_len);
+  const int64_t seq_len = sample_length(c, model_config);
 
   const std::string tokenizer_dir = tokenizer_path_for_model(c);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
@@ -82,7 +89,7 @@ int run_finetune(const Config& c) {
              "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", c.origin(),
              tokenizer->vocab_size(), model_config.vocab_size);
   data::InstructDataset dataset =
-      data::load_instruct_dataset(c.get<std::string>("dataset.path"), *tokenizer, instruct_options_from(c));
+      data::load_instruct_dataset(c.get<std::string>("dataset.path"), *tokenizer, instruct_options_from(c, seq_len));
   // The last validation_fraction of the records is held out.
   const double fraction = c.get<double>("dataset.validation_fraction");
   const size_t held_out = size_t(double(dataset.samples.size()) * fraction + 0.5);
@@ -159,7 +166,9 @@ Schema finetune_schema(bool lora) {
   s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
   s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
   s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
-  s.add({"dataset.max_seq_len", ValueType::integer, 512, "tokens per sample (longer ones are cut)"}, Range{.low = 2});
+  s.add({"dataset.max_seq_len", ValueType::integer, nullptr,
+         "tokens per sample, longer ones are cut (unset: 512, or the model's max_seq_len if smaller)"},
+        Range{.low = 2});
   s.add({"dataset.validation_fraction", ValueType::number, 0.05, "records held out for validation"}, Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
   s.add({"dataset.packed", ValueType::boolean, false,
