@@ -16,11 +16,25 @@ if [ ! -e "$source_dir/tests/reference" ]; then
 fi
 # CUDA's runtime, cuBLASLt, NVRTC (cuDNN compiles some engines at run time),
 # cuDNN and NCCL from the machine: the toolkit's, else any copy (e.g. pip's).
+# The toolkit and ldconfig first; one walk of /usr and /opt for the rest (a
+# walk per library costs device time on a machine with a large Python install).
 libs="$bundle/lib"
-for name in libcudart.so.13 libcublasLt.so.13 libnvrtc.so.13 libcudnn.so.9 libnccl.so.2; do
-  found=$(ls /usr/local/cuda/lib64/$name 2>/dev/null || find /usr /opt -name "$name" 2>/dev/null | head -1)
-  echo "$name: ${found:-not found}"
-  [ -n "$found" ] && libs="$libs:$(dirname "$found")"
+names="libcudart.so.13 libcublasLt.so.13 libnvrtc.so.13 libcudnn.so.9 libnccl.so.2"
+declare -A where
+for name in $names; do
+  where[$name]=$(ls /usr/local/cuda/lib64/$name 2>/dev/null || ldconfig -p | awk -v n="$name" '$1 == n {print $NF; exit}')
+done
+walk=()
+for name in $names; do [ -z "${where[$name]}" ] && walk+=(-o -name "$name"); done
+if [ ${#walk[@]} -gt 0 ]; then
+  while read -r found; do
+    name=$(basename "$found")
+    [ -z "${where[$name]}" ] && where[$name]=$found
+  done < <(find /usr /opt \( "${walk[@]:1}" \) 2>/dev/null)
+fi
+for name in $names; do
+  echo "$name: ${where[$name]:-not found}"
+  [ -n "${where[$name]}" ] && libs="$libs:$(dirname "${where[$name]}")"
 done
 export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -691,12 +691,22 @@ bool takes(const AttentionDims& d, std::initializer_list<const void*> buffers) {
   return true;
 }
 
-// The plan for a shape, built on first use; null where cuDNN has none (said once).
-const Plan* plan_for(bool backward, const Variant& v, const AttentionDims& d) {
+// Runs the plan for a shape, built on first use. False where cuDNN has no plan
+// for it or fails to run the one it built (said once; from then on hone's
+// kernels take the shape, and they overwrite every output).
+bool run_plan(bool backward, const Variant& v, const AttentionDims& d,
+              const std::vector<std::pair<int64_t, const void*>>& tensors) {
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>;  // never destroyed: cuDNN may be gone at exit
   std::lock_guard lock(mutex);
   const PlanKey key{backward, v.alibi, v.packed, d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim};
+  const auto give_up = [&](const char* what, const Error& e) {
+    fmt::print(stderr,
+               "hone: cuDNN {} fused attention {}{}{} for batch {}, seq {}, {} query and {} key/value heads of size {} "
+               "({}); hone's attention kernels run instead\n",
+               what, backward ? "backward pass" : "forward pass", v.alibi ? " with ALiBi" : "",
+               v.packed ? " over packed samples" : "", d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim, e.what());
+  };
   auto found = plans->find(key);
   if (found == plans->end()) {
     std::unique_ptr<Plan> plan;
@@ -704,15 +714,19 @@ const Plan* plan_for(bool backward, const Variant& v, const AttentionDims& d) {
       const Target target{.handle = session().handle};
       plan = backward ? backward_plan(d, v, target) : forward_plan(d, v, target);
     } catch (const Error& e) {
-      fmt::print(stderr,
-                 "hone: cuDNN has no fused attention {}{}{} for batch {}, seq {}, {} query and {} key/value heads of "
-                 "size {} ({}); hone's attention kernels run instead\n",
-                 backward ? "backward pass" : "forward pass", v.alibi ? " with ALiBi" : "",
-                 v.packed ? " over packed samples" : "", d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim, e.what());
+      give_up("has no", e);
     }
     found = plans->emplace(key, std::move(plan)).first;
   }
-  return found->second.get();
+  if (found->second == nullptr) return false;
+  try {
+    execute(*found->second, tensors);
+    return true;
+  } catch (const Error& e) {
+    give_up("failed to run its", e);
+    found->second.reset();
+    return false;
+  }
 }
 
 }  // namespace
@@ -770,18 +784,14 @@ std::vector<std::pair<int64_t, const void*>> shared_tensors(const bf16* qkv, con
 bool cudnn_attention_forward(const bf16* qkv, bf16* out, float* lse, const float* alibi_slopes,
                              const AttentionDims& dims) {
   if (!takes(dims, {qkv, out, lse, alibi_slopes})) return false;
-  const Plan* plan = plan_for(false, variant_of(alibi_slopes != nullptr, dims), dims);
-  if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill();
-  execute(*plan, shared_tensors(qkv, out, lse, alibi_slopes, dims, scale, fill));
-  return true;
+  return run_plan(false, variant_of(alibi_slopes != nullptr, dims), dims,
+                  shared_tensors(qkv, out, lse, alibi_slopes, dims, scale, fill));
 }
 
 bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
                               const float* alibi_slopes, bf16* d_qkv, const AttentionDims& dims) {
   if (!takes(dims, {d_out, qkv, out, lse, alibi_slopes, d_qkv})) return false;
-  const Plan* plan = plan_for(true, variant_of(alibi_slopes != nullptr, dims), dims);
-  if (plan == nullptr) return false;
   const float scale = float(dims.scale), fill = mask_fill(), one = 1.0f;
   const Layout l(dims);
   auto tensors = shared_tensors(qkv, out, lse, alibi_slopes, dims, scale, fill);
@@ -790,8 +800,7 @@ bool cudnn_attention_backward(const bf16* d_out, const bf16* qkv, const bf16* ou
                                  {kDQ, d_qkv + l.q_offset},
                                  {kDK, d_qkv + l.k_offset},
                                  {kDV, d_qkv + l.v_offset}});
-  execute(*plan, tensors);
-  return true;
+  return run_plan(true, variant_of(alibi_slopes != nullptr, dims), dims, tensors);
 }
 
 }  // namespace hone::kernels::cuda
