@@ -389,6 +389,20 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
       << read_file(root_ + "/carry_convert.log");
   EXPECT_TRUE(fs::exists(root_ + "/base_hf/vocab.json"));
   EXPECT_TRUE(fs::exists(root_ + "/base_hf/merges.txt"));
+  // A Llama with GPT-2's BPE files: tokenizer_config.json names the class
+  // (transformers would look for a Llama tokenizer's files otherwise).
+  const nlohmann::json tokenizer_config = nlohmann::json::parse(read_file(root_ + "/base_hf/tokenizer_config.json"));
+  EXPECT_EQ(tokenizer_config["tokenizer_class"], "GPT2Tokenizer");
+  EXPECT_EQ(tokenizer_config["model_max_length"], 128);
+  // ...and hone reads the folder's tokenizer as before.
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base_hf", "prompt=Hello",
+                             "max_new_tokens=2", "temperature=0"},
+                            root_ + "/carry_generate_hf.log"),
+            0)
+      << read_file(root_ + "/carry_generate_hf.log");
+  const auto completion = [](const std::string& log) { return log.substr(log.rfind("\nHello\n")); };
+  EXPECT_EQ(completion(read_file(root_ + "/carry_generate_hf.log")),
+            completion(read_file(root_ + "/carry_generate.log")));
   // A LoRA run started from it (no tokenizer.path: the base's latest checkpoint) carries it on.
   auto args = lora_args("carried", 1);
   args.erase(std::find(args.begin(), args.end(), "tokenizer.path=" + tokenizer_));

@@ -244,10 +244,12 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   }
 
   bool has_generation_config = false;
+  std::set<std::string> tokenizer_files;
   for (const std::string& path : companions) {
     const std::string name = fs::path(path).filename().string();
     copy_file(path, folder.file(name));
     summary.files.push_back(name);
+    tokenizer_files.insert(name);
     if (name != "generation_config.json") continue;
     has_generation_config = true;
     // config.json carries the special token ids too (transformers reads them there).
@@ -255,6 +257,16 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
       if (generation.is_object() && generation.contains(key)) config[key] = generation[key];
     }
+  }
+  // GPT-2's BPE files alone: transformers picks a tokenizer class by the model
+  // type, which for a Llama or MPT would look for files that are not there.
+  const bool gpt2_files_alone = tokenizer_files.contains("vocab.json") && tokenizer_files.contains("merges.txt") &&
+                                !tokenizer_files.contains("tokenizer.json") &&
+                                !tokenizer_files.contains("tokenizer_config.json");
+  if (gpt2_files_alone) {
+    write_json_file(folder.file("tokenizer_config.json"),
+                    {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", c.max_seq_len}});
+    summary.files.push_back("tokenizer_config.json");
   }
   if (!has_generation_config) {
     write_json_file(folder.file("generation_config.json"),
