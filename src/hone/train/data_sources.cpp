@@ -28,7 +28,7 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
                validation_fraction);
     d.description = d.train.front().source->describe();
   } else {
-    HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin(), type);
+    HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
     const std::string path = c.get<std::string>("dataset.path");
     // Megatron's --data-path forms: "PREFIX" or "W1 PREFIX1 W2 PREFIX2 ...".
     std::vector<std::string> words;
@@ -39,12 +39,12 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
       parts.emplace_back(1.0, words[0]);
     } else {
       HONE_CHECK(words.size() % 2 == 0, "{}: dataset.path '{}' is neither one path nor 'WEIGHT PATH' pairs",
-                 c.origin(), path);
+                 c.origin_of("dataset.path"), path);
       for (size_t i = 0; i < words.size(); i += 2) {
         char* end = nullptr;
         const double w = std::strtod(words[i].c_str(), &end);
         HONE_CHECK(*end == '\0' && w > 0, "{}: dataset.path: '{}' should be a positive blend weight before {}",
-                   c.origin(), words[i], words[i + 1]);
+                   c.origin_of("dataset.path"), words[i], words[i + 1]);
         parts.emplace_back(w, words[i + 1]);
       }
     }

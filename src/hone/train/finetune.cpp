@@ -43,7 +43,8 @@ data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len
   o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
   if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
     for (auto it = map->begin(); it != map->end(); ++it) {
-      HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column", c.origin(), it.key());
+      HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column",
+                 c.origin_of("dataset.column_map"), it.key());
       o.column_map[it.key()] = it.value().get<std::string>();
     }
   }

@@ -57,7 +57,8 @@ int run_generate(const Config& c) {
   o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));
   for (const std::string& s : c.get<std::vector<std::string>>("stop_tokens")) {
     auto id = m.tokenizer->special_token_id(s);
-    HONE_CHECK(id.has_value(), "{}: stop token '{}' is not a special token of the tokenizer", c.origin(), s);
+    HONE_CHECK(id.has_value(), "{}: stop token '{}' is not a special token of the tokenizer",
+               c.origin_of("stop_tokens"), s);
     o.stop_tokens.push_back(*id);
   }
   std::vector<std::vector<int32_t>> encoded;

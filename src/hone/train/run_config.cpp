@@ -230,7 +230,8 @@ ModelConfig model_config_from(const Config& c) {
 
 AdamWConfig adamw_config_from(const Config& c) {
   const auto betas = c.get<std::vector<double>>("optimizer.betas");
-  HONE_CHECK(betas.size() == 2, "{}: optimizer.betas must hold two numbers, got {}", c.origin(), betas.size());
+  HONE_CHECK(betas.size() == 2, "{}: optimizer.betas must hold two numbers, got {}",
+             c.origin_of("optimizer.betas"), betas.size());
   return {.lr = c.get<double>("optimizer.lr"),
           .beta1 = betas[0],
           .beta2 = betas[1],

@@ -48,7 +48,7 @@ void check_output_dir_is_free(const Config& c) {
   HONE_CHECK(!earlier,
              "{}: output_dir {} already holds a run (latest checkpoint {}): give resume=latest to go on from it, or "
              "another output_dir",
-             c.origin(), output_dir, earlier.value_or(""));
+             c.origin_of("output_dir"), output_dir, earlier.value_or(""));
 }
 
 int run_training(const Config& c, TrainingJob job) {

@@ -30,7 +30,8 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
   if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
   world_ = dist::Communicator::from_environment(device_);
   HONE_CHECK(tp >= 1 && world_->size() % tp == 0,
-             "{}: distributed.tp {} must divide the {} ranks of this run (dp x tp = world size)", c.origin(), tp,
+             "{}: distributed.tp {} must divide the {} ranks of this run (dp x tp = world size)",
+             c.origin_of("distributed.tp"), tp,
              world_->size());
   mesh_ = std::make_unique<dist::DeviceMesh>(*world_, world_->size() / int(tp), int(tp));
   const double bucket_mb = c.get<double>("distributed.bucket_mb");
