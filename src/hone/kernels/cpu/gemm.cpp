@@ -206,8 +206,8 @@ struct DnnlGemm {
   // less than that (docs/benchmarks.md).
   void run_transposed_a(const GemmArgs& g) {
     // Grown, never zeroed: a vector's resize would zero what it grows by, and
-    // the blocks' sizes alternate between a layer's products (about 5 ms a
-    // llama_125M step).
+    // the blocks' sizes alternate between a layer's products (about 25 ms of a
+    // bf16 llama_125M step, docs/benchmarks.md).
     thread_local std::unique_ptr<uint16_t[]> block;
     thread_local int64_t capacity = 0;
     const int64_t rows = std::max<int64_t>(1, kTransposeBlockElements / g.k);
