@@ -281,6 +281,11 @@ TEST_F(TrainingRun, AFreshRunRefusesAFolderThatHoldsARun) {
     EXPECT_NE(log().find("give resume=latest to go on from it, or another output_dir"), std::string::npos);
   }
   EXPECT_EQ(read_file(root_ + "/taken/metrics.jsonl"), metrics);
+  // hone validate says so up front.
+  EXPECT_EQ(run({"validate", config("taken", 4)}), 0) << log();
+  EXPECT_NE(log().find("# note: hone run would refuse this now: output_dir " + root_ + "/taken already holds a run"),
+            std::string::npos)
+      << log();
   EXPECT_FALSE(fs::exists(root_ + "/taken/step_0000004"));
   // With resume it goes on.
   EXPECT_EQ(run({"run", "pretrain", "--config", config("taken", 4), "resume=latest"}), 0) << log();

@@ -5,6 +5,7 @@
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
 #include "hone/train/recipes.hpp"
+#include "hone/train/trainer.hpp"
 
 namespace hone::cli {
 
@@ -69,6 +70,11 @@ Command add_validate(CLI::App& app) {
     const auto [recipe, resolved] = args->resolved("validate");
     fmt::print("{}", resolved.to_yaml());
     for (const std::string& line : recipe.summarize(resolved)) fmt::print("# {}\n", line);
+    if (resolved.has("output_dir")) {
+      if (const std::optional<std::string> conflict = output_dir_conflict(resolved)) {
+        fmt::print("# note: hone run would refuse this now: {}\n", *conflict);
+      }
+    }
     fmt::print("# {}: valid for the {} recipe\n", resolved.origin(), recipe.name);
     return 0;
   };

@@ -41,14 +41,21 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
 
 }  // namespace
 
-void check_output_dir_is_free(const Config& c) {
-  if (c.has("resume")) return;
+std::optional<std::string> output_dir_conflict(const Config& c) {
+  if (c.has("resume")) return std::nullopt;
   const std::string output_dir = c.get<std::string>("output_dir");
   const std::optional<std::string> earlier = find_checkpoint(output_dir, "latest");
-  HONE_CHECK(!earlier,
-             "{}: output_dir {} already holds a run (latest checkpoint {}): give resume=latest to go on from it, or "
-             "another output_dir",
-             c.origin_of("output_dir"), output_dir, earlier.value_or(""));
+  if (!earlier) return std::nullopt;
+  return fmt::format(
+      "output_dir {} already holds a run (latest checkpoint {}): give resume=latest to go on from it, or another "
+      "output_dir",
+      output_dir, *earlier);
+}
+
+void check_output_dir_is_free(const Config& c) {
+  if (const std::optional<std::string> conflict = output_dir_conflict(c)) {
+    fail("{}: {}", c.origin_of("output_dir"), *conflict);
+  }
 }
 
 int run_training(const Config& c, TrainingJob job) {

@@ -35,9 +35,11 @@ struct TrainingJob {
   std::function<void(RunConsole&, const std::optional<std::string>& checkpoint)> on_finish;
 };
 
-// Throws unless the run may write to output_dir: a run without `resume` into
-// a folder that holds checkpoints would interleave two runs' checkpoints and
-// metrics. Recipes call it before they load anything.
+// Why the run may not write to output_dir, if it may not: a run without
+// `resume` into a folder that holds checkpoints would interleave two runs'
+// checkpoints and metrics. Recipes call check_output_dir_is_free (which throws
+// it) before they load anything; `hone validate` prints it as a note.
+std::optional<std::string> output_dir_conflict(const Config& config);
 void check_output_dir_is_free(const Config& config);
 
 // Trains job.model as the resolved config says (batch_size,
