@@ -410,7 +410,7 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
   EXPECT_TRUE(fs::exists(root_ + "/carried/step_0000001/vocab.json"));
   // A run pretrained without tokenizer.path carries none: generating from it says what to set.
   ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/bare", "threads=1", "model.name=llama_tiny",
-                             "dataset.seq_len=32", "max_steps=1", "logging.tensorboard=false"},
+                             "model.max_seq_len=128", "dataset.seq_len=32", "max_steps=1", "logging.tensorboard=false"},
                             root_ + "/bare.log"),
             0)
       << read_file(root_ + "/bare.log");
@@ -420,6 +420,14 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
   EXPECT_NE(read_file(root_ + "/bare_generate.log").find("set tokenizer.path: " + root_ + "/bare/step_0000001 holds no"),
             std::string::npos)
       << read_file(root_ + "/bare_generate.log");
+  // Evaluating it on token data needs no tokenizer; sequences default to 256
+  // tokens cut to its max_seq_len (50 batches of 4 x 128).
+  ASSERT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/bare", "dataset.type=mock"},
+                            root_ + "/bare_eval.log"),
+            0)
+      << read_file(root_ + "/bare_eval.log");
+  EXPECT_NE(read_file(root_ + "/bare_eval.log").find("\"tokens\":25600}"), std::string::npos)
+      << read_file(root_ + "/bare_eval.log");
   // A tokenizer.path with no files to carry is refused before training.
   EXPECT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/no_files", "model.name=llama_tiny",
                              "model.vocab_size=50257", "dataset.seq_len=32", "max_steps=1", "tokenizer.path=" + asset_path("tokenizers/gpt2")},

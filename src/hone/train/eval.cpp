@@ -9,6 +9,7 @@
 #include "hone/train/evaluation.hpp"
 #include "hone/train/inference.hpp"
 #include "hone/train/recipes.hpp"
+#include "hone/train/run_config.hpp"
 
 namespace hone {
 
@@ -17,7 +18,9 @@ Schema eval_schema() {
   s.add({"dataset.type", ValueType::string, nullptr, "data for loss and perplexity",
          {"mock", "megatron", "mds", "instruct"}});
   s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct file"});
-  s.add({"dataset.seq_len", ValueType::integer, 256, "tokens per sequence"}, Range::positive());
+  s.add({"dataset.seq_len", ValueType::integer, nullptr,
+         "tokens per sequence (unset: 256, or the model's max_seq_len if smaller)"},
+        Range::positive());
   s.add({"dataset.template", ValueType::string, "alpaca", "instruct: template", {"alpaca", "summarize", "plain", "chat"}});
   s.add({"dataset.chat_format", ValueType::string, "llama3", "instruct: chat template", {"llama3", "llama2", "chatml"}});
   s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"}, Range::positive());
@@ -31,8 +34,11 @@ Schema eval_schema() {
 int run_eval(const Config& c) {
   HONE_CHECK(c.has("dataset.type") || c.has("task.path"), "{}: give dataset.type (and path) or task.path",
              c.origin());
-  InferenceModel m = load_inference_model(c);
-  const int64_t batch = c.get<int64_t>("batch_size"), seq_len = c.get<int64_t>("dataset.seq_len");
+  // Token data (mock, Megatron, MDS) needs no tokenizer; records and tasks do.
+  const bool text = c.has("task.path") || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
+  InferenceModel m = load_inference_model(c, text);
+  const int64_t batch = c.get<int64_t>("batch_size");
+  const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", 256, m.model->config());
   Json result = Json::object();
   if (c.has("dataset.type")) {
     const std::string type = c.get<std::string>("dataset.type");

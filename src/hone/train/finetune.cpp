@@ -30,11 +30,7 @@ std::optional<LoraConfig> lora_config_from(const Config& c) {
 
 // dataset.max_seq_len, or when it is unset 512 tokens cut to what the model takes.
 int64_t sample_length(const Config& c, const ModelConfig& model) {
-  if (!c.has("dataset.max_seq_len")) return std::min<int64_t>(512, model.max_seq_len);
-  const int64_t length = c.get<int64_t>("dataset.max_seq_len");
-  HONE_CHECK(length <= model.max_seq_len, "{}: dataset.max_seq_len {} exceeds the model's max_seq_len {}",
-             c.origin_of("dataset.max_seq_len"), length, model.max_seq_len);
-  return length;
+  return sequence_length_for(c, "dataset.max_seq_len", 512, model);
 }
 
 data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len) {

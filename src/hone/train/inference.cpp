@@ -25,7 +25,7 @@ Schema inference_schema() {
   return s;
 }
 
-InferenceModel load_inference_model(const Config& c) {
+InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   const RunSettings run{.output_dir = "",
                         .seed = uint64_t(c.get<int64_t>("seed")),
                         .device = parse_device(c.get<std::string>("device")),
@@ -62,6 +62,7 @@ InferenceModel load_inference_model(const Config& c) {
     out.model->merge_lora();  // inference runs the merged weights: no adapter cost per token
   }
   out.model->set_training(false);
+  if (!with_tokenizer) return out;
   if (tokenizer.empty()) tokenizer = tokenizer_path_for_model(c);
   out.tokenizer = load_tokenizer(tokenizer);
   HONE_CHECK(out.tokenizer->vocab_size() <= weights->config().vocab_size,

@@ -15,13 +15,14 @@ Schema inference_schema();
 
 struct InferenceModel {
   std::unique_ptr<Transformer> model;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when not asked for
   std::string description;  // for messages
 };
 
 // Loads checkpoint.path (and lora.adapter: a lora_finetune checkpoint folder or
-// run directory, whose LoRA settings it reads) and the tokenizer (tokenizer.path,
+// run directory, whose LoRA settings it reads) and, unless `with_tokenizer` is
+// false (evaluation on token data needs none), the tokenizer (tokenizer.path,
 // else the model's folder, else the adapter run's tokenizer.path).
-InferenceModel load_inference_model(const Config& config);
+InferenceModel load_inference_model(const Config& config, bool with_tokenizer = true);
 
 }  // namespace hone

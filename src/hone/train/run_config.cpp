@@ -169,6 +169,14 @@ ActivationOptions activation_options_from(const Config& c) {
   return options;
 }
 
+int64_t sequence_length_for(const Config& c, std::string_view key, int64_t fallback, const ModelConfig& model) {
+  if (!c.has(key)) return std::min(fallback, model.max_seq_len);
+  const int64_t length = c.get<int64_t>(key);
+  HONE_CHECK(length <= model.max_seq_len, "{}: {} {} exceeds the model's max_seq_len {}", c.origin_of(key), key, length,
+             model.max_seq_len);
+  return length;
+}
+
 ModelConfig model_config_from(const Config& c) {
   ModelConfig m;
   if (c.has("model.name")) {

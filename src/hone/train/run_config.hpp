@@ -40,6 +40,11 @@ struct RunSettings {
 };
 RunSettings run_settings_from(const Config& config);
 ModelConfig model_config_from(const Config& config);
+
+// The sequence length at `key`, or when it is unset `fallback` cut to the
+// model's max_seq_len; a length beyond the model's max_seq_len is an error
+// naming where it came from.
+int64_t sequence_length_for(const Config& config, std::string_view key, int64_t fallback, const ModelConfig& model);
 // enable_activation_checkpointing, enable_activation_offloading (which needs
 // checkpointing and device: cuda) and distributed.tp.
 ActivationOptions activation_options_from(const Config& config);
