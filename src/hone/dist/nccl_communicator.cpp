@@ -173,8 +173,9 @@ namespace {
 // in wait(), before it queues anything that reads the result.
 class NcclPending final : public PendingCollective {
  public:
-  NcclPending(std::function<void(const char*, cudaEvent_t)> await, const char* op, cudaStream_t stream)
-      : await_(std::move(await)), op_(op) {
+  NcclPending(std::function<void(const char*, cudaEvent_t)> await, const char* op, cudaStream_t stream,
+              std::vector<Tensor> operands)
+      : await_(std::move(await)), op_(op), operands_(std::move(operands)) {
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventRecord(done_, stream), "cudaEventRecord");
   }
@@ -188,12 +189,13 @@ class NcclPending final : public PendingCollective {
  private:
   std::function<void(const char*, cudaEvent_t)> await_;
   const char* op_;
+  std::vector<Tensor> operands_;  // their storage outlives the collective
   cudaEvent_t done_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<PendingCollective> NcclCommunicator::start(const char* op,
+std::unique_ptr<PendingCollective> NcclCommunicator::start(const char* op, std::vector<Tensor> operands,
                                                            const std::function<ncclResult_t()>& call) {
   // The tensors come from work queued on hone's compute stream: NCCL's stream
   // waits for all of it first.
@@ -201,10 +203,12 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start(const char* op,
   check_cuda(cudaStreamWaitEvent(stream_, compute_queued_, 0), "cudaStreamWaitEvent");
   check_nccl(call(), op);
   return std::make_unique<NcclPending>([this](const char* what, cudaEvent_t done) { await(what, done); }, op,
-                                       stream_);
+                                       stream_, std::move(operands));
 }
 
-void NcclCommunicator::finish(const char* op, const std::function<ncclResult_t()>& call) { start(op, call)->wait(); }
+void NcclCommunicator::finish(const char* op, const std::function<ncclResult_t()>& call) {
+  start(op, {}, call)->wait();  // the caller's operands outlive the wait
+}
 
 void NcclCommunicator::await(const char* op, cudaEvent_t done) {
   const auto start = std::chrono::steady_clock::now();
@@ -233,7 +237,7 @@ void NcclCommunicator::await(const char* op, cudaEvent_t done) {
 
 std::unique_ptr<PendingCollective> NcclCommunicator::start_all_reduce(const Tensor& t) {
   check_cuda_tensor("all_reduce", t);
-  return start("all_reduce", [&] {
+  return start("all_reduce", {t}, [&] {
     return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_type("all_reduce", t.dtype()), ncclSum, comm_,
                          stream_);
   });
@@ -243,7 +247,7 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start_reduce(const Tensor& 
   check_cuda_tensor("reduce", input);
   check_reduce("reduce", input, output, root, rank_, size_);
   if (rank_ == root) check_cuda_tensor("reduce", output);
-  return start("reduce", [&] {
+  return start("reduce", {input, output}, [&] {
     return ncclReduce(input.raw(), rank_ == root ? output.raw() : nullptr, size_t(input.numel()),
                       nccl_type("reduce", input.dtype()), ncclSum, root, comm_, stream_);
   });
@@ -255,7 +259,7 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start_reduce_scatter(const 
   check_cuda_tensor("reduce_scatter", input);
   check_cuda_tensor("reduce_scatter", output);
   check_chunked("reduce_scatter", input, output, size_);
-  return start("reduce_scatter", [&] {
+  return start("reduce_scatter", {input, output}, [&] {
     return ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()),
                              nccl_type("reduce_scatter", input.dtype()), ncclSum, comm_, stream_);
   });
@@ -269,7 +273,7 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start_all_gather(const Tens
   check_cuda_tensor("all_gather", input);
   check_cuda_tensor("all_gather", output);
   check_chunked("all_gather", output, input, size_);
-  return start("all_gather", [&] {
+  return start("all_gather", {input, output}, [&] {
     return ncclAllGather(input.raw(), output.raw(), size_t(input.numel()), nccl_type("all_gather", input.dtype()),
                          comm_, stream_);
   });

@@ -52,8 +52,11 @@ class NcclCommunicator final : public Communicator {
  private:
   NcclCommunicator(ncclComm_t comm, int device, std::string name, int world_rank);
   // Queues `call` (an NCCL collective on stream_) after the compute stream's
-  // work; returns the collective in flight.
-  std::unique_ptr<PendingCollective> start(const char* op, const std::function<ncclResult_t()>& call);
+  // work; returns the collective in flight, which holds `operands` until it has
+  // completed (compute work would not wait for NCCL's stream before reusing a
+  // block the allocator got back).
+  std::unique_ptr<PendingCollective> start(const char* op, std::vector<Tensor> operands,
+                                           const std::function<ncclResult_t()>& call);
   // Waits, under the timeout, for `done` (an event recorded after a collective).
   void await(const char* op, cudaEvent_t done);
   // start, then wait for it.
