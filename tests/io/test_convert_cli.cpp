@@ -53,6 +53,17 @@ TEST_F(ConvertCli, ConvertsEveryFormatBothWays) {
   EXPECT_NE(log().find("llama2.c file"), std::string::npos) << log();
 }
 
+// On a terminal a progress line is redrawn as the weights go through, and
+// cleared before the summary; in a log there is none.
+TEST_F(ConvertCli, OnATerminalProgressIsRedrawnThenCleared) {
+  const TerminalRun t = run_hone_on_terminal({"convert", fixture("llama31_sharded"), dir_ + "/shown", "--to", "hf"});
+  ASSERT_EQ(t.status, 0) << t.screen;
+  EXPECT_NE(t.screen.find("\r\033[Kconverting: 15520 of 15520 parameters (100%)"), std::string::npos) << t.screen;
+  EXPECT_NE(t.screen.find("\r\033[KHugging Face llama folder "), std::string::npos) << t.screen;
+  EXPECT_EQ(convert({fixture("llama31_sharded"), dir_ + "/logged", "--to", "hf"}), 0) << log();
+  EXPECT_EQ(log().find("converting:"), std::string::npos) << log();
+}
+
 TEST_F(ConvertCli, BadInputsExitTwoWithOneLine) {
   auto expect_error = [&](const std::vector<std::string>& args, const std::string& fragment) {
     EXPECT_EQ(convert(args), 2) << log();

@@ -1,11 +1,14 @@
 // hone convert SRC DEST --to hf|hone [--dtype fp32|bf16|fp16] [--shard-size 5GB] [--tokenizer DIR]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <fmt/ranges.h>
 
 #include "hone/cli/commands.hpp"
+#include "hone/cli/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/io/convert.hpp"
 
@@ -66,7 +69,22 @@ Command add_convert(CLI::App& app) {
     if (!args->dtype.empty()) options.dtype = parse_dtype(args->dtype);
     options.shard_bytes = parse_size(args->shard_size);
     options.tokenizer_dir = args->tokenizer;
+    // Large models take minutes: a line redrawn as their weights go through.
+    ProgressLine line;
+    const auto started = std::chrono::steady_clock::now();
+    auto last_drawn = started;
+    if (line.on_terminal()) {
+      options.on_progress = [&](int64_t read, int64_t total) {
+        const auto now = std::chrono::steady_clock::now();
+        if (read < total && now - last_drawn < std::chrono::milliseconds(250)) return;
+        last_drawn = now;
+        line.draw(fmt::format("converting: {} of {} parameters ({:.0f}%), {:.0f} s", count(read), count(total),
+                              100.0 * double(read) / double(std::max<int64_t>(total, 1)),
+                              std::chrono::duration<double>(now - started).count()));
+      };
+    }
     const ConvertSummary s = convert_model(args->src, args->dest, options);
+    line.clear();
     for (const std::string& note : s.notes) fmt::print("note: {}\n", note);
     fmt::print("{} ({}, {} layers, {} parameters) -> {} ({} folder, {} weights): {}\n", s.source,
                family_name(s.config.family), s.config.n_layers, count(s.config.num_params()), args->dest, args->to,

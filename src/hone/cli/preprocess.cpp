@@ -3,7 +3,6 @@
 //   [--split-sentences [--keep-newlines]] [--format megatron|mds] [--mds-...]
 // The flags of Megatron-LM's tools/preprocess_data.py, so existing data scripts run unchanged.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +11,7 @@
 #include <thread>
 
 #include "hone/cli/commands.hpp"
+#include "hone/cli/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/data/preprocess.hpp"
 
@@ -129,29 +129,16 @@ Command add_preprocess(CLI::App& app) {
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
 
-    const bool terminal = ::isatty(STDERR_FILENO) != 0;
-    bool drawn = false;
+    ProgressLine line;
     const auto progress = [&](const data::PreprocessProgress& p) {
-      fmt::print(stderr, "\r\033[K{} docs  {:.1f} MB  {} tokens  {:.0f} docs/s  {:.2f} MB/s{}  {:.0f} s",
-                 with_commas(p.documents), double(p.bytes) / 1e6, with_commas(p.tokens),
-                 per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds),
-                 p.files > 1 ? fmt::format("  file {}/{}", p.file, p.files) : std::string(), p.seconds);
-      std::fflush(stderr);
-      drawn = true;
+      line.draw(fmt::format("{} docs  {:.1f} MB  {} tokens  {:.0f} docs/s  {:.2f} MB/s{}  {:.0f} s",
+                            with_commas(p.documents), double(p.bytes) / 1e6, with_commas(p.tokens),
+                            per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds),
+                            p.files > 1 ? fmt::format("  file {}/{}", p.file, p.files) : std::string(), p.seconds));
     };
-    const auto clear = [&] {
-      if (drawn) fmt::print(stderr, "\r\033[K");
-      drawn = false;
-    };
-
-    data::PreprocessResult r;
-    try {
-      r = data::preprocess(o, tokenizer, terminal ? std::function(progress) : nullptr, 0.25, &g_stop);
-    } catch (...) {
-      clear();
-      throw;
-    }
-    clear();
+    const data::PreprocessResult r =
+        data::preprocess(o, tokenizer, line.on_terminal() ? std::function(progress) : nullptr, 0.25, &g_stop);
+    line.clear();
     if (r.interrupted) {
       fmt::print(stderr, "hone: preprocess stopped by signal {} after {} documents; unfinished outputs removed\n",
                  g_signal.load(), r.documents);

@@ -34,6 +34,7 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
 ConvertSummary convert_model(const std::string& src, const std::string& dest, const ConvertOptions& options) {
   std::unique_ptr<WeightSource> source = open_weights(src);
   if (!options.tokenizer_dir.empty()) source = with_tokenizer_from(std::move(source), options.tokenizer_dir);
+  if (options.on_progress) source = with_read_progress(std::move(source), options.on_progress);
   ConvertSummary summary;
   summary.source = source->description();
   summary.config = source->config();

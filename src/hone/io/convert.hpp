@@ -28,6 +28,7 @@ struct ConvertOptions {
   std::optional<DType> dtype;            // default: as the source stores its weights
   uint64_t shard_bytes = 5'000'000'000;  // Hugging Face export only
   std::string tokenizer_dir;             // tokenizer files from here instead of the source's
+  ReadProgress on_progress;              // when set: called as the weights are read
 };
 
 struct ConvertSummary {

@@ -82,20 +82,44 @@ class TransformerWeights final : public WeightSource {
   const Transformer& model_;
 };
 
-class WithTokenizer final : public WeightSource {
+// Passes everything on to `source`; the decorators below override one thing.
+class ForwardingSource : public WeightSource {
  public:
-  WithTokenizer(std::unique_ptr<WeightSource> source, std::vector<std::string> files)
-      : source_(std::move(source)), files_(std::move(files)) {}
+  explicit ForwardingSource(std::unique_ptr<WeightSource> source) : source_(std::move(source)) {}
   const ModelConfig& config() const override { return source_->config(); }
   DType stored_dtype() const override { return source_->stored_dtype(); }
   void read(const std::string& name, const Tensor& dst) const override { source_->read(name, dst); }
-  std::vector<std::string> companion_files() const override { return files_; }
+  std::vector<std::string> companion_files() const override { return source_->companion_files(); }
   std::string description() const override { return source_->description(); }
   std::vector<std::string> notes() const override { return source_->notes(); }
 
- private:
+ protected:
   std::unique_ptr<WeightSource> source_;
+};
+
+class WithTokenizer final : public ForwardingSource {
+ public:
+  WithTokenizer(std::unique_ptr<WeightSource> source, std::vector<std::string> files)
+      : ForwardingSource(std::move(source)), files_(std::move(files)) {}
+  std::vector<std::string> companion_files() const override { return files_; }
+
+ private:
   std::vector<std::string> files_;
+};
+
+class WithReadProgress final : public ForwardingSource {
+ public:
+  WithReadProgress(std::unique_ptr<WeightSource> source, ReadProgress on_read)
+      : ForwardingSource(std::move(source)), on_read_(std::move(on_read)) {}
+  void read(const std::string& name, const Tensor& dst) const override {
+    source_->read(name, dst);
+    read_ += dst.numel();
+    on_read_(read_, config().num_params());
+  }
+
+ private:
+  ReadProgress on_read_;
+  mutable int64_t read_ = 0;  // elements so far
 };
 
 }  // namespace
@@ -116,6 +140,10 @@ std::unique_ptr<WeightSource> with_tokenizer_from(std::unique_ptr<WeightSource> 
   std::vector<std::string> files = companion_files_in(dir);
   HONE_CHECK(!files.empty(), "{}: no tokenizer files ({})", dir, fmt::join(companion_file_names(), ", "));
   return std::make_unique<WithTokenizer>(std::move(source), std::move(files));
+}
+
+std::unique_ptr<WeightSource> with_read_progress(std::unique_ptr<WeightSource> source, ReadProgress on_read) {
+  return std::make_unique<WithReadProgress>(std::move(source), std::move(on_read));
 }
 
 void read_stored(const StoredTensor& src, const Tensor& dst) {

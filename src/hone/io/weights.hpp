@@ -4,6 +4,7 @@
 // in memory. Readers convert one parameter at a time straight from the mapped
 // file, so converting a model needs memory for its largest tensor, not for all
 // of it, and loading one into a Transformer writes each value once.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,10 @@ std::unique_ptr<WeightSource> transformer_weights(const Transformer& model);
 // `source` with the tokenizer files of `dir` as its companion files instead of
 // its own; a folder without any is an error.
 std::unique_ptr<WeightSource> with_tokenizer_from(std::unique_ptr<WeightSource> source, const std::string& dir);
+// `source` calling on_read(elements read so far, the model's parameter count)
+// after each parameter it reads (a conversion reads each once, in order).
+using ReadProgress = std::function<void(int64_t read, int64_t total)>;
+std::unique_ptr<WeightSource> with_read_progress(std::unique_ptr<WeightSource> source, ReadProgress on_read);
 
 // A tensor as a file stores it: dtype, shape and bytes (in a mapped file).
 struct StoredTensor {
