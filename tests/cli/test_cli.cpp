@@ -200,6 +200,32 @@ TEST(Cli, LsRecipeListsItsKeys) {
   EXPECT_NE(typo.err.find("did you mean 'pretrain'"), std::string::npos) << typo.err;
 }
 
+// hone plan takes the config's ZeRO stage and tp unless flags say otherwise, and
+// when the layout does not fit it names the fastest change that does, which
+// then fits.
+TEST(Cli, PlanTakesTheConfigsLayoutAndHintsWhatFits) {
+  const auto plan_json = [](const CliResult& r) { return nlohmann::json::parse(last_line(r.out)); };
+  const CliResult from_config =
+      run_hone("plan llama3_1/8B_pretrain --world-size 16 distributed.zero=2 distributed.tp=2");
+  ASSERT_EQ(from_config.status, 0) << from_config.err;
+  EXPECT_EQ(plan_json(from_config)["zero"], 2);
+  EXPECT_EQ(plan_json(from_config)["tp"], 2);
+  EXPECT_EQ(plan_json(run_hone("plan llama3_1/8B_pretrain --world-size 16 distributed.zero=2 --zero 1"))["zero"], 1);
+
+  const CliResult too_big = run_hone("plan llama3_1/8B_pretrain --world-size 8 batch_size=8");
+  ASSERT_EQ(too_big.status, 0) << too_big.err;
+  EXPECT_FALSE(plan_json(too_big)["fits"].get<bool>());
+  const std::string hint = "hint: distributed.zero=3 enable_activation_checkpointing=true fits: ";
+  ASSERT_NE(too_big.out.find(hint), std::string::npos) << too_big.out;
+  const CliResult hinted =
+      run_hone("plan llama3_1/8B_pretrain --world-size 8 batch_size=8 distributed.zero=3 "
+               "enable_activation_checkpointing=true");
+  EXPECT_TRUE(plan_json(hinted)["fits"].get<bool>()) << hinted.out;
+  EXPECT_EQ(hinted.out.find("hint:"), std::string::npos) << hinted.out;
+  EXPECT_NE(run_hone("plan llama3_1/8B_pretrain --world-size 2 batch_size=64").out.find("hint: no ZeRO stage fits"),
+            std::string::npos);
+}
+
 TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   const std::string dest = testing::TempDir() + "hone_cp_" + std::to_string(::getpid()) + ".yaml";
   std::remove(dest.c_str());

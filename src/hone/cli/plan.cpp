@@ -6,8 +6,12 @@
 // last line printed is one JSON object with every figure.
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
@@ -19,7 +23,8 @@ namespace {
 
 struct Args {
   ConfigArguments config;
-  int world_size = 0, dp = 0, tp = 1, zero = 0, devices_per_node = 8;
+  int world_size = 0, dp = 0, devices_per_node = 8;
+  std::optional<int> tp, zero;  // default: the config's distributed.tp and distributed.zero
   // One H100 SXM node: dense bf16 peak, 80 GB, NVLink 4 (900 GB/s), one 400 Gb/s NIC per GPU.
   double peak_tflops = 989, memory_gb = 80, link_gbps = 7200, inter_node_gbps = 400, mfu = 0.4, tokens = 0;
 };
@@ -33,6 +38,39 @@ std::string duration(double seconds) {
 }
 
 std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+
+// For a plan that does not fit: the fastest of the higher ZeRO stages and
+// activation checkpointing that fits. Checkpointing is charged its recompute,
+// a third of the compute (one more forward pass), which the plan's step time
+// leaves out as MFU does.
+std::string fitting_change(const dist::PlanInput& in) {
+  std::optional<dist::PlanInput> best;
+  double best_s = 0;
+  std::optional<dist::Plan> best_plan;
+  for (int zero = in.zero; zero <= 3; ++zero) {
+    for (const bool checkpointing : {false, true}) {
+      if (zero == in.zero && checkpointing == in.activation_checkpointing) continue;
+      if (in.activation_checkpointing && !checkpointing) continue;
+      dist::PlanInput changed = in;
+      changed.zero = zero;
+      changed.activation_checkpointing = checkpointing;
+      const dist::Plan p = dist::plan_run(changed);
+      const double seconds = p.step_overlap_s + (checkpointing ? p.compute_s / 3 : 0);
+      if (p.fits && (!best || seconds < best_s)) best = changed, best_s = seconds, best_plan = p;
+    }
+  }
+  if (!best) {
+    return "no ZeRO stage fits, with or without activation checkpointing: a larger --tp, a smaller batch_size or "
+           "more devices";
+  }
+  std::vector<std::string> changes;
+  if (best->zero != in.zero) changes.push_back(fmt::format("distributed.zero={}", best->zero));
+  if (best->activation_checkpointing != in.activation_checkpointing) {
+    changes.push_back("enable_activation_checkpointing=true");
+  }
+  return fmt::format("{} fits: {} per device, about {} a step (the fastest of the layouts that fit)",
+                     fmt::join(changes, " "), gb(best_plan->total), duration(best_s));
+}
 
 int run(const Args& a) {
   const Config c = a.config.resolved("plan").second;
@@ -51,13 +89,14 @@ int run(const Args& a) {
   in.grad_accum = c.get<int64_t>("gradient_accumulation_steps");
   in.activation_checkpointing = c.get<bool>("enable_activation_checkpointing");
   HONE_CHECK(a.world_size > 0 || a.dp > 0, "give --world-size (or --dp) to plan for");
-  HONE_CHECK(a.tp >= 1, "--tp must be at least 1, got {}", a.tp);
-  const int world = a.world_size > 0 ? a.world_size : a.dp * a.tp;
-  HONE_CHECK(world % a.tp == 0, "--world-size {} is not a multiple of --tp {}", world, a.tp);
-  in.tp = a.tp;
-  in.dp = world / a.tp;
-  HONE_CHECK(a.dp == 0 || a.dp == in.dp, "--dp {} x --tp {} does not equal --world-size {}", a.dp, a.tp, world);
-  in.zero = a.zero;
+  const int tp = a.tp.value_or(int(c.get<int64_t>("distributed.tp")));
+  HONE_CHECK(tp >= 1, "--tp must be at least 1, got {}", tp);
+  const int world = a.world_size > 0 ? a.world_size : a.dp * tp;
+  HONE_CHECK(world % tp == 0, "--world-size {} is not a multiple of --tp {}", world, tp);
+  in.tp = tp;
+  in.dp = world / tp;
+  HONE_CHECK(a.dp == 0 || a.dp == in.dp, "--dp {} x --tp {} does not equal --world-size {}", a.dp, tp, world);
+  in.zero = a.zero.value_or(int(c.get<int64_t>("distributed.zero")));
   in.mfu = a.mfu;
   in.tokens = a.tokens > 0 ? a.tokens : c.has("max_tokens") ? double(c.get<int64_t>("max_tokens")) : 0;
   in.hw = {.peak_flops = a.peak_tflops * 1e12,
@@ -89,6 +128,7 @@ int run(const Args& a) {
   fmt::print("  total                 {:>10} ({} of {:.0f} GB{})\n", gb(p.total), p.fits ? "fits" : "DOES NOT FIT",
              a.memory_gb, in.activation_checkpointing ? "" : "; with activation checkpointing " +
                                                                  gb(p.state() + p.activations_checkpointed));
+  if (!p.fits) fmt::print("  hint: {}\n", fitting_change(in));
   fmt::print("\nper optimizer step ({:.0f} tokens)\n", p.tokens_per_step);
   fmt::print("  compute               {:>10}  ({:.3g} FLOPs per device)\n", duration(p.compute_s), p.flops);
   fmt::print("  data parallel         {:>10}  ({} sent per device, {})\n", duration(p.dp_s), gb(p.dp_bytes),
@@ -143,10 +183,9 @@ Command add_plan(CLI::App& app) {
   a->config.add_to(*sub);
   sub->add_option("--world-size", a->world_size, "Devices in the job");
   sub->add_option("--dp", a->dp, "Data-parallel size (default: world size / tp)");
-  sub->add_option("--tp", a->tp, "Tensor-parallel size")->capture_default_str();
+  sub->add_option("--tp", a->tp, "Tensor-parallel size (default: the config's distributed.tp)");
   sub->add_option("--zero", a->zero, "ZeRO stage: 0 replicas, 1 sharded optimizer, 2 + gradients, 3 + weights "
-                                     "(FSDP)")
-      ->capture_default_str();
+                                     "(FSDP) (default: the config's distributed.zero)");
   sub->add_option("--peak-tflops", a->peak_tflops, "Peak TFLOP/s per device in the run's dtype")
       ->capture_default_str();
   sub->add_option("--memory-gb", a->memory_gb, "Memory per device (GB)")->capture_default_str();
