@@ -6,9 +6,16 @@
 #include <cstring>
 #include <new>
 
+#include <unistd.h>
+
 #include "hone/core/error.hpp"
 
 namespace hone {
+
+size_t host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? size_t(pages) * size_t(page_size) : 0;
+}
 
 namespace {
 constexpr size_t kAlignment = 64;

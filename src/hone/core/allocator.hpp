@@ -28,6 +28,9 @@ class Allocator {
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
 };
 
+// This machine's physical memory in bytes (0 where the system does not say).
+size_t host_memory_bytes();
+
 // Host memory, 64-byte aligned (one cache line, one AVX-512 vector).
 class CpuAllocator final : public Allocator {
  public:

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/dist/plan.hpp"
@@ -300,12 +301,20 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                                                    : "";
   const std::string gathered = m.gathered > 0 ? " + gathered units " + format_bytes(double(m.gathered)) : "";
   const std::string workspace = m.workspace > 0 ? " + workspace " + format_bytes(double(m.workspace)) : "";
+  // On the CPU the machine's memory is known here; a GPU's only once it runs.
+  const size_t host = host_memory_bytes();
+  const std::string too_big =
+      !run.device.is_cuda() && host > 0 && size_t(m.total()) > host
+          ? fmt::format(" -- more than this machine's {} of memory: it will not fit (try "
+                        "enable_activation_checkpointing=true or a smaller batch_size)",
+                        format_bytes(double(host)))
+          : "";
   return fmt::format("memory estimate on {} ({}{}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {}{} + "
-                     "activations {}{}",
+                     "activations {}{}{}",
                      run.device.str(), dtype_name(run.dtype), per_rank, format_bytes(double(m.total())),
                      format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
                      format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)), gathered,
-                     format_bytes(double(m.activations)), workspace);
+                     format_bytes(double(m.activations)), workspace, too_big);
 }
 
 std::string format_bytes(double bytes) {
