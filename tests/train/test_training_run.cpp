@@ -240,11 +240,15 @@ TEST_F(TrainingRun, OnATerminalProgressIsOneLineRedrawnInPlace) {
   EXPECT_NE(t.screen.find(" tok/s | ETA "), std::string::npos) << t.screen;
   // ...and cleared before a line that stays.
   EXPECT_NE(t.screen.find("\r\033[Kstep 6: validation loss"), std::string::npos) << t.screen;
+  // Saving the final checkpoint is said while it runs, then replaced by its line.
+  EXPECT_NE(t.screen.find("\r\033[Kstep 6: saving a checkpoint ...\r\033[Kstep 6: checkpoint "), std::string::npos)
+      << t.screen;
   // The per-step lines go to the log file only (the bar shows the same), never the bar.
   EXPECT_EQ(t.screen.find("step 3/6: loss"), std::string::npos) << t.screen;
   const std::string log_file = read_file(root_ + "/terminal/train.log");
   EXPECT_NE(log_file.find("step 3/6: loss"), std::string::npos) << log_file;
   EXPECT_EQ(log_file.find('\r'), std::string::npos) << log_file;
+  EXPECT_EQ(log_file.find("saving a checkpoint"), std::string::npos) << log_file;
 }
 
 TEST_F(TrainingRun, TokenAndEpochBudgetsSetTheStepCount) {

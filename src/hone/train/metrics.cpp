@@ -82,6 +82,13 @@ void RunConsole::status_line(const std::string& text) {
   log_.flush();
 }
 
+void RunConsole::transient(const std::string& text) {
+  if (!interactive_) return;
+  std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  std::fflush(stderr);
+  progress_shown_ = true;
+}
+
 void RunConsole::progress(int64_t step, int64_t total_steps, double loss, double tokens_per_sec,
                           double eta_seconds) {
   if (!interactive_) return;

@@ -51,6 +51,9 @@ class RunConsole {
   // the same); printed too when the output is not a terminal.
   void status_line(const std::string& text);
   void progress(int64_t step, int64_t total_steps, double loss, double tokens_per_sec, double eta_seconds);
+  // On a terminal only, in place of the progress bar until the next line: what
+  // a long pause is (saving a checkpoint). Never logged.
+  void transient(const std::string& text);
 
  private:
   void clear_progress();

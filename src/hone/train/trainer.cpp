@@ -145,11 +145,16 @@ int run_training(const Config& c, TrainingJob job) {
   Allocator& memory = allocator_for(world.device());
   install_stop_handlers();
 
+  // A large model's weights and AdamW state take a while to save: said while it
+  // runs, and how long it took (which helps choose checkpoint.every_n_steps).
   auto save = [&] {
     state.data_state = train.state();
+    console.transient(fmt::format("step {}: saving a checkpoint ...", state.step));
+    const auto started = std::chrono::steady_clock::now();
     const std::string folder =
         world.save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n, job.companion_files);
-    console.line(fmt::format("step {}: checkpoint {}", state.step, folder));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    console.line(fmt::format("step {}: checkpoint {} ({})", state.step, folder, format_duration(seconds)));
   };
   auto run_evaluation = [&] {
     if (!valid) return;
