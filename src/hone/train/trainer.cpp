@@ -87,6 +87,7 @@ int run_training(const Config& c, TrainingJob job) {
   state.config = c.tree();
   if (c.has("resume")) {
     if (auto folder = find_checkpoint(run.output_dir, c.get<std::string>("resume"))) {
+      console.transient(fmt::format("loading {} ...", *folder));
       state = load_checkpoint(*folder, model, optimizer);
       train.restore(state.data_state);
       console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
