@@ -249,6 +249,12 @@ TEST_F(TrainingRun, OnATerminalProgressIsOneLineRedrawnInPlace) {
   EXPECT_NE(log_file.find("step 3/6: loss"), std::string::npos) << log_file;
   EXPECT_EQ(log_file.find('\r'), std::string::npos) << log_file;
   EXPECT_EQ(log_file.find("saving a checkpoint"), std::string::npos) << log_file;
+  // Resuming says what it loads while it loads.
+  const TerminalRun resumed = run_hone_on_terminal({"run", "pretrain", "--config", config("terminal", 7), "resume=latest"});
+  ASSERT_EQ(resumed.status, 0) << resumed.screen;
+  EXPECT_NE(resumed.screen.find("\r\033[Kloading " + root_ + "/terminal/step_0000006 ...\r\033[Kresumed from "),
+            std::string::npos)
+      << resumed.screen;
 }
 
 TEST_F(TrainingRun, TokenAndEpochBudgetsSetTheStepCount) {
