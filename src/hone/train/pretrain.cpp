@@ -16,7 +16,9 @@ namespace hone {
 std::vector<std::string> summarize_training(const Config& c, int data_parallel_ranks) {
   const RunSettings run = run_settings_from(c);
   const ModelConfig model = model_config_from(c);
-  const int64_t batch = c.get<int64_t>("batch_size"), seq_len = sequence_length_for(c, "dataset.seq_len", 0, model);
+  // dataset.seq_len is required here: no fallback.
+  const int64_t batch = c.get<int64_t>("batch_size");
+  const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", /*fallback=*/0, model);
   const MemoryEstimate m =
       estimate_training_memory(model, run.dtype, batch, seq_len, activation_options_from(c), {},
                                int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
@@ -36,7 +38,7 @@ int run_pretrain(const Config& c) {
   if (run.threads > 0) set_num_threads(run.threads);
   const ModelConfig model_config = model_config_from(c);
   const int64_t batch_size = c.get<int64_t>("batch_size");
-  const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", 0, model_config);
+  const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", /*fallback=*/0, model_config);  // required
 
   // The tokenizer the data was made with travels in every checkpoint.
   std::vector<std::string> tokenizer_files;
