@@ -186,6 +186,13 @@ TEST_F(TrainingRun, TrainsOnMegatronDatasetsAndBlends) {
                  "dataset.path=" + root_ + "/nope"}),
             2);
   EXPECT_NE(log().find("nope.idx"), std::string::npos) << log();
+  // A path with the type left at mock would train on random tokens: refused, nothing written.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("untyped", 5), "dataset.path=" + root_ + "/a_text_document"}),
+            2);
+  EXPECT_NE(log().find("the command line: dataset.path " + root_ + "/a_text_document is set but dataset.type is mock"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/untyped/metrics.jsonl"));
 }
 
 TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
