@@ -44,9 +44,12 @@ std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
 // a third of the compute (one more forward pass), which the plan's step time
 // leaves out as MFU does.
 std::string fitting_change(const dist::PlanInput& in) {
-  std::optional<dist::PlanInput> best;
-  double best_s = 0;
-  std::optional<dist::Plan> best_plan;
+  struct Candidate {
+    int zero;
+    bool checkpointing;
+    double bytes, seconds;
+  };
+  std::optional<Candidate> best;
   for (int zero = in.zero; zero <= 3; ++zero) {
     for (const bool checkpointing : {false, true}) {
       if (zero == in.zero && checkpointing == in.activation_checkpointing) continue;
@@ -56,7 +59,7 @@ std::string fitting_change(const dist::PlanInput& in) {
       changed.activation_checkpointing = checkpointing;
       const dist::Plan p = dist::plan_run(changed);
       const double seconds = p.step_overlap_s + (checkpointing ? p.compute_s / 3 : 0);
-      if (p.fits && (!best || seconds < best_s)) best = changed, best_s = seconds, best_plan = p;
+      if (p.fits && (!best || seconds < best->seconds)) best = Candidate{zero, checkpointing, p.total, seconds};
     }
   }
   if (!best) {
@@ -65,11 +68,9 @@ std::string fitting_change(const dist::PlanInput& in) {
   }
   std::vector<std::string> changes;
   if (best->zero != in.zero) changes.push_back(fmt::format("distributed.zero={}", best->zero));
-  if (best->activation_checkpointing != in.activation_checkpointing) {
-    changes.push_back("enable_activation_checkpointing=true");
-  }
+  if (best->checkpointing != in.activation_checkpointing) changes.push_back("enable_activation_checkpointing=true");
   return fmt::format("{} fits: {} per device, about {} a step (the fastest of the layouts that fit)",
-                     fmt::join(changes, " "), gb(best_plan->total), duration(best_s));
+                     fmt::join(changes, " "), gb(best->bytes), duration(best->seconds));
 }
 
 int run(const Args& a) {

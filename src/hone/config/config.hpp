@@ -59,6 +59,7 @@ struct Range {
   static constexpr Range not_negative() { return {.low = 0}; }
   static constexpr Range fraction() { return {.low = 0, .high = 1, .high_open = true}; }  // [0, 1)
   static constexpr Range unit_interval() { return {.low = 0, .high = 1}; }              // [0, 1]
+  static constexpr Range positive_fraction() { return {.low = 0, .high = 1, .low_open = true}; }  // (0, 1]
 
   bool contains(double x) const;
   // "must be positive", "must not be negative", "must be in [0, 1)", ...

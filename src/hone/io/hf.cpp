@@ -2,6 +2,7 @@
 // every tensor checked up front) and writing (what save_pretrained writes).
 #include "hone/io/hf.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -244,12 +245,10 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   }
 
   bool has_generation_config = false;
-  std::set<std::string> tokenizer_files;
   for (const std::string& path : companions) {
     const std::string name = fs::path(path).filename().string();
     copy_file(path, folder.file(name));
     summary.files.push_back(name);
-    tokenizer_files.insert(name);
     if (name != "generation_config.json") continue;
     has_generation_config = true;
     // config.json carries the special token ids too (transformers reads them there).
@@ -260,9 +259,9 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   }
   // GPT-2's BPE files alone: transformers picks a tokenizer class by the model
   // type, which for a Llama or MPT would look for files that are not there.
-  const bool gpt2_files_alone = tokenizer_files.contains("vocab.json") && tokenizer_files.contains("merges.txt") &&
-                                !tokenizer_files.contains("tokenizer.json") &&
-                                !tokenizer_files.contains("tokenizer_config.json");
+  const auto written = [&](const char* name) { return std::ranges::count(summary.files, name) > 0; };
+  const bool gpt2_files_alone = written("vocab.json") && written("merges.txt") && !written("tokenizer.json") &&
+                                !written("tokenizer_config.json");
   if (gpt2_files_alone) {
     write_json_file(folder.file("tokenizer_config.json"),
                     {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", c.max_seq_len}});

@@ -21,12 +21,13 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
   const std::string type = c.get<std::string>("dataset.type");
   const double validation_fraction = c.get<double>("dataset.validation_fraction");
   TrainingData d;
-  // mock is the default type: a path given without a type would be ignored, the run trained on random tokens.
-  HONE_CHECK(type != "mock" || !c.has("dataset.path"),
-             "{}: dataset.path {} is set but dataset.type is mock, which ignores it: set dataset.type=megatron (a "
-             ".bin/.idx prefix or a blend) or dataset.type=mds (a folder with index.json)",
-             c.origin_of("dataset.path"), c.has("dataset.path") ? c.get<std::string>("dataset.path") : "");
   if (type == "mock") {
+    // mock is the default type: a path given without a type would be ignored, the run trained on random tokens.
+    if (c.has("dataset.path")) {
+      fail("{}: dataset.path {} is set but dataset.type is mock, which ignores it: set dataset.type=megatron (a "
+           ".bin/.idx prefix or a blend) or dataset.type=mds (a folder with index.json)",
+           c.origin_of("dataset.path"), c.get<std::string>("dataset.path"));
+    }
     const int64_t documents = c.get<int64_t>("dataset.mock.documents");
     const int64_t length = c.get<int64_t>("dataset.mock.document_length");
     add_source(d, std::make_shared<data::MockDocuments>(documents, length, vocab_size, uint64_t(c.get<int64_t>("seed"))),

@@ -24,7 +24,7 @@ Schema generate_schema() {
   s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"}, Range::positive());
   s.add({"temperature", ValueType::number, 0.8, "sampling temperature (0: greedy)"}, Range::not_negative());
   s.add({"top_k", ValueType::integer, 0, "sample from the k most likely tokens (0: all)"}, Range::not_negative());
-  s.add({"top_p", ValueType::number, 1.0, "nucleus sampling threshold"}, Range{.low = 0, .high = 1, .low_open = true});
+  s.add({"top_p", ValueType::number, 1.0, "nucleus sampling threshold"}, Range::positive_fraction());
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
          "special tokens that end a completion besides the end of answer (e.g. \"<|endoftext|>\")"});
   return s;

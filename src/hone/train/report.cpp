@@ -340,10 +340,10 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
   for (const Chart& chart : charts()) {
     std::vector<Line> lines;
     for (const auto& [metric, label] : chart.series) {
-      auto found = m.values.find(metric);
-      if (found == m.values.end()) continue;
+      const auto* steps = steps_of(m.values, metric);
+      if (steps == nullptr) continue;
       Line line{label, {}};
-      for (const auto& [step, value] : found->second) {
+      for (const auto& [step, value] : *steps) {
         if (std::isfinite(value)) line.points.emplace_back(double(step), value * chart.scale);
       }
       if (!line.points.empty()) lines.push_back(std::move(line));

@@ -102,7 +102,7 @@ Schema training_schema() {
   s.add({"lr_scheduler.warmup_steps", ValueType::integer, 0, "linear warmup steps"}, Range::not_negative());
   s.add({"lr_scheduler.min_lr_ratio", ValueType::number, 0.1, "final learning rate / peak"}, Range::unit_interval());
   s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1, "wsd: fraction of steps spent decaying"},
-        Range{.low = 0, .high = 1, .low_open = true});
+        Range::positive_fraction());
   s.add({"checkpoint.every_n_steps", ValueType::integer, 0, "save every N steps (0: only at the end)"},
         Range::not_negative());
   s.add({"checkpoint.keep_last_n", ValueType::integer, 3, "checkpoints kept (0: all)"}, Range::not_negative());

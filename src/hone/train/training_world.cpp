@@ -31,8 +31,7 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
   world_ = dist::Communicator::from_environment(device_);
   HONE_CHECK(tp >= 1 && world_->size() % tp == 0,
              "{}: distributed.tp {} must divide the {} ranks of this run (dp x tp = world size)",
-             c.origin_of("distributed.tp"), tp,
-             world_->size());
+             c.origin_of("distributed.tp"), tp, world_->size());
   mesh_ = std::make_unique<dist::DeviceMesh>(*world_, world_->size() / int(tp), int(tp));
   const double bucket_mb = c.get<double>("distributed.bucket_mb");
   data_parallel_ = std::make_unique<dist::DataParallel>(mesh_->dp(), zero_stage_, device_,
