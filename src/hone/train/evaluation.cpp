@@ -1,5 +1,6 @@
 #include "hone/train/evaluation.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -47,9 +48,15 @@ std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path) {
     }
     HONE_CHECK(j.contains("label"), "{}:{}: no 'label'", path, n);
     const auto& label = j["label"];
-    if (label.is_number_integer()) item.label = label;
-    else if (label.is_string()) item.label = std::stoll(label.get<std::string>());
-    else fail("{}:{}: 'label' must be an integer", path, n);
+    if (label.is_number_integer()) {
+      item.label = label;
+    } else {
+      // HellaSwag's own files write the label as a string of digits.
+      const std::string text = label.is_string() ? label.get<std::string>() : "";
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), item.label);
+      HONE_CHECK(!text.empty() && error == std::errc() && end == text.data() + text.size(),
+                 "{}:{}: 'label' must be an integer or a string of digits, not {}", path, n, label.dump());
+    }
     HONE_CHECK(item.label >= 0 && item.label < int64_t(item.endings.size()), "{}:{}: label {} is not an ending index",
                path, n, item.label);
     items.push_back(std::move(item));
@@ -58,16 +65,49 @@ std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path) {
   return items;
 }
 
+namespace {
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// The context's tokens and each ending's, paired as lm-evaluation-harness pairs
+// them: the ending follows after one space (its target_delimiter) unless either
+// side already has whitespace at the seam, the context's trailing whitespace
+// goes to the ending, and the ending's tokens are those of the whole text after
+// the context's. An empty context is the end-of-text token.
+struct EncodedItem {
+  std::vector<int32_t> context;
+  std::vector<std::vector<int32_t>> endings;
+};
+
+EncodedItem encode_item(const Tokenizer& tokenizer, const MultipleChoiceItem& item) {
+  std::string context = item.context, seam;
+  while (!context.empty() && is_space(context.back())) {
+    seam.insert(seam.begin(), context.back());
+    context.pop_back();
+  }
+  EncodedItem encoded{.context = tokenizer.encode(context), .endings = {}};
+  if (encoded.context.empty()) {
+    HONE_CHECK(tokenizer.eos_id().has_value(), "a context is empty and the tokenizer has no end-of-text token");
+    encoded.context = {*tokenizer.eos_id()};
+  }
+  for (const std::string& e : item.endings) {
+    const bool delimit = !context.empty() && seam.empty() && !e.empty() && !is_space(e.front());
+    std::vector<int32_t> whole = tokenizer.encode(context + seam + (delimit ? " " : "") + e);
+    if (context.empty()) whole.insert(whole.begin(), encoded.context.begin(), encoded.context.end());
+    const size_t shared = std::min(encoded.context.size(), whole.size());
+    encoded.endings.emplace_back(whole.begin() + std::ptrdiff_t(shared), whole.end());
+    HONE_CHECK(!encoded.endings.back().empty(), "an ending tokenizes to nothing: '{}'", e);
+  }
+  return encoded;
+}
+
+}  // namespace
+
 std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
                                            const MultipleChoiceItem& item) {
-  const std::vector<int32_t> context = tokenizer.encode(item.context);
-  std::vector<std::vector<int32_t>> endings;
+  const auto [context, endings] = encode_item(tokenizer, item);
   size_t longest = 0;
-  for (const std::string& e : item.endings) {
-    endings.push_back(tokenizer.encode(e));
-    HONE_CHECK(!endings.back().empty(), "an ending tokenizes to nothing: '{}'", e);
-    longest = std::max(longest, endings.back().size());
-  }
+  for (const auto& e : endings) longest = std::max(longest, e.size());
   // One row per ending: context then ending, cut from the left to fit; right-padded.
   const int64_t max_len = model.config().max_seq_len;
   const int64_t rows = int64_t(endings.size());
