@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 #include <cstdio>
+#include <fstream>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -250,6 +251,22 @@ TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   EXPECT_EQ(typo.status, 2);
   EXPECT_NE(typo.err.find("did you mean 'llama3_2/1B_lora'"), std::string::npos) << typo.err;
   std::remove(dest.c_str());
+}
+
+// The system's refusals (here a file where a folder must be created; as root,
+// permissions would not refuse) end in one line naming the path, not an abort.
+TEST(Cli, APathTheSystemRefusesIsAnErrorNamingIt) {
+  const std::string file = testing::TempDir() + "hone_cli_not_a_folder_" + std::to_string(::getpid());
+  std::ofstream(file) << "x";
+  for (const std::string& args :
+       {"run pretrain output_dir=" + file + "/run model.name=llama_tiny dataset.type=mock dataset.seq_len=16 max_steps=1",
+        "convert " + std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/gpt2 " + file + "/model --to hone"}) {
+    const CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("hone: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("Not a directory [" + file), std::string::npos) << r.err;
+  }
+  std::remove(file.c_str());
 }
 
 TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {

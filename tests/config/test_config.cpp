@@ -59,6 +59,9 @@ TEST(Config, OverridesSetNestedKeysAndLists) {
   EXPECT_EQ(c.get<std::string>("output_dir"), "runs/x");
   EXPECT_FALSE(c.has("resume"));
   EXPECT_NE(error_of([&] { c.apply_override("no_equals_sign"); }).find("key=value"), std::string::npos);
+  // hone ls shows unset defaults as '-'; typed as a value it points to null.
+  EXPECT_NE(error_of([&] { c.apply_override("tokenizer.path=-"); }).find("unset one with tokenizer.path=null"),
+            std::string::npos);
 }
 
 TEST(Schema, FillsDefaultsAndKeepsUserValues) {

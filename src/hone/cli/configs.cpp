@@ -43,7 +43,7 @@ void list_keys(const Recipe& recipe) {
     key_width = std::max(key_width, k.key.size());
     default_width = std::max(default_width, default_of(k).size());
   }
-  fmt::print("{}: {}\n(hone run {} [--config FILE] [key=value ...]; '-': unset)\n\n", recipe.name, recipe.description,
+  fmt::print("{}: {}\n(hone run {} [--config FILE] [key=value ...]; '-': unset, key=null unsets a key)\n\n", recipe.name, recipe.description,
              recipe.name);
   fmt::print("{:<{}}  {:<{}}  DESCRIPTION\n", "KEY", key_width, "DEFAULT", default_width);
   for (const KeySpec& k : keys) {

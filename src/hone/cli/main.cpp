@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <new>
 
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
@@ -48,5 +50,19 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     fmt::print(stderr, "hone: error: {}\n", e.what());
     return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the system refused (permissions, a file where a folder should be,
+    // a full disk): its words name the operation and the path.
+    std::fflush(stdout);
+    fmt::print(stderr, "hone: error: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    fmt::print(stderr, "hone: error: out of host memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "hone: internal error: {}\n", e.what());
+    return 1;
   }
 }

@@ -167,6 +167,8 @@ void Config::apply_override(std::string_view assignment) {
   const size_t eq = assignment.find('=');
   HONE_CHECK(eq != std::string_view::npos && eq > 0, "override '{}' is not of the form key=value", assignment);
   const std::string key(assignment.substr(0, eq));
+  HONE_CHECK(assignment.substr(eq + 1) != "-", "the command line: {}=-: '-' stands for an unset key in hone ls; "
+             "unset one with {}=null", key, key);
   Config value = from_yaml("v: " + std::string(assignment.substr(eq + 1)), "override " + key);
   set(key, value.tree_["v"]);
   overridden_.push_back(key);
