@@ -1,5 +1,6 @@
 // Checkpoint folders: round trip, retention, and corruption that is reported by
 // file instead of being loaded.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -64,6 +65,19 @@ TEST_F(CheckpointTest, RoundTripRestoresWeightsMomentsAndState) {
   EXPECT_EQ(o.exp_avg_sq().to_vector<float>(), optimizer_.exp_avg_sq().to_vector<float>());
   // Nothing temporary is left behind.
   for (const auto& e : fs::directory_iterator(dir_)) EXPECT_FALSE(e.path().filename().string().starts_with("."));
+}
+
+TEST_F(CheckpointTest, AFailedSaveLeavesNothingBehind) {
+  const std::string first = save(1);
+  TrainerState s;
+  s.step = 2;
+  // A companion file that has gone (a tokenizer deleted mid-run) fails the save after the weights are written.
+  EXPECT_THROW(save_checkpoint(dir_, model_, optimizer_, s, 0, {dir_ + "/no_such_tokenizer.json"}), Error);
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir_)) entries.push_back(e.path().filename().string());
+  std::sort(entries.begin(), entries.end());
+  EXPECT_EQ(entries, (std::vector<std::string>{"latest", "step_0000001"}));
+  EXPECT_EQ(find_checkpoint(dir_, "latest"), first);
 }
 
 TEST_F(CheckpointTest, KeepsTheLastNAndLatestPointsAtTheNewest) {
@@ -141,7 +155,8 @@ TEST(ShardedCheckpoint, ZeroShardsSaveAndLoadAtAnyWorldSize) {
             reference.params().values().to_vector<float>());
   TrainerState state;
   state.step = 3;
-  const std::string tmp = begin_checkpoint(dir, 3);
+  const TemporaryCheckpointFolder made(dir, 3);
+  const std::string& tmp = made.path();
   std::map<std::string, WrittenFile> files;
   files.insert(*write_optimizer_state(tmp, model, rank0, 0, 2));
   files.insert(*write_optimizer_state(tmp, model, rank1, 1, 2));

@@ -107,11 +107,15 @@ std::string checkpoint_temp_folder(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / fmt::format(".{}.tmp", checkpoint_folder_name(step))).string();
 }
 
-std::string begin_checkpoint(const std::string& run_dir, int64_t step) {
-  const std::string dir = checkpoint_temp_folder(run_dir, step);
-  fs::remove_all(dir);  // what a killed save left
-  fs::create_directories(dir);
-  return dir;
+TemporaryCheckpointFolder::TemporaryCheckpointFolder(const std::string& run_dir, int64_t step)
+    : path_(checkpoint_temp_folder(run_dir, step)) {
+  fs::remove_all(path_);  // what a killed save left
+  fs::create_directories(path_);
+}
+
+TemporaryCheckpointFolder::~TemporaryCheckpointFolder() {
+  std::error_code ignored;  // a destructor that runs while an error unwinds must not throw
+  fs::remove_all(path_, ignored);
 }
 
 std::string optimizer_shard_file(int rank, int world) {
@@ -222,13 +226,13 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                             const TrainerState& state, int64_t keep_last_n,
                             const std::vector<std::string>& companion_files) {
   fs::create_directories(run_dir);
-  const std::string dir = begin_checkpoint(run_dir, state.step);
+  const TemporaryCheckpointFolder dir(run_dir, state.step);
   std::map<std::string, WrittenFile> files;
-  if (auto written = write_optimizer_state(dir, model, optimizer, 0, 1)) files.insert(*written);
-  CheckpointWeights weights(dir, model);
+  if (auto written = write_optimizer_state(dir.path(), model, optimizer, 0, 1)) files.insert(*written);
+  CheckpointWeights weights(dir.path(), model);
   for (const Parameter* p : weights.parameters()) weights.write(*p, p->value);
   files.insert(weights.commit());
-  return finish_checkpoint(run_dir, dir, model, optimizer.steps_taken(), state, keep_last_n, files,
+  return finish_checkpoint(run_dir, dir.path(), model, optimizer.steps_taken(), state, keep_last_n, files,
                            companion_files);
 }
 

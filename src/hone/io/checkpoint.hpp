@@ -47,7 +47,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 
 // The same save by several data-parallel ranks, whose optimizers may each own a
 // ZeRO shard (run_dir on a file system they share). With a barrier between steps:
-//   rank 0:     dir = begin_checkpoint(run_dir, step)       a fresh temporary folder
+//   rank 0:     TemporaryCheckpointFolder dir(run_dir, step) a fresh temporary folder
 //   every rank: write_optimizer_state(dir, ...)             its shard (unsharded: rank 0 alone);
 //                                                           returns the file's name, size and checksum
 //   rank 0:     CheckpointWeights(dir, model)               the weights, a parameter at a time
@@ -55,7 +55,21 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 //   rank 0:     finish_checkpoint(run_dir, dir, ...)        state, and the manifest listing every
 //                                                           file written; rename, latest
 std::string checkpoint_temp_folder(const std::string& run_dir, int64_t step);
-std::string begin_checkpoint(const std::string& run_dir, int64_t step);
+// The temporary folder a checkpoint is written in, made fresh (whatever a killed
+// save left there is removed) and removed again when this goes out of scope: a
+// save that fails (a full disk, a tokenizer file gone) leaves nothing behind,
+// and after finish_checkpoint has renamed it there is nothing to remove.
+class TemporaryCheckpointFolder {
+ public:
+  TemporaryCheckpointFolder(const std::string& run_dir, int64_t step);
+  ~TemporaryCheckpointFolder();
+  TemporaryCheckpointFolder(const TemporaryCheckpointFolder&) = delete;
+  TemporaryCheckpointFolder& operator=(const TemporaryCheckpointFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 std::string optimizer_shard_file(int rank, int world);
 std::optional<std::pair<std::string, WrittenFile>> write_optimizer_state(const std::string& dir,
                                                                          const Transformer& model,

@@ -76,7 +76,8 @@ std::string TrainingWorld::save_checkpoint(const std::string& run_dir, const Tra
                                            int64_t keep_last_n,
                                            const std::vector<std::string>& companion_files) const {
   if (size() == 1) return hone::save_checkpoint(run_dir, model, optimizer, state, keep_last_n, companion_files);
-  if (is_main()) begin_checkpoint(run_dir, state.step);
+  std::optional<TemporaryCheckpointFolder> made;
+  if (is_main()) made.emplace(run_dir, state.step);
   world_->barrier();
   const std::string dir = checkpoint_temp_folder(run_dir, state.step);
   // Without ZeRO the data-parallel replicas hold the same moments: the first writes them.
