@@ -55,6 +55,21 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_NE(h.out.find("bench"), std::string::npos);
 }
 
+TEST(Cli, CommandLineMistakesAreOneErrorLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "hone: error: A subcommand is required (see hone --help)\n"},
+      {"conver a b", "hone: error: unknown command 'conver' (did you mean 'convert'?) (see hone --help)\n"},
+      {"convert a", "hone: error: dest is required (see hone convert --help)\n"},
+      {"bench --steps x", "hone: error: Could not convert: --steps = x (see hone bench --help)\n"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.err, expected) << args;
+    EXPECT_EQ(r.out, "") << args;
+  }
+}
+
 TEST(Cli, BenchPrintsTheDocumentedJson) {
   CliResult r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 3 --dtype fp32");
   ASSERT_EQ(r.status, 0) << r.err;

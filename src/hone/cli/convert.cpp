@@ -52,7 +52,7 @@ Command add_convert(CLI::App& app) {
   sub->add_option("src", args->src, "A Hugging Face folder, a hone model/checkpoint folder or run directory, or an "
                                     "llm.c / llama2.c .bin file")
       ->required();
-  sub->add_option("dest", args->dest, "The folder to write (must not exist)")->required();
+  sub->add_option("dest", args->dest, "The folder to write (must not exist, or be empty)")->required();
   sub->add_option("--to", args->to, "hf: a Hugging Face folder; hone: a hone model folder")
       ->required()
       ->check(CLI::IsMember({"hf", "hone"}));

@@ -2,11 +2,13 @@
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
 
 #include "hone/cli/commands.hpp"
+#include "hone/config/config.hpp"
 #include "hone/core/error.hpp"
 
 #ifndef HONE_VERSION
@@ -38,8 +40,22 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::vector<std::string> names;
+    for (const auto& [sub, run] : commands) names.push_back(sub->get_name());
+    if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      const std::string near = hone::closest_match(argv[1], names);
+      fmt::print(stderr, "hone: error: unknown command '{}'{} (see hone --help)\n", argv[1],
+                 near.empty() ? "" : " (did you mean '" + near + "'?)");
+      return 2;
+    }
+    // One line, as every other error: the subcommand's --help lists what it takes.
+    std::string help = "hone --help";
+    for (const auto& [sub, run] : commands) {
+      if (sub->parsed()) help = "hone " + sub->get_name() + " --help";
+    }
+    fmt::print(stderr, "hone: error: {} (see {})\n", e.what(), help);
+    return 2;
   }
   try {
     for (auto& [sub, run] : commands) {
