@@ -218,7 +218,10 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   EXPECT_TRUE(fs::exists(root_ + "/metrics/config.yaml"));
   EXPECT_TRUE(fs::exists(root_ + "/metrics/train.log"));
   EXPECT_FALSE(fs::is_empty(root_ + "/metrics/tensorboard"));
-  EXPECT_NE(read_file(root_ + "/metrics/train.log").find("validation loss"), std::string::npos);
+  const std::string train_log = read_file(root_ + "/metrics/train.log");
+  EXPECT_NE(train_log.find("validation loss"), std::string::npos);
+  EXPECT_NE(train_log.find("tokens per micro-batch, 1 micro-batch per step"), std::string::npos) << train_log;
+  EXPECT_NE(train_log.find(", 6 steps to run"), std::string::npos) << train_log;
 }
 
 TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {

@@ -14,6 +14,7 @@
 #include "hone/cli/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/data/preprocess.hpp"
+#include "hone/train/run_config.hpp"
 
 namespace hone::cli {
 namespace {
@@ -147,8 +148,9 @@ Command add_preprocess(CLI::App& app) {
     std::string outputs;
     for (const std::string& out : r.outputs)
       outputs += (outputs.empty() ? "" : ", ") + out + (o.format == data::OutputFormat::megatron ? ".bin/.idx" : "/");
-    fmt::print("preprocessed {} documents, {} tokens, {:.1f} MB in {:.2f} s ({:.2f} MB/s, {:.0f} docs/s) -> {}\n",
-               with_commas(r.documents), with_commas(r.tokens), double(r.bytes) / 1e6, r.seconds,
+    fmt::print("preprocessed {} {}, {} {}, {:.1f} MB in {:.2f} s ({:.2f} MB/s, {:.0f} docs/s) -> {}\n",
+               with_commas(r.documents), plural(int64_t(r.documents), "document"), with_commas(r.tokens),
+               plural(int64_t(r.tokens), "token"), double(r.bytes) / 1e6, r.seconds,
                per_second(double(r.bytes) / 1e6, r.seconds), per_second(double(r.documents), r.seconds), outputs);
     return 0;
   };

@@ -86,8 +86,8 @@ int run_generate(const Config& c) {
   fmt::print(stderr, "model: {}\n", m.description);
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", g.prompt_tokens, g.prefill_seconds,
              double(g.prompt_tokens) / std::max(g.prefill_seconds, 1e-9));
-  fmt::print(stderr, "decode: {} tokens for {} prompts in {:.3f} s: {:.1f} tokens/s\n", g.generated_tokens,
-             prompts.size(), g.decode_seconds,
+  fmt::print(stderr, "decode: {} tokens for {} {} in {:.3f} s: {:.1f} tokens/s\n", g.generated_tokens,
+             prompts.size(), plural(int64_t(prompts.size()), "prompt"), g.decode_seconds,
              double(g.generated_tokens - int64_t(prompts.size())) / std::max(g.decode_seconds, 1e-9));
   fmt::print(stderr, "bandwidth achieved: {:.2f} GB/s ({} of weights read per step); memory used: {} (KV cache {})\n",
              double(weight_bytes) * decode_rate / 1e9, format_bytes(double(weight_bytes)),

@@ -317,6 +317,17 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                      format_bytes(double(m.activations)), workspace, too_big);
 }
 
+std::string plural(int64_t n, std::string_view word, std::string_view plural) {
+  if (n == 1) return std::string(word);
+  return plural.empty() ? std::string(word) + "s" : std::string(plural);
+}
+
+std::string describe_batch(int64_t batch_size, int64_t seq_len, int64_t gradient_accumulation_steps) {
+  return fmt::format("batch: {} x {} tokens per micro-batch, {} {} per step", batch_size, seq_len,
+                     gradient_accumulation_steps,
+                     plural(gradient_accumulation_steps, "micro-batch", "micro-batches"));
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -132,8 +132,9 @@ int run_training(const Config& c, TrainingJob job) {
                        : "gradients: reduced after backward, in one piece (distributed.bucket_mb 0)");
     }
   }
-  console.line(fmt::format("data: {} samples per epoch ({}), {} steps to run", train.samples_per_epoch(),
-                           job.data_description, total_steps - state.step));
+  console.line(fmt::format("data: {} samples per epoch ({}), {} {} to run", train.samples_per_epoch(),
+                           job.data_description, total_steps - state.step,
+                           plural(total_steps - state.step, "step")));
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
   const double peak_tflops = measure_gemm_peak_tflops(run.dtype, world.device());
