@@ -1,5 +1,8 @@
 // Tensors, views, device copies, memory accounting and arenas.
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "hone/core/arena.hpp"
 #include "support/check.hpp"
@@ -61,6 +64,34 @@ TEST(Allocator, LargeFillsAndCopiesCoverEveryByte) {
   EXPECT_EQ(copy, source);
   cpu.zero(copy.data(), bytes);
   EXPECT_EQ(std::count(copy.begin(), copy.end(), 0), std::ptrdiff_t(bytes));
+}
+
+// The size of the AnonHugePages of the mapping of /proc/self/smaps that holds
+// `address`, in KiB; -1 when none lists it.
+int64_t anon_huge_kib_at(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {  // a mapping's first line
+      inside = begin <= target && target < end;
+    } else if (inside && line.starts_with("AnonHugePages:")) {
+      return std::stoll(line.substr(14));
+    }
+  }
+  return -1;
+}
+
+TEST(Allocator, LargeBuffersStartOnHugePages) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(thp, modes);
+  if (modes.empty() || modes.find("[never]") != std::string::npos)
+    GTEST_SKIP() << "transparent huge pages are off on this machine";
+  Tensor big = Tensor::zeros({int64_t(16) << 20}, DType::u8);  // 16 MiB, touched by the zeroing
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data<uint8_t>()) % (uintptr_t(2) << 20), 0u);
+  EXPECT_GT(anon_huge_kib_at(big.data<uint8_t>()), 0) << "THP modes: " << modes;
 }
 
 TEST(Allocator, UnknownDeviceIsAnError) {
