@@ -52,6 +52,7 @@ void* CpuAllocator::allocate(size_t bytes) {
   size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   void* ptr = std::aligned_alloc(alignment, rounded);
   if (ptr == nullptr) fail("out of host memory: could not allocate {} bytes", bytes);
+  // Advice only: where THP is off the buffer is just as good, so the result is not checked.
   if (alignment == kHugePageBytes) ::madvise(ptr, rounded, MADV_HUGEPAGE);
   size_t now = allocated_.fetch_add(bytes) + bytes;
   size_t peak = peak_.load();
