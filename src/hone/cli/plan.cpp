@@ -108,10 +108,8 @@ int run(const Args& a) {
   const dist::Plan p = dist::plan_run(in);
 
   const ModelConfig& m = in.model;
-  fmt::print("model      {}: {:.2f}B parameters, {} layers, dim {}; {} x {} tokens per micro-batch, {} {} per step, "
-             "{}{}\n",
-             m.name, double(m.num_params()) / 1e9, m.n_layers, m.dim, in.micro_batch, in.seq_len, in.grad_accum,
-             plural(in.grad_accum, "micro-batch", "micro-batches"), dtype_name(in.dtype),
+  fmt::print("model      {}: {:.2f}B parameters, {} layers, dim {}; {}, {}{}\n", m.name, double(m.num_params()) / 1e9,
+             m.n_layers, m.dim, describe_batch(in.micro_batch, in.seq_len, in.grad_accum), dtype_name(in.dtype),
              in.activation_checkpointing ? ", activation checkpointing" : "");
   fmt::print("layout     {} devices = dp {} x tp {}, ZeRO stage {}; {} devices per node\n", world, in.dp, in.tp,
              in.zero, in.hw.devices_per_node);

@@ -62,7 +62,7 @@ std::vector<std::string> summarize(const Config& c, const ModelConfig& model, in
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
                   family_name(model.family), c.get<std::string>("checkpoint.path"), double(model.num_params()) / 1e6,
                   double(trained) / 1e6, lora ? fmt::format(" (LoRA rank {})", lora->rank) : std::string()),
-      describe_batch(batch, seq_len, c.get<int64_t>("gradient_accumulation_steps")),
+      "batch: " + describe_batch(batch, seq_len, c.get<int64_t>("gradient_accumulation_steps")),
       describe(m, run),
   };
 }

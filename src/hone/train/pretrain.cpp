@@ -26,7 +26,7 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
       fmt::format("model: {} ({} family), {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), double(model.num_params()) / 1e6,
                   double(model.num_matmul_params()) / 1e6),
-      describe_batch(batch, seq_len, c.get<int64_t>("gradient_accumulation_steps")),
+      "batch: " + describe_batch(batch, seq_len, c.get<int64_t>("gradient_accumulation_steps")),
       describe(m, run),
   };
 }

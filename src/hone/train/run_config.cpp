@@ -317,14 +317,13 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                      format_bytes(double(m.activations)), workspace, too_big);
 }
 
-std::string plural(int64_t n, std::string_view word, std::string_view plural) {
+std::string plural(int64_t n, std::string_view word, std::string_view plural_form) {
   if (n == 1) return std::string(word);
-  return plural.empty() ? std::string(word) + "s" : std::string(plural);
+  return plural_form.empty() ? std::string(word) + "s" : std::string(plural_form);
 }
 
 std::string describe_batch(int64_t batch_size, int64_t seq_len, int64_t gradient_accumulation_steps) {
-  return fmt::format("batch: {} x {} tokens per micro-batch, {} {} per step", batch_size, seq_len,
-                     gradient_accumulation_steps,
+  return fmt::format("{} x {} tokens per micro-batch, {} {} per step", batch_size, seq_len, gradient_accumulation_steps,
                      plural(gradient_accumulation_steps, "micro-batch", "micro-batches"));
 }
 
