@@ -1,5 +1,6 @@
 // Cross-entropy with ignore-index masking, AdamW against torch.optim.AdamW's
 // arithmetic, global-norm clipping and learning-rate schedules.
+#include <algorithm>
 #include <cmath>
 
 #include "hone/optim/adamw.hpp"
@@ -51,8 +52,9 @@ TEST(CrossEntropy, Bf16LogitsGiveFp32AccurateLoss) {
   EXPECT_NEAR(from_bf16, from_rounded_f32, 1e-5);  // the arithmetic is fp32; only the storage is bf16
 }
 
-// Training's fused pass gives, bit for bit, the forward pass's losses and lse and
-// the backward pass's gradient (rows longer than one logsumexp chunk included).
+// Training's fused pass (one exp per logit, kept for the gradient) gives the
+// forward pass's losses and lse and the backward pass's gradient to the storage
+// type's rounding (rows longer than one logsumexp chunk included).
 TEST(CrossEntropy, ForwardBackwardInOnePassEqualsTheTwoPasses) {
   for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
     const int64_t rows = 5, vocab = 4099;
@@ -67,11 +69,26 @@ TEST(CrossEntropy, ForwardBackwardInOnePassEqualsTheTwoPasses) {
     Tensor fused = logits.clone();
     Tensor fused_losses = Tensor::empty({rows}, compute), fused_lse = Tensor::empty({rows}, compute);
     const ops::LossSum got = ops::cross_entropy_forward_backward(fused, targets, fused_losses, fused_lse, 0.25);
-    EXPECT_EQ(got.sum, expected.sum) << dtype_name(dtype);
+    // Relative rounding of the compute type (losses, lse) and of the gradient:
+    // the two passes' exp(z - lse) carries lse's rounding (|z - lse| up to ~20
+    // here, times f32's 6e-8); bf16 results may sit one step (2^-7) apart.
+    const double compute_eps = dtype == DType::f64 ? 1e-13 : 1e-6;
+    const double storage_eps = dtype == DType::bf16 ? 1.0 / 128 : dtype == DType::f32 ? 4e-6 : compute_eps;
+    EXPECT_NEAR(got.sum, expected.sum, compute_eps * std::abs(expected.sum)) << dtype_name(dtype);
     EXPECT_EQ(got.tokens, 4);
-    EXPECT_EQ(fused_losses.to_vector<double>(), losses.to_vector<double>()) << dtype_name(dtype);
-    EXPECT_EQ(fused_lse.to_vector<double>(), lse.to_vector<double>()) << dtype_name(dtype);
-    EXPECT_EQ(fused.to_vector<double>(), two_pass.to_vector<double>()) << dtype_name(dtype);
+    const auto max_relative_error = [](const std::vector<double>& a, const std::vector<double>& b) {
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a[i] != b[i]) worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(a[i]), std::abs(b[i])));
+      return worst;
+    };
+    EXPECT_LE(max_relative_error(fused_losses.to_vector<double>(), losses.to_vector<double>()), compute_eps)
+        << dtype_name(dtype);
+    EXPECT_LE(max_relative_error(fused_lse.to_vector<double>(), lse.to_vector<double>()), compute_eps)
+        << dtype_name(dtype);
+    const std::vector<double> gradient = fused.to_vector<double>();
+    EXPECT_LE(max_relative_error(gradient, two_pass.to_vector<double>()), storage_eps) << dtype_name(dtype);
+    for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(gradient[size_t(vocab + j)], 0.0);  // the ignored row
   }
 }
 

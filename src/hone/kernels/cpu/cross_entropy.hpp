@@ -26,7 +26,9 @@ void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T
 
 // Both passes row by row over the whole vocabulary: the forward's losses and
 // lse, then the backward's gradient while the row is still in cache: the
-// largest activation is read from memory once instead of twice.
+// largest activation is read from memory once instead of twice, and each
+// logit's exp is taken once (kept in a per-thread row of compute_t<T>).
+// Equal to the two passes up to rounding, not bit for bit.
 template <typename T>
 void cross_entropy_forward_backward(T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
                                     double scale, int64_t rows, int64_t vocab, int32_t ignore_index);
