@@ -13,8 +13,8 @@
 #include "hone/cli/commands.hpp"
 #include "hone/cli/progress_line.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/preprocess.hpp"
-#include "hone/train/run_config.hpp"
 
 namespace hone::cli {
 namespace {

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/model/sampling.hpp"
 #include "hone/train/inference.hpp"

@@ -4,6 +4,7 @@
 
 #include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/dist/plan.hpp"
 #include "hone/io/checkpoint.hpp"
@@ -317,24 +318,9 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                      format_bytes(double(m.activations)), workspace, too_big);
 }
 
-std::string plural(int64_t n, std::string_view word, std::string_view plural_form) {
-  if (n == 1) return std::string(word);
-  return plural_form.empty() ? std::string(word) + "s" : std::string(plural_form);
-}
-
 std::string describe_batch(int64_t batch_size, int64_t seq_len, int64_t gradient_accumulation_steps) {
   return fmt::format("{} x {} tokens per micro-batch, {} {} per step", batch_size, seq_len, gradient_accumulation_steps,
                      plural(gradient_accumulation_steps, "micro-batch", "micro-batches"));
-}
-
-std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.{}f} {}", bytes, u == 0 ? 0 : 2, units[u]);
 }
 
 }  // namespace hone

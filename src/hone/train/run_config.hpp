@@ -79,10 +79,6 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
 // "memory estimate on cpu (bf16): total = weights + gradients + ...", for a run's banner.
 std::string describe(const MemoryEstimate& estimate, const RunSettings& run);
 
-std::string format_bytes(double bytes);
-// `word` or its plural after a count of n ("1 prompt", "2 prompts");
-// `plural_form` where adding an s will not do.
-std::string plural(int64_t n, std::string_view word, std::string_view plural_form = "");
 // "8 x 256 tokens per micro-batch, 1 micro-batch per step": a run's banner, hone plan.
 std::string describe_batch(int64_t batch_size, int64_t seq_len, int64_t gradient_accumulation_steps);
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "hone/core/parallel.hpp"
+#include "hone/core/text.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/ops/ops.hpp"

@@ -1,0 +1,24 @@
+#include <gtest/gtest.h>
+
+#include "hone/core/text.hpp"
+
+namespace hone {
+namespace {
+
+TEST(Text, BytesInBinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(2603513344.0), "2.42 GiB");
+  EXPECT_EQ(format_bytes(3.0 * 1024 * 1024 * 1024 * 1024 * 1024), "3072.00 TiB");  // no unit above TiB
+}
+
+TEST(Text, CountsReadAsEnglish) {
+  EXPECT_EQ(plural(1, "step"), "step");
+  EXPECT_EQ(plural(0, "step"), "steps");
+  EXPECT_EQ(plural(2, "micro-batch", "micro-batches"), "micro-batches");
+  EXPECT_EQ(plural(1, "micro-batch", "micro-batches"), "micro-batch");
+}
+
+}  // namespace
+}  // namespace hone
