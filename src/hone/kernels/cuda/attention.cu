@@ -459,7 +459,7 @@ void attention_forward(const T* qkv, T* out, float* lse, const float* alibi_slop
   if (s.batch * s.seq == 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
     if (cudnn_attention_forward(qkv, out, lse, alibi_slopes, dims)) return;
-    if (mma_attention_fits(s, {qkv, out})) return mma_attention_forward(qkv, out, lse, s);
+    if (mma_attention_fits(s, AttentionPass::forward, {qkv, out})) return mma_attention_forward(qkv, out, lse, s);
   }
   const dim3 grid(unsigned((s.seq + kTile - 1) / kTile), unsigned(s.heads), unsigned(s.batch));
   dispatch_head_dim(s.head_dim, [&]<int kDims>() {
@@ -484,7 +484,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const float*
                                                                                              delta.as<float>(), s);
   HONE_CUDA_LAUNCHED("attention_backward (delta)");
   if constexpr (std::is_same_v<T, bf16>) {
-    if (mma_attention_fits(s, {d_out, qkv, d_qkv})) {
+    if (mma_attention_fits(s, AttentionPass::backward, {d_out, qkv, d_qkv})) {
       return mma_attention_backward(d_out, qkv, lse, delta.as<float>(), d_qkv, s);
     }
   }

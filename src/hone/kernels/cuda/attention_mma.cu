@@ -371,18 +371,30 @@ __global__ void __launch_bounds__(kMmaThreads) mma_dkv_kernel(const bf16* d_out,
   store_rows<D>(dv, 1.0f, scores, rows + (s.heads + s.kv_heads + kvh) * D, s.row_stride, warp_rows);
 }
 
-// Raises the kernel's dynamic shared memory limit to `bytes` (past the default
-// 48 KiB), failing with the sizes when this GPU has less.
+// Whether one block of the kernel, with `bytes` of dynamic shared memory and its
+// static share, fits this GPU (an H100 allows 227 KiB; compute capability 8.6
+// and 8.9 parts, 99 KiB: too little for head size 128's backward kernels).
 template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const char* name) {
+bool shared_fits(Kernel kernel, size_t bytes) {
   cudaFuncAttributes attributes{};
   HONE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  if (bytes + attributes.sharedSizeBytes > max_shared_memory_per_block()) {
-    fail_text(std::string(name) + " needs " + std::to_string(bytes + attributes.sharedSizeBytes) +
-              " bytes of shared memory per block; this GPU allows " + std::to_string(max_shared_memory_per_block()));
-  }
+  return bytes + attributes.sharedSizeBytes <= max_shared_memory_per_block();
+}
+
+// Raises the kernel's dynamic shared memory limit to `bytes` (past the default
+// 48 KiB); mma_attention_fits() has checked that this GPU has them.
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes) {
   HONE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
+
+// Each kernel's dynamic shared memory: head tiles, then per warp the bf16 tiles.
+template <int D>
+constexpr size_t kForwardShared = shared_bytes<D>(3, 1, 0);
+template <int D>
+constexpr size_t kDqShared = shared_bytes<D>(4, 1, 0);
+template <int D>
+constexpr size_t kDkvShared = shared_bytes<D>(4, 2, 0);
 
 // Calls fn.template operator()<D>() with the head size (64 or 128).
 template <typename Fn>
@@ -395,23 +407,29 @@ unsigned tiles_of(int64_t seq) { return unsigned((seq + kRows - 1) / kRows); }
 
 }  // namespace
 
-bool mma_attention_fits(const AttentionShape& s, std::initializer_list<const void*> buffers) {
+bool mma_attention_fits(const AttentionShape& s, AttentionPass pass, std::initializer_list<const void*> buffers) {
   if (s.head_dim != 64 && s.head_dim != 128) return false;
   if (s.row_stride % 8 != 0 || s.out_stride % 8 != 0) return false;  // rows start on 16 bytes
   if (s.seq > (int64_t(1) << 30)) return false;                        // key positions are int in the kernels
   for (const void* p : buffers) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   }
-  return compute_capability() >= 80;
+  if (compute_capability() < 80) return false;
+  bool fits = false;
+  dispatch_mma_head_dim(s.head_dim, [&]<int D>() {
+    fits = pass == AttentionPass::forward
+               ? shared_fits(mma_forward_kernel<D>, kForwardShared<D>)
+               : shared_fits(mma_dq_kernel<D>, kDqShared<D>) && shared_fits(mma_dkv_kernel<D>, kDkvShared<D>);
+  });
+  return fits;
 }
 
 void mma_attention_forward(const bf16* qkv, bf16* out, float* lse, const AttentionShape& s) {
   dispatch_mma_head_dim(s.head_dim, [&]<int D>() {
     const auto kernel = mma_forward_kernel<D>;
-    const size_t bytes = shared_bytes<D>(3, 1, 0);
-    allow_shared(kernel, bytes, "attention (tensor cores)");
-    kernel<<<dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, bytes, stream()>>>(qkv, out,
-                                                                                                          lse, s);
+    allow_shared(kernel, kForwardShared<D>);
+    kernel<<<dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, kForwardShared<D>, stream()>>>(
+        qkv, out, lse, s);
     HONE_CUDA_LAUNCHED("attention_forward (tensor cores)");
   });
 }
@@ -420,15 +438,13 @@ void mma_attention_backward(const bf16* d_out, const bf16* qkv, const float* lse
                             const AttentionShape& s) {
   dispatch_mma_head_dim(s.head_dim, [&]<int D>() {
     const auto dq = mma_dq_kernel<D>;
-    const size_t dq_bytes = shared_bytes<D>(4, 1, 0);
-    allow_shared(dq, dq_bytes, "attention backward (tensor cores)");
-    dq<<<dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, dq_bytes, stream()>>>(
+    allow_shared(dq, kDqShared<D>);
+    dq<<<dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, kDqShared<D>, stream()>>>(
         d_out, qkv, lse, delta, d_qkv, s);
     HONE_CUDA_LAUNCHED("attention_backward (dq, tensor cores)");
     const auto dkv = mma_dkv_kernel<D>;
-    const size_t dkv_bytes = shared_bytes<D>(4, 2, 0);
-    allow_shared(dkv, dkv_bytes, "attention backward (tensor cores)");
-    dkv<<<dim3(tiles_of(s.seq), unsigned(s.kv_heads), unsigned(s.batch)), kMmaThreads, dkv_bytes, stream()>>>(
+    allow_shared(dkv, kDkvShared<D>);
+    dkv<<<dim3(tiles_of(s.seq), unsigned(s.kv_heads), unsigned(s.batch)), kMmaThreads, kDkvShared<D>, stream()>>>(
         d_out, qkv, lse, delta, d_qkv, s);
     HONE_CUDA_LAUNCHED("attention_backward (dk, dv, tensor cores)");
   });

@@ -1,7 +1,7 @@
 #pragma once
 // Attention on the tensor cores (bf16 operands, fp32 accumulation) for the
 // common case: bf16 tensors, head size 64 or 128, 16-byte aligned rows, a GPU
-// of compute capability 8.0 or more. attention.cu sends a call here when
+// of compute capability 8.0 or more with the shared memory the pass needs. attention.cu sends a call here when
 // mma_attention_fits() and keeps its CUDA-core kernels for everything else.
 // Same semantics and outputs as those: causal, grouped-query heads, ALiBi,
 // packed-sequence windows; lse per query; no atomics in the backward pass.
@@ -12,8 +12,11 @@
 
 namespace hone::kernels::cuda {
 
-// Whether the tensor-core kernels take a call of shape `s` on these buffers.
-bool mma_attention_fits(const AttentionShape& s, std::initializer_list<const void*> buffers);
+enum class AttentionPass { forward, backward };
+
+// Whether the tensor-core kernels take a pass of shape `s` on these buffers,
+// their shared memory included (else the CUDA-core kernels run).
+bool mma_attention_fits(const AttentionShape& s, AttentionPass pass, std::initializer_list<const void*> buffers);
 
 void mma_attention_forward(const bf16* qkv, bf16* out, float* lse, const AttentionShape& s);
 // Writes every element of d_qkv; delta[b, h, t] = dO·O per query (attention.cu computes it).
