@@ -701,6 +701,7 @@ bool run_plan(bool backward, const Variant& v, const AttentionDims& d,
   std::lock_guard lock(mutex);
   const PlanKey key{backward, v.alibi, v.packed, d.batch, d.seq, d.n_heads, d.n_kv_heads, d.head_dim};
   const auto give_up = [&](const char* what, const Error& e) {
+    cudaGetLastError();  // a launch that failed inside cuDNN is not the next kernel's error
     fmt::print(stderr,
                "hone: cuDNN {} fused attention {}{}{} for batch {}, seq {}, {} query and {} key/value heads of size {} "
                "({}); hone's attention kernels run instead\n",

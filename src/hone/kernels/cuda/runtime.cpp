@@ -19,6 +19,10 @@ void fail_cuda(cudaError_t error, const char* call, const char* file, int line) 
   const std::string_view path(file);
   const size_t slash = path.find_last_of('/');
   const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  // Clear the error (where it is not sticky), so that the next launch check does
+  // not report it again as its own: callers may catch this one and go on (the
+  // cuDNN attention plan that fails to run falls back to hone's kernels).
+  cudaGetLastError();
   fail("{} failed at {}:{}: {}: {}", call, name, line, cudaGetErrorName(error), cudaGetErrorString(error));
 }
 
@@ -139,7 +143,7 @@ class CudaAllocator final : public Allocator {
              "device has {} of {} bytes free)",
              rt.device, bytes, allocated_, reserved_, free, total);
       }
-      HONE_CUDA_CHECK(error);
+      if (error != cudaSuccess) fail_cuda(error, "cudaMalloc", __FILE__, __LINE__);
       reserved_ += size;
     }
     allocated_ += bytes;
@@ -190,10 +194,13 @@ class CudaAllocator final : public Allocator {
   void release_cached_locked() {
     HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
     for (auto& [size, list] : free_) {
-      for (void* ptr : list) HONE_CUDA_CHECK(cudaFree(ptr));
-      reserved_ -= size * list.size();
-      cached_ -= size * list.size();
-      list.clear();
+      while (!list.empty()) {  // off the list before freeing: a failed cudaFree leaves no freed block in it
+        void* ptr = list.back();
+        list.pop_back();
+        reserved_ -= size;
+        cached_ -= size;
+        HONE_CUDA_CHECK(cudaFree(ptr));
+      }
     }
   }
 
@@ -299,6 +306,7 @@ CopyStream::~CopyStream() {
   }
   if (handles_->compute_point != nullptr) cudaEventDestroy(handles_->compute_point);
   if (handles_->copies != nullptr) cudaStreamDestroy(handles_->copies);
+  cudaGetLastError();  // what failed here is not the next launch's error
 }
 
 void CopyStream::pin(void* host, size_t bytes) {
