@@ -114,6 +114,21 @@ TEST(Matmul, Bf16TransposedOperandCopiedInBlocksMatchesDefinition) {
   }
 }
 
+// An empty result (no rows, or no columns) is a valid product with nothing to do;
+// an empty reduction gives zeros.
+TEST(Matmul, EmptyOperandsAreValidProducts) {
+  Tensor b = random_tensor({2, 5, 4}, DType::f32, 3), no_rows = Tensor::empty({2, 0, 5}, DType::f32);
+  Tensor c = Tensor::empty({2, 0, 4}, DType::f32);
+  EXPECT_NO_THROW(ops::matmul(no_rows, false, b, false, c));
+  Tensor a = random_tensor({2, 3, 5}, DType::f32, 4), no_columns = Tensor::empty({2, 5, 0}, DType::f32);
+  Tensor d = Tensor::empty({2, 3, 0}, DType::f32);
+  EXPECT_NO_THROW(ops::matmul(a, false, no_columns, false, d));
+  Tensor e = random_tensor({2, 3, 4}, DType::f32, 5);
+  ops::matmul(Tensor::empty({2, 3, 0}, DType::f32), false, Tensor::empty({2, 0, 4}, DType::f32), false, e);
+  EXPECT_EQ(e.to_vector<double>(), std::vector<double>(24, 0.0));
+  EXPECT_THROW(ops::matmul(no_rows, false, b, false, d), Error);  // empty, but of the wrong shape
+}
+
 TEST(Matmul, RejectsMismatchedShapes) {
   Tensor a = Tensor::zeros({1, 3, 4}, DType::f32), b = Tensor::zeros({1, 5, 2}, DType::f32);
   Tensor c = Tensor::zeros({1, 3, 2}, DType::f32);

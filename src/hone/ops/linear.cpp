@@ -45,7 +45,8 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
   const int n = a.ndim();
   const int64_t m = c.size(n - 2), cols = c.size(n - 1);
   const int64_t k = trans_a ? a.size(n - 2) : a.size(n - 1);
-  const int64_t batch = c.numel() / std::max<int64_t>(m * cols, 1);
+  int64_t batch = 1;  // from the leading sizes: c.numel() / (m · cols) is 0 / 0 where c is empty
+  for (int d = 0; d < n - 2; ++d) batch *= c.size(d);
   HONE_CHECK((trans_a ? a.size(n - 1) : a.size(n - 2)) == m && (trans_b ? b.size(n - 1) : b.size(n - 2)) == k &&
                  (trans_b ? b.size(n - 2) : b.size(n - 1)) == cols && a.numel() == batch * m * k &&
                  b.numel() == batch * k * cols,

@@ -25,8 +25,8 @@ namespace {
 // hundreds of processes). It is opened on the first GEMM instead.
 #define HONE_CUBLASLT_FUNCTIONS(X)                                                                   \
   X(cublasLtCreate) X(cublasLtGetStatusName) X(cublasLtGetStatusString) X(cublasLtMatmul)           \
-  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescSetAttribute)   \
-  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                             \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)       \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                             \
   X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutSetAttribute)
 
 struct CublasLt {
@@ -136,18 +136,27 @@ class LtGemm {
  private:
   void ensure_handle() {
     if (handle_ != nullptr) return;
+    // From the tensor allocator, so memory/allocated_mem includes it. First: if
+    // it fails (out of memory), the next call tries again instead of finding a
+    // handle and running with no workspace.
+    if (workspace_ == nullptr) workspace_ = allocator_for(Device::cuda(current_device())).allocate(kWorkspaceBytes);
     HONE_CUBLAS_CHECK(lt().cublasLtCreate(&handle_));
-    // From the tensor allocator, so memory/allocated_mem includes it.
-    workspace_ = allocator_for(Device::cuda(current_device())).allocate(kWorkspaceBytes);
+  }
+
+  // fp32 accumulation and scalars; cuBLASLt's A is our B (see run).
+  static cublasLtMatmulDesc_t matmul_desc(const GemmArgs& g) {
+    cublasLtMatmulDesc_t desc = nullptr;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    return desc;
   }
 
   Plan make_plan(const GemmArgs& g, const float* bias) {
     Plan p;
-    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    p.desc = matmul_desc(g);
     // Our B stored [k, n] (or [n, k] transposed) is column-major n×k (k×n); our A
     // stored [m, k] ([k, m]) is column-major k×m (m×k); C is column-major n×m.
     p.a = g.trans_b ? layout(g.ab_type, g.k, g.n, g.batch) : layout(g.ab_type, g.n, g.k, g.batch);
@@ -181,9 +190,9 @@ class LtGemm {
           lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
       found = heuristic(p, preference, /*epilogue_optional=*/true);
       p.fused_bias = found;
-      if (!found) {
-        const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-        HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none));
+      if (!found) {  // a plain descriptor: no bias type or pointer left for the heuristic to weigh
+        HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescDestroy(p.desc));
+        p.desc = matmul_desc(g);
       }
     }
     if (!found) found = heuristic(p, preference);
