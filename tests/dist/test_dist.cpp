@@ -63,6 +63,26 @@ TEST(Environment, OpenMpi) {
   EXPECT_EQ(p.local_world_size, 2);
 }
 
+// Which GPU a rank computes on: its local rank's, unless the launcher left it
+// exactly one (srun --gpus-per-task=1); a lone process keeps the one asked for.
+TEST(Environment, RankDeviceFollowsTheLocalRankAndTheVisibleGpus) {
+  const ProcessInfo alone = discover({});
+  const ProcessInfo second = discover({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "node01"}, {"MASTER_PORT", "29500"}});
+  const auto env = [](const char* visible) {
+    return [visible](const char* name) -> const char* {
+      return std::string_view(name) == "CUDA_VISIBLE_DEVICES" ? visible : nullptr;
+    };
+  };
+  EXPECT_EQ(rank_device(alone, Device::cuda(3), env(nullptr)), Device::cuda(3));
+  EXPECT_EQ(rank_device(alone, Device::cpu(), env(nullptr)), Device::cpu());
+  EXPECT_EQ(rank_device(second, Device::cpu(), env("5")), Device::cpu());
+  EXPECT_EQ(rank_device(second, Device::cuda(), env(nullptr)), Device::cuda(1));
+  EXPECT_EQ(rank_device(second, Device::cuda(), env("0,1")), Device::cuda(1));
+  EXPECT_EQ(rank_device(second, Device::cuda(), env("")), Device::cuda(1));
+  EXPECT_EQ(rank_device(second, Device::cuda(), env("5")), Device::cuda(0));  // the one GPU srun bound to this task
+}
+
 TEST(Environment, SlurmTaskOfAStep) {
   const ProcessInfo p = discover({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_STEP_NUM_TASKS", "6"},
                                   {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"}, {"SLURM_STEP_ID", "0"},

@@ -29,6 +29,20 @@ TEST(CudaRuntime, ChoosingTheDeviceChecksItsIndex) {
   EXPECT_EQ(error_of([] { kernels::cuda::set_device(kernels::cuda::current_device()); }), "");
 }
 
+// A process run on cuda:N computes there: ops::use_device, which the recipes'
+// TrainingWorld, hone bench and generation call before making anything, picks it.
+TEST(CudaRuntime, UseDeviceChoosesTheProcessGpu) {
+  if (kernels::cuda::available()) GTEST_SKIP() << "a CUDA device is usable here: it would start on the first tensor";
+  const int before = kernels::cuda::current_device();
+  ops::use_device(Device::cuda(2));
+  EXPECT_EQ(kernels::cuda::current_device(), 2);
+  const std::string error = error_of([] { Tensor::zeros({4}, DType::f32, Device::cuda(2)); });
+  EXPECT_NE(error.find("device cuda:2 requested"), std::string::npos) << error;
+  ops::use_device(Device::cpu());  // nothing to choose
+  EXPECT_EQ(kernels::cuda::current_device(), 2);
+  ops::use_device(Device::cuda(before));
+}
+
 // cuDNN takes hone's fused attention graphs (attention_cudnn.cpp) for an H100
 // without one: cuDNN 9.8+ plans for a GPU it is given the properties of (an
 // H100 SXM's, as cudaGetDeviceProperties reports them). Without a GPU driver,

@@ -14,6 +14,8 @@
 #include "hone/core/error.hpp"
 #include "hone/core/parallel.hpp"
 #include "hone/dist/communicator.hpp"
+#include "hone/dist/environment.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone::cli {
 namespace {
@@ -50,8 +52,9 @@ double time_op(dist::Communicator& comm, const std::string& op, const Tensor& in
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) call();
   const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
-  Tensor one = Tensor::from(std::vector<double>{mine}, Shape{1});
-  Tensor all = Tensor::empty(Shape{comm.size()}, DType::f64);
+  // On the operands' device: NCCL moves CUDA tensors only.
+  Tensor one = Tensor::from(std::vector<double>{mine}, Shape{1}).to(in.device());
+  Tensor all = Tensor::empty(Shape{comm.size()}, DType::f64, in.device());
   comm.all_gather(one, all);
   double slowest = 0;
   for (double t : all.to_vector<double>()) slowest = std::max(slowest, t);
@@ -73,7 +76,8 @@ int run(const Args& a) {
   }
   // Nothing here computes: idle OpenMP threads spinning on the cores would only slow MPI's progress.
   set_num_threads(1);
-  Device device = parse_device(a.device);
+  const Device device = dist::rank_device(dist::discover_process(), parse_device(a.device));
+  ops::use_device(device);
   auto comm = dist::Communicator::from_environment(device);
   const int n = comm->size();
   const bool root = comm->rank() == 0;

@@ -175,4 +175,16 @@ ProcessInfo discover_process() {
   return discover_process([](const char* name) -> const char* { return std::getenv(name); });
 }
 
+Device rank_device(const ProcessInfo& p, Device requested, const EnvLookup& env) {
+  if (!requested.is_cuda() || p.local_world_size == 1) return requested;
+  const char* visible = env("CUDA_VISIBLE_DEVICES");
+  const bool one_visible =
+      visible != nullptr && *visible != '\0' && std::string_view(visible).find(',') == std::string_view::npos;
+  return Device::cuda(one_visible ? 0 : p.local_rank);
+}
+
+Device rank_device(const ProcessInfo& p, Device requested) {
+  return rank_device(p, requested, [](const char* name) -> const char* { return std::getenv(name); });
+}
+
 }  // namespace hone::dist

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "hone/core/device.hpp"
+
 namespace hone::dist {
 
 struct ProcessInfo {
@@ -32,6 +34,13 @@ using EnvLookup = std::function<const char*(const char*)>;
 // (a rank outside the world, a world size below 1).
 ProcessInfo discover_process(const EnvLookup& env);
 ProcessInfo discover_process();  // from this process's environment
+
+// The device this rank computes on when the run asks for `requested`: the CPU
+// as asked; on CUDA with several processes on the node, the GPU of its local
+// rank, or the only one CUDA_VISIBLE_DEVICES leaves it (Slurm's
+// --gpus-per-task=1 binds one GPU to each task); a lone process, the GPU asked for.
+Device rank_device(const ProcessInfo& p, Device requested, const EnvLookup& env);
+Device rank_device(const ProcessInfo& p, Device requested);  // from this process's environment
 
 // Expands Slurm's compressed host lists: "node[01-03,07],gpu5" ->
 // node01 node02 node03 node07 gpu5. Zero padding is kept; several bracket

@@ -115,7 +115,7 @@ ncclUniqueId tcp_rendezvous(const ProcessInfo& p, ncclUniqueId id, double timeou
 }  // namespace
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::world(const ProcessInfo& p, Device device) {
-  const int index = p.local_world_size > 1 ? p.local_rank : device.index;
+  const int index = rank_device(p, device).index;
   // hone's own kernels and allocations must run on this GPU too: its runtime
   // would otherwise start on cuda:0 at first use (it throws if already elsewhere).
   kernels::cuda::set_device(index);

@@ -228,4 +228,10 @@ void synchronize(Device device) {
 #endif
 }
 
+void use_device(Device device) {
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) kernels::cuda::set_device(device.index);
+#endif
+}
+
 }  // namespace hone::ops

@@ -184,6 +184,10 @@ void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scal
 // they return, CUDA ops queue kernels on the device's stream. For timing (a
 // host clock read after it covers the work before it).
 void synchronize(Device device);
+// Makes `device` the one this process computes on, before anything is made on
+// it: a CUDA process uses one GPU (cuda:N for N > 0 needs this; the default is
+// cuda:0). Nothing for the CPU.
+void use_device(Device device);
 
 // Copies between a device's tensors and host tensors that overlap the device's
 // compute (activation offloading). On CUDA they run on a stream of their own,

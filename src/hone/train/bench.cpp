@@ -62,6 +62,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   HONE_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got {}", o.batch_size);
   HONE_CHECK(!o.peak_tflops || *o.peak_tflops > 0, "--peak-tflops must be positive, got {}", o.peak_tflops.value_or(0));
   if (o.threads > 0) set_num_threads(o.threads);
+  ops::use_device(o.device);
   // Half a second of products, before the steps and again after them, the
   // better of the two: on a shared host a burst of other work can slow every
   // product for longer than that (the best of three in 0.1 s once read half

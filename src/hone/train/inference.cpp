@@ -6,6 +6,7 @@
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/json_file.hpp"
+#include "hone/ops/ops.hpp"
 #include "hone/train/run_config.hpp"
 
 namespace hone {
@@ -32,6 +33,7 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
                         .dtype = parse_dtype(c.get<std::string>("dtype")),
                         .threads = int(c.get<int64_t>("threads"))};
   if (run.threads > 0) set_num_threads(run.threads);
+  ops::use_device(run.device);
   const std::string model_path = c.get<std::string>("checkpoint.path");
   const std::unique_ptr<WeightSource> weights = open_weights(model_path, c.get<std::string>("checkpoint.format"));
   InferenceModel out;

@@ -146,6 +146,7 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t keep_last_n = c.get<int64_t>("checkpoint.keep_last_n");
   const int64_t max_nonfinite = c.get<int64_t>("max_consecutive_nonfinite");
   Allocator& memory = allocator_for(world.device());
+  memory.reset_peak();  // training's peak: the GEMM-peak probe's operands (800 MB on a GPU in fp32) are not part of it
   install_stop_handlers();
 
   // A large model's weights and AdamW state take a while to save: said while it

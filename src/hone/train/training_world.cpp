@@ -9,6 +9,7 @@
 #include "hone/dist/environment.hpp"
 #include "hone/dist/fully_sharded.hpp"
 #include "hone/dist/tensor_parallel.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone {
 
@@ -27,7 +28,8 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
     : device_(device), zero_stage_(int(c.get<int64_t>("distributed.zero"))) {
   const int64_t tp = c.get<int64_t>("distributed.tp");
   const dist::ProcessInfo process = dist::discover_process();
-  if (device_.is_cuda() && process.local_world_size > 1) device_ = Device::cuda(process.local_rank);
+  device_ = dist::rank_device(process, device_);
+  ops::use_device(device_);
   world_ = dist::Communicator::from_environment(device_);
   HONE_CHECK(tp >= 1 && world_->size() % tp == 0,
              "{}: distributed.tp {} must divide the {} ranks of this run (dp x tp = world size)",
