@@ -33,17 +33,18 @@ Tensor Decoder::prefill(int64_t slot, std::span<const int32_t> prompt) {
   HONE_CHECK(n >= 1 && n < capacity_, "a prompt of {} tokens does not fit a cache of {} positions", n, capacity_);
   const Tensor tokens = Tensor::from(std::vector<int32_t>(prompt.begin(), prompt.end()), {1, n}).to(model_.device());
   model_.forward_hidden(tokens, Tensor());
-  // Keep each layer's keys and values: the k and v heads of the fused qkv rows.
+  // Keep each layer's keys and values: the k and v heads of the fused qkv rows,
+  // one column-block copy per layer and cache (a copy per row was 2·n·layers
+  // transfers, each a separate call on a GPU).
   const int64_t q_width = c.n_heads * c.head_dim(), kv_width = c.n_kv_heads * c.head_dim();
+  const auto slot_rows = [&](const Tensor& cache) {
+    return cache.view({cache.numel() / kv_width, kv_width}).rows(slot * capacity_, n);
+  };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const Tensor& qkv = model_.acts_.layers[size_t(l)].qkv;
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t row = t * c.qkv_dim(), cached = (slot * capacity_ + t) * kv_width;
-      k_cache_[size_t(l)].view({k_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
-          qkv.view({qkv.numel()}).slice(row + q_width, {kv_width}));
-      v_cache_[size_t(l)].view({v_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
-          qkv.view({qkv.numel()}).slice(row + q_width + kv_width, {kv_width}));
-    }
+    const Tensor prompt_rows = qkv.view({qkv.numel() / c.qkv_dim(), c.qkv_dim()}).rows(0, n);
+    ops::copy_columns(prompt_rows, q_width, slot_rows(k_cache_[size_t(l)]), 1.0);
+    ops::copy_columns(prompt_rows, q_width + kv_width, slot_rows(v_cache_[size_t(l)]), 1.0);
   }
   lengths_[size_t(slot)] = n;
   // Only the last position's logits: the head on one row.
