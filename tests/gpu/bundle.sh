@@ -12,6 +12,10 @@ stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" .gpu
 cp build-gpu/bin/test_cuda_ops build-gpu/bin/test_cuda_models build-gpu/bin/nccl_collectives build-gpu/bin/hone \
   build-gpu/bin/bench_attention "$stage/bin/"
+if ldd "$stage"/bin/* | grep 'not found'; then
+  echo "bundle.sh: the binaries need libraries this machine lacks (above)" >&2
+  exit 1
+fi
 # Every library they load but glibc's and CUDA's (the device machine has its own
 # CUDA 13; NCCL, 200 MB, comes with its PyTorch).
 ldd "$stage"/bin/* | awk '/=> \//{print $3}' | sort -u |

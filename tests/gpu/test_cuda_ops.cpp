@@ -242,13 +242,15 @@ class KernelChoice {
 
 class CudaAttention : public Cuda, public ::testing::WithParamInterface<AttentionCase> {};
 
-// Token positions of rows packed with samples of 17, 40, 40, ... tokens (on the CPU).
+// Token positions of rows packed with samples of 17, 40, 40, ... tokens in row 0,
+// other lengths in each other row (a kernel that read one row's sample starts for
+// every row would show), on the CPU.
 Tensor packed_positions(int64_t batch, int64_t seq) {
   std::vector<int32_t> p;
   for (int64_t b = 0; b < batch; ++b) {
     int64_t start = 0;
     for (int64_t t = 0; t < seq; ++t) {
-      if (t - start == (t < 60 ? 17 : 40)) start = t;
+      if (t - start == (t < 60 ? 17 + 5 * b : 40 - 3 * b)) start = t;
       p.push_back(int32_t(t - start));
     }
   }

@@ -725,6 +725,8 @@ bool run_plan(bool backward, const Variant& v, const AttentionDims& d,
     return true;
   } catch (const Error& e) {
     give_up("failed to run its", e);
+    cudaStreamSynchronize(stream());  // its kernels queued before the failure may still run; error ignored
+    cudaGetLastError();
     found->second.reset();
     return false;
   }

@@ -32,8 +32,9 @@ enum class AttentionKernels { cudnn, hone };
 AttentionKernels attention_kernels();
 void set_attention_kernels(AttentionKernels kernels);
 
-// Each runs the pass through cuDNN and returns true, or returns false having
-// written nothing: another kernel choice, a call outside what cuDNN takes here
+// Each runs the pass through cuDNN and returns true, or returns false (having
+// written nothing, or, where a plan failed to run, outputs the caller's kernels
+// then overwrite): another kernel choice, a call outside what cuDNN takes here
 // (other head sizes or lengths, unaligned rows), no
 // cuDNN library, or no engine for the shape. Pointers are device memory;
 // shapes as in kernels/cpu/attention.hpp.
