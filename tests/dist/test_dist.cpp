@@ -67,8 +67,8 @@ TEST(Environment, OpenMpi) {
 // exactly one (srun --gpus-per-task=1); a lone process keeps the one asked for.
 TEST(Environment, RankDeviceFollowsTheLocalRankAndTheVisibleGpus) {
   const ProcessInfo alone = discover({});
-  const ProcessInfo second = discover({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                                       {"MASTER_ADDR", "node01"}, {"MASTER_PORT", "29500"}});
+  const ProcessInfo second = discover({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node01"}, {"MASTER_PORT", "29500"}});
   const auto env = [](const char* visible) {
     return [visible](const char* name) -> const char* {
       return std::string_view(name) == "CUDA_VISIBLE_DEVICES" ? visible : nullptr;

@@ -36,7 +36,7 @@ source_dir=$(cat "$bundle/source_dir")
 if [ ! -e "$source_dir/tests/reference" ]; then
   mkdir -p "$(dirname "$source_dir")" && ln -sfn "$PWD" "$source_dir"
 fi
-[ -e "$source_dir/tests/reference" ] || echo "warning: the tests' reference files are not at $source_dir/tests/reference"
+[ -e "$source_dir/tests/reference" ] || echo "warning: no reference files at $source_dir/tests/reference"
 # CUDA's runtime, cuBLASLt, NVRTC (cuDNN compiles some engines at run time),
 # cuDNN and NCCL from the machine: the toolkit's, else any copy (e.g. pip's).
 # The toolkit and ldconfig first; one walk of /usr and /opt for the rest (a

@@ -1,8 +1,9 @@
 #pragma once
 // Attention on the tensor cores (bf16 operands, fp32 accumulation) for the
 // common case: bf16 tensors, head size 64 or 128, 16-byte aligned rows, a GPU
-// of compute capability 8.0 or more with the shared memory the pass needs. attention.cu sends a call here when
-// mma_attention_fits() and keeps its CUDA-core kernels for everything else.
+// of compute capability 8.0 or more with the shared memory the pass needs.
+// attention.cu sends a call here when mma_attention_fits() and keeps its
+// CUDA-core kernels for everything else.
 // Same semantics and outputs as those: causal, grouped-query heads, ALiBi,
 // packed-sequence windows; lse per query; no atomics in the backward pass.
 #include <initializer_list>

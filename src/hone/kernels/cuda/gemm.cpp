@@ -26,8 +26,9 @@ namespace {
 #define HONE_CUBLASLT_FUNCTIONS(X)                                                                   \
   X(cublasLtCreate) X(cublasLtGetStatusName) X(cublasLtGetStatusString) X(cublasLtMatmul)           \
   X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)       \
-  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                             \
-  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutSetAttribute)
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate)                              \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                       \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutSetAttribute)
 
 struct CublasLt {
 #define HONE_DECLARE(name) decltype(&::name) name = nullptr;
