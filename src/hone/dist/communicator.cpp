@@ -68,6 +68,13 @@ void check_reduce(const char* op, const Tensor& input, const Tensor& output, int
              dtype_name(input.dtype()));
 }
 
+double sum_over(Communicator& group, double local, Device device) {
+  if (group.size() == 1) return local;
+  const Tensor t = Tensor::from(std::vector<double>{local}, {1}).to(device);
+  group.all_reduce(t);
+  return t.to_vector<double>()[0];
+}
+
 double collective_timeout_seconds() {
   const char* value = std::getenv("HONE_DIST_TIMEOUT");
   if (value == nullptr) return 600;

@@ -106,6 +106,10 @@ void check_root(const char* op, int root, int size);
 // A reduce's root and, on the root, its output.
 void check_reduce(const char* op, const Tensor& input, const Tensor& output, int root, int rank, int size);
 
+// The sum over `group` of one number per rank, moved in a tensor on `device`
+// (NCCL moves CUDA tensors only). Collective.
+double sum_over(Communicator& group, double local, Device device);
+
 // HONE_DIST_TIMEOUT in seconds (default 600): how long a collective may wait for
 // its peers before the job is ended.
 double collective_timeout_seconds();

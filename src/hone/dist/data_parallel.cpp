@@ -41,18 +41,6 @@ FullyShardedParameters* DataParallel::shard_parameters(std::vector<ParameterSet*
   return sharded_.get();
 }
 
-namespace {
-
-// The sum over `group` of one number per rank, moved in a tensor on `device`.
-double sum_over(Communicator& group, double local, Device device) {
-  if (group.size() == 1) return local;
-  const Tensor t = Tensor::from(std::vector<double>{local}, {1}).to(device);
-  group.all_reduce(t);
-  return t.to_vector<double>()[0];
-}
-
-}  // namespace
-
 double DataParallel::sum(double local) const { return sum_over(group_, local, device_); }
 
 void DataParallel::begin_reduction(const ParameterSet& params) {

@@ -128,6 +128,16 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::world(const ProcessInfo& p, 
                            std::getenv("PMI_RANK") != nullptr;
   if (p.launcher != "torchrun" && mpi_runtime) {
     ensure_mpi_initialized();
+    // A launcher MPI does not speak (srun --mpi=pmi2 with Open MPI 5) leaves each
+    // process a world of its own: the broadcast would hand the others no id and
+    // rank 0 would wait in ncclCommInitRank for ever.
+    int mpi_size = 0, mpi_rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+    HONE_CHECK(mpi_size == p.world_size && mpi_rank == p.rank,
+               "the {} environment says rank {} of {}, but MPI's world has this process as rank {} of {}: MPI cannot "
+               "hand out NCCL's id (with srun, use --mpi=pmix; or start the ranks with hone launch)",
+               p.launcher, p.rank, p.world_size, mpi_rank, mpi_size);
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
   } else {
     id = tcp_rendezvous(p, id, collective_timeout_seconds());

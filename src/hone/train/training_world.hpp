@@ -57,9 +57,12 @@ class TrainingWorld {
   // [offset, count) of the flat trained buffers this rank's optimizer updates.
   std::pair<int64_t, int64_t> optimizer_shard(int64_t padded) const { return data_parallel_->shard(padded); }
 
+  // Over the data-parallel group (tensor-parallel ranks see the same batches).
   double sum(double local) const { return data_parallel_->sum(local); }
-  // True on every rank when it is true on any (a stop request that reached some ranks).
-  bool any(bool local) const { return sum(local ? 1.0 : 0.0) > 0; }
+  // True on every rank of the world when it is true on any (a stop request that
+  // reached some ranks): the data-parallel group alone would leave the other
+  // tensor-parallel ranks training while these stop.
+  bool any(bool local) const { return dist::sum_over(*world_, local ? 1.0 : 0.0, device_) > 0; }
   void barrier() const { world_->barrier(); }
 
   // save_checkpoint by every rank together: rank 0 prepares the folder and writes
