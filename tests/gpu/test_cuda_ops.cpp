@@ -419,6 +419,30 @@ TEST_F(Cuda, AttentionDecodeMatchesTheCpu) {
   }
 }
 
+TEST_F(Cuda, KvCacheAppendMatchesTheCpu) {
+  const int64_t rows = 3, slots = 4, capacity = 50, H = 4, KV = 2;
+  const Tensor slot_ids = Tensor::from(std::vector<int64_t>{2, 0, 3}, {rows});
+  const Tensor positions = Tensor::from(std::vector<int64_t>{0, 37, 49}, {rows});
+  for (const int64_t hd : {8, 128}) {
+    const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
+    const Tensor cos = random_tensor({capacity, hd / 2}, DType::f32, 40), sin = random_tensor({capacity, hd / 2}, DType::f32, 41);
+    for (const DType dtype : kDtypes) {
+      for (const bool rotary : {false, true}) {
+        const Tensor qkv = random_tensor({rows, (H + 2 * KV) * hd}, dtype, 42);
+        const Tensor k = random_tensor({slots, capacity, KV * hd}, dtype, 43), v = k.clone();
+        const Tensor qkv_gpu = gpu(qkv), k_gpu = gpu(k), v_gpu = gpu(v);
+        const Tensor c = rotary ? cos : Tensor(), s = rotary ? sin : Tensor();
+        ops::kv_cache_append(qkv, c, s, slot_ids, positions, k, v, heads);
+        ops::kv_cache_append(qkv_gpu, gpu(c), gpu(s), slot_ids, positions, k_gpu, v_gpu, heads);
+        const double tol = tolerance(dtype, 1e-6);
+        expect_match(qkv_gpu, qkv, tol, named(rotary ? "kv cache append, rotated qkv" : "kv cache append, qkv", dtype));
+        expect_match(k_gpu, k, tol, named("kv cache append, keys", dtype));
+        expect_match(v_gpu, v, tol, named("kv cache append, values", dtype));
+      }
+    }
+  }
+}
+
 TEST_F(Cuda, ActivationsForwardAndBackward) {
   for (const DType dtype : kDtypes) {
     const double tol = tolerance(dtype, 1e-5);

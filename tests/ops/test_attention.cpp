@@ -21,6 +21,16 @@ Tensor slopes_for(const Case& c) {
   return Tensor::from(s, {c.heads});
 }
 
+// The message of the hone::Error f throws ("" when it throws none).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // out[b, i, h] = Σ_{j ≤ i} softmax_j(scale·q_i·k_j + slope_h·(j - i)) · v_j
 Tensor naive_attention(const Tensor& qkv, const Case& c, const Tensor& slopes) {
   const int64_t H = c.heads, KV = c.kv_heads, hd = c.head_dim, row = (H + 2 * KV) * hd;
@@ -168,14 +178,6 @@ TEST(Attention, TokenPositionsAreCheckedByEachOpOrOnce) {
     ops::attention_forward(qkv, out, lse, Tensor(), heads_of(c), positions);
     return out;
   };
-  const auto error = [](const std::function<void()>& f) -> std::string {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   const Tensor positions = Tensor::from(std::vector<int32_t>{0, 1, 2, 0, 1, 0}, {1, c.seq});
   const ops::TokenPositions checked = ops::TokenPositions::checked(positions, Device::cpu());
   EXPECT_TRUE(checked.is_checked());
@@ -185,14 +187,56 @@ TEST(Attention, TokenPositionsAreCheckedByEachOpOrOnce) {
        {std::pair{std::vector<int32_t>{0, 1, 2, 0, 1, -1}, "token 5 of row 0 has position -1, expected 0 to 5"},
         std::pair{std::vector<int32_t>{0, 1, 2, 4, 1, 0}, "token 3 of row 0 has position 4, expected 0 to 3"}}) {
     const Tensor bad = Tensor::from(values, {1, c.seq});
-    EXPECT_NE(error([&] { forward(bad); }).find(std::string("attention: ") + message), std::string::npos);
-    EXPECT_NE(error([&] { ops::TokenPositions::checked(bad, Device::cpu()); }).find(message), std::string::npos);
+    EXPECT_NE(error_of([&] { forward(bad); }).find(std::string("attention: ") + message), std::string::npos);
+    EXPECT_NE(error_of([&] { ops::TokenPositions::checked(bad, Device::cpu()); }).find(message), std::string::npos);
   }
   const ops::TokenPositions too_short =
       ops::TokenPositions::checked(Tensor::from(std::vector<int32_t>{0, 1, 2}, {1, 3}), Device::cpu());
-  EXPECT_NE(error([&] { forward(too_short); }).find("token positions has shape [1, 3], expected [1, 6]"),
+  EXPECT_NE(error_of([&] { forward(too_short); }).find("token positions has shape [1, 3], expected [1, 6]"),
             std::string::npos)
-      << error([&] { forward(too_short); });
+      << error_of([&] { forward(too_short); });
+}
+
+// Decoding's cache update against rope_apply on each row alone and plain copies:
+// rows at different positions of different slots, with and without rotary tables.
+TEST(Attention, KvCacheAppendRotatesEachRowAtItsPositionAndCachesItsKeysAndValues) {
+  const int64_t H = 4, KV = 2, hd = 6, width = (H + 2 * KV) * hd, slots = 3, capacity = 9;
+  const std::vector<int64_t> slot_of = {2, 0, 1}, position_of = {0, 8, 5};
+  const int64_t rows = int64_t(slot_of.size());
+  const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
+  const Tensor cos = random_tensor({capacity, hd / 2}, DType::f64, 11), sin = random_tensor({capacity, hd / 2}, DType::f64, 12);
+  const Tensor slot_ids = Tensor::from(slot_of, {rows}), position_ids = Tensor::from(position_of, {rows});
+  for (const bool rotary : {true, false}) {
+    const Tensor qkv = random_tensor({rows, width}, DType::f64, 13);
+    const Tensor expected_qkv = qkv.clone();
+    const Tensor k_cache = random_tensor({slots, capacity, KV * hd}, DType::f64, 14), v_cache = k_cache.clone();
+    const Tensor expected_k = k_cache.clone(), expected_v = v_cache.clone();
+    for (int64_t i = 0; i < rows; ++i) {
+      const Tensor row = expected_qkv.slice(i * width, {1, 1, width});
+      if (rotary) ops::rope_apply(row, cos, sin, H + KV, hd, position_of[size_t(i)], false);
+      const int64_t cached = (slot_of[size_t(i)] * capacity + position_of[size_t(i)]) * KV * hd;
+      for (const auto& [cache, first] : {std::pair{expected_k, H * hd}, std::pair{expected_v, (H + KV) * hd}}) {
+        cache.view({cache.numel()}).slice(cached, {KV * hd}).copy_from(row.view({width}).slice(first, {KV * hd}));
+      }
+    }
+    ops::kv_cache_append(qkv, rotary ? cos : Tensor(), rotary ? sin : Tensor(), slot_ids, position_ids, k_cache,
+                         v_cache, heads);
+    const std::string what = rotary ? " (rotary)" : "";
+    expect_close(qkv, expected_qkv, 1e-15, "rotated qkv" + what);
+    expect_close(k_cache, expected_k, 0, "key cache" + what);
+    expect_close(v_cache, expected_v, 0, "value cache" + what);
+  }
+  // A position past the cache (or the rotary tables) names the row.
+  const Tensor qkv = random_tensor({rows, width}, DType::f64, 15);
+  const Tensor k_cache = Tensor::zeros({slots, capacity, KV * hd}, DType::f64), v_cache = k_cache.clone();
+  const Tensor past = Tensor::from(std::vector<int64_t>{0, 9, 5}, {rows});
+  EXPECT_NE(error_of([&] { ops::kv_cache_append(qkv, cos, sin, slot_ids, past, k_cache, v_cache, heads); })
+                .find("row 1 writes position 9 of slot 0 of a 3x9 cache"),
+            std::string::npos);
+  const Tensor short_tables = cos.slice(0, {5, hd / 2});
+  EXPECT_NE(error_of([&] { ops::kv_cache_append(qkv, short_tables, short_tables, slot_ids, position_ids, k_cache, v_cache, heads); })
+                .find("(5 rotary positions)"),
+            std::string::npos);
 }
 
 TEST(Attention, RejectsHeadsThatDoNotGroup) {

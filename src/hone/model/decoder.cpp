@@ -57,7 +57,7 @@ Tensor Decoder::prefill(int64_t slot, std::span<const int32_t> prompt) {
 Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> tokens) {
   const ModelConfig& c = model_.config();
   const int64_t rows = int64_t(slots.size()), D = c.dim, hd = c.head_dim();
-  const int64_t q_width = c.n_heads * hd, kv_width = c.n_kv_heads * hd;
+  const int64_t q_width = c.n_heads * hd;
   HONE_CHECK(int64_t(tokens.size()) == rows && rows > 0, "decode: {} tokens for {} sequences", tokens.size(), rows);
   std::vector<int64_t> positions, lengths;
   for (int64_t slot : slots) {
@@ -75,18 +75,21 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
   const Tensor qkv = empty({rows, 1, c.qkv_dim()}, T), attn = empty({rows, q_width}, T);
   const Tensor up = empty({rows, 1, c.mlp_up_dim()}, T), act = empty({rows, 1, c.ffn_dim}, T);
   const Tensor slot_ids = Tensor::from(std::vector<int64_t>(slots.begin(), slots.end()), {rows});
-  const Tensor length_ids = Tensor::from(lengths, {rows});
+  const Tensor length_ids = Tensor::from(lengths, {rows}), position_ids = Tensor::from(positions, {rows});
+  const bool rope = c.position == PositionKind::rope;
 
   const Tensor ids = Tensor::from(std::vector<int32_t>(tokens.begin(), tokens.end()), {rows, 1}).to(dev);
   ops::embedding_forward(ids, model_.tok_embeddings_->value, Tensor(), x);
   if (model_.pos_embeddings_) {
-    for (int64_t i = 0; i < rows; ++i) {
-      HONE_CHECK(positions[size_t(i)] < c.max_seq_len, "position {} is beyond max_seq_len", positions[size_t(i)]);
-      Tensor xi = x.slice(i * D, {D});
-      Tensor position = Tensor::empty({D}, T, dev);
-      ops::cast(model_.pos_embeddings_->value[positions[size_t(i)]], position);
-      ops::add(xi, position, xi);
+    // The learned positions are a second table looked up by position.
+    std::vector<int32_t> table_rows;
+    for (int64_t position : positions) {
+      HONE_CHECK(position < c.max_seq_len, "position {} is beyond max_seq_len", position);
+      table_rows.push_back(int32_t(position));
     }
+    ops::embedding_forward(Tensor::from(table_rows, {rows, 1}).to(dev), model_.pos_embeddings_->value, Tensor(),
+                           branch);
+    ops::add(x, branch, x);
   }
   const auto gelu_kind = c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
   const Tensor qkv_rows = qkv.view({rows, c.qkv_dim()});
@@ -94,19 +97,8 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
     const LayerParameters& p = model_.layers_[size_t(l)];
     model_.norm_forward(x, p.attn_norm_weight, p.attn_norm_bias, norm, mean, rstd);
     ops::linear_forward(norm, p.qkv_weight->compute, p.qkv_bias ? p.qkv_bias->value : Tensor(), qkv);
-    for (int64_t i = 0; i < rows; ++i) {
-      const Tensor row = qkv.slice(i * c.qkv_dim(), {1, 1, c.qkv_dim()});
-      if (c.position == PositionKind::rope) {
-        ops::rope_apply(row, model_.rope_cos_, model_.rope_sin_, c.n_heads + c.n_kv_heads, hd, positions[size_t(i)],
-                        false);
-      }
-      const int64_t cached = (slots[size_t(i)] * capacity_ + positions[size_t(i)]) * kv_width;
-      const Tensor flat = row.view({c.qkv_dim()});
-      k_cache_[size_t(l)].view({k_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
-          flat.slice(q_width, {kv_width}));
-      v_cache_[size_t(l)].view({v_cache_[size_t(l)].numel()}).slice(cached, {kv_width}).copy_from(
-          flat.slice(q_width + kv_width, {kv_width}));
-    }
+    ops::kv_cache_append(qkv_rows, rope ? model_.rope_cos_ : Tensor(), rope ? model_.rope_sin_ : Tensor(), slot_ids,
+                         position_ids, k_cache_[size_t(l)], v_cache_[size_t(l)], model_.heads());
     ops::attention_decode(qkv_rows, k_cache_[size_t(l)], v_cache_[size_t(l)], slot_ids, length_ids,
                           model_.alibi_slopes_, attn, model_.heads());
     ops::linear_forward(attn, p.out_weight->compute, p.out_bias ? p.out_bias->value : Tensor(),

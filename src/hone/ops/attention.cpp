@@ -1,6 +1,9 @@
 #include "hone/kernels/cpu/attention.hpp"
 
 #include <cmath>
+#include <vector>
+
+#include "hone/kernels/cpu/rope.hpp"
 
 #include "hone/ops/dispatch.hpp"
 #include "hone/ops/ops.hpp"
@@ -8,6 +11,7 @@
 #ifdef HONE_WITH_CUDA
 #include "hone/kernels/cuda/attention.hpp"
 #include "hone/kernels/cuda/attention_cudnn.hpp"
+#include "hone/kernels/cuda/rope.hpp"
 #endif
 
 namespace hone::ops {
@@ -143,6 +147,70 @@ void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   dispatch_floating(q.dtype(), op, [&]<typename T>() {
     kernels::cpu::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), s, l,
                                       slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);
+  });
+}
+
+void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const Tensor& slots,
+                     const Tensor& positions, const Tensor& k_cache, const Tensor& v_cache,
+                     const AttentionHeads& heads) {
+  const char* op = "kv cache append";
+  const OpTimer timer(op);
+  const Device device = op_device(op, {&qkv, &cos, &sin, &k_cache, &v_cache});
+  const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
+  const int64_t rows = rows_of(qkv), capacity = k_cache.size(1);
+  HONE_CHECK(KV > 0 && H % KV == 0 && hd % 2 == 0, "{}: {} query heads cannot share {} key/value heads of {}", op,
+             H, KV, hd);
+  HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape() &&
+                 k_cache.dtype() == qkv.dtype() && v_cache.dtype() == qkv.dtype(),
+             "{}: caches {} and {} for {} key/value heads of {} in {}", op, k_cache.shape().str(),
+             v_cache.shape().str(), KV, hd, dtype_name(qkv.dtype()));
+  HONE_CHECK(qkv.size(-1) == (H + 2 * KV) * hd, "{}: rows of {} are no fused qkv of {} + 2·{} heads of {}", op,
+             qkv.size(-1), H, KV, hd);
+  expect_shape(op, "slots", slots, {rows});
+  expect_shape(op, "positions", positions, {rows});
+  if (cos.defined()) {
+    HONE_CHECK(cos.ndim() == 2 && cos.size(1) == hd / 2 && sin.shape() == cos.shape(),
+               "{}: rotary tables {} for head_dim {}", op, cos.shape().str(), hd);
+  }
+  // Checked on the host (where the decoder keeps them), then one copy of
+  // positions and slots, as i32, for a device's kernels.
+  const Tensor host_slots = on_device(slots, Device::cpu()), host_positions = on_device(positions, Device::cpu());
+  const int64_t* s = host_slots.data<int64_t>();
+  const int64_t* p = host_positions.data<int64_t>();
+  const int64_t rotary_positions = cos.defined() ? cos.size(0) : capacity;
+  std::vector<int32_t> positions_then_slots(size_t(2 * rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    HONE_CHECK(s[i] >= 0 && s[i] < k_cache.size(0) && p[i] >= 0 && p[i] < std::min(capacity, rotary_positions),
+               "{}: row {} writes position {} of slot {} of a {}x{} cache{}", op, i, p[i], s[i], k_cache.size(0),
+               capacity, cos.defined() ? fmt::format(" ({} rotary positions)", rotary_positions) : "");
+    positions_then_slots[size_t(i)] = int32_t(p[i]);
+    positions_then_slots[size_t(rows + i)] = int32_t(s[i]);
+  }
+  const Tensor indices = on_device(Tensor::from(positions_then_slots, {2, rows}), device);
+  const int32_t* row_positions = indices.data<int32_t>();
+  const int32_t* row_slots = row_positions + rows;
+  const kernels::cpu::DecodeDims dims{
+      .rows = rows, .capacity = capacity, .n_heads = H, .n_kv_heads = KV, .head_dim = hd, .q_row_stride = qkv.size(-1)};
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(qkv.dtype(), op, [&]<typename T>() {
+      if (cos.defined()) {
+        kernels::cuda::rope_apply<T>(qkv.data<T>(), cos.data<float>(), sin.data<float>(), rows, 1, H + KV, hd,
+                                     qkv.size(-1), 0, false, row_positions);
+      }
+      kernels::cuda::kv_cache_write<T>(qkv.data<T>(), k_cache.data<T>(), v_cache.data<T>(), row_slots,
+                                       row_positions, dims);
+    });
+  }
+#endif
+  dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    if (cos.defined()) {
+      kernels::cpu::rope_apply<T>(qkv.data<T>(), cos.data<C>(), sin.data<C>(), rows, 1, H + KV, hd, qkv.size(-1), 0,
+                                  false, row_positions);
+    }
+    kernels::cpu::kv_cache_write<T>(qkv.data<T>(), k_cache.data<T>(), v_cache.data<T>(), row_slots, row_positions,
+                                    dims);
   });
 }
 

@@ -119,6 +119,13 @@ void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& ou
 void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& slots,
                       const Tensor& lengths, const Tensor& alibi_slopes, const Tensor& out,
                       const AttentionHeads& heads);
+// Decoding, before attention_decode: row i of qkv ([rows, (H + 2·KV)·head_dim])
+// is the token at position positions[i] of cache slot slots[i] (i64 [rows] on the
+// host). Rotates its query and key heads to that position where cos and sin
+// (rope_apply's tables) are given, then writes its key and value into the caches.
+void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const Tensor& slots,
+                     const Tensor& positions, const Tensor& k_cache, const Tensor& v_cache,
+                     const AttentionHeads& heads);
 
 // ---- activations (outputs overwritten) ----
 // gate_up [..., 2·hidden] -> out [..., hidden]. The backward passes may write

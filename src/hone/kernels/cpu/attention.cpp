@@ -352,6 +352,22 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int6
   }
 }
 
+template <typename T>
+void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, const int32_t* positions,
+                    const DecodeDims& d) {
+  const int64_t width = d.n_kv_heads * d.head_dim, queries = d.n_heads * d.head_dim;
+  for (int64_t i = 0; i < d.rows; ++i) {
+    const T* row = qkv + i * d.q_row_stride;
+    const int64_t cached = (int64_t(slots[i]) * d.capacity + positions[i]) * width;
+    std::copy_n(row + queries, width, k_cache + cached);
+    std::copy_n(row + queries + width, width, v_cache + cached);
+  }
+}
+
+template void kv_cache_write<float>(const float*, float*, float*, const int32_t*, const int32_t*, const DecodeDims&);
+template void kv_cache_write<double>(const double*, double*, double*, const int32_t*, const int32_t*,
+                                     const DecodeDims&);
+template void kv_cache_write<bf16>(const bf16*, bf16*, bf16*, const int32_t*, const int32_t*, const DecodeDims&);
 template void attention_decode<float>(const float*, const float*, const float*, const int64_t*, const int64_t*,
                                       const float*, float*, const DecodeDims&);
 template void attention_decode<double>(const double*, const double*, const double*, const int64_t*, const int64_t*,

@@ -46,5 +46,10 @@ struct DecodeDims {
 template <typename T>
 void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots, const int64_t* lengths,
                       const compute_t<T>* alibi_slopes, T* out, const DecodeDims& dims);
+// Decoding's cache update: writes the key and value heads of row i of a fused
+// qkv (stride dims.q_row_stride) into the caches at [slots[i], positions[i]].
+template <typename T>
+void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, const int32_t* positions,
+                    const DecodeDims& dims);
 
 }  // namespace hone::kernels::cpu

@@ -399,6 +399,18 @@ __global__ void __launch_bounds__(kDecodeWarps * kWarpSize)
   }
 }
 
+// One thread per cached element: (row, key or value, element of the row's KV heads).
+template <typename T>
+__global__ void kv_cache_write_kernel(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots,
+                                      const int32_t* positions, DecodeDims dims) {
+  const int64_t width = dims.n_kv_heads * dims.head_dim, queries = dims.n_heads * dims.head_dim;
+  HONE_GRID_STRIDE(index, dims.rows * 2 * width) {
+    const int64_t i = index / (2 * width), part = index % (2 * width);
+    const int64_t cached = (int64_t(slots[i]) * dims.capacity + positions[i]) * width + part % width;
+    (part < width ? k_cache : v_cache)[cached] = qkv[i * dims.q_row_stride + queries + part];
+  }
+}
+
 // Head counts and sizes these kernels take; the message names what is off.
 void check_heads(const char* op, int64_t heads, int64_t kv_heads, int64_t head_dim) {
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0) {
@@ -517,12 +529,23 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int6
   });
 }
 
+template <typename T>
+void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, const int32_t* positions,
+                    const DecodeDims& dims) {
+  const int64_t elements = dims.rows * 2 * dims.n_kv_heads * dims.head_dim;
+  if (elements == 0) return;
+  kv_cache_write_kernel<T><<<blocks_for(elements, kThreads), kThreads, 0, stream()>>>(qkv, k_cache, v_cache, slots,
+                                                                                      positions, dims);
+  HONE_CUDA_LAUNCHED("kv_cache_write");
+}
+
 #define HONE_INSTANTIATE(T)                                                                                    \
   template void attention_forward<T>(const T*, T*, float*, const float*, const AttentionDims&);                \
   template void attention_backward<T>(const T*, const T*, const T*, const float*, const float*, T*,            \
                                       const AttentionDims&);                                                   \
   template void attention_decode<T>(const T*, const T*, const T*, const int64_t*, const int64_t*, const float*, \
-                                    T*, const DecodeDims&);
+                                    T*, const DecodeDims&);                                                 \
+  template void kv_cache_write<T>(const T*, T*, T*, const int32_t*, const int32_t*, const DecodeDims&);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(bf16)
 #undef HONE_INSTANTIATE

@@ -25,5 +25,8 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const float*
 template <typename T>
 void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots, const int64_t* lengths,
                       const float* alibi_slopes, T* out, const DecodeDims& dims);
+template <typename T>
+void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, const int32_t* positions,
+                    const DecodeDims& dims);
 
 }  // namespace hone::kernels::cuda
