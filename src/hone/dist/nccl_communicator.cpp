@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "hone/core/error.hpp"
@@ -170,7 +171,12 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, std::string name
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_ != nullptr) ncclCommDestroy(comm_);
+  // Unwinding from an error, the peers may never join the collectives still
+  // queued, and ncclCommDestroy would wait for them: abort instead.
+  if (comm_ != nullptr) {
+    if (std::uncaught_exceptions() > 0) ncclCommAbort(comm_);
+    else ncclCommDestroy(comm_);
+  }
   if (compute_queued_ != nullptr) cudaEventDestroy(compute_queued_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (scratch_ != nullptr) cudaFree(scratch_);
@@ -190,7 +196,14 @@ class NcclPending final : public PendingCollective {
     check_cuda(cudaEventRecord(done_, stream), "cudaEventRecord");
   }
   ~NcclPending() override {
-    cudaEventSynchronize(done_);  // the collective may still use its tensors
+    // The collective may still use its tensors: wait for it, but not for ever.
+    // A timeout or an NCCL error aborts the communicator (which ends its queued
+    // operations) and throws, which a destructor cannot pass on.
+    try {
+      await_(op_, done_);
+    } catch (const Error&) {
+      cudaEventSynchronize(done_);
+    }
     cudaEventDestroy(done_);
   }
   bool test() override { return cudaEventQuery(done_) != cudaErrorNotReady; }
@@ -226,8 +239,10 @@ void NcclCommunicator::await(const char* op, cudaEvent_t done) {
     const cudaError_t state = cudaEventQuery(done);
     if (state == cudaSuccess) return;
     HONE_CHECK(state == cudaErrorNotReady, "{} in {}: CUDA error {}", op, name_, cudaGetErrorString(state));
+    // Once aborted (an earlier failure), the communicator's operations end
+    // without it: the event alone is waited for.
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
+    if (comm_ != nullptr) ncclCommGetAsyncError(comm_, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
       ncclCommAbort(comm_);
       comm_ = nullptr;
@@ -236,7 +251,7 @@ void NcclCommunicator::await(const char* op, cudaEvent_t done) {
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_s_ > 0 && waited > timeout_s_) {
-      ncclCommAbort(comm_);
+      if (comm_ != nullptr) ncclCommAbort(comm_);
       comm_ = nullptr;
       fail("rank {}: {} in {} did not complete within {:.0f} s (HONE_DIST_TIMEOUT): a peer is hung or dead",
            world_ranks_[size_t(rank_)], op, name_, timeout_s_);
