@@ -17,15 +17,6 @@ Schema schema() {
   return s;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Config, YamlScalarsGetTheirTypes) {
   Config c = Config::from_yaml(R"(
 a: 12

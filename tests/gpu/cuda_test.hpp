@@ -32,15 +32,4 @@ inline kernels::cpu::AttentionDims attention_dims(int64_t batch, int64_t seq, in
           .scale = 1.0 / std::sqrt(double(head_dim))};
 }
 
-// The message of the hone::Error that fn throws ("" when it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace hone::test

@@ -98,15 +98,6 @@ class HfTest : public ::testing::Test {
     return copy;
   }
 
-  std::string error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
-
   std::string dir_;
 };
 

@@ -25,15 +25,6 @@ class ModelFolderTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::string error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
-
   std::string dir_;
   Transformer model_{model_preset("gpt2_tiny"), DType::f32};
 };

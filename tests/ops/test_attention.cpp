@@ -1,7 +1,6 @@
 // Causal attention in query blocks (GQA, ALiBi) against a plain softmax(QKᵀ)V that stores
 // the full score matrix, and its backward against finite differences in fp64.
 #include <cmath>
-#include <functional>
 
 #include "hone/ops/ops.hpp"
 #include "support/check.hpp"
@@ -19,16 +18,6 @@ Tensor slopes_for(const Case& c) {
   std::vector<double> s;
   for (int64_t h = 0; h < c.heads; ++h) s.push_back(0.5 / double(h + 1));
   return Tensor::from(s, {c.heads});
-}
-
-// The message of the hone::Error f throws ("" when it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // out[b, i, h] = Σ_{j ≤ i} softmax_j(scale·q_i·k_j + slope_h·(j - i)) · v_j

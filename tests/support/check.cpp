@@ -80,6 +80,15 @@ void expect_gradient(const Tensor& x, const Tensor& analytic, const std::functio
                               << grad[size_t(worst_index)] << ", relative error " << worst << ")";
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string source_path(const std::string& relative) { return std::string(HONE_SOURCE_DIR) + "/" + relative; }
 
 }  // namespace hone::test

@@ -32,6 +32,9 @@ void expect_gradient(const Tensor& x, const Tensor& analytic, const std::functio
 // weights: its gradient w.r.t. the outputs is b).
 double dot(const Tensor& a, const Tensor& b);
 
+// The message of the hone::Error f throws, "" when it throws none.
+std::string error_of(const std::function<void()>& f);
+
 // A path under the source tree, e.g. source_path("tests/reference/llama.safetensors").
 std::string source_path(const std::string& relative);
 
