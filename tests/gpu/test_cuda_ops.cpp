@@ -425,7 +425,8 @@ TEST_F(Cuda, KvCacheAppendMatchesTheCpu) {
   const Tensor positions = Tensor::from(std::vector<int64_t>{0, 37, 49}, {rows});
   for (const int64_t hd : {8, 128}) {
     const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
-    const Tensor cos = random_tensor({capacity, hd / 2}, DType::f32, 40), sin = random_tensor({capacity, hd / 2}, DType::f32, 41);
+    const Tensor cos = random_tensor({capacity, hd / 2}, DType::f32, 40);
+    const Tensor sin = random_tensor({capacity, hd / 2}, DType::f32, 41);
     for (const DType dtype : kDtypes) {
       for (const bool rotary : {false, true}) {
         const Tensor qkv = random_tensor({rows, (H + 2 * KV) * hd}, dtype, 42);

@@ -193,7 +193,8 @@ TEST(Attention, KvCacheAppendRotatesEachRowAtItsPositionAndCachesItsKeysAndValue
   const std::vector<int64_t> slot_of = {2, 0, 1}, position_of = {0, 8, 5};
   const int64_t rows = int64_t(slot_of.size());
   const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
-  const Tensor cos = random_tensor({capacity, hd / 2}, DType::f64, 11), sin = random_tensor({capacity, hd / 2}, DType::f64, 12);
+  const Tensor cos = random_tensor({capacity, hd / 2}, DType::f64, 11);
+  const Tensor sin = random_tensor({capacity, hd / 2}, DType::f64, 12);
   const Tensor slot_ids = Tensor::from(slot_of, {rows}), position_ids = Tensor::from(position_of, {rows});
   for (const bool rotary : {true, false}) {
     const Tensor qkv = random_tensor({rows, width}, DType::f64, 13);
@@ -223,9 +224,10 @@ TEST(Attention, KvCacheAppendRotatesEachRowAtItsPositionAndCachesItsKeysAndValue
                 .find("row 1 writes position 9 of slot 0 of a 3x9 cache"),
             std::string::npos);
   const Tensor short_tables = cos.slice(0, {5, hd / 2});
-  EXPECT_NE(error_of([&] { ops::kv_cache_append(qkv, short_tables, short_tables, slot_ids, position_ids, k_cache, v_cache, heads); })
-                .find("(5 rotary positions)"),
-            std::string::npos);
+  const auto append_with_short_tables = [&] {
+    ops::kv_cache_append(qkv, short_tables, short_tables, slot_ids, position_ids, k_cache, v_cache, heads);
+  };
+  EXPECT_NE(error_of(append_with_short_tables).find("(5 rotary positions)"), std::string::npos);
 }
 
 TEST(Attention, RejectsHeadsThatDoNotGroup) {

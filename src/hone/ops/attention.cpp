@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "hone/kernels/cpu/rope.hpp"
-
 #include "hone/ops/dispatch.hpp"
 #include "hone/ops/ops.hpp"
 
@@ -158,8 +157,8 @@ void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, co
   const Device device = op_device(op, {&qkv, &cos, &sin, &k_cache, &v_cache});
   const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
   const int64_t rows = rows_of(qkv), capacity = k_cache.size(1);
-  HONE_CHECK(KV > 0 && H % KV == 0 && hd % 2 == 0, "{}: {} query heads cannot share {} key/value heads of {}", op,
-             H, KV, hd);
+  HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
+  HONE_CHECK(hd > 0 && hd % 2 == 0, "{}: head_dim {} is not a positive even number", op, hd);
   HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape() &&
                  k_cache.dtype() == qkv.dtype() && v_cache.dtype() == qkv.dtype(),
              "{}: caches {} and {} for {} key/value heads of {} in {}", op, k_cache.shape().str(),
