@@ -401,8 +401,9 @@ TEST_F(Cuda, AttentionDecodeMatchesTheCpu) {
   const int64_t rows = 3, slots = 4, capacity = 50, H = 4, KV = 2;
   for (const int64_t hd : {8, 64, 128}) {
     const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
-    const Tensor slot_ids = Tensor::from(std::vector<int64_t>{2, 0, 3}, {rows});
-    const Tensor lengths = Tensor::from(std::vector<int64_t>{1, 37, 50}, {rows});
+    const std::vector<int64_t> slot_of = {2, 0, 3}, position_of = {0, 36, 49};
+    const ops::DecodeRows step(slot_of, position_of, slots, capacity, Device::cpu());
+    const ops::DecodeRows step_gpu(slot_of, position_of, slots, capacity, kGpu);
     const Tensor slopes = Tensor::from(std::vector<float>{0.5f, 0.25f, 0.125f, 0.0625f}, {H});
     for (const DType dtype : kDtypes) {
       for (const bool alibi : {false, true}) {
@@ -411,8 +412,8 @@ TEST_F(Cuda, AttentionDecodeMatchesTheCpu) {
         const Tensor v = random_tensor({slots, capacity, KV * hd}, dtype, 37);
         const Tensor s = alibi ? slopes : Tensor();
         const Tensor out = Tensor::empty({rows, H * hd}, dtype), out_gpu = Tensor::empty({rows, H * hd}, dtype, kGpu);
-        ops::attention_decode(q, k, v, slot_ids, lengths, s, out, heads);
-        ops::attention_decode(gpu(q), gpu(k), gpu(v), slot_ids, lengths, gpu(s), out_gpu, heads);
+        ops::attention_decode(q, k, v, step, s, out, heads);
+        ops::attention_decode(gpu(q), gpu(k), gpu(v), step_gpu, gpu(s), out_gpu, heads);
         expect_match(out_gpu, out, tolerance(dtype, 1e-5), named("attention decode", dtype));
       }
     }
@@ -421,8 +422,9 @@ TEST_F(Cuda, AttentionDecodeMatchesTheCpu) {
 
 TEST_F(Cuda, KvCacheAppendMatchesTheCpu) {
   const int64_t rows = 3, slots = 4, capacity = 50, H = 4, KV = 2;
-  const Tensor slot_ids = Tensor::from(std::vector<int64_t>{2, 0, 3}, {rows});
-  const Tensor positions = Tensor::from(std::vector<int64_t>{0, 37, 49}, {rows});
+  const std::vector<int64_t> slot_of = {2, 0, 3}, position_of = {0, 37, 49};
+  const ops::DecodeRows step(slot_of, position_of, slots, capacity, Device::cpu());
+  const ops::DecodeRows step_gpu(slot_of, position_of, slots, capacity, kGpu);
   for (const int64_t hd : {8, 128}) {
     const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
     const Tensor cos = random_tensor({capacity, hd / 2}, DType::f32, 40);
@@ -433,8 +435,8 @@ TEST_F(Cuda, KvCacheAppendMatchesTheCpu) {
         const Tensor k = random_tensor({slots, capacity, KV * hd}, dtype, 43), v = k.clone();
         const Tensor qkv_gpu = gpu(qkv), k_gpu = gpu(k), v_gpu = gpu(v);
         const Tensor c = rotary ? cos : Tensor(), s = rotary ? sin : Tensor();
-        ops::kv_cache_append(qkv, c, s, slot_ids, positions, k, v, heads);
-        ops::kv_cache_append(qkv_gpu, gpu(c), gpu(s), slot_ids, positions, k_gpu, v_gpu, heads);
+        ops::kv_cache_append(qkv, c, s, step, k, v, heads);
+        ops::kv_cache_append(qkv_gpu, gpu(c), gpu(s), step_gpu, k_gpu, v_gpu, heads);
         const double tol = tolerance(dtype, 1e-6);
         expect_match(qkv_gpu, qkv, tol, named(rotary ? "kv cache append, rotated qkv" : "kv cache append, qkv", dtype));
         expect_match(k_gpu, k, tol, named("kv cache append, keys", dtype));

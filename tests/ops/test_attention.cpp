@@ -195,7 +195,7 @@ TEST(Attention, KvCacheAppendRotatesEachRowAtItsPositionAndCachesItsKeysAndValue
   const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
   const Tensor cos = random_tensor({capacity, hd / 2}, DType::f64, 11);
   const Tensor sin = random_tensor({capacity, hd / 2}, DType::f64, 12);
-  const Tensor slot_ids = Tensor::from(slot_of, {rows}), position_ids = Tensor::from(position_of, {rows});
+  const ops::DecodeRows step(slot_of, position_of, slots, capacity, Device::cpu());
   for (const bool rotary : {true, false}) {
     const Tensor qkv = random_tensor({rows, width}, DType::f64, 13);
     const Tensor expected_qkv = qkv.clone();
@@ -209,25 +209,29 @@ TEST(Attention, KvCacheAppendRotatesEachRowAtItsPositionAndCachesItsKeysAndValue
         cache.view({cache.numel()}).slice(cached, {KV * hd}).copy_from(row.view({width}).slice(first, {KV * hd}));
       }
     }
-    ops::kv_cache_append(qkv, rotary ? cos : Tensor(), rotary ? sin : Tensor(), slot_ids, position_ids, k_cache,
-                         v_cache, heads);
+    ops::kv_cache_append(qkv, rotary ? cos : Tensor(), rotary ? sin : Tensor(), step, k_cache, v_cache, heads);
     const std::string what = rotary ? " (rotary)" : "";
     expect_close(qkv, expected_qkv, 1e-15, "rotated qkv" + what);
     expect_close(k_cache, expected_k, 0, "key cache" + what);
     expect_close(v_cache, expected_v, 0, "value cache" + what);
   }
-  // A position past the cache (or the rotary tables) names the row.
+  // A position past the cache names the row; one past the rotary tables, the position.
+  const std::vector<int64_t> past = {0, 9, 5};
+  EXPECT_NE(error_of([&] { ops::DecodeRows(slot_of, past, slots, capacity, Device::cpu()); })
+                .find("row 1 is position 9 of slot 0, outside a cache of 3 slots of 9 positions"),
+            std::string::npos);
   const Tensor qkv = random_tensor({rows, width}, DType::f64, 15);
   const Tensor k_cache = Tensor::zeros({slots, capacity, KV * hd}, DType::f64), v_cache = k_cache.clone();
-  const Tensor past = Tensor::from(std::vector<int64_t>{0, 9, 5}, {rows});
-  EXPECT_NE(error_of([&] { ops::kv_cache_append(qkv, cos, sin, slot_ids, past, k_cache, v_cache, heads); })
-                .find("row 1 writes position 9 of slot 0 of a 3x9 cache"),
-            std::string::npos);
   const Tensor short_tables = cos.slice(0, {5, hd / 2});
   const auto append_with_short_tables = [&] {
-    ops::kv_cache_append(qkv, short_tables, short_tables, slot_ids, position_ids, k_cache, v_cache, heads);
+    ops::kv_cache_append(qkv, short_tables, short_tables, step, k_cache, v_cache, heads);
   };
-  EXPECT_NE(error_of(append_with_short_tables).find("(5 rotary positions)"), std::string::npos);
+  EXPECT_NE(error_of(append_with_short_tables).find("position 8 is beyond the 5 rotary positions"), std::string::npos);
+  // Caches of another shape than the step's are refused.
+  const Tensor small_cache = Tensor::zeros({slots, capacity - 1, KV * hd}, DType::f64);
+  EXPECT_NE(error_of([&] { ops::kv_cache_append(qkv, cos, sin, step, small_cache, small_cache, heads); })
+                .find("expected [3, 9, 12]"),
+            std::string::npos);
 }
 
 TEST(Attention, RejectsHeadsThatDoNotGroup) {

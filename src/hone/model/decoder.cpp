@@ -59,13 +59,12 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
   const int64_t rows = int64_t(slots.size()), D = c.dim, hd = c.head_dim();
   const int64_t q_width = c.n_heads * hd;
   HONE_CHECK(int64_t(tokens.size()) == rows && rows > 0, "decode: {} tokens for {} sequences", tokens.size(), rows);
-  std::vector<int64_t> positions, lengths;
+  std::vector<int64_t> positions;
   for (int64_t slot : slots) {
     HONE_CHECK(slot >= 0 && slot < int64_t(lengths_.size()) && lengths_[size_t(slot)] > 0,
                "decode: slot {} holds no prefilled sequence", slot);
     HONE_CHECK(lengths_[size_t(slot)] < capacity_, "decode: slot {} is full ({} positions)", slot, capacity_);
     positions.push_back(lengths_[size_t(slot)]);
-    lengths.push_back(lengths_[size_t(slot)] + 1);
   }
   const DType T = model_.dtype(), S = T == DType::f64 ? DType::f64 : DType::f32;
   const Device dev = model_.device();
@@ -74,8 +73,7 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
   const Tensor mean = empty({rows}, S), rstd = empty({rows}, S);
   const Tensor qkv = empty({rows, 1, c.qkv_dim()}, T), attn = empty({rows, q_width}, T);
   const Tensor up = empty({rows, 1, c.mlp_up_dim()}, T), act = empty({rows, 1, c.ffn_dim}, T);
-  const Tensor slot_ids = Tensor::from(std::vector<int64_t>(slots.begin(), slots.end()), {rows});
-  const Tensor length_ids = Tensor::from(lengths, {rows}), position_ids = Tensor::from(positions, {rows});
+  const ops::DecodeRows step(slots, positions, int64_t(lengths_.size()), capacity_, dev);
   const bool rope = c.position == PositionKind::rope;
 
   const Tensor ids = Tensor::from(std::vector<int32_t>(tokens.begin(), tokens.end()), {rows, 1}).to(dev);
@@ -97,10 +95,10 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
     const LayerParameters& p = model_.layers_[size_t(l)];
     model_.norm_forward(x, p.attn_norm_weight, p.attn_norm_bias, norm, mean, rstd);
     ops::linear_forward(norm, p.qkv_weight->compute, p.qkv_bias ? p.qkv_bias->value : Tensor(), qkv);
-    ops::kv_cache_append(qkv_rows, rope ? model_.rope_cos_ : Tensor(), rope ? model_.rope_sin_ : Tensor(), slot_ids,
-                         position_ids, k_cache_[size_t(l)], v_cache_[size_t(l)], model_.heads());
-    ops::attention_decode(qkv_rows, k_cache_[size_t(l)], v_cache_[size_t(l)], slot_ids, length_ids,
-                          model_.alibi_slopes_, attn, model_.heads());
+    ops::kv_cache_append(qkv_rows, rope ? model_.rope_cos_ : Tensor(), rope ? model_.rope_sin_ : Tensor(), step,
+                         k_cache_[size_t(l)], v_cache_[size_t(l)], model_.heads());
+    ops::attention_decode(qkv_rows, k_cache_[size_t(l)], v_cache_[size_t(l)], step, model_.alibi_slopes_, attn,
+                          model_.heads());
     ops::linear_forward(attn, p.out_weight->compute, p.out_bias ? p.out_bias->value : Tensor(),
                         branch.view({rows, D}));
     ops::add(x, branch, x);

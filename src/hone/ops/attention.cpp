@@ -1,6 +1,8 @@
 #include "hone/kernels/cpu/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "hone/kernels/cpu/rope.hpp"
@@ -101,115 +103,110 @@ void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& ou
   });
 }
 
-void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& slots,
-                      const Tensor& lengths, const Tensor& alibi_slopes, const Tensor& out,
-                      const AttentionHeads& heads) {
-  const char* op = "attention decode";
-  const OpTimer timer(op);
-  [[maybe_unused]] const Device device = op_device(op, {&q, &k_cache, &v_cache, &alibi_slopes, &out});
-  const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
-  HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
-  const int64_t rows = rows_of(q), capacity = k_cache.size(1);
-  HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape(),
-             "{}: caches {} and {} for {} key/value heads of {}", op, k_cache.shape().str(), v_cache.shape().str(), KV,
-             hd);
-  HONE_CHECK(q.size(-1) >= H * hd, "{}: rows of {} hold no {} query heads of {}", op, q.size(-1), H, hd);
-  expect_shape(op, "output", out, {rows, H * hd});
-  expect_shape(op, "slots", slots, {rows});
-  expect_shape(op, "lengths", lengths, {rows});
-  // Checked on the host (where the decoder keeps them); a device kernel reads a copy.
-  const Tensor host_slots = on_device(slots, Device::cpu()), host_lengths = on_device(lengths, Device::cpu());
-  const int64_t* s = host_slots.data<int64_t>();
-  const int64_t* l = host_lengths.data<int64_t>();
-  for (int64_t i = 0; i < rows; ++i) {
-    HONE_CHECK(s[i] >= 0 && s[i] < k_cache.size(0) && l[i] >= 1 && l[i] <= capacity,
-               "{}: row {} reads slot {} up to length {} of a {}x{} cache", op, i, s[i], l[i], k_cache.size(0),
-               capacity);
+DecodeRows::DecodeRows(std::span<const int64_t> slots, std::span<const int64_t> positions, int64_t cache_slots,
+                       int64_t capacity, Device device)
+    : count_(int64_t(slots.size())), cache_slots_(cache_slots), capacity_(capacity) {
+  HONE_CHECK(positions.size() == slots.size(), "decode: {} positions for {} slots", positions.size(), slots.size());
+  HONE_CHECK(capacity <= std::numeric_limits<int32_t>::max() && cache_slots <= std::numeric_limits<int32_t>::max(),
+             "decode: a cache of {}x{} positions is too large", cache_slots, capacity);
+  std::vector<int32_t> positions_then_slots(2 * slots.size());
+  for (int64_t i = 0; i < count_; ++i) {
+    const int64_t slot = slots[size_t(i)], position = positions[size_t(i)];
+    HONE_CHECK(slot >= 0 && slot < cache_slots && position >= 0 && position < capacity,
+               "decode: row {} is position {} of slot {}, outside a cache of {} slots of {} positions", i, position,
+               slot, cache_slots, capacity);
+    positions_then_slots[size_t(i)] = int32_t(position);
+    positions_then_slots[size_t(count_ + i)] = int32_t(slot);
+    max_position_ = std::max(max_position_, position);
   }
-  const kernels::cpu::DecodeDims dims{.rows = rows,
-                                      .capacity = capacity,
-                                      .n_heads = H,
-                                      .n_kv_heads = KV,
-                                      .head_dim = hd,
-                                      .q_row_stride = q.size(-1),
-                                      .scale = heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(hd))};
-#ifdef HONE_WITH_CUDA
-  if (device.is_cuda()) {
-    const Tensor device_slots = on_device(slots, device), device_lengths = on_device(lengths, device);
-    return dispatch_cuda(q.dtype(), op, [&]<typename T>() {
-      kernels::cuda::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
-                                         device_slots.data<int64_t>(), device_lengths.data<int64_t>(),
-                                         slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);
-    });
-  }
-#endif
-  dispatch_floating(q.dtype(), op, [&]<typename T>() {
-    kernels::cpu::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), s, l,
-                                      slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);
-  });
+  indices_ = Tensor::from(positions_then_slots, {2, count_}).to(device);
 }
 
-void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const Tensor& slots,
-                     const Tensor& positions, const Tensor& k_cache, const Tensor& v_cache,
-                     const AttentionHeads& heads) {
+namespace {
+
+// The checks kv_cache_append and attention_decode share; their dims.
+kernels::cpu::DecodeDims decode_dims(const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                     const DecodeRows& rows, const AttentionHeads& heads) {
+  const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
+  HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
+  HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(0) == rows.cache_slots() && k_cache.size(1) == rows.capacity() &&
+                 k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape() && k_cache.dtype() == q.dtype() &&
+                 v_cache.dtype() == q.dtype(),
+             "{}: caches {} and {} of {}, expected [{}, {}, {}] of {}", op, k_cache.shape().str(),
+             v_cache.shape().str(), dtype_name(k_cache.dtype()), rows.cache_slots(), rows.capacity(), KV * hd,
+             dtype_name(q.dtype()));
+  HONE_CHECK(rows_of(q) == rows.count(), "{}: {} rows for a step of {}", op, rows_of(q), rows.count());
+  HONE_CHECK(rows.device() == q.device(), "{}: the step's rows are on {}, the tensors on {}", op,
+             rows.device().str(), q.device().str());
+  return kernels::cpu::DecodeDims{.rows = rows.count(),
+                                  .capacity = rows.capacity(),
+                                  .n_heads = H,
+                                  .n_kv_heads = KV,
+                                  .head_dim = hd,
+                                  .q_row_stride = q.size(-1),
+                                  .scale = heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(hd))};
+}
+
+}  // namespace
+
+void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const DecodeRows& rows,
+                     const Tensor& k_cache, const Tensor& v_cache, const AttentionHeads& heads) {
   const char* op = "kv cache append";
   const OpTimer timer(op);
   const Device device = op_device(op, {&qkv, &cos, &sin, &k_cache, &v_cache});
+  const kernels::cpu::DecodeDims dims = decode_dims(op, qkv, k_cache, v_cache, rows, heads);
   const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
-  const int64_t rows = rows_of(qkv), capacity = k_cache.size(1);
-  HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
-  HONE_CHECK(hd > 0 && hd % 2 == 0, "{}: head_dim {} is not a positive even number", op, hd);
-  HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape() &&
-                 k_cache.dtype() == qkv.dtype() && v_cache.dtype() == qkv.dtype(),
-             "{}: caches {} and {} for {} key/value heads of {} in {}", op, k_cache.shape().str(),
-             v_cache.shape().str(), KV, hd, dtype_name(qkv.dtype()));
   HONE_CHECK(qkv.size(-1) == (H + 2 * KV) * hd, "{}: rows of {} are no fused qkv of {} + 2·{} heads of {}", op,
              qkv.size(-1), H, KV, hd);
-  expect_shape(op, "slots", slots, {rows});
-  expect_shape(op, "positions", positions, {rows});
   if (cos.defined()) {
-    HONE_CHECK(cos.ndim() == 2 && cos.size(1) == hd / 2 && sin.shape() == cos.shape(),
+    HONE_CHECK(hd % 2 == 0 && cos.ndim() == 2 && cos.size(1) == hd / 2 && sin.shape() == cos.shape(),
                "{}: rotary tables {} for head_dim {}", op, cos.shape().str(), hd);
+    HONE_CHECK(rows.max_position() < cos.size(0), "{}: position {} is beyond the {} rotary positions", op,
+               rows.max_position(), cos.size(0));
   }
-  // Checked on the host (where the decoder keeps them), then one copy of
-  // positions and slots, as i32, for a device's kernels.
-  const Tensor host_slots = on_device(slots, Device::cpu()), host_positions = on_device(positions, Device::cpu());
-  const int64_t* s = host_slots.data<int64_t>();
-  const int64_t* p = host_positions.data<int64_t>();
-  const int64_t rotary_positions = cos.defined() ? cos.size(0) : capacity;
-  std::vector<int32_t> positions_then_slots(size_t(2 * rows));
-  for (int64_t i = 0; i < rows; ++i) {
-    HONE_CHECK(s[i] >= 0 && s[i] < k_cache.size(0) && p[i] >= 0 && p[i] < std::min(capacity, rotary_positions),
-               "{}: row {} writes position {} of slot {} of a {}x{} cache{}", op, i, p[i], s[i], k_cache.size(0),
-               capacity, cos.defined() ? fmt::format(" ({} rotary positions)", rotary_positions) : "");
-    positions_then_slots[size_t(i)] = int32_t(p[i]);
-    positions_then_slots[size_t(rows + i)] = int32_t(s[i]);
-  }
-  const Tensor indices = on_device(Tensor::from(positions_then_slots, {2, rows}), device);
-  const int32_t* row_positions = indices.data<int32_t>();
-  const int32_t* row_slots = row_positions + rows;
-  const kernels::cpu::DecodeDims dims{
-      .rows = rows, .capacity = capacity, .n_heads = H, .n_kv_heads = KV, .head_dim = hd, .q_row_stride = qkv.size(-1)};
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(qkv.dtype(), op, [&]<typename T>() {
       if (cos.defined()) {
-        kernels::cuda::rope_apply<T>(qkv.data<T>(), cos.data<float>(), sin.data<float>(), rows, 1, H + KV, hd,
-                                     qkv.size(-1), 0, false, row_positions);
+        kernels::cuda::rope_apply<T>(qkv.data<T>(), cos.data<float>(), sin.data<float>(), rows.count(), 1, H + KV, hd,
+                                     qkv.size(-1), 0, false, rows.positions());
       }
-      kernels::cuda::kv_cache_write<T>(qkv.data<T>(), k_cache.data<T>(), v_cache.data<T>(), row_slots,
-                                       row_positions, dims);
+      kernels::cuda::kv_cache_write<T>(qkv.data<T>(), k_cache.data<T>(), v_cache.data<T>(), rows.slots(),
+                                       rows.positions(), dims);
     });
   }
 #endif
   dispatch_floating(qkv.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     if (cos.defined()) {
-      kernels::cpu::rope_apply<T>(qkv.data<T>(), cos.data<C>(), sin.data<C>(), rows, 1, H + KV, hd, qkv.size(-1), 0,
-                                  false, row_positions);
+      kernels::cpu::rope_apply<T>(qkv.data<T>(), cos.data<C>(), sin.data<C>(), rows.count(), 1, H + KV, hd,
+                                  qkv.size(-1), 0, false, rows.positions());
     }
-    kernels::cpu::kv_cache_write<T>(qkv.data<T>(), k_cache.data<T>(), v_cache.data<T>(), row_slots, row_positions,
-                                    dims);
+    kernels::cpu::kv_cache_write<T>(qkv.data<T>(), k_cache.data<T>(), v_cache.data<T>(), rows.slots(),
+                                    rows.positions(), dims);
+  });
+}
+
+void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const DecodeRows& rows,
+                      const Tensor& alibi_slopes, const Tensor& out, const AttentionHeads& heads) {
+  const char* op = "attention decode";
+  const OpTimer timer(op);
+  [[maybe_unused]] const Device device = op_device(op, {&q, &k_cache, &v_cache, &alibi_slopes, &out});
+  const kernels::cpu::DecodeDims dims = decode_dims(op, q, k_cache, v_cache, rows, heads);
+  const int64_t H = heads.n_heads, hd = heads.head_dim;
+  HONE_CHECK(q.size(-1) >= H * hd, "{}: rows of {} hold no {} query heads of {}", op, q.size(-1), H, hd);
+  expect_shape(op, "output", out, {rows.count(), H * hd});
+#ifdef HONE_WITH_CUDA
+  if (device.is_cuda()) {
+    return dispatch_cuda(q.dtype(), op, [&]<typename T>() {
+      kernels::cuda::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), rows.slots(),
+                                         rows.positions(), slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);
+    });
+  }
+#endif
+  dispatch_floating(q.dtype(), op, [&]<typename T>() {
+    kernels::cpu::attention_decode<T>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), rows.slots(),
+                                      rows.positions(), slopes_or_null<T>(alibi_slopes), out.data<T>(), dims);
   });
 }
 

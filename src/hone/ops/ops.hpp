@@ -11,6 +11,7 @@
 // An absent optional tensor is a default-constructed Tensor{}.
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "hone/core/tensor.hpp"
 #include "hone/kernels/cpu/activation.hpp"
@@ -112,20 +113,39 @@ void attention_backward(const Tensor& d_out, const Tensor& qkv, const Tensor& ou
                         const Tensor& alibi_slopes, const Tensor& d_qkv, const AttentionHeads& heads,
                         const TokenPositions& token_positions = {});
 
-// Decoding: row i of q ([rows, ...]; heads at the start of each row, e.g. a fused
-// qkv row) attends to positions [0, lengths[i]) of cache slot slots[i].
-// k_cache/v_cache [slots, capacity, KV·head_dim]; slots, lengths: i64 [rows] on
-// the host; out [rows, H·head_dim].
-void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& slots,
-                      const Tensor& lengths, const Tensor& alibi_slopes, const Tensor& out,
-                      const AttentionHeads& heads);
+// A decoding step's rows: row i is the next token of cache slot slots[i], at
+// position positions[i]. Checked once against caches of cache_slots × capacity
+// positions and copied to `device` once (on a GPU one synchronizing upload, not
+// one per op and layer), for every layer's kv_cache_append and attention_decode.
+class DecodeRows {
+ public:
+  DecodeRows(std::span<const int64_t> slots, std::span<const int64_t> positions, int64_t cache_slots,
+             int64_t capacity, Device device);
+
+  int64_t count() const { return count_; }
+  int64_t cache_slots() const { return cache_slots_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t max_position() const { return max_position_; }
+  Device device() const { return indices_.device(); }
+  // i32 [count] on the device.
+  const int32_t* positions() const { return indices_.data<int32_t>(); }
+  const int32_t* slots() const { return positions() + count_; }
+
+ private:
+  Tensor indices_;  // [2, count]: the positions, then the slots
+  int64_t count_ = 0, cache_slots_ = 0, capacity_ = 0, max_position_ = 0;
+};
+
 // Decoding, before attention_decode: row i of qkv ([rows, (H + 2·KV)·head_dim])
-// is the token at position positions[i] of cache slot slots[i] (i64 [rows] on the
-// host). Rotates its query and key heads to that position where cos and sin
-// (rope_apply's tables) are given, then writes its key and value into the caches.
-void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const Tensor& slots,
-                     const Tensor& positions, const Tensor& k_cache, const Tensor& v_cache,
-                     const AttentionHeads& heads);
+// rotates its query and key heads to its position where cos and sin
+// (rope_apply's tables) are given, then writes its key and value into the
+// caches [cache slots, capacity, KV·head_dim].
+void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const DecodeRows& rows,
+                     const Tensor& k_cache, const Tensor& v_cache, const AttentionHeads& heads);
+// Row i of q ([rows, ...]; heads at the start of each row, e.g. a fused qkv row)
+// attends to positions [0, its position] of its cache slot; out [rows, H·head_dim].
+void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const DecodeRows& rows,
+                      const Tensor& alibi_slopes, const Tensor& out, const AttentionHeads& heads);
 
 // ---- activations (outputs overwritten) ----
 // gate_up [..., 2·hidden] -> out [..., hidden]. The backward passes may write

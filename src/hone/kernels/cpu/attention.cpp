@@ -311,7 +311,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
 }
 
 template <typename T>
-void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots, const int64_t* lengths,
+void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* slots, const int32_t* positions,
                       const compute_t<T>* alibi_slopes, T* out, const DecodeDims& d) {
   using C = compute_t<T>;
   const int64_t H = d.n_heads, KV = d.n_kv_heads, hd = d.head_dim, group = H / KV;
@@ -322,9 +322,9 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int6
 #pragma omp for collapse(2) schedule(static)
     for (int64_t i = 0; i < d.rows; ++i) {
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t length = lengths[i], kvh = h / group, position = length - 1;
-        const T* keys = k_cache + slots[i] * d.capacity * KV * hd + kvh * hd;
-        const T* values = v_cache + slots[i] * d.capacity * KV * hd + kvh * hd;
+        const int64_t position = positions[i], length = position + 1, kvh = h / group;
+        const T* keys = k_cache + int64_t(slots[i]) * d.capacity * KV * hd + kvh * hd;
+        const T* values = v_cache + int64_t(slots[i]) * d.capacity * KV * hd + kvh * hd;
         const C slope = alibi_slopes ? alibi_slopes[h] : C(0);
         for (int64_t e = 0; e < hd; ++e) query[size_t(e)] = load(q[i * d.q_row_stride + h * hd + e]) * scale;
         scores.resize(size_t(length));
@@ -368,11 +368,11 @@ template void kv_cache_write<float>(const float*, float*, float*, const int32_t*
 template void kv_cache_write<double>(const double*, double*, double*, const int32_t*, const int32_t*,
                                      const DecodeDims&);
 template void kv_cache_write<bf16>(const bf16*, bf16*, bf16*, const int32_t*, const int32_t*, const DecodeDims&);
-template void attention_decode<float>(const float*, const float*, const float*, const int64_t*, const int64_t*,
+template void attention_decode<float>(const float*, const float*, const float*, const int32_t*, const int32_t*,
                                       const float*, float*, const DecodeDims&);
-template void attention_decode<double>(const double*, const double*, const double*, const int64_t*, const int64_t*,
+template void attention_decode<double>(const double*, const double*, const double*, const int32_t*, const int32_t*,
                                        const double*, double*, const DecodeDims&);
-template void attention_decode<bf16>(const bf16*, const bf16*, const bf16*, const int64_t*, const int64_t*,
+template void attention_decode<bf16>(const bf16*, const bf16*, const bf16*, const int32_t*, const int32_t*,
                                      const float*, bf16*, const DecodeDims&);
 template void attention_forward<float>(const float*, float*, float*, const float*, const AttentionDims&);
 template void attention_forward<double>(const double*, double*, double*, const double*, const AttentionDims&);

@@ -34,9 +34,9 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const comput
                         const compute_t<T>* alibi_slopes, T* d_qkv, const AttentionDims& dims);
 
 // One new query per sequence against a key/value cache (decoding). Row i of q
-// (stride q_row_stride) is the query of a token at position lengths[i] - 1 of
-// cache slot slots[i]; it attends to that slot's positions [0, lengths[i]). The
-// caches are [slots, capacity, n_kv_heads·head_dim]; out is [rows, n_heads·head_dim].
+// (stride q_row_stride) is the query of a token at position positions[i] of
+// cache slot slots[i]; it attends to that slot's positions [0, positions[i]].
+// The caches are [slots, capacity, n_kv_heads·head_dim]; out is [rows, n_heads·head_dim].
 struct DecodeDims {
   int64_t rows = 0, capacity = 0;
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
@@ -44,7 +44,7 @@ struct DecodeDims {
   double scale = 0;
 };
 template <typename T>
-void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots, const int64_t* lengths,
+void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* slots, const int32_t* positions,
                       const compute_t<T>* alibi_slopes, T* out, const DecodeDims& dims);
 // Decoding's cache update: writes the key and value heads of row i of a fused
 // qkv (stride dims.q_row_stride) into the caches at [slots[i], positions[i]].

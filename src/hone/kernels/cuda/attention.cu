@@ -338,15 +338,15 @@ constexpr int kDecodeWarps = 4;
 // an online softmax each, then merge. Lanes own head dimensions.
 template <typename T, int kDims>
 __global__ void __launch_bounds__(kDecodeWarps * kWarpSize)
-    attention_decode_kernel(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots,
-                            const int64_t* lengths, const float* slopes, T* out, DecodeDims dims, float scale) {
+    attention_decode_kernel(const T* q, const T* k_cache, const T* v_cache, const int32_t* slots,
+                            const int32_t* positions, const float* slopes, T* out, DecodeDims dims, float scale) {
   __shared__ float part_max[kDecodeWarps], part_sum[kDecodeWarps], part_acc[kDecodeWarps][kMaxHeadDim];
   const int64_t h = blockIdx.x, i = blockIdx.y;
   const int hd = int(dims.head_dim), warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t kv_width = dims.n_kv_heads * dims.head_dim, kvh = h / (dims.n_heads / dims.n_kv_heads);
-  const int64_t length = lengths[i], position = length - 1;
-  const T* keys = k_cache + slots[i] * dims.capacity * kv_width + kvh * hd;
-  const T* values = v_cache + slots[i] * dims.capacity * kv_width + kvh * hd;
+  const int64_t position = positions[i], length = position + 1;
+  const T* keys = k_cache + int64_t(slots[i]) * dims.capacity * kv_width + kvh * hd;
+  const T* values = v_cache + int64_t(slots[i]) * dims.capacity * kv_width + kvh * hd;
   const float slope = slopes ? slopes[h] : 0.0f;
   float query[kDims], acc[kDims];
 #pragma unroll
@@ -516,7 +516,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const float*
 }
 
 template <typename T>
-void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots, const int64_t* lengths,
+void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* slots, const int32_t* positions,
                       const float* alibi_slopes, T* out, const DecodeDims& dims) {
   check_heads("attention decode", dims.n_heads, dims.n_kv_heads, dims.head_dim);
   if (dims.rows == 0) return;
@@ -524,7 +524,7 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int6
   const dim3 grid(unsigned(dims.n_heads), unsigned(dims.rows));
   dispatch_head_dim(dims.head_dim, [&]<int kDims>() {
     attention_decode_kernel<T, kDims><<<grid, kDecodeWarps * kWarpSize, 0, stream()>>>(
-        q, k_cache, v_cache, slots, lengths, alibi_slopes, out, dims, float(dims.scale));
+        q, k_cache, v_cache, slots, positions, alibi_slopes, out, dims, float(dims.scale));
     HONE_CUDA_LAUNCHED("attention_decode");
   });
 }
@@ -543,7 +543,7 @@ void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, 
   template void attention_forward<T>(const T*, T*, float*, const float*, const AttentionDims&);                \
   template void attention_backward<T>(const T*, const T*, const T*, const float*, const float*, T*,            \
                                       const AttentionDims&);                                                   \
-  template void attention_decode<T>(const T*, const T*, const T*, const int64_t*, const int64_t*, const float*, \
+  template void attention_decode<T>(const T*, const T*, const T*, const int32_t*, const int32_t*, const float*, \
                                     T*, const DecodeDims&);                                                 \
   template void kv_cache_write<T>(const T*, T*, T*, const int32_t*, const int32_t*, const DecodeDims&);
 HONE_INSTANTIATE(float)

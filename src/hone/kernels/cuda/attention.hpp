@@ -4,7 +4,7 @@
 // packed-sequence windows; FlashAttention-2's algorithm (tiles of queries and
 // keys, an online softmax, only the logsumexp kept; the backward pass recomputes
 // the probabilities). Head dimensions up to 256. All pointers are device memory,
-// including dims.positions and the decode slots and lengths.
+// including dims.positions and the decode slots and positions.
 #include <cstdint>
 
 #include "hone/kernels/cpu/attention.hpp"
@@ -23,7 +23,7 @@ template <typename T>
 void attention_backward(const T* d_out, const T* qkv, const T* out, const float* lse, const float* alibi_slopes,
                         T* d_qkv, const AttentionDims& dims);
 template <typename T>
-void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int64_t* slots, const int64_t* lengths,
+void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* slots, const int32_t* positions,
                       const float* alibi_slopes, T* out, const DecodeDims& dims);
 template <typename T>
 void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, const int32_t* positions,
