@@ -80,13 +80,8 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
   ops::embedding_forward(ids, model_.tok_embeddings_->value, Tensor(), x);
   if (model_.pos_embeddings_) {
     // The learned positions are a second table looked up by position.
-    std::vector<int32_t> table_rows;
-    for (int64_t position : positions) {
-      HONE_CHECK(position < c.max_seq_len, "position {} is beyond max_seq_len", position);
-      table_rows.push_back(int32_t(position));
-    }
-    ops::embedding_forward(Tensor::from(table_rows, {rows, 1}).to(dev), model_.pos_embeddings_->value, Tensor(),
-                           branch);
+    HONE_CHECK(step.max_position() < c.max_seq_len, "position {} is beyond max_seq_len", step.max_position());
+    ops::embedding_forward(step.position_ids(), model_.pos_embeddings_->value, Tensor(), branch);
     ops::add(x, branch, x);
   }
   const auto gelu_kind = c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;

@@ -130,6 +130,8 @@ class DecodeRows {
   // i32 [count] on the device.
   const int32_t* positions() const { return indices_.data<int32_t>(); }
   const int32_t* slots() const { return positions() + count_; }
+  // The positions as i32 [count, 1] ids (a learned position table's rows).
+  Tensor position_ids() const { return indices_.slice(0, {count_, 1}); }
 
  private:
   Tensor indices_;  // [2, count]: the positions, then the slots
