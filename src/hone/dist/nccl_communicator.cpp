@@ -190,19 +190,20 @@ namespace {
 class NcclPending final : public PendingCollective {
  public:
   NcclPending(std::function<void(const char*, cudaEvent_t)> await, const char* op, cudaStream_t stream,
-              std::vector<Tensor> operands)
-      : await_(std::move(await)), op_(op), operands_(std::move(operands)) {
+              std::vector<Tensor> operands, double timeout_s)
+      : await_(std::move(await)), op_(op), operands_(std::move(operands)), timeout_s_(timeout_s) {
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventRecord(done_, stream), "cudaEventRecord");
   }
   ~NcclPending() override {
     // The collective may still use its tensors: wait for it, but not for ever.
-    // A timeout or an NCCL error aborts the communicator (which ends its queued
-    // operations) and throws, which a destructor cannot pass on.
-    try {
-      await_(op_, done_);
-    } catch (const Error&) {
-      cudaEventSynchronize(done_);
+    // This also runs while an error unwinds, when a peer may be gone; the
+    // communicator (possibly destroyed already) is not touched here.
+    const auto start = std::chrono::steady_clock::now();
+    while (cudaEventQuery(done_) == cudaErrorNotReady &&
+           (timeout_s_ <= 0 ||
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < timeout_s_)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     cudaEventDestroy(done_);
   }
@@ -213,6 +214,7 @@ class NcclPending final : public PendingCollective {
   std::function<void(const char*, cudaEvent_t)> await_;
   const char* op_;
   std::vector<Tensor> operands_;  // their storage outlives the collective
+  double timeout_s_;
   cudaEvent_t done_ = nullptr;
 };
 
@@ -226,7 +228,7 @@ std::unique_ptr<PendingCollective> NcclCommunicator::start(const char* op, std::
   check_cuda(cudaStreamWaitEvent(stream_, compute_queued_, 0), "cudaStreamWaitEvent");
   check_nccl(call(), op);
   return std::make_unique<NcclPending>([this](const char* what, cudaEvent_t done) { await(what, done); }, op,
-                                       stream_, std::move(operands));
+                                       stream_, std::move(operands), timeout_s_);
 }
 
 void NcclCommunicator::finish(const char* op, const std::function<ncclResult_t()>& call) {
