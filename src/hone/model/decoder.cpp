@@ -74,13 +74,12 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
   const Tensor qkv = empty({rows, 1, c.qkv_dim()}, T), attn = empty({rows, q_width}, T);
   const Tensor up = empty({rows, 1, c.mlp_up_dim()}, T), act = empty({rows, 1, c.ffn_dim}, T);
   const ops::DecodeRows step(slots, positions, int64_t(lengths_.size()), capacity_, dev);
-  const bool rope = c.position == PositionKind::rope;
 
   const Tensor ids = Tensor::from(std::vector<int32_t>(tokens.begin(), tokens.end()), {rows, 1}).to(dev);
   ops::embedding_forward(ids, model_.tok_embeddings_->value, Tensor(), x);
   if (model_.pos_embeddings_) {
-    // The learned positions are a second table looked up by position.
-    HONE_CHECK(step.max_position() < c.max_seq_len, "position {} is beyond max_seq_len", step.max_position());
+    // The learned positions are a second table looked up by position (below
+    // capacity_, which the constructor keeps within max_seq_len).
     ops::embedding_forward(step.position_ids(), model_.pos_embeddings_->value, Tensor(), branch);
     ops::add(x, branch, x);
   }
@@ -90,8 +89,9 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
     const LayerParameters& p = model_.layers_[size_t(l)];
     model_.norm_forward(x, p.attn_norm_weight, p.attn_norm_bias, norm, mean, rstd);
     ops::linear_forward(norm, p.qkv_weight->compute, p.qkv_bias ? p.qkv_bias->value : Tensor(), qkv);
-    ops::kv_cache_append(qkv_rows, rope ? model_.rope_cos_ : Tensor(), rope ? model_.rope_sin_ : Tensor(), step,
-                         k_cache_[size_t(l)], v_cache_[size_t(l)], model_.heads());
+    // The rotary tables are absent (no rotation) unless the model uses RoPE.
+    ops::kv_cache_append(qkv_rows, model_.rope_cos_, model_.rope_sin_, step, k_cache_[size_t(l)], v_cache_[size_t(l)],
+                         model_.heads());
     ops::attention_decode(qkv_rows, k_cache_[size_t(l)], v_cache_[size_t(l)], step, model_.alibi_slopes_, attn,
                           model_.heads());
     ops::linear_forward(attn, p.out_weight->compute, p.out_bias ? p.out_bias->value : Tensor(),

@@ -21,6 +21,11 @@ using namespace detail;
 
 namespace {
 
+// The scores' scale: the heads' own, else 1/sqrt(head_dim).
+double scale_of(const AttentionHeads& heads) {
+  return heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(heads.head_dim));
+}
+
 kernels::cpu::AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                            const Tensor& alibi_slopes, const AttentionHeads& heads) {
   const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
@@ -32,13 +37,35 @@ kernels::cpu::AttentionDims attention_dims(const char* op, const Tensor& qkv, co
   expect_shape(op, "logsumexp", lse, {batch, H, seq});
   expect_dtype(op, "logsumexp", lse, compute_dtype(qkv.dtype()));
   if (alibi_slopes.defined()) expect_shape(op, "ALiBi slopes", alibi_slopes, {H});
-  const double scale = heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(hd));
-  return {.batch = batch, .seq = seq, .n_heads = H, .n_kv_heads = KV, .head_dim = hd, .scale = scale};
+  return {.batch = batch, .seq = seq, .n_heads = H, .n_kv_heads = KV, .head_dim = hd, .scale = scale_of(heads)};
 }
 
 template <typename T>
 const compute_t<T>* slopes_or_null(const Tensor& alibi_slopes) {
   return alibi_slopes.defined() ? alibi_slopes.data<compute_t<T>>() : nullptr;
+}
+
+// The checks kv_cache_append and attention_decode share; their dims.
+kernels::cpu::DecodeDims decode_dims(const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                     const DecodeRows& rows, const AttentionHeads& heads) {
+  const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
+  HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
+  HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(0) == rows.cache_slots() && k_cache.size(1) == rows.capacity() &&
+                 k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape() && k_cache.dtype() == q.dtype() &&
+                 v_cache.dtype() == q.dtype(),
+             "{}: caches {} and {} of {}, expected [{}, {}, {}] of {}", op, k_cache.shape().str(),
+             v_cache.shape().str(), dtype_name(k_cache.dtype()), rows.cache_slots(), rows.capacity(), KV * hd,
+             dtype_name(q.dtype()));
+  HONE_CHECK(rows_of(q) == rows.count(), "{}: {} rows for a step of {}", op, rows_of(q), rows.count());
+  HONE_CHECK(rows.device() == q.device(), "{}: the step's rows are on {}, the tensors on {}", op,
+             rows.device().str(), q.device().str());
+  return kernels::cpu::DecodeDims{.rows = rows.count(),
+                                  .capacity = rows.capacity(),
+                                  .n_heads = H,
+                                  .n_kv_heads = KV,
+                                  .head_dim = hd,
+                                  .q_row_stride = q.size(-1),
+                                  .scale = scale_of(heads)};
 }
 
 }  // namespace
@@ -121,33 +148,6 @@ DecodeRows::DecodeRows(std::span<const int64_t> slots, std::span<const int64_t> 
   }
   indices_ = Tensor::from(positions_then_slots, {2, count_}).to(device);
 }
-
-namespace {
-
-// The checks kv_cache_append and attention_decode share; their dims.
-kernels::cpu::DecodeDims decode_dims(const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                     const DecodeRows& rows, const AttentionHeads& heads) {
-  const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
-  HONE_CHECK(KV > 0 && H % KV == 0, "{}: {} query heads cannot share {} key/value heads", op, H, KV);
-  HONE_CHECK(k_cache.ndim() == 3 && k_cache.size(0) == rows.cache_slots() && k_cache.size(1) == rows.capacity() &&
-                 k_cache.size(2) == KV * hd && v_cache.shape() == k_cache.shape() && k_cache.dtype() == q.dtype() &&
-                 v_cache.dtype() == q.dtype(),
-             "{}: caches {} and {} of {}, expected [{}, {}, {}] of {}", op, k_cache.shape().str(),
-             v_cache.shape().str(), dtype_name(k_cache.dtype()), rows.cache_slots(), rows.capacity(), KV * hd,
-             dtype_name(q.dtype()));
-  HONE_CHECK(rows_of(q) == rows.count(), "{}: {} rows for a step of {}", op, rows_of(q), rows.count());
-  HONE_CHECK(rows.device() == q.device(), "{}: the step's rows are on {}, the tensors on {}", op,
-             rows.device().str(), q.device().str());
-  return kernels::cpu::DecodeDims{.rows = rows.count(),
-                                  .capacity = rows.capacity(),
-                                  .n_heads = H,
-                                  .n_kv_heads = KV,
-                                  .head_dim = hd,
-                                  .q_row_stride = q.size(-1),
-                                  .scale = heads.scale != 0 ? heads.scale : 1.0 / std::sqrt(double(hd))};
-}
-
-}  // namespace
 
 void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const DecodeRows& rows,
                      const Tensor& k_cache, const Tensor& v_cache, const AttentionHeads& heads) {
