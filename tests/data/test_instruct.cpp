@@ -99,6 +99,49 @@ TEST_F(InstructTest, Llama3ChatTrainsOnAssistantTurnsOnly) {
   EXPECT_THROW(data::load_instruct_dataset(path, *gpt2_, {.format = InstructTemplate::chat}), Error);
 }
 
+TEST_F(InstructTest, ShareGptConversationsReadLikeMessages) {
+  const InstructOptions chat{.format = InstructTemplate::chat};
+  const auto sample_of = [&](const std::string& name, const std::string& line, const InstructOptions& o) {
+    const auto d = data::load_instruct_dataset(file(name, line + "\n"), *llama3_, o);
+    EXPECT_EQ(d.samples.size(), 1u);
+    return d.samples.at(0);
+  };
+  const TokenizedSample openai = sample_of("openai.jsonl",
+                                           R"({"messages": [{"role": "system", "content": "Be brief."}, )"
+                                           R"({"role": "user", "content": "Hi"}, )"
+                                           R"({"role": "assistant", "content": "Hello!"}]})",
+                                           chat);
+  const std::string sharegpt_turns = R"([{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Hi"}, )"
+                                     R"({"from": "gpt", "value": "Hello!"}])";
+  const TokenizedSample sharegpt =
+      sample_of("sharegpt.jsonl", R"({"conversations": )" + sharegpt_turns + "}", chat);
+  EXPECT_EQ(llama3_->decode(openai.tokens),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>");
+  EXPECT_EQ(sharegpt.tokens, openai.tokens);
+  EXPECT_EQ(sharegpt.labels, openai.labels);
+  // A column_map entry for messages names the column, whatever its layout.
+  InstructOptions mapped = chat;
+  mapped.column_map["messages"] = "turns";
+  EXPECT_EQ(sample_of("turns.jsonl", R"({"turns": )" + sharegpt_turns + "}", mapped).tokens, openai.tokens);
+
+  // Each bad record's error names the file, line, message and field.
+  const auto expect_error = [&](const std::string& line, const std::string& message, const InstructOptions& o) {
+    const std::string path = file("bad.jsonl", line + "\n");
+    const std::string error = error_of([&] { data::load_instruct_dataset(path, *llama3_, o); });
+    EXPECT_NE(error.find("bad.jsonl:1: " + message), std::string::npos) << error;
+  };
+  expect_error(R"({"conversations": [{"from": "human", "value": "Hi"}, {"from": "bot", "value": "Yo"}]})",
+               "message 1 of 'conversations': from 'bot' is not system, human or gpt", chat);
+  expect_error(R"({"conversations": [{"from": "human", "text": "Hi"}]})",
+               "message 0 of 'conversations' has no string 'value'", chat);
+  expect_error(R"({"messages": [{"role": "user", "content": 3}]})", "message 0 of 'messages' has no string 'content'",
+               chat);
+  expect_error(R"({"dialogue": "Hi"})", "no 'messages' list of messages (nor a ShareGPT 'conversations' list)", chat);
+  expect_error(R"({"conversations": []})", "no 'turns' list of messages", mapped);
+}
+
 TEST_F(InstructTest, TruncatesAndDropsWhatCannotBeLearned) {
   const std::string long_output(400, 'x');
   const std::string path = file("t.jsonl", "{\"input\": \"" + std::string(300, 'a') + "\", \"output\": \"b\"}\n" +

@@ -97,19 +97,35 @@ int32_t special_id(const Tokenizer& t, const std::string& token, const char* for
   return *id;
 }
 
+// A conversation in either of the two layouts chat datasets come in (torchtune's
+// conversation styles): OpenAI's `messages` of {"role", "content"}, and
+// ShareGPT's `conversations` of {"from": "system" | "human" | "gpt", "value"}.
+// Without a column_map entry for `messages`, a record that has no `messages`
+// column is read from `conversations`.
 std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) {
-  const std::string column = column_of("messages", o);
+  std::string column = column_of("messages", o);
+  if (!o.column_map.contains("messages") && !r.value.contains(column) && r.value.contains("conversations")) {
+    column = "conversations";
+  }
   auto it = r.value.find(column);
-  HONE_CHECK(it != r.value.end() && it->is_array(), "{}: no '{}' list of messages", r.where, column);
+  HONE_CHECK(it != r.value.end() && it->is_array(), "{}: no '{}' list of messages{}", r.where, column,
+             column == "messages" ? " (nor a ShareGPT 'conversations' list)" : "");
+  const auto string_field = [&](const Json& m, size_t index, const char* key) {
+    HONE_CHECK(m.contains(key) && m[key].is_string(), "{}: message {} of '{}' has no string '{}'", r.where, index,
+               column, key);
+    return m[key].get<std::string>();
+  };
   std::vector<ChatMessage> messages;
-  for (const Json& m : *it) {
-    HONE_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
-                   m["content"].is_string(),
-               "{}: each message needs string 'role' and 'content'", r.where);
-    const std::string role = m["role"];
-    HONE_CHECK(role == "system" || role == "user" || role == "assistant",
-               "{}: message role '{}' is not system, user or assistant", r.where, role);
-    messages.push_back({role, m["content"]});
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    HONE_CHECK(m.is_object(), "{}: message {} of '{}' is not an object", r.where, i, column);
+    const bool sharegpt = !m.contains("role") && m.contains("from");
+    const char* role_key = sharegpt ? "from" : "role";
+    const std::string given = string_field(m, i, role_key);
+    const std::string role = !sharegpt ? given : given == "human" ? "user" : given == "gpt" ? "assistant" : given;
+    HONE_CHECK(role == "system" || role == "user" || role == "assistant", "{}: message {} of '{}': {} '{}' is not {}",
+               r.where, i, column, role_key, given, sharegpt ? "system, human or gpt" : "system, user or assistant");
+    messages.push_back({role, string_field(m, i, sharegpt ? "value" : "content")});
   }
   return messages;
 }

@@ -25,7 +25,8 @@ struct InstructOptions {
   ChatFormat chat_format = ChatFormat::llama3;
   // Template field -> column of the records: alpaca reads instruction, input and
   // output; summarize reads dialogue and output; plain reads input and output;
-  // chat reads messages. Unmapped fields use their own names.
+  // chat reads messages (or ShareGPT's conversations where a record has no
+  // messages). Unmapped fields use their own names.
   std::map<std::string, std::string> column_map;
   bool train_on_input = false;
   int64_t max_seq_len = 512;  // longer samples are cut to this many tokens
