@@ -182,6 +182,18 @@ TEST_F(TrainingRun, TrainsOnMegatronDatasetsAndBlends) {
             0)
       << log();
   EXPECT_NE(log().find("b_text_document (40 documents)"), std::string::npos) << log();
+  // Validation data of its own: training takes all 40 documents of a (6000
+  // tokens: 187 samples of 32 + 1), validation reads b.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("separate", 3), "dataset.type=megatron",
+                 "dataset.path=" + root_ + "/a_text_document",
+                 "dataset.validation_path=" + root_ + "/b_text_document"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("data: 187 samples per epoch (" + root_ + "/a_text_document (40 documents); validation: " +
+                       root_ + "/b_text_document (40 documents)), 3 steps to run"),
+            std::string::npos)
+      << log();
+  EXPECT_NE(log().find("step 3: validation loss"), std::string::npos) << log();
   EXPECT_EQ(run({"run", "pretrain", "--config", config("missing", 5), "dataset.type=megatron",
                  "dataset.path=" + root_ + "/nope"}),
             2);

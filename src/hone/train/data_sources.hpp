@@ -1,6 +1,8 @@
 #pragma once
-// Opens the documents a training config names (dataset.type and dataset.path)
-// and splits them into training and validation ranges.
+// Opens the documents a training config names (dataset.type, dataset.path and
+// dataset.validation_path) as training and validation ranges: validation on
+// the documents of dataset.validation_path where it is set, else on the last
+// dataset.validation_fraction of each source of dataset.path.
 #include <string>
 #include <vector>
 
@@ -11,7 +13,7 @@ namespace hone {
 
 struct TrainingData {
   std::vector<data::DocumentRange> train, validation;  // validation empty: none held out
-  std::vector<double> weights;                         // blend weights (empty: by size)
+  std::vector<double> train_weights, validation_weights;  // blend weights (empty: by size)
   std::string description;
 };
 

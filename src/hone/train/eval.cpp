@@ -58,7 +58,7 @@ int run_eval(const Config& c) {
       const int64_t vocab_size = m.model->config().vocab_size;
       const TrainingData d = open_pretraining_data(all, vocab_size);
       source = std::make_unique<data::PretrainStream>(
-          d.train, d.weights,
+          d.train, d.train_weights,
           data::StreamOptions{.seq_len = seq_len, .batch_size = batch, .shuffle = false, .vocab_size = vocab_size});
     }
     const int64_t batches = std::max<int64_t>(1, std::min(c.get<int64_t>("max_batches"), source->samples_per_epoch() / batch));

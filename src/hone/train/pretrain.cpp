@@ -62,12 +62,12 @@ int run_pretrain(const Config& c) {
                                           .rank = world.dp_rank(),
                                           .world_size = world.dp_size(),
                                           .vocab_size = model_config.vocab_size};
-  data::PretrainStream train(data.train, data.weights, train_options);
+  data::PretrainStream train(data.train, data.train_weights, train_options);
   std::unique_ptr<data::PretrainStream> valid;
   if (!data.validation.empty()) {
     data::StreamOptions valid_options = train_options;
     valid_options.shuffle = false;
-    valid = std::make_unique<data::PretrainStream>(data.validation, data.weights, valid_options);
+    valid = std::make_unique<data::PretrainStream>(data.validation, data.validation_weights, valid_options);
   }
   // The same seed on every rank: the replicas start identical.
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());

@@ -140,7 +140,11 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.path", ValueType::string, nullptr,
          "megatron: a prefix or a blend 'W1 PREFIX1 W2 PREFIX2 ...'; mds: a folder with index.json"});
   s.add({"dataset.seq_len", ValueType::integer, nullptr, "tokens per training sequence", {}, true}, Range::positive());
-  s.add({"dataset.validation_fraction", ValueType::number, 0.01, "documents held out for validation"},
+  s.add({"dataset.validation_path", ValueType::string, nullptr,
+         "validation data of the same type as dataset.path (a prefix or a blend; an MDS folder), instead of "
+         "documents held out of dataset.path"});
+  s.add({"dataset.validation_fraction", ValueType::number, 0.01,
+         "documents of each source held out for validation (without dataset.validation_path)"},
         Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
   s.add({"dataset.mock.documents", ValueType::integer, 2000, "mock: documents"}, Range::positive());

@@ -1,0 +1,113 @@
+// The documents a pretraining config names: blends, held-out validation
+// documents, and validation data of its own (dataset.validation_path).
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "hone/data/formats/megatron.hpp"
+#include "hone/train/data_sources.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PretrainingData : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::TempDir() + "hone_data_sources_" + std::to_string(::getpid());
+    fs::create_directories(root_);
+    // Every token of a dataset is its own number, so a sample tells its source.
+    write("big", 1, 20);
+    write("small", 2, 4);
+    write("held", 3, 5);
+    write("held2", 4, 5);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void write(const std::string& name, int32_t token, int documents) {
+    data::MegatronWriter w(prefix(name), data::MegatronDType::u16, 16);
+    for (int d = 0; d < documents; ++d) w.add_document(std::vector<int32_t>(30, token));
+    w.finish();
+  }
+  std::string prefix(const std::string& name) const { return root_ + "/" + name; }
+
+  Config config(const std::string& path, double validation_fraction) const {
+    Config c;
+    c.set("seed", 1);
+    c.set("dataset.type", "megatron");
+    c.set("dataset.path", path);
+    c.set("dataset.validation_fraction", validation_fraction);
+    return c;
+  }
+
+  // How many of a stream's first `samples` samples come from each dataset (by token).
+  static std::map<int32_t, int> draws(const std::vector<data::DocumentRange>& ranges,
+                                      const std::vector<double>& weights, int samples) {
+    data::PretrainStream stream(ranges, weights, {.seq_len = 8, .batch_size = 1, .shuffle = false, .vocab_size = 16});
+    std::map<int32_t, int> count;
+    for (int i = 0; i < samples; ++i) ++count[stream.next().tokens.data<int32_t>()[0]];
+    return count;
+  }
+
+  std::string root_;
+};
+
+TEST_F(PretrainingData, ABlendKeepsItsWeightsWhenNothingIsHeldOut) {
+  // By size the big dataset would give 5 samples in 6; the blend asks for half.
+  const std::string blend = "0.5 " + prefix("big") + " 0.5 " + prefix("small");
+  const TrainingData d = open_pretraining_data(config(blend, 0.0), 16);
+  EXPECT_TRUE(d.validation.empty());
+  EXPECT_EQ(d.train_weights, (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ(draws(d.train, d.train_weights, 40), (std::map<int32_t, int>{{1, 20}, {2, 20}}));
+
+  // Held out of each source, the validation documents are blended the same way.
+  const TrainingData held = open_pretraining_data(config(blend, 0.25), 16);
+  ASSERT_EQ(held.validation.size(), 2u);
+  EXPECT_EQ(held.validation[0].first, 15);  // the big dataset's last 5 of 20 documents
+  EXPECT_EQ(held.validation[1].first, 3);   // the small one's last of 4
+  EXPECT_EQ(held.validation_weights, (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ(held.train_weights, (std::vector<double>{0.5, 0.5}));
+}
+
+TEST_F(PretrainingData, ValidationPathGivesValidationDataOfItsOwn) {
+  Config c = config(prefix("big"), 0.25);
+  c.set("dataset.validation_path", "1 " + prefix("held") + " 3 " + prefix("held2"));
+  const TrainingData d = open_pretraining_data(c, 16);
+  // Training takes every document of dataset.path: nothing is held out of it.
+  ASSERT_EQ(d.train.size(), 1u);
+  EXPECT_EQ(d.train[0].first, 0);
+  EXPECT_EQ(d.train[0].end, 20);
+  EXPECT_TRUE(d.train_weights.empty());
+  ASSERT_EQ(d.validation.size(), 2u);
+  EXPECT_EQ(d.validation[0].end - d.validation[0].first, 5);
+  EXPECT_EQ(d.validation_weights, (std::vector<double>{1, 3}));
+  EXPECT_EQ(draws(d.validation, d.validation_weights, 8), (std::map<int32_t, int>{{3, 2}, {4, 6}}));
+  EXPECT_NE(d.description.find("big (20 documents); validation: "), std::string::npos) << d.description;
+  EXPECT_NE(d.description.find("held2 (5 documents)"), std::string::npos) << d.description;
+
+  // Errors name the key and where it came from.
+  c.set("dataset.validation_path", prefix("missing"));
+  EXPECT_NE(error_of([&] { open_pretraining_data(c, 16); }).find(prefix("missing") + ".idx"), std::string::npos);
+  c.set("dataset.validation_path", "2 " + prefix("held") + " " + prefix("held2"));
+  EXPECT_NE(error_of([&] { open_pretraining_data(c, 16); })
+                .find("the command line: dataset.validation_path '2 " + prefix("held") + " " + prefix("held2") +
+                      "' is neither one path nor 'WEIGHT PATH' pairs"),
+            std::string::npos);
+  // Mock data makes its own validation documents: a path for it would be ignored.
+  Config mock;
+  mock.set("seed", 1);
+  mock.set("dataset.type", "mock");
+  mock.set("dataset.validation_fraction", 0.1);
+  mock.set("dataset.mock.documents", 10);
+  mock.set("dataset.mock.document_length", 20);
+  mock.set("dataset.validation_path", prefix("held"));
+  EXPECT_NE(error_of([&] { open_pretraining_data(mock, 16); })
+                .find("dataset.validation_path " + prefix("held") + " is set but dataset.type is mock"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hone::test
