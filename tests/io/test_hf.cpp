@@ -50,7 +50,7 @@ double logit_error(Transformer& model, const std::string& reference_name) {
   return relative_error(model.logits(), reference.load("logits"));
 }
 
-std::string bytes_of(const SafetensorsFile& file, const std::string& name) {
+std::string bytes_of(const TensorFile& file, const std::string& name) {
   const auto b = file.entry(name).bytes;
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
@@ -67,13 +67,13 @@ void write_text(const std::string& path, const std::string& text) {
 
 // The tensors of an HF folder (all shards), by name, opened.
 struct HfTensors {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, const SafetensorsFile*> where;
+  std::vector<std::unique_ptr<TensorFile>> files;
+  std::map<std::string, const TensorFile*> where;
 
   explicit HfTensors(const std::string& dir) {
     for (const auto& entry : fs::directory_iterator(dir)) {
-      if (entry.path().extension() != ".safetensors") continue;
-      files.push_back(std::make_unique<SafetensorsFile>(entry.path().string()));
+      if (entry.path().extension() != ".safetensors" && entry.path().extension() != ".bin") continue;
+      files.push_back(open_tensor_file(entry.path().string()));
       for (const std::string& name : files.back()->names()) where[name] = files.back().get();
     }
   }
@@ -101,8 +101,9 @@ class HfTest : public ::testing::Test {
   std::string dir_;
 };
 
+// Folders of safetensors, and two of PyTorch's torch.save archives (pytorch_model.bin, and shards).
 const char* const kHfFixtures[] = {"llama31_sharded", "llama32_tied_bf16", "llama2_mha_f16", "mistral_f16", "gpt2",
-                                   "mpt_bf16"};
+                                   "mpt_bf16", "gpt2_pickle", "llama2_pickle_bf16"};
 const char* const kCFixtures[] = {"llmc_gpt2_fp32", "llmc_gpt2_bf16", "llama2c_legacy", "llama2c_v1"};
 
 TEST_F(HfTest, ImportedModelsComputeTheReferenceLogits) {
@@ -226,17 +227,19 @@ TEST_F(HfTest, ExportIsByteIdenticalToTheImportedTensors) {
       std::string original_name = tensor;
       if (!original.where.count(tensor) && tensor.starts_with("transformer.")) original_name = tensor.substr(12);
       ASSERT_TRUE(original.where.count(original_name)) << name << ": exported an unknown tensor " << tensor;
-      const SafetensorsFile& from = *original.where.at(original_name);
+      const TensorFile& from = *original.where.at(original_name);
       EXPECT_EQ(file->entry(tensor).dtype, from.entry(original_name).dtype) << tensor;
       EXPECT_EQ(file->entry(tensor).shape, from.entry(original_name).shape) << tensor;
       EXPECT_EQ(bytes_of(*file, tensor), bytes_of(from, original_name)) << name << ": " << tensor;
-      EXPECT_EQ(file->metadata().at("format"), "pt");
+      EXPECT_EQ(dynamic_cast<const SafetensorsFile&>(*file).metadata().at("format"), "pt");
       ++compared;
     }
-    // Everything but the buffers (causal masks, rotary frequencies) is exported.
+    // Everything but the buffers (causal masks, rotary frequencies) and a tied
+    // model's second name for its embeddings is exported.
     int64_t weights = 0;
     for (const auto& [tensor, file] : original.where) {
-      weights += !tensor.ends_with(".attn.bias") && !tensor.ends_with("inv_freq");
+      weights += !tensor.ends_with(".attn.bias") && !tensor.ends_with(".attn.masked_bias") &&
+                 !tensor.ends_with("inv_freq") && !(source->config().tie_embeddings && tensor == "lm_head.weight");
     }
     EXPECT_EQ(compared, weights) << name;
     // The exported config describes the same model.
@@ -518,11 +521,28 @@ TEST_F(HfTest, BrokenCCheckpointsAreNamed) {
   EXPECT_NE(err.find("neither llm.c's magic"), std::string::npos) << err;
 }
 
-TEST_F(HfTest, PyTorchPickleFoldersAreExplained) {
+TEST_F(HfTest, FoldersPreferSafetensorsAndNameBrokenPyTorchFiles) {
+  // transformers reads model.safetensors where both are there; so does hone.
+  const std::string both = copy_fixture("gpt2");
+  fs::copy_file(fixture("gpt2_pickle/pytorch_model.bin"), both + "/pytorch_model.bin");
+  EXPECT_EQ(open_weights(both)->stored_dtype(), DType::f32);
+  EXPECT_LE(logit_error(*import_model(both), "gpt2"), kTolerance);
+  // A pytorch_model.bin that is not a torch.save archive is named.
   fs::create_directories(path("pickle"));
   fs::copy_file(fixture("gpt2/config.json"), path("pickle/config.json"));
-  write_text(path("pickle/pytorch_model.bin"), "PK");
-  EXPECT_NE(error_of([&] { open_hf(path("pickle")); }).find("safe_serialization"), std::string::npos);
+  write_text(path("pickle/pytorch_model.bin"), "PK\3\4" + std::string(60, 'x'));
+  EXPECT_NE(error_of([&] { open_hf(path("pickle")); })
+                .find(path("pickle/pytorch_model.bin") + ": not a zip archive (no end-of-central-directory record)"),
+            std::string::npos);
+  // An archive alone has no config to build the model from.
+  EXPECT_NE(error_of([&] { open_weights(fixture("tensors.pt")); })
+                .find("tensors.pt: a PyTorch archive (torch.save) holds weights but no model config"),
+            std::string::npos);
+  fs::remove(path("pickle/pytorch_model.bin"));
+  EXPECT_NE(error_of([&] { open_hf(path("pickle")); })
+                .find(": no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                      "pytorch_model.bin.index.json"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -31,8 +31,10 @@ by their Hugging Face names (an index and shards too) and compares its logits on
 the reference tokens with the reference logits: a folder hone exported must
 compute what the source computed.
 """
+import collections
 import json
 import math
+import os
 import pathlib
 import struct
 import sys
@@ -91,19 +93,28 @@ def read_safetensors(path):
     return tensors, header.get("__metadata__", {})
 
 
-def write_hf_folder(folder, config, tensors, dtype, shard_bytes=None, extra_files=None):
-    """config.json + model.safetensors, or shards and an index as save_pretrained cuts them."""
+def write_pytorch(path, tensors):
+    """What save_pretrained(safe_serialization=False) writes: torch.save of the state dict. Tensors that
+    are one object (tied weights) share one storage in the archive."""
+    torch.save(collections.OrderedDict((name, tensors[name]) for name in sorted(tensors)), path)
+
+
+def write_hf_folder(folder, config, tensors, dtype, shard_bytes=None, extra_files=None, pickle=False):
+    """config.json + model.safetensors, or shards and an index as save_pretrained cuts them; with
+    pickle, pytorch_model.bin (or pytorch_model-0000K-of-0000N.bin shards and their index)."""
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.iterdir():
         old.unlink()
     stored = {name: t.to(dtype) for name, t in tensors.items()}
+    write, stem, suffix = (write_pytorch, "pytorch_model", "bin") if pickle else (
+        lambda path, part: write_safetensors(path, part, {"format": "pt"}), "model", "safetensors")
     config = dict(config, torch_dtype={torch.float32: "float32", torch.bfloat16: "bfloat16",
                                        torch.float16: "float16"}[dtype], transformers_version="4.44.2")
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for name, text in (extra_files or {}).items():
         (folder / name).write_text(text)
     if shard_bytes is None:
-        write_safetensors(folder / "model.safetensors", stored, {"format": "pt"})
+        write(folder / f"{stem}.{suffix}", stored)
         return
     shards, size = [[]], 0
     for name in sorted(stored):
@@ -115,23 +126,27 @@ def write_hf_folder(folder, config, tensors, dtype, shard_bytes=None, extra_file
         size += nbytes
     weight_map, total = {}, 0
     for i, names in enumerate(shards):
-        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_safetensors(folder / file, {n: stored[n] for n in names}, {"format": "pt"})
+        file = f"{stem}-{i + 1:05d}-of-{len(shards):05d}.{suffix}"
+        write(folder / file, {n: stored[n] for n in names})
         for n in names:
             weight_map[n] = file
             total += stored[n].numel() * stored[n].element_size()
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (folder / f"{stem}.{suffix}.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
 def load_hf_folder(folder):
     folder = pathlib.Path(folder)
     config = json.loads((folder / "config.json").read_text())
-    index = folder / "model.safetensors.index.json"
+    stem, suffix = ("model", "safetensors") if list(folder.glob("model*.safetensors*")) else ("pytorch_model", "bin")
+    index = folder / f"{stem}.{suffix}.index.json"
     files = (sorted(set(json.loads(index.read_text())["weight_map"].values()))
-             if not (folder / "model.safetensors").exists() else ["model.safetensors"])
+             if not (folder / f"{stem}.{suffix}").exists() else [f"{stem}.{suffix}"])
     tensors = {}
     for file in files:
+        if suffix == "bin":
+            tensors.update(torch.load(folder / file))
+            continue
         part, metadata = read_safetensors(folder / file)
         assert metadata.get("format") == "pt", f"{file}: transformers needs metadata format 'pt', got {metadata}"
         tensors.update(part)
@@ -485,10 +500,50 @@ def fixtures():
                         "clip_qkv": None, "qk_ln": False, "softmax_scale": None, "prefix_lm": False},
         "logit_scale": None, "tie_word_embeddings": True}, mpt_weights, torch.bfloat16)
 
+    # What save_pretrained(safe_serialization=False) writes (pytorch_model.bin, torch.save's zip of a
+    # pickle): GPT-2 as GPT2LMHeadModel saves it, lm_head.weight the same tensor as wte (one storage
+    # in the archive), the mask buffers of older checkpoints (masked_bias a 0-d tensor); fp32.
+    def gpt2_lm_head(g, c):
+        P = gpt2_weights(g, c, "transformer.")
+        for i in range(c["n_layer"]):
+            P[f"transformer.h.{i}.attn.bias"] = torch.tril(torch.ones(32, 32)).view(1, 1, 32, 32)
+            P[f"transformer.h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+        P["lm_head.weight"] = P["transformer.wte.weight"]
+        return P
+
+    hf_fixture("gpt2_pickle", 21, gpt2_config, gpt2_lm_head, torch.float32, pickle=True)
+    # Llama 2 in bf16, in pytorch_model-0000K-of-0000N.bin shards with their index.
+    hf_fixture("llama2_pickle_bf16", 22, llama2_config, llama_weights, torch.bfloat16, shard_bytes=8000,
+               pickle=True)
+    torch_archives()
+
     llmc_fixture("llmc_gpt2_fp32", 16, 3)
     llmc_fixture("llmc_gpt2_bf16", 17, 5)
     llama2c_fixture("llama2c_legacy", 18, legacy=True, shared=False)
     llama2c_fixture("llama2c_v1", 19, legacy=False, shared=True)
+
+
+class RunsACommand:
+    """An object whose pickle calls os.system: what a malicious checkpoint holds."""
+
+    def __reduce__(self):
+        return (os.system, ("echo this ran",))
+
+
+def torch_archives():
+    """torch.save files for TorchFile's own tests (tests/io/test_torch_file.cpp): tensors hone reads
+    and ones it cannot (a strided view, a bool tensor), a pickle that would run a command, and the
+    format before PyTorch 1.6."""
+    g = torch.Generator().manual_seed(23)
+    base = torch.randn(3, 4, generator=g)
+    torch.save(collections.OrderedDict([
+        ("f32", base), ("row", base[1]), ("bf16", base.to(torch.bfloat16)), ("f16", base.to(torch.float16)),
+        ("i64", torch.arange(5)), ("scalar", torch.tensor(2.5)), ("empty", torch.zeros(0, 4)),
+        ("strided", base.t()), ("flags", base > 0), ("step", 7)]), OUT / "tensors.pt")
+    torch.save({"weight": torch.ones(2), "payload": RunsACommand()}, OUT / "runs_a_command.pt")
+    torch.save({"weight": torch.ones(2)}, OUT / "legacy.pt", _use_new_zipfile_serialization=False)
+    for name in ("tensors.pt", "runs_a_command.pt", "legacy.pt"):
+        print(f"{name}: {(OUT / name).stat().st_size} bytes")
 
 
 def llmc_fixture(name, seed, version):

@@ -5,6 +5,7 @@
 
 #include "hone/io/c_checkpoints.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/io/torch_file.hpp"
 
 namespace hone {
 
@@ -12,7 +13,14 @@ namespace fs = std::filesystem;
 
 std::string model_format(const std::string& path) {
   HONE_CHECK(fs::exists(path), "{}: no such file or folder", path);
-  if (!fs::is_directory(path)) return c_checkpoint_format(path);
+  if (!fs::is_directory(path)) {
+    // A torch.save archive holds weights without a config to build the model from.
+    HONE_CHECK(!is_torch_archive(path),
+               "{}: a PyTorch archive (torch.save) holds weights but no model config: hone reads one as a Hugging "
+               "Face folder's pytorch_model.bin, beside the folder's config.json",
+               path);
+    return c_checkpoint_format(path);
+  }
   if (fs::exists(fs::path(path) / "manifest.json")) return "hone";
   if (fs::exists(fs::path(path) / "config.json")) return "hf";
   if (find_checkpoint(path, "latest")) return "hone";

@@ -17,8 +17,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kSingleFile = "model.safetensors";
-constexpr const char* kIndexFile = "model.safetensors.index.json";
+// A folder's weights as transformers looks for them: safetensors first, then
+// PyTorch's torch.save archives; one file, or shards listed in an index.
+struct WeightFiles {
+  const char* single;
+  const char* index;
+};
+constexpr WeightFiles kSafetensors{"model.safetensors", "model.safetensors.index.json"};
+constexpr WeightFiles kPyTorch{"pytorch_model.bin", "pytorch_model.bin.index.json"};
 
 const char* architecture_of(Family family) {
   switch (family) {
@@ -75,47 +81,47 @@ class HfFolder final : public WeightSource {
 
  private:
   void open_weight_files() {
-    const fs::path single = fs::path(dir_) / kSingleFile, index = fs::path(dir_) / kIndexFile;
-    if (fs::exists(single)) {  // transformers prefers the single file too
-      weights_path_ = single.string();
-      files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
-      for (const std::string& name : files_[0]->names()) where_[name] = files_[0].get();
-      return;
+    for (const WeightFiles& kind : {kSafetensors, kPyTorch}) {
+      const fs::path single = fs::path(dir_) / kind.single, index = fs::path(dir_) / kind.index;
+      if (fs::exists(single)) {  // transformers prefers the single file too
+        weights_path_ = single.string();
+        files_.push_back(open_tensor_file(single.string()));
+        for (const std::string& name : files_[0]->names()) where_[name] = files_[0].get();
+        return;
+      }
+      if (fs::exists(index)) return open_shards(index.string());
     }
-    if (!fs::exists(index)) {
-      HONE_CHECK(!fs::exists(fs::path(dir_) / "pytorch_model.bin"),
-                 "{}: holds PyTorch pickle weights (pytorch_model.bin); hone reads safetensors (save the model "
-                 "with safe_serialization=True)",
-                 dir_);
-      fail("{}: no {} or {}", dir_, kSingleFile, kIndexFile);
-    }
-    weights_path_ = index.string();
-    const Json j = read_json_file(index.string());
-    const JsonFields fields(j, index.string());
-    HONE_CHECK(fields.has("weight_map") && j["weight_map"].is_object(), "{}: no 'weight_map' object",
-               index.string());
-    std::map<std::string, SafetensorsFile*> by_file;
+    fail("{}: no {}, {}, {} or {}", dir_, kSafetensors.single, kSafetensors.index, kPyTorch.single, kPyTorch.index);
+  }
+
+  void open_shards(const std::string& index) {
+    weights_path_ = index;
+    const std::string index_name = fs::path(index).filename().string();
+    const Json j = read_json_file(index);
+    const JsonFields fields(j, index);
+    HONE_CHECK(fields.has("weight_map") && j["weight_map"].is_object(), "{}: no 'weight_map' object", index);
+    std::map<std::string, TensorFile*> by_file;
     for (auto& [tensor, file] : j["weight_map"].items()) {
-      HONE_CHECK(file.is_string(), "{}: weight_map['{}'] is not a file name", index.string(), tensor);
+      HONE_CHECK(file.is_string(), "{}: weight_map['{}'] is not a file name", index, tensor);
       const std::string name = file.get<std::string>();
       HONE_CHECK(!name.empty() && name.find('/') == std::string::npos && name.front() != '.',
-                 "{}: weight_map['{}'] = '{}' is not a file in the folder", index.string(), tensor, name);
+                 "{}: weight_map['{}'] = '{}' is not a file in the folder", index, tensor, name);
       auto found = by_file.find(name);
       if (found == by_file.end()) {
         const fs::path shard = fs::path(dir_) / name;
-        HONE_CHECK(fs::exists(shard), "{}: shard {} (listed in {}) is missing", shard.string(), name, kIndexFile);
-        files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
+        HONE_CHECK(fs::exists(shard), "{}: shard {} (listed in {}) is missing", shard.string(), name, index_name);
+        files_.push_back(open_tensor_file(shard.string()));
         found = by_file.emplace(name, files_.back().get()).first;
       }
       HONE_CHECK(found->second->contains(tensor), "{}: has no tensor '{}', which {} places there",
-                 found->second->path(), tensor, kIndexFile);
+                 found->second->path(), tensor, index_name);
       where_[tensor] = found->second;
     }
   }
 
   // A tensor by its save_pretrained name; GPT-2 and MPT files written from the
   // base model (GPT2Model) lack the "transformer." prefix.
-  std::pair<const SafetensorsFile*, const SafetensorsFile::Entry*> find(const std::string& name) const {
+  std::pair<const TensorFile*, const TensorFile::Entry*> find(const std::string& name) const {
     auto it = where_.find(name);
     if (it == where_.end() && name.starts_with("transformer.")) it = where_.find(name.substr(12));
     if (it == where_.end()) return {nullptr, nullptr};
@@ -147,10 +153,10 @@ class HfFolder final : public WeightSource {
   }
 
   std::string dir_;
-  std::string weights_path_;  // model.safetensors or the index
+  std::string weights_path_;  // the single file or the index
   HfConfig hf_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, const SafetensorsFile*> where_;
+  std::vector<std::unique_ptr<TensorFile>> files_;
+  std::map<std::string, const TensorFile*> where_;
   DType stored_dtype_ = DType::f32;
   std::vector<std::string> companions_;
 };
@@ -205,7 +211,7 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   Tensor cached;
   Json weight_map = Json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file = shards.size() == 1 ? std::string(kSingleFile)
+    const std::string file = shards.size() == 1 ? std::string(kSafetensors.single)
                                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
                                                               shards.size());
     std::vector<SafetensorsWriter::Layout> layout;
@@ -239,9 +245,9 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     std::map<std::string, std::string> by_name;
     for (auto& [name, file] : weight_map.items()) by_name[name] = file.get<std::string>();
     for (auto& [name, file] : by_name) sorted[name] = file;
-    write_json_file(folder.file(kIndexFile), {{"metadata", {{"total_size", summary.tensor_bytes}}},
+    write_json_file(folder.file(kSafetensors.index), {{"metadata", {{"total_size", summary.tensor_bytes}}},
                                               {"weight_map", sorted}});
-    summary.files.push_back(kIndexFile);
+    summary.files.push_back(kSafetensors.index);
   }
 
   bool has_generation_config = false;

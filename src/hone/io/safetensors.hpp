@@ -12,17 +12,12 @@
 #include "hone/core/tensor.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/mapped_file.hpp"
+#include "hone/io/tensor_file.hpp"
 
 namespace hone {
 
-class SafetensorsFile {
+class SafetensorsFile final : public TensorFile {
  public:
-  struct Entry {
-    DType dtype;
-    Shape shape;
-    std::span<const std::byte> bytes;  // inside the mapped file
-  };
-
   // The header of a safetensors file held in memory, checked against the
   // memory's size: entries point into `file`. Throws hone::Error naming `path`,
   // the tensor and the problem (also the parser the fuzz target drives).
@@ -36,10 +31,10 @@ class SafetensorsFile {
   // Opens and validates `path`; throws hone::Error naming the file and the problem.
   explicit SafetensorsFile(const std::string& path);
 
-  const std::string& path() const { return file_.path(); }
-  std::vector<std::string> names() const { return header_.order; }  // in file order
-  bool contains(const std::string& name) const { return header_.entries.count(name) != 0; }
-  const Entry& entry(const std::string& name) const;
+  const std::string& path() const override { return file_.path(); }
+  std::vector<std::string> names() const override { return header_.order; }
+  bool contains(const std::string& name) const override { return header_.entries.count(name) != 0; }
+  const Entry& entry(const std::string& name) const override;
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
 
   // A CPU tensor holding a copy of `name` in its stored dtype.

@@ -1,0 +1,125 @@
+// PyTorch's torch.save archives (tests/reference/hf/*.pt, written by
+// generate_hf.py with PyTorch 1.13): the tensors hone reads, the ones it
+// cannot, the pickles it refuses, and damaged archives.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "hone/io/torch_file.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+std::string fixture(const std::string& name) { return source_path("tests/reference/hf/" + name); }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::span<const std::byte> span_of(const std::string& bytes) {
+  return {reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()};
+}
+
+template <typename T>
+std::vector<T> values(const TensorFile::Entry& e) {
+  std::vector<T> v(e.bytes.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+  return v;
+}
+
+// The message parsing `bytes` (an archive in memory) fails with.
+std::string parse_error(const std::string& bytes) {
+  return error_of([&] { TorchFile::parse(span_of(bytes), "damaged.pt"); });
+}
+
+TEST(TorchFile, ReadsTheTensorsOfAStateDict) {
+  const TorchFile f(fixture("tensors.pt"));
+  // In the dict's order; the one value that is not a tensor ("step": 7) is not listed.
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"f32", "row", "bf16", "f16", "i64", "scalar", "empty", "strided",
+                                                 "flags"}));
+  const auto& base = f.entry("f32");
+  EXPECT_EQ(base.dtype, DType::f32);
+  EXPECT_EQ(base.shape, (Shape{3, 4}));
+  const std::vector<float> all = values<float>(base);
+  // A view into the same storage at an offset (row 1 of the 3 × 4 matrix).
+  const auto& row = f.entry("row");
+  EXPECT_EQ(row.shape, Shape{4});
+  EXPECT_EQ(row.bytes.data(), base.bytes.data() + 4 * sizeof(float));
+  // bf16 and f16 copies, rounded to nearest even as hone rounds.
+  const auto& b = f.entry("bf16");
+  EXPECT_EQ(b.dtype, DType::bf16);
+  const std::vector<bf16> rounded = values<bf16>(b);
+  ASSERT_EQ(rounded.size(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(rounded[i].bits, float_to_bf16(all[i]).bits) << i;
+  EXPECT_EQ(f.entry("f16").dtype, DType::f16);
+  EXPECT_EQ(f.entry("f16").bytes.size(), 12u * 2);
+  EXPECT_EQ(values<int64_t>(f.entry("i64")), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(f.entry("scalar").shape, Shape{});
+  EXPECT_EQ(values<float>(f.entry("scalar")), std::vector<float>{2.5f});
+  EXPECT_EQ(f.entry("empty").shape, (Shape{0, 4}));
+  EXPECT_TRUE(f.entry("empty").bytes.empty());
+  // Listed, but not readable: each error names the file, the tensor and why.
+  EXPECT_TRUE(f.contains("strided"));
+  EXPECT_NE(error_of([&] { f.entry("strided"); })
+                .find(fixture("tensors.pt") + ": tensor 'strided' is a strided view (sizes [4, 3], strides [1, 4])"),
+            std::string::npos)
+      << error_of([&] { f.entry("strided"); });
+  EXPECT_NE(error_of([&] { f.entry("flags"); }).find("'flags' is stored as torch.BoolStorage, which hone has no dtype"),
+            std::string::npos);
+  EXPECT_FALSE(f.contains("step"));
+  EXPECT_NE(error_of([&] { f.entry("step"); }).find("no tensor named 'step'"), std::string::npos);
+}
+
+TEST(TorchFile, RefusesPicklesThatCallAnythingButTensorConstructors) {
+  // The archive's pickle calls os.system("echo this ran"): read as data, refused, never run.
+  const std::string error = error_of([&] { TorchFile f(fixture("runs_a_command.pt")); });
+  EXPECT_NE(error.find("runs_a_command/data.pkl (offset "), std::string::npos) << error;
+  EXPECT_NE(error.find("the pickle calls posix.system: hone reads tensors and the dicts that hold them"),
+            std::string::npos)
+      << error;
+}
+
+TEST(TorchFile, NamesTheLegacyFormat) {
+  EXPECT_NE(error_of([&] { TorchFile f(fixture("legacy.pt")); })
+                .find(fixture("legacy.pt") + ": PyTorch's legacy format (torch.save before 1.6"),
+            std::string::npos);
+}
+
+TEST(TorchFile, DamagedArchivesAreErrorsNamingWhatIsWrong) {
+  const std::string good = read_bytes(fixture("tensors.pt"));
+  ASSERT_NO_THROW(TorchFile::parse(span_of(good), "good.pt"));
+  // Cut short: the end record is gone.
+  EXPECT_NE(parse_error(good.substr(0, good.size() / 2)).find("damaged.pt: not a zip archive"), std::string::npos);
+  // The central directory's first entry says it is deflated (method 8).
+  std::string deflated = good;
+  const size_t central = deflated.find("PK\1\2");
+  ASSERT_NE(central, std::string::npos);
+  deflated[central + 10] = 8;
+  EXPECT_NE(parse_error(deflated).find("is compressed (method 8); torch.save stores its entries uncompressed"),
+            std::string::npos);
+  // A storage's data record renamed away.
+  std::string missing = good;
+  const size_t record = missing.rfind("tensors/data/0");
+  ASSERT_NE(record, std::string::npos);
+  missing[record + 13] = 'x';
+  EXPECT_NE(parse_error(missing).find("storage 0 is not in the archive (tensors/data/0 is missing)"),
+            std::string::npos)
+      << parse_error(missing);
+  // An opcode torch.save never writes, where the pickle's first GLOBAL was.
+  std::string opcode = good;
+  const size_t global = opcode.find("\x80\x02" "c");
+  ASSERT_NE(global, std::string::npos);
+  opcode[global + 2] = '\xff';
+  EXPECT_NE(
+      parse_error(opcode).find("damaged.pt: tensors/data.pkl (offset 2): opcode 0xff is not one torch.save writes"),
+      std::string::npos)
+      << parse_error(opcode);
+}
+
+}  // namespace
+}  // namespace hone::test
