@@ -39,19 +39,11 @@ class FlatFile : public WeightSource {
     const size_t element = dtype_size(dtype_);
     for (const Piece& p : found->second) {
       const std::byte* data = file_.bytes().data() + header_bytes_ + p.offset * element;
-      const int64_t rows = p.shape[0];
+      const Tensor rows = dst.slice(p.row_begin * cols, p.shape);
       if (p.heads == 0) {
-        read_stored({dtype_, p.shape, data}, dst.slice(p.row_begin * cols, p.shape));
-        continue;
-      }
-      // Row j of a head in rotate-half order is row 2j (j < hd/2) or 2(j - hd/2) + 1 in the interleaved order.
-      const int64_t hd = rows / p.heads, half = hd / 2;
-      for (int64_t h = 0; h < p.heads; ++h) {
-        for (int64_t j = 0; j < hd; ++j) {
-          const int64_t from = h * hd + (j < half ? 2 * j : 2 * (j - half) + 1);
-          read_stored({dtype_, Shape{cols}, data + size_t(from * cols) * element},
-                      dst.slice((p.row_begin + h * hd + j) * cols, Shape{cols}));
-        }
+        read_stored({dtype_, p.shape, data}, rows);
+      } else {
+        read_stored_rotate_half({dtype_, p.shape, data}, p.heads, rows);
       }
     }
   }

@@ -159,6 +159,22 @@ void read_stored_transposed(const StoredTensor& src, const Tensor& dst) {
   transpose(staged, dst);
 }
 
+void read_stored_rotate_half(const StoredTensor& src, int64_t heads, const Tensor& dst) {
+  HONE_ASSERT(src.shape.ndim() == 2 && heads > 0 && src.shape[0] % heads == 0);
+  const int64_t rows = src.shape[0], cols = src.shape[1], hd = rows / heads, half = hd / 2;
+  HONE_CHECK(hd % 2 == 0 && dst.numel() == rows * cols, "cannot read {} rows of {} heads into {}", rows, heads,
+             dst.shape().str());
+  const size_t element = dtype_size(src.dtype);
+  // Row j of a head in rotate-half order is row 2j (j < hd/2) or 2(j - hd/2) + 1 in the interleaved order.
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < hd; ++j) {
+      const int64_t from = h * hd + (j < half ? 2 * j : 2 * (j - half) + 1);
+      read_stored({src.dtype, Shape{cols}, src.data + size_t(from * cols) * element},
+                  dst.slice((h * hd + j) * cols, Shape{cols}));
+    }
+  }
+}
+
 void transpose(const Tensor& src, const Tensor& dst) {
   HONE_ASSERT(src.ndim() == 2 && dst.ndim() == 2 && src.dtype() == dst.dtype());
   const int64_t rows = src.size(0), cols = src.size(1);

@@ -61,6 +61,11 @@ struct StoredTensor {
 void read_stored(const StoredTensor& src, const Tensor& dst);
 // src [a, b] converted and transposed into dst [b, a].
 void read_stored_transposed(const StoredTensor& src, const Tensor& dst);
+// src [heads·hd, cols], each head's rows in Meta's interleaved RoPE order (the
+// pairs of dimensions 0 and 1, 2 and 3, ...: llama2.c's and Meta's checkpoints),
+// converted into dst in rotate-half order (Hugging Face's and hone's: every
+// pair's first dimension, then every pair's second).
+void read_stored_rotate_half(const StoredTensor& src, int64_t heads, const Tensor& dst);
 // dst [b, a] = srcᵀ for 2-D CPU tensors of one dtype (GPT-2's Conv1D layout).
 void transpose(const Tensor& src, const Tensor& dst);
 
