@@ -105,6 +105,8 @@ class HfTest : public ::testing::Test {
 const char* const kHfFixtures[] = {"llama31_sharded", "llama32_tied_bf16", "llama2_mha_f16", "mistral_f16", "gpt2",
                                    "mpt_bf16", "gpt2_pickle", "llama2_pickle_bf16"};
 const char* const kCFixtures[] = {"llmc_gpt2_fp32", "llmc_gpt2_bf16", "llama2c_legacy", "llama2c_v1"};
+// Meta's own folders: params.json and consolidated.00.pth.
+const char* const kMetaFixtures[] = {"meta_llama32_tied", "meta_llama2"};
 
 TEST_F(HfTest, ImportedModelsComputeTheReferenceLogits) {
   for (const char* name : kHfFixtures) {
@@ -119,6 +121,65 @@ TEST_F(HfTest, ImportedModelsComputeTheReferenceLogits) {
     EXPECT_LE(error, kTolerance) << name;
     std::printf("%-20s relative logit error %.2e\n", name, error);
   }
+  for (const char* name : kMetaFixtures) {
+    auto model = import_model(fixture(name));
+    const double error = logit_error(*model, name);
+    EXPECT_LE(error, kTolerance) << name;
+    std::printf("%-20s relative logit error %.2e\n", name, error);
+  }
+}
+
+TEST_F(HfTest, MetaFoldersMapOntoModelConfig) {
+  const auto llama32 = open_weights(fixture("meta_llama32_tied"));
+  const ModelConfig& c = llama32->config();
+  EXPECT_EQ(model_format(fixture("meta_llama32_tied")), "meta");
+  EXPECT_EQ(c.name, "meta_llama32_tied");
+  EXPECT_EQ(c.family, Family::llama);
+  EXPECT_EQ(c.vocab_size, 48);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.ffn_dim, 112);  // Meta's rule: 2/3 of 4·dim (85), × 1.3 (110), up to a multiple of 16
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.max_seq_len, 131072);
+  EXPECT_EQ(llama32->stored_dtype(), DType::bf16);
+  ASSERT_EQ(llama32->notes().size(), 2u);
+  EXPECT_NE(llama32->notes()[0].find("RoPE scaled by 8 as Meta's reference code does"), std::string::npos);
+  const ModelConfig llama2 = open_weights(fixture("meta_llama2"))->config();
+  EXPECT_EQ(llama2.n_kv_heads, 4);  // no n_kv_heads: multi-head
+  EXPECT_EQ(llama2.norm_eps, 1e-6);
+  EXPECT_EQ(llama2.rope_theta, 10000.0);
+  EXPECT_FALSE(llama2.rope_scaling.enabled());
+  EXPECT_FALSE(llama2.tie_embeddings);
+  EXPECT_EQ(llama2.max_seq_len, 4096);
+  EXPECT_EQ(open_weights(fixture("meta_llama2"), "meta")->description(), "Meta Llama folder " + fixture("meta_llama2"));
+  EXPECT_NE(error_of([&] { open_weights(fixture("meta_llama2"), "hf"); })
+                .find("checkpoint.format is hf, but this is a Meta Llama folder (params.json, consolidated.00.pth)"),
+            std::string::npos);
+}
+
+TEST_F(HfTest, BrokenMetaFoldersAreNamed) {
+  const std::string dir = copy_fixture("meta_llama2");
+  const auto error = [&] { return error_of([&] { open_weights(dir); }); };
+  // params.json describing another model.
+  const std::string params = read_text(dir + "/params.json");
+  write_text(dir + "/params.json", R"({"dim": 32, "multiple_of": 16, "n_heads": 4, "n_layers": 3, "vocab_size": -1})");
+  EXPECT_NE(error().find("consolidated.00.pth: tensor 'layers.2.attention_norm.weight' is missing (params.json "
+                         "describes 3 layers)"),
+            std::string::npos)
+      << error();
+  write_text(dir + "/params.json", R"({"dim": 32, "multiple_of": 16, "n_heads": 4, "n_layers": 1, "vocab_size": -1})");
+  EXPECT_NE(error().find("consolidated.00.pth: unexpected tensor 'layers.1."), std::string::npos) << error();
+  write_text(dir + "/params.json", R"({"dim": 32, "n_heads": 4, "n_layers": 2, "vocab_size": 50})");
+  EXPECT_NE(error().find("params.json: vocab_size 50 but tok_embeddings.weight is [48, 32]"), std::string::npos)
+      << error();
+  write_text(dir + "/params.json", R"({"dim": 32, "n_heads": 4, "n_kv_heads": 3, "n_layers": 2})");
+  EXPECT_NE(error().find("do not make whole heads shared by whole groups"), std::string::npos) << error();
+  // Model-parallel shards.
+  write_text(dir + "/params.json", params);
+  fs::copy_file(dir + "/consolidated.00.pth", dir + "/consolidated.01.pth");
+  EXPECT_NE(error().find("model-parallel shards (consolidated.00.pth, consolidated.01.pth, ...)"), std::string::npos)
+      << error();
 }
 
 TEST_F(HfTest, LoadingReadsTheMappedFileWithoutCopyingTheModel) {

@@ -15,6 +15,7 @@ tool stores it:
                               and layouts of transformers' LlamaForCausalLM,
                               MistralForCausalLM, GPT2LMHeadModel and MptForCausalLM
   hf/<name>.bin               an llm.c GPT-2 checkpoint or a llama2.c checkpoint
+  hf/meta_<name>/             a Meta Llama folder: params.json and consolidated.00.pth (torch.save)
   hf/<name>.reference.safetensors
                               tokens (I32 [B, T]) and the logits (F32 [B*T, V]) that an
                               implementation from scratch computes from those files
@@ -311,11 +312,33 @@ def hf_logits(config, tensors, tokens):
 # ---------------------------------------------------------------------------
 # llama2.c's model.py: interleaved RoPE pairs (complex multiplication).
 
-def llama2c_forward(p, W, tokens):
+def meta_freqs(hd, theta=10000.0, scale_factor=None):
+    """Meta's precompute_freqs_cis frequencies, and its apply_scaling where use_scaled_rope (llama-models'
+    reference code: old context 8192, low and high frequency factors 1 and 4), one frequency at a time."""
+    freqs = 1.0 / (theta ** (torch.arange(0, hd, 2)[: hd // 2].float() / hd))
+    if scale_factor is None:
+        return freqs
+    old, low, high = 8192, 1, 4
+    scaled = []
+    for f in freqs.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < old / high:
+            scaled.append(f)
+        elif wavelen > old / low:
+            scaled.append(f / scale_factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            scaled.append((1 - smooth) * f / scale_factor + smooth * f)
+    return torch.tensor(scaled, dtype=freqs.dtype)
+
+
+def llama2c_forward(p, W, tokens, freqs=None, eps=1e-5):
+    """Meta's Llama model.py (which llama2.c's copies): interleaved RoPE pairs, repeat_kv, SwiGLU."""
     D, H, KV = p["dim"], p["n_heads"], p["n_kv_heads"]
     hd = D // H
     T = tokens.shape[1]
-    freqs = 1.0 / (10000.0 ** (torch.arange(0, hd, 2)[: hd // 2].float() / hd))
+    if freqs is None:
+        freqs = meta_freqs(hd)
     angles = torch.outer(torch.arange(T).float(), freqs)
     cos, sin = angles.cos(), angles.sin()
 
@@ -325,7 +348,7 @@ def llama2c_forward(p, W, tokens):
         return torch.stack([xr * c - xi * s, xr * s + xi * c], dim=-1).flatten(3)
 
     def norm(x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
     B = tokens.shape[0]
     x = W["tok_embeddings"][tokens.long()]
@@ -522,6 +545,19 @@ def fixtures():
     llama2c_fixture("llama2c_legacy", 18, legacy=True, shared=False)
     llama2c_fixture("llama2c_v1", 19, legacy=False, shared=True)
 
+    # Meta's own folders. Llama 3.2-like: GQA, tied (no output.weight), scaled RoPE (head size 8 at
+    # theta 500000: wavelengths 6.3, 167, 4443, 118000 against Meta's bounds 2048 and 8192 -- kept, kept,
+    # blended, divided), bf16.
+    wavelen = 2 * math.pi / meta_freqs(8, 500000.0)
+    assert (wavelen < 2048).any() and ((wavelen >= 2048) & (wavelen <= 8192)).any() and (wavelen > 8192).any()
+    meta_fixture("meta_llama32_tied", 24, {
+        "dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 48, "ffn_dim_multiplier": 1.3,
+        "multiple_of": 16, "norm_eps": 1e-05, "rope_theta": 500000.0, "use_scaled_rope": True},
+        torch.bfloat16, tied=True, scale_factor=8)
+    # Llama 2-like: multi-head, vocab_size -1 (the tokenizer's), the rope.freqs table, eps 1e-6, fp32.
+    meta_fixture("meta_llama2", 25, {"dim": 32, "multiple_of": 16, "n_heads": 4, "n_layers": 2, "norm_eps": 1e-06,
+                                     "vocab_size": -1}, torch.float32, tied=False, rope_table=True)
+
 
 class RunsACommand:
     """An object whose pickle calls os.system: what a malicious checkpoint holds."""
@@ -541,6 +577,7 @@ def torch_archives():
         ("i64", torch.arange(5)), ("scalar", torch.tensor(2.5)), ("empty", torch.zeros(0, 4)),
         ("strided", base.t()), ("flags", base > 0), ("step", 7)]), OUT / "tensors.pt")
     torch.save({"weight": torch.ones(2), "payload": RunsACommand()}, OUT / "runs_a_command.pt")
+    # The old format keys storages by memory address: this file differs from run to run.
     torch.save({"weight": torch.ones(2)}, OUT / "legacy.pt", _use_new_zipfile_serialization=False)
     for name in ("tensors.pt", "runs_a_command.pt", "legacy.pt"):
         print(f"{name}: {(OUT / name).stat().st_size} bytes")
@@ -614,6 +651,64 @@ def llama2c_fixture(name, seed, legacy, shared):
         logits = llama2c_forward(p, W, tokens)
     write_reference(name, tokens, logits, f"{name}.bin", "llama2c")
     print(f"{name}.bin: {(OUT / f'{name}.bin').stat().st_size} bytes")
+
+
+def meta_fixture(name, seed, params, dtype, tied, rope_table=False, scale_factor=None):
+    """A Meta Llama folder as Meta's download writes it: params.json and consolidated.00.pth (torch.save
+    of the state dict by Meta's names; queries and keys in interleaved RoPE order), the MLP width from
+    multiple_of and ffn_dim_multiplier as Meta's model code computes it."""
+    g = torch.Generator().manual_seed(seed)
+    D, L, H = params["dim"], params["n_layers"], params["n_heads"]
+    KV, V, hd = params.get("n_kv_heads", H), 48, D // params["n_heads"]
+    Fd = int(2 * 4 * D / 3)
+    if params.get("ffn_dim_multiplier"):
+        Fd = int(params["ffn_dim_multiplier"] * Fd)
+    Fd = params["multiple_of"] * ((Fd + params["multiple_of"] - 1) // params["multiple_of"])
+    W = {"tok_embeddings": randn(g, V, D), "norm": norm_weight(g, D),
+         "attention_norm": [norm_weight(g, D) for _ in range(L)], "ffn_norm": [norm_weight(g, D) for _ in range(L)],
+         "wq": [randn(g, H * hd, D) for _ in range(L)], "wk": [randn(g, KV * hd, D) for _ in range(L)],
+         "wv": [randn(g, KV * hd, D) for _ in range(L)], "wo": [randn(g, D, H * hd) for _ in range(L)],
+         "w1": [randn(g, Fd, D) for _ in range(L)], "w2": [randn(g, D, Fd) for _ in range(L)],
+         "w3": [randn(g, Fd, D) for _ in range(L)]}
+    W["output"] = W["tok_embeddings"] if tied else randn(g, V, D)
+    state = collections.OrderedDict([("tok_embeddings.weight", W["tok_embeddings"]), ("norm.weight", W["norm"])])
+    if not tied:
+        state["output.weight"] = W["output"]
+    for i in range(L):
+        state[f"layers.{i}.attention.wq.weight"] = W["wq"][i]
+        state[f"layers.{i}.attention.wk.weight"] = W["wk"][i]
+        state[f"layers.{i}.attention.wv.weight"] = W["wv"][i]
+        state[f"layers.{i}.attention.wo.weight"] = W["wo"][i]
+        state[f"layers.{i}.feed_forward.w1.weight"] = W["w1"][i]
+        state[f"layers.{i}.feed_forward.w2.weight"] = W["w2"][i]
+        state[f"layers.{i}.feed_forward.w3.weight"] = W["w3"][i]
+        state[f"layers.{i}.attention_norm.weight"] = W["attention_norm"][i]
+        state[f"layers.{i}.ffn_norm.weight"] = W["ffn_norm"][i]
+    if rope_table:  # Llama 2's checkpoints carry the RoPE frequencies too
+        state["rope.freqs"] = meta_freqs(hd, params.get("rope_theta", 10000.0))
+    stored = collections.OrderedDict((k, v.to(dtype) if k != "rope.freqs" else v) for k, v in state.items())
+    folder = OUT / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    (folder / "params.json").write_text(json.dumps(params) + "\n")
+    torch.save(stored, folder / "consolidated.00.pth")
+    # The reference reads the stored (rounded) weights back, as Meta's loader would.
+    loaded = torch.load(folder / "consolidated.00.pth")
+    R = {"tok_embeddings": loaded["tok_embeddings.weight"].float(), "norm": loaded["norm.weight"].float(),
+         "output": loaded["output.weight" if not tied else "tok_embeddings.weight"].float()}
+    names = {"attention_norm": "attention_norm", "ffn_norm": "ffn_norm", "wq": "attention.wq", "wk": "attention.wk",
+             "wv": "attention.wv", "wo": "attention.wo", "w1": "feed_forward.w1", "w2": "feed_forward.w2",
+             "w3": "feed_forward.w3"}
+    for key, meta_name in names.items():
+        R[key] = [loaded[f"layers.{i}.{meta_name}.weight"].float() for i in range(L)]
+    tokens = tokens_for(g, V)
+    p = {"dim": D, "n_heads": H, "n_kv_heads": KV, "n_layers": L}
+    with torch.no_grad():
+        logits = llama2c_forward(p, R, tokens, meta_freqs(hd, params.get("rope_theta", 10000.0), scale_factor),
+                                 params.get("norm_eps", 1e-5))
+    write_reference(name, tokens, logits, name, "meta")
+    print(f"{name}: {sum(f.stat().st_size for f in folder.iterdir())} bytes")
 
 
 def check(folder, reference):

@@ -5,6 +5,7 @@
 
 #include "hone/io/c_checkpoints.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/io/meta.hpp"
 #include "hone/io/torch_file.hpp"
 
 namespace hone {
@@ -23,8 +24,11 @@ std::string model_format(const std::string& path) {
   }
   if (fs::exists(fs::path(path) / "manifest.json")) return "hone";
   if (fs::exists(fs::path(path) / "config.json")) return "hf";
+  if (is_meta_folder(path)) return "meta";
   if (find_checkpoint(path, "latest")) return "hone";
-  fail("{}: not a model folder: no manifest.json (hone), config.json (Hugging Face) or latest (a hone run)", path);
+  fail("{}: not a model folder: no manifest.json (hone), config.json (Hugging Face), params.json and "
+       "consolidated.00.pth (Meta) or latest (a hone run)",
+       path);
 }
 
 std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_view format) {
@@ -32,9 +36,11 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
   HONE_CHECK(format == "auto" || format == found, "{}: checkpoint.format is {}, but this is {}", path, format,
              found == "hone"   ? "a hone model or checkpoint folder (manifest.json)"
              : found == "hf"   ? "a Hugging Face folder (config.json)"
+             : found == "meta" ? "a Meta Llama folder (params.json, consolidated.00.pth)"
              : found == "llmc" ? "an llm.c checkpoint"
                                : "a llama2.c checkpoint");
   if (found == "hf") return open_hf(path);
+  if (found == "meta") return open_meta(path);
   if (found == "llmc" || found == "llama2c") return open_c_checkpoint(path);
   return open_model_folder(model_folder_of(path));
 }

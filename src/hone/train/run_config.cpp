@@ -29,12 +29,12 @@ Schema run_schema() {
 Schema model_source_schema(const std::string& what) {
   Schema s;
   s.add({"checkpoint.path", ValueType::string, nullptr,
-         what + ": a Hugging Face folder, a hone model or checkpoint folder, a run directory, or an llm.c / llama2.c "
-                "file",
+         what + ": a Hugging Face folder, a Meta Llama folder (params.json), a hone model or checkpoint folder, a "
+                "run directory, or an llm.c / llama2.c file",
          {}, true});
   s.add({"checkpoint.format", ValueType::string, "auto",
          "the format checkpoint.path must have (auto: any, told apart by its files)",
-         {"auto", "hf", "hone", "llmc", "llama2c"}});
+         {"auto", "hf", "meta", "hone", "llmc", "llama2c"}});
   return s;
 }
 
