@@ -614,12 +614,8 @@ def llmc_fixture(name, seed, version):
     print(f"{name}.bin: {(OUT / f'{name}.bin').stat().st_size} bytes")
 
 
-def llama2c_fixture(name, seed, legacy, shared):
-    """llama2.c's export.py: legacy_export (7-int header, negative vocab = unshared classifier, the
-    RoPE tables after the final norm) or version1_export ("ak42" header of 256 bytes)."""
-    g = torch.Generator().manual_seed(seed)
-    p = {"dim": 16, "hidden_dim": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "vocab_size": 40, "seq_len": 32}
-    D, Fd, L, H, KV, V, T = p.values()
+def meta_weights(g, D, L, H, KV, V, Fd, tied):
+    """A Llama's weights by the names of Meta's model.py (which llama2.c's copies), per layer in lists."""
     hd = D // H
     W = {"tok_embeddings": randn(g, V, D), "norm": norm_weight(g, D),
          "attention_norm": [norm_weight(g, D) for _ in range(L)], "ffn_norm": [norm_weight(g, D) for _ in range(L)],
@@ -627,7 +623,18 @@ def llama2c_fixture(name, seed, legacy, shared):
          "wv": [randn(g, KV * hd, D) for _ in range(L)], "wo": [randn(g, D, H * hd) for _ in range(L)],
          "w1": [randn(g, Fd, D) for _ in range(L)], "w2": [randn(g, D, Fd) for _ in range(L)],
          "w3": [randn(g, Fd, D) for _ in range(L)]}
-    W["output"] = W["tok_embeddings"] if shared else randn(g, V, D)
+    W["output"] = W["tok_embeddings"] if tied else randn(g, V, D)
+    return W
+
+
+def llama2c_fixture(name, seed, legacy, shared):
+    """llama2.c's export.py: legacy_export (7-int header, negative vocab = unshared classifier, the
+    RoPE tables after the final norm) or version1_export ("ak42" header of 256 bytes)."""
+    g = torch.Generator().manual_seed(seed)
+    p = {"dim": 16, "hidden_dim": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "vocab_size": 40, "seq_len": 32}
+    D, Fd, L, H, KV, V, T = p.values()
+    hd = D // H
+    W = meta_weights(g, D, L, H, KV, V, Fd, shared)
     per_layer = lambda key: W[key]
     with open(OUT / f"{name}.bin", "wb") as f:
         if legacy:
@@ -664,13 +671,7 @@ def meta_fixture(name, seed, params, dtype, tied, rope_table=False, scale_factor
     if params.get("ffn_dim_multiplier"):
         Fd = int(params["ffn_dim_multiplier"] * Fd)
     Fd = params["multiple_of"] * ((Fd + params["multiple_of"] - 1) // params["multiple_of"])
-    W = {"tok_embeddings": randn(g, V, D), "norm": norm_weight(g, D),
-         "attention_norm": [norm_weight(g, D) for _ in range(L)], "ffn_norm": [norm_weight(g, D) for _ in range(L)],
-         "wq": [randn(g, H * hd, D) for _ in range(L)], "wk": [randn(g, KV * hd, D) for _ in range(L)],
-         "wv": [randn(g, KV * hd, D) for _ in range(L)], "wo": [randn(g, D, H * hd) for _ in range(L)],
-         "w1": [randn(g, Fd, D) for _ in range(L)], "w2": [randn(g, D, Fd) for _ in range(L)],
-         "w3": [randn(g, Fd, D) for _ in range(L)]}
-    W["output"] = W["tok_embeddings"] if tied else randn(g, V, D)
+    W = meta_weights(g, D, L, H, KV, V, Fd, tied)
     state = collections.OrderedDict([("tok_embeddings.weight", W["tok_embeddings"]), ("norm.weight", W["norm"])])
     if not tied:
         state["output.weight"] = W["output"]
