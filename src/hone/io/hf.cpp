@@ -246,7 +246,7 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     for (auto& [name, file] : weight_map.items()) by_name[name] = file.get<std::string>();
     for (auto& [name, file] : by_name) sorted[name] = file;
     write_json_file(folder.file(kSafetensors.index), {{"metadata", {{"total_size", summary.tensor_bytes}}},
-                                              {"weight_map", sorted}});
+                                                      {"weight_map", sorted}});
     summary.files.push_back(kSafetensors.index);
   }
 

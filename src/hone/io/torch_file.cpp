@@ -157,6 +157,14 @@ class Unpickler {
   using PersistentLoad = std::function<ValuePtr(const Value& id)>;
   Unpickler(std::span<const std::byte> pickle, std::string where, PersistentLoad load)
       : pickle_(pickle), where_(std::move(where)), load_(std::move(load)) {}
+  // A value can only be reached twice through the memo, so every cycle a pickle
+  // makes (a list appended to itself) runs through a memoized value: emptying
+  // those frees them all.
+  ~Unpickler() {
+    for (auto& [key, value] : memo_) value->items.clear();
+  }
+  Unpickler(const Unpickler&) = delete;
+  Unpickler& operator=(const Unpickler&) = delete;
 
   ValuePtr run() {
     for (;;) {
