@@ -384,25 +384,28 @@ class Unpickler {
           "a tensor without a storage and offset");
     const std::vector<int64_t> size = integers(*args[2], "size"), stride = integers(*args[3], "stride");
     check(size.size() == stride.size(), "a tensor of {} sizes and {} strides", size.size(), stride.size());
+    // Row-major: each dimension's stride is the product of the sizes after it
+    // (that product, in the end the element count, checked for overflow).
+    int64_t elements = 1;
+    bool row_major = true;
+    for (size_t d = size.size(); d-- > 0;) {
+      if (size[d] != 1 && stride[d] != elements) row_major = false;
+      check(!__builtin_mul_overflow(elements, size[d], &elements), "a tensor's {} sizes overflow an element count",
+            size.size());
+    }
     auto v = make(Value::Kind::tensor);
     v->type = storage.type;
     v->shape = Shape(std::span<const int64_t>(size));
-    const uint64_t elements = uint64_t(v->shape.numel()), offset = uint64_t(args[1]->integer);
-    uint64_t expected = 1;
-    bool row_major = true;
-    for (size_t d = size.size(); d-- > 0;) {
-      if (size[d] != 1 && stride[d] != int64_t(expected)) row_major = false;
-      expected *= uint64_t(size[d]);
-    }
+    const uint64_t offset = uint64_t(args[1]->integer);
     const uint64_t storage_elements = storage.bytes.size() / storage.type->element;
     if (!row_major) {
       v->unreadable = fmt::format("a strided view (sizes {}, strides {}) of its storage", v->shape.str(),
                                   Shape(std::span<const int64_t>(stride)).str());
     } else {
-      check(elements == 0 || (offset <= storage_elements && elements <= storage_elements - offset),
+      check(elements == 0 || (offset <= storage_elements && uint64_t(elements) <= storage_elements - offset),
             "a tensor of {} elements at offset {} of a storage of {}", elements, offset, storage_elements);
       const size_t element = storage.type->element;
-      if (elements > 0) v->bytes = storage.bytes.subspan(offset * element, elements * element);
+      if (elements > 0) v->bytes = storage.bytes.subspan(offset * element, size_t(elements) * element);
     }
     if (!storage.type->dtype) {
       v->unreadable = fmt::format("stored as {}, which hone has no dtype for", storage.type->name);
