@@ -218,6 +218,32 @@ TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
   EXPECT_LT(rows, 46 / 2) << "46 training samples should pack at least two to a row:\n" << log;
 }
 
+TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {
+  // Three records of the alpaca template in a file of their own.
+  std::ofstream(root_ + "/eval.jsonl") << "{\"instruction\": \"Repeat the word lemon.\", \"output\": \"lemon\"}\n"
+                                       << "{\"instruction\": \"Repeat the word ocean.\", \"output\": \"ocean\"}\n"
+                                       << "{\"instruction\": \"Repeat the word amber.\", \"output\": \"amber\"}\n";
+  auto args = lora_args("separate", 2);
+  args.push_back("dataset.validation_path=" + root_ + "/eval.jsonl");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/separate.log"), 0) << read_file(root_ + "/separate.log");
+  const std::string log = read_file(root_ + "/separate.log");
+  // All 48 records train (12 batches of 4); the 3 of eval.jsonl validate.
+  EXPECT_NE(log.find("data: 48 samples per epoch (" + root_ + "/data.jsonl; validation: " + root_ +
+                     "/eval.jsonl (3 samples)), 2 steps to run"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("step 2: validation loss"), std::string::npos) << log;
+  // A validation file with nothing usable in it is refused before training.
+  std::ofstream(root_ + "/empty.jsonl") << "\n";
+  args = lora_args("no_validation", 2);
+  args.push_back("dataset.validation_path=" + root_ + "/empty.jsonl");
+  EXPECT_EQ(run_hone_to_log(args, root_ + "/no_validation.log"), 2);
+  EXPECT_NE(read_file(root_ + "/no_validation.log").find("hone: error: " + root_ + "/empty.jsonl: no usable samples"),
+            std::string::npos)
+      << read_file(root_ + "/no_validation.log");
+  EXPECT_FALSE(fs::exists(root_ + "/no_validation/metrics.jsonl"));
+}
+
 TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
   ASSERT_EQ(run_hone_to_log({"run", "full_finetune", "output_dir=" + root_ + "/full", "threads=1",
                              "checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_,

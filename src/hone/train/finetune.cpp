@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "hone/core/parallel.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/peft.hpp"
@@ -84,15 +85,27 @@ int run_finetune(const Config& c) {
   HONE_CHECK(tokenizer->vocab_size() <= model_config.vocab_size,
              "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", c.origin(),
              tokenizer->vocab_size(), model_config.vocab_size);
-  data::InstructDataset dataset =
-      data::load_instruct_dataset(c.get<std::string>("dataset.path"), *tokenizer, instruct_options_from(c, seq_len));
-  // The last validation_fraction of the records is held out.
-  const double fraction = c.get<double>("dataset.validation_fraction");
-  const size_t held_out = size_t(double(dataset.samples.size()) * fraction + 0.5);
-  HONE_CHECK(held_out < dataset.samples.size(), "{}: nothing left to train on after holding out {} samples",
-             c.origin(), held_out);
-  std::vector<data::TokenizedSample> validation(dataset.samples.end() - ptrdiff_t(held_out), dataset.samples.end());
-  dataset.samples.resize(dataset.samples.size() - held_out);
+  const data::InstructOptions options = instruct_options_from(c, seq_len);
+  const std::string path = c.get<std::string>("dataset.path");
+  data::InstructDataset dataset = data::load_instruct_dataset(path, *tokenizer, options);
+  std::vector<data::TokenizedSample> validation;
+  std::string data_description;
+  if (c.has("dataset.validation_path")) {
+    // Validation records of their own (an eval split); training on every record of dataset.path.
+    const std::string validation_path = c.get<std::string>("dataset.validation_path");
+    validation = data::load_instruct_dataset(validation_path, *tokenizer, options).samples;  // never empty
+    data_description = fmt::format("{}; validation: {} ({} {})", path, validation_path, validation.size(),
+                                   plural(int64_t(validation.size()), "sample"));
+  } else {
+    // The last validation_fraction of the records is held out.
+    const double fraction = c.get<double>("dataset.validation_fraction");
+    const size_t held_out = size_t(double(dataset.samples.size()) * fraction + 0.5);
+    HONE_CHECK(held_out < dataset.samples.size(), "{}: nothing left to train on after holding out {} samples",
+               c.origin(), held_out);
+    validation.assign(dataset.samples.end() - ptrdiff_t(held_out), dataset.samples.end());
+    dataset.samples.resize(dataset.samples.size() - held_out);
+    data_description = fmt::format("{} ({} samples held out)", path, held_out);
+  }
   const int32_t pad = tokenizer->pad_id().value_or(tokenizer->eos_id().value_or(0));
   const int64_t batch = c.get<int64_t>("batch_size");
   const bool packed = c.get<bool>("dataset.packed");
@@ -113,8 +126,6 @@ int run_finetune(const Config& c) {
     summary.push_back(fmt::format("data: {} samples cut to {} tokens, {} dropped with nothing left to learn",
                                   dataset.truncated, seq_len, dataset.dropped));
   }
-  const std::string data_description = fmt::format("{} ({} samples held out)", c.get<std::string>("dataset.path"),
-                                                   held_out);
   return run_training(c, {.world = &world,
                           .model = &model,
                           .train = &train,
@@ -165,7 +176,12 @@ Schema finetune_schema(bool lora) {
   s.add({"dataset.max_seq_len", ValueType::integer, nullptr,
          "tokens per sample, longer ones are cut (unset: 512, or the model's max_seq_len if smaller)"},
         Range{.low = 2});
-  s.add({"dataset.validation_fraction", ValueType::number, 0.05, "records held out for validation"}, Range::fraction());
+  s.add({"dataset.validation_path", ValueType::string, nullptr,
+         "validation records of their own (a .jsonl or .json file read as dataset.path is), instead of records held "
+         "out of dataset.path"});
+  s.add({"dataset.validation_fraction", ValueType::number, 0.05,
+         "records held out for validation (without dataset.validation_path)"},
+        Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});
