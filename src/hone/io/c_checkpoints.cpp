@@ -35,16 +35,10 @@ class FlatFile : public WeightSource {
   void read(const std::string& name, const Tensor& dst) const override {
     auto found = pieces_.find(name);
     HONE_CHECK(found != pieces_.end(), "{}: no parameter '{}'", description(), name);
-    const int64_t cols = dst.ndim() == 2 ? dst.size(1) : 1;
     const size_t element = dtype_size(dtype_);
     for (const Piece& p : found->second) {
       const std::byte* data = file_.bytes().data() + header_bytes_ + p.offset * element;
-      const Tensor rows = dst.slice(p.row_begin * cols, p.shape);
-      if (p.heads == 0) {
-        read_stored({dtype_, p.shape, data}, rows);
-      } else {
-        read_stored_rotate_half({dtype_, p.shape, data}, p.heads, rows);
-      }
+      read_stored_rows({dtype_, p.shape, data}, p.row_begin, p.heads, dst);
     }
   }
 

@@ -48,16 +48,9 @@ class MetaFolder final : public WeightSource {
   std::vector<std::string> notes() const override { return notes_; }
 
   void read(const std::string& name, const Tensor& dst) const override {
-    const int64_t cols = dst.ndim() == 2 ? dst.size(1) : 1;
     for (const MetaTensor& t : tensors_of(name)) {
       const TensorFile::Entry& e = weights_.entry(t.name);
-      const StoredTensor stored{e.dtype, e.shape, e.bytes.data()};
-      const Tensor rows = dst.slice(t.row_begin * cols, t.shape);
-      if (t.heads > 0) {
-        read_stored_rotate_half(stored, t.heads, rows);
-      } else {
-        read_stored(stored, rows);
-      }
+      read_stored_rows({e.dtype, e.shape, e.bytes.data()}, t.row_begin, t.heads, dst);
     }
   }
 

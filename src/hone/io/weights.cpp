@@ -175,6 +175,16 @@ void read_stored_rotate_half(const StoredTensor& src, int64_t heads, const Tenso
   }
 }
 
+void read_stored_rows(const StoredTensor& src, int64_t row_begin, int64_t heads, const Tensor& dst) {
+  const int64_t cols = dst.ndim() == 2 ? dst.size(1) : 1;
+  const Tensor rows = dst.slice(row_begin * cols, src.shape);
+  if (heads > 0) {
+    read_stored_rotate_half(src, heads, rows);
+  } else {
+    read_stored(src, rows);
+  }
+}
+
 void transpose(const Tensor& src, const Tensor& dst) {
   HONE_ASSERT(src.ndim() == 2 && dst.ndim() == 2 && src.dtype() == dst.dtype());
   const int64_t rows = src.size(0), cols = src.size(1);

@@ -66,6 +66,10 @@ void read_stored_transposed(const StoredTensor& src, const Tensor& dst);
 // converted into dst in rotate-half order (Hugging Face's and hone's: every
 // pair's first dimension, then every pair's second).
 void read_stored_rotate_half(const StoredTensor& src, int64_t heads, const Tensor& dst);
+// src into rows [row_begin, row_begin + src.shape[0]) of dst, a parameter that
+// several stored tensors fill (the fused qkv, SwiGLU's gate and up); heads > 0:
+// query or key rows in Meta's interleaved RoPE order (read_stored_rotate_half).
+void read_stored_rows(const StoredTensor& src, int64_t row_begin, int64_t heads, const Tensor& dst);
 // dst [b, a] = srcᵀ for 2-D CPU tensors of one dtype (GPT-2's Conv1D layout).
 void transpose(const Tensor& src, const Tensor& dst);
 
