@@ -175,9 +175,10 @@ TEST_F(HfTest, BrokenMetaFoldersAreNamed) {
       << error();
   write_text(dir + "/params.json", R"({"dim": 32, "n_heads": 4, "n_kv_heads": 3, "n_layers": 2})");
   EXPECT_NE(error().find("do not make whole heads shared by whole groups"), std::string::npos) << error();
-  // Model-parallel shards.
+  // Model-parallel shards, refused before any shard is read (this one would not parse).
   write_text(dir + "/params.json", params);
   fs::copy_file(dir + "/consolidated.00.pth", dir + "/consolidated.01.pth");
+  write_text(dir + "/consolidated.00.pth", "PK\3\4" + std::string(60, 'x'));
   EXPECT_NE(error().find("model-parallel shards (consolidated.00.pth, consolidated.01.pth, ...)"), std::string::npos)
       << error();
 }

@@ -26,14 +26,20 @@ struct MetaTensor {
   int64_t heads = 0;
 };
 
+// consolidated.00.pth, refused before anything is read where model-parallel
+// shards (consolidated.01.pth, ...) follow it.
+std::string single_weights_file(const std::string& dir) {
+  HONE_CHECK(!fs::exists(fs::path(dir) / "consolidated.01.pth"),
+             "{}: model-parallel shards (consolidated.00.pth, consolidated.01.pth, ...); hone reads Meta's "
+             "single-file checkpoints: convert sharded ones to a Hugging Face folder first",
+             dir);
+  return (fs::path(dir) / kWeights).string();
+}
+
 class MetaFolder final : public WeightSource {
  public:
-  explicit MetaFolder(const std::string& dir) : dir_(dir), weights_((fs::path(dir) / kWeights).string()) {
+  explicit MetaFolder(const std::string& dir) : dir_(dir), weights_(single_weights_file(dir)) {
     const std::string params_path = (fs::path(dir) / kParams).string();
-    HONE_CHECK(!fs::exists(fs::path(dir) / "consolidated.01.pth"),
-               "{}: model-parallel shards (consolidated.00.pth, consolidated.01.pth, ...); hone reads Meta's "
-               "single-file checkpoints: convert sharded ones to a Hugging Face folder first",
-               dir);
     const Json params = read_json_file(params_path);
     const JsonFields p(params, params_path);
     config_from(p);
