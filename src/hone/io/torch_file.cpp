@@ -46,10 +46,9 @@ std::map<std::string, std::span<const std::byte>> zip_entries(std::span<const st
   HONE_CHECK(file.size() >= 22, "{}: {} bytes is too short for a zip archive", path, file.size());
   // The end record is the file's last 22 bytes, unless a comment (at most 64 KiB) follows it.
   std::optional<uint64_t> end;
-  const uint64_t lowest = file.size() > 22 + 65535 ? file.size() - 22 - 65535 : 0;
-  for (uint64_t at = file.size() - 22; !end && at + 1 > lowest; --at) {
-    if (load_le<uint32_t>(&file[at]) == kEndRecord) end = at;
-    if (at == 0) break;
+  const int64_t lowest = std::max<int64_t>(0, int64_t(file.size()) - 22 - 65535);
+  for (int64_t at = int64_t(file.size()) - 22; !end && at >= lowest; --at) {
+    if (load_le<uint32_t>(&file[size_t(at)]) == kEndRecord) end = uint64_t(at);
   }
   HONE_CHECK(end.has_value(), "{}: not a zip archive (no end-of-central-directory record)", path);
   const std::byte* record = &file[*end];
@@ -154,7 +153,8 @@ ValuePtr make(Value::Kind kind) {
 
 class Unpickler {
  public:
-  using PersistentLoad = std::function<ValuePtr(const Value& id)>;
+  // Resolves a persistent id; `at` reports its errors where the pickle is.
+  using PersistentLoad = std::function<ValuePtr(const Unpickler& at, const Value& id)>;
   Unpickler(std::span<const std::byte> pickle, std::string where, PersistentLoad load)
       : pickle_(pickle), where_(std::move(where)), load_(std::move(load)) {}
   // A value can only be reached twice through the memo, so every cycle a pickle
@@ -218,7 +218,7 @@ class Unpickler {
           push(global(module->text + "." + name->text));
           break;
         }
-        case 'Q': push(load_(*pop())); break;                              // BINPERSID
+        case 'Q': push(load_(*this, *pop())); break;                       // BINPERSID
         case 'R': {                                                        // REDUCE
           const ValuePtr args = pop(), callable = pop();
           push(reduce(*callable, *args));
@@ -450,34 +450,32 @@ TorchFile::Contents TorchFile::parse(std::span<const std::byte> file, const std:
   }
 
   std::map<std::string, ValuePtr> storages;
-  Unpickler* unpickler = nullptr;
   // ('storage', torch.XStorage, KEY, location, elements) -> the bytes of PREFIX/data/KEY.
-  const auto load_storage = [&](const Value& id) -> ValuePtr {
+  const auto load_storage = [&](const Unpickler& at, const Value& id) -> ValuePtr {
     const auto& f = id.items;
-    unpickler->check(id.kind == Value::Kind::tuple && f.size() == 5 && f[0]->kind == Value::Kind::text &&
-                         f[0]->text == "storage" && f[1]->kind == Value::Kind::global &&
-                         f[2]->kind == Value::Kind::text && f[4]->kind == Value::Kind::integer && f[4]->integer >= 0,
-                     "a persistent id that is not a storage");
+    at.check(id.kind == Value::Kind::tuple && f.size() == 5 && f[0]->kind == Value::Kind::text &&
+                 f[0]->text == "storage" && f[1]->kind == Value::Kind::global && f[2]->kind == Value::Kind::text &&
+                 f[4]->kind == Value::Kind::integer && f[4]->integer >= 0,
+             "a persistent id that is not a storage");
     const StorageType* type = nullptr;
     for (const StorageType& t : kStorageTypes) {
       if (f[1]->text == t.name) type = &t;
     }
-    unpickler->check(type != nullptr, "a storage of type {}, which hone does not know", f[1]->text);
+    at.check(type != nullptr, "a storage of type {}, which hone does not know", f[1]->text);
     auto& storage = storages[f[2]->text];
     if (storage) return storage;
     const std::string record = prefix + "data/" + f[2]->text;
     auto found = entries.find(record);
-    unpickler->check(found != entries.end(), "storage {} is not in the archive ({} is missing)", f[2]->text, record);
+    at.check(found != entries.end(), "storage {} is not in the archive ({} is missing)", f[2]->text, record);
     const uint64_t elements = uint64_t(f[4]->integer);
-    unpickler->check(elements <= found->second.size() / type->element, "storage {} of {} elements holds only {} bytes",
-                     f[2]->text, elements, found->second.size());
+    at.check(elements <= found->second.size() / type->element, "storage {} of {} elements holds only {} bytes",
+             f[2]->text, elements, found->second.size());
     storage = make(Value::Kind::storage);
     storage->type = type;
     storage->bytes = found->second.first(size_t(elements * type->element));
     return storage;
   };
   Unpickler pickle(entries.at(prefix + "data.pkl"), path + ": " + prefix + "data.pkl", load_storage);
-  unpickler = &pickle;
   const ValuePtr root = pickle.run();
   HONE_CHECK(root->kind == Value::Kind::dict,
              "{}: holds no dict of tensors (a state dict, as model.state_dict() is, was expected)", path);
