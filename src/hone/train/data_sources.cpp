@@ -74,7 +74,6 @@ std::vector<data::DocumentRange> whole(const Blend& blend) {
 TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
   const std::string type = c.get<std::string>("dataset.type");
   const double validation_fraction = c.get<double>("dataset.validation_fraction");
-  const bool separate_validation = c.has("dataset.validation_path");
   if (type == "mock") {
     // mock is the default type: a path given without a type would be ignored, the run trained on random tokens.
     for (const char* key : {"dataset.path", "dataset.validation_path"}) {
@@ -92,7 +91,7 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
   }
   HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
   const Blend train = open_blend(c, "dataset.path", type);
-  if (!separate_validation) return hold_out(train, validation_fraction);
+  if (!c.has("dataset.validation_path")) return hold_out(train, validation_fraction);
   // Validation on documents of its own (Megatron's --valid-data-path, an MDS
   // split's val folder); training on every document of dataset.path.
   const Blend validation = open_blend(c, "dataset.validation_path", type);
