@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int t = 0; t < kDims; ++t) acc[r][t] *= correction;
       for (int j = 0; j < k_rows; ++j) {
-        const float pj = __shfl_sync(kFullMask, p, j);
+        const float pj = shuffle(p, j);
 #pragma unroll
         for (int t = 0; t < kDims; ++t) {
           const int d = lane + t * kWarpSize;
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads)
       const float p = visible ? expf(score[r] * s.scale + slope * float(k_pos - q_pos) - row_lse[r]) : 0.0f;
       const float ds = p * (dp[r] - row_delta[r]) * s.scale;  // ∂L/∂(q·k)
       for (int j = 0; j < k_rows; ++j) {
-        const float dsj = __shfl_sync(kFullMask, ds, j);
+        const float dsj = shuffle(ds, j);
 #pragma unroll
         for (int t = 0; t < kDims; ++t) {
           const int d = lane + t * kWarpSize;
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kThreads)
         probs[lane][j] = p;
         dscores[lane][j] = p * (dp[c] - row_delta) * s.scale;
       }
-      __syncwarp();  // a warp reads back only the columns (keys) it wrote
+      warp_sync();  // a warp reads back only the columns (keys) it wrote
       for (int i = 0; i < q_rows; ++i) {
 #pragma unroll
         for (int t = 0; t < kDims; ++t) {

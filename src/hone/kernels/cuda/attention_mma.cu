@@ -128,8 +128,8 @@ struct LaneCells {
   __device__ LaneCells() : row((threadIdx.x % kWarpSize) / 2), col0((threadIdx.x % 2) * (kCols / 2)) {}
 };
 
-__device__ __forceinline__ float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(kFullMask, v, 1)); }
-__device__ __forceinline__ float pair_sum(float v) { return v + __shfl_xor_sync(kFullMask, v, 1); }
+__device__ __forceinline__ float pair_max(float v) { return fmaxf(v, shuffle_xor(v, 1)); }
+__device__ __forceinline__ float pair_sum(float v) { return v + shuffle_xor(v, 1); }
 
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads) mma_forward_kernel(const bf16* qkv, bf16* out, float* lse,

@@ -4,6 +4,8 @@
 // attention_mma.cu (bf16, head sizes 64 and 128) take the same description.
 #include <cstdint>
 
+#include "hone/kernels/cuda/platform.hpp"  // __device__ for host files too
+
 namespace hone::kernels::cuda {
 
 struct AttentionShape {

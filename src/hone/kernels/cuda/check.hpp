@@ -3,10 +3,10 @@
 // that name the failing call and what the error means, the stream every kernel
 // and copy runs on, the shared-memory limit and compute capability, and
 // scratch memory.
-#include <cuda_runtime.h>
-
 #include <cstddef>
 #include <string>
+
+#include "hone/kernels/cuda/platform.hpp"
 
 namespace hone::kernels::cuda {
 

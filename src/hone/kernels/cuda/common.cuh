@@ -1,20 +1,52 @@
 #pragma once
 // Device-side helpers of the CUDA kernels: storage conversions (bf16 stored as
 // hone::bf16, computed in float), warp and block reductions, launch sizes.
-// Only portable CUDA: warp shuffles and shared memory, no inline PTX, so a HIP
-// build can compile these files (with kWarpSize and the shuffle masks adapted
-// to 64-wide wavefronts).
-#include <cuda_runtime.h>
-
+// Only portable CUDA: warp shuffles and shared memory, no inline PTX, so the
+// same files compile as HIP for AMD GPUs (platform.hpp; CI checks it).
 #include <cstdint>
 
 #include "hone/core/dtype.hpp"
 #include "hone/kernels/cuda/check.hpp"
+#include "hone/kernels/cuda/platform.hpp"
 
 namespace hone::kernels::cuda {
 
+// The lanes that shuffle together: an NVIDIA warp. An AMD wavefront of 64
+// lanes holds two such warps, which shuffle apart (the shuffles' width below).
 constexpr int kWarpSize = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+static_assert(__AMDGCN_WAVEFRONT_SIZE % kWarpSize == 0, "a wavefront holds whole warps");
+#endif
+
+// v of lane (this lane ^ offset), and of lane `lane`, within the warp.
+template <typename V>
+__device__ __forceinline__ V shuffle_xor(V v, int offset) {
+#if HONE_HIP
+  return __shfl_xor(v, offset, kWarpSize);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, offset);
+#endif
+}
+template <typename V>
+__device__ __forceinline__ V shuffle(V v, int lane) {
+#if HONE_HIP
+  return __shfl(v, lane, kWarpSize);
+#else
+  return __shfl_sync(0xffffffffu, v, lane);
+#endif
+}
+
+// Orders the warp's shared-memory writes before its reads that follow (lanes
+// reading what other lanes of the warp wrote).
+__device__ __forceinline__ void warp_sync() {
+#if HONE_HIP
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+  __syncwarp();
+#endif
+}
 
 // Storage -> compute type. (Not named load/store: argument-dependent lookup on
 // hone::bf16 would also find the host functions of hone/core/dtype.hpp.)
@@ -36,18 +68,14 @@ __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
   return bf16{uint16_t(u >> 16)};
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+template <typename V>
+__device__ __forceinline__ V warp_sum(V v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += shuffle_xor(v, offset);
   return v;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v = fmaxf(v, shuffle_xor(v, offset));
   return v;
 }
 

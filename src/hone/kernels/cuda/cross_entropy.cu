@@ -27,7 +27,7 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* tar
   float max = -INFINITY, sum = 0;
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) merge(max, sum, to_f32(z[j]), 1.0f);
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    merge(max, sum, __shfl_xor_sync(kFullMask, max, offset), __shfl_xor_sync(kFullMask, sum, offset));
+    merge(max, sum, shuffle_xor(max, offset), shuffle_xor(sum, offset));
   }
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   if (lane == 0) {
