@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building and testing hone need. Idempotent:
 # when everything is present it changes nothing and asks no package server.
+# --hip adds hipcc and the HIP headers, for the build's HIP check of the GPU
+# kernels (cmake/hip_check.cmake); the test command uses it.
 set -euo pipefail
 
 packages=(
@@ -15,6 +17,11 @@ packages=(
 )
 # fetch-assets.sh uses npm; a Node.js from elsewhere that brings its own npm is kept.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+case "${1:-}" in
+  "") ;;
+  --hip) packages+=(hipcc libamdhip64-dev) ;;
+  *) echo "install-deps: unknown option '$1' (expected --hip or nothing)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
