@@ -70,8 +70,10 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
 esac
 peak_flag=${peak:+--peak-tflops $peak}
 # Stages (HONE_GPU_STAGES, default "tests bench"): tests, bench (GPT-2 124M,
-# Llama 3.2 1B, attention), lora8b (the 8B memory goal, up to 7 minutes): a
-# device call ends at 10 minutes, so lora8b runs in a call of its own.
+# Llama 3.2 1B, attention), sanitize (test_cuda_ops under compute-sanitizer's
+# memcheck and racecheck, where the machine has it), lora8b (the 8B memory
+# goal, up to 7 minutes): a device call ends at 10 minutes, so lora8b runs in a
+# call of its own.
 stages=" ${HONE_GPU_STAGES:-tests bench} "
 status=0
 if [[ $stages == *" tests "* ]]; then
@@ -113,6 +115,21 @@ if [[ $stages == *" bench "* ]]; then
         --head-dim "$head_dim" && echo "  ($kernels, head size $head_dim) $(tail -1 "$logs/bench_attention.log")"
     done
   done
+  pack
+fi
+if [[ $stages == *" sanitize "* ]]; then
+  # Out-of-bounds or misaligned accesses (memcheck), then shared-memory races
+  # (racecheck), in hone's kernels: its own attention kernels, not cuDNN's.
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -z "$sanitizer" ]; then
+    echo "compute-sanitizer: not found on this machine"
+  else
+    for tool in memcheck racecheck; do
+      HONE_CUDA_ATTENTION=hone bounded 240 "$logs/sanitize_$tool.log" "$sanitizer" --tool "$tool" --error-exitcode 3 \
+        "$bundle/bin/test_cuda_ops" --gtest_filter='-*Cudnn*' || status=1
+      grep -m 20 -E 'ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|misaligned|^\[  FAILED' "$logs/sanitize_$tool.log"
+    done
+  fi
   pack
 fi
 if [[ $stages == *" lora8b "* ]]; then
