@@ -135,6 +135,15 @@ TEST(Matmul, RejectsMismatchedShapes) {
   EXPECT_THROW(ops::matmul(a, false, b, false, c), Error);
 }
 
+// The weight gradient reads the input as [rows, in]: an input of another width
+// is an error, not a read past its end.
+TEST(Linear, BackwardRejectsAnInputThatDoesNotFitTheWeight) {
+  const Tensor x = Tensor::zeros({3, 6}, DType::f32), w = Tensor::zeros({4, 7}, DType::f32);
+  const Tensor dy = Tensor::zeros({3, 4}, DType::f32), dw = Tensor::zeros({4, 7}, DType::f32);
+  const std::string error = error_of([&] { ops::linear_backward(dy, x, w, Tensor(), dw, Tensor()); });
+  EXPECT_NE(error.find("input [3, 6] do not fit weight [4, 7]"), std::string::npos) << error;
+}
+
 TEST(Linear, BackwardMatchesFiniteDifferences) {
   const Shape x_shape{3, 5, 7};
   Tensor x = random_tensor(x_shape, DType::f64, 10);

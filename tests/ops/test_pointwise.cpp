@@ -65,6 +65,22 @@ TEST(Embedding, PartsOfTheTableAddUpToTheWhole) {
                Error);
 }
 
+TEST(Embedding, BackwardRejectsTokensAndPositionTablesOfTheWrongShape) {
+  const Tensor tokens = Tensor::from(std::vector<int32_t>{1, 2, 3, 0}, {2, 2});
+  const Tensor d_out = Tensor::zeros({2, 2, 3}, DType::f32), d_table = Tensor::zeros({4, 3}, DType::f32);
+  std::string error = error_of([&] {
+    ops::embedding_backward(tokens.view({4}), d_out, d_table, Tensor());
+  });
+  EXPECT_NE(error.find("tokens have shape [4], expected [batch, seq]"), std::string::npos) << error;
+  // The kernels write rows of the table's width at every position of a sequence.
+  for (const Shape& bad : {Shape{2, 2}, Shape{1, 3}}) {
+    error = error_of([&] { ops::embedding_backward(tokens, d_out, d_table, Tensor::zeros(bad, DType::f32)); });
+    EXPECT_NE(error.find("position table " + bad.str() + " does not fit sequence length 2 and width 3"),
+              std::string::npos)
+        << error;
+  }
+}
+
 TEST(Embedding, RejectsTokenOutsideVocabulary) {
   Tensor table = Tensor::zeros({4, 2}, DType::f32), out = Tensor::zeros({1, 2, 2}, DType::f32);
   Tensor tokens = Tensor::from(std::vector<int32_t>{1, 4}, {1, 2});

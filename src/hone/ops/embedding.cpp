@@ -17,6 +17,14 @@ void check_token_shape(const char* op, const Tensor& tokens) {
   HONE_CHECK(tokens.ndim() == 2, "{}: tokens have shape {}, expected [batch, seq]", op, tokens.shape().str());
 }
 
+// A learned position table (absent: none) has a row for every position of a sequence.
+void check_position_table(const char* op, const Tensor& positions, int64_t seq, int64_t dim) {
+  if (!positions.defined()) return;
+  HONE_CHECK(positions.ndim() == 2 && positions.size(0) >= seq && positions.size(1) == dim,
+             "{}: position table {} does not fit sequence length {} and width {}", op, positions.shape().str(), seq,
+             dim);
+}
+
 [[noreturn]] void fail_token(const char* op, int32_t id, int64_t index, int64_t vocab) {
   fail("{}: token id {} at position {} is outside the vocabulary of {}", op, id, index, vocab);
 }
@@ -51,10 +59,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& 
   part = checked_vocab_part(op, part, held);
   const int64_t vocab = part.classes;
   expect_shape(op, "output", out, {batch, seq, dim});
-  if (positions.defined()) {
-    HONE_CHECK(positions.size(0) >= seq && positions.size(1) == dim,
-               "{}: position table {} is too short for sequence length {}", op, positions.shape().str(), seq);
-  }
+  check_position_table(op, positions, seq, dim);
   const Tensor token_pos =
       token_positions_on(op, token_positions, batch, seq, positions.defined() ? positions.size(0) : seq, device);
 #ifdef HONE_WITH_CUDA
@@ -85,9 +90,11 @@ void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor&
   const char* op = "embedding backward";
   const OpTimer timer(op);
   const Device device = op_device(op, {&tokens, &d_out, &d_table, &d_positions});
+  check_token_shape(op, tokens);
   const int64_t batch = tokens.size(0), seq = tokens.size(1), held = d_table.size(0), dim = d_table.size(1);
   part = checked_vocab_part(op, part, held);
   expect_shape(op, "output gradient", d_out, {batch, seq, dim});
+  check_position_table(op, d_positions, seq, dim);
   const Tensor token_pos = token_positions_on(op, token_positions, batch, seq,
                                               d_positions.defined() ? d_positions.size(0) : seq, device);
 #ifdef HONE_WITH_CUDA

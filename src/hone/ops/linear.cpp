@@ -93,8 +93,9 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   const OpTimer timer(op);
   const Device device = op_device(op, {&dy, &x, &weight, &dx, &d_weight, &d_bias});
   const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
-  HONE_CHECK(dy.size(-1) == out && rows_of(dy) == rows, "{}: gradient {} does not fit input {} and weight {}", op,
-             dy.shape().str(), x.shape().str(), weight.shape().str());
+  HONE_CHECK(x.size(-1) == in && dy.size(-1) == out && rows_of(dy) == rows,
+             "{}: gradient {} and input {} do not fit weight {}", op, dy.shape().str(), x.shape().str(),
+             weight.shape().str());
   expect_dtype(op, "weight", weight, dy.dtype());  // one operand type for the GEMMs
   expect_dtype(op, "input", x, dy.dtype());
   if (dx.defined()) {
