@@ -22,7 +22,8 @@ class Allocator {
   virtual MemoryStats stats() const = 0;
   virtual void reset_peak() = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
-  // Copies between this device's memory and host memory, or within this device.
+  // Copies between this device's memory and host memory, or within this device
+  // (ranges that do not overlap).
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;

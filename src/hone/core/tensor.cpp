@@ -1,6 +1,7 @@
 #include "hone/core/tensor.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <fmt/ranges.h>
 
 namespace hone {
@@ -111,6 +112,9 @@ void Tensor::copy_from(const Tensor& src) const {
              src.shape_.str(), dtype_name(dtype_), shape_.str());
   if (numel() == 0) return;
   if (src.device_ == device_) {
+    if (src.raw() == raw()) return;  // onto itself (an in-place collective's output, say)
+    const auto *to = static_cast<const std::byte*>(raw()), *from = static_cast<const std::byte*>(src.raw());
+    HONE_ASSERT(to + nbytes() <= from || from + nbytes() <= to);  // a GPU's copies are undefined on overlaps
     allocator_for(device_).copy_within(raw(), src.raw(), nbytes());
   } else if (src.device_.is_cpu()) {
     allocator_for(device_).copy_from_host(raw(), src.raw(), nbytes());
