@@ -54,6 +54,27 @@ TEST_F(Cuda, MatmulEveryTransposeBatchedWithAlphaBeta) {
   }
 }
 
+// An empty reduction (k = 0) launches no GEMM: C = beta·C, with beta 0 or 1
+// as on the CPU, and a linear layer of no inputs gives its bias.
+TEST_F(Cuda, MatmulAndLinearWithAnEmptyReduction) {
+  const int64_t m = 5, n = 7;
+  for (const DType dtype : kDtypes) {
+    const Tensor a = Tensor::empty({1, m, 0}, dtype), b = Tensor::empty({1, 0, n}, dtype);
+    for (const float beta : {0.0f, 1.0f}) {
+      const Tensor c = random_tensor({1, m, n}, dtype, 6), c_gpu = gpu(c);
+      ops::matmul(a, false, b, false, c, 1.0f, beta);
+      ops::matmul(gpu(a), false, gpu(b), false, c_gpu, 1.0f, beta);
+      expect_match(c_gpu, c, 0, named(beta == 0 ? "empty matmul, beta 0" : "empty matmul, beta 1", dtype));
+    }
+    const Tensor x = Tensor::empty({m, 0}, dtype), w = Tensor::empty({n, 0}, dtype);
+    const Tensor bias = random_tensor({n}, DType::f32, 7);
+    const Tensor y = Tensor::empty({m, n}, dtype), y_gpu = Tensor::empty({m, n}, dtype, kGpu);
+    ops::linear_forward(x, w, bias, y);
+    ops::linear_forward(gpu(x), gpu(w), gpu(bias), y_gpu);
+    expect_match(y_gpu, y, 0, named("linear of no inputs", dtype));
+  }
+}
+
 TEST_F(Cuda, MatmulOnBuffersAlignedToOneElement) {
   // Slices of flat buffers start anywhere; cuBLASLt must be told.
   for (const DType dtype : kDtypes) {
@@ -110,9 +131,13 @@ TEST_F(Cuda, LinearWithAMisalignedBiasAndManyRows) {
   }
 }
 
-TEST_F(Cuda, EmbeddingWithLearnedAndPackedPositions) {
-  const int64_t batch = 3, seq = 37, vocab = 11, dim = 70, max_positions = 40;
-  const Tensor tokens = ids(random_ids(batch * seq, int32_t(vocab), 13), {batch, seq});  // many repeats
+// Vocabularies of fewer rows than the backward kernel's 64 buckets and of
+// several rows a bucket.
+class CudaEmbedding : public Cuda, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CudaEmbedding, WithLearnedAndPackedPositions) {
+  const int64_t batch = 3, seq = 37, vocab = GetParam(), dim = 70, max_positions = 40;
+  const Tensor tokens = ids(random_ids(batch * seq, int32_t(vocab), 13), {batch, seq});  // repeats
   std::vector<int32_t> packed;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq; ++t) packed.push_back(int32_t(t % (5 + b)));
@@ -140,6 +165,8 @@ TEST_F(Cuda, EmbeddingWithLearnedAndPackedPositions) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, CudaEmbedding, ::testing::Values(11, 300));
 
 TEST_F(Cuda, EmbeddingReportsTheFirstBadTokenAsTheCpuDoes) {
   std::vector<int32_t> v = random_ids(2 * 8, 10, 19);
@@ -479,8 +506,12 @@ TEST_F(Cuda, ActivationsForwardAndBackward) {
   }
 }
 
-TEST_F(Cuda, CrossEntropyForwardBackwardAndTotals) {
-  const int64_t rows = 13, vocab = 50257;  // GPT-2's vocabulary: rows longer than a block
+// GPT-2's vocabulary (rows longer than a block) and one shorter than a block
+// (threads that hold no class).
+class CudaCrossEntropy : public Cuda, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CudaCrossEntropy, ForwardBackwardAndTotals) {
+  const int64_t rows = 13, vocab = GetParam();
   std::vector<int32_t> t = random_ids(rows, int32_t(vocab), 42);
   t[2] = t[7] = ops::kIgnoreIndex;
   const Tensor targets = ids(t, {rows});
@@ -513,6 +544,8 @@ TEST_F(Cuda, CrossEntropyForwardBackwardAndTotals) {
     expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy forward-backward", dtype));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, CudaCrossEntropy, ::testing::Values(50257, 37));
 
 TEST_F(Cuda, CrossEntropyReportsTheFirstBadTargetAsTheCpuDoes) {
   const Tensor logits = random_tensor({6, 20}, DType::f32, 44);
@@ -615,6 +648,7 @@ TEST_F(Cuda, AdamWWithComputeCopy) {
 
 TEST_F(Cuda, AllocatorCountsAndCaches) {
   Allocator& memory = allocator_for(kGpu);
+  kernels::cuda::empty_cache();  // no cached block of an earlier test's may serve the tensor below
   const MemoryStats before = memory.stats();
   {
     const Tensor t = Tensor::zeros({1000, 1000}, DType::f32, kGpu);
