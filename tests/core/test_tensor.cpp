@@ -35,6 +35,11 @@ TEST(Tensor, CopiesAndConversions) {
   Tensor z = Tensor::zeros({2, 2}, DType::bf16);
   EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
   EXPECT_THROW(a.copy_from(Tensor::zeros({2}, DType::i32)), Error);
+  // Onto itself: nothing to do. Overlapping ranges: a bug of the caller (a
+  // GPU's copies are undefined on them), whatever the CPU's memmove would do.
+  a.copy_from(a);
+  EXPECT_EQ(a.to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_THROW(a.slice(0, {2}).copy_from(a.slice(1, {2})), Error);
 }
 
 TEST(Allocator, TracksCurrentAndPeakBytes) {
