@@ -18,35 +18,26 @@ constexpr int kWarpSize = 32;
 static_assert(__AMDGCN_WAVEFRONT_SIZE % kWarpSize == 0, "a wavefront holds whole warps");
 #endif
 
-// v of lane (this lane ^ offset), and of lane `lane`, within the warp.
-template <typename V>
-__device__ __forceinline__ V shuffle_xor(V v, int offset) {
+// The warp's operations: v of lane (this lane ^ offset) and of lane `lane`,
+// within the warp; and warp_sync, which orders the warp's shared-memory writes
+// before its reads that follow (lanes reading what other lanes wrote).
 #if HONE_HIP
-  return __shfl_xor(v, offset, kWarpSize);
-#else
-  return __shfl_xor_sync(0xffffffffu, v, offset);
-#endif
-}
 template <typename V>
-__device__ __forceinline__ V shuffle(V v, int lane) {
-#if HONE_HIP
-  return __shfl(v, lane, kWarpSize);
-#else
-  return __shfl_sync(0xffffffffu, v, lane);
-#endif
-}
-
-// Orders the warp's shared-memory writes before its reads that follow (lanes
-// reading what other lanes of the warp wrote).
+__device__ __forceinline__ V shuffle_xor(V v, int offset) { return __shfl_xor(v, offset, kWarpSize); }
+template <typename V>
+__device__ __forceinline__ V shuffle(V v, int lane) { return __shfl(v, lane, kWarpSize); }
 __device__ __forceinline__ void warp_sync() {
-#if HONE_HIP
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
   __builtin_amdgcn_wave_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
-#else
-  __syncwarp();
-#endif
 }
+#else
+template <typename V>
+__device__ __forceinline__ V shuffle_xor(V v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename V>
+__device__ __forceinline__ V shuffle(V v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
+__device__ __forceinline__ void warp_sync() { __syncwarp(); }
+#endif
 
 // Storage -> compute type. (Not named load/store: argument-dependent lookup on
 // hone::bf16 would also find the host functions of hone/core/dtype.hpp.)
