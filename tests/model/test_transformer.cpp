@@ -317,7 +317,7 @@ TEST(Transformer, ActivationCheckpointingGivesIdenticalGradientsInLessMemory) {
   ModelConfig one_layer = c;
   one_layer.n_layers = 1;
   const size_t working_set = activation_bytes(one_layer, DType::bf16, B, T);
-  EXPECT_LE(checkpointed, working_set + size_t((c.n_layers - 1) * bytes_per_input) + 64 * 64);
+  EXPECT_LE(checkpointed, working_set + size_t((c.n_layers - 1) * bytes_per_input) + 64 * 256);
   EXPECT_LT(checkpointed, full / 2);
 }
 

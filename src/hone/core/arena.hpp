@@ -26,7 +26,11 @@ class Arena {
   bool measuring() const { return !buffer_.defined(); }
 
  private:
-  static constexpr size_t kAlignment = 64;
+  // Offsets in the arena: 256 bytes, the alignment cuBLASLt's heuristics assume
+  // of every operand, so that a GEMM's plan (and so its exact result) does not
+  // depend on where a plan put its operands (checkpointed inputs kept on the
+  // device or offloaded give other layouts).
+  static constexpr size_t kAlignment = 256;
   Tensor buffer_;
   size_t used_ = 0;  // where the next tensor goes
   size_t end_ = 0;   // the furthest any took
