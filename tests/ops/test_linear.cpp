@@ -129,6 +129,16 @@ TEST(Matmul, EmptyOperandsAreValidProducts) {
   EXPECT_THROW(ops::matmul(no_rows, false, b, false, d), Error);  // empty, but of the wrong shape
 }
 
+// A layer of no inputs ([rows, 0]: a LoRA rank of 0, say) gives its bias in every row.
+TEST(Linear, OfNoInputsGivesTheBias) {
+  const Tensor x = Tensor::empty({3, 0}, DType::f32), w = Tensor::empty({2, 0}, DType::f32);
+  const Tensor bias = Tensor::from(std::vector<float>{1.5f, -2.0f}, {2}), y = random_tensor({3, 2}, DType::f32, 6);
+  ops::linear_forward(x, w, bias, y);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1.5f, -2.0f, 1.5f, -2.0f, 1.5f, -2.0f}));
+  ops::linear_forward(x, w, Tensor(), y);
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(6, 0.0f));
+}
+
 TEST(Matmul, RejectsMismatchedShapes) {
   Tensor a = Tensor::zeros({1, 3, 4}, DType::f32), b = Tensor::zeros({1, 5, 2}, DType::f32);
   Tensor c = Tensor::zeros({1, 3, 2}, DType::f32);

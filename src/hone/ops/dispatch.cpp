@@ -48,8 +48,9 @@ Tensor parameter_in_compute_dtype(const Tensor& vector, DType activation) {
 
 int64_t rows_of(const Tensor& t) {
   HONE_ASSERT(t.ndim() >= 1);
-  int64_t last = t.size(-1);
-  return last == 0 ? 0 : t.numel() / last;
+  int64_t rows = 1;  // not numel() / size(-1): a [5, 0] tensor has 5 rows
+  for (int d = 0; d + 1 < t.ndim(); ++d) rows *= t.size(d);
+  return rows;
 }
 
 VocabPart checked_vocab_part(const char* op, VocabPart part, int64_t held) {
