@@ -63,31 +63,31 @@ __global__ void gelu_backward_kernel(const T* dy, const T* x, T* dx, int64_t n, 
 template <typename T>
 void swiglu_forward(const T* gate_up, T* out, int64_t rows, int64_t hidden) {
   if (rows * hidden == 0) return;
-  swiglu_forward_kernel<<<blocks_for(rows * hidden, kThreads), kThreads, 0, stream()>>>(gate_up, out, rows, hidden);
+  HONE_LAUNCH(blocks_for(rows * hidden, kThreads), kThreads, 0, swiglu_forward_kernel)(gate_up, out, rows, hidden);
   HONE_CUDA_LAUNCHED("swiglu_forward");
 }
 
 template <typename T>
 void swiglu_backward(const T* d_out, const T* gate_up, T* d_gate_up, int64_t rows, int64_t hidden) {
   if (rows * hidden == 0) return;
-  swiglu_backward_kernel<<<blocks_for(rows * hidden, kThreads), kThreads, 0, stream()>>>(d_out, gate_up, d_gate_up,
-                                                                                         rows, hidden);
+  HONE_LAUNCH(blocks_for(rows * hidden, kThreads), kThreads, 0, swiglu_backward_kernel)(
+      d_out, gate_up, d_gate_up, rows, hidden);
   HONE_CUDA_LAUNCHED("swiglu_backward");
 }
 
 template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n, GeluApproximation approximation) {
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(x, y, n,
-                                                                          approximation == GeluApproximation::tanh);
+  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, gelu_forward_kernel)(
+      x, y, n, approximation == GeluApproximation::tanh);
   HONE_CUDA_LAUNCHED("gelu_forward");
 }
 
 template <typename T>
 void gelu_backward(const T* dy, const T* x, T* dx, int64_t n, GeluApproximation approximation) {
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(dy, x, dx, n,
-                                                                           approximation == GeluApproximation::tanh);
+  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, gelu_backward_kernel)(
+      dy, x, dx, n, approximation == GeluApproximation::tanh);
   HONE_CUDA_LAUNCHED("gelu_backward");
 }
 

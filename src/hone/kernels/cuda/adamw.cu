@@ -43,7 +43,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
                          float(h.lr / correction1),
                          float(1.0 / std::sqrt(correction2)),
                          float(h.grad_scale)};
-  adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(param, grad, m, v, n, c, compute_copy);
+  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, adamw_kernel)(param, grad, m, v, n, c, compute_copy);
   HONE_CUDA_LAUNCHED("adamw");
 }
 

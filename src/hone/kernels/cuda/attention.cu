@@ -41,7 +41,7 @@ __device__ void load_tile(float* tile, int ld, const T* src, int64_t stride, int
 template <typename T, int kDims>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const T* qkv, T* out, float* lse, AttentionShape s) {
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared<float>();
   __shared__ int first_key;
   const int hd = int(s.head_dim), ld = hd + 1;
   float* qs = smem;               // [kTile][hd + 1]
@@ -150,7 +150,7 @@ template <typename T, int kDims>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(const T* d_out, const T* qkv, const float* lse, const float* delta, T* d_qkv,
                         AttentionShape s) {
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared<float>();
   __shared__ int first_key;
   const int hd = int(s.head_dim), ld = hd + 1;
   float* qs = smem;
@@ -242,7 +242,7 @@ template <typename T, int kDims>
 __global__ void __launch_bounds__(kThreads)
     attention_dkv_kernel(const T* d_out, const T* qkv, const float* lse, const float* delta, T* d_qkv,
                          AttentionShape s) {
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared<float>();
   __shared__ float probs[kTile][kTile + 1], dscores[kTile][kTile + 1];  // [query][key]
   const int hd = int(s.head_dim), ld = hd + 1;
   float* ks = smem;
@@ -477,7 +477,7 @@ void attention_forward(const T* qkv, T* out, float* lse, const float* alibi_slop
   dispatch_head_dim(s.head_dim, [&]<int kDims>() {
     const auto kernel = attention_forward_kernel<T, kDims>;
     const size_t bytes = shared_tiles(kernel, 3, s.head_dim, "attention");
-    kernel<<<grid, kThreads, bytes, stream()>>>(qkv, out, lse, s);
+    HONE_LAUNCH(grid, kThreads, bytes, kernel)(qkv, out, lse, s);
     HONE_CUDA_LAUNCHED("attention_forward");
   });
 }
@@ -492,8 +492,8 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const float*
   }
   const int64_t items = s.batch * s.seq * s.heads;
   DeviceBuffer delta(size_t(items) * sizeof(float));
-  attention_delta_kernel<<<unsigned((items + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(d_out, out,
-                                                                                             delta.as<float>(), s);
+  HONE_LAUNCH(unsigned((items + kWarps - 1) / kWarps), kThreads, 0, attention_delta_kernel)(
+      d_out, out, delta.as<float>(), s);
   HONE_CUDA_LAUNCHED("attention_backward (delta)");
   if constexpr (std::is_same_v<T, bf16>) {
     if (mma_attention_fits(s, AttentionPass::backward, {d_out, qkv, d_qkv})) {
@@ -504,12 +504,12 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const float*
   dispatch_head_dim(s.head_dim, [&]<int kDims>() {
     const auto dq = attention_dq_kernel<T, kDims>;
     const size_t dq_bytes = shared_tiles(dq, 4, s.head_dim, "attention backward");
-    dq<<<dim3(tiles, unsigned(s.heads), unsigned(s.batch)), kThreads, dq_bytes, stream()>>>(
+    HONE_LAUNCH(dim3(tiles, unsigned(s.heads), unsigned(s.batch)), kThreads, dq_bytes, dq)(
         d_out, qkv, lse, delta.as<float>(), d_qkv, s);
     HONE_CUDA_LAUNCHED("attention_backward (dq)");
     const auto dkv = attention_dkv_kernel<T, kDims>;
     const size_t dkv_bytes = shared_tiles(dkv, 4, s.head_dim, "attention backward");
-    dkv<<<dim3(tiles, unsigned(s.kv_heads), unsigned(s.batch)), kThreads, dkv_bytes, stream()>>>(
+    HONE_LAUNCH(dim3(tiles, unsigned(s.kv_heads), unsigned(s.batch)), kThreads, dkv_bytes, dkv)(
         d_out, qkv, lse, delta.as<float>(), d_qkv, s);
     HONE_CUDA_LAUNCHED("attention_backward (dk, dv)");
   });
@@ -523,7 +523,7 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int3
   if (dims.rows > 65535) fail_text("attention decode: " + std::to_string(dims.rows) + " rows at once; at most 65535");
   const dim3 grid(unsigned(dims.n_heads), unsigned(dims.rows));
   dispatch_head_dim(dims.head_dim, [&]<int kDims>() {
-    attention_decode_kernel<T, kDims><<<grid, kDecodeWarps * kWarpSize, 0, stream()>>>(
+    HONE_LAUNCH(grid, kDecodeWarps * kWarpSize, 0, attention_decode_kernel<T, kDims>)(
         q, k_cache, v_cache, slots, positions, alibi_slopes, out, dims, float(dims.scale));
     HONE_CUDA_LAUNCHED("attention_decode");
   });
@@ -534,8 +534,8 @@ void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, 
                     const DecodeDims& dims) {
   const int64_t elements = dims.rows * 2 * dims.n_kv_heads * dims.head_dim;
   if (elements == 0) return;
-  kv_cache_write_kernel<T><<<blocks_for(elements, kThreads), kThreads, 0, stream()>>>(qkv, k_cache, v_cache, slots,
-                                                                                      positions, dims);
+  HONE_LAUNCH(blocks_for(elements, kThreads), kThreads, 0, kv_cache_write_kernel<T>)(
+      qkv, k_cache, v_cache, slots, positions, dims);
   HONE_CUDA_LAUNCHED("kv_cache_write");
 }
 

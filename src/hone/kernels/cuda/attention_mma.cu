@@ -1,7 +1,11 @@
 #include "hone/kernels/cuda/attention_mma.hpp"
 
+#if HONE_CUDA_EMULATOR
+#include "hone/kernels/cuda/emulator/wmma.hpp"
+#else
 #include <cuda_bf16.h>
 #include <mma.h>
+#endif
 
 #include <string>
 
@@ -134,7 +138,7 @@ __device__ __forceinline__ float pair_sum(float v) { return v + shuffle_xor(v, 1
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads) mma_forward_kernel(const bf16* qkv, bf16* out, float* lse,
                                                                   AttentionShape s) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* smem = dynamic_shared<unsigned char>();
   __shared__ int first_key;
   __shared__ float row_factor[kRows];  // per-tile rescale of the output rows, then 1/l
   mma_bf16* qs = reinterpret_cast<mma_bf16*>(smem);
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_forward_kernel(const bf16* qk
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads) mma_dq_kernel(const bf16* d_out, const bf16* qkv, const float* lse,
                                                              const float* delta, bf16* d_qkv, AttentionShape s) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* smem = dynamic_shared<unsigned char>();
   __shared__ int first_key;
   mma_bf16* qs = reinterpret_cast<mma_bf16*>(smem);
   mma_bf16* dos = qs + kRows * kHeadLd<D>;
@@ -296,7 +300,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_dq_kernel(const bf16* d_out, 
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads) mma_dkv_kernel(const bf16* d_out, const bf16* qkv, const float* lse,
                                                               const float* delta, bf16* d_qkv, AttentionShape s) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* smem = dynamic_shared<unsigned char>();
   __shared__ float query_lse[kCols], query_delta[kCols];
   __shared__ int64_t query_first[kCols];
   mma_bf16* ks = reinterpret_cast<mma_bf16*>(smem);
@@ -428,7 +432,7 @@ void mma_attention_forward(const bf16* qkv, bf16* out, float* lse, const Attenti
   dispatch_mma_head_dim(s.head_dim, [&]<int D>() {
     const auto kernel = mma_forward_kernel<D>;
     allow_shared(kernel, kForwardShared<D>);
-    kernel<<<dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, kForwardShared<D>, stream()>>>(
+    HONE_LAUNCH(dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, kForwardShared<D>, kernel)(
         qkv, out, lse, s);
     HONE_CUDA_LAUNCHED("attention_forward (tensor cores)");
   });
@@ -439,12 +443,12 @@ void mma_attention_backward(const bf16* d_out, const bf16* qkv, const float* lse
   dispatch_mma_head_dim(s.head_dim, [&]<int D>() {
     const auto dq = mma_dq_kernel<D>;
     allow_shared(dq, kDqShared<D>);
-    dq<<<dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, kDqShared<D>, stream()>>>(
+    HONE_LAUNCH(dim3(tiles_of(s.seq), unsigned(s.heads), unsigned(s.batch)), kMmaThreads, kDqShared<D>, dq)(
         d_out, qkv, lse, delta, d_qkv, s);
     HONE_CUDA_LAUNCHED("attention_backward (dq, tensor cores)");
     const auto dkv = mma_dkv_kernel<D>;
     allow_shared(dkv, kDkvShared<D>);
-    dkv<<<dim3(tiles_of(s.seq), unsigned(s.kv_heads), unsigned(s.batch)), kMmaThreads, kDkvShared<D>, stream()>>>(
+    HONE_LAUNCH(dim3(tiles_of(s.seq), unsigned(s.kv_heads), unsigned(s.batch)), kMmaThreads, kDkvShared<D>, dkv)(
         d_out, qkv, lse, delta, d_qkv, s);
     HONE_CUDA_LAUNCHED("attention_backward (dk, dv, tensor cores)");
   });

@@ -39,6 +39,29 @@ __device__ __forceinline__ V shuffle(V v, int lane) { return __shfl_sync(0xfffff
 __device__ __forceinline__ void warp_sync() { __syncwarp(); }
 #endif
 
+// Launches a kernel on hone's stream: HONE_LAUNCH(grid, threads, shared_bytes,
+// kernel)(arguments...). The kernel comes last, with any template arguments the
+// call's cannot deduce; the CUDA emulator (emulator/emulator.hpp) runs it on the CPU.
+// dynamic_shared<T>() is the block's dynamic shared memory (the launch's
+// shared_bytes), 128-byte aligned for the warp matrix API.
+#if HONE_CUDA_EMULATOR
+#define HONE_LAUNCH(grid, threads, shared_bytes, ...)                                             \
+  ::hone::kernels::cuda::emulator::Launch{dim3(grid), dim3(threads), size_t(shared_bytes)} * \
+      [=](auto... hone_arguments) { return [=] { __VA_ARGS__(hone_arguments...); }; }
+template <typename T>
+T* dynamic_shared() {
+  return static_cast<T*>(emulator::dynamic_shared_memory());
+}
+#else
+#define HONE_LAUNCH(grid, threads, shared_bytes, ...) \
+  __VA_ARGS__<<<(grid), (threads), (shared_bytes), ::hone::kernels::cuda::stream()>>>
+template <typename T>
+__device__ __forceinline__ T* dynamic_shared() {
+  extern __shared__ __align__(128) unsigned char hone_dynamic_shared[];
+  return reinterpret_cast<T*>(hone_dynamic_shared);
+}
+#endif
+
 // Storage -> compute type. (Not named load/store: argument-dependent lookup on
 // hone::bf16 would also find the host functions of hone/core/dtype.hpp.)
 __device__ __forceinline__ float to_f32(float x) { return x; }

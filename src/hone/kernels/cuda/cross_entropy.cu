@@ -95,12 +95,11 @@ template <typename T>
 LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
                                  int64_t vocab, int32_t ignore_index, int64_t first, int64_t classes) {
   if (rows == 0) return {};
-  cross_entropy_forward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(logits, targets, losses, lse, vocab,
-                                                                          ignore_index, first);
+  HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_forward_kernel)(
+      logits, targets, losses, lse, vocab, ignore_index, first);
   HONE_CUDA_LAUNCHED("cross_entropy_forward");
   DeviceBuffer totals(sizeof(Totals));
-  loss_totals_kernel<<<1, kThreads, 0, stream()>>>(losses, targets, rows, classes, ignore_index,
-                                                   totals.as<Totals>());
+  HONE_LAUNCH(1, kThreads, 0, loss_totals_kernel)(losses, targets, rows, classes, ignore_index, totals.as<Totals>());
   HONE_CUDA_LAUNCHED("cross_entropy_forward (totals)");
   Totals host{};
   copy_to_host(&host, totals.as<void>(), sizeof host);
@@ -118,8 +117,8 @@ template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
                             int64_t vocab, int32_t ignore_index, int64_t first) {
   if (rows == 0) return;
-  cross_entropy_backward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(logits, targets, lse, float(scale), vocab,
-                                                                           ignore_index, first);
+  HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_backward_kernel)(
+      logits, targets, lse, float(scale), vocab, ignore_index, first);
   HONE_CUDA_LAUNCHED("cross_entropy_backward");
 }
 

@@ -85,8 +85,8 @@ __global__ void cast_kernel(const From* src, To* dst, int64_t n) {
 
 template <typename From, typename To>
 void launch_cast(const void* src, void* dst, int64_t n) {
-  cast_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(static_cast<const From*>(src),
-                                                                   static_cast<To*>(dst), n);
+  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, cast_kernel)(
+      static_cast<const From*>(src), static_cast<To*>(dst), n);
   HONE_CUDA_LAUNCHED("cast");
 }
 
@@ -162,14 +162,14 @@ __global__ void sum_partials_kernel(const double* partial, int count, double* to
 template <typename T>
 void add(const T* a, const T* b, T* out, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(a, b, out, n);
+  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, add_kernel)(a, b, out, n);
   HONE_CUDA_LAUNCHED("add");
 }
 
 template <typename T>
 void scale_inplace(T* x, int64_t n, double factor) {
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream()>>>(x, n, float(factor));
+  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, scale_kernel)(x, n, float(factor));
   HONE_CUDA_LAUNCHED("scale");
 }
 
@@ -197,7 +197,7 @@ void cast(const void* src, DType from, void* dst, DType to, int64_t n) {
 template <typename T>
 void add_bias(T* y, const float* bias, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return;
-  add_bias_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream()>>>(y, bias, rows, cols);
+  HONE_LAUNCH(blocks_for(rows * cols, kThreads), kThreads, 0, add_bias_kernel)(y, bias, rows, cols);
   HONE_CUDA_LAUNCHED("add_bias");
 }
 
@@ -212,16 +212,16 @@ void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t st
   const auto threshold = uint32_t(p * 4294967296.0);
   const auto scale = float(1.0 / (1.0 - p));
   const int64_t blocks = (first + n + 3) / 4 - first / 4;
-  dropout_kernel<<<blocks_for(blocks, kThreads), kThreads, 0, stream()>>>(x, out, n, threshold, scale, seed, stream_id,
-                                                                          first);
+  HONE_LAUNCH(blocks_for(blocks, kThreads), kThreads, 0, dropout_kernel)(
+      x, out, n, threshold, scale, seed, stream_id, first);
   HONE_CUDA_LAUNCHED("dropout");
 }
 
 template <typename T>
 void add_scaled_columns(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols, double scale) {
   if (rows * cols == 0) return;
-  add_columns_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream()>>>(dst, width, col, src, rows, cols,
-                                                                                   float(scale));
+  HONE_LAUNCH(blocks_for(rows * cols, kThreads), kThreads, 0, add_columns_kernel)(
+      dst, width, col, src, rows, cols, float(scale));
   HONE_CUDA_LAUNCHED("add_columns");
 }
 
@@ -229,8 +229,8 @@ template <typename T>
 void copy_scaled_columns(const T* src, int64_t width, int64_t col, T* dst, int64_t rows, int64_t cols,
                          double scale) {
   if (rows * cols == 0) return;
-  copy_columns_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream()>>>(src, width, col, dst, rows,
-                                                                                    cols, float(scale));
+  HONE_LAUNCH(blocks_for(rows * cols, kThreads), kThreads, 0, copy_columns_kernel)(
+      src, width, col, dst, rows, cols, float(scale));
   HONE_CUDA_LAUNCHED("copy_columns");
 }
 
@@ -240,9 +240,9 @@ double sum_squares(const T* x, int64_t n) {
   const unsigned blocks = std::min<unsigned>(kSumBlocks, blocks_for(n, kThreads));
   DeviceBuffer partial((blocks + 1) * sizeof(double));
   double* total = partial.as<double>() + blocks;
-  sum_squares_kernel<<<blocks, kThreads, 0, stream()>>>(x, n, partial.as<double>());
+  HONE_LAUNCH(blocks, kThreads, 0, sum_squares_kernel)(x, n, partial.as<double>());
   HONE_CUDA_LAUNCHED("sum_squares");
-  sum_partials_kernel<<<1, kThreads, 0, stream()>>>(partial.as<double>(), int(blocks), total);
+  HONE_LAUNCH(1, kThreads, 0, sum_partials_kernel)(partial.as<double>(), int(blocks), total);
   HONE_CUDA_LAUNCHED("sum_squares (partials)");
   double result = 0;
   copy_to_host(&result, total, sizeof result);

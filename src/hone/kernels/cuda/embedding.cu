@@ -57,7 +57,7 @@ void scatter_add_rows(const int32_t* index, int64_t first, int64_t seq, const T*
                       int64_t rows, int64_t dim) {
   const dim3 block(kColumnsPerBlock, kBucketsPerBlock);
   const dim3 grid(unsigned((dim + kColumnsPerBlock - 1) / kColumnsPerBlock), kBuckets / kBucketsPerBlock);
-  scatter_add_rows_kernel<<<grid, block, 0, stream()>>>(index, first, seq, g, table, table_rows, rows, dim);
+  HONE_LAUNCH(grid, block, 0, scatter_add_rows_kernel)(index, first, seq, g, table, table_rows, rows, dim);
   HONE_CUDA_LAUNCHED("embedding_backward");
 }
 
@@ -71,9 +71,9 @@ BadToken embedding_forward(const int32_t* tokens, const W* table, int64_t first,
   if (rows * dim == 0) return {};
   DeviceBuffer first_bad(sizeof(unsigned long long));
   HONE_CUDA_CHECK(cudaMemsetAsync(first_bad.as<void>(), 0xff, sizeof(unsigned long long), stream()));
-  embedding_forward_kernel<<<blocks_for(rows * dim, kThreads), kThreads, 0, stream()>>>(
-      tokens, table, first, held, vocab, positions, out, rows, seq, dim, token_positions,
-      first_bad.as<unsigned long long>());
+  HONE_LAUNCH(blocks_for(rows * dim, kThreads), kThreads, 0, embedding_forward_kernel)(
+      tokens, table, first, held, vocab, positions, out, rows, seq, dim, token_positions, first_bad.as<unsigned long
+      long>());
   HONE_CUDA_LAUNCHED("embedding_forward");
   unsigned long long bad = kNone;
   copy_to_host(&bad, first_bad.as<void>(), sizeof bad);

@@ -15,6 +15,14 @@ using GemmArgs = cpu::GemmArgs;
 // product: in cuBLASLt's epilogue where it takes it, else by a second kernel.
 void gemm(const GemmArgs& args, const float* bias = nullptr);
 
+namespace detail {
+// gemm() past its checks and the empty cases: cuBLASLt's product (cublaslt.cpp)
+// or, in the CUDA emulator's build, the CPU's (emulator/gemm.cpp).
+void product(const GemmArgs& args, const float* bias);
+// Adds bias to every row of C: where the product does not fuse it.
+void add_bias_to_rows(const GemmArgs& args, const float* bias);
+}  // namespace detail
+
 // cuBLASLt's workspace (what it recommends for Hopper; Ampere needs less), taken
 // from the caching allocator with the first product and kept.
 inline constexpr size_t kWorkspaceBytes = size_t(32) << 20;

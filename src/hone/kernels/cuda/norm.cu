@@ -108,7 +108,7 @@ struct LayerNormParamTerm {
 template <typename T>
 void rmsnorm_forward(const T* x, const float* weight, T* y, float* rstd, int64_t rows, int64_t dim, double eps) {
   if (rows == 0) return;
-  rmsnorm_forward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(x, weight, y, rstd, dim, float(eps));
+  HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_forward_kernel)(x, weight, y, rstd, dim, float(eps));
   HONE_CUDA_LAUNCHED("rmsnorm_forward");
 }
 
@@ -116,7 +116,7 @@ template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const float* weight, const float* rstd, T* dx, float* d_weight,
                       int64_t rows, int64_t dim) {
   if (rows == 0) return;
-  rmsnorm_backward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(dy, x, weight, rstd, dx, dim);
+  HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_backward_kernel)(dy, x, weight, rstd, dx, dim);
   HONE_CUDA_LAUNCHED("rmsnorm_backward");
   if (d_weight != nullptr) accumulate_columns(RmsWeightTerm<T>{dy, x, rstd, dim}, rows, dim, d_weight);
 }
@@ -125,8 +125,7 @@ template <typename T>
 void layernorm_forward(const T* x, const float* weight, const float* bias, T* y, float* mean, float* rstd,
                        int64_t rows, int64_t dim, double eps) {
   if (rows == 0) return;
-  layernorm_forward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(x, weight, bias, y, mean, rstd, dim,
-                                                                      float(eps));
+  HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_forward_kernel)(x, weight, bias, y, mean, rstd, dim, float(eps));
   HONE_CUDA_LAUNCHED("layernorm_forward");
 }
 
@@ -134,7 +133,7 @@ template <typename T>
 void layernorm_backward(const T* dy, const T* x, const float* weight, const float* mean, const float* rstd, T* dx,
                         float* d_weight, float* d_bias, int64_t rows, int64_t dim) {
   if (rows == 0) return;
-  layernorm_backward_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(dy, x, weight, mean, rstd, dx, dim);
+  HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_backward_kernel)(dy, x, weight, mean, rstd, dx, dim);
   HONE_CUDA_LAUNCHED("layernorm_backward");
   if (d_weight == nullptr) return;  // frozen weight (and bias)
   const LayerNormParamTerm<T> term{dy, x, mean, rstd, dim};

@@ -3,7 +3,9 @@
 // with CUDA's names; compiled as HIP for AMD GPUs (clang's -x hip, which
 // defines __HIP__: the HIP build check, cmake/hip_check.cmake) the few runtime
 // names they use are mapped onto HIP's here, and common.cuh maps the warp
-// shuffles. Nothing else in a kernel file may differ between the two.
+// shuffles. Nothing else in a kernel file may differ between the two. Built
+// with HONE_CUDA_EMULATOR, the CUDA names come from hone's emulator instead,
+// which runs the same kernels on the CPU.
 #if defined(__HIP__)
 
 #include <hip/hip_runtime.h>
@@ -33,6 +35,13 @@ template <typename Kernel>
 hipError_t cudaFuncSetAttribute(Kernel* kernel, hipFuncAttribute attribute, int value) {
   return hipFuncSetAttribute(reinterpret_cast<const void*>(kernel), attribute, value);
 }
+
+#elif HONE_CUDA_EMULATOR
+
+// The kernels on the CPU, for tests where no GPU is (emulator/emulator.hpp).
+#include "hone/kernels/cuda/emulator/emulator.hpp"
+
+#define HONE_HIP 0
 
 #else
 

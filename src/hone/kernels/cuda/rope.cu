@@ -32,9 +32,8 @@ void rope_apply(T* x, const float* cos, const float* sin, int64_t batch, int64_t
                 int64_t row_stride, int64_t position_offset, bool inverse, const int32_t* positions) {
   const int64_t pairs = batch * seq * heads * (head_dim / 2);
   if (pairs == 0) return;
-  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream()>>>(x, cos, sin, batch * seq, seq, heads, head_dim,
-                                                                      row_stride, position_offset,
-                                                                      inverse ? -1.0f : 1.0f, positions);
+  HONE_LAUNCH(blocks_for(pairs, kThreads), kThreads, 0, rope_kernel)(
+      x, cos, sin, batch * seq, seq, heads, head_dim, row_stride, position_offset, inverse ? -1.0f : 1.0f, positions);
   HONE_CUDA_LAUNCHED("rope");
 }
 

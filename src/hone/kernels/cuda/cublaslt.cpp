@@ -1,0 +1,235 @@
+// gemm()'s products through cuBLASLt.
+#include "hone/kernels/cuda/gemm.hpp"
+
+#include <cublasLt.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+
+#include "hone/core/allocator.hpp"
+#include "hone/core/error.hpp"
+#include "hone/kernels/cuda/check.hpp"
+#include "hone/kernels/cuda/runtime.hpp"
+
+namespace hone::kernels::cuda {
+
+namespace {
+
+// cuBLASLt is half a gigabyte of machine code: linking it would cost every
+// process 60 ms and 200 MB when it starts, GPU or not (the CPU test suite runs
+// hundreds of processes). It is opened on the first GEMM instead.
+#define HONE_CUBLASLT_FUNCTIONS(X)                                                                   \
+  X(cublasLtCreate) X(cublasLtGetStatusName) X(cublasLtGetStatusString) X(cublasLtMatmul)           \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)       \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate)                              \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                       \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutSetAttribute)
+
+struct CublasLt {
+#define HONE_DECLARE(name) decltype(&::name) name = nullptr;
+  HONE_CUBLASLT_FUNCTIONS(HONE_DECLARE)
+#undef HONE_DECLARE
+};
+
+const CublasLt& lt() {
+  static const CublasLt api = [] {
+    // The library of the toolkit hone was compiled against (its major version).
+    const std::string library = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    HONE_CHECK(handle != nullptr, "cannot load {} for GPU matrix products: {}", library, dlerror());
+    CublasLt functions;
+#define HONE_RESOLVE(name)                                                                     \
+  functions.name = reinterpret_cast<decltype(&::name)>(dlsym(handle, #name));                  \
+  HONE_CHECK(functions.name != nullptr, "{} has no function {}: {}", library, #name, dlerror());
+    HONE_CUBLASLT_FUNCTIONS(HONE_RESOLVE)
+#undef HONE_RESOLVE
+    return functions;
+  }();
+  return api;
+}
+
+[[noreturn]] void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  const std::string_view path(file);
+  fail("{} failed at {}:{}: {}: {}", call, path.substr(path.find_last_of('/') + 1), line,
+       lt().cublasLtGetStatusName(status), lt().cublasLtGetStatusString(status));
+}
+
+#define HONE_CUBLAS_CHECK(call)                                                      \
+  do {                                                                               \
+    const cublasStatus_t hone_status_ = (call);                                      \
+    if (hone_status_ != CUBLAS_STATUS_SUCCESS) fail_cublas(hone_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: fail("no CUDA GEMM for {} operands", dtype_name(dtype));
+  }
+}
+
+// cuBLASLt's heuristics assume 256-byte aligned buffers unless told otherwise;
+// tensors carved from arenas or sliced from flat buffers are often less aligned.
+uint32_t alignment_of(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  return address == 0 ? 256u : uint32_t(std::min<uintptr_t>(256, address & (~address + 1)));
+}
+
+// Everything a plan depends on: shapes, transposes, types, the epilogue and the
+// buffers' alignment (a plan chosen for aligned buffers may not run on others).
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, DType, DType, bool, uint32_t, uint32_t,
+                           uint32_t, uint32_t>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A, B, C (see make_plan)
+  cublasLtMatmulAlgo_t algo{};
+  bool fused_bias = false;
+};
+
+cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t batch) {
+  cublasLtMatrixLayout_t l = nullptr;
+  // Column-major rows×cols with leading dimension rows: the packed matrices of hone.
+  HONE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&l, cuda_type(dtype), uint64_t(rows), uint64_t(cols), rows));
+  if (batch > 1) {
+    const auto count = int32_t(batch);
+    const int64_t stride = rows * cols;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    HONE_CUBLAS_CHECK(
+        lt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+  }
+  return l;
+}
+
+class LtGemm {
+ public:
+  void run(const GemmArgs& g, const float* bias) {
+    std::lock_guard lock(mutex_);
+    ensure_handle();
+    // The bias epilogue reads the bias in vectors: one sliced from a flat
+    // parameter buffer may be aligned to its 4 bytes alone.
+    const bool want_fused = bias != nullptr && g.batch == 1 && alignment_of(bias) >= 16;
+    const PlanKey key{g.batch,  g.m,
+                      g.n,      g.k,
+                      g.trans_a, g.trans_b,
+                      g.ab_type, g.c_type,
+                      want_fused, alignment_of(g.a),
+                      alignment_of(g.b), alignment_of(g.c),
+                      want_fused ? alignment_of(bias) : 0u};
+    auto found = plans_.find(key);
+    if (found == plans_.end()) found = plans_.emplace(key, make_plan(g, want_fused ? bias : nullptr)).first;
+    Plan& plan = found->second;
+    if (plan.fused_bias) {
+      HONE_CUBLAS_CHECK(
+          lt().cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's A is our B.
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.c, plan.c,
+                                     g.c, plan.c, &plan.algo, workspace_, kWorkspaceBytes, stream()));
+    if (bias != nullptr && !plan.fused_bias) detail::add_bias_to_rows(g, bias);
+  }
+
+ private:
+  void ensure_handle() {
+    if (handle_ != nullptr) return;
+    // From the tensor allocator, so memory/allocated_mem includes it. First: if
+    // it fails (out of memory), the next call tries again instead of finding a
+    // handle and running with no workspace.
+    if (workspace_ == nullptr) workspace_ = allocator_for(Device::cuda(current_device())).allocate(kWorkspaceBytes);
+    HONE_CUBLAS_CHECK(lt().cublasLtCreate(&handle_));
+  }
+
+  // fp32 accumulation and scalars; cuBLASLt's A is our B (see run).
+  static cublasLtMatmulDesc_t matmul_desc(const GemmArgs& g) {
+    cublasLtMatmulDesc_t desc = nullptr;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    return desc;
+  }
+
+  Plan make_plan(const GemmArgs& g, const float* bias) {
+    Plan p;
+    p.desc = matmul_desc(g);
+    // Our B stored [k, n] (or [n, k] transposed) is column-major n×k (k×n); our A
+    // stored [m, k] ([k, m]) is column-major k×m (m×k); C is column-major n×m.
+    p.a = g.trans_b ? layout(g.ab_type, g.k, g.n, g.batch) : layout(g.ab_type, g.n, g.k, g.batch);
+    p.b = g.trans_a ? layout(g.ab_type, g.m, g.k, g.batch) : layout(g.ab_type, g.k, g.m, g.batch);
+    p.c = layout(g.c_type, g.n, g.m, g.batch);
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t workspace = kWorkspaceBytes;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace, sizeof workspace));
+    const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
+    for (auto [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
+      HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
+    }
+    // hone's biases are f32. cuBLASLt's bias epilogue reads the output's type
+    // unless told otherwise: for bf16 outputs it is told f32, and where no
+    // algorithm takes that (or any bias epilogue), a second kernel adds the bias.
+    bool found = false;
+    if (bias != nullptr) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const auto bias_type = int32_t(CUDA_R_32F);
+      HONE_CUBLAS_CHECK(
+          lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+      HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                            sizeof bias_type));
+      HONE_CUBLAS_CHECK(
+          lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+      found = heuristic(p, preference, /*epilogue_optional=*/true);
+      p.fused_bias = found;
+      if (!found) {  // a plain descriptor: no bias type or pointer left for the heuristic to weigh
+        HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescDestroy(p.desc));
+        p.desc = matmul_desc(g);
+      }
+    }
+    if (!found) found = heuristic(p, preference);
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceDestroy(preference));
+    HONE_CHECK(found, "cuBLASLt has no algorithm for a {}x{}x{} GEMM (batch {}) of {} operands into {}", g.m, g.n,
+               g.k, g.batch, dtype_name(g.ab_type), dtype_name(g.c_type));
+    return p;
+  }
+
+  // The best algorithm for the plan's descriptors, or false where cuBLASLt has
+  // none; with an optional epilogue, any refusal of it just means "none".
+  bool heuristic(Plan& p, cublasLtMatmulPreference_t preference, bool epilogue_optional = false) {
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status =
+        lt().cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, 1, &result, &count);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (epilogue_optional && status != CUBLAS_STATUS_SUCCESS)) return false;
+    HONE_CUBLAS_CHECK(status);
+    if (count == 0) return false;
+    p.algo = result.algo;
+    return true;
+  }
+
+  std::mutex mutex_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<PlanKey, Plan> plans_;
+};
+
+LtGemm& lt_gemm() {
+  static LtGemm* instance = new LtGemm;  // never destroyed: the driver may be gone at exit
+  return *instance;
+}
+
+}  // namespace
+
+void detail::product(const GemmArgs& g, const float* bias) { lt_gemm().run(g, bias); }
+
+}  // namespace hone::kernels::cuda

@@ -1,0 +1,400 @@
+// The CUDA emulator's launches (threads as fibers) and runtime calls; see
+// emulator.hpp for what it models and what it checks.
+#include "hone/kernels/cuda/emulator/emulator.hpp"
+#include "hone/kernels/cuda/emulator/wmma.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "hone/core/error.hpp"
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator switches its threads in x86-64 assembly"
+#endif
+
+thread_local uint3 threadIdx, blockIdx;
+thread_local dim3 blockDim, gridDim;
+
+namespace hone::kernels::cuda::emulator {
+
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kMaxThreads = 1024;
+// A thread's stack: kernels keep small arrays there (accumulators, fragments).
+// Untouched pages cost nothing; the lowest is a guard, so an overflow faults.
+constexpr size_t kStackBytes = size_t(256) << 10;
+
+// Switching threads: saves the callee-saved registers and the floating-point
+// control words on the current stack, stores the stack pointer in *from, and
+// resumes the thread whose stack pointer is `to`. (glibc's swapcontext also
+// saves the signal mask, a system call per switch: most of a test's time.)
+extern "C" void hone_emulator_switch(void** from, void* to);
+asm(R"(
+  .text
+  .p2align 4
+  .type hone_emulator_switch, @function
+hone_emulator_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size hone_emulator_switch, .-hone_emulator_switch
+)");
+
+struct Fiber {
+  void* sp = nullptr;     // where it was switched out
+  void* stack = nullptr;  // mapped once, reused by every launch
+  uint3 index{};
+  int warp = 0, lane = 0;
+  bool done = false;
+};
+
+struct Warp {
+  int lanes = 0;  // threads in it (the block's last warp may have fewer than 32)
+  int live = 0;   // of them, not yet returned
+  int arrived = 0;
+  uint64_t generation = 0;
+  uint64_t slots[kWarpSize] = {};
+  alignas(16) unsigned char scratch[kWarpScratchBytes];  // the warp matrix API's
+};
+
+// The block that runs now on this thread, and where its fibers switch to.
+struct Block {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  std::vector<unsigned char> shared;  // dynamic shared memory
+  int live = 0, arrived = 0;
+  uint64_t generation = 0;
+  int any_accumulated = 0, any = 0;  // __syncthreads_or's predicate: gathering, and the last result
+  uint64_t progress = 0;             // barriers passed and threads returned: a round without any is a deadlock
+  std::string fault;                 // set by a thread the emulator stopped
+  Fiber* running = nullptr;
+  const std::function<void()>* thread = nullptr;
+  void* scheduler = nullptr;  // the launching thread's stack pointer while a fiber runs
+};
+
+thread_local Block t_block;
+
+Fiber& running() { return *t_block.running; }
+
+void yield() { hone_emulator_switch(&running().sp, t_block.scheduler); }
+
+// Stops the running thread for good; the launch then fails with `message`.
+[[noreturn]] void stop(const std::string& message) {
+  t_block.fault = message;
+  running().done = true;
+  yield();
+  __builtin_unreachable();
+}
+
+// Lets the threads waiting at the block's barrier (or the warp's) go on.
+void release(Block& b) {
+  b.arrived = 0;
+  b.any = b.any_accumulated;
+  b.any_accumulated = 0;
+  ++b.generation;
+  ++b.progress;
+}
+
+void release(Warp& w) {
+  w.arrived = 0;
+  ++w.generation;
+  ++t_block.progress;
+}
+
+void fiber_main() {
+  (*t_block.thread)();
+  Fiber& f = running();
+  f.done = true;
+  Warp& w = t_block.warps[size_t(f.warp)];
+  --w.live;
+  --t_block.live;
+  ++t_block.progress;
+  // Barriers count the threads that have not returned (as a GPU's __syncthreads
+  // does): those that wait for the others may now be complete.
+  if (w.arrived > 0 && w.arrived == w.live) release(w);
+  if (t_block.arrived > 0 && t_block.arrived == t_block.live) release(t_block);
+  yield();
+}
+
+void* map_stack() {
+  void* stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  HONE_CHECK(stack != MAP_FAILED, "CUDA emulator: cannot map a thread stack of {} bytes", kStackBytes);
+  HONE_CHECK(mprotect(stack, size_t(getpagesize()), PROT_NONE) == 0, "CUDA emulator: cannot protect a stack guard");
+  return stack;
+}
+
+// A new thread's stack, made to look like a switched-out thread's whose switch
+// returns into fiber_main: its return address, then the six saved registers
+// (zero) and the launching thread's floating-point control words.
+void start_at_fiber_main(Fiber& f) {
+  auto* top = reinterpret_cast<uint64_t*>(static_cast<char*>(f.stack) + kStackBytes);  // 16-byte aligned
+  uint64_t* sp = top - 9;
+  uint32_t control[2];
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(control[0]), "=m"(control[1]));
+  std::memcpy(sp, control, sizeof control);
+  for (int r = 1; r <= 6; ++r) sp[r] = 0;
+  sp[7] = reinterpret_cast<uint64_t>(&fiber_main);  // entered with rsp ≡ 8 (mod 16), as after a call
+  sp[8] = 0;                                        // fiber_main never returns
+  f.sp = sp;
+}
+
+std::string where(const uint3& block) {
+  return "block (" + std::to_string(block.x) + ", " + std::to_string(block.y) + ", " + std::to_string(block.z) + ")";
+}
+
+// Runs the block blockIdx of the current launch to its end.
+void run_block(const std::function<void()>& thread, int threads) {
+  Block& b = t_block;
+  b.thread = &thread;
+  b.live = threads;
+  b.arrived = 0;
+  b.any_accumulated = b.any = 0;
+  b.fault.clear();
+  const int warps = (threads + kWarpSize - 1) / kWarpSize;
+  b.warps.assign(size_t(warps), Warp{});
+  for (int w = 0; w < warps; ++w) {
+    b.warps[size_t(w)].lanes = b.warps[size_t(w)].live = std::min(kWarpSize, threads - w * kWarpSize);
+  }
+  while (b.fibers.size() < size_t(threads)) b.fibers.emplace_back().stack = map_stack();
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = b.fibers[size_t(t)];
+    f.index = {unsigned(t) % blockDim.x, unsigned(t) / blockDim.x % blockDim.y, unsigned(t) / (blockDim.x * blockDim.y)};
+    f.warp = t / kWarpSize;
+    f.lane = t % kWarpSize;
+    f.done = false;
+    start_at_fiber_main(f);
+  }
+  for (int remaining = threads; remaining > 0;) {
+    const uint64_t progress = b.progress;
+    remaining = 0;
+    for (int t = 0; t < threads; ++t) {
+      Fiber& f = b.fibers[size_t(t)];
+      if (f.done) continue;
+      b.running = &f;
+      threadIdx = f.index;
+      hone_emulator_switch(&b.scheduler, f.sp);
+      if (!b.fault.empty()) fail("CUDA emulator: {}, thread {}: {}", where(blockIdx), t, b.fault);
+      remaining += f.done ? 0 : 1;
+    }
+    if (remaining > 0 && b.progress == progress) {
+      int at_block = 0, at_warp = 0;
+      for (const Warp& w : b.warps) at_warp += w.arrived;
+      at_block = b.arrived;
+      fail("CUDA emulator: {} deadlocks: of its {} threads still running, {} wait at __syncthreads and {} at a warp "
+           "barrier (__syncwarp or a shuffle), each for threads that wait elsewhere",
+           where(blockIdx), remaining, at_block, at_warp);
+    }
+  }
+}
+
+bool fits_limits(const Launch& l) {
+  const uint64_t threads = uint64_t(l.block.x) * l.block.y * l.block.z;
+  return threads >= 1 && threads <= kMaxThreads && l.block.x <= 1024 && l.block.y <= 1024 && l.block.z <= 64 &&
+         l.grid.x >= 1 && l.grid.y >= 1 && l.grid.z >= 1 && l.grid.x <= 0x7fffffffu && l.grid.y <= 65535 &&
+         l.grid.z <= 65535 && l.shared_bytes <= size_t(kMaxSharedMemoryPerBlock);
+}
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+
+cudaError_t failed(cudaError_t error) {
+  t_last_error = error;
+  return error;
+}
+
+}  // namespace
+
+void run(const Launch& launch, const std::function<void()>& thread) {
+  if (!fits_limits(launch)) {
+    failed(cudaErrorInvalidConfiguration);
+    return;
+  }
+  gridDim = launch.grid;
+  blockDim = launch.block;
+  const int threads = int(launch.block.x * launch.block.y * launch.block.z);
+  for (unsigned z = 0; z < launch.grid.z; ++z) {
+    for (unsigned y = 0; y < launch.grid.y; ++y) {
+      for (unsigned x = 0; x < launch.grid.x; ++x) {
+        blockIdx = {x, y, z};
+        t_block.shared.assign(launch.shared_bytes, 0xff);
+        run_block(thread, threads);
+      }
+    }
+  }
+}
+
+int lane() { return running().lane; }
+
+int block_barrier(int predicate) {
+  Block& b = t_block;
+  b.any_accumulated |= predicate != 0;
+  const uint64_t generation = b.generation;
+  if (++b.arrived == b.live) release(b);
+  else while (b.generation == generation) yield();
+  return b.any;
+}
+
+void warp_barrier() {
+  Warp& w = t_block.warps[size_t(running().warp)];
+  const uint64_t generation = w.generation;
+  if (++w.arrived == w.live) release(w);
+  else while (w.generation == generation) yield();
+}
+
+uint64_t warp_exchange(uint64_t value, int source) {
+  const Fiber& f = running();
+  Warp& w = t_block.warps[size_t(f.warp)];
+  if (w.live != w.lanes) {
+    stop("a shuffle in warp " + std::to_string(f.warp) + ", of whose " + std::to_string(w.lanes) + " lanes " +
+         std::to_string(w.lanes - w.live) + " have returned (undefined on a GPU)");
+  }
+  if (source < 0 || source >= w.lanes) {
+    stop("a shuffle reads lane " + std::to_string(source) + " of warp " + std::to_string(f.warp) + ", which has " +
+         std::to_string(w.lanes) + " lanes");
+  }
+  w.slots[f.lane] = value;
+  warp_barrier();
+  const uint64_t result = w.slots[source];
+  warp_barrier();  // before any lane writes its next value
+  return result;
+}
+
+void* dynamic_shared_memory() { return t_block.shared.data(); }
+
+void* warp_scratch() { return t_block.warps[size_t(running().warp)].scratch; }
+
+}  // namespace hone::kernels::cuda::emulator
+
+namespace emulator = hone::kernels::cuda::emulator;
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t error = emulator::t_last_error;
+  emulator::t_last_error = cudaSuccess;
+  return error;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : emulator::failed(cudaErrorInvalidDevice); }
+
+// The device described is an H100's: compute capability 9.0, 227 KiB of shared
+// memory per block, so that every kernel path a Hopper GPU takes runs here.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (device != 0) return emulator::failed(cudaErrorInvalidDevice);
+  switch (attribute) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emulator::kMaxSharedMemoryPerBlock; return cudaSuccess;
+  }
+  return emulator::failed(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  constexpr size_t kAlignment = 256;  // cudaMalloc's
+  *ptr = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  return *ptr != nullptr ? cudaSuccess : emulator::failed(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  *free = size_t(sysconf(_SC_AVPHYS_PAGES)) * page;
+  *total = size_t(sysconf(_SC_PHYS_PAGES)) * page;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void*, size_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+  if (bytes != 0) std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+// Streams and events order nothing here: every call is done when it returns.
+// They are distinct non-null handles, as the runtime's.
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = reinterpret_cast<cudaEvent_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<char*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }

@@ -1,0 +1,219 @@
+#pragma once
+// hone's CUDA emulator: the CUDA backend's kernels, unchanged, run on the CPU,
+// so that machines without a GPU (CI's) run the GPU tests against the CPU
+// kernels. A build with -DHONE_CUDA=EMULATOR compiles the .cu files as C++
+// with HONE_CUDA_EMULATOR set, and platform.hpp includes this header in place
+// of cuda_runtime.h: it declares the part of CUDA that hone uses.
+//
+// A launch runs on the calling thread, block after block. Each thread of a block
+// is a fiber with a stack of its own that runs until it reaches a barrier
+// (__syncthreads, __syncwarp, a warp shuffle) or returns; the block's threads
+// take turns only there, so each runs as far as CUDA lets it run without the
+// others. __shared__ variables are function statics (one block runs at a time);
+// dynamic shared memory is a buffer per block, filled with 0xff bytes (NaN in
+// float) so that reading what no thread wrote shows. Where a GPU would hang or
+// read garbage, the launch fails with hone::Error naming the kernel's block:
+// threads waiting at different barriers, a shuffle in a warp with lanes that
+// have exited. A launch out of CUDA's limits (block size, grid.y and grid.z
+// above 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does.
+//
+// Not modelled: timing, and what threads see of each other's writes between
+// barriers (here every write is seen at once, on a GPU not necessarily; races
+// are for compute-sanitizer on the device). Device memory is host memory, and
+// every copy, memset and launch is done when its call returns.
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+#include <math.h>  // expf, erff, ...: CUDA's math functions are global
+
+// CUDA's keywords, as C++.
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define __align__(n) __attribute__((aligned(n)))
+
+struct uint3 {
+  unsigned x, y, z;
+};
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+
+// The running thread's coordinates, set by the emulator as it switches threads.
+extern thread_local uint3 threadIdx, blockIdx;
+extern thread_local dim3 blockDim, gridDim;
+
+template <typename A, typename B>
+constexpr std::common_type_t<A, B> min(A a, B b) {
+  return b < a ? b : a;
+}
+
+template <typename A, typename B>
+constexpr std::common_type_t<A, B> max(A a, B b) {
+  return a < b ? b : a;
+}
+
+inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
+inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
+
+namespace hone::kernels::cuda::emulator {
+
+// A kernel launch: HONE_LAUNCH (common.cuh) builds one and hands it the code
+// of one thread, which is run once for every thread of the grid.
+struct Launch {
+  dim3 grid, block;
+  size_t shared_bytes = 0;
+};
+
+void run(const Launch& launch, const std::function<void()>& thread);
+
+template <typename Thread>
+void operator*(const Launch& launch, Thread thread) {
+  run(launch, thread);
+}
+
+// What the device functions below need of the running block.
+int lane();                      // the thread's lane in its warp
+int block_barrier(int predicate);  // __syncthreads_or: whether any thread's predicate was nonzero
+void warp_barrier();
+// Every lane of the warp gives `value`; each gets the value of lane `source`.
+uint64_t warp_exchange(uint64_t value, int source);
+void* dynamic_shared_memory();
+
+template <typename V>
+V exchanged(V value, int source) {
+  static_assert(sizeof(V) <= sizeof(uint64_t) && std::is_trivially_copyable_v<V>);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof value);
+  bits = warp_exchange(bits, source);
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+}  // namespace hone::kernels::cuda::emulator
+
+inline void __syncthreads() { hone::kernels::cuda::emulator::block_barrier(0); }
+inline int __syncthreads_or(int predicate) { return hone::kernels::cuda::emulator::block_barrier(predicate); }
+inline void __syncwarp(unsigned = 0xffffffffu) { hone::kernels::cuda::emulator::warp_barrier(); }
+
+// Only full-warp shuffles (width 32), which is all that hone's kernels use.
+template <typename V>
+V __shfl_xor_sync(unsigned, V value, int lane_mask) {
+  return hone::kernels::cuda::emulator::exchanged(value, hone::kernels::cuda::emulator::lane() ^ lane_mask);
+}
+
+template <typename V>
+V __shfl_sync(unsigned, V value, int source) {
+  return hone::kernels::cuda::emulator::exchanged(value, source & 31);
+}
+
+// Threads take turns only at barriers, so a read-modify-write is atomic.
+template <typename T>
+T atomicMin(T* address, T value) {
+  const T old = *address;
+  if (value < old) *address = value;
+  return old;
+}
+
+template <typename T>
+T atomicAdd(T* address, T value) {
+  const T old = *address;
+  *address = old + value;
+  return old;
+}
+
+// The runtime API: errors, the device, memory, copies, streams and events.
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+};
+const char* cudaGetErrorName(cudaError_t error);
+const char* cudaGetErrorString(cudaError_t error);
+cudaError_t cudaGetLastError();
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+enum cudaDeviceAttr {
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
+constexpr unsigned cudaHostRegisterDefault = 0;
+cudaError_t cudaHostRegister(void* ptr, size_t bytes, unsigned flags);
+cudaError_t cudaHostUnregister(void* ptr);
+
+using cudaStream_t = struct CUstream_st*;
+using cudaEvent_t = struct CUevent_st*;
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = {});
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream = {});
+
+constexpr unsigned cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDisableTiming = 2;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = {});
+cudaError_t cudaEventQuery(cudaEvent_t event);
+
+// Kernel attributes: no static shared memory is known here (it is counted at
+// run time, as function statics), and any dynamic size up to the device's.
+struct cudaFuncAttributes {
+  size_t sharedSizeBytes = 0;
+  size_t localSizeBytes = 0;
+  int maxThreadsPerBlock = 1024;
+  int numRegs = 0;
+  int maxDynamicSharedSizeBytes = 0;
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+namespace hone::kernels::cuda::emulator {
+inline constexpr int kMaxSharedMemoryPerBlock = 227 * 1024;  // an H100's, after opting in
+}
+
+template <typename Kernel>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel*) {
+  *attributes = {};
+  attributes->maxDynamicSharedSizeBytes = hone::kernels::cuda::emulator::kMaxSharedMemoryPerBlock;
+  return cudaSuccess;
+}
+
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel*, cudaFuncAttribute, int value) {
+  return value >= 0 && value <= hone::kernels::cuda::emulator::kMaxSharedMemoryPerBlock ? cudaSuccess
+                                                                                         : cudaErrorInvalidValue;
+}

@@ -1,0 +1,73 @@
+// The CUDA emulator's own behaviour (docs/cuda.md): what CUDA code sees of
+// barriers and shuffles, and the errors it reports where a GPU would hang or
+// read garbage. Built only with -DHONE_CUDA=EMULATOR.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "hone/core/error.hpp"
+#include "hone/kernels/cuda/common.cuh"
+
+namespace hone::kernels::cuda {
+namespace {
+
+// Each block sums its threads' indices, and says whether any index was 37.
+__global__ void block_sums(float* sums, int* saw_37) {
+  __shared__ float scratch[32];
+  const float sum = block_sum(float(threadIdx.x), scratch);
+  const int any = __syncthreads_or(threadIdx.x == 37);
+  if (threadIdx.x == 0) {
+    sums[blockIdx.x] = sum;
+    saw_37[blockIdx.x] = any;
+  }
+}
+
+TEST(CudaEmulator, BarriersAndShufflesMeanWhatTheyMeanOnAGpu) {
+  for (const int threads : {32, 64, 512}) {
+    std::vector<float> sums(3);
+    std::vector<int> saw(3);
+    HONE_LAUNCH(3, threads, 0, block_sums)(sums.data(), saw.data());
+    HONE_CUDA_LAUNCHED("block_sums");
+    for (int b = 0; b < 3; ++b) {
+      EXPECT_EQ(sums[size_t(b)], float(threads * (threads - 1) / 2)) << threads;
+      EXPECT_EQ(saw[size_t(b)], threads > 37 ? 1 : 0) << threads;
+    }
+  }
+}
+
+__global__ void barrier_in_one_branch() {
+  if (threadIdx.x < 16) __syncthreads();
+  else __syncwarp();
+}
+
+__global__ void shuffle_after_returns(float* out) {
+  if (threadIdx.x >= 16) return;
+  out[threadIdx.x] = warp_sum(1.0f);
+}
+
+__global__ void nothing() {}
+
+TEST(CudaEmulator, ReportsWhatAGpuWouldHangOnOrLeaveUndefined) {
+  const auto error_of = [](auto launch) -> std::string {
+    try {
+      launch();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of([] { HONE_LAUNCH(1, 64, 0, barrier_in_one_branch)(); }).find("block (0, 0, 0) deadlocks"),
+            std::string::npos);
+  std::vector<float> out(32);
+  EXPECT_NE(error_of([&] { HONE_LAUNCH(1, 32, 0, shuffle_after_returns)(out.data()); }).find("16 have returned"),
+            std::string::npos);
+  HONE_LAUNCH(dim3(1, 65536), 32, 0, nothing)();  // grid.y past CUDA's limit
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  HONE_LAUNCH(1, 2048, 0, nothing)();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  HONE_LAUNCH(1, 32, 0, nothing)();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace hone::kernels::cuda
