@@ -349,6 +349,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
 // after hone's match the CPU. MHA, GQA and MQA, with and without ALiBi, with
 // and without packed samples.
 TEST_F(Cuda, CudnnAttentionTakesItsCallsAndMixesWithHonesKernels) {
+  if (!kernels::cuda::cudnn_attention_built()) GTEST_SKIP() << "hone was built without cuDNN's headers";
   const KernelChoice cudnn_first(AttentionKernels::cudnn);  // whatever HONE_CUDA_ATTENTION says
   struct Case {
     int64_t batch, seq, heads, kv_heads, head_dim;
@@ -706,9 +707,10 @@ TEST_F(Cuda, ErrorsNameTheCallAndTheProblem) {
   const Tensor x = Tensor::zeros({4}, DType::f32, kGpu);
   // Another device than the process's.
   EXPECT_NE(error_of([&] { kernels::cuda::check_device(Device::cuda(7)); }).find("cuda:7"), std::string::npos);
-  // f64 exists on the CPU only.
+  // fp64 exists on the CPU only.
   const Tensor d = Tensor::zeros({4}, DType::f64, kGpu);
-  EXPECT_NE(error_of([&] { ops::scale_(d, 2.0); }).find("no CUDA kernel for f64"), std::string::npos);
+  const std::string f64 = error_of([&] { ops::scale_(d, 2.0); });
+  EXPECT_NE(f64.find("no CUDA kernel for fp64"), std::string::npos) << f64;
   // Out of memory: a request far beyond the device names the sizes.
   const std::string oom = error_of([&] { Tensor::empty({int64_t(1) << 50}, DType::f32, kGpu); });
   EXPECT_NE(oom.find("out of memory on cuda:0"), std::string::npos) << oom;
