@@ -4,6 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --hip  # hipcc: the build also compiles the GPU kernels as HIP (a check)
 bash scripts/build.sh
-cd build
 # GPU tests (label gpu) run on a machine with a GPU: ctest -L gpu (docs/cuda.md).
-ctest --output-on-failure --timeout 600 -j 2 -LE gpu "$@"
+(cd build && ctest --output-on-failure --timeout 600 -j 2 -LE gpu "$@")
+# And here, on the CPU: the same tests in a build whose CUDA kernels run in hone's
+# CUDA emulator (docs/cuda.md). One is left out: a known bf16 discrepancy, open.
+cmake -S . -B build-emulator -G Ninja -DCMAKE_BUILD_TYPE=Release -DHONE_CUDA=EMULATOR -DHONE_HIP_CHECK=OFF \
+  -DHONE_BUILD_BENCH=OFF >/dev/null
+cmake --build build-emulator --target test_cuda_ops test_cuda_models test_cuda_emulator
+(cd build-emulator && ctest --output-on-failure --timeout 900 -j 2 -L gpu -E LoraWithDropoutMatchesTheCpuInBf16 "$@")
