@@ -5,11 +5,13 @@
 
 #include <vector>
 
-#include "hone/core/error.hpp"
 #include "hone/kernels/cuda/common.cuh"
+#include "support/check.hpp"
 
 namespace hone::kernels::cuda {
 namespace {
+
+using test::error_of;
 
 // Each block sums its threads' indices, and says whether any index was 37.
 __global__ void block_sums(float* sums, int* saw_37) {
@@ -48,14 +50,6 @@ __global__ void shuffle_after_returns(float* out) {
 __global__ void nothing() {}
 
 TEST(CudaEmulator, ReportsWhatAGpuWouldHangOnOrLeaveUndefined) {
-  const auto error_of = [](auto launch) -> std::string {
-    try {
-      launch();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
   EXPECT_NE(error_of([] { HONE_LAUNCH(1, 64, 0, barrier_in_one_branch)(); }).find("block (0, 0, 0) deadlocks"),
             std::string::npos);
   std::vector<float> out(32);

@@ -11,7 +11,6 @@
 #include <string_view>
 #include <tuple>
 
-#include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
 #include "hone/kernels/cuda/check.hpp"
 #include "hone/kernels/cuda/runtime.hpp"
@@ -108,7 +107,7 @@ cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t b
 
 class LtGemm {
  public:
-  void run(const GemmArgs& g, const float* bias) {
+  void run(const GemmArgs& g, const float* bias, void* workspace) {
     std::lock_guard lock(mutex_);
     ensure_handle();
     // The bias epilogue reads the bias in vectors: one sliced from a flat
@@ -130,18 +129,13 @@ class LtGemm {
     }
     // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's A is our B.
     HONE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.c, plan.c,
-                                     g.c, plan.c, &plan.algo, workspace_, kWorkspaceBytes, stream()));
+                                     g.c, plan.c, &plan.algo, workspace, kWorkspaceBytes, stream()));
     if (bias != nullptr && !plan.fused_bias) detail::add_bias_to_rows(g, bias);
   }
 
  private:
   void ensure_handle() {
-    if (handle_ != nullptr) return;
-    // From the tensor allocator, so memory/allocated_mem includes it. First: if
-    // it fails (out of memory), the next call tries again instead of finding a
-    // handle and running with no workspace.
-    if (workspace_ == nullptr) workspace_ = allocator_for(Device::cuda(current_device())).allocate(kWorkspaceBytes);
-    HONE_CUBLAS_CHECK(lt().cublasLtCreate(&handle_));
+    if (handle_ == nullptr) HONE_CUBLAS_CHECK(lt().cublasLtCreate(&handle_));
   }
 
   // fp32 accumulation and scalars; cuBLASLt's A is our B (see run).
@@ -219,7 +213,6 @@ class LtGemm {
 
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
   std::map<PlanKey, Plan> plans_;
 };
 
@@ -230,6 +223,6 @@ LtGemm& lt_gemm() {
 
 }  // namespace
 
-void detail::product(const GemmArgs& g, const float* bias) { lt_gemm().run(g, bias); }
+void detail::product(const GemmArgs& g, const float* bias, void* workspace) { lt_gemm().run(g, bias, workspace); }
 
 }  // namespace hone::kernels::cuda

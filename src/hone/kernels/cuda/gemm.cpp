@@ -1,8 +1,10 @@
 #include "hone/kernels/cuda/gemm.hpp"
 
+#include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
 #include "hone/kernels/cuda/check.hpp"
 #include "hone/kernels/cuda/elementwise.hpp"
+#include "hone/kernels/cuda/runtime.hpp"
 
 namespace hone::kernels::cuda {
 
@@ -10,6 +12,18 @@ void detail::add_bias_to_rows(const GemmArgs& g, const float* bias) {
   if (g.c_type == DType::bf16) add_bias(static_cast<bf16*>(g.c), bias, g.batch * g.m, g.n);
   else add_bias(static_cast<float*>(g.c), bias, g.batch * g.m, g.n);
 }
+
+namespace {
+
+// cuBLASLt's workspace, from the tensor allocator so that memory/allocated_mem
+// and the memory estimates count it (in the emulator's build too). A failed
+// allocation throws, and the next product tries again.
+void* workspace() {
+  static void* const memory = allocator_for(Device::cuda(current_device())).allocate(kWorkspaceBytes);
+  return memory;
+}
+
+}  // namespace
 
 void gemm(const GemmArgs& g, const float* bias) {
   HONE_ASSERT(g.batch >= 0 && g.m >= 0 && g.n >= 0 && g.k >= 0);
@@ -25,7 +39,7 @@ void gemm(const GemmArgs& g, const float* bias) {
     if (bias != nullptr) detail::add_bias_to_rows(g, bias);
     return;
   }
-  detail::product(g, bias);
+  detail::product(g, bias, workspace());
 }
 
 }  // namespace hone::kernels::cuda

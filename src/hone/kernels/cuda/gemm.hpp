@@ -17,8 +17,9 @@ void gemm(const GemmArgs& args, const float* bias = nullptr);
 
 namespace detail {
 // gemm() past its checks and the empty cases: cuBLASLt's product (cublaslt.cpp)
-// or, in the CUDA emulator's build, the CPU's (emulator/gemm.cpp).
-void product(const GemmArgs& args, const float* bias);
+// or, in the CUDA emulator's build, the CPU's (emulator/gemm.cpp). `workspace`
+// holds kWorkspaceBytes.
+void product(const GemmArgs& args, const float* bias, void* workspace);
 // Adds bias to every row of C: where the product does not fuse it.
 void add_bias_to_rows(const GemmArgs& args, const float* bias);
 }  // namespace detail

@@ -181,7 +181,8 @@ void run_block(const std::function<void()>& thread, int threads) {
   while (b.fibers.size() < size_t(threads)) b.fibers.emplace_back().stack = map_stack();
   for (int t = 0; t < threads; ++t) {
     Fiber& f = b.fibers[size_t(t)];
-    f.index = {unsigned(t) % blockDim.x, unsigned(t) / blockDim.x % blockDim.y, unsigned(t) / (blockDim.x * blockDim.y)};
+    const unsigned linear = unsigned(t);
+    f.index = {linear % blockDim.x, linear / blockDim.x % blockDim.y, linear / (blockDim.x * blockDim.y)};
     f.warp = t / kWarpSize;
     f.lane = t % kWarpSize;
     f.done = false;
@@ -200,12 +201,11 @@ void run_block(const std::function<void()>& thread, int threads) {
       remaining += f.done ? 0 : 1;
     }
     if (remaining > 0 && b.progress == progress) {
-      int at_block = 0, at_warp = 0;
+      int at_warp = 0;
       for (const Warp& w : b.warps) at_warp += w.arrived;
-      at_block = b.arrived;
       fail("CUDA emulator: {} deadlocks: of its {} threads still running, {} wait at __syncthreads and {} at a warp "
            "barrier (__syncwarp or a shuffle), each for threads that wait elsewhere",
-           where(blockIdx), remaining, at_block, at_warp);
+           where(blockIdx), remaining, b.arrived, at_warp);
     }
   }
 }
