@@ -114,6 +114,39 @@ TEST(Matmul, Bf16TransposedOperandCopiedInBlocksMatchesDefinition) {
   }
 }
 
+// oneDNN 2.6's AMX bf16 products went wrong (errors larger than the results)
+// with 49 to 63 columns on more than one thread; hone runs them in two blocks
+// of columns (kernels/cpu/gemm.cpp). Column counts around that range, few and
+// many rows, a long reduction (blocks of columns inside chunks of K, bf16's f32
+// sum), and a batch: every block must read and write at the whole operands'
+// strides. Fails without the split on an AMX machine with 2 threads.
+TEST(Matmul, Bf16ProductsOf49To63ColumnsMatchDefinition) {
+  struct Size {
+    int64_t batch, m, k;
+  };
+  for (const Size size : {Size{1, 1, 64}, Size{1, 16, 128}, Size{2, 100, 64}, Size{1, 3, 4096 + 100}}) {
+    for (const int64_t n : {48, 49, 50, 56, 63, 64}) {
+      for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
+        for (bool ta : {false, true}) {
+          for (bool tb : {false, true}) {
+            for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+              const auto [batch, m, k] = size;
+              Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
+              Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
+              Tensor c = random_tensor({batch, m, n}, mc.c, 3);
+              Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
+              ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
+              expect_close(c, expected, mc.tolerance,
+                           fmt::format("{}x{}x{}x{} ->{} ta={} tb={} alpha={} beta={}", batch, m, n, k,
+                                       dtype_name(mc.c), ta, tb, alpha, beta));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // An empty result (no rows, or no columns) is a valid product with nothing to do;
 // an empty reduction gives zeros.
 TEST(Matmul, EmptyOperandsAreValidProducts) {

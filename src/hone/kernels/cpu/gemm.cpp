@@ -72,6 +72,14 @@ constexpr int64_t kReductionChunk = 2048;
 constexpr int64_t kTransposeMinElements = int64_t(1) << 18;
 constexpr int64_t kTransposeBlockElements = int64_t(1) << 22;
 
+// oneDNN 2.6's AMX bf16 products (brg:avx512_core_amx_bf16) are wrong, by more
+// than their own size, when N is 49 to 63 and more than one thread runs them:
+// with 2 to 32 threads every such N went wrong for some M and K, every other N
+// up to 300 was right, and so was every N on one thread (docs/architecture.md,
+// GEMM). Such products run as two: the first kSafeColumns columns, then the
+// rest (at most 15).
+constexpr int64_t kBrokenColumnsFirst = 49, kBrokenColumnsLast = 63, kSafeColumns = 48;
+
 // dst[c·rows + r] = src[r·ld + c] for r < rows, c < cols: 16-bit elements, in
 // tiles of 256 rows × 32 columns (a cache line of each source row) across the
 // threads, 8×8 at a time in SSE2 registers, down the tile's columns: on Zen 5
@@ -105,8 +113,15 @@ void transpose_16bit(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols
 
 // Creating a oneDNN primitive costs far more than small GEMMs, and a training
 // step repeats the same few shapes, so primitives are made once per shape.
-// `k` is the chunk's reduction length, `full_k` the operands' (their strides).
-using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, DType, DType>;
+// `n` and `k` are the block's columns and reduction length, `full_n` and
+// `full_k` the operands' (their strides).
+using GemmKey =
+    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, float, DType, DType>;
+
+// A block of a product: reduction steps [p0, p0 + k), columns [j0, j0 + n).
+struct GemmBlock {
+  int64_t p0, k, j0, n;
+};
 
 struct Matmul {
   dnnl::memory::desc a, b, c, scratchpad;
@@ -127,12 +142,12 @@ struct DnnlGemm {
     std::lock_guard lock(mutex);
     auto found = primitives.find(key);
     if (found != primitives.end()) return found->second;
-    const auto [batch, m, n, k, full_k, trans_a, trans_b, alpha, beta, ab_type, c_type] = key;
-    // Strides of the whole operands, so a chunk reads its slice in place.
+    const auto [batch, m, n, k, full_n, full_k, trans_a, trans_b, alpha, beta, ab_type, c_type] = key;
+    // Strides of the whole operands, so a block reads and writes its slices in place.
     auto ab = to_dnnl(ab_type);
     dnnl::memory::desc a({batch, m, k}, ab, {m * full_k, trans_a ? 1 : full_k, trans_a ? m : 1});
-    dnnl::memory::desc b({batch, k, n}, ab, {full_k * n, trans_b ? 1 : n, trans_b ? full_k : 1});
-    dnnl::memory::desc c({batch, m, n}, to_dnnl(c_type), dnnl::memory::format_tag::abc);
+    dnnl::memory::desc b({batch, k, n}, ab, {full_k * full_n, trans_b ? 1 : full_n, trans_b ? full_k : 1});
+    dnnl::memory::desc c({batch, m, n}, to_dnnl(c_type), {m * full_n, full_n, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -164,18 +179,21 @@ struct DnnlGemm {
     return bound.emplace(key, std::move(made)).first->second;
   }
 
-  // C (+)= alpha·op(A)[:, p0:p0+k]·op(B)[p0:p0+k, :].
-  void run_chunk(const GemmArgs& g, int64_t p0, int64_t k, float beta, void* c_data, DType c_type) {
+  // C[:, j0:j0+n] (+)= alpha·op(A)[:, p0:p0+k]·op(B)[p0:p0+k, j0:j0+n].
+  void run_block(const GemmArgs& g, const GemmBlock& block, float beta, void* c_data, DType c_type) {
     thread_local dnnl::stream stream{engine};
     thread_local std::vector<std::byte> scratchpad;
-    Bound& bound = bound_for({g.batch, g.m, g.n, k, g.k, g.trans_a, g.trans_b, g.alpha, beta, g.ab_type, c_type});
+    Bound& bound = bound_for({g.batch, g.m, block.n, block.k, g.n, g.k, g.trans_a, g.trans_b, g.alpha, beta,
+                              g.ab_type, c_type});
     const size_t element = dtype_size(g.ab_type);
-    const auto* a_data = static_cast<const char*>(g.a) + size_t(p0 * (g.trans_a ? g.m : 1)) * element;
-    const auto* b_data = static_cast<const char*>(g.b) + size_t(p0 * (g.trans_b ? 1 : g.n)) * element;
+    const int64_t a_offset = block.p0 * (g.trans_a ? g.m : 1);
+    const int64_t b_offset = g.trans_b ? block.j0 * g.k + block.p0 : block.p0 * g.n + block.j0;
+    const auto* a_data = static_cast<const char*>(g.a) + size_t(a_offset) * element;
+    const auto* b_data = static_cast<const char*>(g.b) + size_t(b_offset) * element;
     scratchpad.resize(std::max(scratchpad.size(), bound.matmul->scratchpad.get_size()));
     bound.a.set_data_handle(const_cast<char*>(a_data));
     bound.b.set_data_handle(const_cast<char*>(b_data));
-    bound.c.set_data_handle(c_data);
+    bound.c.set_data_handle(static_cast<char*>(c_data) + size_t(block.j0) * dtype_size(c_type));
     bound.scratchpad.set_data_handle(scratchpad.data());
     bound.matmul->primitive.execute(stream, {{DNNL_ARG_SRC, bound.a},
                                              {DNNL_ARG_WEIGHTS, bound.b},
@@ -188,18 +206,26 @@ struct DnnlGemm {
     if (g.trans_a && g.ab_type == DType::bf16 && g.batch == 1 && g.m * g.k >= kTransposeMinElements) {
       return run_transposed_a(g);
     }
-    if (g.k <= kLongReduction) return run_chunk(g, 0, g.k, g.beta, g.c, g.c_type);
-    thread_local std::vector<float> scratch;  // the f32 sum when the result is bf16
+    const bool long_reduction = g.k > kLongReduction;
+    thread_local std::vector<float> scratch;  // the f32 sum of a long reduction when the result is bf16
     void* sum = g.c;
+    DType sum_type = g.c_type;
     const int64_t c_numel = g.batch * g.m * g.n;
-    if (g.c_type == DType::bf16) {
+    if (long_reduction && g.c_type == DType::bf16) {
       scratch.resize(size_t(c_numel));
       if (g.beta != 0.0f) cast(static_cast<const bf16*>(g.c), scratch.data(), c_numel);
       sum = scratch.data();
+      sum_type = DType::f32;
     }
-    for (int64_t p0 = 0; p0 < g.k; p0 += kReductionChunk) {
+    const bool broken_columns =
+        g.ab_type == DType::bf16 && g.n >= kBrokenColumnsFirst && g.n <= kBrokenColumnsLast;
+    const int64_t split = broken_columns ? kSafeColumns : g.n;
+    const int64_t chunk = long_reduction ? kReductionChunk : g.k;
+    for (int64_t p0 = 0; p0 < g.k; p0 += chunk) {
+      const int64_t k = std::min(chunk, g.k - p0);
       const float beta = p0 == 0 ? g.beta : 1.0f;
-      run_chunk(g, p0, std::min(kReductionChunk, g.k - p0), beta, sum, DType::f32);
+      run_block(g, {.p0 = p0, .k = k, .j0 = 0, .n = split}, beta, sum, sum_type);
+      if (split < g.n) run_block(g, {.p0 = p0, .k = k, .j0 = split, .n = g.n - split}, beta, sum, sum_type);
     }
     if (sum != g.c) cast(scratch.data(), static_cast<bf16*>(g.c), c_numel);
   }
