@@ -1,6 +1,8 @@
 #include "support/check.hpp"
 
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "hone/core/rng.hpp"
 #include "hone/ops/ops.hpp"
@@ -87,6 +89,16 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+std::map<int64_t, double> run_metric(const std::string& run_dir, const std::string& key) {
+  std::map<int64_t, double> by_step;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains(key)) by_step[j["step"]] = j[key];
+  }
+  return by_step;
 }
 
 std::string source_path(const std::string& relative) { return std::string(HONE_SOURCE_DIR) + "/" + relative; }

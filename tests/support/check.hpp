@@ -3,7 +3,9 @@
 // gradient check in fp64.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "hone/core/tensor.hpp"
@@ -34,6 +36,10 @@ double dot(const Tensor& a, const Tensor& b);
 
 // The message of the hone::Error f throws, "" when it throws none.
 std::string error_of(const std::function<void()>& f);
+
+// A training run's metric `key` by step, from run_dir/metrics.jsonl (e.g.
+// "loss/train/total"); steps that did not log it are absent.
+std::map<int64_t, double> run_metric(const std::string& run_dir, const std::string& key);
 
 // A path under the source tree, e.g. source_path("tests/reference/llama.safetensors").
 std::string source_path(const std::string& relative);

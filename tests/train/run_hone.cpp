@@ -5,9 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 namespace hone::test {
 
 namespace {
@@ -58,16 +55,6 @@ int wait_for(const Process& p) {
 
 int run_hone_to_log(const std::vector<std::string>& args, const std::string& log_path) {
   return wait_for(start_hone(args, log_path));
-}
-
-std::map<int64_t, double> train_losses(const std::string& run_dir) {
-  std::map<int64_t, double> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss/train/total")) out[j["step"]] = j["loss/train/total"];
-  }
-  return out;
 }
 
 }  // namespace hone::test

@@ -3,7 +3,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -28,7 +27,5 @@ struct TerminalRun {
   std::string screen;
 };
 TerminalRun run_hone_on_terminal(const std::vector<std::string>& args);
-// The train losses (loss/train/total) of the run in run_dir, by step, from its metrics.jsonl.
-std::map<int64_t, double> train_losses(const std::string& run_dir);
 
 }  // namespace hone::test

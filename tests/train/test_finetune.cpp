@@ -68,7 +68,7 @@ class FinetuneRun : public ::testing::Test {
   }
 
   // The train losses of a run, by step.
-  std::map<int64_t, double> losses(const std::string& run) { return train_losses(root_ + "/" + run); }
+  std::map<int64_t, double> losses(const std::string& run) { return run_metric(root_ + "/" + run, "loss/train/total"); }
 
   // `hone <args>` as a job of 2 ranks under hone launch.
   static std::vector<std::string> on_two_ranks(std::vector<std::string> args) {

@@ -59,7 +59,7 @@ class TrainingRun : public ::testing::Test {
   std::string log() { return read_file(root_ + "/log.txt"); }
 
   // The train losses of a run, by step.
-  std::map<int64_t, double> losses(const std::string& run) { return train_losses(root_ + "/" + run); }
+  std::map<int64_t, double> losses(const std::string& run) { return run_metric(root_ + "/" + run, "loss/train/total"); }
 
   std::string root_;
 };
