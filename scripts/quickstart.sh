@@ -8,12 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-cache="$(bash scripts/fetch-assets.sh | tail -n 1)"
 hone=build/bin/hone
+cache="$(bash scripts/quickstart-data.sh $hone | tail -n 1)"
 
-$hone preprocess --input "$cache/corpora/sotu" --output-prefix "$cache/quickstart/sotu" --json-keys text \
-  --tokenizer-type GPT2BPETokenizer --vocab-file "$cache/tokenizers/gpt2/encoder.json" \
-  --merge-file "$cache/tokenizers/gpt2/vocab.bpe" --append-eod --workers 2
 $hone run pretrain --config quickstart "dataset.path=$cache/quickstart/sotu_text_document" \
   "tokenizer.path=$cache/tokenizers/gpt2-hf"
 

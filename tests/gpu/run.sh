@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the device machine: runs the GPU tests that tests/gpu/bundle.sh packed
-# (carry .gpu) and NCCL's at one rank, then `hone bench --device cuda` on GPT-2 124M and Llama 3.2 1B
+# (carry .gpu) and NCCL's at one rank, 200 quickstart steps against the CPU's
+# loss curve, then `hone bench --device cuda` on GPT-2 124M and Llama 3.2 1B
 # (MFU against the datasheet peak), attention alone at seq 4096 (head sizes 128
 # and 64) and the Llama 3.1 8B LoRA memory goal, printing a summary. Logs and XML
 # reports go into $OUT/logs.tar.gz, repacked after each stage (the device tool
@@ -69,12 +70,13 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *) peak="" ;;
 esac
 peak_flag=${peak:+--peak-tflops $peak}
-# Stages (HONE_GPU_STAGES, default "tests bench"): tests, bench (GPT-2 124M,
+# Stages (HONE_GPU_STAGES, default "tests curve bench"): tests, curve (200
+# quickstart steps against the CPU's loss curve), bench (GPT-2 124M,
 # Llama 3.2 1B, attention), sanitize (test_cuda_ops under compute-sanitizer's
 # memcheck and racecheck, where the machine has it), lora8b (the 8B memory
 # goal, up to 7 minutes): a device call ends at 10 minutes, so lora8b runs in a
 # call of its own.
-stages=" ${HONE_GPU_STAGES:-tests bench} "
+stages=" ${HONE_GPU_STAGES:-tests curve bench} "
 status=0
 if [[ $stages == *" tests "* ]]; then
   for test in test_cuda_ops:240 test_cuda_models:150; do
@@ -94,6 +96,19 @@ if [[ $stages == *" tests "* ]]; then
   HONE_DIST_TIMEOUT=60 bounded 90 "$logs/nccl_collectives.log" "$bundle/bin/nccl_collectives" \
     --gtest_output="xml:$logs/nccl_collectives.xml" || status=1
   grep -E '^\[  (FAILED|SKIPPED) |Failure|^\[  PASSED|^\[==========\]' "$logs/nccl_collectives.log"
+  pack
+fi
+if [[ $stages == *" curve "* ]]; then
+  # #8's end-to-end check: the quickstart's first 200 pretraining steps on the
+  # GPU follow the CPU's loss curve (run by bundle.sh), within 1.5%.
+  curve="$bundle/curve" run_dir=/tmp/hone-curve
+  rm -rf "$run_dir"
+  bounded 120 "$logs/curve.log" "$bundle/bin/hone" run pretrain --config quickstart max_steps=200 device=cuda \
+    "output_dir=$run_dir" "dataset.path=$curve/sotu_text_document" "tokenizer.path=$curve/gpt2-hf" &&
+    bounded 20 "$logs/curve_compare.log" python3 tests/gpu/compare_curves.py "$curve/cpu_metrics.jsonl" \
+      "$run_dir/metrics.jsonl" || status=1
+  [ -f "$logs/curve_compare.log" ] && cat "$logs/curve_compare.log"
+  cp "$run_dir/metrics.jsonl" "$logs/curve_cuda_metrics.jsonl" 2>/dev/null
   pack
 fi
 if [[ $stages == *" bench "* ]]; then
