@@ -31,25 +31,30 @@ struct MatmulCase {
   double tolerance;
 };
 
-TEST(Matmul, AllTransposesAndDtypesMatchDefinition) {
-  const int64_t batch = 2, m = 33, n = 17, k = 45;  // odd sizes: no kernel may assume multiples
-  for (MatmulCase mc : {MatmulCase{DType::f64, DType::f64, 1e-13}, MatmulCase{DType::f32, DType::f32, 1e-6},
-                        MatmulCase{DType::bf16, DType::f32, 1e-6}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
-          Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
-          Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
-          Tensor c = random_tensor({batch, m, n}, mc.c, 3);
-          // The reference sees the same (already bf16-rounded) inputs.
-          Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
-          ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
-          expect_close(c, expected, mc.tolerance,
-                       fmt::format("{}->{} ta={} tb={} alpha={} beta={}", dtype_name(mc.ab), dtype_name(mc.c), ta,
-                                   tb, alpha, beta));
-        }
+// op(A)·op(B) of batch × [m, k]·[k, n] in mc's dtypes, every transpose of A
+// and B, with and without alpha and beta, against naive_matmul (which sees the
+// same, already rounded, inputs).
+void expect_matmul_matches_definition(const MatmulCase& mc, int64_t batch, int64_t m, int64_t n, int64_t k) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+        Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
+        Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
+        Tensor c = random_tensor({batch, m, n}, mc.c, 3);
+        Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
+        ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
+        expect_close(c, expected, mc.tolerance,
+                     fmt::format("{}x{}x{}x{} {}->{} ta={} tb={} alpha={} beta={}", batch, m, n, k,
+                                 dtype_name(mc.ab), dtype_name(mc.c), ta, tb, alpha, beta));
       }
     }
+  }
+}
+
+TEST(Matmul, AllTransposesAndDtypesMatchDefinition) {
+  for (MatmulCase mc : {MatmulCase{DType::f64, DType::f64, 1e-13}, MatmulCase{DType::f32, DType::f32, 1e-6},
+                        MatmulCase{DType::bf16, DType::f32, 1e-6}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
+    expect_matmul_matches_definition(mc, 2, 33, 17, 45);  // odd sizes: no kernel may assume multiples
   }
 }
 
@@ -127,21 +132,7 @@ TEST(Matmul, Bf16ProductsOf49To63ColumnsMatchDefinition) {
   for (const Size size : {Size{1, 1, 64}, Size{1, 16, 128}, Size{2, 100, 64}, Size{1, 3, 4096 + 100}}) {
     for (const int64_t n : {48, 49, 50, 56, 63, 64}) {
       for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
-        for (bool ta : {false, true}) {
-          for (bool tb : {false, true}) {
-            for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
-              const auto [batch, m, k] = size;
-              Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
-              Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
-              Tensor c = random_tensor({batch, m, n}, mc.c, 3);
-              Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
-              ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
-              expect_close(c, expected, mc.tolerance,
-                           fmt::format("{}x{}x{}x{} ->{} ta={} tb={} alpha={} beta={}", batch, m, n, k,
-                                       dtype_name(mc.c), ta, tb, alpha, beta));
-            }
-          }
-        }
+        expect_matmul_matches_definition(mc, size.batch, size.m, n, size.k);
       }
     }
   }
