@@ -1,5 +1,5 @@
 // GEMM and linear layers: every transpose combination and dtype against a plain
-// triple loop; linear backward against finite differences in fp64.
+// triple loop; linear backward (and through GELU) against finite differences in fp64.
 #include "hone/ops/ops.hpp"
 #include "support/check.hpp"
 
@@ -205,6 +205,45 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
   expect_close(dw2, twice, 1e-14, "dweight accumulates");
   ops::scale_(dx, 2.0);
   expect_close(dx2, dx, 1e-14, "dx accumulates");
+}
+
+// A GELU MLP's up projection with its activation (pre-activation kept), and
+// the down projection's input gradient through the activation.
+TEST(LinearGelu, KeepsThePreActivationAndMatchesFiniteDifferences) {
+  for (const auto kind : {ops::GeluApproximation::none, ops::GeluApproximation::tanh}) {
+    const std::string what = kind == ops::GeluApproximation::tanh ? "tanh" : "exact";
+    const Tensor x = random_tensor({3, 5, 7}, DType::f64, 30), up = random_tensor({6, 7}, DType::f64, 31);
+    const Tensor bias = random_tensor({6}, DType::f64, 32);
+    const Tensor pre = Tensor::empty({3, 5, 6}, DType::f64), y = Tensor::empty({3, 5, 6}, DType::f64);
+    ops::linear_gelu_forward(x, up, bias, pre, y, kind);
+    const Tensor expected_pre = Tensor::empty(pre.shape(), DType::f64);
+    const Tensor expected_y = Tensor::empty(y.shape(), DType::f64);
+    ops::linear_forward(x, up, bias, expected_pre);
+    ops::gelu_forward(expected_pre, expected_y, kind);
+    expect_close(pre, expected_pre, 0, "pre-activation " + what);
+    expect_close(y, expected_y, 0, "activation " + what);
+
+    const Tensor down = random_tensor({4, 6}, DType::f64, 33), probe = random_tensor({3, 5, 4}, DType::f64, 34);
+    const Tensor act = Tensor::empty(pre.shape(), DType::f64), out = Tensor::empty({3, 5, 4}, DType::f64);
+    auto loss = [&] {  // of pre alone, through gelu and the down projection
+      ops::gelu_forward(pre, act, kind);
+      ops::linear_forward(act, down, Tensor(), out);
+      return dot(out, probe);
+    };
+    const Tensor d_pre = Tensor::empty(pre.shape(), DType::f64);
+    ops::linear_gelu_input_backward(probe, down, pre, d_pre, kind);
+    expect_gradient(pre, d_pre, loss, "pre-activation gradient " + what);
+  }
+}
+
+TEST(LinearGelu, RejectsAGradientThatDoesNotFitTheWeight) {
+  const Tensor dy = Tensor::zeros({3, 4}, DType::f32), down = Tensor::zeros({5, 6}, DType::f32);
+  const Tensor pre = Tensor::zeros({3, 6}, DType::f32), d_pre = Tensor::zeros({3, 6}, DType::f32);
+  const std::string error = error_of([&] {
+    ops::linear_gelu_input_backward(dy, down, pre, d_pre, ops::GeluApproximation::tanh);
+  });
+  EXPECT_NE(error.find("gradient [3, 4] and pre-activation [3, 6] do not fit weight [5, 6]"), std::string::npos)
+      << error;
 }
 
 TEST(Linear, Fp32AndBf16MatchFp64) {

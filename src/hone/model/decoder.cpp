@@ -83,7 +83,6 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
     ops::embedding_forward(step.position_ids(), model_.pos_embeddings_->value, Tensor(), branch);
     ops::add(x, branch, x);
   }
-  const auto gelu_kind = c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
   const Tensor qkv_rows = qkv.view({rows, c.qkv_dim()});
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerParameters& p = model_.layers_[size_t(l)];
@@ -98,9 +97,13 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
                         branch.view({rows, D}));
     ops::add(x, branch, x);
     model_.norm_forward(x, p.mlp_norm_weight, p.mlp_norm_bias, norm, mean, rstd);
-    ops::linear_forward(norm, p.up_weight->compute, p.up_bias ? p.up_bias->value : Tensor(), up);
-    if (c.mlp == MlpKind::swiglu) ops::swiglu_forward(up, act);
-    else ops::gelu_forward(up, act, gelu_kind);
+    const Tensor up_bias = p.up_bias ? p.up_bias->value : Tensor();
+    if (c.mlp == MlpKind::swiglu) {
+      ops::linear_forward(norm, p.up_weight->compute, up_bias, up);
+      ops::swiglu_forward(up, act);
+    } else {
+      ops::linear_gelu_forward(norm, p.up_weight->compute, up_bias, up, act, model_.gelu_approximation());
+    }
     ops::linear_forward(act, p.down_weight->compute, p.down_bias ? p.down_bias->value : Tensor(), branch);
     ops::add(x, branch, x);
   }

@@ -315,6 +315,10 @@ ops::AttentionHeads Transformer::heads() const {
           .head_dim = config_.head_dim()};
 }
 
+ops::GeluApproximation Transformer::gelu_approximation() const {
+  return config_.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
+}
+
 Tensor Transformer::rows_of(const Tensor& all) const {
   const int64_t rows = acts_.batch * acts_.seq / tp_size_, width = all.size(-1);
   return all.view({all.numel()}).slice(tp_rank_ * rows * width, {rows, width});
@@ -500,12 +504,16 @@ void Transformer::mlp_forward_input(int64_t i, const MlpChunk& chunk) {
   norm_forward(chunk.part(l.mid), p.mlp_norm_weight, p.mlp_norm_bias, norm, chunk.working(l.mlp_norm_mean),
                chunk.working(l.mlp_norm_rstd));
   gather_rows(norm, chunk.working(l.mlp_norm_all));
-  project(chunk.working(l.mlp_norm_all), p.up_weight, p.up_bias, layer_adapters_[size_t(i)][kUp], up, chunk.first);
-  if (c.mlp == MlpKind::swiglu) {
-    ops::swiglu_forward(up, act);
-  } else {
-    ops::gelu_forward(up, act, c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none);
+  const Tensor input = chunk.working(l.mlp_norm_all);
+  std::vector<LoraAdapter>& up_adapters = layer_adapters_[size_t(i)][kUp];
+  if (c.mlp != MlpKind::swiglu && up_adapters.empty()) {
+    ops::linear_gelu_forward(input, p.up_weight->compute, p.up_bias ? p.up_bias->value : Tensor(), up, act,
+                             gelu_approximation());
+    return;
   }
+  project(input, p.up_weight, p.up_bias, up_adapters, up, chunk.first);
+  if (c.mlp == MlpKind::swiglu) ops::swiglu_forward(up, act);
+  else ops::gelu_forward(up, act, gelu_approximation());
 }
 
 void Transformer::mlp_forward_output(int64_t i, const MlpChunk& chunk) {
@@ -627,8 +635,6 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
   HONE_CHECK(targets_.defined(), "backward() needs a forward pass with targets first");
   const ModelConfig& c = config_;
   Activations& a = acts_;
-  const auto gelu_kind =
-      c.mlp == MlpKind::gelu_tanh ? ops::GeluApproximation::tanh : ops::GeluApproximation::none;
 
   const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !lora_;
   acquire(head_unit(), true, layer_unit(c.n_layers - 1));
@@ -672,14 +678,15 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
       }
       const Tensor up = chunk.working(l.mlp_up), d_act = chunk.working(a.d_mlp_act);
       gather_rows(a.d_residual, a.d_residual_all);
-      project_backward(chunk.part(a.d_residual_all), chunk.working(l.mlp_act), p.down_weight,
-                       row_parallel_bias(p.down_bias), adapters[kDown], d_act, chunk.first);
-      const Tensor& d_up = up;  // written over the pre-activation, which nothing reads after
-      if (c.mlp == MlpKind::swiglu) {
-        ops::swiglu_backward(d_act, up, d_up);
-      } else {
-        ops::gelu_backward(d_act, up, d_up, gelu_kind);
-      }
+      const Tensor dy = chunk.part(a.d_residual_all);
+      // A GELU MLP's down projection gives its input gradient through GELU in one op (below), into d_act.
+      const bool through_gelu = c.mlp != MlpKind::swiglu && adapters[kDown].empty();
+      project_backward(dy, chunk.working(l.mlp_act), p.down_weight, row_parallel_bias(p.down_bias), adapters[kDown],
+                       through_gelu ? Tensor() : d_act, chunk.first);
+      const Tensor& d_up = through_gelu ? d_act : up;  // else written over the pre-activation, read no more
+      if (through_gelu) ops::linear_gelu_input_backward(dy, p.down_weight->compute, up, d_up, gelu_approximation());
+      else if (c.mlp == MlpKind::swiglu) ops::swiglu_backward(d_act, up, d_up);
+      else ops::gelu_backward(d_act, up, d_up, gelu_approximation());
       project_backward(d_up, chunk.working(l.mlp_norm_all), p.up_weight, p.up_bias, adapters[kUp],
                        chunk.part(a.d_norm_all), chunk.first);
       reduce_scatter_rows(a.d_norm_all, a.d_norm);

@@ -243,6 +243,7 @@ class Transformer {
   void norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& mean,
                      const Tensor& rstd, const Tensor& dx);
   ops::AttentionHeads heads() const;  // this rank's
+  ops::GeluApproximation gelu_approximation() const;  // of a GELU MLP
   // Tensor parallelism: this rank's rows of an all-rows tensor, and the
   // collectives between the two (nothing on one rank, where they are one tensor).
   Tensor rows_of(const Tensor& all) const;

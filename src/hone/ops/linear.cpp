@@ -15,14 +15,54 @@ using namespace detail;
 
 namespace {
 
-// C = op(A)·op(B) (+ bias) on the device of the operands.
-void gemm_on(Device device, const kernels::cpu::GemmArgs& args, const float* bias = nullptr) {
+// C = op(A)·op(B) on the device of the operands.
+void gemm_on(Device device, const kernels::cpu::GemmArgs& args) {
 #ifdef HONE_WITH_CUDA
-  if (device.is_cuda()) return kernels::cuda::gemm(args, bias);
+  if (device.is_cuda()) return kernels::cuda::gemm(args);
 #endif
-  HONE_ASSERT(bias == nullptr);
+  (void)device;
   kernels::cpu::gemm(args);
 }
+
+// A linear layer's checked arguments: y = x·weightᵀ as a GEMM, and the bias
+// (absent, or f32 [out] on CUDA, in y's compute type on the CPU).
+struct LinearProduct {
+  kernels::cpu::GemmArgs args;
+  Tensor bias;
+};
+
+LinearProduct checked_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const Tensor& y) {
+  HONE_CHECK(weight.ndim() == 2, "{}: weight has shape {}, expected [out, in]", op, weight.shape().str());
+  const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
+  HONE_CHECK(x.size(-1) == in && y.size(-1) == out && rows_of(y) == rows,
+             "{}: input {} and output {} do not fit weight {}", op, x.shape().str(), y.shape().str(),
+             weight.shape().str());
+  expect_dtype(op, "weight", weight, x.dtype());  // one operand type for the GEMM
+  if (bias.defined()) expect_shape(op, "bias", bias, {out});
+  // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
+  LinearProduct p{.args = {.m = rows, .n = out, .k = in, .trans_b = true, .a = x.raw(), .b = weight.raw(),
+                           .c = y.raw(), .ab_type = x.dtype(), .c_type = y.dtype()},
+                  .bias = parameter_in_compute_dtype(bias, y.dtype())};
+  if (y.device().is_cuda() && p.bias.defined()) expect_dtype(op, "bias", p.bias, DType::f32);
+  return p;
+}
+
+// dx = dy·weight (+ dx where accumulating) as a GEMM.
+kernels::cpu::GemmArgs input_gradient_args(const Tensor& dy, const Tensor& weight, const Tensor& dx,
+                                           bool accumulate) {
+  return {.m = rows_of(dy), .n = weight.size(1), .k = weight.size(0), .beta = accumulate ? 1.0f : 0.0f,
+          .a = dy.raw(), .b = weight.raw(), .c = dx.raw(), .ab_type = dy.dtype(), .c_type = dx.dtype()};
+}
+
+#ifdef HONE_WITH_CUDA
+// cuBLASLt computes only the tanh GELU in its epilogues, and may do so less
+// exactly than fp32 (it does not say how): fused in bf16 alone, whose rounding
+// (2^-8) is coarser than the hardware's tanh approximation (2^-11).
+bool gelu_in_epilogue(Device device, DType dtype, GeluApproximation approximation) {
+  return device.is_cuda() && dtype == DType::bf16 && approximation == GeluApproximation::tanh;
+}
+#endif
 
 }  // namespace
 
@@ -61,30 +101,36 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   const char* op = "linear";
   const OpTimer timer(op);
   const Device device = op_device(op, {&x, &weight, &bias, &y});
-  HONE_CHECK(weight.ndim() == 2, "{}: weight has shape {}, expected [out, in]", op, weight.shape().str());
-  const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
-  HONE_CHECK(x.size(-1) == in && y.size(-1) == out && rows_of(y) == rows,
-             "{}: input {} and output {} do not fit weight {}", op, x.shape().str(), y.shape().str(),
-             weight.shape().str());
-  expect_dtype(op, "weight", weight, x.dtype());  // one operand type for the GEMM
-  const kernels::cpu::GemmArgs args{.m = rows, .n = out, .k = in, .trans_b = true, .a = x.raw(), .b = weight.raw(),
-                                    .c = y.raw(), .ab_type = x.dtype(), .c_type = y.dtype()};
-  if (bias.defined()) expect_shape(op, "bias", bias, {out});
-  // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
-  const Tensor b = parameter_in_compute_dtype(bias, y.dtype());
+  const LinearProduct p = checked_linear(op, x, weight, bias, y);
 #ifdef HONE_WITH_CUDA
-  if (device.is_cuda()) {
-    // The bias goes into the GEMM's epilogue where cuBLASLt can add it there.
-    if (b.defined()) expect_dtype(op, "bias", b, DType::f32);
-    return gemm_on(device, args, data_or_null<const float>(b));
-  }
+  // The bias goes into the GEMM's epilogue where cuBLASLt can add it there.
+  if (device.is_cuda()) return kernels::cuda::gemm(p.args, {.bias = data_or_null<const float>(p.bias)});
 #endif
-  gemm_on(device, args);
-  if (b.defined()) {
+  gemm_on(device, p.args);
+  if (p.bias.defined()) {
     dispatch_floating(y.dtype(), op, [&]<typename T>() {
-      kernels::cpu::add_bias<T>(y.data<T>(), b.data<compute_t<T>>(), rows, out);
+      kernels::cpu::add_bias<T>(y.data<T>(), p.bias.data<compute_t<T>>(), p.args.m, p.args.n);
     });
   }
+}
+
+void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
+                         const Tensor& y, GeluApproximation approximation) {
+  const char* op = "linear + gelu";
+  const OpTimer timer(op);
+  [[maybe_unused]] const Device device = op_device(op, {&x, &weight, &bias, &pre, &y});
+  expect_shape(op, "activation", y, pre.shape());
+  expect_dtype(op, "activation", y, pre.dtype());
+#ifdef HONE_WITH_CUDA
+  if (gelu_in_epilogue(device, y.dtype(), approximation)) {
+    const LinearProduct p = checked_linear(op, x, weight, bias, y);
+    return kernels::cuda::gemm(p.args, {.bias = data_or_null<const float>(p.bias),
+                                        .gelu = kernels::cuda::Epilogue::Gelu::forward,
+                                        .aux = pre.raw()});
+  }
+#endif
+  linear_forward(x, weight, bias, pre);
+  gelu_forward(pre, y, approximation);
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
@@ -100,8 +146,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   expect_dtype(op, "input", x, dy.dtype());
   if (dx.defined()) {
     HONE_CHECK(dx.shape() == x.shape(), "{}: input gradient {} for input {}", op, dx.shape().str(), x.shape().str());
-    gemm_on(device, {.m = rows, .n = in, .k = out, .beta = accumulate_dx ? 1.0f : 0.0f, .a = dy.raw(),
-                     .b = weight.raw(), .c = dx.raw(), .ab_type = dy.dtype(), .c_type = dx.dtype()});
+    gemm_on(device, input_gradient_args(dy, weight, dx, accumulate_dx));
   }
   if (d_weight.defined()) {
     expect_shape(op, "weight gradient", d_weight, weight.shape());
@@ -122,6 +167,28 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
       kernels::cpu::bias_backward<T>(dy.data<T>(), d_bias.data<compute_t<T>>(), rows, out);
     });
   }
+}
+
+void linear_gelu_input_backward(const Tensor& dy, const Tensor& weight, const Tensor& pre, const Tensor& d_pre,
+                                GeluApproximation approximation) {
+  const char* op = "linear + gelu backward";
+  const OpTimer timer(op);
+  [[maybe_unused]] const Device device = op_device(op, {&dy, &weight, &pre, &d_pre});
+  HONE_CHECK(weight.ndim() == 2 && dy.size(-1) == weight.size(0) && pre.size(-1) == weight.size(1) &&
+                 rows_of(dy) == rows_of(pre),
+             "{}: gradient {} and pre-activation {} do not fit weight {}", op, dy.shape().str(), pre.shape().str(),
+             weight.shape().str());
+  expect_shape(op, "pre-activation gradient", d_pre, pre.shape());
+  expect_dtype(op, "weight", weight, dy.dtype());  // one operand type for the GEMM
+  expect_dtype(op, "pre-activation", pre, d_pre.dtype());
+  const kernels::cpu::GemmArgs args = input_gradient_args(dy, weight, d_pre, /*accumulate=*/false);
+#ifdef HONE_WITH_CUDA
+  if (gelu_in_epilogue(device, d_pre.dtype(), approximation)) {
+    return kernels::cuda::gemm(args, {.gelu = kernels::cuda::Epilogue::Gelu::backward, .aux = pre.raw()});
+  }
+#endif
+  gemm_on(device, args);
+  gelu_backward(d_pre, pre, d_pre, approximation);
 }
 
 }  // namespace hone::ops

@@ -158,6 +158,16 @@ void swiglu_backward(const Tensor& d_out, const Tensor& gate_up, const Tensor& d
 using kernels::cpu::GeluApproximation;
 void gelu_forward(const Tensor& x, const Tensor& y, GeluApproximation approximation);
 void gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx, GeluApproximation approximation);
+// A GELU MLP's up projection and activation: pre = x·weightᵀ (+ bias), y =
+// gelu(pre); and, for the down projection that reads y, the gradient through
+// both: d_pre = (dy·weight) ⊙ gelu'(pre). On CUDA the tanh GELU in bf16 runs
+// in cuBLASLt's epilogue (no second kernel reads the products' outputs back);
+// elsewhere these are linear_forward + gelu_forward and the down projection's
+// input gradient + gelu_backward.
+void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& pre,
+                         const Tensor& y, GeluApproximation approximation);
+void linear_gelu_input_backward(const Tensor& dy, const Tensor& weight, const Tensor& pre, const Tensor& d_pre,
+                                GeluApproximation approximation);
 
 // ---- loss ----
 inline constexpr int32_t kIgnoreIndex = -100;  // PyTorch's default ignore_index

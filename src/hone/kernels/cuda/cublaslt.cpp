@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -81,15 +82,45 @@ uint32_t alignment_of(const void* ptr) {
 
 // Everything a plan depends on: shapes, transposes, types, the epilogue and the
 // buffers' alignment (a plan chosen for aligned buffers may not run on others).
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, DType, DType, bool, uint32_t, uint32_t,
-                           uint32_t, uint32_t>;
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, DType, DType, cublasLtEpilogue_t, uint32_t,
+                           uint32_t, uint32_t, uint32_t, uint32_t>;
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A, B, C (see make_plan)
   cublasLtMatmulAlgo_t algo{};
-  bool fused_bias = false;
+  bool fused = false;  // the epilogue runs in cuBLASLt's kernel
 };
+
+// HONE_CUBLASLT_EPILOGUES=off runs every bias and GELU as kernels after plain
+// products: a benchmark run both ways measures what the epilogues save.
+bool epilogues_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("HONE_CUBLASLT_EPILOGUES");
+    if (value == nullptr || *value == 0 || std::string_view(value) == "on") return true;
+    HONE_CHECK(std::string_view(value) == "off", "HONE_CUBLASLT_EPILOGUES={}: expected on or off", value);
+    return false;
+  }();
+  return enabled;
+}
+
+// The epilogue asked of cuBLASLt for `e`, or DEFAULT where its rules rule it out
+// (then the product is plain and kernels run the epilogue after it). Biases and
+// GELU's inputs are read and written in vectors: buffers sliced from flat ones
+// may be aligned to an element alone. GELU's input's rows must be a multiple of
+// 8 elements long.
+cublasLtEpilogue_t epilogue_to_ask(const GemmArgs& g, const Epilogue& e) {
+  if ((e.bias == nullptr && e.gelu == Epilogue::Gelu::none) || !epilogues_enabled()) return CUBLASLT_EPILOGUE_DEFAULT;
+  if (g.batch != 1 || (e.bias != nullptr && alignment_of(e.bias) < 16)) return CUBLASLT_EPILOGUE_DEFAULT;
+  if (e.gelu != Epilogue::Gelu::none && (alignment_of(e.aux) < 16 || g.n % 8 != 0)) return CUBLASLT_EPILOGUE_DEFAULT;
+  switch (e.gelu) {
+    case Epilogue::Gelu::forward:
+      return e.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::Gelu::backward: return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::Gelu::none: break;
+  }
+  return CUBLASLT_EPILOGUE_BIAS;
+}
 
 cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t batch) {
   cublasLtMatrixLayout_t l = nullptr;
@@ -107,30 +138,28 @@ cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t b
 
 class LtGemm {
  public:
-  void run(const GemmArgs& g, const float* bias, void* workspace) {
+  void run(const GemmArgs& g, const Epilogue& e, void* workspace) {
     std::lock_guard lock(mutex_);
     ensure_handle();
-    // The bias epilogue reads the bias in vectors: one sliced from a flat
-    // parameter buffer may be aligned to its 4 bytes alone.
-    const bool want_fused = bias != nullptr && g.batch == 1 && alignment_of(bias) >= 16;
-    const PlanKey key{g.batch,  g.m,
-                      g.n,      g.k,
-                      g.trans_a, g.trans_b,
-                      g.ab_type, g.c_type,
-                      want_fused, alignment_of(g.a),
+    const cublasLtEpilogue_t asked = epilogue_to_ask(g, e);
+    const bool with_bias = asked != CUBLASLT_EPILOGUE_DEFAULT && e.bias != nullptr;
+    const bool with_aux = asked != CUBLASLT_EPILOGUE_DEFAULT && e.aux != nullptr;
+    const PlanKey key{g.batch,           g.m,
+                      g.n,               g.k,
+                      g.trans_a,         g.trans_b,
+                      g.ab_type,         g.c_type,
+                      asked,             alignment_of(g.a),
                       alignment_of(g.b), alignment_of(g.c),
-                      want_fused ? alignment_of(bias) : 0u};
+                      with_bias ? alignment_of(e.bias) : 0u, with_aux ? alignment_of(e.aux) : 0u};
     auto found = plans_.find(key);
-    if (found == plans_.end()) found = plans_.emplace(key, make_plan(g, want_fused ? bias : nullptr)).first;
+    if (found == plans_.end()) found = plans_.emplace(key, make_plan(g, asked, e)).first;
     Plan& plan = found->second;
-    if (plan.fused_bias) {
-      HONE_CUBLAS_CHECK(
-          lt().cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
+    if (plan.fused) set_epilogue_pointers(plan.desc, e);
     // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's A is our B.
-    HONE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.c, plan.c,
-                                     g.c, plan.c, &plan.algo, workspace, kWorkspaceBytes, stream()));
-    if (bias != nullptr && !plan.fused_bias) detail::add_bias_to_rows(g, bias);
+    void* const c = plan.fused ? g.c : detail::unfused(g, e).c;
+    HONE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, c, plan.c,
+                                          c, plan.c, &plan.algo, workspace, kWorkspaceBytes, stream()));
+    if (!plan.fused) detail::apply_epilogue(g, e);
   }
 
  private:
@@ -149,7 +178,18 @@ class LtGemm {
     return desc;
   }
 
-  Plan make_plan(const GemmArgs& g, const float* bias) {
+  static void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const Epilogue& e) {
+    if (e.bias != nullptr) {
+      HONE_CUBLAS_CHECK(
+          lt().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
+    }
+    if (e.aux != nullptr) {
+      HONE_CUBLAS_CHECK(
+          lt().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
+    }
+  }
+
+  Plan make_plan(const GemmArgs& g, cublasLtEpilogue_t epilogue, const Epilogue& e) {
     Plan p;
     p.desc = matmul_desc(g);
     // Our B stored [k, n] (or [n, k] transposed) is column-major n×k (k×n); our A
@@ -171,21 +211,26 @@ class LtGemm {
       HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
     }
     // hone's biases are f32. cuBLASLt's bias epilogue reads the output's type
-    // unless told otherwise: for bf16 outputs it is told f32, and where no
-    // algorithm takes that (or any bias epilogue), a second kernel adds the bias.
+    // unless told otherwise: for bf16 outputs it is told f32. Where no algorithm
+    // takes the epilogue, the product is planned plain and kernels follow it.
     bool found = false;
-    if (bias != nullptr) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const auto bias_type = int32_t(CUDA_R_32F);
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
       HONE_CUBLAS_CHECK(
           lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-      HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                            sizeof bias_type));
-      HONE_CUBLAS_CHECK(
-          lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+      if (e.bias != nullptr) {
+        const auto bias_type = int32_t(CUDA_R_32F);
+        HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                              sizeof bias_type));
+      }
+      if (e.aux != nullptr) {
+        const int64_t aux_rows = g.n;  // column-major: our row length
+        HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_rows,
+                                                              sizeof aux_rows));
+      }
+      set_epilogue_pointers(p.desc, e);  // the heuristic reads their alignment
       found = heuristic(p, preference, /*epilogue_optional=*/true);
-      p.fused_bias = found;
-      if (!found) {  // a plain descriptor: no bias type or pointer left for the heuristic to weigh
+      p.fused = found;
+      if (!found) {  // a plain descriptor: no epilogue attributes left for the heuristic to weigh
         HONE_CUBLAS_CHECK(lt().cublasLtMatmulDescDestroy(p.desc));
         p.desc = matmul_desc(g);
       }
@@ -223,6 +268,6 @@ LtGemm& lt_gemm() {
 
 }  // namespace
 
-void detail::product(const GemmArgs& g, const float* bias, void* workspace) { lt_gemm().run(g, bias, workspace); }
+void detail::product(const GemmArgs& g, const Epilogue& e, void* workspace) { lt_gemm().run(g, e, workspace); }
 
 }  // namespace hone::kernels::cuda

@@ -2,15 +2,30 @@
 
 #include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
+#include "hone/kernels/cuda/activation.hpp"
 #include "hone/kernels/cuda/check.hpp"
 #include "hone/kernels/cuda/elementwise.hpp"
 #include "hone/kernels/cuda/runtime.hpp"
 
 namespace hone::kernels::cuda {
 
-void detail::add_bias_to_rows(const GemmArgs& g, const float* bias) {
-  if (g.c_type == DType::bf16) add_bias(static_cast<bf16*>(g.c), bias, g.batch * g.m, g.n);
-  else add_bias(static_cast<float*>(g.c), bias, g.batch * g.m, g.n);
+GemmArgs detail::unfused(const GemmArgs& g, const Epilogue& e) {
+  GemmArgs plain = g;
+  if (e.gelu == Epilogue::Gelu::forward) plain.c = e.aux;
+  return plain;
+}
+
+void detail::apply_epilogue(const GemmArgs& g, const Epilogue& e) {
+  auto on = [&]<typename T>() {
+    const int64_t rows = g.batch * g.m, count = rows * g.n;
+    T* const c = static_cast<T*>(g.c);
+    T* const aux = static_cast<T*>(e.aux);
+    if (e.bias != nullptr) add_bias(static_cast<T*>(unfused(g, e).c), e.bias, rows, g.n);
+    if (e.gelu == Epilogue::Gelu::forward) cuda::gelu_forward<T>(aux, c, count, GeluApproximation::tanh);
+    if (e.gelu == Epilogue::Gelu::backward) cuda::gelu_backward<T>(c, aux, c, count, GeluApproximation::tanh);
+  };
+  if (g.c_type == DType::bf16) on.operator()<bf16>();
+  else on.operator()<float>();
 }
 
 namespace {
@@ -25,21 +40,26 @@ void* workspace() {
 
 }  // namespace
 
-void gemm(const GemmArgs& g, const float* bias) {
+void gemm(const GemmArgs& g, const Epilogue& epilogue) {
   HONE_ASSERT(g.batch >= 0 && g.m >= 0 && g.n >= 0 && g.k >= 0);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
   HONE_CHECK((g.ab_type == DType::f32 && g.c_type == DType::f32) ||
                  (g.ab_type == DType::bf16 && (g.c_type == DType::f32 || g.c_type == DType::bf16)),
              "no CUDA GEMM for {} operands with a {} result", dtype_name(g.ab_type), dtype_name(g.c_type));
+  // GELU's epilogues follow a linear layer's product, which overwrites C.
+  HONE_ASSERT(epilogue.gelu == Epilogue::Gelu::none ||
+              (epilogue.aux != nullptr && g.batch == 1 && g.beta == 0.0f &&
+               (epilogue.gelu == Epilogue::Gelu::forward || epilogue.bias == nullptr)));
   if (g.k == 0) {
     // An empty reduction: C = beta·C, as the CPU path (which allows beta 0 or 1).
     HONE_ASSERT(g.beta == 0.0f || g.beta == 1.0f);
+    const GemmArgs plain = detail::unfused(g, epilogue);
     const size_t bytes = size_t(g.batch * g.m * g.n) * dtype_size(g.c_type);
-    if (g.beta == 0.0f) HONE_CUDA_CHECK(cudaMemsetAsync(g.c, 0, bytes, stream()));
-    if (bias != nullptr) detail::add_bias_to_rows(g, bias);
+    if (g.beta == 0.0f) HONE_CUDA_CHECK(cudaMemsetAsync(plain.c, 0, bytes, stream()));
+    detail::apply_epilogue(g, epilogue);
     return;
   }
-  detail::product(g, bias, workspace());
+  detail::product(g, epilogue, workspace());
 }
 
 }  // namespace hone::kernels::cuda

@@ -11,17 +11,29 @@ namespace hone::kernels::cuda {
 
 using GemmArgs = cpu::GemmArgs;
 
-// bias (f32 [n], device memory) is null or added to every row of C after the
-// product: in cuBLASLt's epilogue where it takes it, else by a second kernel.
-void gemm(const GemmArgs& args, const float* bias = nullptr);
+// What follows the product on C, in cuBLASLt's epilogue where it takes it (see
+// cublaslt.cpp), else by kernels after a plain product.
+struct Epilogue {
+  const float* bias = nullptr;  // f32 [n] device memory, added to every row of C
+  // GPT-2's tanh GELU, the only one cuBLASLt's epilogues compute. forward: `aux`
+  // receives the product (+ bias) and C its GELU, the MLP's pre-activation and
+  // activation; backward: C becomes C ⊙ gelu'(aux), the up projection's output
+  // gradient from the down projection's input gradient. aux is [m, n] of C's type.
+  enum class Gelu { none, forward, backward } gelu = Gelu::none;
+  void* aux = nullptr;
+};
+
+void gemm(const GemmArgs& args, const Epilogue& epilogue = {});
 
 namespace detail {
 // gemm() past its checks and the empty cases: cuBLASLt's product (cublaslt.cpp)
 // or, in the CUDA emulator's build, the CPU's (emulator/gemm.cpp). `workspace`
 // holds kWorkspaceBytes.
-void product(const GemmArgs& args, const float* bias, void* workspace);
-// Adds bias to every row of C: where the product does not fuse it.
-void add_bias_to_rows(const GemmArgs& args, const float* bias);
+void product(const GemmArgs& args, const Epilogue& epilogue, void* workspace);
+// Where the epilogue is not fused: the plain product goes to unfused(...)'s C
+// (aux for the forward GELU), then apply_epilogue runs the epilogue's kernels.
+GemmArgs unfused(const GemmArgs& args, const Epilogue& epilogue);
+void apply_epilogue(const GemmArgs& args, const Epilogue& epilogue);
 }  // namespace detail
 
 // cuBLASLt's workspace (what it recommends for Hopper; Ampere needs less), taken
