@@ -5,6 +5,7 @@
 // prefilled with random values, and the errors that inputs on the device can
 // cause (bad token ids, bad targets), which must read as on the CPU.
 #include <cmath>
+#include <string_view>
 
 #include "cuda_test.hpp"
 #include "hone/core/rng.hpp"
@@ -18,7 +19,7 @@ constexpr DType kDtypes[] = {DType::f32, DType::bf16};
 
 double tolerance(DType dtype, double f32, double bf16 = 1e-2) { return dtype == DType::f32 ? f32 : bf16; }
 
-std::string named(const char* what, DType dtype) { return fmt::format("{} {}", what, dtype_name(dtype)); }
+std::string named(std::string_view what, DType dtype) { return fmt::format("{} {}", what, dtype_name(dtype)); }
 
 // Compares a CUDA result with the CPU's.
 void expect_match(const Tensor& cuda, const Tensor& cpu, double tol, const std::string& what) {
@@ -512,35 +513,45 @@ TEST_F(Cuda, KvCacheAppendMatchesTheCpu) {
   }
 }
 
+// Widths and lengths that take the kernels' 16-byte groups (32, 1000) and
+// single elements (33, 999).
 TEST_F(Cuda, ActivationsForwardAndBackward) {
   for (const DType dtype : kDtypes) {
     const double tol = tolerance(dtype, 1e-5);
-    const Tensor gate_up = random_tensor({7, 66}, dtype, 38, 4.0), d_out = random_tensor({7, 33}, dtype, 39);
-    const Tensor out = Tensor::empty({7, 33}, dtype), out_gpu = Tensor::empty({7, 33}, dtype, kGpu);
-    ops::swiglu_forward(gate_up, out);
-    ops::swiglu_forward(gpu(gate_up), out_gpu);
-    expect_match(out_gpu, out, tol, named("swiglu forward", dtype));
-    const Tensor d_gu = Tensor::empty(gate_up.shape(), dtype), d_gu_gpu = Tensor::empty(gate_up.shape(), dtype, kGpu);
-    ops::swiglu_backward(d_out, gate_up, d_gu);
-    ops::swiglu_backward(gpu(d_out), gpu(gate_up), d_gu_gpu);
-    expect_match(d_gu_gpu, d_gu, tol, named("swiglu backward", dtype));
-    const Tensor in_place = gpu(gate_up);  // the model writes the gradient over the input
-    ops::swiglu_backward(gpu(d_out), in_place, in_place);
-    EXPECT_EQ(relative_error(in_place, d_gu_gpu), 0.0) << named("swiglu backward in place", dtype);
+    for (const int64_t hidden : {33, 32}) {
+      const std::string what = fmt::format("swiglu, hidden {},", hidden);
+      const Tensor gate_up = random_tensor({7, 2 * hidden}, dtype, 38, 4.0);
+      const Tensor d_out = random_tensor({7, hidden}, dtype, 39);
+      const Tensor out = Tensor::empty({7, hidden}, dtype), out_gpu = Tensor::empty({7, hidden}, dtype, kGpu);
+      ops::swiglu_forward(gate_up, out);
+      ops::swiglu_forward(gpu(gate_up), out_gpu);
+      expect_match(out_gpu, out, tol, named(what + " forward", dtype));
+      const Tensor d_gu = Tensor::empty(gate_up.shape(), dtype);
+      const Tensor d_gu_gpu = Tensor::empty(gate_up.shape(), dtype, kGpu);
+      ops::swiglu_backward(d_out, gate_up, d_gu);
+      ops::swiglu_backward(gpu(d_out), gpu(gate_up), d_gu_gpu);
+      expect_match(d_gu_gpu, d_gu, tol, named(what + " backward", dtype));
+      const Tensor in_place = gpu(gate_up);  // the model writes the gradient over the input
+      ops::swiglu_backward(gpu(d_out), in_place, in_place);
+      EXPECT_EQ(relative_error(in_place, d_gu_gpu), 0.0) << named(what + " backward in place", dtype);
+    }
 
     for (const auto kind : {ops::GeluApproximation::none, ops::GeluApproximation::tanh}) {
-      const Tensor x = random_tensor({1000}, dtype, 40, 5.0), dy = random_tensor({1000}, dtype, 41);
-      const Tensor y = Tensor::empty({1000}, dtype), y_gpu = Tensor::empty({1000}, dtype, kGpu);
-      ops::gelu_forward(x, y, kind);
-      ops::gelu_forward(gpu(x), y_gpu, kind);
-      expect_match(y_gpu, y, tol, named("gelu forward", dtype));
-      const Tensor dx = Tensor::empty({1000}, dtype), dx_gpu = Tensor::empty({1000}, dtype, kGpu);
-      ops::gelu_backward(dy, x, dx, kind);
-      ops::gelu_backward(gpu(dy), gpu(x), dx_gpu, kind);
-      expect_match(dx_gpu, dx, tol, named("gelu backward", dtype));
-      const Tensor in_place = gpu(x);
-      ops::gelu_backward(gpu(dy), in_place, in_place, kind);
-      EXPECT_EQ(relative_error(in_place, dx_gpu), 0.0) << named("gelu backward in place", dtype);
+      for (const int64_t n : {1000, 999}) {
+        const std::string what = fmt::format("gelu of {},", n);
+        const Tensor x = random_tensor({n}, dtype, 40, 5.0), dy = random_tensor({n}, dtype, 41);
+        const Tensor y = Tensor::empty({n}, dtype), y_gpu = Tensor::empty({n}, dtype, kGpu);
+        ops::gelu_forward(x, y, kind);
+        ops::gelu_forward(gpu(x), y_gpu, kind);
+        expect_match(y_gpu, y, tol, named(what + " forward", dtype));
+        const Tensor dx = Tensor::empty({n}, dtype), dx_gpu = Tensor::empty({n}, dtype, kGpu);
+        ops::gelu_backward(dy, x, dx, kind);
+        ops::gelu_backward(gpu(dy), gpu(x), dx_gpu, kind);
+        expect_match(dx_gpu, dx, tol, named(what + " backward", dtype));
+        const Tensor in_place = gpu(x);
+        ops::gelu_backward(gpu(dy), in_place, in_place, kind);
+        EXPECT_EQ(relative_error(in_place, dx_gpu), 0.0) << named(what + " backward in place", dtype);
+      }
     }
   }
 }
@@ -601,14 +612,17 @@ TEST_F(Cuda, CrossEntropyReportsTheFirstBadTargetAsTheCpuDoes) {
 TEST_F(Cuda, ElementWiseOps) {
   for (const DType dtype : kDtypes) {
     const double tol = tolerance(dtype, 1e-6);
-    const Tensor a = random_tensor({1001}, dtype, 45), b = random_tensor({1001}, dtype, 46);
-    const Tensor out = Tensor::empty({1001}, dtype), out_gpu = Tensor::empty({1001}, dtype, kGpu);
-    ops::add(a, b, out);
-    ops::add(gpu(a), gpu(b), out_gpu);
-    expect_match(out_gpu, out, tol, named("add", dtype));
-    ops::scale_(out, 0.3);
-    ops::scale_(out_gpu, 0.3);
-    expect_match(out_gpu, out, tol, named("scale", dtype));
+    for (const int64_t n : {1024, 1001}) {  // in 16-byte groups and element by element
+      const Tensor a = random_tensor({n}, dtype, 45), b = random_tensor({n}, dtype, 46);
+      const Tensor out = Tensor::empty({n}, dtype), out_gpu = Tensor::empty({n}, dtype, kGpu);
+      ops::add(a, b, out);
+      ops::add(gpu(a), gpu(b), out_gpu);
+      expect_match(out_gpu, out, tol, named(fmt::format("add of {}", n), dtype));
+      ops::scale_(out, 0.3);
+      ops::scale_(out_gpu, 0.3);
+      expect_match(out_gpu, out, tol, named(fmt::format("scale of {}", n), dtype));
+    }
+    const Tensor a = random_tensor({1001}, dtype, 45);
 
     // The same Philox masks as the CPU: identical, not merely close.
     const Tensor dropped = Tensor::empty({1001}, dtype), dropped_gpu = Tensor::empty({1001}, dtype, kGpu);

@@ -4,6 +4,7 @@
 // Only portable CUDA: warp shuffles and shared memory, no inline PTX, so the
 // same files compile as HIP for AMD GPUs (platform.hpp; CI checks it).
 #include <cstdint>
+#include <initializer_list>
 
 #include "hone/core/dtype.hpp"
 #include "hone/kernels/cuda/check.hpp"
@@ -117,5 +118,43 @@ inline unsigned blocks_for(int64_t n, int threads) {
 #define HONE_GRID_STRIDE(i, n)                                                           \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
+
+// Element-wise kernels take kWidth consecutive elements a thread: a group of
+// 16 bytes (8 bf16, 4 floats), read and written with one memory instruction,
+// where every pointer is 16-byte aligned and rows hold whole groups, else 1.
+// One 2-byte access an element leaves much of a GPU's memory bandwidth unused.
+template <typename T, int kWidth>
+struct alignas(sizeof(T) * kWidth) Elements {
+  T v[kWidth];
+};
+template <typename T>
+inline constexpr int kWideGroup = 16 / int(sizeof(T));
+
+template <int kWidth, typename T>
+__device__ __forceinline__ Elements<T, kWidth> load_elements(const T* p) {
+  return *reinterpret_cast<const Elements<T, kWidth>*>(p);
+}
+template <int kWidth, typename T>
+__device__ __forceinline__ void store_elements(T* p, const Elements<T, kWidth>& e) {
+  *reinterpret_cast<Elements<T, kWidth>*>(p) = e;
+}
+
+// Whether rows of `row_length` elements at these pointers take 16-byte groups of T.
+template <typename T>
+bool wide_groups_fit(int64_t row_length, std::initializer_list<const void*> pointers) {
+  if (row_length % kWideGroup<T> != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// Calls launch.template operator()<kWidth>(blocks) with 16-byte groups where
+// `wide`, else single elements, and blocks enough for n elements so grouped.
+template <typename T, typename Launch>
+void launch_grouped(int64_t n, bool wide, int threads, Launch&& launch) {
+  if (wide) launch.template operator()<kWideGroup<T>>(blocks_for(n / kWideGroup<T>, threads));
+  else launch.template operator()<1>(blocks_for(n, threads));
+}
 
 }  // namespace hone::kernels::cuda

@@ -10,14 +10,26 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T>
+// In groups of kWidth elements (common.cuh).
+template <typename T, int kWidth>
 __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
-  HONE_GRID_STRIDE(i, n) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+  HONE_GRID_STRIDE(i, n / kWidth) {
+    const auto x = load_elements<kWidth>(a + i * kWidth), y = load_elements<kWidth>(b + i * kWidth);
+    Elements<T, kWidth> sum;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum.v[k] = from_f32<T>(to_f32(x.v[k]) + to_f32(y.v[k]));
+    store_elements(out + i * kWidth, sum);
+  }
 }
 
-template <typename T>
+template <typename T, int kWidth>
 __global__ void scale_kernel(T* x, int64_t n, float factor) {
-  HONE_GRID_STRIDE(i, n) x[i] = from_f32<T>(to_f32(x[i]) * factor);
+  HONE_GRID_STRIDE(i, n / kWidth) {
+    auto values = load_elements<kWidth>(x + i * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) values.v[k] = from_f32<T>(to_f32(values.v[k]) * factor);
+    store_elements(x + i * kWidth, values);
+  }
 }
 
 // IEEE half bits <-> float, the same bits as kernels/cpu/elementwise.hpp's
@@ -162,14 +174,18 @@ __global__ void sum_partials_kernel(const double* partial, int count, double* to
 template <typename T>
 void add(const T* a, const T* b, T* out, int64_t n) {
   if (n == 0) return;
-  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, add_kernel)(a, b, out, n);
+  launch_grouped<T>(n, wide_groups_fit<T>(n, {a, b, out}), kThreads, [&]<int kWidth>(unsigned blocks) {
+    HONE_LAUNCH(blocks, kThreads, 0, add_kernel<T, kWidth>)(a, b, out, n);
+  });
   HONE_CUDA_LAUNCHED("add");
 }
 
 template <typename T>
 void scale_inplace(T* x, int64_t n, double factor) {
   if (n == 0) return;
-  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, scale_kernel)(x, n, float(factor));
+  launch_grouped<T>(n, wide_groups_fit<T>(n, {x}), kThreads, [&]<int kWidth>(unsigned blocks) {
+    HONE_LAUNCH(blocks, kThreads, 0, scale_kernel<T, kWidth>)(x, n, float(factor));
+  });
   HONE_CUDA_LAUNCHED("scale");
 }
 
