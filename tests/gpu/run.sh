@@ -116,7 +116,8 @@ if [[ $stages == *" bench "* ]]; then
   bounded 90 "$logs/bench_gpt2.log" "$bundle/bin/hone" bench --model gpt2_124M --batch-size 8 --seq-len 1024 \
     --dtype bf16 --steps 5 --device cuda $peak_flag && tail -1 "$logs/bench_gpt2.log"
   # The same without cuBLASLt's bias and GELU epilogues: what they save.
-  HONE_CUBLASLT_EPILOGUES=off bounded 90 "$logs/bench_gpt2_no_epilogues.log" "$bundle/bin/hone" bench     --model gpt2_124M --batch-size 8 --seq-len 1024 --dtype bf16 --steps 5 --device cuda $peak_flag &&
+  HONE_CUBLASLT_EPILOGUES=off bounded 90 "$logs/bench_gpt2_no_epilogues.log" "$bundle/bin/hone" bench \
+    --model gpt2_124M --batch-size 8 --seq-len 1024 --dtype bf16 --steps 5 --device cuda $peak_flag &&
     echo "  (no epilogues) $(tail -1 "$logs/bench_gpt2_no_epilogues.log")"
   # #8's MFU goal for the Llama 3.2 1B shape at seq 2048.
   bounded 120 "$logs/bench_llama_1b.log" "$bundle/bin/hone" bench --model llama3_2_1B --batch-size 4 --seq-len 2048 \
