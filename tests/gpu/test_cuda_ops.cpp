@@ -6,6 +6,7 @@
 // cause (bad token ids, bad targets), which must read as on the CPU.
 #include <cmath>
 #include <string_view>
+#include <tuple>
 
 #include "cuda_test.hpp"
 #include "hone/core/rng.hpp"
@@ -136,39 +137,46 @@ TEST_F(Cuda, LinearWithAMisalignedBiasAndManyRows) {
 // input gradient through it: on a GPU, bf16's tanh GELU runs in cuBLASLt's
 // epilogue where its rules allow (rows a multiple of 8 long, 16-byte aligned
 // pre-activations), and kernels follow a plain product where they do not (36
-// columns; a pre-activation one element off). Both must match the CPU.
-TEST_F(Cuda, LinearWithGeluForwardAndBackward) {
-  for (const DType dtype : kDtypes) {
-    for (const auto kind : {ops::GeluApproximation::none, ops::GeluApproximation::tanh}) {
-      for (const int64_t out : {32, 36}) {
-        for (const bool with_bias : {true, false}) {
-          for (const int64_t offset : {0, 1}) {
-            const std::string what = fmt::format("linear + gelu {}, {}, {} columns{}{}", dtype_name(dtype),
-                                                 kind == ops::GeluApproximation::tanh ? "tanh" : "exact", out,
-                                                 with_bias ? ", bias" : "", offset > 0 ? ", offset" : "");
-            const Tensor x = random_tensor({2, 5, 24}, dtype, 60), w = random_tensor({out, 24}, dtype, 61);
-            const Tensor bias = with_bias ? random_tensor({out}, DType::f32, 62) : Tensor();
-            const Tensor pre = Tensor::empty({2, 5, out}, dtype), y = Tensor::empty({2, 5, out}, dtype);
-            ops::linear_gelu_forward(x, w, bias, pre, y, kind);
-            const Tensor pre_buffer = Tensor::zeros({offset + 10 * out}, dtype, kGpu);
-            const Tensor pre_gpu = pre_buffer.slice(offset, {2, 5, out});
-            const Tensor y_gpu = Tensor::empty({2, 5, out}, dtype, kGpu);
-            ops::linear_gelu_forward(gpu(x), gpu(w), with_bias ? gpu(bias) : Tensor(), pre_gpu, y_gpu, kind);
-            expect_match(pre_gpu, pre, tolerance(dtype, 1e-5), what + ", pre-activation");
-            expect_match(y_gpu, y, tolerance(dtype, 1e-5), what + ", activation");
+// columns; a pre-activation one element off). Both must match the CPU. Cases:
+// dtype, GELU, the up projection's outputs, a bias or none, elements into the
+// GPU's pre-activation buffer.
+using LinearGeluCase = std::tuple<DType, ops::GeluApproximation, int64_t, bool, int64_t>;
 
-            // The down projection [24, out] reads y; its output gradient is dy.
-            const Tensor down = random_tensor({24, out}, dtype, 63), dy = random_tensor({2, 5, 24}, dtype, 64);
-            const Tensor d_pre = Tensor::empty(pre.shape(), dtype), d_pre_gpu = Tensor::empty(pre.shape(), dtype, kGpu);
-            ops::linear_gelu_input_backward(dy, down, pre, d_pre, kind);
-            ops::linear_gelu_input_backward(gpu(dy), gpu(down), pre_gpu, d_pre_gpu, kind);
-            expect_match(d_pre_gpu, d_pre, tolerance(dtype, 1e-5), what + ", pre-activation gradient");
-          }
-        }
-      }
-    }
-  }
+class CudaLinearGelu : public Cuda, public ::testing::WithParamInterface<LinearGeluCase> {};
+
+TEST_P(CudaLinearGelu, ForwardAndBackwardMatchTheCpu) {
+  const auto [dtype, kind, out, with_bias, pre_offset] = GetParam();
+  const Tensor x = random_tensor({2, 5, 24}, dtype, 60), w = random_tensor({out, 24}, dtype, 61);
+  const Tensor bias = with_bias ? random_tensor({out}, DType::f32, 62) : Tensor();
+  const Tensor pre = Tensor::empty({2, 5, out}, dtype), y = Tensor::empty({2, 5, out}, dtype);
+  ops::linear_gelu_forward(x, w, bias, pre, y, kind);
+  const Tensor pre_gpu = Tensor::zeros({pre_offset + 10 * out}, dtype, kGpu).slice(pre_offset, {2, 5, out});
+  const Tensor y_gpu = Tensor::empty({2, 5, out}, dtype, kGpu);
+  ops::linear_gelu_forward(gpu(x), gpu(w), with_bias ? gpu(bias) : Tensor(), pre_gpu, y_gpu, kind);
+  expect_match(pre_gpu, pre, tolerance(dtype, 1e-5), named("pre-activation", dtype));
+  expect_match(y_gpu, y, tolerance(dtype, 1e-5), named("activation", dtype));
+
+  // The down projection [24, out] reads y; its output gradient is dy.
+  const Tensor down = random_tensor({24, out}, dtype, 63), dy = random_tensor({2, 5, 24}, dtype, 64);
+  const Tensor d_pre = Tensor::empty(pre.shape(), dtype), d_pre_gpu = Tensor::empty(pre.shape(), dtype, kGpu);
+  ops::linear_gelu_input_backward(dy, down, pre, d_pre, kind);
+  ops::linear_gelu_input_backward(gpu(dy), gpu(down), pre_gpu, d_pre_gpu, kind);
+  expect_match(d_pre_gpu, d_pre, tolerance(dtype, 1e-5), named("pre-activation gradient", dtype));
 }
+
+std::string linear_gelu_case_name(const ::testing::TestParamInfo<LinearGeluCase>& info) {
+  const auto [dtype, kind, out, with_bias, pre_offset] = info.param;
+  return fmt::format("{}_{}_{}_columns{}{}", dtype_name(dtype), kind == ops::GeluApproximation::tanh ? "tanh" : "exact",
+                     out, with_bias ? "_bias" : "", pre_offset > 0 ? "_offset" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearGelu,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes),
+                                            ::testing::Values(ops::GeluApproximation::none,
+                                                              ops::GeluApproximation::tanh),
+                                            ::testing::Values(int64_t{32}, int64_t{36}), ::testing::Bool(),
+                                            ::testing::Values(int64_t{0}, int64_t{1})),
+                         linear_gelu_case_name);
 
 // Vocabularies of fewer rows than the backward kernel's 64 buckets and of
 // several rows a bucket.
