@@ -115,21 +115,26 @@ TEST_F(Cuda, LinearForwardAndBackwardWithBias) {
 }
 
 // A bias sliced from a flat buffer, aligned to its 4 bytes alone, is added
-// after the product instead of in cuBLASLt's epilogue; and a bias gradient over
-// more rows than 256 chunks of 64 sums longer chunks.
+// after the product instead of in cuBLASLt's epilogue (by a kernel whose
+// threads take a row's columns: many rows of 16, and rows longer than a
+// block); and a bias gradient over more rows than 256 chunks of 64 sums
+// longer chunks.
 TEST_F(Cuda, LinearWithAMisalignedBiasAndManyRows) {
-  const Tensor flat = random_tensor({17}, DType::f32, 13), bias = flat.slice(1, {16});
-  for (const DType dtype : kDtypes) {
-    const Tensor x = random_tensor({20000, 24}, dtype, 14), w = random_tensor({16, 24}, dtype, 15);
-    const Tensor y = Tensor::empty({20000, 16}, dtype), y_gpu = Tensor::empty({20000, 16}, dtype, kGpu);
-    ops::linear_forward(x, w, bias, y);
-    ops::linear_forward(gpu(x), gpu(w), gpu(flat).slice(1, {16}), y_gpu);
-    expect_match(y_gpu, y, tolerance(dtype, 1e-5), named("linear forward, misaligned bias", dtype));
-    const Tensor dy = random_tensor(y.shape(), dtype, 16);
-    const Tensor db = Tensor::zeros({16}, DType::f32), db_gpu = Tensor::zeros({16}, DType::f32, kGpu);
-    ops::linear_backward(dy, x, w, Tensor(), Tensor(), db);
-    ops::linear_backward(gpu(dy), gpu(x), gpu(w), Tensor(), Tensor(), db_gpu);
-    expect_match(db_gpu, db, 1e-5, named("linear dbias over 20000 rows", dtype));
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{20000, 16}, {9, 300}}) {
+    const Tensor flat = random_tensor({cols + 1}, DType::f32, 13), bias = flat.slice(1, {cols});
+    for (const DType dtype : kDtypes) {
+      const std::string shape = fmt::format("{} x {}", rows, cols);
+      const Tensor x = random_tensor({rows, 24}, dtype, 14), w = random_tensor({cols, 24}, dtype, 15);
+      const Tensor y = Tensor::empty({rows, cols}, dtype), y_gpu = Tensor::empty({rows, cols}, dtype, kGpu);
+      ops::linear_forward(x, w, bias, y);
+      ops::linear_forward(gpu(x), gpu(w), gpu(flat).slice(1, {cols}), y_gpu);
+      expect_match(y_gpu, y, tolerance(dtype, 1e-5), named("linear forward, misaligned bias, " + shape, dtype));
+      const Tensor dy = random_tensor(y.shape(), dtype, 16);
+      const Tensor db = Tensor::zeros({cols}, DType::f32), db_gpu = Tensor::zeros({cols}, DType::f32, kGpu);
+      ops::linear_backward(dy, x, w, Tensor(), Tensor(), db);
+      ops::linear_backward(gpu(dy), gpu(x), gpu(w), Tensor(), Tensor(), db_gpu);
+      expect_match(db_gpu, db, 1e-5, named("linear dbias, " + shape, dtype));
+    }
   }
 }
 
@@ -179,35 +184,41 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearGelu,
                          linear_gelu_case_name);
 
 // Vocabularies of fewer rows than the backward kernel's 64 buckets and of
-// several rows a bucket.
+// several rows a bucket; rows of 70 (two a block in the forward kernel) and
+// 300 (longer than a block).
 class CudaEmbedding : public Cuda, public ::testing::WithParamInterface<int64_t> {};
 
 TEST_P(CudaEmbedding, WithLearnedAndPackedPositions) {
-  const int64_t batch = 3, seq = 37, vocab = GetParam(), dim = 70, max_positions = 40;
+  const int64_t batch = 3, seq = 37, vocab = GetParam(), max_positions = 40;
   const Tensor tokens = ids(random_ids(batch * seq, int32_t(vocab), 13), {batch, seq});  // repeats
   std::vector<int32_t> packed;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq; ++t) packed.push_back(int32_t(t % (5 + b)));
   const Tensor token_positions = ids(packed, {batch, seq});
-  const Tensor table = random_tensor({vocab, dim}, DType::f32, 14), positions = random_tensor({max_positions, dim}, DType::f32, 15);
-  // The whole vocabulary, and a tensor-parallel part holding ids [3, vocab + 3).
-  for (const ops::VocabPart part : {ops::VocabPart{}, ops::VocabPart{.first = 3, .classes = vocab + 3}}) {
-    for (const DType dtype : kDtypes) {
-      for (const bool pack : {false, true}) {
-        const Tensor tp = pack ? token_positions : Tensor();
-        const Tensor out = Tensor::empty({batch, seq, dim}, dtype), out_gpu = Tensor::empty(out.shape(), dtype, kGpu);
-        ops::embedding_forward(tokens, table, positions, out, tp, part);
-        ops::embedding_forward(gpu(tokens), gpu(table), gpu(positions), out_gpu, gpu(tp), part);
-        expect_match(out_gpu, out, tolerance(dtype, 0), named("embedding forward", dtype));
+  for (const int64_t dim : {70, 300}) {
+    const Tensor table = random_tensor({vocab, dim}, DType::f32, 14);
+    const Tensor positions = random_tensor({max_positions, dim}, DType::f32, 15);
+    // The whole vocabulary, and a tensor-parallel part holding ids [3, vocab + 3).
+    for (const ops::VocabPart part : {ops::VocabPart{}, ops::VocabPart{.first = 3, .classes = vocab + 3}}) {
+      for (const DType dtype : kDtypes) {
+        for (const bool pack : {false, true}) {
+          const std::string what = fmt::format("embedding of {},", dim);
+          const Tensor tp = pack ? token_positions : Tensor();
+          const Tensor out = Tensor::empty({batch, seq, dim}, dtype), out_gpu = Tensor::empty(out.shape(), dtype, kGpu);
+          ops::embedding_forward(tokens, table, positions, out, tp, part);
+          ops::embedding_forward(gpu(tokens), gpu(table), gpu(positions), out_gpu, gpu(tp), part);
+          expect_match(out_gpu, out, tolerance(dtype, 0), named(what + " forward", dtype));
 
-        const Tensor d_out = random_tensor(out.shape(), dtype, 16);
-        const Tensor d_table = random_tensor(table.shape(), DType::f32, 17), d_pos = random_tensor(positions.shape(), DType::f32, 18);
-        const Tensor d_table_gpu = gpu(d_table), d_pos_gpu = gpu(d_pos);
-        ops::embedding_backward(tokens, d_out, d_table, d_pos, tp, part);
-        // Positions may also stay on the host: the op copies them over.
-        ops::embedding_backward(gpu(tokens), gpu(d_out), d_table_gpu, d_pos_gpu, tp, part);
-        expect_match(d_table_gpu, d_table, 1e-5, named("embedding dtable", dtype));
-        expect_match(d_pos_gpu, d_pos, 1e-5, named("embedding dpositions", dtype));
+          const Tensor d_out = random_tensor(out.shape(), dtype, 16);
+          const Tensor d_table = random_tensor(table.shape(), DType::f32, 17);
+          const Tensor d_pos = random_tensor(positions.shape(), DType::f32, 18);
+          const Tensor d_table_gpu = gpu(d_table), d_pos_gpu = gpu(d_pos);
+          ops::embedding_backward(tokens, d_out, d_table, d_pos, tp, part);
+          // Positions may also stay on the host: the op copies them over.
+          ops::embedding_backward(gpu(tokens), gpu(d_out), d_table_gpu, d_pos_gpu, tp, part);
+          expect_match(d_table_gpu, d_table, 1e-5, named(what + " dtable", dtype));
+          expect_match(d_pos_gpu, d_pos, 1e-5, named(what + " dpositions", dtype));
+        }
       }
     }
   }
@@ -276,20 +287,24 @@ TEST_F(Cuda, NormsForwardAndBackward) {
   }
 }
 
+// Head size 8 (eight rows a block of the kernel), 128 (four) and 1024 (pairs
+// more than a block's threads); the rows hold 8 heads, 6 rotated.
 TEST_F(Cuda, RopeForwardInverseOffsetAndPackedPositions) {
-  const int64_t batch = 2, seq = 9, heads = 6, hd = 8, row = (4 + 2 * 2) * hd;
-  const Tensor cos = random_tensor({32, hd / 2}, DType::f32, 30), sin = random_tensor({32, hd / 2}, DType::f32, 31);
+  const int64_t batch = 2, seq = 9, heads = 6;
   std::vector<int32_t> packed;
   for (int64_t b = 0; b < batch; ++b)
-    for (int64_t t = 0; t < seq; ++t) packed.push_back(int32_t(t % 4));
-  for (const DType dtype : kDtypes) {
-    for (const bool pack : {false, true}) {
-      for (const bool inverse : {false, true}) {
-        const Tensor tp = pack ? ids(packed, {batch, seq}) : Tensor();
-        const Tensor x = random_tensor({batch, seq, row}, dtype, 32), x_gpu = gpu(x);
-        ops::rope_apply(x, cos, sin, heads, hd, pack ? 0 : 3, inverse, tp);
-        ops::rope_apply(x_gpu, gpu(cos), gpu(sin), heads, hd, pack ? 0 : 3, inverse, gpu(tp));
-        expect_match(x_gpu, x, tolerance(dtype, 1e-5), named("rope", dtype));
+    for (int64_t t = 0; t < seq; ++t) packed.push_back(int32_t(t % (4 + b)));
+  for (const int64_t hd : {8, 128, 1024}) {
+    const Tensor cos = random_tensor({32, hd / 2}, DType::f32, 30), sin = random_tensor({32, hd / 2}, DType::f32, 31);
+    for (const DType dtype : kDtypes) {
+      for (const bool pack : {false, true}) {
+        for (const bool inverse : {false, true}) {
+          const Tensor tp = pack ? ids(packed, {batch, seq}) : Tensor();
+          const Tensor x = random_tensor({batch, seq, 8 * hd}, dtype, 32), x_gpu = gpu(x);
+          ops::rope_apply(x, cos, sin, heads, hd, pack ? 0 : 3, inverse, tp);
+          ops::rope_apply(x_gpu, gpu(cos), gpu(sin), heads, hd, pack ? 0 : 3, inverse, gpu(tp));
+          expect_match(x_gpu, x, tolerance(dtype, 1e-5), named(fmt::format("rope, head size {}", hd), dtype));
+        }
       }
     }
   }
@@ -500,7 +515,7 @@ TEST_F(Cuda, KvCacheAppendMatchesTheCpu) {
   const std::vector<int64_t> slot_of = {2, 0, 3}, position_of = {0, 37, 49};
   const ops::DecodeRows step(slot_of, position_of, slots, capacity, Device::cpu());
   const ops::DecodeRows step_gpu(slot_of, position_of, slots, capacity, kGpu);
-  for (const int64_t hd : {8, 128}) {
+  for (const int64_t hd : {8, 128, 256}) {  // key rows of 16 to 512: a block of rows, one, one in two steps
     const ops::AttentionHeads heads{.n_heads = H, .n_kv_heads = KV, .head_dim = hd};
     const Tensor cos = random_tensor({capacity, hd / 2}, DType::f32, 40);
     const Tensor sin = random_tensor({capacity, hd / 2}, DType::f32, 41);
@@ -521,12 +536,13 @@ TEST_F(Cuda, KvCacheAppendMatchesTheCpu) {
   }
 }
 
-// Widths and lengths that take the kernels' 16-byte groups (32, 1000) and
-// single elements (33, 999).
+// Widths and lengths that take the kernels' 16-byte groups (32, 2056, 1000)
+// and single elements (33, 601, 999); SwiGLU rows within a block's threads (32,
+// 33) and longer (601, 2056).
 TEST_F(Cuda, ActivationsForwardAndBackward) {
   for (const DType dtype : kDtypes) {
     const double tol = tolerance(dtype, 1e-5);
-    for (const int64_t hidden : {33, 32}) {
+    for (const int64_t hidden : {33, 32, 601, 2056}) {
       const std::string what = fmt::format("swiglu, hidden {},", hidden);
       const Tensor gate_up = random_tensor({7, 2 * hidden}, dtype, 38, 4.0);
       const Tensor d_out = random_tensor({7, hidden}, dtype, 39);
@@ -641,14 +657,18 @@ TEST_F(Cuda, ElementWiseOps) {
     ops::dropout(gpu(a).slice(5, {37}), part, 0.3, 7, 9, 5);
     EXPECT_EQ(relative_error(part, dropped.slice(5, {37})), 0.0) << named("dropout of a part", dtype);
 
-    const Tensor dst = random_tensor({6, 20}, dtype, 47), dst_gpu = gpu(dst), src = random_tensor({6, 7}, dtype, 48);
-    ops::add_columns(dst, 5, src, 0.5);
-    ops::add_columns(dst_gpu, 5, gpu(src), 0.5);
-    expect_match(dst_gpu, dst, tol, named("add_columns", dtype));
-    const Tensor block = Tensor::empty({6, 7}, dtype), block_gpu = Tensor::empty({6, 7}, dtype, kGpu);
-    ops::copy_columns(dst, 9, block, 2.0);
-    ops::copy_columns(dst_gpu, 9, block_gpu, 2.0);
-    expect_match(block_gpu, block, tol, named("copy_columns", dtype));
+    for (const int64_t cols : {7, 300}) {  // many rows a block, and rows longer than a block
+      const std::string what = fmt::format("{} columns", cols);
+      const Tensor dst = random_tensor({6, cols + 13}, dtype, 47), dst_gpu = gpu(dst);
+      const Tensor src = random_tensor({6, cols}, dtype, 48);
+      ops::add_columns(dst, 5, src, 0.5);
+      ops::add_columns(dst_gpu, 5, gpu(src), 0.5);
+      expect_match(dst_gpu, dst, tol, named("add_columns, " + what, dtype));
+      const Tensor block = Tensor::empty({6, cols}, dtype), block_gpu = Tensor::empty({6, cols}, dtype, kGpu);
+      ops::copy_columns(dst, 9, block, 2.0);
+      ops::copy_columns(dst_gpu, 9, block_gpu, 2.0);
+      expect_match(block_gpu, block, tol, named("copy_columns, " + what, dtype));
+    }
 
     const Tensor big = random_tensor({300001}, dtype, 49);
     // The CPU adds float squares in blocks of 256, the GPU double ones: about 3e-9 apart.

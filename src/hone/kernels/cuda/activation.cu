@@ -30,9 +30,8 @@ __device__ float gelu_derivative(float x, bool tanh_approx) {
 // Each thread takes kWidth consecutive columns of one row (common.cuh's groups).
 template <typename T, int kWidth>
 __global__ void swiglu_forward_kernel(const T* gate_up, T* out, int64_t rows, int64_t hidden) {
-  const int64_t groups = hidden / kWidth;
-  HONE_GRID_STRIDE(i, rows * groups) {
-    const int64_t row = i / groups, j = i % groups * kWidth;
+  HONE_ROW_STRIDE(row, rows) HONE_COLUMN_STRIDE(group, hidden / kWidth) {
+    const int64_t j = group * kWidth;
     const auto g = load_elements<kWidth>(gate_up + row * 2 * hidden + j);
     const auto u = load_elements<kWidth>(gate_up + row * 2 * hidden + hidden + j);
     Elements<T, kWidth> y;
@@ -47,9 +46,8 @@ __global__ void swiglu_forward_kernel(const T* gate_up, T* out, int64_t rows, in
 
 template <typename T, int kWidth>
 __global__ void swiglu_backward_kernel(const T* d_out, const T* gate_up, T* d_gate_up, int64_t rows, int64_t hidden) {
-  const int64_t groups = hidden / kWidth;
-  HONE_GRID_STRIDE(i, rows * groups) {
-    const int64_t row = i / groups, j = i % groups * kWidth;
+  HONE_ROW_STRIDE(row, rows) HONE_COLUMN_STRIDE(group, hidden / kWidth) {
+    const int64_t j = group * kWidth;
     const int64_t gate = row * 2 * hidden + j, up = gate + hidden;
     const auto g = load_elements<kWidth>(gate_up + gate), u = load_elements<kWidth>(gate_up + up);
     const auto dy = load_elements<kWidth>(d_out + row * hidden + j);
@@ -94,21 +92,22 @@ __global__ void gelu_backward_kernel(const T* dy, const T* x, T* dx, int64_t n, 
 template <typename T>
 void swiglu_forward(const T* gate_up, T* out, int64_t rows, int64_t hidden) {
   if (rows * hidden == 0) return;
-  launch_grouped<T>(rows * hidden, wide_groups_fit<T>(hidden, {gate_up, out}), kThreads,
-                    [&]<int kWidth>(unsigned blocks) {
-                      HONE_LAUNCH(blocks, kThreads, 0, swiglu_forward_kernel<T, kWidth>)(gate_up, out, rows, hidden);
-                    });
+  launch_grouped_rows<T>(rows, hidden, wide_groups_fit<T>(hidden, {gate_up, out}), kThreads,
+                         [&]<int kWidth>(RowsLaunch launch) {
+                           HONE_LAUNCH(launch.blocks, launch.threads, 0, swiglu_forward_kernel<T, kWidth>)(
+                               gate_up, out, rows, hidden);
+                         });
   HONE_CUDA_LAUNCHED("swiglu_forward");
 }
 
 template <typename T>
 void swiglu_backward(const T* d_out, const T* gate_up, T* d_gate_up, int64_t rows, int64_t hidden) {
   if (rows * hidden == 0) return;
-  launch_grouped<T>(rows * hidden, wide_groups_fit<T>(hidden, {d_out, gate_up, d_gate_up}), kThreads,
-                    [&]<int kWidth>(unsigned blocks) {
-                      HONE_LAUNCH(blocks, kThreads, 0, swiglu_backward_kernel<T, kWidth>)(
-                          d_out, gate_up, d_gate_up, rows, hidden);
-                    });
+  launch_grouped_rows<T>(rows, hidden, wide_groups_fit<T>(hidden, {d_out, gate_up, d_gate_up}), kThreads,
+                         [&]<int kWidth>(RowsLaunch launch) {
+                           HONE_LAUNCH(launch.blocks, launch.threads, 0, swiglu_backward_kernel<T, kWidth>)(
+                               d_out, gate_up, d_gate_up, rows, hidden);
+                         });
   HONE_CUDA_LAUNCHED("swiglu_backward");
 }
 

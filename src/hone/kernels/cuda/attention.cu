@@ -399,15 +399,18 @@ __global__ void __launch_bounds__(kDecodeWarps * kWarpSize)
   }
 }
 
-// One thread per cached element: (row, key or value, element of the row's KV heads).
+// One thread per element of a row's KV heads: its key and its value.
 template <typename T>
 __global__ void kv_cache_write_kernel(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots,
                                       const int32_t* positions, DecodeDims dims) {
   const int64_t width = dims.n_kv_heads * dims.head_dim, queries = dims.n_heads * dims.head_dim;
-  HONE_GRID_STRIDE(index, dims.rows * 2 * width) {
-    const int64_t i = index / (2 * width), part = index % (2 * width);
-    const int64_t cached = (int64_t(slots[i]) * dims.capacity + positions[i]) * width + part % width;
-    (part < width ? k_cache : v_cache)[cached] = qkv[i * dims.q_row_stride + queries + part];
+  HONE_ROW_STRIDE(i, dims.rows) {
+    const int64_t cached = (int64_t(slots[i]) * dims.capacity + positions[i]) * width;
+    const T* keys = qkv + i * dims.q_row_stride + queries;
+    HONE_COLUMN_STRIDE(j, width) {
+      k_cache[cached + j] = keys[j];
+      v_cache[cached + j] = keys[width + j];
+    }
   }
 }
 
@@ -532,9 +535,10 @@ void attention_decode(const T* q, const T* k_cache, const T* v_cache, const int3
 template <typename T>
 void kv_cache_write(const T* qkv, T* k_cache, T* v_cache, const int32_t* slots, const int32_t* positions,
                     const DecodeDims& dims) {
-  const int64_t elements = dims.rows * 2 * dims.n_kv_heads * dims.head_dim;
-  if (elements == 0) return;
-  HONE_LAUNCH(blocks_for(elements, kThreads), kThreads, 0, kv_cache_write_kernel<T>)(
+  const int64_t width = dims.n_kv_heads * dims.head_dim;
+  if (dims.rows * width == 0) return;
+  const RowsLaunch launch = rows_launch(dims.rows, width, kThreads);
+  HONE_LAUNCH(launch.blocks, launch.threads, 0, kv_cache_write_kernel<T>)(
       qkv, k_cache, v_cache, slots, positions, dims);
   HONE_CUDA_LAUNCHED("kv_cache_write");
 }

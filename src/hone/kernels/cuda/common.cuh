@@ -119,6 +119,35 @@ inline unsigned blocks_for(int64_t n, int threads) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
+// Kernels over the rows of a matrix: a block takes blockDim.y rows at a time
+// and its threads blockDim.x columns of each, so no thread divides a flat
+// index to find its row and column. (A 64-bit integer division is a software
+// routine of tens of instructions on a GPU: one per 2-byte element costs more
+// than the element's memory traffic.) Columns take whole warps, rows the rest
+// of the block's threads; the grid's y and z are the kernel's own.
+struct RowsLaunch {
+  unsigned blocks;
+  dim3 threads;
+};
+inline RowsLaunch rows_launch(int64_t rows, int64_t cols, int threads) {
+  int columns = kWarpSize;
+  while (columns < cols && columns * 2 <= threads) columns *= 2;
+  const int rows_per_block = threads / columns;
+  return {blocks_for(rows, rows_per_block), dim3(unsigned(columns), unsigned(rows_per_block))};
+}
+
+#define HONE_ROW_STRIDE(row, rows)                                                              \
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < (rows); \
+       row += int64_t(gridDim.x) * blockDim.y)
+#define HONE_COLUMN_STRIDE(col, cols) for (int64_t col = threadIdx.x; col < (cols); col += blockDim.x)
+
+// Kernels over [batch, seq] rows take the samples along the grid's z (at most
+// 65535 blocks there; the loop covers more), so a row's position in its
+// sample needs no division either.
+inline unsigned samples_grid(int64_t batch) { return unsigned(batch < 1 ? 1 : batch > 65535 ? 65535 : batch); }
+#define HONE_SAMPLE_STRIDE(sample, batch) \
+  for (int64_t sample = blockIdx.z; sample < (batch); sample += gridDim.z)
+
 // Element-wise kernels take kWidth consecutive elements a thread: a group of
 // 16 bytes (8 bf16, 4 floats), read and written with one memory instruction,
 // where every pointer is 16-byte aligned and rows hold whole groups, else 1.
@@ -155,6 +184,14 @@ template <typename T, typename Launch>
 void launch_grouped(int64_t n, bool wide, int threads, Launch&& launch) {
   if (wide) launch.template operator()<kWideGroup<T>>(blocks_for(n / kWideGroup<T>, threads));
   else launch.template operator()<1>(blocks_for(n, threads));
+}
+
+// The same for kernels over rows of `cols` elements (HONE_ROW_STRIDE): the
+// RowsLaunch for rows of cols / kWidth groups.
+template <typename T, typename Launch>
+void launch_grouped_rows(int64_t rows, int64_t cols, bool wide, int threads, Launch&& launch) {
+  if (wide) launch.template operator()<kWideGroup<T>>(rows_launch(rows, cols / kWideGroup<T>, threads));
+  else launch.template operator()<1>(rows_launch(rows, cols, threads));
 }
 
 }  // namespace hone::kernels::cuda

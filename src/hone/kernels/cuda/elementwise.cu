@@ -104,7 +104,10 @@ void launch_cast(const void* src, void* dst, int64_t n) {
 
 template <typename T>
 __global__ void add_bias_kernel(T* y, const float* bias, int64_t rows, int64_t cols) {
-  HONE_GRID_STRIDE(i, rows * cols) y[i] = from_f32<T>(to_f32(y[i]) + bias[i % cols]);
+  HONE_ROW_STRIDE(row, rows) HONE_COLUMN_STRIDE(j, cols) {
+    T& e = y[row * cols + j];
+    e = from_f32<T>(to_f32(e) + bias[j]);
+  }
 }
 
 template <typename T>
@@ -133,16 +136,18 @@ __global__ void dropout_kernel(const T* x, T* out, int64_t n, uint32_t threshold
 template <typename T>
 __global__ void add_columns_kernel(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols,
                                    float scale) {
-  HONE_GRID_STRIDE(i, rows * cols) {
-    T* d = dst + (i / cols) * width + col + i % cols;
-    *d = from_f32<T>(to_f32(*d) + scale * to_f32(src[i]));
+  HONE_ROW_STRIDE(row, rows) HONE_COLUMN_STRIDE(j, cols) {
+    T& d = dst[row * width + col + j];
+    d = from_f32<T>(to_f32(d) + scale * to_f32(src[row * cols + j]));
   }
 }
 
 template <typename T>
 __global__ void copy_columns_kernel(const T* src, int64_t width, int64_t col, T* dst, int64_t rows, int64_t cols,
                                     float scale) {
-  HONE_GRID_STRIDE(i, rows * cols) dst[i] = from_f32<T>(scale * to_f32(src[(i / cols) * width + col + i % cols]));
+  HONE_ROW_STRIDE(row, rows) HONE_COLUMN_STRIDE(j, cols) {
+    dst[row * cols + j] = from_f32<T>(scale * to_f32(src[row * width + col + j]));
+  }
 }
 
 constexpr int kSumBlocks = 1024;
@@ -213,7 +218,8 @@ void cast(const void* src, DType from, void* dst, DType to, int64_t n) {
 template <typename T>
 void add_bias(T* y, const float* bias, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return;
-  HONE_LAUNCH(blocks_for(rows * cols, kThreads), kThreads, 0, add_bias_kernel)(y, bias, rows, cols);
+  const RowsLaunch launch = rows_launch(rows, cols, kThreads);
+  HONE_LAUNCH(launch.blocks, launch.threads, 0, add_bias_kernel)(y, bias, rows, cols);
   HONE_CUDA_LAUNCHED("add_bias");
 }
 
@@ -236,7 +242,8 @@ void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t st
 template <typename T>
 void add_scaled_columns(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols, double scale) {
   if (rows * cols == 0) return;
-  HONE_LAUNCH(blocks_for(rows * cols, kThreads), kThreads, 0, add_columns_kernel)(
+  const RowsLaunch launch = rows_launch(rows, cols, kThreads);
+  HONE_LAUNCH(launch.blocks, launch.threads, 0, add_columns_kernel)(
       dst, width, col, src, rows, cols, float(scale));
   HONE_CUDA_LAUNCHED("add_columns");
 }
@@ -245,7 +252,8 @@ template <typename T>
 void copy_scaled_columns(const T* src, int64_t width, int64_t col, T* dst, int64_t rows, int64_t cols,
                          double scale) {
   if (rows * cols == 0) return;
-  HONE_LAUNCH(blocks_for(rows * cols, kThreads), kThreads, 0, copy_columns_kernel)(
+  const RowsLaunch launch = rows_launch(rows, cols, kThreads);
+  HONE_LAUNCH(launch.blocks, launch.threads, 0, copy_columns_kernel)(
       src, width, col, dst, rows, cols, float(scale));
   HONE_CUDA_LAUNCHED("copy_columns");
 }

@@ -9,25 +9,27 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned long long kNone = ~0ull;
 
+// A sample's rows are the block's rows (grid x), samples the grid's z.
 template <typename T, typename W>
 __global__ void embedding_forward_kernel(const int32_t* tokens, const W* table, int64_t first, int64_t held,
-                                         int64_t vocab, const W* positions, T* out, int64_t rows, int64_t seq,
+                                         int64_t vocab, const W* positions, T* out, int64_t batch, int64_t seq,
                                          int64_t dim, const int32_t* token_positions,
                                          unsigned long long* first_bad) {
-  HONE_GRID_STRIDE(i, rows * dim) {
-    const int64_t row = i / dim, j = i % dim;
+  HONE_SAMPLE_STRIDE(sample, batch) HONE_ROW_STRIDE(t, seq) {
+    const int64_t row = sample * seq + t;
     const int32_t token = tokens[row];
     if (token < 0 || token >= vocab) {
-      if (j == 0) atomicMin(first_bad, static_cast<unsigned long long>(row));
+      if (threadIdx.x == 0) atomicMin(first_bad, static_cast<unsigned long long>(row));
       continue;
     }
     const int64_t id = int64_t(token) - first;
-    float value = id >= 0 && id < held ? to_f32(table[id * dim + j]) : 0.0f;
-    if (positions) {
-      const int64_t p = token_positions ? int64_t(token_positions[row]) : row % seq;
-      value += to_f32(positions[p * dim + j]);
+    const W* embedding = id >= 0 && id < held ? table + id * dim : nullptr;
+    const W* position = positions ? positions + (token_positions ? int64_t(token_positions[row]) : t) * dim : nullptr;
+    HONE_COLUMN_STRIDE(j, dim) {
+      float value = embedding ? to_f32(embedding[j]) : 0.0f;
+      if (position) value += to_f32(position[j]);
+      out[row * dim + j] = from_f32<T>(value);
     }
-    out[i] = from_f32<T>(value);
   }
 }
 
@@ -71,9 +73,10 @@ BadToken embedding_forward(const int32_t* tokens, const W* table, int64_t first,
   if (rows * dim == 0) return {};
   DeviceBuffer first_bad(sizeof(unsigned long long));
   HONE_CUDA_CHECK(cudaMemsetAsync(first_bad.as<void>(), 0xff, sizeof(unsigned long long), stream()));
-  HONE_LAUNCH(blocks_for(rows * dim, kThreads), kThreads, 0, embedding_forward_kernel)(
-      tokens, table, first, held, vocab, positions, out, rows, seq, dim, token_positions, first_bad.as<unsigned long
-      long>());
+  const RowsLaunch launch = rows_launch(seq, dim, kThreads);
+  HONE_LAUNCH(dim3(launch.blocks, 1, samples_grid(batch)), launch.threads, 0, embedding_forward_kernel)(
+      tokens, table, first, held, vocab, positions, out, batch, seq, dim, token_positions,
+      first_bad.as<unsigned long long>());
   HONE_CUDA_LAUNCHED("embedding_forward");
   unsigned long long bad = kNone;
   copy_to_host(&bad, first_bad.as<void>(), sizeof bad);
