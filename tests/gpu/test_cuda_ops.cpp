@@ -240,10 +240,16 @@ TEST_F(Cuda, EmbeddingReportsTheFirstBadTokenAsTheCpuDoes) {
   EXPECT_EQ(cuda, cpu);
 }
 
+// Rows in 16-byte groups (200; 4104: more groups than a block has threads),
+// single elements (203), and single elements because the weight and bias sit
+// one element into their buffers (1000).
 TEST_F(Cuda, NormsForwardAndBackward) {
-  for (const int64_t dim : {200, 1000}) {
-    const int64_t rows = 67;
-    const Tensor w = random_tensor({dim}, DType::f32, 21, 2.0), bias = random_tensor({dim}, DType::f32, 22);
+  for (const int64_t dim : {200, 4104, 203, 1000}) {
+    const int64_t rows = 67, skip = dim == 1000 ? 1 : 0;
+    const Tensor w_flat = random_tensor({skip + dim}, DType::f32, 21, 2.0);
+    const Tensor bias_flat = random_tensor({skip + dim}, DType::f32, 22);
+    const Tensor w = w_flat.slice(skip, {dim}), w_gpu = gpu(w_flat).slice(skip, {dim});
+    const Tensor bias = bias_flat.slice(skip, {dim}), bias_gpu = gpu(bias_flat).slice(skip, {dim});
     for (const DType dtype : kDtypes) {
       const Tensor x = random_tensor({rows, dim}, dtype, 23, 3.0), dy = random_tensor({rows, dim}, dtype, 24);
       const double tol = tolerance(dtype, 1e-4);
@@ -251,26 +257,26 @@ TEST_F(Cuda, NormsForwardAndBackward) {
         const Tensor y = Tensor::empty(x.shape(), dtype), rstd = Tensor::empty({rows}, DType::f32);
         const Tensor y_gpu = Tensor::empty(x.shape(), dtype, kGpu), rstd_gpu = Tensor::empty({rows}, DType::f32, kGpu);
         ops::rmsnorm_forward(x, w, y, rstd, 1e-5);
-        ops::rmsnorm_forward(gpu(x), gpu(w), y_gpu, rstd_gpu, 1e-5);
+        ops::rmsnorm_forward(gpu(x), w_gpu, y_gpu, rstd_gpu, 1e-5);
         expect_match(y_gpu, y, tol, named("rmsnorm forward", dtype));
         expect_match(rstd_gpu, rstd, 1e-5, named("rmsnorm rstd", dtype));
         for (const bool frozen : {false, true}) {
           const Tensor dx = random_tensor(x.shape(), dtype, 25), dw = frozen ? Tensor() : random_tensor({dim}, DType::f32, 26);
           const Tensor dx_gpu = gpu(dx), dw_gpu = gpu(dw);
           ops::rmsnorm_backward(dy, x, w, rstd, dx, dw);
-          ops::rmsnorm_backward(gpu(dy), gpu(x), gpu(w), rstd_gpu, dx_gpu, dw_gpu);
+          ops::rmsnorm_backward(gpu(dy), gpu(x), w_gpu, rstd_gpu, dx_gpu, dw_gpu);
           expect_match(dx_gpu, dx, tol, named("rmsnorm dx", dtype));
           if (!frozen) expect_match(dw_gpu, dw, 1e-4, named("rmsnorm dweight", dtype));
         }
       }
       for (const bool with_bias : {false, true}) {
-        const Tensor b = with_bias ? bias : Tensor();
+        const Tensor b = with_bias ? bias : Tensor(), b_gpu = with_bias ? bias_gpu : Tensor();
         const Tensor y = Tensor::empty(x.shape(), dtype), mean = Tensor::empty({rows}, DType::f32),
                      rstd = Tensor::empty({rows}, DType::f32);
         const Tensor y_gpu = Tensor::empty(x.shape(), dtype, kGpu), mean_gpu = Tensor::empty({rows}, DType::f32, kGpu),
                      rstd_gpu = Tensor::empty({rows}, DType::f32, kGpu);
         ops::layernorm_forward(x, w, b, y, mean, rstd, 1e-5);
-        ops::layernorm_forward(gpu(x), gpu(w), gpu(b), y_gpu, mean_gpu, rstd_gpu, 1e-5);
+        ops::layernorm_forward(gpu(x), w_gpu, b_gpu, y_gpu, mean_gpu, rstd_gpu, 1e-5);
         expect_match(y_gpu, y, tol, named("layernorm forward", dtype));
         expect_match(mean_gpu, mean, 1e-5, named("layernorm mean", dtype));
         expect_match(rstd_gpu, rstd, 1e-5, named("layernorm rstd", dtype));
@@ -278,7 +284,7 @@ TEST_F(Cuda, NormsForwardAndBackward) {
         const Tensor db = with_bias ? random_tensor({dim}, DType::f32, 29) : Tensor();
         const Tensor dx_gpu = gpu(dx), dw_gpu = gpu(dw), db_gpu = gpu(db);
         ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
-        ops::layernorm_backward(gpu(dy), gpu(x), gpu(w), mean_gpu, rstd_gpu, dx_gpu, dw_gpu, db_gpu);
+        ops::layernorm_backward(gpu(dy), gpu(x), w_gpu, mean_gpu, rstd_gpu, dx_gpu, dw_gpu, db_gpu);
         expect_match(dx_gpu, dx, tol, named("layernorm dx", dtype));
         expect_match(dw_gpu, dw, 1e-4, named("layernorm dweight", dtype));
         if (with_bias) expect_match(db_gpu, db, 1e-4, named("layernorm dbias", dtype));

@@ -178,20 +178,43 @@ bool wide_groups_fit(int64_t row_length, std::initializer_list<const void*> poin
   return true;
 }
 
-// Calls launch.template operator()<kWidth>(blocks) with 16-byte groups where
-// `wide`, else single elements, and blocks enough for n elements so grouped.
+// Calls launch.template operator()<kWidth>() with kWidth = 16-byte groups of T
+// where `wide`, else single elements.
+template <typename T, typename Launch>
+void with_group_width(bool wide, Launch&& launch) {
+  if (wide) launch.template operator()<kWideGroup<T>>();
+  else launch.template operator()<1>();
+}
+
+// The same, passing blocks enough for n elements so grouped.
 template <typename T, typename Launch>
 void launch_grouped(int64_t n, bool wide, int threads, Launch&& launch) {
-  if (wide) launch.template operator()<kWideGroup<T>>(blocks_for(n / kWideGroup<T>, threads));
-  else launch.template operator()<1>(blocks_for(n, threads));
+  with_group_width<T>(wide, [&]<int kWidth>() { launch.template operator()<kWidth>(blocks_for(n / kWidth, threads)); });
 }
 
 // The same for kernels over rows of `cols` elements (HONE_ROW_STRIDE): the
 // RowsLaunch for rows of cols / kWidth groups.
 template <typename T, typename Launch>
 void launch_grouped_rows(int64_t rows, int64_t cols, bool wide, int threads, Launch&& launch) {
-  if (wide) launch.template operator()<kWideGroup<T>>(rows_launch(rows, cols / kWideGroup<T>, threads));
-  else launch.template operator()<1>(rows_launch(rows, cols, threads));
+  with_group_width<T>(wide, [&]<int kWidth>() {
+    launch.template operator()<kWidth>(rows_launch(rows, cols / kWidth, threads));
+  });
+}
+
+// kWidth floats from p (an f32 parameter beside a group of kWidth elements),
+// 16 bytes at a time where kWidth allows: p is then 16-byte aligned.
+template <int kWidth>
+__device__ __forceinline__ void load_floats(const float* p, float (&out)[kWidth]) {
+  // Constant trip counts: nvcc unrolls these without a pragma (which host
+  // compilers including this header for the emulator would warn about).
+  if constexpr (kWidth % 4 == 0) {
+    for (int i = 0; i < kWidth; i += 4) {
+      const auto e = load_elements<4>(p + i);
+      for (int k = 0; k < 4; ++k) out[i + k] = e.v[k];
+    }
+  } else {
+    for (int i = 0; i < kWidth; ++i) out[i] = p[i];
+  }
 }
 
 }  // namespace hone::kernels::cuda

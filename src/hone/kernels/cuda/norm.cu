@@ -9,30 +9,59 @@ namespace {
 
 constexpr int kThreads = 256;  // one block per row
 
-template <typename T>
+// Each thread takes groups of kWidth consecutive elements of the block's row
+// (common.cuh's 16-byte groups, or single elements), the f32 weights beside them
+// likewise; g is a group's index, g * kWidth its first column.
+template <typename T, int kWidth>
 __global__ void rmsnorm_forward_kernel(const T* x, const float* weight, T* y, float* rstd, int64_t dim, float eps) {
   __shared__ float scratch[kThreads / kWarpSize];
-  const T* xr = x + int64_t(blockIdx.x) * dim;
-  T* yr = y + int64_t(blockIdx.x) * dim;
+  const int64_t offset = int64_t(blockIdx.x) * dim;
   float sum_sq = 0;
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) sum_sq += to_f32(xr[j]) * to_f32(xr[j]);
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum_sq += to_f32(v.v[k]) * to_f32(v.v[k]);
+  }
   const float r = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(dim) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) yr[j] = from_f32<T>(to_f32(xr[j]) * r * weight[j]);
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+    float w[kWidth];
+    load_floats(weight + g * kWidth, w);
+    Elements<T, kWidth> out;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) out.v[k] = from_f32<T>(to_f32(v.v[k]) * r * w[k]);
+    store_elements(y + offset + g * kWidth, out);
+  }
 }
 
-template <typename T>
+template <typename T, int kWidth>
 __global__ void rmsnorm_backward_kernel(const T* dy, const T* x, const float* weight, const float* rstd, T* dx,
                                         int64_t dim) {
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t offset = int64_t(blockIdx.x) * dim;
   const float r = rstd[blockIdx.x];
   float dot = 0;  // Σ_j (dy·w)_j · x̂_j
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) dot += to_f32(dy[offset + j]) * weight[j] * to_f32(x[offset + j]) * r;
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const auto d = load_elements<kWidth>(dy + offset + g * kWidth), v = load_elements<kWidth>(x + offset + g * kWidth);
+    float w[kWidth];
+    load_floats(weight + g * kWidth, w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) dot += to_f32(d.v[k]) * w[k] * to_f32(v.v[k]) * r;
+  }
   dot = block_sum(dot, scratch) / float(dim);
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    const float xhat = to_f32(x[offset + j]) * r;
-    dx[offset + j] = from_f32<T>(to_f32(dx[offset + j]) + r * (to_f32(dy[offset + j]) * weight[j] - xhat * dot));
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const int64_t at = offset + g * kWidth;
+    const auto d = load_elements<kWidth>(dy + at), v = load_elements<kWidth>(x + at);
+    auto out = load_elements<kWidth>(dx + at);
+    float w[kWidth];
+    load_floats(weight + g * kWidth, w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const float xhat = to_f32(v.v[k]) * r;
+      out.v[k] = from_f32<T>(to_f32(out.v[k]) + r * (to_f32(d.v[k]) * w[k] - xhat * dot));
+    }
+    store_elements(dx + at, out);
   }
 }
 
@@ -47,45 +76,73 @@ struct RmsWeightTerm {
   }
 };
 
-template <typename T>
+template <typename T, int kWidth>
 __global__ void layernorm_forward_kernel(const T* x, const float* weight, const float* bias, T* y, float* mean,
                                          float* rstd, int64_t dim, float eps) {
   __shared__ float scratch[kThreads / kWarpSize];
-  const T* xr = x + int64_t(blockIdx.x) * dim;
-  T* yr = y + int64_t(blockIdx.x) * dim;
+  const int64_t offset = int64_t(blockIdx.x) * dim;
   float sum = 0;
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) sum += to_f32(xr[j]);
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum += to_f32(v.v[k]);
+  }
   const float mu = block_sum(sum, scratch) / float(dim);
   float sum_sq = 0;  // two passes, as on the CPU: exact variance for values far from 0
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) sum_sq += (to_f32(xr[j]) - mu) * (to_f32(xr[j]) - mu);
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum_sq += (to_f32(v.v[k]) - mu) * (to_f32(v.v[k]) - mu);
+  }
   const float r = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(dim) + eps);
   if (threadIdx.x == 0) {
     mean[blockIdx.x] = mu;
     rstd[blockIdx.x] = r;
   }
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    yr[j] = from_f32<T>((to_f32(xr[j]) - mu) * r * weight[j] + (bias ? bias[j] : 0.0f));
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+    float w[kWidth], b[kWidth] = {};
+    load_floats(weight + g * kWidth, w);
+    if (bias) load_floats(bias + g * kWidth, b);
+    Elements<T, kWidth> out;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) out.v[k] = from_f32<T>((to_f32(v.v[k]) - mu) * r * w[k] + b[k]);
+    store_elements(y + offset + g * kWidth, out);
   }
 }
 
-template <typename T>
+template <typename T, int kWidth>
 __global__ void layernorm_backward_kernel(const T* dy, const T* x, const float* weight, const float* mean,
                                           const float* rstd, T* dx, int64_t dim) {
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t offset = int64_t(blockIdx.x) * dim;
   const float mu = mean[blockIdx.x], r = rstd[blockIdx.x];
   float sum_g = 0, sum_gx = 0;  // Σ (dy·w) and Σ (dy·w)·x̂
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    const float g = to_f32(dy[offset + j]) * weight[j];
-    sum_g += g;
-    sum_gx += g * (to_f32(x[offset + j]) - mu) * r;
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const auto d = load_elements<kWidth>(dy + offset + g * kWidth), v = load_elements<kWidth>(x + offset + g * kWidth);
+    float w[kWidth];
+    load_floats(weight + g * kWidth, w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const float gk = to_f32(d.v[k]) * w[k];
+      sum_g += gk;
+      sum_gx += gk * (to_f32(v.v[k]) - mu) * r;
+    }
   }
   const float mean_g = block_sum(sum_g, scratch) / float(dim);
   const float mean_gx = block_sum(sum_gx, scratch) / float(dim);
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    const float xhat = (to_f32(x[offset + j]) - mu) * r;
-    dx[offset + j] =
-        from_f32<T>(to_f32(dx[offset + j]) + r * (to_f32(dy[offset + j]) * weight[j] - mean_g - xhat * mean_gx));
+  HONE_COLUMN_STRIDE(g, dim / kWidth) {
+    const int64_t at = offset + g * kWidth;
+    const auto d = load_elements<kWidth>(dy + at), v = load_elements<kWidth>(x + at);
+    auto out = load_elements<kWidth>(dx + at);
+    float w[kWidth];
+    load_floats(weight + g * kWidth, w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const float xhat = (to_f32(v.v[k]) - mu) * r;
+      out.v[k] = from_f32<T>(to_f32(out.v[k]) + r * (to_f32(d.v[k]) * w[k] - mean_g - xhat * mean_gx));
+    }
+    store_elements(dx + at, out);
   }
 }
 
@@ -108,7 +165,9 @@ struct LayerNormParamTerm {
 template <typename T>
 void rmsnorm_forward(const T* x, const float* weight, T* y, float* rstd, int64_t rows, int64_t dim, double eps) {
   if (rows == 0) return;
-  HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_forward_kernel)(x, weight, y, rstd, dim, float(eps));
+  with_group_width<T>(wide_groups_fit<T>(dim, {x, weight, y}), [&]<int kWidth>() {
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_forward_kernel<T, kWidth>)(x, weight, y, rstd, dim, float(eps));
+  });
   HONE_CUDA_LAUNCHED("rmsnorm_forward");
 }
 
@@ -116,7 +175,9 @@ template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const float* weight, const float* rstd, T* dx, float* d_weight,
                       int64_t rows, int64_t dim) {
   if (rows == 0) return;
-  HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_backward_kernel)(dy, x, weight, rstd, dx, dim);
+  with_group_width<T>(wide_groups_fit<T>(dim, {dy, x, weight, dx}), [&]<int kWidth>() {
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_backward_kernel<T, kWidth>)(dy, x, weight, rstd, dx, dim);
+  });
   HONE_CUDA_LAUNCHED("rmsnorm_backward");
   if (d_weight != nullptr) accumulate_columns(RmsWeightTerm<T>{dy, x, rstd, dim}, rows, dim, d_weight);
 }
@@ -125,7 +186,10 @@ template <typename T>
 void layernorm_forward(const T* x, const float* weight, const float* bias, T* y, float* mean, float* rstd,
                        int64_t rows, int64_t dim, double eps) {
   if (rows == 0) return;
-  HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_forward_kernel)(x, weight, bias, y, mean, rstd, dim, float(eps));
+  with_group_width<T>(wide_groups_fit<T>(dim, {x, weight, bias, y}), [&]<int kWidth>() {
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_forward_kernel<T, kWidth>)(
+        x, weight, bias, y, mean, rstd, dim, float(eps));
+  });
   HONE_CUDA_LAUNCHED("layernorm_forward");
 }
 
@@ -133,7 +197,10 @@ template <typename T>
 void layernorm_backward(const T* dy, const T* x, const float* weight, const float* mean, const float* rstd, T* dx,
                         float* d_weight, float* d_bias, int64_t rows, int64_t dim) {
   if (rows == 0) return;
-  HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_backward_kernel)(dy, x, weight, mean, rstd, dx, dim);
+  with_group_width<T>(wide_groups_fit<T>(dim, {dy, x, weight, dx}), [&]<int kWidth>() {
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_backward_kernel<T, kWidth>)(
+        dy, x, weight, mean, rstd, dx, dim);
+  });
   HONE_CUDA_LAUNCHED("layernorm_backward");
   if (d_weight == nullptr) return;  // frozen weight (and bias)
   const LayerNormParamTerm<T> term{dy, x, mean, rstd, dim};
