@@ -19,13 +19,24 @@ __device__ void merge(float& max, float& sum, float other_max, float other_sum) 
   }
 }
 
-template <typename T>
+// Threads take kWidth consecutive logits at a time (common.cuh's groups): the
+// group's max, then its sum of exp relative to that max, merged into the
+// thread's running (max, sum), as the CPU does with its chunks.
+template <typename T, int kWidth>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* targets, float* losses, float* lse,
                                              int64_t vocab, int32_t ignore_index, int64_t first) {
   __shared__ float shared_max[kThreads / kWarpSize], shared_sum[kThreads / kWarpSize];
   const T* z = logits + int64_t(blockIdx.x) * vocab;
   float max = -INFINITY, sum = 0;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) merge(max, sum, to_f32(z[j]), 1.0f);
+  HONE_COLUMN_STRIDE(g, vocab / kWidth) {
+    const auto v = load_elements<kWidth>(z + g * kWidth);
+    float group_max = -INFINITY, group_sum = 0;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) group_max = fmaxf(group_max, to_f32(v.v[k]));
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) group_sum += expf(to_f32(v.v[k]) - group_max);
+    merge(max, sum, group_max, group_sum);
+  }
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     merge(max, sum, shuffle_xor(max, offset), shuffle_xor(sum, offset));
   }
@@ -76,16 +87,21 @@ __global__ void loss_totals_kernel(const float* losses, const int32_t* targets, 
   if (threadIdx.x == 0) *out = Totals{sum, static_cast<long long>(tokens), first_bad};
 }
 
-template <typename T>
+template <typename T, int kWidth>
 __global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets, const float* lse, float scale,
                                               int64_t vocab, int32_t ignore_index, int64_t first) {
   T* z = logits + int64_t(blockIdx.x) * vocab;
   const int64_t target = int64_t(targets[blockIdx.x]) - first;  // a column only where this part holds it
   const bool ignored = targets[blockIdx.x] == ignore_index;
   const float l = lse[blockIdx.x];
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float p = expf(to_f32(z[j]) - l);
-    z[j] = from_f32<T>(ignored ? 0.0f : scale * (j == target ? p - 1.0f : p));
+  HONE_COLUMN_STRIDE(g, vocab / kWidth) {
+    auto v = load_elements<kWidth>(z + g * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const float p = expf(to_f32(v.v[k]) - l);
+      v.v[k] = from_f32<T>(ignored ? 0.0f : scale * (g * kWidth + k == target ? p - 1.0f : p));
+    }
+    store_elements(z + g * kWidth, v);
   }
 }
 
@@ -95,8 +111,10 @@ template <typename T>
 LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
                                  int64_t vocab, int32_t ignore_index, int64_t first, int64_t classes) {
   if (rows == 0) return {};
-  HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_forward_kernel)(
-      logits, targets, losses, lse, vocab, ignore_index, first);
+  with_group_width<T>(wide_groups_fit<T>(vocab, {logits}), [&]<int kWidth>() {
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_forward_kernel<T, kWidth>)(
+        logits, targets, losses, lse, vocab, ignore_index, first);
+  });
   HONE_CUDA_LAUNCHED("cross_entropy_forward");
   DeviceBuffer totals(sizeof(Totals));
   HONE_LAUNCH(1, kThreads, 0, loss_totals_kernel)(losses, targets, rows, classes, ignore_index, totals.as<Totals>());
@@ -117,8 +135,10 @@ template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
                             int64_t vocab, int32_t ignore_index, int64_t first) {
   if (rows == 0) return;
-  HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_backward_kernel)(
-      logits, targets, lse, float(scale), vocab, ignore_index, first);
+  with_group_width<T>(wide_groups_fit<T>(vocab, {logits}), [&]<int kWidth>() {
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_backward_kernel<T, kWidth>)(
+        logits, targets, lse, float(scale), vocab, ignore_index, first);
+  });
   HONE_CUDA_LAUNCHED("cross_entropy_backward");
 }
 
