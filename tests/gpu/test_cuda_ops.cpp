@@ -677,9 +677,12 @@ TEST_F(Cuda, ElementWiseOps) {
       expect_match(block_gpu, block, tol, named("copy_columns, " + what, dtype));
     }
 
-    const Tensor big = random_tensor({300001}, dtype, 49);
-    // The CPU adds float squares in blocks of 256, the GPU double ones: about 3e-9 apart.
-    EXPECT_NEAR(ops::sum_squares(gpu(big)), ops::sum_squares(big), 1e-7 * ops::sum_squares(big)) << dtype_name(dtype);
+    for (const int64_t n : {300001, 300000}) {  // element by element and in 16-byte groups
+      const Tensor big = random_tensor({n}, dtype, 49);
+      // The CPU adds float squares in blocks of 256, the GPU double ones: about 3e-9 apart.
+      const double cpu = ops::sum_squares(big);
+      EXPECT_NEAR(ops::sum_squares(gpu(big)), cpu, 1e-7 * cpu) << named(fmt::format("sum of squares of {}", n), dtype);
+    }
   }
 }
 
@@ -715,23 +718,36 @@ TEST_F(Cuda, CastsAreBitExactWithTheCpu) {
   EXPECT_EQ(relative_error(round_trip, f32), 0.0);
 }
 
+// 5000 elements in groups of 4; 5003 with 3 left over; 4999 from one element
+// into every buffer (all single elements); with and without the bf16 copy.
 TEST_F(Cuda, AdamWWithComputeCopy) {
-  const int64_t n = 5000;
-  const Tensor param = random_tensor({n}, DType::f32, 51), grad = random_tensor({n}, DType::f32, 52);
-  const Tensor m = random_tensor({n}, DType::f32, 53, 0.1);
-  std::vector<float> second(static_cast<size_t>(n));  // second moments are non-negative
-  Generator(54).uniform(std::span<float>(second), 0.0, 0.01);
-  const Tensor v = Tensor::from(second, {n});
-  const Tensor p_gpu = gpu(param), g_gpu = gpu(grad), m_gpu = gpu(m), v_gpu = gpu(v);
-  const Tensor copy = Tensor::empty({n}, DType::bf16), copy_gpu = Tensor::empty({n}, DType::bf16, kGpu);
-  const ops::AdamWHyper hyper{
-      .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 3, .grad_scale = 0.7};
-  ops::adamw_update(param, grad, m, v, hyper, copy);
-  ops::adamw_update(p_gpu, g_gpu, m_gpu, v_gpu, hyper, copy_gpu);
-  expect_match(p_gpu, param, 1e-6, "adamw param");
-  expect_match(m_gpu, m, 1e-6, "adamw m");
-  expect_match(v_gpu, v, 1e-6, "adamw v");
-  expect_match(copy_gpu, copy, 1e-2, "adamw compute copy");
+  for (const auto& [n, skip] : {std::pair<int64_t, int64_t>{5000, 0}, {5003, 0}, {4999, 1}}) {
+    const Tensor param = random_tensor({n}, DType::f32, 51), grad = random_tensor({n}, DType::f32, 52);
+    const Tensor m = random_tensor({n}, DType::f32, 53, 0.1);
+    std::vector<float> second(static_cast<size_t>(n));  // second moments are non-negative
+    Generator(54).uniform(std::span<float>(second), 0.0, 0.01);
+    const Tensor v = Tensor::from(second, {n});
+    const auto on_gpu = [&](const Tensor& t) {  // skip elements into a buffer of its own
+      const Tensor buffer = Tensor::zeros({skip + n}, t.dtype(), kGpu);
+      buffer.slice(skip, {n}).copy_from(t);
+      return buffer.slice(skip, {n});
+    };
+    for (const bool with_copy : {true, false}) {
+      const std::string what = fmt::format("adamw of {} from element {}{}:", n, skip, with_copy ? " with a copy" : "");
+      const Tensor p_cpu = param.clone(), m_cpu = m.clone(), v_cpu = v.clone();
+      const Tensor p_gpu = on_gpu(param), g_gpu = on_gpu(grad), m_gpu = on_gpu(m), v_gpu = on_gpu(v);
+      const Tensor copy = with_copy ? Tensor::empty({n}, DType::bf16) : Tensor();
+      const Tensor copy_gpu = with_copy ? on_gpu(Tensor::zeros({n}, DType::bf16)) : Tensor();
+      const ops::AdamWHyper hyper{
+          .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 3, .grad_scale = 0.7};
+      ops::adamw_update(p_cpu, grad, m_cpu, v_cpu, hyper, copy);
+      ops::adamw_update(p_gpu, g_gpu, m_gpu, v_gpu, hyper, copy_gpu);
+      expect_match(p_gpu, p_cpu, 1e-6, what + " param");
+      expect_match(m_gpu, m_cpu, 1e-6, what + " m");
+      expect_match(v_gpu, v_cpu, 1e-6, what + " v");
+      if (with_copy) expect_match(copy_gpu, copy, 1e-2, what + " compute copy");
+    }
+  }
 }
 
 TEST_F(Cuda, AllocatorCountsAndCaches) {

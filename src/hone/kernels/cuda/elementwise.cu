@@ -152,15 +152,20 @@ __global__ void copy_columns_kernel(const T* src, int64_t width, int64_t col, T*
 
 constexpr int kSumBlocks = 1024;
 
-// Stage 1: each block's share in double; the grid depends on n only, so the
-// order of additions, and the result, is fixed.
-template <typename T>
+// Stage 1: each block's share in double, in 16-byte groups where n and x
+// allow; the grid and the groups depend on n and x's alignment only, so the
+// order of additions, and the result, is fixed for a buffer.
+template <typename T, int kWidth>
 __global__ void sum_squares_kernel(const T* x, int64_t n, double* partial) {
   __shared__ double scratch[kThreads / kWarpSize];
   double sum = 0;
-  HONE_GRID_STRIDE(i, n) {
-    const double v = to_f32(x[i]);
-    sum += v * v;
+  HONE_GRID_STRIDE(i, n / kWidth) {
+    const auto group = load_elements<kWidth>(x + i * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const double v = to_f32(group.v[k]);
+      sum += v * v;
+    }
   }
   sum = block_sum(sum, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
@@ -261,10 +266,13 @@ void copy_scaled_columns(const T* src, int64_t width, int64_t col, T* dst, int64
 template <typename T>
 double sum_squares(const T* x, int64_t n) {
   if (n == 0) return 0.0;
-  const unsigned blocks = std::min<unsigned>(kSumBlocks, blocks_for(n, kThreads));
-  DeviceBuffer partial((blocks + 1) * sizeof(double));
-  double* total = partial.as<double>() + blocks;
-  HONE_LAUNCH(blocks, kThreads, 0, sum_squares_kernel)(x, n, partial.as<double>());
+  DeviceBuffer partial((kSumBlocks + 1) * sizeof(double));
+  double* total = partial.as<double>() + kSumBlocks;
+  unsigned blocks = 0;
+  launch_grouped<T>(n, wide_groups_fit<T>(n, {x}), kThreads, [&]<int kWidth>(unsigned enough) {
+    blocks = std::min<unsigned>(kSumBlocks, enough);
+    HONE_LAUNCH(blocks, kThreads, 0, sum_squares_kernel<T, kWidth>)(x, n, partial.as<double>());
+  });
   HONE_CUDA_LAUNCHED("sum_squares");
   HONE_LAUNCH(1, kThreads, 0, sum_partials_kernel)(partial.as<double>(), int(blocks), total);
   HONE_CUDA_LAUNCHED("sum_squares (partials)");
