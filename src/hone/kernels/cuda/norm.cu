@@ -9,86 +9,27 @@ namespace {
 
 constexpr int kThreads = 256;  // one block per row
 
-// Each thread takes groups of kWidth consecutive elements of the block's row
-// (common.cuh's 16-byte groups, or single elements), the f32 weights beside them
+// LayerNorm and RMSNorm in one pair of kernels: RMSNorm is LayerNorm without
+// centring (kCentered false: μ = 0) and without a bias. Each thread takes
+// groups of kWidth consecutive elements of the block's row (common.cuh's
+// 16-byte groups, or single elements), the f32 weights and biases beside them
 // likewise; g is a group's index, g * kWidth its first column.
-template <typename T, int kWidth>
-__global__ void rmsnorm_forward_kernel(const T* x, const float* weight, T* y, float* rstd, int64_t dim, float eps) {
+template <typename T, int kWidth, bool kCentered>
+__global__ void norm_forward_kernel(const T* x, const float* weight, const float* bias, T* y, float* mean,
+                                    float* rstd, int64_t dim, float eps) {
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t offset = int64_t(blockIdx.x) * dim;
-  float sum_sq = 0;
-  HONE_COLUMN_STRIDE(g, dim / kWidth) {
-    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+  float mu = 0;
+  if constexpr (kCentered) {
+    float sum = 0;
+    HONE_COLUMN_STRIDE(g, dim / kWidth) {
+      const auto v = load_elements<kWidth>(x + offset + g * kWidth);
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) sum_sq += to_f32(v.v[k]) * to_f32(v.v[k]);
-  }
-  const float r = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(dim) + eps);
-  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-  HONE_COLUMN_STRIDE(g, dim / kWidth) {
-    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
-    float w[kWidth];
-    load_floats(weight + g * kWidth, w);
-    Elements<T, kWidth> out;
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) out.v[k] = from_f32<T>(to_f32(v.v[k]) * r * w[k]);
-    store_elements(y + offset + g * kWidth, out);
-  }
-}
-
-template <typename T, int kWidth>
-__global__ void rmsnorm_backward_kernel(const T* dy, const T* x, const float* weight, const float* rstd, T* dx,
-                                        int64_t dim) {
-  __shared__ float scratch[kThreads / kWarpSize];
-  const int64_t offset = int64_t(blockIdx.x) * dim;
-  const float r = rstd[blockIdx.x];
-  float dot = 0;  // Σ_j (dy·w)_j · x̂_j
-  HONE_COLUMN_STRIDE(g, dim / kWidth) {
-    const auto d = load_elements<kWidth>(dy + offset + g * kWidth), v = load_elements<kWidth>(x + offset + g * kWidth);
-    float w[kWidth];
-    load_floats(weight + g * kWidth, w);
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) dot += to_f32(d.v[k]) * w[k] * to_f32(v.v[k]) * r;
-  }
-  dot = block_sum(dot, scratch) / float(dim);
-  HONE_COLUMN_STRIDE(g, dim / kWidth) {
-    const int64_t at = offset + g * kWidth;
-    const auto d = load_elements<kWidth>(dy + at), v = load_elements<kWidth>(x + at);
-    auto out = load_elements<kWidth>(dx + at);
-    float w[kWidth];
-    load_floats(weight + g * kWidth, w);
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      const float xhat = to_f32(v.v[k]) * r;
-      out.v[k] = from_f32<T>(to_f32(out.v[k]) + r * (to_f32(d.v[k]) * w[k] - xhat * dot));
+      for (int k = 0; k < kWidth; ++k) sum += to_f32(v.v[k]);
     }
-    store_elements(dx + at, out);
+    mu = block_sum(sum, scratch) / float(dim);
   }
-}
-
-template <typename T>
-struct RmsWeightTerm {
-  const T* dy;
-  const T* x;
-  const float* rstd;
-  int64_t dim;
-  __device__ float operator()(int64_t row, int64_t j) const {
-    return to_f32(dy[row * dim + j]) * to_f32(x[row * dim + j]) * rstd[row];
-  }
-};
-
-template <typename T, int kWidth>
-__global__ void layernorm_forward_kernel(const T* x, const float* weight, const float* bias, T* y, float* mean,
-                                         float* rstd, int64_t dim, float eps) {
-  __shared__ float scratch[kThreads / kWarpSize];
-  const int64_t offset = int64_t(blockIdx.x) * dim;
-  float sum = 0;
-  HONE_COLUMN_STRIDE(g, dim / kWidth) {
-    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) sum += to_f32(v.v[k]);
-  }
-  const float mu = block_sum(sum, scratch) / float(dim);
-  float sum_sq = 0;  // two passes, as on the CPU: exact variance for values far from 0
+  float sum_sq = 0;  // two passes for LayerNorm, as on the CPU: exact variance for values far from 0
   HONE_COLUMN_STRIDE(g, dim / kWidth) {
     const auto v = load_elements<kWidth>(x + offset + g * kWidth);
 #pragma unroll
@@ -96,7 +37,7 @@ __global__ void layernorm_forward_kernel(const T* x, const float* weight, const 
   }
   const float r = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(dim) + eps);
   if (threadIdx.x == 0) {
-    mean[blockIdx.x] = mu;
+    if constexpr (kCentered) mean[blockIdx.x] = mu;
     rstd[blockIdx.x] = r;
   }
   HONE_COLUMN_STRIDE(g, dim / kWidth) {
@@ -106,17 +47,22 @@ __global__ void layernorm_forward_kernel(const T* x, const float* weight, const 
     if (bias) load_floats(bias + g * kWidth, b);
     Elements<T, kWidth> out;
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) out.v[k] = from_f32<T>((to_f32(v.v[k]) - mu) * r * w[k] + b[k]);
+    for (int k = 0; k < kWidth; ++k) {
+      const float value = (to_f32(v.v[k]) - mu) * r * w[k];
+      out.v[k] = from_f32<T>(bias ? value + b[k] : value);
+    }
     store_elements(y + offset + g * kWidth, out);
   }
 }
 
-template <typename T, int kWidth>
-__global__ void layernorm_backward_kernel(const T* dy, const T* x, const float* weight, const float* mean,
-                                          const float* rstd, T* dx, int64_t dim) {
+// dx += r · (dy·w − mean(dy·w) − x̂ · mean(dy·w·x̂)) with x̂ = (x − μ) · r; for
+// RMSNorm μ = 0 and the mean(dy·w) term drops out.
+template <typename T, int kWidth, bool kCentered>
+__global__ void norm_backward_kernel(const T* dy, const T* x, const float* weight, const float* mean,
+                                     const float* rstd, T* dx, int64_t dim) {
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t offset = int64_t(blockIdx.x) * dim;
-  const float mu = mean[blockIdx.x], r = rstd[blockIdx.x];
+  const float mu = kCentered ? mean[blockIdx.x] : 0.0f, r = rstd[blockIdx.x];
   float sum_g = 0, sum_gx = 0;  // Σ (dy·w) and Σ (dy·w)·x̂
   HONE_COLUMN_STRIDE(g, dim / kWidth) {
     const auto d = load_elements<kWidth>(dy + offset + g * kWidth), v = load_elements<kWidth>(x + offset + g * kWidth);
@@ -125,11 +71,11 @@ __global__ void layernorm_backward_kernel(const T* dy, const T* x, const float* 
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) {
       const float gk = to_f32(d.v[k]) * w[k];
-      sum_g += gk;
+      if constexpr (kCentered) sum_g += gk;
       sum_gx += gk * (to_f32(v.v[k]) - mu) * r;
     }
   }
-  const float mean_g = block_sum(sum_g, scratch) / float(dim);
+  const float mean_g = kCentered ? block_sum(sum_g, scratch) / float(dim) : 0.0f;
   const float mean_gx = block_sum(sum_gx, scratch) / float(dim);
   HONE_COLUMN_STRIDE(g, dim / kWidth) {
     const int64_t at = offset + g * kWidth;
@@ -145,6 +91,17 @@ __global__ void layernorm_backward_kernel(const T* dy, const T* x, const float* 
     store_elements(dx + at, out);
   }
 }
+
+template <typename T>
+struct RmsWeightTerm {
+  const T* dy;
+  const T* x;
+  const float* rstd;
+  int64_t dim;
+  __device__ float operator()(int64_t row, int64_t j) const {
+    return to_f32(dy[row * dim + j]) * to_f32(x[row * dim + j]) * rstd[row];
+  }
+};
 
 // Columns [0, dim) the weight gradient's terms, [dim, 2·dim) the bias gradient's.
 template <typename T>
@@ -166,7 +123,8 @@ template <typename T>
 void rmsnorm_forward(const T* x, const float* weight, T* y, float* rstd, int64_t rows, int64_t dim, double eps) {
   if (rows == 0) return;
   with_group_width<T>(wide_groups_fit<T>(dim, {x, weight, y}), [&]<int kWidth>() {
-    HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_forward_kernel<T, kWidth>)(x, weight, y, rstd, dim, float(eps));
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, norm_forward_kernel<T, kWidth, false>)(
+        x, weight, nullptr, y, nullptr, rstd, dim, float(eps));
   });
   HONE_CUDA_LAUNCHED("rmsnorm_forward");
 }
@@ -176,7 +134,8 @@ void rmsnorm_backward(const T* dy, const T* x, const float* weight, const float*
                       int64_t rows, int64_t dim) {
   if (rows == 0) return;
   with_group_width<T>(wide_groups_fit<T>(dim, {dy, x, weight, dx}), [&]<int kWidth>() {
-    HONE_LAUNCH(unsigned(rows), kThreads, 0, rmsnorm_backward_kernel<T, kWidth>)(dy, x, weight, rstd, dx, dim);
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, norm_backward_kernel<T, kWidth, false>)(
+        dy, x, weight, nullptr, rstd, dx, dim);
   });
   HONE_CUDA_LAUNCHED("rmsnorm_backward");
   if (d_weight != nullptr) accumulate_columns(RmsWeightTerm<T>{dy, x, rstd, dim}, rows, dim, d_weight);
@@ -187,7 +146,7 @@ void layernorm_forward(const T* x, const float* weight, const float* bias, T* y,
                        int64_t rows, int64_t dim, double eps) {
   if (rows == 0) return;
   with_group_width<T>(wide_groups_fit<T>(dim, {x, weight, bias, y}), [&]<int kWidth>() {
-    HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_forward_kernel<T, kWidth>)(
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, norm_forward_kernel<T, kWidth, true>)(
         x, weight, bias, y, mean, rstd, dim, float(eps));
   });
   HONE_CUDA_LAUNCHED("layernorm_forward");
@@ -198,7 +157,7 @@ void layernorm_backward(const T* dy, const T* x, const float* weight, const floa
                         float* d_weight, float* d_bias, int64_t rows, int64_t dim) {
   if (rows == 0) return;
   with_group_width<T>(wide_groups_fit<T>(dim, {dy, x, weight, dx}), [&]<int kWidth>() {
-    HONE_LAUNCH(unsigned(rows), kThreads, 0, layernorm_backward_kernel<T, kWidth>)(
+    HONE_LAUNCH(unsigned(rows), kThreads, 0, norm_backward_kernel<T, kWidth, true>)(
         dy, x, weight, mean, rstd, dx, dim);
   });
   HONE_CUDA_LAUNCHED("layernorm_backward");
