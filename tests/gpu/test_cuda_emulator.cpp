@@ -49,6 +49,8 @@ __global__ void shuffle_after_returns(float* out) {
 
 __global__ void nothing() {}
 
+__global__ void copy_group(const bf16* from, bf16* to) { store_elements(to, load_elements<8>(from)); }
+
 TEST(CudaEmulator, ReportsWhatAGpuWouldHangOnOrLeaveUndefined) {
   EXPECT_NE(error_of([] { HONE_LAUNCH(1, 64, 0, barrier_in_one_branch)(); }).find("block (0, 0, 0) deadlocks"),
             std::string::npos);
@@ -61,6 +63,14 @@ TEST(CudaEmulator, ReportsWhatAGpuWouldHangOnOrLeaveUndefined) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
   HONE_LAUNCH(1, 32, 0, nothing)();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+
+  // A 16-byte group one element off its alignment: x86 loads it, a GPU faults.
+  alignas(16) bf16 data[24] = {};
+  HONE_LAUNCH(1, 1, 0, copy_group)(data, data + 16);
+  EXPECT_NE(error_of([&] { HONE_LAUNCH(1, 1, 0, copy_group)(data + 1, data + 16); }).find("not 16-byte aligned"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { HONE_LAUNCH(1, 1, 0, copy_group)(data, data + 15); }).find("not 16-byte aligned"),
+            std::string::npos);
 }
 
 }  // namespace

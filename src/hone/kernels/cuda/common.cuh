@@ -161,10 +161,16 @@ inline constexpr int kWideGroup = 16 / int(sizeof(T));
 
 template <int kWidth, typename T>
 __device__ __forceinline__ Elements<T, kWidth> load_elements(const T* p) {
+#if HONE_CUDA_EMULATOR
+  emulator::check_aligned(p, alignof(Elements<T, kWidth>));
+#endif
   return *reinterpret_cast<const Elements<T, kWidth>*>(p);
 }
 template <int kWidth, typename T>
 __device__ __forceinline__ void store_elements(T* p, const Elements<T, kWidth>& e) {
+#if HONE_CUDA_EMULATOR
+  emulator::check_aligned(p, alignof(Elements<T, kWidth>));
+#endif
   *reinterpret_cast<Elements<T, kWidth>*>(p) = e;
 }
 

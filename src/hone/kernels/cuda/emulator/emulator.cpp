@@ -283,6 +283,12 @@ uint64_t warp_exchange(uint64_t value, int source) {
 
 void* dynamic_shared_memory() { return t_block.shared.data(); }
 
+void check_aligned(const void* address, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(address) % bytes == 0) return;
+  stop("a " + std::to_string(bytes) + "-byte access at an address that is not " + std::to_string(bytes) +
+       "-byte aligned (a GPU stops the kernel: misaligned address)");
+}
+
 void* warp_scratch() { return t_block.warps[size_t(running().warp)].scratch; }
 
 }  // namespace hone::kernels::cuda::emulator

@@ -14,7 +14,8 @@
 // float) so that reading what no thread wrote shows. Where a GPU would hang or
 // read garbage, the launch fails with hone::Error naming the kernel's block:
 // threads waiting at different barriers, a shuffle in a warp with lanes that
-// have exited. A launch out of CUDA's limits (block size, grid.y and grid.z
+// have exited, a group of elements (common.cuh's load_elements) at an address
+// a GPU cannot load it from. A launch out of CUDA's limits (block size, grid.y and grid.z
 // above 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does.
 //
 // Not modelled: timing, and what threads see of each other's writes between
@@ -95,6 +96,8 @@ void warp_barrier();
 // Every lane of the warp gives `value`; each gets the value of lane `source`.
 uint64_t warp_exchange(uint64_t value, int source);
 void* dynamic_shared_memory();
+// A GPU's vector loads and stores need their own size's alignment; x86 does not.
+void check_aligned(const void* address, size_t bytes);
 
 template <typename V>
 V exchanged(V value, int source) {
