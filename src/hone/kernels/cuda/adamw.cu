@@ -57,10 +57,9 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
   // Groups of 4 where the f32 buffers are 16-byte aligned and the copy 8-byte
   // aligned (its elements are half as wide); the last n % 4 elements, or all of
   // them otherwise, one by one.
-  constexpr int kGroup = 4;
-  const auto aligned = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  const bool grouped = aligned(param, 16) && aligned(grad, 16) && aligned(m, 16) && aligned(v, 16) &&
-                       aligned(compute_copy, 8);
+  constexpr int kGroup = kWideGroup<float>;
+  const bool grouped = aligned_to(param, 16) && aligned_to(grad, 16) && aligned_to(m, 16) && aligned_to(v, 16) &&
+                       aligned_to(compute_copy, 8);
   const int64_t head = grouped ? n / kGroup * kGroup : 0;
   if (head > 0) {
     HONE_LAUNCH(blocks_for(head / kGroup, kThreads), kThreads, 0, adamw_kernel<kGroup>)(

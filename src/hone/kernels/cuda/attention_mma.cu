@@ -416,7 +416,7 @@ bool mma_attention_fits(const AttentionShape& s, AttentionPass pass, std::initia
   if (s.row_stride % 8 != 0 || s.out_stride % 8 != 0) return false;  // rows start on 16 bytes
   if (s.seq > (int64_t(1) << 30)) return false;                        // key positions are int in the kernels
   for (const void* p : buffers) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    if (!aligned_to(p, 16)) return false;
   }
   if (compute_capability() < 80) return false;
   bool fits = false;

@@ -174,12 +174,15 @@ __device__ __forceinline__ void store_elements(T* p, const Elements<T, kWidth>& 
   *reinterpret_cast<Elements<T, kWidth>*>(p) = e;
 }
 
+// Whether p can be read in vectors of `bytes` (null can: nothing is read).
+inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
 // Whether rows of `row_length` elements at these pointers take 16-byte groups of T.
 template <typename T>
 bool wide_groups_fit(int64_t row_length, std::initializer_list<const void*> pointers) {
   if (row_length % kWideGroup<T> != 0) return false;
   for (const void* p : pointers) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    if (!aligned_to(p, 16)) return false;
   }
   return true;
 }
