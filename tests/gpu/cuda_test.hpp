@@ -21,6 +21,15 @@ class Cuda : public ::testing::Test {
 
 inline Tensor gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : Tensor(); }
 
+// A device copy of t starting `skip` elements into a buffer of its own, as a
+// tensor sliced from a flat buffer may: aligned to its element size alone.
+inline Tensor gpu_at(const Tensor& t, int64_t skip) {
+  if (!t.defined()) return Tensor();
+  const Tensor placed = Tensor::zeros({skip + t.numel()}, t.dtype(), kGpu).slice(skip, t.shape());
+  placed.copy_from(t);
+  return placed;
+}
+
 // Causal attention of this shape, scaled by 1/sqrt(head_dim).
 inline kernels::cpu::AttentionDims attention_dims(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                                   int64_t head_dim) {

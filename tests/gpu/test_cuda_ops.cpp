@@ -121,13 +121,13 @@ TEST_F(Cuda, LinearForwardAndBackwardWithBias) {
 // longer chunks.
 TEST_F(Cuda, LinearWithAMisalignedBiasAndManyRows) {
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{20000, 16}, {9, 300}}) {
-    const Tensor flat = random_tensor({cols + 1}, DType::f32, 13), bias = flat.slice(1, {cols});
+    const Tensor bias = random_tensor({cols}, DType::f32, 13);
     for (const DType dtype : kDtypes) {
       const std::string shape = fmt::format("{} x {}", rows, cols);
       const Tensor x = random_tensor({rows, 24}, dtype, 14), w = random_tensor({cols, 24}, dtype, 15);
       const Tensor y = Tensor::empty({rows, cols}, dtype), y_gpu = Tensor::empty({rows, cols}, dtype, kGpu);
       ops::linear_forward(x, w, bias, y);
-      ops::linear_forward(gpu(x), gpu(w), gpu(flat).slice(1, {cols}), y_gpu);
+      ops::linear_forward(gpu(x), gpu(w), gpu_at(bias, 1), y_gpu);
       expect_match(y_gpu, y, tolerance(dtype, 1e-5), named("linear forward, misaligned bias, " + shape, dtype));
       const Tensor dy = random_tensor(y.shape(), dtype, 16);
       const Tensor db = Tensor::zeros({cols}, DType::f32), db_gpu = Tensor::zeros({cols}, DType::f32, kGpu);
@@ -155,7 +155,7 @@ TEST_P(CudaLinearGelu, ForwardAndBackwardMatchTheCpu) {
   const Tensor bias = with_bias ? random_tensor({out}, DType::f32, 62) : Tensor();
   const Tensor pre = Tensor::empty({2, 5, out}, dtype), y = Tensor::empty({2, 5, out}, dtype);
   ops::linear_gelu_forward(x, w, bias, pre, y, kind);
-  const Tensor pre_gpu = Tensor::zeros({pre_offset + 10 * out}, dtype, kGpu).slice(pre_offset, {2, 5, out});
+  const Tensor pre_gpu = gpu_at(Tensor::zeros({2, 5, out}, dtype), pre_offset);
   const Tensor y_gpu = Tensor::empty({2, 5, out}, dtype, kGpu);
   ops::linear_gelu_forward(gpu(x), gpu(w), with_bias ? gpu(bias) : Tensor(), pre_gpu, y_gpu, kind);
   expect_match(pre_gpu, pre, tolerance(dtype, 1e-5), named("pre-activation", dtype));
@@ -246,10 +246,8 @@ TEST_F(Cuda, EmbeddingReportsTheFirstBadTokenAsTheCpuDoes) {
 TEST_F(Cuda, NormsForwardAndBackward) {
   for (const int64_t dim : {200, 4104, 203, 1000}) {
     const int64_t rows = 67, skip = dim == 1000 ? 1 : 0;
-    const Tensor w_flat = random_tensor({skip + dim}, DType::f32, 21, 2.0);
-    const Tensor bias_flat = random_tensor({skip + dim}, DType::f32, 22);
-    const Tensor w = w_flat.slice(skip, {dim}), w_gpu = gpu(w_flat).slice(skip, {dim});
-    const Tensor bias = bias_flat.slice(skip, {dim}), bias_gpu = gpu(bias_flat).slice(skip, {dim});
+    const Tensor w = random_tensor({dim}, DType::f32, 21, 2.0), w_gpu = gpu_at(w, skip);
+    const Tensor bias = random_tensor({dim}, DType::f32, 22), bias_gpu = gpu_at(bias, skip);
     for (const DType dtype : kDtypes) {
       const Tensor x = random_tensor({rows, dim}, dtype, 23, 3.0), dy = random_tensor({rows, dim}, dtype, 24);
       const double tol = tolerance(dtype, 1e-4);
@@ -727,17 +725,13 @@ TEST_F(Cuda, AdamWWithComputeCopy) {
     std::vector<float> second(static_cast<size_t>(n));  // second moments are non-negative
     Generator(54).uniform(std::span<float>(second), 0.0, 0.01);
     const Tensor v = Tensor::from(second, {n});
-    const auto on_gpu = [&](const Tensor& t) {  // skip elements into a buffer of its own
-      const Tensor buffer = Tensor::zeros({skip + n}, t.dtype(), kGpu);
-      buffer.slice(skip, {n}).copy_from(t);
-      return buffer.slice(skip, {n});
-    };
     for (const bool with_copy : {true, false}) {
       const std::string what = fmt::format("adamw of {} from element {}{}:", n, skip, with_copy ? " with a copy" : "");
       const Tensor p_cpu = param.clone(), m_cpu = m.clone(), v_cpu = v.clone();
-      const Tensor p_gpu = on_gpu(param), g_gpu = on_gpu(grad), m_gpu = on_gpu(m), v_gpu = on_gpu(v);
+      const Tensor p_gpu = gpu_at(param, skip), g_gpu = gpu_at(grad, skip), m_gpu = gpu_at(m, skip);
+      const Tensor v_gpu = gpu_at(v, skip);
       const Tensor copy = with_copy ? Tensor::empty({n}, DType::bf16) : Tensor();
-      const Tensor copy_gpu = with_copy ? on_gpu(Tensor::zeros({n}, DType::bf16)) : Tensor();
+      const Tensor copy_gpu = with_copy ? gpu_at(Tensor::zeros({n}, DType::bf16), skip) : Tensor();
       const ops::AdamWHyper hyper{
           .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 3, .grad_scale = 0.7};
       ops::adamw_update(p_cpu, grad, m_cpu, v_cpu, hyper, copy);
