@@ -291,6 +291,48 @@ TEST_F(Cuda, NormsForwardAndBackward) {
   }
 }
 
+// The residual add before a norm (ops::ResidualAdd), in 16-byte groups (200,
+// 4104), single elements (203), and single elements because the branch sits one
+// element into its buffer (200, skip 1): the sum is exactly the CPU's, and the
+// norm exactly the GPU's norm of the GPU's own add (its sum placed as the
+// branch is, so it is read in the same groups, summed in the same order); in
+// place (sum over x) too.
+TEST_F(Cuda, NormsWithResidualAdd) {
+  for (const auto& [dim, skip] : {std::pair<int64_t, int64_t>{200, 0}, {4104, 0}, {203, 0}, {200, 1}}) {
+    const int64_t rows = 67;
+    const Tensor w = gpu(random_tensor({dim}, DType::f32, 30, 2.0)), bias = gpu(random_tensor({dim}, DType::f32, 31));
+    for (const DType dtype : kDtypes) {
+      const Tensor x = random_tensor({rows, dim}, dtype, 32, 3.0), branch = random_tensor(x.shape(), dtype, 33);
+      const Tensor x_gpu = gpu(x), branch_gpu = gpu_at(branch, skip);
+      const Tensor sum = Tensor::empty(x.shape(), dtype), sum_gpu = gpu_at(Tensor::zeros(x.shape(), dtype), skip);
+      ops::add(x, branch, sum);
+      ops::add(x_gpu, branch_gpu, sum_gpu);
+      for (const bool layernorm : {false, true}) {
+        const auto norm = [&](const Tensor& input, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                              const ops::ResidualAdd& residual) {
+          if (layernorm) ops::layernorm_forward(input, w, bias, y, mean, rstd, 1e-5, residual);
+          else ops::rmsnorm_forward(input, w, y, rstd, 1e-5, residual);
+        };
+        const auto row_stats = [&] { return Tensor::empty({rows}, DType::f32, kGpu); };
+        const Tensor y = Tensor::empty(x.shape(), dtype, kGpu), mean = row_stats(), rstd = row_stats();
+        norm(sum_gpu, y, mean, rstd, {});
+        for (const bool in_place : {false, true}) {
+          const std::string what = fmt::format("{} dim {} skip {}{}", layernorm ? "add + layernorm" : "add + rmsnorm",
+                                               dim, skip, in_place ? " in place" : "");
+          const Tensor fused_sum = in_place ? x_gpu.clone() : Tensor::empty(x.shape(), dtype, kGpu);
+          const Tensor fused_y = Tensor::empty(x.shape(), dtype, kGpu);
+          const Tensor fused_mean = row_stats(), fused_rstd = row_stats();
+          norm(in_place ? fused_sum : x_gpu, fused_y, fused_mean, fused_rstd, {.branch = branch_gpu, .sum = fused_sum});
+          expect_match(fused_sum, sum, 0, named(what + " sum", dtype));
+          expect_match(fused_y, y, 0, named(what, dtype));
+          expect_match(fused_rstd, rstd, 0, named(what + " rstd", dtype));
+          if (layernorm) expect_match(fused_mean, mean, 0, named(what + " mean", dtype));
+        }
+      }
+    }
+  }
+}
+
 // Head size 8 (eight rows a block of the kernel), 128 (four) and 1024 (pairs
 // more than a block's threads); the rows hold 8 heads, 6 rotated.
 TEST_F(Cuda, RopeForwardInverseOffsetAndPackedPositions) {

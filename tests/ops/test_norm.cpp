@@ -1,5 +1,6 @@
 // RMSNorm and LayerNorm (with and without bias): forward against the formula,
-// backward against finite differences in fp64, fp32 and bf16 against fp64.
+// backward against finite differences in fp64, fp32 and bf16 against fp64; the
+// residual add before a norm against ops::add and the norm.
 #include <cmath>
 
 #include "hone/core/parallel.hpp"
@@ -127,6 +128,60 @@ TEST(Norms, LowPrecisionMatchesFp64) {
     ops::rmsnorm_forward(x, w32, y, rstd, kEps);
     expect_close(y, y64, tolerance, fmt::format("rmsnorm {}", dtype_name(dtype)));
   }
+}
+
+// The residual add a forward op does on its way is exactly ops::add followed by
+// the norm (the sum rounded to x's dtype before it is normalized), also in
+// place (the sum written over x).
+TEST(Norms, ResidualAddIsExactlyAddThenNorm) {
+  const Tensor w = random_tensor({kDim}, DType::f32, 13), b = random_tensor({kDim}, DType::f32, 14);
+  for (const DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const DType stats = dtype == DType::f64 ? DType::f64 : DType::f32;
+    const Tensor weight = Tensor::empty({kDim}, stats), bias = Tensor::empty({kDim}, stats);
+    ops::cast(w, weight);
+    ops::cast(b, bias);
+    const Tensor x = random_tensor({kRows, kDim}, dtype, 15, 3.0), branch = random_tensor(x.shape(), dtype, 16);
+    for (const bool layernorm : {false, true}) {
+      const auto norm = [&](const Tensor& input, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                            const ops::ResidualAdd& residual) {
+        if (layernorm) ops::layernorm_forward(input, weight, bias, y, mean, rstd, kEps, residual);
+        else ops::rmsnorm_forward(input, weight, y, rstd, kEps, residual);
+      };
+      const Tensor sum = Tensor::empty(x.shape(), dtype), y = Tensor::empty(x.shape(), dtype);
+      const Tensor mean = Tensor::empty({kRows}, stats), rstd = Tensor::empty({kRows}, stats);
+      ops::add(x, branch, sum);
+      norm(sum, y, mean, rstd, {});
+      for (const bool in_place : {false, true}) {
+        const std::string what = fmt::format("{} {}{}", layernorm ? "layernorm" : "rmsnorm", dtype_name(dtype),
+                                             in_place ? " in place" : "");
+        const Tensor fused_sum = in_place ? x.clone() : Tensor::empty(x.shape(), dtype);
+        const Tensor fused_y = Tensor::empty(x.shape(), dtype);
+        const Tensor fused_mean = Tensor::empty({kRows}, stats), fused_rstd = Tensor::empty({kRows}, stats);
+        norm(in_place ? fused_sum : x, fused_y, fused_mean, fused_rstd, {.branch = branch, .sum = fused_sum});
+        EXPECT_EQ(fused_sum.to_vector<double>(), sum.to_vector<double>()) << what;
+        EXPECT_EQ(fused_y.to_vector<double>(), y.to_vector<double>()) << what;
+        EXPECT_EQ(fused_rstd.to_vector<double>(), rstd.to_vector<double>()) << what;
+        if (layernorm) {
+          EXPECT_EQ(fused_mean.to_vector<double>(), mean.to_vector<double>()) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(Norms, ResidualAddChecksItsTensors) {
+  const Tensor x = random_tensor({kRows, kDim}, DType::f32, 17), w = random_tensor({kDim}, DType::f32, 18);
+  const Tensor y = Tensor::empty(x.shape(), DType::f32), rstd = Tensor::empty({kRows}, DType::f32);
+  const Tensor rows = Tensor::empty({kRows - 1, kDim}, DType::f32);
+  EXPECT_EQ(error_of([&] { ops::rmsnorm_forward(x, w, y, rstd, kEps, {.branch = x, .sum = Tensor()}); }),
+            "add + rmsnorm: a residual add needs a branch and a sum");
+  EXPECT_NE(error_of([&] { ops::rmsnorm_forward(x, w, y, rstd, kEps, {.branch = rows, .sum = y}); })
+                .find("add + rmsnorm: residual branch"),
+            std::string::npos);
+  const Tensor bf16_sum = Tensor::empty(x.shape(), DType::bf16);
+  EXPECT_NE(error_of([&] { ops::rmsnorm_forward(x, w, y, rstd, kEps, {.branch = x, .sum = bf16_sum}); })
+                .find("add + rmsnorm: residual sum"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "hone/kernels/cpu/norm.hpp"
 
+#include <utility>
+
 #include "hone/ops/dispatch.hpp"
 #include "hone/ops/ops.hpp"
 
@@ -22,27 +24,41 @@ void check_norm(const char* op, const Tensor& x, const Tensor& y, const Tensor& 
   for (const Tensor* s : stats) expect_shape(op, "statistics", *s, {rows});
 }
 
+// A residual add's tensors: both or neither, of x's shape and dtype.
+void check_residual(const char* op, const Tensor& x, const ResidualAdd& residual) {
+  if (!residual.branch.defined() && !residual.sum.defined()) return;
+  HONE_CHECK(residual.branch.defined() && residual.sum.defined(), "{}: a residual add needs a branch and a sum", op);
+  for (const auto& [what, t] : {std::pair{"residual branch", &residual.branch}, {"residual sum", &residual.sum}}) {
+    expect_shape(op, what, *t, x.shape());
+    expect_dtype(op, what, *t, x.dtype());
+  }
+}
+
 }  // namespace
 
-void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps) {
-  const char* op = "rmsnorm";
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps,
+                     const ResidualAdd& residual) {
+  const char* op = residual.branch.defined() ? "add + rmsnorm" : "rmsnorm";
   const OpTimer timer(op);
-  [[maybe_unused]] const Device device = op_device(op, {&x, &weight, &y, &rstd});
+  [[maybe_unused]] const Device device = op_device(op, {&x, &residual.branch, &residual.sum, &weight, &y, &rstd});
   check_norm(op, x, y, weight, {&rstd});
+  check_residual(op, x, residual);
   // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
   const Tensor w = parameter_in_compute_dtype(weight, x.dtype());
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
-      kernels::cuda::rmsnorm_forward<T>(x.data<T>(), w.data<float>(), y.data<T>(), rstd.data<float>(),
-                                        rows_of(x), x.size(-1), eps);
+      kernels::cuda::rmsnorm_forward<T>(x.data<T>(), data_or_null<const T>(residual.branch),
+                                        data_or_null<T>(residual.sum), w.data<float>(), y.data<T>(),
+                                        rstd.data<float>(), rows_of(x), x.size(-1), eps);
     });
   }
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::rmsnorm_forward<T>(x.data<T>(), w.data<C>(), y.data<T>(), rstd.data<C>(), rows_of(x),
-                                     x.size(-1), eps);
+    kernels::cpu::rmsnorm_forward<T>(x.data<T>(), data_or_null<const T>(residual.branch),
+                                     data_or_null<T>(residual.sum), w.data<C>(), y.data<T>(), rstd.data<C>(),
+                                     rows_of(x), x.size(-1), eps);
   });
 }
 
@@ -71,11 +87,13 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, c
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                       const Tensor& mean, const Tensor& rstd, double eps) {
-  const char* op = "layernorm";
+                       const Tensor& mean, const Tensor& rstd, double eps, const ResidualAdd& residual) {
+  const char* op = residual.branch.defined() ? "add + layernorm" : "layernorm";
   const OpTimer timer(op);
-  [[maybe_unused]] const Device device = op_device(op, {&x, &weight, &bias, &y, &mean, &rstd});
+  [[maybe_unused]] const Device device =
+      op_device(op, {&x, &residual.branch, &residual.sum, &weight, &bias, &y, &mean, &rstd});
   check_norm(op, x, y, weight, {&mean, &rstd});
+  check_residual(op, x, residual);
   // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
   const Tensor w = parameter_in_compute_dtype(weight, x.dtype());
   const Tensor b = parameter_in_compute_dtype(bias, x.dtype());
@@ -83,15 +101,17 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(x.dtype(), op, [&]<typename T>() {
-      kernels::cuda::layernorm_forward<T>(x.data<T>(), w.data<float>(), data_or_null<const float>(b),
-                                          y.data<T>(), mean.data<float>(), rstd.data<float>(), rows_of(x),
-                                          x.size(-1), eps);
+      kernels::cuda::layernorm_forward<T>(x.data<T>(), data_or_null<const T>(residual.branch),
+                                          data_or_null<T>(residual.sum), w.data<float>(),
+                                          data_or_null<const float>(b), y.data<T>(), mean.data<float>(),
+                                          rstd.data<float>(), rows_of(x), x.size(-1), eps);
     });
   }
 #endif
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
-    kernels::cpu::layernorm_forward<T>(x.data<T>(), w.data<C>(), data_or_null<const C>(b),
+    kernels::cpu::layernorm_forward<T>(x.data<T>(), data_or_null<const T>(residual.branch),
+                                       data_or_null<T>(residual.sum), w.data<C>(), data_or_null<const C>(b),
                                        y.data<T>(), mean.data<C>(), rstd.data<C>(), rows_of(x), x.size(-1), eps);
   });
 }

@@ -81,11 +81,21 @@ void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor&
 
 // ---- normalization over the last dimension ----
 // In the backward ops an absent d_weight (and d_bias) means a frozen norm.
-void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps);
+//
+// A forward op can also do the residual add before it: given a branch, it
+// normalizes x + branch and writes that sum to `sum` (which may be x itself),
+// the tensor the backward op then reads as its x. The sum is rounded to x's
+// dtype before it is normalized, so the result is exactly that of ops::add
+// followed by the norm, with one read of the sum fewer.
+struct ResidualAdd {
+  Tensor branch, sum;  // both, or neither (no add)
+};
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, double eps,
+                     const ResidualAdd& residual = {});
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
                       const Tensor& d_weight);
 void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                       const Tensor& mean, const Tensor& rstd, double eps);
+                       const Tensor& mean, const Tensor& rstd, double eps, const ResidualAdd& residual = {});
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& d_weight, const Tensor& d_bias);
 

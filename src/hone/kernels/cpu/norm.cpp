@@ -7,13 +7,29 @@
 
 namespace hone::kernels::cpu {
 
+namespace {
+
+// Row `row` of what a forward kernel normalizes: x's, or x + branch written to sum.
 template <typename T>
-void rmsnorm_forward(const T* x, const compute_t<T>* weight, T* y, compute_t<T>* rstd, int64_t rows, int64_t dim,
-                     double eps) {
+const T* norm_input_row(const T* x, const T* branch, T* sum, int64_t row, int64_t dim) {
+  const T* xr = x + row * dim;
+  if (branch == nullptr) return xr;
+  const T* br = branch + row * dim;
+  T* sr = sum + row * dim;
+#pragma omp simd
+  for (int64_t j = 0; j < dim; ++j) sr[j] = store<T>(load(xr[j]) + load(br[j]));
+  return sr;  // read again from the cache by the passes over the row
+}
+
+}  // namespace
+
+template <typename T>
+void rmsnorm_forward(const T* x, const T* branch, T* sum, const compute_t<T>* weight, T* y, compute_t<T>* rstd,
+                     int64_t rows, int64_t dim, double eps) {
   using C = compute_t<T>;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < rows; ++row) {
-    const T* xr = x + row * dim;
+    const T* xr = norm_input_row(x, branch, sum, row, dim);
     T* yr = y + row * dim;
     C sum_sq = 0;
 #pragma omp simd reduction(+ : sum_sq)
@@ -56,12 +72,12 @@ void rmsnorm_backward(const T* dy, const T* x, const compute_t<T>* weight, const
 }
 
 template <typename T>
-void layernorm_forward(const T* x, const compute_t<T>* weight, const compute_t<T>* bias, T* y, compute_t<T>* mean,
-                       compute_t<T>* rstd, int64_t rows, int64_t dim, double eps) {
+void layernorm_forward(const T* x, const T* branch, T* sum, const compute_t<T>* weight, const compute_t<T>* bias,
+                       T* y, compute_t<T>* mean, compute_t<T>* rstd, int64_t rows, int64_t dim, double eps) {
   using C = compute_t<T>;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < rows; ++row) {
-    const T* xr = x + row * dim;
+    const T* xr = norm_input_row(x, branch, sum, row, dim);
     T* yr = y + row * dim;
     C sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -127,11 +143,12 @@ void layernorm_backward(const T* dy, const T* x, const compute_t<T>* weight, con
 }
 
 #define HONE_INSTANTIATE(T)                                                                                        \
-  template void rmsnorm_forward<T>(const T*, const compute_t<T>*, T*, compute_t<T>*, int64_t, int64_t, double);    \
+  template void rmsnorm_forward<T>(const T*, const T*, T*, const compute_t<T>*, T*, compute_t<T>*, int64_t, int64_t, \
+                                   double);                                                                         \
   template void rmsnorm_backward<T>(const T*, const T*, const compute_t<T>*, const compute_t<T>*, T*,               \
                                     compute_t<T>*, int64_t, int64_t);                                               \
-  template void layernorm_forward<T>(const T*, const compute_t<T>*, const compute_t<T>*, T*, compute_t<T>*,        \
-                                     compute_t<T>*, int64_t, int64_t, double);                                      \
+  template void layernorm_forward<T>(const T*, const T*, T*, const compute_t<T>*, const compute_t<T>*, T*,         \
+                                     compute_t<T>*, compute_t<T>*, int64_t, int64_t, double);                       \
   template void layernorm_backward<T>(const T*, const T*, const compute_t<T>*, const compute_t<T>*,                 \
                                       const compute_t<T>*, T*, compute_t<T>*, compute_t<T>*, int64_t, int64_t);
 HONE_INSTANTIATE(float)

@@ -15,23 +15,38 @@ constexpr int kThreads = 256;  // one block per row
 // 16-byte groups, or single elements), the f32 weights and biases beside them
 // likewise; g is a group's index, g * kWidth its first column.
 template <typename T, int kWidth, bool kCentered>
-__global__ void norm_forward_kernel(const T* x, const float* weight, const float* bias, T* y, float* mean,
-                                    float* rstd, int64_t dim, float eps) {
+__global__ void norm_forward_kernel(const T* x, const T* branch, T* sum, const float* weight, const float* bias, T* y,
+                                    float* mean, float* rstd, int64_t dim, float eps) {
   __shared__ float scratch[kThreads / kWarpSize];
   const int64_t offset = int64_t(blockIdx.x) * dim;
+  // The first pass reads x, or with a residual add x + branch, which it writes
+  // to sum for the passes after it: each thread rereads only the groups it
+  // wrote itself (the same g in every pass), so no barrier is needed.
+  const T* input = branch ? sum : x;
+  const auto first_read = [&](int64_t at) {
+    auto v = load_elements<kWidth>(x + at);
+    if (branch) {
+      const auto b = load_elements<kWidth>(branch + at);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) v.v[k] = from_f32<T>(to_f32(v.v[k]) + to_f32(b.v[k]));
+      store_elements(sum + at, v);
+    }
+    return v;
+  };
   float mu = 0;
   if constexpr (kCentered) {
-    float sum = 0;
+    float total = 0;
     HONE_COLUMN_STRIDE(g, dim / kWidth) {
-      const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+      const auto v = first_read(offset + g * kWidth);
 #pragma unroll
-      for (int k = 0; k < kWidth; ++k) sum += to_f32(v.v[k]);
+      for (int k = 0; k < kWidth; ++k) total += to_f32(v.v[k]);
     }
-    mu = block_sum(sum, scratch) / float(dim);
+    mu = block_sum(total, scratch) / float(dim);
   }
   float sum_sq = 0;  // two passes for LayerNorm, as on the CPU: exact variance for values far from 0
   HONE_COLUMN_STRIDE(g, dim / kWidth) {
-    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+    const int64_t at = offset + g * kWidth;
+    const auto v = kCentered ? load_elements<kWidth>(input + at) : first_read(at);
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) sum_sq += (to_f32(v.v[k]) - mu) * (to_f32(v.v[k]) - mu);
   }
@@ -41,7 +56,7 @@ __global__ void norm_forward_kernel(const T* x, const float* weight, const float
     rstd[blockIdx.x] = r;
   }
   HONE_COLUMN_STRIDE(g, dim / kWidth) {
-    const auto v = load_elements<kWidth>(x + offset + g * kWidth);
+    const auto v = load_elements<kWidth>(input + offset + g * kWidth);
     float w[kWidth], b[kWidth] = {};
     load_floats(weight + g * kWidth, w);
     if (bias) load_floats(bias + g * kWidth, b);
@@ -120,11 +135,12 @@ struct LayerNormParamTerm {
 }  // namespace
 
 template <typename T>
-void rmsnorm_forward(const T* x, const float* weight, T* y, float* rstd, int64_t rows, int64_t dim, double eps) {
+void rmsnorm_forward(const T* x, const T* branch, T* sum, const float* weight, T* y, float* rstd, int64_t rows,
+                     int64_t dim, double eps) {
   if (rows == 0) return;
-  with_group_width<T>(wide_groups_fit<T>(dim, {x, weight, y}), [&]<int kWidth>() {
+  with_group_width<T>(wide_groups_fit<T>(dim, {x, branch, sum, weight, y}), [&]<int kWidth>() {
     HONE_LAUNCH(unsigned(rows), kThreads, 0, norm_forward_kernel<T, kWidth, false>)(
-        x, weight, nullptr, y, nullptr, rstd, dim, float(eps));
+        x, branch, sum, weight, nullptr, y, nullptr, rstd, dim, float(eps));
   });
   HONE_CUDA_LAUNCHED("rmsnorm_forward");
 }
@@ -142,12 +158,12 @@ void rmsnorm_backward(const T* dy, const T* x, const float* weight, const float*
 }
 
 template <typename T>
-void layernorm_forward(const T* x, const float* weight, const float* bias, T* y, float* mean, float* rstd,
-                       int64_t rows, int64_t dim, double eps) {
+void layernorm_forward(const T* x, const T* branch, T* sum, const float* weight, const float* bias, T* y, float* mean,
+                       float* rstd, int64_t rows, int64_t dim, double eps) {
   if (rows == 0) return;
-  with_group_width<T>(wide_groups_fit<T>(dim, {x, weight, bias, y}), [&]<int kWidth>() {
+  with_group_width<T>(wide_groups_fit<T>(dim, {x, branch, sum, weight, bias, y}), [&]<int kWidth>() {
     HONE_LAUNCH(unsigned(rows), kThreads, 0, norm_forward_kernel<T, kWidth, true>)(
-        x, weight, bias, y, mean, rstd, dim, float(eps));
+        x, branch, sum, weight, bias, y, mean, rstd, dim, float(eps));
   });
   HONE_CUDA_LAUNCHED("layernorm_forward");
 }
@@ -168,11 +184,11 @@ void layernorm_backward(const T* dy, const T* x, const float* weight, const floa
 }
 
 #define HONE_INSTANTIATE(T)                                                                                     \
-  template void rmsnorm_forward<T>(const T*, const float*, T*, float*, int64_t, int64_t, double);               \
+  template void rmsnorm_forward<T>(const T*, const T*, T*, const float*, T*, float*, int64_t, int64_t, double);  \
   template void rmsnorm_backward<T>(const T*, const T*, const float*, const float*, T*, float*, int64_t,        \
                                     int64_t);                                                                   \
-  template void layernorm_forward<T>(const T*, const float*, const float*, T*, float*, float*, int64_t, int64_t, \
-                                     double);                                                                   \
+  template void layernorm_forward<T>(const T*, const T*, T*, const float*, const float*, T*, float*, float*,     \
+                                     int64_t, int64_t, double);                                                 \
   template void layernorm_backward<T>(const T*, const T*, const float*, const float*, const float*, T*, float*,  \
                                       float*, int64_t, int64_t);
 HONE_INSTANTIATE(float)

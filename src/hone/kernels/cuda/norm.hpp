@@ -8,16 +8,19 @@
 
 namespace hone::kernels::cuda {
 
+// The forward passes normalize x, or where branch is not null x + branch
+// rounded to T and written to sum (which may be x): the residual add before a norm.
 template <typename T>
-void rmsnorm_forward(const T* x, const float* weight, T* y, float* rstd, int64_t rows, int64_t dim, double eps);
+void rmsnorm_forward(const T* x, const T* branch, T* sum, const float* weight, T* y, float* rstd, int64_t rows,
+                     int64_t dim, double eps);
 // d_weight null: a frozen weight.
 template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const float* weight, const float* rstd, T* dx, float* d_weight,
                       int64_t rows, int64_t dim);
 // bias may be null.
 template <typename T>
-void layernorm_forward(const T* x, const float* weight, const float* bias, T* y, float* mean, float* rstd,
-                       int64_t rows, int64_t dim, double eps);
+void layernorm_forward(const T* x, const T* branch, T* sum, const float* weight, const float* bias, T* y, float* mean,
+                       float* rstd, int64_t rows, int64_t dim, double eps);
 template <typename T>
 void layernorm_backward(const T* dy, const T* x, const float* weight, const float* mean, const float* rstd, T* dx,
                         float* d_weight, float* d_bias, int64_t rows, int64_t dim);
