@@ -75,18 +75,26 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
   const Tensor up = empty({rows, 1, c.mlp_up_dim()}, T), act = empty({rows, 1, c.ffn_dim}, T);
   const ops::DecodeRows step(slots, positions, int64_t(lengths_.size()), capacity_, dev);
 
+  // Each branch of the residual stream x (and the learned positions) is added
+  // to x by the norm that reads x next, in the same op.
+  bool branch_to_add = false;
+  const auto norm_of_x = [&](Parameter* weight, Parameter* bias) {
+    model_.norm_forward(x, weight, bias, norm, mean, rstd,
+                        branch_to_add ? ops::ResidualAdd{.branch = branch, .sum = x} : ops::ResidualAdd{});
+    branch_to_add = false;
+  };
   const Tensor ids = Tensor::from(std::vector<int32_t>(tokens.begin(), tokens.end()), {rows, 1}).to(dev);
   ops::embedding_forward(ids, model_.tok_embeddings_->value, Tensor(), x);
   if (model_.pos_embeddings_) {
     // The learned positions are a second table looked up by position (below
     // capacity_, which the constructor keeps within max_seq_len).
     ops::embedding_forward(step.position_ids(), model_.pos_embeddings_->value, Tensor(), branch);
-    ops::add(x, branch, x);
+    branch_to_add = true;
   }
   const Tensor qkv_rows = qkv.view({rows, c.qkv_dim()});
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerParameters& p = model_.layers_[size_t(l)];
-    model_.norm_forward(x, p.attn_norm_weight, p.attn_norm_bias, norm, mean, rstd);
+    norm_of_x(p.attn_norm_weight, p.attn_norm_bias);
     ops::linear_forward(norm, p.qkv_weight->compute, p.qkv_bias ? p.qkv_bias->value : Tensor(), qkv);
     // The rotary tables are absent (no rotation) unless the model uses RoPE.
     ops::kv_cache_append(qkv_rows, model_.rope_cos_, model_.rope_sin_, step, k_cache_[size_t(l)], v_cache_[size_t(l)],
@@ -95,8 +103,8 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
                           model_.heads());
     ops::linear_forward(attn, p.out_weight->compute, p.out_bias ? p.out_bias->value : Tensor(),
                         branch.view({rows, D}));
-    ops::add(x, branch, x);
-    model_.norm_forward(x, p.mlp_norm_weight, p.mlp_norm_bias, norm, mean, rstd);
+    branch_to_add = true;
+    norm_of_x(p.mlp_norm_weight, p.mlp_norm_bias);
     const Tensor up_bias = p.up_bias ? p.up_bias->value : Tensor();
     if (c.mlp == MlpKind::swiglu) {
       ops::linear_forward(norm, p.up_weight->compute, up_bias, up);
@@ -105,9 +113,9 @@ Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> 
       ops::linear_gelu_forward(norm, p.up_weight->compute, up_bias, up, act, model_.gelu_approximation());
     }
     ops::linear_forward(act, p.down_weight->compute, p.down_bias ? p.down_bias->value : Tensor(), branch);
-    ops::add(x, branch, x);
+    branch_to_add = true;
   }
-  model_.norm_forward(x, model_.final_norm_weight_, model_.final_norm_bias_, norm, mean, rstd);
+  norm_of_x(model_.final_norm_weight_, model_.final_norm_bias_);
   const Tensor logits = empty({rows, c.vocab_size}, T);
   ops::linear_forward(norm, model_.lm_head_->compute, Tensor(), logits);
   for (int64_t slot : slots) ++lengths_[size_t(slot)];

@@ -407,11 +407,12 @@ ops::LossSum Transformer::merge_vocab_parts(int64_t tokens) {
 }
 
 void Transformer::norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y,
-                               const Tensor& mean, const Tensor& rstd) {
+                               const Tensor& mean, const Tensor& rstd, const ops::ResidualAdd& residual) {
   if (config_.norm == NormKind::rmsnorm) {
-    ops::rmsnorm_forward(x, weight->value, y, rstd, config_.norm_eps);
+    ops::rmsnorm_forward(x, weight->value, y, rstd, config_.norm_eps, residual);
   } else {
-    ops::layernorm_forward(x, weight->value, bias ? bias->value : Tensor(), y, mean, rstd, config_.norm_eps);
+    ops::layernorm_forward(x, weight->value, bias ? bias->value : Tensor(), y, mean, rstd, config_.norm_eps,
+                           residual);
   }
 }
 
@@ -444,7 +445,7 @@ std::vector<Parameter*> settled(std::vector<Parameter*> params) {
 void Transformer::offload_input(int64_t i) {
   const Tensor& host = input_copies_->host()[i];
   input_copies_->start(host, acts_.layers[size_t(i)].input.view(host.shape()), int(i % 2));
-  input_copies_->wait(int((i + 1) % 2));  // layer i writes over layer i - 1's input, which may still be going out
+  input_copies_->wait(int((i + 1) % 2));  // layer i + 1's input goes over layer i - 1's, which may still be going out
 }
 
 void Transformer::restore_input(int64_t i) {
@@ -456,10 +457,23 @@ void Transformer::restore_input(int64_t i) {
 }
 
 void Transformer::forward_layer(int64_t i) {
+  attention_norm(i, i > 0);
+  if (input_copies_) offload_input(i);
   forward_attention(i);
   for (const MlpChunk& chunk : mlp_chunks()) {
     mlp_forward_input(i, chunk);
     mlp_forward_output(i, chunk);
+  }
+}
+
+void Transformer::attention_norm(int64_t i, bool add_residual) {
+  const LayerParameters& p = layers_[size_t(i)];
+  const LayerActivations& l = acts_.layers[size_t(i)];
+  if (add_residual) {
+    norm_forward(acts_.layers[size_t(i - 1)].mid, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm,
+                 l.attn_norm_mean, l.attn_norm_rstd, {.branch = acts_.branch, .sum = l.input});
+  } else {
+    norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
   }
 }
 
@@ -468,10 +482,9 @@ void Transformer::forward_attention(int64_t i) {
   Activations& a = acts_;
   const LayerParameters& p = layers_[size_t(i)];
   const LayerActivations& l = a.layers[size_t(i)];
-  // x + out(attention(rope(qkv(norm(x))))). (Tensor parallelism: norms and
-  // residual adds on this rank's rows, the rest on all rows and this rank's
-  // heads and ffn features.)
-  norm_forward(l.input, p.attn_norm_weight, p.attn_norm_bias, l.attn_norm, l.attn_norm_mean, l.attn_norm_rstd);
+  // out(attention(rope(qkv(norm(x))))), which the MLP's norm adds to x.
+  // (Tensor parallelism: norms and residual adds on this rank's rows, the rest
+  // on all rows and this rank's heads and ffn features.)
   gather_rows(l.attn_norm, l.attn_norm_all);
   auto& adapters = layer_adapters_[size_t(i)];
   project(l.attn_norm_all, p.qkv_weight, p.qkv_bias, adapters[kQkv], l.qkv);
@@ -482,7 +495,6 @@ void Transformer::forward_attention(int64_t i) {
   ops::attention_forward(l.qkv, l.attn, l.attn_lse, alibi_slopes_, h, positions_);
   project(l.attn, p.out_weight, row_parallel_bias(p.out_bias), adapters[kOut], a.branch_all);
   reduce_scatter_rows(a.branch_all, a.branch);
-  ops::add(l.input, a.branch, l.mid);
 }
 
 std::vector<Transformer::MlpChunk> Transformer::mlp_chunks() const {
@@ -499,10 +511,11 @@ void Transformer::mlp_forward_input(int64_t i, const MlpChunk& chunk) {
   const ModelConfig& c = config_;
   const LayerParameters& p = layers_[size_t(i)];
   const LayerActivations& l = acts_.layers[size_t(i)];
-  // norm(x), up(·) and the activation of the chunk's rows of x = mid.
+  // mid = input + the attention branch, norm(mid), up(·) and the activation, on the chunk's rows. (Chunk by chunk
+  // the branch's rows are read here before the chunk's down projection writes the MLP's branch over them.)
   const Tensor norm = chunk.working(l.mlp_norm), up = chunk.working(l.mlp_up), act = chunk.working(l.mlp_act);
-  norm_forward(chunk.part(l.mid), p.mlp_norm_weight, p.mlp_norm_bias, norm, chunk.working(l.mlp_norm_mean),
-               chunk.working(l.mlp_norm_rstd));
+  norm_forward(chunk.part(l.input), p.mlp_norm_weight, p.mlp_norm_bias, norm, chunk.working(l.mlp_norm_mean),
+               chunk.working(l.mlp_norm_rstd), {.branch = chunk.part(acts_.branch), .sum = chunk.part(l.mid)});
   gather_rows(norm, chunk.working(l.mlp_norm_all));
   const Tensor input = chunk.working(l.mlp_norm_all);
   std::vector<LoraAdapter>& up_adapters = layer_adapters_[size_t(i)][kUp];
@@ -517,16 +530,13 @@ void Transformer::mlp_forward_input(int64_t i, const MlpChunk& chunk) {
 }
 
 void Transformer::mlp_forward_output(int64_t i, const MlpChunk& chunk) {
-  const ModelConfig& c = config_;
   Activations& a = acts_;
   const LayerParameters& p = layers_[size_t(i)];
   const LayerActivations& l = a.layers[size_t(i)];
-  const Tensor& next_input = i + 1 < c.n_layers ? a.layers[size_t(i + 1)].input : a.output;
-  // x + down(·)
+  // down(·), which the next norm adds to mid
   project(chunk.working(l.mlp_act), p.down_weight, row_parallel_bias(p.down_bias), layer_adapters_[size_t(i)][kDown],
           chunk.part(a.branch_all), chunk.first);
   reduce_scatter_rows(a.branch_all, a.branch);
-  ops::add(chunk.part(l.mid), chunk.part(a.branch), chunk.part(next_input));
 }
 
 void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) {
@@ -555,12 +565,12 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   if (lm_head_ != tok_embeddings_) release(kEmbeddingUnit);  // a tied output projection reads it at the end
   for (int64_t i = 0; i < n; ++i) {
     acquire(layer_unit(i), false, i + 1 < n ? layer_unit(i + 1) : head_unit());
-    if (input_copies_) offload_input(i);
     forward_layer(i);
     release(layer_unit(i));
   }
   acquire(head_unit(), false);  // held into backward, which starts there
-  norm_forward(a.output, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean, a.final_norm_rstd);
+  norm_forward(a.layers[size_t(n - 1)].mid, final_norm_weight_, final_norm_bias_, a.final_norm, a.final_norm_mean,
+               a.final_norm_rstd, {.branch = a.branch, .sum = a.output});
   if (split_vocabulary_) gather_rows(a.final_norm, a.final_norm_all);
 }
 
@@ -667,6 +677,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     const bool recompute = plan_options_.checkpointing;  // refill the shared working set with layer i
     if (recompute) {
       if (input_copies_) restore_input(i);
+      attention_norm(i, false);
       forward_attention(i);
     }
     // MLP block, chunk by chunk; the residual gradient flows on unchanged and the branch adds to it.

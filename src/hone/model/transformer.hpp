@@ -195,9 +195,15 @@ class Transformer {
   // runs; before its recompute: it is back, and layer i - 1's starts back.
   void offload_input(int64_t i);
   void restore_input(int64_t i);
-  // Layer i's forward pass: from acts_.layers[i].input to the next layer's input.
+  // Layer i's forward pass, up to its mid and MLP branch (acts_.branch): the
+  // residual add that ends it is done by the next norm, which writes the next
+  // layer's input (or acts_.output) on its way (ops::ResidualAdd).
   void forward_layer(int64_t i);
-  // Its attention block: input -> mid.
+  // Layer i's first norm, of its input; add_residual: the input is first made,
+  // layer i - 1's mid + MLP branch (not for layer 0, nor for a recompute, whose
+  // input is kept).
+  void attention_norm(int64_t i, bool add_residual);
+  // Its attention block, from the normed input to the attention branch (acts_.branch).
   void forward_attention(int64_t i);
   // Rows [first, first + rows) of the MLP's work (Activations::mlp_rows): all
   // rows in one chunk, or under activation checkpointing chunks of them.
@@ -210,8 +216,9 @@ class Transformer {
     Tensor working(const Tensor& chunk) const { return whole || !chunk.defined() ? chunk : chunk.rows(0, rows); }
   };
   std::vector<MlpChunk> mlp_chunks() const;
-  // The MLP block on a chunk: norm, up and the activation (what its backward
-  // pass reads), then down and the residual add.
+  // The MLP block on a chunk: mid = input + the attention branch and its norm
+  // (one op), up and the activation (what its backward pass reads); then down,
+  // into the chunk's rows of acts_.branch.
   void mlp_forward_input(int64_t i, const MlpChunk& chunk);
   void mlp_forward_output(int64_t i, const MlpChunk& chunk);
   // y = x·Wᵀ + b plus the projection's LoRA adapters. x may be rows
@@ -239,7 +246,7 @@ class Transformer {
     project_backward(chunk.logits, chunk.input, lm_head_, nullptr, output_adapters_, chunk.d_input, chunk.first);
   }
   void norm_forward(const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& y, const Tensor& mean,
-                    const Tensor& rstd);
+                    const Tensor& rstd, const ops::ResidualAdd& residual = {});
   void norm_backward(const Tensor& dy, const Tensor& x, Parameter* weight, Parameter* bias, const Tensor& mean,
                      const Tensor& rstd, const Tensor& dx);
   ops::AttentionHeads heads() const;  // this rank's
