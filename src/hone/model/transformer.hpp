@@ -191,8 +191,9 @@ class Transformer {
   // forward() up to the output head: embeddings, layers, the final norm
   // (acts_.final_norm_all); the head's unit stays acquired.
   void forward_hidden(const Tensor& tokens, const Tensor& positions);
-  // Offloading, before layer i's forward pass: its input goes out while it
-  // runs; before its recompute: it is back, and layer i - 1's starts back.
+  // Offloading, once layer i's first norm has written its input: it goes out
+  // while the layer runs; before its recompute: it is back, and layer i - 1's
+  // starts back.
   void offload_input(int64_t i);
   void restore_input(int64_t i);
   // Layer i's forward pass, up to its mid and MLP branch (acts_.branch): the
