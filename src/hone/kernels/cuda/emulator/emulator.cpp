@@ -16,6 +16,19 @@
 #error "the CUDA emulator switches its threads in x86-64 assembly"
 #endif
 
+#if HONE_EMULATOR_RACECHECK
+#include <sanitizer/tsan_interface.h>
+
+// Stop at the first race, with its report: the test that ran it fails there.
+// Only the kernels' own loads and stores count: memcpy and memset called by
+// CPU code (OpenMP's threads, whose barriers ThreadSanitizer does not see)
+// would be reported against them. An allocation too large for any memory is
+// cudaMalloc's out-of-memory error (tests ask for one), not the sanitizer's.
+extern "C" const char* __tsan_default_options() {
+  return "halt_on_error=1:ignore_interceptors_accesses=1:allocator_may_return_null=1";
+}
+#endif
+
 thread_local uint3 threadIdx, blockIdx;
 thread_local dim3 blockDim, gridDim;
 
@@ -28,6 +41,37 @@ constexpr int kMaxThreads = 1024;
 // A thread's stack: kernels keep small arrays there (accumulators, fragments).
 // Untouched pages cost nothing; the lowest is a guard, so an overflow faults.
 constexpr size_t kStackBytes = size_t(256) << 10;
+
+// Race checking (-DHONE_EMULATOR_RACECHECK=ON, docs/cuda.md): the kernels are
+// compiled with ThreadSanitizer, this file is not. Each thread of a block is a
+// fiber of ThreadSanitizer's own, and switching between them orders nothing:
+// what one thread writes and another reads or writes is a race unless a barrier
+// that orders memory on a GPU lies between them. The barriers below say so to
+// ThreadSanitizer (publish what this thread did, observe what the others did);
+// shuffles and the warp matrix API's calls do not (CUDA promises them no
+// memory ordering). The launching thread publishes what it wrote before a
+// block starts and observes what the block's threads wrote after it ends.
+// Blocks run one after the other, so races between blocks are not seen.
+#if HONE_EMULATOR_RACECHECK
+// Named by the thread's index in its block (threadIdx linearized), which reports show.
+void* new_race_fiber(int thread) {
+  void* fiber = __tsan_create_fiber(0);
+  __tsan_set_fiber_name(fiber, ("thread " + std::to_string(thread)).c_str());
+  return fiber;
+}
+void drop_race_fiber(void* fiber) { __tsan_destroy_fiber(fiber); }
+void* current_race_fiber() { return __tsan_get_current_fiber(); }
+void enter_race_fiber(void* fiber) { __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync); }
+void publish(void* sync) { __tsan_release(sync); }
+void observe(void* sync) { __tsan_acquire(sync); }
+#else
+void* new_race_fiber(int) { return nullptr; }
+void drop_race_fiber(void*) {}
+void* current_race_fiber() { return nullptr; }
+void enter_race_fiber(void*) {}
+void publish(void*) {}
+void observe(void*) {}
+#endif
 
 // Switching threads: saves the callee-saved registers and the floating-point
 // control words on the current stack, stores the stack pointer in *from, and
@@ -66,6 +110,7 @@ hone_emulator_switch:
 struct Fiber {
   void* sp = nullptr;     // where it was switched out
   void* stack = nullptr;  // mapped once, reused by every launch
+  void* race_fiber = nullptr;
   uint3 index{};
   int warp = 0, lane = 0;
   bool done = false;
@@ -76,8 +121,9 @@ struct Warp {
   int live = 0;   // of them, not yet returned
   int arrived = 0;
   uint64_t generation = 0;
+  char ordered[2];  // the race check's sync objects of __syncwarp, by generation (only their addresses count)
   uint64_t slots[kWarpSize] = {};
-  alignas(16) unsigned char scratch[kWarpScratchBytes];  // the warp matrix API's
+  float tiles[2][16 * 16];  // the warp matrix API's operands
 };
 
 // The block that runs now on this thread, and where its fibers switch to.
@@ -93,13 +139,23 @@ struct Block {
   Fiber* running = nullptr;
   const std::function<void()>* thread = nullptr;
   void* scheduler = nullptr;  // the launching thread's stack pointer while a fiber runs
+  void* scheduler_race_fiber = nullptr;
+  char ordered[2];        // the race check's sync objects of __syncthreads, by generation
+  char started, yielded;  // and of the launching thread's writes before the block, the block's after
 };
 
 thread_local Block t_block;
 
 Fiber& running() { return *t_block.running; }
 
-void yield() { hone_emulator_switch(&running().sp, t_block.scheduler); }
+// Everything a thread did before it yields is the launching thread's to see
+// (a launch is over before the host goes on): it orders no thread of the block
+// before another, as only the launching thread observes it.
+void yield() {
+  publish(&t_block.yielded);
+  enter_race_fiber(t_block.scheduler_race_fiber);
+  hone_emulator_switch(&running().sp, t_block.scheduler);
+}
 
 // Stops the running thread for good; the launch then fails with `message`.
 [[noreturn]] void stop(const std::string& message) {
@@ -125,6 +181,7 @@ void release(Warp& w) {
 }
 
 void fiber_main() {
+  observe(&t_block.started);
   (*t_block.thread)();
   Fiber& f = running();
   f.done = true;
@@ -165,6 +222,16 @@ std::string where(const uint3& block) {
   return "block (" + std::to_string(block.x) + ", " + std::to_string(block.y) + ", " + std::to_string(block.z) + ")";
 }
 
+// A block the emulator stopped leaves threads in the middle of their code:
+// their race-check fibers are replaced, as their call stacks will not unwind.
+void abandon(Block& b) {
+  for (size_t t = 0; t < b.fibers.size(); ++t) {
+    if (b.fibers[t].race_fiber == nullptr) continue;
+    drop_race_fiber(b.fibers[t].race_fiber);
+    b.fibers[t].race_fiber = new_race_fiber(int(t));
+  }
+}
+
 // Runs the block blockIdx of the current launch to its end.
 void run_block(const std::function<void()>& thread, int threads) {
   Block& b = t_block;
@@ -178,7 +245,13 @@ void run_block(const std::function<void()>& thread, int threads) {
   for (int w = 0; w < warps; ++w) {
     b.warps[size_t(w)].lanes = b.warps[size_t(w)].live = std::min(kWarpSize, threads - w * kWarpSize);
   }
-  while (b.fibers.size() < size_t(threads)) b.fibers.emplace_back().stack = map_stack();
+  while (b.fibers.size() < size_t(threads)) {
+    Fiber& f = b.fibers.emplace_back();
+    f.stack = map_stack();
+    f.race_fiber = new_race_fiber(int(b.fibers.size()) - 1);
+  }
+  b.scheduler_race_fiber = current_race_fiber();
+  publish(&b.started);
   for (int t = 0; t < threads; ++t) {
     Fiber& f = b.fibers[size_t(t)];
     const unsigned linear = unsigned(t);
@@ -196,11 +269,17 @@ void run_block(const std::function<void()>& thread, int threads) {
       if (f.done) continue;
       b.running = &f;
       threadIdx = f.index;
+      enter_race_fiber(f.race_fiber);
       hone_emulator_switch(&b.scheduler, f.sp);
-      if (!b.fault.empty()) fail("CUDA emulator: {}, thread {}: {}", where(blockIdx), t, b.fault);
+      observe(&b.yielded);
+      if (!b.fault.empty()) {
+        abandon(b);
+        fail("CUDA emulator: {}, thread {}: {}", where(blockIdx), t, b.fault);
+      }
       remaining += f.done ? 0 : 1;
     }
     if (remaining > 0 && b.progress == progress) {
+      abandon(b);
       int at_warp = 0;
       for (const Warp& w : b.warps) at_warp += w.arrived;
       fail("CUDA emulator: {} deadlocks: of its {} threads still running, {} wait at __syncthreads and {} at a warp "
@@ -247,21 +326,35 @@ void run(const Launch& launch, const std::function<void()>& thread) {
 
 int lane() { return running().lane; }
 
-int block_barrier(int predicate) {
-  Block& b = t_block;
-  b.any_accumulated |= predicate != 0;
-  const uint64_t generation = b.generation;
-  if (++b.arrived == b.live) release(b);
-  else while (b.generation == generation) yield();
-  return b.any;
+namespace {
+
+// Waits at a barrier of `group` (the block or a warp). With `orders_memory`,
+// each thread sees after it what every other did before it: the sync object is
+// one of two by generation, so a thread already at the next barrier cannot
+// publish to one that a slower thread has yet to observe.
+template <typename Group>
+void wait_at_barrier(Group& group, bool orders_memory) {
+  const uint64_t generation = group.generation;
+  void* ordered = &group.ordered[generation % 2];
+  if (orders_memory) publish(ordered);
+  if (++group.arrived == group.live) release(group);
+  else while (group.generation == generation) yield();
+  if (orders_memory) observe(ordered);
 }
 
-void warp_barrier() {
-  Warp& w = t_block.warps[size_t(running().warp)];
-  const uint64_t generation = w.generation;
-  if (++w.arrived == w.live) release(w);
-  else while (w.generation == generation) yield();
+Warp& running_warp() { return t_block.warps[size_t(running().warp)]; }
+
+}  // namespace
+
+int block_barrier(int predicate) {
+  t_block.any_accumulated |= predicate != 0;
+  wait_at_barrier(t_block, true);
+  return t_block.any;
 }
+
+void warp_barrier() { wait_at_barrier(running_warp(), true); }
+
+void warp_converge() { wait_at_barrier(running_warp(), false); }
 
 uint64_t warp_exchange(uint64_t value, int source) {
   const Fiber& f = running();
@@ -275,9 +368,9 @@ uint64_t warp_exchange(uint64_t value, int source) {
          std::to_string(w.lanes) + " lanes");
   }
   w.slots[f.lane] = value;
-  warp_barrier();
+  warp_converge();
   const uint64_t result = w.slots[source];
-  warp_barrier();  // before any lane writes its next value
+  warp_converge();  // before any lane writes its next value
   return result;
 }
 
@@ -289,7 +382,20 @@ void check_aligned(const void* address, size_t bytes) {
        "-byte aligned (a GPU stops the kernel: misaligned address)");
 }
 
-void* warp_scratch() { return t_block.warps[size_t(running().warp)].scratch; }
+void warp_tile_product(const float* a, const float* b, float* d) {
+  Warp& w = running_warp();
+  for (int i = 0; i < nvcuda::wmma::detail::kLaneElements; ++i) {
+    const int at = nvcuda::wmma::detail::row_of(i) * 16 + nvcuda::wmma::detail::col_of(i);
+    w.tiles[0][at] = a[i];
+    w.tiles[1][at] = b[i];
+  }
+  warp_converge();
+  for (int i = 0; i < nvcuda::wmma::detail::kLaneElements; ++i) {
+    const int r = nvcuda::wmma::detail::row_of(i), c = nvcuda::wmma::detail::col_of(i);
+    for (int k = 0; k < 16; ++k) d[i] += w.tiles[0][r * 16 + k] * w.tiles[1][k * 16 + c];
+  }
+  warp_converge();  // before the tiles are written again
+}
 
 }  // namespace hone::kernels::cuda::emulator
 

@@ -18,9 +18,11 @@
 // a GPU cannot load it from. A launch out of CUDA's limits (block size, grid.y and grid.z
 // above 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does.
 //
-// Not modelled: timing, and what threads see of each other's writes between
-// barriers (here every write is seen at once, on a GPU not necessarily; races
-// are for compute-sanitizer on the device). Device memory is host memory, and
+// Races: every write is seen at once here, on a GPU not necessarily. A build
+// with -DHONE_EMULATOR_RACECHECK=ON compiles the kernels with ThreadSanitizer,
+// which then reports two threads of a block that touch the same memory (one of
+// them writing) with no barrier that orders memory between them (emulator.cpp).
+// Not modelled: timing, races between blocks. Device memory is host memory, and
 // every copy, memset and launch is done when its call returns.
 #include <bit>
 #include <cmath>
@@ -92,7 +94,10 @@ void operator*(const Launch& launch, Thread thread) {
 // What the device functions below need of the running block.
 int lane();                      // the thread's lane in its warp
 int block_barrier(int predicate);  // __syncthreads_or: whether any thread's predicate was nonzero
-void warp_barrier();
+void warp_barrier();                 // __syncwarp
+// Waits for the warp's other lanes, as a warp-wide call (a shuffle, the warp
+// matrix API's) does on a GPU, without __syncwarp's memory ordering.
+void warp_converge();
 // Every lane of the warp gives `value`; each gets the value of lane `source`.
 uint64_t warp_exchange(uint64_t value, int source);
 void* dynamic_shared_memory();
@@ -126,18 +131,13 @@ V __shfl_sync(unsigned, V value, int source) {
   return hone::kernels::cuda::emulator::exchanged(value, source & 31);
 }
 
-// Threads take turns only at barriers, so a read-modify-write is atomic.
+// Threads take turns only at barriers, so any read-modify-write would be
+// atomic; the compiler's atomics tell the race check (emulator.cpp) that these are.
 template <typename T>
 T atomicMin(T* address, T value) {
-  const T old = *address;
-  if (value < old) *address = value;
-  return old;
-}
-
-template <typename T>
-T atomicAdd(T* address, T value) {
-  const T old = *address;
-  *address = old + value;
+  T old = __atomic_load_n(address, __ATOMIC_RELAXED);
+  while (value < old && !__atomic_compare_exchange_n(address, &old, value, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
   return old;
 }
 

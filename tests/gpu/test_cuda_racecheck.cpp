@@ -1,0 +1,130 @@
+// The CUDA emulator's race check (-DHONE_EMULATOR_RACECHECK=ON, docs/cuda.md):
+// ThreadSanitizer reports two threads of a block that touch the same shared
+// memory with no barrier between them that orders memory on a GPU, and only
+// those. Each racy kernel runs in a death test: the check stops the process at
+// the first race (exit status 66) with a report naming the kernel.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "hone/kernels/cuda/common.cuh"
+#include "hone/kernels/cuda/emulator/wmma.hpp"
+
+namespace hone::kernels::cuda {
+namespace {
+
+// What lies between a thread's write to its slot and its read of another's.
+enum class Between { nothing, shuffle, warp_barrier, block_barrier, block_barrier_or };
+
+// Each thread writes its slot, then reads its neighbour's (lane ^ 1: the same warp).
+template <Between kBetween>
+__global__ void neighbour_reads(float* out) {
+  __shared__ float slots[64];
+  slots[threadIdx.x] = float(threadIdx.x);
+  float zero = 0.0f;
+  if constexpr (kBetween == Between::shuffle) zero = shuffle_xor(0.0f, 1);
+  if constexpr (kBetween == Between::warp_barrier) warp_sync();
+  if constexpr (kBetween == Between::block_barrier) __syncthreads();
+  if constexpr (kBetween == Between::block_barrier_or) zero = float(__syncthreads_or(0));
+  out[threadIdx.x] = slots[threadIdx.x ^ 1] + zero;
+}
+
+template <Between kBetween>
+std::vector<float> run_neighbour_reads() {
+  std::vector<float> out(64);
+  HONE_LAUNCH(1, 64, 0, neighbour_reads<kBetween>)(out.data());
+  HONE_CUDA_LAUNCHED("neighbour_reads");
+  return out;
+}
+
+// Threads of different warps: the first warp writes, the second reads.
+template <Between kBetween>
+__global__ void other_warp_reads(float* out) {
+  __shared__ float slots[32];
+  if (threadIdx.x < 32) slots[threadIdx.x] = float(threadIdx.x);
+  if constexpr (kBetween == Between::warp_barrier) warp_sync();
+  if constexpr (kBetween == Between::block_barrier) __syncthreads();
+  if (threadIdx.x >= 32) out[threadIdx.x - 32] = slots[threadIdx.x - 32];
+}
+
+template <Between kBetween>
+void run_other_warp_reads() {
+  std::vector<float> out(32);
+  HONE_LAUNCH(1, 64, 0, other_warp_reads<kBetween>)(out.data());
+  HONE_CUDA_LAUNCHED("other_warp_reads");
+}
+
+// A warp stores a tile through the warp matrix API and reads it transposed:
+// each lane reads elements that other lanes stored.
+template <bool kWarpBarrier>
+__global__ void transposed_tile(float* out) {
+  __shared__ float tile[16 * 16];
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> values;
+  nvcuda::wmma::fill_fragment(values, 1.0f);
+  nvcuda::wmma::store_matrix_sync(tile, values, 16, nvcuda::wmma::mem_row_major);
+  if constexpr (kWarpBarrier) warp_sync();
+  for (unsigned i = threadIdx.x; i < 16 * 16; i += kWarpSize) out[i] = tile[i % 16 * 16 + i / 16];
+}
+
+template <bool kWarpBarrier>
+void run_transposed_tile() {
+  std::vector<float> out(16 * 16);
+  HONE_LAUNCH(1, kWarpSize, 0, transposed_tile<kWarpBarrier>)(out.data());
+  HONE_CUDA_LAUNCHED("transposed_tile");
+}
+
+// The block's smallest odd thread index, by atomicMin on a shared variable.
+__global__ void smallest_odd(int* out) {
+  __shared__ int smallest;
+  if (threadIdx.x == 0) smallest = 1 << 30;
+  __syncthreads();
+  if (threadIdx.x % 2 == 1) atomicMin(&smallest, int(threadIdx.x));
+  __syncthreads();
+  if (threadIdx.x == 0) *out = smallest;
+}
+
+class CudaRacecheck : public testing::Test {
+ protected:
+  // Each death test runs in a new process of this binary (no fork of a process
+  // with ThreadSanitizer's threads).
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+constexpr int kRaceExit = 66;  // ThreadSanitizer's exit status
+
+TEST_F(CudaRacecheck, BarriersThatOrderMemoryLeaveNothingToReport) {
+  for (const std::vector<float>& out : {run_neighbour_reads<Between::block_barrier>(),
+                                        run_neighbour_reads<Between::block_barrier_or>(),
+                                        run_neighbour_reads<Between::warp_barrier>()}) {
+    for (int t = 0; t < 64; ++t) EXPECT_EQ(out[size_t(t)], float(t ^ 1));
+  }
+  run_other_warp_reads<Between::block_barrier>();
+  run_transposed_tile<true>();
+  int smallest = 0;
+  HONE_LAUNCH(1, 96, 0, smallest_odd)(&smallest);
+  HONE_CUDA_LAUNCHED("smallest_odd");
+  EXPECT_EQ(smallest, 1);  // and atomics on the same variable are no race
+}
+
+TEST_F(CudaRacecheck, ReportsAReadOfAnotherThreadsWriteWithoutABarrier) {
+  EXPECT_EXIT(run_neighbour_reads<Between::nothing>(), testing::ExitedWithCode(kRaceExit),
+              "ThreadSanitizer: data race.*neighbour_reads");
+}
+
+TEST_F(CudaRacecheck, AShuffleOrdersNoMemory) {
+  EXPECT_EXIT(run_neighbour_reads<Between::shuffle>(), testing::ExitedWithCode(kRaceExit),
+              "ThreadSanitizer: data race.*neighbour_reads");
+}
+
+TEST_F(CudaRacecheck, AWarpBarrierOrdersNothingForOtherWarps) {
+  EXPECT_EXIT(run_other_warp_reads<Between::warp_barrier>(), testing::ExitedWithCode(kRaceExit),
+              "ThreadSanitizer: data race.*other_warp_reads");
+}
+
+TEST_F(CudaRacecheck, TheWarpMatrixApiOrdersNoMemoryBetweenLanes) {
+  EXPECT_EXIT(run_transposed_tile<false>(), testing::ExitedWithCode(kRaceExit),
+              "ThreadSanitizer: data race.*transposed_tile");
+}
+
+}  // namespace
+}  // namespace hone::kernels::cuda
