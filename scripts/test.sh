@@ -6,9 +6,12 @@ bash scripts/install-deps.sh --hip  # hipcc: the build also compiles the GPU ker
 bash scripts/build.sh
 # GPU tests (label gpu) run on a machine with a GPU: ctest -L gpu (docs/cuda.md).
 (cd build && ctest --output-on-failure --timeout 600 -j 2 -LE gpu "$@")
-# And here, on the CPU: the same tests in a build whose CUDA kernels run in hone's
-# CUDA emulator, with its race check (docs/cuda.md).
-cmake -S . -B build-emulator -G Ninja -DCMAKE_BUILD_TYPE=Release -DHONE_CUDA=EMULATOR -DHONE_EMULATOR_RACECHECK=ON \
-  -DHONE_HIP_CHECK=OFF -DHONE_BUILD_BENCH=OFF >/dev/null
-cmake --build build-emulator --target test_cuda_ops test_cuda_models test_cuda_emulator test_cuda_racecheck
-(cd build-emulator && ctest --output-on-failure --timeout 900 -j 2 -L gpu "$@")
+# And here, on the CPU: the same tests in builds whose CUDA kernels run in hone's
+# CUDA emulator, with its memory check, then with its race check (docs/cuda.md).
+for check in memory races; do
+  dir=build-emulator-$check
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHONE_CUDA=EMULATOR -DHONE_EMULATOR_CHECK="${check^^}" \
+    -DHONE_HIP_CHECK=OFF -DHONE_BUILD_BENCH=OFF >/dev/null
+  cmake --build "$dir" --target test_cuda_ops test_cuda_models test_cuda_emulator "test_cuda_${check}_check"
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j 2 -L gpu "$@")
+done

@@ -148,12 +148,18 @@ class CudaAllocator final : public Allocator {
     }
     allocated_ += bytes;
     peak_ = std::max(peak_, allocated_);
+#if HONE_CUDA_EMULATOR
+    emulator::lend_block(ptr, bytes, size);
+#endif
     return ptr;
   }
 
   void deallocate(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;
     const size_t size = size_class(bytes);
+#if HONE_CUDA_EMULATOR
+    emulator::return_block(ptr, size);
+#endif
     std::lock_guard lock(mutex_);
     free_[size].push_back(ptr);
     cached_ += size;

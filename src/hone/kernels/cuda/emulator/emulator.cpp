@@ -16,7 +16,7 @@
 #error "the CUDA emulator switches its threads in x86-64 assembly"
 #endif
 
-#if HONE_EMULATOR_RACECHECK
+#if HONE_EMULATOR_CHECK_RACES
 #include <sanitizer/tsan_interface.h>
 
 // Stop at the first race, with its report: the test that ran it fails there.
@@ -27,6 +27,14 @@
 extern "C" const char* __tsan_default_options() {
   return "halt_on_error=1:ignore_interceptors_accesses=1:allocator_may_return_null=1";
 }
+#endif
+
+#if HONE_EMULATOR_CHECK_MEMORY
+#include <sanitizer/asan_interface.h>
+
+// Leaks are not the kernels' to find; an allocation too large for any memory
+// is cudaMalloc's out-of-memory error (tests ask for one), not the sanitizer's.
+extern "C" const char* __asan_default_options() { return "detect_leaks=0:allocator_may_return_null=1"; }
 #endif
 
 thread_local uint3 threadIdx, blockIdx;
@@ -42,7 +50,7 @@ constexpr int kMaxThreads = 1024;
 // Untouched pages cost nothing; the lowest is a guard, so an overflow faults.
 constexpr size_t kStackBytes = size_t(256) << 10;
 
-// Race checking (-DHONE_EMULATOR_RACECHECK=ON, docs/cuda.md): the kernels are
+// Race checking (-DHONE_EMULATOR_CHECK=RACES, docs/cuda.md): the kernels are
 // compiled with ThreadSanitizer, this file is not. Each thread of a block is a
 // fiber of ThreadSanitizer's own, and switching between them orders nothing:
 // what one thread writes and another reads or writes is a race unless a barrier
@@ -52,7 +60,7 @@ constexpr size_t kStackBytes = size_t(256) << 10;
 // memory ordering). The launching thread publishes what it wrote before a
 // block starts and observes what the block's threads wrote after it ends.
 // Blocks run one after the other, so races between blocks are not seen.
-#if HONE_EMULATOR_RACECHECK
+#if HONE_EMULATOR_CHECK_RACES
 // Named by the thread's index in its block (threadIdx linearized), which reports show.
 void* new_race_fiber(int thread) {
   void* fiber = __tsan_create_fiber(0);
@@ -375,6 +383,17 @@ uint64_t warp_exchange(uint64_t value, int source) {
 }
 
 void* dynamic_shared_memory() { return t_block.shared.data(); }
+
+#if HONE_EMULATOR_CHECK_MEMORY
+void lend_block(void* block, size_t bytes, size_t size) {
+  __asan_unpoison_memory_region(block, bytes);
+  __asan_poison_memory_region(static_cast<char*>(block) + bytes, size - bytes);
+}
+void return_block(void* block, size_t size) { __asan_poison_memory_region(block, size); }
+#else
+void lend_block(void*, size_t, size_t) {}
+void return_block(void*, size_t) {}
+#endif
 
 void check_aligned(const void* address, size_t bytes) {
   if (reinterpret_cast<uintptr_t>(address) % bytes == 0) return;

@@ -19,11 +19,13 @@
 // above 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does.
 //
 // Races: every write is seen at once here, on a GPU not necessarily. A build
-// with -DHONE_EMULATOR_RACECHECK=ON compiles the kernels with ThreadSanitizer,
+// with -DHONE_EMULATOR_CHECK=RACES compiles the kernels with ThreadSanitizer,
 // which then reports two threads of a block that touch the same memory (one of
 // them writing) with no barrier that orders memory between them (emulator.cpp).
-// Not modelled: timing, races between blocks. Device memory is host memory, and
-// every copy, memset and launch is done when its call returns.
+// With -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer reports a kernel's access
+// outside its tensors' bytes (lend_block). Not modelled: timing, races between
+// blocks. Device memory is host memory, and every copy, memset and launch is
+// done when its call returns.
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -101,6 +103,11 @@ void warp_converge();
 // Every lane of the warp gives `value`; each gets the value of lane `source`.
 uint64_t warp_exchange(uint64_t value, int source);
 void* dynamic_shared_memory();
+// The caching allocator's blocks (runtime.cpp): `block`'s first `bytes` are a
+// tensor's, of its `size`. With -DHONE_EMULATOR_CHECK=MEMORY the rest, and a
+// whole block back in the cache, is out of bounds: a kernel touching it stops.
+void lend_block(void* block, size_t bytes, size_t size);
+void return_block(void* block, size_t size);
 // A GPU's vector loads and stores need their own size's alignment; x86 does not.
 void check_aligned(const void* address, size_t bytes);
 

@@ -1,4 +1,4 @@
-// The CUDA emulator's race check (-DHONE_EMULATOR_RACECHECK=ON, docs/cuda.md):
+// The CUDA emulator's race check (-DHONE_EMULATOR_CHECK=RACES, docs/cuda.md):
 // ThreadSanitizer reports two threads of a block that touch the same shared
 // memory with no barrier between them that orders memory on a GPU, and only
 // those. Each racy kernel runs in a death test: the check stops the process at

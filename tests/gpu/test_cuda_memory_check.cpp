@@ -1,0 +1,63 @@
+// The CUDA emulator's memory check (-DHONE_EMULATOR_CHECK=MEMORY, docs/cuda.md):
+// AddressSanitizer reports a kernel's access outside its tensors' bytes, also
+// where the caching allocator's block has room past them (where a GPU reads
+// on without a fault) and in a block back in the cache. Each bad access runs
+// in a death test: the report names the kernel.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "cuda_test.hpp"
+#include "hone/kernels/cuda/common.cuh"
+
+namespace hone::kernels::cuda {
+namespace {
+
+__global__ void read_element(const float* values, int64_t index, float* out) { *out = values[index]; }
+
+float read_on_device(const Tensor& values, int64_t index) {
+  Tensor out = Tensor::zeros({1}, DType::f32, values.device());
+  HONE_LAUNCH(1, 1, 0, read_element)(values.data<float>(), index, out.data<float>());
+  HONE_CUDA_LAUNCHED("read_element");
+  return out.to(Device::cpu()).data<float>()[0];
+}
+
+// 203 floats (812 bytes) in a 1024-byte block of the allocator's.
+constexpr int64_t kElements = 203;
+
+Tensor filled() { return Tensor::from(std::vector<float>(kElements, 2.5f), {kElements}).to(test::kGpu); }
+
+void read_past_the_end() { read_on_device(filled(), kElements); }
+
+void read_after_release() {
+  const float* stale = filled().data<float>();  // the tensor's block is back in the cache
+  const Tensor out = Tensor::zeros({1}, DType::f32, test::kGpu);  // a block of another size class
+  HONE_LAUNCH(1, 1, 0, read_element)(stale, 0, out.data<float>());
+}
+
+class CudaMemoryCheck : public test::Cuda {
+ protected:
+  // Each death test runs in a new process of this binary (no fork of a process
+  // with OpenMP's threads).
+  void SetUp() override {
+    test::Cuda::SetUp();
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+  }
+};
+
+TEST_F(CudaMemoryCheck, ATensorsOwnBytesAreFine) {
+  const Tensor values = filled();
+  EXPECT_EQ(read_on_device(values, 0), 2.5f);
+  EXPECT_EQ(read_on_device(values, kElements - 1), 2.5f);
+}
+
+TEST_F(CudaMemoryCheck, ReportsAReadPastATensorsEndInsideItsBlock) {
+  EXPECT_DEATH(read_past_the_end(), "AddressSanitizer: use-after-poison.*read_element");
+}
+
+TEST_F(CudaMemoryCheck, ReportsAReadOfATensorBackInTheCache) {
+  EXPECT_DEATH(read_after_release(), "AddressSanitizer: use-after-poison.*read_element");
+}
+
+}  // namespace
+}  // namespace hone::kernels::cuda
