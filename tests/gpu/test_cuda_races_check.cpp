@@ -48,29 +48,34 @@ __global__ void other_warp_reads(float* out) {
 }
 
 template <Between kBetween>
-void run_other_warp_reads() {
+std::vector<float> run_other_warp_reads() {
   std::vector<float> out(32);
   HONE_LAUNCH(1, 64, 0, other_warp_reads<kBetween>)(out.data());
   HONE_CUDA_LAUNCHED("other_warp_reads");
+  return out;
 }
 
-// A warp stores a tile through the warp matrix API and reads it transposed:
-// each lane reads elements that other lanes stored.
+// A warp loads a tile into a fragment, stores it to shared memory through the
+// warp matrix API and reads it back transposed: each lane reads elements that
+// other lanes stored.
 template <bool kWarpBarrier>
-__global__ void transposed_tile(float* out) {
+__global__ void transposed_tile(const float* in, float* out) {
   __shared__ float tile[16 * 16];
   nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> values;
-  nvcuda::wmma::fill_fragment(values, 1.0f);
+  nvcuda::wmma::load_matrix_sync(values, in, 16, nvcuda::wmma::mem_row_major);
   nvcuda::wmma::store_matrix_sync(tile, values, 16, nvcuda::wmma::mem_row_major);
   if constexpr (kWarpBarrier) warp_sync();
   for (unsigned i = threadIdx.x; i < 16 * 16; i += kWarpSize) out[i] = tile[i % 16 * 16 + i / 16];
 }
 
+// The tile's elements are 0, 1, ..., 255 in row-major order.
 template <bool kWarpBarrier>
-void run_transposed_tile() {
-  std::vector<float> out(16 * 16);
-  HONE_LAUNCH(1, kWarpSize, 0, transposed_tile<kWarpBarrier>)(out.data());
+std::vector<float> run_transposed_tile() {
+  std::vector<float> in(16 * 16), out(16 * 16);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = float(i);
+  HONE_LAUNCH(1, kWarpSize, 0, transposed_tile<kWarpBarrier>)(in.data(), out.data());
   HONE_CUDA_LAUNCHED("transposed_tile");
+  return out;
 }
 
 // The block's smallest odd thread index, by atomicMin on a shared variable.
@@ -98,8 +103,10 @@ TEST_F(CudaRacecheck, BarriersThatOrderMemoryLeaveNothingToReport) {
                                         run_neighbour_reads<Between::warp_barrier>()}) {
     for (int t = 0; t < 64; ++t) EXPECT_EQ(out[size_t(t)], float(t ^ 1));
   }
-  run_other_warp_reads<Between::block_barrier>();
-  run_transposed_tile<true>();
+  const std::vector<float> other_warp = run_other_warp_reads<Between::block_barrier>();
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(other_warp[size_t(t)], float(t));
+  const std::vector<float> transposed = run_transposed_tile<true>();
+  for (int i = 0; i < 16 * 16; ++i) EXPECT_EQ(transposed[size_t(i)], float(i % 16 * 16 + i / 16));
   int smallest = 0;
   HONE_LAUNCH(1, 96, 0, smallest_odd)(&smallest);
   HONE_CUDA_LAUNCHED("smallest_odd");
