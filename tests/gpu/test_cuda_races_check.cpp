@@ -29,14 +29,6 @@ __global__ void neighbour_reads(float* out) {
   out[threadIdx.x] = slots[threadIdx.x ^ 1] + zero;
 }
 
-template <Between kBetween>
-std::vector<float> run_neighbour_reads() {
-  std::vector<float> out(64);
-  HONE_LAUNCH(1, 64, 0, neighbour_reads<kBetween>)(out.data());
-  HONE_CUDA_LAUNCHED("neighbour_reads");
-  return out;
-}
-
 // Threads of different warps: the first warp writes, the second reads.
 template <Between kBetween>
 __global__ void other_warp_reads(float* out) {
@@ -47,11 +39,12 @@ __global__ void other_warp_reads(float* out) {
   if (threadIdx.x >= 32) out[threadIdx.x - 32] = slots[threadIdx.x - 32];
 }
 
-template <Between kBetween>
-std::vector<float> run_other_warp_reads() {
-  std::vector<float> out(32);
-  HONE_LAUNCH(1, 64, 0, other_warp_reads<kBetween>)(out.data());
-  HONE_CUDA_LAUNCHED("other_warp_reads");
+// Runs one of the kernels above on one block of 64 threads; it writes at most 64 outputs.
+template <auto kKernel>
+std::vector<float> run_on_64_threads() {
+  std::vector<float> out(64);
+  HONE_LAUNCH(1, 64, 0, kKernel)(out.data());
+  HONE_CUDA_LAUNCHED("a test kernel");
   return out;
 }
 
@@ -98,12 +91,12 @@ class CudaRacecheck : public testing::Test {
 constexpr int kRaceExit = 66;  // ThreadSanitizer's exit status
 
 TEST_F(CudaRacecheck, BarriersThatOrderMemoryLeaveNothingToReport) {
-  for (const std::vector<float>& out : {run_neighbour_reads<Between::block_barrier>(),
-                                        run_neighbour_reads<Between::block_barrier_or>(),
-                                        run_neighbour_reads<Between::warp_barrier>()}) {
+  for (const std::vector<float>& out : {run_on_64_threads<neighbour_reads<Between::block_barrier>>(),
+                                        run_on_64_threads<neighbour_reads<Between::block_barrier_or>>(),
+                                        run_on_64_threads<neighbour_reads<Between::warp_barrier>>()}) {
     for (int t = 0; t < 64; ++t) EXPECT_EQ(out[size_t(t)], float(t ^ 1));
   }
-  const std::vector<float> other_warp = run_other_warp_reads<Between::block_barrier>();
+  const std::vector<float> other_warp = run_on_64_threads<other_warp_reads<Between::block_barrier>>();
   for (int t = 0; t < 32; ++t) EXPECT_EQ(other_warp[size_t(t)], float(t));
   const std::vector<float> transposed = run_transposed_tile<true>();
   for (int i = 0; i < 16 * 16; ++i) EXPECT_EQ(transposed[size_t(i)], float(i % 16 * 16 + i / 16));
@@ -114,17 +107,17 @@ TEST_F(CudaRacecheck, BarriersThatOrderMemoryLeaveNothingToReport) {
 }
 
 TEST_F(CudaRacecheck, ReportsAReadOfAnotherThreadsWriteWithoutABarrier) {
-  EXPECT_EXIT(run_neighbour_reads<Between::nothing>(), testing::ExitedWithCode(kRaceExit),
+  EXPECT_EXIT(run_on_64_threads<neighbour_reads<Between::nothing>>(), testing::ExitedWithCode(kRaceExit),
               "ThreadSanitizer: data race.*neighbour_reads");
 }
 
 TEST_F(CudaRacecheck, AShuffleOrdersNoMemory) {
-  EXPECT_EXIT(run_neighbour_reads<Between::shuffle>(), testing::ExitedWithCode(kRaceExit),
+  EXPECT_EXIT(run_on_64_threads<neighbour_reads<Between::shuffle>>(), testing::ExitedWithCode(kRaceExit),
               "ThreadSanitizer: data race.*neighbour_reads");
 }
 
 TEST_F(CudaRacecheck, AWarpBarrierOrdersNothingForOtherWarps) {
-  EXPECT_EXIT(run_other_warp_reads<Between::warp_barrier>(), testing::ExitedWithCode(kRaceExit),
+  EXPECT_EXIT(run_on_64_threads<other_warp_reads<Between::warp_barrier>>(), testing::ExitedWithCode(kRaceExit),
               "ThreadSanitizer: data race.*other_warp_reads");
 }
 
