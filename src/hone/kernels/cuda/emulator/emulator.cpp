@@ -57,9 +57,9 @@ constexpr size_t kStackBytes = size_t(256) << 10;
 // that orders memory on a GPU lies between them. The barriers below say so to
 // ThreadSanitizer (publish what this thread did, observe what the others did);
 // shuffles and the warp matrix API's calls do not (CUDA promises them no
-// memory ordering). The launching thread publishes what it wrote before a
-// block starts and observes what the block's threads wrote after it ends.
-// Blocks run one after the other, so races between blocks are not seen.
+// memory ordering). The host thread that runs a block publishes what it wrote
+// before the block starts and observes what the block's threads wrote after it
+// ends. Blocks run one after the other, so races between blocks are not seen.
 #if HONE_EMULATOR_CHECK_RACES
 // Named by the thread's index in its block (threadIdx linearized), which reports show.
 void* new_race_fiber(int thread) {
@@ -146,24 +146,19 @@ struct Block {
   std::string fault;                 // set by a thread the emulator stopped
   Fiber* running = nullptr;
   const std::function<void()>* thread = nullptr;
-  void* scheduler = nullptr;  // the launching thread's stack pointer while a fiber runs
+  void* scheduler = nullptr;  // the host thread's stack pointer while a fiber runs
   void* scheduler_race_fiber = nullptr;
-  char ordered[2];        // the race check's sync objects of __syncthreads, by generation
-  char started, yielded;  // and of the launching thread's writes before the block, the block's after
+  char ordered[2];         // the race check's sync objects of __syncthreads, by generation
+  char started, finished;  // and of the host thread's writes before the block, the block's after
 };
 
 thread_local Block t_block;
 
 Fiber& running() { return *t_block.running; }
 
-// Everything a thread did before it yields is the launching thread's to see
-// (a launch is over before the host goes on): it orders no thread of the block
-// before another, as only the launching thread observes it.
-void yield() {
-  publish(&t_block.yielded);
-  enter_race_fiber(t_block.scheduler_race_fiber);
-  hone_emulator_switch(&running().sp, t_block.scheduler);
-}
+// Back to the host thread, which runs no instrumented code until it switches
+// to the next thread: ThreadSanitizer's fiber stays the yielding thread's.
+void yield() { hone_emulator_switch(&running().sp, t_block.scheduler); }
 
 // Stops the running thread for good; the launch then fails with `message`.
 [[noreturn]] void stop(const std::string& message) {
@@ -213,7 +208,7 @@ void* map_stack() {
 
 // A new thread's stack, made to look like a switched-out thread's whose switch
 // returns into fiber_main: its return address, then the six saved registers
-// (zero) and the launching thread's floating-point control words.
+// (zero) and the host thread's floating-point control words.
 void start_at_fiber_main(Fiber& f) {
   auto* top = reinterpret_cast<uint64_t*>(static_cast<char*>(f.stack) + kStackBytes);  // 16-byte aligned
   uint64_t* sp = top - 9;
@@ -230,9 +225,23 @@ std::string where(const uint3& block) {
   return "block (" + std::to_string(block.x) + ", " + std::to_string(block.y) + ", " + std::to_string(block.z) + ")";
 }
 
+// Once the block is over (a launch is over before the host goes on), the host
+// thread observes what its threads wrote: published from each thread's race
+// check fiber by the host thread, as a thread the emulator stopped never runs
+// again. Nothing orders one thread of the block before another.
+void gather(Block& b, int threads) {
+  for (int t = 0; t < threads; ++t) {
+    enter_race_fiber(b.fibers[size_t(t)].race_fiber);
+    publish(&b.finished);
+  }
+  enter_race_fiber(b.scheduler_race_fiber);
+  observe(&b.finished);
+}
+
 // A block the emulator stopped leaves threads in the middle of their code:
 // their race-check fibers are replaced, as their call stacks will not unwind.
-void abandon(Block& b) {
+void abandon(Block& b, int threads) {
+  gather(b, threads);
   for (size_t t = 0; t < b.fibers.size(); ++t) {
     if (b.fibers[t].race_fiber == nullptr) continue;
     drop_race_fiber(b.fibers[t].race_fiber);
@@ -279,15 +288,14 @@ void run_block(const std::function<void()>& thread, int threads) {
       threadIdx = f.index;
       enter_race_fiber(f.race_fiber);
       hone_emulator_switch(&b.scheduler, f.sp);
-      observe(&b.yielded);
       if (!b.fault.empty()) {
-        abandon(b);
+        abandon(b, threads);
         fail("CUDA emulator: {}, thread {}: {}", where(blockIdx), t, b.fault);
       }
       remaining += f.done ? 0 : 1;
     }
     if (remaining > 0 && b.progress == progress) {
-      abandon(b);
+      abandon(b, threads);
       int at_warp = 0;
       for (const Warp& w : b.warps) at_warp += w.arrived;
       fail("CUDA emulator: {} deadlocks: of its {} threads still running, {} wait at __syncthreads and {} at a warp "
@@ -295,6 +303,7 @@ void run_block(const std::function<void()>& thread, int threads) {
            where(blockIdx), remaining, b.arrived, at_warp);
     }
   }
+  gather(b, threads);
 }
 
 bool fits_limits(const Launch& l) {
