@@ -37,9 +37,16 @@ TEST(CudaEmulator, BarriersAndShufflesMeanWhatTheyMeanOnAGpu) {
   }
 }
 
-__global__ void barrier_in_one_branch() {
+__device__ void barriers_in_two_branches() {
   if (threadIdx.x < 16) __syncthreads();
   else __syncwarp();
+}
+
+__global__ void barrier_in_one_branch() { barriers_in_two_branches(); }
+
+// Only block (1, 2) deadlocks: an odd one, which the race check runs on its second host thread.
+__global__ void barrier_in_one_branch_of_one_block() {
+  if (blockIdx.x == 1 && blockIdx.y == 2) barriers_in_two_branches();
 }
 
 __global__ void shuffle_after_returns(float* out) {
@@ -54,6 +61,13 @@ __global__ void copy_group(const bf16* from, bf16* to) { store_elements(to, load
 TEST(CudaEmulator, ReportsWhatAGpuWouldHangOnOrLeaveUndefined) {
   EXPECT_NE(error_of([] { HONE_LAUNCH(1, 64, 0, barrier_in_one_branch)(); }).find("block (0, 0, 0) deadlocks"),
             std::string::npos);
+  EXPECT_NE(error_of([] { HONE_LAUNCH(dim3(2, 3), 64, 0, barrier_in_one_branch_of_one_block)(); })
+                .find("block (1, 2, 0) deadlocks"),
+            std::string::npos);
+  std::vector<float> sums(3);
+  std::vector<int> saw(3);
+  HONE_LAUNCH(3, 64, 0, block_sums)(sums.data(), saw.data());  // and the next launch runs
+  EXPECT_EQ(sums, std::vector<float>(3, 64 * 63 / 2));
   std::vector<float> out(32);
   EXPECT_NE(error_of([&] { HONE_LAUNCH(1, 32, 0, shuffle_after_returns)(out.data()); }).find("16 have returned"),
             std::string::npos);

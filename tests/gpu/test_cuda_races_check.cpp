@@ -1,7 +1,7 @@
 // The CUDA emulator's race check (-DHONE_EMULATOR_CHECK=RACES, docs/cuda.md):
-// ThreadSanitizer reports two threads of a block that touch the same shared
-// memory with no barrier between them that orders memory on a GPU, and only
-// those. Each racy kernel runs in a death test: the check stops the process at
+// ThreadSanitizer reports two threads of a block that touch the same memory
+// with no barrier between them that orders memory on a GPU, and two
+// neighbouring blocks that do (nothing orders them), and only those. Each racy kernel runs in a death test: the check stops the process at
 // the first race (exit status 66) with a report naming the kernel.
 #include <gtest/gtest.h>
 
@@ -81,6 +81,26 @@ __global__ void smallest_odd(int* out) {
   if (threadIdx.x == 0) *out = smallest;
 }
 
+// Each block writes 32 outputs, `stride` after the previous block's (blocks
+// counted along x, then y): with a stride of 31, a block's last output is the
+// next one's first.
+__global__ void block_rows(float* out, int stride) {
+  const unsigned block = blockIdx.y * gridDim.x + blockIdx.x;
+  out[block * unsigned(stride) + threadIdx.x] = float(block);
+}
+
+std::vector<float> run_block_rows(dim3 grid, int stride) {
+  std::vector<float> out(grid.x * grid.y * 32);
+  HONE_LAUNCH(grid, 32, 0, block_rows)(out.data(), stride);
+  HONE_CUDA_LAUNCHED("block_rows");
+  return out;
+}
+
+// The smallest odd block index, by atomicMin on a global variable.
+__global__ void smallest_odd_block(int* out) {
+  if (threadIdx.x == 0 && blockIdx.x % 2 == 1) atomicMin(out, int(blockIdx.x));
+}
+
 class CudaRacecheck : public testing::Test {
  protected:
   // Each death test runs in a new process of this binary (no fork of a process
@@ -104,6 +124,22 @@ TEST_F(CudaRacecheck, BarriersThatOrderMemoryLeaveNothingToReport) {
   HONE_LAUNCH(1, 96, 0, smallest_odd)(&smallest);
   HONE_CUDA_LAUNCHED("smallest_odd");
   EXPECT_EQ(smallest, 1);  // and atomics on the same variable are no race
+}
+
+TEST_F(CudaRacecheck, BlocksThatTouchDisjointMemoryOrAtomicsLeaveNothingToReport) {
+  const std::vector<float> rows = run_block_rows(dim3(2, 2), 32);
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i], float(i / 32));
+  int smallest = 1 << 30;
+  HONE_LAUNCH(6, 32, 0, smallest_odd_block)(&smallest);
+  HONE_CUDA_LAUNCHED("smallest_odd_block");
+  EXPECT_EQ(smallest, 1);
+}
+
+TEST_F(CudaRacecheck, ReportsBlocksThatWriteTheSameMemory) {
+  EXPECT_EXIT(run_block_rows(dim3(4, 1), 31), testing::ExitedWithCode(kRaceExit),
+              "ThreadSanitizer: data race.*block_rows");
+  EXPECT_EXIT(run_block_rows(dim3(1, 4), 31), testing::ExitedWithCode(kRaceExit),
+              "ThreadSanitizer: data race.*block_rows");
 }
 
 TEST_F(CudaRacecheck, ReportsAReadOfAnotherThreadsWriteWithoutABarrier) {

@@ -6,8 +6,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hone/core/error.hpp"
@@ -59,12 +62,16 @@ constexpr size_t kStackBytes = size_t(256) << 10;
 // shuffles and the warp matrix API's calls do not (CUDA promises them no
 // memory ordering). The host thread that runs a block publishes what it wrote
 // before the block starts and observes what the block's threads wrote after it
-// ends. Blocks run one after the other, so races between blocks are not seen.
+// ends; a launch's blocks run on two host threads (OddBlocks, below), so that
+// races between neighbouring blocks are seen too.
+thread_local bool t_runs_odd_blocks = false;  // on OddBlocks' host thread
 #if HONE_EMULATOR_CHECK_RACES
+constexpr bool kCheckRaces = true;
 // Named by the thread's index in its block (threadIdx linearized), which reports show.
 void* new_race_fiber(int thread) {
   void* fiber = __tsan_create_fiber(0);
-  __tsan_set_fiber_name(fiber, ("thread " + std::to_string(thread)).c_str());
+  const char* block = t_runs_odd_blocks ? " of an odd block" : "";
+  __tsan_set_fiber_name(fiber, ("thread " + std::to_string(thread) + block).c_str());
   return fiber;
 }
 void drop_race_fiber(void* fiber) { __tsan_destroy_fiber(fiber); }
@@ -73,6 +80,7 @@ void enter_race_fiber(void* fiber) { __tsan_switch_to_fiber(fiber, __tsan_switch
 void publish(void* sync) { __tsan_release(sync); }
 void observe(void* sync) { __tsan_acquire(sync); }
 #else
+constexpr bool kCheckRaces = false;
 void* new_race_fiber(int) { return nullptr; }
 void drop_race_fiber(void*) {}
 void* current_race_fiber() { return nullptr; }
@@ -320,6 +328,95 @@ cudaError_t failed(cudaError_t error) {
   return error;
 }
 
+// Which of a launch's blocks a thread runs: all, or those whose coordinates'
+// sum is even (or odd).
+enum class Blocks { all, even, odd };
+
+// Runs the launch's `blocks` on the calling thread, one after the other.
+void run_blocks(const Launch& launch, const std::function<void()>& thread, Blocks blocks) {
+  gridDim = launch.grid;
+  blockDim = launch.block;
+  const int threads = int(launch.block.x * launch.block.y * launch.block.z);
+  for (unsigned z = 0; z < launch.grid.z; ++z) {
+    for (unsigned y = 0; y < launch.grid.y; ++y) {
+      for (unsigned x = 0; x < launch.grid.x; ++x) {
+        if (blocks != Blocks::all && ((x + y + z) % 2 == 1) != (blocks == Blocks::odd)) continue;
+        blockIdx = {x, y, z};
+        t_block.shared.assign(launch.shared_bytes, 0xff);
+        run_block(thread, threads);
+      }
+    }
+  }
+}
+
+// The race check's second host thread (one for each that launches kernels):
+// it runs a launch's odd blocks while the launching thread runs the even ones.
+// Neighbours along any axis of the grid are then on different host threads,
+// and nothing that ThreadSanitizer sees orders one before the other until the
+// launch ends (the two meet through atomics in this file, which is not
+// instrumented), so a race between them is reported. Each host thread's own
+// blocks are ordered, as its __shared__ variables and fibers serve them all.
+class OddBlocks {
+ public:
+  OddBlocks() : worker_([this] { work(); }) {}
+
+  ~OddBlocks() {
+    post(kQuit);
+    worker_.join();
+  }
+
+  // Runs the odd blocks of `launch` while the calling thread runs the even
+  // ones; returns when both are done, rethrowing the first failure.
+  void run(const Launch& launch, const std::function<void()>& thread) {
+    launch_ = &launch;
+    thread_ = &thread;
+    publish(&launched_);
+    post(kRun);
+    std::exception_ptr fault;
+    try {
+      run_blocks(launch, thread, Blocks::even);
+    } catch (...) {
+      fault = std::current_exception();
+    }
+    state_.wait(kRun);
+    observe(&finished_);
+    if (fault == nullptr) fault = worker_fault_;
+    worker_fault_ = nullptr;
+    if (fault != nullptr) std::rethrow_exception(fault);
+  }
+
+ private:
+  static constexpr int kIdle = 0, kRun = 1, kQuit = 2;
+
+  void post(int state) {
+    state_.store(state);
+    state_.notify_all();
+  }
+
+  void work() {
+    t_runs_odd_blocks = true;
+    for (;;) {
+      state_.wait(kIdle);
+      if (state_.load() == kQuit) return;
+      observe(&launched_);
+      try {
+        run_blocks(*launch_, *thread_, Blocks::odd);
+      } catch (...) {
+        worker_fault_ = std::current_exception();
+      }
+      publish(&finished_);
+      post(kIdle);
+    }
+  }
+
+  std::atomic<int> state_{kIdle};
+  const Launch* launch_ = nullptr;
+  const std::function<void()>* thread_ = nullptr;
+  std::exception_ptr worker_fault_;
+  char launched_ = 0, finished_ = 0;  // sync objects: the launching thread's writes before, the worker's after
+  std::thread worker_;                // last: started once the rest is ready
+};
+
 }  // namespace
 
 void run(const Launch& launch, const std::function<void()>& thread) {
@@ -327,18 +424,12 @@ void run(const Launch& launch, const std::function<void()>& thread) {
     failed(cudaErrorInvalidConfiguration);
     return;
   }
-  gridDim = launch.grid;
-  blockDim = launch.block;
-  const int threads = int(launch.block.x * launch.block.y * launch.block.z);
-  for (unsigned z = 0; z < launch.grid.z; ++z) {
-    for (unsigned y = 0; y < launch.grid.y; ++y) {
-      for (unsigned x = 0; x < launch.grid.x; ++x) {
-        blockIdx = {x, y, z};
-        t_block.shared.assign(launch.shared_bytes, 0xff);
-        run_block(thread, threads);
-      }
-    }
+  if (!kCheckRaces || uint64_t(launch.grid.x) * launch.grid.y * launch.grid.z == 1) {
+    run_blocks(launch, thread, Blocks::all);
+    return;
   }
+  thread_local OddBlocks odd_blocks;  // made (its host thread started) at the first such launch
+  odd_blocks.run(launch, thread);
 }
 
 int lane() { return running().lane; }

@@ -5,27 +5,31 @@
 // with HONE_CUDA_EMULATOR set, and platform.hpp includes this header in place
 // of cuda_runtime.h: it declares the part of CUDA that hone uses.
 //
-// A launch runs on the calling thread, block after block. Each thread of a block
-// is a fiber with a stack of its own that runs until it reaches a barrier
+// A launch runs on the calling thread, block after block (with the race check
+// below, its odd blocks on a second host thread). Each thread of a block is a
+// fiber with a stack of its own that runs until it reaches a barrier
 // (__syncthreads, __syncwarp, a warp shuffle) or returns; the block's threads
 // take turns only there, so each runs as far as CUDA lets it run without the
-// others. __shared__ variables are function statics (one block runs at a time);
-// dynamic shared memory is a buffer per block, filled with 0xff bytes (NaN in
-// float) so that reading what no thread wrote shows. Where a GPU would hang or
-// read garbage, the launch fails with hone::Error naming the kernel's block:
-// threads waiting at different barriers, a shuffle in a warp with lanes that
-// have exited, a group of elements (common.cuh's load_elements) at an address
-// a GPU cannot load it from. A launch out of CUDA's limits (block size, grid.y and grid.z
-// above 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does.
+// others. __shared__ variables are thread-local function statics (a host
+// thread runs one block at a time); dynamic shared memory is a buffer per
+// block, filled with 0xff bytes (NaN in float) so that reading what no thread
+// wrote shows. Where a GPU would hang or read garbage, the launch fails with
+// hone::Error naming the kernel's block: threads waiting at different
+// barriers, a shuffle in a warp with lanes that have exited, a group of
+// elements (common.cuh's load_elements) at an address a GPU cannot load it
+// from. A launch out of CUDA's limits (block size, grid.y and grid.z above
+// 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does.
 //
 // Races: every write is seen at once here, on a GPU not necessarily. A build
 // with -DHONE_EMULATOR_CHECK=RACES compiles the kernels with ThreadSanitizer,
 // which then reports two threads of a block that touch the same memory (one of
-// them writing) with no barrier that orders memory between them (emulator.cpp).
-// With -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer reports a kernel's access
-// outside its tensors' bytes (lend_block). Not modelled: timing, races between
-// blocks. Device memory is host memory, and every copy, memset and launch is
-// done when its call returns.
+// them writing) with no barrier that orders memory between them, and two
+// neighbouring blocks of a launch that do (emulator.cpp: a second host thread
+// runs the odd blocks). With -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer
+// reports a kernel's access outside its tensors' bytes (lend_block). Not
+// modelled: timing, races between blocks whose coordinates' sums are both even
+// or both odd. Device memory is host memory, and every copy, memset and launch
+// is done when its call returns.
 #include <bit>
 #include <cmath>
 #include <cstddef>
