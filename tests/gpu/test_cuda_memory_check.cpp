@@ -1,13 +1,14 @@
 // The CUDA emulator's memory check (-DHONE_EMULATOR_CHECK=MEMORY, docs/cuda.md):
 // AddressSanitizer reports a kernel's access outside its tensors' bytes, also
 // where the caching allocator's block has room past them (where a GPU reads
-// on without a fault) and in a block back in the cache. Each bad access runs
-// in a death test: the report names the kernel.
+// on without a fault), in a block back in the cache and between an arena's
+// tensors. Each bad access runs in a death test: the report names the kernel.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "cuda_test.hpp"
+#include "hone/core/arena.hpp"
 #include "hone/kernels/cuda/common.cuh"
 
 namespace hone::kernels::cuda {
@@ -35,6 +36,19 @@ void read_after_release() {
   HONE_LAUNCH(1, 1, 0, read_element)(stale, 0, out.data<float>());
 }
 
+// Two tensors of 256 floats, 1024 bytes each, carved from one arena: with no
+// room between them, the first's element 256 would be the second's element 0.
+struct Neighbours {
+  Arena arena{16384, test::kGpu};
+  Tensor first = arena.take({256}, DType::f32);
+  Tensor second = arena.take({256}, DType::f32);
+};
+
+void read_past_an_arena_tensor() {
+  Neighbours n;
+  read_on_device(n.first, 256);
+}
+
 class CudaMemoryCheck : public test::Cuda {
  protected:
   // Each death test runs in a new process of this binary (no fork of a process
@@ -57,6 +71,25 @@ TEST_F(CudaMemoryCheck, ReportsAReadPastATensorsEndInsideItsBlock) {
 
 TEST_F(CudaMemoryCheck, ReportsAReadOfATensorBackInTheCache) {
   EXPECT_DEATH(read_after_release(), "AddressSanitizer: use-after-poison.*read_element");
+}
+
+TEST_F(CudaMemoryCheck, AnArenasTensorsOwnTheirBytesAlsoWhereTheyShareThem) {
+  Neighbours n;
+  n.second.copy_from(Tensor::from(std::vector<float>(256, 1.5f), {256}));
+  EXPECT_EQ(read_on_device(n.second, 0), 1.5f);
+  EXPECT_EQ(read_on_device(n.second, 255), 1.5f);
+  // Reused memory: a tensor over the first one's bytes leaves them all its own.
+  const size_t mark = n.arena.mark();
+  const Tensor wide = n.arena.take({1000}, DType::f32);
+  n.arena.reuse_from(mark);
+  const Tensor narrow = n.arena.take({3}, DType::f32);
+  wide.copy_from(Tensor::from(std::vector<float>(1000, 0.5f), {1000}));
+  EXPECT_EQ(read_on_device(wide, 999), 0.5f);
+  EXPECT_EQ(read_on_device(narrow, 2), 0.5f);
+}
+
+TEST_F(CudaMemoryCheck, ReportsAReadPastAnArenaTensorsEnd) {
+  EXPECT_DEATH(read_past_an_arena_tensor(), "AddressSanitizer: use-after-poison.*read_element");
 }
 
 }  // namespace

@@ -27,6 +27,11 @@ class Allocator {
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
+  // Which bytes of an allocation a tensor owns, where an allocation holds
+  // several (Arena): the CUDA emulator's memory check (docs/cuda.md) reports a
+  // kernel touching bytes marked unowned. No-ops elsewhere.
+  virtual void mark_owned(void* /*ptr*/, size_t /*bytes*/) {}
+  virtual void mark_unowned(void* /*ptr*/, size_t /*bytes*/) {}
 };
 
 // This machine's physical memory in bytes (0 where the system does not say).

@@ -9,8 +9,8 @@ namespace hone {
 
 class Arena {
  public:
-  // A measuring arena.
-  Arena() = default;
+  // A measuring arena, for a real one on `device`.
+  explicit Arena(Device device = Device::cpu());
   // A real arena of `bytes` on `device`.
   Arena(size_t bytes, Device device);
 
@@ -31,6 +31,7 @@ class Arena {
   // depend on where a plan put its operands (checkpointed inputs kept on the
   // device or offloaded give other layouts).
   static constexpr size_t kAlignment = 256;
+  size_t red_zone_;  // bytes owned by no tensor after each (arena.cpp)
   Tensor buffer_;
   size_t used_ = 0;  // where the next tensor goes
   size_t end_ = 0;   // the furthest any took

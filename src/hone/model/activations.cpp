@@ -142,8 +142,8 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
 }
 
 size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
-                        const ActivationOptions& options) {
-  Arena measure;
+                        const ActivationOptions& options, Device device) {
+  Arena measure(device);
   plan_activations(config, dtype, batch, seq, measure, options);
   return measure.bytes_used();
 }

@@ -96,8 +96,8 @@ int64_t mlp_chunk_rows(const ModelConfig& config, DType dtype, int64_t batch, in
 Activations plan_activations(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq, Arena& arena,
                              const ActivationOptions& options = {});
 
-// Bytes of the arena plan_activations needs.
+// Bytes of the arena plan_activations needs on `device`.
 size_t activation_bytes(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
-                        const ActivationOptions& options = {});
+                        const ActivationOptions& options = {}, Device device = Device::cpu());
 
 }  // namespace hone

@@ -272,7 +272,7 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   ActivationOptions options = plan_options_;
   options.offload_inputs = options.offload_inputs && options.checkpointing;  // nothing to offload otherwise
   options.tp = tp_size_;
-  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, options);
+  arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, options, device_);
   Arena arena(arena_bytes_, device_);
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
   if (options.offload_inputs) {

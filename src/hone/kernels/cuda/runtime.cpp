@@ -148,18 +148,15 @@ class CudaAllocator final : public Allocator {
     }
     allocated_ += bytes;
     peak_ = std::max(peak_, allocated_);
-#if HONE_CUDA_EMULATOR
-    emulator::lend_block(ptr, bytes, size);
-#endif
+    mark_owned(ptr, bytes);
+    mark_unowned(static_cast<char*>(ptr) + bytes, size - bytes);  // where a GPU would read on without a fault
     return ptr;
   }
 
   void deallocate(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;
     const size_t size = size_class(bytes);
-#if HONE_CUDA_EMULATOR
-    emulator::return_block(ptr, size);
-#endif
+    mark_unowned(ptr, size);
     std::lock_guard lock(mutex_);
     free_[size].push_back(ptr);
     cached_ += size;
@@ -187,6 +184,11 @@ class CudaAllocator final : public Allocator {
   void copy_within(void* dst, const void* src, size_t bytes) override {
     if (bytes != 0) HONE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
   }
+
+#if HONE_CUDA_EMULATOR
+  void mark_owned(void* ptr, size_t bytes) override { emulator::mark_owned(ptr, bytes); }
+  void mark_unowned(void* ptr, size_t bytes) override { emulator::mark_unowned(ptr, bytes); }
+#endif
 
   void release_cached() {
     if (!runtime().initialized) return;

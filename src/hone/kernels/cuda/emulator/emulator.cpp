@@ -485,14 +485,14 @@ uint64_t warp_exchange(uint64_t value, int source) {
 void* dynamic_shared_memory() { return t_block.shared.data(); }
 
 #if HONE_EMULATOR_CHECK_MEMORY
-void lend_block(void* block, size_t bytes, size_t size) {
-  __asan_unpoison_memory_region(block, bytes);
-  __asan_poison_memory_region(static_cast<char*>(block) + bytes, size - bytes);
-}
-void return_block(void* block, size_t size) { __asan_poison_memory_region(block, size); }
+// Unpoisoning never takes bytes back from AddressSanitizer's shadow (it only
+// widens a partly addressable 8-byte granule), so marking a tensor owned
+// leaves an overlapping one that an arena reused the bytes for owned as well.
+void mark_owned(void* bytes, size_t count) { __asan_unpoison_memory_region(bytes, count); }
+void mark_unowned(void* bytes, size_t count) { __asan_poison_memory_region(bytes, count); }
 #else
-void lend_block(void*, size_t, size_t) {}
-void return_block(void*, size_t) {}
+void mark_owned(void*, size_t) {}
+void mark_unowned(void*, size_t) {}
 #endif
 
 void check_aligned(const void* address, size_t bytes) {

@@ -26,7 +26,7 @@
 // them writing) with no barrier that orders memory between them, and two
 // neighbouring blocks of a launch that do (emulator.cpp: a second host thread
 // runs the odd blocks). With -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer
-// reports a kernel's access outside its tensors' bytes (lend_block). Not
+// reports a kernel's access outside its tensors' bytes (mark_owned). Not
 // modelled: timing, races between blocks whose coordinates' sums are both even
 // or both odd. Device memory is host memory, and every copy, memset and launch
 // is done when its call returns.
@@ -107,11 +107,13 @@ void warp_converge();
 // Every lane of the warp gives `value`; each gets the value of lane `source`.
 uint64_t warp_exchange(uint64_t value, int source);
 void* dynamic_shared_memory();
-// The caching allocator's blocks (runtime.cpp): `block`'s first `bytes` are a
-// tensor's, of its `size`. With -DHONE_EMULATOR_CHECK=MEMORY the rest, and a
-// whole block back in the cache, is out of bounds: a kernel touching it stops.
-void lend_block(void* block, size_t bytes, size_t size);
-void return_block(void* block, size_t size);
+// Which device bytes a tensor owns (runtime.cpp's caching allocator: a block's
+// first bytes, up to its tensor's size; an arena's tensors). With
+// -DHONE_EMULATOR_CHECK=MEMORY the bytes marked unowned (the rest of a block,
+// a block back in the cache, an arena's bytes between its tensors) are out of
+// bounds: a kernel touching them stops. No-ops in other builds.
+void mark_owned(void* bytes, size_t count);
+void mark_unowned(void* bytes, size_t count);
 // A GPU's vector loads and stores need their own size's alignment; x86 does not.
 void check_aligned(const void* address, size_t bytes);
 
