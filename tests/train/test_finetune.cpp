@@ -158,12 +158,13 @@ TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) 
   ASSERT_EQ(run_hone_to_log(two, root_ + "/lora_zero3.log"), 0) << read_file(root_ + "/lora_zero3.log");
   expect_losses_of("lora_zero3", a, 6);
   // The checkpoint holds the adapters whole (gathered from both ranks), equal to
-  // stage 2's: the same two-rank sums; only the gradient norm adds its squares
-  // in another order (equal when this was written; 1e-6 leaves room for that).
+  // stage 2's up to rounding: the same two-rank sums, but the gradient norm adds
+  // its squares in another order, and six AdamW steps carry that rounding on.
+  // Seen: up to 2.1e-7 (release build), 1.2e-6 (-O2 with sanitizers).
   const SafetensorsFile zero2(root_ + "/lora_two/step_0000006/adapter.safetensors");
   const SafetensorsFile zero3(root_ + "/lora_zero3/step_0000006/adapter.safetensors");
   ASSERT_EQ(zero3.names(), zero2.names());
-  for (const std::string& name : zero2.names()) test::expect_close(zero3.load(name), zero2.load(name), 1e-6, name);
+  for (const std::string& name : zero2.names()) test::expect_close(zero3.load(name), zero2.load(name), 1e-5, name);
 }
 
 TEST_F(FinetuneRun, LoraAtTensorParallel2TrainsAndExportsLikeOneProcess) {
