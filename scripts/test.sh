@@ -15,3 +15,11 @@ for check in memory races; do
   cmake --build "$dir" --target test_cuda_ops test_cuda_models test_cuda_emulator "test_cuda_${check}_check"
   (cd "$dir" && ctest --output-on-failure --timeout 900 -j 2 -L gpu "$@")
 done
+# The CPU kernels', ops' and models' tests once more, compiled with
+# AddressSanitizer and UndefinedBehaviorSanitizer (HONE_SANITIZE): the first
+# access outside a buffer, leak or undefined behaviour ends the test.
+sanitized="test_core test_ops test_transformer test_lora test_decoder test_pytorch_reference"
+cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHONE_SANITIZE=ON -DHONE_CUDA=OFF \
+  -DHONE_HIP_CHECK=OFF -DHONE_BUILD_BENCH=OFF >/dev/null
+cmake --build build-sanitize --target $sanitized
+for test in $sanitized; do build-sanitize/bin/$test --gtest_brief=1; done

@@ -11,6 +11,10 @@
 
 #include "hone/core/error.hpp"
 
+#ifdef __SANITIZE_ADDRESS__  // HONE_SANITIZE builds
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace hone {
 
 size_t host_memory_bytes() {
@@ -54,11 +58,24 @@ void* CpuAllocator::allocate(size_t bytes) {
   if (ptr == nullptr) fail("out of host memory: could not allocate {} bytes", bytes);
   // Advice only: where THP is off the buffer is just as good, so the result is not checked.
   if (alignment == kHugePageBytes) ::madvise(ptr, rounded, MADV_HUGEPAGE);
+  mark_unowned(static_cast<char*>(ptr) + bytes, rounded - bytes);  // rounding's, not the tensor's
   size_t now = allocated_.fetch_add(bytes) + bytes;
   size_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
   }
   return ptr;
+}
+
+void CpuAllocator::mark_owned(void* ptr, size_t bytes) {
+#ifdef __SANITIZE_ADDRESS__
+  __asan_unpoison_memory_region(ptr, bytes);
+#endif
+}
+
+void CpuAllocator::mark_unowned(void* ptr, size_t bytes) {
+#ifdef __SANITIZE_ADDRESS__
+  __asan_poison_memory_region(ptr, bytes);
+#endif
 }
 
 void CpuAllocator::deallocate(void* ptr, size_t bytes) {

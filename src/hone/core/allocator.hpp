@@ -28,8 +28,9 @@ class Allocator {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
   // Which bytes of an allocation a tensor owns, where an allocation holds
-  // several (Arena): the CUDA emulator's memory check (docs/cuda.md) reports a
-  // kernel touching bytes marked unowned. No-ops elsewhere.
+  // several (Arena): the CUDA emulator's memory check (docs/cuda.md) and, on
+  // the CPU, HONE_SANITIZE builds report an access to bytes marked unowned.
+  // No-ops elsewhere.
   virtual void mark_owned(void* /*ptr*/, size_t /*bytes*/) {}
   virtual void mark_unowned(void* /*ptr*/, size_t /*bytes*/) {}
 };
@@ -48,6 +49,9 @@ class CpuAllocator final : public Allocator {
   void copy_from_host(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void copy_within(void* dst, const void* src, size_t bytes) override;
+  // In HONE_SANITIZE builds AddressSanitizer reports accesses to unowned bytes.
+  void mark_owned(void* ptr, size_t bytes) override;
+  void mark_unowned(void* ptr, size_t bytes) override;
 
  private:
   static void copy(void* dst, const void* src, size_t bytes);  // not overlapping
