@@ -78,7 +78,7 @@ TEST_F(CudaMemoryCheck, AnArenasTensorsOwnTheirBytesAlsoWhereTheyShareThem) {
   n.second.copy_from(Tensor::from(std::vector<float>(256, 1.5f), {256}));
   EXPECT_EQ(read_on_device(n.second, 0), 1.5f);
   EXPECT_EQ(read_on_device(n.second, 255), 1.5f);
-  // Reused memory: a tensor over the first one's bytes leaves them all its own.
+  // Reused memory: a narrow tensor taken over a wide one's bytes leaves the wide one all of its own.
   const size_t mark = n.arena.mark();
   const Tensor wide = n.arena.take({1000}, DType::f32);
   n.arena.reuse_from(mark);
