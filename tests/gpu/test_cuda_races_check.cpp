@@ -1,8 +1,9 @@
 // The CUDA emulator's race check (-DHONE_EMULATOR_CHECK=RACES, docs/cuda.md):
 // ThreadSanitizer reports two threads of a block that touch the same memory
 // with no barrier between them that orders memory on a GPU, and two
-// neighbouring blocks that do (nothing orders them), and only those. Each racy kernel runs in a death test: the check stops the process at
-// the first race (exit status 66) with a report naming the kernel.
+// neighbouring blocks that do (nothing orders them), and only those. Each racy
+// kernel runs in a death test: the check stops the process at the first race
+// (exit status 66) with a report naming the kernel.
 #include <gtest/gtest.h>
 
 #include <vector>
