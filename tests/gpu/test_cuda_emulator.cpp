@@ -1,6 +1,6 @@
 // The CUDA emulator's own behaviour (docs/cuda.md): what CUDA code sees of
-// barriers and shuffles, and the errors it reports where a GPU would hang or
-// read garbage. Built only with -DHONE_CUDA=EMULATOR.
+// barriers and shuffles, and the errors it reports where a GPU would hang, read
+// garbage or refuse a launch. Built only with -DHONE_CUDA=EMULATOR.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -85,6 +85,46 @@ TEST(CudaEmulator, ReportsWhatAGpuWouldHangOnOrLeaveUndefined) {
             std::string::npos);
   EXPECT_NE(error_of([&] { HONE_LAUNCH(1, 1, 0, copy_group)(data, data + 15); }).find("not 16-byte aligned"),
             std::string::npos);
+}
+
+// Writes `count` ints of its dynamic shared memory and copies them out.
+__global__ void through_shared(int* out, int count) {
+  int* shared = dynamic_shared<int>();
+  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x)) shared[i] = i;
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x)) out[i] = shared[count - 1 - i];
+}
+
+// A GPU launches a kernel with more than 48 KiB of dynamic shared memory only
+// after cudaFuncSetAttribute raised that kernel's limit; the emulator as well.
+TEST(CudaEmulator, DynamicSharedMemoryPast48KiBNeedsTheKernelsOwnLimitRaised) {
+  constexpr int kDefault = 48 * 1024, kRaised = 64 * 1024;
+  std::vector<int> out(kRaised / sizeof(int));
+  const int count = int(out.size());
+  cudaFuncAttributes attributes{};
+  ASSERT_EQ(cudaFuncGetAttributes(&attributes, through_shared), cudaSuccess);
+  EXPECT_EQ(attributes.maxDynamicSharedSizeBytes, kDefault);
+  HONE_LAUNCH(1, 256, kDefault, through_shared)(out.data(), int(kDefault / sizeof(int)));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out[0], int(kDefault / sizeof(int)) - 1);
+  HONE_LAUNCH(1, 256, kRaised, through_shared)(out.data(), count);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(out[0], int(kDefault / sizeof(int)) - 1);  // it did not run
+
+  ASSERT_EQ(cudaFuncSetAttribute(through_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, kRaised), cudaSuccess);
+  ASSERT_EQ(cudaFuncGetAttributes(&attributes, through_shared), cudaSuccess);
+  EXPECT_EQ(attributes.maxDynamicSharedSizeBytes, kRaised);
+  HONE_LAUNCH(1, 256, kRaised, through_shared)(out.data(), count);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out[0], count - 1);
+  EXPECT_EQ(out[size_t(count) - 1], 0);
+  HONE_LAUNCH(1, 256, kRaised + 4, through_shared)(out.data(), count);  // past the raised limit
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  HONE_LAUNCH(1, 32, kRaised, nothing)();  // another kernel's limit is its own
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFuncSetAttribute(through_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024),
+            cudaErrorInvalidValue);  // past the device's (an H100's 227 KiB)
+  ASSERT_EQ(cudaFuncSetAttribute(through_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, kDefault), cudaSuccess);
 }
 
 }  // namespace

@@ -495,7 +495,7 @@ void attention_backward(const T* d_out, const T* qkv, const T* out, const float*
   }
   const int64_t items = s.batch * s.seq * s.heads;
   DeviceBuffer delta(size_t(items) * sizeof(float));
-  HONE_LAUNCH(unsigned((items + kWarps - 1) / kWarps), kThreads, 0, attention_delta_kernel)(
+  HONE_LAUNCH(unsigned((items + kWarps - 1) / kWarps), kThreads, 0, attention_delta_kernel<T>)(
       d_out, out, delta.as<float>(), s);
   HONE_CUDA_LAUNCHED("attention_backward (delta)");
   if constexpr (std::is_same_v<T, bf16>) {

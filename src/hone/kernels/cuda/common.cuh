@@ -41,13 +41,15 @@ __device__ __forceinline__ void warp_sync() { __syncwarp(); }
 #endif
 
 // Launches a kernel on hone's stream: HONE_LAUNCH(grid, threads, shared_bytes,
-// kernel)(arguments...). The kernel comes last, with any template arguments the
-// call's cannot deduce; the CUDA emulator (emulator/emulator.hpp) runs it on the CPU.
+// kernel)(arguments...). The kernel comes last, with all its template arguments
+// (the CUDA emulator, emulator/emulator.hpp, which runs it on the CPU, takes its
+// address: a kernel's dynamic shared memory limit is its own).
 // dynamic_shared<T>() is the block's dynamic shared memory (the launch's
 // shared_bytes), 128-byte aligned for the warp matrix API.
 #if HONE_CUDA_EMULATOR
-#define HONE_LAUNCH(grid, threads, shared_bytes, ...)                                             \
-  ::hone::kernels::cuda::emulator::Launch{dim3(grid), dim3(threads), size_t(shared_bytes)} * \
+#define HONE_LAUNCH(grid, threads, shared_bytes, ...)                                                     \
+  ::hone::kernels::cuda::emulator::Launch{dim3(grid), dim3(threads), size_t(shared_bytes),                \
+                                          ::hone::kernels::cuda::emulator::kernel_address(__VA_ARGS__)} * \
       [=](auto... hone_arguments) { return [=] { __VA_ARGS__(hone_arguments...); }; }
 template <typename T>
 T* dynamic_shared() {

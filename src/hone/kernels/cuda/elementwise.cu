@@ -97,7 +97,7 @@ __global__ void cast_kernel(const From* src, To* dst, int64_t n) {
 
 template <typename From, typename To>
 void launch_cast(const void* src, void* dst, int64_t n) {
-  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, cast_kernel)(
+  HONE_LAUNCH(blocks_for(n, kThreads), kThreads, 0, cast_kernel<From, To>)(
       static_cast<const From*>(src), static_cast<To*>(dst), n);
   HONE_CUDA_LAUNCHED("cast");
 }
@@ -224,7 +224,7 @@ template <typename T>
 void add_bias(T* y, const float* bias, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return;
   const RowsLaunch launch = rows_launch(rows, cols, kThreads);
-  HONE_LAUNCH(launch.blocks, launch.threads, 0, add_bias_kernel)(y, bias, rows, cols);
+  HONE_LAUNCH(launch.blocks, launch.threads, 0, add_bias_kernel<T>)(y, bias, rows, cols);
   HONE_CUDA_LAUNCHED("add_bias");
 }
 
@@ -239,7 +239,7 @@ void dropout(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t st
   const auto threshold = uint32_t(p * 4294967296.0);
   const auto scale = float(1.0 / (1.0 - p));
   const int64_t blocks = (first + n + 3) / 4 - first / 4;
-  HONE_LAUNCH(blocks_for(blocks, kThreads), kThreads, 0, dropout_kernel)(
+  HONE_LAUNCH(blocks_for(blocks, kThreads), kThreads, 0, dropout_kernel<T>)(
       x, out, n, threshold, scale, seed, stream_id, first);
   HONE_CUDA_LAUNCHED("dropout");
 }
@@ -248,7 +248,7 @@ template <typename T>
 void add_scaled_columns(T* dst, int64_t width, int64_t col, const T* src, int64_t rows, int64_t cols, double scale) {
   if (rows * cols == 0) return;
   const RowsLaunch launch = rows_launch(rows, cols, kThreads);
-  HONE_LAUNCH(launch.blocks, launch.threads, 0, add_columns_kernel)(
+  HONE_LAUNCH(launch.blocks, launch.threads, 0, add_columns_kernel<T>)(
       dst, width, col, src, rows, cols, float(scale));
   HONE_CUDA_LAUNCHED("add_columns");
 }
@@ -258,7 +258,7 @@ void copy_scaled_columns(const T* src, int64_t width, int64_t col, T* dst, int64
                          double scale) {
   if (rows * cols == 0) return;
   const RowsLaunch launch = rows_launch(rows, cols, kThreads);
-  HONE_LAUNCH(launch.blocks, launch.threads, 0, copy_columns_kernel)(
+  HONE_LAUNCH(launch.blocks, launch.threads, 0, copy_columns_kernel<T>)(
       src, width, col, dst, rows, cols, float(scale));
   HONE_CUDA_LAUNCHED("copy_columns");
 }

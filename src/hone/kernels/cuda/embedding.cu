@@ -59,7 +59,7 @@ void scatter_add_rows(const int32_t* index, int64_t first, int64_t seq, const T*
                       int64_t rows, int64_t dim) {
   const dim3 block(kColumnsPerBlock, kBucketsPerBlock);
   const dim3 grid(unsigned((dim + kColumnsPerBlock - 1) / kColumnsPerBlock), kBuckets / kBucketsPerBlock);
-  HONE_LAUNCH(grid, block, 0, scatter_add_rows_kernel)(index, first, seq, g, table, table_rows, rows, dim);
+  HONE_LAUNCH(grid, block, 0, scatter_add_rows_kernel<T>)(index, first, seq, g, table, table_rows, rows, dim);
   HONE_CUDA_LAUNCHED("embedding_backward");
 }
 
@@ -74,7 +74,7 @@ BadToken embedding_forward(const int32_t* tokens, const W* table, int64_t first,
   DeviceBuffer first_bad(sizeof(unsigned long long));
   HONE_CUDA_CHECK(cudaMemsetAsync(first_bad.as<void>(), 0xff, sizeof(unsigned long long), stream()));
   const RowsLaunch launch = rows_launch(seq, dim, kThreads);
-  HONE_LAUNCH(dim3(launch.blocks, 1, samples_grid(batch)), launch.threads, 0, embedding_forward_kernel)(
+  HONE_LAUNCH(dim3(launch.blocks, 1, samples_grid(batch)), launch.threads, 0, embedding_forward_kernel<T, W>)(
       tokens, table, first, held, vocab, positions, out, batch, seq, dim, token_positions,
       first_bad.as<unsigned long long>());
   HONE_CUDA_LAUNCHED("embedding_forward");

@@ -48,7 +48,7 @@ void accumulate_columns(F term, int64_t rows, int64_t width, float* first, int64
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
   DeviceBuffer partial(size_t(chunks * width) * sizeof(float));
   const dim3 grid(unsigned((width + kColumnThreads - 1) / kColumnThreads), unsigned(chunks));
-  HONE_LAUNCH(grid, kColumnThreads, 0, column_partials_kernel)(term, rows, width, chunk_rows, partial.as<float>());
+  HONE_LAUNCH(grid, kColumnThreads, 0, column_partials_kernel<F>)(term, rows, width, chunk_rows, partial.as<float>());
   HONE_CUDA_LAUNCHED("column_partials");
   HONE_LAUNCH(blocks_for(width, kColumnThreads), kColumnThreads, 0, column_finish_kernel<float>)(
       partial.as<float>(), chunks, width, split, first, second);

@@ -35,7 +35,7 @@ void rope_apply(T* x, const float* cos, const float* sin, int64_t batch, int64_t
   const int64_t half = head_dim / 2;
   if (batch * seq * heads * half == 0) return;
   const RowsLaunch launch = rows_launch(seq, half, kThreads);
-  HONE_LAUNCH(dim3(launch.blocks, unsigned(heads), samples_grid(batch)), launch.threads, 0, rope_kernel)(
+  HONE_LAUNCH(dim3(launch.blocks, unsigned(heads), samples_grid(batch)), launch.threads, 0, rope_kernel<T>)(
       x, cos, sin, batch, seq, head_dim, row_stride, position_offset, inverse ? -1.0f : 1.0f, positions);
   HONE_CUDA_LAUNCHED("rope");
 }

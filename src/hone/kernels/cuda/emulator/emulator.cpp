@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "hone/core/error.hpp"
@@ -419,9 +421,42 @@ class OddBlocks {
 
 }  // namespace
 
+namespace {
+
+// The kernels' dynamic shared memory limits that cudaFuncSetAttribute raised.
+struct SharedMemoryLimits {
+  std::mutex mutex;
+  std::unordered_map<const void*, int> bytes;
+};
+
+SharedMemoryLimits& shared_memory_limits() {
+  static SharedMemoryLimits limits;
+  return limits;
+}
+
+}  // namespace
+
+int max_dynamic_shared(const void* kernel) {
+  constexpr int kDefault = 48 * 1024;  // CUDA's, for a kernel that has not opted in to more
+  SharedMemoryLimits& limits = shared_memory_limits();
+  const std::lock_guard lock(limits.mutex);
+  const auto limit = limits.bytes.find(kernel);
+  return limit == limits.bytes.end() ? kDefault : limit->second;
+}
+
+void set_max_dynamic_shared(const void* kernel, int bytes) {
+  SharedMemoryLimits& limits = shared_memory_limits();
+  const std::lock_guard lock(limits.mutex);
+  limits.bytes[kernel] = bytes;
+}
+
 void run(const Launch& launch, const std::function<void()>& thread) {
   if (!fits_limits(launch)) {
     failed(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (launch.shared_bytes > size_t(max_dynamic_shared(launch.kernel))) {
+    failed(cudaErrorInvalidValue);  // what a GPU answers: within the device's limit, past the kernel's
     return;
   }
   if (!kCheckRaces || uint64_t(launch.grid.x) * launch.grid.y * launch.grid.z == 1) {

@@ -18,7 +18,9 @@
 // barriers, a shuffle in a warp with lanes that have exited, a group of
 // elements (common.cuh's load_elements) at an address a GPU cannot load it
 // from. A launch out of CUDA's limits (block size, grid.y and grid.z above
-// 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does.
+// 65535, shared memory) sets cudaErrorInvalidConfiguration as CUDA does, and
+// one with more than 48 KiB of dynamic shared memory, where the kernel's limit
+// was not raised by cudaFuncSetAttribute, cudaErrorInvalidValue.
 //
 // Races: every write is seen at once here, on a GPU not necessarily. A build
 // with -DHONE_EMULATOR_CHECK=RACES compiles the kernels with ThreadSanitizer,
@@ -88,9 +90,16 @@ namespace hone::kernels::cuda::emulator {
 struct Launch {
   dim3 grid, block;
   size_t shared_bytes = 0;
+  const void* kernel = nullptr;  // for its dynamic shared memory limit
 };
 
 void run(const Launch& launch, const std::function<void()>& thread);
+
+// A kernel's identity: its address (a template's with its arguments given).
+template <typename Kernel>
+const void* kernel_address(Kernel* kernel) {
+  return reinterpret_cast<const void*>(kernel);
+}
 
 template <typename Thread>
 void operator*(const Launch& launch, Thread thread) {
@@ -207,7 +216,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = {});
 cudaError_t cudaEventQuery(cudaEvent_t event);
 
 // Kernel attributes: no static shared memory is known here (it is counted at
-// run time, as function statics), and any dynamic size up to the device's.
+// run time, as function statics). A kernel's dynamic shared memory is limited
+// to CUDA's default 48 KiB until cudaFuncSetAttribute raises it, as on a GPU.
 struct cudaFuncAttributes {
   size_t sharedSizeBytes = 0;
   size_t localSizeBytes = 0;
@@ -219,17 +229,23 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 namespace hone::kernels::cuda::emulator {
 inline constexpr int kMaxSharedMemoryPerBlock = 227 * 1024;  // an H100's, after opting in
-}
+// A kernel's dynamic shared memory limit (by its kernel_address): 48 KiB until set.
+int max_dynamic_shared(const void* kernel);
+void set_max_dynamic_shared(const void* kernel, int bytes);
+}  // namespace hone::kernels::cuda::emulator
 
 template <typename Kernel>
-cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel*) {
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel* kernel) {
   *attributes = {};
-  attributes->maxDynamicSharedSizeBytes = hone::kernels::cuda::emulator::kMaxSharedMemoryPerBlock;
+  namespace emulator = hone::kernels::cuda::emulator;
+  attributes->maxDynamicSharedSizeBytes = emulator::max_dynamic_shared(emulator::kernel_address(kernel));
   return cudaSuccess;
 }
 
 template <typename Kernel>
-cudaError_t cudaFuncSetAttribute(Kernel*, cudaFuncAttribute, int value) {
-  return value >= 0 && value <= hone::kernels::cuda::emulator::kMaxSharedMemoryPerBlock ? cudaSuccess
-                                                                                         : cudaErrorInvalidValue;
+cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute, int value) {
+  namespace emulator = hone::kernels::cuda::emulator;
+  if (value < 0 || value > emulator::kMaxSharedMemoryPerBlock) return cudaErrorInvalidValue;
+  emulator::set_max_dynamic_shared(emulator::kernel_address(kernel), value);
+  return cudaSuccess;
 }
