@@ -44,7 +44,7 @@ __device__ void barriers_in_two_branches() {
 
 __global__ void barrier_in_one_branch() { barriers_in_two_branches(); }
 
-// Only block (1, 2) deadlocks: an odd one, which the race check runs on its second host thread.
+// Only block (1, 2) deadlocks: one that the race check runs on another host thread.
 __global__ void barrier_in_one_branch_of_one_block() {
   if (blockIdx.x == 1 && blockIdx.y == 2) barriers_in_two_branches();
 }

@@ -1,7 +1,8 @@
 // The CUDA emulator's race check (-DHONE_EMULATOR_CHECK=RACES, docs/cuda.md):
 // ThreadSanitizer reports two threads of a block that touch the same memory
-// with no barrier between them that orders memory on a GPU, and two
-// neighbouring blocks that do (nothing orders them), and only those. Each racy
+// with no barrier between them that orders memory on a GPU, and two blocks that
+// do (nothing orders them: neighbours at every launch, blocks an even distance
+// apart at a later launch of the kernel), and only those. Each racy
 // kernel runs in a death test: the check stops the process at the first race
 // (exit status 66) with a report naming the kernel.
 #include <gtest/gtest.h>
@@ -97,6 +98,21 @@ std::vector<float> run_block_rows(dim3 grid, int stride) {
   return out;
 }
 
+// Block b writes row b % `rows` of 32 outputs (blocks counted along x, then
+// y): with fewer rows than blocks, blocks `rows` apart write the same row, as
+// a grid-stride loop's blocks do when its stride is `rows` blocks.
+__global__ void rows_modulo(float* out, unsigned rows) {
+  const unsigned block = blockIdx.y * gridDim.x + blockIdx.x;
+  out[block % rows * 32 + threadIdx.x] = float(block);
+}
+
+std::vector<float> run_rows_modulo(dim3 grid, unsigned rows) {
+  std::vector<float> out(rows * 32);
+  HONE_LAUNCH(grid, 32, 0, rows_modulo)(out.data(), rows);
+  HONE_CUDA_LAUNCHED("rows_modulo");
+  return out;
+}
+
 // The smallest odd block index, by atomicMin on a global variable.
 __global__ void smallest_odd_block(int* out) {
   if (threadIdx.x == 0 && blockIdx.x % 2 == 1) atomicMin(out, int(blockIdx.x));
@@ -130,6 +146,8 @@ TEST_F(CudaRacecheck, BarriersThatOrderMemoryLeaveNothingToReport) {
 TEST_F(CudaRacecheck, BlocksThatTouchDisjointMemoryOrAtomicsLeaveNothingToReport) {
   const std::vector<float> rows = run_block_rows(dim3(2, 2), 32);
   for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i], float(i / 32));
+  const std::vector<float> modulo = run_rows_modulo(dim3(8), 8);
+  for (size_t i = 0; i < modulo.size(); ++i) EXPECT_EQ(modulo[i], float(i / 32));
   int smallest = 1 << 30;
   HONE_LAUNCH(6, 32, 0, smallest_odd_block)(&smallest);
   HONE_CUDA_LAUNCHED("smallest_odd_block");
@@ -141,6 +159,22 @@ TEST_F(CudaRacecheck, ReportsBlocksThatWriteTheSameMemory) {
               "ThreadSanitizer: data race.*block_rows");
   EXPECT_EXIT(run_block_rows(dim3(1, 4), 31), testing::ExitedWithCode(kRaceExit),
               "ThreadSanitizer: data race.*block_rows");
+}
+
+// Blocks 2 apart along x, 4 apart along y, writing the same row: the race
+// check puts them on different host threads at the kernel's second and fourth
+// launch (docs/cuda.md).
+TEST_F(CudaRacecheck, ReportsBlocksAnEvenDistanceApartThatWriteTheSameMemory) {
+  EXPECT_EXIT(
+      {
+        for (int launch = 0; launch < 2; ++launch) run_rows_modulo(dim3(3), 2);
+      },
+      testing::ExitedWithCode(kRaceExit), "ThreadSanitizer: data race.*rows_modulo.*second host thread");
+  EXPECT_EXIT(
+      {
+        for (int launch = 0; launch < 4; ++launch) run_rows_modulo(dim3(1, 5), 4);
+      },
+      testing::ExitedWithCode(kRaceExit), "ThreadSanitizer: data race.*rows_modulo");
 }
 
 TEST_F(CudaRacecheck, ReportsAReadOfAnotherThreadsWriteWithoutABarrier) {

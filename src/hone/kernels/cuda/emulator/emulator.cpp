@@ -64,15 +64,15 @@ constexpr size_t kStackBytes = size_t(256) << 10;
 // shuffles and the warp matrix API's calls do not (CUDA promises them no
 // memory ordering). The host thread that runs a block publishes what it wrote
 // before the block starts and observes what the block's threads wrote after it
-// ends; a launch's blocks run on two host threads (OddBlocks, below), so that
-// races between neighbouring blocks are seen too.
-thread_local bool t_runs_odd_blocks = false;  // on OddBlocks' host thread
+// ends; a launch's blocks run on two host threads (SecondHostThread, below),
+// so that races between blocks are seen too.
+thread_local bool t_second_host_thread = false;  // on SecondHostThread's
 #if HONE_EMULATOR_CHECK_RACES
 constexpr bool kCheckRaces = true;
 // Named by the thread's index in its block (threadIdx linearized), which reports show.
 void* new_race_fiber(int thread) {
   void* fiber = __tsan_create_fiber(0);
-  const char* block = t_runs_odd_blocks ? " of an odd block" : "";
+  const char* block = t_second_host_thread ? " of a block on the second host thread" : "";
   __tsan_set_fiber_name(fiber, ("thread " + std::to_string(thread) + block).c_str());
   return fiber;
 }
@@ -330,19 +330,20 @@ cudaError_t failed(cudaError_t error) {
   return error;
 }
 
-// Which of a launch's blocks a thread runs: all, or those whose coordinates'
-// sum is even (or odd).
-enum class Blocks { all, even, odd };
+// Which of a launch's blocks a host thread runs: all, or those whose
+// coordinates' sum has a given bit clear (the launching thread's, with the race
+// check) or set (the second host thread's).
+enum class Blocks { all, bit_clear, bit_set };
 
 // Runs the launch's `blocks` on the calling thread, one after the other.
-void run_blocks(const Launch& launch, const std::function<void()>& thread, Blocks blocks) {
+void run_blocks(const Launch& launch, const std::function<void()>& thread, Blocks blocks, unsigned bit = 0) {
   gridDim = launch.grid;
   blockDim = launch.block;
   const int threads = int(launch.block.x * launch.block.y * launch.block.z);
   for (unsigned z = 0; z < launch.grid.z; ++z) {
     for (unsigned y = 0; y < launch.grid.y; ++y) {
       for (unsigned x = 0; x < launch.grid.x; ++x) {
-        if (blocks != Blocks::all && ((x + y + z) % 2 == 1) != (blocks == Blocks::odd)) continue;
+        if (blocks != Blocks::all && ((x + y + z) >> bit & 1) != unsigned(blocks == Blocks::bit_set)) continue;
         blockIdx = {x, y, z};
         t_block.shared.assign(launch.shared_bytes, 0xff);
         run_block(thread, threads);
@@ -351,32 +352,40 @@ void run_blocks(const Launch& launch, const std::function<void()>& thread, Block
   }
 }
 
+// The bit of a block's coordinates' sum that says which of the race check's
+// host threads runs it, at a kernel's n-th launch (from 0): bit 0 at every
+// even n, so blocks an odd distance apart along an axis (neighbours among them)
+// are on different host threads, and bits 1, 2, 3, 4 at n = 1, 3, 5, 7 (mod 8),
+// so blocks 2^k times an odd distance apart (k <= 4) are at one launch in 8.
+unsigned split_bit(uint64_t launch) { return launch % 2 == 0 ? 0 : 1 + unsigned(launch / 2 % 4); }
+
 // The race check's second host thread (one for each that launches kernels):
-// it runs a launch's odd blocks while the launching thread runs the even ones.
-// Neighbours along any axis of the grid are then on different host threads,
-// and nothing that ThreadSanitizer sees orders one before the other until the
-// launch ends (the two meet through atomics in this file, which is not
+// it runs the blocks of a launch whose coordinates' sum has the launch's split
+// bit set, while the launching thread runs the others, and nothing that
+// ThreadSanitizer sees orders one host thread's blocks before the other's until
+// the launch ends (the two meet through atomics in this file, which is not
 // instrumented), so a race between them is reported. Each host thread's own
 // blocks are ordered, as its __shared__ variables and fibers serve them all.
-class OddBlocks {
+class SecondHostThread {
  public:
-  OddBlocks() : worker_([this] { work(); }) {}
+  SecondHostThread() : worker_([this] { work(); }) {}
 
-  ~OddBlocks() {
+  ~SecondHostThread() {
     post(kQuit);
     worker_.join();
   }
 
-  // Runs the odd blocks of `launch` while the calling thread runs the even
-  // ones; returns when both are done, rethrowing the first failure.
-  void run(const Launch& launch, const std::function<void()>& thread) {
+  // Runs the blocks of `launch` with `bit` set while the calling thread runs
+  // the others; returns when both are done, rethrowing the first failure.
+  void run(const Launch& launch, const std::function<void()>& thread, unsigned bit) {
     launch_ = &launch;
     thread_ = &thread;
+    bit_ = bit;
     publish(&launched_);
     post(kRun);
     std::exception_ptr fault;
     try {
-      run_blocks(launch, thread, Blocks::even);
+      run_blocks(launch, thread, Blocks::bit_clear, bit);
     } catch (...) {
       fault = std::current_exception();
     }
@@ -396,13 +405,13 @@ class OddBlocks {
   }
 
   void work() {
-    t_runs_odd_blocks = true;
+    t_second_host_thread = true;
     for (;;) {
       state_.wait(kIdle);
       if (state_.load() == kQuit) return;
       observe(&launched_);
       try {
-        run_blocks(*launch_, *thread_, Blocks::odd);
+        run_blocks(*launch_, *thread_, Blocks::bit_set, bit_);
       } catch (...) {
         worker_fault_ = std::current_exception();
       }
@@ -414,6 +423,7 @@ class OddBlocks {
   std::atomic<int> state_{kIdle};
   const Launch* launch_ = nullptr;
   const std::function<void()>* thread_ = nullptr;
+  unsigned bit_ = 0;
   std::exception_ptr worker_fault_;
   char launched_ = 0, finished_ = 0;  // sync objects: the launching thread's writes before, the worker's after
   std::thread worker_;                // last: started once the rest is ready
@@ -423,31 +433,45 @@ class OddBlocks {
 
 namespace {
 
-// The kernels' dynamic shared memory limits that cudaFuncSetAttribute raised.
-struct SharedMemoryLimits {
-  std::mutex mutex;
-  std::unordered_map<const void*, int> bytes;
+// What the emulator keeps of a kernel (by its kernel_address).
+struct KernelRecord {
+  int max_dynamic_shared = 48 * 1024;  // CUDA's, until cudaFuncSetAttribute raises it
+  uint64_t launches = 0;
 };
 
-SharedMemoryLimits& shared_memory_limits() {
-  static SharedMemoryLimits limits;
-  return limits;
+struct KernelRecords {
+  std::mutex mutex;
+  std::unordered_map<const void*, KernelRecord> of;
+};
+
+KernelRecords& kernel_records() {
+  static KernelRecords records;
+  return records;
+}
+
+// Counts a launch of `kernel`; returns its record as it was before.
+KernelRecord count_launch(const void* kernel) {
+  KernelRecords& records = kernel_records();
+  const std::lock_guard lock(records.mutex);
+  KernelRecord& record = records.of[kernel];
+  const KernelRecord before = record;
+  ++record.launches;
+  return before;
 }
 
 }  // namespace
 
 int max_dynamic_shared(const void* kernel) {
-  constexpr int kDefault = 48 * 1024;  // CUDA's, for a kernel that has not opted in to more
-  SharedMemoryLimits& limits = shared_memory_limits();
-  const std::lock_guard lock(limits.mutex);
-  const auto limit = limits.bytes.find(kernel);
-  return limit == limits.bytes.end() ? kDefault : limit->second;
+  KernelRecords& records = kernel_records();
+  const std::lock_guard lock(records.mutex);
+  const auto record = records.of.find(kernel);
+  return record == records.of.end() ? KernelRecord{}.max_dynamic_shared : record->second.max_dynamic_shared;
 }
 
 void set_max_dynamic_shared(const void* kernel, int bytes) {
-  SharedMemoryLimits& limits = shared_memory_limits();
-  const std::lock_guard lock(limits.mutex);
-  limits.bytes[kernel] = bytes;
+  KernelRecords& records = kernel_records();
+  const std::lock_guard lock(records.mutex);
+  records.of[kernel].max_dynamic_shared = bytes;
 }
 
 void run(const Launch& launch, const std::function<void()>& thread) {
@@ -455,7 +479,8 @@ void run(const Launch& launch, const std::function<void()>& thread) {
     failed(cudaErrorInvalidConfiguration);
     return;
   }
-  if (launch.shared_bytes > size_t(max_dynamic_shared(launch.kernel))) {
+  const KernelRecord kernel = count_launch(launch.kernel);
+  if (launch.shared_bytes > size_t(kernel.max_dynamic_shared)) {
     failed(cudaErrorInvalidValue);  // what a GPU answers: within the device's limit, past the kernel's
     return;
   }
@@ -463,8 +488,8 @@ void run(const Launch& launch, const std::function<void()>& thread) {
     run_blocks(launch, thread, Blocks::all);
     return;
   }
-  thread_local OddBlocks odd_blocks;  // made (its host thread started) at the first such launch
-  odd_blocks.run(launch, thread);
+  thread_local SecondHostThread second;  // made (its host thread started) at the first such launch
+  second.run(launch, thread, split_bit(kernel.launches));
 }
 
 int lane() { return running().lane; }

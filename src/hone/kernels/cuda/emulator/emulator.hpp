@@ -6,7 +6,7 @@
 // of cuda_runtime.h: it declares the part of CUDA that hone uses.
 //
 // A launch runs on the calling thread, block after block (with the race check
-// below, its odd blocks on a second host thread). Each thread of a block is a
+// below, on two host threads). Each thread of a block is a
 // fiber with a stack of its own that runs until it reaches a barrier
 // (__syncthreads, __syncwarp, a warp shuffle) or returns; the block's threads
 // take turns only there, so each runs as far as CUDA lets it run without the
@@ -26,11 +26,12 @@
 // with -DHONE_EMULATOR_CHECK=RACES compiles the kernels with ThreadSanitizer,
 // which then reports two threads of a block that touch the same memory (one of
 // them writing) with no barrier that orders memory between them, and two
-// neighbouring blocks of a launch that do (emulator.cpp: a second host thread
-// runs the odd blocks). With -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer
-// reports a kernel's access outside its tensors' bytes (mark_owned). Not
-// modelled: timing, races between blocks whose coordinates' sums are both even
-// or both odd. Device memory is host memory, and every copy, memset and launch
+// blocks of a launch that do (emulator.cpp: a second host thread runs the
+// blocks whose coordinates' sum has a bit set, bit 0 at every other launch of
+// a kernel, bits 1 to 4 in turn at the others). With
+// -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer reports a kernel's access
+// outside its tensors' bytes (mark_owned). Not modelled: timing, races between
+// blocks that the split never puts on different host threads. Device memory is host memory, and every copy, memset and launch
 // is done when its call returns.
 #include <bit>
 #include <cmath>
