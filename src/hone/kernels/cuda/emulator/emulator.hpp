@@ -31,8 +31,8 @@
 // a kernel, bits 1 to 4 in turn at the others). With
 // -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer reports a kernel's access
 // outside its tensors' bytes (mark_owned). Not modelled: timing, races between
-// blocks that the split never puts on different host threads. Device memory is host memory, and every copy, memset and launch
-// is done when its call returns.
+// blocks that the split never puts on different host threads. Device memory is
+// host memory, and every copy, memset and launch is done when its call returns.
 #include <bit>
 #include <cmath>
 #include <cstddef>
