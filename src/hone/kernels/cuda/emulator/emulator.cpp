@@ -429,10 +429,6 @@ class SecondHostThread {
   std::thread worker_;                // last: started once the rest is ready
 };
 
-}  // namespace
-
-namespace {
-
 // What the emulator keeps of a kernel (by its kernel_address).
 struct KernelRecord {
   int max_dynamic_shared = 48 * 1024;  // CUDA's, until cudaFuncSetAttribute raises it

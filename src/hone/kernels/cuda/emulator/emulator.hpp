@@ -91,7 +91,7 @@ namespace hone::kernels::cuda::emulator {
 struct Launch {
   dim3 grid, block;
   size_t shared_bytes = 0;
-  const void* kernel = nullptr;  // for its dynamic shared memory limit
+  const void* kernel = nullptr;  // kernel_address: its shared memory limit, its launches so far
 };
 
 void run(const Launch& launch, const std::function<void()>& thread);
