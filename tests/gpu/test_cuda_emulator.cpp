@@ -1,8 +1,9 @@
 // The CUDA emulator's own behaviour (docs/cuda.md): what CUDA code sees of
-// barriers and shuffles, and the errors it reports where a GPU would hang, read
-// garbage or refuse a launch. Built only with -DHONE_CUDA=EMULATOR.
+// barriers, shuffles and streams, and the errors it reports where a GPU would
+// hang, read garbage or refuse a launch. Built only with -DHONE_CUDA=EMULATOR.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "hone/kernels/cuda/common.cuh"
@@ -125,6 +126,100 @@ TEST(CudaEmulator, DynamicSharedMemoryPast48KiBNeedsTheKernelsOwnLimitRaised) {
   EXPECT_EQ(cudaFuncSetAttribute(through_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024),
             cudaErrorInvalidValue);  // past the device's (an H100's 227 KiB)
   ASSERT_EQ(cudaFuncSetAttribute(through_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, kDefault), cudaSuccess);
+}
+
+// One thread a float.
+__global__ void copy_floats(const float* from, float* to) { to[threadIdx.x] = from[threadIdx.x]; }
+__global__ void fill_floats(float* to, float value) { to[threadIdx.x] = value; }
+
+// A stream (not hone's) and an event on it, for copies beside hone's stream.
+struct SecondStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t event = nullptr;
+  SecondStream() {
+    HONE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    HONE_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  ~SecondStream() {
+    cudaEventDestroy(event);
+    cudaStreamDestroy(stream);
+  }
+  void copy(std::vector<float>& to, const std::vector<float>& from) {
+    HONE_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), to.size() * sizeof(float), cudaMemcpyDefault, stream));
+  }
+  void record() { HONE_CUDA_CHECK(cudaEventRecord(event, stream)); }
+};
+
+// A copy runs as late as CUDA lets it: when something waits for it. Until
+// then its destination holds NaN, which a kernel that does not wait reads.
+TEST(CudaEmulator, CopiesRunWhenSomethingWaitsForThem) {
+  SecondStream copies;
+  const std::vector<float> twos(32, 2.0f);
+  std::vector<float> device(32, 0.0f), back(32, 0.0f);
+  copies.copy(device, twos);
+  copies.record();
+  EXPECT_TRUE(std::isnan(device[0]));
+  HONE_LAUNCH(1, 32, 0, copy_floats)(device.data(), back.data());  // no wait: the copy has not run
+  EXPECT_TRUE(std::isnan(back[31]));
+  HONE_CUDA_CHECK(cudaStreamWaitEvent(stream(), copies.event, 0));
+  EXPECT_EQ(device, twos);
+  HONE_LAUNCH(1, 32, 0, copy_floats)(device.data(), back.data());
+  EXPECT_EQ(back, twos);
+
+  // In order on their stream; a wait for an event runs the work before it, not after it.
+  std::vector<float> first(32, 0.0f), second(32, 0.0f);
+  copies.copy(first, twos);
+  copies.record();
+  copies.copy(second, first);  // starts after the copy before it, which writes its source
+  HONE_CUDA_CHECK(cudaStreamWaitEvent(stream(), copies.event, 0));
+  EXPECT_EQ(first, twos);
+  EXPECT_TRUE(std::isnan(second[0]));
+  HONE_CUDA_CHECK(cudaStreamSynchronize(copies.stream));
+  EXPECT_EQ(second, twos);
+
+  // A memset queued on hone's stream runs before the next launch there.
+  HONE_CUDA_CHECK(cudaMemsetAsync(device.data(), 0, device.size() * sizeof(float), stream()));
+  HONE_LAUNCH(1, 32, 0, copy_floats)(device.data(), back.data());
+  EXPECT_EQ(back, std::vector<float>(32, 0.0f));
+}
+
+// Writing over a copy's source before anything waited for the copy is an
+// error, named where it is first seen.
+TEST(CudaEmulator, ReportsAWriteOverTheSourceOfACopyNothingWaitedFor) {
+  SecondStream copies;
+  std::vector<float> device(32, 3.0f), host(32, 0.0f);
+  copies.copy(host, device);
+  const std::string error = error_of([&] { HONE_LAUNCH(1, 32, 0, fill_floats)(device.data(), 4.0f); });
+  // 3.0f and 4.0f first differ in their third byte (0x40400000, 0x40800000, little-endian).
+  EXPECT_NE(error.find("byte 2 of the source of a copy of 128 bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("found after kernel fill_floats"), std::string::npos) << error;
+  HONE_CUDA_CHECK(cudaStreamSynchronize(copies.stream));
+
+  // Ordered by an event, the copy reads the value before the kernel's.
+  copies.copy(host, device);
+  copies.record();
+  HONE_CUDA_CHECK(cudaStreamWaitEvent(stream(), copies.event, 0));
+  HONE_LAUNCH(1, 32, 0, fill_floats)(device.data(), 5.0f);
+  HONE_CUDA_CHECK(cudaStreamSynchronize(copies.stream));
+  EXPECT_EQ(host, std::vector<float>(32, 4.0f));
+  EXPECT_EQ(device, std::vector<float>(32, 5.0f));
+
+  // The host writing over it, seen when the copy runs.
+  copies.copy(host, device);
+  device[7] = 6.0f;
+  const std::string by_host = error_of([&] { HONE_CUDA_CHECK(cudaStreamSynchronize(copies.stream)); });
+  EXPECT_NE(by_host.find("byte 30 of the source"), std::string::npos) << by_host;  // float 7's third byte
+  EXPECT_NE(by_host.find("found as it ran"), std::string::npos) << by_host;
+
+  // A copy queued on another stream, whose destination it may write at once.
+  std::vector<float> elsewhere(32, 0.0f);
+  copies.copy(host, device);
+  const std::string by_copy = error_of([&] {
+    HONE_CUDA_CHECK(cudaMemcpyAsync(device.data(), elsewhere.data(), 128, cudaMemcpyDefault, stream()));
+  });
+  EXPECT_NE(by_copy.find("found after a copy queued on"), std::string::npos) << by_copy;
+  HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  HONE_CUDA_CHECK(cudaStreamSynchronize(copies.stream));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // on without a fault), in a block back in the cache and between an arena's
 // tensors. Each bad access runs in a death test: the report names the kernel.
 #include <gtest/gtest.h>
+#include <sanitizer/asan_interface.h>
 
 #include <vector>
 
@@ -90,6 +91,21 @@ TEST_F(CudaMemoryCheck, AnArenasTensorsOwnTheirBytesAlsoWhereTheyShareThem) {
 
 TEST_F(CudaMemoryCheck, ReportsAReadPastAnArenaTensorsEnd) {
   EXPECT_DEATH(read_past_an_arena_tensor(), "AddressSanitizer: use-after-poison.*read_element");
+}
+
+// Work queued on a tensor's bytes (here zeros()'s memset) that is freed before
+// the work ran: on a GPU the work runs before the block's next owner uses it,
+// and so here, before the block is marked unowned; no report.
+TEST_F(CudaMemoryCheck, WorkQueuedOnAFreedTensorRunsBeforeItsBytesAreMarkedUnowned) {
+  const float* bytes = nullptr;
+  {
+    const Tensor freed = Tensor::zeros({kElements}, DType::f32, test::kGpu);
+    bytes = freed.data<float>();
+  }
+  EXPECT_TRUE(__asan_address_is_poisoned(bytes));  // back in the cache
+  const Tensor other = Tensor::zeros({1}, DType::f32, test::kGpu);  // a block of another size class
+  HONE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  EXPECT_EQ(other.to(Device::cpu()).data<float>()[0], 0.0f);
 }
 
 }  // namespace

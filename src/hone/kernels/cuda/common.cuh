@@ -47,9 +47,10 @@ __device__ __forceinline__ void warp_sync() { __syncwarp(); }
 // dynamic_shared<T>() is the block's dynamic shared memory (the launch's
 // shared_bytes), 128-byte aligned for the warp matrix API.
 #if HONE_CUDA_EMULATOR
-#define HONE_LAUNCH(grid, threads, shared_bytes, ...)                                                     \
-  ::hone::kernels::cuda::emulator::Launch{dim3(grid), dim3(threads), size_t(shared_bytes),                \
-                                          ::hone::kernels::cuda::emulator::kernel_address(__VA_ARGS__)} * \
+#define HONE_LAUNCH(grid, threads, shared_bytes, ...)                                                      \
+  ::hone::kernels::cuda::emulator::Launch{dim3(grid), dim3(threads), size_t(shared_bytes),                 \
+                                          ::hone::kernels::cuda::emulator::kernel_address(__VA_ARGS__),    \
+                                          #__VA_ARGS__, ::hone::kernels::cuda::stream()} *                 \
       [=](auto... hone_arguments) { return [=] { __VA_ARGS__(hone_arguments...); }; }
 template <typename T>
 T* dynamic_shared() {

@@ -6,8 +6,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -44,6 +46,29 @@ extern "C" const char* __asan_default_options() { return "detect_leaks=0:allocat
 
 thread_local uint3 threadIdx, blockIdx;
 thread_local dim3 blockDim, gridDim;
+
+// A copy or memset queued on a stream (emulator.hpp, "Streams"); a stream is
+// its queue, oldest first, and an event where its stream's queue ended when it
+// was recorded.
+struct QueuedWork {
+  uint64_t id = 0;  // from one counter for all streams: later work, higher id
+  void* dst = nullptr;
+  const void* src = nullptr;  // null: a memset of `value`
+  size_t bytes = 0;
+  int value = 0;
+  std::vector<unsigned char> source_at_start;  // the source when the copy could first run (empty: unknown)
+};
+
+struct CUstream_st {
+  std::string name;
+  std::deque<QueuedWork> queue;
+  uint64_t last = 0;  // the id of the last work queued
+};
+
+struct CUevent_st {
+  CUstream_st* stream = nullptr;  // null: never recorded
+  uint64_t through = 0;           // complete once the stream's work up to this id has run
+};
 
 namespace hone::kernels::cuda::emulator {
 
@@ -455,7 +480,118 @@ KernelRecord count_launch(const void* kernel) {
   return before;
 }
 
+// The streams (emulator.hpp, "Streams"), under one lock; the legacy default
+// stream (a null cudaStream_t) is one of them.
+struct Streams {
+  std::mutex mutex;
+  uint64_t next_id = 1;
+  int created = 0;
+  CUstream_st legacy{.name = "the legacy default stream"};
+  std::vector<CUstream_st*> live{&legacy};
+
+  CUstream_st& of(cudaStream_t stream) { return stream != nullptr ? *stream : legacy; }
+  bool is_live(const CUstream_st* stream) const { return std::find(live.begin(), live.end(), stream) != live.end(); }
+};
+
+Streams& streams() {
+  static Streams* instance = new Streams;  // never destroyed: tensors freed during exit mark their bytes
+  return *instance;
+}
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto* x = static_cast<const unsigned char*>(a);
+  const auto* y = static_cast<const unsigned char*>(b);
+  return a_bytes != 0 && b_bytes != 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+// A queued copy whose source changed since it could first run fails, found
+// `when` (after the work just run, or as it runs): whatever wrote there, that
+// work or host code before it, did not wait for the copy, which on a GPU may
+// read either value. Reported once: the copy's kept source is dropped.
+void check_source(QueuedWork& work, const CUstream_st& stream, const std::string& when) {
+  const std::vector<unsigned char>& then = work.source_at_start;
+  if (then.empty()) return;
+  const auto changed = std::mismatch(then.begin(), then.end(), static_cast<const unsigned char*>(work.src)).first;
+  if (changed == then.end()) return;
+  const ptrdiff_t byte = changed - then.begin();
+  work.source_at_start.clear();
+  fail("CUDA emulator: byte {} of the source of a copy of {} bytes (from {} to {}) queued on {} changed, found {}: "
+       "whatever wrote it did not wait for the copy, which on a GPU may read either value (cudaStreamWaitEvent on an "
+       "event recorded after the copy, or a synchronize, orders them)",
+       byte, work.bytes, work.src, work.dst, stream.name, when);
+}
+
+void check_queued_sources(Streams& all, const std::string& after) {
+  for (CUstream_st* stream : all.live) {
+    for (QueuedWork& work : stream->queue) check_source(work, *stream, "after " + after);
+  }
+}
+
+// Runs the oldest work queued on `stream`.
+void run_oldest(Streams& all, CUstream_st& stream) {
+  QueuedWork work = std::move(stream.queue.front());
+  stream.queue.pop_front();
+  check_source(work, stream, "as it ran");
+  if (work.src == nullptr) std::memset(work.dst, work.value, work.bytes);
+  else std::memcpy(work.dst, work.src, work.bytes);
+  check_queued_sources(all, (work.src == nullptr ? "a memset on " : "a copy on ") + stream.name);
+}
+
+void run_through(Streams& all, CUstream_st& stream, uint64_t id) {
+  while (!stream.queue.empty() && stream.queue.front().id <= id) run_oldest(all, stream);
+}
+
+// Queues a copy (src given) or a memset on `stream`. On a GPU it may start at
+// once, as far as the work queued before it on its stream allows: unless that
+// work writes the copy's source, the source is kept and must not change until
+// the copy runs (check_queued_sources); unless it reads the destination, the
+// destination holds 0xff bytes (NaN) until then.
+void enqueue(cudaStream_t handle, void* dst, const void* src, size_t bytes, int value) {
+  if (bytes == 0) return;
+  Streams& all = streams();
+  const std::lock_guard lock(all.mutex);
+  CUstream_st& stream = all.of(handle);
+  QueuedWork work{.id = all.next_id++, .dst = dst, .src = src, .bytes = bytes, .value = value};
+  const bool in_place = src != nullptr && overlap(src, bytes, dst, bytes);  // undefined for a copy; kept as it is
+  const bool source_pending = src != nullptr && std::any_of(stream.queue.begin(), stream.queue.end(), [&](const auto& w) {
+                                return overlap(w.dst, w.bytes, src, bytes);
+                              });
+  const bool destination_read = std::any_of(stream.queue.begin(), stream.queue.end(), [&](const auto& w) {
+    return w.src != nullptr && overlap(w.src, w.bytes, dst, bytes);
+  });
+  if (src != nullptr && !source_pending && !in_place) {
+    const auto* first = static_cast<const unsigned char*>(src);
+    work.source_at_start.assign(first, first + bytes);
+  }
+  stream.last = work.id;
+  stream.queue.push_back(std::move(work));
+  if (!destination_read && !in_place) {
+    std::memset(dst, 0xff, bytes);
+    check_queued_sources(all, (src == nullptr ? "a memset queued on " : "a copy queued on ") + stream.name);
+  }
+}
+
+void run_all_queued() {
+  Streams& all = streams();
+  const std::lock_guard lock(all.mutex);
+  for (CUstream_st* stream : all.live) run_through(all, *stream, UINT64_MAX);
+}
+
 }  // namespace
+
+void run_queued(cudaStream_t stream) {
+  Streams& all = streams();
+  const std::lock_guard lock(all.mutex);
+  run_through(all, all.of(stream), UINT64_MAX);
+}
+
+void in_place_of_stream(cudaStream_t stream, const std::string& what, const std::function<void()>& work) {
+  run_queued(stream);
+  work();
+  Streams& all = streams();
+  const std::lock_guard lock(all.mutex);
+  check_queued_sources(all, what);
+}
 
 int max_dynamic_shared(const void* kernel) {
   KernelRecords& records = kernel_records();
@@ -470,7 +606,9 @@ void set_max_dynamic_shared(const void* kernel, int bytes) {
   records.of[kernel].max_dynamic_shared = bytes;
 }
 
-void run(const Launch& launch, const std::function<void()>& thread) {
+namespace {
+
+void run_launch(const Launch& launch, const std::function<void()>& thread) {
   if (!fits_limits(launch)) {
     failed(cudaErrorInvalidConfiguration);
     return;
@@ -486,6 +624,12 @@ void run(const Launch& launch, const std::function<void()>& thread) {
   }
   thread_local SecondHostThread second;  // made (its host thread started) at the first such launch
   second.run(launch, thread, split_bit(kernel.launches));
+}
+
+}  // namespace
+
+void run(const Launch& launch, const std::function<void()>& thread) {
+  in_place_of_stream(launch.stream, std::string("kernel ") + launch.name, [&] { run_launch(launch, thread); });
 }
 
 int lane() { return running().lane; }
@@ -545,7 +689,22 @@ void* dynamic_shared_memory() { return t_block.shared.data(); }
 // widens a partly addressable 8-byte granule), so marking a tensor owned
 // leaves an overlapping one that an arena reused the bytes for owned as well.
 void mark_owned(void* bytes, size_t count) { __asan_unpoison_memory_region(bytes, count); }
-void mark_unowned(void* bytes, size_t count) { __asan_poison_memory_region(bytes, count); }
+
+// The queued work that touches the bytes runs first (on a GPU it runs before
+// the memory's next owner uses it): the work would otherwise run into poison.
+void mark_unowned(void* bytes, size_t count) {
+  Streams& all = streams();
+  {
+    const std::lock_guard lock(all.mutex);
+    for (CUstream_st* stream : all.live) {
+      const auto last = std::find_if(stream->queue.rbegin(), stream->queue.rend(), [&](const QueuedWork& work) {
+        return overlap(work.dst, work.bytes, bytes, count) || (work.src && overlap(work.src, work.bytes, bytes, count));
+      });
+      if (last != stream->queue.rend()) run_through(all, *stream, last->id);
+    }
+  }
+  __asan_poison_memory_region(bytes, count);
+}
 #else
 void mark_owned(void*, size_t) {}
 void mark_unowned(void*, size_t) {}
@@ -629,7 +788,9 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   return *ptr != nullptr ? cudaSuccess : emulator::failed(cudaErrorMemoryAllocation);
 }
 
+// As on a GPU, it waits for all queued work first.
 cudaError_t cudaFree(void* ptr) {
+  emulator::run_all_queued();
   std::free(ptr);
   return cudaSuccess;
 }
@@ -644,44 +805,88 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 cudaError_t cudaHostRegister(void*, size_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  if (bytes != 0) std::memcpy(dst, src, bytes);
+// A blocking copy: queued on the legacy default stream and run at once.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  cudaMemcpyAsync(dst, src, bytes, kind);
+  emulator::run_queued(nullptr);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
-}
-
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
-  if (bytes != 0) std::memset(dst, value, bytes);
+// Copies from and to pageable host memory are queued too (a GPU does those in
+// the call, mostly): hone synchronizes after them anyway.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t stream) {
+  emulator::enqueue(stream, dst, src, bytes, 0);
   return cudaSuccess;
 }
 
-// Streams and events order nothing here: every call is done when it returns.
-// They are distinct non-null handles, as the runtime's.
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  emulator::enqueue(stream, dst, nullptr, bytes, value);
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
-  *stream = reinterpret_cast<cudaStream_t>(new char);
+  emulator::Streams& all = emulator::streams();
+  const std::lock_guard lock(all.mutex);
+  *stream = new CUstream_st{.name = "stream " + std::to_string(++all.created)};
+  all.live.push_back(*stream);
   return cudaSuccess;
 }
 
+// Its queued work runs first; events recorded on it stay complete.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<char*>(stream);
+  emulator::run_queued(stream);
+  emulator::Streams& all = emulator::streams();
+  const std::lock_guard lock(all.mutex);
+  std::erase(all.live, stream);
+  delete stream;
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  emulator::run_queued(stream);
+  return cudaSuccess;
+}
+
+namespace {
+
+// The recorded stream's work up to the event runs now, if the stream still exists.
+void complete(cudaEvent_t event) {
+  emulator::Streams& all = emulator::streams();
+  const std::lock_guard lock(all.mutex);
+  if (event->stream != nullptr && all.is_live(event->stream)) {
+    emulator::run_through(all, *event->stream, event->through);
+  }
+}
+
+}  // namespace
+
+// The event's work runs now (on a GPU it may have ended this early), so all
+// that the waiting stream runs later comes after it.
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  complete(event);
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = reinterpret_cast<cudaEvent_t>(new char);
+  *event = new CUevent_st;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<char*>(event);
+  delete event;
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  emulator::Streams& all = emulator::streams();
+  const std::lock_guard lock(all.mutex);
+  event->stream = &all.of(stream);
+  event->through = event->stream->last;
+  return cudaSuccess;
+}
+
+// Complete: its work runs now.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  complete(event);
+  return cudaSuccess;
+}

@@ -32,13 +32,25 @@
 // -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer reports a kernel's access
 // outside its tensors' bytes (mark_owned). Not modelled: timing, races between
 // blocks that the split never puts on different host threads. Device memory is
-// host memory, and every copy, memset and launch is done when its call returns.
+// host memory, and a launch is done when its call returns.
+//
+// Streams: copies and memsets wait in their stream's queue, in order, until
+// something needs them done: a launch or a product on that stream, a
+// synchronize, a wait for an event recorded after them (cudaStreamWaitEvent
+// completes the event's stream up to the event at once: its work may have
+// ended that early on a GPU). So a copy runs as late as CUDA lets it, and
+// memory used with no wait for a copy shows: a copy that may already have
+// started has its destination filled with 0xff bytes (NaN) until it runs, and
+// keeps its source as it was; the first launch, product, copy or memset after
+// which that source has changed (something wrote over it without waiting for
+// the copy) fails, naming the copy and what ran.
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <type_traits>
 
 #include <math.h>  // expf, erff, ...: CUDA's math functions are global
@@ -81,6 +93,8 @@ constexpr std::common_type_t<A, B> max(A a, B b) {
   return a < b ? b : a;
 }
 
+struct CUstream_st;  // the emulator's streams (emulator.cpp); cudaStream_t below
+
 inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
 inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
 
@@ -92,9 +106,19 @@ struct Launch {
   dim3 grid, block;
   size_t shared_bytes = 0;
   const void* kernel = nullptr;  // kernel_address: its shared memory limit, its launches so far
+  const char* name = "";          // as HONE_LAUNCH was given it, for reports
+  CUstream_st* stream = nullptr;  // what is queued on it runs first
 };
 
 void run(const Launch& launch, const std::function<void()>& thread);
+
+// The copies and memsets queued on `stream` (null: the legacy default stream)
+// run now.
+void run_queued(CUstream_st* stream);
+// Work done by the host in the place of `stream`'s (a launch; the CPU's GEMM
+// standing in for cuBLASLt): what is queued on the stream runs first, and a
+// copy queued on another whose source `what` wrote fails (emulator.cpp).
+void in_place_of_stream(CUstream_st* stream, const std::string& what, const std::function<void()>& work);
 
 // A kernel's identity: its address (a template's with its arguments given).
 template <typename Kernel>
@@ -121,7 +145,9 @@ void* dynamic_shared_memory();
 // first bytes, up to its tensor's size; an arena's tensors). With
 // -DHONE_EMULATOR_CHECK=MEMORY the bytes marked unowned (the rest of a block,
 // a block back in the cache, an arena's bytes between its tensors) are out of
-// bounds: a kernel touching them stops. No-ops in other builds.
+// bounds: a kernel touching them stops (queued copies and memsets that touch
+// them run first, as they would on a GPU before the memory is reused). No-ops in
+// other builds.
 void mark_owned(void* bytes, size_t count);
 void mark_unowned(void* bytes, size_t count);
 // A GPU's vector loads and stores need their own size's alignment; x86 does not.
