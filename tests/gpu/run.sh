@@ -70,20 +70,44 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *) peak="" ;;
 esac
 peak_flag=${peak:+--peak-tflops $peak}
-# Stages (HONE_GPU_STAGES, default "tests curve bench"): tests, curve (200
-# quickstart steps against the CPU's loss curve), bench (GPT-2 124M,
-# Llama 3.2 1B, attention), sanitize (test_cuda_ops under compute-sanitizer's
-# memcheck and racecheck, where the machine has it), lora8b (the 8B memory
-# goal, up to 7 minutes): a device call ends at 10 minutes, so lora8b runs in a
-# call of its own.
-stages=" ${HONE_GPU_STAGES:-tests curve bench} "
+# Stages (HONE_GPU_STAGES, default "tests curve bench lora8b"): tests, curve
+# (200 quickstart steps against the CPU's loss curve), bench (GPT-2 124M,
+# Llama 3.2 1B, attention), lora8b (the 8B memory goal), sanitize
+# (test_cuda_ops under compute-sanitizer's memcheck and racecheck, where the
+# machine has it). A session has 15 minutes of device time, the machine's
+# start included: one call of all four, in order of what they tell; a stage
+# the call's time did not reach says so, for a second call if time is left.
+stages=" ${HONE_GPU_STAGES:-tests curve bench lora8b} "
 status=0
+# A device fault (an illegal address, a kernel that brought the process down)
+# fails every later test of its process, and CUDA reports it at a later call
+# than the kernel's: after one, the tests that did not pass run again, one
+# process each with synchronous launches (the fault then named at its kernel),
+# for at most SECONDS in all.
+rerun_alone_after_fault() {  # rerun_alone_after_fault BINARY LOG EXIT_STATUS SECONDS
+  local binary=$1 log=$2 rc=$3 until=$((SECONDS + $4)) suite name
+  local faults='cudaError(IllegalAddress|LaunchFailure|MisalignedAddress|IllegalInstruction|HardwareStackError|Assert)'
+  if ! { [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ]; } && ! grep -qE "$faults" "$log"; then return 0; fi
+  echo "$(basename "$binary"): a device fault or crash (exit $rc); the tests that did not pass, one process each:"
+  "$binary" --gtest_list_tests | while IFS= read -r line; do
+    line=${line%%#*} line=${line%"${line##*[! ]}"}
+    if [[ $line != " "* ]]; then suite=$line; continue; fi
+    name="$suite${line##* }"
+    grep -qF "[       OK ] $name " "$log" && continue
+    [ "$SECONDS" -ge "$until" ] && { echo "  (no time left for $name and after)"; break; }
+    echo "  $name"
+    CUDA_LAUNCH_BLOCKING=1 bounded 60 "${log%.log}_alone.log" "$binary" --gtest_filter="$name"
+  done
+}
 if [[ $stages == *" tests "* ]]; then
   for test in test_cuda_ops:240 test_cuda_models:150; do
     limit=${test#*:} test=${test%:*}
-    bounded "$limit" "$logs/$test.log" "$bundle/bin/$test" --gtest_output="xml:$logs/$test.xml" "$@" || status=1
+    bounded "$limit" "$logs/$test.log" "$bundle/bin/$test" --gtest_output="xml:$logs/$test.xml" "$@"
+    rc=$?
+    [ "$rc" -eq 0 ] || status=1
     grep -E '^\[  (FAILED|SKIPPED) |relative error|Failure|Expected|Which is|^\[  PASSED|^\[==========\]|^hone: ' \
       "$logs/$test.log"
+    rerun_alone_after_fault "$bundle/bin/$test" "$logs/$test.log" "$rc" 90
   done
   # Where cuDNN refused hone's attention graphs, its own log says which operation and why.
   if grep -q "^hone: cuDNN" "$logs"/test_cuda_*.log; then
