@@ -355,20 +355,40 @@ cudaError_t failed(cudaError_t error) {
   return error;
 }
 
-// Which of a launch's blocks a host thread runs: all, or those whose
-// coordinates' sum has a given bit clear (the launching thread's, with the race
-// check) or set (the second host thread's).
-enum class Blocks { all, bit_clear, bit_set };
+// Which of the race check's two host threads runs block (x, y, z) at a
+// kernel's n-th launch (from 0). At even n the second runs the blocks whose
+// coordinates' sum is odd, so neighbours along any axis (and any two blocks an
+// odd distance apart along one) are on different host threads. At odd n it
+// runs a pseudo-random half, from a hash of the coordinates and n, so any two
+// blocks are with probability 1/2 at each such launch: diagonal neighbours,
+// whose sums are equal, and blocks an even distance apart too.
+bool on_second_host_thread(unsigned x, unsigned y, unsigned z, uint64_t launch) {
+  if (launch % 2 == 0) return (x + y + z) % 2 == 1;
+  auto mix = [](uint64_t h) {  // SplitMix64's finalizer
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9u;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebu;
+    return h ^ (h >> 31);
+  };
+  return mix(x + mix(y + mix(z + mix(launch)))) >> 63;
+}
 
-// Runs the launch's `blocks` on the calling thread, one after the other.
-void run_blocks(const Launch& launch, const std::function<void()>& thread, Blocks blocks, unsigned bit = 0) {
+// Which of a launch's blocks a host thread runs: all, or the race check's
+// first or second host thread's (on_second_host_thread).
+enum class Blocks { all, first_host_thread, second_host_thread };
+
+// Runs the launch's `blocks` on the calling thread, one after the other;
+// `launch_number` is the kernel's count of launches before this one.
+void run_blocks(const Launch& launch, const std::function<void()>& thread, Blocks blocks, uint64_t launch_number = 0) {
   gridDim = launch.grid;
   blockDim = launch.block;
   const int threads = int(launch.block.x * launch.block.y * launch.block.z);
   for (unsigned z = 0; z < launch.grid.z; ++z) {
     for (unsigned y = 0; y < launch.grid.y; ++y) {
       for (unsigned x = 0; x < launch.grid.x; ++x) {
-        if (blocks != Blocks::all && ((x + y + z) >> bit & 1) != unsigned(blocks == Blocks::bit_set)) continue;
+        if (blocks != Blocks::all &&
+            on_second_host_thread(x, y, z, launch_number) != (blocks == Blocks::second_host_thread)) {
+          continue;
+        }
         blockIdx = {x, y, z};
         t_block.shared.assign(launch.shared_bytes, 0xff);
         run_block(thread, threads);
@@ -377,16 +397,9 @@ void run_blocks(const Launch& launch, const std::function<void()>& thread, Block
   }
 }
 
-// The bit of a block's coordinates' sum that says which of the race check's
-// host threads runs it, at a kernel's n-th launch (from 0): bit 0 at every
-// even n, so blocks an odd distance apart along an axis (neighbours among them)
-// are on different host threads, and bits 1, 2, 3, 4 at n = 1, 3, 5, 7 (mod 8),
-// so blocks 2^k times an odd distance apart (k <= 4) are at one launch in 8.
-unsigned split_bit(uint64_t launch) { return launch % 2 == 0 ? 0 : 1 + unsigned(launch / 2 % 4); }
-
 // The race check's second host thread (one for each that launches kernels):
-// it runs the blocks of a launch whose coordinates' sum has the launch's split
-// bit set, while the launching thread runs the others, and nothing that
+// it runs its blocks of a launch (on_second_host_thread) while the launching
+// thread runs the others, and nothing that
 // ThreadSanitizer sees orders one host thread's blocks before the other's until
 // the launch ends (the two meet through atomics in this file, which is not
 // instrumented), so a race between them is reported. Each host thread's own
@@ -400,17 +413,18 @@ class SecondHostThread {
     worker_.join();
   }
 
-  // Runs the blocks of `launch` with `bit` set while the calling thread runs
-  // the others; returns when both are done, rethrowing the first failure.
-  void run(const Launch& launch, const std::function<void()>& thread, unsigned bit) {
+  // Runs its blocks of `launch`, the kernel's launch `number`, while the
+  // calling thread runs the others; returns when both are done, rethrowing the
+  // first failure.
+  void run(const Launch& launch, const std::function<void()>& thread, uint64_t number) {
     launch_ = &launch;
     thread_ = &thread;
-    bit_ = bit;
+    number_ = number;
     publish(&launched_);
     post(kRun);
     std::exception_ptr fault;
     try {
-      run_blocks(launch, thread, Blocks::bit_clear, bit);
+      run_blocks(launch, thread, Blocks::first_host_thread, number);
     } catch (...) {
       fault = std::current_exception();
     }
@@ -436,7 +450,7 @@ class SecondHostThread {
       if (state_.load() == kQuit) return;
       observe(&launched_);
       try {
-        run_blocks(*launch_, *thread_, Blocks::bit_set, bit_);
+        run_blocks(*launch_, *thread_, Blocks::second_host_thread, number_);
       } catch (...) {
         worker_fault_ = std::current_exception();
       }
@@ -448,7 +462,7 @@ class SecondHostThread {
   std::atomic<int> state_{kIdle};
   const Launch* launch_ = nullptr;
   const std::function<void()>* thread_ = nullptr;
-  unsigned bit_ = 0;
+  uint64_t number_ = 0;
   std::exception_ptr worker_fault_;
   char launched_ = 0, finished_ = 0;  // sync objects: the launching thread's writes before, the worker's after
   std::thread worker_;                // last: started once the rest is ready
@@ -623,7 +637,7 @@ void run_launch(const Launch& launch, const std::function<void()>& thread) {
     return;
   }
   thread_local SecondHostThread second;  // made (its host thread started) at the first such launch
-  second.run(launch, thread, split_bit(kernel.launches));
+  second.run(launch, thread, kernel.launches);
 }
 
 }  // namespace

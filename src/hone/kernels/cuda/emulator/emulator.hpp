@@ -27,12 +27,12 @@
 // which then reports two threads of a block that touch the same memory (one of
 // them writing) with no barrier that orders memory between them, and two
 // blocks of a launch that do (emulator.cpp: a second host thread runs the
-// blocks whose coordinates' sum has a bit set, bit 0 at every other launch of
-// a kernel, bits 1 to 4 in turn at the others). With
-// -DHONE_EMULATOR_CHECK=MEMORY, AddressSanitizer reports a kernel's access
-// outside its tensors' bytes (mark_owned). Not modelled: timing, races between
-// blocks that the split never puts on different host threads. Device memory is
-// host memory, and a launch is done when its call returns.
+// blocks whose coordinates' sum is odd at every other launch of a kernel, a
+// pseudo-random half at the others). With -DHONE_EMULATOR_CHECK=MEMORY,
+// AddressSanitizer reports a kernel's access outside its tensors' bytes
+// (mark_owned). Not modelled: timing, races between blocks that no launch put
+// on different host threads. Device memory is host memory, and a launch is
+// done when its call returns.
 //
 // Streams: copies and memsets wait in their stream's queue, in order, until
 // something needs them done: a launch or a product on that stream, a
