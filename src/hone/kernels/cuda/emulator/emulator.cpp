@@ -357,11 +357,11 @@ cudaError_t failed(cudaError_t error) {
 
 // Which of the race check's two host threads runs block (x, y, z) at a
 // kernel's n-th launch (from 0). At even n the second runs the blocks whose
-// coordinates' sum is odd, so neighbours along any axis (and any two blocks an
-// odd distance apart along one) are on different host threads. At odd n it
-// runs a pseudo-random half, from a hash of the coordinates and n, so any two
-// blocks are with probability 1/2 at each such launch: diagonal neighbours,
-// whose sums are equal, and blocks an even distance apart too.
+// coordinates' sum is odd, so neighbours along any axis (and any two blocks
+// whose sums differ by an odd number) are on different host threads. At odd n
+// it runs a pseudo-random half, from a hash of the coordinates and n, so any
+// two blocks are with probability 1/2 at each such launch: diagonal
+// neighbours, whose sums are equal, and blocks an even distance apart too.
 bool on_second_host_thread(unsigned x, unsigned y, unsigned z, uint64_t launch) {
   if (launch % 2 == 0) return (x + y + z) % 2 == 1;
   auto mix = [](uint64_t h) {  // SplitMix64's finalizer
