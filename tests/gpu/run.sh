@@ -81,14 +81,17 @@ stages=" ${HONE_GPU_STAGES:-tests curve bench lora8b} "
 status=0
 # A device fault (an illegal address, a kernel that brought the process down)
 # fails every later test of its process, and CUDA reports it at a later call
-# than the kernel's: after one, the tests that did not pass run again, one
-# process each with synchronous launches (the fault then named at its kernel),
-# for at most SECONDS in all.
+# than the kernel's; a hang leaves the later tests unrun. After either (an
+# exit status other than gtest's 0 and 1, or a fault in the log), the tests
+# that did not pass run again, one process each with synchronous launches (a
+# fault then named at its kernel), for at most SECONDS in all.
 rerun_alone_after_fault() {  # rerun_alone_after_fault BINARY LOG EXIT_STATUS SECONDS
   local binary=$1 log=$2 rc=$3 until=$((SECONDS + $4)) suite name
   local faults='cudaError(IllegalAddress|LaunchFailure|MisalignedAddress|IllegalInstruction|HardwareStackError|Assert)'
-  if ! { [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ]; } && ! grep -qE "$faults" "$log"; then return 0; fi
-  echo "$(basename "$binary"): a device fault or crash (exit $rc); the tests that did not pass, one process each:"
+  [ "$until" -gt $((budget - 10)) ] && until=$((budget - 10))  # the call's own limit first
+  [ -s "$log" ] || return 0                                    # skipped: it never ran
+  if [ "$rc" -le 1 ] && ! grep -qE "$faults" "$log"; then return 0; fi
+  echo "$(basename "$binary"): a device fault, crash or hang (exit $rc); the tests that did not pass, one process each:"
   "$binary" --gtest_list_tests | while IFS= read -r line; do
     line=${line%%#*} line=${line%"${line##*[! ]}"}
     if [[ $line != " "* ]]; then suite=$line; continue; fi
@@ -96,7 +99,7 @@ rerun_alone_after_fault() {  # rerun_alone_after_fault BINARY LOG EXIT_STATUS SE
     grep -qF "[       OK ] $name " "$log" && continue
     [ "$SECONDS" -ge "$until" ] && { echo "  (no time left for $name and after)"; break; }
     echo "  $name"
-    CUDA_LAUNCH_BLOCKING=1 bounded 60 "${log%.log}_alone.log" "$binary" --gtest_filter="$name"
+    CUDA_LAUNCH_BLOCKING=1 bounded 30 "${log%.log}_alone.log" "$binary" --gtest_filter="$name"
   done
 }
 if [[ $stages == *" tests "* ]]; then
