@@ -591,13 +591,14 @@ void run_all_queued() {
   for (CUstream_st* stream : all.live) run_through(all, *stream, UINT64_MAX);
 }
 
-}  // namespace
-
+// The copies and memsets queued on `stream` (null: the legacy default stream) run now.
 void run_queued(cudaStream_t stream) {
   Streams& all = streams();
   const std::lock_guard lock(all.mutex);
   run_through(all, all.of(stream), UINT64_MAX);
 }
+
+}  // namespace
 
 void in_place_of_stream(cudaStream_t stream, const std::string& what, const std::function<void()>& work) {
   run_queued(stream);

@@ -112,9 +112,6 @@ struct Launch {
 
 void run(const Launch& launch, const std::function<void()>& thread);
 
-// The copies and memsets queued on `stream` (null: the legacy default stream)
-// run now.
-void run_queued(CUstream_st* stream);
 // Work done by the host in the place of `stream`'s (a launch; the CPU's GEMM
 // standing in for cuBLASLt): what is queued on the stream runs first, and a
 // copy queued on another whose source `what` wrote fails (emulator.cpp).
@@ -146,8 +143,8 @@ void* dynamic_shared_memory();
 // -DHONE_EMULATOR_CHECK=MEMORY the bytes marked unowned (the rest of a block,
 // a block back in the cache, an arena's bytes between its tensors) are out of
 // bounds: a kernel touching them stops (queued copies and memsets that touch
-// them run first, as they would on a GPU before the memory is reused). No-ops in
-// other builds.
+// them run first, as they would on a GPU before the memory is reused). No-ops
+// in other builds.
 void mark_owned(void* bytes, size_t count);
 void mark_unowned(void* bytes, size_t count);
 // A GPU's vector loads and stores need their own size's alignment; x86 does not.
