@@ -13,6 +13,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -519,25 +520,28 @@ bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 }
 
 // A queued copy whose source changed since it could first run fails, found
-// `when` (after the work just run, or as it runs): whatever wrote there, that
+// as it runs or after other work (`when`, `what` and `name` say which: kept
+// apart so that no text is made unless it fails): whatever wrote there, that
 // work or host code before it, did not wait for the copy, which on a GPU may
 // read either value. Reported once: the copy's kept source is dropped.
-void check_source(QueuedWork& work, const CUstream_st& stream, const std::string& when) {
+void check_source(QueuedWork& work, const CUstream_st& stream, std::string_view when, std::string_view what = {},
+                  std::string_view name = {}) {
   const std::vector<unsigned char>& then = work.source_at_start;
   if (then.empty()) return;
   const auto changed = std::mismatch(then.begin(), then.end(), static_cast<const unsigned char*>(work.src)).first;
   if (changed == then.end()) return;
   const ptrdiff_t byte = changed - then.begin();
   work.source_at_start.clear();
-  fail("CUDA emulator: byte {} of the source of a copy of {} bytes (from {} to {}) queued on {} changed, found {}: "
+  fail("CUDA emulator: byte {} of the source of a copy of {} bytes (from {} to {}) queued on {} changed, found {}{}{}: "
        "whatever wrote it did not wait for the copy, which on a GPU may read either value (cudaStreamWaitEvent on an "
        "event recorded after the copy, or a synchronize, orders them)",
-       byte, work.bytes, work.src, work.dst, stream.name, when);
+       byte, work.bytes, work.src, work.dst, stream.name, when, what, name);
 }
 
-void check_queued_sources(Streams& all, const std::string& after) {
+// Every queued copy's source, after the work that `what` and `name` name.
+void check_queued_sources(Streams& all, std::string_view what, std::string_view name) {
   for (CUstream_st* stream : all.live) {
-    for (QueuedWork& work : stream->queue) check_source(work, *stream, "after " + after);
+    for (QueuedWork& work : stream->queue) check_source(work, *stream, "after ", what, name);
   }
 }
 
@@ -548,7 +552,7 @@ void run_oldest(Streams& all, CUstream_st& stream) {
   check_source(work, stream, "as it ran");
   if (work.src == nullptr) std::memset(work.dst, work.value, work.bytes);
   else std::memcpy(work.dst, work.src, work.bytes);
-  check_queued_sources(all, (work.src == nullptr ? "a memset on " : "a copy on ") + stream.name);
+  check_queued_sources(all, work.src == nullptr ? "a memset on " : "a copy on ", stream.name);
 }
 
 void run_through(Streams& all, CUstream_st& stream, uint64_t id) {
@@ -567,10 +571,11 @@ void enqueue(cudaStream_t handle, void* dst, const void* src, size_t bytes, int 
   CUstream_st& stream = all.of(handle);
   QueuedWork work{.id = all.next_id++, .dst = dst, .src = src, .bytes = bytes, .value = value};
   const bool in_place = src != nullptr && overlap(src, bytes, dst, bytes);  // undefined for a copy; kept as it is
-  const bool source_pending = src != nullptr && std::any_of(stream.queue.begin(), stream.queue.end(), [&](const auto& w) {
+  const std::deque<QueuedWork>& before = stream.queue;
+  const bool source_pending = src != nullptr && std::any_of(before.begin(), before.end(), [&](const auto& w) {
                                 return overlap(w.dst, w.bytes, src, bytes);
                               });
-  const bool destination_read = std::any_of(stream.queue.begin(), stream.queue.end(), [&](const auto& w) {
+  const bool destination_read = std::any_of(before.begin(), before.end(), [&](const auto& w) {
     return w.src != nullptr && overlap(w.src, w.bytes, dst, bytes);
   });
   if (src != nullptr && !source_pending && !in_place) {
@@ -581,7 +586,7 @@ void enqueue(cudaStream_t handle, void* dst, const void* src, size_t bytes, int 
   stream.queue.push_back(std::move(work));
   if (!destination_read && !in_place) {
     std::memset(dst, 0xff, bytes);
-    check_queued_sources(all, (src == nullptr ? "a memset queued on " : "a copy queued on ") + stream.name);
+    check_queued_sources(all, src == nullptr ? "a memset queued on " : "a copy queued on ", stream.name);
   }
 }
 
@@ -600,12 +605,13 @@ void run_queued(cudaStream_t stream) {
 
 }  // namespace
 
-void in_place_of_stream(cudaStream_t stream, const std::string& what, const std::function<void()>& work) {
+void in_place_of_stream(cudaStream_t stream, std::string_view what, std::string_view name,
+                        const std::function<void()>& work) {
   run_queued(stream);
   work();
   Streams& all = streams();
   const std::lock_guard lock(all.mutex);
-  check_queued_sources(all, what);
+  check_queued_sources(all, what, name);
 }
 
 int max_dynamic_shared(const void* kernel) {
@@ -644,7 +650,7 @@ void run_launch(const Launch& launch, const std::function<void()>& thread) {
 }  // namespace
 
 void run(const Launch& launch, const std::function<void()>& thread) {
-  in_place_of_stream(launch.stream, std::string("kernel ") + launch.name, [&] { run_launch(launch, thread); });
+  in_place_of_stream(launch.stream, "kernel ", launch.name, [&] { run_launch(launch, thread); });
 }
 
 int lane() { return running().lane; }

@@ -50,7 +50,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include <math.h>  // expf, erff, ...: CUDA's math functions are global
@@ -114,8 +114,10 @@ void run(const Launch& launch, const std::function<void()>& thread);
 
 // Work done by the host in the place of `stream`'s (a launch; the CPU's GEMM
 // standing in for cuBLASLt): what is queued on the stream runs first, and a
-// copy queued on another whose source `what` wrote fails (emulator.cpp).
-void in_place_of_stream(CUstream_st* stream, const std::string& what, const std::function<void()>& work);
+// copy queued on another whose source the work wrote fails, naming the work
+// as `what` and `name` ("kernel ", its name) (emulator.cpp).
+void in_place_of_stream(CUstream_st* stream, std::string_view what, std::string_view name,
+                        const std::function<void()>& work);
 
 // A kernel's identity: its address (a template's with its arguments given).
 template <typename Kernel>

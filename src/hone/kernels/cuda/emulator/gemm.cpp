@@ -8,7 +8,7 @@
 namespace hone::kernels::cuda {
 
 void detail::product(const GemmArgs& args, const Epilogue& epilogue, void*) {
-  emulator::in_place_of_stream(stream(), "a matrix product (the CPU's, for cuBLASLt's)",
+  emulator::in_place_of_stream(stream(), "a matrix product (the CPU's, for cuBLASLt's)", "",
                                [&] { cpu::gemm(unfused(args, epilogue)); });
   apply_epilogue(args, epilogue);
 }
