@@ -160,6 +160,90 @@ TEST(Cli, BenchRunsSequencesBeyondThePresetsLimitWhenAsked) {
   EXPECT_EQ(nlohmann::json::parse(last_line(r.out))["seq_len"], 300);
 }
 
+// --model CONFIG: the config's model, batch, sequence length, dtype and
+// activation checkpointing, its key=value overrides applied, and the options
+// given on the command line over them.
+TEST(Cli, BenchTakesATrainingConfig) {
+  const std::string shrunk = " batch_size=2 dataset.seq_len=32 model.n_layers=1 model.vocab_size=512 threads=1";
+  CliResult r = run_hone("bench --model quickstart --steps 1 enable_activation_checkpointing=true" + shrunk);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["config"], "configs/quickstart.yaml");
+  EXPECT_EQ(j["batch_size"], 2);
+  EXPECT_EQ(j["seq_len"], 32);
+  EXPECT_EQ(j["dtype"], "bf16");
+  EXPECT_EQ(j["threads"], 1);
+  EXPECT_EQ(j["activation_checkpointing"], true);
+  // configs/quickstart.yaml's model with the overrides: vocabulary 512 (tied), dim 256, 1 layer of 8 heads of
+  // 32 and 4 KV heads, FFN 704.
+  EXPECT_EQ(j["params"], 512 * 256 + (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 704 + 2 * 256) + 256);
+
+  r = run_hone("bench --model quickstart --steps 1 --batch-size 1 --seq-len 16 --dtype fp32" + shrunk);
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["batch_size"], 1);
+  EXPECT_EQ(j["seq_len"], 16);
+  EXPECT_EQ(j["dtype"], "fp32");
+  EXPECT_EQ(j["activation_checkpointing"], false);
+
+  // A built-in model's report names no config.
+  r = run_hone("bench --model llama_tiny --batch-size 1 --seq-len 16 --steps 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(last_line(r.out))["config"].is_null());
+}
+
+// A fine-tuning config's model is the one at checkpoint.path (its config.json
+// alone is read); a LoRA config's adapters are trained, unless --lora-rank says otherwise.
+TEST(Cli, BenchTakesAFineTuningConfigsModelAndAdapters) {
+  const std::string model = std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/llama32_tied_bf16";
+  const std::string config = "bench --model llama3_2/1B_lora --steps 1 checkpoint.path=" + model +
+                             " dataset.max_seq_len=16 batch_size=2 model.lora_rank=2 dtype=fp32";
+  CliResult r = run_hone(config);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["config"], "configs/llama3_2/1B_lora.yaml");
+  EXPECT_EQ(j["seq_len"], 16);
+  EXPECT_EQ(j["batch_size"], 2);
+  EXPECT_EQ(j["lora_rank"], 2);
+  // Vocabulary 40 (tied), dim 32, 2 layers of 4 heads of 8 and 1 KV head, FFN 48.
+  const int64_t per_layer = 32 * 32 + 2 * 32 * 8 + 32 * 32 + 3 * 32 * 48 + 2 * 32;
+  EXPECT_EQ(j["params"], 40 * 32 + 2 * per_layer + 32);
+  EXPECT_LT(j["trained_params"].get<int64_t>(), j["params"].get<int64_t>());
+
+  r = run_hone(config + " --lora-rank 0");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["lora_rank"], 0);
+  EXPECT_EQ(j["trained_params"], j["params"]);
+
+  const CliResult missing = run_hone("bench --model llama3_2/1B_lora");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("checkpoint.path hf/Llama-3.2-1B"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("does not exist here"), std::string::npos) << missing.err;
+}
+
+TEST(Cli, BenchRefusesWhatItCannotTime) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench --model quickstrt", "no built-in model, built-in config or config file has that name (did you mean "
+                                  "'quickstart'?)"},
+      {"bench --model llama_tiny batch_size=2", "key=value overrides (batch_size=2) change a config; --model "
+                                                "llama_tiny is a built-in model"},
+      {"bench --model quickstart distributed.tp=2", "hone bench runs one process, without tensor parallelism"},
+      {"bench --model quickstart no_such_key=1", "no_such_key"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  const std::string generate = testing::TempDir() + "hone_bench_generate.yaml";
+  std::ofstream(generate) << "recipe: generate\ncheckpoint:\n  path: somewhere\nprompt: hi\n";
+  const CliResult r = run_hone("bench --model " + generate);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("a config of the generate recipe; hone bench times training"), std::string::npos) << r.err;
+}
+
 TEST(Cli, MemoryEstimateIsWithinTenPercentOfThePeak) {
   for (const char* extra : {"", " --activation-checkpointing", " --dtype bf16", " --dtype bf16 --lora-rank 4",
                             " --lora-rank 4 --activation-checkpointing"}) {
@@ -245,6 +329,24 @@ TEST(Cli, PlanTakesTheConfigsLayoutAndHintsWhatFits) {
   EXPECT_EQ(hinted.out.find("hint:"), std::string::npos) << hinted.out;
   EXPECT_NE(run_hone("plan llama3_1/8B_pretrain --world-size 2 batch_size=64").out.find("hint: no ZeRO stage fits"),
             std::string::npos);
+}
+
+// A full fine-tuning config's model is the one at checkpoint.path, its sequence
+// length dataset.max_seq_len; LoRA and recipes that do not train are refused.
+TEST(Cli, PlanSizesAFullFineTuningConfig) {
+  const std::string model = std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/llama32_tied_bf16";
+  const CliResult r =
+      run_hone("plan llama3_2/1B_full --world-size 2 dataset.max_seq_len=32 batch_size=4 checkpoint.path=" + model);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("4 x 32 tokens per micro-batch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 layers, dim 32"), std::string::npos) << r.out;
+  const CliResult missing = run_hone("plan llama3_2/1B_full --world-size 2");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("checkpoint.path hf/Llama-3.2-1B-Instruct does not exist here"), std::string::npos)
+      << missing.err;
+  const CliResult lora = run_hone("plan llama3_2/1B_lora --world-size 2");
+  EXPECT_EQ(lora.status, 2);
+  EXPECT_NE(lora.err.find("LoRA's adapters are too small to need a plan"), std::string::npos) << lora.err;
 }
 
 TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {

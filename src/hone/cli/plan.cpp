@@ -16,6 +16,7 @@
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
 #include "hone/dist/plan.hpp"
+#include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
 
 namespace hone::cli {
@@ -74,19 +75,19 @@ std::string fitting_change(const dist::PlanInput& in) {
 }
 
 int run(const Args& a) {
-  const Config c = a.config.resolved("plan").second;
+  const auto [recipe, c] = a.config.resolved("plan");
+  HONE_CHECK(recipe.training_shape != nullptr,
+             "{}: a config of the {} recipe; hone plan sizes training: give a pretrain or full_finetune config",
+             c.origin(), recipe.name);
   HONE_CHECK(!c.has("model.lora_rank"),
              "{}: hone plan sizes full-parameter training; LoRA's adapters are too small to need a plan", c.origin());
-  const char* seq_key = c.has("dataset.seq_len") ? "dataset.seq_len" : "dataset.max_seq_len";
-  HONE_CHECK(c.has(seq_key) && c.has("batch_size"), "{}: hone plan needs a training config (batch_size and "
-                                                    "dataset.seq_len or dataset.max_seq_len)",
-             c.origin());
+  const TrainingShape shape = recipe.training_shape(c);
 
   dist::PlanInput in;
-  in.model = model_config_from(c);
+  in.model = shape.model;
   in.dtype = run_settings_from(c).dtype;
-  in.micro_batch = c.get<int64_t>("batch_size");
-  in.seq_len = c.get<int64_t>(seq_key);
+  in.micro_batch = shape.batch_size;
+  in.seq_len = shape.seq_len;
   in.grad_accum = c.get<int64_t>("gradient_accumulation_steps");
   in.activation_checkpointing = c.get<bool>("enable_activation_checkpointing");
   HONE_CHECK(a.world_size > 0 || a.dp > 0, "give --world-size (or --dp) to plan for");

@@ -117,6 +117,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   const double tflops = flops_per_token * tokens_per_step / step_time / 1e12;
   nlohmann::ordered_json out;
   out["model"] = o.model.name;
+  out["config"] = o.config.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.config);
   out["dtype"] = std::string(dtype_name(o.dtype));
   out["device"] = o.device.str();
   out["batch_size"] = o.batch_size;

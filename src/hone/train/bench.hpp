@@ -15,6 +15,7 @@
 namespace hone {
 
 struct BenchOptions {
+  std::string config;  // the training config the settings below came from, if any (the report names it)
   ModelConfig model;
   int64_t batch_size = 4;
   int64_t seq_len = 256;

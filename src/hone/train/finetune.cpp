@@ -51,19 +51,26 @@ data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len
   return o;
 }
 
-std::vector<std::string> summarize(const Config& c, const ModelConfig& model, int data_parallel_ranks = 1) {
+TrainingShape shape_of(const Config& c, const ModelConfig& model) {
+  return {.model = model,
+          .batch_size = c.get<int64_t>("batch_size"),
+          .seq_len = sample_length(c, model),
+          .lora = lora_config_from(c)};
+}
+
+std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, int data_parallel_ranks = 1) {
   const RunSettings run = run_settings_from(c);
-  const std::optional<LoraConfig> lora = lora_config_from(c);
-  const int64_t batch = c.get<int64_t>("batch_size"), seq_len = sample_length(c, model);
+  const ModelConfig& model = shape.model;
+  const std::optional<LoraConfig>& lora = shape.lora;
   const MemoryEstimate m =
-      estimate_training_memory(model, run.dtype, batch, seq_len, activation_options_from(c), lora,
+      estimate_training_memory(model, run.dtype, shape.batch_size, shape.seq_len, activation_options_from(c), lora,
                                int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
   const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
                   family_name(model.family), c.get<std::string>("checkpoint.path"), double(model.num_params()) / 1e6,
                   double(trained) / 1e6, lora ? fmt::format(" (LoRA rank {})", lora->rank) : std::string()),
-      "batch: " + describe_batch(batch, seq_len, c.get<int64_t>("gradient_accumulation_steps")),
+      "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")),
       describe(m, run),
   };
 }
@@ -76,9 +83,10 @@ int run_finetune(const Config& c) {
   if (run.threads > 0) set_num_threads(run.threads);
   const std::unique_ptr<WeightSource> weights =
       open_weights(c.get<std::string>("checkpoint.path"), c.get<std::string>("checkpoint.format"));
-  const ModelConfig& model_config = weights->config();
-  const std::optional<LoraConfig> lora = lora_config_from(c);
-  const int64_t seq_len = sample_length(c, model_config);
+  const TrainingShape shape = shape_of(c, weights->config());
+  const ModelConfig& model_config = shape.model;
+  const std::optional<LoraConfig>& lora = shape.lora;
+  const int64_t seq_len = shape.seq_len;
 
   const std::string tokenizer_dir = tokenizer_path_for_model(c);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
@@ -107,7 +115,7 @@ int run_finetune(const Config& c) {
     data_description = fmt::format("{} ({} samples held out)", path, held_out);
   }
   const int32_t pad = tokenizer->pad_id().value_or(tokenizer->eos_id().value_or(0));
-  const int64_t batch = c.get<int64_t>("batch_size");
+  const int64_t batch = shape.batch_size;
   const bool packed = c.get<bool>("dataset.packed");
   TrainingWorld world(c, run.device);
   data::SampleStream train(std::move(dataset.samples), batch, seq_len, run.seed, c.get<bool>("dataset.shuffle"), pad,
@@ -121,7 +129,7 @@ int run_finetune(const Config& c) {
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
   model.init_lora(run.seed);
-  std::vector<std::string> summary = summarize(c, model_config, world.dp_size());
+  std::vector<std::string> summary = summarize(c, shape, world.dp_size());
   if (dataset.truncated || dataset.dropped) {
     summary.push_back(fmt::format("data: {} samples cut to {} tokens, {} dropped with nothing left to learn",
                                   dataset.truncated, seq_len, dataset.dropped));
@@ -206,7 +214,14 @@ std::vector<std::string> summarize_finetune(const Config& c) {
   if (!fs::exists(path)) {
     return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
   }
-  return summarize(c, open_weights(path, c.get<std::string>("checkpoint.format"))->config());
+  return summarize(c, finetune_shape(c));
+}
+
+TrainingShape finetune_shape(const Config& c) {
+  const std::string path = c.get<std::string>("checkpoint.path");
+  HONE_CHECK(fs::exists(path), "{}: checkpoint.path {} does not exist here (a fine-tuning config's model is the one "
+             "there)", c.origin_of("checkpoint.path"), path);
+  return shape_of(c, open_weights(path, c.get<std::string>("checkpoint.format"))->config());
 }
 
 }  // namespace hone

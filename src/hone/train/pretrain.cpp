@@ -13,20 +13,24 @@
 
 namespace hone {
 
+TrainingShape pretrain_shape(const Config& c) {
+  TrainingShape shape{.model = model_config_from(c), .batch_size = c.get<int64_t>("batch_size")};
+  shape.seq_len = sequence_length_for(c, "dataset.seq_len", /*fallback=*/0, shape.model);  // required: no fallback
+  return shape;
+}
+
 std::vector<std::string> summarize_training(const Config& c, int data_parallel_ranks) {
   const RunSettings run = run_settings_from(c);
-  const ModelConfig model = model_config_from(c);
-  // dataset.seq_len is required here: no fallback.
-  const int64_t batch = c.get<int64_t>("batch_size");
-  const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", /*fallback=*/0, model);
+  const TrainingShape shape = pretrain_shape(c);
+  const ModelConfig& model = shape.model;
   const MemoryEstimate m =
-      estimate_training_memory(model, run.dtype, batch, seq_len, activation_options_from(c), {},
+      estimate_training_memory(model, run.dtype, shape.batch_size, shape.seq_len, activation_options_from(c), {},
                                int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
   return {
       fmt::format("model: {} ({} family), {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), double(model.num_params()) / 1e6,
                   double(model.num_matmul_params()) / 1e6),
-      "batch: " + describe_batch(batch, seq_len, c.get<int64_t>("gradient_accumulation_steps")),
+      "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")),
       describe(m, run),
   };
 }
@@ -35,9 +39,9 @@ int run_pretrain(const Config& c) {
   check_output_dir_is_free(c);
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
-  const ModelConfig model_config = model_config_from(c);
-  const int64_t batch_size = c.get<int64_t>("batch_size");
-  const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", /*fallback=*/0, model_config);  // required
+  const TrainingShape shape = pretrain_shape(c);
+  const ModelConfig& model_config = shape.model;
+  const int64_t batch_size = shape.batch_size, seq_len = shape.seq_len;
 
   // The tokenizer the data was made with travels in every checkpoint.
   std::vector<std::string> tokenizer_files;

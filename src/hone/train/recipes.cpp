@@ -33,11 +33,11 @@ const std::vector<Recipe>& recipes() {
     Schema pretrain;
     pretrain.add(run_schema()).add(model_schema()).add(training_schema()).add(pretrain_dataset_schema());
     t.push_back({"pretrain", "train a model from scratch on a token stream (Megatron .bin/.idx, MDS, or mock data)",
-                 pretrain, run_pretrain, [](const Config& c) { return summarize_training(c); }});
+                 pretrain, run_pretrain, [](const Config& c) { return summarize_training(c); }, pretrain_shape});
     t.push_back({"full_finetune", "fine-tune every weight of a model on an instruct or chat dataset",
-                 finetune_schema(false), run_finetune, summarize_finetune});
+                 finetune_schema(false), run_finetune, summarize_finetune, finetune_shape});
     t.push_back({"lora_finetune", "fine-tune LoRA adapters on a frozen model (instruct or chat dataset)",
-                 finetune_schema(true), run_finetune, summarize_finetune});
+                 finetune_schema(true), run_finetune, summarize_finetune, finetune_shape});
     const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
     t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",
                  generate_schema(), run_generate, no_summary});

@@ -3,12 +3,25 @@
 // and a function that runs a resolved config; `hone validate` and `hone ls` use
 // the same table.
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hone/config/config.hpp"
+#include "hone/model/config.hpp"
+#include "hone/model/lora.hpp"
 
 namespace hone {
+
+// What a training config trains in each micro-batch: the model (a fine-tuning
+// config's is the one at checkpoint.path, of which only the config is read),
+// the batch, the sequence length and, with LoRA, the adapters.
+struct TrainingShape {
+  ModelConfig model;
+  int64_t batch_size = 0;
+  int64_t seq_len = 0;
+  std::optional<LoraConfig> lora;
+};
 
 struct Recipe {
   std::string name;
@@ -17,6 +30,9 @@ struct Recipe {
   std::function<int(const Config& resolved)> run;
   // Lines `hone validate` prints about a resolved config (sizes, memory).
   std::function<std::vector<std::string>(const Config& resolved)> summarize;
+  // Training recipes: the shape of a resolved config (the banner, `hone bench
+  // --model CONFIG`); empty for the others.
+  std::function<TrainingShape(const Config& resolved)> training_shape;
 };
 
 const std::vector<Recipe>& recipes();
@@ -25,12 +41,14 @@ const Recipe& find_recipe(const std::string& name);
 
 // The recipe entry points.
 int run_pretrain(const Config& resolved);
+TrainingShape pretrain_shape(const Config& resolved);
 // The banner: model, batch, memory estimate (per rank of `data_parallel_ranks`).
 std::vector<std::string> summarize_training(const Config& resolved, int data_parallel_ranks = 1);
 Schema finetune_schema(bool lora);
 // full_finetune and lora_finetune: the config's model.lora_* keys tell them apart.
 int run_finetune(const Config& resolved);
 std::vector<std::string> summarize_finetune(const Config& resolved);
+TrainingShape finetune_shape(const Config& resolved);
 Schema generate_schema();
 int run_generate(const Config& resolved);
 Schema eval_schema();
