@@ -1,8 +1,9 @@
 // The measurement behind hone's GEMM backend (docs/benchmarks.md): GFLOP/s of
 // OpenBLAS sgemm and oneDNN's matmul primitive (f32, and bf16 with f32
-// accumulation: Debian's OpenBLAS has no bf16 GEMM) on the shapes of a training
-// step of llama_125M at batch 4 x seq 256 (1024 rows), run through hone's own
-// kernels::cpu::gemm for oneDNN.
+// accumulation: Debian's OpenBLAS has no bf16 GEMM; both ways hone runs bf16
+// products, on the CPU's bf16 instructions and widened to f32) on the shapes of
+// a training step of llama_125M at batch 4 x seq 256 (1024 rows), run through
+// hone's own kernels::cpu::gemm for oneDNN.
 //
 //   build/bin/bench_gemm_backends [--threads N]
 #include <cblas.h>
@@ -58,8 +59,11 @@ int main(int argc, char** argv) {
       {"head dx", 1024, 768, 32000, false, false}, {"up dW", 4096, 768, 1024, true, false},
       {"head dW", 32000, 768, 1024, true, false},
   };
-  fmt::print("threads {}\n{:<9} {:>6} {:>6} {:>6}  {:>14} {:>14} {:>14}\n", omp_get_max_threads(), "shape", "M",
-             "N", "K", "openblas f32", "onednn f32", "onednn bf16");
+  using hone::kernels::cpu::Bf16Products;
+  fmt::print("threads {}; hone's choice of bf16 products on this CPU: {}\n", omp_get_max_threads(),
+             hone::kernels::cpu::bf16_products_name(hone::kernels::cpu::bf16_products()));
+  fmt::print("{:<9} {:>6} {:>6} {:>6}  {:>14} {:>14} {:>14} {:>14}\n", "shape", "M", "N", "K", "openblas f32",
+             "onednn f32", "bf16 native", "bf16 widened");
   for (const Shape& s : shapes) {
     const size_t a_size = size_t(s.m * s.k), b_size = size_t(s.k * s.n), c_size = size_t(s.m * s.n);
     std::vector<float> a(a_size, 0.01f), b(b_size, 0.02f), c(c_size);
@@ -76,9 +80,13 @@ int main(int argc, char** argv) {
                                   .a = pa, .b = pb, .c = c.data(), .ab_type = type, .c_type = hone::DType::f32});
       });
     };
-    fmt::print("{:<9} {:>6} {:>6} {:>6}  {:>14.1f} {:>14.1f} {:>14.1f}\n", s.what, s.m, s.n, s.k,
+    const auto bf16_gflops = [&](Bf16Products mode) {
+      hone::kernels::cpu::set_bf16_products(mode);
+      return flops / onednn(a16.data(), b16.data(), hone::DType::bf16) / 1e9;
+    };
+    fmt::print("{:<9} {:>6} {:>6} {:>6}  {:>14.1f} {:>14.1f} {:>14.1f} {:>14.1f}\n", s.what, s.m, s.n, s.k,
                flops / openblas / 1e9, flops / onednn(a.data(), b.data(), hone::DType::f32) / 1e9,
-               flops / onednn(a16.data(), b16.data(), hone::DType::bf16) / 1e9);
+               bf16_gflops(Bf16Products::native), bf16_gflops(Bf16Products::widened));
   }
   return 0;
 }

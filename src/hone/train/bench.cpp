@@ -6,6 +6,7 @@
 #include "hone/core/parallel.hpp"
 #include "hone/core/profiler.hpp"
 #include "hone/core/rng.hpp"
+#include "hone/kernels/cpu/gemm.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/ops/ops.hpp"
 #include "hone/optim/adamw.hpp"
@@ -133,6 +134,10 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["mfu"] = tflops / o.peak_tflops.value_or(peak);
   out["mfu_peak_tflops"] = o.peak_tflops.value_or(peak);
   out["gemm_peak_tflops"] = peak;
+  // How the CPU ran its bf16 products (kernels/cpu/gemm.hpp); null where none ran.
+  out["bf16_products"] = o.dtype == DType::bf16 && o.device.is_cpu()
+                             ? nlohmann::ordered_json(kernels::cpu::bf16_products_name(kernels::cpu::bf16_products()))
+                             : nlohmann::ordered_json();
   out["flops_per_token"] = flops_per_token;
   out["peak_memory_bytes"] = peak_memory;
   out["activation_bytes"] = model.activation_bytes();

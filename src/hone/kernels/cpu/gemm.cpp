@@ -1,7 +1,12 @@
 #include "hone/kernels/cpu/gemm.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -10,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -79,6 +85,55 @@ constexpr int64_t kTransposeBlockElements = int64_t(1) << 22;
 // GEMM). Such products run as two: the first kSafeColumns columns, then the
 // rest (at most 15).
 constexpr int64_t kBrokenColumnsFirst = 49, kBrokenColumnsLast = 63, kSafeColumns = 48;
+
+// Widened bf16 products (Bf16Products::widened) run in blocks of at most
+// kWidenBlock rows, columns and reduction steps: each operand's block widened
+// to f32 (4 MiB each, per thread), multiplied by oneDNN's f32 kernels, and a
+// block of C summed in f32 over the reduction before it is written once.
+constexpr int64_t kWidenBlock = 1024;
+// Conversions smaller than this run on the calling thread.
+constexpr int64_t kParallelElements = int64_t(1) << 15;
+
+// A thread's scratch buffer, grown and never zeroed (it is written before it is read).
+class FloatScratch {
+ public:
+  float* get(int64_t n) {
+    if (n > capacity_) {
+      data_ = std::make_unique_for_overwrite<float[]>(size_t(n));
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  int64_t capacity_ = 0;
+};
+
+// dst (rows × cols, plain) = the rows × cols block at src (row stride ld), widened to f32.
+void widen(const bf16* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements && !omp_in_parallel())
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16* s = src + r * ld;
+    float* d = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c) d[c] = bf16_to_float(s[c]);
+  }
+}
+
+// The rows × cols block of C at c (row stride ldc) = sum + beta·C.
+template <typename T>
+void write_sum(const float* sum, int64_t rows, int64_t cols, float beta, T* c, int64_t ldc) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements && !omp_in_parallel())
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = sum + r * cols;
+    T* d = c + r * ldc;
+    if (beta == 0.0f) {  // C is not read: it may hold anything, NaN included
+      for (int64_t j = 0; j < cols; ++j) d[j] = store<T>(s[j]);
+    } else {
+      for (int64_t j = 0; j < cols; ++j) d[j] = store<T>(s[j] + beta * load(d[j]));
+    }
+  }
+}
 
 // dst[c·rows + r] = src[r·ld + c] for r < rows, c < cols: 16-bit elements, in
 // tiles of 256 rows × 32 columns (a cache line of each source row) across the
@@ -230,6 +285,39 @@ struct DnnlGemm {
     if (sum != g.c) cast(scratch.data(), static_cast<bf16*>(g.c), c_numel);
   }
 
+  // Bf16Products::widened: op(A)'s and op(B)'s blocks are widened as they are
+  // stored (a transposed block stays transposed: the f32 product reads it so).
+  void run_widened(const GemmArgs& g) {
+    thread_local FloatScratch a_block, b_block, sum_block;
+    const size_t c_element = dtype_size(g.c_type);
+    for (int64_t batch = 0; batch < g.batch; ++batch) {
+      const bf16* a = static_cast<const bf16*>(g.a) + batch * g.m * g.k;
+      const bf16* b = static_cast<const bf16*>(g.b) + batch * g.k * g.n;
+      char* c = static_cast<char*>(g.c) + size_t(batch * g.m * g.n) * c_element;
+      for (int64_t m0 = 0; m0 < g.m; m0 += kWidenBlock) {
+        const int64_t m = std::min(kWidenBlock, g.m - m0);
+        for (int64_t j0 = 0; j0 < g.n; j0 += kWidenBlock) {
+          const int64_t n = std::min(kWidenBlock, g.n - j0);
+          float* sum = sum_block.get(m * n);
+          for (int64_t p0 = 0; p0 < g.k; p0 += kWidenBlock) {
+            const int64_t k = std::min(kWidenBlock, g.k - p0);
+            float* a_wide = a_block.get(m * k);
+            float* b_wide = b_block.get(k * n);
+            if (g.trans_a) widen(a + p0 * g.m + m0, g.m, k, m, a_wide);
+            else widen(a + m0 * g.k + p0, g.k, m, k, a_wide);
+            if (g.trans_b) widen(b + j0 * g.k + p0, g.k, n, k, b_wide);
+            else widen(b + p0 * g.n + j0, g.n, k, n, b_wide);
+            run({.m = m, .n = n, .k = k, .trans_a = g.trans_a, .trans_b = g.trans_b, .alpha = g.alpha,
+                 .beta = p0 == 0 ? 0.0f : 1.0f, .a = a_wide, .b = b_wide, .c = sum});
+          }
+          char* c_block = c + size_t(m0 * g.n + j0) * c_element;
+          if (g.c_type == DType::bf16) write_sum(sum, m, n, g.beta, reinterpret_cast<bf16*>(c_block), g.n);
+          else write_sum(sum, m, n, g.beta, reinterpret_cast<float*>(c_block), g.n);
+        }
+      }
+    }
+  }
+
   // A stored K×M (a weight gradient dYᵀ·X: K = rows) copied to M×K first, a
   // block of rows of C at a time: oneDNN's AMX kernels run such products about
   // 1.4x faster from a plain A than from a strided one, and the copy costs far
@@ -263,6 +351,54 @@ DnnlGemm& dnnl_gemm() {
   static DnnlGemm instance;
   return instance;
 }
+
+// Whether widening beats the CPU's own bf16 instructions: the best of three
+// timings of each on a 1024³ product, taken in turns (a burst of other work
+// slows both), after one untimed run of each. Widened only when clearly
+// faster: a CPU where the two are close keeps its bf16 instructions.
+bool widening_is_faster() {
+  constexpr int64_t n = 1024;
+  std::vector<bf16> a(size_t(n * n)), b(size_t(n * n));
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = float_to_bf16(float(i % 7) * 0.25f - 0.75f);
+    b[i] = float_to_bf16(float(i % 5) * 0.25f - 0.5f);
+  }
+  std::vector<float> c(size_t(n * n));
+  const GemmArgs g{.m = n, .n = n, .k = n, .trans_b = true, .a = a.data(), .b = b.data(), .c = c.data(),
+                   .ab_type = DType::bf16};
+  const auto seconds = [](auto&& product) {
+    const auto start = std::chrono::steady_clock::now();
+    product();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double native = 1e30, widened = 1e30;
+  for (int round = 0; round < 4; ++round) {
+    const double t_native = seconds([&] { dnnl_gemm().run(g); });
+    const double t_widened = seconds([&] { dnnl_gemm().run_widened(g); });
+    if (round == 0) continue;  // primitives made, caches warm
+    native = std::min(native, t_native);
+    widened = std::min(widened, t_widened);
+  }
+  return widened < 0.8 * native;
+}
+
+Bf16Products choose_bf16_products() {
+  if (const char* forced = std::getenv("HONE_CPU_BF16_PRODUCTS")) {
+    const std::string_view name(forced);
+    if (name == "native") return Bf16Products::native;
+    if (name == "widened") return Bf16Products::widened;
+    fail("HONE_CPU_BF16_PRODUCTS={}: expected native or widened", name);
+  }
+  const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+  const auto has = [&](dnnl::cpu_isa feature) { return (isa & unsigned(feature)) == unsigned(feature); };
+  if (has(dnnl::cpu_isa::avx512_core_amx)) return Bf16Products::native;
+  if (!has(dnnl::cpu_isa::avx512_core_bf16)) return Bf16Products::widened;
+  return widening_is_faster() ? Bf16Products::widened : Bf16Products::native;
+}
+
+// -1 until chosen.
+std::atomic<int> g_bf16_products{-1};
+std::once_flag g_bf16_products_chosen;
 
 // f64 exists only to check gradients by finite differences on small shapes.
 void gemm_f64(const GemmArgs& g) {
@@ -308,7 +444,21 @@ void gemm(const GemmArgs& g) {
     if (g.beta == 0.0f) std::memset(g.c, 0, size_t(g.batch * g.m * g.n) * dtype_size(g.c_type));
     return;
   }
+  if (g.ab_type == DType::bf16 && bf16_products() == Bf16Products::widened) return dnnl_gemm().run_widened(g);
   dnnl_gemm().run(g);
 }
+
+Bf16Products bf16_products() {
+  if (const int mode = g_bf16_products.load(); mode >= 0) return Bf16Products(mode);
+  std::call_once(g_bf16_products_chosen, [] {
+    int unset = -1;
+    g_bf16_products.compare_exchange_strong(unset, int(choose_bf16_products()));
+  });
+  return Bf16Products(g_bf16_products.load());
+}
+
+const char* bf16_products_name(Bf16Products mode) { return mode == Bf16Products::native ? "native" : "widened"; }
+
+void set_bf16_products(Bf16Products mode) { g_bf16_products = int(mode); }
 
 }  // namespace hone::kernels::cpu

@@ -27,4 +27,21 @@ struct GemmArgs {
 // the product runs on the calling thread.
 void gemm(const GemmArgs& args);
 
+// How bf16·bf16 products run. `native`: on the CPU's bf16 instructions (AMX, or
+// AVX-512 BF16's dot products). `widened`: as f32 products of the operands
+// widened to f32 a block at a time, summed in f32 either way; the products of
+// bf16 values are exact in f32, so the two differ only in the order of the sums.
+// Where AVX-512 BF16 computes no faster than f32's FMAs (Intel's cores without
+// AMX: about half the f32 rate once converted), or is missing (oneDNN emulates
+// it, slower still), widening is the faster; with AMX it is not.
+enum class Bf16Products { native, widened };
+// Chosen once per process: HONE_CPU_BF16_PRODUCTS=native|widened, else by the
+// CPU's instructions (AMX: native; no bf16 ones: widened), else, for AVX-512
+// BF16 without AMX, by timing both on a 1024³ product (widened only where it is
+// clearly faster, so that a noisy machine does not flip the choice).
+Bf16Products bf16_products();
+const char* bf16_products_name(Bf16Products mode);
+// Overrides the choice (tests run both ways in one process).
+void set_bf16_products(Bf16Products mode);
+
 }  // namespace hone::kernels::cpu
