@@ -1,10 +1,10 @@
 #include "hone/kernels/cpu/gemm.hpp"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -287,24 +287,31 @@ struct DnnlGemm {
 
   // Bf16Products::widened: op(A)'s and op(B)'s blocks are widened as they are
   // stored (a transposed block stays transposed: the f32 product reads it so).
+  // With one block of reduction, A's block serves every block of columns.
   void run_widened(const GemmArgs& g) {
     thread_local FloatScratch a_block, b_block, sum_block;
     const size_t c_element = dtype_size(g.c_type);
+    const bool one_reduction_block = g.k <= kWidenBlock;
     for (int64_t batch = 0; batch < g.batch; ++batch) {
       const bf16* a = static_cast<const bf16*>(g.a) + batch * g.m * g.k;
       const bf16* b = static_cast<const bf16*>(g.b) + batch * g.k * g.n;
       char* c = static_cast<char*>(g.c) + size_t(batch * g.m * g.n) * c_element;
       for (int64_t m0 = 0; m0 < g.m; m0 += kWidenBlock) {
         const int64_t m = std::min(kWidenBlock, g.m - m0);
+        const auto widen_a = [&](int64_t p0, int64_t k) {
+          float* a_wide = a_block.get(m * k);
+          if (g.trans_a) widen(a + p0 * g.m + m0, g.m, k, m, a_wide);
+          else widen(a + m0 * g.k + p0, g.k, m, k, a_wide);
+          return a_wide;
+        };
+        float* a_wide = one_reduction_block ? widen_a(0, g.k) : nullptr;
         for (int64_t j0 = 0; j0 < g.n; j0 += kWidenBlock) {
           const int64_t n = std::min(kWidenBlock, g.n - j0);
           float* sum = sum_block.get(m * n);
           for (int64_t p0 = 0; p0 < g.k; p0 += kWidenBlock) {
             const int64_t k = std::min(kWidenBlock, g.k - p0);
-            float* a_wide = a_block.get(m * k);
+            if (!one_reduction_block) a_wide = widen_a(p0, k);
             float* b_wide = b_block.get(k * n);
-            if (g.trans_a) widen(a + p0 * g.m + m0, g.m, k, m, a_wide);
-            else widen(a + m0 * g.k + p0, g.k, m, k, a_wide);
             if (g.trans_b) widen(b + j0 * g.k + p0, g.k, n, k, b_wide);
             else widen(b + p0 * g.n + j0, g.n, k, n, b_wide);
             run({.m = m, .n = n, .k = k, .trans_a = g.trans_a, .trans_b = g.trans_b, .alpha = g.alpha,
@@ -352,34 +359,14 @@ DnnlGemm& dnnl_gemm() {
   return instance;
 }
 
-// Whether widening beats the CPU's own bf16 instructions: the best of three
-// timings of each on a 1024³ product, taken in turns (a burst of other work
-// slows both), after one untimed run of each. Widened only when clearly
-// faster: a CPU where the two are close keeps its bf16 instructions.
-bool widening_is_faster() {
-  constexpr int64_t n = 1024;
-  std::vector<bf16> a(size_t(n * n)), b(size_t(n * n));
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = float_to_bf16(float(i % 7) * 0.25f - 0.75f);
-    b[i] = float_to_bf16(float(i % 5) * 0.25f - 0.5f);
-  }
-  std::vector<float> c(size_t(n * n));
-  const GemmArgs g{.m = n, .n = n, .k = n, .trans_b = true, .a = a.data(), .b = b.data(), .c = c.data(),
-                   .ab_type = DType::bf16};
-  const auto seconds = [](auto&& product) {
-    const auto start = std::chrono::steady_clock::now();
-    product();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  double native = 1e30, widened = 1e30;
-  for (int round = 0; round < 4; ++round) {
-    const double t_native = seconds([&] { dnnl_gemm().run(g); });
-    const double t_widened = seconds([&] { dnnl_gemm().run_widened(g); });
-    if (round == 0) continue;  // primitives made, caches warm
-    native = std::min(native, t_native);
-    widened = std::min(widened, t_widened);
-  }
-  return widened < 0.8 * native;
+bool intel_cpu() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::string_view(vendor) == "GenuineIntel";
 }
 
 Bf16Products choose_bf16_products() {
@@ -393,7 +380,10 @@ Bf16Products choose_bf16_products() {
   const auto has = [&](dnnl::cpu_isa feature) { return (isa & unsigned(feature)) == unsigned(feature); };
   if (has(dnnl::cpu_isa::avx512_core_amx)) return Bf16Products::native;
   if (!has(dnnl::cpu_isa::avx512_core_bf16)) return Bf16Products::widened;
-  return widening_is_faster() ? Bf16Products::widened : Bf16Products::native;
+  // AVX-512 BF16 alone: Intel's cores run its dot products at f32's rate (with
+  // the conversions, slower than f32: docs/benchmarks.md), AMD's Zen 4 and 5
+  // at twice it.
+  return intel_cpu() ? Bf16Products::widened : Bf16Products::native;
 }
 
 // -1 until chosen.

@@ -35,10 +35,10 @@ void gemm(const GemmArgs& args);
 // AMX: about half the f32 rate once converted), or is missing (oneDNN emulates
 // it, slower still), widening is the faster; with AMX it is not.
 enum class Bf16Products { native, widened };
-// Chosen once per process: HONE_CPU_BF16_PRODUCTS=native|widened, else by the
-// CPU's instructions (AMX: native; no bf16 ones: widened), else, for AVX-512
-// BF16 without AMX, by timing both on a 1024³ product (widened only where it is
-// clearly faster, so that a noisy machine does not flip the choice).
+// Chosen once per process, by a fixed rule so that a machine always computes
+// the same sums: HONE_CPU_BF16_PRODUCTS=native|widened, else native with AMX,
+// widened without bf16 instructions, and with AVX-512 BF16 alone widened on
+// Intel's CPUs and native on others (AMD's Zen 4 and 5 run it at twice f32's rate).
 Bf16Products bf16_products();
 const char* bf16_products_name(Bf16Products mode);
 // Overrides the choice (tests run both ways in one process).
