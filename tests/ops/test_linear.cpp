@@ -11,7 +11,8 @@ using kernels::cpu::Bf16Products;
 
 // Runs `check` with the CPU's bf16 products on its bf16 instructions, then
 // widened to f32 (kernels/cpu/gemm.hpp), whichever this machine would choose;
-// the choice is restored after.
+// the choice is restored after. Only products of 64 rows and columns or more
+// are widened.
 void with_each_bf16_products(const std::function<void()>& check) {
   const Bf16Products chosen = kernels::cpu::bf16_products();
   for (const Bf16Products mode : {Bf16Products::native, Bf16Products::widened}) {
@@ -68,12 +69,13 @@ void expect_matmul_matches_definition(const MatmulCase& mc, int64_t batch, int64
 }
 
 TEST(Matmul, AllTransposesAndDtypesMatchDefinition) {
-  for (MatmulCase mc : {MatmulCase{DType::f64, DType::f64, 1e-13}, MatmulCase{DType::f32, DType::f32, 1e-6}}) {
+  for (MatmulCase mc : {MatmulCase{DType::f64, DType::f64, 1e-13}, MatmulCase{DType::f32, DType::f32, 1e-6},
+                        MatmulCase{DType::bf16, DType::f32, 1e-6}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
     expect_matmul_matches_definition(mc, 2, 33, 17, 45);  // odd sizes: no kernel may assume multiples
   }
   with_each_bf16_products([] {
     for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-6}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
-      expect_matmul_matches_definition(mc, 2, 33, 17, 45);
+      expect_matmul_matches_definition(mc, 2, 65, 67, 45);  // large enough to be widened
     }
   });
 }
@@ -88,8 +90,8 @@ TEST(Matmul, WidenedBf16ProductsAcrossBlocksMatchDefinition) {
   struct Size {
     int64_t batch, m, n, k;
   };
-  for (const Size s : {Size{2, 1030, 5, 7}, Size{2, 3, 1030, 9}, Size{2, 3, 5, 2100}, Size{1, 1030, 1027, 3},
-                       Size{1, 1027, 3, 1030}, Size{1, 3, 1027, 1030}}) {
+  for (const Size s : {Size{2, 1030, 64, 7}, Size{2, 64, 1030, 9}, Size{2, 64, 65, 2100}, Size{1, 1030, 1027, 3},
+                       Size{1, 1027, 64, 1030}, Size{1, 64, 1027, 1030}}) {
     for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
       expect_matmul_matches_definition(mc, s.batch, s.m, s.n, s.k);
     }
@@ -102,64 +104,60 @@ TEST(Matmul, WidenedBf16ProductsAcrossBlocksMatchDefinition) {
 // tail chunk included, and a bf16 result must be rounded once, from the f32
 // sum of all chunks, not after each chunk.
 TEST(Matmul, LongReductionsMatchDefinition) {
-  with_each_bf16_products([&] {
-    const int64_t batch = 2, m = 5, n = 7, k = 2 * 4096 + 123;
-    // An f32 sum of 8315 products drifts by about sqrt(k)·2^-24 relative: 1e-5.
-    for (MatmulCase mc : {MatmulCase{DType::f32, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::f32, 1e-5},
-                          MatmulCase{DType::bf16, DType::bf16, 0.0}}) {
-      for (bool ta : {false, true}) {
-        for (bool tb : {false, true}) {
-          for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
-            const std::string what = fmt::format("{}->{} ta={} tb={} alpha={} beta={}", dtype_name(mc.ab),
-                                                 dtype_name(mc.c), ta, tb, alpha, beta);
-            Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
-            Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
-            Tensor c = random_tensor({batch, m, n}, mc.c, 3);
-            Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
-            ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
-            if (mc.c != DType::bf16) {
-              expect_close(c, expected, mc.tolerance, what);
-              continue;
-            }
-            // Rounded once: within half a bf16 unit in the last place of the exact
-            // value (2^-8 relative), plus the f32 sum's own error.
-            const auto got = c.to_vector<double>(), want = expected.to_vector<double>();
-            for (size_t i = 0; i < got.size(); ++i) {
-              const double half_ulp = std::ldexp(1.0, std::ilogb(want[i]) - 8);
-              ASSERT_LE(std::abs(got[i] - want[i]), half_ulp + 1e-4) << what << " at " << i << ": " << want[i];
-            }
+  const int64_t batch = 2, m = 5, n = 7, k = 2 * 4096 + 123;
+  // An f32 sum of 8315 products drifts by about sqrt(k)·2^-24 relative: 1e-5.
+  for (MatmulCase mc : {MatmulCase{DType::f32, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::f32, 1e-5},
+                        MatmulCase{DType::bf16, DType::bf16, 0.0}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+          const std::string what = fmt::format("{}->{} ta={} tb={} alpha={} beta={}", dtype_name(mc.ab),
+                                               dtype_name(mc.c), ta, tb, alpha, beta);
+          Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, mc.ab, 1);
+          Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, mc.ab, 2);
+          Tensor c = random_tensor({batch, m, n}, mc.c, 3);
+          Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
+          ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
+          if (mc.c != DType::bf16) {
+            expect_close(c, expected, mc.tolerance, what);
+            continue;
+          }
+          // Rounded once: within half a bf16 unit in the last place of the exact
+          // value (2^-8 relative), plus the f32 sum's own error.
+          const auto got = c.to_vector<double>(), want = expected.to_vector<double>();
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double half_ulp = std::ldexp(1.0, std::ilogb(want[i]) - 8);
+            ASSERT_LE(std::abs(got[i] - want[i]), half_ulp + 1e-4) << what << " at " << i << ": " << want[i];
           }
         }
       }
     }
-  });
+  }
 }
 
 // bf16 products with a large transposed A (weight gradients) copy A to plain
 // rows first, in blocks of at most 2^22 elements (kernels/cpu/gemm.cpp): sizes
 // off every tile, two blocks each, one with a long reduction as well.
 TEST(Matmul, Bf16TransposedOperandCopiedInBlocksMatchesDefinition) {
-  with_each_bf16_products([&] {
-    struct Size {
-      int64_t m, n, k;
-    };
-    for (const Size size : {Size{2100, 5, 2050}, Size{1100, 3, 4100}}) {
-      for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
-        for (bool tb : {false, true}) {
-          for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
-            Tensor a = random_tensor({1, size.k, size.m}, mc.ab, 1);
-            Tensor b = random_tensor(tb ? Shape{1, size.n, size.k} : Shape{1, size.k, size.n}, mc.ab, 2);
-            Tensor c = random_tensor({1, size.m, size.n}, mc.c, 3);
-            Tensor expected = naive_matmul(a, true, b, tb, c, alpha, beta);
-            ops::matmul(a, true, b, tb, c, float(alpha), float(beta));
-            expect_close(c, expected, mc.tolerance,
-                         fmt::format("{}x{}x{} ->{} tb={} alpha={} beta={}", size.m, size.n, size.k, dtype_name(mc.c),
-                                     tb, alpha, beta));
-          }
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (const Size size : {Size{2100, 5, 2050}, Size{1100, 3, 4100}}) {
+    for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
+      for (bool tb : {false, true}) {
+        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+          Tensor a = random_tensor({1, size.k, size.m}, mc.ab, 1);
+          Tensor b = random_tensor(tb ? Shape{1, size.n, size.k} : Shape{1, size.k, size.n}, mc.ab, 2);
+          Tensor c = random_tensor({1, size.m, size.n}, mc.c, 3);
+          Tensor expected = naive_matmul(a, true, b, tb, c, alpha, beta);
+          ops::matmul(a, true, b, tb, c, float(alpha), float(beta));
+          expect_close(c, expected, mc.tolerance,
+                       fmt::format("{}x{}x{} ->{} tb={} alpha={} beta={}", size.m, size.n, size.k, dtype_name(mc.c),
+                                   tb, alpha, beta));
         }
       }
     }
-  });
+  }
 }
 
 // oneDNN 2.6's AMX bf16 products went wrong (errors larger than the results)
@@ -169,18 +167,16 @@ TEST(Matmul, Bf16TransposedOperandCopiedInBlocksMatchesDefinition) {
 // sum), and a batch: every block must read and write at the whole operands'
 // strides. Fails without the split on an AMX machine with 2 threads.
 TEST(Matmul, Bf16ProductsOf49To63ColumnsMatchDefinition) {
-  with_each_bf16_products([&] {
-    struct Size {
-      int64_t batch, m, k;
-    };
-    for (const Size size : {Size{1, 1, 64}, Size{1, 16, 128}, Size{2, 100, 64}, Size{1, 3, 4096 + 100}}) {
-      for (const int64_t n : {48, 49, 50, 56, 63, 64}) {
-        for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
-          expect_matmul_matches_definition(mc, size.batch, size.m, n, size.k);
-        }
+  struct Size {
+    int64_t batch, m, k;
+  };
+  for (const Size size : {Size{1, 1, 64}, Size{1, 16, 128}, Size{2, 100, 64}, Size{1, 3, 4096 + 100}}) {
+    for (const int64_t n : {48, 49, 50, 56, 63, 64}) {
+      for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-5}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
+        expect_matmul_matches_definition(mc, size.batch, size.m, n, size.k);
       }
     }
-  });
+  }
 }
 
 // An empty result (no rows, or no columns) is a valid product with nothing to do;

@@ -91,6 +91,12 @@ constexpr int64_t kBrokenColumnsFirst = 49, kBrokenColumnsLast = 63, kSafeColumn
 // to f32 (4 MiB each, per thread), multiplied by oneDNN's f32 kernels, and a
 // block of C summed in f32 over the reduction before it is written once.
 constexpr int64_t kWidenBlock = 1024;
+// Products with fewer rows or columns than this stay native: widening an
+// operand costs about as much as 64 of its uses save (6 bytes moved an element
+// against 2.6 ps saved a multiply-add on dev-cpu-xeon3, docs/benchmarks.md), and
+// the products of decoding (one row a sequence) and of LoRA's adapters (rank
+// columns) are bound by memory, where bf16 reads half f32's bytes.
+constexpr int64_t kWidenMinRowsAndColumns = 64;
 // Conversions smaller than this run on the calling thread.
 constexpr int64_t kParallelElements = int64_t(1) << 15;
 
@@ -434,7 +440,10 @@ void gemm(const GemmArgs& g) {
     if (g.beta == 0.0f) std::memset(g.c, 0, size_t(g.batch * g.m * g.n) * dtype_size(g.c_type));
     return;
   }
-  if (g.ab_type == DType::bf16 && bf16_products() == Bf16Products::widened) return dnnl_gemm().run_widened(g);
+  if (g.ab_type == DType::bf16 && g.m >= kWidenMinRowsAndColumns && g.n >= kWidenMinRowsAndColumns &&
+      bf16_products() == Bf16Products::widened) {
+    return dnnl_gemm().run_widened(g);
+  }
   dnnl_gemm().run(g);
 }
 

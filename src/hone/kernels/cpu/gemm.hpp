@@ -33,7 +33,9 @@ void gemm(const GemmArgs& args);
 // bf16 values are exact in f32, so the two differ only in the order of the sums.
 // Where AVX-512 BF16 computes no faster than f32's FMAs (Intel's cores without
 // AMX: about half the f32 rate once converted), or is missing (oneDNN emulates
-// it, slower still), widening is the faster; with AMX it is not.
+// it, slower still), widening is the faster; with AMX it is not. Products of
+// fewer than 64 rows or columns (decoding, LoRA's adapters) stay native: there
+// widening costs more than it saves.
 enum class Bf16Products { native, widened };
 // Chosen once per process, by a fixed rule so that a machine always computes
 // the same sums: HONE_CPU_BF16_PRODUCTS=native|widened, else native with AMX,
