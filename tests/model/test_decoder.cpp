@@ -100,6 +100,41 @@ TEST(Sampling, GreedyTopKAndTopPAndTemperature) {
   EXPECT_GT(rare, 200);
 }
 
+// Draws by frequency against the softmax they sample: the whole vocabulary
+// (drawn in id order, unsorted), top_k and top_p together, and a nucleus of
+// hundreds of tied tokens (sorted past the first 64).
+TEST(Sampling, FrequenciesMatchTheDistributionEachWayOfDrawing) {
+  Generator rng(5);
+  const std::vector<float> logits = {0.0f, std::log(3.0f), -1.0f, -5.0f};
+  const double z = 1.0 + 3.0 + std::exp(-1.0) + std::exp(-5.0);
+  std::vector<int> counts(4, 0);
+  constexpr int kDraws = 40000;
+  for (int i = 0; i < kDraws; ++i) ++counts[size_t(sample_token(logits, {.temperature = 1}, rng))];
+  EXPECT_NEAR(counts[0] / double(kDraws), 1.0 / z, 0.01);
+  EXPECT_NEAR(counts[1] / double(kDraws), 3.0 / z, 0.01);
+  EXPECT_NEAR(counts[2] / double(kDraws), std::exp(-1.0) / z, 0.01);
+  EXPECT_GT(counts[3], 0);
+  // top_k 3 keeps {1, 0, 2} (weights 3, 1, 0.37); top_p 0.8 of that (3.49) needs 1 and 0.
+  std::fill(counts.begin(), counts.end(), 0);
+  for (int i = 0; i < kDraws; ++i) ++counts[size_t(sample_token(logits, {.temperature = 1, .top_k = 3, .top_p = 0.8}, rng))];
+  EXPECT_NEAR(counts[1] / double(kDraws), 0.75, 0.01);
+  EXPECT_EQ(counts[2] + counts[3], 0);
+  // 1000 equal logits: the nucleus of half the mass is the 500 lowest ids (ties by id), drawn evenly.
+  const std::vector<float> flat(1000, 0.5f);
+  int low = 0, high = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const int32_t t = sample_token(flat, {.temperature = 1, .top_p = 0.5}, rng);
+    ASSERT_LT(t, 500);
+    (t < 250 ? low : high) += 1;
+  }
+  EXPECT_NEAR(low / 10000.0, 0.5, 0.03);
+  // The same seed, the same draws.
+  Generator a(11), b(11);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(sample_token(flat, {.temperature = 0.7}, a), sample_token(flat, {.temperature = 0.7}, b));
+  }
+}
+
 TEST(Generate, GreedyMatchesRepeatedFullForwardAndStopsOnStopTokens) {
   Transformer m(family("llama_tiny"), DType::f32);
   m.init_weights(9);

@@ -5,37 +5,74 @@
 #include <cmath>
 #include <numeric>
 
+#include "hone/kernels/cpu/fast_math.hpp"
 #include "hone/model/decoder.hpp"
 
 namespace hone {
+
+namespace {
+
+// Draws from the tokens `ids` (in that order) by their weights, which sum to `sum`.
+int32_t draw(std::span<const int32_t> ids, std::span<const float> weight, double sum, Generator& rng) {
+  double u = rng.next_double() * sum;
+  for (const int32_t id : ids) {
+    if ((u -= weight[size_t(id)]) < 0) return id;
+  }
+  // Rounding left u at or above 0: the last token that can be drawn.
+  for (size_t i = ids.size(); i-- > 1;) {
+    if (weight[size_t(ids[i])] > 0) return ids[i];
+  }
+  return ids[0];
+}
+
+}  // namespace
 
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, Generator& rng) {
   HONE_CHECK(!logits.empty(), "sampling from empty logits");
   HONE_CHECK(o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1,
              "sampling needs temperature >= 0, top_k >= 0 and top_p in (0, 1]");
   if (o.temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  std::vector<int32_t> order(logits.size());
+  const size_t vocab = logits.size();
+  // Every token's weight exp((logit - max) / temperature), in id order.
+  const float max = *std::max_element(logits.begin(), logits.end());
+  const float inverse_temperature = float(1.0 / o.temperature);
+  std::vector<float> weight(vocab);
+  for (size_t i = 0; i < vocab; ++i) weight[i] = kernels::cpu::fast_exp((logits[i] - max) * inverse_temperature);
+  std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
+  const size_t top_k = o.top_k > 0 ? std::min(size_t(o.top_k), vocab) : vocab;
+  const auto sum_of = [&](size_t n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += weight[size_t(order[i])];
+    return sum;
+  };
+  // Nothing left out: a draw over the whole vocabulary in id order, no sorting.
+  if (top_k == vocab && o.top_p == 1) return draw(order, weight, sum_of(vocab), rng);
+
   // Most likely first; ties by id, so a draw depends on nothing but the logits and the seed.
-  auto more_likely = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
-  size_t keep = o.top_k > 0 ? std::min(size_t(o.top_k), order.size()) : order.size();
-  std::partial_sort(order.begin(), order.begin() + ptrdiff_t(keep), order.end(), more_likely);
-  std::vector<double> probs(keep);
-  const double max = logits[size_t(order[0])];
-  double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp((logits[size_t(order[i])] - max) / o.temperature);
-  if (o.top_p < 1) {
+  const auto more_likely = [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  };
+  const auto first = order.begin();
+  if (top_k < vocab) std::nth_element(first, first + ptrdiff_t(top_k), order.end(), more_likely);
+  const double candidates_sum = sum_of(top_k);
+  if (o.top_p == 1) {
+    std::sort(first, first + ptrdiff_t(top_k), more_likely);
+    return draw(std::span(order).first(top_k), weight, candidates_sum, rng);
+  }
+  // top_p: the fewest most likely candidates whose weight reaches top_p of
+  // theirs, sorted only as far as needed (a few dozen tokens, usually).
+  const double target = o.top_p * candidates_sum;
+  for (size_t sorted = std::min<size_t>(64, top_k);; sorted = std::min(4 * sorted, top_k)) {
+    std::partial_sort(first, first + ptrdiff_t(sorted), first + ptrdiff_t(top_k), more_likely);
     double cumulative = 0;
     size_t nucleus = 0;
-    while (nucleus < keep && cumulative < o.top_p * sum) cumulative += probs[nucleus++];
-    keep = std::max<size_t>(nucleus, 1);
-    sum = std::accumulate(probs.begin(), probs.begin() + ptrdiff_t(keep), 0.0);
+    while (nucleus < sorted && cumulative < target) cumulative += weight[size_t(order[nucleus++])];
+    if (cumulative >= target || sorted == top_k) {
+      nucleus = std::max<size_t>(nucleus, 1);
+      return draw(std::span(order).first(nucleus), weight, sum_of(nucleus), rng);
+    }
   }
-  double u = rng.next_double() * sum;
-  for (size_t i = 0; i < keep; ++i) {
-    if ((u -= probs[i]) < 0) return order[i];
-  }
-  return order[keep - 1];
 }
 
 Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,
