@@ -146,6 +146,9 @@ TEST_F(TrainingRun, NonFiniteLossesAreSkippedThenStopTheRun) {
             2);
   EXPECT_NE(log().find("step skipped (1 in a row)"), std::string::npos) << log();
   EXPECT_NE(log().find("3 steps in a row had a non-finite loss"), std::string::npos) << log();
+  // The run's own log ends with the error that stopped it.
+  const std::string train_log = read_file(root_ + "/diverged/train.log");
+  EXPECT_NE(train_log.find("\nhone: error: stopping at step"), std::string::npos) << train_log;
   // The limit is configurable; 0 skips such steps without ever stopping.
   const std::vector<std::string> diverging = {"optimizer.lr=1e30", "optimizer.max_grad_norm=0",
                                               "lr_scheduler.name=constant", "lr_scheduler.warmup_steps=0"};

@@ -63,22 +63,18 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const hone::Error& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "hone: error: {}\n", e.what());
+    hone::report_fatal_error(e.what());
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the system refused (permissions, a file where a folder should be,
     // a full disk): its words name the operation and the path.
-    std::fflush(stdout);
-    fmt::print(stderr, "hone: error: {}\n", e.what());
+    hone::report_fatal_error(e.what());
     return 2;
   } catch (const std::bad_alloc&) {
-    std::fflush(stdout);
-    fmt::print(stderr, "hone: error: out of host memory\n");
+    hone::report_fatal_error("out of host memory");
     return 1;
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "hone: internal error: {}\n", e.what());
+    hone::report_fatal_error(e.what(), "internal error");
     return 1;
   }
 }

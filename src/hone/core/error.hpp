@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace hone {
 
@@ -13,6 +14,13 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Where the error that ends the process is written besides stderr: the
+// train.log of the run in progress (its console names it), so that a run's log
+// says how the run ended.
+void set_fatal_error_log(std::string path);
+// Prints "hone: PREFIX: TEXT" on stderr and appends the line to that log, if any.
+void report_fatal_error(std::string_view text, std::string_view prefix = "error");
 
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

@@ -55,7 +55,9 @@ RunConsole::RunConsole(const std::string& run_dir, bool enabled)
     : enabled_(enabled), interactive_(enabled && ::isatty(STDERR_FILENO) != 0) {
   if (!enabled) return;
   fs::create_directories(run_dir);
-  log_.open(fs::path(run_dir) / "train.log", std::ios::app);
+  const std::string log_path = (fs::path(run_dir) / "train.log").string();
+  log_.open(log_path, std::ios::app);
+  set_fatal_error_log(log_path);  // the error that ends the run goes into its log too
 }
 
 RunConsole::~RunConsole() { clear_progress(); }

@@ -40,7 +40,8 @@ void append_perf_summary(const std::string& run_dir, const PerfSummary& row);
 
 // Console output of a run: lines go to stderr and train.log; on a terminal a
 // progress line (step, loss, tokens/s, ETA) is redrawn in place and never
-// logged, and the per-step status lines go to train.log only.
+// logged, and the per-step status lines go to train.log only. The error that
+// ends the process, if one does, is appended to train.log as well.
 class RunConsole {
  public:
   // A console that is not `enabled` (ranks other than 0) shows and logs nothing.
