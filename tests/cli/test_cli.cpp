@@ -81,6 +81,7 @@ TEST(Cli, BenchPrintsTheDocumentedJson) {
   EXPECT_EQ(j["model"], "llama_tiny");
   EXPECT_EQ(j["batch_size"], 2);
   EXPECT_EQ(j["steps"], 3);
+  EXPECT_TRUE(j["bf16_products"].is_null()) << "an fp32 run has no bf16 products: " << j.dump();
   EXPECT_GT(j["tokens_per_sec"].get<double>(), 0);
   EXPECT_GT(j["mfu"].get<double>(), 0);
   EXPECT_LT(j["mfu"].get<double>(), 1.5);
@@ -172,6 +173,7 @@ TEST(Cli, BenchTakesATrainingConfig) {
   EXPECT_EQ(j["batch_size"], 2);
   EXPECT_EQ(j["seq_len"], 32);
   EXPECT_EQ(j["dtype"], "bf16");
+  EXPECT_TRUE(j["bf16_products"] == "native" || j["bf16_products"] == "widened") << j.dump();
   EXPECT_EQ(j["threads"], 1);
   EXPECT_EQ(j["activation_checkpointing"], true);
   // configs/quickstart.yaml's model with the overrides: vocabulary 512 (tied), dim 256, 1 layer of 8 heads of

@@ -9,18 +9,25 @@ namespace {
 
 using kernels::cpu::Bf16Products;
 
-// Runs `check` with the CPU's bf16 products on its bf16 instructions, then
-// widened to f32 (kernels/cpu/gemm.hpp), whichever this machine would choose;
-// the choice is restored after. Only products of 64 rows and columns or more
-// are widened.
+// The CPU's bf16 products run `mode`'s way (kernels/cpu/gemm.hpp) while this
+// lives, whichever this machine would choose; its choice is restored after.
+class Bf16ProductsFor {
+ public:
+  explicit Bf16ProductsFor(Bf16Products mode) { kernels::cpu::set_bf16_products(mode); }
+  ~Bf16ProductsFor() { kernels::cpu::set_bf16_products(chosen_); }
+
+ private:
+  Bf16Products chosen_ = kernels::cpu::bf16_products();
+};
+
+// Runs `check` with bf16 products on the CPU's bf16 instructions, then widened
+// to f32. Only products of 64 rows and columns or more are widened.
 void with_each_bf16_products(const std::function<void()>& check) {
-  const Bf16Products chosen = kernels::cpu::bf16_products();
   for (const Bf16Products mode : {Bf16Products::native, Bf16Products::widened}) {
     SCOPED_TRACE(std::string("bf16 products: ") + kernels::cpu::bf16_products_name(mode));
-    kernels::cpu::set_bf16_products(mode);
+    const Bf16ProductsFor way(mode);
     check();
   }
-  kernels::cpu::set_bf16_products(chosen);
 }
 
 // C = alpha·op(A)·op(B) + beta·C0, by definition, in double.
@@ -85,8 +92,7 @@ TEST(Matmul, AllTransposesAndDtypesMatchDefinition) {
 // a batch, every transpose, alpha and beta; the sum of a block of C is kept in
 // f32 over the reduction's blocks and a bf16 C rounded once.
 TEST(Matmul, WidenedBf16ProductsAcrossBlocksMatchDefinition) {
-  const Bf16Products chosen = kernels::cpu::bf16_products();
-  kernels::cpu::set_bf16_products(Bf16Products::widened);
+  const Bf16ProductsFor widened(Bf16Products::widened);
   struct Size {
     int64_t batch, m, n, k;
   };
@@ -96,7 +102,6 @@ TEST(Matmul, WidenedBf16ProductsAcrossBlocksMatchDefinition) {
       expect_matmul_matches_definition(mc, s.batch, s.m, s.n, s.k);
     }
   }
-  kernels::cpu::set_bf16_products(chosen);
 }
 
 // Reductions longer than 4096 run in chunks of K (kernels/cpu/gemm.cpp): every

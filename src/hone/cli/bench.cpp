@@ -5,7 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <optional>
 
 #include "hone/cli/builtin_configs.hpp"
 #include "hone/cli/commands.hpp"
@@ -24,21 +24,11 @@ bool is_model_preset(const std::string& name) {
   return std::ranges::find(names, name) != names.end();
 }
 
-bool is_config(const std::string& name) {
-  const auto& builtin = builtin_configs();
-  return std::ranges::any_of(builtin, [&](const BuiltinConfig& b) { return b.name == name; }) ||
-         std::filesystem::exists(name);
-}
-
 // The benchmark of a training config: what one micro-batch of it trains (the
 // model, batch, sequence length, adapters) in its dtype, on its device, with
 // its threads, seed and activation checkpointing or offloading.
-BenchOptions options_from_config(const std::string& name, const std::vector<std::string>& overrides) {
-  Config base = load_config(name);
-  HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
-             base.origin());
-  const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
-  const Config c = resolve(recipe, std::move(base), overrides);
+BenchOptions options_from_config(Config config, const std::vector<std::string>& overrides) {
+  const auto [recipe, c] = resolve_with_its_recipe(std::move(config), overrides);
   HONE_CHECK(recipe.training_shape != nullptr,
              "{}: a config of the {} recipe; hone bench times training: give a pretrain, full_finetune or "
              "lora_finetune config, or a built-in model",
@@ -118,7 +108,8 @@ Command add_bench(CLI::App& app) {
                  fmt::join(args->overrides, " "), args->model);
       o.model = model_preset(args->model);
     } else {
-      if (!is_config(args->model)) {
+      std::optional<Config> config = find_config(args->model);
+      if (!config) {
         const std::vector<std::string> models = model_preset_names();
         std::vector<std::string> names = models;
         for (const BuiltinConfig& b : builtin_configs()) names.push_back(b.name);
@@ -128,7 +119,7 @@ Command add_bench(CLI::App& app) {
              args->model, suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion),
              fmt::join(models, ", "));
       }
-      o = options_from_config(args->model, args->overrides);
+      o = options_from_config(std::move(*config), args->overrides);
     }
     if (args->max_seq_len > 0) o.model.max_seq_len = args->max_seq_len;
     if (given(batch_size)) o.batch_size = args->batch_size;

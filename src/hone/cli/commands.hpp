@@ -3,6 +3,7 @@
 // function that runs it.
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,10 +31,16 @@ Command add_comm_bench(CLI::App& app);
 Command add_plan(CLI::App& app);
 Command add_report(CLI::App& app);
 
-// A built-in config by name ("gpt2/124M_pretrain") or a YAML file.
+// A built-in config by name ("gpt2/124M_pretrain") or a YAML file; empty when
+// there is neither.
+std::optional<Config> find_config(const std::string& name_or_path);
+// The same, where neither is an error naming the built-in configs.
 Config load_config(const std::string& name_or_path);
 // The config with its key=value overrides applied, resolved against the recipe's schema.
 Config resolve(const Recipe& recipe, Config config, const std::vector<std::string>& overrides);
+// A config that names its recipe (an error if it does not), with its overrides
+// applied, resolved against that recipe's schema; and the recipe.
+std::pair<const Recipe&, Config> resolve_with_its_recipe(Config config, const std::vector<std::string>& overrides);
 
 // The config of a command that reads one without running it (validate, plan):
 // named by a positional argument or, as hone run takes it, by --config/-c, and

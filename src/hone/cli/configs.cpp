@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "hone/cli/builtin_configs.hpp"
 #include "hone/cli/commands.hpp"
@@ -15,11 +16,16 @@ namespace hone::cli {
 
 namespace fs = std::filesystem;
 
-Config load_config(const std::string& name_or_path) {
+std::optional<Config> find_config(const std::string& name_or_path) {
   for (const BuiltinConfig& b : builtin_configs()) {
     if (name_or_path == b.name) return Config::from_yaml(b.text, std::string("configs/") + b.name + ".yaml");
   }
   if (fs::exists(name_or_path)) return Config::from_file(name_or_path);
+  return std::nullopt;
+}
+
+Config load_config(const std::string& name_or_path) {
+  if (std::optional<Config> found = find_config(name_or_path)) return std::move(*found);
   std::vector<std::string> names;
   for (const BuiltinConfig& b : builtin_configs()) names.push_back(b.name);
   const std::string suggestion = closest_match(name_or_path, names);

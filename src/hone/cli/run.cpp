@@ -54,11 +54,14 @@ std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) 
   }
   HONE_CHECK(!name.empty(), "{}: which config? hone {} CONFIG [key=value ...] (hone ls lists them)", command,
              command);
-  const Config base = load_config(name);
-  HONE_CHECK(base.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
-             base.origin());
-  const Recipe& recipe = find_recipe(base.get<std::string>("recipe"));
-  return {recipe, resolve(recipe, base, overrides)};
+  return resolve_with_its_recipe(load_config(name), overrides);
+}
+
+std::pair<const Recipe&, Config> resolve_with_its_recipe(Config config, const std::vector<std::string>& overrides) {
+  HONE_CHECK(config.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
+             config.origin());
+  const Recipe& recipe = find_recipe(config.get<std::string>("recipe"));
+  return {recipe, resolve(recipe, std::move(config), overrides)};
 }
 
 Command add_validate(CLI::App& app) {

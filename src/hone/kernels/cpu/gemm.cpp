@@ -100,19 +100,23 @@ constexpr int64_t kWidenMinRowsAndColumns = 64;
 // Conversions smaller than this run on the calling thread.
 constexpr int64_t kParallelElements = int64_t(1) << 15;
 
-// A thread's scratch buffer, grown and never zeroed (it is written before it is read).
-class FloatScratch {
+// A thread's scratch buffer, grown and never zeroed: it is written before it
+// is read, and a vector's resize would zero what it grows by while the sizes
+// alternate between a layer's products (about 25 ms of a bf16 llama_125M step
+// for the transposed copies, docs/benchmarks.md).
+template <typename T>
+class Scratch {
  public:
-  float* get(int64_t n) {
+  T* get(int64_t n) {
     if (n > capacity_) {
-      data_ = std::make_unique_for_overwrite<float[]>(size_t(n));
+      data_ = std::make_unique_for_overwrite<T[]>(size_t(n));
       capacity_ = n;
     }
     return data_.get();
   }
 
  private:
-  std::unique_ptr<float[]> data_;
+  std::unique_ptr<T[]> data_;
   int64_t capacity_ = 0;
 };
 
@@ -295,7 +299,7 @@ struct DnnlGemm {
   // stored (a transposed block stays transposed: the f32 product reads it so).
   // With one block of reduction, A's block serves every block of columns.
   void run_widened(const GemmArgs& g) {
-    thread_local FloatScratch a_block, b_block, sum_block;
+    thread_local Scratch<float> a_block, b_block, sum_block;
     const size_t c_element = dtype_size(g.c_type);
     const bool one_reduction_block = g.k <= kWidenBlock;
     for (int64_t batch = 0; batch < g.batch; ++batch) {
@@ -336,24 +340,17 @@ struct DnnlGemm {
   // 1.4x faster from a plain A than from a strided one, and the copy costs far
   // less than that (docs/benchmarks.md).
   void run_transposed_a(const GemmArgs& g) {
-    // Grown, never zeroed: a vector's resize would zero what it grows by, and
-    // the blocks' sizes alternate between a layer's products (about 25 ms of a
-    // bf16 llama_125M step, docs/benchmarks.md).
-    thread_local std::unique_ptr<uint16_t[]> block;
-    thread_local int64_t capacity = 0;
+    thread_local Scratch<uint16_t> block;
     const int64_t rows = std::max<int64_t>(1, kTransposeBlockElements / g.k);
     const size_t c_row_bytes = size_t(g.n) * dtype_size(g.c_type);
     for (int64_t m0 = 0; m0 < g.m; m0 += rows) {
       const int64_t m = std::min(rows, g.m - m0);
-      if (m * g.k > capacity) {
-        capacity = m * g.k;
-        block = std::make_unique_for_overwrite<uint16_t[]>(size_t(capacity));
-      }
-      transpose_16bit(static_cast<const uint16_t*>(g.a) + m0, g.m, g.k, m, block.get());
+      uint16_t* plain = block.get(m * g.k);
+      transpose_16bit(static_cast<const uint16_t*>(g.a) + m0, g.m, g.k, m, plain);
       GemmArgs part = g;
       part.m = m;
       part.trans_a = false;
-      part.a = block.get();
+      part.a = plain;
       part.c = static_cast<char*>(g.c) + size_t(m0) * c_row_bytes;
       run(part);
     }
