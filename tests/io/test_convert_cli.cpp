@@ -3,6 +3,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizers/assets.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
 
@@ -53,13 +56,42 @@ TEST_F(ConvertCli, ConvertsEveryFormatBothWays) {
   EXPECT_NE(log().find("llama2.c file"), std::string::npos) << log();
 }
 
+// config.json and generation_config.json name the special ids of the tokenizer
+// that goes along (transformers would otherwise take LlamaConfig's BOS 1 and EOS 2);
+// a tokenizer with more tokens than the model is refused.
+TEST_F(ConvertCli, TheExportNamesTheTokenizersSpecialIds) {
+  const std::string gpt2 = asset_path("tokenizers/gpt2-hf");
+  // A run of a tiny Llama with GPT-2's vocabulary keeps GPT-2's tokenizer files.
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/run", "threads=1", "model.name=llama_tiny",
+                             "model.vocab_size=50257", "dataset.seq_len=16", "max_steps=1", "logging.tensorboard=false",
+                             "tokenizer.path=" + gpt2},
+                            log_path()),
+            0)
+      << log();
+  EXPECT_EQ(convert({dir_ + "/run", dir_ + "/hf", "--to", "hf"}), 0) << log();
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    const auto written = nlohmann::json::parse(read_file(dir_ + "/hf/" + file));
+    EXPECT_EQ(written["bos_token_id"], 50256) << file;  // <|endoftext|>
+    EXPECT_EQ(written["eos_token_id"], 50256) << file;
+  }
+  // Llama 3's tokenizer instead: its own ids, and more tokens than the model has.
+  EXPECT_EQ(convert({dir_ + "/run", dir_ + "/llama3", "--to", "hf", "--tokenizer", asset_path("tokenizers/llama3")}),
+            2);
+  EXPECT_NE(log().find("/llama3: the tokenizer has 128256 tokens, more than the model's vocabulary of 50257"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/llama3"));
+}
+
 // On a terminal a progress line is redrawn as the weights go through, and
 // cleared before the summary; in a log there is none.
 TEST_F(ConvertCli, OnATerminalProgressIsRedrawnThenCleared) {
   const TerminalRun t = run_hone_on_terminal({"convert", fixture("llama31_sharded"), dir_ + "/shown", "--to", "hf"});
   ASSERT_EQ(t.status, 0) << t.screen;
   EXPECT_NE(t.screen.find("\r\033[Kconverting: 15520 of 15520 parameters (100%)"), std::string::npos) << t.screen;
-  EXPECT_NE(t.screen.find("\r\033[KHugging Face llama folder "), std::string::npos) << t.screen;
+  // The fixture's tokenizer.json is a stand-in hone cannot read: a note says so, then the summary.
+  EXPECT_NE(t.screen.find("\r\033[Knote: the tokenizer is copied but not read ("), std::string::npos) << t.screen;
+  EXPECT_NE(t.screen.find("\nHugging Face llama folder "), std::string::npos) << t.screen;
   EXPECT_EQ(convert({fixture("llama31_sharded"), dir_ + "/logged", "--to", "hf"}), 0) << log();
   EXPECT_EQ(log().find("converting:"), std::string::npos) << log();
 }

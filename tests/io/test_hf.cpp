@@ -338,9 +338,22 @@ TEST_F(HfTest, ExportedFoldersHaveWhatTransformersLoads) {
   EXPECT_TRUE(fs::exists(out + "/model-00001-of-0000" + std::to_string(exported.files.size()) + ".safetensors"));
   // Nothing temporary is left beside the folder.
   for (const auto& e : fs::directory_iterator(dir_)) EXPECT_FALSE(e.path().filename().string().starts_with("."));
-  // Without a generation config, a minimal one is written.
-  export_hf(*open_weights(fixture("gpt2")), path("gpt2"));
-  EXPECT_TRUE(fs::exists(path("gpt2/generation_config.json")));
+  // Without a generation config, a minimal one is written, with the tokenizer's
+  // special ids (which config.json names too).
+  HfExportOptions with_ids;
+  with_ids.special_tokens = {.bos = 47, .eos = 48, .pad = std::nullopt};
+  export_hf(*open_weights(fixture("gpt2")), path("gpt2"), with_ids);
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    const nlohmann::json written = nlohmann::json::parse(read_text(path("gpt2/") + file));
+    EXPECT_EQ(written["bos_token_id"], 47) << file;
+    EXPECT_EQ(written["eos_token_id"], 48) << file;
+    EXPECT_FALSE(written.contains("pad_token_id")) << file;
+  }
+  // A generation config of the source's names them instead.
+  const std::string llama = path("llama_with_ids");
+  export_hf(*open_weights(fixture("llama31_sharded")), llama, with_ids);
+  EXPECT_EQ(nlohmann::json::parse(read_text(llama + "/config.json"))["eos_token_id"], nlohmann::json::array({2, 3}));
+  EXPECT_EQ(read_text(llama + "/generation_config.json"), read_text(fixture("llama31_sharded/generation_config.json")));
   EXPECT_TRUE(fs::exists(path("gpt2/model.safetensors")));
   EXPECT_FALSE(fs::exists(path("gpt2/model.safetensors.index.json")));
 }

@@ -118,6 +118,12 @@ TEST_F(FinetuneRun, LoraLearnsSavesAdaptersAndExportsPeftAndHf) {
   EXPECT_TRUE(fs::exists(root_ + "/hf/config.json"));
   EXPECT_TRUE(fs::exists(root_ + "/hf/vocab.json") || fs::exists(root_ + "/hf/encoder.json"));
   EXPECT_EQ(open_weights(root_ + "/hf")->config().vocab_size, 50257);
+  // With GPT-2's <|endoftext|> as BOS and EOS, not LlamaConfig's defaults (1 and 2).
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    const auto written = nlohmann::json::parse(read_file(root_ + "/hf/" + file));
+    EXPECT_EQ(written["bos_token_id"], 50256) << file;
+    EXPECT_EQ(written["eos_token_id"], 50256) << file;
+  }
 }
 
 TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {

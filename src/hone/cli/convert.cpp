@@ -10,6 +10,7 @@
 #include "hone/cli/commands.hpp"
 #include "hone/cli/progress_line.hpp"
 #include "hone/core/error.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/convert.hpp"
 
 namespace hone::cli {
@@ -31,6 +32,28 @@ uint64_t parse_size(const std::string& text) {
     }
   }
   fail("--shard-size: '{}' is not a size such as 5GB, 500MB, 2GiB or a number of bytes", text);
+}
+
+// The special ids of the tokenizer among the model's companion files, for
+// config.json. A tokenizer hone cannot read is copied all the same, with a
+// note; one with ids past the model's vocabulary is refused.
+SpecialTokenIds check_tokenizer(const WeightSource& source, std::vector<std::string>& notes) {
+  const std::vector<std::string> files = source.companion_files();
+  if (files.empty()) return {};
+  const std::filesystem::path dir = std::filesystem::path(files.front()).parent_path();
+  if (tokenizer_files_in(dir).empty()) return {};  // e.g. a generation_config.json alone
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = load_tokenizer(dir);
+  } catch (const Error& e) {
+    notes.push_back(fmt::format("the tokenizer is copied but not read ({}), so config.json names no special token ids",
+                                e.what()));
+    return {};
+  }
+  HONE_CHECK(tokenizer->vocab_size() <= source.config().vocab_size,
+             "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", dir.string(),
+             tokenizer->vocab_size(), source.config().vocab_size);
+  return {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
 }
 
 std::string count(int64_t n) {
@@ -84,9 +107,12 @@ Command add_convert(CLI::App& app) {
                               std::chrono::duration<double>(now - started).count()));
       };
     }
-    const ConvertSummary s = convert_model(args->src, args->dest, options);
+    const std::unique_ptr<WeightSource> source = open_convert_source(args->src, options);
+    std::vector<std::string> notes = source->notes();
+    options.special_tokens = check_tokenizer(*source, notes);
+    const ConvertSummary s = convert_model(*source, args->dest, options);
     line.clear();
-    for (const std::string& note : s.notes) fmt::print("note: {}\n", note);
+    for (const std::string& note : notes) fmt::print("note: {}\n", note);
     fmt::print("{} ({}, {} layers, {} parameters) -> {} ({} folder, {} weights): {}\n", s.source,
                family_name(s.config.family), s.config.n_layers, count(s.config.num_params()), args->dest, args->to,
                dtype_name(s.dtype), fmt::join(s.files, ", "));

@@ -45,23 +45,34 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
   return open_model_folder(model_folder_of(path));
 }
 
-ConvertSummary convert_model(const std::string& src, const std::string& dest, const ConvertOptions& options) {
+std::unique_ptr<WeightSource> open_convert_source(const std::string& src, const ConvertOptions& options) {
   std::unique_ptr<WeightSource> source = open_weights(src);
   if (!options.tokenizer_dir.empty()) source = with_tokenizer_from(std::move(source), options.tokenizer_dir);
   if (options.on_progress) source = with_read_progress(std::move(source), options.on_progress);
+  return source;
+}
+
+ConvertSummary convert_model(const WeightSource& source, const std::string& dest, const ConvertOptions& options) {
   ConvertSummary summary;
-  summary.source = source->description();
-  summary.config = source->config();
-  summary.notes = source->notes();
-  summary.dtype = options.dtype.value_or(source->stored_dtype());
+  summary.source = source.description();
+  summary.config = source.config();
+  summary.notes = source.notes();
+  summary.dtype = options.dtype.value_or(source.stored_dtype());
   if (options.to == ModelFolderKind::hf) {
-    summary.files = export_hf(*source, dest, {.dtype = summary.dtype, .shard_bytes = options.shard_bytes}).files;
+    summary.files = export_hf(source, dest,
+                              {.dtype = summary.dtype, .shard_bytes = options.shard_bytes,
+                               .special_tokens = options.special_tokens})
+                        .files;
   } else {
-    save_model(*source, dest, summary.dtype);
+    save_model(source, dest, summary.dtype);
     for (const auto& entry : fs::directory_iterator(dest)) summary.files.push_back(entry.path().filename().string());
     std::sort(summary.files.begin(), summary.files.end());
   }
   return summary;
+}
+
+ConvertSummary convert_model(const std::string& src, const std::string& dest, const ConvertOptions& options) {
+  return convert_model(*open_convert_source(src, options), dest, options);
 }
 
 }  // namespace hone

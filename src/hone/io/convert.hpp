@@ -29,6 +29,9 @@ struct ConvertOptions {
   uint64_t shard_bytes = 5'000'000'000;  // Hugging Face export only
   std::string tokenizer_dir;             // tokenizer files from here instead of the source's
   ReadProgress on_progress;              // when set: called as the weights are read
+  // Hugging Face export: the ids config.json names, those of the tokenizer among
+  // the source's companion files (tokenizers are read a layer above this one).
+  SpecialTokenIds special_tokens;
 };
 
 struct ConvertSummary {
@@ -39,7 +42,12 @@ struct ConvertSummary {
   std::vector<std::string> notes;
 };
 
+// The model at `src` as convert_model reads it: with the tokenizer of
+// options.tokenizer_dir, reporting progress to options.on_progress.
+std::unique_ptr<WeightSource> open_convert_source(const std::string& src, const ConvertOptions& options);
+
 // Writes `dest` (which must not exist, or be an empty folder) completely or not at all.
+ConvertSummary convert_model(const WeightSource& source, const std::string& dest, const ConvertOptions& options);
 ConvertSummary convert_model(const std::string& src, const std::string& dest, const ConvertOptions& options);
 
 }  // namespace hone

@@ -250,6 +250,13 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     summary.files.push_back(kSafetensors.index);
   }
 
+  Json special_ids = Json::object();
+  const SpecialTokenIds& ids = options.special_tokens;
+  const std::pair<const char*, std::optional<int32_t>> given[] = {
+      {"bos_token_id", ids.bos}, {"eos_token_id", ids.eos}, {"pad_token_id", ids.pad}};
+  for (const auto& [key, id] : given) {
+    if (id) special_ids[key] = *id;
+  }
   bool has_generation_config = false;
   for (const std::string& path : companions) {
     const std::string name = fs::path(path).filename().string();
@@ -257,12 +264,12 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     summary.files.push_back(name);
     if (name != "generation_config.json") continue;
     has_generation_config = true;
-    // config.json carries the special token ids too (transformers reads them there).
     const Json generation = read_json_file(path);
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-      if (generation.is_object() && generation.contains(key)) config[key] = generation[key];
+      if (generation.is_object() && generation.contains(key)) special_ids[key] = generation[key];
     }
   }
+  config.update(special_ids);  // transformers reads the ids in config.json too
   // GPT-2's BPE files alone: transformers picks a tokenizer class by the model
   // type, which for a Llama or MPT would look for files that are not there.
   const auto written = [&](const char* name) { return std::ranges::count(summary.files, name) > 0; };
@@ -274,8 +281,11 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     summary.files.push_back("tokenizer_config.json");
   }
   if (!has_generation_config) {
-    write_json_file(folder.file("generation_config.json"),
-                    {{"_from_model_config", true}, {"transformers_version", config["transformers_version"]}});
+    // What GenerationConfig.from_model_config writes.
+    Json generation = {{"_from_model_config", true}};
+    generation.update(special_ids);
+    generation["transformers_version"] = config["transformers_version"];
+    write_json_file(folder.file("generation_config.json"), generation);
     summary.files.push_back("generation_config.json");
   }
   write_json_file(folder.file("config.json"), config);

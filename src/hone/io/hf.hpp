@@ -59,9 +59,17 @@ std::vector<HfTensor> hf_tensors_of(const ModelConfig& config, const std::string
 std::unique_ptr<WeightSource> open_hf(const std::string& dir);
 void load_hf_weights(const std::string& dir, Transformer& model);
 
+// The tokenizer's special token ids. config.json and generation_config.json name
+// them: without them transformers takes its class's defaults (LlamaConfig's BOS 1
+// and EOS 2), and generate() would stop on the wrong token.
+struct SpecialTokenIds {
+  std::optional<int32_t> bos, eos, pad;
+};
+
 struct HfExportOptions {
   std::optional<DType> dtype;          // default: the source's stored dtype
   uint64_t shard_bytes = 5'000'000'000;  // transformers' default max_shard_size, "5GB"
+  SpecialTokenIds special_tokens;      // a companion generation_config.json's ids take precedence
 };
 struct HfExportSummary {
   DType dtype = DType::f32;

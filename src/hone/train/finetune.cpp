@@ -162,6 +162,7 @@ int run_finetune(const Config& c) {
                               }
                               HfExportOptions options;
                               if (c.has("export.dtype")) options.dtype = parse_dtype(c.get<std::string>("export.dtype"));
+                              options.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
                               export_hf(*with_tokenizer_from(std::move(trained), tokenizer_dir),
                                         c.get<std::string>("export.hf"), options);
                               console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
