@@ -172,17 +172,18 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
 TEST(SampleStream, PadsShiftsTargetsShufflesAndResumes) {
   std::vector<TokenizedSample> samples;
   for (int32_t i = 0; i < 5; ++i) samples.push_back({{100 + i, 1, 2, 3}, {-100, -100, 2, 3}});
-  data::SampleStream s(samples, 2, 6, 9, /*shuffle=*/false, /*pad_id=*/0);
+  data::SampleStream s(samples, {.batch_size = 2, .seq_len = 6, .seed = 9, .shuffle = false});
   Batch b = s.next();
   EXPECT_EQ(b.tokens.to_vector<int32_t>(), (std::vector<int32_t>{100, 1, 2, 3, 0, 0, 101, 1, 2, 3, 0, 0}));
   EXPECT_EQ(b.targets.to_vector<int32_t>(),
             (std::vector<int32_t>{-100, 2, 3, -100, -100, -100, -100, 2, 3, -100, -100, -100}));
-  data::SampleStream shuffled(samples, 5, 6, 9, true, 0);
+  const data::SampleStreamOptions shuffling{.batch_size = 5, .seq_len = 6, .seed = 9};
+  data::SampleStream shuffled(samples, shuffling);
   const auto epoch1 = shuffled.next().tokens.to_vector<int32_t>();
   const nlohmann::json state = shuffled.state();
   const auto epoch2 = shuffled.next().tokens.to_vector<int32_t>();
   EXPECT_NE(epoch1, epoch2);
-  data::SampleStream resumed(samples, 5, 6, 9, true, 0);
+  data::SampleStream resumed(samples, shuffling);
   resumed.restore(state);
   EXPECT_EQ(resumed.next().tokens.to_vector<int32_t>(), epoch2);
 }
@@ -198,7 +199,8 @@ TEST(SampleStream, PacksWholeSamplesWithTheirOwnPositions) {
     }
     samples.push_back(s);
   }
-  data::SampleStream s(samples, 1, 8, 3, /*shuffle=*/false, 0, 0, 1, /*packed=*/true);
+  const data::SampleStreamOptions packing{.batch_size = 1, .seq_len = 8, .seed = 3, .shuffle = false, .packed = true};
+  data::SampleStream s(samples, packing);
   EXPECT_EQ(s.samples_per_epoch(), 3);  // rows: [2+3] (4 does not fit), [4+2], [3+4]
   Batch b = s.next();
   EXPECT_EQ(b.tokens.to_vector<int32_t>(), (std::vector<int32_t>{100, 101, 200, 201, 202, 0, 0, 0}));
@@ -207,12 +209,59 @@ TEST(SampleStream, PacksWholeSamplesWithTheirOwnPositions) {
   const nlohmann::json state = s.state();
   const auto second = s.next().tokens.to_vector<int32_t>();
   EXPECT_EQ(second, (std::vector<int32_t>{300, 301, 302, 303, 400, 401, 0, 0}));
-  data::SampleStream resumed(samples, 1, 8, 3, false, 0, 0, 1, true);
+  data::SampleStream resumed(samples, packing);
   resumed.restore(state);
   EXPECT_EQ(resumed.next().tokens.to_vector<int32_t>(), second);
   // Two ranks split the packed rows of the global batch.
-  data::SampleStream r1(samples, 1, 8, 3, false, 0, /*rank=*/1, /*world_size=*/2, true);
+  data::SampleStreamOptions second_rank = packing;
+  second_rank.rank = 1;
+  second_rank.world_size = 2;
+  data::SampleStream r1(samples, second_rank);
   EXPECT_EQ(r1.next().tokens.to_vector<int32_t>(), second);
+}
+
+// Rows are cut to the longest sample of the global batch (every rank the
+// same), rounded up to the multiple, never past seq_len; packed rows too.
+TEST(SampleStream, CutsRowsToTheLongestSampleOfTheGlobalBatch) {
+  std::vector<TokenizedSample> samples;
+  for (int32_t n : {3, 5, 2, 9, 4, 1}) {
+    TokenizedSample s;
+    for (int32_t t = 0; t < n; ++t) {
+      s.tokens.push_back(10 * n + t);
+      s.labels.push_back(t == 0 ? -100 : 10 * n + t);
+    }
+    samples.push_back(s);
+  }
+  const data::SampleStreamOptions cut{.batch_size = 1, .seq_len = 12, .length_multiple = 4, .shuffle = false,
+                                      .pad_id = 7, .world_size = 2};
+  data::SampleStreamOptions second = cut;
+  second.rank = 1;
+  data::SampleStream first_rank(samples, cut), second_rank(samples, second);
+  // Samples of 3 and 5 tokens: both ranks' rows are 8 long.
+  Batch a = first_rank.next(), b = second_rank.next();
+  EXPECT_EQ(a.tokens.shape(), Shape({1, 8}));
+  EXPECT_EQ(a.tokens.to_vector<int32_t>(), (std::vector<int32_t>{30, 31, 32, 7, 7, 7, 7, 7}));
+  EXPECT_EQ(a.targets.to_vector<int32_t>(), (std::vector<int32_t>{31, 32, -100, -100, -100, -100, -100, -100}));
+  EXPECT_EQ(b.tokens.to_vector<int32_t>(), (std::vector<int32_t>{50, 51, 52, 53, 54, 7, 7, 7}));
+  // 2 and 9: 12, not past seq_len; 4 and 1: 4.
+  EXPECT_EQ(first_rank.next().tokens.shape(), Shape({1, 12}));
+  EXPECT_EQ(first_rank.next().tokens.shape(), Shape({1, 4}));
+  // Without a multiple every row is seq_len long.
+  data::SampleStreamOptions whole = cut;
+  whole.length_multiple = 0;
+  EXPECT_EQ(data::SampleStream(samples, whole).next().tokens.shape(), Shape({1, 12}));
+  // Packed rows: 3 + 5 + 2 (9 does not fit), 9 (4 does not fit), 4 + 1.
+  data::SampleStreamOptions packed = cut;
+  packed.packed = true;
+  packed.world_size = 1;
+  data::SampleStream p(samples, packed);
+  const Batch row = p.next();
+  EXPECT_EQ(row.tokens.shape(), Shape({1, 12}));
+  EXPECT_EQ(row.positions.to_vector<int32_t>(), (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 3, 4, 0, 1, 0, 1}));
+  EXPECT_EQ(p.next().tokens.shape(), Shape({1, 12}));
+  const Batch last = p.next();
+  EXPECT_EQ(last.tokens.shape(), Shape({1, 8}));
+  EXPECT_EQ(last.positions.to_vector<int32_t>(), (std::vector<int32_t>{0, 1, 2, 3, 0, 0, 1, 2}));
 }
 
 }  // namespace

@@ -292,6 +292,35 @@ TEST(Transformer, ActivationMemoryIsPlannedUpFront) {
   EXPECT_LT(activation_bytes(config, DType::bf16, 2, 64), planned * 6 / 10);
 }
 
+// Fine-tuning batches change length from step to step: a shorter one is planned
+// in the memory already held (nothing allocated), a longer one grows it, and
+// each gives what a model planned for it alone gives.
+TEST(Transformer, ShorterBatchesArePlannedInTheMemoryHeld) {
+  const ModelConfig config = small("llama");
+  const Batch longer = random_batch(2, 16, config.vocab_size, 31), shorter = random_batch(2, 8, config.vocab_size, 32);
+  auto loss_and_grads = [](Transformer& m, const Batch& b) {
+    m.params().zero_grad();
+    const ops::LossSum loss = m.forward(b.tokens, b.targets);
+    m.backward(1.0 / double(loss.tokens));
+    return std::pair(loss.sum, m.params().grads().to_vector<double>());
+  };
+  Transformer reused(config, DType::f64), fresh(config, DType::f64);
+  reused.init_weights(3);
+  fresh.init_weights(3);
+  Allocator& cpu = allocator_for(Device::cpu());
+  loss_and_grads(reused, longer);
+  const size_t held = cpu.stats().allocated;
+  const auto reused_shorter = loss_and_grads(reused, shorter);
+  EXPECT_EQ(cpu.stats().allocated, held);
+  EXPECT_EQ(reused.activation_bytes(), activation_bytes(config, DType::f64, 2, 8));
+  EXPECT_EQ(reused_shorter, loss_and_grads(fresh, shorter));
+  // Back to the longer batch in the same memory, and a larger batch grows it.
+  EXPECT_EQ(loss_and_grads(reused, longer), loss_and_grads(fresh, longer));
+  const size_t before_growing = cpu.stats().allocated;
+  loss_and_grads(reused, random_batch(4, 16, config.vocab_size, 33));
+  EXPECT_GT(cpu.stats().allocated, before_growing);
+}
+
 TEST(Transformer, ActivationCheckpointingGivesIdenticalGradientsInLessMemory) {
   for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
     const ModelConfig c = model_preset(name);

@@ -126,6 +126,42 @@ TEST_F(FinetuneRun, LoraLearnsSavesAdaptersAndExportsPeftAndHf) {
   }
 }
 
+// Rows cut to the batch's longest sample (in multiples of 8 here) lose what
+// rows of dataset.max_seq_len do: padding is after every sample, which attends
+// only to what comes before it. (No dropout: its masks follow the row layout.)
+TEST_F(FinetuneRun, BatchesCutToTheirLongestSampleLoseWhatWholeRowsDo) {
+  auto cut = lora_args("cut", 3), whole = lora_args("whole", 3);
+  cut.insert(cut.end(), {"dataset.pad_to_multiple_of=8", "model.lora_dropout=0"});
+  whole.insert(whole.end(), {"dataset.pad_to_multiple_of=0", "model.lora_dropout=0"});
+  ASSERT_EQ(run_hone_to_log(cut, root_ + "/cut.log"), 0) << read_file(root_ + "/cut.log");
+  ASSERT_EQ(run_hone_to_log(whole, root_ + "/whole.log"), 0) << read_file(root_ + "/whole.log");
+  EXPECT_NE(read_file(root_ + "/cut.log").find("batch: 4 x 64 tokens per micro-batch, 1 micro-batch per step (at most: "
+                                               "each batch is cut to its longest sample, in multiples of 8 tokens)"),
+            std::string::npos)
+      << read_file(root_ + "/cut.log");
+  EXPECT_EQ(read_file(root_ + "/whole.log").find("cut to its longest"), std::string::npos);
+  expect_losses_of("cut", losses("whole"), 3);
+  // Tokens are the positions computed: per sample, each step's row length.
+  const auto row_lengths = [&](const std::string& run) {
+    std::vector<double> lengths;
+    const auto tokens = run_metric(root_ + "/" + run, "throughput/tokens_per_sec");
+    for (const auto& [step, samples] : run_metric(root_ + "/" + run, "throughput/samples_per_sec")) {
+      lengths.push_back(tokens.at(step) / samples);
+    }
+    return lengths;
+  };
+  for (const double length : row_lengths("whole")) EXPECT_NEAR(length, 64.0, 1e-9);
+  for (const double length : row_lengths("cut")) {
+    EXPECT_LT(length, 64.0);
+    EXPECT_NEAR(length / 8.0, std::round(length / 8.0), 1e-9) << length;  // a multiple of 8
+  }
+  const auto validation = [&](const std::string& run) {
+    return run_metric(root_ + "/" + run, "metrics/eval/LanguageCrossEntropy");
+  };
+  ASSERT_FALSE(validation("whole").empty());
+  for (const auto& [step, loss] : validation("cut")) EXPECT_NEAR(loss, validation("whole").at(step), 1e-5 * loss);
+}
+
 TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
   auto full = lora_args("lora_full", 12);
   full.push_back("checkpoint.every_n_steps=5");

@@ -24,9 +24,10 @@ size_t red_zone_bytes(Device device) { return device.is_cuda() ? kCudaRedZone : 
 
 Arena::Arena(Device device) : red_zone_(red_zone_bytes(device)) {}
 
-Arena::Arena(size_t bytes, Device device)
-    : red_zone_(red_zone_bytes(device)), buffer_(Tensor::empty({int64_t(bytes)}, DType::u8, device)) {
-  if (bytes != 0) allocator_for(device).mark_unowned(buffer_.raw(), bytes);
+Arena::Arena(size_t bytes, Device device) : Arena(Tensor::empty({int64_t(bytes)}, DType::u8, device)) {}
+
+Arena::Arena(Tensor memory) : red_zone_(red_zone_bytes(memory.device())), buffer_(std::move(memory)) {
+  if (buffer_.nbytes() != 0) allocator_for(buffer_.device()).mark_unowned(buffer_.raw(), buffer_.nbytes());
 }
 
 Tensor Arena::take(const Shape& shape, DType dtype) {

@@ -13,6 +13,9 @@ class Arena {
   explicit Arena(Device device = Device::cpu());
   // A real arena of `bytes` on `device`.
   Arena(size_t bytes, Device device);
+  // A real arena in `memory` (u8), which an earlier arena may have used: its
+  // tensors must no longer be used.
+  explicit Arena(Tensor memory);
 
   Tensor take(const Shape& shape, DType dtype);
   size_t bytes_used() const { return end_; }

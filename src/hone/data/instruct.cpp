@@ -308,29 +308,20 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
   return out;
 }
 
-SampleStream::SampleStream(std::vector<TokenizedSample> samples, int64_t batch_size, int64_t seq_len, uint64_t seed,
-                           bool shuffle, int32_t pad_id, int rank, int world_size, bool packed)
-    : samples_(std::move(samples)),
-      batch_size_(batch_size),
-      seq_len_(seq_len),
-      seed_(seed),
-      shuffle_(shuffle),
-      packed_(packed),
-      rows_per_epoch_(int64_t(samples_.size())),
-      pad_id_(pad_id),
-      rank_(rank),
-      world_size_(world_size) {
-  HONE_CHECK(!samples_.empty() && batch_size > 0 && seq_len > 0, "a sample stream needs samples and a shape");
+SampleStream::SampleStream(std::vector<TokenizedSample> samples, const SampleStreamOptions& options)
+    : samples_(std::move(samples)), o_(options), rows_per_epoch_(int64_t(samples_.size())) {
+  HONE_CHECK(!samples_.empty() && o_.batch_size > 0 && o_.seq_len > 0 && o_.length_multiple >= 0,
+             "a sample stream needs samples and a shape");
   for (const TokenizedSample& s : samples_) {
-    HONE_CHECK(int64_t(s.tokens.size()) <= seq_len, "a sample of {} tokens exceeds seq_len {}", s.tokens.size(),
-               seq_len);
+    HONE_CHECK(int64_t(s.tokens.size()) <= o_.seq_len, "a sample of {} tokens exceeds seq_len {}", s.tokens.size(),
+               o_.seq_len);
   }
-  if (packed_) {
+  if (o_.packed) {
     // Count the rows of the first pass (later passes, reshuffled, differ a little).
-    std::vector<int32_t> row(static_cast<size_t>(3 * seq_len));  // tokens, targets, positions
+    std::vector<int32_t> row(static_cast<size_t>(3 * o_.seq_len));  // tokens, targets, positions
     rows_per_epoch_ = 0;
     while (position_ < int64_t(samples_.size())) {
-      fill_row(row.data(), row.data() + seq_len, row.data() + 2 * seq_len);
+      fill_row(row.data(), row.data() + o_.seq_len, row.data() + 2 * o_.seq_len);
       ++rows_per_epoch_;
     }
     position_ = 0;
@@ -339,23 +330,23 @@ SampleStream::SampleStream(std::vector<TokenizedSample> samples, int64_t batch_s
 
 const TokenizedSample& SampleStream::sample_at(int64_t position) {
   const int64_t n = int64_t(samples_.size()), epoch = position / n, index = position % n;
-  if (!shuffle_) return samples_[size_t(index)];
+  if (!o_.shuffle) return samples_[size_t(index)];
   if (order_epoch_ != epoch) {
     order_.resize(size_t(n));
     std::iota(order_.begin(), order_.end(), int64_t(0));
-    Generator g(seed_, uint64_t(epoch));
+    Generator g(o_.seed, uint64_t(epoch));
     for (int64_t i = n - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[g.next_below(uint64_t(i + 1))]);
     order_epoch_ = epoch;
   }
   return samples_[size_t(order_[size_t(index)])];
 }
 
-void SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* positions) {
+int64_t SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* positions) {
   int64_t t = 0;
   do {
     const TokenizedSample& s = sample_at(position_);
     const int64_t n = int64_t(s.tokens.size());
-    if (t + n > seq_len_) break;  // the next sample starts the next row
+    if (t + n > o_.seq_len) break;  // the next sample starts the next row
     for (int64_t i = 0; i < n; ++i) {
       tokens[t + i] = s.tokens[size_t(i)];
       targets[t + i] = i + 1 < n ? s.labels[size_t(i + 1)] : kIgnore;  // no target across samples
@@ -363,31 +354,45 @@ void SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* position
     }
     t += n;
     ++position_;
-  } while (packed_);
-  for (int64_t i = 0; t + i < seq_len_; ++i) {  // padding: learns nothing, sees only padding
-    tokens[t + i] = pad_id_;
+  } while (o_.packed);
+  for (int64_t i = 0; t + i < o_.seq_len; ++i) {  // padding: learns nothing, sees only padding
+    tokens[t + i] = o_.pad_id;
     targets[t + i] = kIgnore;
     if (positions) positions[t + i] = int32_t(i);
   }
+  return t;
 }
 
 Batch SampleStream::next() {
-  Tensor tokens = Tensor::empty({batch_size_, seq_len_}, DType::i32);
-  Tensor targets = Tensor::empty({batch_size_, seq_len_}, DType::i32);
-  Tensor positions = packed_ ? Tensor::empty({batch_size_, seq_len_}, DType::i32) : Tensor();
-  std::vector<int32_t> skipped(static_cast<size_t>(3 * seq_len_));
+  const int64_t rows = o_.batch_size, seq_len = o_.seq_len;
+  Tensor tokens = Tensor::empty({rows, seq_len}, DType::i32);
+  Tensor targets = Tensor::empty({rows, seq_len}, DType::i32);
+  Tensor positions = o_.packed ? Tensor::empty({rows, seq_len}, DType::i32) : Tensor();
+  std::vector<int32_t> skipped(static_cast<size_t>(3 * seq_len));
   // Every rank fills every row of the global batch (packing decides how many
-  // samples a row takes) and keeps its own.
-  for (int64_t k = 0; k < batch_size_ * world_size_; ++k) {
-    if (k / batch_size_ != rank_) {
-      fill_row(skipped.data(), skipped.data() + seq_len_, packed_ ? skipped.data() + 2 * seq_len_ : nullptr);
+  // samples a row takes), keeps its own, and so cuts them to the same length.
+  int64_t longest = 1;
+  for (int64_t k = 0; k < rows * o_.world_size; ++k) {
+    if (k / rows != o_.rank) {
+      longest = std::max(longest, fill_row(skipped.data(), skipped.data() + seq_len,
+                                           o_.packed ? skipped.data() + 2 * seq_len : nullptr));
       continue;
     }
-    const int64_t row = (k % batch_size_) * seq_len_;
-    fill_row(tokens.data<int32_t>() + row, targets.data<int32_t>() + row,
-             packed_ ? positions.data<int32_t>() + row : nullptr);
+    const int64_t row = (k % rows) * seq_len;
+    longest = std::max(longest, fill_row(tokens.data<int32_t>() + row, targets.data<int32_t>() + row,
+                                         o_.packed ? positions.data<int32_t>() + row : nullptr));
   }
-  return {tokens, targets, positions};
+  if (o_.length_multiple == 0) return {tokens, targets, positions};
+  const int64_t length = std::min(seq_len, (longest + o_.length_multiple - 1) / o_.length_multiple * o_.length_multiple);
+  const auto first_columns = [&](const Tensor& full) {
+    if (!full.defined() || length == seq_len) return full;
+    Tensor cut = Tensor::empty({rows, length}, DType::i32);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(full.data<int32_t>() + r * seq_len, length, cut.data<int32_t>() + r * length);
+    }
+    return cut;
+  };
+  return {first_columns(tokens), first_columns(targets), first_columns(positions)};
 }
 
 nlohmann::json SampleStream::state() const {

@@ -66,16 +66,33 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& tokenizer, const std::string
 // The token that ends an answer: the chat format's end of turn, else EOS.
 int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);
 
-// Batches of tokenized samples: shuffled every epoch from a seed, right-padded to
-// seq_len (padding has label -100), split across data-parallel ranks. The targets
-// of position t are the labels of position t + 1. State: the sample position.
+// Rows a multiple of 64 long: few distinct shapes (each planned once on a GPU)
+// for a little padding.
+inline constexpr int64_t kSampleLengthMultiple = 64;
+
+struct SampleStreamOptions {
+  int64_t batch_size = 0;  // per rank
+  int64_t seq_len = 0;     // the longest row
+  // Rows are cut to the longest sample of the global batch, rounded up to a
+  // multiple of this (at most seq_len), as torchtune's collate pads to the
+  // longest: short samples cost what they hold, not seq_len. 0: every row seq_len.
+  int64_t length_multiple = 0;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool packed = false;
+  int32_t pad_id = 0;
+  int rank = 0, world_size = 1;
+};
+
+// Batches of tokenized samples: shuffled every epoch from a seed, right-padded
+// (padding has label -100), split across data-parallel ranks. The targets of
+// position t are the labels of position t + 1. State: the sample position.
 // Packed, a row holds as many whole samples as fit, each with its own positions
 // (Batch::positions: the model then keeps samples from attending to each other),
 // and an epoch counts the packed rows of the first pass.
 class SampleStream final : public BatchSource {
  public:
-  SampleStream(std::vector<TokenizedSample> samples, int64_t batch_size, int64_t seq_len, uint64_t seed,
-               bool shuffle, int32_t pad_id, int rank = 0, int world_size = 1, bool packed = false);
+  SampleStream(std::vector<TokenizedSample> samples, const SampleStreamOptions& options);
   Batch next() override;
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state) override;
@@ -85,16 +102,11 @@ class SampleStream final : public BatchSource {
  private:
   const TokenizedSample& sample_at(int64_t position);
   // Fills one row (tokens, targets and, packed, positions) from the samples at
-  // position_, advancing it.
-  void fill_row(int32_t* tokens, int32_t* targets, int32_t* positions);
+  // position_, advancing it; returns how many of its tokens are samples'.
+  int64_t fill_row(int32_t* tokens, int32_t* targets, int32_t* positions);
   std::vector<TokenizedSample> samples_;
-  int64_t batch_size_, seq_len_;
-  uint64_t seed_;
-  bool shuffle_;
-  bool packed_;
+  SampleStreamOptions o_;
   int64_t rows_per_epoch_;
-  int32_t pad_id_;
-  int rank_, world_size_;
   int64_t position_ = 0;
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;

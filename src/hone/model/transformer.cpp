@@ -273,10 +273,23 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   options.offload_inputs = options.offload_inputs && options.checkpointing;  // nothing to offload otherwise
   options.tp = tp_size_;
   arena_bytes_ = hone::activation_bytes(config_, dtype_, batch, seq, options, device_);
-  Arena arena(arena_bytes_, device_);
+  // Fine-tuning batches are cut to their longest sample, so the shape changes
+  // from step to step: one that fits the memory held is planned in it, with no
+  // allocation (and on the CPU no page faults) per step.
+  if (!arena_memory_.defined() || arena_memory_.nbytes() < arena_bytes_) {
+    arena_memory_ = Tensor();
+    arena_memory_ = Tensor::empty({int64_t(arena_bytes_)}, DType::u8, device_);
+  }
+  Arena arena(arena_memory_);
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
   if (options.offload_inputs) {
-    const Tensor host = Tensor::empty({config_.n_layers, batch * seq / tp_size_, config_.dim}, dtype_, Device::cpu());
+    const int64_t elements = config_.n_layers * batch * seq / tp_size_ * config_.dim;
+    if (!offloaded_inputs_.defined() || offloaded_inputs_.numel() < elements) {
+      offloaded_inputs_ = Tensor();
+      offloaded_inputs_ = Tensor::empty({elements}, dtype_, Device::cpu());
+    }
+    const Tensor host =
+        offloaded_inputs_.slice(0, {config_.n_layers, batch * seq / tp_size_, config_.dim});
     input_copies_ = std::make_unique<ops::OverlappedCopies>(device_, host, 2);
   }
   ensure_rope_tables(seq);
@@ -287,7 +300,9 @@ void Transformer::replan(V ActivationOptions::*option, V value) {
   if (plan_options_.*option == value) return;
   plan_options_.*option = value;
   input_copies_.reset();  // its copies may still use the arena
-  acts_ = Activations();  // planned again by the next reserve() or forward()
+  acts_ = Activations();  // planned again by the next reserve() or forward(), in memory of the new size
+  arena_memory_ = Tensor();
+  offloaded_inputs_ = Tensor();
 }
 
 void Transformer::set_activation_checkpointing(bool on) { replan(&ActivationOptions::checkpointing, on); }

@@ -311,7 +311,9 @@ class Transformer {
   Tensor alibi_slopes_;         // this rank's heads', ALiBi only
 
   Activations acts_;
-  size_t arena_bytes_ = 0;
+  size_t arena_bytes_ = 0;  // of the planned shape
+  Tensor arena_memory_;      // u8: the largest shape's arena so far (reserve())
+  Tensor offloaded_inputs_;  // host memory of the layer inputs offloaded, as large
   ActivationOptions plan_options_;  // what set_activation_* and set_chunk_bytes ask (tp: tp_size_)
   Tensor tokens_, targets_;  // of the last forward, for backward
   ops::TokenPositions positions_;  // checked once per forward: the ops then read them without a synchronization

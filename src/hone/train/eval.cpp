@@ -49,8 +49,12 @@ int run_eval(const Config& c) {
       o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
       o.max_seq_len = seq_len;
       auto d = data::load_instruct_dataset(c.get<std::string>("dataset.path"), *m.tokenizer, o);
-      source = std::make_unique<data::SampleStream>(std::move(d.samples), batch, seq_len, 0, false,
-                                                    m.tokenizer->eos_id().value_or(0));
+      source = std::make_unique<data::SampleStream>(
+          std::move(d.samples), data::SampleStreamOptions{.batch_size = batch,
+                                                          .seq_len = seq_len,
+                                                          .length_multiple = data::kSampleLengthMultiple,
+                                                          .shuffle = false,
+                                                          .pad_id = m.tokenizer->eos_id().value_or(0)});
     } else {
       // The pretraining readers, every document kept for evaluation.
       Config all = c;

@@ -3,6 +3,7 @@
 // directory, llm.c / llama2.c file), trained on an instruct or chat dataset by the
 // shared training loop, and exported at the end if asked.
 #include <filesystem>
+#include <numeric>
 
 #include "hone/core/parallel.hpp"
 #include "hone/core/text.hpp"
@@ -58,6 +59,12 @@ TrainingShape shape_of(const Config& c, const ModelConfig& model) {
           .lora = lora_config_from(c)};
 }
 
+// How the rows of a batch are cut (dataset.pad_to_multiple_of), for the banner.
+std::string describe_cut(int64_t multiple, int64_t seq_len) {
+  if (multiple == 0 || multiple >= seq_len) return "";
+  return fmt::format(" (at most: each batch is cut to its longest sample, in multiples of {} tokens)", multiple);
+}
+
 std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, int data_parallel_ranks = 1) {
   const RunSettings run = run_settings_from(c);
   const ModelConfig& model = shape.model;
@@ -70,7 +77,8 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
                   family_name(model.family), c.get<std::string>("checkpoint.path"), double(model.num_params()) / 1e6,
                   double(trained) / 1e6, lora ? fmt::format(" (LoRA rank {})", lora->rank) : std::string()),
-      "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")),
+      "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")) +
+          describe_cut(c.get<int64_t>("dataset.pad_to_multiple_of"), shape.seq_len),
       describe(m, run),
   };
 }
@@ -118,12 +126,24 @@ int run_finetune(const Config& c) {
   const int64_t batch = shape.batch_size;
   const bool packed = c.get<bool>("dataset.packed");
   TrainingWorld world(c, run.device);
-  data::SampleStream train(std::move(dataset.samples), batch, seq_len, run.seed, c.get<bool>("dataset.shuffle"), pad,
-                           world.dp_rank(), world.dp_size(), packed);
+  // Tensor parallelism splits a batch's positions over its ranks: rows of a
+  // multiple of tp always split evenly.
+  const int64_t multiple = c.get<int64_t>("dataset.pad_to_multiple_of");
+  const data::SampleStreamOptions batching{.batch_size = batch,
+                                           .seq_len = seq_len,
+                                           .length_multiple = multiple == 0 ? 0 : std::lcm(multiple, int64_t(world.tp_size())),
+                                           .seed = run.seed,
+                                           .shuffle = c.get<bool>("dataset.shuffle"),
+                                           .packed = packed,
+                                           .pad_id = pad,
+                                           .rank = world.dp_rank(),
+                                           .world_size = world.dp_size()};
+  data::SampleStream train(std::move(dataset.samples), batching);
   std::unique_ptr<data::SampleStream> valid;
   if (!validation.empty()) {
-    valid = std::make_unique<data::SampleStream>(std::move(validation), batch, seq_len, run.seed, false, pad,
-                                                 world.dp_rank(), world.dp_size(), packed);
+    data::SampleStreamOptions in_order = batching;
+    in_order.shuffle = false;
+    valid = std::make_unique<data::SampleStream>(std::move(validation), in_order);
   }
 
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
@@ -192,6 +212,10 @@ Schema finetune_schema(bool lora) {
          "records held out for validation (without dataset.validation_path)"},
         Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
+  s.add({"dataset.pad_to_multiple_of", ValueType::integer, data::kSampleLengthMultiple,
+         "each batch's rows are cut to its longest sample, rounded up to a multiple of this (0: every row "
+         "dataset.max_seq_len tokens long)"},
+        Range::not_negative());
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});
   s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});

@@ -139,7 +139,6 @@ int run_training(const Config& c, TrainingJob job) {
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
   const double peak_tflops = measure_gemm_peak_tflops(run.dtype, world.device());
-  const double flops_per_token = training_flops_per_token(model_config, model.lora(), seq_len);
   const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
   const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
   const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
@@ -177,8 +176,11 @@ int run_training(const Config& c, TrainingJob job) {
 
   const auto start = Clock::now();
   double train_seconds = 0, window_seconds = 0, last_loss = NAN;
+  // Tokens are the positions computed, padding included: a fine-tuning batch is
+  // cut to its longest sample, so they and the FLOPs are counted batch by batch.
+  double window_flops = 0, flops_this_run = 0;
   int64_t window_tokens = 0, window_samples = 0, window_steps = 0, consecutive_nonfinite = 0;
-  int64_t samples_this_run = 0;  // excludes what a resumed run trained before
+  int64_t samples_this_run = 0, tokens_this_run = 0;  // excludes what a resumed run trained before
   int64_t last_saved = state.step;  // a resumed run does not re-save what it loaded
   std::vector<Batch> micro(static_cast<size_t>(accumulation));
   if (c.get<bool>("eval.first") && state.step == 0) run_evaluation();
@@ -187,7 +189,14 @@ int run_training(const Config& c, TrainingJob job) {
   bool interrupted = false;
   while (state.step < total_steps && !(interrupted = world.any(stop_requested()))) {
     const auto step_start = Clock::now();
-    for (Batch& b : micro) b = train.next().to(world.device());
+    int64_t step_tokens = 0;
+    double step_flops = 0;
+    for (Batch& b : micro) {
+      b = train.next().to(world.device());
+      const int64_t rows = b.tokens.size(0) * world.dp_size(), length = b.tokens.size(1);
+      step_tokens += rows * length;
+      step_flops += double(rows * length) * training_flops_per_token(model_config, model.lora(), length);
+    }
     const StepStats s =
         train_step(model, optimizer, micro, schedule.at(state.step), max_grad_norm, world.data_parallel());
     ops::synchronize(world.device());  // the step's last kernels may still be running on a GPU
@@ -209,9 +218,12 @@ int run_training(const Config& c, TrainingJob job) {
     state.samples_seen += global_batch;
     train_seconds += elapsed;
     window_seconds += elapsed;
-    window_tokens += global_batch * seq_len;
+    window_tokens += step_tokens;
+    window_flops += step_flops;
     window_samples += global_batch;
     samples_this_run += global_batch;
+    tokens_this_run += step_tokens;
+    flops_this_run += step_flops;
     ++window_steps;
     last_loss = s.loss;
 
@@ -227,8 +239,7 @@ int run_training(const Config& c, TrainingJob job) {
                                  {"throughput/samples_per_sec", samples_per_sec},
                                  {"throughput/device/samples_per_sec", samples_per_sec / world.size()},
                                  {"throughput/tokens_per_sec", tokens_per_sec},
-                                 {"throughput/mfu",
-                                  flops_per_token * tokens_per_sec / world.size() / (peak_tflops * 1e12)},
+                                 {"throughput/mfu", window_flops / window_seconds / world.size() / (peak_tflops * 1e12)},
                                  {"memory/allocated_mem", double(mem.allocated)},
                                  {"memory/reserved_mem", double(mem.reserved)},
                                  {"memory/peak_allocated_mem", double(mem.peak_allocated)},
@@ -239,7 +250,7 @@ int run_training(const Config& c, TrainingJob job) {
       console.status_line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
                                       state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
                                       format_duration(eta)));
-      window_seconds = 0;
+      window_seconds = window_flops = 0;
       window_tokens = window_samples = window_steps = 0;
     }
     if (eval_every > 0 && state.step % eval_every == 0 && state.step != total_steps) run_evaluation();
@@ -261,7 +272,8 @@ int run_training(const Config& c, TrainingJob job) {
     save();
   }
   const double wall = seconds_between(start, Clock::now());
-  const double tokens_per_sec = double(samples_this_run * seq_len) / std::max(train_seconds, 1e-9);
+  const double seconds = std::max(train_seconds, 1e-9);
+  const double tokens_per_sec = double(tokens_this_run) / seconds;
   const double tokens_per_sec_per_device = tokens_per_sec / world.size();
   // A run that had nothing left to train measured nothing: no row.
   if (world.is_main() && samples_this_run > 0) {
@@ -272,9 +284,9 @@ int run_training(const Config& c, TrainingJob job) {
                          .global_batch_size = global_batch,
                          .seq_len = seq_len,
                          .tokens_per_sec = tokens_per_sec,
-                         .samples_per_sec = tokens_per_sec / double(seq_len),
+                         .samples_per_sec = double(samples_this_run) / seconds,
                          .tokens_per_sec_per_device = tokens_per_sec_per_device,
-                         .mfu = flops_per_token * tokens_per_sec_per_device / (peak_tflops * 1e12),
+                         .mfu = flops_this_run / seconds / world.size() / (peak_tflops * 1e12),
                          .peak_memory_bytes = memory.stats().peak_allocated,
                          .final_loss = last_loss});
   }
