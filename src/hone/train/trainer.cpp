@@ -78,6 +78,10 @@ int run_training(const Config& c, TrainingJob job) {
   const ActivationOptions activations = activation_options_from(c);
   model.set_activation_checkpointing(activations.checkpointing);
   model.set_activation_offloading(activations.offload_inputs);
+  // The longest batch's activations now: a run that does not fit fails before
+  // step 1, and shorter batches (fine-tuning's are cut to their longest sample)
+  // are planned in this memory.
+  model.reserve(batch_size, seq_len);
   world.adopt(model);
   const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
   AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
