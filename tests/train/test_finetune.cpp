@@ -190,10 +190,13 @@ TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) 
   // and without dropout: each rank draws its own masks. At stage 2 each unit's
   // adapter gradients go to their owners as backward releases the unit; at
   // stage 3 the frozen base and the adapters are both sharded and gathered.
+  // Rows cut in multiples of 8: one process cuts each micro-batch to its own
+  // longest sample, the ranks cut their global batch to its longest.
   auto one = lora_args("lora_one", 6), two = lora_args("lora_two", 6);
   one.insert(one.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "gradient_accumulation_steps=2",
-                         "checkpoint.format=hone"});
-  two.insert(two.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "distributed.zero=2"});
+                         "checkpoint.format=hone", "dataset.pad_to_multiple_of=8"});
+  two.insert(two.end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "distributed.zero=2",
+                         "dataset.pad_to_multiple_of=8"});
   two = on_two_ranks(two);
   ASSERT_EQ(run_hone_to_log(one, root_ + "/lora_one.log"), 0) << read_file(root_ + "/lora_one.log");
   ASSERT_EQ(run_hone_to_log(two, root_ + "/lora_two.log"), 0) << read_file(root_ + "/lora_two.log");
@@ -225,9 +228,11 @@ TEST_F(FinetuneRun, LoraAtTensorParallel2TrainsAndExportsLikeOneProcess) {
   // differences stay of their own size (as for the data-parallel runs);
   // with a small eps a near-zero gradient's rounding flips the sign of a whole
   // lr-sized update, and six steps of that moved adapters by 1e-4 to 1e-3.
+  // Rows cut in multiples of 8, which the tp pair must cut alike (sequence
+  // parallelism splits their positions).
   const std::vector<std::string> common = {"dtype=fp32", "model.lora_dropout=0", "batch_size=2",
                                            "gradient_accumulation_steps=2", "export.dtype=fp32", "optimizer.eps=1",
-                                           "optimizer.lr=1"};
+                                           "optimizer.lr=1", "dataset.pad_to_multiple_of=8"};
   auto one = lora_args("lora_single", 6), tp = lora_args("lora_tp2", 6);
   one.insert(one.end(), common.begin(), common.end());
   one.insert(one.end(), {"export.hf=" + root_ + "/lora_single_hf", "export.peft=" + root_ + "/lora_single_peft"});
