@@ -108,11 +108,12 @@ Command add_convert(CLI::App& app) {
       };
     }
     const std::unique_ptr<WeightSource> source = open_convert_source(args->src, options);
-    std::vector<std::string> notes = source->notes();
-    options.special_tokens = check_tokenizer(*source, notes);
+    std::vector<std::string> tokenizer_notes;
+    options.special_tokens = check_tokenizer(*source, tokenizer_notes);
     const ConvertSummary s = convert_model(*source, args->dest, options);
     line.clear();
-    for (const std::string& note : notes) fmt::print("note: {}\n", note);
+    for (const std::string& note : s.notes) fmt::print("note: {}\n", note);
+    for (const std::string& note : tokenizer_notes) fmt::print("note: {}\n", note);
     fmt::print("{} ({}, {} layers, {} parameters) -> {} ({} folder, {} weights): {}\n", s.source,
                family_name(s.config.family), s.config.n_layers, count(s.config.num_params()), args->dest, args->to,
                dtype_name(s.dtype), fmt::join(s.files, ", "));

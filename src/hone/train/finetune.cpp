@@ -129,9 +129,10 @@ int run_finetune(const Config& c) {
   // Tensor parallelism splits a batch's positions over its ranks: rows of a
   // multiple of tp always split evenly.
   const int64_t multiple = c.get<int64_t>("dataset.pad_to_multiple_of");
+  const int64_t length_multiple = multiple == 0 ? 0 : std::lcm(multiple, int64_t(world.tp_size()));
   const data::SampleStreamOptions batching{.batch_size = batch,
                                            .seq_len = seq_len,
-                                           .length_multiple = multiple == 0 ? 0 : std::lcm(multiple, int64_t(world.tp_size())),
+                                           .length_multiple = length_multiple,
                                            .seed = run.seed,
                                            .shuffle = c.get<bool>("dataset.shuffle"),
                                            .packed = packed,
