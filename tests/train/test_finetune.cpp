@@ -140,6 +140,23 @@ TEST_F(FinetuneRun, BatchesCutToTheirLongestSampleLoseWhatWholeRowsDo) {
             std::string::npos)
       << read_file(root_ + "/cut.log");
   EXPECT_EQ(read_file(root_ + "/whole.log").find("cut to its longest"), std::string::npos);
+  // Unset, the multiple is 64 on the CPU, and 128 on a GPU (cuDNN's attention
+  // takes multiples of 128), which leaves rows of 128 whole.
+  std::ofstream(root_ + "/cut.yaml") << "recipe: lora_finetune\noutput_dir: " << root_ << "/unused\n"
+                                     << "checkpoint: {path: " << root_ << "/base}\n"
+                                     << "tokenizer: {path: " << tokenizer_ << "}\n"
+                                     << "dataset: {path: " << root_ << "/data.jsonl, max_seq_len: 128}\n";
+  auto validated = [&](const std::string& device) {
+    fs::remove(root_ + "/v.log");
+    EXPECT_EQ(run_hone_to_log({"validate", root_ + "/cut.yaml", "device=" + device}, root_ + "/v.log"), 0);
+    return read_file(root_ + "/v.log");
+  };
+  EXPECT_NE(validated("cpu").find("per step (at most: each batch is cut to its longest sample, in multiples of 64"),
+            std::string::npos)
+      << read_file(root_ + "/v.log");
+  const std::string on_gpu = validated("cuda");
+  EXPECT_NE(on_gpu.find("x 128 tokens per micro-batch"), std::string::npos) << on_gpu;
+  EXPECT_EQ(on_gpu.find("cut to"), std::string::npos) << on_gpu;
   expect_losses_of("cut", losses("whole"), 3);
   // Tokens are the positions computed: per sample, each step's row length.
   const auto row_lengths = [&](const std::string& run) {

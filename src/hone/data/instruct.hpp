@@ -66,10 +66,6 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& tokenizer, const std::string
 // The token that ends an answer: the chat format's end of turn, else EOS.
 int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);
 
-// Rows a multiple of 64 long: few distinct shapes (each planned once on a GPU)
-// for a little padding.
-inline constexpr int64_t kSampleLengthMultiple = 64;
-
 struct SampleStreamOptions {
   int64_t batch_size = 0;  // per rank
   int64_t seq_len = 0;     // the longest row

@@ -52,7 +52,7 @@ int run_eval(const Config& c) {
       source = std::make_unique<data::SampleStream>(
           std::move(d.samples), data::SampleStreamOptions{.batch_size = batch,
                                                           .seq_len = seq_len,
-                                                          .length_multiple = data::kSampleLengthMultiple,
+                                                          .length_multiple = sample_length_multiple(c, m.model->device()),
                                                           .shuffle = false,
                                                           .pad_id = m.tokenizer->eos_id().value_or(0)});
     } else {

@@ -78,7 +78,7 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
                   family_name(model.family), c.get<std::string>("checkpoint.path"), double(model.num_params()) / 1e6,
                   double(trained) / 1e6, lora ? fmt::format(" (LoRA rank {})", lora->rank) : std::string()),
       "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")) +
-          describe_cut(c.get<int64_t>("dataset.pad_to_multiple_of"), shape.seq_len),
+          describe_cut(sample_length_multiple(c, run.device), shape.seq_len),
       describe(m, run),
   };
 }
@@ -128,7 +128,7 @@ int run_finetune(const Config& c) {
   TrainingWorld world(c, run.device);
   // Tensor parallelism splits a batch's positions over its ranks: rows of a
   // multiple of tp always split evenly.
-  const int64_t multiple = c.get<int64_t>("dataset.pad_to_multiple_of");
+  const int64_t multiple = sample_length_multiple(c, world.device());
   const int64_t length_multiple = multiple == 0 ? 0 : std::lcm(multiple, int64_t(world.tp_size()));
   const data::SampleStreamOptions batching{.batch_size = batch,
                                            .seq_len = seq_len,
@@ -213,9 +213,9 @@ Schema finetune_schema(bool lora) {
          "records held out for validation (without dataset.validation_path)"},
         Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
-  s.add({"dataset.pad_to_multiple_of", ValueType::integer, data::kSampleLengthMultiple,
-         "each batch's rows are cut to its longest sample, rounded up to a multiple of this (0: every row "
-         "dataset.max_seq_len tokens long)"},
+  s.add({"dataset.pad_to_multiple_of", ValueType::integer, nullptr,
+         "each batch's rows are cut to its longest sample, rounded up to a multiple of this (unset: 64 on the CPU, "
+         "128 on a GPU, whose fused attention takes multiples of 128; 0: every row dataset.max_seq_len tokens long)"},
         Range::not_negative());
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});

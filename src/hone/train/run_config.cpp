@@ -183,6 +183,11 @@ int64_t sequence_length_for(const Config& c, std::string_view key, int64_t fallb
   return length;
 }
 
+int64_t sample_length_multiple(const Config& c, Device device) {
+  if (c.has("dataset.pad_to_multiple_of")) return c.get<int64_t>("dataset.pad_to_multiple_of");
+  return device.is_cuda() ? 128 : 64;
+}
+
 ModelConfig model_config_from(const Config& c) {
   ModelConfig m;
   if (c.has("model.name")) {

@@ -45,6 +45,11 @@ ModelConfig model_config_from(const Config& config);
 // model's max_seq_len; a length beyond the model's max_seq_len is an error
 // naming where it came from.
 int64_t sequence_length_for(const Config& config, std::string_view key, int64_t fallback, const ModelConfig& model);
+// The multiple that instruct batches' rows are cut to (data::SampleStreamOptions::
+// length_multiple): dataset.pad_to_multiple_of, or where it is unset 128 on a
+// GPU (cuDNN's fused attention takes lengths that are multiples of 128; each
+// length is planned once) and 64 on the CPU.
+int64_t sample_length_multiple(const Config& config, Device device);
 // enable_activation_checkpointing, enable_activation_offloading (which needs
 // checkpointing and device: cuda) and distributed.tp.
 ActivationOptions activation_options_from(const Config& config);
