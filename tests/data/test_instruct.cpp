@@ -264,5 +264,41 @@ TEST(SampleStream, CutsRowsToTheLongestSampleOfTheGlobalBatch) {
   EXPECT_EQ(last.positions.to_vector<int32_t>(), (std::vector<int32_t>{0, 1, 2, 3, 0, 0, 1, 2}));
 }
 
+// group_by_length: each 50 global batches take their samples longest first
+// (every rank alike); an epoch still sees every sample once, and a restored
+// position continues the same order.
+TEST(SampleStream, GroupsSamplesOfSimilarLength) {
+  std::vector<TokenizedSample> samples;
+  for (int32_t i = 0; i < 200; ++i) {
+    const int32_t length = 1 + i * 37 % 200;  // every length 1...200 once; each token says its sample's length
+    samples.push_back({std::vector<int32_t>(size_t(length), length), std::vector<int32_t>(size_t(length), length)});
+  }
+  const data::SampleStreamOptions grouped{
+      .batch_size = 1, .seq_len = 256, .length_multiple = 1, .seed = 5, .group_by_length = true, .world_size = 2};
+  data::SampleStreamOptions second = grouped;
+  second.rank = 1;
+  data::SampleStream first_rank(samples, grouped), second_rank(samples, second);
+  std::vector<int32_t> seen;
+  for (int batch = 0; batch < 100; ++batch) {
+    const Batch a = first_rank.next(), b = second_rank.next();
+    const int32_t length_a = a.tokens.to_vector<int32_t>()[0], length_b = b.tokens.to_vector<int32_t>()[0];
+    EXPECT_GE(length_a, length_b) << "batch " << batch;
+    EXPECT_EQ(a.tokens.size(1), length_a);  // the batch is cut to its longer sample, rank 0's
+    if (batch % 50 != 0) EXPECT_LE(length_a, seen[seen.size() - 1]) << "batch " << batch;  // longest first
+    seen.insert(seen.end(), {length_a, length_b});
+  }
+  // The groups are of shuffled samples: the first is not the 100 longest.
+  EXPECT_LE(*std::min_element(seen.begin(), seen.begin() + 100), 100);
+  std::sort(seen.begin(), seen.end());
+  for (int32_t i = 0; i < 200; ++i) EXPECT_EQ(seen[size_t(i)], i + 1);
+  data::SampleStream again(samples, grouped);
+  again.next();
+  const nlohmann::json state = again.state();
+  const auto next = again.next().tokens.to_vector<int32_t>();
+  data::SampleStream resumed(samples, grouped);
+  resumed.restore(state);
+  EXPECT_EQ(resumed.next().tokens.to_vector<int32_t>(), next);
+}
+
 }  // namespace
 }  // namespace hone::test

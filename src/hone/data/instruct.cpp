@@ -330,12 +330,23 @@ SampleStream::SampleStream(std::vector<TokenizedSample> samples, const SampleStr
 
 const TokenizedSample& SampleStream::sample_at(int64_t position) {
   const int64_t n = int64_t(samples_.size()), epoch = position / n, index = position % n;
-  if (!o_.shuffle) return samples_[size_t(index)];
+  if (!o_.shuffle && !o_.group_by_length) return samples_[size_t(index)];
   if (order_epoch_ != epoch) {
     order_.resize(size_t(n));
     std::iota(order_.begin(), order_.end(), int64_t(0));
-    Generator g(o_.seed, uint64_t(epoch));
-    for (int64_t i = n - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[g.next_below(uint64_t(i + 1))]);
+    if (o_.shuffle) {
+      Generator g(o_.seed, uint64_t(epoch));
+      for (int64_t i = n - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[g.next_below(uint64_t(i + 1))]);
+    }
+    if (o_.group_by_length) {
+      const int64_t group = kLengthGroupBatches * o_.batch_size * o_.world_size;
+      const auto longer = [&](int64_t a, int64_t b) {
+        return samples_[size_t(a)].tokens.size() > samples_[size_t(b)].tokens.size();
+      };
+      for (int64_t begin = 0; begin < n; begin += group) {
+        std::stable_sort(order_.begin() + begin, order_.begin() + std::min(n, begin + group), longer);
+      }
+    }
     order_epoch_ = epoch;
   }
   return samples_[size_t(order_[size_t(index)])];

@@ -75,6 +75,10 @@ struct SampleStreamOptions {
   int64_t length_multiple = 0;
   uint64_t seed = 0;
   bool shuffle = true;
+  // Each run of kLengthGroupBatches global batches takes its samples longest
+  // first, so a batch holds samples of similar length and its rows are cut
+  // shorter (transformers' group_by_length).
+  bool group_by_length = false;
   bool packed = false;
   int32_t pad_id = 0;
   int rank = 0, world_size = 1;
@@ -88,6 +92,8 @@ struct SampleStreamOptions {
 // and an epoch counts the packed rows of the first pass.
 class SampleStream final : public BatchSource {
  public:
+  static constexpr int64_t kLengthGroupBatches = 50;  // transformers' megabatches
+
   SampleStream(std::vector<TokenizedSample> samples, const SampleStreamOptions& options);
   Batch next() override;
   nlohmann::json state() const override;

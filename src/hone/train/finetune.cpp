@@ -135,6 +135,7 @@ int run_finetune(const Config& c) {
                                            .length_multiple = length_multiple,
                                            .seed = run.seed,
                                            .shuffle = c.get<bool>("dataset.shuffle"),
+                                           .group_by_length = c.get<bool>("dataset.group_by_length"),
                                            .packed = packed,
                                            .pad_id = pad,
                                            .rank = world.dp_rank(),
@@ -142,8 +143,8 @@ int run_finetune(const Config& c) {
   data::SampleStream train(std::move(dataset.samples), batching);
   std::unique_ptr<data::SampleStream> valid;
   if (!validation.empty()) {
-    data::SampleStreamOptions in_order = batching;
-    in_order.shuffle = false;
+    data::SampleStreamOptions in_order = batching;  // eval.max_batches: the same first batches every time
+    in_order.shuffle = in_order.group_by_length = false;
     valid = std::make_unique<data::SampleStream>(std::move(validation), in_order);
   }
 
@@ -217,6 +218,9 @@ Schema finetune_schema(bool lora) {
          "each batch's rows are cut to its longest sample, rounded up to a multiple of this (unset: 64 on the CPU, "
          "128 on a GPU, whose fused attention takes multiples of 128; 0: every row dataset.max_seq_len tokens long)"},
         Range::not_negative());
+  s.add({"dataset.group_by_length", ValueType::boolean, false,
+         "batches of samples of similar length (every 50 batches' samples taken longest first): less padding, as "
+         "transformers' group_by_length"});
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});
   s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});
