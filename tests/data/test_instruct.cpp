@@ -284,7 +284,9 @@ TEST(SampleStream, GroupsSamplesOfSimilarLength) {
     const int32_t length_a = a.tokens.to_vector<int32_t>()[0], length_b = b.tokens.to_vector<int32_t>()[0];
     EXPECT_GE(length_a, length_b) << "batch " << batch;
     EXPECT_EQ(a.tokens.size(1), length_a);  // the batch is cut to its longer sample, rank 0's
-    if (batch % 50 != 0) EXPECT_LE(length_a, seen[seen.size() - 1]) << "batch " << batch;  // longest first
+    if (batch % 50 != 0) {
+      EXPECT_LE(length_a, seen[seen.size() - 1]) << "batch " << batch;  // longest first
+    }
     seen.insert(seen.end(), {length_a, length_b});
   }
   // The groups are of shuffled samples: the first is not the 100 longest.

@@ -146,15 +146,21 @@ TEST_F(FinetuneRun, BatchesCutToTheirLongestSampleLoseWhatWholeRowsDo) {
                                      << "checkpoint: {path: " << root_ << "/base}\n"
                                      << "tokenizer: {path: " << tokenizer_ << "}\n"
                                      << "dataset: {path: " << root_ << "/data.jsonl, max_seq_len: 128}\n";
-  auto validated = [&](const std::string& device) {
+  auto validated = [&](std::vector<std::string> overrides) {
     fs::remove(root_ + "/v.log");
-    EXPECT_EQ(run_hone_to_log({"validate", root_ + "/cut.yaml", "device=" + device}, root_ + "/v.log"), 0);
+    overrides.insert(overrides.begin(), {"validate", root_ + "/cut.yaml"});
+    EXPECT_EQ(run_hone_to_log(overrides, root_ + "/v.log"), 0);
     return read_file(root_ + "/v.log");
   };
-  EXPECT_NE(validated("cpu").find("per step (at most: each batch is cut to its longest sample, in multiples of 64"),
+  EXPECT_NE(validated({"device=cpu"}).find("per step (at most: each batch is cut to its longest sample, in multiples "
+                                            "of 64"),
             std::string::npos)
       << read_file(root_ + "/v.log");
-  const std::string on_gpu = validated("cuda");
+  // Tensor parallelism splits the positions: rows of a multiple of tp.
+  EXPECT_NE(validated({"distributed.tp=4", "dataset.pad_to_multiple_of=6"}).find("in multiples of 12 tokens"),
+            std::string::npos)
+      << read_file(root_ + "/v.log");
+  const std::string on_gpu = validated({"device=cuda"});
   EXPECT_NE(on_gpu.find("x 128 tokens per micro-batch"), std::string::npos) << on_gpu;
   EXPECT_EQ(on_gpu.find("cut to"), std::string::npos) << on_gpu;
   expect_losses_of("cut", losses("whole"), 3);

@@ -50,9 +50,7 @@ SpecialTokenIds check_tokenizer(const WeightSource& source, std::vector<std::str
                                 e.what()));
     return {};
   }
-  HONE_CHECK(tokenizer->vocab_size() <= source.config().vocab_size,
-             "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", dir.string(),
-             tokenizer->vocab_size(), source.config().vocab_size);
+  check_fits_vocabulary(*tokenizer, source.config().vocab_size, dir.string());
   return {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
 }
 

@@ -15,6 +15,16 @@ Tensor to_tensor(const std::vector<double>& values, const Shape& shape, DType dt
   return ops::cast_to(Tensor::from(values, shape), dtype).to(device);
 }
 
+// `memory` itself when it holds at least `elements`, else new memory of that
+// many (the old freed first, so that the two are never held at once).
+const Tensor& hold_at_least(Tensor& memory, int64_t elements, DType dtype, Device device) {
+  if (!memory.defined() || memory.numel() < elements) {
+    memory = Tensor();
+    memory = Tensor::empty({elements}, dtype, device);
+  }
+  return memory;
+}
+
 }  // namespace
 
 Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora,
@@ -276,20 +286,11 @@ void Transformer::reserve(int64_t batch, int64_t seq) {
   // Fine-tuning batches are cut to their longest sample, so the shape changes
   // from step to step: one that fits the memory held is planned in it, with no
   // allocation (and on the CPU no page faults) per step.
-  if (!arena_memory_.defined() || arena_memory_.nbytes() < arena_bytes_) {
-    arena_memory_ = Tensor();
-    arena_memory_ = Tensor::empty({int64_t(arena_bytes_)}, DType::u8, device_);
-  }
-  Arena arena(arena_memory_);
+  Arena arena(hold_at_least(arena_memory_, int64_t(arena_bytes_), DType::u8, device_));
   acts_ = plan_activations(config_, dtype_, batch, seq, arena, options);
   if (options.offload_inputs) {
-    const int64_t elements = config_.n_layers * batch * seq / tp_size_ * config_.dim;
-    if (!offloaded_inputs_.defined() || offloaded_inputs_.numel() < elements) {
-      offloaded_inputs_ = Tensor();
-      offloaded_inputs_ = Tensor::empty({elements}, dtype_, Device::cpu());
-    }
-    const Tensor host =
-        offloaded_inputs_.slice(0, {config_.n_layers, batch * seq / tp_size_, config_.dim});
+    const Shape inputs{config_.n_layers, batch * seq / tp_size_, config_.dim};
+    const Tensor host = hold_at_least(offloaded_inputs_, inputs.numel(), dtype_, Device::cpu()).slice(0, inputs);
     input_copies_ = std::make_unique<ops::OverlappedCopies>(device_, host, 2);
   }
   ensure_rope_tables(seq);

@@ -3,7 +3,6 @@
 // directory, llm.c / llama2.c file), trained on an instruct or chat dataset by the
 // shared training loop, and exported at the end if asked.
 #include <filesystem>
-#include <numeric>
 
 #include "hone/core/parallel.hpp"
 #include "hone/core/text.hpp"
@@ -98,9 +97,7 @@ int run_finetune(const Config& c) {
 
   const std::string tokenizer_dir = tokenizer_path_for_model(c);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
-  HONE_CHECK(tokenizer->vocab_size() <= model_config.vocab_size,
-             "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", c.origin(),
-             tokenizer->vocab_size(), model_config.vocab_size);
+  check_fits_vocabulary(*tokenizer, model_config.vocab_size, c.origin());
   const data::InstructOptions options = instruct_options_from(c, seq_len);
   const std::string path = c.get<std::string>("dataset.path");
   data::InstructDataset dataset = data::load_instruct_dataset(path, *tokenizer, options);
@@ -126,13 +123,9 @@ int run_finetune(const Config& c) {
   const int64_t batch = shape.batch_size;
   const bool packed = c.get<bool>("dataset.packed");
   TrainingWorld world(c, run.device);
-  // Tensor parallelism splits a batch's positions over its ranks: rows of a
-  // multiple of tp always split evenly.
-  const int64_t multiple = sample_length_multiple(c, world.device());
-  const int64_t length_multiple = multiple == 0 ? 0 : std::lcm(multiple, int64_t(world.tp_size()));
   const data::SampleStreamOptions batching{.batch_size = batch,
                                            .seq_len = seq_len,
-                                           .length_multiple = length_multiple,
+                                           .length_multiple = sample_length_multiple(c, world.device()),
                                            .seed = run.seed,
                                            .shuffle = c.get<bool>("dataset.shuffle"),
                                            .group_by_length = c.get<bool>("dataset.group_by_length"),

@@ -67,9 +67,7 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   if (!with_tokenizer) return out;
   if (tokenizer.empty()) tokenizer = tokenizer_path_for_model(c);
   out.tokenizer = load_tokenizer(tokenizer);
-  HONE_CHECK(out.tokenizer->vocab_size() <= weights->config().vocab_size,
-             "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", tokenizer,
-             out.tokenizer->vocab_size(), weights->config().vocab_size);
+  check_fits_vocabulary(*out.tokenizer, weights->config().vocab_size, tokenizer);
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "hone/train/run_config.hpp"
 
 #include <filesystem>
+#include <numeric>
 
 #include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
@@ -184,8 +185,10 @@ int64_t sequence_length_for(const Config& c, std::string_view key, int64_t fallb
 }
 
 int64_t sample_length_multiple(const Config& c, Device device) {
-  if (c.has("dataset.pad_to_multiple_of")) return c.get<int64_t>("dataset.pad_to_multiple_of");
-  return device.is_cuda() ? 128 : 64;
+  const int64_t multiple =
+      c.has("dataset.pad_to_multiple_of") ? c.get<int64_t>("dataset.pad_to_multiple_of") : device.is_cuda() ? 128 : 64;
+  const int64_t tp = c.has("distributed.tp") ? c.get<int64_t>("distributed.tp") : 1;
+  return multiple == 0 ? 0 : std::lcm(multiple, tp);
 }
 
 ModelConfig model_config_from(const Config& c) {

@@ -48,7 +48,8 @@ int64_t sequence_length_for(const Config& config, std::string_view key, int64_t 
 // The multiple that instruct batches' rows are cut to (data::SampleStreamOptions::
 // length_multiple): dataset.pad_to_multiple_of, or where it is unset 128 on a
 // GPU (cuDNN's fused attention takes lengths that are multiples of 128; each
-// length is planned once) and 64 on the CPU.
+// length is planned once) and 64 on the CPU; and a multiple of distributed.tp,
+// whose ranks split a batch's positions.
 int64_t sample_length_multiple(const Config& config, Device device);
 // enable_activation_checkpointing, enable_activation_offloading (which needs
 // checkpointing and device: cuda) and distributed.tp.

@@ -139,6 +139,11 @@ std::vector<fs::path> tokenizer_files_in(const fs::path& dir) {
   return {};
 }
 
+void check_fits_vocabulary(const Tokenizer& tokenizer, int64_t vocab_size, std::string_view where) {
+  HONE_CHECK(tokenizer.vocab_size() <= vocab_size, "{}: the tokenizer has {} tokens, more than the model's vocabulary of {}",
+             where, tokenizer.vocab_size(), vocab_size);
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {

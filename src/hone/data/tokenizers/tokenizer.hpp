@@ -71,6 +71,9 @@ class Tokenizer {
 // (tokenizer.json, tokenizer.model, encoder.json + vocab.bpe, vocab.json + merges.txt).
 // Throws hone::Error naming the file, the line or byte offset and what was expected.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
+// Throws hone::Error, starting with `where`, when `tokenizer` has ids past a
+// model's vocabulary of `vocab_size`.
+void check_fits_vocabulary(const Tokenizer& tokenizer, int64_t vocab_size, std::string_view where);
 // The file(s) load_tokenizer reads in the folder `dir`, in the order it looks for
 // them (one file, or GPT-2's two); empty when it holds none.
 std::vector<std::filesystem::path> tokenizer_files_in(const std::filesystem::path& dir);
