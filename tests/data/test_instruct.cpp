@@ -6,6 +6,7 @@
 #include "data/tokenizers/assets.hpp"
 #include "hone/data/instruct.hpp"
 #include "support/check.hpp"
+#include "support/mds_fixture.hpp"
 
 namespace hone::test {
 namespace {
@@ -140,6 +141,58 @@ TEST_F(InstructTest, ShareGptConversationsReadLikeMessages) {
                chat);
   expect_error(R"({"dialogue": "Hi"})", "no 'messages' list of messages (nor a ShareGPT 'conversations' list)", chat);
   expect_error(R"({"conversations": []})", "no 'turns' list of messages", mapped);
+}
+
+// LLM Foundry's fine-tuning records: prompt and response, in JSONL or in MDS
+// shards (str columns; json columns hold chats), read with the plain template
+// as records of input and output are.
+TEST_F(InstructTest, LlmFoundryPromptResponseRecordsInJsonlAndMds) {
+  const InstructOptions plain{.format = InstructTemplate::plain};
+  const auto load = [&](const std::string& path, const InstructOptions& o, const Tokenizer& t) {
+    return data::load_instruct_dataset(path, t, o).samples;
+  };
+  const auto want = load(file("io.jsonl", R"({"input": "Q: 2+2?\nA:", "output": " 4"}
+{"input": "Say hi.", "output": " hi"}
+)"),
+                         plain, *llama3_);
+  ASSERT_EQ(want.size(), 2u);
+  EXPECT_EQ(want[0].tokens.front(), *llama3_->bos_id());
+  const auto same = [&](const std::vector<TokenizedSample>& got) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << i;
+      EXPECT_EQ(got[i].labels, want[i].labels) << i;
+    }
+  };
+  same(load(file("pr.jsonl", R"({"prompt": "Q: 2+2?\nA:", "response": " 4"}
+{"prompt": "Say hi.", "response": " hi"}
+)"),
+            plain, *llama3_));
+  const std::string messages = R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}])";
+  write_mds_fixture(dir_ + "/foundry", {{"prompt", "str"}, {"response", "str"}, {"id", "int"}, {"chat", "json"}},
+                    {{"Q: 2+2?\nA:", " 4", raw_bytes<int64_t>({7}), messages},
+                     {"Say hi.", " hi", raw_bytes<int64_t>({8}), messages}});
+  same(load(dir_ + "/foundry", plain, *llama3_));
+  InstructOptions chat{.format = InstructTemplate::chat};
+  chat.column_map["messages"] = "chat";
+  EXPECT_EQ(load(dir_ + "/foundry", chat, *llama3_)[1].tokens,
+            load(file("chat.jsonl", R"({"messages": )" + messages + "}\n"), {.format = InstructTemplate::chat},
+                 *llama3_)[0]
+                .tokens);
+
+  // A column_map entry is the only column read; errors name the sample.
+  InstructOptions mapped = plain;
+  mapped.column_map["input"] = "question";
+  EXPECT_NE(error_of([&] { load(dir_ + "/foundry", mapped, *llama3_); })
+                .find(dir_ + "/foundry: sample 0: no 'question' column (the template's 'input'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load(file("none.jsonl", R"({"text": "x"})" "\n"), plain, *llama3_); })
+                .find("none.jsonl:1: no 'input' column nor 'prompt'"),
+            std::string::npos);
+  write_mds_fixture(dir_ + "/badjson", {{"chat", "json"}}, {{"[{"}});
+  EXPECT_NE(error_of([&] { load(dir_ + "/badjson", chat, *llama3_); })
+                .find(dir_ + "/badjson: sample 0: column 'chat' is not valid JSON"),
+            std::string::npos);
 }
 
 TEST_F(InstructTest, TruncatesAndDropsWhatCannotBeLearned) {

@@ -8,6 +8,7 @@
 #include "hone/data/formats/megatron.hpp"
 #include "hone/train/data_sources.hpp"
 #include "support/check.hpp"
+#include "support/mds_fixture.hpp"
 
 namespace hone::test {
 namespace {
@@ -106,6 +107,35 @@ TEST_F(PretrainingData, ValidationPathGivesValidationDataOfItsOwn) {
   mock.set("dataset.validation_path", prefix("held"));
   EXPECT_NE(error_of([&] { open_pretraining_data(mock, 16); })
                 .find("dataset.validation_path " + prefix("held") + " is set but dataset.type is mock"),
+            std::string::npos);
+}
+
+// LLM Foundry's shards: `tokens` as raw bytes (int64 unless token_encoding_type
+// says otherwise) train like NDArray tokens; shards of text say how to tokenize them.
+TEST_F(PretrainingData, MdsShardsOfLlmFoundry) {
+  const std::string raw64 = root_ + "/raw64", raw32 = root_ + "/raw32", text = root_ + "/text";
+  write_mds_fixture(raw64, {{"tokens", "bytes"}}, std::vector(6, std::vector{raw_bytes(std::vector<int64_t>(30, 5))}));
+  write_mds_fixture(raw32, {{"tokens", "bytes"}}, std::vector(2, std::vector{raw_bytes(std::vector<int32_t>(30, 6))}));
+  Config c = config("1 " + raw64 + " 1 " + raw32, 0.0);
+  c.set("dataset.type", "mds");
+  c.set("dataset.token_encoding_type", "int64");
+  EXPECT_NE(error_of([&] { open_pretraining_data(c, 16); }).find(raw32 + "/shard.00000.mds: sample 0"),
+            std::string::npos);
+  c.set("dataset.path", raw64);
+  TrainingData d = open_pretraining_data(c, 16);
+  EXPECT_EQ(d.train[0].source->num_documents(), 6);
+  EXPECT_EQ(draws(d.train, d.train_weights, 10), (std::map<int32_t, int>{{5, 10}}));
+  c.set("dataset.path", raw32);
+  c.set("dataset.token_encoding_type", "int32");
+  d = open_pretraining_data(c, 16);
+  EXPECT_EQ(d.train[0].source->document_length(1), 30);
+  EXPECT_EQ(draws(d.train, d.train_weights, 4), (std::map<int32_t, int>{{6, 4}}));
+
+  write_mds_fixture(text, {{"text", "str"}}, {{"some text"}});
+  c.set("dataset.path", text + "/");
+  EXPECT_NE(error_of([&] { open_pretraining_data(c, 16); })
+                .find(text + "/: holds text (a 'text' column), not token ids: tokenize it once with `hone preprocess "
+                             "--input " + text + " --output-prefix " + text + "_tokens --format mds"),
             std::string::npos);
 }
 

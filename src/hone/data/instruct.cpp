@@ -6,6 +6,7 @@
 #include "hone/core/error.hpp"
 #include "hone/core/rng.hpp"
 #include "hone/data/formats/inputs.hpp"
+#include "hone/data/formats/mds.hpp"
 
 namespace hone::data {
 
@@ -47,7 +48,31 @@ struct Record {
   Json value;
 };
 
+// The samples of an MDS folder (LLM Foundry's fine-tuning shards: `prompt` and
+// `response` str columns) as records of their str, json and int columns.
+std::vector<Record> read_mds_records(const std::string& dir) {
+  const MdsDataset dataset(dir);
+  std::vector<Record> records;
+  for (uint64_t i = 0; i < dataset.size(); ++i) {
+    const MdsShardInfo& shard = dataset.shard_of(i);
+    Record r{fmt::format("{}: sample {}", dir, i), Json::object()};
+    for (size_t c = 0; c < shard.column_names.size(); ++c) {
+      const std::string& name = shard.column_names[c];
+      const std::string& encoding = shard.column_encodings[c];
+      if (encoding == "str") r.value[name] = dataset.str(i, name);
+      if (encoding == "int") r.value[name] = dataset.integer(i, name);
+      if (encoding == "json") {
+        r.value[name] = Json::parse(dataset.str(i, name), nullptr, false);
+        HONE_CHECK(!r.value[name].is_discarded(), "{}: column '{}' is not valid JSON", r.where, name);
+      }
+    }
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
 std::vector<Record> read_records(const std::string& path) {
+  if (is_mds_folder(path)) return read_mds_records(path);
   std::string base = path;
   for (const char* suffix : {".gz", ".zst", ".zstd"}) {
     if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
@@ -60,7 +85,7 @@ std::vector<Record> read_records(const std::string& path) {
     for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
   } else {
     HONE_CHECK(base.ends_with(".jsonl") || base.ends_with(".ndjson"),
-               "{}: instruct datasets are .jsonl or .json files (optionally .gz or .zst)", path);
+               "{}: instruct datasets are .jsonl or .json files (optionally .gz or .zst), or MDS folders", path);
     std::string line;
     for (uint64_t n = 1; in.read_line(line); ++n) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -78,12 +103,20 @@ std::string column_of(const std::string& field, const InstructOptions& o) {
   return it == o.column_map.end() ? field : it->second;
 }
 
+// A template field's text. The plain template reads LLM Foundry's records too:
+// without a column_map entry, a record with no `input` (`output`) column is read
+// from `prompt` (`response`).
 std::string text_field(const Record& r, const std::string& field, const InstructOptions& o, bool required = true) {
-  const std::string column = column_of(field, o);
+  std::string column = column_of(field, o);
+  const char* foundry_column = o.format != InstructTemplate::plain || o.column_map.contains(field) ? nullptr
+                               : field == "input"                                              ? "prompt"
+                               : field == "output"                                             ? "response"
+                                                                                               : nullptr;
+  if (foundry_column && !r.value.contains(column) && r.value.contains(foundry_column)) column = foundry_column;
   auto it = r.value.find(column);
   if (it == r.value.end() || it->is_null()) {
-    HONE_CHECK(!required, "{}: no '{}' column (the template's '{}'; map another with dataset.column_map.{})",
-               r.where, column, field, field);
+    HONE_CHECK(!required, "{}: no '{}' column{} (the template's '{}'; map another with dataset.column_map.{})",
+               r.where, column, foundry_column ? fmt::format(" nor '{}'", foundry_column) : "", field, field);
     return "";
   }
   HONE_CHECK(it->is_string(), "{}: column '{}' is not a string", r.where, column);

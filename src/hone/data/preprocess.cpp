@@ -158,32 +158,47 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   return out;
 }
 
-// The documents of the input files, raw: a JSONL line or a whole text file. Only
-// this part runs under the lock; the workers parse the JSON, which would
-// otherwise take a quarter of a worker's time and cap the speed-up near 4x.
+// The documents of the input files, raw: a JSONL line, a whole text file, or
+// the fields of an MDS sample. Only this part runs under the lock; the workers
+// parse the JSON, which would otherwise take a quarter of a worker's time and
+// cap the speed-up near 4x.
 class Source {
  public:
+  enum class Kind { jsonl_line, text_file, fields };
+
   Source(const std::vector<std::string>& inputs, const std::vector<std::string>& keys)
       : keys_(keys), files_(DocumentReader(inputs, keys).files()) {}
 
   const std::vector<std::string>& files() const { return files_; }
   size_t file() const { return next_file_; }  // 1-based index of the file being read
 
-  // The next document; false at the end of the inputs.
-  bool next(std::string& raw, std::string& origin, bool& jsonl) {
+  // The next document into `raw` (a JSONL line or a text file) or `document`
+  // (an MDS sample's fields), as `kind` says; false at the end of the inputs.
+  bool next(std::string& raw, TextDocument& document, Kind& kind) {
     while (true) {
+      if (mds_) {
+        if (mds_->next(document)) {
+          kind = Kind::fields;
+          return true;
+        }
+        mds_.reset();
+      }
       if (jsonl_) {
         while (jsonl_->read_line(raw)) {
           ++line_;
           if (raw.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are skipped
-          origin = fmt::format("{}:{}", jsonl_->name(), line_);
-          jsonl = true;
+          document.origin = fmt::format("{}:{}", jsonl_->name(), line_);
+          kind = Kind::jsonl_line;
           return true;
         }
         jsonl_.reset();
       }
       if (next_file_ == files_.size()) return false;
       const std::string& path = files_[next_file_++];
+      if (fs::is_directory(path)) {  // DocumentReader lists MDS folders as they are
+        mds_ = std::make_unique<MdsTextReader>(path, keys_);
+        continue;
+      }
       if (is_jsonl_name(fs::path(path).filename().string())) {
         jsonl_ = std::make_unique<InputStream>(path);
         line_ = 0;
@@ -193,8 +208,8 @@ class Source {
                  "{}: a plain text file is one document with one field, but {} JSON keys were given", path,
                  keys_.size());
       raw = InputStream(path).read_all();
-      origin = path;
-      jsonl = false;
+      document.origin = path;
+      kind = Kind::text_file;
       return true;
     }
   }
@@ -211,6 +226,7 @@ class Source {
   std::vector<std::string> files_;
   size_t next_file_ = 0;
   std::unique_ptr<InputStream> jsonl_;
+  std::unique_ptr<MdsTextReader> mds_;
   uint64_t line_ = 0;
 };
 
@@ -441,16 +457,18 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   };
 
   const auto work = [&] {
-    std::string raw, origin;
-    std::vector<std::string> fields;
-    bool jsonl = false;
+    std::string raw;
+    TextDocument document;
+    const std::string& origin = document.origin;
+    std::vector<std::string>& fields = document.fields;
+    Source::Kind kind{};
     while (true) {
       uint64_t index;
       {
         std::lock_guard lock(read_mutex);
         if (reading_done || failed || (stop && *stop)) break;
         try {
-          if (!source.next(raw, origin, jsonl)) {
+          if (!source.next(raw, document, kind)) {
             reading_done = true;
             break;
           }
@@ -465,11 +483,8 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
       // waiting for it in later sinks would wait forever.
       std::exception_ptr doc_error;
       try {
-        if (jsonl) {
-          parse_jsonl_line(raw, keys, origin, fields);
-        } else {
-          fields.assign(1, std::move(raw));
-        }
+        if (kind == Source::Kind::jsonl_line) parse_jsonl_line(raw, keys, origin, fields);
+        if (kind == Source::Kind::text_file) fields.assign(1, std::move(raw));
       } catch (...) {
         doc_error = std::current_exception();
       }

@@ -40,7 +40,7 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
   for (const auto& [weight, p] : parts) {
     std::shared_ptr<const data::DocumentSource> source;
     if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
-    else source = std::make_shared<data::MdsDocuments>(p);
+    else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
     b.description += (b.description.empty() ? "" : ", ") + source->describe();
     b.sources.push_back(std::move(source));
     if (parts.size() > 1) b.weights.push_back(weight);

@@ -17,7 +17,7 @@ Schema eval_schema() {
   Schema s = inference_schema();
   s.add({"dataset.type", ValueType::string, nullptr, "data for loss and perplexity",
          {"mock", "megatron", "mds", "instruct"}});
-  s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct file"});
+  s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct records (a file or MDS folder)"});
   s.add({"dataset.seq_len", ValueType::integer, nullptr,
          "tokens per sequence (unset: 256, or the model's max_seq_len if smaller)"},
         Range::positive());
@@ -28,7 +28,7 @@ Schema eval_schema() {
   s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
   s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
   s.add({"task.path", ValueType::string, nullptr, "a multiple-choice JSONL task file (HellaSwag-style)"});
-  return s;
+  return s.add(mds_tokens_schema());
 }
 
 int run_eval(const Config& c) {

@@ -146,8 +146,8 @@ int run_finetune(const Config& c) {
   model.init_lora(run.seed);
   std::vector<std::string> summary = summarize(c, shape, world.dp_size());
   if (dataset.truncated || dataset.dropped) {
-    summary.push_back(fmt::format("data: {} samples cut to {} tokens, {} dropped with nothing left to learn",
-                                  dataset.truncated, seq_len, dataset.dropped));
+    summary.push_back(fmt::format("data: {} cut to {} tokens, {} dropped with nothing left to learn",
+                                  plural(dataset.truncated, "sample"), seq_len, dataset.dropped));
   }
   return run_training(c, {.world = &world,
                           .model = &model,
@@ -191,7 +191,7 @@ Schema finetune_schema(bool lora) {
   s.add(run_schema()).add(training_schema());
   s.add(model_source_schema("the model to start from"));
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
-  s.add({"dataset.path", ValueType::string, nullptr, "a .jsonl or .json file of records", {}, true});
+  s.add({"dataset.path", ValueType::string, nullptr, "a .jsonl or .json file of records, or an MDS folder (LLM Foundry's prompt/response shards)", {}, true});
   s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
          {"alpaca", "summarize", "plain", "chat"}});
   s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
@@ -201,7 +201,7 @@ Schema finetune_schema(bool lora) {
          "tokens per sample, longer ones are cut (unset: 512, or the model's max_seq_len if smaller)"},
         Range{.low = 2});
   s.add({"dataset.validation_path", ValueType::string, nullptr,
-         "validation records of their own (a .jsonl or .json file read as dataset.path is), instead of records held "
+         "validation records of their own (a file or MDS folder read as dataset.path is), instead of records held "
          "out of dataset.path"});
   s.add({"dataset.validation_fraction", ValueType::number, 0.05,
          "records held out for validation (without dataset.validation_path)"},

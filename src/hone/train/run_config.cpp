@@ -6,6 +6,7 @@
 #include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/text.hpp"
+#include "hone/data/formats/mds.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/dist/plan.hpp"
 #include "hone/io/checkpoint.hpp"
@@ -152,6 +153,15 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"tokenizer.path", ValueType::string, nullptr,
          "the folder of the tokenizer the data was made with: its files go into every checkpoint"});
+  return s.add(mds_tokens_schema());
+}
+
+Schema mds_tokens_schema() {
+  Schema s;
+  s.add({"dataset.token_encoding_type", ValueType::string, std::string(data::kDefaultBytesTokenType),
+         "mds: the integers of a 'tokens' column stored as raw bytes (LLM Foundry's concat_tokens datasets before "
+         "ndarray columns: int64); ndarray columns carry their own",
+         {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}});
   return s;
 }
 

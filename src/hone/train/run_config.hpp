@@ -30,6 +30,8 @@ Schema model_schema();
 Schema training_schema();
 // dataset.* and tokenizer.path of the pretrain recipe.
 Schema pretrain_dataset_schema();
+// dataset.token_encoding_type: how MDS `bytes` tokens are read (pretrain and eval).
+Schema mds_tokens_schema();
 
 struct RunSettings {
   std::string output_dir;

@@ -5,6 +5,7 @@
 
 #include "formats_test.hpp"
 #include "hone/data/formats/inputs.hpp"
+#include "support/mds_fixture.hpp"
 
 namespace hone::test {
 namespace {
@@ -138,6 +139,37 @@ TEST_F(InputsTest, TextFilesAndFoldersAreOneDocumentPerFileInPathOrder) {
   EXPECT_EQ(texts, (std::vector<std::string>{"ay\r\nline two\n", "bee", "sea", "dee", "ee", "solo"}));
   expect_error([&] { read_all({path("single.md")}, {"text", "title"}); }, {path("single.md"), "one field", "2 JSON keys"});
   expect_error([&] { read_all({path("missing")}, {"text"}); }, {path("missing"), "no such file or folder"});
+}
+
+TEST_F(InputsTest, MdsFoldersOfTextAreOneDocumentPerSample) {
+  // LLM Foundry's text shards (convert_dataset_hf.py without --concat_tokens),
+  // with an int column beside the text, and a JSONL file after the folder.
+  write_mds_fixture(path("foundry"), {{"text", "str"}, {"id", "int"}, {"title", "str"}},
+                    {{"first text", raw_bytes<int64_t>({1}), "t1"}, {"", raw_bytes<int64_t>({2}), "t2"}});
+  write_text(path("more.jsonl"), "{\"text\": \"third\", \"title\": \"t3\"}\n");
+  DocumentReader reader(std::vector<std::string>{path("foundry"), path("more.jsonl")}, {"text", "title"});
+  EXPECT_EQ(reader.files(), (std::vector<std::string>{path("foundry"), path("more.jsonl")}));
+  std::vector<TextDocument> docs;
+  for (TextDocument doc; reader.next(doc);) docs.push_back(doc);
+  ASSERT_EQ(docs.size(), 3u);
+  EXPECT_EQ(docs[0].origin, path("foundry") + ": sample 0");
+  EXPECT_EQ(docs[0].fields, (std::vector<std::string>{"first text", "t1"}));
+  EXPECT_EQ(docs[1].origin, path("foundry") + ": sample 1");
+  EXPECT_EQ(docs[1].fields, (std::vector<std::string>{"", "t2"}));
+  EXPECT_EQ(docs[2].fields, (std::vector<std::string>{"third", "t3"}));
+
+  // A key must name a str column; the error lists the columns there are.
+  expect_error([&] { read_all({path("foundry")}, {"body"}); },
+               {path("foundry"), "no text column 'body'", "its columns: id (int), text (str), title (str)"});
+  expect_error([&] { read_all({path("foundry")}, {"id"}); }, {"no text column 'id'"});
+  write_mds_fixture(path("tokens"), {{"tokens", "bytes"}}, {{raw_bytes<int64_t>({1, 2})}});
+  expect_error([&] { read_all({path("tokens")}, {"text"}); }, {"its 'tokens' are token ids already"});
+  // Shards met while walking a folder are not text: the folder must be an input of its own.
+  fs::create_directories(path("corpus"));
+  write_text(path("corpus/a.txt"), "text");
+  fs::rename(path("foundry"), path("corpus/train"));
+  expect_error([&] { read_all({path("corpus")}, {"text"}); },
+               {path("corpus/train"), "MDS shards inside the folder " + path("corpus"), "an --input of its own"});
 }
 
 TEST_F(InputsTest, StreamFromMemoryAndEmptyInput) {

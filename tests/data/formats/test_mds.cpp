@@ -7,6 +7,7 @@
 
 #include "formats_test.hpp"
 #include "hone/data/formats/mds.hpp"
+#include "support/mds_fixture.hpp"
 
 namespace hone::test {
 namespace {
@@ -340,7 +341,33 @@ TEST_F(MdsTest, NdarrayTokenDecoding) {
   const std::vector<uint8_t> negative{0x04, 1, 0xff, 0xff, 0xff, 0xff};
   expect_error([&] { data::decode_mds_tokens(as_bytes(negative), "ndarray:int32", out, "v"); },
                {"v: element 0 is -1"});
-  expect_error([&] { data::decode_mds_tokens(as_bytes(negative), "bytes", out, "v"); }, {"v: encoding 'bytes'"});
+  expect_error([&] { data::decode_mds_tokens(as_bytes(negative), "str", out, "v"); },
+               {"v: encoding 'str' is not an ndarray of token ids"});
+}
+
+TEST_F(MdsTest, BytesTokensAreReadAsTheirTokenEncodingType) {
+  // LLM Foundry's concat_tokens shards before its NDArray columns: numpy int64 tobytes().
+  write_mds_fixture(path("int64"), {{"tokens", "bytes"}},
+                    {{raw_bytes<int64_t>({5, 70000, 0})}, {raw_bytes<int64_t>({1})}});
+  MdsDataset foundry(path("int64"));
+  EXPECT_EQ(foundry.tokens(0), (std::vector<int32_t>{5, 70000, 0}));
+  EXPECT_EQ(foundry.tokens(1), std::vector<int32_t>{1});
+
+  // Other encodings are given by name (LLM Foundry's token_encoding_type).
+  write_mds_fixture(path("int32"), {{"tokens", "bytes"}}, {{raw_bytes<int32_t>({7, 8, 9})}});
+  EXPECT_EQ(MdsDataset(path("int32")).tokens(0, "int32"), (std::vector<int32_t>{7, 8, 9}));
+  write_mds_fixture(path("uint16"), {{"tokens", "bytes"}}, {{raw_bytes<uint16_t>({65535, 3})}});
+  EXPECT_EQ(MdsDataset(path("uint16")).tokens(0, "uint16"), (std::vector<int32_t>{65535, 3}));
+
+  // Read with the wrong type, the tokens fail to divide or are not token ids;
+  // either error names the type they were read as.
+  expect_error([&] { MdsDataset(path("int32")).tokens(0); },
+               {"shard.00000.mds: sample 0, column 'tokens'", "12 bytes are not a whole number of token ids",
+                "read as int64, the token_encoding_type"});
+  write_mds_fixture(path("pair"), {{"tokens", "bytes"}}, {{raw_bytes<int32_t>({7, 8})}});
+  expect_error([&] { MdsDataset(path("pair")).tokens(0); },
+               {"element 0 is 34359738375, not a token id", "read as int64, the token_encoding_type"});
+  expect_error([&] { MdsDataset(path("int32")).tokens(0, "float32"); }, {"'float32' is not an integer dtype"});
 }
 
 TEST_F(MdsTest, IndexJsonChecks) {

@@ -27,6 +27,7 @@
 #include "hone/data/formats/megatron.hpp"
 #include "hone/data/preprocess.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
+#include "support/mds_fixture.hpp"
 
 extern char** environ;
 
@@ -428,6 +429,54 @@ TEST_F(Preprocess, SameBytesForAnyNumberOfWorkers) {
     }
   }
   EXPECT_EQ(read_megatron(path("w1_text_document")).size(), 3000u);
+}
+
+// LLM Foundry's shards of text (convert_dataset_hf.py without --concat_tokens)
+// tokenize as the same texts in JSONL do, byte for byte, for any worker count.
+TEST_F(Preprocess, MdsShardsOfTextTokenizeLikeTheirJsonl) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  const std::string corpus = random_corpus(400, 5);
+  write_text(path("in.jsonl"), corpus);
+  std::vector<std::vector<std::string>> rows;
+  for (size_t pos = 0, end; pos < corpus.size(); pos = end + 1) {
+    end = corpus.find('\n', pos);
+    const json line = json::parse(corpus.substr(pos, end - pos));
+    rows.push_back({line["text"], line["title"], raw_bytes<int64_t>({line["id"].get<int64_t>()})});
+  }
+  write_mds_fixture(path("foundry"), {{"text", "str"}, {"title", "str"}, {"id", "int"}}, rows);
+  for (const unsigned workers : {1u, 3u}) {
+    for (const auto format : {data::OutputFormat::megatron, data::OutputFormat::mds}) {
+      SCOPED_TRACE(fmt::format("{} workers, format {}", workers, int(format)));
+      data::PreprocessOptions o;
+      o.json_keys = {"text", "title"};
+      o.append_eod = true;
+      o.workers = workers;
+      o.format = format;
+      o.inputs = {path("in.jsonl")};
+      o.output_prefix = path(fmt::format("jsonl{}{}", workers, int(format)));
+      const auto from_jsonl = data::preprocess(o, t);
+      o.inputs = {path("foundry")};
+      o.output_prefix = path(fmt::format("mds{}{}", workers, int(format)));
+      const auto from_mds = data::preprocess(o, t);
+      EXPECT_EQ(from_mds.documents, 400u);
+      EXPECT_EQ(from_mds.tokens, from_jsonl.tokens);
+      EXPECT_EQ(from_mds.bytes, from_jsonl.bytes);
+      for (size_t k = 0; k < from_mds.outputs.size(); ++k) {
+        const bool megatron = format == data::OutputFormat::megatron;
+        for (const char* file : megatron ? std::vector<const char*>{".bin", ".idx"}
+                                         : std::vector<const char*>{"/shard.00000.mds", "/index.json"})
+          EXPECT_TRUE(read_bytes(from_mds.outputs[k] + file) == read_bytes(from_jsonl.outputs[k] + file))
+              << from_mds.outputs[k] << file;
+      }
+    }
+  }
+  // A key that is not a text column fails at once, naming the dataset; nothing is left.
+  data::PreprocessOptions o;
+  o.inputs = {path("foundry")};
+  o.json_keys = {"body"};
+  o.output_prefix = path("body");
+  expect_error([&] { data::preprocess(o, t); }, {path("foundry"), "no text column 'body'", "text (str)"});
+  EXPECT_FALSE(fs::exists(path("body_body_document.bin")));
 }
 
 TEST_F(Preprocess, TokenizerTypesAndFiles) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/data/formats/mds.hpp"
 
 namespace hone::data {
 
@@ -208,13 +209,54 @@ bool is_jsonl_name(std::string name) {
 
 }  // namespace
 
+bool is_mds_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(path) / "index.json", ec)) return false;
+  for (auto it = fs::directory_iterator(path, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (it->path().filename().string().starts_with("shard.")) return true;
+  return false;
+}
+
+MdsTextReader::MdsTextReader(const std::string& dir, std::vector<std::string> keys)
+    : dir_(dir), keys_(std::move(keys)), dataset_(std::make_unique<MdsDataset>(dir)) {
+  for (const MdsShardInfo& shard : dataset_->shards()) {
+    for (const std::string& key : keys_) {
+      const auto& names = shard.column_names;
+      const auto column = std::find(names.begin(), names.end(), key);
+      if (column != names.end() && shard.column_encodings[size_t(column - names.begin())] == "str") continue;
+      std::string columns;
+      for (size_t c = 0; c < names.size(); ++c)
+        columns += fmt::format("{}{} ({})", c ? ", " : "", names[c], shard.column_encodings[c]);
+      fail("{}: shard {} has no text column '{}' (its columns: {}); the keys (--json-keys) name str columns to "
+           "tokenize{}",
+           dir_, shard.raw_data.basename, key, columns,
+           std::find(names.begin(), names.end(), "tokens") != names.end() ? "; its 'tokens' are token ids already"
+                                                                          : "");
+    }
+  }
+}
+
+MdsTextReader::~MdsTextReader() = default;
+
+bool MdsTextReader::next(TextDocument& document) {
+  if (next_ == dataset_->size()) return false;
+  document.origin = fmt::format("{}: sample {}", dir_, next_);
+  document.fields.clear();
+  for (const std::string& key : keys_) document.fields.push_back(dataset_->str(next_, key));
+  ++next_;
+  return true;
+}
+
 DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys)
     : keys_(std::move(keys)) {
   namespace fs = std::filesystem;
   HONE_CHECK(!keys_.empty(), "no JSON keys given; expected at least one (e.g. text)");
   for (const std::string& input : inputs) {
     std::error_code ec;
-    if (fs::is_directory(input, ec)) {
+    if (is_mds_folder(input)) {
+      files_.push_back(input);
+    } else if (fs::is_directory(input, ec)) {
       std::vector<std::string> found;
       for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
            it.increment(ec)) {
@@ -223,6 +265,10 @@ DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<
           continue;
         }
         std::error_code entry;
+        HONE_CHECK(!it->is_directory(entry) || !is_mds_folder(it->path().string()),
+                   "{}: MDS shards inside the folder {}: give this folder as an --input of its own (its shard files "
+                   "are not text)",
+                   it->path().string(), input);
         const bool regular = it->is_regular_file(entry);
         HONE_CHECK(!entry, "{}: cannot read: {}", it->path().string(), entry.message());  // e.g. a dangling link
         if (regular) found.push_back(it->path().string());
@@ -241,6 +287,10 @@ DocumentReader::~DocumentReader() = default;
 
 bool DocumentReader::next(TextDocument& document) {
   while (true) {
+    if (mds_) {
+      if (mds_->next(document)) return true;
+      mds_.reset();
+    }
     if (jsonl_) {
       while (jsonl_->read_line(text_)) {
         ++line_;
@@ -253,6 +303,10 @@ bool DocumentReader::next(TextDocument& document) {
     }
     if (next_file_ == files_.size()) return false;
     const std::string& path = files_[next_file_++];
+    if (std::filesystem::is_directory(path)) {
+      mds_ = std::make_unique<MdsTextReader>(path, keys_);
+      continue;
+    }
     if (is_jsonl_name(std::filesystem::path(path).filename().string())) {
       jsonl_ = std::make_unique<InputStream>(path);
       line_ = 0;

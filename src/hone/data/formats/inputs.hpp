@@ -52,10 +52,34 @@ struct TextDocument {
   std::vector<std::string> fields;  // one per key
 };
 
+class MdsDataset;
+
+// Whether `path` is a folder of MDS shards (index.json and shard files).
+bool is_mds_folder(const std::string& path);
+
+// The documents of an MDS dataset of text (LLM Foundry's shards of a `text`
+// column, which it tokenizes on the fly): one per sample, its fields the `str`
+// columns named by the keys. Every shard must have them.
+class MdsTextReader {
+ public:
+  MdsTextReader(const std::string& dir, std::vector<std::string> keys);
+  ~MdsTextReader();
+  bool next(TextDocument& document);
+
+ private:
+  std::string dir_;
+  std::vector<std::string> keys_;
+  std::unique_ptr<MdsDataset> dataset_;
+  uint64_t next_ = 0;
+};
+
 // Documents from files and folders, in order: the inputs as given, each folder's
 // files (hidden ones skipped) sorted by path. A file is JSONL when its name, less
 // a .gz/.zst/.zstd suffix, ends in .jsonl, .json or .ndjson; any other file is
-// one plain text document, which needs exactly one key. Blank JSONL lines are skipped.
+// one plain text document, which needs exactly one key. Blank JSONL lines are
+// skipped. A folder given as an input that holds MDS shards is read by
+// MdsTextReader (it stays one entry of files()); MDS shards inside a folder
+// given as input are an error, since their files are not text.
 class DocumentReader {
  public:
   DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys);
@@ -68,6 +92,7 @@ class DocumentReader {
   std::vector<std::string> keys_, files_;
   size_t next_file_ = 0;
   std::unique_ptr<InputStream> jsonl_;  // the JSONL file being read
+  std::unique_ptr<MdsTextReader> mds_;  // the MDS folder being read
   uint64_t line_ = 0;
   std::string text_;
 };

@@ -113,10 +113,16 @@ class MdsShard {
   uint32_t count_ = 0;
 };
 
-// Decodes an "ndarray[:DTYPE[:SHAPE]]" value of integers into token ids. `where`
-// (file, sample, column) prefixes errors.
+// How a `tokens` column of encoding "bytes" is read: raw little-endian integers of
+// this numpy dtype name (int8 ... uint64). LLM Foundry's concat_tokens datasets
+// before its NDArray columns hold int64, which its `token_encoding_type` defaults to.
+inline constexpr std::string_view kDefaultBytesTokenType = "int64";
+
+// Decodes a `tokens` value into token ids: an "ndarray[:DTYPE[:SHAPE]]" of
+// integers, or "bytes" of raw `bytes_dtype` integers. `where` (file, sample,
+// column) prefixes errors.
 void decode_mds_tokens(std::span<const std::byte> value, std::string_view encoding, std::vector<int32_t>& out,
-                       const std::string& where);
+                       const std::string& where, std::string_view bytes_dtype = kDefaultBytesTokenType);
 
 // Hex digest of `data` under a hash of python-xxhash's naming (xxh32, xxh64,
 // xxh3_64, xxh128), as streaming stores them; nullopt for algorithms hone lacks.
@@ -136,10 +142,12 @@ class MdsDataset {
 
   uint64_t size() const { return total_; }
   const std::vector<MdsShardInfo>& shards() const { return shards_; }
+  // The shard entry that holds sample i (its column names and encodings).
+  const MdsShardInfo& shard_of(uint64_t i) const;
 
-  // Column "tokens" of sample i.
-  std::vector<int32_t> tokens(uint64_t i) const;
-  std::string str(uint64_t i, std::string_view column) const;      // a "str" column
+  // Column "tokens" of sample i (see decode_mds_tokens for `bytes_dtype`).
+  std::vector<int32_t> tokens(uint64_t i, std::string_view bytes_dtype = kDefaultBytesTokenType) const;
+  std::string str(uint64_t i, std::string_view column) const;      // a "str" column, or "json" as its text
   int64_t integer(uint64_t i, std::string_view column) const;      // an "int" column
 
  private:

@@ -287,10 +287,48 @@ std::span<const std::byte> MdsShard::column(uint32_t i, size_t c) const {
   return data_.subspan(value_begin, value_size);
 }
 
+namespace {
+
+// `count` little-endian integers of `dtype` from `p` as token ids.
+void decode_integers(const std::byte* p, uint64_t count, const ValueDType& dtype, std::vector<int32_t>& out,
+                     const std::string& where, std::string_view hint) {
+  out.resize(count);
+  for (uint64_t k = 0; k < count; ++k, p += dtype.size) {
+    int64_t v;
+    bool ok = true;
+    switch (dtype.size) {
+      case 1: v = dtype.is_signed ? int64_t(load_le<int8_t>(p)) : int64_t(load_le<uint8_t>(p)); break;
+      case 2: v = dtype.is_signed ? int64_t(load_le<int16_t>(p)) : int64_t(load_le<uint16_t>(p)); break;
+      case 4: v = dtype.is_signed ? int64_t(load_le<int32_t>(p)) : int64_t(load_le<uint32_t>(p)); break;
+      default: {
+        v = load_le<int64_t>(p);
+        ok = dtype.is_signed || v >= 0;
+      }
+    }
+    HONE_CHECK(ok && v >= 0 && v <= std::numeric_limits<int32_t>::max(), "{}: element {} is {}, not a token id{}",
+               where, k, dtype.is_signed ? fmt::format("{}", v) : fmt::format("{}", uint64_t(v)), hint);
+    out[k] = int32_t(v);
+  }
+}
+
+}  // namespace
+
 void decode_mds_tokens(std::span<const std::byte> value, std::string_view encoding, std::vector<int32_t>& out,
-                       const std::string& where) {
+                       const std::string& where, std::string_view bytes_dtype) {
+  if (encoding == "bytes") {
+    const ValueDType* dtype = dtype_by_name(bytes_dtype);
+    HONE_CHECK(dtype && dtype->is_integer, "{}: '{}' is not an integer dtype to read 'bytes' tokens as", where,
+               bytes_dtype);
+    const std::string hint =
+        fmt::format(" (raw 'bytes' tokens read as {}, the token_encoding_type: were they written as {}?)", dtype->name,
+                    dtype->name);
+    HONE_CHECK(value.size() % dtype->size == 0, "{}: {} bytes are not a whole number of token ids{}", where,
+               value.size(), hint);
+    decode_integers(value.data(), value.size() / dtype->size, *dtype, out, where, hint);
+    return;
+  }
   const auto spec = parse_ndarray(encoding);
-  HONE_CHECK(spec.has_value(), "{}: encoding '{}' is not an ndarray of token ids", where, encoding);
+  HONE_CHECK(spec.has_value(), "{}: encoding '{}' is not an ndarray of token ids (nor 'bytes')", where, encoding);
   size_t pos = 0;
   const ValueDType* dtype = spec->dtype;
   if (!dtype) {
@@ -325,24 +363,7 @@ void decode_mds_tokens(std::span<const std::byte> value, std::string_view encodi
   HONE_CHECK(value.size() - pos == numel * dtype->size,
              "{}: {} elements of {} need {} bytes after the {}-byte ndarray header, the value has {}", where, numel,
              dtype->name, numel * dtype->size, pos, value.size() - pos);
-  out.resize(numel);
-  const std::byte* p = value.data() + pos;
-  for (uint64_t k = 0; k < numel; ++k, p += dtype->size) {
-    int64_t v;
-    bool ok = true;
-    switch (dtype->size) {
-      case 1: v = dtype->is_signed ? int64_t(load_le<int8_t>(p)) : int64_t(load_le<uint8_t>(p)); break;
-      case 2: v = dtype->is_signed ? int64_t(load_le<int16_t>(p)) : int64_t(load_le<uint16_t>(p)); break;
-      case 4: v = dtype->is_signed ? int64_t(load_le<int32_t>(p)) : int64_t(load_le<uint32_t>(p)); break;
-      default: {
-        v = load_le<int64_t>(p);
-        ok = dtype->is_signed || v >= 0;
-      }
-    }
-    HONE_CHECK(ok && v >= 0 && v <= std::numeric_limits<int32_t>::max(), "{}: element {} is {}, not a token id", where,
-               k, dtype->is_signed ? fmt::format("{}", v) : fmt::format("{}", uint64_t(v)));
-    out[k] = int32_t(v);
-  }
+  decode_integers(value.data() + pos, numel, *dtype, out, where, "");
 }
 
 std::optional<std::string> mds_hash(std::string_view algorithm, std::span<const std::byte> data) {
@@ -441,10 +462,14 @@ const MdsDataset::Open& MdsDataset::open(size_t s) const {
   return *cache_->open[s];
 }
 
-MdsDataset::Value MdsDataset::value(uint64_t i, std::string_view column) const {
+const MdsShardInfo& MdsDataset::shard_of(uint64_t i) const {
   HONE_CHECK(i < total_, "{}: sample {} out of range (the dataset has {})", dir_, i, total_);
-  const size_t s = size_t(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1;
-  const MdsShardInfo& info = shards_[s];
+  return shards_[size_t(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1];
+}
+
+MdsDataset::Value MdsDataset::value(uint64_t i, std::string_view column) const {
+  const MdsShardInfo& info = shard_of(i);
+  const size_t s = size_t(&info - shards_.data());
   const auto it = std::find(info.column_names.begin(), info.column_names.end(), column);
   HONE_CHECK(it != info.column_names.end(), "{}: shard {} has no column '{}'", dir_, info.raw_data.basename, column);
   const size_t c = size_t(it - info.column_names.begin());
@@ -453,16 +478,17 @@ MdsDataset::Value MdsDataset::value(uint64_t i, std::string_view column) const {
           fmt::format("{}/{}: sample {}, column '{}'", dir_, info.raw_data.basename, k, column)};
 }
 
-std::vector<int32_t> MdsDataset::tokens(uint64_t i) const {
+std::vector<int32_t> MdsDataset::tokens(uint64_t i, std::string_view bytes_dtype) const {
   const Value v = value(i, "tokens");
   std::vector<int32_t> out;
-  decode_mds_tokens(v.bytes, *v.encoding, out, v.where);
+  decode_mds_tokens(v.bytes, *v.encoding, out, v.where, bytes_dtype);
   return out;
 }
 
 std::string MdsDataset::str(uint64_t i, std::string_view column) const {
   const Value v = value(i, column);
-  HONE_CHECK(*v.encoding == "str", "{}: encoding '{}', expected 'str'", v.where, *v.encoding);
+  HONE_CHECK(*v.encoding == "str" || *v.encoding == "json", "{}: encoding '{}', expected 'str'", v.where,
+             *v.encoding);
   return std::string(reinterpret_cast<const char*>(v.bytes.data()), v.bytes.size());
 }
 
