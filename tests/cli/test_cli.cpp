@@ -305,6 +305,14 @@ TEST(Cli, LsRecipeListsItsKeys) {
   const CliResult typo = run_hone("ls pretrian");
   EXPECT_EQ(typo.status, 2);
   EXPECT_NE(typo.err.find("did you mean 'pretrain'"), std::string::npos) << typo.err;
+  // torchtune's recipe names point to the one recipe that runs on any number of processes.
+  const CliResult torchtune = run_hone("run lora_finetune_distributed --config summarize_lora");
+  EXPECT_EQ(torchtune.status, 2);
+  EXPECT_NE(torchtune.err.find("unknown recipe 'lora_finetune_distributed': torchtune's single-device and distributed "
+                               "recipes are one here, 'lora_finetune', which runs on one device, or on several "
+                               "processes under hone launch"),
+            std::string::npos)
+      << torchtune.err;
 }
 
 // hone plan takes the config's ZeRO stage and tp unless flags say otherwise, and

@@ -54,6 +54,15 @@ const Recipe& find_recipe(const std::string& name) {
     if (r.name == name) return r;
     names.push_back(r.name);
   }
+  // torchtune's lora_finetune_single_device, full_finetune_distributed, ...: one recipe here for any world size.
+  for (const std::string& recipe : names) {
+    if (name.starts_with(recipe + "_")) {
+      fail("unknown recipe '{}': torchtune's single-device and distributed recipes are one here, '{}', which runs "
+           "on one device, or on several processes under hone launch (hone launch --nproc-per-node N -- hone run {} "
+           "...); recipes: {}",
+           name, recipe, recipe, fmt::join(names, ", "));
+    }
+  }
   const std::string suggestion = closest_match(name, names);
   fail("unknown recipe '{}'{}; recipes: {}", name,
        suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion), fmt::join(names, ", "));
