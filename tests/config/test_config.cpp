@@ -109,5 +109,58 @@ TEST(Schema, NumbersOutsideTheirRangeAreErrors) {
   EXPECT_EQ((Range{.low = 0, .high = 3}).requirement(), "must be in [0, 3]");
 }
 
+// OmegaConf's interpolations, as torchtune's and LLM Foundry's configs write them.
+TEST(Schema, InterpolationsTakeTheValuesTheyReferTo) {
+  ::setenv("HONE_TEST_RUNS", "/scratch", 1);
+  ::unsetenv("HONE_TEST_UNSET");
+  Config user = Config::from_yaml(R"(
+variables:
+  batch: 4
+  name: run-${variables.batch}
+output_dir: ${oc.env:HONE_TEST_RUNS}/${variables.name}
+batch_size: ${variables.batch}
+resume: ${output_dir}/step_${batch_size}
+optimizer:
+  lr: ${.betas}
+  betas: [0.5, 0.6]
+lr_scheduler:
+  name: ${oc.env:HONE_TEST_UNSET,linear}
+)",
+                                  "run.yaml");
+  user.apply_override("optimizer.lr=${..batch_size}");
+  const Config c = schema().resolve(user);
+  EXPECT_EQ(c.get<std::string>("output_dir"), "/scratch/run-4");
+  EXPECT_EQ(c.get<int64_t>("batch_size"), 4) << "a string that is only a reference takes the value's type";
+  EXPECT_EQ(c.get<std::string>("resume"), "/scratch/run-4/step_4");
+  EXPECT_DOUBLE_EQ(c.get<double>("optimizer.lr"), 4.0) << "relative to the key's section: .. is its parent";
+  EXPECT_EQ(c.get<std::string>("lr_scheduler.name"), "linear");
+  EXPECT_EQ(c.find("variables"), nullptr) << "LLM Foundry's variables are only referred to";
+
+  // An override changes what refers to it; unset keys refer to their defaults; \${ is text.
+  user.apply_override("variables.batch=16");
+  user.apply_override("lr_scheduler.name=null");
+  user.apply_override(R"(resume='\${not}/${batch_size}/${lr_scheduler.name}')");
+  const Config changed = schema().resolve(user);
+  EXPECT_EQ(changed.get<std::string>("output_dir"), "/scratch/run-16");
+  EXPECT_EQ(changed.get<std::string>("resume"), "${not}/16/cosine");
+
+  const auto error = [](const std::string& yaml) {
+    return error_of([&] { schema().resolve(Config::from_yaml("output_dir: x\n" + yaml, "run.yaml")); });
+  };
+  EXPECT_EQ(error("resume: ${ouptut_dir}\n"),
+            "run.yaml: 'resume': ${ouptut_dir}: the config has no key 'ouptut_dir' (did you mean 'output_dir'?)");
+  EXPECT_EQ(error("resume: ${a}\na: ${resume}\n"),
+            "run.yaml: 'resume': the interpolations refer to each other in a circle: a -> resume -> a");
+  EXPECT_EQ(error("resume: ${oc.env:HONE_TEST_UNSET}\n"),
+            "run.yaml: 'resume': ${oc.env:HONE_TEST_UNSET}: the environment variable HONE_TEST_UNSET is not set");
+  EXPECT_EQ(error("resume: ${oc.select:a}\n"),
+            "run.yaml: 'resume': ${oc.select:a}: the resolver 'oc.select' is not one hone has (it has oc.env)");
+  EXPECT_EQ(error("resume: x${output_dir\n"), "run.yaml: 'resume': 'x${output_dir' has an unclosed '${'");
+  EXPECT_EQ(error("resume: ${..output_dir}\n"), "run.yaml: 'resume': ${..output_dir} refers above the top of the config");
+  EXPECT_EQ(error("resume: at ${optimizer}\noptimizer: {lr: 1}\n"),
+            "run.yaml: 'resume': 'at ${optimizer}' puts a section or list inside text");
+  EXPECT_EQ(error("batch_size: ${output_dir}\n"), "run.yaml: 'batch_size' must be an integer, got \"x\"");
+}
+
 }  // namespace
 }  // namespace hone::test

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <set>
 #include <fstream>
 #include <sstream>
@@ -193,6 +195,139 @@ const Json* Config::find(std::string_view key) const {
   return node;
 }
 
+namespace {
+
+std::string join_key(const std::vector<std::string>& parts, size_t count) {
+  std::string key;
+  for (size_t i = 0; i < count; ++i) key += (i ? "." : "") + parts[i];
+  return key;
+}
+
+// Replaces the interpolations of a config tree (Config::interpolated): each
+// string value is resolved where it lies, references followed recursively.
+class Interpolator {
+ public:
+  Interpolator(const Config& config, const std::function<const Json*(const std::string&)>& fallback)
+      : config_(config), fallback_(fallback) {}
+
+  // `node` (at the dotted path `parts`) with every interpolation replaced.
+  Json resolve(const Json& node, std::vector<std::string>& parts) {
+    if (node.is_string()) return resolve_string(node.get<std::string>(), parts);
+    Json out = node;
+    if (node.is_object()) {
+      for (auto it = out.begin(); it != out.end(); ++it) {
+        parts.push_back(it.key());
+        it.value() = resolve(node[it.key()], parts);
+        parts.pop_back();
+      }
+    } else if (node.is_array()) {
+      for (size_t i = 0; i < out.size(); ++i) out[i] = resolve(node[i], parts);
+    }
+    return out;
+  }
+
+ private:
+  [[noreturn]] void error(const std::vector<std::string>& parts, const std::string& message) const {
+    const std::string key = join_key(parts, parts.size());
+    fail("{}: '{}': {}", config_.origin_of(key), key, message);
+  }
+
+  // A string value: one reference alone keeps its value's type; references inside
+  // text are replaced by their values' text.
+  Json resolve_string(const std::string& text, std::vector<std::string>& parts) {
+    if (text.find("${") == std::string::npos) return text;
+    std::string out;
+    std::optional<Json> whole;
+    for (size_t i = 0; i < text.size();) {
+      if (text.compare(i, 3, "\\${") == 0) {  // escaped: a literal "${"
+        out += "${";
+        i += 3;
+        continue;
+      }
+      if (text.compare(i, 2, "${") != 0) {
+        out += text[i++];
+        continue;
+      }
+      size_t depth = 0, end = i;
+      for (; end < text.size(); ++end) {
+        if (text.compare(end, 2, "${") == 0) ++depth;
+        if (text[end] == '}' && --depth == 0) break;
+      }
+      if (end == text.size()) error(parts, fmt::format("'{}' has an unclosed '${{'", text));
+      const Json value = reference(text.substr(i + 2, end - i - 2), parts);
+      if (i == 0 && end + 1 == text.size()) whole = value;
+      if (value.is_object() || value.is_array())
+        if (!whole) error(parts, fmt::format("'{}' puts a section or list inside text", text));
+      out += value.is_string() ? value.get<std::string>() : value.dump();
+      i = end + 1;
+    }
+    return whole ? *whole : Json(out);
+  }
+
+  // The value of one "${...}" expression, found from the key at `parts`.
+  Json reference(std::string expression, std::vector<std::string>& parts) {
+    if (expression.find("${") != std::string::npos) {  // e.g. ${oc.env:NAME,${other.key}}
+      const Json inner = resolve_string(expression, parts);
+      expression = inner.is_string() ? inner.get<std::string>() : inner.dump();
+    }
+    const size_t colon = expression.find(':');
+    if (colon != std::string::npos) {
+      const std::string resolver = expression.substr(0, colon), argument = expression.substr(colon + 1);
+      if (resolver != "oc.env" && resolver != "env")
+        error(parts, fmt::format("${{{}}}: the resolver '{}' is not one hone has (it has oc.env)", expression,
+                                 resolver));
+      const size_t comma = argument.find(',');
+      const std::string name = argument.substr(0, comma);
+      if (const char* value = std::getenv(name.c_str())) return std::string(value);
+      if (comma == std::string::npos)
+        error(parts, fmt::format("${{{}}}: the environment variable {} is not set", expression, name));
+      std::string fallback = argument.substr(comma + 1);
+      fallback.erase(0, fallback.find_first_not_of(' '));
+      return fallback;
+    }
+    // Leading dots: relative to the section that holds the key (one dot), its parent (two), ...
+    const size_t dots = expression.find_first_not_of('.');
+    if (dots == std::string::npos || dots > parts.size())
+      error(parts, fmt::format("${{{}}} refers above the top of the config", expression));
+    std::vector<std::string> target(parts.begin(), parts.end() - long(dots == 0 ? parts.size() : dots));
+    for (const std::string& part : split_key(expression.substr(dots))) target.push_back(part);
+    const std::string key = join_key(target, target.size());
+    if (std::find(stack_.begin(), stack_.end(), key) != stack_.end()) {
+      stack_.push_back(key);
+      error(parts, fmt::format("the interpolations refer to each other in a circle: {}", fmt::join(stack_, " -> ")));
+    }
+    const Json* found = config_.find(key);
+    if (!found || found->is_null()) found = fallback_(key);
+    if (!found) {
+      std::vector<std::pair<std::string, const Json*>> leaves;
+      flatten(config_.tree(), "", {}, leaves);
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : leaves) keys.push_back(k);
+      const std::string suggestion = closest_match(key, keys);
+      error(parts, fmt::format("${{{}}}: the config has no key '{}'{}", expression, key,
+                               suggestion.empty() ? "" : fmt::format(" (did you mean '{}'?)", suggestion)));
+    }
+    stack_.push_back(key);
+    Json value = resolve(*found, target);
+    stack_.pop_back();
+    return value;
+  }
+
+  const Config& config_;
+  const std::function<const Json*(const std::string&)>& fallback_;
+  std::vector<std::string> stack_;  // the keys whose references are being followed
+};
+
+}  // namespace
+
+Config Config::interpolated(const std::function<const Json*(const std::string& key)>& fallback) const {
+  Config out = *this;
+  std::vector<std::string> parts;
+  out.tree_ = Interpolator(*this, fallback).resolve(tree_, parts);
+  out.tree_.erase("variables");
+  return out;
+}
+
 template <typename T>
 T Config::get(std::string_view key) const {
   const Json* v = find(key);
@@ -283,7 +418,12 @@ Schema& Schema::add(const Schema& other) {
   return *this;
 }
 
-Config Schema::resolve(const Config& user) const {
+Config Schema::resolve(const Config& written) const {
+  const Config user = written.interpolated([&](const std::string& key) -> const Json* {
+    for (const KeySpec& k : keys_)
+      if (k.key == key && !k.default_value.is_null()) return &k.default_value;
+    return nullptr;
+  });
   std::vector<std::string> known;
   for (const KeySpec& k : keys_) known.push_back(k.key);
 

@@ -3,6 +3,7 @@
 // `key.sub=value` overrides, and resolved against a Schema that fills defaults
 // and rejects unknown keys (with the closest valid key) and ill-typed values.
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -38,6 +39,16 @@ class Config {
   T get(std::string_view key) const;
 
   std::string to_yaml() const;
+
+  // The config with OmegaConf's interpolations, as torchtune's and LLM Foundry's
+  // configs write them, replaced by their values: "${a.b}" (the value at a.b; a
+  // string that is only a reference takes the value's type), "${.b}" and
+  // "${..b}" (relative to the key's section), "${oc.env:NAME}" and
+  // "${oc.env:NAME,default}" (an environment variable); "\${" is a literal "${".
+  // `fallback` gives the value of a key the config leaves unset (a schema's
+  // default) or null. LLM Foundry's top-level `variables` section, which holds
+  // values only to be referred to, is dropped.
+  Config interpolated(const std::function<const Json*(const std::string& key)>& fallback) const;
 
  private:
   std::string origin_ = "the command line";  // no config file: only overrides
@@ -85,7 +96,7 @@ class Schema {
   // The user's config with every default filled in. Throws hone::Error for an
   // unknown key (naming the closest known one), a value of the wrong type,
   // outside its choices or its range, or a missing required key.
-  Config resolve(const Config& user) const;
+  Config resolve(const Config& user) const;  // after Config::interpolated with the defaults
   const std::vector<KeySpec>& keys() const { return keys_; }
 
  private:
