@@ -1,4 +1,6 @@
 // LoRA adapters in PEFT form: names, shapes, values, and what PEFT cannot hold.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -43,6 +45,97 @@ TEST(Peft, RefusesAnAdapterOnPartOfAFusedHuggingFaceTensor) {
     EXPECT_NE(std::string(e.what()).find("c_attn"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(testing::TempDir() + "hone_peft_gpt2"));
+}
+
+// A PEFT folder reads back as the adapters it holds: their settings from its
+// config and tensors, their values into a model built with those settings; what
+// hone's LoRA cannot hold is refused, naming it.
+TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
+  const std::string dir = testing::TempDir() + "hone_peft_read_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  const ModelConfig config = model_preset("llama_tiny");
+  const LoraConfig trained{.rank = 2, .alpha = 4, .dropout = 0.1, .attn_modules = {"q_proj", "v_proj", "output_proj"},
+                           .apply_to_mlp = true, .apply_to_output = true};
+  Transformer m(config, DType::f32, Device::cpu(), trained);
+  m.init_weights(1);
+  uint64_t seed = 10;
+  for (const Parameter& p : m.trainable_params().all())
+    m.trainable_params().get(p.name).value.copy_from(random_tensor(p.whole_shape, DType::f32, seed++));
+  export_peft(m, dir, "base");
+
+  const LoraConfig read = read_peft_config(dir, config);
+  EXPECT_EQ(read.rank, 2);
+  EXPECT_EQ(read.alpha, 4.0);
+  EXPECT_EQ(read.dropout, 0.1);
+  std::vector<std::string> modules = read.attn_modules;
+  std::sort(modules.begin(), modules.end());
+  EXPECT_EQ(modules, (std::vector<std::string>{"output_proj", "q_proj", "v_proj"}));
+  EXPECT_TRUE(read.apply_to_mlp);
+  EXPECT_TRUE(read.apply_to_output);
+  Transformer loaded(config, DType::f32, Device::cpu(), read);
+  load_peft_adapters(dir, loaded);
+  ASSERT_EQ(loaded.trainable_params().all().size(), m.trainable_params().all().size());
+  for (const Parameter& p : m.trainable_params().all())
+    EXPECT_EQ(loaded.trainable_params().get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
+
+  // rsLoRA scales by alpha / sqrt(r): hone's alpha / rank with alpha * sqrt(r).
+  const std::string config_file = dir + "/adapter_config.json";
+  const nlohmann::json written = nlohmann::json::parse(std::ifstream(config_file));
+  const auto with = [&](const std::string& key, const nlohmann::json& value) {
+    nlohmann::json j = written;
+    j[key] = value;
+    std::ofstream(config_file) << j.dump();
+  };
+  with("use_rslora", true);
+  EXPECT_DOUBLE_EQ(read_peft_config(dir, config).scale(), 4.0 / std::sqrt(2.0));
+  const auto error = [&] { return error_of([&] { read_peft_config(dir, config); }); };
+  const auto expect_refused = [&](const std::string& key, const nlohmann::json& value, const std::string& message) {
+    with(key, value);
+    EXPECT_NE(error().find(message), std::string::npos) << key << ": " << error();
+  };
+  expect_refused("use_dora", true, "use_dora is true; hone's LoRA has no such adapters");
+  expect_refused("layers_to_transform", {0}, "'layers_to_transform' is set");
+  expect_refused("rank_pattern", {{"q_proj", 4}}, "'rank_pattern' is set");
+  expect_refused("modules_to_save", {"lm_head"}, "'modules_to_save' is set");
+  expect_refused("bias", "all", "bias is \"all\"; hone's adapters have no biases");
+  expect_refused("peft_type", "PREFIX_TUNING", "peft_type is \"PREFIX_TUNING\", hone reads LORA adapters");
+  with("r", 2);
+
+  // Tensors that make a set of adapters hone cannot express.
+  const std::string weights = dir + "/adapter_model.safetensors";
+  std::vector<NamedTensor> all;
+  {
+    const SafetensorsFile f(weights);
+    for (const std::string& name : f.names()) all.push_back({name, f.load(name)});
+  }
+  const auto write_without = [&](const std::string& part, std::vector<NamedTensor> extra = {}) {
+    std::vector<NamedTensor> kept = std::move(extra);
+    for (const NamedTensor& t : all)
+      if (t.name.find(part) == std::string::npos) kept.push_back(t);
+    write_safetensors(weights, kept);
+  };
+  write_without("mlp.up_proj");
+  EXPECT_NE(error().find("adapters on some of the MLP's projections but not on up_proj"), std::string::npos) << error();
+  write_without("layers.1.self_attn.q_proj");
+  EXPECT_NE(error().find("q_proj adapters on 1 of 2 layers"), std::string::npos) << error();
+  write_without("no such part", {{"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight",
+                                  Tensor::zeros({2, 64}, DType::f32)}});
+  EXPECT_NE(error().find("adapts transformer.h.0.attn.c_attn, which hone's LoRA cannot adapt on a llama model"),
+            std::string::npos)
+      << error();
+  write_without("no such part", {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector",
+                                  Tensor::zeros({64}, DType::f32)}});
+  EXPECT_NE(error().find("is not a LoRA tensor"), std::string::npos) << error();
+  // Adapters of another base model: a shape the model does not have.
+  write_without("layers.0.self_attn.q_proj.lora_A",
+                {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", Tensor::zeros({2, 32}, DType::f32)}});
+  EXPECT_NE(error_of([&] { load_peft_adapters(dir, loaded); })
+                .find("'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is [2, 32], the model needs "
+                      "[2, 64]"),
+            std::string::npos);
+  fs::remove(weights);
+  EXPECT_NE(error().find("no adapter_model.safetensors (or adapter_model.bin)"), std::string::npos) << error();
+  fs::remove_all(dir);
 }
 
 }  // namespace

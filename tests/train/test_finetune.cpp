@@ -376,11 +376,11 @@ TEST_F(FinetuneRun, FullFinetuneOnTwoRanksExportsTheWholeModel) {
 
 TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   const std::string run = trained_lora_run();
-  auto eval = [&](bool with_adapter) {
+  auto eval = [&](const std::string& adapter) {
     std::vector<std::string> args = {"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
                                      "tokenizer.path=" + tokenizer_, "dataset.type=instruct",
                                      "dataset.path=" + root_ + "/data.jsonl", "dataset.seq_len=64"};
-    if (with_adapter) args.push_back("lora.adapter=" + run);
+    if (!adapter.empty()) args.push_back("lora.adapter=" + adapter);
     const std::string out = root_ + "/eval.out";
     std::remove(out.c_str());  // the log is appended to
     Process p = start_hone(args, out);
@@ -388,10 +388,12 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
     const std::string text = read_file(out);
     return nlohmann::json::parse(text.substr(text.find('{'), text.find('}') - text.find('{') + 1));
   };
-  const auto base = eval(false), tuned = eval(true);
+  const auto base = eval(""), tuned = eval(run);
   EXPECT_GT(tuned["tokens"].get<int64_t>(), 0);
   EXPECT_LT(tuned["loss"].get<double>(), base["loss"].get<double>() - 3.0);
   EXPECT_NEAR(tuned["perplexity"].get<double>(), std::exp(tuned["loss"].get<double>()), 1e-6);
+  // The adapters exported in PEFT form read back as the same adapters.
+  EXPECT_EQ(eval(root_ + "/peft")["loss"].get<double>(), tuned["loss"].get<double>());
 
   std::ofstream(root_ + "/task.jsonl") << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 0})"
                                        << "\n";

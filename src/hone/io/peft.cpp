@@ -1,6 +1,10 @@
 #include "hone/io/peft.hpp"
 
+#include <cmath>
+#include <filesystem>
 #include <functional>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "hone/io/atomic_file.hpp"
@@ -8,10 +12,27 @@
 #include "hone/io/hf.hpp"
 #include "hone/io/json_file.hpp"
 #include "hone/io/safetensors.hpp"
+#include "hone/io/tensor_file.hpp"
+#include "hone/io/weights.hpp"
 
 namespace hone {
 
+namespace fs = std::filesystem;
+
 namespace {
+
+constexpr const char* kPeftPrefix = "base_model.model.";
+
+// The Hugging Face module ("model.layers.3.self_attn.q_proj") whose weight is
+// exactly the rows an adapter covers, which PEFT names it by; none where Hugging
+// Face stores them as part of a fused or transposed (Conv1D) tensor.
+std::optional<std::string> peft_module(const ModelConfig& config, const LoraTarget& t) {
+  for (const HfTensor& h : hf_tensors_of(config, t.base)) {
+    if (h.row_begin == t.row_begin && h.rows == t.rows && !h.transposed)
+      return h.name.substr(0, h.name.size() - std::string(".weight").size());
+  }
+  return std::nullopt;
+}
 
 // `adapter(name)`: the adapter tensor of that hone name.
 void write_peft(const ModelConfig& config, const LoraConfig& lora,
@@ -20,20 +41,16 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
   std::vector<NamedTensor> tensors;
   std::set<std::string> modules;
   for (const LoraTarget& t : lora_targets(config, lora)) {
-    // The Hugging Face tensor that is exactly this adapter's rows.
-    const HfTensor* match = nullptr;
-    const std::vector<HfTensor> hf = hf_tensors_of(config, t.base);
-    for (const HfTensor& h : hf) {
-      if (h.row_begin == t.row_begin && h.rows == t.rows) match = &h;
+    const std::optional<std::string> module = peft_module(config, t);
+    if (!module) {
+      const std::vector<HfTensor> hf = hf_tensors_of(config, t.base);
+      fail("{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {} (export the merged model to "
+           "a Hugging Face folder instead)",
+           dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
     }
-    HONE_CHECK(match != nullptr && !match->transposed,
-               "{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {} (export the merged "
-               "model to a Hugging Face folder instead)",
-               dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
-    const std::string module = match->name.substr(0, match->name.size() - std::string(".weight").size());
-    modules.insert(module.substr(module.rfind('.') + 1));
-    tensors.push_back({"base_model.model." + module + ".lora_A.weight", adapter(t.a_name())});
-    tensors.push_back({"base_model.model." + module + ".lora_B.weight", adapter(t.b_name())});
+    modules.insert(module->substr(module->rfind('.') + 1));
+    tensors.push_back({kPeftPrefix + *module + ".lora_A.weight", adapter(t.a_name())});
+    tensors.push_back({kPeftPrefix + *module + ".lora_B.weight", adapter(t.b_name())});
   }
   const Json adapter_config = {{"base_model_name_or_path", base_model},
                                {"bias", "none"},
@@ -53,7 +70,109 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
   folder.commit();
 }
 
+// Every adapter hone can put on a model of `config`.
+LoraConfig every_adapter(const ModelConfig& config, int64_t rank) {
+  return {.rank = rank,
+          .attn_modules = lora_attn_module_names(),
+          .apply_to_mlp = true,
+          .apply_to_output = !config.tie_embeddings};
+}
+
+std::string adapter_weights_file(const std::string& dir) {
+  for (const char* name : {"adapter_model.safetensors", "adapter_model.bin"}) {
+    const fs::path p = fs::path(dir) / name;
+    if (fs::exists(p)) return p.string();
+  }
+  fail("{}: no adapter_model.safetensors (or adapter_model.bin) beside adapter_config.json", dir);
+}
+
 }  // namespace
+
+bool is_peft_folder(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "adapter_config.json"); }
+
+LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
+  const std::string path = (fs::path(dir) / "adapter_config.json").string();
+  const Json j = read_json_file(path);
+  const auto field = [&](const char* key) -> const Json* {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  const Json* type = field("peft_type");
+  HONE_CHECK(type && *type == "LORA", "{}: peft_type is {}, hone reads LORA adapters", path,
+             type ? type->dump() : "missing");
+  const Json* r = field("r");
+  const Json* alpha = field("lora_alpha");
+  HONE_CHECK(r && r->is_number_integer() && r->get<int64_t>() > 0, "{}: 'r' must be a positive integer", path);
+  HONE_CHECK(alpha && alpha->is_number(), "{}: 'lora_alpha' must be a number", path);
+  // What PEFT can add to an adapter that hone's LoRA does not have.
+  for (const char* key : {"use_dora", "fan_in_fan_out"})
+    HONE_CHECK(!field(key) || *field(key) == false, "{}: {} is true; hone's LoRA has no such adapters", path, key);
+  for (const char* key : {"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform"})
+    HONE_CHECK(!field(key) || field(key)->empty(), "{}: '{}' is set; hone's adapters share one rank and alpha on "
+               "every layer, and it trains no other modules", path, key);
+  HONE_CHECK(!field("bias") || *field("bias") == "none", "{}: bias is {}; hone's adapters have no biases", path,
+             field("bias")->dump());
+
+  // The modules come from the tensors: each is one of the adapters hone can put on this model.
+  const int64_t rank = r->get<int64_t>();
+  std::map<std::string, LoraTarget> by_module;
+  for (const LoraTarget& t : lora_targets(config, every_adapter(config, rank)))
+    if (const auto module = peft_module(config, t)) by_module.emplace(*module, t);
+  const std::unique_ptr<TensorFile> file = open_tensor_file(adapter_weights_file(dir));
+  std::map<std::string, std::vector<int64_t>> layers;  // hone module -> layers that have it
+  for (const std::string& name : file->names()) {
+    const std::string a_suffix = ".lora_A.weight", b_suffix = ".lora_B.weight";
+    const bool a = name.ends_with(a_suffix), b = name.ends_with(b_suffix);
+    HONE_CHECK(name.starts_with(kPeftPrefix) && (a || b), "{}: '{}' is not a LoRA tensor (base_model.model.MODULE."
+               "lora_A.weight or lora_B.weight)", file->path(), name);
+    const std::string module = name.substr(std::string(kPeftPrefix).size(),
+                                           name.size() - std::string(kPeftPrefix).size() - a_suffix.size());
+    auto it = by_module.find(module);
+    HONE_CHECK(it != by_module.end(), "{}: '{}' adapts {}, which hone's LoRA cannot adapt on a {} model (it adapts "
+               "the attention projections, the MLP's and the output, where Hugging Face stores them apart)",
+               file->path(), name, module, family_name(config.family));
+    if (a) layers[it->second.module].push_back(it->second.layer);
+  }
+  LoraConfig lora{.rank = rank, .alpha = alpha->get<double>(), .attn_modules = {}};
+  if (const Json* rs = field("use_rslora"); rs && *rs == true) lora.alpha *= std::sqrt(double(rank));
+  if (const Json* dropout = field("lora_dropout")) lora.dropout = dropout->get<double>();
+  for (const auto& [module, on] : layers) {
+    const bool output = module == "output";
+    HONE_CHECK(output || int64_t(on.size()) == config.n_layers, "{}: {} adapters on {} of {} layers; hone's are on "
+               "every layer", file->path(), module, on.size(), config.n_layers);
+    if (output) lora.apply_to_output = true;
+    else if (std::find(lora_attn_module_names().begin(), lora_attn_module_names().end(), module) !=
+             lora_attn_module_names().end())
+      lora.attn_modules.push_back(module);
+    else lora.apply_to_mlp = true;
+  }
+  // hone adapts all of the MLP's projections or none.
+  for (const LoraTarget& t : lora_targets(config, lora))
+    HONE_CHECK(!t.in_mlp() || layers.contains(t.module), "{}: adapters on some of the MLP's projections but not on "
+               "{}; hone's are on all of them or none", file->path(), t.module);
+  HONE_CHECK(!layers.empty(), "{}: holds no adapters", file->path());
+  return lora;
+}
+
+void load_peft_adapters(const std::string& dir, Transformer& model) {
+  HONE_CHECK(model.lora(), "{}: LoRA adapters, but the model was built without LoRA", dir);
+  const std::unique_ptr<TensorFile> file = open_tensor_file(adapter_weights_file(dir));
+  ParameterSet& params = model.trainable_params();
+  for (const LoraTarget& t : lora_targets(model.config(), *model.lora())) {
+    const std::string module = kPeftPrefix + *peft_module(model.config(), t);
+    for (const auto& [peft, hone] : {std::pair{module + ".lora_A.weight", t.a_name()},
+                                     std::pair{module + ".lora_B.weight", t.b_name()}}) {
+      const Parameter& p = params.get(hone);
+      const TensorFile::Entry& e = file->entry(peft);
+      HONE_CHECK(e.shape == p.whole_shape, "{}: '{}' is {}, the model needs {} (adapters of another base model?)",
+                 file->path(), peft, e.shape.str(), p.whole_shape.str());
+      Tensor value = Tensor::empty(p.whole_shape, DType::f32, Device::cpu());
+      read_stored({e.dtype, e.shape, e.bytes.data()}, value);
+      params.write(p, value);
+    }
+  }
+  params.sync_compute();
+}
 
 void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model) {
   HONE_CHECK(model.lora().has_value(), "{}: the model has no LoRA adapters to export", dir);

@@ -19,4 +19,18 @@ void export_peft(const Transformer& model, const std::string& dir, const std::st
 void export_peft(const std::string& checkpoint, const ModelConfig& config, const LoraConfig& lora,
                  const std::string& dir, const std::string& base_model);
 
+// Whether `dir` is a PEFT adapter folder (it holds adapter_config.json).
+bool is_peft_folder(const std::string& dir);
+
+// The LoRA settings of a PEFT adapter folder (peft's save_pretrained: adapter_config.json
+// and adapter_model.safetensors or .bin) for a base model of `config`: its rank,
+// alpha (use_rslora's alpha/sqrt(r) scale given as hone's alpha/rank), dropout,
+// and the modules its tensors adapt. Adapters hone cannot hold are errors naming
+// what: DoRA, rank or alpha patterns, biases, modules_to_save, adapters on some
+// layers only, on some MLP projections only, or on tensors Hugging Face stores
+// fused (GPT-2's c_attn, MPT's Wqkv).
+LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config);
+// Loads the adapters of a PEFT folder into `model`, built with read_peft_config's settings.
+void load_peft_adapters(const std::string& dir, Transformer& model);
+
 }  // namespace hone

@@ -6,6 +6,7 @@
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/json_file.hpp"
+#include "hone/io/peft.hpp"
 #include "hone/ops/ops.hpp"
 #include "hone/train/run_config.hpp"
 
@@ -21,7 +22,8 @@ Schema inference_schema() {
   s.add({"dtype", ValueType::string, "fp32", "compute precision", {"fp32", "bf16"}});
   s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"}, Range::not_negative());
   s.add(model_source_schema("the model"));
-  s.add({"lora.adapter", ValueType::string, nullptr, "a lora_finetune checkpoint folder or run directory"});
+  s.add({"lora.adapter", ValueType::string, nullptr,
+         "LoRA adapters: a lora_finetune checkpoint folder or run directory, or a PEFT folder (adapter_config.json)"});
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
   return s;
 }
@@ -41,7 +43,12 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
 
   std::optional<LoraConfig> lora;
   std::string adapter_folder, tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
-  if (c.has("lora.adapter")) {
+  const bool peft = c.has("lora.adapter") && is_peft_folder(c.get<std::string>("lora.adapter"));
+  if (peft) {
+    adapter_folder = c.get<std::string>("lora.adapter");
+    lora = read_peft_config(adapter_folder, weights->config());
+    out.description += ", PEFT LoRA adapters from " + adapter_folder;
+  } else if (c.has("lora.adapter")) {
     adapter_folder = model_folder_of(c.get<std::string>("lora.adapter"));
     // The run's resolved config says how its adapters were made.
     const Config trained(Config::from_yaml(
@@ -60,7 +67,8 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device, lora);
   load_weights(*weights, *out.model);
   if (lora) {
-    load_adapters(adapter_folder, *out.model);
+    if (peft) load_peft_adapters(adapter_folder, *out.model);
+    else load_adapters(adapter_folder, *out.model);
     out.model->merge_lora();  // inference runs the merged weights: no adapter cost per token
   }
   out.model->set_training(false);
