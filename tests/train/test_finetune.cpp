@@ -374,6 +374,50 @@ TEST_F(FinetuneRun, FullFinetuneOnTwoRanksExportsTheWholeModel) {
   }
 }
 
+// A LoRA run's checkpoint is a model: its base (the run's checkpoint.path) with
+// its adapters merged, for hone convert and for any recipe's checkpoint.path.
+TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
+  const std::string run = trained_lora_run();
+  const std::string log = root_ + "/merged.log";
+  ASSERT_EQ(run_hone_to_log({"convert", run, root_ + "/merged", "--to", "hf"}, log), 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("with the LoRA adapters of " + run + "/step_0000030 merged"), std::string::npos)
+      << read_file(log);
+  // The weights the run's own merged export (export.hf) wrote, and its tokenizer.
+  const SafetensorsFile merged(root_ + "/merged/model.safetensors"), exported(root_ + "/hf/model.safetensors");
+  ASSERT_EQ(merged.names(), exported.names());
+  for (const std::string& name : merged.names())
+    EXPECT_EQ(merged.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << name;
+  EXPECT_TRUE(fs::exists(root_ + "/merged/vocab.json"));
+
+  // As a recipe's model: what the base with lora.adapter gives.
+  const auto eval_loss = [&](std::vector<std::string> model_args) {
+    std::vector<std::string> args = {"run", "eval", "threads=1", "dataset.type=instruct",
+                                     "dataset.path=" + root_ + "/data.jsonl", "dataset.seq_len=64"};
+    args.insert(args.end(), model_args.begin(), model_args.end());
+    const std::string out = root_ + "/merged_eval.out";
+    std::remove(out.c_str());  // the log is appended to
+    EXPECT_EQ(run_hone_to_log(args, out), 0) << read_file(out);
+    const std::string text = read_file(out);
+    return nlohmann::json::parse(text.substr(text.rfind('{')))["loss"].get<double>();
+  };
+  EXPECT_EQ(eval_loss({"checkpoint.path=" + run}),
+            eval_loss({"checkpoint.path=" + root_ + "/base", "lora.adapter=" + run, "tokenizer.path=" + tokenizer_}));
+
+  // A base that is not where the run found it is named.
+  const std::string moved = root_ + "/moved_lora";
+  fs::copy(run + "/step_0000030", moved, fs::copy_options::recursive);
+  auto state = nlohmann::json::parse(read_file(moved + "/trainer_state.json"));
+  state["config"]["checkpoint"]["path"] = root_ + "/gone";
+  std::ofstream(moved + "/trainer_state.json") << state.dump();
+  const std::string error_log = root_ + "/moved.log";
+  EXPECT_EQ(run_hone_to_log({"convert", moved, root_ + "/never", "--to", "hf"}, error_log), 2);
+  EXPECT_NE(read_file(error_log).find(moved + ": the checkpoint of a LoRA run, whose base model " + root_ +
+                                      "/gone (the run's checkpoint.path) is not found from here"),
+            std::string::npos)
+      << read_file(error_log);
+  EXPECT_FALSE(fs::exists(root_ + "/never"));
+}
+
 TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   const std::string run = trained_lora_run();
   auto eval = [&](const std::string& adapter) {

@@ -424,19 +424,65 @@ ModelConfig read_model_config(const std::string& folder) {
 
 std::string adapter_file(const std::string& folder) { return (fs::path(folder) / kAdapter).string(); }
 
+bool is_lora_checkpoint(const std::string& folder) {
+  return fs::exists(fs::path(folder) / kAdapter) && !fs::exists(fs::path(folder) / kWeights);
+}
+
+TrainedLora read_trained_lora(const std::string& folder) {
+  const std::string path = (fs::path(folder) / kTrainerState).string();
+  HONE_CHECK(fs::exists(path), "{}: no {}: not the checkpoint of a lora_finetune run", folder, kTrainerState);
+  const Json state = read_json_file(path);
+  // The run's resolved config: every key is there (with its default where it was not given).
+  const Json* config = state.contains("config") ? &state["config"] : nullptr;
+  const auto at = [&](std::initializer_list<const char*> keys) -> const Json& {
+    const Json* node = config;
+    std::string key = "config";
+    for (const char* k : keys) {
+      key += std::string(".") + k;
+      HONE_CHECK(node && node->is_object() && node->contains(k), "{}: no {}: not the checkpoint of a lora_finetune run",
+                 path, key);
+      node = &(*node)[k];
+    }
+    return *node;
+  };
+  TrainedLora t;
+  try {
+    t.lora = {.rank = at({"model", "lora_rank"}).get<int64_t>(),
+              .alpha = at({"model", "lora_alpha"}).get<double>(),
+              .dropout = at({"model", "lora_dropout"}).get<double>(),
+              .attn_modules = at({"model", "lora_attn_modules"}).get<std::vector<std::string>>(),
+              .apply_to_mlp = at({"model", "apply_lora_to_mlp"}).get<bool>(),
+              .apply_to_output = at({"model", "apply_lora_to_output"}).get<bool>()};
+    t.base = at({"checkpoint", "path"}).get<std::string>();
+    t.base_format = at({"checkpoint", "format"}).get<std::string>();
+    const Json* tokenizer = config->contains("tokenizer") ? &(*config)["tokenizer"] : nullptr;
+    if (tokenizer && tokenizer->contains("path") && (*tokenizer)["path"].is_string())
+      t.tokenizer = (*tokenizer)["path"].get<std::string>();
+  } catch (const Json::exception& e) {
+    fail("{}: the run's LoRA settings are not what lora_finetune writes: {}", path, e.what());
+  }
+  return t;
+}
+
 namespace {
 
 class LoraMergedWeights final : public WeightSource {
  public:
-  LoraMergedWeights(const std::string& folder, const WeightSource& base, LoraConfig lora)
-      : base_(base), lora_(std::move(lora)), targets_(lora_targets(base.config(), lora_)) {
+  // `owned`: the base, when the source keeps it.
+  LoraMergedWeights(const std::string& folder, const WeightSource& base, LoraConfig lora,
+                    std::unique_ptr<WeightSource> owned = nullptr)
+      : base_(base), owned_(std::move(owned)), lora_(std::move(lora)), targets_(lora_targets(base.config(), lora_)),
+        folder_(folder) {
     verify_checkpoint(folder);
     adapters_ = std::make_unique<SafetensorsFile>(adapter_file(folder));
   }
   const ModelConfig& config() const override { return base_.config(); }
   DType stored_dtype() const override { return base_.stored_dtype(); }
   std::vector<std::string> companion_files() const override { return base_.companion_files(); }
-  std::string description() const override { return base_.description() + " with merged LoRA adapters"; }
+  std::string description() const override {
+    return fmt::format("{} with the LoRA adapters of {} merged", base_.description(), folder_);
+  }
+  std::vector<std::string> notes() const override { return base_.notes(); }
   void read(const std::string& name, const Tensor& dst) const override {
     base_.read(name, dst);
     for (const LoraTarget& t : targets_) {
@@ -448,8 +494,10 @@ class LoraMergedWeights final : public WeightSource {
 
  private:
   const WeightSource& base_;
+  std::unique_ptr<WeightSource> owned_;
   LoraConfig lora_;
   std::vector<LoraTarget> targets_;
+  std::string folder_;
   std::unique_ptr<SafetensorsFile> adapters_;
 };
 
@@ -459,6 +507,12 @@ std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, cons
                                                  const std::optional<LoraConfig>& lora) {
   if (!lora) return open_model_folder(folder);
   return std::make_unique<LoraMergedWeights>(folder, base, *lora);
+}
+
+std::unique_ptr<WeightSource> open_merged_lora(const std::string& folder, std::unique_ptr<WeightSource> base,
+                                               const LoraConfig& lora) {
+  const WeightSource& kept = *base;
+  return std::make_unique<LoraMergedWeights>(folder, kept, lora, std::move(base));
 }
 
 std::unique_ptr<WeightSource> open_model_folder(const std::string& folder) {

@@ -118,6 +118,19 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
 // the same LoRA settings (for inference or further training).
 void load_adapters(const std::string& folder, Transformer& model);
 
+// Whether a checkpoint folder holds a LoRA run's adapters rather than weights.
+bool is_lora_checkpoint(const std::string& folder);
+// What a lora_finetune checkpoint's run says of its adapters (trainer_state.json's
+// config): their settings, the base model they were trained on (its
+// checkpoint.path, as the run was given it, and checkpoint.format), and its
+// tokenizer.path when it set one.
+struct TrainedLora {
+  LoraConfig lora;
+  std::string base, base_format;
+  std::optional<std::string> tokenizer;
+};
+TrainedLora read_trained_lora(const std::string& folder);
+
 // Verifies a checkpoint folder's manifest; throws hone::Error naming the first bad file.
 void verify_checkpoint(const std::string& folder);
 
@@ -145,6 +158,9 @@ std::string adapter_file(const std::string& folder);
 // outlive the source.
 std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, const WeightSource& base,
                                                  const std::optional<LoraConfig>& lora);
+// A LoRA checkpoint's adapters merged into `base`, which the source keeps.
+std::unique_ptr<WeightSource> open_merged_lora(const std::string& folder, std::unique_ptr<WeightSource> base,
+                                               const LoraConfig& lora);
 
 // Loads the weights of a model or checkpoint folder into `model` (for
 // fine-tuning and inference; no optimizer state is needed or read).

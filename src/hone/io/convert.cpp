@@ -6,6 +6,7 @@
 #include "hone/io/c_checkpoints.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/meta.hpp"
+#include "hone/io/model_json.hpp"
 #include "hone/io/torch_file.hpp"
 
 namespace hone {
@@ -42,7 +43,20 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
   if (found == "hf") return open_hf(path);
   if (found == "meta") return open_meta(path);
   if (found == "llmc" || found == "llama2c") return open_c_checkpoint(path);
-  return open_model_folder(model_folder_of(path));
+  const std::string folder = model_folder_of(path);
+  if (!is_lora_checkpoint(folder)) return open_model_folder(folder);
+  // A LoRA run's checkpoint holds adapters: the model is its base with them merged.
+  const TrainedLora trained = read_trained_lora(folder);
+  HONE_CHECK(fs::exists(trained.base),
+             "{}: the checkpoint of a LoRA run, whose base model {} (the run's checkpoint.path) is not found from "
+             "here: run from where the run was started, or merge onto the base with lora.adapter",
+             folder, trained.base);
+  std::unique_ptr<WeightSource> base = open_weights(trained.base, trained.base_format);
+  const ModelConfig trained_on = read_model_config(folder);
+  HONE_CHECK(model_config_to_json(trained_on) == model_config_to_json(base->config()),
+             "{}: adapters trained on another model ({} layers, dim {}) than its base {} has now ({} layers, dim {})",
+             folder, trained_on.n_layers, trained_on.dim, trained.base, base->config().n_layers, base->config().dim);
+  return open_merged_lora(folder, std::move(base), trained.lora);
 }
 
 std::unique_ptr<WeightSource> open_convert_source(const std::string& src, const ConvertOptions& options) {

@@ -50,18 +50,9 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
     out.description += ", PEFT LoRA adapters from " + adapter_folder;
   } else if (c.has("lora.adapter")) {
     adapter_folder = model_folder_of(c.get<std::string>("lora.adapter"));
-    // The run's resolved config says how its adapters were made.
-    const Config trained(Config::from_yaml(
-        read_json_file((fs::path(adapter_folder) / "trainer_state.json").string()).at("config").dump(),
-        adapter_folder + "/trainer_state.json"));
-    HONE_CHECK(trained.has("model.lora_rank"), "{}: not the checkpoint of a lora_finetune run", adapter_folder);
-    lora = LoraConfig{.rank = trained.get<int64_t>("model.lora_rank"),
-                      .alpha = trained.get<double>("model.lora_alpha"),
-                      .dropout = trained.get<double>("model.lora_dropout"),
-                      .attn_modules = trained.get<std::vector<std::string>>("model.lora_attn_modules"),
-                      .apply_to_mlp = trained.get<bool>("model.apply_lora_to_mlp"),
-                      .apply_to_output = trained.get<bool>("model.apply_lora_to_output")};
-    if (tokenizer.empty() && trained.has("tokenizer.path")) tokenizer = trained.get<std::string>("tokenizer.path");
+    const TrainedLora trained = read_trained_lora(adapter_folder);
+    lora = trained.lora;
+    if (tokenizer.empty() && trained.tokenizer) tokenizer = *trained.tokenizer;
     out.description += ", LoRA adapters from " + adapter_folder;
   }
   out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device, lora);

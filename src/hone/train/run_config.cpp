@@ -46,6 +46,13 @@ std::string tokenizer_path_for_model(const Config& c) {
   HONE_CHECK(fs::is_directory(model), "{}: set tokenizer.path (the model {} is a file, not a folder with a tokenizer)",
              c.origin(), model);
   const std::string folder = model_folder_of(model);
+  if (is_lora_checkpoint(folder)) {  // a LoRA run's: the run's tokenizer, or its base model's
+    const TrainedLora trained = read_trained_lora(folder);
+    if (trained.tokenizer) return *trained.tokenizer;
+    Config base = c;
+    base.set("checkpoint.path", trained.base);
+    return tokenizer_path_for_model(base);
+  }
   HONE_CHECK(!tokenizer_files_in(folder).empty(),
              "{}: set tokenizer.path: {} holds no tokenizer files (a run pretrained without tokenizer.path carries "
              "none)",
