@@ -2,6 +2,7 @@
 // and the batches SampleStream builds.
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "data/tokenizers/assets.hpp"
 #include "hone/data/instruct.hpp"
@@ -192,6 +193,27 @@ TEST_F(InstructTest, LlmFoundryPromptResponseRecordsInJsonlAndMds) {
   write_mds_fixture(dir_ + "/badjson", {{"chat", "json"}}, {{"[{"}});
   EXPECT_NE(error_of([&] { load(dir_ + "/badjson", chat, *llama3_); })
                 .find(dir_ + "/badjson: sample 0: column 'chat' is not valid JSON"),
+            std::string::npos);
+}
+
+// Hugging Face datasets' Parquet files: rows are records, as the same records in JSONL.
+TEST_F(InstructTest, ParquetRowsAreRecords) {
+  const std::string fixtures = source_path("tests/data/formats/parquet/");
+  const nlohmann::json expected = nlohmann::json::parse(std::ifstream(fixtures + "expected.json"));
+  std::string lines;
+  for (const auto& record : expected["records"]) lines += record.dump() + "\n";
+  const InstructOptions alpaca{.format = InstructTemplate::alpaca, .max_seq_len = 64};
+  const auto want = data::load_instruct_dataset(file("records.jsonl", lines), *gpt2_, alpaca);
+  const auto got = data::load_instruct_dataset(fixtures + "snappy_v1.parquet", *gpt2_, alpaca);
+  ASSERT_EQ(got.samples.size(), 300u);
+  EXPECT_EQ(got.truncated, want.truncated);
+  for (size_t i = 0; i < got.samples.size(); ++i) {
+    EXPECT_EQ(got.samples[i].tokens, want.samples[i].tokens) << i;
+    EXPECT_EQ(got.samples[i].labels, want.samples[i].labels) << i;
+  }
+  // Errors name the file and the row.
+  EXPECT_NE(error_of([&] { data::load_instruct_dataset(fixtures + "chats.parquet", *llama3_, {.format = InstructTemplate::chat}); })
+                .find("chats.parquet: row 3: message 2 of 'messages' has no string 'content'"),
             std::string::npos);
 }
 

@@ -7,6 +7,7 @@
 #include "hone/core/rng.hpp"
 #include "hone/data/formats/inputs.hpp"
 #include "hone/data/formats/mds.hpp"
+#include "hone/data/formats/parquet.hpp"
 
 namespace hone::data {
 
@@ -71,8 +72,19 @@ std::vector<Record> read_mds_records(const std::string& dir) {
   return records;
 }
 
+// The rows of a Parquet file (Hugging Face datasets) as records of their columns.
+std::vector<Record> read_parquet_records(const std::string& path) {
+  const ParquetFile file(path);
+  std::vector<Record> records;
+  for (size_t g = 0; g < file.row_groups(); ++g) {
+    for (const auto& row : file.read_rows(g)) records.push_back({fmt::format("{}: row {}", path, records.size()), Json(row)});
+  }
+  return records;
+}
+
 std::vector<Record> read_records(const std::string& path) {
   if (is_mds_folder(path)) return read_mds_records(path);
+  if (is_parquet_name(path)) return read_parquet_records(path);
   std::string base = path;
   for (const char* suffix : {".gz", ".zst", ".zstd"}) {
     if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
@@ -85,7 +97,8 @@ std::vector<Record> read_records(const std::string& path) {
     for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
   } else {
     HONE_CHECK(base.ends_with(".jsonl") || base.ends_with(".ndjson"),
-               "{}: instruct datasets are .jsonl or .json files (optionally .gz or .zst), or MDS folders", path);
+               "{}: instruct datasets are .jsonl or .json files (optionally .gz or .zst), .parquet files or MDS folders",
+               path);
     std::string line;
     for (uint64_t n = 1; in.read_line(line); ++n) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

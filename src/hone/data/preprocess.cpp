@@ -159,7 +159,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 // The documents of the input files, raw: a JSONL line, a whole text file, or
-// the fields of an MDS sample. Only this part runs under the lock; the workers
+// the fields of an MDS sample or a Parquet row. Only this part runs under the lock; the workers
 // parse the JSON, which would otherwise take a quarter of a worker's time and
 // cap the speed-up near 4x.
 class Source {
@@ -176,12 +176,12 @@ class Source {
   // (an MDS sample's fields), as `kind` says; false at the end of the inputs.
   bool next(std::string& raw, TextDocument& document, Kind& kind) {
     while (true) {
-      if (mds_) {
-        if (mds_->next(document)) {
+      if (records_) {
+        if (records_->next(document)) {
           kind = Kind::fields;
           return true;
         }
-        mds_.reset();
+        records_.reset();
       }
       if (jsonl_) {
         while (jsonl_->read_line(raw)) {
@@ -195,8 +195,8 @@ class Source {
       }
       if (next_file_ == files_.size()) return false;
       const std::string& path = files_[next_file_++];
-      if (fs::is_directory(path)) {  // DocumentReader lists MDS folders as they are
-        mds_ = std::make_unique<MdsTextReader>(path, keys_);
+      if (fs::is_directory(path) || is_parquet_name(path)) {  // DocumentReader lists MDS folders as they are
+        records_ = open_record_text(path, keys_);
         continue;
       }
       if (is_jsonl_name(fs::path(path).filename().string())) {
@@ -226,7 +226,7 @@ class Source {
   std::vector<std::string> files_;
   size_t next_file_ = 0;
   std::unique_ptr<InputStream> jsonl_;
-  std::unique_ptr<MdsTextReader> mds_;
+  std::unique_ptr<RecordTextReader> records_;
   uint64_t line_ = 0;
 };
 

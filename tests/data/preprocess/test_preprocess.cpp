@@ -479,6 +479,43 @@ TEST_F(Preprocess, MdsShardsOfTextTokenizeLikeTheirJsonl) {
   EXPECT_FALSE(fs::exists(path("body_body_document.bin")));
 }
 
+// Hugging Face datasets' Parquet files (and folders of them) tokenize as the same
+// rows in JSONL do; a key that is not a string column is an error naming the row.
+TEST_F(Preprocess, ParquetRowsTokenizeLikeTheirJsonl) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  const std::string fixtures = std::string(HONE_SOURCE_DIR) + "/tests/data/formats/parquet/";
+  const json expected = json::parse(read_file(fixtures + "expected.json"));
+  std::string lines;
+  for (const json& record : expected["records"]) lines += record.dump() + "\n";
+  write_text(path("records.jsonl"), lines);
+  fs::create_directories(path("shards"));
+  fs::copy_file(fixtures + "snappy_v1.parquet", path("shards/train-00000.parquet"));
+  fs::copy_file(fixtures + "zstd_v2.parquet", path("shards/train-00001.parquet"));
+  data::PreprocessOptions o;
+  o.json_keys = {"instruction", "output"};
+  o.append_eod = true;
+  o.inputs = {path("records.jsonl"), path("records.jsonl")};
+  o.output_prefix = path("jsonl");
+  const auto from_jsonl = data::preprocess(o, t);
+  o.inputs = {path("shards")};
+  o.output_prefix = path("parquet");
+  o.workers = 3;
+  const auto from_parquet = data::preprocess(o, t);
+  EXPECT_EQ(from_parquet.documents, 600u);
+  EXPECT_EQ(from_parquet.files, 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    for (const char* ext : {".bin", ".idx"})
+      EXPECT_TRUE(read_bytes(from_parquet.outputs[k] + ext) == read_bytes(from_jsonl.outputs[k] + ext))
+          << from_parquet.outputs[k] << ext;
+  }
+  o.json_keys = {"input"};  // null in every fifth row
+  o.output_prefix = path("input");
+  expect_error([&] { data::preprocess(o, t); },
+               {path("shards/train-00000.parquet") + ": row 0: column 'input' is null, expected a string"});
+  o.json_keys = {"score"};
+  expect_error([&] { data::preprocess(o, t); }, {"row 0: column 'score' is number, expected a string"});
+}
+
 TEST_F(Preprocess, TokenizerTypesAndFiles) {
   write_tokenizer(path("hf"));
   write_text(path("list.json"), R"([{"rank": 0, "token_bytes": "AA==", "token_str": "\u0000"}])");

@@ -11,6 +11,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/data/formats/mds.hpp"
+#include "hone/data/formats/parquet.hpp"
 
 namespace hone::data {
 
@@ -218,34 +219,84 @@ bool is_mds_folder(const std::string& path) {
   return false;
 }
 
-MdsTextReader::MdsTextReader(const std::string& dir, std::vector<std::string> keys)
-    : dir_(dir), keys_(std::move(keys)), dataset_(std::make_unique<MdsDataset>(dir)) {
-  for (const MdsShardInfo& shard : dataset_->shards()) {
-    for (const std::string& key : keys_) {
-      const auto& names = shard.column_names;
-      const auto column = std::find(names.begin(), names.end(), key);
-      if (column != names.end() && shard.column_encodings[size_t(column - names.begin())] == "str") continue;
-      std::string columns;
-      for (size_t c = 0; c < names.size(); ++c)
-        columns += fmt::format("{}{} ({})", c ? ", " : "", names[c], shard.column_encodings[c]);
-      fail("{}: shard {} has no text column '{}' (its columns: {}); the keys (--json-keys) name str columns to "
-           "tokenize{}",
-           dir_, shard.raw_data.basename, key, columns,
-           std::find(names.begin(), names.end(), "tokens") != names.end() ? "; its 'tokens' are token ids already"
-                                                                          : "");
+namespace {
+
+class MdsTextReader final : public RecordTextReader {
+ public:
+  MdsTextReader(const std::string& dir, std::vector<std::string> keys) : dir_(dir), keys_(std::move(keys)), dataset_(dir) {
+    for (const MdsShardInfo& shard : dataset_.shards()) {
+      for (const std::string& key : keys_) {
+        const auto& names = shard.column_names;
+        const auto column = std::find(names.begin(), names.end(), key);
+        if (column != names.end() && shard.column_encodings[size_t(column - names.begin())] == "str") continue;
+        std::string columns;
+        for (size_t c = 0; c < names.size(); ++c)
+          columns += fmt::format("{}{} ({})", c ? ", " : "", names[c], shard.column_encodings[c]);
+        fail("{}: shard {} has no text column '{}' (its columns: {}); the keys (--json-keys) name str columns to "
+             "tokenize{}",
+             dir_, shard.raw_data.basename, key, columns,
+             std::find(names.begin(), names.end(), "tokens") != names.end() ? "; its 'tokens' are token ids already"
+                                                                            : "");
+      }
     }
   }
-}
 
-MdsTextReader::~MdsTextReader() = default;
+  bool next(TextDocument& document) override {
+    if (next_ == dataset_.size()) return false;
+    document.origin = fmt::format("{}: sample {}", dir_, next_);
+    document.fields.clear();
+    for (const std::string& key : keys_) document.fields.push_back(dataset_.str(next_, key));
+    ++next_;
+    return true;
+  }
 
-bool MdsTextReader::next(TextDocument& document) {
-  if (next_ == dataset_->size()) return false;
-  document.origin = fmt::format("{}: sample {}", dir_, next_);
-  document.fields.clear();
-  for (const std::string& key : keys_) document.fields.push_back(dataset_->str(next_, key));
-  ++next_;
-  return true;
+ private:
+  std::string dir_;
+  std::vector<std::string> keys_;
+  MdsDataset dataset_;
+  uint64_t next_ = 0;
+};
+
+// A row group at a time: only the keys' columns are read.
+class ParquetTextReader final : public RecordTextReader {
+ public:
+  ParquetTextReader(const std::string& path, std::vector<std::string> keys) : keys_(std::move(keys)), file_(path) {}
+
+  bool next(TextDocument& document) override {
+    while (next_ == rows_.size()) {
+      if (group_ == file_.row_groups()) return false;
+      rows_ = file_.read_rows(group_++, keys_);
+      first_row_ += next_;
+      next_ = 0;
+    }
+    const auto& row = rows_[next_];
+    document.origin = fmt::format("{}: row {}", file_.path(), first_row_ + next_);
+    document.fields.clear();
+    for (const std::string& key : keys_) {
+      auto it = row.find(key);
+      HONE_CHECK(it != row.end() && it->is_string(), "{}: column '{}' is {}, expected a string", document.origin, key,
+                 it == row.end() ? "null" : it->type_name());
+      document.fields.push_back(it->get<std::string>());
+    }
+    ++next_;
+    return true;
+  }
+
+ private:
+  std::vector<std::string> keys_;
+  ParquetFile file_;
+  std::vector<nlohmann::ordered_json> rows_;
+  size_t group_ = 0, next_ = 0;
+  uint64_t first_row_ = 0;
+};
+
+}  // namespace
+
+bool is_parquet_name(const std::string& path) { return path.ends_with(".parquet"); }
+
+std::unique_ptr<RecordTextReader> open_record_text(const std::string& path, const std::vector<std::string>& keys) {
+  if (is_parquet_name(path)) return std::make_unique<ParquetTextReader>(path, keys);
+  return std::make_unique<MdsTextReader>(path, keys);
 }
 
 DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys)
@@ -287,9 +338,9 @@ DocumentReader::~DocumentReader() = default;
 
 bool DocumentReader::next(TextDocument& document) {
   while (true) {
-    if (mds_) {
-      if (mds_->next(document)) return true;
-      mds_.reset();
+    if (records_) {
+      if (records_->next(document)) return true;
+      records_.reset();
     }
     if (jsonl_) {
       while (jsonl_->read_line(text_)) {
@@ -303,8 +354,8 @@ bool DocumentReader::next(TextDocument& document) {
     }
     if (next_file_ == files_.size()) return false;
     const std::string& path = files_[next_file_++];
-    if (std::filesystem::is_directory(path)) {
-      mds_ = std::make_unique<MdsTextReader>(path, keys_);
+    if (std::filesystem::is_directory(path) || is_parquet_name(path)) {
+      records_ = open_record_text(path, keys_);
       continue;
     }
     if (is_jsonl_name(std::filesystem::path(path).filename().string())) {

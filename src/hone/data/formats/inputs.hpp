@@ -52,34 +52,31 @@ struct TextDocument {
   std::vector<std::string> fields;  // one per key
 };
 
-class MdsDataset;
-
 // Whether `path` is a folder of MDS shards (index.json and shard files).
 bool is_mds_folder(const std::string& path);
+// Whether `path` names a Parquet file (.parquet).
+bool is_parquet_name(const std::string& path);
 
-// The documents of an MDS dataset of text (LLM Foundry's shards of a `text`
-// column, which it tokenizes on the fly): one per sample, its fields the `str`
-// columns named by the keys. Every shard must have them.
-class MdsTextReader {
+// The documents of a dataset whose records are read whole: an MDS folder of
+// text (LLM Foundry's shards of a `text` column, which it tokenizes on the fly;
+// the keys name `str` columns every shard has) or a Parquet file (Hugging Face
+// datasets; the keys name string columns). One document per sample or row, in
+// order, its fields the keys' values.
+class RecordTextReader {
  public:
-  MdsTextReader(const std::string& dir, std::vector<std::string> keys);
-  ~MdsTextReader();
-  bool next(TextDocument& document);
-
- private:
-  std::string dir_;
-  std::vector<std::string> keys_;
-  std::unique_ptr<MdsDataset> dataset_;
-  uint64_t next_ = 0;
+  virtual ~RecordTextReader() = default;
+  virtual bool next(TextDocument& document) = 0;
 };
+// The reader of `path`, an MDS folder or a Parquet file.
+std::unique_ptr<RecordTextReader> open_record_text(const std::string& path, const std::vector<std::string>& keys);
 
 // Documents from files and folders, in order: the inputs as given, each folder's
 // files (hidden ones skipped) sorted by path. A file is JSONL when its name, less
 // a .gz/.zst/.zstd suffix, ends in .jsonl, .json or .ndjson; any other file is
 // one plain text document, which needs exactly one key. Blank JSONL lines are
-// skipped. A folder given as an input that holds MDS shards is read by
-// MdsTextReader (it stays one entry of files()); MDS shards inside a folder
-// given as input are an error, since their files are not text.
+// skipped. Parquet files, and a folder given as an input that holds MDS shards
+// (it stays one entry of files()), are read by open_record_text; MDS shards
+// inside a folder given as input are an error, since their files are not text.
 class DocumentReader {
  public:
   DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys);
@@ -92,7 +89,7 @@ class DocumentReader {
   std::vector<std::string> keys_, files_;
   size_t next_file_ = 0;
   std::unique_ptr<InputStream> jsonl_;  // the JSONL file being read
-  std::unique_ptr<MdsTextReader> mds_;  // the MDS folder being read
+  std::unique_ptr<RecordTextReader> records_;  // the MDS folder or Parquet file being read
   uint64_t line_ = 0;
   std::string text_;
 };
