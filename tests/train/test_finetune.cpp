@@ -383,11 +383,21 @@ TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
   EXPECT_NE(read_file(log).find("with the LoRA adapters of " + run + "/step_0000030 merged"), std::string::npos)
       << read_file(log);
   // The weights the run's own merged export (export.hf) wrote, and its tokenizer.
-  const SafetensorsFile merged(root_ + "/merged/model.safetensors"), exported(root_ + "/hf/model.safetensors");
-  ASSERT_EQ(merged.names(), exported.names());
-  for (const std::string& name : merged.names())
-    EXPECT_EQ(merged.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << name;
+  const auto expect_weights_of = [&](const std::string& folder) {
+    const SafetensorsFile got(folder + "/model.safetensors"), exported(root_ + "/hf/model.safetensors");
+    ASSERT_EQ(got.names(), exported.names()) << folder;
+    for (const std::string& name : got.names())
+      EXPECT_EQ(got.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << folder << ": " << name;
+  };
+  expect_weights_of(root_ + "/merged");
   EXPECT_TRUE(fs::exists(root_ + "/merged/vocab.json"));
+  // --adapter merges the run, or its PEFT export, into the model given.
+  for (const std::string& adapter : {run, root_ + "/peft"}) {
+    const std::string out = root_ + "/merged_" + fs::path(adapter).filename().string();
+    ASSERT_EQ(run_hone_to_log({"convert", root_ + "/base", out, "--to", "hf", "--adapter", adapter}, log), 0)
+        << read_file(log);
+    expect_weights_of(out);
+  }
 
   // As a recipe's model: what the base with lora.adapter gives.
   const auto eval_loss = [&](std::vector<std::string> model_args) {

@@ -64,7 +64,7 @@ std::string count(int64_t n) {
 
 Command add_convert(CLI::App& app) {
   struct Args {
-    std::string src, dest, to, dtype, shard_size = "5GB", tokenizer;
+    std::string src, dest, to, dtype, shard_size = "5GB", tokenizer, adapter;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -85,12 +85,16 @@ Command add_convert(CLI::App& app) {
   sub->add_option("--tokenizer", args->tokenizer,
                   "Copy the tokenizer files of this folder (tokenizer.json, tokenizer.model, vocab.json, ...) "
                   "instead of the source's");
+  sub->add_option("--adapter", args->adapter,
+                  "Merge LoRA adapters into the model: a PEFT folder (adapter_config.json) or a lora_finetune "
+                  "checkpoint or run directory");
   return [args] {
     ConvertOptions options;
     options.to = args->to == "hf" ? ModelFolderKind::hf : ModelFolderKind::hone;
     if (!args->dtype.empty()) options.dtype = parse_dtype(args->dtype);
     options.shard_bytes = parse_size(args->shard_size);
     options.tokenizer_dir = args->tokenizer;
+    options.adapter = args->adapter;
     // Large models take minutes: a line redrawn as their weights go through.
     ProgressLine line;
     const auto started = std::chrono::steady_clock::now();

@@ -469,26 +469,20 @@ namespace {
 class LoraMergedWeights final : public WeightSource {
  public:
   // `owned`: the base, when the source keeps it.
-  LoraMergedWeights(const std::string& folder, const WeightSource& base, LoraConfig lora,
+  LoraMergedWeights(const WeightSource& base, LoraConfig lora, AdapterReader adapters, std::string what,
                     std::unique_ptr<WeightSource> owned = nullptr)
       : base_(base), owned_(std::move(owned)), lora_(std::move(lora)), targets_(lora_targets(base.config(), lora_)),
-        folder_(folder) {
-    verify_checkpoint(folder);
-    adapters_ = std::make_unique<SafetensorsFile>(adapter_file(folder));
-  }
+        adapters_(std::move(adapters)), what_(std::move(what)) {}
   const ModelConfig& config() const override { return base_.config(); }
   DType stored_dtype() const override { return base_.stored_dtype(); }
   std::vector<std::string> companion_files() const override { return base_.companion_files(); }
-  std::string description() const override {
-    return fmt::format("{} with the LoRA adapters of {} merged", base_.description(), folder_);
-  }
+  std::string description() const override { return fmt::format("{} with {} merged", base_.description(), what_); }
   std::vector<std::string> notes() const override { return base_.notes(); }
   void read(const std::string& name, const Tensor& dst) const override {
     base_.read(name, dst);
     for (const LoraTarget& t : targets_) {
       if (t.base != name) continue;
-      merge_adapter(dst, t.row_begin, t.rows, ops::cast_to(adapters_->load(t.a_name()), DType::f32),
-                    ops::cast_to(adapters_->load(t.b_name()), DType::f32), lora_.scale());
+      merge_adapter(dst, t.row_begin, t.rows, adapters_(t.a_name()), adapters_(t.b_name()), lora_.scale());
     }
   }
 
@@ -497,22 +491,35 @@ class LoraMergedWeights final : public WeightSource {
   std::unique_ptr<WeightSource> owned_;
   LoraConfig lora_;
   std::vector<LoraTarget> targets_;
-  std::string folder_;
-  std::unique_ptr<SafetensorsFile> adapters_;
+  AdapterReader adapters_;
+  std::string what_;
 };
+
+// A LoRA checkpoint's adapters, by name, in f32.
+AdapterReader checkpoint_adapters(const std::string& folder) {
+  verify_checkpoint(folder);
+  auto file = std::make_shared<SafetensorsFile>(adapter_file(folder));
+  return [file](const std::string& name) { return ops::cast_to(file->load(name), DType::f32); };
+}
 
 }  // namespace
 
 std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, const WeightSource& base,
                                                  const std::optional<LoraConfig>& lora) {
   if (!lora) return open_model_folder(folder);
-  return std::make_unique<LoraMergedWeights>(folder, base, *lora);
+  return std::make_unique<LoraMergedWeights>(base, *lora, checkpoint_adapters(folder),
+                                             "the LoRA adapters of " + folder);
 }
 
 std::unique_ptr<WeightSource> open_merged_lora(const std::string& folder, std::unique_ptr<WeightSource> base,
                                                const LoraConfig& lora) {
+  return merge_adapters(std::move(base), lora, checkpoint_adapters(folder), "the LoRA adapters of " + folder);
+}
+
+std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,
+                                             AdapterReader adapters, std::string what) {
   const WeightSource& kept = *base;
-  return std::make_unique<LoraMergedWeights>(folder, kept, lora, std::move(base));
+  return std::make_unique<LoraMergedWeights>(kept, lora, std::move(adapters), std::move(what), std::move(base));
 }
 
 std::unique_ptr<WeightSource> open_model_folder(const std::string& folder) {

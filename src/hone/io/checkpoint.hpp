@@ -12,6 +12,7 @@
 // training state: model.safetensors, model.json, the tokenizer files and the
 // manifest. Fine-tuning and inference start from either kind; resuming a
 // training run needs a training checkpoint.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -161,6 +162,12 @@ std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, cons
 // A LoRA checkpoint's adapters merged into `base`, which the source keeps.
 std::unique_ptr<WeightSource> open_merged_lora(const std::string& folder, std::unique_ptr<WeightSource> base,
                                                const LoraConfig& lora);
+// A LoRA adapter's A or B by its hone name ("layers.3.lora.q_proj.a"), as f32.
+using AdapterReader = std::function<Tensor(const std::string& name)>;
+// `base` with adapters of `lora` merged into the weights they adapt, read a
+// weight at a time; `what` names them in the description ("the PEFT adapters of DIR").
+std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,
+                                             AdapterReader adapters, std::string what);
 
 // Loads the weights of a model or checkpoint folder into `model` (for
 // fine-tuning and inference; no optimizer state is needed or read).

@@ -28,6 +28,7 @@ struct ConvertOptions {
   std::optional<DType> dtype;            // default: as the source stores its weights
   uint64_t shard_bytes = 5'000'000'000;  // Hugging Face export only
   std::string tokenizer_dir;             // tokenizer files from here instead of the source's
+  std::string adapter;                   // LoRA adapters merged in: a PEFT folder or a LoRA run's checkpoint
   ReadProgress on_progress;              // when set: called as the weights are read
   // Hugging Face export: the ids config.json names, those of the tokenizer among
   // the source's companion files (tokenizers are read a layer above this one).
@@ -42,8 +43,8 @@ struct ConvertSummary {
   std::vector<std::string> notes;
 };
 
-// The model at `src` as convert_model reads it: with the tokenizer of
-// options.tokenizer_dir, reporting progress to options.on_progress.
+// The model at `src` as convert_model reads it: with options.adapter merged in,
+// the tokenizer of options.tokenizer_dir, reporting progress to options.on_progress.
 std::unique_ptr<WeightSource> open_convert_source(const std::string& src, const ConvertOptions& options);
 
 // Writes `dest` (which must not exist, or be an empty folder) completely or not at all.

@@ -88,7 +88,9 @@ std::string adapter_weights_file(const std::string& dir) {
 
 }  // namespace
 
-bool is_peft_folder(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "adapter_config.json"); }
+bool is_peft_folder(const std::string& dir) {
+  return !dir.empty() && fs::is_regular_file(fs::path(dir) / "adapter_config.json");
+}
 
 LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
   const std::string path = (fs::path(dir) / "adapter_config.json").string();
@@ -154,24 +156,42 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
   return lora;
 }
 
+namespace {
+
+// The adapters of a PEFT folder by hone name, each checked against the shape the model gives it.
+AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, const LoraConfig& lora) {
+  std::shared_ptr<const TensorFile> file = open_tensor_file(adapter_weights_file(dir));
+  auto names = std::make_shared<std::map<std::string, std::pair<std::string, Shape>>>();  // hone -> PEFT, shape
+  for (const LoraTarget& t : lora_targets(config, lora)) {
+    const std::string module = kPeftPrefix + *peft_module(config, t);
+    (*names)[t.a_name()] = {module + ".lora_A.weight", Shape({lora.rank, t.in})};
+    (*names)[t.b_name()] = {module + ".lora_B.weight", Shape({t.rows, lora.rank})};
+  }
+  return [file, names](const std::string& name) {
+    const auto& [peft, shape] = names->at(name);
+    const TensorFile::Entry& e = file->entry(peft);
+    HONE_CHECK(e.shape == shape, "{}: '{}' is {}, the model needs {} (adapters of another base model?)", file->path(),
+               peft, e.shape.str(), shape.str());
+    Tensor value = Tensor::empty(shape, DType::f32, Device::cpu());
+    read_stored({e.dtype, e.shape, e.bytes.data()}, value);
+    return value;
+  };
+}
+
+}  // namespace
+
 void load_peft_adapters(const std::string& dir, Transformer& model) {
   HONE_CHECK(model.lora(), "{}: LoRA adapters, but the model was built without LoRA", dir);
-  const std::unique_ptr<TensorFile> file = open_tensor_file(adapter_weights_file(dir));
+  const AdapterReader adapters = peft_adapters(dir, model.config(), *model.lora());
   ParameterSet& params = model.trainable_params();
-  for (const LoraTarget& t : lora_targets(model.config(), *model.lora())) {
-    const std::string module = kPeftPrefix + *peft_module(model.config(), t);
-    for (const auto& [peft, hone] : {std::pair{module + ".lora_A.weight", t.a_name()},
-                                     std::pair{module + ".lora_B.weight", t.b_name()}}) {
-      const Parameter& p = params.get(hone);
-      const TensorFile::Entry& e = file->entry(peft);
-      HONE_CHECK(e.shape == p.whole_shape, "{}: '{}' is {}, the model needs {} (adapters of another base model?)",
-                 file->path(), peft, e.shape.str(), p.whole_shape.str());
-      Tensor value = Tensor::empty(p.whole_shape, DType::f32, Device::cpu());
-      read_stored({e.dtype, e.shape, e.bytes.data()}, value);
-      params.write(p, value);
-    }
-  }
+  for (const Parameter& p : params.all()) params.write(p, adapters(p.name));
   params.sync_compute();
+}
+
+std::unique_ptr<WeightSource> merge_peft(std::unique_ptr<WeightSource> base, const std::string& dir) {
+  const LoraConfig lora = read_peft_config(dir, base->config());
+  AdapterReader adapters = peft_adapters(dir, base->config(), lora);
+  return merge_adapters(std::move(base), lora, std::move(adapters), "the PEFT adapters of " + dir);
 }
 
 void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model) {

@@ -5,6 +5,7 @@
 // Face base model.
 #include <string>
 
+#include "hone/io/weights.hpp"
 #include "hone/model/transformer.hpp"
 
 namespace hone {
@@ -32,5 +33,7 @@ bool is_peft_folder(const std::string& dir);
 LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config);
 // Loads the adapters of a PEFT folder into `model`, built with read_peft_config's settings.
 void load_peft_adapters(const std::string& dir, Transformer& model);
+// `base` with the adapters of a PEFT folder merged in (peft's merge_and_unload).
+std::unique_ptr<WeightSource> merge_peft(std::unique_ptr<WeightSource> base, const std::string& dir);
 
 }  // namespace hone
