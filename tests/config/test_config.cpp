@@ -104,6 +104,12 @@ TEST(Schema, NumbersOutsideTheirRangeAreErrors) {
   user.apply_override("batch_sise=3");
   EXPECT_EQ(error_of([&] { schema().resolve(user); }),
             "the command line: unknown key 'batch_sise' (did you mean 'batch_size'?)");
+  Config torchtune = Config::from_yaml("output_dir: x\n", "run.yaml");
+  torchtune.apply_override("optimizer._component_=torch.optim.AdamW");
+  EXPECT_NE(error_of([&] { schema().resolve(torchtune); })
+                .find("the command line: 'optimizer._component_' is torchtune's: its _component_ keys name Python "
+                      "classes"),
+            std::string::npos);
   EXPECT_EQ(Range{.low = 2}.requirement(), "must be at least 2");
   EXPECT_EQ((Range{.low = 0, .high = 1, .low_open = true}).requirement(), "must be in (0, 1]");
   EXPECT_EQ((Range{.low = 0, .high = 3}).requirement(), "must be in [0, 3]");

@@ -437,6 +437,11 @@ Config Schema::resolve(const Config& written) const {
     const std::string& origin = user.origin_of(key);
     auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
     if (spec == keys_.end()) {
+      HONE_CHECK(!key.ends_with("_component_"),
+                 "{}: '{}' is torchtune's: its _component_ keys name Python classes, hone's keys take values (a "
+                 "model by model.name or checkpoint.path, a dataset by dataset.path and dataset.template); hone ls "
+                 "RECIPE lists them, docs/migrating.md maps torchtune's",
+                 origin, key);
       // A mapping given where a section was expected is still a typo of the section's keys.
       const std::string suggestion = closest_match(key, known);
       fail("{}: unknown key '{}'{}", origin, key,
