@@ -100,6 +100,29 @@ TEST(Sampling, GreedyTopKAndTopPAndTemperature) {
   EXPECT_GT(rare, 200);
 }
 
+// transformers' repetition_penalty: a seen token's positive logit divided by
+// it, a negative one multiplied, once however often it was seen.
+TEST(Sampling, RepetitionPenaltyMakesSeenTokensLessLikely) {
+  Generator rng(5);
+  const std::vector<float> logits = {2.0f, 1.5f, -1.0f, -0.5f};
+  const std::vector<int32_t> zero_twice = {0, 0};
+  EXPECT_EQ(sample_token(logits, {.temperature = 0}, rng, zero_twice), 0) << "no penalty: the most likely";
+  EXPECT_EQ(sample_token(logits, {.temperature = 0, .repetition_penalty = 1.2}, rng, zero_twice), 0);  // 1.67 > 1.5
+  EXPECT_EQ(sample_token(logits, {.temperature = 0, .repetition_penalty = 1.4}, rng, zero_twice), 1);  // 1.43 < 1.5
+  // Negative logits are multiplied: -0.5 x 3 falls below -1.
+  const std::vector<float> negative = {-0.5f, -1.0f};
+  EXPECT_EQ(sample_token(negative, {.temperature = 0, .repetition_penalty = 3}, rng, std::vector<int32_t>{0}), 1);
+  // Sampling draws from the penalized softmax: logits {0, ln 3}, token 1 seen,
+  // penalty 2: P(1) = sqrt(3) / (1 + sqrt(3)).
+  const std::vector<float> two = {0.0f, std::log(3.0f)};
+  const std::vector<int32_t> one = {1};
+  int ones = 0;
+  for (int i = 0; i < 20000; ++i)
+    ones += sample_token(two, {.temperature = 1, .repetition_penalty = 2}, rng, one) == 1;
+  EXPECT_NEAR(ones / 20000.0, std::sqrt(3.0) / (1 + std::sqrt(3.0)), 0.015);
+  EXPECT_THROW(sample_token(logits, {.temperature = 0, .repetition_penalty = 2}, rng, std::vector<int32_t>{9}), Error);
+}
+
 // Draws by frequency against the softmax they sample: the whole vocabulary
 // (drawn in id order, unsorted), top_k and top_p together, and a nucleus of
 // hundreds of tied tokens (sorted past the first 64).
@@ -156,6 +179,18 @@ TEST(Generate, GreedyMatchesRepeatedFullForwardAndStopsOnStopTokens) {
   const Generation stopped = generate(m, {prompt}, o);
   EXPECT_LE(stopped.completions[0].size(), 3u);
   EXPECT_EQ(stopped.completions[0].back(), g.completions[0][2]);
+  // With a repetition penalty, each sequence's own tokens so far are penalized
+  // (the second prompt decodes beside the first, with its own).
+  o = {.max_new_tokens = 8, .sampling = {.temperature = 0, .repetition_penalty = 5.0}};
+  const Generation penalized = generate(m, {prompt, tokens_of(3, 4)}, o);
+  seq = prompt;
+  Generator unused(0);
+  for (int i = 0; i < 8; ++i) {
+    const Tensor logits = full_logits(m, seq);
+    seq.push_back(sample_token(logits[int64_t(seq.size()) - 1].to_vector<float>(), o.sampling, unused, seq));
+    EXPECT_EQ(penalized.completions[0][size_t(i)], seq.back()) << "token " << i;
+  }
+  EXPECT_NE(penalized.completions[0], g.completions[0]);
   // Sampling is reproducible from the seed.
   o = {.max_new_tokens = 10, .sampling = {.temperature = 1.0}, .seed = 42};
   EXPECT_EQ(generate(m, {prompt}, o).completions, generate(m, {prompt}, o).completions);

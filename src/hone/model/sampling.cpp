@@ -27,10 +27,26 @@ int32_t draw(std::span<const int32_t> ids, std::span<const float> weight, double
 
 }  // namespace
 
-int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, Generator& rng) {
-  HONE_CHECK(!logits.empty(), "sampling from empty logits");
-  HONE_CHECK(o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1,
-             "sampling needs temperature >= 0, top_k >= 0 and top_p in (0, 1]");
+int32_t sample_token(std::span<const float> given, const SamplingOptions& o, Generator& rng,
+                     std::span<const int32_t> seen) {
+  HONE_CHECK(!given.empty(), "sampling from empty logits");
+  HONE_CHECK(o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1 && o.repetition_penalty > 0,
+             "sampling needs temperature >= 0, top_k >= 0, top_p in (0, 1] and repetition_penalty > 0");
+  std::vector<float> penalized;
+  if (o.repetition_penalty != 1 && !seen.empty()) {
+    penalized.assign(given.begin(), given.end());
+    std::vector<bool> done(penalized.size());  // each token once, however often it was seen
+    const auto penalty = float(o.repetition_penalty);
+    for (const int32_t id : seen) {
+      HONE_CHECK(id >= 0 && size_t(id) < penalized.size(), "token {} beyond the vocabulary of {}", id,
+                 penalized.size());
+      if (done[size_t(id)]) continue;
+      done[size_t(id)] = true;
+      float& l = penalized[size_t(id)];
+      l = l < 0 ? l * penalty : l / penalty;
+    }
+  }
+  const std::span<const float> logits = penalized.empty() ? given : std::span<const float>(penalized);
   if (o.temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   const size_t vocab = logits.size();
   // Every token's weight exp((logit - max) / temperature), in id order.
@@ -97,10 +113,12 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
   std::vector<int64_t> active;
   std::vector<int32_t> next;
   auto start = Clock::now();
+  // Each sequence so far (prompt, then completion), for the repetition penalty.
+  std::vector<std::vector<int32_t>> seen(prompts.begin(), prompts.end());
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Tensor logits = decoder.prefill(int64_t(i), prompts[i]);
     g.prompt_tokens += int64_t(prompts[i].size());
-    next.push_back(sample_token(logits.to_vector<float>(), o.sampling, rng));
+    next.push_back(sample_token(logits.to_vector<float>(), o.sampling, rng, seen[i]));
     active.push_back(int64_t(i));
   }
   g.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -111,6 +129,7 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
     for (size_t k = 0; k < active.size(); ++k) {
       auto& out = g.completions[size_t(active[k])];
       out.push_back(next[k]);
+      seen[size_t(active[k])].push_back(next[k]);
       ++g.generated_tokens;
       const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next[k]) != o.stop_tokens.end();
       if (!stop && int64_t(out.size()) < o.max_new_tokens) {
@@ -125,7 +144,8 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
     const size_t vocab = size_t(model.config().vocab_size);
     next.clear();
     for (size_t k = 0; k < active.size(); ++k) {
-      next.push_back(sample_token(std::span(values).subspan(k * vocab, vocab), o.sampling, rng));
+      const std::span<const float> row = std::span(values).subspan(k * vocab, vocab);
+      next.push_back(sample_token(row, o.sampling, rng, seen[size_t(active[k])]));
     }
   }
   g.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();

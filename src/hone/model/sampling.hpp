@@ -12,9 +12,15 @@ struct SamplingOptions {
   double temperature = 0.8;  // 0: greedy (the most likely token)
   int64_t top_k = 0;         // keep the k most likely tokens (0: all)
   double top_p = 1.0;        // keep the smallest set whose probability reaches p
+  // Tokens already in the sequence (prompt and completion) made less likely, as
+  // transformers' repetition_penalty (Keskar et al. 2019): a positive logit is
+  // divided by it, a negative one multiplied, before everything else (1: off).
+  double repetition_penalty = 1.0;
 };
 
-int32_t sample_token(std::span<const float> logits, const SamplingOptions& options, Generator& rng);
+// The next token; `seen`: the tokens of the sequence so far (for repetition_penalty).
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& options, Generator& rng,
+                     std::span<const int32_t> seen = {});
 
 struct GenerationOptions {
   int64_t max_new_tokens = 128;

@@ -26,6 +26,10 @@ Schema generate_schema() {
   s.add({"temperature", ValueType::number, 0.8, "sampling temperature (0: greedy)"}, Range::not_negative());
   s.add({"top_k", ValueType::integer, 0, "sample from the k most likely tokens (0: all)"}, Range::not_negative());
   s.add({"top_p", ValueType::number, 1.0, "nucleus sampling threshold"}, Range::positive_fraction());
+  s.add({"repetition_penalty", ValueType::number, 1.0,
+         "tokens already in the prompt or completion made less likely: positive logits divided by it, negative ones "
+         "multiplied (transformers' repetition_penalty; 1: off)"},
+        Range::positive());
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
          "special tokens that end a completion besides the end of answer (e.g. \"<|endoftext|>\")"});
   return s;
@@ -53,7 +57,8 @@ int run_generate(const Config& c) {
   o.max_new_tokens = c.get<int64_t>("max_new_tokens");
   o.sampling = {.temperature = c.get<double>("temperature"),
                 .top_k = c.get<int64_t>("top_k"),
-                .top_p = c.get<double>("top_p")};
+                .top_p = c.get<double>("top_p"),
+                .repetition_penalty = c.get<double>("repetition_penalty")};
   o.seed = uint64_t(c.get<int64_t>("seed"));
   o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));
   for (const std::string& s : c.get<std::vector<std::string>>("stop_tokens")) {
