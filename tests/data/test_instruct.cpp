@@ -211,6 +211,23 @@ TEST_F(InstructTest, ParquetRowsAreRecords) {
     EXPECT_EQ(got.samples[i].tokens, want.samples[i].tokens) << i;
     EXPECT_EQ(got.samples[i].labels, want.samples[i].labels) << i;
   }
+  // A dataset's shards: a folder of them (other files left out) or a pattern, in name order.
+  fs::create_directories(dir_ + "/hub/data");
+  fs::copy_file(fixtures + "zstd_v2.parquet", dir_ + "/hub/data/train-00001-of-00002.parquet");
+  fs::copy_file(fixtures + "snappy_v1.parquet", dir_ + "/hub/data/train-00000-of-00002.parquet");
+  std::ofstream(dir_ + "/hub/data/README.md") << "# a dataset card\n";
+  for (const std::string& shards : {dir_ + "/hub/data", dir_ + "/hub/data/train-*.parquet"}) {
+    const auto sharded = data::load_instruct_dataset(shards, *gpt2_, alpaca);
+    ASSERT_EQ(sharded.samples.size(), 600u) << shards;
+    for (size_t i = 0; i < sharded.samples.size(); ++i)
+      EXPECT_EQ(sharded.samples[i].tokens, want.samples[i % 300].tokens) << shards << " " << i;
+  }
+  EXPECT_NE(error_of([&] { data::load_instruct_dataset(dir_ + "/hub", *gpt2_, alpaca); })
+                .find(dir_ + "/hub: a folder without record files"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { data::load_instruct_dataset(dir_ + "/hub/test-*.parquet", *gpt2_, alpaca); })
+                .find("no file or folder matches this pattern"),
+            std::string::npos);
   // Errors name the file and the row.
   EXPECT_NE(error_of([&] { data::load_instruct_dataset(fixtures + "chats.parquet", *llama3_, {.format = InstructTemplate::chat}); })
                 .find("chats.parquet: row 3: message 2 of 'messages' has no string 'content'"),

@@ -1,6 +1,7 @@
 #include "hone/data/instruct.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 
 #include "hone/core/error.hpp"
@@ -82,8 +83,7 @@ std::vector<Record> read_parquet_records(const std::string& path) {
   return records;
 }
 
-std::vector<Record> read_records(const std::string& path) {
-  if (is_mds_folder(path)) return read_mds_records(path);
+std::vector<Record> read_file_records(const std::string& path) {
   if (is_parquet_name(path)) return read_parquet_records(path);
   std::string base = path;
   for (const char* suffix : {".gz", ".zst", ".zstd"}) {
@@ -109,6 +109,37 @@ std::vector<Record> read_records(const std::string& path) {
   }
   for (const Record& r : records) HONE_CHECK(r.value.is_object(), "{}: expected a JSON object", r.where);
   return records;
+}
+
+// The records of every file a folder holds (hidden ones and other files left
+// out) or a glob pattern matches, in name order: Hugging Face datasets' shards
+// (data/train-00000-of-00002.parquet, ...).
+std::vector<Record> read_sharded_records(const std::string& path) {
+  std::vector<std::string> files;
+  const auto is_records = [](const std::string& name) { return is_parquet_name(name) || is_jsonl_name(name); };
+  if (std::filesystem::is_directory(path)) {
+    for (const auto& entry : std::filesystem::directory_iterator(path)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() && !name.starts_with(".") && is_records(name)) files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    HONE_CHECK(!files.empty(), "{}: a folder without record files (.jsonl, .json, .parquet)", path);
+  } else {
+    files = expand_patterns({path});
+  }
+  std::vector<Record> records;
+  for (const std::string& file : files) {
+    std::vector<Record> more = read_file_records(file);
+    records.insert(records.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  return records;
+}
+
+std::vector<Record> read_records(const std::string& path) {
+  if (is_mds_folder(path)) return read_mds_records(path);
+  const bool pattern = !std::filesystem::exists(path) && path.find_first_of("*?[") != std::string::npos;
+  if (pattern || std::filesystem::is_directory(path)) return read_sharded_records(path);
+  return read_file_records(path);
 }
 
 std::string column_of(const std::string& field, const InstructOptions& o) {

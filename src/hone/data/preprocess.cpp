@@ -1,6 +1,5 @@
 #include "hone/data/preprocess.hpp"
 
-#include <glob.h>
 
 #include <algorithm>
 #include <charconv>
@@ -138,25 +137,6 @@ void post_processor_ids(const json& node, const std::string& where, const std::s
   }
 }
 
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
-  std::vector<std::string> out;
-  for (const std::string& input : inputs) {
-    std::error_code ec;
-    if (fs::exists(input, ec) || input.find_first_of("*?[") == std::string::npos) {
-      out.push_back(input);
-      continue;
-    }
-    // Megatron's --partitions mode globs --input; hone takes patterns always.
-    glob_t found{};
-    const int status = ::glob(input.c_str(), 0, nullptr, &found);
-    std::vector<std::string> matches(found.gl_pathv, found.gl_pathv + (status == 0 ? found.gl_pathc : 0));
-    ::globfree(&found);
-    HONE_CHECK(!matches.empty(), "{}: no file or folder matches this pattern", input);
-    out.insert(out.end(), matches.begin(), matches.end());
-  }
-  HONE_CHECK(!out.empty(), "no --input given: expected JSONL or text files, folders or glob patterns");
-  return out;
-}
 
 // The documents of the input files, raw: a JSONL line, a whole text file, or
 // the fields of an MDS sample or a Parquet row. Only this part runs under the lock; the workers
@@ -215,13 +195,6 @@ class Source {
   }
 
  private:
-  // DocumentReader's rule (inputs.cpp): JSONL by name, less a compression suffix.
-  static bool is_jsonl_name(std::string name) {
-    for (const char* suffix : {".gz", ".zst", ".zstd"})
-      if (name.ends_with(suffix)) name.resize(name.size() - std::string_view(suffix).size());
-    return name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson");
-  }
-
   const std::vector<std::string>& keys_;
   std::vector<std::string> files_;
   size_t next_file_ = 0;
@@ -407,7 +380,9 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
              "{}: a vocabulary of {} tokens does not fit --mds-dtype uint16 (ids 0..65535); use int32",
              tokenizer.source, vocab);
 
-  Source source(expand_inputs(options.inputs), keys);
+  const std::vector<std::string> inputs = expand_patterns(options.inputs);
+  HONE_CHECK(!inputs.empty(), "no --input given: expected JSONL, Parquet or text files, folders or glob patterns");
+  Source source(inputs, keys);
   const std::vector<std::string>& files = source.files();
   PreprocessResult result;
   result.outputs = preprocess_outputs(options);

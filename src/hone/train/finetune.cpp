@@ -191,7 +191,8 @@ Schema finetune_schema(bool lora) {
   s.add(run_schema()).add(training_schema());
   s.add(model_source_schema("the model to start from"));
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
-  s.add({"dataset.path", ValueType::string, nullptr, "a .jsonl, .json or .parquet file of records, or an MDS folder (LLM Foundry's prompt/response shards)", {}, true});
+  s.add({"dataset.path", ValueType::string, nullptr, "a .jsonl, .json or .parquet file of records, a folder or glob pattern of such shards, or an MDS folder "
+         "(LLM Foundry's prompt/response shards)", {}, true});
   s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
          {"alpaca", "summarize", "plain", "chat"}});
   s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});

@@ -1,5 +1,6 @@
 #include "hone/data/formats/inputs.hpp"
 
+#include <glob.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -200,15 +201,29 @@ void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, 
   }
 }
 
-namespace {
-
 bool is_jsonl_name(std::string name) {
   for (const char* suffix : {".gz", ".zst", ".zstd"})
     if (name.ends_with(suffix)) name.resize(name.size() - std::strlen(suffix));
   return name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson");
 }
 
-}  // namespace
+std::vector<std::string> expand_patterns(const std::vector<std::string>& inputs) {
+  std::vector<std::string> out;
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    if (std::filesystem::exists(input, ec) || input.find_first_of("*?[") == std::string::npos) {
+      out.push_back(input);
+      continue;
+    }
+    glob_t found{};
+    const int status = ::glob(input.c_str(), 0, nullptr, &found);
+    std::vector<std::string> matches(found.gl_pathv, found.gl_pathv + (status == 0 ? found.gl_pathc : 0));
+    ::globfree(&found);
+    HONE_CHECK(!matches.empty(), "{}: no file or folder matches this pattern", input);
+    out.insert(out.end(), matches.begin(), matches.end());
+  }
+  return out;
+}
 
 bool is_mds_folder(const std::string& path) {
   namespace fs = std::filesystem;

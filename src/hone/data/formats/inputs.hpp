@@ -52,6 +52,16 @@ struct TextDocument {
   std::vector<std::string> fields;  // one per key
 };
 
+// Whether a file name, less a .gz/.zst/.zstd suffix, ends in .jsonl, .json or
+// .ndjson: a file of JSON records.
+bool is_jsonl_name(std::string name);
+
+// Each input as it is, or, where it names nothing that exists and has glob
+// characters (* ? [), the paths matching it in name order (Megatron's
+// --partitions mode globs --input; hone takes patterns always). A pattern that
+// matches nothing is an error.
+std::vector<std::string> expand_patterns(const std::vector<std::string>& inputs);
+
 // Whether `path` is a folder of MDS shards (index.json and shard files).
 bool is_mds_folder(const std::string& path);
 // Whether `path` names a Parquet file (.parquet).
