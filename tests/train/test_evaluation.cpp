@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "data/tokenizers/assets.hpp"
 #include "hone/train/evaluation.hpp"
@@ -106,6 +107,22 @@ TEST(MultipleChoiceFile, ReadsHellaSwagStyleFilesAndNamesBadLines) {
     }
   }
   std::filesystem::remove(path);
+}
+
+// Hugging Face's HellaSwag is Parquet, labels as strings: read as its JSONL is.
+TEST(MultipleChoiceFile, ReadsParquetTasks) {
+  const std::string fixtures = source_path("tests/data/formats/parquet/");
+  const auto expected = nlohmann::json::parse(std::ifstream(fixtures + "expected.json"))["tasks"];
+  const auto items = read_multiple_choice(fixtures + "hellaswag.parquet");
+  ASSERT_EQ(items.size(), expected.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ(items[i].context, expected[i]["ctx"].get<std::string>());
+    EXPECT_EQ(items[i].endings, expected[i]["endings"].get<std::vector<std::string>>());
+    EXPECT_EQ(items[i].label, int64_t(i % 4));
+  }
+  EXPECT_NE(error_of([&] { read_multiple_choice(fixtures + "chats.parquet"); })
+                .find("chats.parquet: row 0: no string 'ctx' or 'context'"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -45,11 +45,6 @@ struct Piece {
   std::optional<int32_t> id;  // a token given by id (BOS/EOS)
 };
 
-struct Record {
-  std::string where;  // "file:line" or "file: record N"
-  Json value;
-};
-
 // The samples of an MDS folder (LLM Foundry's fine-tuning shards: `prompt` and
 // `response` str columns) as records of their str, json and int columns.
 std::vector<Record> read_mds_records(const std::string& dir) {
@@ -135,12 +130,16 @@ std::vector<Record> read_sharded_records(const std::string& path) {
   return records;
 }
 
+}  // namespace
+
 std::vector<Record> read_records(const std::string& path) {
   if (is_mds_folder(path)) return read_mds_records(path);
   const bool pattern = !std::filesystem::exists(path) && path.find_first_of("*?[") != std::string::npos;
   if (pattern || std::filesystem::is_directory(path)) return read_sharded_records(path);
   return read_file_records(path);
 }
+
+namespace {
 
 std::string column_of(const std::string& field, const InstructOptions& o) {
   auto it = o.column_map.find(field);

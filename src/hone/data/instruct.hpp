@@ -1,10 +1,11 @@
 #pragma once
-// Fine-tuning data: records (JSONL, or a JSON array) turned into a prompt and a
-// response by a template, tokenized, with the prompt masked out of the loss
+// Fine-tuning data: records (JSONL, a JSON array, Parquet rows, MDS samples)
+// turned into a prompt and a response by a template, tokenized, with the prompt masked out of the loss
 // unless train_on_input. Templates follow torchtune's: alpaca, summarize, plain
 // prompt/completion, and chat (`messages` with roles) in the model family's
 // format (Llama 3, Llama 2 or ChatML).
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,18 @@
 #include "hone/data/tokenizers/tokenizer.hpp"
 
 namespace hone::data {
+
+// One record of a dataset, and where it came from ("file:line", "file: record
+// N" in a JSON array, "file: row N" in Parquet, "folder: sample N" in MDS).
+struct Record {
+  std::string where;
+  nlohmann::json value;  // an object
+};
+// The records of a dataset path: a .jsonl/.ndjson file or a .json array (either
+// may be gzip- or zstd-compressed), a .parquet file, the shards of a dataset (a
+// folder of such files or a glob pattern, in name order), or an MDS folder (its
+// str, int and json columns).
+std::vector<Record> read_records(const std::string& path);
 
 enum class InstructTemplate { alpaca, summarize, plain, chat };
 enum class ChatFormat { llama3, llama2, chatml };

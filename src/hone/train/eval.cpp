@@ -27,7 +27,7 @@ Schema eval_schema() {
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
   s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
-  s.add({"task.path", ValueType::string, nullptr, "a multiple-choice JSONL task file (HellaSwag-style)"});
+  s.add({"task.path", ValueType::string, nullptr, "a multiple-choice task (HellaSwag's fields): JSONL, JSON, Parquet, or a folder of shards"});
   return s.add(mds_tokens_schema());
 }
 

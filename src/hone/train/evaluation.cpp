@@ -2,10 +2,10 @@
 
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/data/instruct.hpp"
 
 namespace hone {
 
@@ -27,26 +27,21 @@ LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int6
 }
 
 std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path) {
-  std::ifstream in(path);
-  HONE_CHECK(in.good(), "{}: cannot read the task file", path);
   std::vector<MultipleChoiceItem> items;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    HONE_CHECK(!j.is_discarded() && j.is_object(), "{}:{}: not a JSON object", path, n);
+  for (const data::Record& r : data::read_records(path)) {
+    const nlohmann::json& j = r.value;
     MultipleChoiceItem item;
     const char* context_key = j.contains("ctx") ? "ctx" : "context";
-    HONE_CHECK(j.contains(context_key) && j[context_key].is_string(), "{}:{}: no string 'ctx' or 'context'", path, n);
+    HONE_CHECK(j.contains(context_key) && j[context_key].is_string(), "{}: no string 'ctx' or 'context'", r.where);
     item.context = j[context_key];
     const char* endings_key = j.contains("endings") ? "endings" : "choices";
     HONE_CHECK(j.contains(endings_key) && j[endings_key].is_array() && j[endings_key].size() >= 2,
-               "{}:{}: 'endings' must list at least two strings", path, n);
+               "{}: 'endings' must list at least two strings", r.where);
     for (const auto& e : j[endings_key]) {
-      HONE_CHECK(e.is_string(), "{}:{}: every ending must be a string", path, n);
+      HONE_CHECK(e.is_string(), "{}: every ending must be a string", r.where);
       item.endings.push_back(e);
     }
-    HONE_CHECK(j.contains("label"), "{}:{}: no 'label'", path, n);
+    HONE_CHECK(j.contains("label"), "{}: no 'label'", r.where);
     const auto& label = j["label"];
     if (label.is_number_integer()) {
       item.label = label;
@@ -55,10 +50,10 @@ std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path) {
       const std::string text = label.is_string() ? label.get<std::string>() : "";
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), item.label);
       HONE_CHECK(!text.empty() && error == std::errc() && end == text.data() + text.size(),
-                 "{}:{}: 'label' must be an integer or a string of digits, not {}", path, n, label.dump());
+                 "{}: 'label' must be an integer or a string of digits, not {}", r.where, label.dump());
     }
-    HONE_CHECK(item.label >= 0 && item.label < int64_t(item.endings.size()), "{}:{}: label {} is not an ending index",
-               path, n, item.label);
+    HONE_CHECK(item.label >= 0 && item.label < int64_t(item.endings.size()), "{}: label {} is not an ending index",
+               r.where, item.label);
     items.push_back(std::move(item));
   }
   HONE_CHECK(!items.empty(), "{}: no items", path);

@@ -64,6 +64,18 @@ const nested = arrow.tableFromArrays({
     new arrow.List(new arrow.Field("item", new arrow.List(new arrow.Field("item", new arrow.Int32(), true)), true))),
 });
 
+// A multiple-choice task as Hugging Face's HellaSwag ships it: labels are strings.
+const tasks = Array.from({ length: 20 }, (_, i) => ({
+  ctx: `Context ${i} of the task`,
+  endings: ["a", "b", "c", "d"].map((x) => ` ending ${x}${i}`),
+  label: String(i % 4),
+}));
+const hellaswag = arrow.tableFromArrays({
+  ctx: arrow.vectorFromArray(tasks.map((t) => t.ctx), new arrow.Utf8()),
+  endings: arrow.vectorFromArray(tasks.map((t) => t.endings), new arrow.List(new arrow.Field("item", new arrow.Utf8(), true))),
+  label: arrow.vectorFromArray(tasks.map((t) => t.label), new arrow.Utf8()),
+});
+
 function write(name, table, configure) {
   let props = new pq.WriterPropertiesBuilder().setMaxRowGroupSize(128).setDataPageSizeLimit(512);
   props = configure(props);
@@ -83,11 +95,13 @@ write("delta_v2.parquet", flat, (p) =>
     .setColumnEncoding("small", pq.Encoding.DELTA_BINARY_PACKED));
 write("chats.parquet", nested, (p) => p.setCompression(pq.Compression.SNAPPY));
 write("lz4.parquet", flat, (p) => p.setCompression(pq.Compression.LZ4_RAW));
+write("hellaswag.parquet", hellaswag, (p) => p.setCompression(pq.Compression.SNAPPY));
 
 const drop = (o) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== null));
 const json = (v) => JSON.parse(JSON.stringify(v, (_, x) => (typeof x === "bigint" ? Number(x) : x)));
 writeFileSync("expected.json", JSON.stringify({
   records: json(records.map(drop)),
+  tasks,
   chats: json(chats.map((c) => drop({
     messages: c.messages && c.messages.map(drop),
     tags: c.tags,
