@@ -123,6 +123,27 @@ TEST(Sampling, RepetitionPenaltyMakesSeenTokensLessLikely) {
   EXPECT_THROW(sample_token(logits, {.temperature = 0, .repetition_penalty = 2}, rng, std::vector<int32_t>{9}), Error);
 }
 
+// min_p (after top_k and top_p, as transformers): tokens less likely than
+// min_p times the most likely one are dropped, the rest renormalized.
+TEST(Sampling, MinPDropsTokensFarLessLikelyThanTheBest) {
+  Generator rng(11);
+  // Probabilities relative to the best: 1/3, 1, 1/6, 1/15.
+  const std::vector<float> logits = {0.0f, std::log(3.0f), std::log(0.5f), std::log(0.2f)};
+  for (const SamplingOptions& o : {SamplingOptions{.temperature = 1, .min_p = 0.2},
+                                   SamplingOptions{.temperature = 1, .top_k = 3, .min_p = 0.2},
+                                   SamplingOptions{.temperature = 1, .top_p = 0.99, .min_p = 0.2}}) {
+    int ones = 0, dropped = 0;
+    for (int i = 0; i < 20000; ++i) {
+      const int32_t t = sample_token(logits, o, rng);
+      ones += t == 1;
+      dropped += t >= 2;
+    }
+    EXPECT_EQ(dropped, 0) << o.top_k << " " << o.top_p;
+    EXPECT_NEAR(ones / 20000.0, 0.75, 0.015) << o.top_k << " " << o.top_p;
+  }
+  EXPECT_THROW(sample_token(logits, {.min_p = 1.5}, rng), Error);
+}
+
 // Draws by frequency against the softmax they sample: the whole vocabulary
 // (drawn in id order, unsorted), top_k and top_p together, and a nucleus of
 // hundreds of tied tokens (sorted past the first 64).

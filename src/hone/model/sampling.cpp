@@ -30,8 +30,9 @@ int32_t draw(std::span<const int32_t> ids, std::span<const float> weight, double
 int32_t sample_token(std::span<const float> given, const SamplingOptions& o, Generator& rng,
                      std::span<const int32_t> seen) {
   HONE_CHECK(!given.empty(), "sampling from empty logits");
-  HONE_CHECK(o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1 && o.repetition_penalty > 0,
-             "sampling needs temperature >= 0, top_k >= 0, top_p in (0, 1] and repetition_penalty > 0");
+  HONE_CHECK(o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1 && o.min_p >= 0 && o.min_p <= 1 &&
+                 o.repetition_penalty > 0,
+             "sampling needs temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1] and repetition_penalty > 0");
   std::vector<float> penalized;
   if (o.repetition_penalty != 1 && !seen.empty()) {
     penalized.assign(given.begin(), given.end());
@@ -62,8 +63,15 @@ int32_t sample_token(std::span<const float> given, const SamplingOptions& o, Gen
     for (size_t i = 0; i < n; ++i) sum += weight[size_t(order[i])];
     return sum;
   };
+  // A draw among the first n of `order`; min_p last, as transformers applies it:
+  // the most likely token's weight is 1, so it drops weights below min_p.
+  const auto draw_first = [&](size_t n) {
+    if (o.min_p > 0)
+      for (size_t i = 0; i < n; ++i) weight[size_t(order[i])] *= weight[size_t(order[i])] >= o.min_p;
+    return draw(std::span(order).first(n), weight, sum_of(n), rng);
+  };
   // Nothing left out: a draw over the whole vocabulary in id order, no sorting.
-  if (top_k == vocab && o.top_p == 1) return draw(order, weight, sum_of(vocab), rng);
+  if (top_k == vocab && o.top_p == 1) return draw_first(vocab);
 
   // Most likely first; ties by id, so a draw depends on nothing but the logits and the seed.
   const auto more_likely = [&](int32_t a, int32_t b) {
@@ -71,11 +79,11 @@ int32_t sample_token(std::span<const float> given, const SamplingOptions& o, Gen
   };
   const auto first = order.begin();
   if (top_k < vocab) std::nth_element(first, first + ptrdiff_t(top_k), order.end(), more_likely);
-  const double candidates_sum = sum_of(top_k);
   if (o.top_p == 1) {
     std::sort(first, first + ptrdiff_t(top_k), more_likely);
-    return draw(std::span(order).first(top_k), weight, candidates_sum, rng);
+    return draw_first(top_k);
   }
+  const double candidates_sum = sum_of(top_k);
   // top_p: the fewest most likely candidates whose weight reaches top_p of
   // theirs, sorted only as far as needed (a few dozen tokens, usually).
   const double target = o.top_p * candidates_sum;
@@ -85,8 +93,7 @@ int32_t sample_token(std::span<const float> given, const SamplingOptions& o, Gen
     size_t nucleus = 0;
     while (nucleus < sorted && cumulative < target) cumulative += weight[size_t(order[nucleus++])];
     if (cumulative >= target || sorted == top_k) {
-      nucleus = std::max<size_t>(nucleus, 1);
-      return draw(std::span(order).first(nucleus), weight, sum_of(nucleus), rng);
+      return draw_first(std::max<size_t>(nucleus, 1));
     }
   }
 }

@@ -12,6 +12,7 @@ struct SamplingOptions {
   double temperature = 0.8;  // 0: greedy (the most likely token)
   int64_t top_k = 0;         // keep the k most likely tokens (0: all)
   double top_p = 1.0;        // keep the smallest set whose probability reaches p
+  double min_p = 0.0;        // then drop tokens less likely than min_p times the most likely one
   // Tokens already in the sequence (prompt and completion) made less likely, as
   // transformers' repetition_penalty (Keskar et al. 2019): a positive logit is
   // divided by it, a negative one multiplied, before everything else (1: off).

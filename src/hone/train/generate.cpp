@@ -26,6 +26,9 @@ Schema generate_schema() {
   s.add({"temperature", ValueType::number, 0.8, "sampling temperature (0: greedy)"}, Range::not_negative());
   s.add({"top_k", ValueType::integer, 0, "sample from the k most likely tokens (0: all)"}, Range::not_negative());
   s.add({"top_p", ValueType::number, 1.0, "nucleus sampling threshold"}, Range::positive_fraction());
+  s.add({"min_p", ValueType::number, 0.0,
+         "then drop tokens less likely than min_p times the most likely one (0: off)"},
+        Range::unit_interval());
   s.add({"repetition_penalty", ValueType::number, 1.0,
          "tokens already in the prompt or completion made less likely: positive logits divided by it, negative ones "
          "multiplied (transformers' repetition_penalty; 1: off)"},
@@ -58,6 +61,7 @@ int run_generate(const Config& c) {
   o.sampling = {.temperature = c.get<double>("temperature"),
                 .top_k = c.get<int64_t>("top_k"),
                 .top_p = c.get<double>("top_p"),
+                .min_p = c.get<double>("min_p"),
                 .repetition_penalty = c.get<double>("repetition_penalty")};
   o.seed = uint64_t(c.get<int64_t>("seed"));
   o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));
