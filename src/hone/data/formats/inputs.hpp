@@ -1,8 +1,9 @@
 #pragma once
 // Text inputs of `hone preprocess`: JSONL (one object per line, selected string
 // keys) and plain text files (one document per file), from files or folders,
-// gzip- or zstd-compressed or not. Everything is streamed: a JSONL file is never
-// held in memory, only its current line.
+// gzip- or zstd-compressed or not, and the string columns of Parquet files and
+// MDS folders. JSONL is streamed (only its current line is held), Parquet a row
+// group at a time.
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -48,7 +49,7 @@ void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, 
                       std::vector<std::string>& values);
 
 struct TextDocument {
-  std::string origin;               // "file:line" for JSONL, the path for a text file
+  std::string origin;               // "file:line" for JSONL, the path for a text file, "file: row N", ...
   std::vector<std::string> fields;  // one per key
 };
 
