@@ -73,7 +73,7 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
   EXPECT_TRUE(read.apply_to_mlp);
   EXPECT_TRUE(read.apply_to_output);
   Transformer loaded(config, DType::f32, Device::cpu(), read);
-  load_peft_adapters(dir, loaded);
+  load_adapters(open_lora_adapters(dir, config).read, loaded);
   ASSERT_EQ(loaded.trainable_params().all().size(), m.trainable_params().all().size());
   for (const Parameter& p : m.trainable_params().all())
     EXPECT_EQ(loaded.trainable_params().get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
@@ -129,7 +129,7 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
   // Adapters of another base model: a shape the model does not have.
   write_without("layers.0.self_attn.q_proj.lora_A",
                 {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", Tensor::zeros({2, 32}, DType::f32)}});
-  EXPECT_NE(error_of([&] { load_peft_adapters(dir, loaded); })
+  EXPECT_NE(error_of([&] { load_adapters(open_lora_adapters(dir, config).read, loaded); })
                 .find("'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is [2, 32], the model needs "
                       "[2, 64]"),
             std::string::npos);

@@ -73,7 +73,8 @@ std::vector<Record> read_parquet_records(const std::string& path) {
   const ParquetFile file(path);
   std::vector<Record> records;
   for (size_t g = 0; g < file.row_groups(); ++g) {
-    for (const auto& row : file.read_rows(g)) records.push_back({fmt::format("{}: row {}", path, records.size()), Json(row)});
+    for (const auto& row : file.read_rows(g))
+      records.push_back({fmt::format("{}: row {}", path, records.size()), Json(row)});
   }
   return records;
 }

@@ -317,16 +317,19 @@ void load_parameter(const SafetensorsFile& file, ParameterSet& set, const Parame
 
 }  // namespace
 
+void check_adapters_base(const std::string& folder, const ModelConfig& base) {
+  const ModelConfig trained_on = read_model_config(folder);
+  HONE_CHECK(model_config_to_json(trained_on) == model_config_to_json(base),
+             "{}: adapters trained on another base model ({}: {} layers, dim {}, vocabulary {}) than this one ({}: {} "
+             "layers, dim {}, vocabulary {})",
+             folder, trained_on.name, trained_on.n_layers, trained_on.dim, trained_on.vocab_size, base.name,
+             base.n_layers, base.dim, base.vocab_size);
+}
+
 void load_adapters(const std::string& folder, Transformer& model) {
   HONE_CHECK(model.lora(), "{}: LoRA adapters, but the model was built without LoRA", folder);
   verify_checkpoint(folder);
-  // The adapters only mean something on the base model they were trained on.
-  const ModelConfig trained_on = read_model_config(folder);
-  HONE_CHECK(model_config_to_json(trained_on) == model_config_to_json(model.config()),
-             "{}: adapters trained on another base model ({}: {} layers, dim {}, vocabulary {}) than this one ({}: {} "
-             "layers, dim {}, vocabulary {})",
-             folder, trained_on.name, trained_on.n_layers, trained_on.dim, trained_on.vocab_size, model.config().name,
-             model.config().n_layers, model.config().dim, model.config().vocab_size);
+  check_adapters_base(folder, model.config());
   const SafetensorsFile file(adapter_file(folder));
   const auto names = file.names();
   HONE_CHECK(names.size() == model.trainable_params().all().size(),
@@ -495,25 +498,26 @@ class LoraMergedWeights final : public WeightSource {
   std::string what_;
 };
 
-// A LoRA checkpoint's adapters, by name, in f32.
+}  // namespace
+
 AdapterReader checkpoint_adapters(const std::string& folder) {
   verify_checkpoint(folder);
   auto file = std::make_shared<SafetensorsFile>(adapter_file(folder));
   return [file](const std::string& name) { return ops::cast_to(file->load(name), DType::f32); };
 }
 
-}  // namespace
+void load_adapters(const AdapterReader& adapters, Transformer& model) {
+  HONE_CHECK(model.lora(), "LoRA adapters, but the model was built without LoRA");
+  ParameterSet& params = model.trainable_params();
+  for (const Parameter& p : params.all()) params.write(p, adapters(p.name));
+  params.sync_compute();
+}
 
 std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, const WeightSource& base,
                                                  const std::optional<LoraConfig>& lora) {
   if (!lora) return open_model_folder(folder);
   return std::make_unique<LoraMergedWeights>(base, *lora, checkpoint_adapters(folder),
                                              "the LoRA adapters of " + folder);
-}
-
-std::unique_ptr<WeightSource> open_merged_lora(const std::string& folder, std::unique_ptr<WeightSource> base,
-                                               const LoraConfig& lora) {
-  return merge_adapters(std::move(base), lora, checkpoint_adapters(folder), "the LoRA adapters of " + folder);
 }
 
 std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,

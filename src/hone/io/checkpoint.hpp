@@ -115,6 +115,9 @@ std::string model_folder_of(const std::string& path);
 // a model folder, which has no training state to resume.
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer);
 
+// A LoRA run's adapters only mean something on the base model they were trained
+// on: one of another shape than `base` is an error naming both.
+void check_adapters_base(const std::string& folder, const ModelConfig& base);
 // Loads the adapters of a LoRA run's checkpoint folder into a model built with
 // the same LoRA settings (for inference or further training).
 void load_adapters(const std::string& folder, Transformer& model);
@@ -159,11 +162,12 @@ std::string adapter_file(const std::string& folder);
 // outlive the source.
 std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, const WeightSource& base,
                                                  const std::optional<LoraConfig>& lora);
-// A LoRA checkpoint's adapters merged into `base`, which the source keeps.
-std::unique_ptr<WeightSource> open_merged_lora(const std::string& folder, std::unique_ptr<WeightSource> base,
-                                               const LoraConfig& lora);
 // A LoRA adapter's A or B by its hone name ("layers.3.lora.q_proj.a"), as f32.
 using AdapterReader = std::function<Tensor(const std::string& name)>;
+// A LoRA checkpoint's adapters (its manifest verified first).
+AdapterReader checkpoint_adapters(const std::string& folder);
+// Loads every adapter of `model` (built with LoRA) from `adapters`.
+void load_adapters(const AdapterReader& adapters, Transformer& model);
 // `base` with adapters of `lora` merged into the weights they adapt, read a
 // weight at a time; `what` names them in the description ("the PEFT adapters of DIR").
 std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,

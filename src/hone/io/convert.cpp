@@ -6,7 +6,6 @@
 #include "hone/io/c_checkpoints.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/meta.hpp"
-#include "hone/io/model_json.hpp"
 #include "hone/io/peft.hpp"
 #include "hone/io/torch_file.hpp"
 
@@ -33,18 +32,6 @@ std::string model_format(const std::string& path) {
        path);
 }
 
-namespace {
-
-// The adapters of a LoRA checkpoint only mean something on the model they were trained on.
-void check_trained_on(const std::string& folder, const ModelConfig& base, const std::string& base_name) {
-  const ModelConfig trained_on = read_model_config(folder);
-  HONE_CHECK(model_config_to_json(trained_on) == model_config_to_json(base),
-             "{}: adapters trained on another model ({} layers, dim {}) than {} ({} layers, dim {})", folder,
-             trained_on.n_layers, trained_on.dim, base_name, base.n_layers, base.dim);
-}
-
-}  // namespace
-
 std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_view format) {
   const std::string found = model_format(path);
   HONE_CHECK(format == "auto" || format == found, "{}: checkpoint.format is {}, but this is {}", path, format,
@@ -65,19 +52,15 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
              "here: run from where the run was started, or merge onto the base with lora.adapter",
              folder, trained.base);
   std::unique_ptr<WeightSource> base = open_weights(trained.base, trained.base_format);
-  check_trained_on(folder, base->config(), trained.base);
-  return open_merged_lora(folder, std::move(base), trained.lora);
+  check_adapters_base(folder, base->config());
+  return merge_adapters(std::move(base), trained.lora, checkpoint_adapters(folder), "the LoRA adapters of " + folder);
 }
 
 std::unique_ptr<WeightSource> open_convert_source(const std::string& src, const ConvertOptions& options) {
   std::unique_ptr<WeightSource> source = open_weights(src);
-  if (!options.adapter.empty() && is_peft_folder(options.adapter)) {
-    source = merge_peft(std::move(source), options.adapter);
-  } else if (!options.adapter.empty()) {
-    const std::string folder = model_folder_of(options.adapter);
-    const TrainedLora trained = read_trained_lora(folder);
-    check_trained_on(folder, source->config(), src);
-    source = open_merged_lora(folder, std::move(source), trained.lora);
+  if (!options.adapter.empty()) {
+    LoraAdapters adapters = open_lora_adapters(options.adapter, source->config());
+    source = merge_adapters(std::move(source), adapters.lora, std::move(adapters.read), adapters.description);
   }
   if (!options.tokenizer_dir.empty()) source = with_tokenizer_from(std::move(source), options.tokenizer_dir);
   if (options.on_progress) source = with_read_progress(std::move(source), options.on_progress);

@@ -180,18 +180,17 @@ AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, c
 
 }  // namespace
 
-void load_peft_adapters(const std::string& dir, Transformer& model) {
-  HONE_CHECK(model.lora(), "{}: LoRA adapters, but the model was built without LoRA", dir);
-  const AdapterReader adapters = peft_adapters(dir, model.config(), *model.lora());
-  ParameterSet& params = model.trainable_params();
-  for (const Parameter& p : params.all()) params.write(p, adapters(p.name));
-  params.sync_compute();
-}
-
-std::unique_ptr<WeightSource> merge_peft(std::unique_ptr<WeightSource> base, const std::string& dir) {
-  const LoraConfig lora = read_peft_config(dir, base->config());
-  AdapterReader adapters = peft_adapters(dir, base->config(), lora);
-  return merge_adapters(std::move(base), lora, std::move(adapters), "the PEFT adapters of " + dir);
+LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base) {
+  if (is_peft_folder(path)) {
+    LoraConfig lora = read_peft_config(path, base);
+    AdapterReader read = peft_adapters(path, base, lora);
+    return {std::move(lora), std::move(read), "the PEFT adapters of " + path, std::nullopt};
+  }
+  const std::string folder = model_folder_of(path);
+  TrainedLora trained = read_trained_lora(folder);
+  check_adapters_base(folder, base);
+  return {std::move(trained.lora), checkpoint_adapters(folder), "the LoRA adapters of " + folder,
+          std::move(trained.tokenizer)};
 }
 
 void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model) {

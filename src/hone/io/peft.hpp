@@ -3,8 +3,10 @@
 // with PEFT's tensor names ("base_model.model.model.layers.0.self_attn.q_proj.
 // lora_A.weight"), which peft.PeftModel.from_pretrained loads onto the Hugging
 // Face base model.
+#include <optional>
 #include <string>
 
+#include "hone/io/checkpoint.hpp"
 #include "hone/io/weights.hpp"
 #include "hone/model/transformer.hpp"
 
@@ -31,9 +33,16 @@ bool is_peft_folder(const std::string& dir);
 // layers only, on some MLP projections only, or on tensors Hugging Face stores
 // fused (GPT-2's c_attn, MPT's Wqkv).
 LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config);
-// Loads the adapters of a PEFT folder into `model`, built with read_peft_config's settings.
-void load_peft_adapters(const std::string& dir, Transformer& model);
-// `base` with the adapters of a PEFT folder merged in (peft's merge_and_unload).
-std::unique_ptr<WeightSource> merge_peft(std::unique_ptr<WeightSource> base, const std::string& dir);
+
+// LoRA adapters kept apart from their base model, for a base of `base`: a PEFT
+// folder, or a lora_finetune checkpoint folder or run directory (trained on a
+// model of that shape, else an error).
+struct LoraAdapters {
+  LoraConfig lora;
+  AdapterReader read;                    // each adapter by hone name, as f32
+  std::string description;               // "the PEFT adapters of DIR"
+  std::optional<std::string> tokenizer;  // a LoRA run's tokenizer.path
+};
+LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base);
 
 }  // namespace hone

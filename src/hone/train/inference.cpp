@@ -41,25 +41,18 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   InferenceModel out;
   out.description = weights->description();
 
-  std::optional<LoraConfig> lora;
-  std::string adapter_folder, tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
-  const bool peft = c.has("lora.adapter") && is_peft_folder(c.get<std::string>("lora.adapter"));
-  if (peft) {
-    adapter_folder = c.get<std::string>("lora.adapter");
-    lora = read_peft_config(adapter_folder, weights->config());
-    out.description += ", PEFT LoRA adapters from " + adapter_folder;
-  } else if (c.has("lora.adapter")) {
-    adapter_folder = model_folder_of(c.get<std::string>("lora.adapter"));
-    const TrainedLora trained = read_trained_lora(adapter_folder);
-    lora = trained.lora;
-    if (tokenizer.empty() && trained.tokenizer) tokenizer = *trained.tokenizer;
-    out.description += ", LoRA adapters from " + adapter_folder;
+  std::string tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
+  std::optional<LoraAdapters> adapters;
+  if (c.has("lora.adapter")) {
+    adapters = open_lora_adapters(c.get<std::string>("lora.adapter"), weights->config());
+    if (tokenizer.empty() && adapters->tokenizer) tokenizer = *adapters->tokenizer;
+    out.description += ", " + adapters->description;
   }
-  out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device, lora);
+  out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device,
+                                            adapters ? std::optional(adapters->lora) : std::nullopt);
   load_weights(*weights, *out.model);
-  if (lora) {
-    if (peft) load_peft_adapters(adapter_folder, *out.model);
-    else load_adapters(adapter_folder, *out.model);
+  if (adapters) {
+    load_adapters(adapters->read, *out.model);
     out.model->merge_lora();  // inference runs the merged weights: no adapter cost per token
   }
   out.model->set_training(false);
