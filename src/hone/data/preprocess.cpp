@@ -137,72 +137,6 @@ void post_processor_ids(const json& node, const std::string& where, const std::s
   }
 }
 
-
-// The documents of the input files, raw: a JSONL line, a whole text file, or
-// the fields of an MDS sample or a Parquet row. Only this part runs under the lock; the workers
-// parse the JSON, which would otherwise take a quarter of a worker's time and
-// cap the speed-up near 4x.
-class Source {
- public:
-  enum class Kind { jsonl_line, text_file, fields };
-
-  Source(const std::vector<std::string>& inputs, const std::vector<std::string>& keys)
-      : keys_(keys), files_(DocumentReader(inputs, keys).files()) {}
-
-  const std::vector<std::string>& files() const { return files_; }
-  size_t file() const { return next_file_; }  // 1-based index of the file being read
-
-  // The next document into `raw` (a JSONL line or a text file) or `document`
-  // (an MDS sample's fields), as `kind` says; false at the end of the inputs.
-  bool next(std::string& raw, TextDocument& document, Kind& kind) {
-    while (true) {
-      if (records_) {
-        if (records_->next(document)) {
-          kind = Kind::fields;
-          return true;
-        }
-        records_.reset();
-      }
-      if (jsonl_) {
-        while (jsonl_->read_line(raw)) {
-          ++line_;
-          if (raw.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are skipped
-          document.origin = fmt::format("{}:{}", jsonl_->name(), line_);
-          kind = Kind::jsonl_line;
-          return true;
-        }
-        jsonl_.reset();
-      }
-      if (next_file_ == files_.size()) return false;
-      const std::string& path = files_[next_file_++];
-      if (fs::is_directory(path) || is_parquet_name(path)) {  // DocumentReader lists MDS folders as they are
-        records_ = open_record_text(path, keys_);
-        continue;
-      }
-      if (is_jsonl_name(fs::path(path).filename().string())) {
-        jsonl_ = std::make_unique<InputStream>(path);
-        line_ = 0;
-        continue;
-      }
-      HONE_CHECK(keys_.size() == 1,
-                 "{}: a plain text file is one document with one field, but {} JSON keys were given", path,
-                 keys_.size());
-      raw = InputStream(path).read_all();
-      document.origin = path;
-      kind = Kind::text_file;
-      return true;
-    }
-  }
-
- private:
-  const std::vector<std::string>& keys_;
-  std::vector<std::string> files_;
-  size_t next_file_ = 0;
-  std::unique_ptr<InputStream> jsonl_;
-  std::unique_ptr<RecordTextReader> records_;
-  uint64_t line_ = 0;
-};
-
 }  // namespace
 
 void PreprocessTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
@@ -382,8 +316,8 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
 
   const std::vector<std::string> inputs = expand_patterns(options.inputs);
   HONE_CHECK(!inputs.empty(), "no --input given: expected JSONL, Parquet or text files, folders or glob patterns");
-  Source source(inputs, keys);
-  const std::vector<std::string>& files = source.files();
+  DocumentReader reader(inputs, keys);
+  const std::vector<std::string>& files = reader.files();
   PreprocessResult result;
   result.outputs = preprocess_outputs(options);
   result.files = files.size();
@@ -408,7 +342,7 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
     sinks.push_back(std::make_unique<OrderedDocumentSink>(*writers.back(), 16 * size_t(options.workers)));
   }
 
-  std::mutex read_mutex;  // the source and the document counter
+  std::mutex read_mutex;  // the reader and the document counter
   uint64_t next_document = 0;
   bool reading_done = false;
   std::atomic<bool> failed{false};
@@ -432,18 +366,18 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   };
 
   const auto work = [&] {
-    std::string raw;
+    std::string line;
     TextDocument document;
     const std::string& origin = document.origin;
     std::vector<std::string>& fields = document.fields;
-    Source::Kind kind{};
+    bool is_jsonl_line = false;
     while (true) {
       uint64_t index;
       {
         std::lock_guard lock(read_mutex);
         if (reading_done || failed || (stop && *stop)) break;
         try {
-          if (!source.next(raw, document, kind)) {
+          if (!reader.next_unparsed(document, line, is_jsonl_line)) {
             reading_done = true;
             break;
           }
@@ -452,14 +386,13 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
           break;
         }
         index = next_document++;
-        current_file = source.file();
+        current_file = reader.file();
       }
       // Every sink must get this document, even after an error, or the workers
       // waiting for it in later sinks would wait forever.
       std::exception_ptr doc_error;
       try {
-        if (kind == Source::Kind::jsonl_line) parse_jsonl_line(raw, keys, origin, fields);
-        if (kind == Source::Kind::text_file) fields.assign(1, std::move(raw));
+        if (is_jsonl_line) parse_jsonl_line(line, keys, origin, fields);
       } catch (...) {
         doc_error = std::current_exception();
       }

@@ -352,17 +352,25 @@ DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<
 DocumentReader::~DocumentReader() = default;
 
 bool DocumentReader::next(TextDocument& document) {
+  bool is_jsonl_line = false;
+  if (!next_unparsed(document, text_, is_jsonl_line)) return false;
+  if (is_jsonl_line) parse_jsonl_line(text_, keys_, document.origin, document.fields);
+  return true;
+}
+
+bool DocumentReader::next_unparsed(TextDocument& document, std::string& line, bool& is_jsonl_line) {
+  is_jsonl_line = false;
   while (true) {
     if (records_) {
       if (records_->next(document)) return true;
       records_.reset();
     }
     if (jsonl_) {
-      while (jsonl_->read_line(text_)) {
+      while (jsonl_->read_line(line)) {
         ++line_;
-        if (text_.find_first_not_of(" \t\r") == std::string::npos) continue;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         document.origin = fmt::format("{}:{}", jsonl_->name(), line_);
-        parse_jsonl_line(text_, keys_, document.origin, document.fields);
+        is_jsonl_line = true;
         return true;
       }
       jsonl_.reset();
