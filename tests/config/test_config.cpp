@@ -81,6 +81,13 @@ TEST(Schema, ErrorsNameTheKeyAndSuggest) {
   EXPECT_EQ(resolve("batch_size: 2\n"), "run.yaml: 'output_dir' is required (where runs are written)");
   EXPECT_NE(resolve("a: [1\n").find("run.yaml:"), std::string::npos);  // YAML syntax errors name the file
   EXPECT_NE(resolve("a: 1\na: 2\n").find("appears twice"), std::string::npos);
+  // Another tool's key is named as such, with what to give instead, not a near miss.
+  Schema with_foreign = schema();
+  with_foreign.add_foreign("optimizer.lr_decay", "use lr_scheduler.name");
+  Schema merged;
+  merged.add(with_foreign);  // foreign keys travel with the schema they were added to
+  EXPECT_EQ(error_of([&] { merged.resolve(Config::from_yaml("output_dir: x\noptimizer: {lr_decay: 1}\n", "run.yaml")); }),
+            "run.yaml: 'optimizer.lr_decay': use lr_scheduler.name");
 }
 
 // Numbers outside their key's range fail when the config is resolved (so

@@ -415,6 +415,12 @@ Schema& Schema::add(KeySpec spec) {
 
 Schema& Schema::add(const Schema& other) {
   for (const KeySpec& k : other.keys_) keys_.push_back(k);
+  foreign_.insert(foreign_.end(), other.foreign_.begin(), other.foreign_.end());
+  return *this;
+}
+
+Schema& Schema::add_foreign(std::string key, std::string what_instead) {
+  foreign_.emplace_back(std::move(key), std::move(what_instead));
   return *this;
 }
 
@@ -442,6 +448,7 @@ Config Schema::resolve(const Config& written) const {
                  "model by model.name or checkpoint.path, a dataset by dataset.path and dataset.template); hone ls "
                  "RECIPE lists them, docs/migrating.md maps torchtune's",
                  origin, key);
+      for (const auto& [foreign, instead] : foreign_) HONE_CHECK(key != foreign, "{}: '{}': {}", origin, key, instead);
       // A mapping given where a section was expected is still a typo of the section's keys.
       const std::string suggestion = closest_match(key, known);
       fail("{}: unknown key '{}'{}", origin, key,

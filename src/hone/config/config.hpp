@@ -93,6 +93,9 @@ class Schema {
   // A numeric key whose values must lie in `range`.
   Schema& add(KeySpec spec, Range range);
   Schema& add(const Schema& other);
+  // Another tool's key that hone does not take: given, it is an error saying
+  // `what_instead`, rather than an unknown key with a misleading did-you-mean.
+  Schema& add_foreign(std::string key, std::string what_instead);
   // The user's config with every default filled in. Throws hone::Error for an
   // unknown key (naming the closest known one), a value of the wrong type,
   // outside its choices or its range, or a missing required key.
@@ -101,6 +104,7 @@ class Schema {
 
  private:
   std::vector<KeySpec> keys_;
+  std::vector<std::pair<std::string, std::string>> foreign_;  // key, what hone takes instead
 };
 
 // What a key takes, for listings: "an integer; must be positive", "one of
