@@ -196,6 +196,103 @@ TEST_F(InstructTest, LlmFoundryPromptResponseRecordsInJsonlAndMds) {
             std::string::npos);
 }
 
+// LLM Foundry's pre-tokenized fine-tuning shards (convert_finetuning_dataset.py
+// given a tokenizer): a `turns` json column of {input_ids, labels} per turn, or,
+// from its older versions, `input_ids` and `labels` as ndarray:uint32 or as raw
+// bytes of token_encoding_type. Stitched as its collator does: prompt, response,
+// ..., EOS after the last response unless it is there already.
+TEST_F(InstructTest, LlmFoundryPreTokenizedTurns) {
+  const int32_t eos = *gpt2_->eos_id();
+  const std::vector<int32_t> p1{10, 11, 12}, r1{20, 21}, p2{30}, r2{40, 41, eos};
+  const auto turn = [](const std::vector<int32_t>& prompt, const std::vector<int32_t>& response) {
+    return nlohmann::json{{"input_ids", prompt}, {"labels", response}, {"attention_mask", {1}}};
+  };
+  write_mds_fixture(dir_ + "/turns", {{"turns", "json"}},
+                    {{nlohmann::json{turn(p1, r1), turn(p2, r2)}.dump()}, {nlohmann::json{turn(p2, r1)}.dump()}});
+  const auto concat = [](std::initializer_list<std::vector<int32_t>> parts) {
+    std::vector<int32_t> out;
+    for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+    return out;
+  };
+  const auto masked = [](const std::vector<int32_t>& ids) { return std::vector<int32_t>(ids.size(), -100); };
+  auto d = data::load_instruct_dataset(dir_ + "/turns", *gpt2_, {.max_seq_len = 64});
+  ASSERT_EQ(d.samples.size(), 2u);
+  EXPECT_EQ(d.samples[0].tokens, concat({p1, r1, p2, r2}));  // r2 ends with EOS already
+  EXPECT_EQ(d.samples[0].labels, concat({masked(p1), r1, masked(p2), r2}));
+  EXPECT_EQ(d.samples[1].tokens, concat({p2, r1, {eos}}));
+  // LLM Foundry's default, target_responses: last; and train_on_input (its target_prompts: all).
+  InstructOptions last{.max_seq_len = 64};
+  last.train_on_every_response = false;
+  EXPECT_EQ(data::load_instruct_dataset(dir_ + "/turns", *gpt2_, last).samples[0].labels,
+            concat({masked(p1), masked(r1), masked(p2), r2}));
+  EXPECT_EQ(data::load_instruct_dataset(dir_ + "/turns", *gpt2_, {.train_on_input = true, .max_seq_len = 64})
+                .samples[0]
+                .labels,
+            concat({p1, r1, p2, r2}));
+
+  // One turn in input_ids and labels columns, as ndarrays or raw bytes, read alike.
+  const auto ndarray = [](const std::vector<int32_t>& ids) {
+    std::vector<uint32_t> values(ids.begin(), ids.end());
+    return std::string{char(1 << 2), char(values.size())} + raw_bytes(values);  // 1-D, one-byte length
+  };
+  write_mds_fixture(dir_ + "/ndarray", {{"input_ids", "ndarray:uint32"}, {"labels", "ndarray:uint32"}},
+                    {{ndarray(p2), ndarray(r1)}});
+  const std::vector<int64_t> p2_64(p2.begin(), p2.end()), r1_64(r1.begin(), r1.end());
+  write_mds_fixture(dir_ + "/bytes", {{"input_ids", "bytes"}, {"labels", "bytes"}},
+                    {{raw_bytes(p2_64), raw_bytes(r1_64)}});
+  for (const char* name : {"/ndarray", "/bytes"}) {
+    d = data::load_instruct_dataset(dir_ + name, *gpt2_, {.max_seq_len = 64});
+    ASSERT_EQ(d.samples.size(), 1u) << name;
+    EXPECT_EQ(d.samples[0].tokens, concat({p2, r1, {eos}})) << name;
+    EXPECT_EQ(d.samples[0].labels, concat({masked(p2), r1, {eos}})) << name;
+  }
+  // int64 bytes read as int32 give ids the sample did not hold: every other is 0.
+  InstructOptions int32_bytes{.max_seq_len = 64};
+  int32_bytes.token_encoding_type = "int32";
+  EXPECT_EQ(data::load_instruct_dataset(dir_ + "/bytes", *gpt2_, int32_bytes).samples[0].tokens,
+            concat({{30, 0, 20, 0, 21, 0}, {eos}}));
+  // Cut to max_seq_len like any sample; a sample left with nothing to learn is dropped.
+  d = data::load_instruct_dataset(dir_ + "/turns", *gpt2_, {.max_seq_len = 3});
+  EXPECT_EQ(d.dropped, 1);
+  EXPECT_EQ(d.samples.size(), 1u);
+
+  const auto error = [&](const std::string& turns) {
+    fs::remove_all(dir_ + "/bad");
+    write_mds_fixture(dir_ + "/bad", {{"turns", "json"}}, {{turns}});
+    return error_of([&] { data::load_instruct_dataset(dir_ + "/bad", *gpt2_, {}); });
+  };
+  EXPECT_NE(error(R"([{"input_ids": [1, 60000], "labels": [2]}])")
+                .find("/bad: sample 0: token id 60000 is beyond this tokenizer's 50257 ids"),
+            std::string::npos);
+  EXPECT_NE(error(R"([{"input_ids": [1], "labels": [-3]}])")
+                .find("sample 0: turn 0: 'labels' holds -3, not a token id"),
+            std::string::npos);
+  EXPECT_NE(error(R"([{"input_ids": [1]}])").find("sample 0: turn 0 has no 'labels' list of token ids"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input_ids": [1]})").find("sample 0: column 'turns' is not a JSON list of turns"),
+            std::string::npos);
+}
+
+// target_responses: last learns only the conversation's last answer.
+TEST_F(InstructTest, ChatLearnsTheLastResponseOnlyWhenAsked) {
+  const std::string path = file("two.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}, )"
+                                             R"({"role": "assistant", "content": "Hello!"}, )"
+                                             R"({"role": "user", "content": "Bye"}, )"
+                                             R"({"role": "assistant", "content": "See you."}]})"
+                                             "\n");
+  const auto learned_text = [&](const InstructOptions& o) {
+    const TokenizedSample s = data::load_instruct_dataset(path, *llama3_, o).samples.at(0);
+    std::vector<int32_t> learned;
+    for (size_t i = 0; i < s.tokens.size(); ++i)
+      if (s.labels[i] != -100) learned.push_back(s.tokens[i]);
+    return llama3_->decode(learned);
+  };
+  InstructOptions o{.format = InstructTemplate::chat};
+  EXPECT_EQ(learned_text(o), "Hello!<|eot_id|>See you.<|eot_id|>");
+  o.train_on_every_response = false;
+  EXPECT_EQ(learned_text(o), "See you.<|eot_id|>");
+}
+
 // Hugging Face datasets' Parquet files: rows are records, as the same records in JSONL.
 TEST_F(InstructTest, ParquetRowsAreRecords) {
   const std::string fixtures = source_path("tests/data/formats/parquet/");

@@ -7,11 +7,13 @@
 #include <sstream>
 
 #include "data/tokenizers/assets.hpp"
+#include "hone/data/instruct.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/safetensors.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
+#include "support/mds_fixture.hpp"
 
 namespace hone::test {
 namespace {
@@ -317,6 +319,41 @@ TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {
             std::string::npos)
       << read_file(root_ + "/no_validation.log");
   EXPECT_FALSE(fs::exists(root_ + "/no_validation/metrics.jsonl"));
+}
+
+// LLM Foundry's pre-tokenized shards of the same records (the alpaca prompt's
+// ids as input_ids, the output's as labels; raw int32 bytes, read as
+// dataset.token_encoding_type says) train exactly as the records do.
+TEST_F(FinetuneRun, PreTokenizedMdsTrainsLikeItsRecords) {
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_);
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream records(read_file(root_ + "/data.jsonl"));
+  for (std::string line; std::getline(records, line);) {
+    const auto record = nlohmann::json::parse(line);
+    const std::string prompt =
+        data::format_prompt({{"instruction", record["instruction"].get<std::string>()}}, data::InstructOptions{});
+    rows.push_back({raw_bytes(tokenizer->encode(prompt)), raw_bytes(tokenizer->encode(record["output"].get<std::string>()))});
+  }
+  write_mds_fixture(root_ + "/pretokenized", {{"input_ids", "bytes"}, {"labels", "bytes"}}, rows);
+  auto args = lora_args("from_records", 2);
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/from_records.log"), 0) << read_file(root_ + "/from_records.log");
+  args = lora_args("from_tokens", 2);
+  std::replace(args.begin(), args.end(), "dataset.path=" + root_ + "/data.jsonl",
+               "dataset.path=" + root_ + "/pretokenized");
+  args.push_back("dataset.token_encoding_type=int32");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/from_tokens.log"), 0) << read_file(root_ + "/from_tokens.log");
+  EXPECT_EQ(losses("from_tokens"), losses("from_records"));
+  // Read as Foundry's default int64, sample 0's 35 prompt ids (140 bytes) are not whole ids.
+  args = lora_args("wrong_type", 2);
+  std::replace(args.begin(), args.end(), "dataset.path=" + root_ + "/data.jsonl",
+               "dataset.path=" + root_ + "/pretokenized");
+  EXPECT_EQ(run_hone_to_log(args, root_ + "/wrong_type.log"), 2);
+  EXPECT_NE(read_file(root_ + "/wrong_type.log")
+                .find("hone: error: " + root_ +
+                      "/pretokenized/shard.00000.mds: sample 0, column 'input_ids': 140 bytes are not a whole number "
+                      "of token ids (raw 'bytes' tokens read as int64: set dataset.token_encoding_type"),
+            std::string::npos)
+      << read_file(root_ + "/wrong_type.log");
 }
 
 TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {

@@ -68,6 +68,76 @@ std::vector<Record> read_mds_records(const std::string& dir) {
   return records;
 }
 
+// One turn of LLM Foundry's pre-tokenized samples: the prompt's ids, then the response's.
+struct TokenTurn {
+  std::vector<int32_t> prompt, response;
+};
+
+// Whether an MDS folder holds LLM Foundry's pre-tokenized samples
+// (convert_finetuning_dataset.py given a tokenizer): a `turns` column, or
+// `input_ids` and `labels` from its versions before multi-turn samples.
+bool is_pretokenized(const MdsDataset& dataset) {
+  if (dataset.shards().empty()) return false;
+  const std::vector<std::string>& names = dataset.shards().front().column_names;
+  const auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  return has("turns") || (has("input_ids") && has("labels"));
+}
+
+std::vector<int32_t> json_token_ids(const Json& turn, const char* key, const std::string& where, size_t index) {
+  auto it = turn.find(key);
+  HONE_CHECK(it != turn.end() && it->is_array(), "{}: turn {} has no '{}' list of token ids", where, index, key);
+  std::vector<int32_t> ids;
+  for (const Json& id : *it) {
+    HONE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX,
+               "{}: turn {}: '{}' holds {}, not a token id", where, index, key, id.dump());
+    ids.push_back(id.get<int32_t>());
+  }
+  return ids;
+}
+
+std::vector<TokenTurn> token_turns(const MdsDataset& dataset, uint64_t i, const std::string& where,
+                                   const std::string& bytes_dtype) {
+  const std::vector<std::string>& names = dataset.shard_of(i).column_names;
+  if (std::find(names.begin(), names.end(), "turns") == names.end()) {
+    return {{dataset.tokens(i, bytes_dtype, "input_ids"), dataset.tokens(i, bytes_dtype, "labels")}};
+  }
+  const Json turns = Json::parse(dataset.str(i, "turns"), nullptr, false);
+  HONE_CHECK(!turns.is_discarded() && turns.is_array() && !turns.empty(),
+             "{}: column 'turns' is not a JSON list of turns", where);
+  std::vector<TokenTurn> out;
+  for (size_t k = 0; k < turns.size(); ++k) {
+    HONE_CHECK(turns[k].is_object(), "{}: turn {} is not an object of input_ids and labels", where, k);
+    out.push_back({json_token_ids(turns[k], "input_ids", where, k), json_token_ids(turns[k], "labels", where, k)});
+  }
+  return out;
+}
+
+// The turns in one sequence, as LLM Foundry's collator stitches them: each
+// turn's prompt (learned with train_on_input), then its response (learned if
+// every response is, or if it is the last); EOS ends the last response unless
+// it ends with EOS already.
+TokenizedSample stitch_turns(std::vector<TokenTurn> turns, const Tokenizer& t, const InstructOptions& o,
+                             const std::string& where) {
+  TokenizedSample s;
+  for (size_t k = 0; k < turns.size(); ++k) {
+    const bool last = k + 1 == turns.size();
+    std::vector<int32_t>& response = turns[k].response;
+    if (last && t.eos_id() && (response.empty() || response.back() != *t.eos_id())) response.push_back(*t.eos_id());
+    const auto append = [&](const std::vector<int32_t>& ids, bool learn) {
+      for (int32_t id : ids) {
+        HONE_CHECK(id < t.vocab_size(),
+                   "{}: token id {} is beyond this tokenizer's {} ids: were the samples tokenized with another?", where,
+                   id, t.vocab_size());
+        s.tokens.push_back(id);
+        s.labels.push_back(learn ? id : kIgnore);
+      }
+    };
+    append(turns[k].prompt, o.train_on_input);
+    append(response, o.train_on_every_response || last);
+  }
+  return s;
+}
+
 // The rows of a Parquet file (Hugging Face datasets) as records of their columns.
 std::vector<Record> read_parquet_records(const std::string& path) {
   const ParquetFile file(path);
@@ -212,14 +282,21 @@ std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) 
 std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenizer& t, const InstructOptions& o,
                                const std::string& where, bool generation_prompt) {
   if (!o.system_prompt.empty()) messages.insert(messages.begin(), {"system", o.system_prompt});
+  size_t last_reply = messages.size();
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == "assistant") last_reply = i;
+  const auto learned = [&](size_t i) {
+    return messages[i].role == "assistant" && (o.train_on_every_response || i == last_reply);
+  };
   std::vector<Piece> pieces;
   switch (o.chat_format) {
     case ChatFormat::llama3: {
       special_id(t, "<|start_header_id|>", "llama3");
       special_id(t, "<|eot_id|>", "llama3");
       pieces.push_back({.text = "<|begin_of_text|>", .special = true});
-      for (const auto& [role, content] : messages) {
-        const bool reply = role == "assistant";
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const auto& [role, content] = messages[i];
+        const bool reply = learned(i);
         pieces.push_back({.text = "<|start_header_id|>" + role + "<|end_header_id|>\n\n", .special = true});
         pieces.push_back({.text = content, .trainable = reply});
         pieces.push_back({.text = "<|eot_id|>", .trainable = reply, .special = true});
@@ -230,8 +307,9 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
     case ChatFormat::chatml: {
       special_id(t, "<|im_start|>", "chatml");
       special_id(t, "<|im_end|>", "chatml");
-      for (const auto& [role, content] : messages) {
-        const bool reply = role == "assistant";
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const auto& [role, content] = messages[i];
+        const bool reply = learned(i);
         pieces.push_back({.text = "<|im_start|>" + role + "\n", .special = true});
         pieces.push_back({.text = content, .trainable = reply});
         pieces.push_back({.text = "<|im_end|>", .trainable = reply, .special = true});
@@ -245,7 +323,8 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
       HONE_CHECK(t.bos_id() && t.eos_id(), "the llama2 chat format needs BOS and EOS tokens");
       std::string system;
       bool open_turn = false;
-      for (const auto& [role, content] : messages) {
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const auto& [role, content] = messages[i];
         if (role == "system") {
           system = content;
         } else if (role == "user") {
@@ -257,8 +336,8 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
           open_turn = true;
         } else {
           HONE_CHECK(open_turn, "{}: in the llama2 format an assistant message follows a user message", where);
-          pieces.push_back({.text = " " + content, .trainable = true});
-          pieces.push_back({.trainable = true, .id = t.eos_id()});
+          pieces.push_back({.text = " " + content, .trainable = learned(i)});
+          pieces.push_back({.trainable = learned(i), .id = t.eos_id()});
           open_turn = false;
         }
       }
@@ -348,6 +427,35 @@ std::string format_prompt(const std::map<std::string, std::string>& fields, cons
 InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& t, const InstructOptions& o) {
   HONE_CHECK(o.max_seq_len >= 2, "max_seq_len must be at least 2, got {}", o.max_seq_len);
   InstructDataset out;
+  const auto keep = [&](TokenizedSample s) {
+    if (int64_t(s.tokens.size()) > o.max_seq_len) {
+      s.tokens.resize(size_t(o.max_seq_len));
+      s.labels.resize(size_t(o.max_seq_len));
+      ++out.truncated;
+    }
+    // The first token is never a target: a sample needs a label after it.
+    const auto ignored = [](int32_t label) { return label == kIgnore; };
+    if (s.labels.size() < 2 || std::all_of(s.labels.begin() + 1, s.labels.end(), ignored)) {
+      ++out.dropped;
+      return;
+    }
+    out.samples.push_back(std::move(s));
+  };
+  const auto usable = [&] {
+    HONE_CHECK(!out.samples.empty(), "{}: no usable samples ({} dropped with nothing left to learn)", path,
+               out.dropped);
+    return std::move(out);
+  };
+  if (is_mds_folder(path)) {
+    const MdsDataset dataset(path);
+    if (is_pretokenized(dataset)) {
+      for (uint64_t i = 0; i < dataset.size(); ++i) {
+        const std::string where = fmt::format("{}: sample {}", path, i);
+        keep(stitch_turns(token_turns(dataset, i, where, o.token_encoding_type), t, o, where));
+      }
+      return usable();
+    }
+  }
   for (const Record& r : read_records(path)) {
     std::vector<Piece> pieces;
     if (o.format == InstructTemplate::chat) {
@@ -368,21 +476,9 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
       HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token to end responses with");
       pieces.push_back({.trainable = true, .id = t.eos_id()});
     }
-    TokenizedSample s = tokenize(pieces, t, o.train_on_input);
-    if (int64_t(s.tokens.size()) > o.max_seq_len) {
-      s.tokens.resize(size_t(o.max_seq_len));
-      s.labels.resize(size_t(o.max_seq_len));
-      ++out.truncated;
-    }
-    // The first token is never a target: a sample needs a label after it.
-    if (std::none_of(s.labels.begin() + 1, s.labels.end(), [](int32_t l) { return l != kIgnore; })) {
-      ++out.dropped;
-      continue;
-    }
-    out.samples.push_back(std::move(s));
+    keep(tokenize(pieces, t, o.train_on_input));
   }
-  HONE_CHECK(!out.samples.empty(), "{}: no usable samples ({} dropped with nothing left to learn)", path, out.dropped);
-  return out;
+  return usable();
 }
 
 SampleStream::SampleStream(std::vector<TokenizedSample> samples, const SampleStreamOptions& options)

@@ -1,7 +1,8 @@
 #pragma once
 // Fine-tuning data: records (JSONL, a JSON array, Parquet rows, MDS samples)
 // turned into a prompt and a response by a template, tokenized, with the prompt masked out of the loss
-// unless train_on_input. Templates follow torchtune's: alpaca, summarize, plain
+// unless train_on_input; or LLM Foundry's pre-tokenized MDS samples (prompt and
+// response ids per turn), stitched as its collator does. Templates follow torchtune's: alpaca, summarize, plain
 // prompt/completion, and chat (`messages` with roles) in the model family's
 // format (Llama 3, Llama 2 or ChatML).
 #include <map>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "hone/data/batch.hpp"
+#include "hone/data/formats/mds.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 
 namespace hone::data {
@@ -44,6 +46,11 @@ struct InstructOptions {
   bool train_on_input = false;
   int64_t max_seq_len = 512;  // longer samples are cut to this many tokens
   std::string system_prompt;  // chat: prepended as a system message when not empty
+  // Chat and pre-tokenized turns: learn every response (torchtune's way), or only
+  // the last (LLM Foundry's target_responses: last, its default).
+  bool train_on_every_response = true;
+  // Pre-tokenized MDS samples: how `bytes` input_ids and labels are read (LLM Foundry's token_encoding_type).
+  std::string token_encoding_type = std::string(kDefaultBytesTokenType);
 };
 
 // A sample's tokens and labels, the same length; a label is the token itself
@@ -58,8 +65,12 @@ struct InstructDataset {
   int64_t dropped = 0;    // samples left with nothing to learn after truncation
 };
 
-// Reads the records of a .jsonl or .json file (optionally .gz/.zst); errors name
-// file:line and the missing column.
+// The samples of a dataset path (see read_records), each record through the
+// template; an MDS folder of LLM Foundry's pre-tokenized samples (a `turns` json
+// column of {input_ids, labels}, or `input_ids` and `labels` token columns) is
+// read as its ids: each turn's prompt (input_ids) then response (labels), EOS
+// after the last response unless it ends with one, the template unused. Errors
+// name file:line (or the sample) and the missing column.
 InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& tokenizer,
                                       const InstructOptions& options);
 

@@ -46,6 +46,8 @@ data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len
     }
   }
   o.train_on_input = c.get<bool>("dataset.train_on_input");
+  o.train_on_every_response = c.get<std::string>("dataset.target_responses") == "all";
+  o.token_encoding_type = c.get<std::string>("dataset.token_encoding_type");
   o.max_seq_len = max_seq_len;
   o.system_prompt = c.get<std::string>("dataset.system_prompt");
   return o;
@@ -191,13 +193,18 @@ Schema finetune_schema(bool lora) {
   s.add(run_schema()).add(training_schema());
   s.add(model_source_schema("the model to start from"));
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
-  s.add({"dataset.path", ValueType::string, nullptr, "a .jsonl, .json or .parquet file of records, a folder or glob pattern of such shards, or an MDS folder "
-         "(LLM Foundry's prompt/response shards)", {}, true});
+  s.add({"dataset.path", ValueType::string, nullptr,
+         "a .jsonl, .json or .parquet file of records, a folder or glob pattern of such shards, or an MDS folder "
+         "(LLM Foundry's prompt/response shards, or its pre-tokenized turns)",
+         {}, true});
   s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
          {"alpaca", "summarize", "plain", "chat"}});
   s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
   s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
   s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
+  s.add({"dataset.target_responses", ValueType::string, "all",
+         "chat and pre-tokenized turns: learn every response, or the last only (LLM Foundry's default)",
+         {"all", "last"}});
   s.add({"dataset.max_seq_len", ValueType::integer, nullptr,
          "tokens per sample, longer ones are cut (unset: 512, or the model's max_seq_len if smaller)"},
         Range{.low = 2});
@@ -218,6 +225,10 @@ Schema finetune_schema(bool lora) {
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});
   s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});
+  s.add(mds_tokens_schema());
+  s.add_foreign("dataset.target_prompts",
+                "LLM Foundry's; hone learns the prompts with dataset.train_on_input: true (target_prompts: all) or "
+                "not (none, its default)");
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
   s.add({"export.dtype", ValueType::string, nullptr, "dtype of the exported weights", {"fp32", "bf16", "fp16"}});
   if (lora) {

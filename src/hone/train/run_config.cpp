@@ -166,8 +166,8 @@ Schema pretrain_dataset_schema() {
 Schema mds_tokens_schema() {
   Schema s;
   s.add({"dataset.token_encoding_type", ValueType::string, std::string(data::kDefaultBytesTokenType),
-         "mds: the integers of a 'tokens' column stored as raw bytes (LLM Foundry's concat_tokens datasets before "
-         "ndarray columns: int64); ndarray columns carry their own",
+         "mds: the integers of token columns stored as raw bytes (LLM Foundry's concat_tokens datasets and "
+         "pre-tokenized input_ids/labels before ndarray columns: int64); ndarray columns carry their own",
          {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}});
   return s;
 }

@@ -30,7 +30,7 @@ Schema model_schema();
 Schema training_schema();
 // dataset.* and tokenizer.path of the pretrain recipe.
 Schema pretrain_dataset_schema();
-// dataset.token_encoding_type: how MDS `bytes` tokens are read (pretrain and eval).
+// dataset.token_encoding_type: how MDS `bytes` tokens are read (pretrain, eval, fine-tuning).
 Schema mds_tokens_schema();
 
 struct RunSettings {

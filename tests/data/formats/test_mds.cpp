@@ -363,10 +363,10 @@ TEST_F(MdsTest, BytesTokensAreReadAsTheirTokenEncodingType) {
   // either error names the type they were read as.
   expect_error([&] { MdsDataset(path("int32")).tokens(0); },
                {"shard.00000.mds: sample 0, column 'tokens'", "12 bytes are not a whole number of token ids",
-                "read as int64, the token_encoding_type"});
+                "read as int64: set dataset.token_encoding_type"});
   write_mds_fixture(path("pair"), {{"tokens", "bytes"}}, {{raw_bytes<int32_t>({7, 8})}});
   expect_error([&] { MdsDataset(path("pair")).tokens(0); },
-               {"element 0 is 34359738375, not a token id", "read as int64, the token_encoding_type"});
+               {"element 0 is 34359738375, not a token id", "read as int64: set dataset.token_encoding_type"});
   expect_error([&] { MdsDataset(path("int32")).tokens(0, "float32"); }, {"'float32' is not an integer dtype"});
 }
 

@@ -145,8 +145,9 @@ class MdsDataset {
   // The shard entry that holds sample i (its column names and encodings).
   const MdsShardInfo& shard_of(uint64_t i) const;
 
-  // Column "tokens" of sample i (see decode_mds_tokens for `bytes_dtype`).
-  std::vector<int32_t> tokens(uint64_t i, std::string_view bytes_dtype = kDefaultBytesTokenType) const;
+  // Token ids of sample i, column "tokens" unless named (see decode_mds_tokens for `bytes_dtype`).
+  std::vector<int32_t> tokens(uint64_t i, std::string_view bytes_dtype = kDefaultBytesTokenType,
+                              std::string_view column = "tokens") const;
   std::string str(uint64_t i, std::string_view column) const;      // a "str" column, or "json" as its text
   int64_t integer(uint64_t i, std::string_view column) const;      // an "int" column
 

@@ -320,7 +320,8 @@ void decode_mds_tokens(std::span<const std::byte> value, std::string_view encodi
     HONE_CHECK(dtype && dtype->is_integer, "{}: '{}' is not an integer dtype to read 'bytes' tokens as", where,
                bytes_dtype);
     const std::string hint =
-        fmt::format(" (raw 'bytes' tokens read as {}, the token_encoding_type: were they written as {}?)", dtype->name,
+        fmt::format(" (raw 'bytes' tokens read as {}: set dataset.token_encoding_type to the dtype they were written "
+                    "as)",
                     dtype->name);
     HONE_CHECK(value.size() % dtype->size == 0, "{}: {} bytes are not a whole number of token ids{}", where,
                value.size(), hint);
@@ -478,8 +479,8 @@ MdsDataset::Value MdsDataset::value(uint64_t i, std::string_view column) const {
           fmt::format("{}/{}: sample {}, column '{}'", dir_, info.raw_data.basename, k, column)};
 }
 
-std::vector<int32_t> MdsDataset::tokens(uint64_t i, std::string_view bytes_dtype) const {
-  const Value v = value(i, "tokens");
+std::vector<int32_t> MdsDataset::tokens(uint64_t i, std::string_view bytes_dtype, std::string_view column) const {
+  const Value v = value(i, column);
   std::vector<int32_t> out;
   decode_mds_tokens(v.bytes, *v.encoding, out, v.where, bytes_dtype);
   return out;
