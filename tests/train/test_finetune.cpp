@@ -69,6 +69,17 @@ class FinetuneRun : public ::testing::Test {
     return run;
   }
 
+  // The loss `hone run eval` reports on instruct records cut to 64 tokens; `args` name the model and data.
+  double instruct_eval_loss(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {"run", "eval", "threads=1", "dataset.type=instruct", "dataset.seq_len=64"};
+    all.insert(all.end(), args.begin(), args.end());
+    const std::string out = root_ + "/instruct_eval.out";
+    std::remove(out.c_str());  // the log is appended to
+    EXPECT_EQ(run_hone_to_log(all, out), 0) << read_file(out);
+    const std::string text = read_file(out);
+    return nlohmann::json::parse(text.substr(text.rfind('{')))["loss"].get<double>();
+  }
+
   // The train losses of a run, by step.
   std::map<int64_t, double> losses(const std::string& run) { return run_metric(root_ + "/" + run, "loss/train/total"); }
 
@@ -354,6 +365,25 @@ TEST_F(FinetuneRun, PreTokenizedMdsTrainsLikeItsRecords) {
                       "of token ids (raw 'bytes' tokens read as int64: set dataset.token_encoding_type"),
             std::string::npos)
       << read_file(root_ + "/wrong_type.log");
+
+  // hone run eval takes the same dataset keys: the shards, and the records under other column names, lose the same.
+  std::ofstream renamed(root_ + "/renamed.jsonl");
+  std::istringstream again(read_file(root_ + "/data.jsonl"));
+  for (std::string line; std::getline(again, line);) {
+    const auto record = nlohmann::json::parse(line);
+    renamed << nlohmann::json{{"task", record["instruction"]}, {"answer", record["output"]}}.dump() << "\n";
+  }
+  renamed.close();
+  const std::vector<std::string> base = {"checkpoint.path=" + root_ + "/base", "tokenizer.path=" + tokenizer_};
+  const auto eval_loss = [&](std::vector<std::string> data_args) {
+    data_args.insert(data_args.end(), base.begin(), base.end());
+    return instruct_eval_loss(data_args);
+  };
+  const double want = eval_loss({"dataset.path=" + root_ + "/data.jsonl"});
+  EXPECT_EQ(eval_loss({"dataset.path=" + root_ + "/pretokenized", "dataset.token_encoding_type=int32"}), want);
+  EXPECT_EQ(eval_loss({"dataset.path=" + root_ + "/renamed.jsonl", "dataset.column_map.instruction=task",
+                       "dataset.column_map.output=answer"}),
+            want);
 }
 
 TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
@@ -438,14 +468,8 @@ TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
 
   // As a recipe's model: what the base with lora.adapter gives.
   const auto eval_loss = [&](std::vector<std::string> model_args) {
-    std::vector<std::string> args = {"run", "eval", "threads=1", "dataset.type=instruct",
-                                     "dataset.path=" + root_ + "/data.jsonl", "dataset.seq_len=64"};
-    args.insert(args.end(), model_args.begin(), model_args.end());
-    const std::string out = root_ + "/merged_eval.out";
-    std::remove(out.c_str());  // the log is appended to
-    EXPECT_EQ(run_hone_to_log(args, out), 0) << read_file(out);
-    const std::string text = read_file(out);
-    return nlohmann::json::parse(text.substr(text.rfind('{')))["loss"].get<double>();
+    model_args.push_back("dataset.path=" + root_ + "/data.jsonl");
+    return instruct_eval_loss(model_args);
   };
   EXPECT_EQ(eval_loss({"checkpoint.path=" + run}),
             eval_loss({"checkpoint.path=" + root_ + "/base", "lora.adapter=" + run, "tokenizer.path=" + tokenizer_}));

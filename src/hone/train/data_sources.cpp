@@ -102,4 +102,40 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
           .description = train.description + "; validation: " + validation.description};
 }
 
+Schema instruct_dataset_schema() {
+  Schema s;
+  s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
+         {"alpaca", "summarize", "plain", "chat"}});
+  s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
+  s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
+  s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
+  s.add({"dataset.target_responses", ValueType::string, "all",
+         "chat and pre-tokenized turns: learn every response, or the last only (LLM Foundry's default)",
+         {"all", "last"}});
+  s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});
+  s.add_foreign("dataset.target_prompts",
+                "LLM Foundry's; hone learns the prompts with dataset.train_on_input: true (target_prompts: all) or "
+                "not (none, its default)");
+  return s;
+}
+
+data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len) {
+  data::InstructOptions o;
+  o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
+  o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
+  if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
+    for (auto it = map->begin(); it != map->end(); ++it) {
+      HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column",
+                 c.origin_of("dataset.column_map"), it.key());
+      o.column_map[it.key()] = it.value().get<std::string>();
+    }
+  }
+  o.train_on_input = c.get<bool>("dataset.train_on_input");
+  o.train_on_every_response = c.get<std::string>("dataset.target_responses") == "all";
+  o.token_encoding_type = c.get<std::string>("dataset.token_encoding_type");
+  o.max_seq_len = max_seq_len;
+  o.system_prompt = c.get<std::string>("dataset.system_prompt");
+  return o;
+}
+
 }  // namespace hone

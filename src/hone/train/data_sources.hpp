@@ -1,12 +1,14 @@
 #pragma once
-// Opens the documents a training config names (dataset.type, dataset.path and
-// dataset.validation_path) as training and validation ranges: validation on
-// the documents of dataset.validation_path where it is set, else on the last
-// dataset.validation_fraction of each source of dataset.path.
+// The data a config names. Pretraining: the documents of dataset.type,
+// dataset.path and dataset.validation_path as training and validation ranges
+// (validation on the documents of dataset.validation_path where it is set, else
+// on the last dataset.validation_fraction of each source of dataset.path).
+// Fine-tuning and eval: how instruct records become samples.
 #include <string>
 #include <vector>
 
 #include "hone/config/config.hpp"
+#include "hone/data/instruct.hpp"
 #include "hone/data/pretrain_stream.hpp"
 
 namespace hone {
@@ -18,5 +20,11 @@ struct TrainingData {
 };
 
 TrainingData open_pretraining_data(const Config& config, int64_t vocab_size);
+
+// The keys of instruct records (dataset.template, chat_format, column_map,
+// train_on_input, target_responses, system_prompt), as fine-tuning and eval take them.
+Schema instruct_dataset_schema();
+// Those keys (and dataset.token_encoding_type) as options, samples cut to max_seq_len.
+data::InstructOptions instruct_options_from(const Config& config, int64_t max_seq_len);
 
 }  // namespace hone

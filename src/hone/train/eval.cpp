@@ -17,12 +17,11 @@ Schema eval_schema() {
   Schema s = inference_schema();
   s.add({"dataset.type", ValueType::string, nullptr, "data for loss and perplexity",
          {"mock", "megatron", "mds", "instruct"}});
-  s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct records (a file or MDS folder)"});
+  s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct records (as fine-tuning's dataset.path)"});
   s.add({"dataset.seq_len", ValueType::integer, nullptr,
          "tokens per sequence (unset: 256, or the model's max_seq_len if smaller)"},
         Range::positive());
-  s.add({"dataset.template", ValueType::string, "alpaca", "instruct: template", {"alpaca", "summarize", "plain", "chat"}});
-  s.add({"dataset.chat_format", ValueType::string, "llama3", "instruct: chat template", {"llama3", "llama2", "chatml"}});
+  s.add(instruct_dataset_schema());
   s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"}, Range::positive());
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
@@ -44,11 +43,8 @@ int run_eval(const Config& c) {
     const std::string type = c.get<std::string>("dataset.type");
     std::unique_ptr<data::BatchSource> source;
     if (type == "instruct") {
-      data::InstructOptions o;
-      o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
-      o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
-      o.max_seq_len = seq_len;
-      auto d = data::load_instruct_dataset(c.get<std::string>("dataset.path"), *m.tokenizer, o);
+      auto d = data::load_instruct_dataset(c.get<std::string>("dataset.path"), *m.tokenizer,
+                                           instruct_options_from(c, seq_len));
       source = std::make_unique<data::SampleStream>(
           std::move(d.samples), data::SampleStreamOptions{.batch_size = batch,
                                                           .seq_len = seq_len,

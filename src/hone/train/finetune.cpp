@@ -9,6 +9,7 @@
 #include "hone/data/instruct.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/peft.hpp"
+#include "hone/train/data_sources.hpp"
 #include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
 #include "hone/train/trainer.hpp"
@@ -32,25 +33,6 @@ std::optional<LoraConfig> lora_config_from(const Config& c) {
 // dataset.max_seq_len, or when it is unset 512 tokens cut to what the model takes.
 int64_t sample_length(const Config& c, const ModelConfig& model) {
   return sequence_length_for(c, "dataset.max_seq_len", 512, model);
-}
-
-data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len) {
-  data::InstructOptions o;
-  o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
-  o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
-  if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
-    for (auto it = map->begin(); it != map->end(); ++it) {
-      HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column",
-                 c.origin_of("dataset.column_map"), it.key());
-      o.column_map[it.key()] = it.value().get<std::string>();
-    }
-  }
-  o.train_on_input = c.get<bool>("dataset.train_on_input");
-  o.train_on_every_response = c.get<std::string>("dataset.target_responses") == "all";
-  o.token_encoding_type = c.get<std::string>("dataset.token_encoding_type");
-  o.max_seq_len = max_seq_len;
-  o.system_prompt = c.get<std::string>("dataset.system_prompt");
-  return o;
 }
 
 TrainingShape shape_of(const Config& c, const ModelConfig& model) {
@@ -197,14 +179,7 @@ Schema finetune_schema(bool lora) {
          "a .jsonl, .json or .parquet file of records, a folder or glob pattern of such shards, or an MDS folder "
          "(LLM Foundry's prompt/response shards, or its pre-tokenized turns)",
          {}, true});
-  s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
-         {"alpaca", "summarize", "plain", "chat"}});
-  s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
-  s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
-  s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
-  s.add({"dataset.target_responses", ValueType::string, "all",
-         "chat and pre-tokenized turns: learn every response, or the last only (LLM Foundry's default)",
-         {"all", "last"}});
+  s.add(instruct_dataset_schema());
   s.add({"dataset.max_seq_len", ValueType::integer, nullptr,
          "tokens per sample, longer ones are cut (unset: 512, or the model's max_seq_len if smaller)"},
         Range{.low = 2});
@@ -224,11 +199,7 @@ Schema finetune_schema(bool lora) {
          "transformers' group_by_length"});
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});
-  s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});
   s.add(mds_tokens_schema());
-  s.add_foreign("dataset.target_prompts",
-                "LLM Foundry's; hone learns the prompts with dataset.train_on_input: true (target_prompts: all) or "
-                "not (none, its default)");
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
   s.add({"export.dtype", ValueType::string, nullptr, "dtype of the exported weights", {"fp32", "bf16", "fp16"}});
   if (lora) {
