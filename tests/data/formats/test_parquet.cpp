@@ -57,8 +57,11 @@ TEST_F(ParquetTest, ListsOfStructsAndStructsAssembleAsJson) {
   EXPECT_EQ(all_rows(f, {"tags"})[2], (nlohmann::json{{"tags", {20, 21}}}));
   expect_error([&] { f.read_rows(0, {"nope"}); },
                {fixture("chats.parquet"), "no column 'nope'", "messages, tags, meta, grid"});
-  // Lists of lists are left out of whole rows (above), and named when asked for.
-  expect_error([&] { f.read_rows(0, {"grid"}); }, {fixture("chats.parquet"), "column 'grid'", "nested field"});
+  // Lists of lists, with null and empty inner lists and null elements (in whole rows above too).
+  EXPECT_EQ(all_rows(f, {"grid"})[7], (nlohmann::json{{"grid", {{7, 8}, {9}, {nullptr, 7}}}}));
+  EXPECT_EQ(all_rows(f, {"grid"})[3], (nlohmann::json{{"grid", {{3, 4}, nlohmann::json::array(), {nullptr, 3}}}}));
+  EXPECT_EQ(all_rows(f, {"grid"})[8], (nlohmann::json{{"grid", {{8, 9}, {10}, nullptr}}}));
+  EXPECT_EQ(all_rows(f, {"grid"})[5], nlohmann::json::object());
 }
 TEST_F(ParquetTest, DamageAndWhatHoneDoesNotReadAreErrorsNamingTheFile) {
   // A codec hone lacks is named.

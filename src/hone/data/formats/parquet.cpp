@@ -182,20 +182,31 @@ void build(Node& node, const std::vector<SchemaElement>& flat, size_t& next, int
   }
 }
 
-// Whether hone reads a top-level column of this shape and these types (see read_column).
-bool readable(const Node& top) {
-  const auto primitive = [](const Node& n) {
-    return n.leaf >= 0 && n.e.repetition != repeated &&
-           (n.e.type == boolean || n.e.type == int32 || n.e.type == int64 || n.e.type == float32 ||
-            n.e.type == float64 || n.e.type == byte_array);
-  };
-  const auto primitives_or_struct = [&](const Node& n) {
-    return primitive(n) || (n.leaf < 0 && !n.e.list && n.e.repetition != repeated &&
-                            std::all_of(n.children.begin(), n.children.end(), primitive));
-  };
-  if (!top.e.list) return primitives_or_struct(top);
-  return top.children.size() == 1 && top.children[0].e.repetition == repeated && top.children[0].children.size() == 1 &&
-         primitives_or_struct(top.children[0].children[0]);
+// Why hone does not read a column of this shape and these types, or "" when it
+// does: primitives of the types hone decodes, structs of such columns, and lists
+// in the three-level form (group LIST { repeated group list { element } }) of
+// such elements, nested to any depth.
+std::string unreadable(const Node& n) {
+  if (n.e.repetition == repeated) {
+    return fmt::format("'{}' is a repeated field outside a LIST (a legacy list)", n.e.name);
+  }
+  if (n.leaf >= 0) {
+    const bool decoded = n.e.type == boolean || n.e.type == int32 || n.e.type == int64 || n.e.type == float32 ||
+                         n.e.type == float64 || n.e.type == byte_array;
+    return decoded ? "" : fmt::format("'{}' has physical type {} (timestamps, fixed-size bytes)", n.e.name, n.e.type);
+  }
+  if (n.e.list) {
+    if (n.children.size() != 1 || n.children[0].e.repetition != repeated || n.children[0].children.size() != 1) {
+      return fmt::format(
+          "'{}' is a list not in the three-level form (group LIST {{ repeated group list {{ element }} }})", n.e.name);
+    }
+    const Node& element = n.children[0].children[0];
+    return unreadable(element);
+  }
+  if (n.children.empty()) return fmt::format("'{}' is a group without fields", n.e.name);
+  for (const Node& field : n.children)
+    if (std::string why = unreadable(field); !why.empty()) return why;
+  return "";
 }
 
 // ---- column chunks ----
@@ -594,73 +605,64 @@ struct ParquetFile::Impl {
     return nullptr;
   }
 
-  // The values of a top-level column in row group g, one per row (null where missing).
+  // The values of a top-level column in row group g, one per row (null where
+  // missing): each leaf's values put in place by its repetition and definition
+  // levels (Dremel's record assembly). A null struct field is left out of its
+  // object; a null list element stays null.
   std::vector<Json> read_column(size_t g, const Node& top) const {
-    const Group& group = groups[g];
-    const auto chunk_of = [&](const Node& leaf) {
-      const std::string where = fmt::format("{}: row group {}, column '{}'", path, g, leaf.e.name);
-      return read_chunk(bytes, group.chunks[size_t(leaf.leaf)], leaf, group.rows, where);
-    };
-    std::vector<Json> rows(size_t(group.rows));
     const std::string where = fmt::format("{}: column '{}'", path, top.e.name);
-    if (top.leaf >= 0) {  // a primitive
-      HONE_CHECK(top.e.repetition != repeated, "{}: a repeated primitive (a legacy list) is not read by hone", where);
-      const Levels l = chunk_of(top);
-      HONE_CHECK(l.def.size() == rows.size(), "{}: {} values for {} rows", where, l.def.size(), rows.size());
-      for (size_t i = 0, v = 0; i < rows.size(); ++i)
-        if (l.def[i] == top.def) rows[i] = l.values[v++];
-      return rows;
-    }
-    if (!top.e.list) {  // a struct of primitives
-      for (const Node& field : top.children) {
-        HONE_CHECK(field.leaf >= 0 && field.e.repetition != repeated, "{}: a struct with nested field '{}' is not read",
-                   where, field.e.name);
-        const Levels l = chunk_of(field);
-        HONE_CHECK(l.def.size() == rows.size(), "{}: {} values for {} rows", where, l.def.size(), rows.size());
-        for (size_t i = 0, v = 0; i < rows.size(); ++i) {
-          if (l.def[i] >= top.def && !rows[i].is_object()) rows[i] = Json::object();
-          if (l.def[i] == field.def) rows[i][field.e.name] = l.values[v++];
-        }
-      }
-      return rows;
-    }
-    // A LIST: group (LIST) { repeated group list { element } }, the element a
-    // primitive or a struct of primitives.
-    HONE_CHECK(top.children.size() == 1 && top.children[0].e.repetition == repeated &&
-                   top.children[0].children.size() == 1,
-               "{}: a list not in the three-level form (group LIST {{ repeated group list {{ element }} }})", where);
-    const Node& repeated_group = top.children[0];
-    const Node& element = repeated_group.children[0];
-    std::vector<const Node*> fields;
-    if (element.leaf >= 0) fields.push_back(&element);
-    for (const Node& f : element.children) {
-      HONE_CHECK(f.leaf >= 0 && f.e.repetition != repeated, "{}: list elements with nested field '{}' are not read",
-                 where, f.e.name);
-      fields.push_back(&f);
-    }
-    for (const Node* field : fields) {
-      const bool first = field == fields.front();
-      const Levels l = chunk_of(*field);
-      size_t row = size_t(-1), v = 0, k = 0;
-      for (size_t i = 0; i < l.def.size(); ++i) {
-        if (l.rep[i] == 0) ++row;
-        HONE_CHECK(row < rows.size(), "{}: more rows than the row group's {}", where, rows.size());
-        k = l.rep[i] == 0 ? 0 : k + 1;  // the element this slot is
-        if (l.def[i] < top.def) continue;  // a null list
-        Json& list = rows[row];
-        if (!list.is_array()) list = Json::array();
-        if (l.def[i] < repeated_group.def) continue;  // an empty list
-        const bool present = l.def[i] == field->def;
-        if (first) {  // the first field makes the elements, the others fill them in
-          list.push_back(element.leaf >= 0 || l.def[i] < element.def ? Json() : Json::object());
-        }
-        HONE_CHECK(k < list.size(), "{}: the fields of a list's elements disagree on its length", where);
-        if (!present) continue;
-        if (element.leaf >= 0) list[k] = l.values[v++];
-        else list[k][field->e.name] = l.values[v++];
-      }
-    }
+    const std::string why = unreadable(top);
+    HONE_CHECK(why.empty(), "{}: not read by hone: {}", where, why);
+    std::vector<Json> rows(size_t(groups[g].rows));
+    std::vector<const Node*> nodes;  // from the column down to the leaf being read
+    const std::function<void(const Node&)> read_leaves = [&](const Node& n) {
+      nodes.push_back(&n);
+      if (n.leaf >= 0) place_leaf(g, nodes, rows, where);
+      for (const Node& child : n.children) read_leaves(child);
+      nodes.pop_back();
+    };
+    read_leaves(top);
     return rows;
+  }
+
+  // One leaf's values into `rows`, along `nodes` (the column's node down to the leaf).
+  void place_leaf(size_t g, const std::vector<const Node*>& nodes, std::vector<Json>& rows,
+                  const std::string& where) const {
+    const Node& leaf = *nodes.back();
+    const Levels l = read_chunk(bytes, groups[g].chunks[size_t(leaf.leaf)], leaf, groups[g].rows,
+                                fmt::format("{}: row group {}, column '{}'", path, g, leaf.e.name));
+    std::vector<size_t> index(nodes.size(), 0);  // the element each repeated node is at
+    size_t row = size_t(-1), v = 0;
+    for (size_t i = 0; i < l.def.size(); ++i) {
+      const int r = l.rep[i], d = l.def[i];
+      if (r == 0) ++row;
+      HONE_CHECK(row < rows.size(), "{}: more rows than the row group's {}", where, rows.size());
+      Json* slot = &rows[row];  // where the value of nodes[k] goes
+      for (size_t k = 0; k < nodes.size(); ++k) {
+        const Node& n = *nodes[k];
+        if (n.e.repetition == repeated) {  // a list's repeated group: `slot` is the list
+          if (d < n.def) break;  // an empty list
+          if (n.rep >= r) index[k] = n.rep == r ? index[k] + 1 : 0;  // a new element; else the last one continues
+          HONE_CHECK(index[k] <= slot->size(), "{}: the fields of a list's elements disagree on its length", where);
+          if (index[k] == slot->size()) slot->push_back(Json());
+          slot = &(*slot)[index[k]];
+          continue;
+        }
+        if (d < n.def) break;  // null here
+        if (n.leaf >= 0) {
+          HONE_CHECK(v < l.values.size(), "{}: fewer values than its levels say", where);
+          *slot = l.values[v++];
+        } else if (n.e.list) {
+          if (!slot->is_array()) *slot = Json::array();
+        } else {
+          if (!slot->is_object()) *slot = Json::object();
+          const Node& field = *nodes[k + 1];
+          if (d < field.def) break;  // a null field is left out
+          slot = &(*slot)[field.e.name];
+        }
+      }
+    }
+    HONE_CHECK(row + 1 == rows.size(), "{}: {} rows of values for {} rows", where, row + 1, rows.size());
   }
 };
 
@@ -774,7 +776,7 @@ std::vector<nlohmann::ordered_json> ParquetFile::read_rows(size_t g, const std::
     return rows;
   }
   for (const Node& column : m.schema.children)
-    if (readable(column)) add(column);  // others (timestamps, deeper nesting) stay out of the records
+    if (unreadable(column).empty()) add(column);  // others (timestamps, legacy lists) stay out of the records
   return rows;
 }
 

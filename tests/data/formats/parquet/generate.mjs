@@ -53,7 +53,8 @@ for (let i = 0; i < 120; i++) {
     messages: i % 17 === 16 ? null : messages,
     tags: i % 6 === 0 ? null : Array.from({ length: i % 4 }, (_, k) => (k === 1 && i % 5 === 0 ? null : i * 10 + k)),
     meta: i % 7 === 0 ? null : { source: `src${i % 3}`, turns: i % 9 === 0 ? null : turns },
-    grid: [[i, i + 1], [i + 2]],  // lists of lists: hone leaves them out of records
+    // Lists of lists: null, empty and null inner lists, null elements.
+    grid: i % 5 === 0 ? null : [[i, i + 1], i % 3 === 0 ? [] : [i + 2], i % 4 === 0 ? null : [null, i]],
   });
 }
 const nested = arrow.tableFromArrays({
@@ -76,6 +77,35 @@ const hellaswag = arrow.tableFromArrays({
   label: arrow.vectorFromArray(tasks.map((t) => t.label), new arrow.Utf8()),
 });
 
+// Hugging Face's ARC (choices a struct of two lists, answerKey a letter or digit)
+// and MMLU (choices a list, answer an integer).
+const arc = Array.from({ length: 6 }, (_, i) => ({
+  question: `Which of these is item ${i}?`,
+  choices: { text: ["red", "green", "blue", "gold"].slice(0, 3 + (i % 2)).map((c) => `${c} ${i}`),
+             label: (i === 5 ? ["1", "2", "3", "4"] : ["A", "B", "C", "D"]).slice(0, 3 + (i % 2)) },
+  answerKey: i === 5 ? "2" : "ABC"[i % 3],
+}));
+const arcTable = arrow.tableFromArrays({
+  question: arrow.vectorFromArray(arc.map((r) => r.question), new arrow.Utf8()),
+  choices: arrow.vectorFromArray(arc.map((r) => r.choices), new arrow.Struct([
+    new arrow.Field("text", new arrow.List(new arrow.Field("item", new arrow.Utf8(), true)), true),
+    new arrow.Field("label", new arrow.List(new arrow.Field("item", new arrow.Utf8(), true)), true),
+  ])),
+  answerKey: arrow.vectorFromArray(arc.map((r) => r.answerKey), new arrow.Utf8()),
+});
+const mmlu = Array.from({ length: 6 }, (_, i) => ({
+  question: ` What is ${i} + ${i}? `,
+  subject: i % 2 ? "high_school_mathematics" : "astronomy",
+  choices: [0, 1, 2, 3].map((k) => String(2 * i + k - 1)),
+  answer: BigInt(1),
+}));
+const mmluTable = arrow.tableFromArrays({
+  question: arrow.vectorFromArray(mmlu.map((r) => r.question), new arrow.Utf8()),
+  subject: arrow.vectorFromArray(mmlu.map((r) => r.subject), new arrow.Utf8()),
+  choices: arrow.vectorFromArray(mmlu.map((r) => r.choices), new arrow.List(new arrow.Field("item", new arrow.Utf8(), true))),
+  answer: arrow.vectorFromArray(mmlu.map((r) => r.answer), new arrow.Int64()),
+});
+
 function write(name, table, configure) {
   let props = new pq.WriterPropertiesBuilder().setMaxRowGroupSize(128).setDataPageSizeLimit(512);
   props = configure(props);
@@ -96,16 +126,21 @@ write("delta_v2.parquet", flat, (p) =>
 write("chats.parquet", nested, (p) => p.setCompression(pq.Compression.SNAPPY));
 write("lz4.parquet", flat, (p) => p.setCompression(pq.Compression.LZ4_RAW));
 write("hellaswag.parquet", hellaswag, (p) => p.setCompression(pq.Compression.SNAPPY));
+write("arc.parquet", arcTable, (p) => p.setCompression(pq.Compression.SNAPPY));
+write("mmlu.parquet", mmluTable, (p) => p.setCompression(pq.Compression.SNAPPY));
 
 const drop = (o) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== null));
 const json = (v) => JSON.parse(JSON.stringify(v, (_, x) => (typeof x === "bigint" ? Number(x) : x)));
 writeFileSync("expected.json", JSON.stringify({
   records: json(records.map(drop)),
   tasks,
+  arc,
+  mmlu: json(mmlu),
   chats: json(chats.map((c) => drop({
     messages: c.messages && c.messages.map(drop),
     tags: c.tags,
     meta: c.meta && drop(c.meta),
+    grid: c.grid,
   }))),
 }, null, 0) + "\n");
 
@@ -121,3 +156,4 @@ write(seeds + "delta_v2.parquet", few(flat, 6), (p) =>
     .setColumnEncoding("output", pq.Encoding.DELTA_LENGTH_BYTE_ARRAY)
     .setColumnEncoding("id", pq.Encoding.DELTA_BINARY_PACKED));
 write(seeds + "chats.parquet", few(nested, 12), (p) => p);
+write(seeds + "arc.parquet", arcTable, (p) => p);
