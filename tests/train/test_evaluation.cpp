@@ -86,40 +86,118 @@ TEST(MultipleChoiceFile, ReadsHellaSwagStyleFilesAndNamesBadLines) {
   const std::string path = testing::TempDir() + "hone_mc.jsonl";
   std::ofstream(path) << R"({"ctx": "a", "endings": ["b", "c"], "label": "1"})" << "\n"
                       << R"({"context": "x", "choices": ["y", "z", "w"], "label": 0})" << "\n";
-  const auto items = read_multiple_choice(path);
+  const MultipleChoiceTask task = read_multiple_choice(path);
+  EXPECT_EQ(task.layout, TaskLayout::plain);
+  const auto& items = task.items;
   ASSERT_EQ(items.size(), 2u);
   EXPECT_EQ(items[0].label, 1);
   EXPECT_EQ(items[1].endings.size(), 3u);
   std::ofstream(path) << R"({"ctx": "a", "endings": ["b", "c"], "label": 5})" << "\n";
-  try {
-    read_multiple_choice(path);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(":1: label 5"), std::string::npos) << e.what();
-  }
+  EXPECT_NE(error_of([&] { read_multiple_choice(path); }).find(":1: label 5 is not an ending index"), std::string::npos);
   for (const char* label : {R"("A")", R"("1x")", "1.5", "null"}) {
     std::ofstream(path) << R"({"ctx": "a", "endings": ["b", "c"], "label": )" << label << "}\n";
-    try {
-      read_multiple_choice(path);
-      FAIL() << label;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(":1: 'label' must be an integer"), std::string::npos) << e.what();
-    }
+    EXPECT_NE(error_of([&] { read_multiple_choice(path); }).find(":1: 'label' must be an integer"), std::string::npos)
+        << label;
   }
   std::filesystem::remove(path);
 }
 
-// Hugging Face's HellaSwag is Parquet, labels as strings: read as its JSONL is.
+// Records of each task's own layout become the prompts and choices
+// lm-evaluation-harness's task of that name builds (LLM Foundry's for its files).
+TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
+  const std::string path = testing::TempDir() + "hone_layouts.jsonl";
+  const auto read = [&](const std::string& line, std::string_view layout = "auto") {
+    std::ofstream(path) << line << "\n";
+    return read_multiple_choice(path, layout);
+  };
+  // HellaSwag: activity label, ctx_a, ctx_b capitalized (the rest lower-cased), WikiHow's brackets cleaned.
+  MultipleChoiceTask t = read(
+      R"({"activity_label": "Personal Care", "ctx_a": "[header] How to dye hair [title] Buy the dye.", )"
+      R"("ctx_b": "[step] Pick a COLOR", "ctx": "unused", "endings": ["You can [substeps] mix it.", "  Rinse  well. "], )"
+      R"("label": "1"})");
+  EXPECT_EQ(t.layout, TaskLayout::hellaswag);
+  EXPECT_EQ(t.items[0].context, "Personal Care: How to dye hair. Buy the dye. pick a color");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"You can mix it.", "Rinse well."}));
+  EXPECT_EQ(t.items[0].label, 1);
+  // The same record read as plain takes ctx as it is.
+  EXPECT_EQ(read(R"({"activity_label": "a", "ctx_a": "b", "ctx_b": "c", "ctx": "d", "endings": ["e", "f"], "label": 0})",
+                 "plain")
+                .items[0]
+                .context,
+            "d");
+  t = read(R"({"id": "x", "question": "Which is a gas?", "choices": {"text": ["ice", "steam"], "label": ["A", "B"]}, )"
+           R"("answerKey": "B"})");
+  EXPECT_EQ(t.layout, TaskLayout::arc);
+  EXPECT_EQ(t.items[0].context, "Question: Which is a gas?\nAnswer:");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"ice", "steam"}));
+  EXPECT_EQ(t.items[0].label, 1);
+  t = read(R"({"goal": "Open a jar", "sol1": "twist the lid", "sol2": "hit it", "label": 0})");
+  EXPECT_EQ(t.layout, TaskLayout::piqa);
+  EXPECT_EQ(t.items[0].context, "Question: Open a jar\nAnswer:");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"twist the lid", "hit it"}));
+  t = read(R"({"question": " 2+2? ", "subject": "elementary_mathematics", "choices": ["3", "4", "5", "6"], "answer": 1})");
+  EXPECT_EQ(t.layout, TaskLayout::mmlu);
+  EXPECT_EQ(t.items[0].context,
+            "The following are multiple choice questions (with answers) about elementary mathematics.\n\n2+2?\nA. 3\nB. "
+            "4\nC. 5\nD. 6\nAnswer:");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"A", "B", "C", "D"}));
+  EXPECT_EQ(t.items[0].label, 1);
+  t = read(R"({"query": "Q: 1+1?\nA:", "choices": ["2", "3"], "gold": 0})");
+  EXPECT_EQ(t.layout, TaskLayout::foundry);
+  EXPECT_EQ(t.items[0].context, "Q: 1+1?\nA:");
+  EXPECT_STREQ(layout_name(t.layout), "foundry");
+
+  // Errors name the record and what is missing.
+  const std::string unknown_key =
+      R"({"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "E"})";
+  EXPECT_NE(error_of([&] { read(unknown_key); })
+                .find(":1: answerKey 'E' is not one of choices.label"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "piqa"); })
+                .find(":1: no string 'goal'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "winogrande"); })
+                .find("unknown task layout 'winogrande'"),
+            std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST(MultipleChoiceFile, HellaSwagCleaningKeepsBracketsThatDoNotCloseOnTheirLine) {
+  EXPECT_EQ(clean_hellaswag_text("a [b\nc] d"), "a [b\nc] d");
+  EXPECT_EQ(clean_hellaswag_text("x [y"), "x [y");
+  EXPECT_EQ(clean_hellaswag_text("  one [a][b]two  "), "one two");
+  EXPECT_EQ(clean_hellaswag_text("a   b"), "a  b");  // Python's replace: one pass, no overlaps
+}
+
+// Hugging Face's HellaSwag, ARC and MMLU are Parquet: labels as strings,
+// ARC's choices a struct of two lists, MMLU's a list; read as their JSONL are.
 TEST(MultipleChoiceFile, ReadsParquetTasks) {
   const std::string fixtures = source_path("tests/data/formats/parquet/");
-  const auto expected = nlohmann::json::parse(std::ifstream(fixtures + "expected.json"))["tasks"];
-  const auto items = read_multiple_choice(fixtures + "hellaswag.parquet");
-  ASSERT_EQ(items.size(), expected.size());
+  const auto expected = nlohmann::json::parse(std::ifstream(fixtures + "expected.json"));
+  const auto items = read_multiple_choice(fixtures + "hellaswag.parquet").items;
+  ASSERT_EQ(items.size(), expected["tasks"].size());
   for (size_t i = 0; i < items.size(); ++i) {
-    EXPECT_EQ(items[i].context, expected[i]["ctx"].get<std::string>());
-    EXPECT_EQ(items[i].endings, expected[i]["endings"].get<std::vector<std::string>>());
+    EXPECT_EQ(items[i].context, expected["tasks"][i]["ctx"].get<std::string>());
+    EXPECT_EQ(items[i].endings, expected["tasks"][i]["endings"].get<std::vector<std::string>>());
     EXPECT_EQ(items[i].label, int64_t(i % 4));
   }
+  const MultipleChoiceTask arc = read_multiple_choice(fixtures + "arc.parquet");
+  EXPECT_EQ(arc.layout, TaskLayout::arc);
+  ASSERT_EQ(arc.items.size(), expected["arc"].size());
+  for (size_t i = 0; i < arc.items.size(); ++i) {
+    const auto& row = expected["arc"][i];
+    EXPECT_EQ(arc.items[i].context, "Question: " + row["question"].get<std::string>() + "\nAnswer:");
+    EXPECT_EQ(arc.items[i].endings, row["choices"]["text"].get<std::vector<std::string>>());
+    const auto labels = row["choices"]["label"].get<std::vector<std::string>>();
+    EXPECT_EQ(labels[size_t(arc.items[i].label)], row["answerKey"].get<std::string>());
+  }
+  const MultipleChoiceTask mmlu = read_multiple_choice(fixtures + "mmlu.parquet");
+  EXPECT_EQ(mmlu.layout, TaskLayout::mmlu);
+  ASSERT_EQ(mmlu.items.size(), expected["mmlu"].size());
+  EXPECT_EQ(mmlu.items[1].context,
+            "The following are multiple choice questions (with answers) about high school mathematics.\n\nWhat is 1 + "
+            "1?\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:");
+  EXPECT_EQ(mmlu.items[1].label, 1);
   EXPECT_NE(error_of([&] { read_multiple_choice(fixtures + "chats.parquet"); })
                 .find("chats.parquet: row 0: no string 'ctx' or 'context'"),
             std::string::npos);

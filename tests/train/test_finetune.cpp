@@ -519,6 +519,7 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
             0)
       << read_file(task_out);
   EXPECT_NE(read_file(task_out).find("\"accuracy\":"), std::string::npos);
+  EXPECT_NE(read_file(task_out).find("\"task_layout\":\"plain\""), std::string::npos) << read_file(task_out);
 
   auto generate = [&](const std::string& out) {
     std::remove(out.c_str());

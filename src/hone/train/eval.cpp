@@ -26,7 +26,11 @@ Schema eval_schema() {
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
   s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
-  s.add({"task.path", ValueType::string, nullptr, "a multiple-choice task (HellaSwag's fields): JSONL, JSON, Parquet, or a folder of shards"});
+  s.add({"task.path", ValueType::string, nullptr,
+         "a multiple-choice task: JSONL, JSON, Parquet, or a folder or pattern of shards"});
+  s.add({"task.layout", ValueType::string, "auto",
+         "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
+         {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "foundry"}});
   return s.add(mds_tokens_schema());
 }
 
@@ -68,8 +72,10 @@ int run_eval(const Config& c) {
     result["tokens"] = e.tokens;
   }
   if (c.has("task.path")) {
-    const MultipleChoiceResult r =
-        evaluate_multiple_choice(*m.model, *m.tokenizer, read_multiple_choice(c.get<std::string>("task.path")));
+    const MultipleChoiceTask task =
+        read_multiple_choice(c.get<std::string>("task.path"), c.get<std::string>("task.layout"));
+    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items);
+    result["task_layout"] = layout_name(task.layout);
     result["accuracy"] = r.accuracy;
     result["accuracy_norm"] = r.accuracy_norm;
     result["task_items"] = r.items;

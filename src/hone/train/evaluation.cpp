@@ -1,11 +1,9 @@
 #include "hone/train/evaluation.hpp"
 
-#include <charconv>
+#include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
-#include "hone/data/instruct.hpp"
 
 namespace hone {
 
@@ -26,41 +24,13 @@ LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int6
   return {sum / double(std::max<int64_t>(tokens, 1)), tokens};
 }
 
-std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path) {
-  std::vector<MultipleChoiceItem> items;
-  for (const data::Record& r : data::read_records(path)) {
-    const nlohmann::json& j = r.value;
-    MultipleChoiceItem item;
-    const char* context_key = j.contains("ctx") ? "ctx" : "context";
-    HONE_CHECK(j.contains(context_key) && j[context_key].is_string(), "{}: no string 'ctx' or 'context'", r.where);
-    item.context = j[context_key];
-    const char* endings_key = j.contains("endings") ? "endings" : "choices";
-    HONE_CHECK(j.contains(endings_key) && j[endings_key].is_array() && j[endings_key].size() >= 2,
-               "{}: 'endings' must list at least two strings", r.where);
-    for (const auto& e : j[endings_key]) {
-      HONE_CHECK(e.is_string(), "{}: every ending must be a string", r.where);
-      item.endings.push_back(e);
-    }
-    HONE_CHECK(j.contains("label"), "{}: no 'label'", r.where);
-    const auto& label = j["label"];
-    if (label.is_number_integer()) {
-      item.label = label;
-    } else {
-      // HellaSwag's own files write the label as a string of digits.
-      const std::string text = label.is_string() ? label.get<std::string>() : "";
-      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), item.label);
-      HONE_CHECK(!text.empty() && error == std::errc() && end == text.data() + text.size(),
-                 "{}: 'label' must be an integer or a string of digits, not {}", r.where, label.dump());
-    }
-    HONE_CHECK(item.label >= 0 && item.label < int64_t(item.endings.size()), "{}: label {} is not an ending index",
-               r.where, item.label);
-    items.push_back(std::move(item));
-  }
-  HONE_CHECK(!items.empty(), "{}: no items", path);
-  return items;
-}
-
 namespace {
+
+// A UTF-8 text's length in code points, as Python's len() counts the choice for acc_norm.
+double characters(const std::string& text) {
+  const auto starts_a_character = [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; };
+  return double(std::count_if(text.begin(), text.end(), starts_a_character));
+}
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -142,7 +112,7 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
     size_t best = 0, best_norm = 0;
     for (size_t i = 1; i < ll.size(); ++i) {
       if (ll[i] > ll[best]) best = i;
-      if (ll[i] / double(item.endings[i].size()) > ll[best_norm] / double(item.endings[best_norm].size())) {
+      if (ll[i] / characters(item.endings[i]) > ll[best_norm] / characters(item.endings[best_norm])) {
         best_norm = i;
       }
     }

@@ -1,6 +1,6 @@
 #pragma once
 // Evaluation: mean loss and perplexity over batches, and multiple-choice tasks
-// (HellaSwag-style: a context and several endings, one right) scored by the
+// (a context and several endings, one right; multiple_choice.hpp) scored by the
 // log-likelihood of each ending, as lm-evaluation-harness scores them.
 #include <string>
 #include <vector>
@@ -8,6 +8,7 @@
 #include "hone/data/batch.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/model/transformer.hpp"
+#include "hone/train/multiple_choice.hpp"
 
 namespace hone {
 
@@ -21,20 +22,10 @@ struct LossEvaluation {
 // start first). Dropout is off while it runs.
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches);
 
-struct MultipleChoiceItem {
-  std::string context;
-  std::vector<std::string> endings;
-  int64_t label = 0;  // index of the right ending
-};
-
-// Reads a JSONL task file: "ctx" or "context", a list "endings" (or "choices"),
-// and "label" (an integer or a numeric string); errors name file:line.
-std::vector<MultipleChoiceItem> read_multiple_choice(const std::string& path);
-
 struct MultipleChoiceResult {
   int64_t items = 0;
   double accuracy = 0;       // argmax of Σ log p(ending | context)
-  double accuracy_norm = 0;  // argmax of that sum divided by the ending's length in bytes
+  double accuracy_norm = 0;  // argmax of that sum divided by the ending's length in characters (acc_norm)
 };
 
 // The log-likelihood of each ending after its context (the context cut from the

@@ -1,0 +1,206 @@
+#include "hone/train/multiple_choice.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "hone/core/error.hpp"
+#include "hone/data/instruct.hpp"
+
+namespace hone {
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag, TaskLayout::arc,
+                                   TaskLayout::piqa,  TaskLayout::mmlu,      TaskLayout::foundry};
+
+std::string string_column(const data::Record& r, const char* key) {
+  auto it = r.value.find(key);
+  HONE_CHECK(it != r.value.end() && it->is_string(), "{}: no string '{}'", r.where, key);
+  return it->get<std::string>();
+}
+
+std::vector<std::string> string_list(const Json& value, const data::Record& r, const char* key) {
+  HONE_CHECK(value.is_array() && value.size() >= 2, "{}: '{}' must list at least two strings", r.where, key);
+  std::vector<std::string> out;
+  for (const Json& e : value) {
+    HONE_CHECK(e.is_string(), "{}: every one of '{}' must be a string", r.where, key);
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<std::string> string_list_column(const data::Record& r, const char* key) {
+  HONE_CHECK(r.value.contains(key), "{}: no '{}' list", r.where, key);
+  return string_list(r.value[key], r, key);
+}
+
+// An index into `count` endings: an integer, or a string of digits (HellaSwag's files write "1").
+int64_t label_column(const data::Record& r, const char* key, size_t count) {
+  HONE_CHECK(r.value.contains(key), "{}: no '{}'", r.where, key);
+  const Json& label = r.value[key];
+  int64_t index = 0;
+  if (label.is_number_integer()) {
+    index = label.get<int64_t>();
+  } else {
+    const std::string text = label.is_string() ? label.get<std::string>() : "";
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), index);
+    HONE_CHECK(!text.empty() && error == std::errc() && end == text.data() + text.size(),
+               "{}: '{}' must be an integer or a string of digits, not {}", r.where, key, label.dump());
+  }
+  HONE_CHECK(index >= 0 && index < int64_t(count), "{}: {} {} is not an ending index", r.where, key, index);
+  return index;
+}
+
+std::string_view trimmed(std::string_view s) {
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Every `from` replaced by `to`, left to right without overlaps (Python's str.replace).
+std::string replaced(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  for (size_t at = 0;;) {
+    const size_t next = s.find(from, at);
+    out.append(s.substr(at, next - at));
+    if (next == std::string_view::npos) return out;
+    out.append(to);
+    at = next + from.size();
+  }
+}
+
+// Python's str.capitalize() on ASCII letters: the first upper-cased, the rest lower-cased.
+std::string capitalized(std::string s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    s[i] = char(i == 0 ? std::toupper(c) : std::tolower(c));
+  }
+  return s;
+}
+
+TaskLayout detect_layout(const Json& record) {
+  const auto has = [&](const char* key) { return record.contains(key); };
+  if (has("ctx_a") && has("ctx_b") && has("activity_label")) return TaskLayout::hellaswag;
+  if (has("answerKey")) return TaskLayout::arc;
+  if (has("goal") && has("sol1") && has("sol2")) return TaskLayout::piqa;
+  if (has("question") && has("choices") && has("answer")) return TaskLayout::mmlu;
+  if (has("query") && has("gold")) return TaskLayout::foundry;
+  return TaskLayout::plain;
+}
+
+// One record as the layout's lm-evaluation-harness task (or LLM Foundry) reads it.
+MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
+  MultipleChoiceItem item;
+  switch (layout) {
+    case TaskLayout::plain: {
+      const char* context = r.value.contains("ctx") ? "ctx" : "context";
+      HONE_CHECK(r.value.contains(context), "{}: no string 'ctx' or 'context'", r.where);
+      item.context = string_column(r, context);
+      item.endings = string_list_column(r, r.value.contains("endings") ? "endings" : "choices");
+      item.label = label_column(r, "label", item.endings.size());
+      break;
+    }
+    case TaskLayout::hellaswag: {
+      const std::string ctx = string_column(r, "ctx_a") + " " + capitalized(string_column(r, "ctx_b"));
+      item.context = clean_hellaswag_text(string_column(r, "activity_label") + ": " + ctx);
+      for (const std::string& e : string_list_column(r, "endings")) item.endings.push_back(clean_hellaswag_text(e));
+      item.label = label_column(r, "label", item.endings.size());
+      break;
+    }
+    case TaskLayout::arc: {
+      item.context = "Question: " + string_column(r, "question") + "\nAnswer:";
+      const Json& choices = r.value.value("choices", Json());
+      HONE_CHECK(choices.is_object() && choices.contains("text") && choices.contains("label"),
+                 "{}: 'choices' must hold lists 'text' and 'label'", r.where);
+      item.endings = string_list(choices["text"], r, "choices.text");
+      const std::vector<std::string> letters = string_list(choices["label"], r, "choices.label");
+      const std::string key = string_column(r, "answerKey");
+      const auto at = std::find(letters.begin(), letters.end(), key);
+      HONE_CHECK(at != letters.end() && letters.size() == item.endings.size(),
+                 "{}: answerKey '{}' is not one of choices.label", r.where, key);
+      item.label = at - letters.begin();
+      break;
+    }
+    case TaskLayout::piqa:
+      item.context = "Question: " + string_column(r, "goal") + "\nAnswer:";
+      item.endings = {string_column(r, "sol1"), string_column(r, "sol2")};
+      item.label = label_column(r, "label", 2);
+      break;
+    case TaskLayout::mmlu: {
+      const std::vector<std::string> choices = string_list_column(r, "choices");
+      HONE_CHECK(choices.size() <= 26, "{}: {} choices is more than there are letters", r.where, choices.size());
+      item.context = "The following are multiple choice questions (with answers) about " +
+                     replaced(string_column(r, "subject"), "_", " ") + ".\n\n" +
+                     std::string(trimmed(string_column(r, "question")));
+      for (size_t i = 0; i < choices.size(); ++i) {
+        const std::string letter(1, char('A' + i));
+        item.context += "\n" + letter + ". " + choices[i];
+        item.endings.push_back(letter);
+      }
+      item.context += "\nAnswer:";
+      item.label = label_column(r, "answer", choices.size());
+      break;
+    }
+    case TaskLayout::foundry:
+      item.context = string_column(r, "query");
+      item.endings = string_list_column(r, "choices");
+      item.label = label_column(r, "gold", item.endings.size());
+      break;
+  }
+  return item;
+}
+
+}  // namespace
+
+const char* layout_name(TaskLayout layout) {
+  switch (layout) {
+    case TaskLayout::plain: return "plain";
+    case TaskLayout::hellaswag: return "hellaswag";
+    case TaskLayout::arc: return "arc";
+    case TaskLayout::piqa: return "piqa";
+    case TaskLayout::mmlu: return "mmlu";
+    case TaskLayout::foundry: return "foundry";
+  }
+  return "?";
+}
+
+std::string clean_hellaswag_text(std::string_view text) {
+  std::string s = replaced(trimmed(text), " [title]", ". ");
+  // Drop each [...] that closes on its line (the harness's non-greedy \[.*?\]).
+  std::string kept;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '[') {
+      const size_t close = s.find_first_of("]\n", i + 1);
+      if (close != std::string::npos && s[close] == ']') {
+        i = close;
+        continue;
+      }
+    }
+    kept.push_back(s[i]);
+  }
+  return replaced(kept, "  ", " ");
+}
+
+MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout) {
+  const std::vector<data::Record> records = data::read_records(path);
+  HONE_CHECK(!records.empty(), "{}: no items", path);
+  MultipleChoiceTask task;
+  if (layout == "auto") {
+    task.layout = detect_layout(records.front().value);
+  } else {
+    const auto* known = std::find_if(std::begin(kLayouts), std::end(kLayouts),
+                                     [&](TaskLayout l) { return layout == layout_name(l); });
+    HONE_CHECK(known != std::end(kLayouts), "unknown task layout '{}': expected auto, plain, hellaswag, arc, piqa, "
+               "mmlu or foundry", layout);
+    task.layout = *known;
+  }
+  for (const data::Record& r : records) task.items.push_back(item_of(r, task.layout));
+  return task;
+}
+
+}  // namespace hone

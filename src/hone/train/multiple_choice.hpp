@@ -1,0 +1,40 @@
+#pragma once
+// Multiple-choice tasks read from records (JSONL, JSON, Parquet, a folder or
+// pattern of shards): each item a context, its endings and the right one, built
+// from a record of a known layout as lm-evaluation-harness's task of that name
+// builds its prompt and choices, so that accuracies compare with its numbers.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hone {
+
+// plain: ctx (or context), endings (or choices), label. The others are the
+// columns of Hugging Face's datasets of those tasks; foundry is LLM Foundry's
+// in-context-learning files (query, choices, gold).
+enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, foundry };
+
+struct MultipleChoiceItem {
+  std::string context;
+  std::vector<std::string> endings;
+  int64_t label = 0;  // index of the right ending
+};
+
+struct MultipleChoiceTask {
+  TaskLayout layout = TaskLayout::plain;
+  std::vector<MultipleChoiceItem> items;
+};
+
+// The layout names hone takes ("auto" besides): plain, hellaswag, arc, piqa, mmlu, foundry.
+const char* layout_name(TaskLayout layout);
+
+// Reads every record of `path` in `layout`, or, with "auto", in the layout the
+// first record's columns show. Errors name the record and the column.
+MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout = "auto");
+
+// HellaSwag's text as lm-evaluation-harness cleans it: trimmed, " [title]" read
+// as ". ", WikiHow's other [bracketed] markers dropped, double spaces halved.
+std::string clean_hellaswag_text(std::string_view text);
+
+}  // namespace hone
