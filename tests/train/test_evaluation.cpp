@@ -63,6 +63,11 @@ TEST_F(MultipleChoice, ScoresAreTheLogProbabilitiesOfTheEndings) {
   const MultipleChoiceResult r = evaluate_multiple_choice(model_, *tokenizer_, items);
   EXPECT_EQ(r.items, 2);
   EXPECT_DOUBLE_EQ(r.accuracy, 0.5);
+  // TruthfulQA's mc2: the first two endings true, scored by their share of the three's probability.
+  MultipleChoiceItem mc2 = item;
+  mc2.true_endings = 2;
+  const double share = (std::exp(ll[0]) + std::exp(ll[1])) / (std::exp(ll[0]) + std::exp(ll[1]) + std::exp(ll[2]));
+  EXPECT_NEAR(evaluate_multiple_choice(model_, *tokenizer_, {mc2, items[1]}).accuracy, (share + 0.0) / 2, 1e-12);
 }
 
 // As lm-evaluation-harness pairs them: one space between context and ending
@@ -142,6 +147,21 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
             "4\nC. 5\nD. 6\nAnswer:");
   EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"A", "B", "C", "D"}));
   EXPECT_EQ(t.items[0].label, 1);
+  // TruthfulQA (truthful_qa's multiple_choice): the harness's six-question prompt; mc2 unless mc1 is asked for.
+  const std::string truthful = R"({"question": "Is the sky green?", )"
+                               R"("mc1_targets": {"choices": ["No.", "Yes.", "Often."], "labels": [1, 0, 0]}, )"
+                               R"("mc2_targets": {"choices": ["No.", "Not usually.", "Yes."], "labels": [1, 1, 0]}})";
+  t = read(truthful);
+  EXPECT_EQ(t.layout, TaskLayout::truthfulqa_mc2);
+  EXPECT_TRUE(t.items[0].context.starts_with("Q: What is human life expectancy in the United States?\nA: Human "));
+  EXPECT_TRUE(t.items[0].context.ends_with("Barcelona, Spain.\n\nQ: Is the sky green?\nA:"));
+  EXPECT_EQ(t.items[0].context.size(), 598u);  // as PyYAML renders the harness's truthfulqa_mc1.yaml
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"No.", "Not usually.", "Yes."}));
+  EXPECT_EQ(t.items[0].true_endings, 2);
+  t = read(truthful, "truthfulqa_mc1");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"No.", "Yes.", "Often."}));
+  EXPECT_EQ(t.items[0].label, 0);
+  EXPECT_EQ(t.items[0].true_endings, 0);
   t = read(R"({"query": "Q: 1+1?\nA:", "choices": ["2", "3"], "gold": 0})");
   EXPECT_EQ(t.layout, TaskLayout::foundry);
   EXPECT_EQ(t.items[0].context, "Q: 1+1?\nA:");

@@ -30,7 +30,7 @@ Schema eval_schema() {
          "a multiple-choice task: JSONL, JSON, Parquet, or a folder or pattern of shards"});
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
-         {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "foundry"}});
+         {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "foundry"}});
   return s.add(mds_tokens_schema());
 }
 
@@ -77,7 +77,8 @@ int run_eval(const Config& c) {
     const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items);
     result["task_layout"] = layout_name(task.layout);
     result["accuracy"] = r.accuracy;
-    result["accuracy_norm"] = r.accuracy_norm;
+    // TruthfulQA's mc2 scores a share of probability, which the harness does not normalize.
+    if (task.layout != TaskLayout::truthfulqa_mc2) result["accuracy_norm"] = r.accuracy_norm;
     result["task_items"] = r.items;
   }
   fmt::print(stderr, "model: {}\n", m.description);

@@ -106,9 +106,20 @@ std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& 
 MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
                                               const std::vector<MultipleChoiceItem>& items) {
   MultipleChoiceResult r;
-  int64_t right = 0, right_norm = 0;
+  double right = 0, right_norm = 0;
   for (const MultipleChoiceItem& item : items) {
     const std::vector<double> ll = ending_log_likelihoods(model, tokenizer, item);
+    if (item.true_endings > 0) {  // TruthfulQA's mc2: the true endings' share of the probability
+      const double top = *std::max_element(ll.begin(), ll.end());
+      double all = 0, true_mass = 0;
+      for (size_t i = 0; i < ll.size(); ++i) {
+        all += std::exp(ll[i] - top);
+        if (int64_t(i) < item.true_endings) true_mass += std::exp(ll[i] - top);
+      }
+      right += true_mass / all;
+      right_norm += true_mass / all;
+      continue;
+    }
     size_t best = 0, best_norm = 0;
     for (size_t i = 1; i < ll.size(); ++i) {
       if (ll[i] > ll[best]) best = i;
@@ -120,8 +131,8 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
     right_norm += int64_t(best_norm) == item.label;
   }
   r.items = int64_t(items.size());
-  r.accuracy = double(right) / double(r.items);
-  r.accuracy_norm = double(right_norm) / double(r.items);
+  r.accuracy = right / double(r.items);
+  r.accuracy_norm = right_norm / double(r.items);
   return r;
 }
 

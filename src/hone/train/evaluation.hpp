@@ -24,7 +24,9 @@ LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int6
 
 struct MultipleChoiceResult {
   int64_t items = 0;
-  double accuracy = 0;       // argmax of Σ log p(ending | context)
+  // argmax of Σ log p(ending | context); for items with true_endings (TruthfulQA's mc2), the true endings' share
+  // of the probability, as accuracy_norm too.
+  double accuracy = 0;
   double accuracy_norm = 0;  // argmax of that sum divided by the ending's length in characters (acc_norm)
 };
 

@@ -11,14 +11,18 @@
 namespace hone {
 
 // plain: ctx (or context), endings (or choices), label. The others are the
-// columns of Hugging Face's datasets of those tasks; foundry is LLM Foundry's
-// in-context-learning files (query, choices, gold).
-enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, foundry };
+// columns of Hugging Face's datasets of those tasks (truthfulqa: truthful_qa's
+// multiple_choice config); foundry is LLM Foundry's in-context-learning files
+// (query, choices, gold).
+enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, foundry };
 
 struct MultipleChoiceItem {
   std::string context;
   std::vector<std::string> endings;
   int64_t label = 0;  // index of the right ending
+  // TruthfulQA's mc2: the first this many endings are true, and the item scores
+  // the share of probability they hold rather than right or wrong. 0 otherwise.
+  int64_t true_endings = 0;
 };
 
 struct MultipleChoiceTask {
@@ -26,7 +30,7 @@ struct MultipleChoiceTask {
   std::vector<MultipleChoiceItem> items;
 };
 
-// The layout names hone takes ("auto" besides): plain, hellaswag, arc, piqa, mmlu, foundry.
+// The layout's name, as task.layout takes it ("auto" besides).
 const char* layout_name(TaskLayout layout);
 
 // Reads every record of `path` in `layout`, or, with "auto", in the layout the
