@@ -55,8 +55,8 @@ Command add_preprocess(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "preprocess",
-      "Tokenize JSONL or text files into a Megatron indexed dataset (PREFIX_KEY_document.bin/.idx) or MDS shards; "
-      "takes the flags of Megatron-LM's tools/preprocess_data.py");
+      "Tokenize JSONL, Parquet, text or MDS text shards into a Megatron indexed dataset "
+      "(PREFIX_KEY_document.bin/.idx) or MDS shards; takes the flags of Megatron-LM's tools/preprocess_data.py");
   sub->add_option("--input", a->inputs,
                   "JSONL files (.jsonl, .json, .ndjson), text files (one document each), folders or glob patterns; "
                   "gzip and zstd are read as they come")
