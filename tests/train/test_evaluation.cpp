@@ -182,6 +182,41 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   std::filesystem::remove(path);
 }
 
+// MMLU's few-shot prompt: the first examples of the question's subject in the
+// dev records, answered, between the description and the question.
+TEST(MultipleChoiceFile, MmluFewShotTakesTheFirstExamplesOfTheSubject) {
+  const std::string dir = testing::TempDir() + "hone_mmlu_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const auto record = [](const std::string& subject, const std::string& question, int answer) {
+    return nlohmann::json{{"question", question}, {"subject", subject}, {"choices", {"yes", "no"}}, {"answer", answer}}
+               .dump() +
+           "\n";
+  };
+  std::ofstream(dir + "/dev.jsonl") << record("astronomy", "Is the sun a star?", 0) << record("virology", "V1?", 1)
+                                    << record("astronomy", "Is the moon a star?", 1)
+                                    << record("astronomy", "Third?", 0) << record("virology", "V2?", 0);
+  std::ofstream(dir + "/test.jsonl") << record("astronomy", "Is Mars a star?", 1) << record("virology", "V3?", 0);
+  const MultipleChoiceTask task = read_multiple_choice(dir + "/test.jsonl", "auto", {dir + "/dev.jsonl", 2});
+  EXPECT_EQ(task.items[0].context,
+            "The following are multiple choice questions (with answers) about astronomy.\n\n"
+            "Is the sun a star?\nA. yes\nB. no\nAnswer: A\n\n"
+            "Is the moon a star?\nA. yes\nB. no\nAnswer: B\n\n"
+            "Is Mars a star?\nA. yes\nB. no\nAnswer:");
+  EXPECT_EQ(task.items[1].context,
+            "The following are multiple choice questions (with answers) about virology.\n\n"
+            "V1?\nA. yes\nB. no\nAnswer: B\n\nV2?\nA. yes\nB. no\nAnswer: A\n\nV3?\nA. yes\nB. no\nAnswer:");
+  EXPECT_EQ(task.items[0].endings, (std::vector<std::string>{"A", "B"}));
+  // Too few examples of a subject, and few-shot prompts of another layout, are errors.
+  EXPECT_NE(error_of([&] { read_multiple_choice(dir + "/test.jsonl", "auto", {dir + "/dev.jsonl", 3}); })
+                .find("test.jsonl:2: 2 examples of subject 'virology' in " + dir + "/dev.jsonl for 3 shots"),
+            std::string::npos);
+  std::ofstream(dir + "/piqa.jsonl") << R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 0})" << "\n";
+  EXPECT_NE(error_of([&] { read_multiple_choice(dir + "/piqa.jsonl", "auto", {dir + "/dev.jsonl", 1}); })
+                .find("few-shot prompts are built for mmlu's layout"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(MultipleChoiceFile, HellaSwagCleaningKeepsBracketsThatDoNotCloseOnTheirLine) {
   EXPECT_EQ(clean_hellaswag_text("a [b\nc] d"), "a [b\nc] d");
   EXPECT_EQ(clean_hellaswag_text("x [y"), "x [y");

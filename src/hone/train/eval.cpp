@@ -31,6 +31,10 @@ Schema eval_schema() {
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "foundry"}});
+  s.add({"task.num_fewshot", ValueType::integer, 0,
+         "mmlu: answered examples before each question, the first of its subject in task.fewshot_path"},
+        Range::not_negative());
+  s.add({"task.fewshot_path", ValueType::string, nullptr, "mmlu: the examples' records (cais/mmlu's dev split)"});
   return s.add(mds_tokens_schema());
 }
 
@@ -72,8 +76,12 @@ int run_eval(const Config& c) {
     result["tokens"] = e.tokens;
   }
   if (c.has("task.path")) {
+    const FewShot shots{c.has("task.fewshot_path") ? c.get<std::string>("task.fewshot_path") : "",
+                        c.get<int64_t>("task.num_fewshot")};
+    HONE_CHECK(shots.path.empty() || shots.count > 0, "{}: task.fewshot_path goes with task.num_fewshot (> 0)",
+               c.origin());
     const MultipleChoiceTask task =
-        read_multiple_choice(c.get<std::string>("task.path"), c.get<std::string>("task.layout"));
+        read_multiple_choice(c.get<std::string>("task.path"), c.get<std::string>("task.layout"), shots);
     const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items);
     result["task_layout"] = layout_name(task.layout);
     result["accuracy"] = r.accuracy;

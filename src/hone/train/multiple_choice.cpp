@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
@@ -99,6 +100,42 @@ std::string capitalized(std::string s) {
   return s;
 }
 
+// MMLU's task description, naming the record's subject.
+std::string mmlu_description(const data::Record& r) {
+  return "The following are multiple choice questions (with answers) about " +
+         replaced(string_column(r, "subject"), "_", " ") + ".\n\n";
+}
+
+// An MMLU question with its lettered choices, ending in "Answer:"; the letters go to `letters`.
+std::string mmlu_question(const data::Record& r, std::vector<std::string>& letters) {
+  const std::vector<std::string> choices = string_list_column(r, "choices");
+  HONE_CHECK(choices.size() <= 26, "{}: {} choices is more than there are letters", r.where, choices.size());
+  std::string text(trimmed(string_column(r, "question")));
+  letters.clear();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    letters.emplace_back(1, char('A' + i));
+    text += "\n" + letters.back() + ". " + choices[i];
+  }
+  return text + "\nAnswer:";
+}
+
+// The answered examples before each MMLU question, by subject: the first `count`
+// records of that subject in `path` (the harness's first_n sampler on the dev
+// split), each its question, a space, its answer's letter and a blank line; and
+// how many there were.
+std::map<std::string, std::pair<std::string, int64_t>> mmlu_shots(const std::string& path, int64_t count) {
+  std::map<std::string, std::pair<std::string, int64_t>> shots;
+  for (const data::Record& r : data::read_records(path)) {
+    auto& [text, taken] = shots[string_column(r, "subject")];
+    if (taken == count) continue;
+    std::vector<std::string> letters;
+    const std::string question = mmlu_question(r, letters);
+    text += question + " " + letters[size_t(label_column(r, "answer", letters.size()))] + "\n\n";
+    ++taken;
+  }
+  return shots;
+}
+
 TaskLayout detect_layout(const Json& record) {
   const auto has = [&](const char* key) { return record.contains(key); };
   if (has("ctx_a") && has("ctx_b") && has("activity_label")) return TaskLayout::hellaswag;
@@ -149,21 +186,10 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       item.endings = {string_column(r, "sol1"), string_column(r, "sol2")};
       item.label = label_column(r, "label", 2);
       break;
-    case TaskLayout::mmlu: {
-      const std::vector<std::string> choices = string_list_column(r, "choices");
-      HONE_CHECK(choices.size() <= 26, "{}: {} choices is more than there are letters", r.where, choices.size());
-      item.context = "The following are multiple choice questions (with answers) about " +
-                     replaced(string_column(r, "subject"), "_", " ") + ".\n\n" +
-                     std::string(trimmed(string_column(r, "question")));
-      for (size_t i = 0; i < choices.size(); ++i) {
-        const std::string letter(1, char('A' + i));
-        item.context += "\n" + letter + ". " + choices[i];
-        item.endings.push_back(letter);
-      }
-      item.context += "\nAnswer:";
-      item.label = label_column(r, "answer", choices.size());
+    case TaskLayout::mmlu:
+      item.context = mmlu_description(r) + mmlu_question(r, item.endings);
+      item.label = label_column(r, "answer", item.endings.size());
       break;
-    }
     case TaskLayout::truthfulqa_mc1:
     case TaskLayout::truthfulqa_mc2: {
       const bool mc1 = layout == TaskLayout::truthfulqa_mc1;
@@ -225,7 +251,7 @@ std::string clean_hellaswag_text(std::string_view text) {
   return replaced(kept, "  ", " ");
 }
 
-MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout) {
+MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout, const FewShot& shots) {
   const std::vector<data::Record> records = data::read_records(path);
   HONE_CHECK(!records.empty(), "{}: no items", path);
   MultipleChoiceTask task;
@@ -241,6 +267,20 @@ MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_vie
     task.layout = *known;
   }
   for (const data::Record& r : records) task.items.push_back(item_of(r, task.layout));
+  if (shots.count == 0) return task;
+  HONE_CHECK(task.layout == TaskLayout::mmlu && !shots.path.empty(),
+             "{}: few-shot prompts are built for mmlu's layout from a file of examples (the harness's first_n "
+             "sampler); the other tasks' are drawn at random, and hone scores them zero-shot",
+             path);
+  const auto examples = mmlu_shots(shots.path, shots.count);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::string subject = string_column(records[i], "subject");
+    auto it = examples.find(subject);
+    const int64_t found = it == examples.end() ? 0 : it->second.second;
+    HONE_CHECK(found == shots.count, "{}: {} examples of subject '{}' in {} for {} shots", records[i].where, found,
+               subject, shots.path, shots.count);
+    task.items[i].context.insert(mmlu_description(records[i]).size(), it->second.first);
+  }
   return task;
 }
 

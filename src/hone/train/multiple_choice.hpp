@@ -33,9 +33,18 @@ struct MultipleChoiceTask {
 // The layout's name, as task.layout takes it ("auto" besides).
 const char* layout_name(TaskLayout layout);
 
+// Answered examples before each question (MMLU's layout only): the first
+// `count` records of the item's subject in `path`, as lm-evaluation-harness
+// takes them from the dev split with num_fewshot.
+struct FewShot {
+  std::string path;
+  int64_t count = 0;
+};
+
 // Reads every record of `path` in `layout`, or, with "auto", in the layout the
 // first record's columns show. Errors name the record and the column.
-MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout = "auto");
+MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout = "auto",
+                                        const FewShot& shots = {});
 
 // HellaSwag's text as lm-evaluation-harness cleans it: trimmed, " [title]" read
 // as ". ", WikiHow's other [bracketed] markers dropped, double spaces halved.
