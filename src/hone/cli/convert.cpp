@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "hone/cli/commands.hpp"
-#include "hone/cli/progress_line.hpp"
+#include "hone/core/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/convert.hpp"

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "hone/cli/commands.hpp"
-#include "hone/cli/progress_line.hpp"
+#include "hone/core/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/preprocess.hpp"

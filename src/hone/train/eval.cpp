@@ -3,6 +3,9 @@
 // with one JSON line.
 #include <fmt/core.h>
 
+#include <chrono>
+
+#include "hone/core/progress_line.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/data/pretrain_stream.hpp"
 #include "hone/train/data_sources.hpp"
@@ -82,7 +85,14 @@ int run_eval(const Config& c) {
                c.origin());
     const MultipleChoiceTask task =
         read_multiple_choice(c.get<std::string>("task.path"), c.get<std::string>("task.layout"), shots);
-    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items);
+    ProgressLine line;
+    const auto start = std::chrono::steady_clock::now();
+    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, [&](int64_t done) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      line.draw(fmt::format("task ({}): {}/{} items, {:.0f} s", layout_name(task.layout), done, task.items.size(),
+                            seconds));
+    });
+    line.clear();
     result["task_layout"] = layout_name(task.layout);
     result["accuracy"] = r.accuracy;
     // TruthfulQA's mc2 scores a share of probability, which the harness does not normalize.

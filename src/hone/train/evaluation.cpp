@@ -104,10 +104,13 @@ std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& 
 }
 
 MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
-                                              const std::vector<MultipleChoiceItem>& items) {
+                                              const std::vector<MultipleChoiceItem>& items,
+                                              const std::function<void(int64_t done)>& progress) {
   MultipleChoiceResult r;
   double right = 0, right_norm = 0;
+  int64_t done = 0;
   for (const MultipleChoiceItem& item : items) {
+    if (progress) progress(done++);
     const std::vector<double> ll = ending_log_likelihoods(model, tokenizer, item);
     if (item.true_endings > 0) {  // TruthfulQA's mc2: the true endings' share of the probability
       const double top = *std::max_element(ll.begin(), ll.end());

@@ -2,6 +2,7 @@
 // Evaluation: mean loss and perplexity over batches, and multiple-choice tasks
 // (a context and several endings, one right; multiple_choice.hpp) scored by the
 // log-likelihood of each ending, as lm-evaluation-harness scores them.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,9 @@ struct MultipleChoiceResult {
 // left when the pair exceeds the model's max_seq_len).
 std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
                                            const MultipleChoiceItem& item);
+// `progress`, when given, hears how many items are done after each.
 MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
-                                              const std::vector<MultipleChoiceItem>& items);
+                                              const std::vector<MultipleChoiceItem>& items,
+                                              const std::function<void(int64_t done)>& progress = {});
 
 }  // namespace hone

@@ -1,6 +1,6 @@
 #pragma once
 // A status line redrawn in place on stderr while long work runs (preprocess,
-// convert): drawn only when stderr is a terminal, and cleared before anything
+// convert, eval's tasks): drawn only when stderr is a terminal, and cleared before anything
 // else is printed and when the work ends, however it ends.
 #include <fmt/core.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-namespace hone::cli {
+namespace hone {
 
 class ProgressLine {
  public:
@@ -34,4 +34,4 @@ class ProgressLine {
   bool drawn_ = false;
 };
 
-}  // namespace hone::cli
+}  // namespace hone
