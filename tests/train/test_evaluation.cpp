@@ -70,6 +70,22 @@ TEST_F(MultipleChoice, ScoresAreTheLogProbabilitiesOfTheEndings) {
   EXPECT_NEAR(evaluate_multiple_choice(model_, *tokenizer_, {mc2, items[1]}).accuracy, (share + 0.0) / 2, 1e-12);
 }
 
+// Winogrande's choices are contexts, each followed by the same ending.
+TEST_F(MultipleChoice, ChoicesOfTheirOwnContextScoreTheSharedEnding) {
+  MultipleChoiceItem item;
+  item.contexts = {"The cup fell off the table because the cup", "The cup fell off the table because the table"};
+  item.endings = {"was tilted."};
+  const std::vector<double> ll = ending_log_likelihoods(model_, *tokenizer_, item);
+  ASSERT_EQ(ll.size(), 2u);
+  const auto ending = tokenizer_->encode(" was tilted.");
+  for (size_t i = 0; i < 2; ++i) {
+    std::vector<int32_t> row = tokenizer_->encode(item.contexts[i]);
+    const size_t context = row.size();
+    row.insert(row.end(), ending.begin(), ending.end());
+    EXPECT_NEAR(ll[i], log_likelihood(row, context), 1e-9) << i;
+  }
+}
+
 // As lm-evaluation-harness pairs them: one space between context and ending
 // unless the seam has one, and the ending's tokens taken from the whole text.
 TEST_F(MultipleChoice, EndingsFollowTheContextAfterOneSpace) {
@@ -162,6 +178,20 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"No.", "Yes.", "Often."}));
   EXPECT_EQ(t.items[0].label, 0);
   EXPECT_EQ(t.items[0].true_endings, 0);
+  // Winogrande: the sentence up to its blank with each option, then the same rest.
+  t = read(R"({"sentence": "The cup fell off the table because _ was tilted.", "option1": "the cup", )"
+           R"("option2": "the table", "answer": "2"})");
+  EXPECT_EQ(t.layout, TaskLayout::winogrande);
+  EXPECT_EQ(t.items[0].contexts,
+            (std::vector<std::string>{"The cup fell off the table because the cup",
+                                      "The cup fell off the table because the table"}));
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"was tilted."}));
+  EXPECT_EQ(t.items[0].label, 1);
+  EXPECT_EQ(t.items[0].choices(), 2u);
+  EXPECT_FALSE(reports_accuracy_norm(t.layout));
+  EXPECT_NE(error_of([&] { read(R"({"sentence": "a _ b", "option1": "x", "option2": "y", "answer": ""})"); })
+                .find(":1: answer '' is not 1 or 2"),
+            std::string::npos);
   t = read(R"({"query": "Q: 1+1?\nA:", "choices": ["2", "3"], "gold": 0})");
   EXPECT_EQ(t.layout, TaskLayout::foundry);
   EXPECT_EQ(t.items[0].context, "Q: 1+1?\nA:");
@@ -176,8 +206,8 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "piqa"); })
                 .find(":1: no string 'goal'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "winogrande"); })
-                .find("unknown task layout 'winogrande'"),
+  EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "gsm8k"); })
+                .find("unknown task layout 'gsm8k'"),
             std::string::npos);
   std::filesystem::remove(path);
 }

@@ -33,7 +33,8 @@ Schema eval_schema() {
          "a multiple-choice task: JSONL, JSON, Parquet, or a folder or pattern of shards"});
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
-         {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "foundry"}});
+         {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
+          "foundry"}});
   s.add({"task.num_fewshot", ValueType::integer, 0,
          "mmlu: answered examples before each question, the first of its subject in task.fewshot_path"},
         Range::not_negative());
@@ -95,8 +96,7 @@ int run_eval(const Config& c) {
     line.clear();
     result["task_layout"] = layout_name(task.layout);
     result["accuracy"] = r.accuracy;
-    // TruthfulQA's mc2 scores a share of probability, which the harness does not normalize.
-    if (task.layout != TaskLayout::truthfulqa_mc2) result["accuracy_norm"] = r.accuracy_norm;
+    if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
     result["task_items"] = r.items;
   }
   fmt::print(stderr, "model: {}\n", m.description);

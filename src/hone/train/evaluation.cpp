@@ -34,35 +34,32 @@ double characters(const std::string& text) {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// The context's tokens and each ending's, paired as lm-evaluation-harness pairs
+// A context's tokens and its ending's, paired as lm-evaluation-harness pairs
 // them: the ending follows after one space (its target_delimiter) unless either
 // side already has whitespace at the seam, the context's trailing whitespace
 // goes to the ending, and the ending's tokens are those of the whole text after
 // the context's. An empty context is the end-of-text token.
-struct EncodedItem {
-  std::vector<int32_t> context;
-  std::vector<std::vector<int32_t>> endings;
+struct EncodedChoice {
+  std::vector<int32_t> context, ending;
 };
 
-EncodedItem encode_item(const Tokenizer& tokenizer, const MultipleChoiceItem& item) {
-  std::string context = item.context, seam;
+EncodedChoice encode_choice(const Tokenizer& tokenizer, std::string context, const std::string& ending) {
+  std::string seam;
   while (!context.empty() && is_space(context.back())) {
     seam.insert(seam.begin(), context.back());
     context.pop_back();
   }
-  EncodedItem encoded{.context = tokenizer.encode(context), .endings = {}};
+  EncodedChoice encoded{.context = tokenizer.encode(context), .ending = {}};
   if (encoded.context.empty()) {
     HONE_CHECK(tokenizer.eos_id().has_value(), "a context is empty and the tokenizer has no end-of-text token");
     encoded.context = {*tokenizer.eos_id()};
   }
-  for (const std::string& e : item.endings) {
-    const bool delimit = !context.empty() && seam.empty() && !e.empty() && !is_space(e.front());
-    std::vector<int32_t> whole = tokenizer.encode(context + seam + (delimit ? " " : "") + e);
-    if (context.empty()) whole.insert(whole.begin(), encoded.context.begin(), encoded.context.end());
-    const size_t shared = std::min(encoded.context.size(), whole.size());
-    encoded.endings.emplace_back(whole.begin() + std::ptrdiff_t(shared), whole.end());
-    HONE_CHECK(!encoded.endings.back().empty(), "an ending tokenizes to nothing: '{}'", e);
-  }
+  const bool delimit = !context.empty() && seam.empty() && !ending.empty() && !is_space(ending.front());
+  std::vector<int32_t> whole = tokenizer.encode(context + seam + (delimit ? " " : "") + ending);
+  if (context.empty()) whole.insert(whole.begin(), encoded.context.begin(), encoded.context.end());
+  const size_t shared = std::min(encoded.context.size(), whole.size());
+  encoded.ending.assign(whole.begin() + std::ptrdiff_t(shared), whole.end());
+  HONE_CHECK(!encoded.ending.empty(), "an ending tokenizes to nothing: '{}'", ending);
   return encoded;
 }
 
@@ -70,23 +67,27 @@ EncodedItem encode_item(const Tokenizer& tokenizer, const MultipleChoiceItem& it
 
 std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
                                            const MultipleChoiceItem& item) {
-  const auto [context, endings] = encode_item(tokenizer, item);
+  std::vector<EncodedChoice> choices;
   size_t longest = 0;
-  for (const auto& e : endings) longest = std::max(longest, e.size());
-  // One row per ending: context then ending, cut from the left to fit; right-padded.
+  for (size_t i = 0; i < item.choices(); ++i) {
+    choices.push_back(encode_choice(tokenizer, item.context_of(i), item.ending_of(i)));
+    longest = std::max(longest, choices.back().context.size() + choices.back().ending.size());
+  }
+  // One row per choice: context then ending, cut from the left to fit; right-padded.
   const int64_t max_len = model.config().max_seq_len;
-  const int64_t rows = int64_t(endings.size());
-  const int64_t seq = std::min<int64_t>(max_len, int64_t(context.size() + longest));
+  const int64_t rows = int64_t(choices.size());
+  const int64_t seq = std::min<int64_t>(max_len, int64_t(longest));
   Tensor tokens = Tensor::zeros({rows, seq}, DType::i32), targets = Tensor::empty({rows, seq}, DType::i32);
   std::fill_n(targets.data<int32_t>(), rows * seq, ops::kIgnoreIndex);
   for (int64_t r = 0; r < rows; ++r) {
+    const auto& [context, ending] = choices[size_t(r)];
     std::vector<int32_t> all = context;
-    all.insert(all.end(), endings[size_t(r)].begin(), endings[size_t(r)].end());
-    HONE_CHECK(int64_t(endings[size_t(r)].size()) < max_len, "an ending of {} tokens does not fit max_seq_len {}",
-               endings[size_t(r)].size(), max_len);
+    all.insert(all.end(), ending.begin(), ending.end());
+    HONE_CHECK(int64_t(ending.size()) < max_len, "an ending of {} tokens does not fit max_seq_len {}", ending.size(),
+               max_len);
     const size_t start = all.size() > size_t(seq) ? all.size() - size_t(seq) : 0;
     const int64_t n = int64_t(all.size() - start);
-    const int64_t first_ending = n - int64_t(endings[size_t(r)].size());  // position of the ending's first token
+    const int64_t first_ending = n - int64_t(ending.size());  // position of the ending's first token
     for (int64_t t = 0; t < n; ++t) tokens.data<int32_t>()[r * seq + t] = all[start + size_t(t)];
     // Position t predicts token t + 1: the targets are the ending's tokens.
     for (int64_t t = std::max<int64_t>(first_ending - 1, 0); t + 1 < n; ++t) {
@@ -126,7 +127,7 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
     size_t best = 0, best_norm = 0;
     for (size_t i = 1; i < ll.size(); ++i) {
       if (ll[i] > ll[best]) best = i;
-      if (ll[i] / characters(item.endings[i]) > ll[best_norm] / characters(item.endings[best_norm])) {
+      if (ll[i] / characters(item.ending_of(i)) > ll[best_norm] / characters(item.ending_of(best_norm))) {
         best_norm = i;
       }
     }

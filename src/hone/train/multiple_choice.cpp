@@ -17,7 +17,7 @@ using Json = nlohmann::json;
 
 constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag,      TaskLayout::arc,
                                    TaskLayout::piqa,  TaskLayout::mmlu,           TaskLayout::truthfulqa_mc1,
-                                   TaskLayout::truthfulqa_mc2, TaskLayout::foundry};
+                                   TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::foundry};
 
 // lm-evaluation-harness's TruthfulQA prompt: six questions answered, then the item's.
 constexpr const char* kTruthfulQaShots =
@@ -144,6 +144,7 @@ TaskLayout detect_layout(const Json& record) {
   if (has("question") && has("choices") && has("answer")) return TaskLayout::mmlu;
   if (has("question") && has("mc2_targets")) return TaskLayout::truthfulqa_mc2;  // torchtune's default eval task
   if (has("question") && has("mc1_targets")) return TaskLayout::truthfulqa_mc1;
+  if (has("sentence") && has("option1") && has("option2")) return TaskLayout::winogrande;
   if (has("query") && has("gold")) return TaskLayout::foundry;
   return TaskLayout::plain;
 }
@@ -209,6 +210,20 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       if (!mc1) item.true_endings = first_false - labels.begin();
       break;
     }
+    case TaskLayout::winogrande: {
+      // The sentence up to its blank, filled with each option; then the rest, the same for both.
+      const std::string sentence = string_column(r, "sentence");
+      const size_t blank = sentence.find('_');
+      HONE_CHECK(blank != std::string::npos, "{}: the sentence has no blank '_'", r.where);
+      for (const char* option : {"option1", "option2"})
+        item.contexts.push_back(sentence.substr(0, blank) + string_column(r, option));
+      item.endings = {std::string(trimmed(std::string_view(sentence).substr(blank + 1)))};
+      const std::string answer = string_column(r, "answer");
+      HONE_CHECK(answer == "1" || answer == "2", "{}: answer '{}' is not 1 or 2 (a test split has no answers)",
+                 r.where, answer);
+      item.label = answer == "1" ? 0 : 1;
+      break;
+    }
     case TaskLayout::foundry:
       item.context = string_column(r, "query");
       item.endings = string_list_column(r, "choices");
@@ -229,9 +244,15 @@ const char* layout_name(TaskLayout layout) {
     case TaskLayout::mmlu: return "mmlu";
     case TaskLayout::truthfulqa_mc1: return "truthfulqa_mc1";
     case TaskLayout::truthfulqa_mc2: return "truthfulqa_mc2";
+    case TaskLayout::winogrande: return "winogrande";
     case TaskLayout::foundry: return "foundry";
   }
   return "?";
+}
+
+bool reports_accuracy_norm(TaskLayout layout) {
+  return layout == TaskLayout::plain || layout == TaskLayout::hellaswag || layout == TaskLayout::arc ||
+         layout == TaskLayout::piqa || layout == TaskLayout::foundry;
 }
 
 std::string clean_hellaswag_text(std::string_view text) {
@@ -262,7 +283,7 @@ MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_vie
                                      [&](TaskLayout l) { return layout == layout_name(l); });
     HONE_CHECK(known != std::end(kLayouts),
                "unknown task layout '{}': expected auto, plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, "
-               "truthfulqa_mc2 or foundry",
+               "truthfulqa_mc2, winogrande or foundry",
                layout);
     task.layout = *known;
   }

@@ -14,15 +14,23 @@ namespace hone {
 // columns of Hugging Face's datasets of those tasks (truthfulqa: truthful_qa's
 // multiple_choice config); foundry is LLM Foundry's in-context-learning files
 // (query, choices, gold).
-enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, foundry };
+enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, foundry };
 
+// Choice i is an ending after the context; or, where `contexts` are given
+// (Winogrande's: the sentence up to its blank, filled with each option), the
+// one ending after context i.
 struct MultipleChoiceItem {
   std::string context;
   std::vector<std::string> endings;
-  int64_t label = 0;  // index of the right ending
+  int64_t label = 0;  // index of the right choice
   // TruthfulQA's mc2: the first this many endings are true, and the item scores
   // the share of probability they hold rather than right or wrong. 0 otherwise.
   int64_t true_endings = 0;
+  std::vector<std::string> contexts;
+
+  size_t choices() const { return contexts.empty() ? endings.size() : contexts.size(); }
+  const std::string& context_of(size_t i) const { return contexts.empty() ? context : contexts[i]; }
+  const std::string& ending_of(size_t i) const { return contexts.empty() ? endings[i] : endings[0]; }
 };
 
 struct MultipleChoiceTask {
@@ -32,6 +40,8 @@ struct MultipleChoiceTask {
 
 // The layout's name, as task.layout takes it ("auto" besides).
 const char* layout_name(TaskLayout layout);
+// Whether lm-evaluation-harness reports acc_norm for the layout's task (HellaSwag, ARC, PIQA; plain, Foundry's).
+bool reports_accuracy_norm(TaskLayout layout);
 
 // Answered examples before each question (MMLU's layout only): the first
 // `count` records of the item's subject in `path`, as lm-evaluation-harness
