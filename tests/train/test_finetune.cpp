@@ -80,6 +80,13 @@ class FinetuneRun : public ::testing::Test {
     return nlohmann::json::parse(text.substr(text.rfind('{')))["loss"].get<double>();
   }
 
+  // `hone <args>` exits with status 2, its log (NAME.log) holding `message`.
+  void expect_refused(const std::vector<std::string>& args, const std::string& name, const std::string& message) {
+    const std::string log = root_ + "/" + name + ".log";
+    EXPECT_EQ(run_hone_to_log(args, log), 2) << read_file(log);
+    EXPECT_NE(read_file(log).find(message), std::string::npos) << read_file(log);
+  }
+
   // The train losses of a run, by step.
   std::map<int64_t, double> losses(const std::string& run) { return run_metric(root_ + "/" + run, "loss/train/total"); }
 
@@ -358,13 +365,10 @@ TEST_F(FinetuneRun, PreTokenizedMdsTrainsLikeItsRecords) {
   args = lora_args("wrong_type", 2);
   std::replace(args.begin(), args.end(), "dataset.path=" + root_ + "/data.jsonl",
                "dataset.path=" + root_ + "/pretokenized");
-  EXPECT_EQ(run_hone_to_log(args, root_ + "/wrong_type.log"), 2);
-  EXPECT_NE(read_file(root_ + "/wrong_type.log")
-                .find("hone: error: " + root_ +
-                      "/pretokenized/shard.00000.mds: sample 0, column 'input_ids': 140 bytes are not a whole number "
-                      "of token ids (raw 'bytes' tokens read as int64: set dataset.token_encoding_type"),
-            std::string::npos)
-      << read_file(root_ + "/wrong_type.log");
+  expect_refused(args, "wrong_type",
+                 "hone: error: " + root_ +
+                     "/pretokenized/shard.00000.mds: sample 0, column 'input_ids': 140 bytes are not a whole number of "
+                     "token ids (raw 'bytes' tokens read as int64: set dataset.token_encoding_type");
 
   // hone run eval takes the same dataset keys: the shards, and the records under other column names, lose the same.
   std::ofstream renamed(root_ + "/renamed.jsonl");
@@ -654,6 +658,37 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
             2);
   EXPECT_NE(read_file(root_ + "/no_files.log").find("has no files a checkpoint can carry"), std::string::npos)
       << read_file(root_ + "/no_files.log");
+}
+
+// lora.adapter starts a LoRA run from adapters (a run's, or a PEFT folder)
+// rather than new ones: at learning rate 0 the run's adapters are those it
+// started from, whichever form they came in.
+TEST_F(FinetuneRun, LoraStartsFromGivenAdapters) {
+  const std::string run = trained_lora_run();
+  const SafetensorsFile want(root_ + "/peft/adapter_model.safetensors");
+  for (const std::string& adapter : {run, root_ + "/peft"}) {
+    const std::string name = "start_" + fs::path(adapter).filename().string();
+    auto args = lora_args(name, 1);
+    args.push_back("optimizer.lr=0");
+    args.push_back("lora.adapter=" + adapter);
+    args.push_back("export.peft=" + root_ + "/" + name + "_peft");
+    ASSERT_EQ(run_hone_to_log(args, root_ + "/" + name + ".log"), 0) << read_file(root_ + "/" + name + ".log");
+    const SafetensorsFile got(root_ + "/" + name + "_peft/adapter_model.safetensors");
+    ASSERT_EQ(got.names(), want.names()) << adapter;
+    for (const std::string& tensor : want.names())
+      EXPECT_EQ(got.load(tensor).to_vector<float>(), want.load(tensor).to_vector<float>()) << adapter << ": " << tensor;
+    // It starts where the trained run ended, far below a new run's first loss.
+    EXPECT_LT(losses(name).at(1), losses("lora").at(1) - 1.0) << adapter;
+  }
+  // Adapters of another LoRA shape: the error says what to set.
+  auto args = lora_args("start_other_rank", 1);
+  args.push_back("model.lora_rank=8");
+  args.push_back("model.apply_lora_to_mlp=false");
+  args.push_back("lora.adapter=" + root_ + "/peft");
+  expect_refused(args, "start_other_rank",
+                 "lora.adapter: the PEFT adapters of " + root_ +
+                     "/peft are not of this run's LoRA shape; to start from them set model.lora_rank=4 "
+                     "model.lora_alpha=16 model.apply_lora_to_mlp=true");
 }
 
 TEST_F(FinetuneRun, AdaptersOfAnotherBaseModelAreRefused) {

@@ -2,6 +2,10 @@
 // hone reads (Hugging Face folder, hone model or checkpoint folder, run
 // directory, llm.c / llama2.c file), trained on an instruct or chat dataset by the
 // shared training loop, and exported at the end if asked.
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "hone/core/parallel.hpp"
@@ -33,6 +37,26 @@ std::optional<LoraConfig> lora_config_from(const Config& c) {
 // dataset.max_seq_len, or when it is unset 512 tokens cut to what the model takes.
 int64_t sample_length(const Config& c, const ModelConfig& model) {
   return sequence_length_for(c, "dataset.max_seq_len", 512, model);
+}
+
+// lora.adapter of lora_finetune: adapters to start from, which must have the
+// run's LoRA shape; what to set where they do not.
+void check_starting_adapters(const LoraAdapters& start, const LoraConfig& run) {
+  const LoraConfig& a = start.lora;
+  std::vector<std::string> fix;
+  if (a.rank != run.rank || std::abs(a.scale() - run.scale()) > 1e-9 * run.scale()) {
+    fix.push_back(fmt::format("model.lora_rank={} model.lora_alpha={}", a.rank, a.alpha));
+  }
+  auto modules = a.attn_modules, wanted = run.attn_modules;
+  std::sort(modules.begin(), modules.end());
+  std::sort(wanted.begin(), wanted.end());
+  if (modules != wanted) fix.push_back(fmt::format("model.lora_attn_modules=[{}]", fmt::join(a.attn_modules, ",")));
+  if (a.apply_to_mlp != run.apply_to_mlp) fix.push_back(fmt::format("model.apply_lora_to_mlp={}", a.apply_to_mlp));
+  if (a.apply_to_output != run.apply_to_output) {
+    fix.push_back(fmt::format("model.apply_lora_to_output={}", a.apply_to_output));
+  }
+  HONE_CHECK(fix.empty(), "lora.adapter: {} are not of this run's LoRA shape; to start from them set {}",
+             start.description, fmt::join(fix, " "));
 }
 
 TrainingShape shape_of(const Config& c, const ModelConfig& model) {
@@ -125,9 +149,15 @@ int run_finetune(const Config& c) {
     valid = std::make_unique<data::SampleStream>(std::move(validation), in_order);
   }
 
+  std::optional<LoraAdapters> start;
+  if (c.has("lora.adapter")) {
+    start = open_lora_adapters(c.get<std::string>("lora.adapter"), model_config);
+    check_starting_adapters(*start, *lora);
+  }
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
   model.init_lora(run.seed);
+  if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
   std::vector<std::string> summary = summarize(c, shape, world.dp_size());
   if (dataset.truncated || dataset.dropped) {
     summary.push_back(fmt::format("data: {} cut to {} tokens, {} dropped with nothing left to learn",
@@ -211,6 +241,9 @@ Schema finetune_schema(bool lora) {
     s.add({"model.apply_lora_to_mlp", ValueType::boolean, false, "adapters on the MLP projections"});
     s.add({"model.apply_lora_to_output", ValueType::boolean, false, "an adapter on the output projection"});
     s.add({"export.peft", ValueType::string, nullptr, "write the adapters in PEFT form here"});
+    s.add({"lora.adapter", ValueType::string, nullptr,
+           "adapters to start from (a lora_finetune checkpoint folder or run directory, or a PEFT folder) instead of "
+           "new ones: their weights, with the optimizer and schedule anew (resume=latest continues a run)"});
   }
   return s;
 }
