@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace hone {
 
 std::string format_bytes(double bytes) {
@@ -17,6 +19,19 @@ std::string format_bytes(double bytes) {
 std::string plural(int64_t n, std::string_view word, std::string_view plural_form) {
   if (n == 1) return std::string(word);
   return plural_form.empty() ? std::string(word) + "s" : std::string(plural_form);
+}
+
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  if (from.empty() || s.find(from) == std::string::npos) return;
+  std::string out;
+  out.reserve(s.size() + s.size() / 4);
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+    out.append(s, pos, hit - pos);
+    out.append(to);
+  }
+  out.append(s, pos);
+  s = std::move(out);
 }
 
 }  // namespace hone

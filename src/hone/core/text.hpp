@@ -1,5 +1,5 @@
 #pragma once
-// Numbers as a person reads them in banners, progress lines and reports.
+// Numbers as a person reads them in banners, progress lines and reports; text helpers.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -11,5 +11,7 @@ std::string format_bytes(double bytes);
 // `word` or its plural after a count of n ("1 prompt", "2 prompts");
 // `plural_form` where adding an s will not do.
 std::string plural(int64_t n, std::string_view word, std::string_view plural_form = "");
+// Every `from` in `s` replaced by `to`, left to right without overlaps (Python's str.replace).
+void replace_all(std::string& s, std::string_view from, std::string_view to);
 
 }  // namespace hone

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
 
 namespace hone {
@@ -79,18 +80,6 @@ std::string_view trimmed(std::string_view s) {
   return s;
 }
 
-// Every `from` replaced by `to`, left to right without overlaps (Python's str.replace).
-std::string replaced(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  for (size_t at = 0;;) {
-    const size_t next = s.find(from, at);
-    out.append(s.substr(at, next - at));
-    if (next == std::string_view::npos) return out;
-    out.append(to);
-    at = next + from.size();
-  }
-}
-
 // Python's str.capitalize() on ASCII letters: the first upper-cased, the rest lower-cased.
 std::string capitalized(std::string s) {
   for (size_t i = 0; i < s.size(); ++i) {
@@ -102,8 +91,9 @@ std::string capitalized(std::string s) {
 
 // MMLU's task description, naming the record's subject.
 std::string mmlu_description(const data::Record& r) {
-  return "The following are multiple choice questions (with answers) about " +
-         replaced(string_column(r, "subject"), "_", " ") + ".\n\n";
+  std::string subject = string_column(r, "subject");
+  replace_all(subject, "_", " ");
+  return "The following are multiple choice questions (with answers) about " + subject + ".\n\n";
 }
 
 // An MMLU question with its lettered choices, ending in "Answer:"; the letters go to `letters`.
@@ -256,7 +246,8 @@ bool reports_accuracy_norm(TaskLayout layout) {
 }
 
 std::string clean_hellaswag_text(std::string_view text) {
-  std::string s = replaced(trimmed(text), " [title]", ". ");
+  std::string s(trimmed(text));
+  replace_all(s, " [title]", ". ");
   // Drop each [...] that closes on its line (the harness's non-greedy \[.*?\]).
   std::string kept;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -269,7 +260,8 @@ std::string clean_hellaswag_text(std::string_view text) {
     }
     kept.push_back(s[i]);
   }
-  return replaced(kept, "  ", " ");
+  replace_all(kept, "  ", " ");
+  return kept;
 }
 
 MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout, const FewShot& shots) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/tokenizers/utf8.hpp"
 
 namespace hone {
@@ -23,19 +24,6 @@ void append_nfc(std::string_view text, std::string& out) {
   icu::StringByteSink<std::string> sink(&out, int32_t(text.size()));
   nfc->normalizeUTF8(0, icu::StringPiece(text.data(), int32_t(text.size())), sink, nullptr, status);
   HONE_CHECK(U_SUCCESS(status), "NFC normalization failed: {}", u_errorName(status));
-}
-
-void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  if (from.empty() || s.find(from) == std::string::npos) return;
-  std::string out;
-  out.reserve(s.size() + s.size() / 4);
-  size_t pos = 0;
-  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
-    out.append(s, pos, hit - pos);
-    out.append(to);
-  }
-  out.append(s, pos);
-  s = std::move(out);
 }
 
 // The character before text[end] (valid UTF-8); its start goes to `start`.
