@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizers/assets.hpp"
+#include "hone/model/sampling.hpp"
 #include "hone/train/evaluation.hpp"
 #include "support/check.hpp"
 
@@ -107,17 +108,17 @@ TEST(MultipleChoiceFile, ReadsHellaSwagStyleFilesAndNamesBadLines) {
   const std::string path = testing::TempDir() + "hone_mc.jsonl";
   std::ofstream(path) << R"({"ctx": "a", "endings": ["b", "c"], "label": "1"})" << "\n"
                       << R"({"context": "x", "choices": ["y", "z", "w"], "label": 0})" << "\n";
-  const MultipleChoiceTask task = read_multiple_choice(path);
+  const EvalTask task = read_eval_task(path);
   EXPECT_EQ(task.layout, TaskLayout::plain);
   const auto& items = task.items;
   ASSERT_EQ(items.size(), 2u);
   EXPECT_EQ(items[0].label, 1);
   EXPECT_EQ(items[1].endings.size(), 3u);
   std::ofstream(path) << R"({"ctx": "a", "endings": ["b", "c"], "label": 5})" << "\n";
-  EXPECT_NE(error_of([&] { read_multiple_choice(path); }).find(":1: label 5 is not an ending index"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_eval_task(path); }).find(":1: label 5 is not an ending index"), std::string::npos);
   for (const char* label : {R"("A")", R"("1x")", "1.5", "null"}) {
     std::ofstream(path) << R"({"ctx": "a", "endings": ["b", "c"], "label": )" << label << "}\n";
-    EXPECT_NE(error_of([&] { read_multiple_choice(path); }).find(":1: 'label' must be an integer"), std::string::npos)
+    EXPECT_NE(error_of([&] { read_eval_task(path); }).find(":1: 'label' must be an integer"), std::string::npos)
         << label;
   }
   std::filesystem::remove(path);
@@ -129,10 +130,10 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   const std::string path = testing::TempDir() + "hone_layouts.jsonl";
   const auto read = [&](const std::string& line, std::string_view layout = "auto") {
     std::ofstream(path) << line << "\n";
-    return read_multiple_choice(path, layout);
+    return read_eval_task(path, layout);
   };
   // HellaSwag: activity label, ctx_a, ctx_b capitalized (the rest lower-cased), WikiHow's brackets cleaned.
-  MultipleChoiceTask t = read(
+  EvalTask t = read(
       R"({"activity_label": "Personal Care", "ctx_a": "[header] How to dye hair [title] Buy the dye.", )"
       R"("ctx_b": "[step] Pick a COLOR", "ctx": "unused", "endings": ["You can [substeps] mix it.", "  Rinse  well. "], )"
       R"("label": "1"})");
@@ -206,8 +207,8 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "piqa"); })
                 .find(":1: no string 'goal'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "gsm8k"); })
-                .find("unknown task layout 'gsm8k'"),
+  EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "drop"); })
+                .find("unknown task layout 'drop'"),
             std::string::npos);
   std::filesystem::remove(path);
 }
@@ -226,7 +227,7 @@ TEST(MultipleChoiceFile, MmluFewShotTakesTheFirstExamplesOfTheSubject) {
                                     << record("astronomy", "Is the moon a star?", 1)
                                     << record("astronomy", "Third?", 0) << record("virology", "V2?", 0);
   std::ofstream(dir + "/test.jsonl") << record("astronomy", "Is Mars a star?", 1) << record("virology", "V3?", 0);
-  const MultipleChoiceTask task = read_multiple_choice(dir + "/test.jsonl", "auto", {dir + "/dev.jsonl", 2});
+  const EvalTask task = read_eval_task(dir + "/test.jsonl", "auto", {dir + "/dev.jsonl", 2});
   EXPECT_EQ(task.items[0].context,
             "The following are multiple choice questions (with answers) about astronomy.\n\n"
             "Is the sun a star?\nA. yes\nB. no\nAnswer: A\n\n"
@@ -236,13 +237,68 @@ TEST(MultipleChoiceFile, MmluFewShotTakesTheFirstExamplesOfTheSubject) {
             "The following are multiple choice questions (with answers) about virology.\n\n"
             "V1?\nA. yes\nB. no\nAnswer: B\n\nV2?\nA. yes\nB. no\nAnswer: A\n\nV3?\nA. yes\nB. no\nAnswer:");
   EXPECT_EQ(task.items[0].endings, (std::vector<std::string>{"A", "B"}));
-  // Too few examples of a subject, and few-shot prompts of another layout, are errors.
-  EXPECT_NE(error_of([&] { read_multiple_choice(dir + "/test.jsonl", "auto", {dir + "/dev.jsonl", 3}); })
+  // Too few examples of a subject is an error.
+  EXPECT_NE(error_of([&] { read_eval_task(dir + "/test.jsonl", "auto", {dir + "/dev.jsonl", 3}); })
                 .find("test.jsonl:2: 2 examples of subject 'virology' in " + dir + "/dev.jsonl for 3 shots"),
             std::string::npos);
-  std::ofstream(dir + "/piqa.jsonl") << R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 0})" << "\n";
-  EXPECT_NE(error_of([&] { read_multiple_choice(dir + "/piqa.jsonl", "auto", {dir + "/dev.jsonl", 1}); })
-                .find("few-shot prompts are built for mmlu's layout"),
+  std::filesystem::remove_all(dir);
+}
+
+// The other layouts' examples are drawn as the harness's default sampler draws
+// them; the expected prompts are what Python printed for the same records:
+//   r = random.Random(1234)
+//   for doc in test: shots = [x for x in r.sample(train, 2) if x != doc][:2]
+// each shot its question, " ", its right solution and "\n\n".
+TEST(MultipleChoiceFile, OtherLayoutsDrawTheirExamplesAsTheHarness) {
+  const std::string dir = testing::TempDir() + "hone_shots_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream train(dir + "/train.jsonl"), test(dir + "/test.jsonl");
+    for (int i = 0; i < 8; ++i) {
+      train << nlohmann::json{{"goal", fmt::format("G{}", i)}, {"sol1", fmt::format("a{}", i)},
+                              {"sol2", fmt::format("b{}", i)}, {"label", i % 2}}
+                   .dump()
+            << "\n";
+    }
+    for (int i = 0; i < 3; ++i) test << nlohmann::json{{"goal", fmt::format("T{}", i)}, {"sol1", "s"}, {"sol2", "t"}, {"label", 0}}.dump() << "\n";
+  }
+  const EvalTask piqa = read_eval_task(dir + "/test.jsonl", "auto", {dir + "/train.jsonl", 2});
+  EXPECT_EQ(piqa.items[0].context, "Question: G7\nAnswer: b7\n\nQuestion: G0\nAnswer: a0\n\nQuestion: T0\nAnswer:");
+  EXPECT_EQ(piqa.items[1].context, "Question: G0\nAnswer: a0\n\nQuestion: G7\nAnswer: b7\n\nQuestion: T1\nAnswer:");
+  EXPECT_EQ(piqa.items[2].context, "Question: G0\nAnswer: a0\n\nQuestion: G5\nAnswer: b5\n\nQuestion: T2\nAnswer:");
+  EXPECT_EQ(piqa.items[2].endings, (std::vector<std::string>{"s", "t"}));
+
+  // Examples from the task's own records: one more drawn, the item itself left
+  // out (Random(1): item 1 drew itself first). Winogrande's example is its
+  // sentence filled with the right option; each option's context gets it.
+  {
+    std::ofstream wino(dir + "/wino.jsonl");
+    for (int i = 0; i < 4; ++i) {
+      wino << nlohmann::json{{"sentence", fmt::format("S{} _ rest{}.", i, i)}, {"option1", fmt::format("x{}", i)},
+                             {"option2", fmt::format("y{}", i)}, {"answer", std::to_string(1 + i % 2)}}
+                  .dump()
+           << "\n";
+    }
+  }
+  const EvalTask wino =
+      read_eval_task(dir + "/wino.jsonl", "auto", {.path = dir + "/wino.jsonl", .count = 1, .seed = 1});
+  const char* expected_shots[] = {"S1 y1 rest1.\n\n", "S0 x0 rest0.\n\n", "S0 x0 rest0.\n\n", "S1 y1 rest1.\n\n"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(wino.items[size_t(i)].contexts,
+              (std::vector<std::string>{fmt::format("{}S{} x{}", expected_shots[i], i, i),
+                                        fmt::format("{}S{} y{}", expected_shots[i], i, i)}));
+  }
+  // Too few records, and TruthfulQA (whose prompt holds its own examples), are errors.
+  EXPECT_NE(error_of([&] { read_eval_task(dir + "/wino.jsonl", "auto", {dir + "/wino.jsonl", 4}); })
+                .find("wino.jsonl: 4 records for 4 shots and the item itself"),
+            std::string::npos);
+  std::ofstream(dir + "/truthful.jsonl")
+      << R"({"question": "q", "mc1_targets": {"choices": ["a", "b"], "labels": [1, 0]}})" << "\n";
+  EXPECT_NE(error_of([&] { read_eval_task(dir + "/truthful.jsonl", "auto", {dir + "/train.jsonl", 1}); })
+                .find("TruthfulQA's prompt holds six answered questions of its own"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read_eval_task(dir + "/test.jsonl", "auto", {"", 1}); })
+                .find("few-shot examples (1) need a file of records to come from"),
             std::string::npos);
   std::filesystem::remove_all(dir);
 }
@@ -259,14 +315,14 @@ TEST(MultipleChoiceFile, HellaSwagCleaningKeepsBracketsThatDoNotCloseOnTheirLine
 TEST(MultipleChoiceFile, ReadsParquetTasks) {
   const std::string fixtures = source_path("tests/data/formats/parquet/");
   const auto expected = nlohmann::json::parse(std::ifstream(fixtures + "expected.json"));
-  const auto items = read_multiple_choice(fixtures + "hellaswag.parquet").items;
+  const auto items = read_eval_task(fixtures + "hellaswag.parquet").items;
   ASSERT_EQ(items.size(), expected["tasks"].size());
   for (size_t i = 0; i < items.size(); ++i) {
     EXPECT_EQ(items[i].context, expected["tasks"][i]["ctx"].get<std::string>());
     EXPECT_EQ(items[i].endings, expected["tasks"][i]["endings"].get<std::vector<std::string>>());
     EXPECT_EQ(items[i].label, int64_t(i % 4));
   }
-  const MultipleChoiceTask arc = read_multiple_choice(fixtures + "arc.parquet");
+  const EvalTask arc = read_eval_task(fixtures + "arc.parquet");
   EXPECT_EQ(arc.layout, TaskLayout::arc);
   ASSERT_EQ(arc.items.size(), expected["arc"].size());
   for (size_t i = 0; i < arc.items.size(); ++i) {
@@ -276,15 +332,111 @@ TEST(MultipleChoiceFile, ReadsParquetTasks) {
     const auto labels = row["choices"]["label"].get<std::vector<std::string>>();
     EXPECT_EQ(labels[size_t(arc.items[i].label)], row["answerKey"].get<std::string>());
   }
-  const MultipleChoiceTask mmlu = read_multiple_choice(fixtures + "mmlu.parquet");
+  const EvalTask mmlu = read_eval_task(fixtures + "mmlu.parquet");
   EXPECT_EQ(mmlu.layout, TaskLayout::mmlu);
   ASSERT_EQ(mmlu.items.size(), expected["mmlu"].size());
   EXPECT_EQ(mmlu.items[1].context,
             "The following are multiple choice questions (with answers) about high school mathematics.\n\nWhat is 1 + "
             "1?\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:");
   EXPECT_EQ(mmlu.items[1].label, 1);
-  EXPECT_NE(error_of([&] { read_multiple_choice(fixtures + "chats.parquet"); })
+  EXPECT_NE(error_of([&] { read_eval_task(fixtures + "chats.parquet"); })
                 .find("chats.parquet: row 0: no string 'ctx' or 'context'"),
+            std::string::npos);
+}
+
+
+// GSM8K: the harness's prompt and whole answer as the reference; its default
+// sampler's examples (Python: r = random.Random(1234), r.sample(train, 3) for
+// each of the two items).
+TEST(GenerativeTaskFile, ReadsGsm8kAsTheHarnessPromptsIt) {
+  const std::string dir = testing::TempDir() + "hone_gsm8k_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream train(dir + "/train.jsonl"), test(dir + "/test.jsonl");
+    for (int i = 0; i < 10; ++i) {
+      train << nlohmann::json{{"question", fmt::format("Q{}?", i)},
+                              {"answer", fmt::format("Half of {} is {}.\n#### {}", 2 * i, i, i)}}
+                   .dump()
+            << "\n";
+    }
+    for (int i = 0; i < 2; ++i) test << R"({"question": "T?", "answer": "#### 0"})" << "\n";
+  }
+  const EvalTask zero_shot = read_eval_task(dir + "/test.jsonl");
+  EXPECT_EQ(zero_shot.layout, TaskLayout::gsm8k);
+  EXPECT_TRUE(zero_shot.items.empty());
+  ASSERT_EQ(zero_shot.generative_items.size(), 2u);
+  EXPECT_EQ(zero_shot.generative_items[0].prompt, "Question: T?\nAnswer:");
+  EXPECT_EQ(zero_shot.generative_items[0].reference, "#### 0");
+  EXPECT_FALSE(reports_accuracy_norm(TaskLayout::gsm8k));
+
+  const EvalTask task = read_eval_task(dir + "/test.jsonl", "gsm8k", {dir + "/train.jsonl", 3});
+  EXPECT_EQ(task.generative_items[0].prompt,
+            "Question: Q7?\nAnswer: Half of 14 is 7.\n#### 7\n\nQuestion: Q1?\nAnswer: Half of 2 is 1.\n#### 1\n\n"
+            "Question: Q0?\nAnswer: Half of 0 is 0.\n#### 0\n\nQuestion: T?\nAnswer:");
+  EXPECT_EQ(task.generative_items[1].prompt,
+            "Question: Q1?\nAnswer: Half of 2 is 1.\n#### 1\n\nQuestion: Q0?\nAnswer: Half of 0 is 0.\n#### 0\n\n"
+            "Question: Q9?\nAnswer: Half of 18 is 9.\n#### 9\n\nQuestion: T?\nAnswer:");
+  std::ofstream(dir + "/bad.jsonl") << R"({"question": "T?", "answer": 3})" << "\n";
+  EXPECT_NE(error_of([&] { read_eval_task(dir + "/bad.jsonl", "gsm8k"); }).find("bad.jsonl:1: no string 'answer'"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PythonRegex, FindsAndRemovesAsPythonsRe) {
+  const PythonRegex either("(-?[$0-9.,]{2,})|(-?[0-9]+)", "test");
+  // re.findall: a tuple of both groups per match, "" for the one that took no part.
+  EXPECT_EQ(either.find_all("12 apples, 5 pears"),
+            (std::vector<std::vector<std::string>>{{"12", ""}, {"", "5"}}));
+  EXPECT_EQ(PythonRegex("[a-z]+", "test").find_all("ab1cd"), (std::vector<std::vector<std::string>>{{"ab"}, {"cd"}}));
+  EXPECT_TRUE(PythonRegex("x", "test").find_all("abc").empty());
+  // re.sub(p, "", s): (?s) lets . cross lines; $ also matches before a final newline.
+  EXPECT_EQ(PythonRegex("(?s).*#### ", "test").remove_all("a\n#### 1\nb #### 2"), "2");
+  EXPECT_EQ(PythonRegex(R"(\.$)", "test").remove_all("7.\n"), "7\n");
+  EXPECT_EQ(PythonRegex("b*", "test").remove_all("abcb"), "ac");  // empty matches remove nothing
+  EXPECT_NE(error_of([] { PythonRegex("(unclosed", "task.filter"); }).find("task.filter: invalid regular expression"),
+            std::string::npos);
+}
+
+// The harness's gsm8k filters and exact_match, against what Python's re made
+// of the same completions (tests/reference/eval/generate_gsm8k_scores.py).
+TEST(Gsm8kScore, MatchesTheHarnessScoresComputedInPython) {
+  std::ifstream in(source_path("tests/reference/eval/gsm8k_scores.json"));
+  const nlohmann::json cases = nlohmann::json::parse(in);
+  ASSERT_GE(cases.size(), 10u);
+  for (const nlohmann::json& c : cases) {
+    const Gsm8kScore score = score_gsm8k(c["completion"].get<std::string>(), c["reference"].get<std::string>());
+    EXPECT_EQ(score.strict_answer, c["strict_answer"]) << c["completion"];
+    EXPECT_EQ(score.flexible_answer, c["flexible_answer"]) << c["completion"];
+    EXPECT_EQ(score.strict_match, c["strict_match"]) << c["completion"];
+    EXPECT_EQ(score.flexible_match, c["flexible_match"]) << c["completion"];
+  }
+}
+
+// generate_until is greedy generation cut before the first stop string, and
+// it stops generating there.
+TEST_F(MultipleChoice, GenerateUntilStopsAtTheFirstStopString) {
+  const std::vector<std::string> prompts = {"The cat sat on the", "Question: 2+2?\nAnswer:", "Hello"};
+  GenerationOptions greedy;
+  greedy.max_new_tokens = 12;
+  greedy.sampling.temperature = 0;
+  std::vector<std::string> full;
+  for (const std::string& p : prompts) {
+    full.push_back(tokenizer_->decode(generate(model_, {tokenizer_->encode(p)}, greedy).completions[0]));
+  }
+  // No stop string: the whole greedy completion, batched two at a time.
+  int64_t last_progress = -1;
+  EXPECT_EQ(generate_until(model_, *tokenizer_, prompts, {.until = {}, .max_new_tokens = 12, .batch_size = 2},
+                           [&](int64_t done) { last_progress = done; }),
+            full);
+  EXPECT_EQ(last_progress, 2);
+  // A stop string taken from the middle of the first completion cuts it there.
+  const std::string stop = full[0].substr(full[0].size() / 2, 3);
+  const std::vector<std::string> cut =
+      generate_until(model_, *tokenizer_, prompts, {.until = {"never seen", stop}, .max_new_tokens = 12});
+  EXPECT_EQ(cut[0], full[0].substr(0, full[0].find(stop)));
+  for (size_t i = 1; i < prompts.size(); ++i) EXPECT_EQ(cut[i], full[i].substr(0, full[i].find(stop)));
+  EXPECT_NE(error_of([&] { generate_until(model_, *tokenizer_, prompts, {.max_new_tokens = 256}); })
+                .find("max_new_tokens 256 leaves no room for a prompt in the model's max_seq_len 256"),
             std::string::npos);
 }
 

@@ -11,6 +11,7 @@
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/safetensors.hpp"
+#include "hone/train/answer_match.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
 #include "support/mds_fixture.hpp"
@@ -538,6 +539,77 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   EXPECT_NE(first.find("Repeat the word tiger."), std::string::npos) << first;
   EXPECT_NE(first.find("bandwidth achieved"), std::string::npos) << first;
   EXPECT_EQ(first.substr(0, first.find("prefill:")), second.substr(0, second.find("prefill:")));  // greedy: reproducible
+}
+
+// hone run eval on a GSM8K file: answers generated, scored, and each item's
+// prompt, completion and scores in task.samples_path; the summary is their mean.
+// A multiple-choice task writes each item's log-likelihoods and choice there.
+TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
+  {
+    std::ofstream task(root_ + "/gsm8k.jsonl");
+    for (int i = 0; i < 3; ++i) {
+      task << nlohmann::json{{"question", fmt::format("What is {} + {}?", i, i)},
+                             {"answer", fmt::format("{0} + {0} = <<{0}+{0}={1}>>{1}\n#### {1}", i, 2 * i)}}
+                  .dump()
+           << "\n";
+    }
+  }
+  const auto eval = [&](const std::string& task, const std::string& samples) {
+    const std::string out = root_ + "/eval_task.out";
+    std::remove(out.c_str());  // the log is appended to
+    EXPECT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                               "tokenizer.path=" + tokenizer_, "task.path=" + root_ + "/" + task,
+                               "task.max_new_tokens=8", "batch_size=2", "task.samples_path=" + samples},
+                              out),
+              0)
+        << read_file(out);
+    const std::string text = read_file(out);
+    return nlohmann::json::parse(text.substr(text.rfind("\n{") + 1));
+  };
+  const std::string samples_path = root_ + "/gsm8k_samples.jsonl";
+  const nlohmann::json result = eval("gsm8k.jsonl", samples_path);
+  EXPECT_EQ(result["task_layout"], "gsm8k");
+  EXPECT_EQ(result["task_items"], 3);
+  std::istringstream lines(read_file(samples_path));
+  double strict = 0, flexible = 0;
+  int items = 0;
+  for (std::string line; std::getline(lines, line); ++items) {
+    const nlohmann::json sample = nlohmann::json::parse(line);
+    EXPECT_EQ(sample["item"], items);
+    EXPECT_EQ(sample["prompt"], fmt::format("Question: What is {0} + {0}?\nAnswer:", items));
+    const Gsm8kScore score =
+        score_gsm8k(sample["completion"].get<std::string>(), sample["reference"].get<std::string>());
+    EXPECT_EQ(sample["answer_strict"], score.strict_answer);
+    EXPECT_EQ(sample["answer_flexible"], score.flexible_answer);
+    EXPECT_EQ(sample["exact_match_strict"], score.strict_match);
+    EXPECT_EQ(sample["exact_match_flexible"], score.flexible_match);
+    strict += score.strict_match / 3.0;
+    flexible += score.flexible_match / 3.0;
+  }
+  EXPECT_EQ(items, 3);
+  EXPECT_NEAR(result["exact_match_strict"].get<double>(), strict, 1e-12);
+  EXPECT_NEAR(result["exact_match_flexible"].get<double>(), flexible, 1e-12);
+
+  std::ofstream(root_ + "/choices.jsonl") << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 1})"
+                                          << "\n";
+  const nlohmann::json choices = eval("choices.jsonl", root_ + "/choice_samples.jsonl");
+  const nlohmann::json sample = nlohmann::json::parse(read_file(root_ + "/choice_samples.jsonl"));
+  const std::vector<double> ll = sample["log_likelihoods"].get<std::vector<double>>();
+  ASSERT_EQ(ll.size(), 2u);
+  EXPECT_EQ(sample["chosen"], ll[1] > ll[0] ? 1 : 0);
+  EXPECT_EQ(sample["correct"], ll[1] > ll[0]);
+  EXPECT_EQ(choices["accuracy"].get<double>(), ll[1] > ll[0] ? 1.0 : 0.0);
+  EXPECT_EQ(sample["context"], "Repeat the word apple.");
+
+  // A samples file that cannot be written is an error before any item is scored.
+  const std::string log = root_ + "/eval_bad_samples.log";
+  EXPECT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                             "tokenizer.path=" + tokenizer_, "task.path=" + root_ + "/gsm8k.jsonl",
+                             "task.samples_path=" + root_ + "/missing/samples.jsonl"},
+                            log),
+            2);
+  EXPECT_NE(read_file(log).find(root_ + "/missing/samples.jsonl"), std::string::npos) << read_file(log);
+  EXPECT_EQ(read_file(log).find("task (gsm8k)"), std::string::npos) << read_file(log);
 }
 
 TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStopTokens) {

@@ -138,7 +138,8 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
       out.push_back(next[k]);
       seen[size_t(active[k])].push_back(next[k]);
       ++g.generated_tokens;
-      const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next[k]) != o.stop_tokens.end();
+      const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next[k]) != o.stop_tokens.end() ||
+                        (o.finished && o.finished(size_t(active[k]), out));
       if (!stop && int64_t(out.size()) < o.max_new_tokens) {
         still_active.push_back(active[k]);
         feed.push_back(next[k]);

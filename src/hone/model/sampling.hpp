@@ -1,5 +1,6 @@
 #pragma once
 // Choosing the next token from logits, and the generation loop over a Decoder.
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct GenerationOptions {
   SamplingOptions sampling;
   uint64_t seed = 0;
   std::vector<int32_t> stop_tokens;  // ends a sequence (the stop token is kept)
+  // When given, also ends sequence i once it returns true for its completion so
+  // far (e.g. a stop string in the decoded text).
+  std::function<bool(size_t i, const std::vector<int32_t>& completion)> finished;
 };
 
 struct Generation {

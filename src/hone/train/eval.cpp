@@ -4,10 +4,12 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <optional>
 
 #include "hone/core/progress_line.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/data/pretrain_stream.hpp"
+#include "hone/io/atomic_file.hpp"
 #include "hone/train/data_sources.hpp"
 #include "hone/train/evaluation.hpp"
 #include "hone/train/inference.hpp"
@@ -34,11 +36,22 @@ Schema eval_schema() {
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "foundry"}});
+          "foundry", "gsm8k"}});
   s.add({"task.num_fewshot", ValueType::integer, 0,
-         "mmlu: answered examples before each question, the first of its subject in task.fewshot_path"},
+         "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
+         "drawn at random as lm-evaluation-harness draws them"},
         Range::not_negative());
-  s.add({"task.fewshot_path", ValueType::string, nullptr, "mmlu: the examples' records (cais/mmlu's dev split)"});
+  s.add({"task.fewshot_path", ValueType::string, nullptr,
+         "the examples' records (the harness's few-shot split: mmlu's dev, the others' train)"});
+  s.add({"task.fewshot_seed", ValueType::integer, 1234,
+         "seed of the examples' draw (the harness's --fewshot_random_seed)"},
+        Range::not_negative());
+  s.add({"task.max_new_tokens", ValueType::integer, 256,
+         "gsm8k: tokens generated at most per answer (the harness's max_gen_toks)"},
+        Range::positive());
+  s.add({"task.samples_path", ValueType::string, nullptr,
+         "a JSONL file of every item scored: its prompt, its choices' log-likelihoods or its generated answer, and "
+         "whether it was right (the harness's --log_samples)"});
   return s.add(mds_tokens_schema());
 }
 
@@ -81,23 +94,59 @@ int run_eval(const Config& c) {
   }
   if (c.has("task.path")) {
     const FewShot shots{c.has("task.fewshot_path") ? c.get<std::string>("task.fewshot_path") : "",
-                        c.get<int64_t>("task.num_fewshot")};
-    HONE_CHECK(shots.path.empty() || shots.count > 0, "{}: task.fewshot_path goes with task.num_fewshot (> 0)",
+                        c.get<int64_t>("task.num_fewshot"), uint64_t(c.get<int64_t>("task.fewshot_seed"))};
+    HONE_CHECK(shots.path.empty() == (shots.count == 0),
+               "{}: task.num_fewshot (> 0) and task.fewshot_path go together: the examples and the file they come from",
                c.origin());
-    const MultipleChoiceTask task =
-        read_multiple_choice(c.get<std::string>("task.path"), c.get<std::string>("task.layout"), shots);
+    // Opened first, so that a folder that cannot take it fails before the evaluation, not after.
+    std::optional<AtomicFile> samples_file;
+    if (c.has("task.samples_path")) samples_file.emplace(c.get<std::string>("task.samples_path"));
+    const EvalTask task = read_eval_task(c.get<std::string>("task.path"), c.get<std::string>("task.layout"), shots);
+    const int64_t count = int64_t(task.items.size() + task.generative_items.size());
     ProgressLine line;
     const auto start = std::chrono::steady_clock::now();
-    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, [&](int64_t done) {
+    const auto progress = [&](int64_t done) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      line.draw(fmt::format("task ({}): {}/{} items, {:.0f} s", layout_name(task.layout), done, task.items.size(),
-                            seconds));
-    });
-    line.clear();
+      line.draw(fmt::format("task ({}): {}/{} items, {:.0f} s", layout_name(task.layout), done, count, seconds));
+    };
+    std::vector<Json> samples;
     result["task_layout"] = layout_name(task.layout);
-    result["accuracy"] = r.accuracy;
-    if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
-    result["task_items"] = r.items;
+    if (task.layout == TaskLayout::gsm8k) {
+      const GenerativeResult r = evaluate_gsm8k(
+          *m.model, *m.tokenizer, task.generative_items,
+          {.max_new_tokens = c.get<int64_t>("task.max_new_tokens"), .batch_size = batch}, progress);
+      result["exact_match_strict"] = r.exact_match_strict;
+      result["exact_match_flexible"] = r.exact_match_flexible;
+      for (size_t i = 0; i < r.completions.size(); ++i) {
+        const Gsm8kScore& s = r.scores[i];
+        samples.push_back({{"item", i}, {"prompt", task.generative_items[i].prompt},
+                           {"reference", task.generative_items[i].reference}, {"completion", r.completions[i]},
+                           {"answer_strict", s.strict_answer}, {"answer_flexible", s.flexible_answer},
+                           {"exact_match_strict", s.strict_match}, {"exact_match_flexible", s.flexible_match}});
+      }
+    } else {
+      const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, progress);
+      result["accuracy"] = r.accuracy;
+      if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
+      for (size_t i = 0; i < task.items.size(); ++i) {
+        const MultipleChoiceItem& item = task.items[i];
+        Json sample = {{"item", i}, {"endings", item.endings}, {"label", item.label},
+                       {"log_likelihoods", r.log_likelihoods[i]}, {"chosen", r.chosen[i]},
+                       {"correct", r.chosen[i] == item.label}};
+        if (item.contexts.empty()) sample["context"] = item.context; else sample["contexts"] = item.contexts;
+        if (item.true_endings > 0) sample["true_endings"] = item.true_endings;
+        samples.push_back(std::move(sample));
+      }
+    }
+    line.clear();
+    result["task_items"] = count;
+    if (samples_file) {  // one JSON line per item; bytes a completion cut mid-character read as U+FFFD
+      for (const Json& sample : samples) {
+        samples_file->write(sample.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
+      }
+      samples_file->commit();
+      fmt::print(stderr, "samples: {}\n", c.get<std::string>("task.samples_path"));
+    }
   }
   fmt::print(stderr, "model: {}\n", m.description);
   fmt::print("{}\n", result.dump());

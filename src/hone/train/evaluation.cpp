@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "hone/core/error.hpp"
+#include "hone/model/sampling.hpp"
 
 namespace hone {
 
@@ -112,7 +113,8 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
   int64_t done = 0;
   for (const MultipleChoiceItem& item : items) {
     if (progress) progress(done++);
-    const std::vector<double> ll = ending_log_likelihoods(model, tokenizer, item);
+    const std::vector<double>& ll = r.log_likelihoods.emplace_back(ending_log_likelihoods(model, tokenizer, item));
+    r.chosen.push_back(std::max_element(ll.begin(), ll.end()) - ll.begin());
     if (item.true_endings > 0) {  // TruthfulQA's mc2: the true endings' share of the probability
       const double top = *std::max_element(ll.begin(), ll.end());
       double all = 0, true_mass = 0;
@@ -137,6 +139,68 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
   r.items = int64_t(items.size());
   r.accuracy = right / double(r.items);
   r.accuracy_norm = right_norm / double(r.items);
+  return r;
+}
+
+std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tokenizer,
+                                        const std::vector<std::string>& prompts, const GenerateUntil& options,
+                                        const std::function<void(int64_t done)>& progress) {
+  const int64_t room = model.config().max_seq_len - options.max_new_tokens;
+  HONE_CHECK(room > 0, "max_new_tokens {} leaves no room for a prompt in the model's max_seq_len {}",
+             options.max_new_tokens, model.config().max_seq_len);
+  HONE_CHECK(options.batch_size > 0, "batch_size must be positive, got {}", options.batch_size);
+  // The text before the first stop string.
+  const auto cut = [&](std::string text) {
+    for (const std::string& stop : options.until) {
+      if (!stop.empty()) text = text.substr(0, text.find(stop));
+    }
+    return text;
+  };
+  GenerationOptions o;
+  o.max_new_tokens = options.max_new_tokens;
+  o.sampling.temperature = 0;
+  if (tokenizer.eos_id()) o.stop_tokens.push_back(*tokenizer.eos_id());
+  std::vector<std::string> completions;
+  for (size_t first = 0; first < prompts.size(); first += size_t(options.batch_size)) {
+    if (progress) progress(int64_t(first));
+    const size_t count = std::min(prompts.size() - first, size_t(options.batch_size));
+    std::vector<std::vector<int32_t>> encoded;
+    for (size_t i = first; i < first + count; ++i) {
+      std::vector<int32_t> tokens = tokenizer.encode(prompts[i]);
+      HONE_CHECK(!tokens.empty(), "prompt {} is empty", i);
+      if (int64_t(tokens.size()) > room) tokens.erase(tokens.begin(), tokens.end() - room);
+      encoded.push_back(std::move(tokens));
+    }
+    o.finished = [&](size_t, const std::vector<int32_t>& completion) {
+      const std::string text = tokenizer.decode(completion);
+      return cut(text).size() < text.size();
+    };
+    for (std::vector<int32_t>& tokens : generate(model, encoded, o).completions) {
+      if (!tokens.empty() && !o.stop_tokens.empty() && tokens.back() == o.stop_tokens.front()) tokens.pop_back();
+      completions.push_back(cut(tokenizer.decode(tokens)));
+    }
+  }
+  return completions;
+}
+
+GenerativeResult evaluate_gsm8k(Transformer& model, const Tokenizer& tokenizer,
+                                const std::vector<GenerativeItem>& items, const GenerateUntil& options,
+                                const std::function<void(int64_t done)>& progress) {
+  std::vector<std::string> prompts;
+  for (const GenerativeItem& item : items) prompts.push_back(item.prompt);
+  GenerateUntil gsm8k = options;
+  gsm8k.until = {"Question:", "</s>", "<|im_end|>"};
+  GenerativeResult r;
+  r.items = int64_t(items.size());
+  r.completions = generate_until(model, tokenizer, prompts, gsm8k, progress);
+  int64_t strict = 0, flexible = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Gsm8kScore& score = r.scores.emplace_back(score_gsm8k(r.completions[i], items[i].reference));
+    strict += score.strict_match;
+    flexible += score.flexible_match;
+  }
+  r.exact_match_strict = double(strict) / double(std::max<int64_t>(r.items, 1));
+  r.exact_match_flexible = double(flexible) / double(std::max<int64_t>(r.items, 1));
   return r;
 }
 

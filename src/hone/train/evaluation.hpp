@@ -1,7 +1,8 @@
 #pragma once
-// Evaluation: mean loss and perplexity over batches, and multiple-choice tasks
-// (a context and several endings, one right; multiple_choice.hpp) scored by the
-// log-likelihood of each ending, as lm-evaluation-harness scores them.
+// Evaluation: mean loss and perplexity over batches; multiple-choice tasks (a
+// context and several endings, one right; eval_task.hpp) scored by the
+// log-likelihood of each ending, and questions answered in greedily generated
+// text (GSM8K), as lm-evaluation-harness scores them.
 #include <functional>
 #include <string>
 #include <vector>
@@ -9,7 +10,8 @@
 #include "hone/data/batch.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/model/transformer.hpp"
-#include "hone/train/multiple_choice.hpp"
+#include "hone/train/answer_match.hpp"
+#include "hone/train/eval_task.hpp"
 
 namespace hone {
 
@@ -29,6 +31,9 @@ struct MultipleChoiceResult {
   // of the probability, as accuracy_norm too.
   double accuracy = 0;
   double accuracy_norm = 0;  // argmax of that sum divided by the ending's length in characters (acc_norm)
+  // Per item: each choice's log-likelihood, and the choice with the largest.
+  std::vector<std::vector<double>> log_likelihoods;
+  std::vector<int64_t> chosen;
 };
 
 // The log-likelihood of each ending after its context (the context cut from the
@@ -39,5 +44,32 @@ std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& 
 MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
                                               const std::vector<MultipleChoiceItem>& items,
                                               const std::function<void(int64_t done)>& progress = {});
+
+// The harness's generate_until: greedy completions of each prompt (its tokens
+// cut from the left to leave max_new_tokens of max_seq_len), `batch_size` at a
+// time, each ending at the end-of-text token, after max_new_tokens, or once its
+// text holds one of `until`, and cut before the first of them.
+struct GenerateUntil {
+  std::vector<std::string> until;
+  int64_t max_new_tokens = 256;
+  int64_t batch_size = 4;
+};
+std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tokenizer,
+                                        const std::vector<std::string>& prompts, const GenerateUntil& options,
+                                        const std::function<void(int64_t done)>& progress = {});
+
+struct GenerativeResult {
+  int64_t items = 0;
+  double exact_match_strict = 0, exact_match_flexible = 0;  // shares of items whose answer matched
+  std::vector<std::string> completions;
+  std::vector<Gsm8kScore> scores;
+};
+
+// GSM8K as the harness's gsm8k task runs it: generation until "Question:",
+// "</s>" or "<|im_end|>" (options.until is set so; max_new_tokens 256 there),
+// each answer scored by score_gsm8k.
+GenerativeResult evaluate_gsm8k(Transformer& model, const Tokenizer& tokenizer,
+                                const std::vector<GenerativeItem>& items, const GenerateUntil& options,
+                                const std::function<void(int64_t done)>& progress = {});
 
 }  // namespace hone

@@ -1,8 +1,9 @@
 #pragma once
-// Multiple-choice tasks read from records (JSONL, JSON, Parquet, a folder or
-// pattern of shards): each item a context, its endings and the right one, built
-// from a record of a known layout as lm-evaluation-harness's task of that name
-// builds its prompt and choices, so that accuracies compare with its numbers.
+// Evaluation tasks read from records (JSONL, JSON, Parquet, a folder or pattern
+// of shards): multiple-choice items (a context, its endings and the right one)
+// or questions answered in generated text (GSM8K), built from a record of a
+// known layout as lm-evaluation-harness's task of that name builds its prompts,
+// so that scores compare with its numbers.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -13,8 +14,8 @@ namespace hone {
 // plain: ctx (or context), endings (or choices), label. The others are the
 // columns of Hugging Face's datasets of those tasks (truthfulqa: truthful_qa's
 // multiple_choice config); foundry is LLM Foundry's in-context-learning files
-// (query, choices, gold).
-enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, foundry };
+// (query, choices, gold). gsm8k (question, answer) is answered in generated text.
+enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, foundry, gsm8k };
 
 // Choice i is an ending after the context; or, where `contexts` are given
 // (Winogrande's: the sentence up to its blank, filled with each option), the
@@ -33,9 +34,17 @@ struct MultipleChoiceItem {
   const std::string& ending_of(size_t i) const { return contexts.empty() ? endings[i] : endings[0]; }
 };
 
-struct MultipleChoiceTask {
+// A question whose answer the model writes: the prompt it continues, and the
+// reference answer its text is compared with.
+struct GenerativeItem {
+  std::string prompt;
+  std::string reference;
+};
+
+struct EvalTask {
   TaskLayout layout = TaskLayout::plain;
-  std::vector<MultipleChoiceItem> items;
+  std::vector<MultipleChoiceItem> items;             // multiple-choice layouts
+  std::vector<GenerativeItem> generative_items;      // gsm8k
 };
 
 // The layout's name, as task.layout takes it ("auto" besides).
@@ -43,17 +52,22 @@ const char* layout_name(TaskLayout layout);
 // Whether lm-evaluation-harness reports acc_norm for the layout's task (HellaSwag, ARC, PIQA; plain, Foundry's).
 bool reports_accuracy_norm(TaskLayout layout);
 
-// Answered examples before each question (MMLU's layout only): the first
-// `count` records of the item's subject in `path`, as lm-evaluation-harness
-// takes them from the dev split with num_fewshot.
+// Answered examples before each question, as lm-evaluation-harness's samplers
+// pick them from `path` (the task's training or dev split) with num_fewshot:
+// mmlu, the first `count` records of the item's subject (its first_n sampler);
+// the other layouts, Random(seed).sample(records, count) drawn for each item in
+// turn (its default sampler, seeded by --fewshot_random_seed, 1234), one more
+// when `path` is the task's own file and the item itself then left out. Each
+// example is its context, a space, its right ending and a blank line.
 struct FewShot {
   std::string path;
   int64_t count = 0;
+  uint64_t seed = 1234;
 };
 
 // Reads every record of `path` in `layout`, or, with "auto", in the layout the
 // first record's columns show. Errors name the record and the column.
-MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout = "auto",
+EvalTask read_eval_task(const std::string& path, std::string_view layout = "auto",
                                         const FewShot& shots = {});
 
 // HellaSwag's text as lm-evaluation-harness cleans it: trimmed, " [title]" read

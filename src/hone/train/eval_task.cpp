@@ -1,12 +1,14 @@
-#include "hone/train/multiple_choice.hpp"
+#include "hone/train/eval_task.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/core/python_random.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
 
@@ -18,7 +20,8 @@ using Json = nlohmann::json;
 
 constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag,      TaskLayout::arc,
                                    TaskLayout::piqa,  TaskLayout::mmlu,           TaskLayout::truthfulqa_mc1,
-                                   TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::foundry};
+                                   TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::foundry,
+                                   TaskLayout::gsm8k};
 
 // lm-evaluation-harness's TruthfulQA prompt: six questions answered, then the item's.
 constexpr const char* kTruthfulQaShots =
@@ -132,6 +135,7 @@ TaskLayout detect_layout(const Json& record) {
   if (has("answerKey")) return TaskLayout::arc;
   if (has("goal") && has("sol1") && has("sol2")) return TaskLayout::piqa;
   if (has("question") && has("choices") && has("answer")) return TaskLayout::mmlu;
+  if (has("question") && has("answer") && record["answer"].is_string()) return TaskLayout::gsm8k;
   if (has("question") && has("mc2_targets")) return TaskLayout::truthfulqa_mc2;  // torchtune's default eval task
   if (has("question") && has("mc1_targets")) return TaskLayout::truthfulqa_mc1;
   if (has("sentence") && has("option1") && has("option2")) return TaskLayout::winogrande;
@@ -219,8 +223,68 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       item.endings = string_list_column(r, "choices");
       item.label = label_column(r, "gold", item.endings.size());
       break;
+    case TaskLayout::gsm8k:
+      HONE_ASSERT(!"gsm8k is not a multiple-choice layout");
   }
   return item;
+}
+
+// A GSM8K record as the harness's gsm8k task reads it; its reference is the
+// whole answer, reasoning and "#### " number.
+GenerativeItem generative_item_of(const data::Record& r) {
+  return {"Question: " + string_column(r, "question") + "\nAnswer:", string_column(r, "answer")};
+}
+
+// A record answered, as a few-shot example: its context, a space, its right ending or answer, a blank line.
+std::string example_of(const data::Record& r, TaskLayout layout) {
+  if (layout == TaskLayout::gsm8k) {
+    const GenerativeItem item = generative_item_of(r);
+    return item.prompt + " " + item.reference + "\n\n";
+  }
+  const MultipleChoiceItem item = item_of(r, layout);
+  const auto right = size_t(item.label);
+  return item.context_of(right) + " " + item.ending_of(right) + "\n\n";
+}
+
+// The harness's first_n sampler by subject (MMLU): the shots go after the description.
+void add_first_shots_by_subject(EvalTask& task, const std::vector<data::Record>& records,
+                                const FewShot& shots) {
+  const auto examples = mmlu_shots(shots.path, shots.count);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::string subject = string_column(records[i], "subject");
+    auto it = examples.find(subject);
+    const int64_t found = it == examples.end() ? 0 : it->second.second;
+    HONE_CHECK(found == shots.count, "{}: {} examples of subject '{}' in {} for {} shots", records[i].where, found,
+               subject, shots.path, shots.count);
+    task.items[i].context.insert(mmlu_description(records[i]).size(), it->second.first);
+  }
+}
+
+// The harness's default sampler: for each item in turn, the examples drawn by
+// Random(seed).sample; one more drawn when they are the task's own records,
+// and any equal to the item dropped (as the harness compares docs).
+std::vector<std::string> sampled_shots(const std::vector<data::Record>& records, const std::string& path,
+                                       TaskLayout layout, const FewShot& shots) {
+  namespace fs = std::filesystem;
+  const bool own_records = fs::weakly_canonical(path) == fs::weakly_canonical(shots.path);
+  const std::vector<data::Record> pool = own_records ? records : data::read_records(shots.path);
+  std::vector<std::string> examples;
+  for (const data::Record& r : pool) examples.push_back(example_of(r, layout));
+  const auto draws = uint64_t(shots.count) + (own_records ? 1 : 0);
+  HONE_CHECK(examples.size() >= draws, "{}: {} records for {} shots{}", shots.path, examples.size(), shots.count,
+             own_records ? " and the item itself" : "");
+  PythonRandom random(shots.seed);
+  std::vector<std::string> prefixes;
+  for (const data::Record& item : records) {
+    std::string& prefix = prefixes.emplace_back();
+    int64_t taken = 0;
+    for (const uint64_t j : random.sample(examples.size(), draws)) {
+      if (pool[j].value == item.value || taken == shots.count) continue;
+      prefix += examples[j];
+      ++taken;
+    }
+  }
+  return prefixes;
 }
 
 }  // namespace
@@ -236,6 +300,7 @@ const char* layout_name(TaskLayout layout) {
     case TaskLayout::truthfulqa_mc2: return "truthfulqa_mc2";
     case TaskLayout::winogrande: return "winogrande";
     case TaskLayout::foundry: return "foundry";
+    case TaskLayout::gsm8k: return "gsm8k";
   }
   return "?";
 }
@@ -264,10 +329,10 @@ std::string clean_hellaswag_text(std::string_view text) {
   return kept;
 }
 
-MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_view layout, const FewShot& shots) {
+EvalTask read_eval_task(const std::string& path, std::string_view layout, const FewShot& shots) {
   const std::vector<data::Record> records = data::read_records(path);
   HONE_CHECK(!records.empty(), "{}: no items", path);
-  MultipleChoiceTask task;
+  EvalTask task;
   if (layout == "auto") {
     task.layout = detect_layout(records.front().value);
   } else {
@@ -275,24 +340,43 @@ MultipleChoiceTask read_multiple_choice(const std::string& path, std::string_vie
                                      [&](TaskLayout l) { return layout == layout_name(l); });
     HONE_CHECK(known != std::end(kLayouts),
                "unknown task layout '{}': expected auto, plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, "
-               "truthfulqa_mc2, winogrande or foundry",
+               "truthfulqa_mc2, winogrande, foundry or gsm8k",
                layout);
     task.layout = *known;
   }
-  for (const data::Record& r : records) task.items.push_back(item_of(r, task.layout));
+  for (const data::Record& r : records) {
+    if (task.layout == TaskLayout::gsm8k) {
+      task.generative_items.push_back(generative_item_of(r));
+    } else {
+      task.items.push_back(item_of(r, task.layout));
+    }
+  }
   if (shots.count == 0) return task;
-  HONE_CHECK(task.layout == TaskLayout::mmlu && !shots.path.empty(),
-             "{}: few-shot prompts are built for mmlu's layout from a file of examples (the harness's first_n "
-             "sampler); the other tasks' are drawn at random, and hone scores them zero-shot",
-             path);
-  const auto examples = mmlu_shots(shots.path, shots.count);
-  for (size_t i = 0; i < records.size(); ++i) {
-    const std::string subject = string_column(records[i], "subject");
-    auto it = examples.find(subject);
-    const int64_t found = it == examples.end() ? 0 : it->second.second;
-    HONE_CHECK(found == shots.count, "{}: {} examples of subject '{}' in {} for {} shots", records[i].where, found,
-               subject, shots.path, shots.count);
-    task.items[i].context.insert(mmlu_description(records[i]).size(), it->second.first);
+  HONE_CHECK(!shots.path.empty(), "{}: few-shot examples ({}) need a file of records to come from", path, shots.count);
+  switch (task.layout) {
+    case TaskLayout::mmlu:
+      add_first_shots_by_subject(task, records, shots);
+      return task;
+    case TaskLayout::truthfulqa_mc1:
+    case TaskLayout::truthfulqa_mc2:
+      fail("{}: TruthfulQA's prompt holds six answered questions of its own; the harness adds none (num_fewshot 0)",
+           path);
+    case TaskLayout::foundry:
+      fail("{}: LLM Foundry's few-shot prompts (its num_fewshot and prompt_string) are not built by hone; "
+           "score its files zero-shot",
+           path);
+    default:
+      break;
+  }
+  const std::vector<std::string> prefixes = sampled_shots(records, path, task.layout, shots);
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    if (task.layout == TaskLayout::gsm8k) {
+      task.generative_items[i].prompt.insert(0, prefixes[i]);
+      continue;
+    }
+    MultipleChoiceItem& item = task.items[i];
+    if (item.contexts.empty()) item.context.insert(0, prefixes[i]);
+    for (std::string& context : item.contexts) context.insert(0, prefixes[i]);
   }
   return task;
 }
