@@ -412,8 +412,8 @@ TEST(Gsm8kScore, MatchesTheHarnessScoresComputedInPython) {
   }
 }
 
-// generate_until is greedy generation cut before the first stop string, and
-// it stops generating there.
+// generate_until is greedy generation cut before the first stop string
+// (GenerationOptions.finished stops each sequence there).
 TEST_F(MultipleChoice, GenerateUntilStopsAtTheFirstStopString) {
   const std::vector<std::string> prompts = {"The cat sat on the", "Question: 2+2?\nAnswer:", "Hello"};
   GenerationOptions greedy;
@@ -423,6 +423,8 @@ TEST_F(MultipleChoice, GenerateUntilStopsAtTheFirstStopString) {
   for (const std::string& p : prompts) {
     full.push_back(tokenizer_->decode(generate(model_, {tokenizer_->encode(p)}, greedy).completions[0]));
   }
+  greedy.finished = [](size_t, const std::vector<int32_t>& completion) { return completion.size() == 3; };
+  EXPECT_EQ(generate(model_, {{1, 2}, {3}}, greedy).completions[1].size(), 3u);
   // No stop string: the whole greedy completion, batched two at a time.
   int64_t last_progress = -1;
   EXPECT_EQ(generate_until(model_, *tokenizer_, prompts, {.until = {}, .max_new_tokens = 12, .batch_size = 2},

@@ -554,15 +554,14 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
            << "\n";
     }
   }
-  const auto eval = [&](const std::string& task, const std::string& samples) {
+  const auto eval = [&](const std::string& task, const std::string& samples, const std::string& limit = "") {
     const std::string out = root_ + "/eval_task.out";
     std::remove(out.c_str());  // the log is appended to
-    EXPECT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
-                               "tokenizer.path=" + tokenizer_, "task.path=" + root_ + "/" + task,
-                               "task.max_new_tokens=8", "batch_size=2", "task.samples_path=" + samples},
-                              out),
-              0)
-        << read_file(out);
+    std::vector<std::string> args = {"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                                     "tokenizer.path=" + tokenizer_, "task.path=" + root_ + "/" + task,
+                                     "task.max_new_tokens=8", "batch_size=2", "task.samples_path=" + samples};
+    if (!limit.empty()) args.push_back("task.limit=" + limit);
+    EXPECT_EQ(run_hone_to_log(args, out), 0) << read_file(out);
     const std::string text = read_file(out);
     return nlohmann::json::parse(text.substr(text.rfind("\n{") + 1));
   };
@@ -589,6 +588,13 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(items, 3);
   EXPECT_NEAR(result["exact_match_strict"].get<double>(), strict, 1e-12);
   EXPECT_NEAR(result["exact_match_flexible"].get<double>(), flexible, 1e-12);
+  // task.limit: the first items, by count or by share (rounded up), each scored as before.
+  for (const char* limit : {"2", "0.5"}) {
+    const nlohmann::json limited = eval("gsm8k.jsonl", root_ + "/limited.jsonl", limit);
+    EXPECT_EQ(limited["task_items"], 2) << limit;
+    const std::string all = read_file(samples_path);
+    EXPECT_EQ(read_file(root_ + "/limited.jsonl"), all.substr(0, all.find('\n', all.find('\n') + 1) + 1)) << limit;
+  }
 
   std::ofstream(root_ + "/choices.jsonl") << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 1})"
                                           << "\n";

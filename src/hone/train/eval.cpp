@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "hone/core/progress_line.hpp"
@@ -48,6 +49,9 @@ Schema eval_schema() {
         Range::not_negative());
   s.add({"task.max_new_tokens", ValueType::integer, 256,
          "gsm8k: tokens generated at most per answer (the harness's max_gen_toks)"},
+        Range::positive());
+  s.add({"task.limit", ValueType::number, nullptr,
+         "score only the first items: a count, or below 1 a share of them, rounded up (the harness's --limit)"},
         Range::positive());
   s.add({"task.samples_path", ValueType::string, nullptr,
          "a JSONL file of every item scored: its prompt, its choices' log-likelihoods or its generated answer, and "
@@ -101,7 +105,14 @@ int run_eval(const Config& c) {
     // Opened first, so that a folder that cannot take it fails before the evaluation, not after.
     std::optional<AtomicFile> samples_file;
     if (c.has("task.samples_path")) samples_file.emplace(c.get<std::string>("task.samples_path"));
-    const EvalTask task = read_eval_task(c.get<std::string>("task.path"), c.get<std::string>("task.layout"), shots);
+    EvalTask task = read_eval_task(c.get<std::string>("task.path"), c.get<std::string>("task.layout"), shots);
+    if (c.has("task.limit")) {  // the first items; their few-shot draws are those of the whole task's first
+      const double limit = c.get<double>("task.limit");
+      const size_t all = task.items.size() + task.generative_items.size();
+      const auto keep = size_t(limit < 1 ? std::ceil(double(all) * limit) : limit);
+      if (keep < task.items.size()) task.items.resize(keep);
+      if (keep < task.generative_items.size()) task.generative_items.resize(keep);
+    }
     const int64_t count = int64_t(task.items.size() + task.generative_items.size());
     ProgressLine line;
     const auto start = std::chrono::steady_clock::now();
