@@ -196,6 +196,56 @@ TEST_F(InstructTest, LlmFoundryPromptResponseRecordsInJsonlAndMds) {
             std::string::npos);
 }
 
+// Records tokenized as Hugging Face's Trainer takes them (input_ids, labels with
+// -100, attention_mask): the same samples as the records they were made from.
+TEST_F(InstructTest, HuggingFaceTokenizedRecords) {
+  const std::string text = file("a.jsonl", R"({"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"}
+{"instruction": "Say hi.", "output": "hi"}
+)");
+  const auto from_text = data::load_instruct_dataset(text, *gpt2_, {.max_seq_len = 128}).samples;
+  ASSERT_EQ(from_text.size(), 2u);
+  std::string records, padded;
+  for (const TokenizedSample& s : from_text) {
+    records += nlohmann::json{{"input_ids", s.tokens}, {"labels", s.labels}}.dump() + "\n";
+    // Right-padded by 8 with the pad left out of the loss and the mask.
+    std::vector<int32_t> tokens = s.tokens, labels = s.labels, mask(s.tokens.size(), 1);
+    tokens.resize(tokens.size() + 8, 0);
+    labels.resize(labels.size() + 8, -100);
+    mask.resize(mask.size() + 8, 0);
+    padded += nlohmann::json{{"input_ids", tokens}, {"labels", labels}, {"attention_mask", mask}}.dump() + "\n";
+  }
+  for (const std::string& name : {"tokens.jsonl", "padded.jsonl"}) {
+    const auto d = data::load_instruct_dataset(file(name, name == "tokens.jsonl" ? records : padded), *gpt2_,
+                                               {.max_seq_len = 128});
+    ASSERT_EQ(d.samples.size(), 2u) << name;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(d.samples[i].tokens, from_text[i].tokens) << name;
+      EXPECT_EQ(d.samples[i].labels, from_text[i].labels) << name;
+    }
+  }
+  // Without labels every token is learned.
+  const auto all = data::load_instruct_dataset(file("ids.jsonl", R"({"input_ids": [5, 6, 7]})"), *gpt2_, {});
+  EXPECT_EQ(all.samples[0].labels, (std::vector<int32_t>{5, 6, 7}));
+
+  const auto error = [&](const std::string& lines) {
+    return error_of([&] { data::load_instruct_dataset(file("bad.jsonl", lines), *gpt2_, {}); });
+  };
+  EXPECT_NE(error(R"({"input_ids": [1, 2], "labels": [1]})")
+                .find("bad.jsonl:1: 2 input_ids, 1 labels and 2 attention_mask: they go position by position"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input_ids": [1, 2], "labels": [-5, 2]})")
+                .find("bad.jsonl:1: 'labels' holds -5, not a token id or -100"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input_ids": [1, -100]})").find("bad.jsonl:1: 'input_ids' holds -100, not a token id"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input_ids": [1, 60000]})")
+                .find("bad.jsonl:1: token id 60000 is beyond this tokenizer's 50257 ids"),
+            std::string::npos);
+  EXPECT_NE(error("{\"input_ids\": [1, 2]}\n{\"text\": \"x\"}\n")
+                .find("bad.jsonl:2: no 'input_ids' (the first record has them)"),
+            std::string::npos);
+}
+
 // LLM Foundry's pre-tokenized fine-tuning shards (convert_finetuning_dataset.py
 // given a tokenizer): a `turns` json column of {input_ids, labels} per turn, or,
 // from its older versions, `input_ids` and `labels` as ndarray:uint32 or as raw

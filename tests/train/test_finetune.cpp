@@ -346,13 +346,21 @@ TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {
 TEST_F(FinetuneRun, PreTokenizedMdsTrainsLikeItsRecords) {
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_);
   std::vector<std::vector<std::string>> rows;
+  std::ofstream aligned(root_ + "/aligned.jsonl");  // and as Hugging Face's input_ids and labels
   std::istringstream records(read_file(root_ + "/data.jsonl"));
   for (std::string line; std::getline(records, line);) {
     const auto record = nlohmann::json::parse(line);
     const std::string prompt =
         data::format_prompt({{"instruction", record["instruction"].get<std::string>()}}, data::InstructOptions{});
-    rows.push_back({raw_bytes(tokenizer->encode(prompt)), raw_bytes(tokenizer->encode(record["output"].get<std::string>()))});
+    std::vector<int32_t> prompt_ids = tokenizer->encode(prompt), output_ids = tokenizer->encode(record["output"].get<std::string>());
+    rows.push_back({raw_bytes(prompt_ids), raw_bytes(output_ids)});
+    output_ids.push_back(*tokenizer->eos_id());
+    std::vector<int32_t> input_ids = prompt_ids, labels(prompt_ids.size(), -100);
+    input_ids.insert(input_ids.end(), output_ids.begin(), output_ids.end());
+    labels.insert(labels.end(), output_ids.begin(), output_ids.end());
+    aligned << nlohmann::json{{"input_ids", input_ids}, {"labels", labels}}.dump() << "\n";
   }
+  aligned.close();
   write_mds_fixture(root_ + "/pretokenized", {{"input_ids", "bytes"}, {"labels", "bytes"}}, rows);
   auto args = lora_args("from_records", 2);
   ASSERT_EQ(run_hone_to_log(args, root_ + "/from_records.log"), 0) << read_file(root_ + "/from_records.log");
@@ -371,7 +379,8 @@ TEST_F(FinetuneRun, PreTokenizedMdsTrainsLikeItsRecords) {
                      "/pretokenized/shard.00000.mds: sample 0, column 'input_ids': 140 bytes are not a whole number of "
                      "token ids (raw 'bytes' tokens read as int64: set dataset.token_encoding_type");
 
-  // hone run eval takes the same dataset keys: the shards, and the records under other column names, lose the same.
+  // hone run eval takes the same dataset keys: the shards, Hugging Face-tokenized records, and the records under
+  // other column names, lose the same.
   std::ofstream renamed(root_ + "/renamed.jsonl");
   std::istringstream again(read_file(root_ + "/data.jsonl"));
   for (std::string line; std::getline(again, line);) {
@@ -386,6 +395,7 @@ TEST_F(FinetuneRun, PreTokenizedMdsTrainsLikeItsRecords) {
   };
   const double want = eval_loss({"dataset.path=" + root_ + "/data.jsonl"});
   EXPECT_EQ(eval_loss({"dataset.path=" + root_ + "/pretokenized", "dataset.token_encoding_type=int32"}), want);
+  EXPECT_EQ(eval_loss({"dataset.path=" + root_ + "/aligned.jsonl"}), want);
   EXPECT_EQ(eval_loss({"dataset.path=" + root_ + "/renamed.jsonl", "dataset.column_map.instruction=task",
                        "dataset.column_map.output=answer"}),
             want);

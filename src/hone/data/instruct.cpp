@@ -83,16 +83,63 @@ bool is_pretokenized(const MdsDataset& dataset) {
   return has("turns") || (has("input_ids") && has("labels"));
 }
 
-std::vector<int32_t> json_token_ids(const Json& turn, const char* key, const std::string& where, size_t index) {
-  auto it = turn.find(key);
-  HONE_CHECK(it != turn.end() && it->is_array(), "{}: turn {} has no '{}' list of token ids", where, index, key);
+// The ids a JSON list holds; `what` names the list in errors. With
+// `ignore_allowed`, -100 (no loss here) may stand for an id.
+std::vector<int32_t> token_id_list(const Json& list, const std::string& what, bool ignore_allowed = false) {
   std::vector<int32_t> ids;
-  for (const Json& id : *it) {
-    HONE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX,
-               "{}: turn {}: '{}' holds {}, not a token id", where, index, key, id.dump());
+  for (const Json& id : list) {
+    const bool valid = id.is_number_integer() && ((id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX) ||
+                                                  (ignore_allowed && id.get<int64_t>() == kIgnore));
+    HONE_CHECK(valid, "{} holds {}, not a token id{}", what, id.dump(), ignore_allowed ? " or -100" : "");
     ids.push_back(id.get<int32_t>());
   }
   return ids;
+}
+
+std::vector<int32_t> json_token_ids(const Json& turn, const char* key, const std::string& where, size_t index) {
+  auto it = turn.find(key);
+  HONE_CHECK(it != turn.end() && it->is_array(), "{}: turn {} has no '{}' list of token ids", where, index, key);
+  return token_id_list(*it, fmt::format("{}: turn {}: '{}'", where, index, key));
+}
+
+void check_in_vocabulary(int32_t id, const Tokenizer& t, const std::string& where) {
+  HONE_CHECK(id < t.vocab_size(),
+             "{}: token id {} is beyond this tokenizer's {} ids: were the samples tokenized with another?", where, id,
+             t.vocab_size());
+}
+
+// Whether records are already tokenized as Hugging Face's Trainer takes them (an `input_ids` list).
+bool holds_token_ids(const std::vector<Record>& records) {
+  return !records.empty() && records.front().value.contains("input_ids") &&
+         records.front().value["input_ids"].is_array();
+}
+
+// A record tokenized as Hugging Face's Trainer takes it: `input_ids`; `labels`
+// of the same length, -100 where no loss applies (input_ids, all learned, when
+// absent); `attention_mask`, whose 0s mark padding, left out.
+TokenizedSample aligned_token_sample(const Record& r, const Tokenizer& t) {
+  const auto list = [&](const char* key, bool ignore_allowed) {
+    const Json& value = r.value[key];
+    HONE_CHECK(value.is_array(), "{}: '{}' must be a list of token ids", r.where, key);
+    return token_id_list(value, fmt::format("{}: '{}'", r.where, key), ignore_allowed);
+  };
+  HONE_CHECK(r.value.contains("input_ids"), "{}: no 'input_ids' (the first record has them)", r.where);
+  const std::vector<int32_t> tokens = list("input_ids", false);
+  const std::vector<int32_t> labels = r.value.contains("labels") ? list("labels", true) : tokens;
+  const std::vector<int32_t> mask =
+      r.value.contains("attention_mask") ? list("attention_mask", false) : std::vector<int32_t>(tokens.size(), 1);
+  HONE_CHECK(labels.size() == tokens.size() && mask.size() == tokens.size(),
+             "{}: {} input_ids, {} labels and {} attention_mask: they go position by position", r.where, tokens.size(),
+             labels.size(), mask.size());
+  TokenizedSample s;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (mask[i] == 0) continue;
+    check_in_vocabulary(tokens[i], t, r.where);
+    if (labels[i] != kIgnore) check_in_vocabulary(labels[i], t, r.where);
+    s.tokens.push_back(tokens[i]);
+    s.labels.push_back(labels[i]);
+  }
+  return s;
 }
 
 std::vector<TokenTurn> token_turns(const MdsDataset& dataset, uint64_t i, const std::string& where,
@@ -125,9 +172,7 @@ TokenizedSample stitch_turns(std::vector<TokenTurn> turns, const Tokenizer& t, c
     if (last && t.eos_id() && (response.empty() || response.back() != *t.eos_id())) response.push_back(*t.eos_id());
     const auto append = [&](const std::vector<int32_t>& ids, bool learn) {
       for (int32_t id : ids) {
-        HONE_CHECK(id < t.vocab_size(),
-                   "{}: token id {} is beyond this tokenizer's {} ids: were the samples tokenized with another?", where,
-                   id, t.vocab_size());
+        check_in_vocabulary(id, t, where);
         s.tokens.push_back(id);
         s.labels.push_back(learn ? id : kIgnore);
       }
@@ -456,7 +501,12 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
       return usable();
     }
   }
-  for (const Record& r : read_records(path)) {
+  const std::vector<Record> records = read_records(path);
+  if (holds_token_ids(records)) {
+    for (const Record& r : records) keep(aligned_token_sample(r, t));
+    return usable();
+  }
+  for (const Record& r : records) {
     std::vector<Piece> pieces;
     if (o.format == InstructTemplate::chat) {
       pieces = chat_pieces(messages_of(r, o), t, o, r.where, /*generation_prompt=*/false);

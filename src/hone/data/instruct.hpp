@@ -1,7 +1,8 @@
 #pragma once
 // Fine-tuning data: records (JSONL, a JSON array, Parquet rows, MDS samples)
 // turned into a prompt and a response by a template, tokenized, with the prompt masked out of the loss
-// unless train_on_input; or LLM Foundry's pre-tokenized MDS samples (prompt and
+// unless train_on_input; records tokenized already (Hugging Face's input_ids
+// and labels); or LLM Foundry's pre-tokenized MDS samples (prompt and
 // response ids per turn), stitched as its collator does. Templates follow torchtune's: alpaca, summarize, plain
 // prompt/completion, and chat (`messages` with roles) in the model family's
 // format (Llama 3, Llama 2 or ChatML).
@@ -66,7 +67,10 @@ struct InstructDataset {
 };
 
 // The samples of a dataset path (see read_records), each record through the
-// template; an MDS folder of LLM Foundry's pre-tokenized samples (a `turns` json
+// template; records already tokenized as Hugging Face's Trainer takes them
+// (`input_ids`; `labels` of the same length, -100 where no loss applies, all
+// learned when absent; `attention_mask` 0s for padding, left out) as their
+// ids, the template unused; an MDS folder of LLM Foundry's pre-tokenized samples (a `turns` json
 // column of {input_ids, labels}, or `input_ids` and `labels` token columns) is
 // read as its ids: each turn's prompt (input_ids) then response (labels), EOS
 // after the last response unless it ends with one, the template unused. Errors
