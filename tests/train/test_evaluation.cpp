@@ -442,5 +442,56 @@ TEST_F(MultipleChoice, GenerateUntilStopsAtTheFirstStopString) {
             std::string::npos);
 }
 
+
+// LAMBADA as the harness splits it, and LLM Foundry's language-modeling files.
+TEST(ContinuationTaskFile, ReadsLambadaAndFoundryLanguageModeling) {
+  const std::string path = testing::TempDir() + "hone_lambada.jsonl";
+  std::ofstream(path) << R"({"text": "He looked at the  old map"})" << "\n" << R"({"text": "Alone"})" << "\n";
+  EvalTask t = read_eval_task(path);
+  EXPECT_EQ(t.layout, TaskLayout::lambada);
+  EXPECT_TRUE(scores_continuation(t.layout));
+  EXPECT_EQ(t.items[0].context, "He looked at the  old");  // Python's split(' '): the double space stays
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{" map"}));
+  EXPECT_EQ(t.items[1].context, "");
+  EXPECT_EQ(t.items[1].endings, (std::vector<std::string>{" Alone"}));
+  EXPECT_NE(error_of([&] { read_eval_task(path, "auto", {path, 1}); }).find("LAMBADA is scored zero-shot"),
+            std::string::npos);
+  std::ofstream(path) << R"({"context": "The sky is", "continuation": " blue"})" << "\n";
+  t = read_eval_task(path);
+  EXPECT_EQ(t.layout, TaskLayout::foundry_lm);
+  EXPECT_EQ(t.items[0].context, "The sky is");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{" blue"}));
+  EXPECT_FALSE(scores_continuation(TaskLayout::foundry));
+  std::filesystem::remove(path);
+}
+
+// A continuation's log-likelihood and greediness, against the logits: the
+// model's own most likely next token as a continuation is greedy.
+TEST_F(MultipleChoice, ContinuationsAreScoredByLikelihoodAndGreediness) {
+  const std::string context = "The cat sat on the";
+  const std::vector<int32_t> context_ids = tokenizer_->encode(context);
+  model_.forward(Tensor::from(context_ids, {1, int64_t(context_ids.size())}));
+  const auto logits = model_.logits().to_vector<double>();
+  const auto V = size_t(model_.config().vocab_size);
+  const double* last = logits.data() + (context_ids.size() - 1) * V;
+  const auto best = int32_t(std::max_element(last, last + V) - last);
+  const std::vector<int32_t> best_ids = {best};
+  const std::string greedy_word = tokenizer_->decode(best_ids);
+  std::vector<int32_t> expected_ids = context_ids;
+  expected_ids.push_back(best);
+  ASSERT_EQ(tokenizer_->encode(context + greedy_word), expected_ids) << "pick a context whose best token re-encodes";
+
+  const std::vector<MultipleChoiceItem> items = {{context, {greedy_word}, 0}, {context, {" moon, quietly."}, 0}};
+  const ContinuationResult r = evaluate_continuations(model_, *tokenizer_, items);
+  ASSERT_EQ(r.items, 2);
+  EXPECT_TRUE(r.greedy[0]);
+  EXPECT_FALSE(r.greedy[1]);
+  EXPECT_NEAR(r.log_likelihoods[0], log_likelihood(expected_ids, context_ids.size()), 1e-9);
+  std::vector<int32_t> moon = tokenizer_->encode(context + " moon, quietly.");
+  EXPECT_NEAR(r.log_likelihoods[1], log_likelihood(moon, context_ids.size()), 1e-9);
+  EXPECT_DOUBLE_EQ(r.accuracy, 0.5);
+  EXPECT_NEAR(r.perplexity, std::exp(-(r.log_likelihoods[0] + r.log_likelihoods[1]) / 2), 1e-12);
+}
+
 }  // namespace
 }  // namespace hone::test

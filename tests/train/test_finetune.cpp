@@ -617,6 +617,21 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(choices["accuracy"].get<double>(), ll[1] > ll[0] ? 1.0 : 0.0);
   EXPECT_EQ(sample["context"], "Repeat the word apple.");
 
+  // LAMBADA: each item's log-likelihood and greediness; the perplexity from their mean.
+  std::ofstream(root_ + "/lambada.jsonl") << R"({"text": "Repeat the word apple. apple"})" << "\n"
+                                          << R"({"text": "Repeat the word river. stone"})" << "\n";
+  const nlohmann::json lambada = eval("lambada.jsonl", root_ + "/lambada_samples.jsonl");
+  EXPECT_EQ(lambada["task_layout"], "lambada");
+  std::istringstream lambada_lines(read_file(root_ + "/lambada_samples.jsonl"));
+  double log_likelihood_sum = 0, greedy = 0;
+  for (std::string line; std::getline(lambada_lines, line);) {
+    const nlohmann::json item = nlohmann::json::parse(line);
+    log_likelihood_sum += item["log_likelihood"].get<double>();
+    greedy += item["greedy"].get<bool>() ? 0.5 : 0.0;
+  }
+  EXPECT_NEAR(lambada["task_perplexity"].get<double>(), std::exp(-log_likelihood_sum / 2), 1e-9);
+  EXPECT_EQ(lambada["accuracy"].get<double>(), greedy);
+
   // A samples file that cannot be written is an error before any item is scored.
   const std::string log = root_ + "/eval_bad_samples.log";
   EXPECT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",

@@ -37,7 +37,7 @@ Schema eval_schema() {
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "foundry", "gsm8k"}});
+          "foundry", "lambada", "foundry_lm", "gsm8k"}});
   s.add({"task.num_fewshot", ValueType::integer, 0,
          "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
          "drawn at random as lm-evaluation-harness draws them"},
@@ -134,6 +134,15 @@ int run_eval(const Config& c) {
                            {"reference", task.generative_items[i].reference}, {"completion", r.completions[i]},
                            {"answer_strict", s.strict_answer}, {"answer_flexible", s.flexible_answer},
                            {"exact_match_strict", s.strict_match}, {"exact_match_flexible", s.flexible_match}});
+      }
+    } else if (scores_continuation(task.layout)) {
+      const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, progress);
+      result["accuracy"] = r.accuracy;
+      result["task_perplexity"] = r.perplexity;
+      for (size_t i = 0; i < task.items.size(); ++i) {
+        samples.push_back({{"item", i}, {"context", task.items[i].context},
+                           {"continuation", task.items[i].endings[0]}, {"log_likelihood", r.log_likelihoods[i]},
+                           {"greedy", bool(r.greedy[i])}});
       }
     } else {
       const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, progress);

@@ -21,7 +21,7 @@ using Json = nlohmann::json;
 constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag,      TaskLayout::arc,
                                    TaskLayout::piqa,  TaskLayout::mmlu,           TaskLayout::truthfulqa_mc1,
                                    TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::foundry,
-                                   TaskLayout::gsm8k};
+                                   TaskLayout::lambada, TaskLayout::foundry_lm, TaskLayout::gsm8k};
 
 // lm-evaluation-harness's TruthfulQA prompt: six questions answered, then the item's.
 constexpr const char* kTruthfulQaShots =
@@ -140,6 +140,8 @@ TaskLayout detect_layout(const Json& record) {
   if (has("question") && has("mc1_targets")) return TaskLayout::truthfulqa_mc1;
   if (has("sentence") && has("option1") && has("option2")) return TaskLayout::winogrande;
   if (has("query") && has("gold")) return TaskLayout::foundry;
+  if (has("context") && has("continuation")) return TaskLayout::foundry_lm;
+  if (has("text") && !has("ctx") && !has("context")) return TaskLayout::lambada;
   return TaskLayout::plain;
 }
 
@@ -223,6 +225,18 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       item.endings = string_list_column(r, "choices");
       item.label = label_column(r, "gold", item.endings.size());
       break;
+    case TaskLayout::lambada: {
+      // The harness splits at spaces: the words but the last, joined; then a space and the last.
+      const std::string text = string_column(r, "text");
+      const size_t last_space = text.rfind(' ');
+      item.context = last_space == std::string::npos ? "" : text.substr(0, last_space);
+      item.endings = {" " + (last_space == std::string::npos ? text : text.substr(last_space + 1))};
+      break;
+    }
+    case TaskLayout::foundry_lm:
+      item.context = string_column(r, "context");
+      item.endings = {string_column(r, "continuation")};
+      break;
     case TaskLayout::gsm8k:
       HONE_ASSERT(!"gsm8k is not a multiple-choice layout");
   }
@@ -300,9 +314,15 @@ const char* layout_name(TaskLayout layout) {
     case TaskLayout::truthfulqa_mc2: return "truthfulqa_mc2";
     case TaskLayout::winogrande: return "winogrande";
     case TaskLayout::foundry: return "foundry";
+    case TaskLayout::lambada: return "lambada";
+    case TaskLayout::foundry_lm: return "foundry_lm";
     case TaskLayout::gsm8k: return "gsm8k";
   }
   return "?";
+}
+
+bool scores_continuation(TaskLayout layout) {
+  return layout == TaskLayout::lambada || layout == TaskLayout::foundry_lm;
 }
 
 bool reports_accuracy_norm(TaskLayout layout) {
@@ -340,7 +360,7 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
                                      [&](TaskLayout l) { return layout == layout_name(l); });
     HONE_CHECK(known != std::end(kLayouts),
                "unknown task layout '{}': expected auto, plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, "
-               "truthfulqa_mc2, winogrande, foundry or gsm8k",
+               "truthfulqa_mc2, winogrande, foundry, lambada, foundry_lm or gsm8k",
                layout);
     task.layout = *known;
   }
@@ -362,9 +382,12 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
       fail("{}: TruthfulQA's prompt holds six answered questions of its own; the harness adds none (num_fewshot 0)",
            path);
     case TaskLayout::foundry:
+    case TaskLayout::foundry_lm:
       fail("{}: LLM Foundry's few-shot prompts (its num_fewshot and prompt_string) are not built by hone; "
            "score its files zero-shot",
            path);
+    case TaskLayout::lambada:
+      fail("{}: LAMBADA is scored zero-shot, as the harness's lambada tasks are", path);
     default:
       break;
   }

@@ -14,8 +14,12 @@ namespace hone {
 // plain: ctx (or context), endings (or choices), label. The others are the
 // columns of Hugging Face's datasets of those tasks (truthfulqa: truthful_qa's
 // multiple_choice config); foundry is LLM Foundry's in-context-learning files
-// (query, choices, gold). gsm8k (question, answer) is answered in generated text.
-enum class TaskLayout { plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, foundry, gsm8k };
+// (query, choices, gold). lambada (text: its last word continues the rest) and
+// foundry_lm (LLM Foundry's language-modeling files: context, continuation) score
+// one continuation; gsm8k (question, answer) is answered in generated text.
+enum class TaskLayout {
+  plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, foundry, lambada, foundry_lm, gsm8k
+};
 
 // Choice i is an ending after the context; or, where `contexts` are given
 // (Winogrande's: the sentence up to its blank, filled with each option), the
@@ -43,14 +47,17 @@ struct GenerativeItem {
 
 struct EvalTask {
   TaskLayout layout = TaskLayout::plain;
-  std::vector<MultipleChoiceItem> items;             // multiple-choice layouts
-  std::vector<GenerativeItem> generative_items;      // gsm8k
+  // Multiple-choice layouts; and lambada's and foundry_lm's, an item whose one ending is the continuation.
+  std::vector<MultipleChoiceItem> items;
+  std::vector<GenerativeItem> generative_items;  // gsm8k
 };
 
 // The layout's name, as task.layout takes it ("auto" besides).
 const char* layout_name(TaskLayout layout);
 // Whether lm-evaluation-harness reports acc_norm for the layout's task (HellaSwag, ARC, PIQA; plain, Foundry's).
 bool reports_accuracy_norm(TaskLayout layout);
+// Whether the layout's items are scored by their one continuation (lambada, foundry_lm).
+bool scores_continuation(TaskLayout layout);
 
 // Answered examples before each question, as lm-evaluation-harness's samplers
 // pick them from `path` (the task's training or dev split) with num_fewshot:

@@ -64,6 +64,23 @@ EncodedChoice encode_choice(const Tokenizer& tokenizer, std::string context, con
   return encoded;
 }
 
+// Context then ending, cut from the left to at most `length` tokens.
+struct FittedRow {
+  std::vector<int32_t> tokens;
+  int64_t first_ending = 0;  // position of the ending's first token
+};
+
+FittedRow fitted_row(const EncodedChoice& choice, int64_t length) {
+  HONE_CHECK(int64_t(choice.ending.size()) < length, "an ending of {} tokens does not fit max_seq_len {}",
+             choice.ending.size(), length);
+  std::vector<int32_t> all = choice.context;
+  all.insert(all.end(), choice.ending.begin(), choice.ending.end());
+  const size_t start = all.size() > size_t(length) ? all.size() - size_t(length) : 0;
+  FittedRow row{.tokens = std::vector<int32_t>(all.begin() + std::ptrdiff_t(start), all.end())};
+  row.first_ending = int64_t(row.tokens.size() - choice.ending.size());
+  return row;
+}
+
 }  // namespace
 
 std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
@@ -81,18 +98,12 @@ std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& 
   Tensor tokens = Tensor::zeros({rows, seq}, DType::i32), targets = Tensor::empty({rows, seq}, DType::i32);
   std::fill_n(targets.data<int32_t>(), rows * seq, ops::kIgnoreIndex);
   for (int64_t r = 0; r < rows; ++r) {
-    const auto& [context, ending] = choices[size_t(r)];
-    std::vector<int32_t> all = context;
-    all.insert(all.end(), ending.begin(), ending.end());
-    HONE_CHECK(int64_t(ending.size()) < max_len, "an ending of {} tokens does not fit max_seq_len {}", ending.size(),
-               max_len);
-    const size_t start = all.size() > size_t(seq) ? all.size() - size_t(seq) : 0;
-    const int64_t n = int64_t(all.size() - start);
-    const int64_t first_ending = n - int64_t(ending.size());  // position of the ending's first token
-    for (int64_t t = 0; t < n; ++t) tokens.data<int32_t>()[r * seq + t] = all[start + size_t(t)];
+    const FittedRow row = fitted_row(choices[size_t(r)], seq);
+    const int64_t n = int64_t(row.tokens.size());
+    std::copy(row.tokens.begin(), row.tokens.end(), tokens.data<int32_t>() + r * seq);
     // Position t predicts token t + 1: the targets are the ending's tokens.
-    for (int64_t t = std::max<int64_t>(first_ending - 1, 0); t + 1 < n; ++t) {
-      targets.data<int32_t>()[r * seq + t] = all[start + size_t(t) + 1];
+    for (int64_t t = std::max<int64_t>(row.first_ending - 1, 0); t + 1 < n; ++t) {
+      targets.data<int32_t>()[r * seq + t] = row.tokens[size_t(t) + 1];
     }
   }
   model.set_training(false);
@@ -139,6 +150,48 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
   r.items = int64_t(items.size());
   r.accuracy = right / double(r.items);
   r.accuracy_norm = right_norm / double(r.items);
+  return r;
+}
+
+ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& tokenizer,
+                                          const std::vector<MultipleChoiceItem>& items,
+                                          const std::function<void(int64_t done)>& progress) {
+  // Whole logits: the greedy check needs every class of the continuation's rows.
+  const size_t chunk_bytes = model.chunk_bytes();
+  model.set_chunk_bytes(kNoChunks);
+  model.set_training(false);
+  const auto vocab = size_t(model.config().vocab_size);
+  ContinuationResult r;
+  r.items = int64_t(items.size());
+  double log_likelihood_sum = 0;
+  int64_t greedy_count = 0;
+  for (const MultipleChoiceItem& item : items) {
+    if (progress) progress(int64_t(r.log_likelihoods.size()));
+    const FittedRow row =
+        fitted_row(encode_choice(tokenizer, item.context, item.endings.at(0)), model.config().max_seq_len);
+    const auto n = int64_t(row.tokens.size());
+    model.forward(Tensor::from(row.tokens, {1, n}).to(model.device()));
+    const std::vector<double> logits = model.logits().to_vector<double>();
+    double log_likelihood = 0;
+    bool greedy = true;
+    for (int64_t t = std::max<int64_t>(row.first_ending - 1, 0); t + 1 < n; ++t) {
+      const double* scores = logits.data() + size_t(t) * vocab;
+      const double* best = std::max_element(scores, scores + vocab);
+      double sum = 0;
+      for (size_t j = 0; j < vocab; ++j) sum += std::exp(scores[j] - *best);
+      const auto target = size_t(row.tokens[size_t(t) + 1]);
+      log_likelihood += scores[target] - *best - std::log(sum);
+      greedy = greedy && size_t(best - scores) == target;
+    }
+    r.log_likelihoods.push_back(log_likelihood);
+    r.greedy.push_back(greedy);
+    log_likelihood_sum += log_likelihood;
+    greedy_count += greedy;
+  }
+  model.set_training(true);
+  model.set_chunk_bytes(chunk_bytes);
+  r.accuracy = double(greedy_count) / double(std::max<int64_t>(r.items, 1));
+  r.perplexity = std::exp(-log_likelihood_sum / double(std::max<int64_t>(r.items, 1)));
   return r;
 }
 

@@ -45,6 +45,21 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
                                               const std::vector<MultipleChoiceItem>& items,
                                               const std::function<void(int64_t done)>& progress = {});
 
+// Tasks that score one continuation per item (LAMBADA; the items' first ending,
+// after its context), as the harness scores loglikelihood tasks: `accuracy`,
+// the share of items whose every continuation token is the model's most likely
+// (its acc, is_greedy; LLM Foundry's language-modeling accuracy), and
+// `perplexity`, exp of minus the mean log-likelihood per item (its perplexity).
+struct ContinuationResult {
+  int64_t items = 0;
+  double accuracy = 0, perplexity = 0;
+  std::vector<double> log_likelihoods;  // per item
+  std::vector<bool> greedy;             // per item
+};
+ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& tokenizer,
+                                          const std::vector<MultipleChoiceItem>& items,
+                                          const std::function<void(int64_t done)>& progress = {});
+
 // The harness's generate_until: greedy completions of each prompt (its tokens
 // cut from the left to leave max_new_tokens of max_seq_len), `batch_size` at a
 // time, each ending at the end-of-text token, after max_new_tokens, or once its
