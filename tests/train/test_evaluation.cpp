@@ -193,6 +193,33 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   EXPECT_NE(error_of([&] { read(R"({"sentence": "a _ b", "option1": "x", "option2": "y", "answer": ""})"); })
                 .find(":1: answer '' is not 1 or 2"),
             std::string::npos);
+  // OpenBookQA: the question stem alone; the key's leading spaces stripped.
+  t = read(R"({"question_stem": "Ice is", "choices": {"text": ["hot", "cold"], "label": ["A", "B"]}, )"
+           R"("answerKey": " B"})");
+  EXPECT_EQ(t.layout, TaskLayout::openbookqa);
+  EXPECT_EQ(t.items[0].context, "Ice is");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"hot", "cold"}));
+  EXPECT_EQ(t.items[0].label, 1);
+  EXPECT_TRUE(reports_accuracy_norm(t.layout));
+  // BoolQ (super_glue's label, or google/boolq's answer): no or yes after the passage and question.
+  t = read(R"({"passage": "Water is wet.", "question": "is water wet", "label": 1, "idx": 0})");
+  EXPECT_EQ(t.layout, TaskLayout::boolq);
+  EXPECT_EQ(t.items[0].context, "Water is wet.\nQuestion: is water wet?\nAnswer:");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"no", "yes"}));
+  EXPECT_EQ(t.items[0].label, 1);
+  EXPECT_FALSE(reports_accuracy_norm(t.layout));
+  EXPECT_EQ(read(R"({"passage": "p", "question": "q", "answer": false})").items[0].label, 0);
+  // Social IQa: labels "1" to "3".
+  t = read(R"({"context": "Kai fed the cat.", "question": "Why?", "answerA": "hungry cat", "answerB": "to sleep", )"
+           R"("answerC": "no reason", "label": "1"})");
+  EXPECT_EQ(t.layout, TaskLayout::siqa);
+  EXPECT_EQ(t.items[0].context, "Q: Kai fed the cat. Why?\nA:");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"hungry cat", "to sleep", "no reason"}));
+  EXPECT_EQ(t.items[0].label, 0);
+  EXPECT_NE(error_of([&] {
+              read(R"({"context": "c", "question": "q", "answerA": "a", "answerB": "b", "answerC": "c", "label": "4"})");
+            }).find(":1: label 4 is not an ending index"),
+            std::string::npos);
   t = read(R"({"query": "Q: 1+1?\nA:", "choices": ["2", "3"], "gold": 0})");
   EXPECT_EQ(t.layout, TaskLayout::foundry);
   EXPECT_EQ(t.items[0].context, "Q: 1+1?\nA:");
@@ -208,7 +235,9 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
                 .find(":1: no string 'goal'"),
             std::string::npos);
   EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "drop"); })
-                .find("unknown task layout 'drop'"),
+                .find("unknown task layout 'drop': expected one of auto, plain, hellaswag, arc, piqa, mmlu, "
+                      "truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, foundry, lambada, "
+                      "foundry_lm, gsm8k"),
             std::string::npos);
   std::filesystem::remove(path);
 }

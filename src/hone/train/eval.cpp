@@ -37,7 +37,7 @@ Schema eval_schema() {
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "foundry", "lambada", "foundry_lm", "gsm8k"}});
+          "openbookqa", "boolq", "siqa", "foundry", "lambada", "foundry_lm", "gsm8k"}});
   s.add({"task.num_fewshot", ValueType::integer, 0,
          "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
          "drawn at random as lm-evaluation-harness draws them"},

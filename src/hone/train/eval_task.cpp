@@ -20,7 +20,8 @@ using Json = nlohmann::json;
 
 constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag,      TaskLayout::arc,
                                    TaskLayout::piqa,  TaskLayout::mmlu,           TaskLayout::truthfulqa_mc1,
-                                   TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::foundry,
+                                   TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::openbookqa,
+                                   TaskLayout::boolq, TaskLayout::siqa, TaskLayout::foundry,
                                    TaskLayout::lambada, TaskLayout::foundry_lm, TaskLayout::gsm8k};
 
 // lm-evaluation-harness's TruthfulQA prompt: six questions answered, then the item's.
@@ -76,10 +77,16 @@ int64_t label_column(const data::Record& r, const char* key, size_t count) {
   return index;
 }
 
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+std::string_view trimmed_left(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  return s;
+}
+
 std::string_view trimmed(std::string_view s) {
-  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  s = trimmed_left(s);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
 }
 
@@ -132,7 +139,10 @@ std::map<std::string, std::pair<std::string, int64_t>> mmlu_shots(const std::str
 TaskLayout detect_layout(const Json& record) {
   const auto has = [&](const char* key) { return record.contains(key); };
   if (has("ctx_a") && has("ctx_b") && has("activity_label")) return TaskLayout::hellaswag;
+  if (has("question_stem") && has("answerKey")) return TaskLayout::openbookqa;
   if (has("answerKey")) return TaskLayout::arc;
+  if (has("passage") && has("question")) return TaskLayout::boolq;
+  if (has("answerA") && has("answerB") && has("answerC")) return TaskLayout::siqa;
   if (has("goal") && has("sol1") && has("sol2")) return TaskLayout::piqa;
   if (has("question") && has("choices") && has("answer")) return TaskLayout::mmlu;
   if (has("question") && has("answer") && record["answer"].is_string()) return TaskLayout::gsm8k;
@@ -164,20 +174,39 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       item.label = label_column(r, "label", item.endings.size());
       break;
     }
-    case TaskLayout::arc: {
-      item.context = "Question: " + string_column(r, "question") + "\nAnswer:";
+    case TaskLayout::arc:
+    case TaskLayout::openbookqa: {
+      const bool arc = layout == TaskLayout::arc;
+      item.context = arc ? "Question: " + string_column(r, "question") + "\nAnswer:" : string_column(r, "question_stem");
       const Json& choices = r.value.value("choices", Json());
       HONE_CHECK(choices.is_object() && choices.contains("text") && choices.contains("label"),
                  "{}: 'choices' must hold lists 'text' and 'label'", r.where);
       item.endings = string_list(choices["text"], r, "choices.text");
       const std::vector<std::string> letters = string_list(choices["label"], r, "choices.label");
-      const std::string key = string_column(r, "answerKey");
+      // OpenBookQA's task strips the key's leading spaces.
+      const std::string key(arc ? string_column(r, "answerKey") : trimmed_left(string_column(r, "answerKey")));
       const auto at = std::find(letters.begin(), letters.end(), key);
       HONE_CHECK(at != letters.end() && letters.size() == item.endings.size(),
                  "{}: answerKey '{}' is not one of choices.label", r.where, key);
       item.label = at - letters.begin();
       break;
     }
+    case TaskLayout::boolq:
+      item.context = string_column(r, "passage") + "\nQuestion: " + string_column(r, "question") + "?\nAnswer:";
+      item.endings = {"no", "yes"};
+      // super_glue's label (1: yes), or google/boolq's answer (true: yes).
+      if (r.value.contains("answer") && r.value["answer"].is_boolean()) {
+        item.label = r.value["answer"].get<bool>() ? 1 : 0;
+      } else {
+        item.label = label_column(r, "label", 2);
+      }
+      break;
+    case TaskLayout::siqa:
+      item.context = "Q: " + string_column(r, "context") + " " + string_column(r, "question") + "\nA:";
+      item.endings = {string_column(r, "answerA"), string_column(r, "answerB"), string_column(r, "answerC")};
+      item.label = label_column(r, "label", 4) - 1;  // "1" to "3"
+      HONE_CHECK(item.label >= 0, "{}: label 0 is not an answer (1, 2 or 3)", r.where);
+      break;
     case TaskLayout::piqa:
       item.context = "Question: " + string_column(r, "goal") + "\nAnswer:";
       item.endings = {string_column(r, "sol1"), string_column(r, "sol2")};
@@ -313,6 +342,9 @@ const char* layout_name(TaskLayout layout) {
     case TaskLayout::truthfulqa_mc1: return "truthfulqa_mc1";
     case TaskLayout::truthfulqa_mc2: return "truthfulqa_mc2";
     case TaskLayout::winogrande: return "winogrande";
+    case TaskLayout::openbookqa: return "openbookqa";
+    case TaskLayout::boolq: return "boolq";
+    case TaskLayout::siqa: return "siqa";
     case TaskLayout::foundry: return "foundry";
     case TaskLayout::lambada: return "lambada";
     case TaskLayout::foundry_lm: return "foundry_lm";
@@ -327,7 +359,7 @@ bool scores_continuation(TaskLayout layout) {
 
 bool reports_accuracy_norm(TaskLayout layout) {
   return layout == TaskLayout::plain || layout == TaskLayout::hellaswag || layout == TaskLayout::arc ||
-         layout == TaskLayout::piqa || layout == TaskLayout::foundry;
+         layout == TaskLayout::piqa || layout == TaskLayout::openbookqa || layout == TaskLayout::foundry;
 }
 
 std::string clean_hellaswag_text(std::string_view text) {
@@ -358,10 +390,11 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
   } else {
     const auto* known = std::find_if(std::begin(kLayouts), std::end(kLayouts),
                                      [&](TaskLayout l) { return layout == layout_name(l); });
-    HONE_CHECK(known != std::end(kLayouts),
-               "unknown task layout '{}': expected auto, plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, "
-               "truthfulqa_mc2, winogrande, foundry, lambada, foundry_lm or gsm8k",
-               layout);
+    if (known == std::end(kLayouts)) {
+      std::string names = "auto";
+      for (TaskLayout l : kLayouts) names += std::string(", ") + layout_name(l);
+      fail("unknown task layout '{}': expected one of {}", layout, names);
+    }
     task.layout = *known;
   }
   for (const data::Record& r : records) {

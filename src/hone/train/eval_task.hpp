@@ -14,11 +14,14 @@ namespace hone {
 // plain: ctx (or context), endings (or choices), label. The others are the
 // columns of Hugging Face's datasets of those tasks (truthfulqa: truthful_qa's
 // multiple_choice config); foundry is LLM Foundry's in-context-learning files
-// (query, choices, gold). lambada (text: its last word continues the rest) and
+// (query, choices, gold). openbookqa, boolq (super_glue's) and siqa
+// (social_i_qa) complete the commonsense set Llama's papers report. lambada
+// (text: its last word continues the rest) and
 // foundry_lm (LLM Foundry's language-modeling files: context, continuation) score
 // one continuation; gsm8k (question, answer) is answered in generated text.
 enum class TaskLayout {
-  plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, foundry, lambada, foundry_lm, gsm8k
+  plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, foundry,
+  lambada, foundry_lm, gsm8k
 };
 
 // Choice i is an ending after the context; or, where `contexts` are given
@@ -54,7 +57,8 @@ struct EvalTask {
 
 // The layout's name, as task.layout takes it ("auto" besides).
 const char* layout_name(TaskLayout layout);
-// Whether lm-evaluation-harness reports acc_norm for the layout's task (HellaSwag, ARC, PIQA; plain, Foundry's).
+// Whether lm-evaluation-harness reports acc_norm for the layout's task (HellaSwag, ARC, PIQA, OpenBookQA; plain,
+// Foundry's).
 bool reports_accuracy_norm(TaskLayout layout);
 // Whether the layout's items are scored by their one continuation (lambada, foundry_lm).
 bool scores_continuation(TaskLayout layout);
