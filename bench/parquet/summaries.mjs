@@ -1,8 +1,10 @@
 // The summarization pairs (scripts/make-summaries.py) as one Snappy Parquet file,
 // as Hugging Face datasets ship them, for the preprocess figures of
-// docs/benchmarks.md ("Parquet input"). From a folder with
-// `npm install parquet-wasm@0.8.0 apache-arrow@21.2.0`:
-//   node bench/parquet/summaries.mjs .assets/summaries/train.jsonl /tmp/summaries.parquet
+// docs/benchmarks.md ("Parquet input"). Node finds the packages beside the
+// script, so copy it into a folder where they are installed:
+//   mkdir /tmp/pq && cp bench/parquet/summaries.mjs /tmp/pq && cd /tmp/pq
+//   npm install parquet-wasm@0.8.0 apache-arrow@21.2.0
+//   node summaries.mjs HONE/.assets/summaries/train.jsonl /tmp/summaries.parquet
 import * as arrow from "apache-arrow";
 import * as pq from "parquet-wasm";
 import { readFileSync, writeFileSync } from "node:fs";
