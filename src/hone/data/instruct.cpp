@@ -78,9 +78,8 @@ struct TokenTurn {
 // `input_ids` and `labels` from its versions before multi-turn samples.
 bool is_pretokenized(const MdsDataset& dataset) {
   if (dataset.shards().empty()) return false;
-  const std::vector<std::string>& names = dataset.shards().front().column_names;
-  const auto has = [&](const char* name) { return std::find(names.begin(), names.end(), name) != names.end(); };
-  return has("turns") || (has("input_ids") && has("labels"));
+  const MdsShardInfo& shard = dataset.shards().front();
+  return shard.has_column("turns") || (shard.has_column("input_ids") && shard.has_column("labels"));
 }
 
 // The ids a JSON list holds; `what` names the list in errors. With
@@ -144,8 +143,7 @@ TokenizedSample aligned_token_sample(const Record& r, const Tokenizer& t) {
 
 std::vector<TokenTurn> token_turns(const MdsDataset& dataset, uint64_t i, const std::string& where,
                                    const std::string& bytes_dtype) {
-  const std::vector<std::string>& names = dataset.shard_of(i).column_names;
-  if (std::find(names.begin(), names.end(), "turns") == names.end()) {
+  if (!dataset.shard_of(i).has_column("turns")) {
     return {{dataset.tokens(i, bytes_dtype, "input_ids"), dataset.tokens(i, bytes_dtype, "labels")}};
   }
   const Json turns = Json::parse(dataset.str(i, "turns"), nullptr, false);

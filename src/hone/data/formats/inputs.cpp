@@ -250,8 +250,7 @@ class MdsTextReader final : public RecordTextReader {
         fail("{}: shard {} has no text column '{}' (its columns: {}); the keys (--json-keys) name str columns to "
              "tokenize{}",
              dir_, shard.raw_data.basename, key, columns,
-             std::find(names.begin(), names.end(), "tokens") != names.end() ? "; its 'tokens' are token ids already"
-                                                                            : "");
+             shard.has_column("tokens") ? "; its 'tokens' are token ids already" : "");
       }
     }
   }

@@ -4,6 +4,7 @@
 //   u32 sample count n | u32 offsets[n+1] | config JSON | samples,
 // each sample is u32 sizes of its variable-size columns, then the column values
 // in sorted column-name order. Layout and encodings in docs/formats.md.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -81,6 +82,10 @@ struct MdsFileInfo {
 
 // One entry of index.json's "shards", validated.
 struct MdsShardInfo {
+  bool has_column(std::string_view name) const {
+    return std::find(column_names.begin(), column_names.end(), name) != column_names.end();
+  }
+
   std::vector<std::string> column_names, column_encodings;
   std::vector<std::optional<uint64_t>> column_sizes;  // fixed size, or none: u32 size per sample
   std::string compression;                           // "" when none
