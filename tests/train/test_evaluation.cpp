@@ -395,7 +395,7 @@ TEST(GenerativeTaskFile, ReadsGsm8kAsTheHarnessPromptsIt) {
   EXPECT_TRUE(zero_shot.items.empty());
   ASSERT_EQ(zero_shot.generative_items.size(), 2u);
   EXPECT_EQ(zero_shot.generative_items[0].prompt, "Question: T?\nAnswer:");
-  EXPECT_EQ(zero_shot.generative_items[0].reference, "#### 0");
+  EXPECT_EQ(zero_shot.generative_items[0].references, (std::vector<std::string>{"#### 0"}));
   EXPECT_FALSE(reports_accuracy_norm(TaskLayout::gsm8k));
 
   const EvalTask task = read_eval_task(dir + "/test.jsonl", "gsm8k", {dir + "/train.jsonl", 3});
@@ -405,6 +405,19 @@ TEST(GenerativeTaskFile, ReadsGsm8kAsTheHarnessPromptsIt) {
   EXPECT_EQ(task.generative_items[1].prompt,
             "Question: Q1?\nAnswer: Half of 2 is 1.\n#### 1\n\nQuestion: Q0?\nAnswer: Half of 0 is 0.\n#### 0\n\n"
             "Question: Q9?\nAnswer: Half of 18 is 9.\n#### 9\n\nQuestion: T?\nAnswer:");
+  // TriviaQA: a question mark after the question; the aliases are the references, the first the shots' answer.
+  std::ofstream(dir + "/trivia.jsonl") << R"({"question": "Who sang Help", "answer": {"aliases": ["The Beatles", )"
+                                          R"("Beatles"], "value": "The Beatles"}})"
+                                       << "\n"
+                                       << R"({"question": "Capital of France", "answer": {"aliases": ["Paris"]}})"
+                                       << "\n";
+  const EvalTask trivia = read_eval_task(dir + "/trivia.jsonl", "auto", {dir + "/trivia.jsonl", 1});
+  EXPECT_EQ(trivia.layout, TaskLayout::triviaqa);
+  EXPECT_EQ(trivia.generative_items[0].references, (std::vector<std::string>{"The Beatles", "Beatles"}));
+  EXPECT_EQ(trivia.generative_items[0].prompt,
+            "Question: Capital of France?\nAnswer: Paris\n\nQuestion: Who sang Help?\nAnswer:");
+  EXPECT_EQ(trivia.generative_items[1].prompt,
+            "Question: Who sang Help?\nAnswer: The Beatles\n\nQuestion: Capital of France?\nAnswer:");
   std::ofstream(dir + "/bad.jsonl") << R"({"question": "T?", "answer": 3})" << "\n";
   EXPECT_NE(error_of([&] { read_eval_task(dir + "/bad.jsonl", "gsm8k"); }).find("bad.jsonl:1: no string 'answer'"),
             std::string::npos);
@@ -426,18 +439,20 @@ TEST(PythonRegex, FindsAndRemovesAsPythonsRe) {
             std::string::npos);
 }
 
-// The harness's gsm8k filters and exact_match, against what Python's re made
-// of the same completions (tests/reference/eval/generate_gsm8k_scores.py).
-TEST(Gsm8kScore, MatchesTheHarnessScoresComputedInPython) {
-  std::ifstream in(source_path("tests/reference/eval/gsm8k_scores.json"));
-  const nlohmann::json cases = nlohmann::json::parse(in);
-  ASSERT_GE(cases.size(), 10u);
-  for (const nlohmann::json& c : cases) {
-    const Gsm8kScore score = score_gsm8k(c["completion"].get<std::string>(), c["reference"].get<std::string>());
-    EXPECT_EQ(score.strict_answer, c["strict_answer"]) << c["completion"];
-    EXPECT_EQ(score.flexible_answer, c["flexible_answer"]) << c["completion"];
-    EXPECT_EQ(score.strict_match, c["strict_match"]) << c["completion"];
-    EXPECT_EQ(score.flexible_match, c["flexible_match"]) << c["completion"];
+// The harness's gsm8k and triviaqa scoring, against what Python's re and
+// string made of the same completions (tests/reference/eval/generate_answer_scores.py).
+TEST(AnswerScorer, MatchesTheHarnessScoresComputedInPython) {
+  std::ifstream in(source_path("tests/reference/eval/answer_scores.json"));
+  const nlohmann::json tasks = nlohmann::json::parse(in);
+  for (const auto& [name, layout] : {std::pair{"gsm8k", TaskLayout::gsm8k}, {"triviaqa", TaskLayout::triviaqa}}) {
+    const AnswerScorer scorer(answer_scoring(layout));
+    ASSERT_GE(tasks[name].size(), 6u) << name;
+    for (const nlohmann::json& c : tasks[name]) {
+      const AnswerScorer::Score score =
+          scorer.score(c["completion"].get<std::string>(), c["references"].get<std::vector<std::string>>());
+      EXPECT_EQ(score.answers, c["answers"].get<std::vector<std::string>>()) << name << ": " << c["completion"];
+      EXPECT_EQ(score.matches, c["matches"].get<std::vector<bool>>()) << name << ": " << c["completion"];
+    }
   }
 }
 

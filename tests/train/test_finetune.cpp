@@ -11,7 +11,7 @@
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/safetensors.hpp"
-#include "hone/train/answer_match.hpp"
+#include "hone/train/eval_task.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
 #include "support/mds_fixture.hpp"
@@ -586,14 +586,15 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
     const nlohmann::json sample = nlohmann::json::parse(line);
     EXPECT_EQ(sample["item"], items);
     EXPECT_EQ(sample["prompt"], fmt::format("Question: What is {0} + {0}?\nAnswer:", items));
-    const Gsm8kScore score =
-        score_gsm8k(sample["completion"].get<std::string>(), sample["reference"].get<std::string>());
-    EXPECT_EQ(sample["answer_strict"], score.strict_answer);
-    EXPECT_EQ(sample["answer_flexible"], score.flexible_answer);
-    EXPECT_EQ(sample["exact_match_strict"], score.strict_match);
-    EXPECT_EQ(sample["exact_match_flexible"], score.flexible_match);
-    strict += score.strict_match / 3.0;
-    flexible += score.flexible_match / 3.0;
+    const AnswerScorer::Score score = AnswerScorer(answer_scoring(TaskLayout::gsm8k))
+                                          .score(sample["completion"].get<std::string>(),
+                                                 sample["references"].get<std::vector<std::string>>());
+    EXPECT_EQ(sample["answer_strict"], score.answers[0]);
+    EXPECT_EQ(sample["answer_flexible"], score.answers[1]);
+    EXPECT_EQ(sample["exact_match_strict"], bool(score.matches[0]));
+    EXPECT_EQ(sample["exact_match_flexible"], bool(score.matches[1]));
+    strict += score.matches[0] / 3.0;
+    flexible += score.matches[1] / 3.0;
   }
   EXPECT_EQ(items, 3);
   EXPECT_NEAR(result["exact_match_strict"].get<double>(), strict, 1e-12);

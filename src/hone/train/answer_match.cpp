@@ -1,5 +1,6 @@
 #include "hone/train/answer_match.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 #include "hone/core/error.hpp"
@@ -8,11 +9,17 @@ namespace hone {
 
 namespace {
 
+// Python's str.isspace() on ASCII: whitespace and the separators \x1c-\x1f.
+bool python_space(char c) { return std::isspace(static_cast<unsigned char>(c)) || (c >= 0x1c && c <= 0x1f); }
+
+std::string_view stripped_left(std::string_view s) {
+  while (!s.empty() && python_space(s.front())) s.remove_prefix(1);
+  return s;
+}
+
 std::string_view stripped(std::string_view s) {
-  // Python's str.strip() on ASCII: whitespace and the separators \x1c-\x1f.
-  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) || (c >= 0x1c && c <= 0x1f); };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  s = stripped_left(s);
+  while (!s.empty() && python_space(s.back())) s.remove_suffix(1);
   return s;
 }
 
@@ -31,32 +38,43 @@ std::string extract_answer(const PythonRegex& filter, std::string_view response,
   return std::string(fallback);
 }
 
-bool exact_match(std::string prediction, std::string reference, const std::vector<const PythonRegex*>& ignore,
-                 bool ignore_case) {
-  for (const PythonRegex* pattern : ignore) {
+AnswerScorer::AnswerScorer(AnswerScoring scoring) : scoring_(std::move(scoring)) {
+  for (const AnswerScoring::Filter& f : scoring_.filters) {
+    filters_.push_back(f.regex.empty() ? nullptr : std::make_unique<PythonRegex>(f.regex, "answer filter"));
+  }
+  for (const std::string& pattern : scoring_.ignore) {
+    ignore_.push_back(std::make_unique<PythonRegex>(pattern, "regexes_to_ignore"));
+  }
+}
+
+bool AnswerScorer::exact_match(std::string prediction, std::string reference) const {
+  for (const auto& pattern : ignore_) {
     prediction = pattern->remove_all(prediction);
     reference = pattern->remove_all(reference);
   }
-  if (ignore_case) {
-    for (std::string* s : {&prediction, &reference}) {
+  for (std::string* s : {&prediction, &reference}) {
+    if (scoring_.ignore_case) {
       for (char& c : *s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    }
+    if (scoring_.ignore_punctuation) {
+      std::erase_if(*s, [](char c) { return std::ispunct(static_cast<unsigned char>(c)) != 0; });
     }
   }
   return prediction == reference;
 }
 
-Gsm8kScore score_gsm8k(std::string_view completion, std::string_view reference) {
-  // The patterns of the harness's gsm8k.yaml, as Python reads them.
-  static const PythonRegex strict(R"(#### (\-?[0-9\.\,]+))", "gsm8k strict-match");
-  static const PythonRegex flexible(R"((-?[$0-9.,]{2,})|(-?[0-9]+))", "gsm8k flexible-extract");
-  static const PythonRegex commas(",", "gsm8k"), dollars(R"(\$)", "gsm8k"), reasoning("(?s).*#### ", "gsm8k"),
-      final_period(R"(\.$)", "gsm8k");
-  const std::vector<const PythonRegex*> ignore = {&commas, &dollars, &reasoning, &final_period};
-  Gsm8kScore score;
-  score.strict_answer = extract_answer(strict, completion);
-  score.flexible_answer = extract_answer(flexible, completion, -1);
-  score.strict_match = exact_match(score.strict_answer, std::string(reference), ignore, true);
-  score.flexible_match = exact_match(score.flexible_answer, std::string(reference), ignore, true);
+AnswerScorer::Score AnswerScorer::score(std::string_view completion, const std::vector<std::string>& references) const {
+  Score score;
+  for (size_t f = 0; f < filters_.size(); ++f) {
+    const AnswerScoring::Filter& filter = scoring_.filters[f];
+    std::string answer = filters_[f] ? extract_answer(*filters_[f], completion, filter.group_select)
+                                     : std::string(completion);
+    if (filter.strip_leading_whitespace) answer = std::string(stripped_left(answer));
+    const bool match = std::any_of(references.begin(), references.end(),
+                                   [&](const std::string& reference) { return exact_match(answer, reference); });
+    score.answers.push_back(std::move(answer));
+    score.matches.push_back(match);
+  }
   return score;
 }
 

@@ -1,9 +1,11 @@
 #pragma once
 // Generated answers scored as lm-evaluation-harness scores its generate_until
-// tasks: a regex filter takes the answer out of the text (its RegexFilter, then
-// take_first), and exact match compares it with the reference once the
-// patterns it ignores are removed (Hugging Face evaluate's exact_match, which
-// the harness uses).
+// tasks: each filter of the task takes an answer out of the completion (its
+// RegexFilter or remove_whitespace, then take_first), and exact match compares
+// the answer with the references once the patterns the task ignores are removed
+// (Hugging Face evaluate's exact_match, which the harness uses; with several
+// references, as TriviaQA's aliases, one equal is enough).
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,24 +14,46 @@
 
 namespace hone {
 
+// A generate_until task's scoring, as its task file states it.
+struct AnswerScoring {
+  struct Filter {
+    std::string key;    // names the result: exact_match_{key}, or exact_match when empty
+    std::string regex;  // the answer: this pattern's match (Python syntax), or, empty, the whole completion
+    int group_select = 0;  // which match (negative counts from the last)
+    bool strip_leading_whitespace = false;  // remove_whitespace
+  };
+  std::vector<std::string> until;  // stop strings
+  std::vector<Filter> filters;
+  std::vector<std::string> ignore;  // regexes_to_ignore, removed in order
+  bool ignore_case = false;
+  bool ignore_punctuation = false;  // Python's string.punctuation removed
+};
+
 // The filter's answer in `response`: the match at `group_select` (negative counts
 // from the last), its first non-empty group, stripped; `fallback` when nothing matches.
 std::string extract_answer(const PythonRegex& filter, std::string_view response, int group_select = 0,
                            std::string_view fallback = "[invalid]");
 
-// Whether prediction and reference are equal once every `ignore` pattern is
-// removed from both (in order), and, with `ignore_case`, lower-cased.
-bool exact_match(std::string prediction, std::string reference, const std::vector<const PythonRegex*>& ignore,
-                 bool ignore_case);
+// A scoring with its patterns compiled.
+class AnswerScorer {
+ public:
+  explicit AnswerScorer(AnswerScoring scoring);
 
-// GSM8K as the harness's gsm8k task (version 3) scores an answer: strict-match
-// takes the number after "#### ", flexible-extract the last number in the text;
-// each compared with the reference's number after "#### ", commas, dollar signs
-// and a final period ignored, case ignored.
-struct Gsm8kScore {
-  std::string strict_answer, flexible_answer;  // as extracted ("[invalid]": none)
-  bool strict_match = false, flexible_match = false;
+  // Per filter: the answer it took, and whether it matches a reference.
+  struct Score {
+    std::vector<std::string> answers;
+    std::vector<bool> matches;
+  };
+  Score score(std::string_view completion, const std::vector<std::string>& references) const;
+  // Whether `prediction` equals `reference` under the scoring's normalisation.
+  bool exact_match(std::string prediction, std::string reference) const;
+
+  const AnswerScoring& scoring() const { return scoring_; }
+
+ private:
+  AnswerScoring scoring_;
+  std::vector<std::unique_ptr<PythonRegex>> filters_;  // null: the whole completion
+  std::vector<std::unique_ptr<PythonRegex>> ignore_;
 };
-Gsm8kScore score_gsm8k(std::string_view completion, std::string_view reference);
 
 }  // namespace hone

@@ -37,7 +37,7 @@ Schema eval_schema() {
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "openbookqa", "boolq", "siqa", "foundry", "lambada", "foundry_lm", "gsm8k"}});
+          "openbookqa", "boolq", "siqa", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa"}});
   s.add({"task.num_fewshot", ValueType::integer, 0,
          "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
          "drawn at random as lm-evaluation-harness draws them"},
@@ -48,7 +48,7 @@ Schema eval_schema() {
          "seed of the examples' draw (the harness's --fewshot_random_seed)"},
         Range::not_negative());
   s.add({"task.max_new_tokens", ValueType::integer, 256,
-         "gsm8k: tokens generated at most per answer (the harness's max_gen_toks)"},
+         "gsm8k, triviaqa: tokens generated at most per answer (the harness's max_gen_toks)"},
         Range::positive());
   s.add({"task.limit", ValueType::number, nullptr,
          "score only the first items: a count, or below 1 a share of them, rounded up (the harness's --limit)"},
@@ -122,18 +122,25 @@ int run_eval(const Config& c) {
     };
     std::vector<Json> samples;
     result["task_layout"] = layout_name(task.layout);
-    if (task.layout == TaskLayout::gsm8k) {
-      const GenerativeResult r = evaluate_gsm8k(
-          *m.model, *m.tokenizer, task.generative_items,
+    if (is_generative(task.layout)) {
+      const AnswerScorer scorer(answer_scoring(task.layout));
+      const GenerativeResult r = evaluate_generative(
+          *m.model, *m.tokenizer, task.generative_items, scorer,
           {.max_new_tokens = c.get<int64_t>("task.max_new_tokens"), .batch_size = batch}, progress);
-      result["exact_match_strict"] = r.exact_match_strict;
-      result["exact_match_flexible"] = r.exact_match_flexible;
+      // exact_match, or one per filter: exact_match_strict, exact_match_flexible.
+      const auto named = [&](const char* what, size_t filter) {
+        const std::string& key = scorer.scoring().filters[filter].key;
+        return key.empty() ? std::string(what) : fmt::format("{}_{}", what, key);
+      };
+      for (size_t f = 0; f < r.exact_match.size(); ++f) result[named("exact_match", f)] = r.exact_match[f];
       for (size_t i = 0; i < r.completions.size(); ++i) {
-        const Gsm8kScore& s = r.scores[i];
-        samples.push_back({{"item", i}, {"prompt", task.generative_items[i].prompt},
-                           {"reference", task.generative_items[i].reference}, {"completion", r.completions[i]},
-                           {"answer_strict", s.strict_answer}, {"answer_flexible", s.flexible_answer},
-                           {"exact_match_strict", s.strict_match}, {"exact_match_flexible", s.flexible_match}});
+        Json sample = {{"item", i}, {"prompt", task.generative_items[i].prompt},
+                       {"references", task.generative_items[i].references}, {"completion", r.completions[i]}};
+        for (size_t f = 0; f < r.exact_match.size(); ++f) {
+          sample[named("answer", f)] = r.scores[i].answers[f];
+          sample[named("exact_match", f)] = bool(r.scores[i].matches[f]);
+        }
+        samples.push_back(std::move(sample));
       }
     } else if (scores_continuation(task.layout)) {
       const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, progress);

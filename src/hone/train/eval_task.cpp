@@ -22,7 +22,8 @@ constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag,    
                                    TaskLayout::piqa,  TaskLayout::mmlu,           TaskLayout::truthfulqa_mc1,
                                    TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::openbookqa,
                                    TaskLayout::boolq, TaskLayout::siqa, TaskLayout::foundry,
-                                   TaskLayout::lambada, TaskLayout::foundry_lm, TaskLayout::gsm8k};
+                                   TaskLayout::lambada, TaskLayout::foundry_lm, TaskLayout::gsm8k,
+                                   TaskLayout::triviaqa};
 
 // lm-evaluation-harness's TruthfulQA prompt: six questions answered, then the item's.
 constexpr const char* kTruthfulQaShots =
@@ -146,6 +147,7 @@ TaskLayout detect_layout(const Json& record) {
   if (has("goal") && has("sol1") && has("sol2")) return TaskLayout::piqa;
   if (has("question") && has("choices") && has("answer")) return TaskLayout::mmlu;
   if (has("question") && has("answer") && record["answer"].is_string()) return TaskLayout::gsm8k;
+  if (has("question") && has("answer") && record["answer"].contains("aliases")) return TaskLayout::triviaqa;
   if (has("question") && has("mc2_targets")) return TaskLayout::truthfulqa_mc2;  // torchtune's default eval task
   if (has("question") && has("mc1_targets")) return TaskLayout::truthfulqa_mc1;
   if (has("sentence") && has("option1") && has("option2")) return TaskLayout::winogrande;
@@ -267,22 +269,36 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       item.endings = {string_column(r, "continuation")};
       break;
     case TaskLayout::gsm8k:
-      HONE_ASSERT(!"gsm8k is not a multiple-choice layout");
+    case TaskLayout::triviaqa:
+      HONE_ASSERT(!"not a multiple-choice layout");
   }
   return item;
 }
 
-// A GSM8K record as the harness's gsm8k task reads it; its reference is the
-// whole answer, reasoning and "#### " number.
-GenerativeItem generative_item_of(const data::Record& r) {
-  return {"Question: " + string_column(r, "question") + "\nAnswer:", string_column(r, "answer")};
+// A record of a generative layout as the harness's task reads it: GSM8K's
+// reference is the whole answer, reasoning and "#### " number; TriviaQA's are
+// the answer's aliases.
+GenerativeItem generative_item_of(const data::Record& r, TaskLayout layout) {
+  if (layout == TaskLayout::gsm8k) {
+    return {"Question: " + string_column(r, "question") + "\nAnswer:", {string_column(r, "answer")}};
+  }
+  const Json& answer = r.value.value("answer", Json());
+  HONE_CHECK(answer.is_object() && answer.contains("aliases"), "{}: 'answer' must hold a list 'aliases'", r.where);
+  GenerativeItem item{"Question: " + string_column(r, "question") + "?\nAnswer:", {}};
+  for (const Json& alias : answer["aliases"]) {
+    HONE_CHECK(alias.is_string(), "{}: every one of 'answer.aliases' must be a string", r.where);
+    item.references.push_back(alias.get<std::string>());
+  }
+  HONE_CHECK(!item.references.empty(), "{}: 'answer.aliases' is empty", r.where);
+  return item;
 }
 
-// A record answered, as a few-shot example: its context, a space, its right ending or answer, a blank line.
+// A record answered, as a few-shot example: its context, a space, its right
+// ending or first reference answer, a blank line.
 std::string example_of(const data::Record& r, TaskLayout layout) {
-  if (layout == TaskLayout::gsm8k) {
-    const GenerativeItem item = generative_item_of(r);
-    return item.prompt + " " + item.reference + "\n\n";
+  if (is_generative(layout)) {
+    const GenerativeItem item = generative_item_of(r, layout);
+    return item.prompt + " " + item.references.front() + "\n\n";
   }
   const MultipleChoiceItem item = item_of(r, layout);
   const auto right = size_t(item.label);
@@ -349,8 +365,27 @@ const char* layout_name(TaskLayout layout) {
     case TaskLayout::lambada: return "lambada";
     case TaskLayout::foundry_lm: return "foundry_lm";
     case TaskLayout::gsm8k: return "gsm8k";
+    case TaskLayout::triviaqa: return "triviaqa";
   }
   return "?";
+}
+
+bool is_generative(TaskLayout layout) { return layout == TaskLayout::gsm8k || layout == TaskLayout::triviaqa; }
+
+AnswerScoring answer_scoring(TaskLayout layout) {
+  HONE_ASSERT(is_generative(layout));
+  if (layout == TaskLayout::gsm8k) {
+    // strict-match: the number after "#### "; flexible-extract: the last number.
+    return {.until = {"Question:", "</s>", "<|im_end|>"},
+            .filters = {{.key = "strict", .regex = R"(#### (\-?[0-9\.\,]+))"},
+                        {.key = "flexible", .regex = R"((-?[$0-9.,]{2,})|(-?[0-9]+))", .group_select = -1}},
+            .ignore = {",", R"(\$)", "(?s).*#### ", R"(\.$)"},
+            .ignore_case = true};
+  }
+  return {.until = {"\n", ".", ","},
+          .filters = {{.strip_leading_whitespace = true}},
+          .ignore_case = true,
+          .ignore_punctuation = true};
 }
 
 bool scores_continuation(TaskLayout layout) {
@@ -398,8 +433,8 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
     task.layout = *known;
   }
   for (const data::Record& r : records) {
-    if (task.layout == TaskLayout::gsm8k) {
-      task.generative_items.push_back(generative_item_of(r));
+    if (is_generative(task.layout)) {
+      task.generative_items.push_back(generative_item_of(r, task.layout));
     } else {
       task.items.push_back(item_of(r, task.layout));
     }
@@ -426,7 +461,7 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
   }
   const std::vector<std::string> prefixes = sampled_shots(records, path, task.layout, shots);
   for (size_t i = 0; i < prefixes.size(); ++i) {
-    if (task.layout == TaskLayout::gsm8k) {
+    if (is_generative(task.layout)) {
       task.generative_items[i].prompt.insert(0, prefixes[i]);
       continue;
     }

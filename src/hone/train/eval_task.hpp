@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "hone/train/answer_match.hpp"
+
 namespace hone {
 
 // plain: ctx (or context), endings (or choices), label. The others are the
@@ -18,10 +20,11 @@ namespace hone {
 // (social_i_qa) complete the commonsense set Llama's papers report. lambada
 // (text: its last word continues the rest) and
 // foundry_lm (LLM Foundry's language-modeling files: context, continuation) score
-// one continuation; gsm8k (question, answer) is answered in generated text.
+// one continuation; gsm8k (question, answer) and triviaqa (question, answer's
+// aliases) are answered in generated text.
 enum class TaskLayout {
   plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, foundry,
-  lambada, foundry_lm, gsm8k
+  lambada, foundry_lm, gsm8k, triviaqa
 };
 
 // Choice i is an ending after the context; or, where `contexts` are given
@@ -42,17 +45,17 @@ struct MultipleChoiceItem {
 };
 
 // A question whose answer the model writes: the prompt it continues, and the
-// reference answer its text is compared with.
+// reference answers its text is compared with (one right is enough).
 struct GenerativeItem {
   std::string prompt;
-  std::string reference;
+  std::vector<std::string> references;
 };
 
 struct EvalTask {
   TaskLayout layout = TaskLayout::plain;
   // Multiple-choice layouts; and lambada's and foundry_lm's, an item whose one ending is the continuation.
   std::vector<MultipleChoiceItem> items;
-  std::vector<GenerativeItem> generative_items;  // gsm8k
+  std::vector<GenerativeItem> generative_items;  // gsm8k, triviaqa
 };
 
 // The layout's name, as task.layout takes it ("auto" besides).
@@ -62,6 +65,11 @@ const char* layout_name(TaskLayout layout);
 bool reports_accuracy_norm(TaskLayout layout);
 // Whether the layout's items are scored by their one continuation (lambada, foundry_lm).
 bool scores_continuation(TaskLayout layout);
+// Whether the layout's items are answered in generated text (gsm8k, triviaqa).
+bool is_generative(TaskLayout layout);
+// How the harness's task of a generative layout stops and scores its answers
+// (gsm8k: its task version 3, triviaqa: version 2).
+AnswerScoring answer_scoring(TaskLayout layout);
 
 // Answered examples before each question, as lm-evaluation-harness's samplers
 // pick them from `path` (the task's training or dev split) with num_fewshot:

@@ -236,24 +236,22 @@ std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tok
   return completions;
 }
 
-GenerativeResult evaluate_gsm8k(Transformer& model, const Tokenizer& tokenizer,
-                                const std::vector<GenerativeItem>& items, const GenerateUntil& options,
-                                const std::function<void(int64_t done)>& progress) {
+GenerativeResult evaluate_generative(Transformer& model, const Tokenizer& tokenizer,
+                                     const std::vector<GenerativeItem>& items, const AnswerScorer& scorer,
+                                     const GenerateUntil& options, const std::function<void(int64_t done)>& progress) {
   std::vector<std::string> prompts;
   for (const GenerativeItem& item : items) prompts.push_back(item.prompt);
-  GenerateUntil gsm8k = options;
-  gsm8k.until = {"Question:", "</s>", "<|im_end|>"};
+  GenerateUntil until = options;
+  until.until = scorer.scoring().until;
   GenerativeResult r;
   r.items = int64_t(items.size());
-  r.completions = generate_until(model, tokenizer, prompts, gsm8k, progress);
-  int64_t strict = 0, flexible = 0;
+  r.completions = generate_until(model, tokenizer, prompts, until, progress);
+  std::vector<int64_t> matched(scorer.scoring().filters.size(), 0);
   for (size_t i = 0; i < items.size(); ++i) {
-    const Gsm8kScore& score = r.scores.emplace_back(score_gsm8k(r.completions[i], items[i].reference));
-    strict += score.strict_match;
-    flexible += score.flexible_match;
+    const AnswerScorer::Score& score = r.scores.emplace_back(scorer.score(r.completions[i], items[i].references));
+    for (size_t f = 0; f < matched.size(); ++f) matched[f] += score.matches[f];
   }
-  r.exact_match_strict = double(strict) / double(std::max<int64_t>(r.items, 1));
-  r.exact_match_flexible = double(flexible) / double(std::max<int64_t>(r.items, 1));
+  for (const int64_t m : matched) r.exact_match.push_back(double(m) / double(std::max<int64_t>(r.items, 1)));
   return r;
 }
 

@@ -75,16 +75,17 @@ std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tok
 
 struct GenerativeResult {
   int64_t items = 0;
-  double exact_match_strict = 0, exact_match_flexible = 0;  // shares of items whose answer matched
   std::vector<std::string> completions;
-  std::vector<Gsm8kScore> scores;
+  std::vector<AnswerScorer::Score> scores;  // per item
+  std::vector<double> exact_match;          // per filter: the share of items whose answer matched
 };
 
-// GSM8K as the harness's gsm8k task runs it: generation until "Question:",
-// "</s>" or "<|im_end|>" (options.until is set so; max_new_tokens 256 there),
-// each answer scored by score_gsm8k.
-GenerativeResult evaluate_gsm8k(Transformer& model, const Tokenizer& tokenizer,
-                                const std::vector<GenerativeItem>& items, const GenerateUntil& options,
-                                const std::function<void(int64_t done)>& progress = {});
+// A generate_until task as the harness runs it: generate_until with the
+// scoring's stop strings (options.until is set so), each completion scored by
+// `scorer`.
+GenerativeResult evaluate_generative(Transformer& model, const Tokenizer& tokenizer,
+                                     const std::vector<GenerativeItem>& items, const AnswerScorer& scorer,
+                                     const GenerateUntil& options,
+                                     const std::function<void(int64_t done)>& progress = {});
 
 }  // namespace hone
