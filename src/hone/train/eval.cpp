@@ -1,6 +1,7 @@
 // The eval recipe: loss and perplexity on a dataset (a pretraining token stream
-// or an instruct dataset) and accuracy on a multiple-choice task file; it ends
-// with one JSON line.
+// or an instruct dataset) and the score of a task file (lm-evaluation-harness's
+// tasks: multiple choice, continuations, generated answers); it ends with one
+// JSON line.
 #include <fmt/core.h>
 
 #include <chrono>
@@ -33,7 +34,8 @@ Schema eval_schema() {
   s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
   s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
   s.add({"task.path", ValueType::string, nullptr,
-         "a multiple-choice task: JSONL, JSON, Parquet, or a folder or pattern of shards"});
+         "an evaluation task's records (multiple choice, a continuation, or answers to generate; see task.layout): "
+         "JSONL, JSON, Parquet, or a folder or pattern of shards"});
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
