@@ -220,6 +220,14 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
               read(R"({"context": "c", "question": "q", "answerA": "a", "answerB": "b", "answerC": "c", "label": "4"})");
             }).find(":1: label 4 is not an ending index"),
             std::string::npos);
+  // SciQ: the support, left-stripped, then the question; the right answer is the fourth choice.
+  t = read(R"({"question": "What falls?", "distractor3": "d3", "distractor1": "d1", "distractor2": "d2", )"
+           R"("correct_answer": "rain", "support": "  Clouds hold water."})");
+  EXPECT_EQ(t.layout, TaskLayout::sciq);
+  EXPECT_EQ(t.items[0].context, "Clouds hold water.\nQuestion: What falls?\nAnswer:");
+  EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"d1", "d2", "d3", "rain"}));
+  EXPECT_EQ(t.items[0].label, 3);
+  EXPECT_TRUE(reports_accuracy_norm(t.layout));
   t = read(R"({"query": "Q: 1+1?\nA:", "choices": ["2", "3"], "gold": 0})");
   EXPECT_EQ(t.layout, TaskLayout::foundry);
   EXPECT_EQ(t.items[0].context, "Q: 1+1?\nA:");
@@ -236,8 +244,8 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
             std::string::npos);
   EXPECT_NE(error_of([&] { read(R"({"ctx": "a", "endings": ["b", "c"], "label": 0})", "drop"); })
                 .find("unknown task layout 'drop': expected one of auto, plain, hellaswag, arc, piqa, mmlu, "
-                      "truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, foundry, lambada, "
-                      "foundry_lm, gsm8k"),
+                      "truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, sciq, foundry, lambada, "
+                      "foundry_lm, gsm8k, triviaqa"),
             std::string::npos);
   std::filesystem::remove(path);
 }

@@ -39,7 +39,7 @@ Schema eval_schema() {
   s.add({"task.layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "openbookqa", "boolq", "siqa", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa"}});
+          "openbookqa", "boolq", "siqa", "sciq", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa"}});
   s.add({"task.num_fewshot", ValueType::integer, 0,
          "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
          "drawn at random as lm-evaluation-harness draws them"},

@@ -21,7 +21,7 @@ using Json = nlohmann::json;
 constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag,      TaskLayout::arc,
                                    TaskLayout::piqa,  TaskLayout::mmlu,           TaskLayout::truthfulqa_mc1,
                                    TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::openbookqa,
-                                   TaskLayout::boolq, TaskLayout::siqa, TaskLayout::foundry,
+                                   TaskLayout::boolq, TaskLayout::siqa, TaskLayout::sciq, TaskLayout::foundry,
                                    TaskLayout::lambada, TaskLayout::foundry_lm, TaskLayout::gsm8k,
                                    TaskLayout::triviaqa};
 
@@ -144,6 +144,7 @@ TaskLayout detect_layout(const Json& record) {
   if (has("answerKey")) return TaskLayout::arc;
   if (has("passage") && has("question")) return TaskLayout::boolq;
   if (has("answerA") && has("answerB") && has("answerC")) return TaskLayout::siqa;
+  if (has("support") && has("correct_answer") && has("distractor1")) return TaskLayout::sciq;
   if (has("goal") && has("sol1") && has("sol2")) return TaskLayout::piqa;
   if (has("question") && has("choices") && has("answer")) return TaskLayout::mmlu;
   if (has("question") && has("answer") && record["answer"].is_string()) return TaskLayout::gsm8k;
@@ -251,6 +252,13 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       item.label = answer == "1" ? 0 : 1;
       break;
     }
+    case TaskLayout::sciq:
+      item.context = std::string(trimmed_left(string_column(r, "support"))) + "\nQuestion: " +
+                     string_column(r, "question") + "\nAnswer:";
+      item.endings = {string_column(r, "distractor1"), string_column(r, "distractor2"),
+                      string_column(r, "distractor3"), string_column(r, "correct_answer")};
+      item.label = 3;
+      break;
     case TaskLayout::foundry:
       item.context = string_column(r, "query");
       item.endings = string_list_column(r, "choices");
@@ -361,6 +369,7 @@ const char* layout_name(TaskLayout layout) {
     case TaskLayout::openbookqa: return "openbookqa";
     case TaskLayout::boolq: return "boolq";
     case TaskLayout::siqa: return "siqa";
+    case TaskLayout::sciq: return "sciq";
     case TaskLayout::foundry: return "foundry";
     case TaskLayout::lambada: return "lambada";
     case TaskLayout::foundry_lm: return "foundry_lm";
@@ -394,7 +403,8 @@ bool scores_continuation(TaskLayout layout) {
 
 bool reports_accuracy_norm(TaskLayout layout) {
   return layout == TaskLayout::plain || layout == TaskLayout::hellaswag || layout == TaskLayout::arc ||
-         layout == TaskLayout::piqa || layout == TaskLayout::openbookqa || layout == TaskLayout::foundry;
+         layout == TaskLayout::piqa || layout == TaskLayout::openbookqa || layout == TaskLayout::sciq ||
+         layout == TaskLayout::foundry;
 }
 
 std::string clean_hellaswag_text(std::string_view text) {

@@ -17,14 +17,15 @@ namespace hone {
 // columns of Hugging Face's datasets of those tasks (truthfulqa: truthful_qa's
 // multiple_choice config); foundry is LLM Foundry's in-context-learning files
 // (query, choices, gold). openbookqa, boolq (super_glue's) and siqa
-// (social_i_qa) complete the commonsense set Llama's papers report. lambada
+// (social_i_qa) complete the commonsense set Llama's papers report; sciq is
+// allenai/sciq. lambada
 // (text: its last word continues the rest) and
 // foundry_lm (LLM Foundry's language-modeling files: context, continuation) score
 // one continuation; gsm8k (question, answer) and triviaqa (question, answer's
 // aliases) are answered in generated text.
 enum class TaskLayout {
-  plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, foundry,
-  lambada, foundry_lm, gsm8k, triviaqa
+  plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, sciq,
+  foundry, lambada, foundry_lm, gsm8k, triviaqa
 };
 
 // Choice i is an ending after the context; or, where `contexts` are given
@@ -60,8 +61,8 @@ struct EvalTask {
 
 // The layout's name, as task.layout takes it ("auto" besides).
 const char* layout_name(TaskLayout layout);
-// Whether lm-evaluation-harness reports acc_norm for the layout's task (HellaSwag, ARC, PIQA, OpenBookQA; plain,
-// Foundry's).
+// Whether lm-evaluation-harness reports acc_norm for the layout's task (HellaSwag, ARC, PIQA, OpenBookQA, SciQ;
+// plain, Foundry's).
 bool reports_accuracy_norm(TaskLayout layout);
 // Whether the layout's items are scored by their one continuation (lambada, foundry_lm).
 bool scores_continuation(TaskLayout layout);
