@@ -2,8 +2,8 @@
 // (tests/reference/*.safetensors) in fp32 against PyTorch's logits, loss,
 // gradients and AdamW steps, with the CPU path's tolerance; in bf16 against the
 // CPU's bf16 path; packed sequences, LoRA with dropout, activation
-// checkpointing and KV-cache decoding against the CPU; offloaded activations
-// against inputs kept on the device.
+// checkpointing, KV-cache decoding and the evaluation recipes' scoring against
+// the CPU; offloaded activations against inputs kept on the device.
 #include <nlohmann/json.hpp>
 
 #include "cuda_test.hpp"
@@ -13,6 +13,7 @@
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
 #include "hone/train/bench.hpp"
+#include "hone/train/evaluation.hpp"
 #include "hone/train/step.hpp"
 
 namespace hone::test {
@@ -288,6 +289,57 @@ TEST_P(CudaPreset, DecodingMatchesTheCpu) {
   for (size_t i = 0; i < logits[0].size(); ++i) {
     expect_close(logits[1][i], logits[0][i], kFp32Tolerance, fmt::format("{} decoding step {}", GetParam(), i));
   }
+}
+
+// Bytes as tokens, and an end-of-text token after them: what the evaluation
+// code needs of a tokenizer, for a model of 257 classes.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  ByteTokenizer() { eos_id_ = 256; }
+  void encode_into(std::string_view text, std::vector<int32_t>& out, SpecialTokens) const override {
+    for (const char c : text) out.push_back(int32_t(static_cast<unsigned char>(c)));
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string text;
+    for (const int32_t id : ids) {
+      if (id < 256) text.push_back(char(id));
+    }
+    return text;
+  }
+  int32_t vocab_size() const override { return 257; }
+  std::string_view kind() const override { return "bytes"; }
+};
+
+// The evaluation recipes' scoring on the device: multiple-choice
+// log-likelihoods, continuations' (from whole logits) and greedy
+// generation with stop strings, against the CPU.
+TEST_P(CudaPreset, EvaluationMatchesTheCpu) {
+  const ByteTokenizer tokenizer;
+  const MultipleChoiceItem choices{"a cat ", {"sat", "ran far", "x"}, 0};
+  const std::vector<MultipleChoiceItem> continuations = {{"the dog", {" bit"}, 0}, {"", {" hi"}, 0}};
+  const std::vector<std::string> prompts = {"Q: 2+2?\nA:", "hello", "z"};
+  std::vector<double> log_likelihoods[2];
+  ContinuationResult continued[2];
+  std::vector<std::string> completions[2];
+  int which = 0;
+  for (const Device device : {Device::cpu(), kGpu}) {
+    ModelConfig c = small(GetParam());
+    c.vocab_size = tokenizer.vocab_size();
+    Transformer m(c, DType::f32, device);
+    m.init_weights(6);
+    log_likelihoods[which] = ending_log_likelihoods(m, tokenizer, choices);
+    continued[which] = evaluate_continuations(m, tokenizer, continuations);
+    completions[which] = generate_until(m, tokenizer, prompts, {.until = {"\n", "e"}, .max_new_tokens = 8, .batch_size = 2});
+    ++which;
+  }
+  const auto close = [](const std::vector<double>& gpu, const std::vector<double>& cpu, const std::string& what) {
+    expect_close(Tensor::from(gpu, {int64_t(gpu.size())}), Tensor::from(cpu, {int64_t(cpu.size())}), kFp32Tolerance,
+                 what);
+  };
+  close(log_likelihoods[1], log_likelihoods[0], GetParam() + " multiple-choice log-likelihoods");
+  close(continued[1].log_likelihoods, continued[0].log_likelihoods, GetParam() + " continuations");
+  EXPECT_EQ(continued[1].greedy, continued[0].greedy) << GetParam();
+  EXPECT_EQ(completions[1], completions[0]) << GetParam();
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaPreset, ::testing::Values("llama_tiny", "gpt2_tiny", "mpt_tiny"),
