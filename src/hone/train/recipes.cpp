@@ -41,8 +41,8 @@ const std::vector<Recipe>& recipes() {
     const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
     t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",
                  generate_schema(), run_generate, no_summary});
-    t.push_back({"eval", "loss and perplexity on a dataset; accuracy on a multiple-choice task", eval_schema(),
-                 run_eval, no_summary});
+    t.push_back({"eval", "loss and perplexity on a dataset; lm-evaluation-harness tasks (multiple choice, LAMBADA, GSM8K)",
+                 eval_schema(), run_eval, no_summary});
     return t;
   }();
   return table;
