@@ -590,6 +590,19 @@ void Transformer::forward_hidden(const Tensor& tokens, const Tensor& positions) 
   if (split_vocabulary_) gather_rows(a.final_norm, a.final_norm_all);
 }
 
+std::vector<Tensor> Transformer::forward_rows(const Tensor& tokens, std::span<const RowRange> ranges) {
+  HONE_CHECK(tp_ == nullptr, "forward_rows runs on one rank; tensor parallelism splits the rows");
+  forward_hidden(tokens, Tensor());
+  std::vector<Tensor> logits;
+  for (const RowRange& r : ranges) {
+    HONE_CHECK(r.first >= 0 && r.count > 0 && r.first + r.count <= tokens.numel(),
+               "rows [{}, {}) are not within the {} positions", r.first, r.first + r.count, tokens.numel());
+    const Tensor& out = logits.emplace_back(Tensor::empty({r.count, config_.vocab_size}, dtype_, device_));
+    project(acts_.final_norm_all.rows(r.first, r.count), lm_head_, nullptr, output_adapters_, out, r.first);
+  }
+  return logits;
+}
+
 ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, const Tensor& positions,
                                   std::optional<double> loss_scale) {
   forward_hidden(tokens, positions);

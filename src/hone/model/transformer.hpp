@@ -151,6 +151,14 @@ class Transformer {
   // holds the whole vocabulary), and backward() starts below the head.
   ops::LossSum forward(const Tensor& tokens, const Tensor& targets = {}, const Tensor& positions = {},
                        std::optional<double> loss_scale = {});
+  // Runs tokens (i32 [batch, seq]) through the model and returns the logits of
+  // each range of the flattened [batch·seq] positions, [count, vocab] on the
+  // model's device: the output head runs on those rows alone (evaluation scores
+  // an ending's few positions of a long row). Not under tensor parallelism.
+  struct RowRange {
+    int64_t first = 0, count = 0;
+  };
+  std::vector<Tensor> forward_rows(const Tensor& tokens, std::span<const RowRange> ranges);
   // Logits of the last forward pass, [batch·seq, vocab], where they were
   // computed in one chunk: always without targets, which needs whole logits
   // (kNoChunks) once they exceed a chunk. backward(), or a forward pass given a

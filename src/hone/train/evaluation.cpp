@@ -81,39 +81,65 @@ FittedRow fitted_row(const EncodedChoice& choice, int64_t length) {
   return row;
 }
 
+// A choice's ending scored: Σ log p(ending token | all before it), and (when
+// asked) whether every ending token was the model's most likely.
+struct EndingScore {
+  double log_likelihood = 0;
+  bool greedy = true;
+};
+
+// All choices in one forward pass: one right-padded row each, the output head
+// and the loss run on the rows that predict the endings' tokens only.
+std::vector<EndingScore> score_endings(Transformer& model, const std::vector<EncodedChoice>& choices,
+                                       bool check_greedy) {
+  size_t longest = 0;
+  for (const EncodedChoice& c : choices) longest = std::max(longest, c.context.size() + c.ending.size());
+  const int64_t rows = int64_t(choices.size());
+  const int64_t seq = std::min<int64_t>(model.config().max_seq_len, int64_t(longest));
+  Tensor tokens = Tensor::zeros({rows, seq}, DType::i32);
+  std::vector<std::vector<int32_t>> targets;
+  std::vector<Transformer::RowRange> ranges;
+  for (int64_t r = 0; r < rows; ++r) {
+    const FittedRow row = fitted_row(choices[size_t(r)], seq);
+    std::copy(row.tokens.begin(), row.tokens.end(), tokens.data<int32_t>() + r * seq);
+    // Position t predicts token t + 1: the rows from the one before the ending to the one before the last.
+    targets.emplace_back(row.tokens.begin() + row.first_ending, row.tokens.end());
+    ranges.push_back({.first = r * seq + row.first_ending - 1, .count = int64_t(targets.back().size())});
+  }
+  model.set_training(false);
+  const std::vector<Tensor> logits = model.forward_rows(tokens.to(model.device()), ranges);
+  model.set_training(true);
+  const DType stats = model.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const auto vocab = size_t(model.config().vocab_size);
+  std::vector<EndingScore> scores(static_cast<size_t>(rows));
+  for (size_t r = 0; r < size_t(rows); ++r) {
+    const int64_t count = ranges[r].count;
+    const Tensor losses = Tensor::empty({count}, stats, model.device()), lse = Tensor::empty({count}, stats, model.device());
+    const Tensor expected = Tensor::from(targets[r], {count}).to(model.device());
+    scores[r].log_likelihood = -ops::cross_entropy_forward(logits[r], expected, losses, lse).sum;
+    if (!check_greedy) continue;
+    const std::vector<float> values = logits[r].to_vector<float>();
+    for (size_t k = 0; k < size_t(count); ++k) {
+      const float* row = values.data() + k * vocab;
+      scores[r].greedy = scores[r].greedy && size_t(std::max_element(row, row + vocab) - row) == size_t(targets[r][k]);
+    }
+  }
+  return scores;
+}
+
 }  // namespace
 
 std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
                                            const MultipleChoiceItem& item) {
   std::vector<EncodedChoice> choices;
-  size_t longest = 0;
   for (size_t i = 0; i < item.choices(); ++i) {
     choices.push_back(encode_choice(tokenizer, item.context_of(i), item.ending_of(i)));
-    longest = std::max(longest, choices.back().context.size() + choices.back().ending.size());
   }
-  // One row per choice: context then ending, cut from the left to fit; right-padded.
-  const int64_t max_len = model.config().max_seq_len;
-  const int64_t rows = int64_t(choices.size());
-  const int64_t seq = std::min<int64_t>(max_len, int64_t(longest));
-  Tensor tokens = Tensor::zeros({rows, seq}, DType::i32), targets = Tensor::empty({rows, seq}, DType::i32);
-  std::fill_n(targets.data<int32_t>(), rows * seq, ops::kIgnoreIndex);
-  for (int64_t r = 0; r < rows; ++r) {
-    const FittedRow row = fitted_row(choices[size_t(r)], seq);
-    const int64_t n = int64_t(row.tokens.size());
-    std::copy(row.tokens.begin(), row.tokens.end(), tokens.data<int32_t>() + r * seq);
-    // Position t predicts token t + 1: the targets are the ending's tokens.
-    for (int64_t t = std::max<int64_t>(row.first_ending - 1, 0); t + 1 < n; ++t) {
-      targets.data<int32_t>()[r * seq + t] = row.tokens[size_t(t) + 1];
-    }
+  std::vector<double> log_likelihoods;
+  for (const EndingScore& score : score_endings(model, choices, /*check_greedy=*/false)) {
+    log_likelihoods.push_back(score.log_likelihood);
   }
-  model.set_training(false);
-  model.forward(tokens.to(model.device()), targets.to(model.device()));
-  model.set_training(true);
-  const std::vector<double> losses = model.token_losses().to_vector<double>();
-  std::vector<double> result(size_t(rows), 0.0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < seq; ++t) result[size_t(r)] -= losses[size_t(r * seq + t)];
-  return result;
+  return log_likelihoods;
 }
 
 MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
@@ -156,40 +182,19 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
 ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& tokenizer,
                                           const std::vector<MultipleChoiceItem>& items,
                                           const std::function<void(int64_t done)>& progress) {
-  // Whole logits: the greedy check needs every class of the continuation's rows.
-  const size_t chunk_bytes = model.chunk_bytes();
-  model.set_chunk_bytes(kNoChunks);
-  model.set_training(false);
-  const auto vocab = size_t(model.config().vocab_size);
   ContinuationResult r;
   r.items = int64_t(items.size());
   double log_likelihood_sum = 0;
   int64_t greedy_count = 0;
   for (const MultipleChoiceItem& item : items) {
     if (progress) progress(int64_t(r.log_likelihoods.size()));
-    const FittedRow row =
-        fitted_row(encode_choice(tokenizer, item.context, item.endings.at(0)), model.config().max_seq_len);
-    const auto n = int64_t(row.tokens.size());
-    model.forward(Tensor::from(row.tokens, {1, n}).to(model.device()));
-    const std::vector<double> logits = model.logits().to_vector<double>();
-    double log_likelihood = 0;
-    bool greedy = true;
-    for (int64_t t = std::max<int64_t>(row.first_ending - 1, 0); t + 1 < n; ++t) {
-      const double* scores = logits.data() + size_t(t) * vocab;
-      const double* best = std::max_element(scores, scores + vocab);
-      double sum = 0;
-      for (size_t j = 0; j < vocab; ++j) sum += std::exp(scores[j] - *best);
-      const auto target = size_t(row.tokens[size_t(t) + 1]);
-      log_likelihood += scores[target] - *best - std::log(sum);
-      greedy = greedy && size_t(best - scores) == target;
-    }
-    r.log_likelihoods.push_back(log_likelihood);
-    r.greedy.push_back(greedy);
-    log_likelihood_sum += log_likelihood;
-    greedy_count += greedy;
+    const EndingScore score =
+        score_endings(model, {encode_choice(tokenizer, item.context, item.endings.at(0))}, /*check_greedy=*/true)[0];
+    r.log_likelihoods.push_back(score.log_likelihood);
+    r.greedy.push_back(score.greedy);
+    log_likelihood_sum += score.log_likelihood;
+    greedy_count += score.greedy;
   }
-  model.set_training(true);
-  model.set_chunk_bytes(chunk_bytes);
   r.accuracy = double(greedy_count) / double(std::max<int64_t>(r.items, 1));
   r.perplexity = std::exp(-log_likelihood_sum / double(std::max<int64_t>(r.items, 1)));
   return r;
