@@ -20,5 +20,12 @@ TEST(Text, CountsReadAsEnglish) {
   EXPECT_EQ(plural(1, "micro-batch", "micro-batches"), "micro-batch");
 }
 
+TEST(Text, StripsAsPythonsStr) {
+  EXPECT_EQ(python_lstrip(" \t\n\x1c\x1fab c \x0b"), "ab c \x0b");
+  EXPECT_EQ(python_strip(" \t\n\x1c\x1fab c \x0b\x1e"), "ab c");
+  EXPECT_EQ(python_strip("   "), "");
+  EXPECT_EQ(python_strip("\x1bx"), "\x1bx");  // ESC is not whitespace
+}
+
 }  // namespace
 }  // namespace hone

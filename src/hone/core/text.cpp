@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <utility>
 
 namespace hone {
@@ -32,6 +33,21 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   }
   out.append(s, pos);
   s = std::move(out);
+}
+
+namespace {
+bool python_space(char c) { return std::isspace(static_cast<unsigned char>(c)) || (c >= 0x1c && c <= 0x1f); }
+}  // namespace
+
+std::string_view python_lstrip(std::string_view s) {
+  while (!s.empty() && python_space(s.front())) s.remove_prefix(1);
+  return s;
+}
+
+std::string_view python_strip(std::string_view s) {
+  s = python_lstrip(s);
+  while (!s.empty() && python_space(s.back())) s.remove_suffix(1);
+  return s;
 }
 
 }  // namespace hone

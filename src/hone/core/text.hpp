@@ -13,5 +13,9 @@ std::string format_bytes(double bytes);
 std::string plural(int64_t n, std::string_view word, std::string_view plural_form = "");
 // Every `from` in `s` replaced by `to`, left to right without overlaps (Python's str.replace).
 void replace_all(std::string& s, std::string_view from, std::string_view to);
+// Python's str.lstrip() and str.strip() on ASCII text: whitespace and the
+// separators \x1c-\x1f (what str.isspace() takes) removed from the start, or both ends.
+std::string_view python_lstrip(std::string_view s);
+std::string_view python_strip(std::string_view s);
 
 }  // namespace hone

@@ -4,39 +4,29 @@
 #include <cctype>
 
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 
 namespace hone {
 
 namespace {
 
-// Python's str.isspace() on ASCII: whitespace and the separators \x1c-\x1f.
-bool python_space(char c) { return std::isspace(static_cast<unsigned char>(c)) || (c >= 0x1c && c <= 0x1f); }
-
-std::string_view stripped_left(std::string_view s) {
-  while (!s.empty() && python_space(s.front())) s.remove_prefix(1);
-  return s;
-}
-
-std::string_view stripped(std::string_view s) {
-  s = stripped_left(s);
-  while (!s.empty() && python_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-}  // namespace
-
-std::string extract_answer(const PythonRegex& filter, std::string_view response, int group_select,
-                           std::string_view fallback) {
+// The harness's RegexFilter then take_first: the match at `group_select`
+// (negative counts from the last), its first non-empty group, stripped;
+// "[invalid]" when nothing matches.
+std::string extract_answer(const PythonRegex& filter, std::string_view response, int group_select) {
+  constexpr std::string_view kFallback = "[invalid]";
   const auto matches = filter.find_all(response);
   const int count = int(matches.size());
   const int at = group_select < 0 ? count + group_select : group_select;
-  if (count == 0) return std::string(fallback);
+  if (count == 0) return std::string(kFallback);
   HONE_CHECK(at >= 0 && at < count, "answer filter: group_select {} of {} matches", group_select, count);
   for (const std::string& group : matches[size_t(at)]) {
-    if (!group.empty()) return std::string(stripped(group));
+    if (!group.empty()) return std::string(python_strip(group));
   }
-  return std::string(fallback);
+  return std::string(kFallback);
 }
+
+}  // namespace
 
 AnswerScorer::AnswerScorer(AnswerScoring scoring) : scoring_(std::move(scoring)) {
   for (const AnswerScoring::Filter& f : scoring_.filters) {
@@ -69,7 +59,7 @@ AnswerScorer::Score AnswerScorer::score(std::string_view completion, const std::
     const AnswerScoring::Filter& filter = scoring_.filters[f];
     std::string answer = filters_[f] ? extract_answer(*filters_[f], completion, filter.group_select)
                                      : std::string(completion);
-    if (filter.strip_leading_whitespace) answer = std::string(stripped_left(answer));
+    if (filter.strip_leading_whitespace) answer = std::string(python_lstrip(answer));
     const bool match = std::any_of(references.begin(), references.end(),
                                    [&](const std::string& reference) { return exact_match(answer, reference); });
     score.answers.push_back(std::move(answer));

@@ -29,11 +29,6 @@ struct AnswerScoring {
   bool ignore_punctuation = false;  // Python's string.punctuation removed
 };
 
-// The filter's answer in `response`: the match at `group_select` (negative counts
-// from the last), its first non-empty group, stripped; `fallback` when nothing matches.
-std::string extract_answer(const PythonRegex& filter, std::string_view response, int group_select = 0,
-                           std::string_view fallback = "[invalid]");
-
 // A scoring with its patterns compiled.
 class AnswerScorer {
  public:

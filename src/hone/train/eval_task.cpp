@@ -78,19 +78,6 @@ int64_t label_column(const data::Record& r, const char* key, size_t count) {
   return index;
 }
 
-bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
-
-std::string_view trimmed_left(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  return s;
-}
-
-std::string_view trimmed(std::string_view s) {
-  s = trimmed_left(s);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 // Python's str.capitalize() on ASCII letters: the first upper-cased, the rest lower-cased.
 std::string capitalized(std::string s) {
   for (size_t i = 0; i < s.size(); ++i) {
@@ -111,7 +98,7 @@ std::string mmlu_description(const data::Record& r) {
 std::string mmlu_question(const data::Record& r, std::vector<std::string>& letters) {
   const std::vector<std::string> choices = string_list_column(r, "choices");
   HONE_CHECK(choices.size() <= 26, "{}: {} choices is more than there are letters", r.where, choices.size());
-  std::string text(trimmed(string_column(r, "question")));
+  std::string text(python_strip(string_column(r, "question")));
   letters.clear();
   for (size_t i = 0; i < choices.size(); ++i) {
     letters.emplace_back(1, char('A' + i));
@@ -187,7 +174,7 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       item.endings = string_list(choices["text"], r, "choices.text");
       const std::vector<std::string> letters = string_list(choices["label"], r, "choices.label");
       // OpenBookQA's task strips the key's leading spaces.
-      const std::string key(arc ? string_column(r, "answerKey") : trimmed_left(string_column(r, "answerKey")));
+      const std::string key(arc ? string_column(r, "answerKey") : python_lstrip(string_column(r, "answerKey")));
       const auto at = std::find(letters.begin(), letters.end(), key);
       HONE_CHECK(at != letters.end() && letters.size() == item.endings.size(),
                  "{}: answerKey '{}' is not one of choices.label", r.where, key);
@@ -245,7 +232,7 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       HONE_CHECK(blank != std::string::npos, "{}: the sentence has no blank '_'", r.where);
       for (const char* option : {"option1", "option2"})
         item.contexts.push_back(sentence.substr(0, blank) + string_column(r, option));
-      item.endings = {std::string(trimmed(std::string_view(sentence).substr(blank + 1)))};
+      item.endings = {std::string(python_strip(std::string_view(sentence).substr(blank + 1)))};
       const std::string answer = string_column(r, "answer");
       HONE_CHECK(answer == "1" || answer == "2", "{}: answer '{}' is not 1 or 2 (a test split has no answers)",
                  r.where, answer);
@@ -253,7 +240,7 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       break;
     }
     case TaskLayout::sciq:
-      item.context = std::string(trimmed_left(string_column(r, "support"))) + "\nQuestion: " +
+      item.context = std::string(python_lstrip(string_column(r, "support"))) + "\nQuestion: " +
                      string_column(r, "question") + "\nAnswer:";
       item.endings = {string_column(r, "distractor1"), string_column(r, "distractor2"),
                       string_column(r, "distractor3"), string_column(r, "correct_answer")};
@@ -408,7 +395,7 @@ bool reports_accuracy_norm(TaskLayout layout) {
 }
 
 std::string clean_hellaswag_text(std::string_view text) {
-  std::string s(trimmed(text));
+  std::string s(python_strip(text));
   replace_all(s, " [title]", ". ");
   // Drop each [...] that closes on its line (the harness's non-greedy \[.*?\]).
   std::string kept;
