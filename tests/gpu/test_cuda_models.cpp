@@ -166,16 +166,20 @@ ModelConfig small(const std::string& preset) {
 // weights and biases reach the ops in bf16. The GPU runs the head and, under
 // checkpointing, the MLP in chunks of 64 rows (64 + 16) with the loss gradient
 // in the forward pass; the CPU all rows at once.
-void expect_lora_with_dropout_matches_the_cpu(const std::string& preset, DType dtype) {
+// With DoRA the chunks' rescaled blocks are recomputed in backward (all but the
+// last chunk's): 128 rows, two chunks of the same size, so that a block kept for
+// the other chunk cannot pass for this one's.
+void expect_lora_with_dropout_matches_the_cpu(const std::string& preset, DType dtype, bool dora = false) {
   const LoraConfig lora{.rank = 3, .alpha = 6, .dropout = 0.2,
                         .attn_modules = {"q_proj", "k_proj", "v_proj", "output_proj"}, .apply_to_mlp = true,
-                        .apply_to_output = true};
+                        .apply_to_output = true, .use_dora = dora};
+  const int64_t batch = dora ? 4 : 2, seq = dora ? 32 : 40;
   std::vector<int32_t> tokens, targets;
-  for (int i = 0; i < 80; ++i) {
+  for (int i = 0; i < batch * seq; ++i) {
     tokens.push_back((i * 5 + 1) % 50);
     targets.push_back(i % 7 == 2 ? -100 : (i * 3 + 2) % 50);
   }
-  const Tensor t = Tensor::from(tokens, {2, 40}), y = Tensor::from(targets, {2, 40});
+  const Tensor t = Tensor::from(tokens, {batch, seq}), y = Tensor::from(targets, {batch, seq});
   const double scale = 1.0 / double(count_targets(y));
   std::vector<std::vector<Tensor>> grads;
   for (const Device device : {Device::cpu(), kGpu}) {
@@ -200,11 +204,15 @@ void expect_lora_with_dropout_matches_the_cpu(const std::string& preset, DType d
   const double tolerance = dtype == DType::bf16 ? 5e-2 : kFp32Tolerance;
   for (size_t i = 0; i < grads[0].size(); ++i) {
     expect_close(grads[1][i], grads[0][i], tolerance,
-                 fmt::format("{} {} LoRA gradient {}", preset, dtype_name(dtype), i));
+                 fmt::format("{} {} {} gradient {}", preset, dtype_name(dtype), dora ? "DoRA" : "LoRA", i));
   }
 }
 
 TEST_P(CudaPreset, LoraWithDropoutMatchesTheCpu) { expect_lora_with_dropout_matches_the_cpu(GetParam(), DType::f32); }
+
+TEST_P(CudaPreset, DoraWithDropoutMatchesTheCpu) {
+  expect_lora_with_dropout_matches_the_cpu(GetParam(), DType::f32, /*dora=*/true);
+}
 
 // The 16-row chunk's head product (50 classes) is the one that found oneDNN's
 // wrong bf16 products of 49 to 63 columns (docs/architecture.md, GEMM): in the

@@ -715,6 +715,35 @@ TEST_F(Cuda, ElementWiseOps) {
       ops::copy_columns(dst, 9, block, 2.0);
       ops::copy_columns(dst_gpu, 9, block_gpu, 2.0);
       expect_match(block_gpu, block, tol, named("copy_columns, " + what, dtype));
+
+      // DoRA's rescaling of the block and its backward (scales, norms and magnitude gradients in f32).
+      const Tensor scale = random_tensor({cols}, DType::f32, 51), inv_norm = random_tensor({cols}, DType::f32, 52);
+      const Tensor bias = random_tensor({cols + 13}, DType::f32, 53);
+      const Tensor z = Tensor::empty({6, cols}, dtype), z_gpu = Tensor::empty({6, cols}, dtype, kGpu);
+      ops::dora_scale_forward(dst, 9, scale, bias, z);
+      ops::dora_scale_forward(dst_gpu, 9, gpu(scale), gpu(bias), z_gpu);
+      expect_match(dst_gpu, dst, tol, named("dora_scale_forward, " + what, dtype));
+      expect_match(z_gpu, z, tol, named("dora_scale_forward's kept block, " + what, dtype));
+      const Tensor dy = random_tensor({6, cols + 13}, dtype, 54), dy_gpu = gpu(dy);
+      const Tensor dm = random_tensor({cols}, DType::f32, 55), dm_gpu = gpu(dm);
+      ops::dora_scale_backward(dy, 9, z, scale, inv_norm, dm);
+      ops::dora_scale_backward(dy_gpu, 9, z_gpu, gpu(scale), gpu(inv_norm), dm_gpu);
+      expect_match(dy_gpu, dy, tol, named("dora_scale_backward's gradient, " + what, dtype));
+      expect_match(dm_gpu, dm, tolerance(dtype, 1e-5), named("dora_scale_backward's magnitudes, " + what, dtype));
+    }
+
+    {  // DoRA's row norms of an f32 merged weight (rows longer than a block), and rows rescaled
+      const Tensor merged = random_tensor({7, 700}, DType::f32, 56), magnitude = random_tensor({7}, DType::f32, 57);
+      const Tensor scale = Tensor::empty({7}, DType::f32), inv_norm = Tensor::empty({7}, DType::f32);
+      const Tensor scale_gpu = Tensor::empty({7}, DType::f32, kGpu), inv_norm_gpu = Tensor::empty({7}, DType::f32, kGpu);
+      ops::dora_norms(merged, magnitude, scale, inv_norm);
+      ops::dora_norms(gpu(merged), gpu(magnitude), scale_gpu, inv_norm_gpu);
+      expect_match(scale_gpu, scale, 1e-6, "dora_norms' scales");
+      expect_match(inv_norm_gpu, inv_norm, 1e-6, "dora_norms' inverse norms");
+      const Tensor rows = merged.clone(), rows_gpu = gpu(merged);
+      ops::scale_rows(rows, scale);
+      ops::scale_rows(rows_gpu, scale_gpu);
+      expect_match(rows_gpu, rows, 1e-6, "scale_rows");
     }
 
     for (const int64_t n : {300001, 300000}) {  // element by element and in 16-byte groups

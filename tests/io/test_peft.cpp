@@ -93,7 +93,7 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
     with(key, value);
     EXPECT_NE(error().find(message), std::string::npos) << key << ": " << error();
   };
-  expect_refused("use_dora", true, "use_dora is true; hone's LoRA has no such adapters");
+  expect_refused("fan_in_fan_out", true, "fan_in_fan_out is true; hone's LoRA has no such adapters");
   expect_refused("layers_to_transform", {0}, "'layers_to_transform' is set");
   expect_refused("rank_pattern", {{"q_proj", 4}}, "'rank_pattern' is set");
   expect_refused("modules_to_save", {"lm_head"}, "'modules_to_save' is set");
@@ -125,7 +125,8 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
       << error();
   write_without("no such part", {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector",
                                   Tensor::zeros({64}, DType::f32)}});
-  EXPECT_NE(error().find("is not a LoRA tensor"), std::string::npos) << error();
+  EXPECT_NE(error().find("is a DoRA magnitude, but adapter_config.json does not set use_dora"), std::string::npos)
+      << error();
   // Adapters of another base model: a shape the model does not have.
   write_without("layers.0.self_attn.q_proj.lora_A",
                 {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", Tensor::zeros({2, 32}, DType::f32)}});
@@ -135,6 +136,49 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
             std::string::npos);
   fs::remove(weights);
   EXPECT_NE(error().find("no adapter_model.safetensors (or adapter_model.bin)"), std::string::npos) << error();
+  fs::remove_all(dir);
+}
+
+// DoRA's magnitudes travel as PEFT's lora_magnitude_vector ([out]), with
+// use_dora set; read back under either of PEFT's names for them.
+TEST(Peft, DoraAdaptersCarryTheirMagnitudes) {
+  const std::string dir = testing::TempDir() + "hone_peft_dora_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  const ModelConfig config = model_preset("llama_tiny");
+  const LoraConfig trained{.rank = 2, .alpha = 4, .attn_modules = {"q_proj", "v_proj"}, .apply_to_mlp = true,
+                           .use_dora = true};
+  Transformer m(config, DType::f32, Device::cpu(), trained);
+  m.init_weights(1);
+  uint64_t seed = 30;
+  for (const Parameter& p : m.trainable_params().all())
+    m.trainable_params().get(p.name).value.copy_from(random_tensor(p.whole_shape, DType::f32, seed++));
+  export_peft(m, dir, "base");
+  const auto written = nlohmann::json::parse(std::ifstream(dir + "/adapter_config.json"));
+  EXPECT_EQ(written["use_dora"], true);
+  const std::string magnitude = "base_model.model.model.layers.1.self_attn.v_proj.lora_magnitude_vector";
+  {
+    const SafetensorsFile f(dir + "/adapter_model.safetensors");
+    EXPECT_EQ(f.names().size(), 3u * 5 * 2);  // A, B and m; q, v, gate, up, down; two layers
+    EXPECT_EQ(f.entry(magnitude).shape, Shape({32}));
+  }
+  const auto expect_read_back = [&] {
+    const LoraConfig read = read_peft_config(dir, config);
+    EXPECT_TRUE(read.use_dora);
+    Transformer loaded(config, DType::f32, Device::cpu(), read);
+    load_adapters(open_lora_adapters(dir, config).read, loaded);
+    for (const Parameter& p : m.trainable_params().all())
+      EXPECT_EQ(loaded.trainable_params().get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
+  };
+  expect_read_back();
+  // Files of PEFT versions that kept the module's ".weight".
+  {
+    std::vector<NamedTensor> renamed;
+    const SafetensorsFile f(dir + "/adapter_model.safetensors");
+    for (const std::string& name : f.names())
+      renamed.push_back({name.ends_with("lora_magnitude_vector") ? name + ".weight" : name, f.load(name)});
+    write_safetensors(dir + "/adapter_model.safetensors", renamed);
+  }
+  expect_read_back();
   fs::remove_all(dir);
 }
 

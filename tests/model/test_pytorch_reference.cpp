@@ -188,5 +188,55 @@ TEST_P(PytorchReference, RejectsANearbyModel) {
 INSTANTIATE_TEST_SUITE_P(Families, PytorchReference, ::testing::Values("llama", "gpt2", "mpt"),
                          [](const auto& info) { return info.param; });
 
+// DoRA adapters on every projection (tests/reference/generate_dora.py): the
+// logits, the loss and the gradients of A, B and the magnitudes, with the row
+// norms held constant in backward as torchtune and PEFT hold them.
+class DoraReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DoraReference, ForwardAndAdapterGradientsMatch) {
+  const SafetensorsFile file(source_path("tests/reference/dora_" + GetParam() + ".safetensors"));
+  const nlohmann::json lora_json = nlohmann::json::parse(file.metadata().at("lora"));
+  const LoraConfig lora{.rank = lora_json.at("rank").get<int64_t>(),
+                        .alpha = lora_json.at("alpha").get<double>(),
+                        .dropout = 0.0,
+                        .attn_modules = lora_json.at("attn_modules").get<std::vector<std::string>>(),
+                        .apply_to_mlp = lora_json.at("apply_to_mlp").get<bool>(),
+                        .use_dora = true};
+  Transformer model(config_from_json(nlohmann::json::parse(file.metadata().at("config"))), DType::f32, Device::cpu(),
+                    lora);
+  for (Parameter& p : model.params().all()) p.value.copy_from(file.load("param." + p.name));
+  model.params().sync_compute();
+  size_t adapters = 0;
+  for (Parameter& p : model.trainable_params().all()) {
+    p.value.copy_from(file.load("adapter." + p.name));
+    ++adapters;
+  }
+  model.trainable_params().sync_compute();
+  size_t stored = 0;
+  for (const std::string& name : file.names()) stored += name.starts_with("adapter.");
+  ASSERT_EQ(adapters, stored) << "hone's DoRA tensors and the reference's differ in number";
+
+  model.trainable_params().zero_grad();
+  const ops::LossSum loss = model.forward(file.load("tokens"), file.load("targets"));
+  const double logits = relative_error(model.logits(), file.load("logits"));
+  const double loss_error =
+      relative_error(Tensor::from(std::vector<float>{float(loss.mean())}, {1}), file.load("loss"));
+  model.backward(1.0 / double(loss.tokens));
+  double grads = 0;
+  std::string worst;
+  for (const Parameter& p : model.trainable_params().all()) {
+    const double err = relative_error(p.grad, file.load("grad." + p.name));
+    if (err >= grads) grads = err, worst = p.name;
+  }
+  fmt::print("dora {}: relative errors logits {:.2e}, loss {:.2e}, gradients {:.2e} (worst {})\n", GetParam(), logits,
+             loss_error, grads, worst);
+  EXPECT_LE(logits, kTolerance);
+  EXPECT_LE(loss_error, kTolerance);
+  EXPECT_LE(grads, kTolerance) << "gradient of " << worst;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DoraReference, ::testing::Values("llama", "gpt2"),
+                         [](const auto& info) { return info.param; });
+
 }  // namespace
 }  // namespace hone::test

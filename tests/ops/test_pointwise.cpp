@@ -1,6 +1,6 @@
-// Embedding, RoPE, SwiGLU, GELU (exact and tanh), residual add and dropout:
-// forward against their formulas, backward against finite differences in fp64;
-// overlapped copies on the CPU.
+// Embedding, RoPE, SwiGLU, GELU (exact and tanh), residual add, dropout and
+// DoRA's rescaling: forward against their formulas, backward against finite
+// differences in fp64; overlapped copies on the CPU.
 #include <cmath>
 
 #include "hone/ops/ops.hpp"
@@ -218,6 +218,62 @@ TEST(Dropout, KeepsOrZeroesAndAPartGetsItsPartOfTheWholeMask) {
     const Tensor part = Tensor::empty({count}, DType::f64);
     ops::dropout(x.slice(first, {count}), part, p, 7, 9, first);
     EXPECT_EQ(part.to_vector<double>(), whole.slice(first, {count}).to_vector<double>()) << "first " << first;
+  }
+}
+
+TEST(Dora, NormsRescalingAndItsBackward) {
+  const Tensor merged = random_tensor({5, 9}, DType::f64, 60);
+  Tensor magnitude = random_tensor({5}, DType::f64, 61);
+  for (int64_t i = 0; i < 5; ++i) magnitude.data<double>()[i] += 2.0;  // positive, as norms
+  const Tensor scale = Tensor::empty({5}, DType::f64), inv_norm = Tensor::empty({5}, DType::f64);
+  ops::dora_norms(merged, magnitude, scale, inv_norm);
+  for (int64_t i = 0; i < 5; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < 9; ++j) sum += std::pow(merged.data<double>()[i * 9 + j], 2);
+    EXPECT_NEAR(inv_norm.data<double>()[i], 1 / std::sqrt(sum), 1e-15);
+    EXPECT_NEAR(scale.data<double>()[i], magnitude.data<double>()[i] / std::sqrt(sum), 1e-14);
+  }
+  const Tensor rows = merged.clone();
+  ops::scale_rows(rows, scale);
+  for (int64_t i = 0; i < 45; ++i) EXPECT_EQ(rows.data<double>()[i], merged.data<double>()[i] * scale.data<double>()[i / 9]);
+
+  // A block of 5 columns at column 4 of a [6, 13] output, with a bias and without.
+  const Tensor y0 = random_tensor({6, 13}, DType::f64, 62), bias = random_tensor({13}, DType::f64, 63);
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "bias" : "no bias");
+    const Tensor b = with_bias ? bias : Tensor();
+    const Tensor y = y0.clone(), z = Tensor::empty({6, 5}, DType::f64);
+    ops::dora_scale_forward(y, 4, scale, b, z);
+    for (int64_t r = 0; r < 6; ++r) {
+      for (int64_t j = 0; j < 13; ++j) {
+        const double before = y0.data<double>()[r * 13 + j], after = y.data<double>()[r * 13 + j];
+        if (j < 4 || j >= 9) {
+          EXPECT_EQ(after, before);
+          continue;
+        }
+        const double bj = with_bias ? bias.data<double>()[j] : 0.0;
+        EXPECT_EQ(z.data<double>()[r * 5 + j - 4], before - bj);
+        EXPECT_NEAR(after, scale.data<double>()[j - 4] * (before - bj) + bj, 1e-15);
+      }
+    }
+    // The magnitudes' gradient with the norms held constant: scale = m · inv_norm.
+    const Tensor probe = random_tensor(y.shape(), DType::f64, 64);
+    const Tensor m = magnitude.clone();
+    auto loss = [&] {
+      const Tensor s = m.clone(), out = y0.clone(), kept = Tensor::empty({6, 5}, DType::f64);
+      for (int64_t i = 0; i < 5; ++i) s.data<double>()[i] *= inv_norm.data<double>()[i];
+      ops::dora_scale_forward(out, 4, s, b, kept);
+      return dot(out, probe);
+    };
+    const Tensor dy = probe.clone(), d_magnitude = Tensor::zeros({5}, DType::f64);
+    ops::dora_scale_backward(dy, 4, z, scale, inv_norm, d_magnitude);
+    expect_gradient(m, d_magnitude, loss, "magnitudes");
+    for (int64_t r = 0; r < 6; ++r) {
+      for (int64_t j = 0; j < 13; ++j) {
+        const double factor = j < 4 || j >= 9 ? 1.0 : scale.data<double>()[j - 4];
+        EXPECT_NEAR(dy.data<double>()[r * 13 + j], probe.data<double>()[r * 13 + j] * factor, 1e-15);
+      }
+    }
   }
 }
 

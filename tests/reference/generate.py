@@ -172,8 +172,9 @@ def alibi_slopes(n_heads, alibi_bias_max):
 # ---------------------------------------------------------------------------
 # The model.
 
-def forward(c, P, tokens):
-    """Logits [B*T, V] for tokens [B, T]."""
+def forward(c, P, tokens, project=None):
+    """Logits [B*T, V] for tokens [B, T]; project(x, prefix, base) may replace the
+    layers' linear projections (base: the plain one), as adapters do."""
     B, T = tokens.shape
     D, H, KV, hd = c["dim"], c["n_heads"], c["n_kv_heads"], head_dim(c)
 
@@ -183,8 +184,11 @@ def forward(c, P, tokens):
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c["norm_eps"]) * w
         return F.layer_norm(x, (D,), w, P.get(prefix + ".bias"), c["norm_eps"])
 
-    def linear(x, prefix):
+    def plain(x, prefix):
         return F.linear(x, P[prefix + ".weight"], P.get(prefix + ".bias"))
+
+    def linear(x, prefix):
+        return project(x, prefix, plain) if project else plain(x, prefix)
 
     x = F.embedding(tokens, P["tok_embeddings.weight"])
     if c["position"] == "learned":

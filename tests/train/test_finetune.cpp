@@ -210,6 +210,38 @@ TEST_F(FinetuneRun, BatchesCutToTheirLongestSampleLoseWhatWholeRowsDo) {
   for (const auto& [step, loss] : validation("cut")) EXPECT_NEAR(loss, validation("whole").at(step), 1e-5 * loss);
 }
 
+// model.use_dora: the run learns its magnitudes too; its PEFT export carries
+// them, and merged (the run's export.hf, or hone convert --adapter with the
+// PEFT folder) they give the same weights, which evaluate as the adapters do.
+TEST_F(FinetuneRun, DoraTrainsExportsAndMergesItsMagnitudes) {
+  auto args = lora_args("dora", 12);
+  args.insert(args.end(), {"model.use_dora=true", "export.peft=" + root_ + "/dora_peft", "export.hf=" + root_ + "/dora_hf"});
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/dora.log"), 0) << read_file(root_ + "/dora.log");
+  const auto l = losses("dora");
+  EXPECT_LT(l.at(12), l.at(1) - 1.0) << read_file(root_ + "/dora.log");
+  EXPECT_EQ(nlohmann::json::parse(read_file(root_ + "/dora_peft/adapter_config.json"))["use_dora"], true);
+  const SafetensorsFile peft(root_ + "/dora_peft/adapter_model.safetensors");
+  EXPECT_EQ(peft.entry("base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector").shape, Shape({64}));
+
+  const std::string merged = root_ + "/dora_merged", log = root_ + "/dora_merged.log";
+  ASSERT_EQ(run_hone_to_log({"convert", root_ + "/base", merged, "--to", "hf", "--adapter", root_ + "/dora_peft"}, log),
+            0)
+      << read_file(log);
+  const SafetensorsFile got(merged + "/model.safetensors"), exported(root_ + "/dora_hf/model.safetensors");
+  ASSERT_EQ(got.names(), exported.names());
+  for (const std::string& name : got.names())
+    EXPECT_EQ(got.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << name;
+  const std::string data = "dataset.path=" + root_ + "/data.jsonl";
+  EXPECT_NEAR(instruct_eval_loss({"checkpoint.path=" + root_ + "/dora_hf", data}),
+              instruct_eval_loss({"checkpoint.path=" + root_ + "/base", "lora.adapter=" + root_ + "/dora_peft",
+                                  "tokenizer.path=" + tokenizer_, data}),
+              1e-5);
+  // Starting from plain LoRA adapters is refused, naming the setting.
+  auto from_lora = lora_args("dora_from_lora", 1);
+  from_lora.insert(from_lora.end(), {"model.use_dora=true", "lora.adapter=" + trained_lora_run()});
+  expect_refused(from_lora, "dora_from_lora", "model.use_dora=false");
+}
+
 TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
   auto full = lora_args("lora_full", 12);
   full.push_back("checkpoint.every_n_steps=5");
@@ -258,6 +290,27 @@ TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) 
   const SafetensorsFile zero3(root_ + "/lora_zero3/step_0000006/adapter.safetensors");
   ASSERT_EQ(zero3.names(), zero2.names());
   for (const std::string& name : zero2.names()) test::expect_close(zero3.load(name), zero2.load(name), 1e-5, name);
+}
+
+// DoRA data-parallel as LoRA above (its magnitudes' gradients reduced with the
+// adapters'); ZeRO-3, which shards the rows DoRA takes norms of, is refused.
+TEST_F(FinetuneRun, DoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
+  auto one = lora_args("dora_one", 4), two = lora_args("dora_two", 4);
+  for (auto* args : {&one, &two}) {
+    args->insert(args->end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2", "model.use_dora=true",
+                               "dataset.pad_to_multiple_of=8"});
+  }
+  one.push_back("gradient_accumulation_steps=2");
+  two.push_back("distributed.zero=2");
+  two = on_two_ranks(two);
+  ASSERT_EQ(run_hone_to_log(one, root_ + "/dora_one.log"), 0) << read_file(root_ + "/dora_one.log");
+  ASSERT_EQ(run_hone_to_log(two, root_ + "/dora_two.log"), 0) << read_file(root_ + "/dora_two.log");
+  expect_losses_of("dora_two", losses("dora_one"), 4);
+  std::replace(two.begin(), two.end(), std::string("distributed.zero=2"), std::string("distributed.zero=3"));
+  std::replace(two.begin(), two.end(), "output_dir=" + root_ + "/dora_two", "output_dir=" + root_ + "/dora_zero3");
+  EXPECT_NE(run_hone_to_log(two, root_ + "/dora_zero3.log"), 0);
+  EXPECT_NE(read_file(root_ + "/dora_zero3.log").find("not with tensor parallelism or ZeRO-3"), std::string::npos)
+      << read_file(root_ + "/dora_zero3.log");
 }
 
 TEST_F(FinetuneRun, LoraAtTensorParallel2TrainsAndExportsLikeOneProcess) {

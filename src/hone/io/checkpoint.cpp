@@ -456,6 +456,9 @@ TrainedLora read_trained_lora(const std::string& folder) {
               .attn_modules = at({"model", "lora_attn_modules"}).get<std::vector<std::string>>(),
               .apply_to_mlp = at({"model", "apply_lora_to_mlp"}).get<bool>(),
               .apply_to_output = at({"model", "apply_lora_to_output"}).get<bool>()};
+    // Written since DoRA came; runs before it were plain LoRA.
+    const Json& model = at({"model"});
+    t.lora.use_dora = model.contains("use_dora") && model["use_dora"].get<bool>();
     t.base = at({"checkpoint", "path"}).get<std::string>();
     t.base_format = at({"checkpoint", "format"}).get<std::string>();
     const Json* tokenizer = config->contains("tokenizer") ? &(*config)["tokenizer"] : nullptr;
@@ -485,7 +488,8 @@ class LoraMergedWeights final : public WeightSource {
     base_.read(name, dst);
     for (const LoraTarget& t : targets_) {
       if (t.base != name) continue;
-      merge_adapter(dst, t.row_begin, t.rows, adapters_(t.a_name()), adapters_(t.b_name()), lora_.scale());
+      merge_adapter(dst, t.row_begin, t.rows, adapters_(t.a_name()), adapters_(t.b_name()), lora_.scale(),
+                    lora_.use_dora ? adapters_(t.magnitude_name()) : Tensor());
     }
   }
 

@@ -22,6 +22,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPeftPrefix = "base_model.model.";
+// DoRA's magnitudes: PEFT saves "MODULE.lora_magnitude_vector" (its module's
+// ".weight" dropped, as it does for files of older versions) and reads both.
+constexpr const char* kMagnitudeSuffix = ".lora_magnitude_vector";
 
 // The Hugging Face module ("model.layers.3.self_attn.q_proj") whose weight is
 // exactly the rows an adapter covers, which PEFT names it by; none where Hugging
@@ -51,6 +54,7 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
     modules.insert(module->substr(module->rfind('.') + 1));
     tensors.push_back({kPeftPrefix + *module + ".lora_A.weight", adapter(t.a_name())});
     tensors.push_back({kPeftPrefix + *module + ".lora_B.weight", adapter(t.b_name())});
+    if (lora.use_dora) tensors.push_back({kPeftPrefix + *module + kMagnitudeSuffix, adapter(t.magnitude_name())});
   }
   const Json adapter_config = {{"base_model_name_or_path", base_model},
                                {"bias", "none"},
@@ -63,7 +67,8 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
                                {"peft_type", "LORA"},
                                {"r", lora.rank},
                                {"target_modules", std::vector<std::string>(modules.begin(), modules.end())},
-                               {"task_type", "CAUSAL_LM"}};
+                               {"task_type", "CAUSAL_LM"},
+                               {"use_dora", lora.use_dora}};
   AtomicFolder folder(dir, /*replace=*/false);
   write_json_file(folder.file("adapter_config.json"), adapter_config);
   write_safetensors(folder.file("adapter_model.safetensors"), tensors, {{"format", "pt"}});
@@ -107,8 +112,8 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
   HONE_CHECK(r && r->is_number_integer() && r->get<int64_t>() > 0, "{}: 'r' must be a positive integer", path);
   HONE_CHECK(alpha && alpha->is_number(), "{}: 'lora_alpha' must be a number", path);
   // What PEFT can add to an adapter that hone's LoRA does not have.
-  for (const char* key : {"use_dora", "fan_in_fan_out"})
-    HONE_CHECK(!field(key) || *field(key) == false, "{}: {} is true; hone's LoRA has no such adapters", path, key);
+  HONE_CHECK(!field("fan_in_fan_out") || *field("fan_in_fan_out") == false,
+             "{}: fan_in_fan_out is true; hone's LoRA has no such adapters", path);
   for (const char* key : {"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform"})
     HONE_CHECK(!field(key) || field(key)->empty(), "{}: '{}' is set; hone's adapters share one rank and alpha on "
                "every layer, and it trains no other modules", path, key);
@@ -121,21 +126,26 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
   for (const LoraTarget& t : lora_targets(config, every_adapter(config, rank)))
     if (const auto module = peft_module(config, t)) by_module.emplace(*module, t);
   const std::unique_ptr<TensorFile> file = open_tensor_file(adapter_weights_file(dir));
+  const bool dora = field("use_dora") && *field("use_dora") == true;
   std::map<std::string, std::vector<int64_t>> layers;  // hone module -> layers that have it
   for (const std::string& name : file->names()) {
     const std::string a_suffix = ".lora_A.weight", b_suffix = ".lora_B.weight";
+    const std::string m_suffix = std::string(kMagnitudeSuffix), m_weight_suffix = m_suffix + ".weight";
     const bool a = name.ends_with(a_suffix), b = name.ends_with(b_suffix);
-    HONE_CHECK(name.starts_with(kPeftPrefix) && (a || b), "{}: '{}' is not a LoRA tensor (base_model.model.MODULE."
-               "lora_A.weight or lora_B.weight)", file->path(), name);
+    const size_t m = name.ends_with(m_suffix) ? m_suffix.size() : name.ends_with(m_weight_suffix) ? m_weight_suffix.size() : 0;
+    HONE_CHECK(name.starts_with(kPeftPrefix) && (a || b || m), "{}: '{}' is not a LoRA tensor (base_model.model.MODULE."
+               "lora_A.weight, lora_B.weight or DoRA's lora_magnitude_vector)", file->path(), name);
+    HONE_CHECK(!m || dora, "{}: '{}' is a DoRA magnitude, but adapter_config.json does not set use_dora", file->path(),
+               name);
     const std::string module = name.substr(std::string(kPeftPrefix).size(),
-                                           name.size() - std::string(kPeftPrefix).size() - a_suffix.size());
+                                           name.size() - std::string(kPeftPrefix).size() - (m ? m : a_suffix.size()));
     auto it = by_module.find(module);
     HONE_CHECK(it != by_module.end(), "{}: '{}' adapts {}, which hone's LoRA cannot adapt on a {} model (it adapts "
                "the attention projections, the MLP's and the output, where Hugging Face stores them apart)",
                file->path(), name, module, family_name(config.family));
     if (a) layers[it->second.module].push_back(it->second.layer);
   }
-  LoraConfig lora{.rank = rank, .alpha = alpha->get<double>(), .attn_modules = {}};
+  LoraConfig lora{.rank = rank, .alpha = alpha->get<double>(), .attn_modules = {}, .use_dora = dora};
   if (const Json* rs = field("use_rslora"); rs && *rs == true) lora.alpha *= std::sqrt(double(rank));
   if (const Json* dropout = field("lora_dropout")) lora.dropout = dropout->get<double>();
   for (const auto& [module, on] : layers) {
@@ -162,10 +172,16 @@ namespace {
 AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, const LoraConfig& lora) {
   std::shared_ptr<const TensorFile> file = open_tensor_file(adapter_weights_file(dir));
   auto names = std::make_shared<std::map<std::string, std::pair<std::string, Shape>>>();  // hone -> PEFT, shape
+  const std::vector<std::string> stored = file->names();
+  const std::set<std::string> present(stored.begin(), stored.end());
   for (const LoraTarget& t : lora_targets(config, lora)) {
     const std::string module = kPeftPrefix + *peft_module(config, t);
     (*names)[t.a_name()] = {module + ".lora_A.weight", Shape({lora.rank, t.in})};
     (*names)[t.b_name()] = {module + ".lora_B.weight", Shape({t.rows, lora.rank})};
+    if (lora.use_dora) {
+      const std::string magnitude = module + kMagnitudeSuffix;
+      (*names)[t.magnitude_name()] = {present.contains(magnitude) ? magnitude : magnitude + ".weight", Shape({t.rows})};
+    }
   }
   return [file, names](const std::string& name) {
     const auto& [peft, shape] = names->at(name);

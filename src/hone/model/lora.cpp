@@ -1,6 +1,7 @@
 #include "hone/model/lora.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "hone/core/error.hpp"
 #include "hone/ops/ops.hpp"
@@ -51,24 +52,53 @@ std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lor
 
 int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, int64_t tp) {
   int64_t n = 0;
-  for (const LoraTarget& t : lora_targets(config, lora)) n += lora.rank * (t.in_per_rank(tp) + t.rows_per_rank(tp));
+  for (const LoraTarget& t : lora_targets(config, lora)) {
+    n += lora.rank * (t.in_per_rank(tp) + t.rows_per_rank(tp)) + (lora.use_dora ? t.rows_per_rank(tp) : 0);
+  }
   return n;
 }
+
+namespace {
+
+// The output width of the projection a target adapts (DoRA copies its gradient).
+int64_t projection_width(const ModelConfig& c, const LoraTarget& t) {
+  if (t.module == "output") return c.vocab_size;
+  if (t.module == "output_proj" || t.module == "down_proj") return c.dim;
+  if (t.in_mlp()) return c.mlp == MlpKind::swiglu ? 2 * c.ffn_dim : c.ffn_dim;
+  return (c.n_heads + 2 * c.n_kv_heads) * c.head_dim();
+}
+
+}  // namespace
 
 size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t batch,
                              int64_t seq, const ActivationOptions& options) {
   const int64_t tp = options.tp, rows = batch * seq;
   const int64_t head_rows = logits_chunk_rows(config, dtype, batch, seq, options);
   const int64_t mlp_rows = mlp_chunk_rows(config, dtype, batch, seq, options);
-  int64_t kept = 0, moment = 0;
+  const auto size = int64_t(dtype_size(dtype));
+  const int64_t merged_size = dtype == DType::f64 ? 8 : 4;  // DoRA's merged weights, in the adapters' dtype
+  int64_t kept = 0, moment = 0;  // bytes
+  std::map<int64_t, int64_t> unit_extra;  // DoRA: by layer (-1: the head), see below
   for (const LoraTarget& t : lora_targets(config, lora)) {
     const int64_t out = t.rows_per_rank(tp), in = t.in_per_rank(tp);
     // The output head, and the MLP under checkpointing, run over chunks of rows.
     const int64_t n = t.layer < 0 ? head_rows : t.in_mlp() && tp == 1 ? mlp_rows : rows;
-    kept += n * lora.rank;
-    moment = std::max(moment, n * (out + lora.rank + (lora.dropout > 0 ? 2 * in : 0)));
+    const int64_t adapter = n * (out + lora.rank + (lora.dropout > 0 ? 2 * in : 0)) * size;
+    kept += n * lora.rank * size;
+    if (!lora.use_dora) {
+      moment = std::max(moment, adapter);
+      continue;
+    }
+    // Its block's output is kept: of rows run in chunks, the last chunk's, and
+    // a whole chunk's while its layer runs again in backward.
+    const int64_t last = rows - (rows - 1) / n * n;
+    kept += last * out * size;
+    unit_extra[t.layer] += (n - last) * out * size;
+    moment = std::max({moment, out * in * merged_size, n * projection_width(config, t) * size + adapter});
   }
-  return size_t(kept + moment) * dtype_size(dtype);
+  int64_t extra = 0;
+  for (const auto& [unit, bytes] : unit_extra) extra = std::max(extra, bytes);
+  return size_t(kept + extra + moment);
 }
 
 double training_flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora, int64_t seq_len) {
@@ -77,19 +107,29 @@ double training_flops_per_token(const ModelConfig& config, const std::optional<L
   return whole - 2.0 * double(config.num_matmul_params()) + 6.0 * double(lora_parameter_count(config, *lora));
 }
 
-void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
-                   double scale) {
+Tensor merged_block(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
+                    double scale) {
   const int64_t in = weight.numel() / weight.size(0), rank = a.size(0);
   const Tensor block = weight.view({weight.numel()}).slice(row_begin * in, {1, rows, in});
-  if (block.dtype() == a.dtype()) {
-    ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, block, float(scale), 1.0f);
-    return;
-  }
-  // A base kept in bf16 (Transformer: LoRA's frozen base): the sum in the
-  // adapters' fp32, rounded once.
-  const Tensor sum = ops::cast_to(block, a.dtype());
+  const Tensor sum = block.dtype() == a.dtype() ? block.clone() : ops::cast_to(block, a.dtype());
   ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, sum, float(scale), 1.0f);
-  ops::cast(sum, block);
+  return sum.view({rows, in});
+}
+
+void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
+                   double scale, const Tensor& magnitude) {
+  const int64_t in = weight.numel() / weight.size(0);
+  const Tensor block = weight.view({weight.numel()}).slice(row_begin * in, {rows, in});
+  const Tensor merged = merged_block(weight, row_begin, rows, a, b, scale);
+  if (magnitude.defined()) {  // DoRA: each row rescaled to its magnitude
+    const Tensor factor = Tensor::empty({rows}, merged.dtype(), merged.device());
+    const Tensor inv_norm = Tensor::empty({rows}, merged.dtype(), merged.device());
+    ops::dora_norms(merged, ops::cast_to(magnitude, merged.dtype()), factor, inv_norm);
+    ops::scale_rows(merged, factor);
+  }
+  // A base kept in bf16 (Transformer: LoRA's frozen base): the result in the
+  // adapters' fp32, rounded once.
+  ops::cast(merged, block);
 }
 
 }  // namespace hone

@@ -4,6 +4,13 @@
 // B starting at zero. Module names are torchtune's: q_proj, k_proj, v_proj and
 // output_proj in attention; gate_proj, up_proj, down_proj in the MLP (up_proj and
 // down_proj for GELU MLPs); the output projection.
+//
+// DoRA (Liu et al. 2024, `use_dora`, as torchtune's and PEFT's): each adapted
+// block also learns a magnitude per output row, m [rows], starting at the base
+// rows' norms, and its output is y = (m / ‖W + s·B·A‖) ⊙ (x·Wᵀ + s·dropout(x)·Aᵀ·Bᵀ)
+// (+ the bias, not rescaled), the row norms held constant in backward (the
+// paper's section 4.3). With dropout this is torchtune's form: PEFT's passes
+// the dropped input to the rescaled base product too.
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +28,7 @@ struct LoraConfig {
   std::vector<std::string> attn_modules = {"q_proj", "v_proj"};
   bool apply_to_mlp = false;
   bool apply_to_output = false;
+  bool use_dora = false;
   double scale() const { return alpha / double(rank); }
 };
 
@@ -51,6 +59,7 @@ struct LoraTarget {
   // The adapter's parameter names: "layers.3.lora.q_proj.a", "lora.output.b".
   std::string a_name() const { return prefix() + module + ".a"; }
   std::string b_name() const { return prefix() + module + ".b"; }
+  std::string magnitude_name() const { return prefix() + module + ".magnitude"; }  // DoRA's m
 
  private:
   std::string prefix() const { return layer < 0 ? "lora." : "layers." + std::to_string(layer) + ".lora."; }
@@ -65,7 +74,10 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
 // Bytes the adapters use beyond the model's planned activations, for batch x
 // seq tokens: each adapter's x·Aᵀ ([rows, rank], kept for backward), and for a
 // moment the largest adapter's [rows, out] product with its [rows, rank]
-// gradient (and, with dropout, the dropped input and its gradient). The output
+// gradient (and, with dropout, the dropped input and its gradient). DoRA's
+// adapters also keep their block of the output before rescaling ([rows, out]),
+// and for a moment the merged weight (f32) or the projection's output gradient
+// rescaled (a copy: its input is read again by the residual path). The output
 // projection's adapters see the head's chunks of rows, the MLP's those of the
 // MLP (activations.hpp).
 size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t batch,
@@ -78,11 +90,15 @@ size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, 
 // each adapter element in 6.
 double training_flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora, int64_t seq_len);
 
-// Folds one adapter into its base weight: weight[row_begin, row_begin + rows)
-// += scale · B·A, with weight [out, in] (or the part of it a rank holds, with A
-// [rank, in] and B [rows, rank] to match). A bf16 weight gets the fp32 sum
-// rounded once.
+// The adapted block W[row_begin, row_begin + rows) + scale · B·A of a weight
+// [out, in] (or the part of it a rank holds, with A [rank, in] and B [rows,
+// rank] to match), in the adapters' dtype (f32, or f64).
+Tensor merged_block(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
+                    double scale);
+// Folds one adapter into its base weight: the block becomes W + scale · B·A,
+// and with DoRA's magnitudes (defined) each row of that is rescaled to its m.
+// A bf16 weight gets the fp32 result rounded once.
 void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
-                   double scale);
+                   double scale, const Tensor& magnitude = Tensor());
 
 }  // namespace hone

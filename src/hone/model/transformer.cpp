@@ -25,6 +25,13 @@ const Tensor& hold_at_least(Tensor& memory, int64_t elements, DType dtype, Devic
   return memory;
 }
 
+// `t` as [rows, cols] (a last chunk of rows may be shorter), the old freed first.
+void resize_rows(Tensor& t, int64_t rows, int64_t cols, DType dtype, Device device) {
+  if (t.defined() && t.size(0) == rows) return;
+  t = Tensor();
+  t = Tensor::empty({rows, cols}, dtype, device);
+}
+
 }  // namespace
 
 Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora,
@@ -51,6 +58,10 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
   // compute dtype alone (2 bytes a parameter in bf16 instead of 4 + 2).
   params_.allocate(lora_ ? dtype : master, dtype, device, /*with_grads=*/!lora_, pad, placement.shard);
   if (lora_) {
+    // DoRA's row norms need whole rows and its magnitudes whole weights: no split or sharded base.
+    HONE_CHECK(!lora_->use_dora || (tp_size_ == 1 && placement.shard.world <= 1),
+               "use_dora: DoRA runs on one rank or with data parallelism (ZeRO 0 to 2), not with tensor "
+               "parallelism or ZeRO-3 (its row norms need whole weights)");
     declare_lora();
     lora_params_.allocate(master, dtype, device, true, placement.pad_multiple, placement.shard);
   }
@@ -134,6 +145,7 @@ void Transformer::declare_lora() {
     a.b = &lora_params_.declare(t.b_name(), {t.rows, lora.rank}, true, unit,
                                 split_rows ? part : TensorSplit{});
     a.a->compute_only = a.b->compute_only = true;
+    if (lora.use_dora) a.magnitude = &lora_params_.declare(t.magnitude_name(), {t.rows}, true, unit);
     if (t.layer < 0) {
       output_adapters_.push_back(a);
       continue;
@@ -151,6 +163,7 @@ void Transformer::init_lora(uint64_t seed) {
   dropout_seed_ = seed;
   uint64_t stream = uint64_t(1) << 40;
   for (Parameter& p : lora_params_.all()) {
+    if (p.name.ends_with(".magnitude")) continue;  // below, from the base weights
     Tensor host = Tensor::zeros(p.whole_shape, lora_params_.values().dtype());  // drawn whole, as init_weights
     if (p.name.ends_with(".a")) {
       const double bound = 1.0 / std::sqrt(double(p.whole_shape[1]));
@@ -160,20 +173,43 @@ void Transformer::init_lora(uint64_t seed) {
     lora_params_.write(p, host);
     ++stream;
   }
+  // DoRA's magnitudes start at the norms of the base rows they scale (B = 0), so the model starts as its base.
+  for_each_adapter([&](LoraAdapter& a) {
+    if (!a.magnitude) return;
+    const Tensor rows =
+        merged_block(a.base->value, a.row_begin, a.rows, a.a->value, a.b->value, lora_->scale()).to(Device::cpu());
+    const Tensor host = Tensor::empty({a.rows}, rows.dtype());
+    const auto norms = [&]<typename M>(const M* w, M* norm) {
+      const int64_t in = rows.size(1);
+      for (int64_t i = 0; i < a.rows; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j < in; ++j) sum += double(w[i * in + j]) * double(w[i * in + j]);
+        norm[i] = M(std::sqrt(sum));
+      }
+    };
+    if (host.dtype() == DType::f64) norms(rows.data<double>(), host.data<double>());
+    else norms(rows.data<float>(), host.data<float>());
+    lora_params_.write(*a.magnitude, host);
+  });
   lora_params_.sync_compute();
+}
+
+void Transformer::for_each_adapter(const std::function<void(LoraAdapter&)>& fn) {
+  for (auto& layer : layer_adapters_)
+    for (auto& projection : layer)
+      for (LoraAdapter& a : projection) fn(a);
+  for (LoraAdapter& a : output_adapters_) fn(a);
 }
 
 void Transformer::merge_lora() {
   if (!lora_) return;
-  auto merge = [&](LoraAdapter& a) {
+  for_each_adapter([&](LoraAdapter& a) {
     // Split by tensor parallelism, each rank merges its parts.
-    merge_adapter(a.base->value, a.row_begin, a.rows, a.a->value, a.b->value, lora_->scale());
+    merge_adapter(a.base->value, a.row_begin, a.rows, a.a->value, a.b->value, lora_->scale(),
+                  a.magnitude ? a.magnitude->value : Tensor());
     a.b->value.zero_();
-  };
-  for (auto& layer : layer_adapters_)
-    for (auto& projection : layer)
-      for (LoraAdapter& a : projection) merge(a);
-  for (LoraAdapter& a : output_adapters_) merge(a);
+  });
+  // DoRA's rows now have their magnitudes' norms, which the scale m/‖W‖ keeps: 1.
   params_.sync_compute();
   lora_params_.sync_compute();
 }
@@ -189,12 +225,29 @@ Tensor Transformer::adapter_input(const Tensor& x, const LoraAdapter& adapter, i
 void Transformer::adapter_inputs(const Tensor& x, std::vector<LoraAdapter>& adapters, int64_t first_row) {
   const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
   for (LoraAdapter& a : adapters) {
-    if (!a.u.defined() || a.u.size(0) != rows) {  // a last chunk of rows may be shorter
-      a.u = Tensor();
-      a.u = Tensor::empty({rows, lora_->rank}, dtype_, device_);
-    }
+    resize_rows(a.u, rows, lora_->rank, dtype_, device_);
     ops::linear_forward(adapter_input(x, a, first_row).view({rows, in}), a.a->compute, Tensor(), a.u);
   }
+}
+
+void Transformer::dora_norms(LoraAdapter& a) {
+  const Tensor merged = merged_block(a.base->compute, a.row_begin, a.rows, a.a->value, a.b->value, lora_->scale());
+  if (!a.scale.defined()) {
+    a.scale = Tensor::empty({a.rows}, merged.dtype(), device_);
+    a.inv_norm = Tensor::empty({a.rows}, merged.dtype(), device_);
+  }
+  ops::dora_norms(merged, a.magnitude->value, a.scale, a.inv_norm);
+}
+
+void Transformer::dora_block_output(const Tensor& x, const Parameter* weight, LoraAdapter& a, int64_t first_row) {
+  const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
+  const Tensor block = weight->compute.view({weight->compute.numel()}).slice(a.row_begin * in, {a.rows, in});
+  resize_rows(a.z, rows, a.rows, dtype_, device_);
+  ops::linear_forward(x.view({rows, in}), block, Tensor(), a.z);
+  const Tensor delta = Tensor::empty({rows, a.rows}, dtype_, device_);
+  ops::linear_forward(a.u, a.b->compute, Tensor(), delta);
+  ops::add_columns(a.z, 0, delta, lora_->scale());
+  a.z_first_row = first_row;
 }
 
 void Transformer::project(const Tensor& x, const Parameter* weight, const Parameter* bias,
@@ -209,16 +262,35 @@ void Transformer::project(const Tensor& x, const Parameter* weight, const Parame
     ops::linear_forward(a.u, a.b->compute, Tensor(), delta);
     ops::add_columns(y2, a.row_begin, delta, lora_->scale());
   }
+  for (LoraAdapter& a : adapters) {
+    if (!a.magnitude) continue;
+    dora_norms(a);  // each call: cheap next to the product (rank·rows·in), and never stale
+    resize_rows(a.z, rows, a.rows, dtype_, device_);
+    ops::dora_scale_forward(y2, a.row_begin, a.scale, bias ? bias->value : Tensor(), a.z);
+    a.z_first_row = first_row;
+  }
 }
 
 void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Parameter* weight,
                                    const Parameter* bias, std::vector<LoraAdapter>& adapters, const Tensor& dx,
                                    int64_t first_row) {
-  ops::linear_backward(dy, x, weight->compute, dx, weight->grad, grad_to_add(bias), /*accumulate_dx=*/false,
+  const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
+  // DoRA: the adapted columns' gradient scaled by m/‖W + s·B·A‖, in a copy (dy
+  // may be the residual stream's, read again), and the magnitudes' gradient.
+  // (A base with adapters is frozen: no bias gradient wants the unscaled dy.)
+  const bool dora = std::any_of(adapters.begin(), adapters.end(), [](const LoraAdapter& a) { return a.magnitude; });
+  const Tensor d_out = dora ? dy.clone() : dy;
+  const Tensor dy2 = d_out.view({rows, dy.size(-1)});
+  for (LoraAdapter& a : adapters) {
+    if (!a.magnitude) continue;
+    // Chunks of rows (the MLP's under checkpointing) keep only the last chunk's forward block.
+    if (a.z_first_row != first_row || a.z.size(0) != rows) dora_block_output(x, weight, a, first_row);
+    ops::dora_scale_backward(dy2, a.row_begin, a.z, a.scale, a.inv_norm, grad_to_add(a.magnitude));
+  }
+  ops::linear_backward(d_out, x, weight->compute, dx, weight->grad, grad_to_add(bias), /*accumulate_dx=*/false,
                        adds_to_grad(weight));
   if (adapters.empty()) return;
-  const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
-  const Tensor dy2 = dy.view({rows, dy.size(-1)}), dx2 = dx.view({rows, in});
+  const Tensor dx2 = dx.view({rows, in});
   const bool dropout = training_ && lora_->dropout > 0;
   for (LoraAdapter& a : adapters) {
     // With s = alpha/rank: dB += (s·dy)ᵀ·u, du = s·dy·B, dA += duᵀ·x_in, dx += mask ⊙ du·A.
@@ -650,7 +722,7 @@ std::vector<Parameter*> Transformer::trainable_in_layer(int64_t i) {
     }
   };
   const auto add_adapters = [&](const std::vector<LoraAdapter>& adapters) {
-    for (const LoraAdapter& a : adapters) add({a.a, a.b});
+    for (const LoraAdapter& a : adapters) add({a.a, a.b, a.magnitude});
   };
   if (i < 0) {
     if (lora_) {

@@ -46,6 +46,12 @@ struct LoraAdapter {
   int64_t row_begin = 0, rows = 0;  // in this rank's part of the base weight
   uint64_t stream = 0;  // dropout masks: Philox stream of this adapter
   Tensor u;             // x·Aᵀ of the last forward pass [batch·seq, rank]
+  // DoRA (lora.hpp): the magnitudes [rows], null for plain LoRA; from the last
+  // forward pass m/‖W + s·B·A‖ and 1/‖W + s·B·A‖ per row, and the block's
+  // output before that rescaling (its first row in the whole: chunks of rows).
+  Parameter* magnitude = nullptr;
+  Tensor scale, inv_norm, z;
+  int64_t z_first_row = -1;
 };
 
 // How one model is spread over ranks (dist/ and train/training_world.hpp).
@@ -230,6 +236,11 @@ class Transformer {
   // into the chunk's rows of acts_.branch.
   void mlp_forward_input(int64_t i, const MlpChunk& chunk);
   void mlp_forward_output(int64_t i, const MlpChunk& chunk);
+  void for_each_adapter(const std::function<void(LoraAdapter&)>& fn);
+  // DoRA: a.scale and a.inv_norm from the adapter's current weights; a.z, its
+  // block of x·Wᵀ + s·u·Bᵀ for these rows (when backward finds it was kept for others).
+  void dora_norms(LoraAdapter& a);
+  void dora_block_output(const Tensor& x, const Parameter* weight, LoraAdapter& a, int64_t first_row);
   // y = x·Wᵀ + b plus the projection's LoRA adapters. x may be rows
   // [first_row, ...) of the projection's input (the output head's chunks).
   void project(const Tensor& x, const Parameter* weight, const Parameter* bias, std::vector<LoraAdapter>& adapters,

@@ -228,6 +228,24 @@ double sum_squares(const Tensor& x);
 void add_columns(const Tensor& dst, int64_t col, const Tensor& src, double scale);
 void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scale);
 
+// ---- DoRA (weight-decomposed LoRA; kernels/cpu/dora.hpp) ----
+// For a merged weight block w = W + s·B·A [rows, in] (f32, f64 on the
+// gradient-check path) and the magnitudes m [rows] (same dtype):
+// inv_norm = 1/‖w_i‖ and scale = m_i/‖w_i‖, one per row, written in that dtype.
+void dora_norms(const Tensor& merged, const Tensor& magnitude, const Tensor& scale, const Tensor& inv_norm);
+// x[i, :] *= factor[i] for x [rows, cols] (f32 or f64, factor the same).
+void scale_rows(const Tensor& x, const Tensor& factor);
+// The adapted columns y[:, col:col+c] of a projection's output [rows, width],
+// with the layer's bias (undefined: none): z = y_block − bias_block, kept for
+// backward ([rows, c], y's dtype), and y_block = scale ⊙ z + bias_block. scale
+// is in the compute type of y's dtype (f32; f64 for f64).
+void dora_scale_forward(const Tensor& y, int64_t col, const Tensor& scale, const Tensor& bias, const Tensor& z);
+// Its backward, in place on dy [rows, width]: d_magnitude += Σ_rows dy_block ⊙ z
+// ⊙ inv_norm (the norm held constant), then dy_block *= scale, the gradient
+// of z for the projection's and the adapter's backward.
+void dora_scale_backward(const Tensor& dy, int64_t col, const Tensor& z, const Tensor& scale, const Tensor& inv_norm,
+                         const Tensor& d_magnitude);
+
 // ---- device ----
 // Returns once the work queued on `device` has finished: CPU ops are done when
 // they return, CUDA ops queue kernels on the device's stream. For timing (a

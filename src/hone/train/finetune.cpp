@@ -31,7 +31,8 @@ std::optional<LoraConfig> lora_config_from(const Config& c) {
                     .dropout = c.get<double>("model.lora_dropout"),
                     .attn_modules = c.get<std::vector<std::string>>("model.lora_attn_modules"),
                     .apply_to_mlp = c.get<bool>("model.apply_lora_to_mlp"),
-                    .apply_to_output = c.get<bool>("model.apply_lora_to_output")};
+                    .apply_to_output = c.get<bool>("model.apply_lora_to_output"),
+                    .use_dora = c.get<bool>("model.use_dora")};
 }
 
 // dataset.max_seq_len, or when it is unset 512 tokens cut to what the model takes.
@@ -55,6 +56,7 @@ void check_starting_adapters(const LoraAdapters& start, const LoraConfig& run) {
   if (a.apply_to_output != run.apply_to_output) {
     fix.push_back(fmt::format("model.apply_lora_to_output={}", a.apply_to_output));
   }
+  if (a.use_dora != run.use_dora) fix.push_back(fmt::format("model.use_dora={}", a.use_dora));
   HONE_CHECK(fix.empty(), "lora.adapter: {} are not of this run's LoRA shape; to start from them set {}",
              start.description, fmt::join(fix, " "));
 }
@@ -240,6 +242,8 @@ Schema finetune_schema(bool lora) {
            "attention projections with adapters: q_proj, k_proj, v_proj, output_proj"});
     s.add({"model.apply_lora_to_mlp", ValueType::boolean, false, "adapters on the MLP projections"});
     s.add({"model.apply_lora_to_output", ValueType::boolean, false, "an adapter on the output projection"});
+    s.add({"model.use_dora", ValueType::boolean, false,
+           "DoRA: each adapted row also learns its magnitude (weight-decomposed LoRA, torchtune's use_dora)"});
     s.add({"export.peft", ValueType::string, nullptr, "write the adapters in PEFT form here"});
     s.add({"lora.adapter", ValueType::string, nullptr,
            "adapters to start from (a lora_finetune checkpoint folder or run directory, or a PEFT folder) instead of "

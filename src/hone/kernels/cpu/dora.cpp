@@ -1,0 +1,86 @@
+#include "hone/kernels/cpu/dora.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "hone/kernels/cpu/reduce.hpp"
+
+namespace hone::kernels::cpu {
+
+template <typename M>
+void dora_norms(const M* merged, int64_t rows, int64_t in, const M* magnitude, M* scale, M* inv_norm) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows; ++i) {
+    const M* w = merged + i * in;
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < in; ++j) sum += double(w[j]) * double(w[j]);
+    const double inverse = 1.0 / std::sqrt(sum);
+    inv_norm[i] = M(inverse);
+    scale[i] = M(double(magnitude[i]) * inverse);
+  }
+}
+
+template <typename M>
+void scale_rows(M* x, int64_t rows, int64_t cols, const M* factor) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows; ++i) {
+    M* row = x + i * cols;
+    const M f = factor[i];
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) row[j] *= f;
+  }
+}
+
+template <typename T>
+void dora_scale_forward(T* y, int64_t width, int64_t col, int64_t rows, int64_t cols, const compute_t<T>* scale,
+                        const compute_t<T>* bias, T* z) {
+  using C = compute_t<T>;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* out = y + r * width + col;
+    T* kept = z + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      const C b = bias ? bias[j] : C(0);
+      const C value = load(out[j]) - b;
+      kept[j] = store<T>(value);
+      out[j] = store<T>(scale[j] * value + b);
+    }
+  }
+}
+
+template <typename T>
+void dora_scale_backward(T* dy, int64_t width, int64_t col, int64_t rows, int64_t cols, const T* z,
+                         const compute_t<T>* scale, const compute_t<T>* inv_norm, compute_t<T>* d_magnitude) {
+  using C = compute_t<T>;
+  std::vector<C> sums(size_t(cols), C(0));
+  accumulate_rows(rows, cols, sums.data(), [&](int64_t r, C* acc) {
+    const T* g = dy + r * width + col;
+    const T* kept = z + r * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) acc[j] += load(g[j]) * load(kept[j]);
+  });
+  for (int64_t j = 0; j < cols; ++j) d_magnitude[j] += sums[size_t(j)] * inv_norm[j];
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* g = dy + r * width + col;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) g[j] = store<T>(load(g[j]) * scale[j]);
+  }
+}
+
+template void dora_norms<float>(const float*, int64_t, int64_t, const float*, float*, float*);
+template void dora_norms<double>(const double*, int64_t, int64_t, const double*, double*, double*);
+template void scale_rows<float>(float*, int64_t, int64_t, const float*);
+template void scale_rows<double>(double*, int64_t, int64_t, const double*);
+#define HONE_INSTANTIATE(T)                                                                                   \
+  template void dora_scale_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, const compute_t<T>*,           \
+                                      const compute_t<T>*, T*);                                               \
+  template void dora_scale_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, const T*, const compute_t<T>*, \
+                                       const compute_t<T>*, compute_t<T>*);
+HONE_INSTANTIATE(float)
+HONE_INSTANTIATE(double)
+HONE_INSTANTIATE(bf16)
+#undef HONE_INSTANTIATE
+
+}  // namespace hone::kernels::cpu

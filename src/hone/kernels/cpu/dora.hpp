@@ -1,0 +1,30 @@
+#pragma once
+// DoRA (Liu et al. 2024, weight-decomposed LoRA): an adapted weight block's
+// rows are rescaled to learned magnitudes, y = (m / ‖W + s·B·A‖) ⊙ (x·Wᵀ +
+// s·x·Aᵀ·Bᵀ), the norm per output row and held constant in backward (the
+// paper's section 4.3, as PEFT and torchtune do).
+#include <cstdint>
+
+#include "hone/core/dtype.hpp"
+
+namespace hone::kernels::cpu {
+
+// For a merged block w [rows, in] (M: float or double) and magnitudes m [rows]:
+// inv_norm[i] = 1 / ‖w_i‖ and scale[i] = m[i] / ‖w_i‖ (the norm summed in double).
+template <typename M>
+void dora_norms(const M* merged, int64_t rows, int64_t in, const M* magnitude, M* scale, M* inv_norm);
+// x[i, :] *= factor[i] for x [rows, cols].
+template <typename M>
+void scale_rows(M* x, int64_t rows, int64_t cols, const M* factor);
+// The block y[:, col:col+cols] of a [rows, width] output (bias: its part of
+// the layer's bias, or null): z = y_block − bias, y_block = scale ⊙ z + bias.
+template <typename T>
+void dora_scale_forward(T* y, int64_t width, int64_t col, int64_t rows, int64_t cols, const compute_t<T>* scale,
+                        const compute_t<T>* bias, T* z);
+// d_magnitude[j] += Σ_rows dy[r, col + j]·z[r, j]·inv_norm[j] (deterministic
+// for any thread count), then dy's block *= scale (the gradient of z).
+template <typename T>
+void dora_scale_backward(T* dy, int64_t width, int64_t col, int64_t rows, int64_t cols, const T* z,
+                         const compute_t<T>* scale, const compute_t<T>* inv_norm, compute_t<T>* d_magnitude);
+
+}  // namespace hone::kernels::cpu
