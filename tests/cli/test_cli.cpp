@@ -137,6 +137,18 @@ TEST(Cli, BenchTrainsLoraAdaptersWhenAsked) {
               c.training_flops_per_token(32) - 2.0 * double(c.num_matmul_params()) + 6.0 * 2 * per_layer, 1.0);
   EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
   EXPECT_EQ(run_hone("bench --model llama_tiny --lora-rank -1").status, 2);
+  EXPECT_FALSE(j["dora"].get<bool>());
+
+  // DoRA's magnitudes: one more trained parameter per adapted row.
+  r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 3 --lora-rank 4 --dora");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_TRUE(j["dora"].get<bool>());
+  EXPECT_EQ(j["trained_params"], 2 * (per_layer + 64 + 32 + 64 + 2 * 192 + 64));
+  EXPECT_LT(j["loss_last"].get<double>(), j["loss_first"].get<double>());
+  const CliResult alone = run_hone("bench --model llama_tiny --dora");
+  EXPECT_EQ(alone.status, 2);
+  EXPECT_NE(alone.err.find("--dora makes the adapters DoRA's: give --lora-rank"), std::string::npos) << alone.err;
 }
 
 // Offloading the checkpointed layer inputs to host memory is for GPU runs: on

@@ -65,6 +65,7 @@ Command add_bench(CLI::App& app) {
     double peak_tflops = 0;
     bool checkpointing = false;
     bool offloading = false;
+    bool dora = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -94,6 +95,9 @@ Command add_bench(CLI::App& app) {
                       "torchtune's Llama 3.1 8B LoRA recipe: q, v and output projections and the MLP, alpha 2 x rank "
                       "(with a config, in place of its adapters)")
           ->capture_default_str();
+  CLI::Option* dora = sub->add_flag("--dora", args->dora,
+                                    "The adapters (of --lora-rank or the config) are DoRA's: each adapted row also "
+                                    "learns its magnitude");
   CLI::Option* peak = sub->add_option("--peak-tflops", args->peak_tflops,
                   "MFU against this peak, e.g. a GPU's datasheet bf16 figure (PaLM's convention; H100 SXM: 989), "
                   "instead of the GEMM peak measured in the run");
@@ -146,6 +150,10 @@ Command add_bench(CLI::App& app) {
         o.lora = LoraConfig{.rank = args->lora_rank, .alpha = 2.0 * double(args->lora_rank),
                             .attn_modules = {"q_proj", "v_proj", "output_proj"}, .apply_to_mlp = true};
       }
+    }
+    if (given(dora)) {
+      HONE_CHECK(o.lora.has_value(), "--dora makes the adapters DoRA's: give --lora-rank (or a LoRA config)");
+      o.lora->use_dora = args->dora;
     }
     auto report = run_bench(o, [&](int64_t step, double loss, double seconds) {
       fmt::print(stderr, "{} {:>4}/{}  loss {:.4f}  {:.3f} s\n", step == 0 ? "warm-up" : "step   ", step, o.steps,

@@ -128,6 +128,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["params"] = o.model.num_params();
   out["trained_params"] = model.trainable_params().numel();
   out["lora_rank"] = o.lora ? o.lora->rank : 0;
+  out["dora"] = o.lora && o.lora->use_dora;
   out["tokens_per_sec"] = tokens_per_step / step_time;
   out["step_time_s"] = step_time;
   out["tflops"] = tflops;
