@@ -223,14 +223,18 @@ TEST_F(FinetuneRun, DoraTrainsExportsAndMergesItsMagnitudes) {
   const SafetensorsFile peft(root_ + "/dora_peft/adapter_model.safetensors");
   EXPECT_EQ(peft.entry("base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector").shape, Shape({64}));
 
-  const std::string merged = root_ + "/dora_merged", log = root_ + "/dora_merged.log";
-  ASSERT_EQ(run_hone_to_log({"convert", root_ + "/base", merged, "--to", "hf", "--adapter", root_ + "/dora_peft"}, log),
-            0)
-      << read_file(log);
-  const SafetensorsFile got(merged + "/model.safetensors"), exported(root_ + "/dora_hf/model.safetensors");
-  ASSERT_EQ(got.names(), exported.names());
-  for (const std::string& name : got.names())
-    EXPECT_EQ(got.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << name;
+  // The run itself (its checkpoint says use_dora), and the base with its PEFT export, convert as export.hf wrote.
+  const std::string log = root_ + "/dora_merged.log";
+  const std::vector<std::vector<std::string>> conversions = {
+      {"convert", root_ + "/dora", root_ + "/dora_merged_run", "--to", "hf"},
+      {"convert", root_ + "/base", root_ + "/dora_merged_peft", "--to", "hf", "--adapter", root_ + "/dora_peft"}};
+  for (const auto& convert : conversions) {
+    ASSERT_EQ(run_hone_to_log(convert, log), 0) << read_file(log);
+    const SafetensorsFile got(convert[2] + "/model.safetensors"), exported(root_ + "/dora_hf/model.safetensors");
+    ASSERT_EQ(got.names(), exported.names());
+    for (const std::string& name : got.names())
+      EXPECT_EQ(got.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << convert[2] << ": " << name;
+  }
   const std::string data = "dataset.path=" + root_ + "/data.jsonl";
   EXPECT_NEAR(instruct_eval_loss({"checkpoint.path=" + root_ + "/dora_hf", data}),
               instruct_eval_loss({"checkpoint.path=" + root_ + "/base", "lora.adapter=" + root_ + "/dora_peft",
