@@ -291,7 +291,8 @@ std::vector<int64_t> decode_delta(std::span<const std::byte> data, size_t& pos, 
       HONE_CHECK(bytes <= data.size() - at, "{}: a delta miniblock runs past the end", where);
       const auto* p = reinterpret_cast<const uint8_t*>(data.data() + at);
       for (uint64_t i = 0; i < per_miniblock && out.size() < total; ++i) {
-        value += min_delta + int64_t(read_bits(p, i * uint64_t(width), width));
+        // Deltas add with wraparound (two's complement), as Parquet's writers computed them.
+        value = int64_t(uint64_t(value) + uint64_t(min_delta) + read_bits(p, i * uint64_t(width), width));
         out.push_back(value);
       }
       at += bytes;
