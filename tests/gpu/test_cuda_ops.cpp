@@ -732,17 +732,18 @@ TEST_F(Cuda, ElementWiseOps) {
       expect_match(dm_gpu, dm, tolerance(dtype, 1e-5), named("dora_scale_backward's magnitudes, " + what, dtype));
     }
 
-    {  // DoRA's row norms of an f32 merged weight (rows longer than a block), and rows rescaled
-      const Tensor merged = random_tensor({7, 700}, DType::f32, 56), magnitude = random_tensor({7}, DType::f32, 57);
+    {  // DoRA's row norms (rows longer than a block), and rows rescaled
+      const Tensor w = random_tensor({7, 700}, dtype, 56), magnitude = random_tensor({7}, DType::f32, 57);
+      const Tensor a = random_tensor({3, 700}, DType::f32, 58), b = random_tensor({7, 3}, DType::f32, 59);
       const Tensor scale = Tensor::empty({7}, DType::f32), inv_norm = Tensor::empty({7}, DType::f32);
       const Tensor scale_gpu = Tensor::empty({7}, DType::f32, kGpu), inv_norm_gpu = Tensor::empty({7}, DType::f32, kGpu);
-      ops::dora_norms(merged, magnitude, scale, inv_norm);
-      ops::dora_norms(gpu(merged), gpu(magnitude), scale_gpu, inv_norm_gpu);
-      expect_match(scale_gpu, scale, 1e-6, "dora_norms' scales");
-      expect_match(inv_norm_gpu, inv_norm, 1e-6, "dora_norms' inverse norms");
-      const Tensor rows = merged.clone(), rows_gpu = gpu(merged);
-      ops::scale_rows(rows, scale);
-      ops::scale_rows(rows_gpu, scale_gpu);
+      ops::dora_norms(w, a, b, 2.0, magnitude, scale, inv_norm);
+      ops::dora_norms(gpu(w), gpu(a), gpu(b), 2.0, gpu(magnitude), scale_gpu, inv_norm_gpu);
+      expect_match(scale_gpu, scale, 1e-6, named("dora_norms' scales", dtype));
+      expect_match(inv_norm_gpu, inv_norm, 1e-6, named("dora_norms' inverse norms", dtype));
+      const Tensor rows = a.clone(), rows_gpu = gpu(a);
+      ops::scale_rows(rows, scale.slice(0, {3}));
+      ops::scale_rows(rows_gpu, scale_gpu.slice(0, {3}));
       expect_match(rows_gpu, rows, 1e-6, "scale_rows");
     }
 

@@ -222,17 +222,32 @@ TEST(Dropout, KeepsOrZeroesAndAPartGetsItsPartOfTheWholeMask) {
 }
 
 TEST(Dora, NormsRescalingAndItsBackward) {
-  const Tensor merged = random_tensor({5, 9}, DType::f64, 60);
+  // ‖W + s·B·A‖ per row, from W (f64 here; bf16 below), A [3, 9] and B [5, 3].
+  const Tensor w = random_tensor({5, 9}, DType::f64, 60), lora_a = random_tensor({3, 9}, DType::f64, 65),
+               lora_b = random_tensor({5, 3}, DType::f64, 66);
   Tensor magnitude = random_tensor({5}, DType::f64, 61);
   for (int64_t i = 0; i < 5; ++i) magnitude.data<double>()[i] += 2.0;  // positive, as norms
   const Tensor scale = Tensor::empty({5}, DType::f64), inv_norm = Tensor::empty({5}, DType::f64);
-  ops::dora_norms(merged, magnitude, scale, inv_norm);
+  ops::dora_norms(w, lora_a, lora_b, 1.5, magnitude, scale, inv_norm);
+  const Tensor merged = w.clone();
   for (int64_t i = 0; i < 5; ++i) {
     double sum = 0;
-    for (int64_t j = 0; j < 9; ++j) sum += std::pow(merged.data<double>()[i * 9 + j], 2);
+    for (int64_t j = 0; j < 9; ++j) {
+      double& m = merged.data<double>()[i * 9 + j];
+      for (int64_t r = 0; r < 3; ++r) m += 1.5 * lora_b.data<double>()[i * 3 + r] * lora_a.data<double>()[r * 9 + j];
+      sum += m * m;
+    }
     EXPECT_NEAR(inv_norm.data<double>()[i], 1 / std::sqrt(sum), 1e-15);
     EXPECT_NEAR(scale.data<double>()[i], magnitude.data<double>()[i] / std::sqrt(sum), 1e-14);
   }
+  // A bf16 weight with f32 adapters: the sums in f32 and double, to f32 precision.
+  const Tensor w16 = ops::cast_to(ops::cast_to(w, DType::f32), DType::bf16), w16_wide = ops::cast_to(ops::cast_to(w16, DType::f32), DType::f64);
+  const Tensor scale16 = Tensor::empty({5}, DType::f32), inv16 = Tensor::empty({5}, DType::f32);
+  ops::dora_norms(w16, ops::cast_to(lora_a, DType::f32), ops::cast_to(lora_b, DType::f32), 1.5,
+                  ops::cast_to(magnitude, DType::f32), scale16, inv16);
+  ops::dora_norms(w16_wide, lora_a, lora_b, 1.5, magnitude, scale, inv_norm);
+  expect_close(ops::cast_to(inv16, DType::f64), inv_norm, 1e-6, "bf16 weight's inverse norms");
+  ops::dora_norms(w, lora_a, lora_b, 1.5, magnitude, scale, inv_norm);
   const Tensor rows = merged.clone();
   ops::scale_rows(rows, scale);
   for (int64_t i = 0; i < 45; ++i) EXPECT_EQ(rows.data<double>()[i], merged.data<double>()[i] * scale.data<double>()[i / 9]);

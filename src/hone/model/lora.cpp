@@ -76,7 +76,6 @@ size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, 
   const int64_t head_rows = logits_chunk_rows(config, dtype, batch, seq, options);
   const int64_t mlp_rows = mlp_chunk_rows(config, dtype, batch, seq, options);
   const auto size = int64_t(dtype_size(dtype));
-  const int64_t merged_size = dtype == DType::f64 ? 8 : 4;  // DoRA's merged weights, in the adapters' dtype
   int64_t kept = 0, moment = 0;  // bytes
   std::map<int64_t, int64_t> unit_extra;  // DoRA: by layer (-1: the head), see below
   for (const LoraTarget& t : lora_targets(config, lora)) {
@@ -94,7 +93,7 @@ size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, 
     const int64_t last = rows - (rows - 1) / n * n;
     kept += last * out * size;
     unit_extra[t.layer] += (n - last) * out * size;
-    moment = std::max({moment, out * in * merged_size, n * projection_width(config, t) * size + adapter});
+    moment = std::max(moment, n * projection_width(config, t) * size + adapter);
   }
   int64_t extra = 0;
   for (const auto& [unit, bytes] : unit_extra) extra = std::max(extra, bytes);
@@ -124,7 +123,7 @@ void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const 
   if (magnitude.defined()) {  // DoRA: each row rescaled to its magnitude
     const Tensor factor = Tensor::empty({rows}, merged.dtype(), merged.device());
     const Tensor inv_norm = Tensor::empty({rows}, merged.dtype(), merged.device());
-    ops::dora_norms(merged, ops::cast_to(magnitude, merged.dtype()), factor, inv_norm);
+    ops::dora_norms(ops::cast_to(block, a.dtype()), a, b, scale, ops::cast_to(magnitude, a.dtype()), factor, inv_norm);
     ops::scale_rows(merged, factor);
   }
   // A base kept in bf16 (Transformer: LoRA's frozen base): the result in the

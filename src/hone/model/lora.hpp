@@ -76,8 +76,8 @@ int64_t lora_parameter_count(const ModelConfig& config, const LoraConfig& lora, 
 // moment the largest adapter's [rows, out] product with its [rows, rank]
 // gradient (and, with dropout, the dropped input and its gradient). DoRA's
 // adapters also keep their block of the output before rescaling ([rows, out]),
-// and for a moment the merged weight (f32) or the projection's output gradient
-// rescaled (a copy: its input is read again by the residual path). The output
+// and for a moment the projection's output gradient rescaled (a copy: the
+// residual path reads the original again). The output
 // projection's adapters see the head's chunks of rows, the MLP's those of the
 // MLP (activations.hpp).
 size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, DType dtype, int64_t batch,

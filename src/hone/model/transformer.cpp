@@ -231,12 +231,14 @@ void Transformer::adapter_inputs(const Tensor& x, std::vector<LoraAdapter>& adap
 }
 
 void Transformer::dora_norms(LoraAdapter& a) {
-  const Tensor merged = merged_block(a.base->compute, a.row_begin, a.rows, a.a->value, a.b->value, lora_->scale());
+  const Tensor& w = a.base->compute;
+  const int64_t in = w.numel() / w.size(0);
   if (!a.scale.defined()) {
-    a.scale = Tensor::empty({a.rows}, merged.dtype(), device_);
-    a.inv_norm = Tensor::empty({a.rows}, merged.dtype(), device_);
+    a.scale = Tensor::empty({a.rows}, a.magnitude->value.dtype(), device_);
+    a.inv_norm = Tensor::empty({a.rows}, a.magnitude->value.dtype(), device_);
   }
-  ops::dora_norms(merged, a.magnitude->value, a.scale, a.inv_norm);
+  ops::dora_norms(w.view({w.numel()}).slice(a.row_begin * in, {a.rows, in}), a.a->value, a.b->value, lora_->scale(),
+                  a.magnitude->value, a.scale, a.inv_norm);
 }
 
 void Transformer::dora_block_output(const Tensor& x, const Parameter* weight, LoraAdapter& a, int64_t first_row) {

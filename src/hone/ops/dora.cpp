@@ -34,26 +34,35 @@ void expect_block(const char* op, const Tensor& y, int64_t col, const Tensor& bl
 
 }  // namespace
 
-void dora_norms(const Tensor& merged, const Tensor& magnitude, const Tensor& scale, const Tensor& inv_norm) {
+void dora_norms(const Tensor& weight, const Tensor& a, const Tensor& b, double lora_scale, const Tensor& magnitude,
+                const Tensor& scale, const Tensor& inv_norm) {
   const char* op = "dora_norms";
   const OpTimer timer(op);
-  const Device device = op_device(op, {&merged, &magnitude, &scale, &inv_norm});
-  HONE_CHECK(merged.ndim() == 2, "{}: merged weight {} is not a matrix", op, merged.shape().str());
-  const int64_t rows = merged.size(0), in = merged.size(1);
+  [[maybe_unused]] const Device device = op_device(op, {&weight, &a, &b, &magnitude, &scale, &inv_norm});
+  HONE_CHECK(weight.ndim() == 2 && a.ndim() == 2 && b.ndim() == 2 && a.size(1) == weight.size(1) &&
+                 b.size(0) == weight.size(0) && b.size(1) == a.size(0),
+             "{}: adapter A {} and B {} do not fit the weight {}", op, a.shape().str(), b.shape().str(),
+             weight.shape().str());
+  const int64_t rows = weight.size(0), in = weight.size(1), rank = a.size(0);
+  const DType master = compute_dtype(weight.dtype());
+  expect_dtype(op, "A", a, master);
+  expect_dtype(op, "B", b, master);
   for (const Tensor* t : {&magnitude, &scale, &inv_norm}) {
     expect_shape(op, "per-row vector", *t, {rows});
-    expect_dtype(op, "per-row vector", *t, merged.dtype());
+    expect_dtype(op, "per-row vector", *t, master);
   }
-  dispatch_master(op, merged, device, [&]<typename M>() {
 #ifdef HONE_WITH_CUDA
-    if constexpr (std::is_same_v<M, float>) {
-      if (device.is_cuda()) {
-        return kernels::cuda::dora_norms(merged.data<float>(), rows, in, magnitude.data<float>(), scale.data<float>(),
-                                         inv_norm.data<float>());
-      }
-    }
+  if (device.is_cuda()) {
+    return dispatch_cuda(weight.dtype(), op, [&]<typename T>() {
+      kernels::cuda::dora_norms<T>(weight.data<T>(), rows, in, a.data<float>(), b.data<float>(), rank, lora_scale,
+                                   magnitude.data<float>(), scale.data<float>(), inv_norm.data<float>());
+    });
+  }
 #endif
-    kernels::cpu::dora_norms<M>(merged.data<M>(), rows, in, magnitude.data<M>(), scale.data<M>(), inv_norm.data<M>());
+  dispatch_floating(weight.dtype(), op, [&]<typename T>() {
+    using C = compute_t<T>;
+    kernels::cpu::dora_norms<T>(weight.data<T>(), rows, in, a.data<C>(), b.data<C>(), rank, lora_scale,
+                                magnitude.data<C>(), scale.data<C>(), inv_norm.data<C>());
   });
 }
 

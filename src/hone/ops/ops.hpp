@@ -229,10 +229,13 @@ void add_columns(const Tensor& dst, int64_t col, const Tensor& src, double scale
 void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scale);
 
 // ---- DoRA (weight-decomposed LoRA; kernels/cpu/dora.hpp) ----
-// For a merged weight block w = W + s·B·A [rows, in] (f32, f64 on the
-// gradient-check path) and the magnitudes m [rows] (same dtype):
-// inv_norm = 1/‖w_i‖ and scale = m_i/‖w_i‖, one per row, written in that dtype.
-void dora_norms(const Tensor& merged, const Tensor& magnitude, const Tensor& scale, const Tensor& inv_norm);
+// For a weight block W [rows, in] (f32, bf16; f64 on the gradient-check path),
+// its adapter A [rank, in] and B [rows, rank] with scale s, and the magnitudes
+// m [rows] (A, B and m in W's compute type: f32, f64 for f64):
+// inv_norm = 1/‖W_i + s·(B·A)_i‖ and scale = m_i · inv_norm_i per row, in that
+// type, without forming W + s·B·A.
+void dora_norms(const Tensor& weight, const Tensor& a, const Tensor& b, double lora_scale, const Tensor& magnitude,
+                const Tensor& scale, const Tensor& inv_norm);
 // x[i, :] *= factor[i] for x [rows, cols] (f32 or f64, factor the same).
 void scale_rows(const Tensor& x, const Tensor& factor);
 // The adapted columns y[:, col:col+c] of a projection's output [rows, width],

@@ -7,17 +7,31 @@
 
 namespace hone::kernels::cpu {
 
-template <typename M>
-void dora_norms(const M* merged, int64_t rows, int64_t in, const M* magnitude, M* scale, M* inv_norm) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < rows; ++i) {
-    const M* w = merged + i * in;
-    double sum = 0;
+template <typename T>
+void dora_norms(const T* weight, int64_t rows, int64_t in, const compute_t<T>* a, const compute_t<T>* b,
+                int64_t rank, double s, const compute_t<T>* magnitude, compute_t<T>* scale, compute_t<T>* inv_norm) {
+  using C = compute_t<T>;
+#pragma omp parallel
+  {
+    std::vector<C> row(static_cast<size_t>(in));  // w_i + s·(B·A)_i, one row at a time
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* w = weight + i * in;
+#pragma omp simd
+      for (int64_t j = 0; j < in; ++j) row[size_t(j)] = load(w[j]);
+      for (int64_t r = 0; r < rank; ++r) {
+        const auto sb = C(s * double(b[i * rank + r]));
+        const C* ar = a + r * in;
+#pragma omp simd
+        for (int64_t j = 0; j < in; ++j) row[size_t(j)] += sb * ar[j];
+      }
+      double sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < in; ++j) sum += double(w[j]) * double(w[j]);
-    const double inverse = 1.0 / std::sqrt(sum);
-    inv_norm[i] = M(inverse);
-    scale[i] = M(double(magnitude[i]) * inverse);
+      for (int64_t j = 0; j < in; ++j) sum += double(row[size_t(j)]) * double(row[size_t(j)]);
+      const double inverse = 1.0 / std::sqrt(sum);
+      inv_norm[i] = C(inverse);
+      scale[i] = C(double(magnitude[i]) * inverse);
+    }
   }
 }
 
@@ -54,26 +68,25 @@ void dora_scale_backward(T* dy, int64_t width, int64_t col, int64_t rows, int64_
                          const compute_t<T>* scale, const compute_t<T>* inv_norm, compute_t<T>* d_magnitude) {
   using C = compute_t<T>;
   std::vector<C> sums(size_t(cols), C(0));
+  // Each row once: its part of the sums, then its gradient rescaled in place.
   accumulate_rows(rows, cols, sums.data(), [&](int64_t r, C* acc) {
-    const T* g = dy + r * width + col;
+    T* g = dy + r * width + col;
     const T* kept = z + r * cols;
 #pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) acc[j] += load(g[j]) * load(kept[j]);
+    for (int64_t j = 0; j < cols; ++j) {
+      const C gj = load(g[j]);
+      acc[j] += gj * load(kept[j]);
+      g[j] = store<T>(gj * scale[j]);
+    }
   });
   for (int64_t j = 0; j < cols; ++j) d_magnitude[j] += sums[size_t(j)] * inv_norm[j];
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    T* g = dy + r * width + col;
-#pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) g[j] = store<T>(load(g[j]) * scale[j]);
-  }
 }
 
-template void dora_norms<float>(const float*, int64_t, int64_t, const float*, float*, float*);
-template void dora_norms<double>(const double*, int64_t, int64_t, const double*, double*, double*);
 template void scale_rows<float>(float*, int64_t, int64_t, const float*);
 template void scale_rows<double>(double*, int64_t, int64_t, const double*);
 #define HONE_INSTANTIATE(T)                                                                                   \
+  template void dora_norms<T>(const T*, int64_t, int64_t, const compute_t<T>*, const compute_t<T>*, int64_t,      \
+                              double, const compute_t<T>*, compute_t<T>*, compute_t<T>*);                         \
   template void dora_scale_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, const compute_t<T>*,           \
                                       const compute_t<T>*, T*);                                               \
   template void dora_scale_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, const T*, const compute_t<T>*, \

@@ -9,10 +9,13 @@
 
 namespace hone::kernels::cpu {
 
-// For a merged block w [rows, in] (M: float or double) and magnitudes m [rows]:
-// inv_norm[i] = 1 / ‖w_i‖ and scale[i] = m[i] / ‖w_i‖ (the norm summed in double).
-template <typename M>
-void dora_norms(const M* merged, int64_t rows, int64_t in, const M* magnitude, M* scale, M* inv_norm);
+// For a weight block w [rows, in] (T: float, bf16 or double) with its adapter
+// A [rank, in] and B [rows, rank] and magnitudes m [rows] (in compute_t<T>):
+// inv_norm[i] = 1 / ‖w_i + s·(B·A)_i‖ and scale[i] = m[i] · inv_norm[i], the
+// sums in double, without forming W + s·B·A.
+template <typename T>
+void dora_norms(const T* weight, int64_t rows, int64_t in, const compute_t<T>* a, const compute_t<T>* b,
+                int64_t rank, double s, const compute_t<T>* magnitude, compute_t<T>* scale, compute_t<T>* inv_norm);
 // x[i, :] *= factor[i] for x [rows, cols].
 template <typename M>
 void scale_rows(M* x, int64_t rows, int64_t cols, const M* factor);

@@ -9,14 +9,21 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per row: the squares summed in double, in a fixed order.
-__global__ void dora_norms_kernel(const float* merged, int64_t rows, int64_t in, const float* magnitude,
-                                  float* scale, float* inv_norm) {
+// One block per row: w + s·(B·A) element by element (A's rows read
+// coalesced), the squares summed in double, in a fixed order.
+template <typename T>
+__global__ void dora_norms_kernel(const T* weight, int64_t rows, int64_t in, const float* a, const float* b,
+                                  int64_t rank, float s, const float* magnitude, float* scale, float* inv_norm) {
   __shared__ double scratch[kThreads / kWarpSize];
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
-    const float* w = merged + i * in;
+    const T* w = weight + i * in;
+    const float* bi = b + i * rank;
     double sum = 0;
-    for (int64_t j = threadIdx.x; j < in; j += blockDim.x) sum += double(w[j]) * double(w[j]);
+    for (int64_t j = threadIdx.x; j < in; j += blockDim.x) {
+      float v = to_f32(w[j]);
+      for (int64_t r = 0; r < rank; ++r) v += s * bi[r] * a[r * in + j];
+      sum += double(v) * double(v);
+    }
     sum = block_sum(sum, scratch);
     if (threadIdx.x == 0) {
       const double inverse = 1.0 / sqrt(sum);
@@ -65,10 +72,12 @@ struct MagnitudeTerm {
 
 }  // namespace
 
-void dora_norms(const float* merged, int64_t rows, int64_t in, const float* magnitude, float* scale,
-                float* inv_norm) {
+template <typename T>
+void dora_norms(const T* weight, int64_t rows, int64_t in, const float* a, const float* b, int64_t rank, double s,
+                const float* magnitude, float* scale, float* inv_norm) {
   if (rows == 0) return;
-  HONE_LAUNCH(blocks_for(rows, 1), kThreads, 0, dora_norms_kernel)(merged, rows, in, magnitude, scale, inv_norm);
+  HONE_LAUNCH(blocks_for(rows, 1), kThreads, 0, dora_norms_kernel<T>)(weight, rows, in, a, b, rank, float(s),
+                                                                     magnitude, scale, inv_norm);
   HONE_CUDA_LAUNCHED("dora_norms");
 }
 
@@ -101,6 +110,8 @@ void dora_scale_backward(T* dy, int64_t width, int64_t col, int64_t rows, int64_
 }
 
 #define HONE_INSTANTIATE(T)                                                                               \
+  template void dora_norms<T>(const T*, int64_t, int64_t, const float*, const float*, int64_t, double,        \
+                              const float*, float*, float*);                                                \
   template void dora_scale_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, const float*, const float*, T*); \
   template void dora_scale_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, const T*, const float*,      \
                                        const float*, float*);

@@ -7,8 +7,9 @@
 
 namespace hone::kernels::cuda {
 
-void dora_norms(const float* merged, int64_t rows, int64_t in, const float* magnitude, float* scale,
-                float* inv_norm);
+template <typename T>
+void dora_norms(const T* weight, int64_t rows, int64_t in, const float* a, const float* b, int64_t rank, double s,
+                const float* magnitude, float* scale, float* inv_norm);
 void scale_rows(float* x, int64_t rows, int64_t cols, const float* factor);
 template <typename T>
 void dora_scale_forward(T* y, int64_t width, int64_t col, int64_t rows, int64_t cols, const float* scale,
