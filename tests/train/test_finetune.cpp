@@ -701,6 +701,67 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(read_file(log).find("task (gsm8k)"), std::string::npos) << read_file(log);
 }
 
+// `tasks` runs several tasks on one loaded model: each scores as it does alone,
+// under its name, with its own settings (checked as task.*'s, under its name).
+TEST_F(FinetuneRun, EvalRunsSeveralTasksEachAsItDoesAlone) {
+  std::ofstream(root_ + "/several_choices.jsonl")
+      << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 0})" << "\n"
+      << R"({"ctx": "Repeat the word stone.", "endings": [" cloud", " stone"], "label": 1})" << "\n";
+  std::ofstream(root_ + "/several_lambada.jsonl") << R"({"text": "Repeat the word apple. apple"})" << "\n";
+  std::ofstream(root_ + "/several_gsm8k.jsonl")
+      << nlohmann::json{{"question", "What is 1 + 1?"}, {"answer", "1 + 1 = 2\n#### 2"}}.dump() << "\n";
+  const std::vector<std::string> model = {"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                                          "tokenizer.path=" + tokenizer_, "batch_size=2"};
+  const auto eval = [&](const std::vector<std::string>& extra, const std::string& name) {
+    std::vector<std::string> args = model;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string out = root_ + "/" + name + ".out";
+    std::remove(out.c_str());  // the log is appended to
+    EXPECT_EQ(run_hone_to_log(args, out), 0) << read_file(out);
+    const std::string text = read_file(out);
+    return std::pair{nlohmann::json::parse(text.substr(text.rfind("\n{") + 1)), text};
+  };
+  const nlohmann::json choices = eval({"task.path=" + root_ + "/several_choices.jsonl"}, "alone_choices").first;
+  const nlohmann::json lambada = eval({"task.path=" + root_ + "/several_lambada.jsonl"}, "alone_lambada").first;
+  const nlohmann::json gsm8k =
+      eval({"task.path=" + root_ + "/several_gsm8k.jsonl", "task.max_new_tokens=8"}, "alone_gsm8k").first;
+
+  std::ofstream(root_ + "/several.yaml") << "tasks:\n"
+                                         << "  choices: {path: " << root_ << "/several_choices.jsonl}\n"
+                                         << "  lambada: {path: " << root_ << "/several_lambada.jsonl, samples_path: "
+                                         << root_ << "/several_lambada_samples.jsonl}\n"
+                                         << "  gsm8k: {path: " << root_ << "/several_gsm8k.jsonl, max_new_tokens: 8}\n";
+  const auto [all, log] = eval({"--config", root_ + "/several.yaml"}, "several");
+  ASSERT_TRUE(all.contains("tasks")) << all.dump();
+  EXPECT_EQ(all["tasks"]["choices"], choices);
+  EXPECT_EQ(all["tasks"]["lambada"], lambada);
+  EXPECT_EQ(all["tasks"]["gsm8k"], gsm8k);
+  EXPECT_EQ(all["tasks"].size(), 3u);
+  EXPECT_TRUE(fs::exists(root_ + "/several_lambada_samples.jsonl"));
+  EXPECT_NE(log.find("| choices | accuracy"), std::string::npos) << log;  // the table, by task and metric
+  // The same from the command line, a key at a time.
+  const nlohmann::json overridden = eval({"tasks.choices.path=" + root_ + "/several_choices.jsonl"}, "several_cli").first;
+  EXPECT_EQ(overridden["tasks"]["choices"], choices);
+
+  // A task's settings are checked as task.*'s, under its name.
+  expect_refused([&] {
+    auto args = model;
+    args.push_back("tasks.choices.pth=" + root_ + "/several_choices.jsonl");
+    return args;
+  }(), "several_typo", "tasks.choices.pth");
+  expect_refused([&] {
+    auto args = model;
+    args.push_back("tasks.choices.num_fewshot=2");
+    return args;
+  }(), "several_no_path", "tasks.choices.path is missing");
+  expect_refused([&] {
+    auto args = model;
+    args.insert(args.end(), {"task.path=" + root_ + "/several_choices.jsonl",
+                             "tasks.choices.path=" + root_ + "/several_choices.jsonl"});
+    return args;
+  }(), "several_both", "give task.path (one task) or tasks (several), not both");
+}
+
 TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStopTokens) {
   trained_lora_run();  // exports the merged model to hf/
   std::ofstream(root_ + "/prompts.txt") << "Repeat the word apple.\n\nRepeat the word river.\n";

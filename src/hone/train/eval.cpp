@@ -1,12 +1,13 @@
 // The eval recipe: loss and perplexity on a dataset (a pretraining token stream
-// or an instruct dataset) and the score of a task file (lm-evaluation-harness's
-// tasks: multiple choice, continuations, generated answers); it ends with one
-// JSON line.
+// or an instruct dataset) and the scores of task files (lm-evaluation-harness's
+// tasks: multiple choice, continuations, generated answers), one (task.*) or
+// several by name (tasks); it ends with one JSON line.
 #include <fmt/core.h>
 
 #include <chrono>
 #include <cmath>
-#include <optional>
+#include <algorithm>
+#include <memory>
 
 #include "hone/core/progress_line.hpp"
 #include "hone/data/instruct.hpp"
@@ -19,6 +20,42 @@
 #include "hone/train/run_config.hpp"
 
 namespace hone {
+
+namespace {
+
+// The keys of one evaluation task under `prefix`: "task", or "tasks.NAME" for
+// each of several.
+Schema task_keys(const std::string& prefix) {
+  Schema s;
+  s.add({prefix + ".path", ValueType::string, nullptr,
+         "an evaluation task's records (multiple choice, a continuation, or answers to generate; see task.layout): "
+         "JSONL, JSON, Parquet, or a folder or pattern of shards"});
+  s.add({prefix + ".layout", ValueType::string, "auto",
+         "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
+         {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
+          "openbookqa", "boolq", "siqa", "sciq", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa"}});
+  s.add({prefix + ".num_fewshot", ValueType::integer, 0,
+         "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
+         "drawn at random as lm-evaluation-harness draws them"},
+        Range::not_negative());
+  s.add({prefix + ".fewshot_path", ValueType::string, nullptr,
+         "the examples' records (the harness's few-shot split: mmlu's dev, the others' train)"});
+  s.add({prefix + ".fewshot_seed", ValueType::integer, 1234,
+         "seed of the examples' draw (the harness's --fewshot_random_seed)"},
+        Range::not_negative());
+  s.add({prefix + ".max_new_tokens", ValueType::integer, 256,
+         "gsm8k, triviaqa: tokens generated at most per answer (the harness's max_gen_toks)"},
+        Range::positive());
+  s.add({prefix + ".limit", ValueType::number, nullptr,
+         "score only the first items: a count, or below 1 a share of them, rounded up (the harness's --limit)"},
+        Range::positive());
+  s.add({prefix + ".samples_path", ValueType::string, nullptr,
+         "a JSONL file of every item scored: its prompt, its choices' log-likelihoods or its generated answer, and "
+         "whether it was right (the harness's --log_samples)"});
+  return s;
+}
+
+}  // namespace
 
 Schema eval_schema() {
   Schema s = inference_schema();
@@ -33,39 +70,163 @@ Schema eval_schema() {
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
   s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
-  s.add({"task.path", ValueType::string, nullptr,
-         "an evaluation task's records (multiple choice, a continuation, or answers to generate; see task.layout): "
-         "JSONL, JSON, Parquet, or a folder or pattern of shards"});
-  s.add({"task.layout", ValueType::string, "auto",
-         "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
-         {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "openbookqa", "boolq", "siqa", "sciq", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa"}});
-  s.add({"task.num_fewshot", ValueType::integer, 0,
-         "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
-         "drawn at random as lm-evaluation-harness draws them"},
-        Range::not_negative());
-  s.add({"task.fewshot_path", ValueType::string, nullptr,
-         "the examples' records (the harness's few-shot split: mmlu's dev, the others' train)"});
-  s.add({"task.fewshot_seed", ValueType::integer, 1234,
-         "seed of the examples' draw (the harness's --fewshot_random_seed)"},
-        Range::not_negative());
-  s.add({"task.max_new_tokens", ValueType::integer, 256,
-         "gsm8k, triviaqa: tokens generated at most per answer (the harness's max_gen_toks)"},
-        Range::positive());
-  s.add({"task.limit", ValueType::number, nullptr,
-         "score only the first items: a count, or below 1 a share of them, rounded up (the harness's --limit)"},
-        Range::positive());
-  s.add({"task.samples_path", ValueType::string, nullptr,
-         "a JSONL file of every item scored: its prompt, its choices' log-likelihoods or its generated answer, and "
-         "whether it was right (the harness's --log_samples)"});
+  s.add(task_keys("task"));
+  s.add({"tasks", ValueType::mapping, nullptr,
+         "several tasks in one run, by name: NAME: {path: FILE, ...} with the keys of task.* (num_fewshot, "
+         "fewshot_path, limit, samples_path, ...); the result gives each task's scores under its name"});
   return s.add(mds_tokens_schema());
 }
 
+namespace {
+
+// One task to evaluate: its items read and its samples file opened before any
+// evaluation starts, so that a bad file or path fails first.
+struct PlannedTask {
+  std::string name;  // its key in tasks; empty for task.*
+  EvalTask task;
+  int64_t max_new_tokens = 0;
+  std::string samples_path;
+  std::unique_ptr<AtomicFile> samples;
+};
+
+// The task whose settings are the keys of task_keys(prefix) in `c`.
+PlannedTask plan_task(const Config& c, const std::string& prefix, std::string name) {
+  const auto key = [&](const char* k) { return prefix + "." + k; };
+  HONE_CHECK(c.has(key("path")), "{}: {} is missing: the task's records", c.origin_of(prefix), key("path"));
+  const FewShot shots{c.has(key("fewshot_path")) ? c.get<std::string>(key("fewshot_path")) : "",
+                      c.get<int64_t>(key("num_fewshot")), uint64_t(c.get<int64_t>(key("fewshot_seed")))};
+  HONE_CHECK(shots.path.empty() == (shots.count == 0),
+             "{}: {} (> 0) and {} go together: the examples and the file they come from", c.origin_of(prefix),
+             key("num_fewshot"), key("fewshot_path"));
+  PlannedTask t{.name = std::move(name), .max_new_tokens = c.get<int64_t>(key("max_new_tokens"))};
+  if (c.has(key("samples_path"))) {
+    t.samples_path = c.get<std::string>(key("samples_path"));
+    t.samples = std::make_unique<AtomicFile>(t.samples_path);
+  }
+  t.task = read_eval_task(c.get<std::string>(key("path")), c.get<std::string>(key("layout")), shots);
+  if (c.has(key("limit"))) {  // the first items; their few-shot draws are those of the whole task's first
+    const double limit = c.get<double>(key("limit"));
+    const size_t all = t.task.items.size() + t.task.generative_items.size();
+    const auto keep = size_t(limit < 1 ? std::ceil(double(all) * limit) : limit);
+    if (keep < t.task.items.size()) t.task.items.resize(keep);
+    if (keep < t.task.generative_items.size()) t.task.generative_items.resize(keep);
+  }
+  return t;
+}
+
+// task.*, or each of tasks, whose entries are checked as task.* is (under their own names).
+std::vector<PlannedTask> plan_tasks(const Config& c) {
+  std::vector<PlannedTask> planned;
+  if (c.has("task.path")) {
+    HONE_CHECK(!c.has("tasks"), "{}: give task.path (one task) or tasks (several), not both", c.origin());
+    planned.push_back(plan_task(c, "task", ""));
+    return planned;
+  }
+  if (!c.has("tasks")) return planned;
+  const Json& tasks = *c.find("tasks");
+  HONE_CHECK(!tasks.empty(), "{}: tasks is empty: give NAME: {{path: FILE, ...}} for each task", c.origin_of("tasks"));
+  for (const auto& [name, entry] : tasks.items()) {
+    const std::string prefix = "tasks." + name;
+    HONE_CHECK(!name.empty() && name.find('.') == std::string::npos, "{}: '{}' cannot name a task (no dots)",
+               c.origin_of("tasks"), name);
+    HONE_CHECK(entry.is_object(), "{}: {} must be a mapping of the task's keys (path: FILE, ...), not {}",
+               c.origin_of(prefix), prefix, entry.dump());
+    Config one = Config::from_yaml("{}", c.origin_of(prefix));
+    one.set(prefix, entry);
+    planned.push_back(plan_task(task_keys(prefix).resolve(one), prefix, name));
+  }
+  return planned;
+}
+
+// Scores one task: its metrics, its layout and item count; writes its samples.
+Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
+  const EvalTask& task = t.task;
+  const int64_t count = int64_t(task.items.size() + task.generative_items.size());
+  const std::string label = t.name.empty() ? std::string(layout_name(task.layout)) : t.name;
+  ProgressLine line;
+  const auto start = std::chrono::steady_clock::now();
+  const auto progress = [&](int64_t done) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    line.draw(fmt::format("task ({}): {}/{} items, {:.0f} s", label, done, count, seconds));
+  };
+  Json result = Json::object();
+  std::vector<Json> samples;
+  result["task_layout"] = layout_name(task.layout);
+  if (is_generative(task.layout)) {
+    const AnswerScorer scorer(answer_scoring(task.layout));
+    const GenerativeResult r =
+        evaluate_generative(*m.model, *m.tokenizer, task.generative_items, scorer,
+                            {.max_new_tokens = t.max_new_tokens, .batch_size = batch}, progress);
+    // exact_match, or one per filter: exact_match_strict, exact_match_flexible.
+    const auto named = [&](const char* what, size_t filter) {
+      const std::string& key = scorer.scoring().filters[filter].key;
+      return key.empty() ? std::string(what) : fmt::format("{}_{}", what, key);
+    };
+    for (size_t f = 0; f < r.exact_match.size(); ++f) result[named("exact_match", f)] = r.exact_match[f];
+    for (size_t i = 0; i < r.completions.size(); ++i) {
+      Json sample = {{"item", i}, {"prompt", task.generative_items[i].prompt},
+                     {"references", task.generative_items[i].references}, {"completion", r.completions[i]}};
+      for (size_t f = 0; f < r.exact_match.size(); ++f) {
+        sample[named("answer", f)] = r.scores[i].answers[f];
+        sample[named("exact_match", f)] = bool(r.scores[i].matches[f]);
+      }
+      samples.push_back(std::move(sample));
+    }
+  } else if (scores_continuation(task.layout)) {
+    const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, progress);
+    result["accuracy"] = r.accuracy;
+    result["task_perplexity"] = r.perplexity;
+    for (size_t i = 0; i < task.items.size(); ++i) {
+      samples.push_back({{"item", i}, {"context", task.items[i].context},
+                         {"continuation", task.items[i].endings[0]}, {"log_likelihood", r.log_likelihoods[i]},
+                         {"greedy", bool(r.greedy[i])}});
+    }
+  } else {
+    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, progress);
+    result["accuracy"] = r.accuracy;
+    if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
+    for (size_t i = 0; i < task.items.size(); ++i) {
+      const MultipleChoiceItem& item = task.items[i];
+      Json sample = {{"item", i}, {"endings", item.endings}, {"label", item.label},
+                     {"log_likelihoods", r.log_likelihoods[i]}, {"chosen", r.chosen[i]},
+                     {"correct", r.chosen[i] == item.label}};
+      if (item.contexts.empty()) sample["context"] = item.context; else sample["contexts"] = item.contexts;
+      if (item.true_endings > 0) sample["true_endings"] = item.true_endings;
+      samples.push_back(std::move(sample));
+    }
+  }
+  line.clear();
+  result["task_items"] = count;
+  if (t.samples) {  // one JSON line per item; bytes a completion cut mid-character read as U+FFFD
+    for (const Json& sample : samples) t.samples->write(sample.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
+    t.samples->commit();
+    fmt::print(stderr, "samples: {}\n", t.samples_path);
+  }
+  return result;
+}
+
+// The scores of several tasks as lm-evaluation-harness prints them: task, metric, value.
+void print_task_table(const Json& tasks) {
+  size_t name_width = 4;
+  for (const auto& [name, scores] : tasks.items()) name_width = std::max(name_width, name.size());
+  fmt::print(stderr, "| {:<{}} | {:<20} | {:>10} |\n", "task", name_width, "metric", "value");
+  for (const auto& [name, scores] : tasks.items()) {
+    for (const auto& [metric, value] : scores.items()) {
+      if (value.is_number_float()) fmt::print(stderr, "| {:<{}} | {:<20} | {:>10.4f} |\n", name, name_width, metric,
+                                              value.get<double>());
+    }
+  }
+}
+
+}  // namespace
+
 int run_eval(const Config& c) {
-  HONE_CHECK(c.has("dataset.type") || c.has("task.path"), "{}: give dataset.type (and path) or task.path",
-             c.origin());
+  HONE_CHECK(c.has("dataset.type") || c.has("task.path") || c.has("tasks"),
+             "{}: give dataset.type (and path), task.path or tasks", c.origin());
+  // Every task's file read, and its samples file opened, before the model loads.
+  std::vector<PlannedTask> tasks = plan_tasks(c);
   // Token data (mock, Megatron, MDS) needs no tokenizer; records and tasks do.
-  const bool text = c.has("task.path") || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
+  const bool text = !tasks.empty() || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
   InferenceModel m = load_inference_model(c, text);
   const int64_t batch = c.get<int64_t>("batch_size");
   const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", 256, m.model->config());
@@ -98,84 +259,13 @@ int run_eval(const Config& c) {
     result["perplexity"] = e.perplexity();
     result["tokens"] = e.tokens;
   }
-  if (c.has("task.path")) {
-    const FewShot shots{c.has("task.fewshot_path") ? c.get<std::string>("task.fewshot_path") : "",
-                        c.get<int64_t>("task.num_fewshot"), uint64_t(c.get<int64_t>("task.fewshot_seed"))};
-    HONE_CHECK(shots.path.empty() == (shots.count == 0),
-               "{}: task.num_fewshot (> 0) and task.fewshot_path go together: the examples and the file they come from",
-               c.origin());
-    // Opened first, so that a folder that cannot take it fails before the evaluation, not after.
-    std::optional<AtomicFile> samples_file;
-    if (c.has("task.samples_path")) samples_file.emplace(c.get<std::string>("task.samples_path"));
-    EvalTask task = read_eval_task(c.get<std::string>("task.path"), c.get<std::string>("task.layout"), shots);
-    if (c.has("task.limit")) {  // the first items; their few-shot draws are those of the whole task's first
-      const double limit = c.get<double>("task.limit");
-      const size_t all = task.items.size() + task.generative_items.size();
-      const auto keep = size_t(limit < 1 ? std::ceil(double(all) * limit) : limit);
-      if (keep < task.items.size()) task.items.resize(keep);
-      if (keep < task.generative_items.size()) task.generative_items.resize(keep);
-    }
-    const int64_t count = int64_t(task.items.size() + task.generative_items.size());
-    ProgressLine line;
-    const auto start = std::chrono::steady_clock::now();
-    const auto progress = [&](int64_t done) {
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      line.draw(fmt::format("task ({}): {}/{} items, {:.0f} s", layout_name(task.layout), done, count, seconds));
-    };
-    std::vector<Json> samples;
-    result["task_layout"] = layout_name(task.layout);
-    if (is_generative(task.layout)) {
-      const AnswerScorer scorer(answer_scoring(task.layout));
-      const GenerativeResult r = evaluate_generative(
-          *m.model, *m.tokenizer, task.generative_items, scorer,
-          {.max_new_tokens = c.get<int64_t>("task.max_new_tokens"), .batch_size = batch}, progress);
-      // exact_match, or one per filter: exact_match_strict, exact_match_flexible.
-      const auto named = [&](const char* what, size_t filter) {
-        const std::string& key = scorer.scoring().filters[filter].key;
-        return key.empty() ? std::string(what) : fmt::format("{}_{}", what, key);
-      };
-      for (size_t f = 0; f < r.exact_match.size(); ++f) result[named("exact_match", f)] = r.exact_match[f];
-      for (size_t i = 0; i < r.completions.size(); ++i) {
-        Json sample = {{"item", i}, {"prompt", task.generative_items[i].prompt},
-                       {"references", task.generative_items[i].references}, {"completion", r.completions[i]}};
-        for (size_t f = 0; f < r.exact_match.size(); ++f) {
-          sample[named("answer", f)] = r.scores[i].answers[f];
-          sample[named("exact_match", f)] = bool(r.scores[i].matches[f]);
-        }
-        samples.push_back(std::move(sample));
-      }
-    } else if (scores_continuation(task.layout)) {
-      const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, progress);
-      result["accuracy"] = r.accuracy;
-      result["task_perplexity"] = r.perplexity;
-      for (size_t i = 0; i < task.items.size(); ++i) {
-        samples.push_back({{"item", i}, {"context", task.items[i].context},
-                           {"continuation", task.items[i].endings[0]}, {"log_likelihood", r.log_likelihoods[i]},
-                           {"greedy", bool(r.greedy[i])}});
-      }
-    } else {
-      const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, progress);
-      result["accuracy"] = r.accuracy;
-      if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
-      for (size_t i = 0; i < task.items.size(); ++i) {
-        const MultipleChoiceItem& item = task.items[i];
-        Json sample = {{"item", i}, {"endings", item.endings}, {"label", item.label},
-                       {"log_likelihoods", r.log_likelihoods[i]}, {"chosen", r.chosen[i]},
-                       {"correct", r.chosen[i] == item.label}};
-        if (item.contexts.empty()) sample["context"] = item.context; else sample["contexts"] = item.contexts;
-        if (item.true_endings > 0) sample["true_endings"] = item.true_endings;
-        samples.push_back(std::move(sample));
-      }
-    }
-    line.clear();
-    result["task_items"] = count;
-    if (samples_file) {  // one JSON line per item; bytes a completion cut mid-character read as U+FFFD
-      for (const Json& sample : samples) {
-        samples_file->write(sample.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
-      }
-      samples_file->commit();
-      fmt::print(stderr, "samples: {}\n", c.get<std::string>("task.samples_path"));
-    }
+  if (c.has("tasks")) {
+    Json scores = Json::object();
+    for (PlannedTask& t : tasks) scores[t.name] = evaluate_task(t, m, batch);
+    print_task_table(scores);
+    result["tasks"] = std::move(scores);
+  } else if (!tasks.empty()) {
+    result.update(evaluate_task(tasks.front(), m, batch));
   }
   fmt::print(stderr, "model: {}\n", m.description);
   fmt::print("{}\n", result.dump());
