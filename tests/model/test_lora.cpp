@@ -48,6 +48,25 @@ void randomize_b(Transformer& m) {
   m.trainable_params().sync_compute();
 }
 
+// The gradients of m's trainable parameters that `which` picks against finite
+// differences of the loss on batch(), the same dropout masks in every forward
+// pass; returns how many were checked.
+size_t check_gradients(Transformer& m, const std::string& preset, const std::function<bool(const Parameter&)>& which) {
+  const Batch b = batch(m.config().vocab_size);
+  m.set_dropout_round(7);
+  auto loss = [&] { return m.forward(b.tokens, b.targets).mean(); };
+  m.trainable_params().zero_grad();
+  const ops::LossSum s = m.forward(b.tokens, b.targets);
+  m.backward(1.0 / double(s.tokens));
+  size_t checked = 0;
+  for (Parameter& p : m.trainable_params().all()) {
+    if (!which(p)) continue;
+    expect_gradient(p.value, p.grad, loss, preset + " " + p.name, 1e-6, 12);
+    ++checked;
+  }
+  return checked;
+}
+
 class LoraGradients : public ::testing::TestWithParam<std::tuple<std::string, double>> {};
 
 TEST_P(LoraGradients, AdaptersMatchFiniteDifferencesAndTheBaseHasNoGradients) {
@@ -57,20 +76,9 @@ TEST_P(LoraGradients, AdaptersMatchFiniteDifferencesAndTheBaseHasNoGradients) {
   randomize_b(m);
   EXPECT_FALSE(m.params().grads().defined()) << "frozen base weights must have no gradient buffer";
   for (const Parameter& p : m.params().all()) EXPECT_FALSE(p.grad.defined()) << p.name;
-  const Batch b = batch(m.config().vocab_size);
-  m.set_dropout_round(7);  // the same masks in every forward of the check
-  auto loss = [&] { return m.forward(b.tokens, b.targets).mean(); };
-  m.trainable_params().zero_grad();
-  const ops::LossSum s = m.forward(b.tokens, b.targets);
-  m.backward(1.0 / double(s.tokens));
-  size_t checked = 0;
-  for (Parameter& p : m.trainable_params().all()) {
-    expect_gradient(p.value, p.grad, loss, preset + " " + p.name, 1e-6, 12);
-    ++checked;
-  }
   // Per layer q, k, v, output_proj and the MLP's (gate,) up and down; plus the output: two tensors each.
   const size_t per_layer = preset == "llama_tiny" ? 7 : 6;
-  EXPECT_EQ(checked, 2 * (2 * per_layer + 1));
+  EXPECT_EQ(check_gradients(m, preset, [](const Parameter&) { return true; }), 2 * (2 * per_layer + 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraGradients,
@@ -257,18 +265,7 @@ TEST_P(LoraGradients, DoraMagnitudesMatchFiniteDifferences) {
   m.init_weights(1);
   randomize_b(m);
   randomize_magnitudes(m);
-  const Batch b = batch(m.config().vocab_size);
-  m.set_dropout_round(7);
-  auto loss = [&] { return m.forward(b.tokens, b.targets).mean(); };
-  m.trainable_params().zero_grad();
-  const ops::LossSum s = m.forward(b.tokens, b.targets);
-  m.backward(1.0 / double(s.tokens));
-  size_t checked = 0;
-  for (Parameter& p : m.trainable_params().all()) {
-    if (!p.name.ends_with(".magnitude")) continue;
-    expect_gradient(p.value, p.grad, loss, preset + " " + p.name, 1e-6, 12);
-    ++checked;
-  }
+  const size_t checked = check_gradients(m, preset, [](const Parameter& p) { return p.name.ends_with(".magnitude"); });
   EXPECT_EQ(checked, 2 * (preset == "llama_tiny" ? 7 : 6) + 1);
 }
 
