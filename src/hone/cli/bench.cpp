@@ -151,9 +151,9 @@ Command add_bench(CLI::App& app) {
                             .attn_modules = {"q_proj", "v_proj", "output_proj"}, .apply_to_mlp = true};
       }
     }
-    if (given(dora)) {
+    if (dora->count() > 0) {  // a flag: with a preset too, only when given
       HONE_CHECK(o.lora.has_value(), "--dora makes the adapters DoRA's: give --lora-rank (or a LoRA config)");
-      o.lora->use_dora = args->dora;
+      o.lora->use_dora = true;
     }
     auto report = run_bench(o, [&](int64_t step, double loss, double seconds) {
       fmt::print(stderr, "{} {:>4}/{}  loss {:.4f}  {:.3f} s\n", step == 0 ? "warm-up" : "step   ", step, o.steps,
