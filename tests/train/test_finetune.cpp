@@ -215,10 +215,13 @@ TEST_F(FinetuneRun, BatchesCutToTheirLongestSampleLoseWhatWholeRowsDo) {
 // PEFT folder) they give the same weights, which evaluate as the adapters do.
 TEST_F(FinetuneRun, DoraTrainsExportsAndMergesItsMagnitudes) {
   auto args = lora_args("dora", 12);
-  args.insert(args.end(), {"model.use_dora=true", "export.peft=" + root_ + "/dora_peft", "export.hf=" + root_ + "/dora_hf"});
+  args.insert(args.end(),
+              {"model.use_dora=true", "export.peft=" + root_ + "/dora_peft", "export.hf=" + root_ + "/dora_hf"});
   ASSERT_EQ(run_hone_to_log(args, root_ + "/dora.log"), 0) << read_file(root_ + "/dora.log");
   const auto l = losses("dora");
   EXPECT_LT(l.at(12), l.at(1) - 1.0) << read_file(root_ + "/dora.log");
+  EXPECT_NE(read_file(root_ + "/dora.log").find(" trained (DoRA rank 4)"), std::string::npos)
+      << read_file(root_ + "/dora.log");
   EXPECT_EQ(nlohmann::json::parse(read_file(root_ + "/dora_peft/adapter_config.json"))["use_dora"], true);
   const SafetensorsFile peft(root_ + "/dora_peft/adapter_model.safetensors");
   EXPECT_EQ(peft.entry("base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector").shape, Shape({64}));
@@ -233,7 +236,8 @@ TEST_F(FinetuneRun, DoraTrainsExportsAndMergesItsMagnitudes) {
     const SafetensorsFile got(convert[2] + "/model.safetensors"), exported(root_ + "/dora_hf/model.safetensors");
     ASSERT_EQ(got.names(), exported.names());
     for (const std::string& name : got.names())
-      EXPECT_EQ(got.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << convert[2] << ": " << name;
+      EXPECT_EQ(got.load(name).to_vector<float>(), exported.load(name).to_vector<float>())
+          << convert[2] << ": " << name;
   }
   const std::string data = "dataset.path=" + root_ + "/data.jsonl";
   EXPECT_NEAR(instruct_eval_loss({"checkpoint.path=" + root_ + "/dora_hf", data}),

@@ -85,7 +85,8 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
                   family_name(model.family), c.get<std::string>("checkpoint.path"), double(model.num_params()) / 1e6,
-                  double(trained) / 1e6, lora ? fmt::format(" (LoRA rank {})", lora->rank) : std::string()),
+                  double(trained) / 1e6,
+                  lora ? fmt::format(" ({} rank {})", lora->use_dora ? "DoRA" : "LoRA", lora->rank) : std::string()),
       "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")) +
           describe_cut(sample_length_multiple(c, run.device), shape.seq_len),
       describe(m, run),

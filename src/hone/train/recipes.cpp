@@ -36,7 +36,7 @@ const std::vector<Recipe>& recipes() {
                  pretrain, run_pretrain, [](const Config& c) { return summarize_training(c); }, pretrain_shape});
     t.push_back({"full_finetune", "fine-tune every weight of a model on an instruct or chat dataset",
                  finetune_schema(false), run_finetune, summarize_finetune, finetune_shape});
-    t.push_back({"lora_finetune", "fine-tune LoRA adapters on a frozen model (instruct or chat dataset)",
+    t.push_back({"lora_finetune", "fine-tune LoRA (or DoRA) adapters on a frozen model (instruct or chat dataset)",
                  finetune_schema(true), run_finetune, summarize_finetune, finetune_shape});
     const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
     t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",
