@@ -106,29 +106,34 @@ double training_flops_per_token(const ModelConfig& config, const std::optional<L
   return whole - 2.0 * double(config.num_matmul_params()) + 6.0 * double(lora_parameter_count(config, *lora));
 }
 
+Tensor weight_rows(const Tensor& weight, int64_t row_begin, int64_t rows) {
+  const int64_t in = weight.numel() / weight.size(0);
+  return weight.view({weight.numel()}).slice(row_begin * in, {rows, in});
+}
+
 Tensor merged_block(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
                     double scale) {
-  const int64_t in = weight.numel() / weight.size(0), rank = a.size(0);
-  const Tensor block = weight.view({weight.numel()}).slice(row_begin * in, {1, rows, in});
+  const Tensor block = weight_rows(weight, row_begin, rows);
   const Tensor sum = block.dtype() == a.dtype() ? block.clone() : ops::cast_to(block, a.dtype());
-  ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, sum, float(scale), 1.0f);
-  return sum.view({rows, in});
+  const int64_t in = block.size(1), rank = a.size(0);
+  ops::matmul(b.view({1, rows, rank}), false, a.view({1, rank, in}), false, sum.view({1, rows, in}), float(scale),
+              1.0f);
+  return sum;
 }
 
 void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
                    double scale, const Tensor& magnitude) {
-  const int64_t in = weight.numel() / weight.size(0);
-  const Tensor block = weight.view({weight.numel()}).slice(row_begin * in, {rows, in});
   const Tensor merged = merged_block(weight, row_begin, rows, a, b, scale);
   if (magnitude.defined()) {  // DoRA: each row rescaled to its magnitude
     const Tensor factor = Tensor::empty({rows}, merged.dtype(), merged.device());
     const Tensor inv_norm = Tensor::empty({rows}, merged.dtype(), merged.device());
-    ops::dora_norms(ops::cast_to(block, a.dtype()), a, b, scale, ops::cast_to(magnitude, a.dtype()), factor, inv_norm);
+    // The norms of the merged rows themselves: s·B·A is in them already (scale 0 adds nothing).
+    ops::dora_norms(merged, a, b, 0.0, ops::cast_to(magnitude, a.dtype()), factor, inv_norm);
     ops::scale_rows(merged, factor);
   }
   // A base kept in bf16 (Transformer: LoRA's frozen base): the result in the
   // adapters' fp32, rounded once.
-  ops::cast(merged, block);
+  ops::cast(merged, weight_rows(weight, row_begin, rows));
 }
 
 }  // namespace hone

@@ -90,6 +90,9 @@ size_t lora_activation_bytes(const ModelConfig& config, const LoraConfig& lora, 
 // each adapter element in 6.
 double training_flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora, int64_t seq_len);
 
+// Rows [row_begin, row_begin + rows) of a weight [out, in] (or of the part of
+// it a rank holds), as [rows, in]: the block an adapter adapts.
+Tensor weight_rows(const Tensor& weight, int64_t row_begin, int64_t rows);
 // The adapted block W[row_begin, row_begin + rows) + scale · B·A of a weight
 // [out, in] (or the part of it a rank holds, with A [rank, in] and B [rows,
 // rank] to match), in the adapters' dtype (f32, or f64).

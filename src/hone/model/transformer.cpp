@@ -231,21 +231,18 @@ void Transformer::adapter_inputs(const Tensor& x, std::vector<LoraAdapter>& adap
 }
 
 void Transformer::dora_norms(LoraAdapter& a) {
-  const Tensor& w = a.base->compute;
-  const int64_t in = w.numel() / w.size(0);
   if (!a.scale.defined()) {
     a.scale = Tensor::empty({a.rows}, a.magnitude->value.dtype(), device_);
     a.inv_norm = Tensor::empty({a.rows}, a.magnitude->value.dtype(), device_);
   }
-  ops::dora_norms(w.view({w.numel()}).slice(a.row_begin * in, {a.rows, in}), a.a->value, a.b->value, lora_->scale(),
+  ops::dora_norms(weight_rows(a.base->compute, a.row_begin, a.rows), a.a->value, a.b->value, lora_->scale(),
                   a.magnitude->value, a.scale, a.inv_norm);
 }
 
 void Transformer::dora_block_output(const Tensor& x, const Parameter* weight, LoraAdapter& a, int64_t first_row) {
   const int64_t rows = x.numel() / x.size(-1), in = x.size(-1);
-  const Tensor block = weight->compute.view({weight->compute.numel()}).slice(a.row_begin * in, {a.rows, in});
   resize_rows(a.z, rows, a.rows, dtype_, device_);
-  ops::linear_forward(x.view({rows, in}), block, Tensor(), a.z);
+  ops::linear_forward(x.view({rows, in}), weight_rows(weight->compute, a.row_begin, a.rows), Tensor(), a.z);
   const Tensor delta = Tensor::empty({rows, a.rows}, dtype_, device_);
   ops::linear_forward(a.u, a.b->compute, Tensor(), delta);
   ops::add_columns(a.z, 0, delta, lora_->scale());
