@@ -636,8 +636,11 @@ TEST_P(CudaCrossEntropy, ForwardBackwardAndTotals) {
   std::vector<int32_t> t = random_ids(rows, int32_t(vocab), 42);
   t[2] = t[7] = ops::kIgnoreIndex;
   const Tensor targets = ids(t, {rows});
+  // Row weights (DPO's), on the part's backward pass.
+  const Tensor row_weights = random_tensor({rows}, DType::f32, 46, 2.0);
   // The whole vocabulary, and a tensor-parallel part holding classes [7, vocab + 7).
   for (const ops::VocabPart part : {ops::VocabPart{}, ops::VocabPart{.first = 7, .classes = vocab + 7}}) {
+    const Tensor weights = part.first > 0 ? row_weights : Tensor();
     for (const DType dtype : kDtypes) {
       const Tensor logits = random_tensor({rows, vocab}, dtype, 43, 6.0), logits_gpu = gpu(logits);
       const Tensor losses = Tensor::empty({rows}, DType::f32), lse = Tensor::empty({rows}, DType::f32);
@@ -648,8 +651,8 @@ TEST_P(CudaCrossEntropy, ForwardBackwardAndTotals) {
       EXPECT_NEAR(cuda.sum, cpu.sum, 1e-5 * std::abs(cpu.sum)) << dtype_name(dtype);
       expect_match(losses_gpu, losses, 1e-5, named("cross-entropy losses", dtype));
       expect_match(lse_gpu, lse, 1e-5, named("cross-entropy lse", dtype));
-      ops::cross_entropy_backward(logits, targets, lse, 0.25, part);
-      ops::cross_entropy_backward(logits_gpu, gpu(targets), lse_gpu, 0.25, part);
+      ops::cross_entropy_backward(logits, targets, lse, 0.25, part, weights);
+      ops::cross_entropy_backward(logits_gpu, gpu(targets), lse_gpu, 0.25, part, gpu(weights));
       expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy backward", dtype));
     }
   }

@@ -39,6 +39,30 @@ TEST(CrossEntropy, LossIsMeanOverUnmaskedAndGradientMatches) {
   for (int64_t j = 0; j < vocab; ++j) EXPECT_EQ(G[size_t(1 * vocab + j)], 0.0);
 }
 
+// Row weights (DPO's per-sequence scale): the gradient of Σ w_r · loss_r,
+// checked by finite differences, with a negative weight and a zero one.
+TEST(CrossEntropy, RowWeightsScaleEachRowsGradient) {
+  const int64_t rows = 5, vocab = 11;
+  Tensor logits = random_tensor({rows, vocab}, DType::f64, 4, 3.0);
+  const Tensor targets = Tensor::from(std::vector<int32_t>{2, 10, ops::kIgnoreIndex, 0, 5}, {rows});
+  const std::vector<double> w = {0.5, -2.0, 3.0, 0.0, 1.25};
+  const Tensor weights = Tensor::from(w, {rows});
+  Tensor losses = Tensor::empty({rows}, DType::f64), lse = Tensor::empty({rows}, DType::f64);
+  auto weighted_loss = [&] {
+    ops::cross_entropy_forward(logits, targets, losses, lse);
+    const std::vector<double> l = losses.to_vector<double>();
+    double sum = 0;
+    for (size_t r = 0; r < w.size(); ++r) sum += 0.5 * w[r] * l[r];
+    return sum;
+  };
+  Tensor grad = logits.clone();
+  ops::cross_entropy_forward(grad, targets, losses, lse);
+  ops::cross_entropy_backward(grad, targets, lse, 0.5, {}, weights);
+  expect_gradient(logits, grad, weighted_loss, "weighted cross-entropy dlogits");
+  const Tensor f32_weights = Tensor::from(std::vector<float>(w.begin(), w.end()), {rows});
+  EXPECT_THROW(ops::cross_entropy_backward(grad, targets, lse, 0.5, {}, f32_weights), Error);  // lse's dtype
+}
+
 TEST(CrossEntropy, Bf16LogitsGiveFp32AccurateLoss) {
   Tensor logits32 = random_tensor({8, 1000}, DType::f32, 2, 5.0);
   Tensor logits16 = Tensor::empty(logits32.shape(), DType::bf16);

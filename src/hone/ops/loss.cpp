@@ -93,23 +93,29 @@ LossSum cross_entropy_forward_backward(const Tensor& logits, const Tensor& targe
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
-                            VocabPart part) {
+                            VocabPart part, const Tensor& row_weights) {
   const char* op = "cross_entropy backward";
   const OpTimer timer(op);
-  [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &lse});
+  [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &lse, &row_weights});
   check_loss_args(op, logits, targets, lse);
+  if (row_weights.defined()) {
+    expect_shape(op, "row weights", row_weights, {logits.size(0)});
+    expect_dtype(op, "row weights", row_weights, lse.dtype());
+  }
   part = checked_vocab_part(op, part, logits.size(1));
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
       kernels::cuda::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<float>(), scale,
-                                               logits.size(0), logits.size(1), kIgnoreIndex, part.first);
+                                               logits.size(0), logits.size(1), kIgnoreIndex, part.first,
+                                               row_weights.defined() ? row_weights.data<float>() : nullptr);
     });
   }
 #endif
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
-    kernels::cpu::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<compute_t<T>>(),
-                                            scale, logits.size(0), logits.size(1), kIgnoreIndex, part.first);
+    kernels::cpu::cross_entropy_backward<T>(
+        logits.data<T>(), targets.data<int32_t>(), lse.data<compute_t<T>>(), scale, logits.size(0), logits.size(1),
+        kIgnoreIndex, part.first, row_weights.defined() ? row_weights.data<compute_t<T>>() : nullptr);
   });
 }
 

@@ -194,9 +194,11 @@ struct LossSum {
 LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
                               VocabPart part = {});
 // Turns logits, in place, into the gradient of scale·Σ losses; with a part, lse
-// must be the whole vocabulary's logsumexp.
+// must be the whole vocabulary's logsumexp. With row_weights ([rows], lse's
+// dtype) the gradient of scale·Σ row_weights[r]·losses[r] (DPO weighs each
+// sequence's tokens by its pair's loss gradient).
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
-                            VocabPart part = {});
+                            VocabPart part = {}, const Tensor& row_weights = {});
 // Both at once over the whole vocabulary, for training when the loss scale is
 // known before the forward pass: the losses and lse of cross_entropy_forward,
 // and the logits turned into the gradient of scale·Σ losses. On the CPU each

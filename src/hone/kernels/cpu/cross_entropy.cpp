@@ -81,11 +81,13 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>
 
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first) {
+                            int64_t vocab, int32_t ignore_index, int64_t first, const compute_t<T>* row_weights) {
   using C = compute_t<T>;
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < rows; ++row)
-    row_gradient(logits + row * vocab, targets[row], lse[row], C(scale), vocab, ignore_index, first);
+  for (int64_t row = 0; row < rows; ++row) {
+    const C row_scale = row_weights ? C(scale) * row_weights[row] : C(scale);
+    row_gradient(logits + row * vocab, targets[row], lse[row], row_scale, vocab, ignore_index, first);
+  }
 }
 
 template <typename T>
@@ -129,7 +131,7 @@ void cross_entropy_forward_backward(T* logits, const int32_t* targets, compute_t
   template void cross_entropy_forward<T>(const T*, const int32_t*, compute_t<T>*, compute_t<T>*, int64_t,          \
                                          int64_t, int32_t, int64_t);                                               \
   template void cross_entropy_backward<T>(T*, const int32_t*, const compute_t<T>*, double, int64_t, int64_t,        \
-                                          int32_t, int64_t);                                                       \
+                                          int32_t, int64_t, const compute_t<T>*);                                  \
   template void cross_entropy_forward_backward<T>(T*, const int32_t*, compute_t<T>*, compute_t<T>*, double, int64_t, \
                                                   int64_t, int32_t);
 HONE_INSTANTIATE(float)

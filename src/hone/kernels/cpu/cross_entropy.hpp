@@ -19,10 +19,13 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>
 // In place: logits become scale · (softmax(logits) - onehot(target)), the
 // gradient of scale · Σ losses; ignored rows become 0. The logits buffer is the
 // largest activation, so reusing it saves a vocabulary-sized copy. With a part
-// of the vocabulary, lse is the whole vocabulary's logsumexp.
+// of the vocabulary, lse is the whole vocabulary's logsumexp. With
+// row_weights (null: all 1), row r's gradient is scaled by row_weights[r]: the
+// gradient of scale · Σ row_weights[r] · losses[r].
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first = 0);
+                            int64_t vocab, int32_t ignore_index, int64_t first = 0,
+                            const compute_t<T>* row_weights = nullptr);
 
 // Both passes row by row over the whole vocabulary: the forward's losses and
 // lse, then the backward's gradient while the row is still in cache: the

@@ -89,8 +89,10 @@ __global__ void loss_totals_kernel(const float* losses, const int32_t* targets, 
 
 template <typename T, int kWidth>
 __global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets, const float* lse, float scale,
-                                              int64_t vocab, int32_t ignore_index, int64_t first) {
+                                              int64_t vocab, int32_t ignore_index, int64_t first,
+                                              const float* row_weights) {
   T* z = logits + int64_t(blockIdx.x) * vocab;
+  if (row_weights) scale *= row_weights[blockIdx.x];
   const int64_t target = int64_t(targets[blockIdx.x]) - first;  // a column only where this part holds it
   const bool ignored = targets[blockIdx.x] == ignore_index;
   const float l = lse[blockIdx.x];
@@ -133,11 +135,11 @@ LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float*
 
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first) {
+                            int64_t vocab, int32_t ignore_index, int64_t first, const float* row_weights) {
   if (rows == 0) return;
   with_group_width<T>(wide_groups_fit<T>(vocab, {logits}), [&]<int kWidth>() {
     HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_backward_kernel<T, kWidth>)(
-        logits, targets, lse, float(scale), vocab, ignore_index, first);
+        logits, targets, lse, float(scale), vocab, ignore_index, first, row_weights);
   });
   HONE_CUDA_LAUNCHED("cross_entropy_backward");
 }
@@ -146,7 +148,7 @@ void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse,
   template LossTotals cross_entropy_forward<T>(const T*, const int32_t*, float*, float*, int64_t, int64_t,    \
                                                int32_t, int64_t, int64_t);                                    \
   template void cross_entropy_backward<T>(T*, const int32_t*, const float*, double, int64_t, int64_t, int32_t, \
-                                          int64_t);
+                                          int64_t, const float*);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(bf16)
 #undef HONE_INSTANTIATE

@@ -22,9 +22,10 @@ struct LossTotals {
 template <typename T>
 LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
                                  int64_t vocab, int32_t ignore_index, int64_t first, int64_t classes);
-// In place: logits become scale · (softmax - onehot(target)); ignored rows 0.
+// In place: logits become scale · row_weights[row] · (softmax - onehot(target))
+// (row_weights null: 1); ignored rows 0.
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first);
+                            int64_t vocab, int32_t ignore_index, int64_t first, const float* row_weights = nullptr);
 
 }  // namespace hone::kernels::cuda
