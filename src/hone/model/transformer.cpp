@@ -252,7 +252,7 @@ void Transformer::dora_block_output(const Tensor& x, const Parameter* weight, Lo
 void Transformer::project(const Tensor& x, const Parameter* weight, const Parameter* bias,
                           std::vector<LoraAdapter>& adapters, const Tensor& y, int64_t first_row) {
   ops::linear_forward(x, weight->compute, bias ? bias->value : Tensor(), y);
-  if (adapters.empty()) return;
+  if (adapters.empty() || !adapters_enabled_) return;
   adapter_inputs(x, adapters, first_row);
   const int64_t rows = x.numel() / x.size(-1);
   const Tensor y2 = y.view({rows, y.size(-1)});
@@ -686,6 +686,7 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   HONE_CHECK(targets.shape() == tokens.shape(), "targets have shape {}, tokens {}", targets.shape().str(),
              tokens.shape().str());
   targets_ = targets;
+  forward_had_adapters_ = adapters_enabled_;
   // A split vocabulary needs every rank's logsumexp before any gradient.
   if (loss_scale && !split_vocabulary_) {
     head_grad_scale_ = loss_scale;
@@ -741,8 +742,15 @@ std::vector<Parameter*> Transformer::trainable_in_layer(int64_t i) {
   return trainable;
 }
 
-void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
+void Transformer::backward(double loss_scale, const GradientsFinal& on_final, const Tensor& token_weights) {
   HONE_CHECK(targets_.defined(), "backward() needs a forward pass with targets first");
+  HONE_CHECK(forward_had_adapters_, "backward() after a forward pass with the adapters off");
+  if (token_weights.defined()) {
+    HONE_CHECK(!head_grad_scale_ && !tp_,
+               "token weights need a forward pass without a loss scale, and no tensor parallelism");
+    HONE_CHECK(token_weights.numel() == targets_.numel(), "{} token weights for {} positions", token_weights.numel(),
+               targets_.numel());
+  }
   const ModelConfig& c = config_;
   Activations& a = acts_;
 
@@ -757,7 +765,9 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final) {
     const std::vector<HeadChunk> chunks = head_chunks();
     for (const HeadChunk& chunk : chunks) {
       if (chunks.size() > 1) head_forward(chunk);  // only the last chunk's logits are left
-      ops::cross_entropy_backward(chunk.logits, chunk.targets, chunk.lse, loss_scale, vocab_part());
+      const Tensor weights =
+          token_weights.defined() ? token_weights.rows(chunk.first, chunk.targets.numel()) : Tensor();
+      ops::cross_entropy_backward(chunk.logits, chunk.targets, chunk.lse, loss_scale, vocab_part(), weights);
       head_backward(chunk);
     }
   }

@@ -191,7 +191,16 @@ class Transformer {
   using GradientsFinal = std::function<void(std::span<Parameter* const>)>;
   // Adds to trainable_params().grads() the gradient of loss_scale · Σ(token
   // losses of the last forward). For the mean loss pass 1 / LossSum::tokens.
-  void backward(double loss_scale, const GradientsFinal& on_final = {});
+  // With token_weights ([batch·seq], token_losses()'s dtype and device) the
+  // gradient of loss_scale · Σ w_t · loss_t (DPO weighs each sequence by its
+  // pair's loss gradient); the forward pass must then not have been given a
+  // loss scale, and there is no tensor parallelism.
+  void backward(double loss_scale, const GradientsFinal& on_final = {}, const Tensor& token_weights = {});
+
+  // With adapters off the model computes its base alone (DPO's reference model
+  // is the base under the adapters being trained); a forward pass without them
+  // cannot be followed by backward().
+  void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
 
  private:
   friend class Decoder;  // the inference half: decodes with a KV cache over these weights
@@ -323,6 +332,8 @@ class Transformer {
   int tp_size_ = 1, tp_rank_ = 0;
   bool split_vocabulary_ = false;
   bool training_ = true;
+  bool adapters_enabled_ = true;
+  bool forward_had_adapters_ = true;  // the last forward pass's adapters_enabled_
   uint64_t dropout_round_ = 0;
   uint64_t dropout_seed_ = 0;
 
