@@ -13,6 +13,7 @@
 #include "hone/model/transformer.hpp"
 #include "hone/optim/adamw.hpp"
 #include "hone/train/bench.hpp"
+#include "hone/train/dpo.hpp"
 #include "hone/train/evaluation.hpp"
 #include "hone/train/step.hpp"
 
@@ -212,6 +213,49 @@ TEST_P(CudaPreset, LoraWithDropoutMatchesTheCpu) { expect_lora_with_dropout_matc
 
 TEST_P(CudaPreset, DoraWithDropoutMatchesTheCpu) {
   expect_lora_with_dropout_matches_the_cpu(GetParam(), DType::f32, /*dora=*/true);
+}
+
+// DPO: the reference pass with the adapters off, then the trained one, and the
+// pairs' loss reaching backward as row weights on the token losses. The GPU
+// runs the head in chunks of rows (each chunk its rows' weights) and the MLP
+// under checkpointing; the CPU all rows at once.
+TEST_P(CudaPreset, DpoMatchesTheCpu) {
+  const LoraConfig lora{.rank = 3, .alpha = 6, .dropout = 0.2, .attn_modules = {"q_proj", "v_proj"},
+                        .apply_to_mlp = true, .apply_to_output = true};
+  const int64_t rows = 4, seq = 24;
+  std::vector<int32_t> tokens, targets;
+  for (int64_t i = 0; i < rows * seq; ++i) {
+    tokens.push_back(int32_t((i * 5 + 1) % 50));
+    targets.push_back(i % seq < 4 + i / seq ? -100 : int32_t((i * 3 + 2) % 50));  // prompts of 4 to 7 tokens
+  }
+  const Batch batch{Tensor::from(tokens, {rows, seq}), Tensor::from(targets, {rows, seq})};
+  std::vector<DpoSums> sums;
+  std::vector<std::vector<Tensor>> grads;
+  for (const Device device : {Device::cpu(), kGpu}) {
+    Transformer m(small(GetParam()), DType::f32, device, lora);
+    m.init_weights(3);
+    uint64_t seed = 100;
+    for (Parameter& p : m.trainable_params().all()) {
+      if (p.name.ends_with(".b")) p.value.copy_from(random_tensor(p.shape, p.value.dtype(), ++seed, 0.3));
+    }
+    m.trainable_params().sync_compute();
+    m.set_dropout_round(5);
+    m.trainable_params().zero_grad();
+    m.set_chunk_bytes(device.is_cuda() ? 1 : kNoChunks);
+    m.set_activation_checkpointing(device.is_cuda());
+    const Batch on_device = batch.to(device);
+    const DpoForward forward = dpo_forward(m, on_device, {.beta = 0.5, .label_smoothing = 0.1});
+    m.backward(1.0, {}, dpo_token_weights(m, forward, on_device, 0.5));
+    sums.push_back(forward.sums);
+    grads.emplace_back();
+    for (const Parameter& p : m.trainable_params().all()) grads.back().push_back(p.grad.to(Device::cpu()));
+  }
+  EXPECT_NEAR(sums[1].loss, sums[0].loss, kFp32Tolerance * sums[0].loss);
+  EXPECT_NEAR(sums[1].chosen_rewards, sums[0].chosen_rewards, 1e-4 * (1 + std::abs(sums[0].chosen_rewards)));
+  EXPECT_NEAR(sums[1].rejected_rewards, sums[0].rejected_rewards, 1e-4 * (1 + std::abs(sums[0].rejected_rewards)));
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    expect_close(grads[1][i], grads[0][i], kFp32Tolerance, fmt::format("{} DPO gradient {}", GetParam(), i));
+  }
 }
 
 // The 16-row chunk's head product (50 classes) is the one that found oneDNN's

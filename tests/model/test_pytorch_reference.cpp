@@ -2,6 +2,7 @@
 // with Llama 3.1 scaling), GPT-2 and MPT models in plain torch with fixed weights
 // and records logits, loss, every gradient and the losses of five AdamW steps.
 // hone's fp32 path, loaded with the same weights, must agree to 1e-4 relative.
+// The LoRA variants (DoRA, DPO) have generators of their own beside it.
 #include <fmt/format.h>
 
 #include <array>
@@ -11,6 +12,7 @@
 
 #include "hone/io/safetensors.hpp"
 #include "hone/model/transformer.hpp"
+#include "hone/train/dpo.hpp"
 #include "hone/train/step.hpp"
 #include "support/check.hpp"
 
@@ -236,6 +238,58 @@ TEST_P(DoraReference, ForwardAndAdapterGradientsMatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DoraReference, ::testing::Values("llama", "gpt2"),
+                         [](const auto& info) { return info.param; });
+
+// lora_dpo's objective against torchtune's DPOLoss (generate_dpo.py): two pairs
+// of rows, the loss, each pair's rewards and the adapters' gradients.
+class DpoReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DpoReference, LossRewardsAndAdapterGradientsMatch) {
+  const SafetensorsFile file(source_path("tests/reference/dpo_" + GetParam() + ".safetensors"));
+  const nlohmann::json lora_json = nlohmann::json::parse(file.metadata().at("lora"));
+  const nlohmann::json dpo_json = nlohmann::json::parse(file.metadata().at("dpo"));
+  const LoraConfig lora{.rank = lora_json.at("rank").get<int64_t>(),
+                        .alpha = lora_json.at("alpha").get<double>(),
+                        .dropout = 0.0,
+                        .attn_modules = lora_json.at("attn_modules").get<std::vector<std::string>>(),
+                        .apply_to_mlp = lora_json.at("apply_to_mlp").get<bool>()};
+  const DpoConfig dpo{.beta = dpo_json.at("beta").get<double>(),
+                      .label_smoothing = dpo_json.at("label_smoothing").get<double>()};
+  Transformer model(config_from_json(nlohmann::json::parse(file.metadata().at("config"))), DType::f32, Device::cpu(),
+                    lora);
+  for (Parameter& p : model.params().all()) p.value.copy_from(file.load("param." + p.name));
+  model.params().sync_compute();
+  for (Parameter& p : model.trainable_params().all()) p.value.copy_from(file.load("adapter." + p.name));
+  model.trainable_params().sync_compute();
+
+  const Batch batch{file.load("tokens"), file.load("targets")};
+  model.trainable_params().zero_grad();
+  const DpoForward forward = dpo_forward(model, batch, dpo);
+  const double pairs = double(forward.sums.pairs);
+  model.backward(1.0, {}, dpo_token_weights(model, forward, batch, 1.0 / pairs));
+  const double loss_error =
+      relative_error(Tensor::from(std::vector<float>{float(forward.sums.loss / pairs)}, {1}), file.load("loss"));
+  // Σ over the pairs of each reward, against the reference's per-pair values.
+  const auto sum_of = [&](const char* name) {
+    double sum = 0;
+    for (float r : file.load(name).to_vector<float>()) sum += r;
+    return sum;
+  };
+  EXPECT_NEAR(forward.sums.chosen_rewards, sum_of("chosen_rewards"), kTolerance * std::abs(sum_of("chosen_rewards")));
+  EXPECT_NEAR(forward.sums.rejected_rewards, sum_of("rejected_rewards"),
+              kTolerance * std::abs(sum_of("rejected_rewards")));
+  double grads = 0;
+  std::string worst;
+  for (const Parameter& p : model.trainable_params().all()) {
+    const double err = relative_error(p.grad, file.load("grad." + p.name));
+    if (err >= grads) grads = err, worst = p.name;
+  }
+  fmt::print("dpo {}: relative errors loss {:.2e}, gradients {:.2e} (worst {})\n", GetParam(), loss_error, grads, worst);
+  EXPECT_LE(loss_error, kTolerance);
+  EXPECT_LE(grads, kTolerance) << "gradient of " << worst;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DpoReference, ::testing::Values("llama", "gpt2"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include "hone/io/checkpoint.hpp"
 #include "hone/ops/ops.hpp"
 #include "hone/train/bench.hpp"
-#include "hone/train/evaluation.hpp"
 #include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
 #include "hone/train/step.hpp"
@@ -65,7 +64,10 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t batch_size = c.get<int64_t>("batch_size");
   const int64_t accumulation = c.get<int64_t>("gradient_accumulation_steps");
   const int64_t seq_len = job.seq_len;
-  // Sequences per optimizer step, over all data-parallel ranks.
+  const std::unique_ptr<Objective> default_objective = job.objective ? nullptr : language_model_objective();
+  Objective& objective = job.objective ? *job.objective : *default_objective;
+  const int64_t rows_per_sample = objective.rows_per_sample();
+  // Samples per optimizer step, over all data-parallel ranks.
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len);
 
@@ -81,7 +83,7 @@ int run_training(const Config& c, TrainingJob job) {
   // The longest batch's activations now: a run that does not fit fails before
   // step 1, and shorter batches (fine-tuning's are cut to their longest sample)
   // are planned in this memory.
-  model.reserve(batch_size, seq_len);
+  model.reserve(batch_size * rows_per_sample, seq_len);
   world.adopt(model);
   const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
   AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
@@ -137,8 +139,8 @@ int run_training(const Config& c, TrainingJob job) {
                        : "gradients: reduced after backward, in one piece (distributed.bucket_mb 0)");
     }
   }
-  console.line(fmt::format("data: {} samples per epoch ({}), {} {} to run", train.samples_per_epoch(),
-                           job.data_description, total_steps - state.step,
+  console.line(fmt::format("data: {} {} per epoch ({}), {} {} to run", train.samples_per_epoch(),
+                           plural(train.samples_per_epoch(), objective.sample_name()), job.data_description, total_steps - state.step,
                            plural(total_steps - state.step, "step")));
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
@@ -167,15 +169,9 @@ int run_training(const Config& c, TrainingJob job) {
     if (!valid) return;
     const int64_t batches = std::max<int64_t>(
         1, std::min(c.get<int64_t>("eval.max_batches"), valid->samples_per_epoch() / (batch_size * world.dp_size())));
-    // Each rank evaluates its slice of the batches; the mean is over all of them.
-    const LossEvaluation local = evaluate_loss(model, *valid, batches);
-    LossEvaluation e;
-    e.tokens = int64_t(world.sum(double(local.tokens)));
-    e.loss = world.sum(local.loss * double(local.tokens)) / double(std::max<int64_t>(e.tokens, 1));
-    metrics.write(state.step, {{"metrics/eval/LanguageCrossEntropy", e.loss},
-                               {"metrics/eval/LanguagePerplexity", e.perplexity()}});
-    console.line(fmt::format("step {}: validation loss {:.4f} (perplexity {:.2f}) over {} tokens", state.step, e.loss,
-                             e.perplexity(), e.tokens));
+    const Objective::Evaluation e = objective.evaluate(model, *valid, batches, world);
+    metrics.write(state.step, e.metrics);
+    console.line(fmt::format("step {}: {}", state.step, e.summary));
   };
 
   const auto start = Clock::now();
@@ -199,10 +195,10 @@ int run_training(const Config& c, TrainingJob job) {
       b = train.next().to(world.device());
       const int64_t rows = b.tokens.size(0) * world.dp_size(), length = b.tokens.size(1);
       step_tokens += rows * length;
-      step_flops += double(rows * length) * training_flops_per_token(model_config, model.lora(), length);
+      step_flops += double(rows * length) * objective.flops_per_token(model_config, model.lora(), length);
     }
     const StepStats s =
-        train_step(model, optimizer, micro, schedule.at(state.step), max_grad_norm, world.data_parallel());
+        objective.step(model, optimizer, micro, schedule.at(state.step), max_grad_norm, world.data_parallel());
     ops::synchronize(world.device());  // the step's last kernels may still be running on a GPU
     const double elapsed = seconds_between(step_start, Clock::now());
     ++state.step;
@@ -237,20 +233,20 @@ int run_training(const Config& c, TrainingJob job) {
     if (state.step % log_every == 0 || state.step == total_steps) {
       const MemoryStats mem = memory.stats();
       const double samples_per_sec = double(window_samples) / window_seconds;
-      metrics.write(state.step, {{"loss/train/total", s.loss},
-                                 {"metrics/train/LanguageCrossEntropy", s.loss},
-                                 {"metrics/train/LanguagePerplexity", std::exp(s.loss)},
-                                 {"throughput/samples_per_sec", samples_per_sec},
-                                 {"throughput/device/samples_per_sec", samples_per_sec / world.size()},
-                                 {"throughput/tokens_per_sec", tokens_per_sec},
-                                 {"throughput/mfu", window_flops / window_seconds / world.size() / (peak_tflops * 1e12)},
-                                 {"memory/allocated_mem", double(mem.allocated)},
-                                 {"memory/reserved_mem", double(mem.reserved)},
-                                 {"memory/peak_allocated_mem", double(mem.peak_allocated)},
-                                 {"lr", s.lr},
-                                 {"grad_norm", s.grad_norm},
-                                 {"time/train", train_seconds / 3600.0},
-                                 {"time/token", double(state.tokens_seen)}});
+      Metrics logged = {{"loss/train/total", s.loss}};
+      logged.insert(logged.end(), s.metrics.begin(), s.metrics.end());
+      logged.insert(logged.end(), {{"throughput/samples_per_sec", samples_per_sec},
+                                   {"throughput/device/samples_per_sec", samples_per_sec / world.size()},
+                                   {"throughput/tokens_per_sec", tokens_per_sec},
+                                   {"throughput/mfu", window_flops / window_seconds / world.size() / (peak_tflops * 1e12)},
+                                   {"memory/allocated_mem", double(mem.allocated)},
+                                   {"memory/reserved_mem", double(mem.reserved)},
+                                   {"memory/peak_allocated_mem", double(mem.peak_allocated)},
+                                   {"lr", s.lr},
+                                   {"grad_norm", s.grad_norm},
+                                   {"time/train", train_seconds / 3600.0},
+                                   {"time/token", double(state.tokens_seen)}});
+      metrics.write(state.step, logged);
       console.status_line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
                                       state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
                                       format_duration(eta)));

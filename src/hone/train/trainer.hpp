@@ -13,6 +13,7 @@
 #include "hone/data/batch.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/train/metrics.hpp"
+#include "hone/train/objective.hpp"
 #include "hone/train/training_world.hpp"
 
 namespace hone {
@@ -20,7 +21,10 @@ namespace hone {
 struct TrainingJob {
   TrainingWorld* world = nullptr;  // the ranks; the model lives on world->device()
   Transformer* model = nullptr;    // built with world->model_placement()
-  // This rank's slices of the data (batch_size sequences per micro-batch).
+  // What a step minimises; null: the language model's loss.
+  Objective* objective = nullptr;
+  // This rank's slices of the data (batch_size samples per micro-batch, each of
+  // the objective's rows_per_sample sequences).
   data::BatchSource* train = nullptr;
   data::BatchSource* validation = nullptr;  // null: nothing held out
   int64_t seq_len = 0;

@@ -1,0 +1,170 @@
+#include "hone/train/dpo.hpp"
+
+#include <cmath>
+
+namespace hone {
+
+namespace {
+
+// log σ(x), without overflow for large |x|.
+double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+double sigmoid(double x) { return std::exp(log_sigmoid(x)); }
+
+// Each row's π: the sum of its target tokens' log-probabilities, −Σ losses of
+// the last forward pass (masked targets have loss 0).
+std::vector<double> row_log_probs(const Transformer& model, int64_t rows) {
+  const std::vector<double> losses = model.token_losses().to_vector<double>();
+  const size_t per_row = losses.size() / size_t(rows);
+  std::vector<double> log_probs(size_t(rows), 0.0);
+  for (size_t i = 0; i < losses.size(); ++i) log_probs[i / per_row] -= losses[i];
+  return log_probs;
+}
+
+}  // namespace
+
+void DpoSums::add(const DpoSums& o) {
+  loss += o.loss;
+  chosen_rewards += o.chosen_rewards;
+  rejected_rewards += o.rejected_rewards;
+  wins += o.wins;
+  chosen_log_probs += o.chosen_log_probs;
+  rejected_log_probs += o.rejected_log_probs;
+  pairs += o.pairs;
+}
+
+Metrics DpoSums::means(const std::string& prefix) const {
+  const double n = double(std::max<int64_t>(pairs, 1));
+  return {{prefix + "rewards/chosen", chosen_rewards / n},
+          {prefix + "rewards/rejected", rejected_rewards / n},
+          {prefix + "rewards/accuracies", wins / n},
+          {prefix + "rewards/margins", (chosen_rewards - rejected_rewards) / n},
+          {prefix + "log_probs/chosen", chosen_log_probs / n},
+          {prefix + "log_probs/rejected", rejected_log_probs / n}};
+}
+
+DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config) {
+  const int64_t rows = batch.tokens.size(0);
+  HONE_CHECK(rows % 2 == 0, "a DPO batch holds pairs of rows, got {} rows", rows);
+  HONE_CHECK(model.lora().has_value(), "DPO trains adapters: the reference model is the base without them");
+  model.set_adapters_enabled(false);
+  model.forward(batch.tokens, batch.targets, batch.positions);
+  model.set_adapters_enabled(true);
+  const std::vector<double> reference = row_log_probs(model, rows);
+  model.forward(batch.tokens, batch.targets, batch.positions);
+  const std::vector<double> policy = row_log_probs(model, rows);
+
+  const double beta = config.beta, eps = config.label_smoothing;
+  DpoForward out;
+  out.d_log_probs.assign(size_t(rows), 0.0);
+  for (size_t c = 0; c < size_t(rows); c += 2) {
+    const size_t r = c + 1;
+    const double chosen_reward = beta * (policy[c] - reference[c]);
+    const double rejected_reward = beta * (policy[r] - reference[r]);
+    const double h = chosen_reward - rejected_reward;
+    out.sums.loss += -(1 - eps) * log_sigmoid(h) - eps * log_sigmoid(-h);
+    out.sums.chosen_rewards += chosen_reward;
+    out.sums.rejected_rewards += rejected_reward;
+    out.sums.wins += chosen_reward > rejected_reward ? 1.0 : 0.0;
+    out.sums.chosen_log_probs += policy[c];
+    out.sums.rejected_log_probs += policy[r];
+    ++out.sums.pairs;
+    const double d_h = -(1 - eps) * sigmoid(-h) + eps * sigmoid(h);
+    out.d_log_probs[c] = beta * d_h;
+    out.d_log_probs[r] = -beta * d_h;
+  }
+  return out;
+}
+
+Tensor dpo_token_weights(const Transformer& model, const DpoForward& forward, const Batch& batch, double scale) {
+  // A token's loss is −log p, so d(loss)/d(token loss) = −d(loss)/dπ of its row.
+  const int64_t rows = batch.tokens.size(0), seq = batch.tokens.size(1);
+  std::vector<double> weights(size_t(rows * seq));
+  for (int64_t row = 0; row < rows; ++row) {
+    std::fill_n(weights.begin() + row * seq, seq, -scale * forward.d_log_probs[size_t(row)]);
+  }
+  const DType dtype = model.token_losses().dtype();
+  const Tensor host = dtype == DType::f64 ? Tensor::from(weights, {rows * seq})
+                                          : Tensor::from(std::vector<float>(weights.begin(), weights.end()), {rows * seq});
+  return host.to(model.device());
+}
+
+namespace {
+
+class Dpo final : public Objective {
+ public:
+  explicit Dpo(const DpoConfig& config) : config_(config) {}
+
+  int64_t rows_per_sample() const override { return 2; }
+  const char* sample_name() const override { return "pair"; }
+
+  StepStats step(Transformer& model, AdamW& optimizer, std::span<const Batch> micro_batches, double lr,
+                 double max_grad_norm, dist::DataParallel* parallel) override {
+    StepStats stats;
+    stats.tokens = count_step_targets(micro_batches, parallel);
+    // The loss is the mean over the global batch's pairs.
+    double pairs = 0;
+    for (const Batch& b : micro_batches) pairs += double(b.tokens.size(0) / 2);
+    if (parallel) pairs = parallel->sum(pairs);
+    model.trainable_params().zero_grad();
+    DpoSums sums;
+    for (size_t k = 0; k < micro_batches.size(); ++k) {
+      set_dropout_round(model, optimizer, k, micro_batches.size(), parallel);
+      const Batch& b = micro_batches[k];
+      const DpoForward forward = dpo_forward(model, b, config_);
+      sums.add(forward.sums);
+      step_backward(model, k, micro_batches.size(), 1.0, parallel, dpo_token_weights(model, forward, b, 1.0 / pairs));
+    }
+    const Tensor reduced = reduced_gradients(model, parallel);
+    if (parallel) sums = summed_over(sums, *parallel);
+    stats.loss = sums.loss / double(sums.pairs);
+    stats.metrics = sums.means();
+    apply_step(stats, model, optimizer, reduced, lr, max_grad_norm, parallel);
+    return stats;
+  }
+
+  Evaluation evaluate(Transformer& model, data::BatchSource& source, int64_t batches,
+                      const TrainingWorld& world) override {
+    source.rewind();
+    model.set_training(false);
+    DpoSums sums;
+    for (int64_t i = 0; i < batches; ++i) sums.add(dpo_forward(model, source.next().to(model.device()), config_).sums);
+    model.set_training(true);
+    if (dist::DataParallel* parallel = world.data_parallel()) sums = summed_over(sums, *parallel);
+    const double loss = sums.loss / double(std::max<int64_t>(sums.pairs, 1));
+    Metrics metrics = {{"loss/eval/total", loss}};
+    const Metrics means = sums.means("eval/");
+    metrics.insert(metrics.end(), means.begin(), means.end());
+    return {.metrics = metrics,
+            .summary = fmt::format("validation DPO loss {:.4f}, chosen preferred in {:.1f}% of {} pairs (reward margin "
+                                   "{:.4f})",
+                                   loss, 100.0 * sums.wins / double(std::max<int64_t>(sums.pairs, 1)), sums.pairs,
+                                   (sums.chosen_rewards - sums.rejected_rewards) / double(std::max<int64_t>(sums.pairs, 1)))};
+  }
+
+  // The reference's forward pass adds a third of a whole model's training FLOPs.
+  double flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora,
+                         int64_t length) const override {
+    return training_flops_per_token(config, lora, length) + config.training_flops_per_token(length) / 3.0;
+  }
+
+ private:
+  static DpoSums summed_over(const DpoSums& local, dist::DataParallel& parallel) {
+    DpoSums s;
+    s.loss = parallel.sum(local.loss);
+    s.chosen_rewards = parallel.sum(local.chosen_rewards);
+    s.rejected_rewards = parallel.sum(local.rejected_rewards);
+    s.wins = parallel.sum(local.wins);
+    s.chosen_log_probs = parallel.sum(local.chosen_log_probs);
+    s.rejected_log_probs = parallel.sum(local.rejected_log_probs);
+    s.pairs = int64_t(parallel.sum(double(local.pairs)));
+    return s;
+  }
+
+  DpoConfig config_;
+};
+
+}  // namespace
+
+std::unique_ptr<Objective> dpo_objective(const DpoConfig& config) { return std::make_unique<Dpo>(config); }
+
+}  // namespace hone

@@ -1,0 +1,51 @@
+#pragma once
+// DPO (Rafailov et al. 2023, direct preference optimisation) on LoRA
+// adapters, as torchtune's lora_dpo recipes train it: each sample is a pair of
+// sequences, a chosen and a rejected answer to one prompt, and the reference
+// model is the frozen base, computed with the adapters off. With π the sum of
+// a sequence's answer-token log-probabilities under the trained model and r
+// under the reference, a pair's loss is
+//   h = β·((π_chosen − r_chosen) − (π_rejected − r_rejected)),
+//   loss = −(1 − ε)·log σ(h) − ε·log σ(−h)   (ε: label smoothing, cDPO),
+// averaged over the step's pairs. Its gradient reaches the model as a weight
+// on each sequence's token losses (Transformer::backward's token weights).
+#include <memory>
+#include <vector>
+
+#include "hone/train/objective.hpp"
+
+namespace hone {
+
+struct DpoConfig {
+  double beta = 0.1;
+  double label_smoothing = 0.0;
+};
+
+// Sums over pairs of what a step reports: the loss, the rewards β·(π − r) of
+// the chosen and the rejected sequences, how many pairs the chosen one wins,
+// and the log-probabilities π.
+struct DpoSums {
+  double loss = 0, chosen_rewards = 0, rejected_rewards = 0, wins = 0, chosen_log_probs = 0,
+         rejected_log_probs = 0;
+  int64_t pairs = 0;
+  void add(const DpoSums& other);
+  // torchtune's metric names (rewards/chosen, ...), each a mean over the pairs;
+  // `prefix` goes before each ("eval/").
+  Metrics means(const std::string& prefix = "") const;
+};
+
+// One batch of pairs (rows 2i and 2i + 1: pair i's chosen and rejected
+// sequence): the reference's and the model's forward passes, the pairs' sums,
+// and the derivative of Σ pair losses by each row's π.
+struct DpoForward {
+  DpoSums sums;
+  std::vector<double> d_log_probs;  // [rows]
+};
+DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config);
+// The token weights (Transformer::backward) that make backward(1) add the
+// gradient of scale · Σ pair losses, for the batch of the last dpo_forward.
+Tensor dpo_token_weights(const Transformer& model, const DpoForward& forward, const Batch& batch, double scale);
+
+std::unique_ptr<Objective> dpo_objective(const DpoConfig& config);
+
+}  // namespace hone

@@ -1,0 +1,92 @@
+// DPO's objective: its gradients against finite differences of the pairs' loss
+// in fp64 (with LoRA dropout and label smoothing), and its start: adapters
+// that change nothing give every pair loss log 2 and zero rewards.
+#include <cmath>
+
+#include "hone/train/dpo.hpp"
+#include "support/check.hpp"
+
+namespace hone::test {
+namespace {
+
+ModelConfig small_llama() {
+  ModelConfig c = model_preset("llama_tiny");
+  c.vocab_size = 23;
+  c.dim = 16;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 24;
+  c.max_seq_len = 16;
+  c.n_layers = 2;
+  c.init_std = 0.3;
+  c.tie_embeddings = false;
+  return c;
+}
+
+// Two pairs of rows (chosen, rejected): their prompts masked, answers of their own lengths.
+Batch pairs(int64_t vocab) {
+  const int64_t rows = 4, seq = 8;
+  std::vector<int32_t> tokens, targets;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 0; t < seq; ++t) {
+      tokens.push_back(int32_t((r * 7 + t * 5 + 1) % vocab));
+      const bool answer = t >= 3 && t < 5 + r;
+      targets.push_back(answer ? int32_t((r * 3 + t * 2 + 2) % vocab) : ops::kIgnoreIndex);
+    }
+  }
+  return {Tensor::from(tokens, {rows, seq}), Tensor::from(targets, {rows, seq})};
+}
+
+LoraConfig adapters(double dropout) {
+  return {.rank = 3, .alpha = 6, .dropout = dropout, .attn_modules = {"q_proj", "v_proj"}, .apply_to_mlp = true,
+          .apply_to_output = true};
+}
+
+TEST(Dpo, GradientsMatchFiniteDifferencesOfThePairsLoss) {
+  for (const double dropout : {0.0, 0.3}) {
+    SCOPED_TRACE(dropout);
+    Transformer m(small_llama(), DType::f64, Device::cpu(), adapters(dropout));
+    m.init_weights(1);
+    uint64_t seed = 10;
+    for (Parameter& p : m.trainable_params().all()) {  // B away from zero: the model is not its reference
+      if (p.name.ends_with(".b")) p.value.copy_from(random_tensor(p.shape, DType::f64, ++seed, 0.3));
+    }
+    m.trainable_params().sync_compute();
+    const Batch b = pairs(m.config().vocab_size);
+    const DpoConfig config{.beta = 0.5, .label_smoothing = 0.1};
+    m.set_dropout_round(3);
+    const auto loss = [&] { return dpo_forward(m, b, config).sums.loss; };
+    m.trainable_params().zero_grad();
+    const DpoForward forward = dpo_forward(m, b, config);
+    EXPECT_GT(std::abs(forward.sums.chosen_rewards), 1e-3);
+    m.backward(1.0, {}, dpo_token_weights(m, forward, b, 1.0));
+    size_t checked = 0;
+    for (Parameter& p : m.trainable_params().all()) {
+      expect_gradient(p.value, p.grad, loss, p.name, 1e-6, 12);
+      ++checked;
+    }
+    EXPECT_EQ(checked, 2u * (2 * 5 + 1));  // A and B of q, v, gate, up, down per layer, and the output's
+  }
+}
+
+TEST(Dpo, AdaptersThatChangeNothingGiveLogTwoAndZeroRewards) {
+  Transformer m(small_llama(), DType::f64, Device::cpu(), adapters(0.0));
+  m.init_weights(1);  // B = 0: the model is its reference
+  const Batch b = pairs(m.config().vocab_size);
+  const DpoForward f = dpo_forward(m, b, {.beta = 0.1, .label_smoothing = 0.2});
+  EXPECT_EQ(f.sums.pairs, 2);
+  EXPECT_NEAR(f.sums.loss, 2 * std::log(2.0), 1e-12);
+  EXPECT_EQ(f.sums.chosen_rewards, 0.0);
+  EXPECT_EQ(f.sums.wins, 0.0);  // a tie is not a win
+  EXPECT_LT(f.sums.chosen_log_probs, 0.0);
+  const Metrics means = f.sums.means();
+  EXPECT_EQ(means.at(2).first, "rewards/accuracies");
+  // A forward pass with the adapters off cannot be trained from.
+  m.set_adapters_enabled(false);
+  m.forward(b.tokens, b.targets);
+  m.set_adapters_enabled(true);
+  EXPECT_NE(error_of([&] { m.backward(1.0); }).find("adapters off"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hone::test
