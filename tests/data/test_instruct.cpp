@@ -408,6 +408,87 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
   EXPECT_NE(error("x.csv", "a,b\n").find("instruct datasets are .jsonl or .json"), std::string::npos);
 }
 
+// DPO's pairs: conversations (the prompt's turns in both) or a prompt string
+// with two answers, each side masked up to its answer; the chosen side first.
+TEST_F(InstructTest, PreferencePairsFromConversationsOrAPromptWithTwoAnswers) {
+  const std::string conversations = file("p.jsonl", R"({"chosen": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}], "rejected": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Rome."}]}
+)");
+  const InstructOptions chat{.format = InstructTemplate::chat};
+  const auto d = data::load_preference_dataset(conversations, *llama3_, chat);
+  ASSERT_EQ(d.samples.size(), 2u);
+  const auto learned = [&](const TokenizedSample& s) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < s.tokens.size(); ++i)
+      if (s.labels[i] != -100) ids.push_back(s.tokens[i]);
+    return llama3_->decode(ids);
+  };
+  EXPECT_EQ(learned(d.samples[0]), "Paris.<|eot_id|>");
+  EXPECT_EQ(learned(d.samples[1]), "Rome.<|eot_id|>");
+  // The same conversation from a prompt string and answer strings (renamed columns).
+  const std::string strings = file("q.jsonl", R"({"question": "Capital of France?", "good": "Paris.", "bad": "Rome."}
+)");
+  InstructOptions mapped = chat;
+  mapped.column_map = {{"prompt", "question"}, {"chosen", "good"}, {"rejected", "bad"}};
+  const auto from_strings = data::load_preference_dataset(strings, *llama3_, mapped);
+  ASSERT_EQ(from_strings.samples.size(), 2u);
+  EXPECT_EQ(from_strings.samples[0].tokens, d.samples[0].tokens);
+  EXPECT_EQ(from_strings.samples[1].labels, d.samples[1].labels);
+  // A non-chat template formats the prompt as it does for instruct records.
+  const auto alpaca = data::load_preference_dataset(
+      file("a.jsonl", R"({"prompt": "Say hi.", "chosen": "hi", "rejected": "no"})"), *gpt2_,
+      {.format = InstructTemplate::alpaca});
+  auto expected = ids(*gpt2_, data::format_prompt({{"instruction", "Say hi."}}, {}));
+  for (int32_t id : ids(*gpt2_, "hi")) expected.push_back(id);
+  expected.push_back(*gpt2_->eos_id());
+  EXPECT_EQ(alpaca.samples.at(0).tokens, expected);
+}
+
+TEST_F(InstructTest, PreferencePairsDropTogetherAndErrorsNameRecordAndColumn) {
+  // The second pair's rejected answer falls beyond the cut: the whole pair goes.
+  const std::string path = file("t.jsonl", "{\"prompt\": \"q\", \"chosen\": \"a\", \"rejected\": \"b\"}\n"
+                                           "{\"prompt\": \"" + std::string(60, 'q') + "\", \"chosen\": \"a\", \"rejected\": \"b\"}\n");
+  const auto d = data::load_preference_dataset(path, *gpt2_, {.format = InstructTemplate::plain, .max_seq_len = 20});
+  EXPECT_EQ(d.dropped, 1);
+  EXPECT_EQ(d.samples.size(), 2u);
+  const auto error = [&](const std::string& name, const std::string& text) {
+    return error_of([&] { data::load_preference_dataset(file(name, text), *gpt2_, {.format = InstructTemplate::plain}); });
+  };
+  EXPECT_NE(error("n.jsonl", "{\"prompt\": \"q\", \"chosen\": \"a\"}\n").find("n.jsonl:1: no 'rejected' column"),
+            std::string::npos);
+  EXPECT_NE(error("p.jsonl", "{\"chosen\": \"a\", \"rejected\": \"b\"}\n").find("p.jsonl:1: no 'prompt' column"),
+            std::string::npos);
+  EXPECT_NE(error("m.jsonl", "{\"chosen\": [{\"role\": \"user\"}], \"rejected\": []}\n")
+                .find("m.jsonl:1: message 0 of 'chosen' has no string 'content'"),
+            std::string::npos);
+}
+
+// Groups (DPO's pairs) stay whole and in order through shuffling, ranks and resume.
+TEST(SampleStream, GroupsStayTogetherInOrder) {
+  std::vector<TokenizedSample> samples;
+  for (int32_t i = 0; i < 12; ++i) samples.push_back({{i, 1}, {-100, 1}});  // pair i / 2, side i % 2
+  const data::SampleStreamOptions o{.batch_size = 2, .seq_len = 2, .seed = 3, .world_size = 2, .group_size = 2};
+  data::SampleStream rank0(samples, o), rank1(samples, {.batch_size = 2, .seq_len = 2, .seed = 3, .rank = 1,
+                                                         .world_size = 2, .group_size = 2});
+  EXPECT_EQ(rank0.samples_per_epoch(), 6);
+  std::vector<int32_t> seen;
+  for (int step = 0; step < 3; ++step) {  // two epochs
+    for (data::SampleStream* s : {&rank0, &rank1}) {
+      const std::vector<int32_t> tokens = s->next().tokens.to_vector<int32_t>();
+      ASSERT_EQ(tokens.size(), 8u);  // 2 pairs of 2 rows of 2 tokens
+      for (size_t row = 0; row < 4; row += 2) {
+        EXPECT_EQ(tokens[row * 2] % 2, 0);
+        EXPECT_EQ(tokens[(row + 1) * 2], tokens[row * 2] + 1);  // its rejected side next
+        seen.push_back(tokens[row * 2]);
+      }
+    }
+  }
+  std::vector<int32_t> first_epoch(seen.begin(), seen.begin() + 6);
+  EXPECT_NE(first_epoch, (std::vector<int32_t>{0, 2, 4, 6, 8, 10}));  // shuffled
+  std::sort(first_epoch.begin(), first_epoch.end());
+  EXPECT_EQ(first_epoch, (std::vector<int32_t>{0, 2, 4, 6, 8, 10}));  // each pair once an epoch
+  EXPECT_THROW(data::SampleStream(std::vector<TokenizedSample>(samples.begin(), samples.begin() + 3), o), Error);
+}
+
 TEST(SampleStream, PadsShiftsTargetsShufflesAndResumes) {
   std::vector<TokenizedSample> samples;
   for (int32_t i = 0; i < 5; ++i) samples.push_back({{100 + i, 1, 2, 3}, {-100, -100, 2, 3}});

@@ -413,6 +413,38 @@ std::optional<int32_t> leading_bos(const Tokenizer& t) {
   return std::nullopt;
 }
 
+// Cuts a sample to max_seq_len tokens (counting it in `truncated`); whether it
+// has anything left to learn (the first token is never a target: a label after it).
+bool fit_sample(TokenizedSample& s, int64_t max_seq_len, int64_t& truncated) {
+  if (int64_t(s.tokens.size()) > max_seq_len) {
+    s.tokens.resize(size_t(max_seq_len));
+    s.labels.resize(size_t(max_seq_len));
+    ++truncated;
+  }
+  const auto ignored = [](int32_t label) { return label == kIgnore; };
+  return s.labels.size() >= 2 && !std::all_of(s.labels.begin() + 1, s.labels.end(), ignored);
+}
+
+// A prompt/response sample of a non-chat template: BOS where the family uses
+// one, the template's prompt around `fields`, the response and EOS.
+std::vector<Piece> template_pieces(const std::map<std::string, std::string>& fields, const std::string& response,
+                                   const Tokenizer& t, const InstructOptions& o) {
+  std::vector<Piece> pieces;
+  if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
+  pieces.push_back({.text = format_prompt(fields, o)});
+  pieces.push_back({.text = response, .trainable = true});
+  HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token to end responses with");
+  pieces.push_back({.trainable = true, .id = t.eos_id()});
+  return pieces;
+}
+
+// The template field a prompt string fills: alpaca's instruction, summarize's
+// dialogue, plain's input.
+const char* prompt_field(const InstructOptions& o) {
+  return o.format == InstructTemplate::alpaca ? "instruction" : o.format == InstructTemplate::summarize ? "dialogue"
+                                                                                                          : "input";
+}
+
 }  // namespace
 
 std::vector<int32_t> prompt_tokens(const Tokenizer& t, const std::string& text, const InstructOptions& o) {
@@ -421,10 +453,7 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& t, const std::string& text, 
     pieces = chat_pieces({{"user", text}}, t, o, "the prompt", /*generation_prompt=*/true);
   } else {
     if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
-    const char* field = o.format == InstructTemplate::alpaca ? "instruction"
-                        : o.format == InstructTemplate::summarize ? "dialogue"
-                                                                  : "input";
-    pieces.push_back({.text = format_prompt({{field, text}}, o)});
+    pieces.push_back({.text = format_prompt({{prompt_field(o), text}}, o)});
   }
   return tokenize(pieces, t, false).tokens;
 }
@@ -471,18 +500,8 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
   HONE_CHECK(o.max_seq_len >= 2, "max_seq_len must be at least 2, got {}", o.max_seq_len);
   InstructDataset out;
   const auto keep = [&](TokenizedSample s) {
-    if (int64_t(s.tokens.size()) > o.max_seq_len) {
-      s.tokens.resize(size_t(o.max_seq_len));
-      s.labels.resize(size_t(o.max_seq_len));
-      ++out.truncated;
-    }
-    // The first token is never a target: a sample needs a label after it.
-    const auto ignored = [](int32_t label) { return label == kIgnore; };
-    if (s.labels.size() < 2 || std::all_of(s.labels.begin() + 1, s.labels.end(), ignored)) {
-      ++out.dropped;
-      return;
-    }
-    out.samples.push_back(std::move(s));
+    if (fit_sample(s, o.max_seq_len, out.truncated)) out.samples.push_back(std::move(s));
+    else ++out.dropped;
   };
   const auto usable = [&] {
     HONE_CHECK(!out.samples.empty(), "{}: no usable samples ({} dropped with nothing left to learn)", path,
@@ -518,21 +537,66 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
         case InstructTemplate::summarize: fields["dialogue"] = text_field(r, "dialogue", o); break;
         default: fields["input"] = text_field(r, "input", o); break;
       }
-      if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
-      pieces.push_back({.text = format_prompt(fields, o)});
-      pieces.push_back({.text = text_field(r, "output", o), .trainable = true});
-      HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token to end responses with");
-      pieces.push_back({.trainable = true, .id = t.eos_id()});
+      pieces = template_pieces(fields, text_field(r, "output", o), t, o);
     }
     keep(tokenize(pieces, t, o.train_on_input));
   }
   return usable();
 }
 
+namespace {
+
+// One side of a preference record (`side`: chosen or rejected): its
+// conversation, or the record's prompt with this answer.
+TokenizedSample preference_sample(const Record& r, const std::string& side, const Tokenizer& t,
+                                  const InstructOptions& o) {
+  const std::string column = column_of(side, o);
+  const auto it = r.value.find(column);
+  HONE_CHECK(it != r.value.end() && (it->is_array() || it->is_string()),
+             "{}: no '{}' column{} (a list of messages, or an answer string to the record's 'prompt'; map another "
+             "with dataset.column_map.{})",
+             r.where, column, it == r.value.end() ? "" : " of messages or text", side);
+  std::vector<Piece> pieces;
+  if (it->is_array()) {
+    InstructOptions messages_column = o;
+    messages_column.column_map["messages"] = column;
+    pieces = chat_pieces(messages_of(r, messages_column), t, o, r.where, /*generation_prompt=*/false);
+  } else if (o.format == InstructTemplate::chat) {
+    pieces = chat_pieces({{"user", text_field(r, "prompt", o)}, {"assistant", it->get<std::string>()}}, t, o, r.where,
+                         /*generation_prompt=*/false);
+  } else {
+    pieces = template_pieces({{prompt_field(o), text_field(r, "prompt", o)}}, it->get<std::string>(), t, o);
+  }
+  return tokenize(pieces, t, o.train_on_input);
+}
+
+}  // namespace
+
+InstructDataset load_preference_dataset(const std::string& path, const Tokenizer& t, const InstructOptions& o) {
+  HONE_CHECK(o.max_seq_len >= 2, "max_seq_len must be at least 2, got {}", o.max_seq_len);
+  InstructDataset out;
+  for (const Record& r : read_records(path)) {
+    TokenizedSample chosen = preference_sample(r, "chosen", t, o), rejected = preference_sample(r, "rejected", t, o);
+    const bool usable = fit_sample(chosen, o.max_seq_len, out.truncated) & fit_sample(rejected, o.max_seq_len, out.truncated);
+    if (!usable) {
+      ++out.dropped;
+      continue;
+    }
+    out.samples.push_back(std::move(chosen));
+    out.samples.push_back(std::move(rejected));
+  }
+  HONE_CHECK(!out.samples.empty(), "{}: no usable pairs ({} dropped with nothing left to learn)", path, out.dropped);
+  return out;
+}
+
 SampleStream::SampleStream(std::vector<TokenizedSample> samples, const SampleStreamOptions& options)
     : samples_(std::move(samples)), o_(options), rows_per_epoch_(int64_t(samples_.size())) {
   HONE_CHECK(!samples_.empty() && o_.batch_size > 0 && o_.seq_len > 0 && o_.length_multiple >= 0,
              "a sample stream needs samples and a shape");
+  HONE_CHECK(o_.group_size >= 1 && int64_t(samples_.size()) % o_.group_size == 0 &&
+                 (o_.group_size == 1 || (!o_.packed && !o_.group_by_length)),
+             "{} samples do not make groups of {} (nor do packed or length-grouped batches)", samples_.size(),
+             o_.group_size);
   for (const TokenizedSample& s : samples_) {
     HONE_CHECK(int64_t(s.tokens.size()) <= o_.seq_len, "a sample of {} tokens exceeds seq_len {}", s.tokens.size(),
                o_.seq_len);
@@ -550,14 +614,16 @@ SampleStream::SampleStream(std::vector<TokenizedSample> samples, const SampleStr
 }
 
 const TokenizedSample& SampleStream::sample_at(int64_t position) {
-  const int64_t n = int64_t(samples_.size()), epoch = position / n, index = position % n;
+  const int64_t n = int64_t(samples_.size()), epoch = position / n, index = position % n, g = o_.group_size;
   if (!o_.shuffle && !o_.group_by_length) return samples_[size_t(index)];
   if (order_epoch_ != epoch) {
-    order_.resize(size_t(n));
+    // The order of the groups (of the samples, for groups of one).
+    const int64_t groups = n / g;
+    order_.resize(size_t(groups));
     std::iota(order_.begin(), order_.end(), int64_t(0));
     if (o_.shuffle) {
-      Generator g(o_.seed, uint64_t(epoch));
-      for (int64_t i = n - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[g.next_below(uint64_t(i + 1))]);
+      Generator shuffle(o_.seed, uint64_t(epoch));
+      for (int64_t i = groups - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[shuffle.next_below(uint64_t(i + 1))]);
     }
     if (o_.group_by_length) {
       const int64_t group = kLengthGroupBatches * o_.batch_size * o_.world_size;
@@ -570,7 +636,7 @@ const TokenizedSample& SampleStream::sample_at(int64_t position) {
     }
     order_epoch_ = epoch;
   }
-  return samples_[size_t(order_[size_t(index)])];
+  return samples_[size_t(order_[size_t(index / g)] * g + index % g)];
 }
 
 int64_t SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* positions) {
@@ -596,7 +662,7 @@ int64_t SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* posit
 }
 
 Batch SampleStream::next() {
-  const int64_t rows = o_.batch_size, seq_len = o_.seq_len;
+  const int64_t rows = o_.batch_size * o_.group_size, seq_len = o_.seq_len;
   Tensor tokens = Tensor::empty({rows, seq_len}, DType::i32);
   Tensor targets = Tensor::empty({rows, seq_len}, DType::i32);
   Tensor positions = o_.packed ? Tensor::empty({rows, seq_len}, DType::i32) : Tensor();

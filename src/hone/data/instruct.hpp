@@ -78,6 +78,18 @@ struct InstructDataset {
 InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& tokenizer,
                                       const InstructOptions& options);
 
+// Preference data (DPO), as torchtune's preference_dataset reads it: each
+// record a chosen and a rejected answer to one prompt, either as two
+// conversations (`chosen` and `rejected` lists of messages, the prompt's turns
+// in both, formatted in options.chat_format) or as answer strings to the
+// record's `prompt` string (formatted by the template; columns renamed by
+// column_map's chosen, rejected and prompt). Each record becomes two samples in
+// a row, the chosen first, each with its prompt masked unless train_on_input;
+// a pair either of whose samples has nothing left to learn after truncation is
+// dropped (`dropped` counts pairs). Errors name the record and the column.
+InstructDataset load_preference_dataset(const std::string& path, const Tokenizer& tokenizer,
+                                        const InstructOptions& options);
+
 // The prompt text of one record as the template writes it.
 std::string format_prompt(const std::map<std::string, std::string>& fields, const InstructOptions& options);
 
@@ -110,6 +122,11 @@ struct SampleStreamOptions {
   bool packed = false;
   int32_t pad_id = 0;
   int rank = 0, world_size = 1;
+  // The samples come in groups of this many consecutive ones (DPO's pairs: a
+  // chosen and a rejected sequence), which shuffling moves whole and keeps in
+  // order: batch_size counts groups, a batch holds batch_size · group_size rows,
+  // and an epoch counts groups. Not with packed or group_by_length.
+  int64_t group_size = 1;
 };
 
 // Batches of tokenized samples: shuffled every epoch from a seed, right-padded
@@ -127,7 +144,7 @@ class SampleStream final : public BatchSource {
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state) override;
   void rewind() override { position_ = 0; }
-  int64_t samples_per_epoch() const override { return rows_per_epoch_; }
+  int64_t samples_per_epoch() const override { return rows_per_epoch_ / o_.group_size; }
 
  private:
   const TokenizedSample& sample_at(int64_t position);
