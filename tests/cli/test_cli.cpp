@@ -236,6 +236,29 @@ TEST(Cli, BenchTakesAFineTuningConfigsModelAndAdapters) {
   EXPECT_NE(missing.err.find("does not exist here"), std::string::npos) << missing.err;
 }
 
+// A lora_dpo config times DPO's step: batch_size pairs, twice as many rows, the
+// reference's forward pass counted in the FLOPs.
+TEST(Cli, BenchTimesADpoConfigsStep) {
+  const std::string model = std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/llama32_tied_bf16";
+  const std::string dpo = "bench --model llama3_1/8B_lora_dpo --steps 1 checkpoint.path=" + model +
+                          " dataset.max_seq_len=16 batch_size=2 dtype=fp32 enable_activation_checkpointing=false";
+  const CliResult r = run_hone(dpo);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j["config"], "configs/llama3_1/8B_lora_dpo.yaml");
+  EXPECT_EQ(j["dpo"], true);
+  EXPECT_EQ(j["batch_size"], 4);  // rows: 2 pairs
+  EXPECT_NEAR(j["loss_first"].get<double>(), std::log(2.0), 1e-6);  // B = 0: the model is its reference
+  const CliResult lora = run_hone("bench --model llama3_2/1B_lora --steps 1 checkpoint.path=" + model +
+                                  " dataset.max_seq_len=16 batch_size=4 dtype=fp32 model.lora_rank=8 "
+                                  "model.apply_lora_to_mlp=true model.lora_attn_modules=[q_proj,v_proj,output_proj]");
+  ASSERT_EQ(lora.status, 0) << lora.err;
+  const auto l = nlohmann::json::parse(last_line(lora.out));
+  EXPECT_EQ(l["dpo"], false);
+  // The same adapters and rows, plus a forward pass of the whole model (a third of its training FLOPs).
+  EXPECT_GT(j["flops_per_token"].get<double>(), l["flops_per_token"].get<double>());
+}
+
 TEST(Cli, BenchRefusesWhatItCannotTime) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"bench --model quickstrt", "no built-in model, built-in config or config file has that name (did you mean "

@@ -43,6 +43,12 @@ class FinetuneRun : public ::testing::Test {
       out << "{\"instruction\": \"Repeat the word " << words[i % 8] << ".\", \"output\": \"" << words[i % 8]
           << "\"}\n";
     }
+    // Preference pairs on the same task: the word repeated is chosen over a refusal.
+    std::ofstream pairs(root_ + "/pairs.jsonl");
+    for (int i = 0; i < 48; ++i) {
+      pairs << "{\"prompt\": \"Repeat the word " << words[i % 8] << ".\", \"chosen\": \"" << words[i % 8]
+            << "\", \"rejected\": \"nothing\"}\n";
+    }
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
@@ -52,6 +58,17 @@ class FinetuneRun : public ::testing::Test {
             "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", "batch_size=4",
             "max_steps=" + std::to_string(steps), "optimizer.lr=1e-2", "model.lora_rank=4",
             // On a barely trained base the output adapter does most of the learning.
+            "model.lora_attn_modules=[q_proj, k_proj, v_proj, output_proj]", "model.apply_lora_to_mlp=true",
+            "model.apply_lora_to_output=true", "eval.max_batches=2", "log_every_n_steps=1",
+            "logging.tensorboard=false", "checkpoint.keep_last_n=0"};
+  }
+
+  // lora_dpo on the preference pairs, rows cut to multiples of 8 tokens.
+  std::vector<std::string> dpo_args(const std::string& run, int64_t steps) {
+    return {"run", "lora_dpo", "output_dir=" + root_ + "/" + run, "threads=1", "checkpoint.path=" + root_ + "/base",
+            "tokenizer.path=" + tokenizer_, "dataset.path=" + root_ + "/pairs.jsonl", "dataset.template=plain",
+            "dataset.max_seq_len=32", "dataset.pad_to_multiple_of=8", "batch_size=4",
+            "max_steps=" + std::to_string(steps), "optimizer.lr=1e-2", "model.lora_rank=4",
             "model.lora_attn_modules=[q_proj, k_proj, v_proj, output_proj]", "model.apply_lora_to_mlp=true",
             "model.apply_lora_to_output=true", "eval.max_batches=2", "log_every_n_steps=1",
             "logging.tensorboard=false", "checkpoint.keep_last_n=0"};
@@ -930,6 +947,61 @@ TEST_F(FinetuneRun, AdaptersOfAnotherBaseModelAreRefused) {
                             out),
             2);
   EXPECT_NE(read_file(out).find("adapters trained on another base model"), std::string::npos) << read_file(out);
+}
+
+// DPO moves the adapters from the base (its reference) towards the chosen
+// answers: the pairs' loss falls from log 2 and the chosen answers win.
+TEST_F(FinetuneRun, DpoPrefersTheChosenAnswersAndExportsItsAdapters) {
+  auto args = dpo_args("dpo", 20);
+  args.push_back("export.peft=" + root_ + "/dpo_peft");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/dpo.log"), 0) << read_file(root_ + "/dpo.log");
+  const std::string log = read_file(root_ + "/dpo.log");
+  EXPECT_NE(log.find("8 x 32 tokens per micro-batch, 1 micro-batch per step (4 preference pairs)"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("data: 46 pairs per epoch (" + root_ + "/pairs.jsonl (2 pairs held out))"), std::string::npos)
+      << log;
+  const auto l = losses("dpo");
+  EXPECT_NEAR(l.at(1), std::log(2.0), 1e-6);  // B = 0: the model starts as its reference
+  // Seen: 0.027, chosen rewards +1.97, margins 3.64, every pair won, in training and validation.
+  EXPECT_LT(l.at(20), 0.2) << log;
+  EXPECT_GE(run_metric(root_ + "/dpo", "rewards/accuracies").at(20), 0.75) << log;
+  EXPECT_GT(run_metric(root_ + "/dpo", "rewards/chosen").at(20), 0.5) << log;
+  EXPECT_GT(run_metric(root_ + "/dpo", "rewards/margins").at(20), 1.0) << log;
+  EXPECT_GE(run_metric(root_ + "/dpo", "eval/rewards/accuracies").at(20), 0.75) << log;
+  EXPECT_NE(log.find("step 20: validation DPO loss"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(root_ + "/dpo_peft/adapter_model.safetensors"));
+}
+
+// Two ranks' pairs (each rank's pairs whole) train like one process
+// accumulating them: the pairs' sums and the loss's scale are over all ranks.
+TEST_F(FinetuneRun, DpoOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
+  auto one = dpo_args("dpo_one", 4), two = dpo_args("dpo_two", 4);
+  for (auto* args : {&one, &two}) args->insert(args->end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2"});
+  one.push_back("gradient_accumulation_steps=2");
+  two.push_back("distributed.zero=3");  // the frozen base gathered for the reference's pass too
+  two = on_two_ranks(two);
+  ASSERT_EQ(run_hone_to_log(one, root_ + "/dpo_one.log"), 0) << read_file(root_ + "/dpo_one.log");
+  ASSERT_EQ(run_hone_to_log(two, root_ + "/dpo_two.log"), 0) << read_file(root_ + "/dpo_two.log");
+  expect_losses_of("dpo_two", losses("dpo_one"), 4);
+  const auto margins = run_metric(root_ + "/dpo_one", "rewards/margins");
+  const auto two_margins = run_metric(root_ + "/dpo_two", "rewards/margins");
+  for (const auto& [step, margin] : margins) EXPECT_NEAR(two_margins.at(step), margin, 1e-5) << step;
+}
+
+TEST_F(FinetuneRun, DpoRefusesWhatItCannotTrain) {
+  auto packed = dpo_args("dpo_packed", 2);
+  packed.push_back("dataset.packed=true");
+  expect_refused(packed, "dpo_packed", "DPO's pairs are not packed (dataset.packed)");
+  auto tp = dpo_args("dpo_tp", 2);
+  tp.push_back("distributed.tp=2");
+  expect_refused(on_two_ranks(tp), "dpo_tp", "DPO with tensor parallelism is not supported");
+  auto instruct = dpo_args("dpo_instruct", 2);
+  std::replace(instruct.begin(), instruct.end(), "dataset.path=" + root_ + "/pairs.jsonl",
+               "dataset.path=" + root_ + "/data.jsonl");
+  expect_refused(instruct, "dpo_instruct", "data.jsonl:1: no 'chosen' column");
+  auto adapter = dpo_args("dpo_adapter", 2);
+  adapter.push_back("lora.adapter=" + root_ + "/peft");
+  expect_refused(adapter, "dpo_adapter", "fine-tuned adapters go into the model first");
 }
 
 TEST_F(FinetuneRun, BadSettingsAreOneLineErrors) {

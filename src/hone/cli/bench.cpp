@@ -30,8 +30,8 @@ bool is_model_preset(const std::string& name) {
 BenchOptions options_from_config(Config config, const std::vector<std::string>& overrides) {
   const auto [recipe, c] = resolve_with_its_recipe(std::move(config), overrides);
   HONE_CHECK(recipe.training_shape != nullptr,
-             "{}: a config of the {} recipe; hone bench times training: give a pretrain, full_finetune or "
-             "lora_finetune config, or a built-in model",
+             "{}: a config of the {} recipe; hone bench times training: give a pretrain, full_finetune, "
+             "lora_finetune or lora_dpo config, or a built-in model",
              c.origin(), recipe.name);
   const int tp = int(c.get<int64_t>("distributed.tp"));
   HONE_CHECK(tp == 1, "{}: distributed.tp {}: hone bench runs one process, without tensor parallelism (override "
@@ -51,6 +51,9 @@ BenchOptions options_from_config(Config config, const std::vector<std::string>& 
   o.seed = run.seed;
   o.activation_checkpointing = activations.checkpointing;
   o.activation_offloading = activations.offload_inputs;
+  if (trains_preferences(c)) {  // lora_dpo: its step, on batch_size pairs
+    o.dpo = DpoConfig{.beta = c.get<double>("loss.beta"), .label_smoothing = c.get<double>("loss.label_smoothing")};
+  }
   return o;
 }
 

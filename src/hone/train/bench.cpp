@@ -11,7 +11,7 @@
 #include "hone/ops/ops.hpp"
 #include "hone/optim/adamw.hpp"
 #include "hone/train/run_config.hpp"
-#include "hone/train/step.hpp"
+#include "hone/train/objective.hpp"
 
 namespace hone {
 
@@ -62,6 +62,9 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   HONE_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
   HONE_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got {}", o.batch_size);
   HONE_CHECK(!o.peak_tflops || *o.peak_tflops > 0, "--peak-tflops must be positive, got {}", o.peak_tflops.value_or(0));
+  HONE_CHECK(!o.dpo || (o.lora && o.batch_size % 2 == 0), "DPO trains adapters on pairs of rows: a LoRA model and "
+             "an even batch size, got {} rows", o.batch_size);
+  const std::unique_ptr<Objective> objective = o.dpo ? dpo_objective(*o.dpo) : language_model_objective();
   if (o.threads > 0) set_num_threads(o.threads);
   ops::use_device(o.device);
   // Half a second of products, before the steps and again after them, the
@@ -97,7 +100,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   double first_loss = 0, last_loss = 0;
   for (int64_t step = 0; step <= o.steps; ++step) {  // step 0 warms up, untimed
     auto start = std::chrono::steady_clock::now();
-    StepStats s = train_step(model, optimizer, std::span(&batch, 1), 1e-4, 1.0);
+    StepStats s = objective->step(model, optimizer, std::span(&batch, 1), 1e-4, 1.0, nullptr);
     ops::synchronize(o.device);  // the optimizer's kernels may still be running on a GPU
     const double elapsed = seconds_since(start);
     if (step == 0) {
@@ -114,7 +117,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   peak = std::max(peak, measure_gemm_peak_tflops(o.dtype, o.device, 0.5));
   const double step_time = median(times);
   const double tokens_per_step = double(o.batch_size * o.seq_len);
-  const double flops_per_token = training_flops_per_token(o.model, o.lora, o.seq_len);
+  const double flops_per_token = objective->flops_per_token(o.model, o.lora, o.seq_len);
   const double tflops = flops_per_token * tokens_per_step / step_time / 1e12;
   nlohmann::ordered_json out;
   out["model"] = o.model.name;
@@ -129,6 +132,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["trained_params"] = model.trainable_params().numel();
   out["lora_rank"] = o.lora ? o.lora->rank : 0;
   out["dora"] = o.lora && o.lora->use_dora;
+  out["dpo"] = o.dpo.has_value();
   out["tokens_per_sec"] = tokens_per_step / step_time;
   out["step_time_s"] = step_time;
   out["tflops"] = tflops;

@@ -11,6 +11,7 @@
 #include "hone/core/tensor.hpp"
 #include "hone/model/config.hpp"
 #include "hone/model/lora.hpp"
+#include "hone/train/dpo.hpp"
 
 namespace hone {
 
@@ -27,6 +28,8 @@ struct BenchOptions {
   bool activation_checkpointing = false;
   bool activation_offloading = false;  // with checkpointing: layer inputs in host memory
   std::optional<LoraConfig> lora;  // LoRA adapters on a frozen base instead of training every weight
+  // DPO's step (with lora) on batch_size / 2 pairs of rows instead of the language model's.
+  std::optional<DpoConfig> dpo;
   // MFU against this peak (a GPU's datasheet figure, PaLM's convention) instead
   // of the GEMM peak measured in the run.
   std::optional<double> peak_tflops;

@@ -102,9 +102,9 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
           .description = train.description + "; validation: " + validation.description};
 }
 
-Schema instruct_dataset_schema() {
+Schema instruct_dataset_schema(const std::string& template_default) {
   Schema s;
-  s.add({"dataset.template", ValueType::string, "alpaca", "how records become prompts",
+  s.add({"dataset.template", ValueType::string, template_default, "how records become prompts",
          {"alpaca", "summarize", "plain", "chat"}});
   s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
   s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});

@@ -23,7 +23,8 @@ TrainingData open_pretraining_data(const Config& config, int64_t vocab_size);
 
 // The keys of instruct records (dataset.template, chat_format, column_map,
 // train_on_input, target_responses, system_prompt), as fine-tuning and eval take them.
-Schema instruct_dataset_schema();
+// template_default: dataset.template's default (alpaca; DPO's chat).
+Schema instruct_dataset_schema(const std::string& template_default = "alpaca");
 // Those keys (and dataset.token_encoding_type) as options, samples cut to max_seq_len.
 data::InstructOptions instruct_options_from(const Config& config, int64_t max_seq_len);
 

@@ -1,7 +1,8 @@
-// The full_finetune and lora_finetune recipes: a model loaded from any format
-// hone reads (Hugging Face folder, hone model or checkpoint folder, run
-// directory, llm.c / llama2.c file), trained on an instruct or chat dataset by the
-// shared training loop, and exported at the end if asked.
+// The full_finetune, lora_finetune and lora_dpo recipes: a model loaded from
+// any format hone reads (Hugging Face folder, hone model or checkpoint folder,
+// run directory, llm.c / llama2.c file), trained on an instruct or chat dataset
+// (DPO: on preference pairs) by the shared training loop, and exported at the
+// end if asked.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "hone/io/convert.hpp"
 #include "hone/io/peft.hpp"
 #include "hone/train/data_sources.hpp"
+#include "hone/train/dpo.hpp"
 #include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
 #include "hone/train/trainer.hpp"
@@ -61,9 +63,10 @@ void check_starting_adapters(const LoraAdapters& start, const LoraConfig& run) {
              start.description, fmt::join(fix, " "));
 }
 
+// The model runs on batch_size sequences per micro-batch, DPO on batch_size pairs of them.
 TrainingShape shape_of(const Config& c, const ModelConfig& model) {
   return {.model = model,
-          .batch_size = c.get<int64_t>("batch_size"),
+          .batch_size = c.get<int64_t>("batch_size") * (trains_preferences(c) ? 2 : 1),
           .seq_len = sample_length(c, model),
           .lora = lora_config_from(c)};
 }
@@ -88,6 +91,7 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
                   double(trained) / 1e6,
                   lora ? fmt::format(" ({} rank {})", lora->use_dora ? "DoRA" : "LoRA", lora->rank) : std::string()),
       "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")) +
+          (trains_preferences(c) ? fmt::format(" ({} preference pairs)", shape.batch_size / 2) : "") +
           describe_cut(sample_length_multiple(c, run.device), shape.seq_len),
       describe(m, run),
   };
@@ -111,27 +115,39 @@ int run_finetune(const Config& c) {
   check_fits_vocabulary(*tokenizer, model_config.vocab_size, c.origin());
   const data::InstructOptions options = instruct_options_from(c, seq_len);
   const std::string path = c.get<std::string>("dataset.path");
-  data::InstructDataset dataset = data::load_instruct_dataset(path, *tokenizer, options);
+  // DPO: samples come in pairs (a chosen and a rejected sequence), which
+  // batches and held-out validation keep together.
+  const bool preferences = trains_preferences(c);
+  const int64_t group = preferences ? 2 : 1;
+  const char* sample_name = preferences ? "pair" : "sample";
+  HONE_CHECK(!preferences || !c.get<bool>("dataset.packed"), "{}: DPO's pairs are not packed (dataset.packed)",
+             c.origin_of("dataset.packed"));
+  const auto load = [&](const std::string& file) {
+    return preferences ? data::load_preference_dataset(file, *tokenizer, options)
+                       : data::load_instruct_dataset(file, *tokenizer, options);
+  };
+  data::InstructDataset dataset = load(path);
   std::vector<data::TokenizedSample> validation;
   std::string data_description;
   if (c.has("dataset.validation_path")) {
     // Validation records of their own (an eval split); training on every record of dataset.path.
     const std::string validation_path = c.get<std::string>("dataset.validation_path");
-    validation = data::load_instruct_dataset(validation_path, *tokenizer, options).samples;  // never empty
-    data_description = fmt::format("{}; validation: {} ({} {})", path, validation_path, validation.size(),
-                                   plural(int64_t(validation.size()), "sample"));
+    validation = load(validation_path).samples;  // never empty
+    const int64_t count = int64_t(validation.size()) / group;
+    data_description = fmt::format("{}; validation: {} ({} {})", path, validation_path, count, plural(count, sample_name));
   } else {
     // The last validation_fraction of the records is held out.
     const double fraction = c.get<double>("dataset.validation_fraction");
-    const size_t held_out = size_t(double(dataset.samples.size()) * fraction + 0.5);
-    HONE_CHECK(held_out < dataset.samples.size(), "{}: nothing left to train on after holding out {} samples",
-               c.origin(), held_out);
-    validation.assign(dataset.samples.end() - ptrdiff_t(held_out), dataset.samples.end());
-    dataset.samples.resize(dataset.samples.size() - held_out);
-    data_description = fmt::format("{} ({} samples held out)", path, held_out);
+    const int64_t samples = int64_t(dataset.samples.size()) / group;
+    const int64_t held_out = int64_t(double(samples) * fraction + 0.5);
+    HONE_CHECK(held_out < samples, "{}: nothing left to train on after holding out {} {}", c.origin(), held_out,
+               plural(held_out, sample_name));
+    validation.assign(dataset.samples.end() - ptrdiff_t(held_out * group), dataset.samples.end());
+    dataset.samples.resize(size_t((samples - held_out) * group));
+    data_description = fmt::format("{} ({} {} held out)", path, held_out, plural(held_out, sample_name));
   }
   const int32_t pad = tokenizer->pad_id().value_or(tokenizer->eos_id().value_or(0));
-  const int64_t batch = shape.batch_size;
+  const int64_t batch = c.get<int64_t>("batch_size");  // samples (DPO: pairs) per micro-batch
   const bool packed = c.get<bool>("dataset.packed");
   TrainingWorld world(c, run.device);
   const data::SampleStreamOptions batching{.batch_size = batch,
@@ -143,7 +159,8 @@ int run_finetune(const Config& c) {
                                            .packed = packed,
                                            .pad_id = pad,
                                            .rank = world.dp_rank(),
-                                           .world_size = world.dp_size()};
+                                           .world_size = world.dp_size(),
+                                           .group_size = group};
   data::SampleStream train(std::move(dataset.samples), batching);
   std::unique_ptr<data::SampleStream> valid;
   if (!validation.empty()) {
@@ -163,11 +180,21 @@ int run_finetune(const Config& c) {
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
   std::vector<std::string> summary = summarize(c, shape, world.dp_size());
   if (dataset.truncated || dataset.dropped) {
-    summary.push_back(fmt::format("data: {} cut to {} tokens, {} dropped with nothing left to learn",
-                                  plural(dataset.truncated, "sample"), seq_len, dataset.dropped));
+    summary.push_back(fmt::format("data: {} {} cut to {} tokens, {} {} dropped with nothing left to learn",
+                                  dataset.truncated, plural(dataset.truncated, "sample"), seq_len, dataset.dropped,
+                                  plural(dataset.dropped, sample_name)));
+  }
+  std::unique_ptr<Objective> objective;
+  if (preferences) {
+    HONE_CHECK(world.tp_size() == 1, "{}: DPO with tensor parallelism is not supported (distributed.tp 1)",
+               c.origin_of("distributed.tp"));
+    objective = dpo_objective({.beta = c.get<double>("loss.beta"), .label_smoothing = c.get<double>("loss.label_smoothing")});
+    summary.push_back(fmt::format("DPO: beta {}, label smoothing {}; the reference model is the base (adapters off)",
+                                  c.get<double>("loss.beta"), c.get<double>("loss.label_smoothing")));
   }
   return run_training(c, {.world = &world,
                           .model = &model,
+                          .objective = objective.get(),
                           .train = &train,
                           .validation = valid.get(),
                           .seq_len = seq_len,
@@ -203,16 +230,28 @@ int run_finetune(const Config& c) {
                           }});
 }
 
-Schema finetune_schema(bool lora) {
+bool trains_preferences(const Config& c) { return c.has("loss.beta"); }
+
+Schema finetune_schema(FinetuneKind kind) {
+  const bool lora = kind != FinetuneKind::full, dpo = kind == FinetuneKind::lora_dpo;
   Schema s;
   s.add(run_schema()).add(training_schema());
   s.add(model_source_schema("the model to start from"));
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
   s.add({"dataset.path", ValueType::string, nullptr,
-         "a .jsonl, .json or .parquet file of records, a folder or glob pattern of such shards, or an MDS folder "
-         "(LLM Foundry's prompt/response shards, or its pre-tokenized turns)",
+         dpo ? "preference records (chosen and rejected message lists, or a prompt with chosen and rejected answers) "
+               "in a .jsonl, .json or .parquet file, a folder or glob pattern of such shards, or an MDS folder"
+             : "a .jsonl, .json or .parquet file of records, a folder or glob pattern of such shards, or an MDS folder "
+               "(LLM Foundry's prompt/response shards, or its pre-tokenized turns)",
          {}, true});
-  s.add(instruct_dataset_schema());
+  s.add(instruct_dataset_schema(dpo ? "chat" : "alpaca"));
+  if (dpo) {
+    s.add({"loss.beta", ValueType::number, 0.1, "DPO's beta: how far the trained model may move from the reference"},
+          Range::positive());
+    s.add({"loss.label_smoothing", ValueType::number, 0.0,
+           "the share of pairs assumed mislabelled (conservative DPO; 0: plain DPO)"},
+          Range{.low = 0, .high = 0.5, .high_open = true});
+  }
   s.add({"dataset.max_seq_len", ValueType::integer, nullptr,
          "tokens per sample, longer ones are cut (unset: 512, or the model's max_seq_len if smaller)"},
         Range{.low = 2});
@@ -246,9 +285,15 @@ Schema finetune_schema(bool lora) {
     s.add({"model.use_dora", ValueType::boolean, false,
            "DoRA: each adapted row also learns its magnitude (weight-decomposed LoRA, torchtune's use_dora)"});
     s.add({"export.peft", ValueType::string, nullptr, "write the adapters in PEFT form here"});
-    s.add({"lora.adapter", ValueType::string, nullptr,
-           "adapters to start from (a lora_finetune checkpoint folder or run directory, or a PEFT folder) instead of "
-           "new ones: their weights, with the optimizer and schedule anew (resume=latest continues a run)"});
+    if (dpo) {
+      s.add_foreign("lora.adapter",
+                    "DPO's reference model is checkpoint.path without adapters, so fine-tuned adapters go into the "
+                    "model first: hone convert MODEL MERGED --to hf --adapter ADAPTERS, then checkpoint.path=MERGED");
+    } else {
+      s.add({"lora.adapter", ValueType::string, nullptr,
+             "adapters to start from (a lora_finetune checkpoint folder or run directory, or a PEFT folder) instead "
+             "of new ones: their weights, with the optimizer and schedule anew (resume=latest continues a run)"});
+    }
   }
   return s;
 }

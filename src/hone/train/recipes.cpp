@@ -35,9 +35,11 @@ const std::vector<Recipe>& recipes() {
     t.push_back({"pretrain", "train a model from scratch on a token stream (Megatron .bin/.idx, MDS, or mock data)",
                  pretrain, run_pretrain, [](const Config& c) { return summarize_training(c); }, pretrain_shape});
     t.push_back({"full_finetune", "fine-tune every weight of a model on an instruct or chat dataset",
-                 finetune_schema(false), run_finetune, summarize_finetune, finetune_shape});
+                 finetune_schema(FinetuneKind::full), run_finetune, summarize_finetune, finetune_shape});
     t.push_back({"lora_finetune", "fine-tune LoRA (or DoRA) adapters on a frozen model (instruct or chat dataset)",
-                 finetune_schema(true), run_finetune, summarize_finetune, finetune_shape});
+                 finetune_schema(FinetuneKind::lora), run_finetune, summarize_finetune, finetune_shape});
+    t.push_back({"lora_dpo", "align LoRA (or DoRA) adapters to preference pairs with DPO (chosen and rejected answers)",
+                 finetune_schema(FinetuneKind::lora_dpo), run_finetune, summarize_finetune, finetune_shape});
     const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
     t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",
                  generate_schema(), run_generate, no_summary});

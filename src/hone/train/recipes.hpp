@@ -44,9 +44,13 @@ int run_pretrain(const Config& resolved);
 TrainingShape pretrain_shape(const Config& resolved);
 // The banner: model, batch, memory estimate (per rank of `data_parallel_ranks`).
 std::vector<std::string> summarize_training(const Config& resolved, int data_parallel_ranks = 1);
-Schema finetune_schema(bool lora);
-// full_finetune and lora_finetune: the config's model.lora_* keys tell them apart.
+enum class FinetuneKind { full, lora, lora_dpo };
+Schema finetune_schema(FinetuneKind kind);
+// full_finetune, lora_finetune and lora_dpo: the config's model.lora_* keys
+// and DPO's loss.* keys tell them apart.
 int run_finetune(const Config& resolved);
+// A resolved lora_dpo config (it has DPO's loss keys).
+bool trains_preferences(const Config& resolved);
 std::vector<std::string> summarize_finetune(const Config& resolved);
 TrainingShape finetune_shape(const Config& resolved);
 Schema generate_schema();
