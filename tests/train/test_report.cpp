@@ -102,6 +102,24 @@ TEST_F(RunReportTest, DrawsOnlyTheChartsItHasDataFor) {
   EXPECT_EQ(bare.html.find("steps logged"), std::string::npos);
 }
 
+// A lora_dpo run's metrics: its loss (train and validation), rewards and how
+// often the chosen answer wins.
+TEST_F(RunReportTest, DrawsDposRewardsAndHowOftenTheChosenAnswerWins) {
+  write("metrics.jsonl",
+        "{\"step\":1,\"loss/train/total\":0.69,\"rewards/chosen\":0.0,\"rewards/rejected\":0.0,"
+        "\"rewards/accuracies\":0.0,\"rewards/margins\":0.0}\n"
+        "{\"step\":2,\"loss/train/total\":0.5,\"rewards/chosen\":0.2,\"rewards/rejected\":-0.1,"
+        "\"rewards/accuracies\":0.75,\"rewards/margins\":0.3}\n"
+        "{\"step\":2,\"loss/eval/total\":0.45,\"eval/rewards/accuracies\":0.875,\"eval/rewards/margins\":0.4}\n");
+  const RunReport r = render_run_report(dir_);
+  EXPECT_EQ(r.charts, 3);  // loss, rewards, chosen preferred
+  EXPECT_EQ(points_of(r.html, "chosen").size(), 2u);
+  EXPECT_EQ(points_of(r.html, "validation margin").size(), 1u);
+  EXPECT_NE(r.html.find("<tr><th>last validation loss</th><td>0.4500 (step 2)</td></tr>"), std::string::npos);
+  EXPECT_NE(r.html.find("<tr><th>chosen preferred (last validation)</th><td>87.5% (step 2)</td></tr>"),
+            std::string::npos);
+}
+
 TEST_F(RunReportTest, SkipsALastLineCutShortAndNamesAnyOtherBadLine) {
   write("metrics.jsonl", "{\"step\":1,\"lr\":0.1}\n{\"step\":2,\"lr\":0.2}\n{\"step\":3,\"lr\":0.");
   const RunReport r = render_run_report(dir_);

@@ -104,9 +104,20 @@ struct Chart {
 const std::vector<Chart>& charts() {
   static const std::vector<Chart> list{
       {"Loss",
-       "cross-entropy",
+       "",
        1.0,
-       {{"loss/train/total", "train"}, {"metrics/eval/LanguageCrossEntropy", "validation"}}},
+       {{"loss/train/total", "train"},
+        {"metrics/eval/LanguageCrossEntropy", "validation"},
+        {"loss/eval/total", "validation"}}},  // DPO's
+      // DPO: how far the chosen answers' rewards stand above the rejected ones'.
+      {"Rewards",
+       "",
+       1.0,
+       {{"rewards/chosen", "chosen"}, {"rewards/rejected", "rejected"}, {"eval/rewards/margins", "validation margin"}}},
+      {"Chosen preferred",
+       "%",
+       100.0,
+       {{"rewards/accuracies", "train"}, {"eval/rewards/accuracies", "validation"}}},
       {"Learning rate", "", 1.0, {{"lr", "lr"}}},
       {"Gradient norm", "", 1.0, {{"grad_norm", "global norm"}}},
       {"Throughput", "tokens/s", 1.0, {{"throughput/tokens_per_sec", "tokens/s"}}},
@@ -273,6 +284,12 @@ std::string summary_table(const Table& t) {
   }
   if (auto v = last_of(t, "metrics/eval/LanguageCrossEntropy")) {
     rows.emplace_back("last validation loss", fmt::format("{:.4f} (step {})", v->second, v->first));
+  }
+  if (auto v = last_of(t, "loss/eval/total")) {
+    rows.emplace_back("last validation loss", fmt::format("{:.4f} (step {})", v->second, v->first));
+  }
+  if (auto v = last_of(t, "eval/rewards/accuracies")) {
+    rows.emplace_back("chosen preferred (last validation)", fmt::format("{:.1f}% (step {})", v->second * 100, v->first));
   }
   if (auto v = median_of(t, "throughput/tokens_per_sec"))
     rows.emplace_back("tokens/s (median)", fmt::format("{:.1f}", *v));
