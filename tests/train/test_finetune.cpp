@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "data/tokenizers/assets.hpp"
@@ -129,6 +130,29 @@ class FinetuneRun : public ::testing::Test {
     for (const auto& [step, loss] : got) {
       EXPECT_NEAR(loss, want.at(step), 5e-5 * std::abs(want.at(step))) << run << " step " << step;
     }
+  }
+
+  // A run of 12 steps (args(run, steps) names it), and one resumed from its
+  // step-5 checkpoint: the same losses and the same adapters at the end.
+  void expect_resume_reproduces_the_run(
+      const std::function<std::vector<std::string>(const std::string&, int64_t)>& args, const std::string& name) {
+    auto full = args(name + "_full", 12);
+    full.push_back("checkpoint.every_n_steps=5");
+    ASSERT_EQ(run_hone_to_log(full, root_ + "/" + name + "_full.log"), 0) << read_file(root_ + "/" + name + "_full.log");
+    fs::create_directories(root_ + "/" + name + "_resumed");
+    fs::copy(root_ + "/" + name + "_full/step_0000005", root_ + "/" + name + "_resumed/step_0000005");
+    std::ofstream(root_ + "/" + name + "_resumed/latest") << "step_0000005\n";
+    auto resumed = args(name + "_resumed", 12);
+    resumed.push_back("checkpoint.every_n_steps=5");
+    resumed.push_back("resume=latest");
+    ASSERT_EQ(run_hone_to_log(resumed, root_ + "/" + name + "_resumed.log"), 0)
+        << read_file(root_ + "/" + name + "_resumed.log");
+    const auto a = losses(name + "_full"), b = losses(name + "_resumed");
+    EXPECT_EQ(b.size(), 7u);
+    for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+    SafetensorsFile x(root_ + "/" + name + "_full/step_0000012/adapter.safetensors");
+    SafetensorsFile y(root_ + "/" + name + "_resumed/step_0000012/adapter.safetensors");
+    for (const std::string& t : x.names()) EXPECT_EQ(x.load(t).to_vector<float>(), y.load(t).to_vector<float>());
   }
 
   static std::string root_, tokenizer_;
@@ -268,21 +292,14 @@ TEST_F(FinetuneRun, DoraTrainsExportsAndMergesItsMagnitudes) {
 }
 
 TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
-  auto full = lora_args("lora_full", 12);
-  full.push_back("checkpoint.every_n_steps=5");
-  ASSERT_EQ(run_hone_to_log(full, root_ + "/lora_full.log"), 0) << read_file(root_ + "/lora_full.log");
-  fs::create_directories(root_ + "/lora_resumed");
-  fs::copy(root_ + "/lora_full/step_0000005", root_ + "/lora_resumed/step_0000005");
-  std::ofstream(root_ + "/lora_resumed/latest") << "step_0000005\n";
-  auto resumed = lora_args("lora_resumed", 12);
-  resumed.push_back("checkpoint.every_n_steps=5");
-  resumed.push_back("resume=latest");
-  ASSERT_EQ(run_hone_to_log(resumed, root_ + "/lora_resumed.log"), 0) << read_file(root_ + "/lora_resumed.log");
-  const auto a = losses("lora_full"), b = losses("lora_resumed");
-  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
-  SafetensorsFile x(root_ + "/lora_full/step_0000012/adapter.safetensors");
-  SafetensorsFile y(root_ + "/lora_resumed/step_0000012/adapter.safetensors");
-  for (const std::string& name : x.names()) EXPECT_EQ(x.load(name).to_vector<float>(), y.load(name).to_vector<float>());
+  expect_resume_reproduces_the_run([&](const std::string& run, int64_t steps) { return lora_args(run, steps); },
+                                   "lora");
+}
+
+// The pairs' order and the dropout masks continue where they were.
+TEST_F(FinetuneRun, DpoResumeReproducesTheRunExactly) {
+  expect_resume_reproduces_the_run([&](const std::string& run, int64_t steps) { return dpo_args(run, steps); },
+                                   "dpo");
 }
 
 TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
