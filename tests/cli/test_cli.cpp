@@ -249,14 +249,26 @@ TEST(Cli, BenchTimesADpoConfigsStep) {
   EXPECT_EQ(j["dpo"], true);
   EXPECT_EQ(j["batch_size"], 4);  // rows: 2 pairs
   EXPECT_NEAR(j["loss_first"].get<double>(), std::log(2.0), 1e-6);  // B = 0: the model is its reference
-  const CliResult lora = run_hone("bench --model llama3_2/1B_lora --steps 1 checkpoint.path=" + model +
-                                  " dataset.max_seq_len=16 batch_size=4 dtype=fp32 model.lora_rank=8 "
-                                  "model.apply_lora_to_mlp=true model.lora_attn_modules=[q_proj,v_proj,output_proj]");
+
+  // A built-in model with --dpo: LoRA's FLOPs plus the reference's forward pass
+  // (a third of the whole model's training FLOPs).
+  const std::string preset = "bench --model llama_tiny --batch-size 4 --seq-len 32 --steps 1 --lora-rank 4";
+  const CliResult lora = run_hone(preset), with_dpo = run_hone(preset + " --dpo");
   ASSERT_EQ(lora.status, 0) << lora.err;
-  const auto l = nlohmann::json::parse(last_line(lora.out));
+  ASSERT_EQ(with_dpo.status, 0) << with_dpo.err;
+  const auto l = nlohmann::json::parse(last_line(lora.out)), d = nlohmann::json::parse(last_line(with_dpo.out));
   EXPECT_EQ(l["dpo"], false);
-  // The same adapters and rows, plus a forward pass of the whole model (a third of its training FLOPs).
-  EXPECT_GT(j["flops_per_token"].get<double>(), l["flops_per_token"].get<double>());
+  EXPECT_EQ(d["dpo"], true);
+  EXPECT_NEAR(d["flops_per_token"].get<double>(),
+              l["flops_per_token"].get<double>() + model_preset("llama_tiny").training_flops_per_token(32) / 3, 1.0);
+  for (const auto& [args, message] :
+       std::vector<std::pair<std::string, std::string>>{{"bench --model llama_tiny --dpo", "--dpo trains adapters"},
+                                                        {"bench --model llama_tiny --batch-size 3 --lora-rank 4 --dpo",
+                                                         "an even batch size, got 3 rows"}}) {
+    const CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
 }
 
 TEST(Cli, BenchRefusesWhatItCannotTime) {

@@ -69,6 +69,7 @@ Command add_bench(CLI::App& app) {
     bool checkpointing = false;
     bool offloading = false;
     bool dora = false;
+    bool dpo = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -101,6 +102,9 @@ Command add_bench(CLI::App& app) {
   CLI::Option* dora = sub->add_flag("--dora", args->dora,
                                     "The adapters (of --lora-rank or the config) are DoRA's: each adapted row also "
                                     "learns its magnitude");
+  CLI::Option* dpo = sub->add_flag("--dpo", args->dpo,
+                                   "Time DPO's step (beta 0.1) on the adapters: --batch-size / 2 pairs of sequences, "
+                                   "the reference's forward pass with the adapters off, then the trained one");
   CLI::Option* peak = sub->add_option("--peak-tflops", args->peak_tflops,
                   "MFU against this peak, e.g. a GPU's datasheet bf16 figure (PaLM's convention; H100 SXM: 989), "
                   "instead of the GEMM peak measured in the run");
@@ -157,6 +161,10 @@ Command add_bench(CLI::App& app) {
     if (dora->count() > 0) {  // a flag: with a preset too, only when given
       HONE_CHECK(o.lora.has_value(), "--dora makes the adapters DoRA's: give --lora-rank (or a LoRA config)");
       o.lora->use_dora = true;
+    }
+    if (dpo->count() > 0) {
+      HONE_CHECK(o.lora.has_value(), "--dpo trains adapters: give --lora-rank (or a LoRA config)");
+      if (!o.dpo) o.dpo = DpoConfig{};
     }
     auto report = run_bench(o, [&](int64_t step, double loss, double seconds) {
       fmt::print(stderr, "{} {:>4}/{}  loss {:.4f}  {:.3f} s\n", step == 0 ? "warm-up" : "step   ", step, o.steps,
