@@ -457,6 +457,14 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   const CliResult zero = run_hone("validate quickstart batch_size=0");
   EXPECT_EQ(zero.status, 2);
   EXPECT_NE(zero.err.find("'batch_size' must be positive, got 0"), std::string::npos) << zero.err;
+  // lora_dpo's loss keys: the loss it runs, and a setting it would ignore refused.
+  const CliResult ipo = run_hone("validate llama3_1/8B_lora_dpo loss.type=ipo");
+  EXPECT_EQ(ipo.status, 0) << ipo.err;
+  EXPECT_NE(ipo.out.find("# IPO: tau (beta) 0.1; the reference model is the base"), std::string::npos) << ipo.out;
+  const CliResult gamma = run_hone("validate llama3_1/8B_lora_dpo loss.type=rso loss.gamma=1");
+  EXPECT_EQ(gamma.status, 2);
+  EXPECT_NE(gamma.err.find("loss.gamma is for loss.type simpo; this run's loss.type is rso"), std::string::npos)
+      << gamma.err;
   const CliResult none = run_hone("validate");
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.err.find("which config?"), std::string::npos) << none.err;

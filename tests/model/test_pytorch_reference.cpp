@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "hone/io/safetensors.hpp"
 #include "hone/model/transformer.hpp"
@@ -240,21 +241,25 @@ TEST_P(DoraReference, ForwardAndAdapterGradientsMatch) {
 INSTANTIATE_TEST_SUITE_P(Families, DoraReference, ::testing::Values("llama", "gpt2"),
                          [](const auto& info) { return info.param; });
 
-// lora_dpo's objective against torchtune's DPOLoss (generate_dpo.py): two pairs
-// of rows, the loss, each pair's rewards and the adapters' gradients.
-class DpoReference : public ::testing::TestWithParam<std::string> {};
+// lora_dpo's objective against torchtune's preference losses
+// (generate_dpo.py): two pairs of rows, the loss, each pair's rewards and the
+// adapters' gradients, for each loss.type.
+class DpoReference : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(DpoReference, LossRewardsAndAdapterGradientsMatch) {
-  const SafetensorsFile file(source_path("tests/reference/dpo_" + GetParam() + ".safetensors"));
+  const auto& [family, type] = GetParam();
+  const SafetensorsFile file(source_path("tests/reference/dpo_" + family + ".safetensors"));
   const nlohmann::json lora_json = nlohmann::json::parse(file.metadata().at("lora"));
-  const nlohmann::json dpo_json = nlohmann::json::parse(file.metadata().at("dpo"));
+  const nlohmann::json settings = nlohmann::json::parse(file.metadata().at("losses")).at(type);
   const LoraConfig lora{.rank = lora_json.at("rank").get<int64_t>(),
                         .alpha = lora_json.at("alpha").get<double>(),
                         .dropout = 0.0,
                         .attn_modules = lora_json.at("attn_modules").get<std::vector<std::string>>(),
                         .apply_to_mlp = lora_json.at("apply_to_mlp").get<bool>()};
-  const DpoConfig dpo{.beta = dpo_json.at("beta").get<double>(),
-                      .label_smoothing = dpo_json.at("label_smoothing").get<double>()};
+  const DpoConfig dpo{.loss = parse_preference_loss(type),
+                      .beta = settings.at("beta").get<double>(),
+                      .label_smoothing = settings.at("label_smoothing").get<double>(),
+                      .gamma = settings.at("gamma").get<double>()};
   Transformer model(config_from_json(nlohmann::json::parse(file.metadata().at("config"))), DType::f32, Device::cpu(),
                     lora);
   for (Parameter& p : model.params().all()) p.value.copy_from(file.load("param." + p.name));
@@ -268,11 +273,11 @@ TEST_P(DpoReference, LossRewardsAndAdapterGradientsMatch) {
   const double pairs = double(forward.sums.pairs);
   model.backward(1.0, {}, dpo_token_weights(model, forward, batch, 1.0 / pairs));
   const double loss_error =
-      relative_error(Tensor::from(std::vector<float>{float(forward.sums.loss / pairs)}, {1}), file.load("loss"));
+      relative_error(Tensor::from(std::vector<float>{float(forward.sums.loss / pairs)}, {1}), file.load(type + ".loss"));
   // Σ over the pairs of each reward, against the reference's per-pair values.
-  const auto sum_of = [&](const char* name) {
+  const auto sum_of = [&](const std::string& name) {
     double sum = 0;
-    for (float r : file.load(name).to_vector<float>()) sum += r;
+    for (float r : file.load(type + "." + name).to_vector<float>()) sum += r;
     return sum;
   };
   EXPECT_NEAR(forward.sums.chosen_rewards, sum_of("chosen_rewards"), kTolerance * std::abs(sum_of("chosen_rewards")));
@@ -281,16 +286,19 @@ TEST_P(DpoReference, LossRewardsAndAdapterGradientsMatch) {
   double grads = 0;
   std::string worst;
   for (const Parameter& p : model.trainable_params().all()) {
-    const double err = relative_error(p.grad, file.load("grad." + p.name));
+    const double err = relative_error(p.grad, file.load(type + ".grad." + p.name));
     if (err >= grads) grads = err, worst = p.name;
   }
-  fmt::print("dpo {}: relative errors loss {:.2e}, gradients {:.2e} (worst {})\n", GetParam(), loss_error, grads, worst);
+  fmt::print("{} {}: relative errors loss {:.2e}, gradients {:.2e} (worst {})\n", type, family, loss_error, grads,
+             worst);
   EXPECT_LE(loss_error, kTolerance);
   EXPECT_LE(grads, kTolerance) << "gradient of " << worst;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, DpoReference, ::testing::Values("llama", "gpt2"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(FamiliesAndLosses, DpoReference,
+                         ::testing::Combine(::testing::Values("llama", "gpt2"),
+                                            ::testing::Values("dpo", "ipo", "rso", "simpo")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 }  // namespace
 }  // namespace hone::test

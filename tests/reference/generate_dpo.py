@@ -1,18 +1,22 @@
 #!/usr/bin/python3
 """Writes the DPO reference files that tests/model/test_pytorch_reference.cpp
-compares hone's lora_dpo objective against: torchtune's DPOLoss (the sigmoid
-loss with label smoothing) and its per-sequence log-probabilities (the answer
-tokens' log-softmax, summed), written here independently of hone, on two pairs
-of rows (chosen, rejected, chosen, rejected: hone's batch order). The trained
-model is the model of generate.py with LoRA adapters on q, k, v, the attention
-output and the MLP; the reference model is the same weights without them.
+compares hone's lora_dpo objective against: torchtune's preference losses
+(DPOLoss: the sigmoid loss with label smoothing; IPOLoss; RSOLoss: the hinge
+loss; SimPOLoss: per-token means, no reference model) and its per-sequence
+log-probabilities (the answer tokens' log-softmax, summed, or for SimPO
+averaged), written here independently of hone, on two pairs of rows (chosen,
+rejected, chosen, rejected: hone's batch order). The trained model is the model
+of generate.py with LoRA adapters on q, k, v, the attention output and the MLP;
+the reference model is the same weights without them.
 
 Run with Debian's python3-torch (1.13):  /usr/bin/python3 tests/reference/generate_dpo.py
 
 dpo_{family}.safetensors holds param.<name> (the base), adapter.<name> (A and B,
-hone's names), tokens, targets, loss (the mean over pairs), chosen_rewards and
-rejected_rewards (per pair), and grad.<name> of every adapter tensor; metadata:
-config, lora (rank, alpha, modules), dpo (beta, label_smoothing).
+hone's names), tokens, targets, and for each loss type T (dpo, ipo, rso, simpo:
+loss.type's names) T.loss (the mean over pairs), T.chosen_rewards and
+T.rejected_rewards (per pair), and T.grad.<name> of every adapter tensor;
+metadata: config, lora (rank, alpha, modules), losses ({T: {beta,
+label_smoothing, gamma}}).
 """
 import json
 import pathlib
@@ -24,7 +28,13 @@ import generate as g
 import generate_dora as d
 
 RANK, ALPHA = 2, 4.0
-BETA, LABEL_SMOOTHING = 0.3, 0.1
+# Each loss's settings (torchtune's names: IPOLoss's tau and RSOLoss's gamma are beta here).
+LOSSES = {
+    "dpo": {"beta": 0.3, "label_smoothing": 0.1, "gamma": 0.0},
+    "ipo": {"beta": 0.3, "label_smoothing": 0.0, "gamma": 0.0},
+    "rso": {"beta": 0.3, "label_smoothing": 0.0, "gamma": 0.0},
+    "simpo": {"beta": 2.0, "label_smoothing": 0.1, "gamma": 0.5},
+}
 ROWS, SEQ = 4, 12
 
 
@@ -39,13 +49,33 @@ def pairs(c, seed):
     return tokens.int(), targets.int()
 
 
-def sequence_log_probs(logits, targets):
-    """torchtune's get_batch_log_probs: Σ over unmasked targets of log p(target), per row."""
+def sequence_log_probs(logits, targets, average=False):
+    """torchtune's get_batch_log_probs: Σ over unmasked targets of log p(target), per row (or their mean)."""
     B, T = targets.shape
     mask = targets != -100
     log_p = logits.view(B, T, -1).log_softmax(-1)
     picked = torch.gather(log_p, 2, targets.clamp(min=0).long().unsqueeze(2)).squeeze(2)
-    return (picked * mask).sum(-1)
+    total = (picked * mask).sum(-1)
+    return total / mask.sum(-1) if average else total
+
+
+def preference_loss(kind, s, policy, reference):
+    """torchtune's loss classes: the per-pair losses and the chosen and rejected rewards."""
+    chosen, rejected = policy[0::2], policy[1::2]
+    beta, smoothing = s["beta"], s["label_smoothing"]
+    if kind == "simpo":  # SimPOLoss: no reference
+        logits = (chosen - rejected) - s["gamma"] / beta
+        losses = -F.logsigmoid(beta * logits) * (1 - smoothing) - F.logsigmoid(-beta * logits) * smoothing
+        return losses, beta * chosen, beta * rejected
+    ref_chosen, ref_rejected = reference[0::2], reference[1::2]
+    logits = (chosen - rejected) - (ref_chosen - ref_rejected)
+    if kind == "dpo":  # DPOLoss
+        losses = -F.logsigmoid(beta * logits) * (1 - smoothing) - F.logsigmoid(-beta * logits) * smoothing
+    elif kind == "ipo":  # IPOLoss (tau)
+        losses = (logits - 1 / (2 * beta)) ** 2
+    else:  # RSOLoss (gamma)
+        losses = torch.relu(1 - beta * logits)
+    return losses, beta * (chosen - ref_chosen), beta * (rejected - ref_rejected)
 
 
 def generate(family, seed):
@@ -75,29 +105,28 @@ def generate(family, seed):
 
     with torch.no_grad():
         reference = sequence_log_probs(g.forward(c, base, tokens), targets)
-    policy = sequence_log_probs(g.forward(c, base, tokens, project), targets)
-    # torchtune's DPOLoss.
-    chosen, rejected = policy[0::2], policy[1::2]
-    ref_chosen, ref_rejected = reference[0::2], reference[1::2]
-    logits = (chosen - rejected) - (ref_chosen - ref_rejected)
-    losses = (-F.logsigmoid(BETA * logits) * (1 - LABEL_SMOOTHING) - F.logsigmoid(-BETA * logits) * LABEL_SMOOTHING)
-    loss = losses.mean()
-    loss.backward()
     out = {f"param.{name}": t for name, t in base.items()}
     out.update({f"adapter.{name}": t for name, t in adapters.items()})
-    out.update({f"grad.{name}": p.grad for name, p in params.items()})
     out["tokens"], out["targets"] = tokens, targets
-    out["loss"] = loss.detach().reshape(1)
-    out["chosen_rewards"] = (BETA * (chosen - ref_chosen)).detach()
-    out["rejected_rewards"] = (BETA * (rejected - ref_rejected)).detach()
+    report = []
+    for kind, settings in LOSSES.items():
+        for p in params.values():
+            p.grad = None
+        policy = sequence_log_probs(g.forward(c, base, tokens, project), targets, average=kind == "simpo")
+        losses, chosen_rewards, rejected_rewards = preference_loss(kind, settings, policy, reference)
+        loss = losses.mean()
+        loss.backward()
+        out.update({f"{kind}.grad.{name}": p.grad.clone() for name, p in params.items()})
+        out[f"{kind}.loss"] = loss.detach().reshape(1)
+        out[f"{kind}.chosen_rewards"] = chosen_rewards.detach()
+        out[f"{kind}.rejected_rewards"] = rejected_rewards.detach()
+        report.append(f"{kind} {loss.item():.6f} (margins {(chosen_rewards - rejected_rewards).tolist()})")
     lora = {"rank": RANK, "alpha": ALPHA, "attn_modules": d.MODULES, "apply_to_mlp": True}
-    dpo = {"beta": BETA, "label_smoothing": LABEL_SMOOTHING}
-    metadata = {"config": json.dumps(c), "lora": json.dumps(lora), "dpo": json.dumps(dpo),
+    metadata = {"config": json.dumps(c), "lora": json.dumps(lora), "losses": json.dumps(LOSSES),
                 "generator": "tests/reference/generate_dpo.py", "torch": torch.__version__}
     path = pathlib.Path(__file__).resolve().parent / f"dpo_{family}.safetensors"
     g.write_safetensors(path, out, metadata)
-    print(f"{path.name}: loss {loss.item():.6f}, margins {out['chosen_rewards'] - out['rejected_rewards']}, "
-          f"{path.stat().st_size} bytes")
+    print(f"{path.name}: losses {'; '.join(report)}, {path.stat().st_size} bytes")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <tuple>
 
 #include "data/tokenizers/assets.hpp"
 #include "hone/data/instruct.hpp"
@@ -989,6 +990,29 @@ TEST_F(FinetuneRun, DpoPrefersTheChosenAnswersAndExportsItsAdapters) {
   EXPECT_TRUE(fs::exists(root_ + "/dpo_peft/adapter_model.safetensors"));
 }
 
+// The other preference losses learn the same preferences: SimPO without a
+// reference model (the per-token means of the answers), IPO's squared loss
+// and RSO's hinge against the base.
+TEST_F(FinetuneRun, SimpoIpoAndRsoPreferTheChosenAnswers) {
+  for (const auto& [type, title, banner] :
+       {std::tuple{"simpo", "SimPO", "SimPO: beta 2, gamma 0.5, label smoothing 0; no reference model"},
+        std::tuple{"ipo", "IPO", "IPO: tau (beta) 0.1; the reference model is the base"},
+        std::tuple{"rso", "RSO", "RSO (hinge loss): gamma (beta) 0.1; the reference model is the base"}}) {
+    SCOPED_TRACE(type);
+    const std::string run = std::string("pref_") + type;
+    auto args = dpo_args(run, 20);
+    args.push_back(std::string("loss.type=") + type);
+    ASSERT_EQ(run_hone_to_log(args, root_ + "/" + run + ".log"), 0) << read_file(root_ + "/" + run + ".log");
+    const std::string log = read_file(root_ + "/" + run + ".log");
+    EXPECT_NE(log.find(banner), std::string::npos) << log;
+    EXPECT_NE(log.find(fmt::format("step 20: validation {} loss", title)), std::string::npos) << log;
+    const auto l = losses(run);
+    EXPECT_LT(l.at(20), l.at(1)) << log;
+    EXPECT_GE(run_metric(root_ + "/" + run, "rewards/accuracies").at(20), 0.75) << log;
+    EXPECT_GE(run_metric(root_ + "/" + run, "eval/rewards/accuracies").at(20), 0.75) << log;
+  }
+}
+
 // Two ranks' pairs (each rank's pairs whole) train like one process
 // accumulating them: the pairs' sums and the loss's scale are over all ranks.
 TEST_F(FinetuneRun, DpoOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
@@ -1019,6 +1043,17 @@ TEST_F(FinetuneRun, DpoRefusesWhatItCannotTrain) {
   auto adapter = dpo_args("dpo_adapter", 2);
   adapter.push_back("lora.adapter=" + root_ + "/peft");
   expect_refused(adapter, "dpo_adapter", "fine-tuned adapters go into the model first");
+  // Keys the chosen loss would ignore.
+  auto gamma = dpo_args("dpo_gamma", 2);
+  gamma.push_back("loss.gamma=1");
+  expect_refused(gamma, "dpo_gamma", "loss.gamma is for loss.type simpo; this run's loss.type is dpo");
+  auto smoothing = dpo_args("ipo_smoothing", 2);
+  smoothing.insert(smoothing.end(), {"loss.type=ipo", "loss.label_smoothing=0.1"});
+  expect_refused(smoothing, "ipo_smoothing", "loss.label_smoothing is for loss.type dpo and simpo; this run's "
+                 "loss.type is ipo");
+  auto unknown = dpo_args("dpo_kto", 2);
+  unknown.push_back("loss.type=kto");
+  expect_refused(unknown, "dpo_kto", "loss.type");
 }
 
 TEST_F(FinetuneRun, BadSettingsAreOneLineErrors) {

@@ -52,7 +52,7 @@ BenchOptions options_from_config(Config config, const std::vector<std::string>& 
   o.activation_checkpointing = activations.checkpointing;
   o.activation_offloading = activations.offload_inputs;
   if (trains_preferences(c)) {  // lora_dpo: its step, on batch_size pairs
-    o.dpo = DpoConfig{.beta = c.get<double>("loss.beta"), .label_smoothing = c.get<double>("loss.label_smoothing")};
+    o.dpo = dpo_config_from(c);
   }
   return o;
 }

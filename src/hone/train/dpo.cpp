@@ -1,5 +1,6 @@
 #include "hone/train/dpo.hpp"
 
+#include <array>
 #include <cmath>
 
 namespace hone {
@@ -20,7 +21,82 @@ std::vector<double> row_log_probs(const Transformer& model, int64_t rows) {
   return log_probs;
 }
 
+// Each row's count of answer tokens (targets that are not ignored): SimPO's
+// per-token means.
+std::vector<double> row_answer_tokens(const Tensor& targets) {
+  const int64_t rows = targets.size(0);
+  const std::vector<int32_t> ids = targets.to_vector<int32_t>();
+  const size_t per_row = ids.size() / size_t(rows);
+  std::vector<double> counts(size_t(rows), 0.0);
+  for (size_t i = 0; i < ids.size(); ++i) counts[i / per_row] += ids[i] != ops::kIgnoreIndex ? 1.0 : 0.0;
+  return counts;
+}
+
+// A pair's loss as a function of x, the chosen answer's lead (see dpo.hpp),
+// and its derivative by x.
+struct PairLoss {
+  double loss, d_x;
+};
+PairLoss pair_loss(const DpoConfig& c, double x) {
+  switch (c.loss) {
+    case PreferenceLoss::dpo:
+    case PreferenceLoss::simpo: {
+      const double h = c.beta * x - (c.loss == PreferenceLoss::simpo ? c.gamma : 0.0), eps = c.label_smoothing;
+      return {-(1 - eps) * log_sigmoid(h) - eps * log_sigmoid(-h),
+              c.beta * (-(1 - eps) * sigmoid(-h) + eps * sigmoid(h))};
+    }
+    case PreferenceLoss::ipo: {
+      const double gap = x - 1 / (2 * c.beta);
+      return {gap * gap, 2 * gap};
+    }
+    case PreferenceLoss::rso: {
+      const double hinge = 1 - c.beta * x;
+      return hinge > 0 ? PairLoss{hinge, -c.beta} : PairLoss{0.0, 0.0};
+    }
+  }
+  fail("unknown preference loss {}", int(c.loss));
+}
+
+struct LossName {
+  PreferenceLoss loss;
+  const char* key;    // loss.type's value
+  const char* title;  // in sentences
+};
+constexpr std::array<LossName, 4> kLossNames = {{{PreferenceLoss::dpo, "dpo", "DPO"},
+                                                 {PreferenceLoss::ipo, "ipo", "IPO"},
+                                                 {PreferenceLoss::rso, "rso", "RSO"},
+                                                 {PreferenceLoss::simpo, "simpo", "SimPO"}}};
+
 }  // namespace
+
+PreferenceLoss parse_preference_loss(const std::string& name) {
+  for (const LossName& known : kLossNames) {
+    if (name == known.key) return known.loss;
+  }
+  fail("unknown preference loss '{}' (dpo, ipo, rso or simpo)", name);
+}
+
+const char* preference_loss_name(PreferenceLoss loss, bool title) {
+  for (const LossName& known : kLossNames) {
+    if (loss == known.loss) return title ? known.title : known.key;
+  }
+  fail("unknown preference loss {}", int(loss));
+}
+
+std::string describe(const DpoConfig& c) {
+  const char* reference = "; the reference model is the base (adapters off)";
+  switch (c.loss) {
+    case PreferenceLoss::dpo:
+      return fmt::format("DPO: beta {}, label smoothing {}{}", c.beta, c.label_smoothing, reference);
+    case PreferenceLoss::ipo: return fmt::format("IPO: tau (beta) {}{}", c.beta, reference);
+    case PreferenceLoss::rso: return fmt::format("RSO (hinge loss): gamma (beta) {}{}", c.beta, reference);
+    case PreferenceLoss::simpo:
+      return fmt::format("SimPO: beta {}, gamma {}, label smoothing {}; no reference model (each answer's mean token "
+                         "log-probability)",
+                         c.beta, c.gamma, c.label_smoothing);
+  }
+  fail("unknown preference loss {}", int(c.loss));
+}
 
 void DpoSums::add(const DpoSums& o) {
   loss += o.loss;
@@ -45,32 +121,40 @@ Metrics DpoSums::means(const std::string& prefix) const {
 DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config) {
   const int64_t rows = batch.tokens.size(0);
   HONE_CHECK(rows % 2 == 0, "a DPO batch holds pairs of rows, got {} rows", rows);
-  HONE_CHECK(model.lora().has_value(), "DPO trains adapters: the reference model is the base without them");
-  model.set_adapters_enabled(false);
+  // Without a reference (SimPO) π is a per-token mean and r is 0.
+  std::vector<double> reference(size_t(rows), 0.0), per_row(size_t(rows), 1.0);
+  if (config.uses_reference()) {
+    HONE_CHECK(model.lora().has_value(), "DPO trains adapters: the reference model is the base without them");
+    model.set_adapters_enabled(false);
+    model.forward(batch.tokens, batch.targets, batch.positions);
+    model.set_adapters_enabled(true);
+    reference = row_log_probs(model, rows);
+  } else {
+    per_row = row_answer_tokens(batch.targets);
+    for (double& n : per_row) n = std::max(n, 1.0);
+  }
   model.forward(batch.tokens, batch.targets, batch.positions);
-  model.set_adapters_enabled(true);
-  const std::vector<double> reference = row_log_probs(model, rows);
-  model.forward(batch.tokens, batch.targets, batch.positions);
-  const std::vector<double> policy = row_log_probs(model, rows);
+  std::vector<double> policy = row_log_probs(model, rows);
+  for (size_t row = 0; row < size_t(rows); ++row) policy[row] /= per_row[row];
 
-  const double beta = config.beta, eps = config.label_smoothing;
+  const double beta = config.beta;
   DpoForward out;
   out.d_log_probs.assign(size_t(rows), 0.0);
   for (size_t c = 0; c < size_t(rows); c += 2) {
     const size_t r = c + 1;
     const double chosen_reward = beta * (policy[c] - reference[c]);
     const double rejected_reward = beta * (policy[r] - reference[r]);
-    const double h = chosen_reward - rejected_reward;
-    out.sums.loss += -(1 - eps) * log_sigmoid(h) - eps * log_sigmoid(-h);
+    const PairLoss pair = pair_loss(config, (policy[c] - reference[c]) - (policy[r] - reference[r]));
+    out.sums.loss += pair.loss;
     out.sums.chosen_rewards += chosen_reward;
     out.sums.rejected_rewards += rejected_reward;
     out.sums.wins += chosen_reward > rejected_reward ? 1.0 : 0.0;
     out.sums.chosen_log_probs += policy[c];
     out.sums.rejected_log_probs += policy[r];
     ++out.sums.pairs;
-    const double d_h = -(1 - eps) * sigmoid(-h) + eps * sigmoid(h);
-    out.d_log_probs[c] = beta * d_h;
-    out.d_log_probs[r] = -beta * d_h;
+    // d(loss)/d(row's sum of log-probabilities), through SimPO's mean.
+    out.d_log_probs[c] = pair.d_x / per_row[c];
+    out.d_log_probs[r] = -pair.d_x / per_row[r];
   }
   return out;
 }
@@ -135,16 +219,17 @@ class Dpo final : public Objective {
     const Metrics means = sums.means("eval/");
     metrics.insert(metrics.end(), means.begin(), means.end());
     return {.metrics = metrics,
-            .summary = fmt::format("validation DPO loss {:.4f}, chosen preferred in {:.1f}% of {} pairs (reward margin "
+            .summary = fmt::format("validation {} loss {:.4f}, chosen preferred in {:.1f}% of {} pairs (reward margin "
                                    "{:.4f})",
-                                   loss, 100.0 * sums.wins / double(std::max<int64_t>(sums.pairs, 1)), sums.pairs,
+                                   preference_loss_name(config_.loss, true), loss, 100.0 * sums.wins / double(std::max<int64_t>(sums.pairs, 1)), sums.pairs,
                                    (sums.chosen_rewards - sums.rejected_rewards) / double(std::max<int64_t>(sums.pairs, 1)))};
   }
 
   // The reference's forward pass adds a third of a whole model's training FLOPs.
   double flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora,
                          int64_t length) const override {
-    return training_flops_per_token(config, lora, length) + config.training_flops_per_token(length) / 3.0;
+    const double reference = config_.uses_reference() ? config.training_flops_per_token(length) / 3.0 : 0.0;
+    return training_flops_per_token(config, lora, length) + reference;
   }
 
  private:

@@ -97,6 +97,12 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
   };
 }
 
+// lora_dpo's loss, for the banner; its keys checked (hone validate too).
+std::vector<std::string> describe_loss(const Config& c) {
+  if (!trains_preferences(c)) return {};
+  return {describe(dpo_config_from(c))};
+}
+
 }  // namespace
 
 int run_finetune(const Config& c) {
@@ -179,6 +185,7 @@ int run_finetune(const Config& c) {
   model.init_lora(run.seed);
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
   std::vector<std::string> summary = summarize(c, shape, world.dp_size());
+  for (std::string& line : describe_loss(c)) summary.push_back(std::move(line));
   if (dataset.truncated || dataset.dropped) {
     summary.push_back(fmt::format("data: {} {} cut to {} tokens, {} {} dropped with nothing left to learn",
                                   dataset.truncated, plural(dataset.truncated, "sample"), seq_len, dataset.dropped,
@@ -188,9 +195,7 @@ int run_finetune(const Config& c) {
   if (preferences) {
     HONE_CHECK(world.tp_size() == 1, "{}: DPO with tensor parallelism is not supported (distributed.tp 1)",
                c.origin_of("distributed.tp"));
-    objective = dpo_objective({.beta = c.get<double>("loss.beta"), .label_smoothing = c.get<double>("loss.label_smoothing")});
-    summary.push_back(fmt::format("DPO: beta {}, label smoothing {}; the reference model is the base (adapters off)",
-                                  c.get<double>("loss.beta"), c.get<double>("loss.label_smoothing")));
+    objective = dpo_objective(dpo_config_from(c));
   }
   return run_training(c, {.world = &world,
                           .model = &model,
@@ -230,7 +235,25 @@ int run_finetune(const Config& c) {
                           }});
 }
 
-bool trains_preferences(const Config& c) { return c.has("loss.beta"); }
+bool trains_preferences(const Config& c) { return c.has("loss.type"); }
+
+DpoConfig dpo_config_from(const Config& c) {
+  DpoConfig loss{.loss = parse_preference_loss(c.get<std::string>("loss.type"))};
+  const bool simpo = loss.loss == PreferenceLoss::simpo;
+  // A setting the chosen loss would ignore is an error, not a silent no-op
+  // (label smoothing 0, which changes nothing, may stay in a config).
+  const auto only_for = [&](const char* key, bool set, bool applies, const char* types) {
+    HONE_CHECK(!set || applies, "{}: {} is for loss.type {}; this run's loss.type is {}", c.origin_of(key), key, types,
+               preference_loss_name(loss.loss));
+  };
+  only_for("loss.label_smoothing", c.has("loss.label_smoothing") && c.get<double>("loss.label_smoothing") != 0,
+           loss.loss == PreferenceLoss::dpo || simpo, "dpo and simpo");
+  only_for("loss.gamma", c.has("loss.gamma"), simpo, "simpo");
+  loss.beta = c.has("loss.beta") ? c.get<double>("loss.beta") : simpo ? 2.0 : 0.1;
+  if (c.has("loss.label_smoothing")) loss.label_smoothing = c.get<double>("loss.label_smoothing");
+  if (c.has("loss.gamma")) loss.gamma = c.get<double>("loss.gamma");
+  return loss;
+}
 
 Schema finetune_schema(FinetuneKind kind) {
   const bool lora = kind != FinetuneKind::full, dpo = kind == FinetuneKind::lora_dpo;
@@ -246,11 +269,19 @@ Schema finetune_schema(FinetuneKind kind) {
          {}, true});
   s.add(instruct_dataset_schema(dpo ? "chat" : "alpaca"));
   if (dpo) {
-    s.add({"loss.beta", ValueType::number, 0.1, "DPO's beta: how far the trained model may move from the reference"},
+    s.add({"loss.type", ValueType::string, "dpo",
+           "the preference loss: dpo (the sigmoid loss, torchtune's DPOLoss), ipo (IPOLoss), rso (the hinge loss, "
+           "RSOLoss) or simpo (SimPOLoss: per-token mean log-probabilities, no reference model)",
+           {"dpo", "ipo", "rso", "simpo"}});
+    s.add({"loss.beta", ValueType::number, nullptr,
+           "how far the trained model may move from the reference (IPO's tau, RSO's gamma; SimPO: the reward "
+           "scale); unset: 0.1, for simpo 2.0"},
           Range::positive());
-    s.add({"loss.label_smoothing", ValueType::number, 0.0,
-           "the share of pairs assumed mislabelled (conservative DPO; 0: plain DPO)"},
+    s.add({"loss.label_smoothing", ValueType::number, nullptr,
+           "dpo and simpo: the share of pairs assumed mislabelled (conservative DPO; unset: 0)"},
           Range{.low = 0, .high = 0.5, .high_open = true});
+    s.add({"loss.gamma", ValueType::number, nullptr, "simpo: the target reward margin (unset: 0.5)"},
+          Range::not_negative());
   }
   s.add({"dataset.max_seq_len", ValueType::integer, nullptr,
          "tokens per sample, longer ones are cut (unset: 512, or the model's max_seq_len if smaller)"},
@@ -300,10 +331,13 @@ Schema finetune_schema(FinetuneKind kind) {
 
 std::vector<std::string> summarize_finetune(const Config& c) {
   const std::string path = c.get<std::string>("checkpoint.path");
-  if (!fs::exists(path)) {
-    return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
-  }
-  return summarize(c, finetune_shape(c));
+  std::vector<std::string> lines =
+      fs::exists(path)
+          ? summarize(c, finetune_shape(c))
+          : std::vector<std::string>{fmt::format(
+                "model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
+  for (std::string& line : describe_loss(c)) lines.push_back(std::move(line));
+  return lines;
 }
 
 TrainingShape finetune_shape(const Config& c) {

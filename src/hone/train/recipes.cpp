@@ -38,7 +38,7 @@ const std::vector<Recipe>& recipes() {
                  finetune_schema(FinetuneKind::full), run_finetune, summarize_finetune, finetune_shape});
     t.push_back({"lora_finetune", "fine-tune LoRA (or DoRA) adapters on a frozen model (instruct or chat dataset)",
                  finetune_schema(FinetuneKind::lora), run_finetune, summarize_finetune, finetune_shape});
-    t.push_back({"lora_dpo", "align LoRA (or DoRA) adapters to preference pairs with DPO (chosen and rejected answers)",
+    t.push_back({"lora_dpo", "align LoRA (or DoRA) adapters to chosen and rejected answers (DPO, IPO, RSO, SimPO)",
                  finetune_schema(FinetuneKind::lora_dpo), run_finetune, summarize_finetune, finetune_shape});
     const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
     t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",

@@ -10,6 +10,7 @@
 #include "hone/config/config.hpp"
 #include "hone/model/config.hpp"
 #include "hone/model/lora.hpp"
+#include "hone/train/dpo.hpp"
 
 namespace hone {
 
@@ -51,6 +52,8 @@ Schema finetune_schema(FinetuneKind kind);
 int run_finetune(const Config& resolved);
 // A resolved lora_dpo config (it has DPO's loss keys).
 bool trains_preferences(const Config& resolved);
+// Its loss.* keys (keys the chosen loss.type does not use are errors).
+DpoConfig dpo_config_from(const Config& resolved);
 std::vector<std::string> summarize_finetune(const Config& resolved);
 TrainingShape finetune_shape(const Config& resolved);
 Schema generate_schema();
