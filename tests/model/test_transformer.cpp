@@ -191,6 +191,34 @@ TEST(Transformer, Bf16MixedPrecisionTracksFp32) {
   }
 }
 
+// A frozen model (inference, DPO's reference) holds its weights in the compute
+// dtype alone and no gradients, and computes what the trainable model computes
+// from the same weights, bit for bit. (The trained model's weights are made
+// bf16 values first: in bf16 it adds its fp32 biases and norm weights as they
+// are, where a frozen model has them in bf16.)
+TEST(Transformer, FrozenModelsHoldOnlyTheComputeWeightsAndComputeTheSame) {
+  for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(fmt::format("{} {}", name, dtype_name(dtype)));
+      const ModelConfig config = model_preset(name);
+      const Batch b = random_batch(2, 32, config.vocab_size, 5);
+      Transformer trained(config, dtype);
+      trained.init_weights(6);
+      for (Parameter& p : trained.params().all()) p.value.copy_from(ops::cast_to(p.compute, p.value.dtype()));
+      Transformer frozen(config, dtype, Device::cpu(), std::nullopt, {}, BaseWeights::frozen);
+      for (Parameter& p : frozen.params().all()) p.value.copy_from(trained.params().get(p.name).compute);
+      frozen.params().sync_compute();
+      EXPECT_EQ(frozen.params().values().dtype(), dtype);
+      EXPECT_EQ(frozen.params().values().nbytes(), size_t(config.num_params()) * dtype_size(dtype));
+      EXPECT_FALSE(frozen.params().all().front().grad.defined());
+      EXPECT_TRUE(frozen.trainable_params().all().empty());
+      EXPECT_EQ(frozen.forward(b.tokens, b.targets).sum, trained.forward(b.tokens, b.targets).sum);
+      EXPECT_EQ(frozen.token_losses().to_vector<float>(), trained.token_losses().to_vector<float>());
+      EXPECT_NE(error_of([&] { frozen.backward(1.0); }).find("frozen model"), std::string::npos);
+    }
+  }
+}
+
 TEST(Transformer, RunsAreReproducible) {
   const ModelConfig config = model_preset("llama_tiny");
   const Batch b = random_batch(2, 32, config.vocab_size, 7);

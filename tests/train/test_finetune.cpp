@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <sstream>
 #include <tuple>
 
@@ -829,6 +830,18 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
                                                    "lora.adapter=" + trained_lora_run(), "tokenizer.path=" + tokenizer_,
                                                    "prompt=Repeat the word tiger.", "temperature=0"});
   EXPECT_EQ(merged, adapted);
+  // Generation holds the weights once, in the compute dtype (a frozen model:
+  // no fp32 master or gradients), beside a few activations and the KV cache.
+  const std::string report = read_file(root_ + "/merged.out");
+  std::smatch sizes;
+  ASSERT_TRUE(std::regex_search(report, sizes,
+                                std::regex(R"(\(([0-9.]+) (B|KiB|MiB) of weights read per step\); memory used: ([0-9.]+) )"
+                                           R"((B|KiB|MiB))")))
+      << report;
+  const auto bytes = [](const std::string& number, const std::string& unit) {
+    return std::stod(number) * (unit == "MiB" ? 1 << 20 : unit == "KiB" ? 1 << 10 : 1);
+  };
+  EXPECT_LT(bytes(sizes[3], sizes[4]), 1.5 * bytes(sizes[1], sizes[2])) << report;
   // A file of prompts (blank lines skipped) is one batch; seeded sampling repeats itself.
   const std::vector<std::string> sampled = {"prompts_file=" + root_ + "/prompts.txt", "temperature=0.9", "top_k=5",
                                             "top_p=0.9", "seed=7", "stop_tokens=[<|endoftext|>]"};

@@ -35,8 +35,12 @@ void resize_rows(Tensor& t, int64_t rows, int64_t cols, DType dtype, Device devi
 }  // namespace
 
 Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::optional<LoraConfig> lora,
-                         ModelPlacement placement)
-    : config_(std::move(config)), dtype_(dtype), device_(device), lora_(std::move(lora)) {
+                         ModelPlacement placement, BaseWeights base)
+    : config_(std::move(config)),
+      dtype_(dtype),
+      device_(device),
+      lora_(std::move(lora)),
+      base_frozen_(lora_.has_value() || base == BaseWeights::frozen) {
   config_.validate();
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
              "models compute in fp32, bf16 or fp64, not {}", dtype_name(dtype));
@@ -53,10 +57,10 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
   declare_parameters();
   layer_adapters_.resize(layers_.size());  // empty without LoRA
   const DType master = dtype == DType::f64 ? DType::f64 : DType::f32;
-  const int64_t pad = lora_ ? 1 : placement.pad_multiple;
-  // LoRA's base is never updated, so it needs no fp32 master: it is kept in the
-  // compute dtype alone (2 bytes a parameter in bf16 instead of 4 + 2).
-  params_.allocate(lora_ ? dtype : master, dtype, device, /*with_grads=*/!lora_, pad, placement.shard);
+  const int64_t pad = base_frozen_ ? 1 : placement.pad_multiple;
+  // A frozen base is never updated, so it needs no fp32 master: it is kept in
+  // the compute dtype alone (2 bytes a parameter in bf16 instead of 4 + 2).
+  params_.allocate(base_frozen_ ? dtype : master, dtype, device, /*with_grads=*/!base_frozen_, pad, placement.shard);
   if (lora_) {
     // DoRA's row norms need whole rows and its magnitudes whole weights: no split or sharded base.
     HONE_CHECK(!lora_->use_dora || (tp_size_ == 1 && placement.shard.world <= 1),
@@ -725,14 +729,14 @@ std::vector<Parameter*> Transformer::trainable_in_layer(int64_t i) {
     for (const LoraAdapter& a : adapters) add({a.a, a.b, a.magnitude});
   };
   if (i < 0) {
-    if (lora_) {
+    if (base_frozen_) {
       add_adapters(output_adapters_);
     } else {
       add({final_norm_weight_, final_norm_bias_, lm_head_ == tok_embeddings_ ? nullptr : lm_head_});
     }
     return trainable;
   }
-  if (lora_) {
+  if (base_frozen_) {
     for (const auto& adapters : layer_adapters_[size_t(i)]) add_adapters(adapters);
     return trainable;
   }
@@ -745,6 +749,7 @@ std::vector<Parameter*> Transformer::trainable_in_layer(int64_t i) {
 void Transformer::backward(double loss_scale, const GradientsFinal& on_final, const Tensor& token_weights) {
   HONE_CHECK(targets_.defined(), "backward() needs a forward pass with targets first");
   HONE_CHECK(forward_had_adapters_, "backward() after a forward pass with the adapters off");
+  HONE_CHECK(lora_ || !base_frozen_, "backward() on a frozen model: it has nothing to train");
   if (token_weights.defined()) {
     HONE_CHECK(!head_grad_scale_ && !tp_,
                "token weights need a forward pass without a loss scale, and no tensor parallelism");
@@ -754,7 +759,7 @@ void Transformer::backward(double loss_scale, const GradientsFinal& on_final, co
   const ModelConfig& c = config_;
   Activations& a = acts_;
 
-  const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !lora_;
+  const bool tied = lm_head_ == tok_embeddings_, train_embeddings = !base_frozen_;
   acquire(head_unit(), true, layer_unit(c.n_layers - 1));
   if (tied) acquire(kEmbeddingUnit, true);
   if (head_grad_scale_) {

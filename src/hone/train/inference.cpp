@@ -48,8 +48,10 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
     if (tokenizer.empty() && adapters->tokenizer) tokenizer = *adapters->tokenizer;
     out.description += ", " + adapters->description;
   }
+  // Frozen: the weights in the compute dtype alone, no fp32 master or gradients.
   out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device,
-                                            adapters ? std::optional(adapters->lora) : std::nullopt);
+                                            adapters ? std::optional(adapters->lora) : std::nullopt,
+                                            ModelPlacement{}, BaseWeights::frozen);
   load_weights(*weights, *out.model);
   if (adapters) {
     load_adapters(adapters->read, *out.model);
