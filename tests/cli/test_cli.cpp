@@ -12,6 +12,7 @@
 
 #include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
 #include "hone/model/config.hpp"
+#include "hone/train/run_config.hpp"
 #include "support/check.hpp"
 
 namespace hone::test {
@@ -261,14 +262,23 @@ TEST(Cli, BenchTimesADpoConfigsStep) {
   EXPECT_EQ(d["dpo"], true);
   EXPECT_NEAR(d["flops_per_token"].get<double>(),
               l["flops_per_token"].get<double>() + model_preset("llama_tiny").training_flops_per_token(32) / 3, 1.0);
-  for (const auto& [args, message] :
-       std::vector<std::pair<std::string, std::string>>{{"bench --model llama_tiny --dpo", "--dpo trains adapters"},
-                                                        {"bench --model llama_tiny --batch-size 3 --lora-rank 4 --dpo",
-                                                         "an even batch size, got 3 rows"}}) {
-    const CliResult r = run_hone(args);
-    EXPECT_EQ(r.status, 2) << args;
-    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
-  }
+  // Without adapters: the whole model's training FLOPs and the frozen copy's
+  // forward pass, the copy's weights and activations in the estimate.
+  const std::string full = "bench --model llama_tiny --batch-size 4 --seq-len 32 --steps 1";
+  const CliResult whole = run_hone(full), whole_dpo = run_hone(full + " --dpo");
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  ASSERT_EQ(whole_dpo.status, 0) << whole_dpo.err;
+  const auto w = nlohmann::json::parse(last_line(whole.out)), wd = nlohmann::json::parse(last_line(whole_dpo.out));
+  EXPECT_NEAR(wd["loss_first"].get<double>(), std::log(2.0), 1e-6);  // the model starts as its reference
+  EXPECT_NEAR(wd["flops_per_token"].get<double>(), w["flops_per_token"].get<double>() * 4 / 3, 1.0);
+  const ModelConfig tiny = model_preset("llama_tiny");
+  EXPECT_EQ(wd["memory_estimate_bytes"].get<size_t>(),
+            w["memory_estimate_bytes"].get<size_t>() + reference_model_bytes(tiny, DType::f32, 4, 32));
+  EXPECT_GT(wd["peak_memory_bytes"].get<size_t>(), w["peak_memory_bytes"].get<size_t>());
+  EXPECT_LE(wd["peak_memory_bytes"].get<double>(), 1.1 * wd["memory_estimate_bytes"].get<double>());
+  const CliResult odd = run_hone("bench --model llama_tiny --batch-size 3 --lora-rank 4 --dpo");
+  EXPECT_EQ(odd.status, 2);
+  EXPECT_NE(odd.err.find("an even batch size, got 3 rows"), std::string::npos) << odd.err;
 }
 
 TEST(Cli, BenchRefusesWhatItCannotTime) {
@@ -389,7 +399,7 @@ TEST(Cli, PlanTakesTheConfigsLayoutAndHintsWhatFits) {
 }
 
 // A full fine-tuning config's model is the one at checkpoint.path, its sequence
-// length dataset.max_seq_len; LoRA and recipes that do not train are refused.
+// length dataset.max_seq_len; LoRA, DPO and recipes that do not train are refused.
 TEST(Cli, PlanSizesAFullFineTuningConfig) {
   const std::string model = std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/llama32_tied_bf16";
   const CliResult r =
@@ -397,6 +407,10 @@ TEST(Cli, PlanSizesAFullFineTuningConfig) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("4 x 32 tokens per micro-batch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2 layers, dim 32"), std::string::npos) << r.out;
+  const CliResult dpo = run_hone("plan llama3_2/1B_full_dpo --world-size 2");
+  EXPECT_EQ(dpo.status, 2);
+  EXPECT_NE(dpo.err.find("DPO's reference passes and frozen copy are not in its model yet"), std::string::npos)
+      << dpo.err;
   const CliResult missing = run_hone("plan llama3_2/1B_full --world-size 2");
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("checkpoint.path hf/Llama-3.2-1B-Instruct does not exist here"), std::string::npos)

@@ -92,6 +92,32 @@ TEST(Dpo, EveryLossTypesGradientsMatchFiniteDifferences) {
   }
 }
 
+// Full-weight DPO: the reference is a frozen copy of the starting weights,
+// and every weight's gradient is checked.
+TEST(Dpo, WholeModelGradientsAgainstAFrozenReferenceMatchFiniteDifferences) {
+  Transformer reference(small_llama(), DType::f64, Device::cpu(), std::nullopt, {}, BaseWeights::frozen);
+  Transformer m(small_llama(), DType::f64);
+  m.init_weights(1);
+  for (Parameter& p : reference.params().all()) p.value.copy_from(m.params().get(p.name).value);
+  reference.set_training(false);
+  uint64_t seed = 20;
+  for (Parameter& p : m.params().all()) {  // moved away from the reference
+    ops::add(p.value, random_tensor(p.shape, DType::f64, ++seed, 0.05), p.value);
+  }
+  m.params().sync_compute();
+  const Batch b = pairs(m.config().vocab_size);
+  const DpoConfig config{.beta = 0.5, .label_smoothing = 0.1};
+  const auto loss = [&] { return dpo_forward(m, b, config, &reference).sums.loss; };
+  m.params().zero_grad();
+  const DpoForward forward = dpo_forward(m, b, config, &reference);
+  EXPECT_GT(std::abs(forward.sums.chosen_rewards), 1e-3);
+  m.backward(1.0, {}, dpo_token_weights(m, forward, b, 1.0));
+  for (Parameter& p : m.params().all()) expect_gradient(p.value, p.grad, loss, p.name, 1e-6, 8);
+  // Without a reference model, the whole model's DPO is refused; SimPO needs none.
+  EXPECT_NE(error_of([&] { dpo_forward(m, b, config); }).find("needs a reference model"), std::string::npos);
+  EXPECT_NO_THROW(dpo_forward(m, b, {.loss = PreferenceLoss::simpo, .beta = 2.0}));
+}
+
 TEST(Dpo, AdaptersThatChangeNothingGiveLogTwoAndZeroRewards) {
   Transformer m(small_llama(), DType::f64, Device::cpu(), adapters(0.0));
   m.init_weights(1);  // B = 0: the model is its reference

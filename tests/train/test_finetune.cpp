@@ -77,6 +77,15 @@ class FinetuneRun : public ::testing::Test {
             "logging.tensorboard=false", "checkpoint.keep_last_n=0"};
   }
 
+  // full_dpo on the same pairs: every weight trained, against a frozen copy.
+  std::vector<std::string> full_dpo_args(const std::string& run, int64_t steps) {
+    std::vector<std::string> args = dpo_args(run, steps);
+    std::erase_if(args, [](const std::string& a) { return a.starts_with("model.lora") || a.starts_with("model.apply_lora"); });
+    args[1] = "full_dpo";
+    std::replace(args.begin(), args.end(), std::string("optimizer.lr=1e-2"), std::string("optimizer.lr=1e-3"));
+    return args;
+  }
+
   // The LoRA run with its exports, trained once per test process (ctest runs
   // every test in a process of its own).
   std::string trained_lora_run() {
@@ -152,9 +161,31 @@ class FinetuneRun : public ::testing::Test {
     const auto a = losses(name + "_full"), b = losses(name + "_resumed");
     EXPECT_EQ(b.size(), 7u);
     for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
-    SafetensorsFile x(root_ + "/" + name + "_full/step_0000012/adapter.safetensors");
-    SafetensorsFile y(root_ + "/" + name + "_resumed/step_0000012/adapter.safetensors");
+    // The trained tensors: LoRA's adapters, or the whole model's weights.
+    const std::string file = fs::exists(root_ + "/" + name + "_full/step_0000012/adapter.safetensors")
+                                 ? "adapter.safetensors"
+                                 : "model.safetensors";
+    SafetensorsFile x(root_ + "/" + name + "_full/step_0000012/" + file);
+    SafetensorsFile y(root_ + "/" + name + "_resumed/step_0000012/" + file);
     for (const std::string& t : x.names()) EXPECT_EQ(x.load(t).to_vector<float>(), y.load(t).to_vector<float>());
+  }
+
+  // `args` (fp32, 2 pairs a micro-batch) run as one process accumulating two
+  // micro-batches and as two ranks at ZeRO stage 3: the same losses.
+  void expect_two_ranks_like_one_accumulating(
+      const std::function<std::vector<std::string>(const std::string&, int64_t)>& args, const std::string& name,
+      const std::vector<std::string>& extra) {
+    auto one = args(name + "_one", 4), two = args(name + "_two", 4);
+    for (auto* a : {&one, &two}) {
+      a->insert(a->end(), {"dtype=fp32", "batch_size=2"});
+      a->insert(a->end(), extra.begin(), extra.end());
+    }
+    one.push_back("gradient_accumulation_steps=2");
+    two.push_back("distributed.zero=3");
+    two = on_two_ranks(two);
+    ASSERT_EQ(run_hone_to_log(one, root_ + "/" + name + "_one.log"), 0) << read_file(root_ + "/" + name + "_one.log");
+    ASSERT_EQ(run_hone_to_log(two, root_ + "/" + name + "_two.log"), 0) << read_file(root_ + "/" + name + "_two.log");
+    expect_losses_of(name + "_two", losses(name + "_one"), 4);
   }
 
   static std::string root_, tokenizer_;
@@ -298,10 +329,13 @@ TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
                                    "lora");
 }
 
-// The pairs' order and the dropout masks continue where they were.
+// The pairs' order and the dropout masks continue where they were; full_dpo's
+// reference is the starting model again.
 TEST_F(FinetuneRun, DpoResumeReproducesTheRunExactly) {
   expect_resume_reproduces_the_run([&](const std::string& run, int64_t steps) { return dpo_args(run, steps); },
                                    "dpo");
+  expect_resume_reproduces_the_run([&](const std::string& run, int64_t steps) { return full_dpo_args(run, steps); },
+                                   "full_dpo");
 }
 
 TEST_F(FinetuneRun, LoraOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
@@ -1026,20 +1060,43 @@ TEST_F(FinetuneRun, SimpoIpoAndRsoPreferTheChosenAnswers) {
   }
 }
 
+// full_dpo trains every weight against a frozen copy of the starting model,
+// which the memory estimate counts, and exports the model.
+TEST_F(FinetuneRun, FullDpoPrefersTheChosenAnswersAndExportsTheModel) {
+  auto args = full_dpo_args("full_dpo", 20);
+  args.push_back("export.hf=" + root_ + "/full_dpo_hf");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/full_dpo.log"), 0) << read_file(root_ + "/full_dpo.log");
+  const std::string log = read_file(root_ + "/full_dpo.log");
+  EXPECT_NE(log.find("DPO: beta 0.1, label smoothing 0; the reference model is a frozen copy of the model"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(" + reference model "), std::string::npos) << log;
+  const auto l = losses("full_dpo");
+  EXPECT_NEAR(l.at(1), std::log(2.0), 1e-6);  // the model starts as its reference
+  EXPECT_LT(l.at(20), 0.5) << log;  // seen: 0.42
+  EXPECT_GE(run_metric(root_ + "/full_dpo", "rewards/accuracies").at(20), 0.75) << log;
+  EXPECT_GE(run_metric(root_ + "/full_dpo", "eval/rewards/accuracies").at(20), 0.75) << log;
+  EXPECT_TRUE(fs::exists(root_ + "/full_dpo/step_0000020/model.safetensors"));
+  EXPECT_TRUE(fs::exists(root_ + "/full_dpo_hf/model.safetensors"));
+  // SimPO needs no copy.
+  auto simpo = full_dpo_args("full_simpo", 2);
+  simpo.push_back("loss.type=simpo");
+  ASSERT_EQ(run_hone_to_log(simpo, root_ + "/full_simpo.log"), 0) << read_file(root_ + "/full_simpo.log");
+  EXPECT_EQ(read_file(root_ + "/full_simpo.log").find(" + reference model "), std::string::npos);
+}
+
 // Two ranks' pairs (each rank's pairs whole) train like one process
 // accumulating them: the pairs' sums and the loss's scale are over all ranks.
 TEST_F(FinetuneRun, DpoOnTwoRanksTrainsLikeOneProcessAccumulatingTheirBatches) {
-  auto one = dpo_args("dpo_one", 4), two = dpo_args("dpo_two", 4);
-  for (auto* args : {&one, &two}) args->insert(args->end(), {"dtype=fp32", "model.lora_dropout=0", "batch_size=2"});
-  one.push_back("gradient_accumulation_steps=2");
-  two.push_back("distributed.zero=3");  // the frozen base gathered for the reference's pass too
-  two = on_two_ranks(two);
-  ASSERT_EQ(run_hone_to_log(one, root_ + "/dpo_one.log"), 0) << read_file(root_ + "/dpo_one.log");
-  ASSERT_EQ(run_hone_to_log(two, root_ + "/dpo_two.log"), 0) << read_file(root_ + "/dpo_two.log");
-  expect_losses_of("dpo_two", losses("dpo_one"), 4);
+  // ZeRO-3: the frozen base gathered for the reference's pass too.
+  expect_two_ranks_like_one_accumulating([&](const std::string& run, int64_t steps) { return dpo_args(run, steps); },
+                                         "dpo", {"model.lora_dropout=0"});
   const auto margins = run_metric(root_ + "/dpo_one", "rewards/margins");
   const auto two_margins = run_metric(root_ + "/dpo_two", "rewards/margins");
   for (const auto& [step, margin] : margins) EXPECT_NEAR(two_margins.at(step), margin, 1e-5) << step;
+  // full_dpo: the trained model sharded, each rank's reference whole.
+  expect_two_ranks_like_one_accumulating(
+      [&](const std::string& run, int64_t steps) { return full_dpo_args(run, steps); }, "full_dpo", {});
 }
 
 TEST_F(FinetuneRun, DpoRefusesWhatItCannotTrain) {

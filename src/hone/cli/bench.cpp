@@ -31,7 +31,7 @@ BenchOptions options_from_config(Config config, const std::vector<std::string>& 
   const auto [recipe, c] = resolve_with_its_recipe(std::move(config), overrides);
   HONE_CHECK(recipe.training_shape != nullptr,
              "{}: a config of the {} recipe; hone bench times training: give a pretrain, full_finetune, "
-             "lora_finetune or lora_dpo config, or a built-in model",
+             "lora_finetune, lora_dpo or full_dpo config, or a built-in model",
              c.origin(), recipe.name);
   const int tp = int(c.get<int64_t>("distributed.tp"));
   HONE_CHECK(tp == 1, "{}: distributed.tp {}: hone bench runs one process, without tensor parallelism (override "
@@ -51,7 +51,7 @@ BenchOptions options_from_config(Config config, const std::vector<std::string>& 
   o.seed = run.seed;
   o.activation_checkpointing = activations.checkpointing;
   o.activation_offloading = activations.offload_inputs;
-  if (trains_preferences(c)) {  // lora_dpo: its step, on batch_size pairs
+  if (trains_preferences(c)) {  // lora_dpo, full_dpo: its step, on batch_size pairs
     o.dpo = dpo_config_from(c);
   }
   return o;
@@ -103,8 +103,9 @@ Command add_bench(CLI::App& app) {
                                     "The adapters (of --lora-rank or the config) are DoRA's: each adapted row also "
                                     "learns its magnitude");
   CLI::Option* dpo = sub->add_flag("--dpo", args->dpo,
-                                   "Time DPO's step (beta 0.1) on the adapters: --batch-size / 2 pairs of sequences, "
-                                   "the reference's forward pass with the adapters off, then the trained one");
+                                   "Time DPO's step (beta 0.1): --batch-size / 2 pairs of sequences, the reference's "
+                                   "forward pass (with --lora-rank the adapters off, else a frozen copy of the "
+                                   "model), then the trained one");
   CLI::Option* peak = sub->add_option("--peak-tflops", args->peak_tflops,
                   "MFU against this peak, e.g. a GPU's datasheet bf16 figure (PaLM's convention; H100 SXM: 989), "
                   "instead of the GEMM peak measured in the run");
@@ -162,10 +163,7 @@ Command add_bench(CLI::App& app) {
       HONE_CHECK(o.lora.has_value(), "--dora makes the adapters DoRA's: give --lora-rank (or a LoRA config)");
       o.lora->use_dora = true;
     }
-    if (dpo->count() > 0) {
-      HONE_CHECK(o.lora.has_value(), "--dpo trains adapters: give --lora-rank (or a LoRA config)");
-      if (!o.dpo) o.dpo = DpoConfig{};
-    }
+    if (dpo->count() > 0 && !o.dpo) o.dpo = DpoConfig{};
     auto report = run_bench(o, [&](int64_t step, double loss, double seconds) {
       fmt::print(stderr, "{} {:>4}/{}  loss {:.4f}  {:.3f} s\n", step == 0 ? "warm-up" : "step   ", step, o.steps,
                  loss, seconds);

@@ -81,6 +81,10 @@ int run(const Args& a) {
              c.origin(), recipe.name);
   HONE_CHECK(!c.has("model.lora_rank"),
              "{}: hone plan sizes full-parameter training; LoRA's adapters are too small to need a plan", c.origin());
+  HONE_CHECK(!trains_preferences(c),
+             "{}: hone plan sizes pretraining and full fine-tuning; DPO's reference passes and frozen copy are not in "
+             "its model yet (hone validate and hone bench count them on one device)",
+             c.origin());
   const TrainingShape shape = recipe.training_shape(c);
 
   dist::PlanInput in;

@@ -62,9 +62,8 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   HONE_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
   HONE_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got {}", o.batch_size);
   HONE_CHECK(!o.peak_tflops || *o.peak_tflops > 0, "--peak-tflops must be positive, got {}", o.peak_tflops.value_or(0));
-  HONE_CHECK(!o.dpo || (o.lora && o.batch_size % 2 == 0), "DPO trains adapters on pairs of rows: a LoRA model and "
-             "an even batch size, got {} rows", o.batch_size);
-  const std::unique_ptr<Objective> objective = o.dpo ? dpo_objective(*o.dpo) : language_model_objective();
+  HONE_CHECK(!o.dpo || o.batch_size % 2 == 0, "DPO trains on pairs of rows: an even batch size, got {} rows",
+             o.batch_size);
   if (o.threads > 0) set_num_threads(o.threads);
   ops::use_device(o.device);
   // Half a second of products, before the steps and again after them, the
@@ -76,12 +75,25 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   Transformer model(o.model, o.dtype, o.device, o.lora);
   model.init_weights(o.seed);
   AdamW optimizer(model.trainable_params(), AdamWConfig{});
+  // Full-weight DPO's reference: a frozen copy of the model, as full_dpo runs it.
+  const bool reference_copy = o.dpo && !o.lora && o.dpo->uses_reference();
+  std::unique_ptr<Transformer> reference;
+  if (reference_copy) {
+    reference = std::make_unique<Transformer>(o.model, o.dtype, o.device, std::nullopt, ModelPlacement{},
+                                              BaseWeights::frozen);
+    for (Parameter& p : reference->params().all()) p.value.copy_from(model.params().get(p.name).compute);
+    reference->set_training(false);
+    reference->set_activation_checkpointing(true);
+  }
+  const std::unique_ptr<Objective> objective =
+      o.dpo ? dpo_objective(*o.dpo, reference.get()) : language_model_objective();
   // The peak of training, what the estimate plans: the weights' random draws
   // (the largest parameter in fp32, for a moment) are not part of it.
   allocator_for(o.device).reset_peak();
   model.set_activation_checkpointing(o.activation_checkpointing);
   model.set_activation_offloading(o.activation_offloading);
   model.reserve(o.batch_size, o.seq_len);
+  if (reference) reference->reserve(o.batch_size, o.seq_len);
 
   // Random tokens: the next-token targets are the inputs shifted by one.
   std::vector<double> uniform(size_t(o.batch_size * (o.seq_len + 1)));
@@ -147,11 +159,12 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   out["peak_memory_bytes"] = peak_memory;
   out["activation_bytes"] = model.activation_bytes();
   // What hone validate would have said before the run.
-  out["memory_estimate_bytes"] =
+  MemoryEstimate estimate =
       estimate_training_memory(o.model, o.dtype, o.batch_size, o.seq_len,
                                {.checkpointing = o.activation_checkpointing, .offload_inputs = o.activation_offloading},
-                               o.lora, 0, 1, o.device)
-          .total();
+                               o.lora, 0, 1, o.device);
+  if (reference_copy) estimate.reference = reference_model_bytes(o.model, o.dtype, o.batch_size, o.seq_len, o.device);
+  out["memory_estimate_bytes"] = estimate.total();
   out["activation_checkpointing"] = o.activation_checkpointing;
   out["activation_offloading"] = o.activation_offloading;
   out["loss_first"] = first_loss;

@@ -83,8 +83,8 @@ const char* preference_loss_name(PreferenceLoss loss, bool title) {
   fail("unknown preference loss {}", int(loss));
 }
 
-std::string describe(const DpoConfig& c) {
-  const char* reference = "; the reference model is the base (adapters off)";
+std::string describe(const DpoConfig& c, const std::string& reference_model) {
+  const std::string reference = "; the reference model is " + reference_model;
   switch (c.loss) {
     case PreferenceLoss::dpo:
       return fmt::format("DPO: beta {}, label smoothing {}{}", c.beta, c.label_smoothing, reference);
@@ -118,13 +118,18 @@ Metrics DpoSums::means(const std::string& prefix) const {
           {prefix + "log_probs/rejected", rejected_log_probs / n}};
 }
 
-DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config) {
+DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config, Transformer* reference_model) {
   const int64_t rows = batch.tokens.size(0);
   HONE_CHECK(rows % 2 == 0, "a DPO batch holds pairs of rows, got {} rows", rows);
   // Without a reference (SimPO) π is a per-token mean and r is 0.
   std::vector<double> reference(size_t(rows), 0.0), per_row(size_t(rows), 1.0);
-  if (config.uses_reference()) {
-    HONE_CHECK(model.lora().has_value(), "DPO trains adapters: the reference model is the base without them");
+  if (config.uses_reference() && reference_model) {
+    reference_model->forward(batch.tokens, batch.targets, batch.positions);
+    reference = row_log_probs(*reference_model, rows);
+  } else if (config.uses_reference()) {
+    HONE_CHECK(model.lora().has_value(),
+               "DPO on the whole model needs a reference model: a frozen copy of it (the base without adapters is "
+               "LoRA's)");
     model.set_adapters_enabled(false);
     model.forward(batch.tokens, batch.targets, batch.positions);
     model.set_adapters_enabled(true);
@@ -176,7 +181,7 @@ namespace {
 
 class Dpo final : public Objective {
  public:
-  explicit Dpo(const DpoConfig& config) : config_(config) {}
+  Dpo(const DpoConfig& config, Transformer* reference) : config_(config), reference_(reference) {}
 
   int64_t rows_per_sample() const override { return 2; }
   const char* sample_name() const override { return "pair"; }
@@ -194,7 +199,7 @@ class Dpo final : public Objective {
     for (size_t k = 0; k < micro_batches.size(); ++k) {
       set_dropout_round(model, optimizer, k, micro_batches.size(), parallel);
       const Batch& b = micro_batches[k];
-      const DpoForward forward = dpo_forward(model, b, config_);
+      const DpoForward forward = dpo_forward(model, b, config_, reference_);
       sums.add(forward.sums);
       step_backward(model, k, micro_batches.size(), 1.0, parallel, dpo_token_weights(model, forward, b, 1.0 / pairs));
     }
@@ -211,7 +216,7 @@ class Dpo final : public Objective {
     source.rewind();
     model.set_training(false);
     DpoSums sums;
-    for (int64_t i = 0; i < batches; ++i) sums.add(dpo_forward(model, source.next().to(model.device()), config_).sums);
+    for (int64_t i = 0; i < batches; ++i) sums.add(dpo_forward(model, source.next().to(model.device()), config_, reference_).sums);
     model.set_training(true);
     if (dist::DataParallel* parallel = world.data_parallel()) sums = summed_over(sums, *parallel);
     const double loss = sums.loss / double(std::max<int64_t>(sums.pairs, 1));
@@ -246,10 +251,13 @@ class Dpo final : public Objective {
   }
 
   DpoConfig config_;
+  Transformer* reference_;
 };
 
 }  // namespace
 
-std::unique_ptr<Objective> dpo_objective(const DpoConfig& config) { return std::make_unique<Dpo>(config); }
+std::unique_ptr<Objective> dpo_objective(const DpoConfig& config, Transformer* reference) {
+  return std::make_unique<Dpo>(config, reference);
+}
 
 }  // namespace hone

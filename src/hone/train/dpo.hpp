@@ -1,8 +1,9 @@
 #pragma once
-// DPO (Rafailov et al. 2023, direct preference optimisation) on LoRA
-// adapters, as torchtune's lora_dpo recipes train it: each sample is a pair of
-// sequences, a chosen and a rejected answer to one prompt, and the reference
-// model is the frozen base, computed with the adapters off. With π the sum of
+// DPO (Rafailov et al. 2023, direct preference optimisation), as torchtune's
+// lora_dpo and full_dpo recipes train it: each sample is a pair of sequences,
+// a chosen and a rejected answer to one prompt, and the reference model is the
+// model training started from: for LoRA adapters the frozen base, computed
+// with the adapters off; for the whole model a frozen copy of it. With π the sum of
 // a sequence's answer-token log-probabilities under the trained model and r
 // under the reference, x = (π_chosen − r_chosen) − (π_rejected − r_rejected)
 // is how much more the model prefers the chosen answer than the reference
@@ -37,8 +38,9 @@ struct DpoConfig {
   // Whether the loss compares with a reference model (all but SimPO).
   bool uses_reference() const { return loss != PreferenceLoss::simpo; }
 };
-// One line for a run's banner: the loss, its settings and its reference.
-std::string describe(const DpoConfig& config);
+// One line for a run's banner: the loss, its settings and its reference
+// (`reference`, e.g. "the base (adapters off)"; SimPO has none).
+std::string describe(const DpoConfig& config, const std::string& reference);
 
 // Sums over pairs of what a step reports: the loss, the rewards β·(π − r) of
 // the chosen and the rejected sequences (SimPO: β·π̄), how many pairs the
@@ -55,16 +57,19 @@ struct DpoSums {
 
 // One batch of pairs (rows 2i and 2i + 1: pair i's chosen and rejected
 // sequence): the reference's (unless SimPO) and the model's forward passes, the pairs' sums,
-// and the derivative of Σ pair losses by each row's π.
+// and the derivative of Σ pair losses by each row's π. The reference is
+// `reference` where given (a frozen model), else `model` with its adapters off.
 struct DpoForward {
   DpoSums sums;
   std::vector<double> d_log_probs;  // [rows]
 };
-DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config);
+DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config,
+                       Transformer* reference = nullptr);
 // The token weights (Transformer::backward) that make backward(1) add the
 // gradient of scale · Σ pair losses, for the batch of the last dpo_forward.
 Tensor dpo_token_weights(const Transformer& model, const DpoForward& forward, const Batch& batch, double scale);
 
-std::unique_ptr<Objective> dpo_objective(const DpoConfig& config);
+// `reference`: as dpo_forward's (kept by the caller for the objective's life).
+std::unique_ptr<Objective> dpo_objective(const DpoConfig& config, Transformer* reference = nullptr);
 
 }  // namespace hone

@@ -1,8 +1,8 @@
-// The full_finetune, lora_finetune and lora_dpo recipes: a model loaded from
-// any format hone reads (Hugging Face folder, hone model or checkpoint folder,
-// run directory, llm.c / llama2.c file), trained on an instruct or chat dataset
-// (DPO: on preference pairs) by the shared training loop, and exported at the
-// end if asked.
+// The full_finetune, lora_finetune, lora_dpo and full_dpo recipes: a model
+// loaded from any format hone reads (Hugging Face folder, hone model or
+// checkpoint folder, run directory, llm.c / llama2.c file), trained on an
+// instruct or chat dataset (DPO: on preference pairs) by the shared training
+// loop, and exported at the end if asked.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -71,6 +71,12 @@ TrainingShape shape_of(const Config& c, const ModelConfig& model) {
           .lora = lora_config_from(c)};
 }
 
+// full_dpo with a loss that compares with a reference: a frozen copy of the
+// model (LoRA's reference is its base with the adapters off; SimPO needs none).
+bool has_reference_copy(const Config& c) {
+  return trains_preferences(c) && !c.has("model.lora_rank") && dpo_config_from(c).uses_reference();
+}
+
 // How the rows of a batch are cut (dataset.pad_to_multiple_of), for the banner.
 std::string describe_cut(int64_t multiple, int64_t seq_len) {
   if (multiple == 0 || multiple >= seq_len) return "";
@@ -81,9 +87,10 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
   const RunSettings run = run_settings_from(c);
   const ModelConfig& model = shape.model;
   const std::optional<LoraConfig>& lora = shape.lora;
-  const MemoryEstimate m =
+  MemoryEstimate m =
       estimate_training_memory(model, run.dtype, shape.batch_size, shape.seq_len, activation_options_from(c), lora,
                                int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
+  if (has_reference_copy(c)) m.reference = reference_model_bytes(model, run.dtype, shape.batch_size, shape.seq_len, run.device);
   const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
@@ -97,10 +104,14 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
   };
 }
 
-// lora_dpo's loss, for the banner; its keys checked (hone validate too).
+// DPO's loss, for the banner; its keys checked (hone validate too).
 std::vector<std::string> describe_loss(const Config& c) {
   if (!trains_preferences(c)) return {};
-  return {describe(dpo_config_from(c))};
+  const std::string reference =
+      c.has("model.lora_rank")
+          ? "the base (adapters off)"
+          : fmt::format("a frozen copy of the model ({} weights, held whole by every rank)", dtype_name(run_settings_from(c).dtype));
+  return {describe(dpo_config_from(c), reference)};
 }
 
 }  // namespace
@@ -182,6 +193,17 @@ int run_finetune(const Config& c) {
   }
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
+  // Full-weight DPO's reference: the model as it starts, frozen. Its forward
+  // passes keep only the layer inputs (checkpointing, which costs a forward
+  // pass nothing).
+  std::unique_ptr<Transformer> reference;
+  if (has_reference_copy(c)) {
+    reference = std::make_unique<Transformer>(model_config, run.dtype, world.device(), std::nullopt, ModelPlacement{},
+                                              BaseWeights::frozen);
+    load_weights(*weights, *reference);
+    reference->set_training(false);
+    reference->set_activation_checkpointing(true);
+  }
   model.init_lora(run.seed);
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
   std::vector<std::string> summary = summarize(c, shape, world.dp_size());
@@ -195,7 +217,7 @@ int run_finetune(const Config& c) {
   if (preferences) {
     HONE_CHECK(world.tp_size() == 1, "{}: DPO with tensor parallelism is not supported (distributed.tp 1)",
                c.origin_of("distributed.tp"));
-    objective = dpo_objective(dpo_config_from(c));
+    objective = dpo_objective(dpo_config_from(c), reference.get());
   }
   return run_training(c, {.world = &world,
                           .model = &model,
@@ -256,7 +278,8 @@ DpoConfig dpo_config_from(const Config& c) {
 }
 
 Schema finetune_schema(FinetuneKind kind) {
-  const bool lora = kind != FinetuneKind::full, dpo = kind == FinetuneKind::lora_dpo;
+  const bool lora = kind == FinetuneKind::lora || kind == FinetuneKind::lora_dpo;
+  const bool dpo = kind == FinetuneKind::lora_dpo || kind == FinetuneKind::full_dpo;
   Schema s;
   s.add(run_schema()).add(training_schema());
   s.add(model_source_schema("the model to start from"));

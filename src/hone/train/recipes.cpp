@@ -40,6 +40,8 @@ const std::vector<Recipe>& recipes() {
                  finetune_schema(FinetuneKind::lora), run_finetune, summarize_finetune, finetune_shape});
     t.push_back({"lora_dpo", "align LoRA (or DoRA) adapters to chosen and rejected answers (DPO, IPO, RSO, SimPO)",
                  finetune_schema(FinetuneKind::lora_dpo), run_finetune, summarize_finetune, finetune_shape});
+    t.push_back({"full_dpo", "align every weight of a model to chosen and rejected answers (DPO, IPO, RSO, SimPO)",
+                 finetune_schema(FinetuneKind::full_dpo), run_finetune, summarize_finetune, finetune_shape});
     const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
     t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",
                  generate_schema(), run_generate, no_summary});

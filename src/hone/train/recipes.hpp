@@ -45,12 +45,12 @@ int run_pretrain(const Config& resolved);
 TrainingShape pretrain_shape(const Config& resolved);
 // The banner: model, batch, memory estimate (per rank of `data_parallel_ranks`).
 std::vector<std::string> summarize_training(const Config& resolved, int data_parallel_ranks = 1);
-enum class FinetuneKind { full, lora, lora_dpo };
+enum class FinetuneKind { full, lora, lora_dpo, full_dpo };
 Schema finetune_schema(FinetuneKind kind);
 // full_finetune, lora_finetune and lora_dpo: the config's model.lora_* keys
 // and DPO's loss.* keys tell them apart.
 int run_finetune(const Config& resolved);
-// A resolved lora_dpo config (it has DPO's loss keys).
+// A resolved lora_dpo or full_dpo config (it has DPO's loss keys).
 bool trains_preferences(const Config& resolved);
 // Its loss.* keys (keys the chosen loss.type does not use are errors).
 DpoConfig dpo_config_from(const Config& resolved);

@@ -324,6 +324,12 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
   return m;
 }
 
+size_t reference_model_bytes(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
+                             Device device) {
+  return dtype_size(dtype) * size_t(model.num_params()) +
+         activation_bytes(model, dtype, batch_size, seq_len, {.checkpointing = true}, device);
+}
+
 std::string describe(const MemoryEstimate& m, const RunSettings& run) {
   const std::string tensor_parallel = m.tp > 1 ? fmt::format(" data-parallel x {} tensor-parallel", m.tp) : "";
   const std::string per_rank = m.ranks * m.tp > 1 ? fmt::format(", per rank of {}{} at ZeRO stage {}", m.ranks,
@@ -331,6 +337,7 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                                                    : "";
   const std::string gathered = m.gathered > 0 ? " + gathered units " + format_bytes(double(m.gathered)) : "";
   const std::string workspace = m.workspace > 0 ? " + workspace " + format_bytes(double(m.workspace)) : "";
+  const std::string reference = m.reference > 0 ? " + reference model " + format_bytes(double(m.reference)) : "";
   // On the CPU the machine's memory is known here; a GPU's only once it runs.
   const size_t host = host_memory_bytes();
   const std::string too_big =
@@ -340,11 +347,11 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
                         format_bytes(double(host)))
           : "";
   return fmt::format("memory estimate on {} ({}{}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {}{} + "
-                     "activations {}{}{}",
+                     "activations {}{}{}{}",
                      run.device.str(), dtype_name(run.dtype), per_rank, format_bytes(double(m.total())),
                      format_bytes(double(m.parameters)), format_bytes(double(m.gradients)),
                      format_bytes(double(m.optimizer)), format_bytes(double(m.compute_copy)), gathered,
-                     format_bytes(double(m.activations)), workspace, too_big);
+                     format_bytes(double(m.activations)), workspace, reference, too_big);
 }
 
 std::string describe_batch(int64_t batch_size, int64_t seq_len, int64_t gradient_accumulation_steps) {

@@ -68,10 +68,11 @@ LrSchedule lr_schedule_from(const Config& config, int64_t total_steps);
 struct MemoryEstimate {
   size_t parameters = 0, gradients = 0, optimizer = 0, compute_copy = 0, gathered = 0, activations = 0;
   size_t workspace = 0;     // cuBLASLt's and cuDNN attention's (ops::gemm_workspace_bytes, attention_scratch_bytes)
+  size_t reference = 0;     // full-weight DPO's frozen reference model (reference_model_bytes)
   int zero = 0, ranks = 1;  // per rank of this many data-parallel ranks at this ZeRO stage
   int tp = 1;               // and of this many tensor-parallel ranks
   size_t total() const {
-    return parameters + gradients + optimizer + compute_copy + gathered + activations + workspace;
+    return parameters + gradients + optimizer + compute_copy + gathered + activations + workspace + reference;
   }
 };
 // Per rank of `ranks` data-parallel ranks at ZeRO stage `zero`, as hone shards:
@@ -84,6 +85,11 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
                                         const ActivationOptions& activations,
                                         const std::optional<LoraConfig>& lora = {}, int zero = 0, int ranks = 1,
                                         Device device = Device::cpu());
+// A frozen copy of the model, which full-weight DPO runs its reference passes
+// on: its weights in the compute dtype, and its activations, which it plans
+// with checkpointing (a forward pass keeps only the layer inputs).
+size_t reference_model_bytes(const ModelConfig& model, DType dtype, int64_t batch_size, int64_t seq_len,
+                             Device device = Device::cpu());
 // "memory estimate on cpu (bf16): total = weights + gradients + ...", for a run's banner.
 std::string describe(const MemoryEstimate& estimate, const RunSettings& run);
 
