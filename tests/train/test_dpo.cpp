@@ -95,11 +95,10 @@ TEST(Dpo, EveryLossTypesGradientsMatchFiniteDifferences) {
 // Full-weight DPO: the reference is a frozen copy of the starting weights,
 // and every weight's gradient is checked.
 TEST(Dpo, WholeModelGradientsAgainstAFrozenReferenceMatchFiniteDifferences) {
-  Transformer reference(small_llama(), DType::f64, Device::cpu(), std::nullopt, {}, BaseWeights::frozen);
+  const std::unique_ptr<Transformer> reference = make_reference_model(small_llama(), DType::f64, Device::cpu());
   Transformer m(small_llama(), DType::f64);
   m.init_weights(1);
-  for (Parameter& p : reference.params().all()) p.value.copy_from(m.params().get(p.name).value);
-  reference.set_training(false);
+  for (Parameter& p : reference->params().all()) p.value.copy_from(m.params().get(p.name).value);
   uint64_t seed = 20;
   for (Parameter& p : m.params().all()) {  // moved away from the reference
     ops::add(p.value, random_tensor(p.shape, DType::f64, ++seed, 0.05), p.value);
@@ -107,9 +106,9 @@ TEST(Dpo, WholeModelGradientsAgainstAFrozenReferenceMatchFiniteDifferences) {
   m.params().sync_compute();
   const Batch b = pairs(m.config().vocab_size);
   const DpoConfig config{.beta = 0.5, .label_smoothing = 0.1};
-  const auto loss = [&] { return dpo_forward(m, b, config, &reference).sums.loss; };
+  const auto loss = [&] { return dpo_forward(m, b, config, reference.get()).sums.loss; };
   m.params().zero_grad();
-  const DpoForward forward = dpo_forward(m, b, config, &reference);
+  const DpoForward forward = dpo_forward(m, b, config, reference.get());
   EXPECT_GT(std::abs(forward.sums.chosen_rewards), 1e-3);
   m.backward(1.0, {}, dpo_token_weights(m, forward, b, 1.0));
   for (Parameter& p : m.params().all()) expect_gradient(p.value, p.grad, loss, p.name, 1e-6, 8);

@@ -79,11 +79,8 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
   const bool reference_copy = o.dpo && !o.lora && o.dpo->uses_reference();
   std::unique_ptr<Transformer> reference;
   if (reference_copy) {
-    reference = std::make_unique<Transformer>(o.model, o.dtype, o.device, std::nullopt, ModelPlacement{},
-                                              BaseWeights::frozen);
+    reference = make_reference_model(o.model, o.dtype, o.device);
     for (Parameter& p : reference->params().all()) p.value.copy_from(model.params().get(p.name).compute);
-    reference->set_training(false);
-    reference->set_activation_checkpointing(true);
   }
   const std::unique_ptr<Objective> objective =
       o.dpo ? dpo_objective(*o.dpo, reference.get()) : language_model_objective();

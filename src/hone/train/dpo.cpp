@@ -177,6 +177,14 @@ Tensor dpo_token_weights(const Transformer& model, const DpoForward& forward, co
   return host.to(model.device());
 }
 
+std::unique_ptr<Transformer> make_reference_model(const ModelConfig& config, DType dtype, Device device) {
+  auto reference = std::make_unique<Transformer>(config, dtype, device, std::nullopt, ModelPlacement{},
+                                                 BaseWeights::frozen);
+  reference->set_training(false);
+  reference->set_activation_checkpointing(true);
+  return reference;
+}
+
 namespace {
 
 class Dpo final : public Objective {

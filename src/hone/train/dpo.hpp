@@ -69,6 +69,11 @@ DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& 
 // gradient of scale · Σ pair losses, for the batch of the last dpo_forward.
 Tensor dpo_token_weights(const Transformer& model, const DpoForward& forward, const Batch& batch, double scale);
 
+// Full-weight DPO's reference: a frozen model (its weights for the caller to
+// load) in evaluation mode, with checkpointing, which costs a forward pass
+// nothing and keeps only the layer inputs.
+std::unique_ptr<Transformer> make_reference_model(const ModelConfig& config, DType dtype, Device device);
+
 // `reference`: as dpo_forward's (kept by the caller for the objective's life).
 std::unique_ptr<Objective> dpo_objective(const DpoConfig& config, Transformer* reference = nullptr);
 

@@ -90,7 +90,9 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
   MemoryEstimate m =
       estimate_training_memory(model, run.dtype, shape.batch_size, shape.seq_len, activation_options_from(c), lora,
                                int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
-  if (has_reference_copy(c)) m.reference = reference_model_bytes(model, run.dtype, shape.batch_size, shape.seq_len, run.device);
+  if (has_reference_copy(c)) {
+    m.reference = reference_model_bytes(model, run.dtype, shape.batch_size, shape.seq_len, run.device);
+  }
   const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
@@ -110,7 +112,8 @@ std::vector<std::string> describe_loss(const Config& c) {
   const std::string reference =
       c.has("model.lora_rank")
           ? "the base (adapters off)"
-          : fmt::format("a frozen copy of the model ({} weights, held whole by every rank)", dtype_name(run_settings_from(c).dtype));
+          : fmt::format("a frozen copy of the model ({} weights, held whole by every rank)",
+                        dtype_name(run_settings_from(c).dtype));
   return {describe(dpo_config_from(c), reference)};
 }
 
@@ -193,16 +196,11 @@ int run_finetune(const Config& c) {
   }
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
-  // Full-weight DPO's reference: the model as it starts, frozen. Its forward
-  // passes keep only the layer inputs (checkpointing, which costs a forward
-  // pass nothing).
+  // Full-weight DPO's reference: the model as it starts, frozen.
   std::unique_ptr<Transformer> reference;
   if (has_reference_copy(c)) {
-    reference = std::make_unique<Transformer>(model_config, run.dtype, world.device(), std::nullopt, ModelPlacement{},
-                                              BaseWeights::frozen);
+    reference = make_reference_model(model_config, run.dtype, world.device());
     load_weights(*weights, *reference);
-    reference->set_training(false);
-    reference->set_activation_checkpointing(true);
   }
   model.init_lora(run.seed);
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
