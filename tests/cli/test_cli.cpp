@@ -12,6 +12,7 @@
 
 #include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
 #include "hone/model/config.hpp"
+#include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"
 #include "support/check.hpp"
 
@@ -54,6 +55,10 @@ TEST(Cli, VersionAndHelp) {
   CliResult h = run_hone("--help");
   EXPECT_EQ(h.status, 0);
   EXPECT_NE(h.out.find("bench"), std::string::npos);
+  // hone run's line names every recipe.
+  const size_t run_at = h.out.find("  run ");
+  const std::string run_line = h.out.substr(run_at, h.out.find('\n', run_at) - run_at);
+  for (const Recipe& r : recipes()) EXPECT_NE(run_line.find(r.name), std::string::npos) << r.name << ": " << run_line;
 }
 
 TEST(Cli, CommandLineMistakesAreOneErrorLine) {

@@ -1,6 +1,7 @@
 // hone run RECIPE [--config CONFIG] [key=value ...] | hone validate [--config] CONFIG [key=value ...]
 // (ConfigArguments: the config arguments of validate and plan)
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
@@ -25,9 +26,11 @@ Command add_run(CLI::App& app) {
     std::vector<std::string> overrides;
   };
   auto args = std::make_shared<Args>();
+  std::vector<std::string> names;  // from the recipe table, so that the help never misses one
+  for (const Recipe& r : recipes()) names.push_back(r.name);
   CLI::App* sub = app.add_subcommand(
-      "run", "Run a recipe: pretrain, full_finetune, lora_finetune, generate or eval (hone ls lists them; hone ls "
-             "RECIPE lists a recipe's keys)");
+      "run", fmt::format("Run a recipe: {} (hone ls lists them; hone ls RECIPE lists a recipe's keys)",
+                         fmt::join(names, ", ")));
   sub->add_option("recipe", args->recipe, "Recipe name")->required();
   sub->add_option("--config,-c", args->config, "Built-in config name or YAML file");
   sub->add_option("overrides", args->overrides, "key=value overrides, e.g. optimizer.lr=1e-4 max_steps=100");
