@@ -81,9 +81,11 @@ uint32_t alignment_of(const void* ptr) {
 }
 
 // Everything a plan depends on: shapes, transposes, types, the epilogue and the
-// buffers' alignment (a plan chosen for aligned buffers may not run on others).
+// buffers' alignment (a plan chosen for aligned buffers may not run on others),
+// the plain product's output included (GELU's pre-activation where the
+// epilogue is not fused).
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, DType, DType, cublasLtEpilogue_t, uint32_t,
-                           uint32_t, uint32_t, uint32_t, uint32_t>;
+                           uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -150,7 +152,8 @@ class LtGemm {
                       g.ab_type,         g.c_type,
                       asked,             alignment_of(g.a),
                       alignment_of(g.b), alignment_of(g.c),
-                      with_bias ? alignment_of(e.bias) : 0u, with_aux ? alignment_of(e.aux) : 0u};
+                      with_bias ? alignment_of(e.bias) : 0u, with_aux ? alignment_of(e.aux) : 0u,
+                      alignment_of(detail::unfused(g, e).c)};
     auto found = plans_.find(key);
     if (found == plans_.end()) found = plans_.emplace(key, make_plan(g, asked, e)).first;
     Plan& plan = found->second;
@@ -203,13 +206,7 @@ class LtGemm {
     const uint64_t workspace = kWorkspaceBytes;
     HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                            &workspace, sizeof workspace));
-    const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
-    for (auto [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
-                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
-                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
-                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
-      HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
-    }
+    set_alignments(preference, g.b, g.a, g.c);
     // hone's biases are f32. cuBLASLt's bias epilogue reads the output's type
     // unless told otherwise: for bf16 outputs it is told f32. Where no algorithm
     // takes the epilogue, the product is planned plain and kernels follow it.
@@ -235,11 +232,26 @@ class LtGemm {
         p.desc = matmul_desc(g);
       }
     }
+    // Unfused, the product writes where unfused() says, maybe less aligned than C
+    // (a pre-activation sliced one element into its buffer): an algorithm
+    // chosen for C's alignment is refused there at the product.
+    if (!found) set_alignments(preference, g.b, g.a, detail::unfused(g, e).c);
     if (!found) found = heuristic(p, preference);
     HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceDestroy(preference));
     HONE_CHECK(found, "cuBLASLt has no algorithm for a {}x{}x{} GEMM (batch {}) of {} operands into {}", g.m, g.n,
                g.k, g.batch, dtype_name(g.ab_type), dtype_name(g.c_type));
     return p;
+  }
+
+  // Tells the heuristic the alignment of cuBLASLt's A, B and C (= D).
+  static void set_alignments(cublasLtMatmulPreference_t preference, const void* a, const void* b, const void* c) {
+    for (auto [attribute, value] :
+         {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a)},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(b)},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c)},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(c)}}) {
+      HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value));
+    }
   }
 
   // The best algorithm for the plan's descriptors, or false where cuBLASLt has
