@@ -166,6 +166,31 @@ TEST(Transformer, ChunksOfRowsGiveTheSameLossAndGradients) {
   EXPECT_EQ(m.logits().shape(), (Shape{13 * 16, config.vocab_size}));
 }
 
+// A trained head's weight gradient is read and written once a chunk of logits:
+// its chunks hold kTrainedHeadChunkRows rows where the byte budget would give
+// fewer (32768 classes in bf16: 1024 rows in 64 MiB); a frozen head's keep to
+// the budget, and so does a budget set on the model.
+TEST(Transformer, TrainedHeadsChunksHoldAtLeast2048Rows) {
+  ModelConfig c = model_preset("llama_tiny");
+  c.vocab_size = 32768;
+  c.max_seq_len = 2048;
+  ASSERT_EQ(kTrainedHeadChunkRows, 2048);
+  EXPECT_EQ(logits_chunk_rows(c, DType::bf16, 2, 2048, {}), 1024);
+  EXPECT_EQ(logits_chunk_rows(c, DType::bf16, 2, 2048, {.head_weight_gradient = true}), 2048);
+  EXPECT_EQ(logits_chunk_rows(c, DType::bf16, 1, 1000, {.head_weight_gradient = true}), 1000);  // all rows
+  const size_t trained = activation_bytes(c, DType::bf16, 2, 2048, {.head_weight_gradient = true});
+  const size_t budgeted = activation_bytes(c, DType::bf16, 2, 2048, {});
+  EXPECT_EQ(trained - budgeted, size_t(1024 * c.vocab_size * 2));
+  for (const BaseWeights base : {BaseWeights::trainable, BaseWeights::frozen}) {
+    Transformer m(c, DType::bf16, Device::cpu(), std::nullopt, {}, base);
+    m.reserve(2, 2048);
+    EXPECT_EQ(m.activation_bytes(), base == BaseWeights::trainable ? trained : budgeted);
+    m.set_chunk_bytes(kChunkBytes);
+    m.reserve(2, 2048);
+    EXPECT_EQ(m.activation_bytes(), budgeted);
+  }
+}
+
 TEST(Transformer, Bf16MixedPrecisionTracksFp32) {
   for (const char* name : {"llama_tiny", "gpt2_tiny", "mpt_tiny"}) {
     const ModelConfig config = model_preset(name);

@@ -73,9 +73,11 @@ Plan plan_run(const PlanInput& in) {
   if (in.zero >= 3 && in.dp > 1) {
     p.gathered = zero3_gathered_bytes(m, in.dtype, in.tp);
   }
-  p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, {.tp = in.tp}));
-  p.activations_checkpointed =
-      double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, {.checkpointing = true, .tp = in.tp}));
+  // Pretraining: every weight trained, the head's too.
+  p.activations = double(
+      activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, {.tp = in.tp, .head_weight_gradient = true}));
+  p.activations_checkpointed = double(activation_bytes(
+      m, in.dtype, in.micro_batch, in.seq_len, {.checkpointing = true, .tp = in.tp, .head_weight_gradient = true}));
   p.total = p.state() + (in.activation_checkpointing ? p.activations_checkpointed : p.activations);
   p.fits = p.total <= in.hw.memory_bytes;
 

@@ -10,10 +10,10 @@ namespace hone {
 namespace {
 
 // Rows done at a time of `rows` rows whose widest tensor takes `row_bytes` a row.
-int64_t chunk_rows(int64_t rows, size_t row_bytes, size_t chunk_bytes) {
+int64_t chunk_rows(int64_t rows, size_t row_bytes, size_t chunk_bytes, int64_t at_least = 64) {
   if (size_t(rows) <= chunk_bytes / row_bytes) return rows;
   const int64_t fitting = int64_t(chunk_bytes / row_bytes) / 64 * 64;
-  return std::min(rows, std::max<int64_t>(fitting, 64));
+  return std::min(rows, std::max(fitting, at_least));
 }
 
 }  // namespace
@@ -23,7 +23,8 @@ int64_t logits_chunk_rows(const ModelConfig& c, DType dtype, int64_t batch, int6
   const bool split_vocabulary = c.splits_vocabulary(options.tp);
   const int64_t rows = split_vocabulary ? batch * seq : batch * seq / options.tp;
   const int64_t classes = split_vocabulary ? c.vocab_size / options.tp : c.vocab_size;
-  return chunk_rows(rows, size_t(classes) * dtype_size(dtype), options.chunk_bytes);
+  return chunk_rows(rows, size_t(classes) * dtype_size(dtype), options.chunk_bytes,
+                    options.head_weight_gradient ? kTrainedHeadChunkRows : 64);
 }
 
 int64_t mlp_chunk_rows(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq,

@@ -67,6 +67,12 @@ struct Activations {
 // classes at 2 x 2048 tokens are 0.98 GiB of bf16 logits), and under activation
 // checkpointing the MLP (Llama 3.1 8B's [B·T, 2·14336] pre-activation, 224 MiB).
 inline constexpr size_t kChunkBytes = size_t(64) << 20;
+// ... except a trained output head's: its weight gradient, f32 [vocab, dim], is
+// read and written once a chunk whatever the chunk's rows, while the product
+// adds 2·rows FLOP per element. At 256 rows (Llama 3's 64 MiB of bf16 logits)
+// that traffic took three times the product's time on an H200; from 2048 rows on
+// the product outweighs it.
+inline constexpr int64_t kTrainedHeadChunkRows = 2048;
 // No limit: all rows at once (a forward pass without targets returns the
 // logits of all rows).
 inline constexpr size_t kNoChunks = SIZE_MAX;
@@ -82,11 +88,15 @@ struct ActivationOptions {
   bool offload_inputs = false;
   size_t chunk_bytes = kChunkBytes;  // the budget of a chunk's widest tensor
   int tp = 1;  // tensor-parallel ranks
+  // The output head's weight is trained: its chunks hold at least
+  // kTrainedHeadChunkRows rows (or all).
+  bool head_weight_gradient = false;
 };
 
 // The rows of one chunk of the output head's logits, and of the MLP's working
 // set (Activations::mlp_rows), in plan_activations' plan: all of them when they
-// fit chunk_bytes, else the largest multiple of 64 rows that fits (at least 64).
+// fit chunk_bytes, else the largest multiple of 64 rows that fits (at least 64;
+// for a trained head, at least kTrainedHeadChunkRows).
 int64_t logits_chunk_rows(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,
                           const ActivationOptions& options);
 int64_t mlp_chunk_rows(const ModelConfig& config, DType dtype, int64_t batch, int64_t seq,

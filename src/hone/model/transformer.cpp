@@ -44,6 +44,7 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
   config_.validate();
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
              "models compute in fp32, bf16 or fp64, not {}", dtype_name(dtype));
+  plan_options_.head_weight_gradient = !base_frozen_;
   if (placement.tensor_parallel && placement.tensor_parallel->size() > 1) {
     tp_ = placement.tensor_parallel;
     tp_size_ = tp_->size();
@@ -383,7 +384,10 @@ void Transformer::replan(V ActivationOptions::*option, V value) {
 
 void Transformer::set_activation_checkpointing(bool on) { replan(&ActivationOptions::checkpointing, on); }
 void Transformer::set_activation_offloading(bool on) { replan(&ActivationOptions::offload_inputs, on); }
-void Transformer::set_chunk_bytes(size_t bytes) { replan(&ActivationOptions::chunk_bytes, bytes); }
+void Transformer::set_chunk_bytes(size_t bytes) {
+  replan(&ActivationOptions::head_weight_gradient, false);  // the budget asked, exactly
+  replan(&ActivationOptions::chunk_bytes, bytes);
+}
 
 const Tensor& Transformer::logits() const {
   HONE_CHECK(!acts_.logits.defined() || acts_.logits.size(0) == acts_.logits_lse.numel(),

@@ -183,8 +183,10 @@ class Transformer {
   // and this rank's vocab/tp classes; the loss is the whole batch's.)
   const Tensor& logits() const;
   // Row-wise work (the output head and loss; the MLP under checkpointing) in
-  // chunks of rows of at most this many bytes (ActivationOptions, kChunkBytes);
-  // kNoChunks: all rows at once, as forward() without targets needs.
+  // chunks of rows of at most this many bytes (ActivationOptions, kChunkBytes;
+  // a trained head's chunks have kTrainedHeadChunkRows rows or more unless a
+  // budget is set here, which is kept exactly); kNoChunks: all rows at once, as
+  // forward() without targets needs.
   void set_chunk_bytes(size_t bytes);
   size_t chunk_bytes() const { return plan_options_.chunk_bytes; }
   // Each position's loss of the last forward pass with targets, [batch·seq]

@@ -315,8 +315,10 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
     m.compute_copy = 0;  // gathered units hold their casts
     m.gathered = size_t(dist::zero3_gathered_bytes(model, dtype));
   }
-  m.activations = activation_bytes(model, dtype, batch_size, seq_len, activations, device);
-  if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, activations);
+  ActivationOptions planned = activations;
+  planned.head_weight_gradient = !lora;  // as the Transformer plans it
+  m.activations = activation_bytes(model, dtype, batch_size, seq_len, planned, device);
+  if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, planned);
   const ops::AttentionHeads heads{
       .n_heads = model.n_heads / tp, .n_kv_heads = model.n_kv_heads / tp, .head_dim = model.head_dim()};
   m.workspace =
