@@ -240,6 +240,28 @@ TEST_F(Cuda, EmbeddingReportsTheFirstBadTokenAsTheCpuDoes) {
   EXPECT_EQ(cuda, cpu);
 }
 
+// The backward pass over more rows than its listing blocks have threads (each
+// thread lists a span of rows), half of them one id (one bucket far fuller
+// than the rest), with ids below the table's part and learned positions
+// without packing: every sum in row order, the CPU's to the bit.
+TEST_F(Cuda, EmbeddingBackwardOverManyRowsAndOneFrequentId) {
+  const int64_t batch = 4, seq = 300, vocab = 1000, dim = 40, first = 200;
+  std::vector<int32_t> v = random_ids(batch * seq, int32_t(vocab), 21);
+  for (size_t i = 0; i < v.size(); i += 2) v[i] = 777;
+  const Tensor tokens = ids(v, {batch, seq});
+  const ops::VocabPart part{.first = first, .classes = vocab};
+  for (const DType dtype : kDtypes) {
+    const Tensor d_out = random_tensor({batch, seq, dim}, dtype, 22);
+    const Tensor d_table = random_tensor({vocab - first, dim}, DType::f32, 23);
+    const Tensor d_pos = random_tensor({seq, dim}, DType::f32, 24);
+    const Tensor d_table_gpu = gpu(d_table), d_pos_gpu = gpu(d_pos);
+    ops::embedding_backward(tokens, d_out, d_table, d_pos, Tensor(), part);
+    ops::embedding_backward(gpu(tokens), gpu(d_out), d_table_gpu, d_pos_gpu, Tensor(), part);
+    expect_match(d_table_gpu, d_table, 0, named("dtable", dtype));
+    expect_match(d_pos_gpu, d_pos, 0, named("dpositions", dtype));
+  }
+}
+
 // Rows in 16-byte groups (200; 4104: more groups than a block has threads),
 // single elements (203), and single elements because the weight and bias sit
 // one element into their buffers (1000).

@@ -99,6 +99,8 @@ void embedding_backward(const Tensor& tokens, const Tensor& d_out, const Tensor&
                                               d_positions.defined() ? d_positions.size(0) : seq, device);
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
+    HONE_CHECK(batch * seq <= INT32_MAX, "{}: {} tokens, more than the GPU kernel's 32-bit row lists hold", op,
+               batch * seq);
     return dispatch_cuda(d_out.dtype(), op, [&]<typename T>() {
       kernels::cuda::embedding_backward<T>(tokens.data<int32_t>(), d_out.data<T>(), d_table.data<float>(),
                                            part.first, held, data_or_null<float>(d_positions),

@@ -25,7 +25,7 @@ BadToken embedding_forward(const int32_t* tokens, const W* table, int64_t first,
 // d_table[tokens[b,t], :] += d_out[b,t,:] for the ids the table holds (and
 // d_positions[p, :] += ...), each sum in row order: deterministic, as on the
 // CPU. Threads own (column, set of table rows) pairs, so no two write one place
-// and no atomics are needed.
+// and no atomics are needed. At most INT32_MAX rows (batch·seq).
 template <typename T>
 void embedding_backward(const int32_t* tokens, const T* d_out, float* d_table, int64_t first, int64_t held,
                         float* d_positions, int64_t n_positions, int64_t batch, int64_t seq, int64_t dim,
