@@ -301,7 +301,11 @@ __global__ void __launch_bounds__(kThreads)
         probs[lane][j] = p;
         dscores[lane][j] = p * (dp[c] - row_delta) * s.scale;
       }
-      warp_sync();  // a warp reads back only the columns (keys) it wrote
+      // A warp reads back only the columns (keys) it wrote, but each lane reads
+      // the rows other lanes wrote: on an H200, compute-sanitizer's racecheck
+      // reported hazards here across a warp barrier (head sizes up to 32), so
+      // the block's barrier (every thread is here) orders them.
+      __syncthreads();
       for (int i = 0; i < q_rows; ++i) {
 #pragma unroll
         for (int t = 0; t < kDims; ++t) {
