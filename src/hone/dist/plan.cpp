@@ -74,10 +74,10 @@ Plan plan_run(const PlanInput& in) {
     p.gathered = zero3_gathered_bytes(m, in.dtype, in.tp);
   }
   // Pretraining: every weight trained, the head's too.
-  p.activations = double(
-      activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, {.tp = in.tp, .head_weight_gradient = true}));
-  p.activations_checkpointed = double(activation_bytes(
-      m, in.dtype, in.micro_batch, in.seq_len, {.checkpointing = true, .tp = in.tp, .head_weight_gradient = true}));
+  ActivationOptions activations{.tp = in.tp, .head_weight_gradient = true};
+  p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, activations));
+  activations.checkpointing = true;
+  p.activations_checkpointed = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, activations));
   p.total = p.state() + (in.activation_checkpointing ? p.activations_checkpointed : p.activations);
   p.fits = p.total <= in.hw.memory_bytes;
 

@@ -95,6 +95,9 @@ __global__ void bucket_rows_kernel(const int32_t* index, int64_t first, int64_t 
   int before = 0;
   for (int b = int(threadIdx.x); b < bucket; b += int(blockDim.x)) before += sizes[b];
   const int start = block_sum(before, scratch);
+  // Each thread counts its span's rows again rather than bucket_sizes_kernel
+  // keeping every thread's count (kBuckets × kListThreads ints): the index
+  // array is a few tens of KB, read from L2.
   const Span span = thread_span(rows);
   thread_start[threadIdx.x] = rows_in_bucket(index, first, seq, table_rows, span, bucket);
   __syncthreads();
