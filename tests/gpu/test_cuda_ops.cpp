@@ -11,6 +11,7 @@
 #include "cuda_test.hpp"
 #include "hone/core/rng.hpp"
 #include "hone/kernels/cuda/attention_cudnn.hpp"
+#include "hone/kernels/cuda/gemm.hpp"
 #include "hone/ops/ops.hpp"
 
 namespace hone::test {
@@ -53,6 +54,61 @@ TEST_F(Cuda, MatmulEveryTransposeBatchedWithAlphaBeta) {
                      fmt::format("matmul {}->{} trans {} {}", dtype_name(ab), dtype_name(c_type), ta, tb));
       }
     }
+  }
+}
+
+// Rows stored padded (the output head's logits, GemmArgs' row strides) in
+// cuBLASLt's layouts: every operand padded, every transpose, beta 0 and 1,
+// against the CPU's packed product; C's padding stays as it was. Also an empty
+// reduction into padded rows, and a linear layer writing and reading them.
+TEST_F(Cuda, MatmulAndLinearOnPaddedRows) {
+  const int64_t m = 37, n = 29, k = 53;
+  for (const auto& [ab, c_type] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::f32},
+                                  std::pair{DType::bf16, DType::bf16}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        for (const float beta : {0.0f, 1.0f}) {
+          const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, ab, 1);
+          const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, ab, 2);
+          const Tensor c = random_tensor({m, n}, c_type, 3);
+          const int64_t lda = ops::padded_row_length(a.size(1), ab), ldb = ops::padded_row_length(b.size(1), ab);
+          const int64_t ldc = ops::padded_row_length(n, c_type);
+          const Tensor padded_a = gpu(with_padded_rows(a, lda)), padded_b = gpu(with_padded_rows(b, ldb));
+          const Tensor padded_c = gpu(with_padded_rows(c, ldc));
+          ops::matmul(a, ta, b, tb, c, 0.5f, beta);
+          kernels::cuda::gemm({.m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .alpha = 0.5f, .beta = beta,
+                               .a = padded_a.raw(), .b = padded_b.raw(), .c = padded_c.raw(), .ab_type = ab,
+                               .c_type = c_type, .lda = lda, .ldb = ldb, .ldc = ldc});
+          const std::string what = fmt::format("padded {}->{} trans {} {} beta {}", dtype_name(ab),
+                                               dtype_name(c_type), ta, tb, beta);
+          expect_close(packed_columns(padded_c, n), c, tolerance(c_type, 1e-5), what);
+          for (const double v : padding_of(padded_c, n)) EXPECT_TRUE(std::isnan(v)) << what;
+        }
+      }
+    }
+  }
+  const int64_t ldc = ops::padded_row_length(n, DType::bf16);
+  const Tensor empty_product = gpu(with_padded_rows(random_tensor({m, n}, DType::bf16, 4), ldc));
+  const Tensor no_columns = Tensor::empty({m, 0}, DType::bf16, kGpu), no_rows = Tensor::empty({0, n}, DType::bf16, kGpu);
+  kernels::cuda::gemm({.m = m, .n = n, .k = 0, .a = no_columns.raw(), .b = no_rows.raw(), .c = empty_product.raw(),
+                       .ab_type = DType::bf16, .c_type = DType::bf16, .ldc = ldc});
+  EXPECT_EQ(packed_columns(empty_product, n).to_vector<double>(), std::vector<double>(size_t(m * n), 0.0));
+  for (const double v : padding_of(empty_product, n)) EXPECT_TRUE(std::isnan(v)) << "empty reduction";
+
+  for (const DType dtype : kDtypes) {
+    const int64_t out = 29, stride = ops::padded_row_length(out, dtype);
+    const Tensor x = random_tensor({m, k}, dtype, 5), w = random_tensor({out, k}, dtype, 6);
+    const Tensor y = Tensor::empty({m, out}, dtype), y_gpu = gpu(with_padded_rows(y, stride));
+    ops::linear_forward(x, w, Tensor(), y);
+    ops::linear_forward(gpu(x), gpu(w), Tensor(), y_gpu);
+    expect_close(packed_columns(y_gpu, out), y, tolerance(dtype, 1e-5), named("linear into padded rows", dtype));
+    const Tensor dy = random_tensor({m, out}, dtype, 7);
+    const Tensor dx = Tensor::empty({m, k}, dtype), dw = Tensor::empty({out, k}, DType::f32);
+    const Tensor dx_gpu = Tensor::empty({m, k}, dtype, kGpu), dw_gpu = Tensor::empty({out, k}, DType::f32, kGpu);
+    ops::linear_backward(dy, x, w, dx, dw, Tensor(), false, false);
+    ops::linear_backward(gpu(with_padded_rows(dy, stride)), gpu(x), gpu(w), dx_gpu, dw_gpu, Tensor(), false, false);
+    expect_match(dx_gpu, dx, tolerance(dtype, 1e-5), named("linear backward from padded rows (input)", dtype));
+    expect_match(dw_gpu, dw, 1e-5, named("linear backward from padded rows (weight)", dtype));
   }
 }
 
@@ -688,6 +744,43 @@ TEST_P(CudaCrossEntropy, ForwardBackwardAndTotals) {
     EXPECT_EQ(cuda.tokens, cpu.tokens);
     EXPECT_NEAR(cuda.sum, cpu.sum, 1e-5 * std::abs(cpu.sum)) << dtype_name(dtype);
     expect_match(logits_gpu, logits, tolerance(dtype, 1e-5), named("cross-entropy forward-backward", dtype));
+  }
+}
+
+// Rows padded to 16 bytes (the output head's logits on a GPU: 50257 classes
+// read as whole 16-byte groups): the CPU's packed losses and gradients, the
+// padding's gradient 0.
+TEST_P(CudaCrossEntropy, PaddedRowsMatchThePackedCpu) {
+  const int64_t rows = 13, vocab = GetParam();
+  std::vector<int32_t> t = random_ids(rows, int32_t(vocab), 47);
+  t[4] = ops::kIgnoreIndex;
+  const Tensor targets = ids(t, {rows});
+  const ops::VocabPart padded{.columns = vocab};
+  for (const DType dtype : kDtypes) {
+    const int64_t stride = ops::padded_row_length(vocab, dtype);
+    auto per_row = [&](Device device) { return Tensor::empty({rows}, DType::f32, device); };
+    const Tensor losses = per_row(Device::cpu()), lse = per_row(Device::cpu());
+    const Tensor losses_gpu = per_row(kGpu), lse_gpu = per_row(kGpu);
+    const Tensor logits = random_tensor({rows, vocab}, dtype, 48, 6.0);
+    const Tensor logits_gpu = gpu(with_padded_rows(logits, stride));
+    const ops::LossSum cpu = ops::cross_entropy_forward(logits, targets, losses, lse);
+    const ops::LossSum cuda = ops::cross_entropy_forward(logits_gpu, gpu(targets), losses_gpu, lse_gpu, padded);
+    EXPECT_EQ(cuda.tokens, cpu.tokens);
+    EXPECT_NEAR(cuda.sum, cpu.sum, 1e-5 * std::abs(cpu.sum)) << dtype_name(dtype);
+    expect_match(lse_gpu, lse, 1e-5, named("padded cross-entropy lse", dtype));
+    ops::cross_entropy_backward(logits, targets, lse, 0.25);
+    ops::cross_entropy_backward(logits_gpu, gpu(targets), lse_gpu, 0.25, padded);
+    expect_close(packed_columns(logits_gpu, vocab), logits, tolerance(dtype, 1e-5),
+                 named("padded cross-entropy backward", dtype));
+    EXPECT_EQ(padding_of(logits_gpu, vocab), std::vector<double>(size_t(rows * (stride - vocab)), 0.0));
+
+    const Tensor fused = random_tensor({rows, vocab}, dtype, 49, 6.0), fused_gpu = gpu(with_padded_rows(fused, stride));
+    ops::cross_entropy_forward_backward(fused, targets, losses, lse, 0.25);
+    ops::cross_entropy_forward_backward(fused_gpu, gpu(targets), losses_gpu, lse_gpu, 0.25, padded);
+    expect_match(losses_gpu, losses, 1e-5, named("padded cross-entropy forward-backward losses", dtype));
+    expect_close(packed_columns(fused_gpu, vocab), fused, tolerance(dtype, 1e-5),
+                 named("padded cross-entropy forward-backward", dtype));
+    EXPECT_EQ(padding_of(fused_gpu, vocab), std::vector<double>(size_t(rows * (stride - vocab)), 0.0));
   }
 }
 

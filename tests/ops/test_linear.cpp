@@ -1,5 +1,7 @@
 // GEMM and linear layers: every transpose combination and dtype against a plain
 // triple loop; linear backward (and through GELU) against finite differences in fp64.
+#include <cmath>
+
 #include "hone/kernels/cpu/gemm.hpp"
 #include "hone/ops/ops.hpp"
 #include "support/check.hpp"
@@ -207,6 +209,68 @@ TEST(Linear, OfNoInputsGivesTheBias) {
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1.5f, -2.0f, 1.5f, -2.0f, 1.5f, -2.0f}));
   ops::linear_forward(x, w, Tensor(), y);
   EXPECT_EQ(y.to_vector<float>(), std::vector<float>(6, 0.0f));
+}
+
+// Rows stored longer than they are (GemmArgs' row strides; the output head's
+// logits on a GPU): the packed product's values exactly, whichever operands are
+// padded, every transpose, with and without beta; C's padding is left alone.
+TEST(Matmul, PaddedRowsGiveThePackedProduct) {
+  const int64_t m = 7, n = 5, k = 6, pad = 3;
+  for (const MatmulCase mc : {MatmulCase{DType::f64, DType::f64, 0}, MatmulCase{DType::f32, DType::f32, 0},
+                              MatmulCase{DType::bf16, DType::f32, 0}, MatmulCase{DType::bf16, DType::bf16, 0}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        for (const float beta : {0.0f, 1.0f}) {
+          const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, mc.ab, 1);
+          const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, mc.ab, 2);
+          const Tensor c = random_tensor({m, n}, mc.c, 3);
+          const Tensor padded_a = with_padded_rows(a, a.size(1) + pad), padded_b = with_padded_rows(b, b.size(1) + 1);
+          const Tensor padded_c = with_padded_rows(c, n + pad);
+          ops::matmul(a, ta, b, tb, c, 0.5f, beta);
+          kernels::cpu::gemm({.m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .alpha = 0.5f, .beta = beta,
+                              .a = padded_a.raw(), .b = padded_b.raw(), .c = padded_c.raw(), .ab_type = mc.ab,
+                              .c_type = mc.c, .lda = a.size(1) + pad, .ldb = b.size(1) + 1, .ldc = n + pad});
+          const std::string what = fmt::format("{}->{} ta={} tb={} beta={}", dtype_name(mc.ab), dtype_name(mc.c),
+                                               ta, tb, beta);
+          EXPECT_EQ(packed_columns(padded_c, n).to_vector<double>(), c.to_vector<double>()) << what;
+          for (const double v : padding_of(padded_c, n)) EXPECT_TRUE(std::isnan(v)) << what;
+        }
+      }
+    }
+  }
+}
+
+// A linear layer without a bias may write, and its backward pass read, rows
+// padded to ops::padded_row_length: the packed layer's values exactly, the
+// padding neither written nor read (NaN there would show). Other widths, and
+// padding with a bias, are errors.
+TEST(Linear, PaddedOutputRowsGiveThePackedLayer) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const int64_t rows = 9, in = 16, out = 13, stride = ops::padded_row_length(out, dtype);
+    ASSERT_EQ(stride, 16);  // 13 elements: 4 groups of 4 f32, 2 of 8 bf16
+    const Tensor x = random_tensor({rows, in}, dtype, 1), w = random_tensor({out, in}, dtype, 2);
+    const Tensor y = Tensor::empty({rows, out}, dtype);
+    const Tensor padded_y = with_padded_rows(Tensor::zeros({rows, out}, dtype), stride);
+    ops::linear_forward(x, w, Tensor(), y);
+    ops::linear_forward(x, w, Tensor(), padded_y);
+    EXPECT_EQ(packed_columns(padded_y, out).to_vector<double>(), y.to_vector<double>()) << dtype_name(dtype);
+    for (const double v : padding_of(padded_y, out)) EXPECT_TRUE(std::isnan(v)) << dtype_name(dtype);
+
+    const Tensor dy = random_tensor({rows, out}, dtype, 3);
+    const Tensor dx = Tensor::empty({rows, in}, dtype), dw = Tensor::empty({out, in}, DType::f32);
+    const Tensor padded_dx = Tensor::empty({rows, in}, dtype), padded_dw = Tensor::empty({out, in}, DType::f32);
+    ops::linear_backward(dy, x, w, dx, dw, Tensor(), false, false);
+    ops::linear_backward(with_padded_rows(dy, stride), x, w, padded_dx, padded_dw, Tensor(), false, false);
+    EXPECT_EQ(padded_dx.to_vector<double>(), dx.to_vector<double>()) << dtype_name(dtype);
+    EXPECT_EQ(padded_dw.to_vector<double>(), dw.to_vector<double>()) << dtype_name(dtype);
+
+    const Tensor bias = Tensor::zeros({out}, dtype), wider = Tensor::empty({rows, stride + 1}, dtype);
+    EXPECT_NE(error_of([&] { ops::linear_forward(x, w, bias, padded_y); }).find("padded rows are only for products with no bias"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { ops::linear_forward(x, w, Tensor(), wider); }).find("rows of 17 for 13 output"),
+              std::string::npos);
+    EXPECT_THROW(ops::linear_backward(padded_y, x, w, dx, dw, Tensor::zeros({out}, DType::f32)), Error);
+  }
 }
 
 TEST(Matmul, RejectsMismatchedShapes) {

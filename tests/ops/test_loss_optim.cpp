@@ -116,6 +116,44 @@ TEST(CrossEntropy, ForwardBackwardInOnePassEqualsTheTwoPasses) {
   }
 }
 
+// Rows of logits padded to ops::padded_row_length (the output head's on a GPU;
+// VocabPart::columns says how many hold classes): the packed rows' losses and
+// gradients exactly, the padding not read (it is NaN) and its gradient 0.
+TEST(CrossEntropy, PaddedRowsGiveThePackedLossesAndGradients) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const int64_t rows = 4, vocab = 13, stride = ops::padded_row_length(vocab, dtype);
+    const ops::VocabPart padded{.columns = vocab};
+    const Tensor logits = random_tensor({rows, vocab}, dtype, 3, 6.0);
+    const Tensor targets = Tensor::from(std::vector<int32_t>{12, ops::kIgnoreIndex, 0, 5}, {rows});
+    auto per_row = [&] { return Tensor::empty({rows}, DType::f32); };
+    const Tensor losses = per_row(), lse = per_row(), padded_losses = per_row(), padded_lse = per_row();
+    const std::string what(dtype_name(dtype));
+
+    const Tensor gradient = logits.clone(), padded_gradient = with_padded_rows(logits, stride);
+    const ops::LossSum expected = ops::cross_entropy_forward(gradient, targets, losses, lse);
+    const ops::LossSum got = ops::cross_entropy_forward(padded_gradient, targets, padded_losses, padded_lse, padded);
+    EXPECT_EQ(got.sum, expected.sum) << what;
+    EXPECT_EQ(padded_losses.to_vector<double>(), losses.to_vector<double>()) << what;
+    EXPECT_EQ(padded_lse.to_vector<double>(), lse.to_vector<double>()) << what;
+    ops::cross_entropy_backward(gradient, targets, lse, 0.5);
+    ops::cross_entropy_backward(padded_gradient, targets, padded_lse, 0.5, padded);
+    EXPECT_EQ(packed_columns(padded_gradient, vocab).to_vector<double>(), gradient.to_vector<double>()) << what;
+    EXPECT_EQ(padding_of(padded_gradient, vocab), std::vector<double>(size_t(rows * (stride - vocab)), 0.0)) << what;
+
+    const Tensor fused = logits.clone(), padded_fused = with_padded_rows(logits, stride);
+    ops::cross_entropy_forward_backward(fused, targets, losses, lse, 0.5);
+    ops::cross_entropy_forward_backward(padded_fused, targets, padded_losses, padded_lse, 0.5, padded);
+    EXPECT_EQ(padded_losses.to_vector<double>(), losses.to_vector<double>()) << what;
+    EXPECT_EQ(packed_columns(padded_fused, vocab).to_vector<double>(), fused.to_vector<double>()) << what;
+    EXPECT_EQ(padding_of(padded_fused, vocab), std::vector<double>(size_t(rows * (stride - vocab)), 0.0)) << what;
+
+    const Tensor wider = Tensor::zeros({rows, stride + 1}, dtype);
+    EXPECT_NE(error_of([&] { ops::cross_entropy_forward(wider, targets, losses, lse, padded); })
+                  .find("logits rows of 17 for 13 classes are neither packed nor padded"),
+              std::string::npos);
+  }
+}
+
 TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
   Tensor logits = Tensor::zeros({2, 5}, DType::f32), losses = Tensor::empty({2}, DType::f32);
   Tensor lse = Tensor::empty({2}, DType::f32);

@@ -1,6 +1,8 @@
 #include "support/check.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,46 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double scal
   Tensor out = Tensor::empty(shape, dtype);
   ops::cast(f32, out);
   return out;
+}
+
+namespace {
+
+// `from`'s rows [rows, from_width] as rows of `to_width`: the first min of the
+// widths copied, the rest `fill`; in double on the host, then in `like`'s dtype
+// and on its device.
+Tensor rewidened(const Tensor& from, int64_t to_width, double fill, const Tensor& like) {
+  const int64_t rows = from.size(0), from_width = from.size(1), kept = std::min(from_width, to_width);
+  const std::vector<double> values = from.to_vector<double>();
+  std::vector<double> out(size_t(rows * to_width), fill);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(values.begin() + r * from_width, kept, out.begin() + r * to_width);
+  }
+  Tensor host = Tensor::from(out, {rows, to_width});
+  for (const DType step : {DType::f32, DType::bf16}) {  // f64 -> f32 -> bf16, as far as like's dtype
+    if (host.dtype() == like.dtype()) break;
+    const Tensor narrower = Tensor::empty(host.shape(), step);
+    ops::cast(host, narrower);
+    host = narrower;
+  }
+  return host.to(like.device());
+}
+
+}  // namespace
+
+Tensor with_padded_rows(const Tensor& packed, int64_t stride) {
+  return rewidened(packed, stride, std::numeric_limits<double>::quiet_NaN(), packed);
+}
+
+Tensor packed_columns(const Tensor& padded, int64_t cols) { return rewidened(padded, cols, 0.0, padded); }
+
+std::vector<double> padding_of(const Tensor& padded, int64_t cols) {
+  const int64_t rows = padded.size(0), stride = padded.size(1);
+  const std::vector<double> values = padded.to_vector<double>();
+  std::vector<double> padding;
+  for (int64_t r = 0; r < rows; ++r) {
+    padding.insert(padding.end(), values.begin() + r * stride + cols, values.begin() + (r + 1) * stride);
+  }
+  return padding;
 }
 
 double relative_error(const Tensor& actual, const Tensor& expected) {

@@ -22,6 +22,14 @@ double relative_error(const Tensor& actual, const Tensor& expected);
 // Asserts relative_error(actual, expected) <= tolerance, naming `what`.
 void expect_close(const Tensor& actual, const Tensor& expected, double tolerance, const std::string& what);
 
+// Padded rows (ops::padded_row_length): `packed` [rows, cols] as [rows, stride]
+// on its device, the padding NaN, so that whatever reads it shows.
+Tensor with_padded_rows(const Tensor& packed, int64_t stride);
+// The first `cols` columns of each row of `padded` [rows, stride], packed.
+Tensor packed_columns(const Tensor& padded, int64_t cols);
+// The padding of `padded`'s rows past their first `cols` columns, in order.
+std::vector<double> padding_of(const Tensor& padded, int64_t cols);
+
 // Checks `analytic`, the gradient of scalar() with respect to the fp64 tensor x,
 // by central differences: (scalar(x + h·e_i) - scalar(x - h·e_i)) / 2h for up
 // to max_checks elements i spread over x (all when x is smaller). In fp64 with

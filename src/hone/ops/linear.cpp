@@ -31,28 +31,40 @@ struct LinearProduct {
   Tensor bias;
 };
 
+// The row length of `outputs` (y, or dy) of a product with `out` features:
+// `out`, or padded_row_length(out) where padding is allowed.
+int64_t checked_output_rows(const char* op, const Tensor& outputs, int64_t out, bool padding_allowed) {
+  const int64_t length = outputs.size(-1);
+  const bool padded = outputs.ndim() == 2 && length == padded_row_length(out, outputs.dtype());
+  HONE_CHECK(length == out || (padding_allowed && padded), "{}: {} has rows of {} for {} output features{}", op,
+             outputs.shape().str(), length, out,
+             padded ? " (padded rows are only for products with no bias and no fused activation)" : "");
+  return length;
+}
+
 LinearProduct checked_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                             const Tensor& y) {
+                             const Tensor& y, bool padding_allowed) {
   HONE_CHECK(weight.ndim() == 2, "{}: weight has shape {}, expected [out, in]", op, weight.shape().str());
   const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
-  HONE_CHECK(x.size(-1) == in && y.size(-1) == out && rows_of(y) == rows,
-             "{}: input {} and output {} do not fit weight {}", op, x.shape().str(), y.shape().str(),
-             weight.shape().str());
+  HONE_CHECK(x.size(-1) == in && rows_of(y) == rows, "{}: input {} and output {} do not fit weight {}", op,
+             x.shape().str(), y.shape().str(), weight.shape().str());
+  const int64_t ldc = checked_output_rows(op, y, out, padding_allowed && !bias.defined());
   expect_dtype(op, "weight", weight, x.dtype());  // one operand type for the GEMM
   if (bias.defined()) expect_shape(op, "bias", bias, {out});
   // Read-only parameters may be T (ops.hpp); the kernels take the compute type.
   LinearProduct p{.args = {.m = rows, .n = out, .k = in, .trans_b = true, .a = x.raw(), .b = weight.raw(),
-                           .c = y.raw(), .ab_type = x.dtype(), .c_type = y.dtype()},
+                           .c = y.raw(), .ab_type = x.dtype(), .c_type = y.dtype(), .ldc = ldc},
                   .bias = parameter_in_compute_dtype(bias, y.dtype())};
   if (y.device().is_cuda() && p.bias.defined()) expect_dtype(op, "bias", p.bias, DType::f32);
   return p;
 }
 
-// dx = dy·weight (+ dx where accumulating) as a GEMM.
+// dx = dy·weight (+ dx where accumulating) as a GEMM; dy's rows may be padded.
 kernels::cpu::GemmArgs input_gradient_args(const Tensor& dy, const Tensor& weight, const Tensor& dx,
                                            bool accumulate) {
   return {.m = rows_of(dy), .n = weight.size(1), .k = weight.size(0), .beta = accumulate ? 1.0f : 0.0f,
-          .a = dy.raw(), .b = weight.raw(), .c = dx.raw(), .ab_type = dy.dtype(), .c_type = dx.dtype()};
+          .a = dy.raw(), .b = weight.raw(), .c = dx.raw(), .ab_type = dy.dtype(), .c_type = dx.dtype(),
+          .lda = dy.size(-1)};
 }
 
 #ifdef HONE_WITH_CUDA
@@ -65,6 +77,11 @@ bool gelu_in_epilogue(Device device, DType dtype, GeluApproximation approximatio
 #endif
 
 }  // namespace
+
+int64_t padded_row_length(int64_t columns, DType dtype) {
+  const auto group = int64_t(16 / dtype_size(dtype));  // f64: 2, f32: 4, bf16: 8 elements
+  return (columns + group - 1) / group * group;
+}
 
 size_t gemm_workspace_bytes(Device device) {
 #ifdef HONE_WITH_CUDA
@@ -101,7 +118,7 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   const char* op = "linear";
   const OpTimer timer(op);
   const Device device = op_device(op, {&x, &weight, &bias, &y});
-  const LinearProduct p = checked_linear(op, x, weight, bias, y);
+  const LinearProduct p = checked_linear(op, x, weight, bias, y, /*padding_allowed=*/true);
 #ifdef HONE_WITH_CUDA
   // The bias goes into the GEMM's epilogue where cuBLASLt can add it there.
   if (device.is_cuda()) return kernels::cuda::gemm(p.args, {.bias = data_or_null<const float>(p.bias)});
@@ -123,7 +140,7 @@ void linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   expect_dtype(op, "activation", y, pre.dtype());
 #ifdef HONE_WITH_CUDA
   if (gelu_in_epilogue(device, y.dtype(), approximation)) {
-    const LinearProduct p = checked_linear(op, x, weight, bias, y);
+    const LinearProduct p = checked_linear(op, x, weight, bias, y, /*padding_allowed=*/false);
     return kernels::cuda::gemm(p.args, {.bias = data_or_null<const float>(p.bias),
                                         .gelu = kernels::cuda::Epilogue::Gelu::forward,
                                         .aux = pre.raw()});
@@ -139,9 +156,9 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   const OpTimer timer(op);
   const Device device = op_device(op, {&dy, &x, &weight, &dx, &d_weight, &d_bias});
   const int64_t out = weight.size(0), in = weight.size(1), rows = rows_of(x);
-  HONE_CHECK(x.size(-1) == in && dy.size(-1) == out && rows_of(dy) == rows,
-             "{}: gradient {} and input {} do not fit weight {}", op, dy.shape().str(), x.shape().str(),
-             weight.shape().str());
+  HONE_CHECK(x.size(-1) == in && rows_of(dy) == rows, "{}: gradient {} and input {} do not fit weight {}", op,
+             dy.shape().str(), x.shape().str(), weight.shape().str());
+  const int64_t lda = checked_output_rows(op, dy, out, /*padding_allowed=*/!d_bias.defined());
   expect_dtype(op, "weight", weight, dy.dtype());  // one operand type for the GEMMs
   expect_dtype(op, "input", x, dy.dtype());
   if (dx.defined()) {
@@ -152,7 +169,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     expect_shape(op, "weight gradient", d_weight, weight.shape());
     gemm_on(device, {.m = out, .n = in, .k = rows, .trans_a = true, .beta = accumulate_dw ? 1.0f : 0.0f,
                      .a = dy.raw(), .b = x.raw(), .c = d_weight.raw(), .ab_type = dy.dtype(),
-                     .c_type = d_weight.dtype()});
+                     .c_type = d_weight.dtype(), .lda = lda});
   }
   if (d_bias.defined()) {
     expect_shape(op, "bias gradient", d_bias, {out});

@@ -23,6 +23,17 @@ void check_loss_args(const char* op, const Tensor& logits, const Tensor& targets
   expect_dtype(op, "per-row buffer", per_row, compute_dtype(logits.dtype()));
 }
 
+// The part the logits' columns hold, checked, with `columns` and `classes`
+// filled in; rows longer than its columns must be padded_row_length's.
+VocabPart checked_logits_part(const char* op, VocabPart part, const Tensor& logits) {
+  const int64_t width = logits.size(1);
+  if (part.columns == 0) part.columns = width;
+  HONE_CHECK(width == part.columns || width == padded_row_length(part.columns, logits.dtype()),
+             "{}: logits rows of {} for {} classes are neither packed nor padded to 16 bytes ({})", op, width,
+             part.columns, padded_row_length(part.columns, logits.dtype()));
+  return checked_vocab_part(op, part, part.columns);
+}
+
 }  // namespace
 
 namespace {
@@ -35,9 +46,11 @@ LossSum loss_forward(const char* op, const Tensor& logits, const Tensor& targets
   [[maybe_unused]] const Device device = op_device(op, {&logits, &targets, &losses, &lse});
   check_loss_args(op, logits, targets, losses);
   check_loss_args(op, logits, targets, lse);
-  const int64_t rows = logits.size(0), columns = logits.size(1);
-  part = checked_vocab_part(op, part, columns);
-  const int64_t vocab = part.classes;
+  const int64_t rows = logits.size(0), ld = logits.size(1);
+  part = checked_logits_part(op, part, logits);
+  HONE_CHECK(!gradient_scale || (part.first == 0 && part.classes == part.columns),
+             "{}: needs the whole vocabulary's logits", op);
+  const int64_t vocab = part.classes, columns = part.columns;
   auto fail_target = [&](int32_t target, int64_t row) {
     fail("{}: target {} at row {} is outside the vocabulary of {}", op, target, row, vocab);
   };
@@ -47,13 +60,13 @@ LossSum loss_forward(const char* op, const Tensor& logits, const Tensor& targets
     // The device sums the losses and counts and checks the targets in the same pass.
     dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
       const kernels::cuda::LossTotals totals = kernels::cuda::cross_entropy_forward<T>(
-          logits.data<T>(), targets.data<int32_t>(), losses.data<float>(), lse.data<float>(), rows, columns,
+          logits.data<T>(), targets.data<int32_t>(), losses.data<float>(), lse.data<float>(), rows, columns, ld,
           kIgnoreIndex, part.first, vocab);
       if (totals.bad_row >= 0) fail_target(totals.bad_target, totals.bad_row);
       result = {.sum = totals.sum, .tokens = totals.tokens};
       if (gradient_scale) {
         kernels::cuda::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<float>(),
-                                                 *gradient_scale, rows, columns, kIgnoreIndex, part.first);
+                                                 *gradient_scale, rows, columns, ld, kIgnoreIndex, part.first);
       }
     });
     return result;
@@ -69,10 +82,10 @@ LossSum loss_forward(const char* op, const Tensor& logits, const Tensor& targets
     using C = compute_t<T>;
     if (gradient_scale) {
       kernels::cpu::cross_entropy_forward_backward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(),
-                                                      *gradient_scale, rows, columns, kIgnoreIndex);
+                                                      *gradient_scale, rows, columns, ld, kIgnoreIndex);
     } else {
       kernels::cpu::cross_entropy_forward<T>(logits.data<T>(), t, losses.data<C>(), lse.data<C>(), rows, columns,
-                                             kIgnoreIndex, part.first);
+                                             ld, kIgnoreIndex, part.first);
     }
     const C* l = losses.data<C>();
     result.sum = kernels::cpu::sum_elements(rows, [&](int64_t i) { return double(l[i]); });
@@ -88,8 +101,8 @@ LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const
 }
 
 LossSum cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
-                                       const Tensor& lse, double scale) {
-  return loss_forward("cross_entropy with gradient", logits, targets, losses, lse, {}, scale);
+                                       const Tensor& lse, double scale, VocabPart part) {
+  return loss_forward("cross_entropy with gradient", logits, targets, losses, lse, part, scale);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
@@ -102,19 +115,20 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
     expect_shape(op, "row weights", row_weights, {logits.size(0)});
     expect_dtype(op, "row weights", row_weights, lse.dtype());
   }
-  part = checked_vocab_part(op, part, logits.size(1));
+  part = checked_logits_part(op, part, logits);
+  const int64_t rows = logits.size(0), ld = logits.size(1);
 #ifdef HONE_WITH_CUDA
   if (device.is_cuda()) {
     return dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
       kernels::cuda::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<float>(), scale,
-                                               logits.size(0), logits.size(1), kIgnoreIndex, part.first,
+                                               rows, part.columns, ld, kIgnoreIndex, part.first,
                                                row_weights.defined() ? row_weights.data<float>() : nullptr);
     });
   }
 #endif
   dispatch_floating(logits.dtype(), op, [&]<typename T>() {
     kernels::cpu::cross_entropy_backward<T>(
-        logits.data<T>(), targets.data<int32_t>(), lse.data<compute_t<T>>(), scale, logits.size(0), logits.size(1),
+        logits.data<T>(), targets.data<int32_t>(), lse.data<compute_t<T>>(), scale, rows, part.columns, ld,
         kIgnoreIndex, part.first, row_weights.defined() ? row_weights.data<compute_t<T>>() : nullptr);
   });
 }

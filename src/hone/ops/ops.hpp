@@ -28,11 +28,19 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
 // the device's allocator: cuBLASLt's workspace on CUDA, none on the CPU.
 size_t gemm_workspace_bytes(Device device);
 
-// y[..., out] = x[..., in] · weight[out, in]ᵀ (+ bias[out]).
+// Padded rows: a row of `columns` elements of `dtype` stretched to whole
+// 16-byte groups, so that every row of a matrix starts 16-byte aligned where
+// the first does (the GPU's products and loads need it to run at full speed).
+int64_t padded_row_length(int64_t columns, DType dtype);
+
+// y[..., out] = x[..., in] · weight[out, in]ᵀ (+ bias[out]). Without a bias y
+// may be [rows, padded_row_length(out)] (the output head's logits on the GPU):
+// its padding is not written.
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
 // dx = dy·weight (dx += ... when accumulate_dx), d_weight += dyᵀ·x (= when not
 // accumulate_dw), d_bias += Σ dy. dx may be absent (frozen input), d_bias too
-// (no bias).
+// (no bias); without d_bias dy's rows may be padded as y's in linear_forward
+// (the padding is not read).
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                      const Tensor& d_weight, const Tensor& d_bias, bool accumulate_dx = false,
                      bool accumulate_dw = true);
@@ -67,6 +75,9 @@ class TokenPositions {
 struct VocabPart {
   int64_t first = 0;
   int64_t classes = 0;  // the whole vocabulary, for checking ids; 0: what the table or logits hold
+  // The logits' columns that hold classes; 0: all. Fewer: each row is padded
+  // (to padded_row_length(columns)); the loss does not read the padding.
+  int64_t columns = 0;
 };
 
 // ---- embedding ----
@@ -193,8 +204,8 @@ struct LossSum {
 // else 0), from which the parts' whole loss follows (Transformer does that).
 LossSum cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
                               VocabPart part = {});
-// Turns logits, in place, into the gradient of scale·Σ losses; with a part, lse
-// must be the whole vocabulary's logsumexp. With row_weights ([rows], lse's
+// Turns logits, in place, into the gradient of scale·Σ losses (padding: 0);
+// with a part, lse must be the whole vocabulary's logsumexp. With row_weights ([rows], lse's
 // dtype) the gradient of scale·Σ row_weights[r]·losses[r] (DPO weighs each
 // sequence's tokens by its pair's loss gradient).
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, double scale,
@@ -202,9 +213,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 // Both at once over the whole vocabulary, for training when the loss scale is
 // known before the forward pass: the losses and lse of cross_entropy_forward,
 // and the logits turned into the gradient of scale·Σ losses. On the CPU each
-// row's gradient is written while the row is still in cache.
+// row's gradient is written while the row is still in cache. The part may
+// only say how many columns hold classes (padded rows).
 LossSum cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
-                                       const Tensor& lse, double scale);
+                                       const Tensor& lse, double scale, VocabPart part = {});
 
 // ---- dropout ----
 // out = x · keep / (1 - p), keep = 1 with probability 1 - p, drawn from Philox at

@@ -49,7 +49,7 @@ void row_gradient(T* z, int32_t target, compute_t<T> lse, compute_t<T> s, int64_
                   int64_t first) {
   using C = compute_t<T>;
   if (target == ignore_index) {
-    std::fill(z, z + vocab, store<T>(C(0)));
+    std::fill_n(z, vocab, store<T>(C(0)));
     return;
   }
   const int64_t held = held_target(target, vocab, first);
@@ -73,26 +73,29 @@ void row_loss(const T* z, int32_t target, compute_t<T>& loss, compute_t<T>& lse,
 
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
-                           int64_t rows, int64_t vocab, int32_t ignore_index, int64_t first) {
+                           int64_t rows, int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first) {
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < rows; ++row)
-    row_loss(logits + row * vocab, targets[row], losses[row], lse[row], vocab, ignore_index, first);
+    row_loss(logits + row * ld, targets[row], losses[row], lse[row], vocab, ignore_index, first);
 }
 
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first, const compute_t<T>* row_weights) {
+                            int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first,
+                            const compute_t<T>* row_weights) {
   using C = compute_t<T>;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < rows; ++row) {
     const C row_scale = row_weights ? C(scale) * row_weights[row] : C(scale);
-    row_gradient(logits + row * vocab, targets[row], lse[row], row_scale, vocab, ignore_index, first);
+    T* z = logits + row * ld;
+    row_gradient(z, targets[row], lse[row], row_scale, vocab, ignore_index, first);
+    std::fill(z + vocab, z + ld, store<T>(C(0)));
   }
 }
 
 template <typename T>
 void cross_entropy_forward_backward(T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
-                                    double scale, int64_t rows, int64_t vocab, int32_t ignore_index) {
+                                    double scale, int64_t rows, int64_t vocab, int64_t ld, int32_t ignore_index) {
   using C = compute_t<T>;
 #pragma omp parallel
   {
@@ -103,7 +106,8 @@ void cross_entropy_forward_backward(T* logits, const int32_t* targets, compute_t
     C* exps = row_exps.data();
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
-      T* z = logits + row * vocab;
+      T* z = logits + row * ld;
+      std::fill(z + vocab, z + ld, store<T>(C(0)));
       const int32_t target = targets[row];
       C max = -std::numeric_limits<C>::infinity();
 #pragma omp simd reduction(max : max)
@@ -129,11 +133,11 @@ void cross_entropy_forward_backward(T* logits, const int32_t* targets, compute_t
 
 #define HONE_INSTANTIATE(T)                                                                                        \
   template void cross_entropy_forward<T>(const T*, const int32_t*, compute_t<T>*, compute_t<T>*, int64_t,          \
-                                         int64_t, int32_t, int64_t);                                               \
+                                         int64_t, int64_t, int32_t, int64_t);                                      \
   template void cross_entropy_backward<T>(T*, const int32_t*, const compute_t<T>*, double, int64_t, int64_t,        \
-                                          int32_t, int64_t, const compute_t<T>*);                                  \
+                                          int64_t, int32_t, int64_t, const compute_t<T>*);                         \
   template void cross_entropy_forward_backward<T>(T*, const int32_t*, compute_t<T>*, compute_t<T>*, double, int64_t, \
-                                                  int64_t, int32_t);
+                                                  int64_t, int64_t, int32_t);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(double)
 HONE_INSTANTIATE(bf16)

@@ -12,19 +12,20 @@ namespace hone::kernels::cpu {
 // target is ignore_index get loss 0. The `vocab` columns are the classes
 // [first, first + vocab) (a tensor-parallel part of the vocabulary): a target
 // outside them counts as a logit of 0 (the part that holds it has the logit).
+// Rows lie `ld` >= vocab elements apart; the padding past `vocab` is not read.
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
-                           int64_t rows, int64_t vocab, int32_t ignore_index, int64_t first = 0);
+                           int64_t rows, int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first = 0);
 
 // In place: logits become scale · (softmax(logits) - onehot(target)), the
 // gradient of scale · Σ losses; ignored rows become 0. The logits buffer is the
 // largest activation, so reusing it saves a vocabulary-sized copy. With a part
 // of the vocabulary, lse is the whole vocabulary's logsumexp. With
 // row_weights (null: all 1), row r's gradient is scaled by row_weights[r]: the
-// gradient of scale · Σ row_weights[r] · losses[r].
+// gradient of scale · Σ row_weights[r] · losses[r]. Each row's padding becomes 0.
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T>* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first = 0,
+                            int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first = 0,
                             const compute_t<T>* row_weights = nullptr);
 
 // Both passes row by row over the whole vocabulary: the forward's losses and
@@ -34,6 +35,6 @@ void cross_entropy_backward(T* logits, const int32_t* targets, const compute_t<T
 // Equal to the two passes up to rounding, not bit for bit.
 template <typename T>
 void cross_entropy_forward_backward(T* logits, const int32_t* targets, compute_t<T>* losses, compute_t<T>* lse,
-                                    double scale, int64_t rows, int64_t vocab, int32_t ignore_index);
+                                    double scale, int64_t rows, int64_t vocab, int64_t ld, int32_t ignore_index);
 
 }  // namespace hone::kernels::cpu

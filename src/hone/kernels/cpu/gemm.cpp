@@ -418,11 +418,44 @@ void gemm_f64(const GemmArgs& g) {
   }
 }
 
+// `rows` rows of `row_bytes` each from rows `from_stride` bytes apart to rows
+// `to_stride` bytes apart.
+void copy_rows(const void* from, size_t from_stride, void* to, size_t to_stride, int64_t rows, size_t row_bytes) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(to) + size_t(r) * to_stride,
+                static_cast<const char*>(from) + size_t(r) * from_stride, row_bytes);
+  }
+}
+
+// A product of padded rows as one of packed copies.
+void gemm_padded(const GemmArgs& g) {
+  HONE_ASSERT(g.batch == 1);
+  const size_t ab = dtype_size(g.ab_type), c = dtype_size(g.c_type);
+  // A stored [rows, cols] with its row stride, packed into `packed`.
+  auto pack = [](const void* from, int64_t stride, int64_t rows, int64_t cols, size_t element,
+                 std::vector<char>& packed) {
+    packed.resize(size_t(rows * cols) * element);
+    copy_rows(from, size_t(stride) * element, packed.data(), size_t(cols) * element, rows, size_t(cols) * element);
+    return packed.data();
+  };
+  std::vector<char> a, b, sum;
+  GemmArgs plain = g;
+  plain.lda = plain.ldb = plain.ldc = 0;
+  plain.a = pack(g.a, g.row_stride_a(), g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, ab, a);
+  plain.b = pack(g.b, g.row_stride_b(), g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, ab, b);
+  sum.resize(size_t(g.m * g.n) * c);
+  if (g.beta != 0.0f) pack(g.c, g.row_stride_c(), g.m, g.n, c, sum);
+  plain.c = sum.data();
+  gemm(plain);
+  copy_rows(sum.data(), size_t(g.n) * c, g.c, size_t(g.row_stride_c()) * c, g.m, size_t(g.n) * c);
+}
+
 }  // namespace
 
 void gemm(const GemmArgs& g) {
   HONE_ASSERT(g.batch >= 0 && g.m >= 0 && g.n >= 0 && g.k >= 0);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  if (!g.packed()) return gemm_padded(g);
   if (g.ab_type == DType::f64) {
     HONE_ASSERT(g.c_type == DType::f64);
     gemm_f64(g);

@@ -21,10 +21,23 @@ struct GemmArgs {
   void* c = nullptr;
   DType ab_type = DType::f32;
   DType c_type = DType::f32;
+  // Row strides of A, B and C as stored, in elements; 0: packed (the stored
+  // row's length). Wider rows are padded (the output head's logits on the GPU,
+  // whose rows start 16-byte aligned so that cuBLASLt runs its vector kernels);
+  // padding is neither read nor written. Batch 1 only.
+  int64_t lda = 0, ldb = 0, ldc = 0;
+
+  int64_t row_stride_a() const { return lda != 0 ? lda : trans_a ? m : k; }
+  int64_t row_stride_b() const { return ldb != 0 ? ldb : trans_b ? k : n; }
+  int64_t row_stride_c() const { return ldc != 0 ? ldc : n; }
+  bool packed() const {
+    return row_stride_a() == (trans_a ? m : k) && row_stride_b() == (trans_b ? k : n) && row_stride_c() == n;
+  }
 };
 
 // Safe to call from several threads at once; inside an OpenMP parallel region
-// the product runs on the calling thread.
+// the product runs on the calling thread. Padded rows are copied to and from
+// packed scratch: correct, not fast (the CPU's own plans keep rows packed).
 void gemm(const GemmArgs& args);
 
 // How bf16·bf16 products run. `native`: on the CPU's bf16 instructions (AMX, or

@@ -21,20 +21,25 @@ __device__ void merge(float& max, float& sum, float other_max, float other_sum) 
 
 // Threads take kWidth consecutive logits at a time (common.cuh's groups): the
 // group's max, then its sum of exp relative to that max, merged into the
-// thread's running (max, sum), as the CPU does with its chunks.
+// thread's running (max, sum), as the CPU does with its chunks. Rows lie `ld`
+// elements apart; the groups cover the padding past `vocab`, which counts as -inf.
 template <typename T, int kWidth>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* targets, float* losses, float* lse,
-                                             int64_t vocab, int32_t ignore_index, int64_t first) {
+                                             int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first) {
   __shared__ float shared_max[kThreads / kWarpSize], shared_sum[kThreads / kWarpSize];
-  const T* z = logits + int64_t(blockIdx.x) * vocab;
+  const T* z = logits + int64_t(blockIdx.x) * ld;
   float max = -INFINITY, sum = 0;
-  HONE_COLUMN_STRIDE(g, vocab / kWidth) {
+  HONE_COLUMN_STRIDE(g, ld / kWidth) {
     const auto v = load_elements<kWidth>(z + g * kWidth);
+    float x[kWidth];
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) x[k] = g * kWidth + k < vocab ? to_f32(v.v[k]) : -INFINITY;
     float group_max = -INFINITY, group_sum = 0;
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) group_max = fmaxf(group_max, to_f32(v.v[k]));
+    for (int k = 0; k < kWidth; ++k) group_max = fmaxf(group_max, x[k]);
+    if (group_max == -INFINITY) continue;  // all padding
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) group_sum += expf(to_f32(v.v[k]) - group_max);
+    for (int k = 0; k < kWidth; ++k) group_sum += expf(x[k] - group_max);
     merge(max, sum, group_max, group_sum);
   }
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
@@ -87,21 +92,23 @@ __global__ void loss_totals_kernel(const float* losses, const int32_t* targets, 
   if (threadIdx.x == 0) *out = Totals{sum, static_cast<long long>(tokens), first_bad};
 }
 
+// The padding past `vocab` in each group becomes 0.
 template <typename T, int kWidth>
 __global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets, const float* lse, float scale,
-                                              int64_t vocab, int32_t ignore_index, int64_t first,
+                                              int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first,
                                               const float* row_weights) {
-  T* z = logits + int64_t(blockIdx.x) * vocab;
+  T* z = logits + int64_t(blockIdx.x) * ld;
   if (row_weights) scale *= row_weights[blockIdx.x];
   const int64_t target = int64_t(targets[blockIdx.x]) - first;  // a column only where this part holds it
   const bool ignored = targets[blockIdx.x] == ignore_index;
   const float l = lse[blockIdx.x];
-  HONE_COLUMN_STRIDE(g, vocab / kWidth) {
+  HONE_COLUMN_STRIDE(g, ld / kWidth) {
     auto v = load_elements<kWidth>(z + g * kWidth);
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) {
+      const int64_t column = g * kWidth + k;
       const float p = expf(to_f32(v.v[k]) - l);
-      v.v[k] = from_f32<T>(ignored ? 0.0f : scale * (g * kWidth + k == target ? p - 1.0f : p));
+      v.v[k] = from_f32<T>(ignored || column >= vocab ? 0.0f : scale * (column == target ? p - 1.0f : p));
     }
     store_elements(z + g * kWidth, v);
   }
@@ -111,11 +118,11 @@ __global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets,
 
 template <typename T>
 LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
-                                 int64_t vocab, int32_t ignore_index, int64_t first, int64_t classes) {
+                                 int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first, int64_t classes) {
   if (rows == 0) return {};
-  with_group_width<T>(wide_groups_fit<T>(vocab, {logits}), [&]<int kWidth>() {
+  with_group_width<T>(wide_groups_fit<T>(ld, {logits}), [&]<int kWidth>() {
     HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_forward_kernel<T, kWidth>)(
-        logits, targets, losses, lse, vocab, ignore_index, first);
+        logits, targets, losses, lse, vocab, ld, ignore_index, first);
   });
   HONE_CUDA_LAUNCHED("cross_entropy_forward");
   DeviceBuffer totals(sizeof(Totals));
@@ -135,20 +142,21 @@ LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float*
 
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first, const float* row_weights) {
+                            int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first,
+                            const float* row_weights) {
   if (rows == 0) return;
-  with_group_width<T>(wide_groups_fit<T>(vocab, {logits}), [&]<int kWidth>() {
+  with_group_width<T>(wide_groups_fit<T>(ld, {logits}), [&]<int kWidth>() {
     HONE_LAUNCH(unsigned(rows), kThreads, 0, cross_entropy_backward_kernel<T, kWidth>)(
-        logits, targets, lse, float(scale), vocab, ignore_index, first, row_weights);
+        logits, targets, lse, float(scale), vocab, ld, ignore_index, first, row_weights);
   });
   HONE_CUDA_LAUNCHED("cross_entropy_backward");
 }
 
 #define HONE_INSTANTIATE(T)                                                                                   \
   template LossTotals cross_entropy_forward<T>(const T*, const int32_t*, float*, float*, int64_t, int64_t,    \
-                                               int32_t, int64_t, int64_t);                                    \
-  template void cross_entropy_backward<T>(T*, const int32_t*, const float*, double, int64_t, int64_t, int32_t, \
-                                          int64_t, const float*);
+                                               int64_t, int32_t, int64_t, int64_t);                           \
+  template void cross_entropy_backward<T>(T*, const int32_t*, const float*, double, int64_t, int64_t, int64_t, \
+                                          int32_t, int64_t, const float*);
 HONE_INSTANTIATE(float)
 HONE_INSTANTIATE(bf16)
 #undef HONE_INSTANTIATE

@@ -18,14 +18,16 @@ struct LossTotals {
 
 // Writes losses and lse [rows] (f32); waits for the totals. The `vocab` columns
 // are the classes [first, first + vocab) of `classes` (the whole vocabulary
-// unless tensor parallelism splits it).
+// unless tensor parallelism splits it). Rows lie `ld` >= vocab elements apart
+// (padded rows: whole 16-byte groups then, one of the GPU's loads each).
 template <typename T>
 LossTotals cross_entropy_forward(const T* logits, const int32_t* targets, float* losses, float* lse, int64_t rows,
-                                 int64_t vocab, int32_t ignore_index, int64_t first, int64_t classes);
+                                 int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first, int64_t classes);
 // In place: logits become scale · row_weights[row] · (softmax - onehot(target))
-// (row_weights null: 1); ignored rows 0.
+// (row_weights null: 1); ignored rows 0, and so does the padding of each row.
 template <typename T>
 void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse, double scale, int64_t rows,
-                            int64_t vocab, int32_t ignore_index, int64_t first, const float* row_weights = nullptr);
+                            int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first,
+                            const float* row_weights = nullptr);
 
 }  // namespace hone::kernels::cuda

@@ -83,9 +83,9 @@ uint32_t alignment_of(const void* ptr) {
 // Everything a plan depends on: shapes, transposes, types, the epilogue and the
 // buffers' alignment (a plan chosen for aligned buffers may not run on others),
 // the plain product's output included (GELU's pre-activation where the
-// epilogue is not fused).
+// epilogue is not fused), and the row strides.
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, DType, DType, cublasLtEpilogue_t, uint32_t,
-                           uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+                           uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int64_t, int64_t, int64_t>;
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -124,10 +124,11 @@ cublasLtEpilogue_t epilogue_to_ask(const GemmArgs& g, const Epilogue& e) {
   return CUBLASLT_EPILOGUE_BIAS;
 }
 
-cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t batch) {
+// Column-major rows×cols with leading dimension `ld`: hone's row-major cols×rows
+// with row stride ld (rows where packed).
+cublasLtMatrixLayout_t layout(DType dtype, int64_t rows, int64_t cols, int64_t batch, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
-  // Column-major rows×cols with leading dimension rows: the packed matrices of hone.
-  HONE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&l, cuda_type(dtype), uint64_t(rows), uint64_t(cols), rows));
+  HONE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&l, cuda_type(dtype), uint64_t(rows), uint64_t(cols), ld));
   if (batch > 1) {
     const auto count = int32_t(batch);
     const int64_t stride = rows * cols;
@@ -153,7 +154,9 @@ class LtGemm {
                       asked,             alignment_of(g.a),
                       alignment_of(g.b), alignment_of(g.c),
                       with_bias ? alignment_of(e.bias) : 0u, with_aux ? alignment_of(e.aux) : 0u,
-                      alignment_of(detail::unfused(g, e).c)};
+                      alignment_of(detail::unfused(g, e).c),
+                      g.row_stride_a(),  g.row_stride_b(),
+                      g.row_stride_c()};
     auto found = plans_.find(key);
     if (found == plans_.end()) found = plans_.emplace(key, make_plan(g, asked, e)).first;
     Plan& plan = found->second;
@@ -197,9 +200,11 @@ class LtGemm {
     p.desc = matmul_desc(g);
     // Our B stored [k, n] (or [n, k] transposed) is column-major n×k (k×n); our A
     // stored [m, k] ([k, m]) is column-major k×m (m×k); C is column-major n×m.
-    p.a = g.trans_b ? layout(g.ab_type, g.k, g.n, g.batch) : layout(g.ab_type, g.n, g.k, g.batch);
-    p.b = g.trans_a ? layout(g.ab_type, g.m, g.k, g.batch) : layout(g.ab_type, g.k, g.m, g.batch);
-    p.c = layout(g.c_type, g.n, g.m, g.batch);
+    p.a = g.trans_b ? layout(g.ab_type, g.k, g.n, g.batch, g.row_stride_b())
+                    : layout(g.ab_type, g.n, g.k, g.batch, g.row_stride_b());
+    p.b = g.trans_a ? layout(g.ab_type, g.m, g.k, g.batch, g.row_stride_a())
+                    : layout(g.ab_type, g.k, g.m, g.batch, g.row_stride_a());
+    p.c = layout(g.c_type, g.n, g.m, g.batch, g.row_stride_c());
 
     cublasLtMatmulPreference_t preference = nullptr;
     HONE_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceCreate(&preference));

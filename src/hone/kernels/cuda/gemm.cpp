@@ -46,7 +46,9 @@ void gemm(const GemmArgs& g, const Epilogue& epilogue) {
   HONE_CHECK((g.ab_type == DType::f32 && g.c_type == DType::f32) ||
                  (g.ab_type == DType::bf16 && (g.c_type == DType::f32 || g.c_type == DType::bf16)),
              "no CUDA GEMM for {} operands with a {} result", dtype_name(g.ab_type), dtype_name(g.c_type));
-  // GELU's epilogues follow a linear layer's product, which overwrites C.
+  // Epilogues run on packed rows; GELU's follow a linear layer's product, which overwrites C.
+  HONE_ASSERT(g.batch == 1 || g.packed());
+  HONE_ASSERT((epilogue.bias == nullptr && epilogue.gelu == Epilogue::Gelu::none) || g.packed());
   HONE_ASSERT(epilogue.gelu == Epilogue::Gelu::none ||
               (epilogue.aux != nullptr && g.batch == 1 && g.beta == 0.0f &&
                (epilogue.gelu == Epilogue::Gelu::forward || epilogue.bias == nullptr)));
@@ -54,8 +56,13 @@ void gemm(const GemmArgs& g, const Epilogue& epilogue) {
     // An empty reduction: C = beta·C, as the CPU path (which allows beta 0 or 1).
     HONE_ASSERT(g.beta == 0.0f || g.beta == 1.0f);
     const GemmArgs plain = detail::unfused(g, epilogue);
-    const size_t bytes = size_t(g.batch * g.m * g.n) * dtype_size(g.c_type);
-    if (g.beta == 0.0f) HONE_CUDA_CHECK(cudaMemsetAsync(plain.c, 0, bytes, stream()));
+    // Packed: one block of rows; padded (batch 1): row by row.
+    const size_t element = dtype_size(g.c_type), stride = size_t(g.row_stride_c()) * element;
+    const int64_t blocks = g.packed() ? 1 : g.m;
+    const size_t block_bytes = size_t(g.packed() ? g.batch * g.m * g.n : g.n) * element;
+    for (int64_t r = 0; r < blocks && g.beta == 0.0f; ++r) {
+      HONE_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(plain.c) + size_t(r) * stride, 0, block_bytes, stream()));
+    }
     detail::apply_epilogue(g, epilogue);
     return;
   }
