@@ -166,6 +166,29 @@ TEST(Transformer, ChunksOfRowsGiveTheSameLossAndGradients) {
   EXPECT_EQ(m.logits().shape(), (Shape{13 * 16, config.vocab_size}));
 }
 
+// Padded rows of logits (on a GPU): GPT-2's 50257 classes take rows of 50264
+// bf16 (whole 16-byte groups) or 50260 f32, in the plan and in the chunks'
+// byte budget; Llama 3's 128256 need no padding.
+TEST(Transformer, PlanPadsRowsOfLogitsWhereAsked) {
+  ModelConfig c = model_preset("gpt2_124M");
+  const ActivationOptions padded{.padded_logit_rows = true};
+  const auto row_of_logits = [&](DType dtype, const ActivationOptions& options) {
+    Arena arena(activation_bytes(c, dtype, 1, 64, options), Device::cpu());
+    return plan_activations(c, dtype, 1, 64, arena, options).logits.size(1);
+  };
+  for (const auto& [dtype, row] : {std::pair{DType::bf16, 50264}, std::pair{DType::f32, 50260}}) {
+    EXPECT_EQ(row_of_logits(dtype, padded), row) << dtype_name(dtype);
+    EXPECT_EQ(row_of_logits(dtype, {}), 50257) << dtype_name(dtype);
+  }
+  c.max_seq_len = 4096;
+  // A budget of 640 packed rows holds 639 padded ones: 576, a multiple of 64.
+  const size_t budget = 50257 * 2 * 640;
+  EXPECT_EQ(logits_chunk_rows(c, DType::bf16, 1, 4096, {.chunk_bytes = budget}), 640);
+  EXPECT_EQ(logits_chunk_rows(c, DType::bf16, 1, 4096, {.chunk_bytes = budget, .padded_logit_rows = true}), 576);
+  c.vocab_size = 128256;
+  EXPECT_EQ(row_of_logits(DType::bf16, padded), 128256);
+}
+
 // A trained head's weight gradient is read and written once a chunk of logits:
 // its chunks hold kTrainedHeadChunkRows rows where the byte budget would give
 // fewer (32768 classes in bf16: 1024 rows in 64 MiB); a frozen head's keep to

@@ -73,8 +73,8 @@ Plan plan_run(const PlanInput& in) {
   if (in.zero >= 3 && in.dp > 1) {
     p.gathered = zero3_gathered_bytes(m, in.dtype, in.tp);
   }
-  // Pretraining: every weight trained, the head's too.
-  ActivationOptions activations{.tp = in.tp, .head_weight_gradient = true};
+  // Pretraining on GPUs: every weight trained, the head's too; rows of logits padded.
+  ActivationOptions activations{.tp = in.tp, .head_weight_gradient = true, .padded_logit_rows = true};
   p.activations = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, activations));
   activations.checkpointing = true;
   p.activations_checkpointed = double(activation_bytes(m, in.dtype, in.micro_batch, in.seq_len, activations));

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "hone/core/error.hpp"
+#include "hone/ops/ops.hpp"
 
 namespace hone {
 
@@ -16,14 +17,18 @@ int64_t chunk_rows(int64_t rows, size_t row_bytes, size_t chunk_bytes, int64_t a
   return std::min(rows, std::max(fitting, at_least));
 }
 
+// A row of logits: this rank's classes, maybe padded.
+int64_t logit_row_length(const ModelConfig& c, DType dtype, const ActivationOptions& options) {
+  const int64_t classes = c.splits_vocabulary(options.tp) ? c.vocab_size / options.tp : c.vocab_size;
+  return options.padded_logit_rows ? ops::padded_row_length(classes, dtype) : classes;
+}
+
 }  // namespace
 
 int64_t logits_chunk_rows(const ModelConfig& c, DType dtype, int64_t batch, int64_t seq,
                           const ActivationOptions& options) {
-  const bool split_vocabulary = c.splits_vocabulary(options.tp);
-  const int64_t rows = split_vocabulary ? batch * seq : batch * seq / options.tp;
-  const int64_t classes = split_vocabulary ? c.vocab_size / options.tp : c.vocab_size;
-  return chunk_rows(rows, size_t(classes) * dtype_size(dtype), options.chunk_bytes,
+  const int64_t rows = c.splits_vocabulary(options.tp) ? batch * seq : batch * seq / options.tp;
+  return chunk_rows(rows, size_t(logit_row_length(c, dtype, options)) * dtype_size(dtype), options.chunk_bytes,
                     options.head_weight_gradient ? kTrainedHeadChunkRows : 64);
 }
 
@@ -105,11 +110,11 @@ Activations plan_activations(const ModelConfig& c, DType dtype, int64_t batch, i
     l.mlp_act = arena.take(mlp_shape(ffn), dtype);
   }
   const bool split_vocabulary = c.splits_vocabulary(tp);
-  const int64_t classes = split_vocabulary ? c.vocab_size / tp : c.vocab_size;
   auto head_input_and_logits = [&] {
     a.final_norm = arena.take(hidden, dtype);
     a.final_norm_all = split_vocabulary ? arena.take(all_rows, dtype) : a.final_norm;
-    a.logits = arena.take({logits_chunk_rows(c, dtype, batch, seq, options), classes}, dtype);
+    a.logits = arena.take({logits_chunk_rows(c, dtype, batch, seq, options), logit_row_length(c, dtype, options)},
+                          dtype);
   };
   if (checkpointing) {
     // Three sets of tensors that are never live at once share the memory of

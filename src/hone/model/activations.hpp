@@ -43,9 +43,9 @@ struct Activations {
   // this rank's V/tp classes, from the gathered final norm; otherwise the
   // projection reads final_norm itself and computes this rank's rows.
   Tensor final_norm_all;
-  // [chunk rows, classes]: the output head and the loss run over the rows in
-  // chunks of this many (logits_chunk_rows), each chunk's logits turned into
-  // their gradient in place.
+  // [chunk rows, classes (padded: ActivationOptions::padded_logit_rows)]: the
+  // output head and the loss run over the rows in chunks of this many
+  // (logits_chunk_rows), each chunk's logits turned into their gradient in place.
   Tensor logits;
   Tensor token_losses, logits_lse;   // [rows], compute dtype
   // Scratch shared by all layers.
@@ -91,6 +91,10 @@ struct ActivationOptions {
   // The output head's weight is trained: its chunks hold at least
   // kTrainedHeadChunkRows rows (or all).
   bool head_weight_gradient = false;
+  // Each row of logits padded to whole 16 bytes (ops::padded_row_length): on
+  // a GPU, where rows that start unaligned (GPT-2's 50257 classes in bf16) put
+  // the head's products on cuBLASLt's slow kernels.
+  bool padded_logit_rows = false;
 };
 
 // The rows of one chunk of the output head's logits, and of the MLP's working

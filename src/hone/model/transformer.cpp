@@ -45,6 +45,7 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
              "models compute in fp32, bf16 or fp64, not {}", dtype_name(dtype));
   plan_options_.head_weight_gradient = !base_frozen_;
+  plan_options_.padded_logit_rows = device.is_cuda();
   if (placement.tensor_parallel && placement.tensor_parallel->size() > 1) {
     tp_ = placement.tensor_parallel;
     tp_size_ = tp_->size();
@@ -389,11 +390,19 @@ void Transformer::set_chunk_bytes(size_t bytes) {
   replan(&ActivationOptions::chunk_bytes, bytes);
 }
 
-const Tensor& Transformer::logits() const {
+void Transformer::check_logits_whole() const {
   HONE_CHECK(!acts_.logits.defined() || acts_.logits.size(0) == acts_.logits_lse.numel(),
              "the last forward pass computed its {} rows of logits in chunks of {} rows; "
              "set_chunk_bytes(kNoChunks) keeps them all", acts_.logits_lse.numel(), acts_.logits.size(0));
-  return acts_.logits;
+}
+
+Tensor Transformer::logits() const {
+  check_logits_whole();
+  const int64_t columns = vocab_part().columns;
+  if (!acts_.logits.defined() || acts_.logits.size(1) == columns) return acts_.logits;
+  const Tensor packed = Tensor::empty({acts_.logits.size(0), columns}, dtype_, device_);
+  ops::copy_columns(acts_.logits, 0, packed, 1.0);
+  return packed;
 }
 
 void Transformer::ensure_rope_tables(int64_t positions) {
@@ -460,8 +469,9 @@ Tensor Transformer::token_losses() const {
 }
 
 ops::VocabPart Transformer::vocab_part() const {
-  if (!split_vocabulary_) return {};
-  return {.first = tp_rank_ * (config_.vocab_size / tp_size_), .classes = config_.vocab_size};
+  if (!split_vocabulary_) return {.columns = config_.vocab_size};
+  const int64_t columns = config_.vocab_size / tp_size_;
+  return {.first = tp_rank_ * columns, .classes = config_.vocab_size, .columns = columns};
 }
 
 ops::LossSum Transformer::merge_vocab_parts(int64_t tokens) {
@@ -687,7 +697,7 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
   forward_hidden(tokens, positions);
   Activations& a = acts_;
   if (!targets.defined()) {
-    logits();  // checks that they are whole
+    check_logits_whole();
     project(a.final_norm_all, lm_head_, nullptr, output_adapters_, a.logits);
     return {};
   }
@@ -707,7 +717,7 @@ ops::LossSum Transformer::forward(const Tensor& tokens, const Tensor& targets, c
     const ops::LossSum part =
         head_grad_scale_
             ? ops::cross_entropy_forward_backward(chunk.logits, chunk.targets, chunk.losses, chunk.lse,
-                                                  *head_grad_scale_)
+                                                  *head_grad_scale_, vocab_part())
             : ops::cross_entropy_forward(chunk.logits, chunk.targets, chunk.losses, chunk.lse, vocab_part());
     if (head_grad_scale_) head_backward(chunk);  // while the chunk's logits are at hand
     loss.sum += part.sum;

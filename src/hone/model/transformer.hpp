@@ -180,8 +180,9 @@ class Transformer {
   // (kNoChunks) once they exceed a chunk. backward(), or a forward pass given a
   // loss scale, overwrites them with their gradient. (Tensor
   // parallelism: this rank's rows, or, where it splits the vocabulary, all rows
-  // and this rank's vocab/tp classes; the loss is the whole batch's.)
-  const Tensor& logits() const;
+  // and this rank's vocab/tp classes; the loss is the whole batch's.) Where the
+  // plan pads their rows (on a GPU), a packed copy.
+  Tensor logits() const;
   // Row-wise work (the output head and loss; the MLP under checkpointing) in
   // chunks of rows of at most this many bytes (ActivationOptions, kChunkBytes;
   // a trained head's chunks have kTrainedHeadChunkRows rows or more unless a
@@ -306,8 +307,11 @@ class Transformer {
   // The targets of the last forward pass that this rank's loss covers, [rows]:
   // its rows under tensor parallelism, all rows where the vocabulary is split.
   Tensor loss_targets() const;
-  // The classes this rank's embedding rows and logits stand for.
+  // The classes this rank's embedding rows and logits stand for (the logits'
+  // rows may be longer: padded).
   ops::VocabPart vocab_part() const;
+  // The last forward pass's logits are all there (one chunk held every row).
+  void check_logits_whole() const;
   // A split vocabulary: each row's logsumexp and loss from every rank's part of
   // them (cross_entropy_forward with a VocabPart), written back in place.
   ops::LossSum merge_vocab_parts(int64_t tokens);
