@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU tests (and NCCL's, #7), the hone binary and bench_attention for Hopper (sm_90), without
+# Builds the GPU tests (and NCCL's, #7), the hone binary, bench_attention and bench_linear for Hopper (sm_90), without
 # -march=native (the device machine's processor may lack this one's AVX-512),
 # and packs them with the shared libraries a CUDA image lacks, and the CPU's
 # loss curve on the quickstart data (a minute), into .gpu/bundle.tar.gz,
@@ -8,11 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHONE_CUDA=ON \
   -DHONE_NATIVE=OFF >/dev/null
-cmake --build build-gpu --target test_cuda_ops test_cuda_models nccl_collectives hone bench_attention
+cmake --build build-gpu --target test_cuda_ops test_cuda_models nccl_collectives hone bench_attention bench_linear
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" .gpu
 cp build-gpu/bin/test_cuda_ops build-gpu/bin/test_cuda_models build-gpu/bin/nccl_collectives build-gpu/bin/hone \
-  build-gpu/bin/bench_attention "$stage/bin/"
+  build-gpu/bin/bench_attention build-gpu/bin/bench_linear "$stage/bin/"
 if ldd "$stage"/bin/* | grep 'not found'; then
   echo "bundle.sh: the binaries need libraries this machine lacks (above)" >&2
   exit 1

@@ -2,8 +2,9 @@
 # On the device machine: runs the GPU tests that tests/gpu/bundle.sh packed
 # (carry .gpu) and NCCL's at one rank, 200 quickstart steps against the CPU's
 # loss curve, then `hone bench --device cuda` on GPT-2 124M and Llama 3.2 1B
-# (MFU against the datasheet peak), attention alone at seq 4096 (head sizes 128
-# and 64) and the Llama 3.1 8B LoRA memory goal, printing a summary. Logs and XML
+# (MFU against the datasheet peak), their linear layers' products alone, attention
+# alone at seq 4096 (head sizes 128 and 64) and the Llama 3.1 8B LoRA memory
+# goal, printing a summary. Logs and XML
 # reports go into $OUT/logs.tar.gz, repacked after each stage (the device tool
 # returns at most 8 files, and nothing of a call it ends at 10 minutes but what
 # $OUT holds by then). Arguments go to the tests (e.g. --gtest_filter=...).
@@ -155,6 +156,12 @@ if [[ $stages == *" bench "* ]]; then
     HONE_PROFILE=1 bounded 90 "$logs/profile_$model.log" "$bundle/bin/hone" bench --model "$model" \
       --batch-size "$batch" --seq-len "$seq" --dtype bf16 --steps 2 --device cuda
     grep -A14 "hone profile" "$logs/profile_$model.log"
+  done
+  # Each linear layer's products alone (the output head with packed and padded rows).
+  for shape in "gpt2_124M 8192" "llama3_2_1B 8192"; do
+    read -r model rows <<<"$shape"
+    bounded 60 "$logs/bench_linear_$model.log" "$bundle/bin/bench_linear" --model "$model" --rows "$rows" \
+      --device cuda && cat "$logs/bench_linear_$model.log"
   done
   # Attention alone: cuDNN's fused kernels (the default) and hone's own.
   for kernels in cudnn hone; do

@@ -1,0 +1,113 @@
+// The linear layers of a model preset's training step, each product alone,
+// through ops:: on the CPU or a GPU: milliseconds per call (best of --runs) and
+// TFLOP/s for the forward product, the input gradient and the weight gradient
+// of the qkv, output, MLP up and down projections and the output head; the head
+// with its rows of logits packed and padded to 16 bytes (ops::padded_row_length,
+// as the Transformer lays them out on a GPU). It says which products hold a step
+// back: GPT-2 124M's head on an H200 ran at about 80 TFLOP/s with packed rows.
+//
+//   build/bin/bench_linear [--model gpt2_124M] [--device cpu|cuda] [--dtype bf16|fp32] [--rows 8192] [--runs 10]
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "hone/core/parallel.hpp"
+#include "hone/core/rng.hpp"
+#include "hone/model/config.hpp"
+#include "hone/ops/ops.hpp"
+
+namespace {
+
+using namespace hone;
+
+Tensor random_on(const Shape& shape, DType dtype, Device device, uint64_t seed) {
+  std::vector<float> values(size_t(shape.numel()));
+  Generator(seed).normal(std::span<float>(values), 0.0, 0.1);
+  return ops::cast_to(Tensor::from(values, shape), dtype).to(device);
+}
+
+// Best wall time of `runs` calls of f() after one untimed call, in seconds.
+template <typename F>
+double best_seconds(Device device, int runs, F&& f) {
+  f();
+  ops::synchronize(device);
+  double best = 1e30;
+  for (int run = 0; run < runs; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    ops::synchronize(device);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+struct Projection {
+  std::string name;
+  int64_t in, out;
+  int64_t per_step;  // calls in a step: the layers', or 1 for the head
+  bool head = false, padded_rows = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"A model's linear layers, each product alone: time per call and TFLOP/s"};
+  std::string model = "gpt2_124M", device_name = "cpu", dtype_name_arg = "bf16";
+  int64_t rows = 8192;
+  int runs = 10, threads = 0;
+  app.add_option("--model", model, "A model preset (hone configs names them)")->capture_default_str();
+  app.add_option("--device", device_name, "cpu or cuda")->capture_default_str();
+  app.add_option("--dtype", dtype_name_arg, "bf16 or fp32")->capture_default_str();
+  app.add_option("--rows", rows, "Tokens in a step (batch x seq)")->capture_default_str();
+  app.add_option("--runs", runs, "Timed calls; the best is reported")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (threads > 0) set_num_threads(threads);
+    const Device device = parse_device(device_name);
+    const DType dtype = parse_dtype(dtype_name_arg);
+    const ModelConfig c = model_preset(model);
+    const int64_t layers = c.n_layers;
+    const std::vector<Projection> projections = {
+        {"qkv", c.dim, c.qkv_dim(), layers},
+        {"attention output", c.n_heads * c.head_dim(), c.dim, layers},
+        {"mlp up", c.dim, c.mlp_up_dim(), layers},
+        {"mlp down", c.ffn_dim, c.dim, layers},
+        {"head, packed rows", c.dim, c.vocab_size, 1, /*head=*/true},
+        {"head, padded rows", c.dim, c.vocab_size, 1, /*head=*/true, /*padded_rows=*/true},
+    };
+    // The Transformer pads the head's rows on a GPU (ActivationOptions::padded_logit_rows).
+    const bool head_padded = device.is_cuda() && ops::padded_row_length(c.vocab_size, dtype) != c.vocab_size;
+    fmt::print("{} on {} in {}, {} rows; ms per call (TFLOP/s)\n", model, device.str(), dtype_name(dtype), rows);
+    fmt::print("{:<18} {:>6} {:>7} {:>19} {:>19} {:>19}\n", "product", "in", "out", "forward", "input gradient",
+               "weight gradient");
+    double step_s = 0;
+    for (const Projection& p : projections) {
+      if (p.padded_rows && ops::padded_row_length(p.out, dtype) == p.out) continue;  // nothing to pad
+      const int64_t row_length = p.padded_rows ? ops::padded_row_length(p.out, dtype) : p.out;
+      const Tensor x = random_on({rows, p.in}, dtype, device, 1), weight = random_on({p.out, p.in}, dtype, device, 2);
+      const Tensor y = random_on({rows, row_length}, dtype, device, 3), dx = Tensor::empty({rows, p.in}, dtype, device);
+      const Tensor d_weight = Tensor::zeros({p.out, p.in}, DType::f32, device);
+      const double forward = best_seconds(device, runs, [&] { ops::linear_forward(x, weight, Tensor(), y); });
+      const double input = best_seconds(device, runs, [&] {
+        ops::linear_backward(y, x, weight, dx, Tensor(), Tensor(), /*accumulate_dx=*/false);
+      });
+      const double weights = best_seconds(device, runs, [&] {
+        ops::linear_backward(y, x, weight, Tensor(), d_weight, Tensor(), false, /*accumulate_dw=*/true);
+      });
+      const double flops = 2.0 * double(rows) * double(p.in) * double(p.out);
+      const auto cell = [&](double s) { return fmt::format("{:.3f} ({:.3g})", 1e3 * s, flops / s / 1e12); };
+      fmt::print("{:<18} {:>6} {:>7} {:>19} {:>19} {:>19}\n", p.name, p.in, p.out, cell(forward), cell(input),
+                 cell(weights));
+      if (!p.head || p.padded_rows == head_padded) step_s += double(p.per_step) * (forward + input + weights);
+    }
+    fmt::print("a step's products, as the Transformer runs them on a {}: {:.2f} ms\n", device.str(), 1e3 * step_s);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_linear: error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}
