@@ -10,39 +10,17 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include <algorithm>
-#include <chrono>
 #include <vector>
 
-#include "hone/core/parallel.hpp"
-#include "hone/core/rng.hpp"
 #include "hone/model/config.hpp"
 #include "hone/ops/ops.hpp"
+#include "device_timing.hpp"
 
 namespace {
 
 using namespace hone;
-
-Tensor random_on(const Shape& shape, DType dtype, Device device, uint64_t seed) {
-  std::vector<float> values(size_t(shape.numel()));
-  Generator(seed).normal(std::span<float>(values), 0.0, 0.1);
-  return ops::cast_to(Tensor::from(values, shape), dtype).to(device);
-}
-
-// Best wall time of `runs` calls of f() after one untimed call, in seconds.
-template <typename F>
-double best_seconds(Device device, int runs, F&& f) {
-  f();
-  ops::synchronize(device);
-  double best = 1e30;
-  for (int run = 0; run < runs; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    ops::synchronize(device);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
-}
+using bench::best_seconds;
+using bench::random_on;
 
 struct Projection {
   std::string name;
@@ -55,20 +33,18 @@ struct Projection {
 
 int main(int argc, char** argv) {
   CLI::App app{"A model's linear layers, each product alone: time per call and TFLOP/s"};
-  std::string model = "gpt2_124M", device_name = "cpu", dtype_name_arg = "bf16";
+  std::string model = "gpt2_124M";
   int64_t rows = 8192;
-  int runs = 10, threads = 0;
+  bench::TimingOptions timing;
   app.add_option("--model", model, "A model preset (hone configs names them)")->capture_default_str();
-  app.add_option("--device", device_name, "cpu or cuda")->capture_default_str();
-  app.add_option("--dtype", dtype_name_arg, "bf16 or fp32")->capture_default_str();
   app.add_option("--rows", rows, "Tokens in a step (batch x seq)")->capture_default_str();
-  app.add_option("--runs", runs, "Timed calls; the best is reported")->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: all cores)")->capture_default_str();
+  timing.add_to(app);
   CLI11_PARSE(app, argc, argv);
   try {
-    if (threads > 0) set_num_threads(threads);
-    const Device device = parse_device(device_name);
-    const DType dtype = parse_dtype(dtype_name_arg);
+    timing.apply();
+    const Device device = timing.device;
+    const DType dtype = timing.dtype;
+    const int runs = timing.runs;
     const ModelConfig c = model_preset(model);
     const int64_t layers = c.n_layers;
     const std::vector<Projection> projections = {
