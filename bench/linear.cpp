@@ -12,6 +12,7 @@
 
 #include <vector>
 
+#include "hone/model/activations.hpp"
 #include "hone/model/config.hpp"
 #include "hone/ops/ops.hpp"
 #include "device_timing.hpp"
@@ -55,15 +56,15 @@ int main(int argc, char** argv) {
         {"head, packed rows", c.dim, c.vocab_size, 1, /*head=*/true},
         {"head, padded rows", c.dim, c.vocab_size, 1, /*head=*/true, /*padded_rows=*/true},
     };
-    // The Transformer pads the head's rows on a GPU (ActivationOptions::padded_logit_rows).
-    const bool head_padded = device.is_cuda() && ops::padded_row_length(c.vocab_size, dtype) != c.vocab_size;
+    const int64_t padded_vocab = ops::padded_row_length(c.vocab_size, dtype);
+    const bool paddable = padded_vocab != c.vocab_size, head_padded = paddable && pads_logit_rows(device);
     fmt::print("{} on {} in {}, {} rows; ms per call (TFLOP/s)\n", model, device.str(), dtype_name(dtype), rows);
     fmt::print("{:<18} {:>6} {:>7} {:>19} {:>19} {:>19}\n", "product", "in", "out", "forward", "input gradient",
                "weight gradient");
     double step_s = 0;
     for (const Projection& p : projections) {
-      if (p.padded_rows && ops::padded_row_length(p.out, dtype) == p.out) continue;  // nothing to pad
-      const int64_t row_length = p.padded_rows ? ops::padded_row_length(p.out, dtype) : p.out;
+      if (p.padded_rows && !paddable) continue;
+      const int64_t row_length = p.padded_rows ? padded_vocab : p.out;
       const Tensor x = random_on({rows, p.in}, dtype, device, 1), weight = random_on({p.out, p.in}, dtype, device, 2);
       const Tensor y = random_on({rows, row_length}, dtype, device, 3), dx = Tensor::empty({rows, p.in}, dtype, device);
       const Tensor d_weight = Tensor::zeros({p.out, p.in}, DType::f32, device);
@@ -80,7 +81,8 @@ int main(int argc, char** argv) {
                  cell(weights));
       if (!p.head || p.padded_rows == head_padded) step_s += double(p.per_step) * (forward + input + weights);
     }
-    fmt::print("a step's products, as the Transformer runs them on a {}: {:.2f} ms\n", device.str(), 1e3 * step_s);
+    fmt::print("a step's linear products ({} layers, the head's rows laid out as on a {}): {:.2f} ms\n", layers,
+               device.str(), 1e3 * step_s);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_linear: error: {}\n", e.what());
     return 2;

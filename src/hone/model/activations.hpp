@@ -97,6 +97,10 @@ struct ActivationOptions {
   bool padded_logit_rows = false;
 };
 
+// Whether plans pad the rows of logits on `device` (padded_logit_rows): on GPUs
+// alone; the CPU's GEMM takes packed rows at full speed.
+inline bool pads_logit_rows(Device device) { return device.is_cuda(); }
+
 // The rows of one chunk of the output head's logits, and of the MLP's working
 // set (Activations::mlp_rows), in plan_activations' plan: all of them when they
 // fit chunk_bytes, else the largest multiple of 64 rows that fits (at least 64;

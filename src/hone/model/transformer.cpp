@@ -45,7 +45,7 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
              "models compute in fp32, bf16 or fp64, not {}", dtype_name(dtype));
   plan_options_.head_weight_gradient = !base_frozen_;
-  plan_options_.padded_logit_rows = device.is_cuda();
+  plan_options_.padded_logit_rows = pads_logit_rows(device);
   if (placement.tensor_parallel && placement.tensor_parallel->size() > 1) {
     tp_ = placement.tensor_parallel;
     tp_size_ = tp_->size();

@@ -317,7 +317,7 @@ MemoryEstimate estimate_training_memory(const ModelConfig& model, DType dtype, i
   }
   ActivationOptions planned = activations;
   planned.head_weight_gradient = !lora;  // as the Transformer plans it
-  planned.padded_logit_rows = device.is_cuda();
+  planned.padded_logit_rows = pads_logit_rows(device);
   m.activations = activation_bytes(model, dtype, batch_size, seq_len, planned, device);
   if (lora) m.activations += lora_activation_bytes(model, *lora, dtype, batch_size, seq_len, planned);
   const ops::AttentionHeads heads{

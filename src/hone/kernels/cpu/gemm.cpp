@@ -441,8 +441,8 @@ void gemm_padded(const GemmArgs& g) {
   std::vector<char> a, b, sum;
   GemmArgs plain = g;
   plain.lda = plain.ldb = plain.ldc = 0;
-  plain.a = pack(g.a, g.row_stride_a(), g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, ab, a);
-  plain.b = pack(g.b, g.row_stride_b(), g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, ab, b);
+  plain.a = pack(g.a, g.row_stride_a(), g.trans_a ? g.k : g.m, g.row_length_a(), ab, a);
+  plain.b = pack(g.b, g.row_stride_b(), g.trans_b ? g.n : g.k, g.row_length_b(), ab, b);
   sum.resize(size_t(g.m * g.n) * c);
   if (g.beta != 0.0f) pack(g.c, g.row_stride_c(), g.m, g.n, c, sum);
   plain.c = sum.data();

@@ -27,11 +27,14 @@ struct GemmArgs {
   // padding is neither read nor written. Batch 1 only.
   int64_t lda = 0, ldb = 0, ldc = 0;
 
-  int64_t row_stride_a() const { return lda != 0 ? lda : trans_a ? m : k; }
-  int64_t row_stride_b() const { return ldb != 0 ? ldb : trans_b ? k : n; }
+  // The stored rows' lengths, and their strides.
+  int64_t row_length_a() const { return trans_a ? m : k; }
+  int64_t row_length_b() const { return trans_b ? k : n; }
+  int64_t row_stride_a() const { return lda != 0 ? lda : row_length_a(); }
+  int64_t row_stride_b() const { return ldb != 0 ? ldb : row_length_b(); }
   int64_t row_stride_c() const { return ldc != 0 ? ldc : n; }
   bool packed() const {
-    return row_stride_a() == (trans_a ? m : k) && row_stride_b() == (trans_b ? k : n) && row_stride_c() == n;
+    return row_stride_a() == row_length_a() && row_stride_b() == row_length_b() && row_stride_c() == n;
   }
 };
 

@@ -56,12 +56,14 @@ void gemm(const GemmArgs& g, const Epilogue& epilogue) {
     // An empty reduction: C = beta·C, as the CPU path (which allows beta 0 or 1).
     HONE_ASSERT(g.beta == 0.0f || g.beta == 1.0f);
     const GemmArgs plain = detail::unfused(g, epilogue);
-    // Packed: one block of rows; padded (batch 1): row by row.
-    const size_t element = dtype_size(g.c_type), stride = size_t(g.row_stride_c()) * element;
-    const int64_t blocks = g.packed() ? 1 : g.m;
-    const size_t block_bytes = size_t(g.packed() ? g.batch * g.m * g.n : g.n) * element;
-    for (int64_t r = 0; r < blocks && g.beta == 0.0f; ++r) {
-      HONE_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(plain.c) + size_t(r) * stride, 0, block_bytes, stream()));
+    if (g.beta == 0.0f) {
+      // Packed: one block of rows; padded (batch 1): row by row, the padding untouched.
+      const size_t element = dtype_size(g.c_type), stride = size_t(g.row_stride_c()) * element;
+      const int64_t blocks = g.packed() ? 1 : g.m;
+      const size_t block_bytes = size_t(g.packed() ? g.batch * g.m * g.n : g.n) * element;
+      for (int64_t r = 0; r < blocks; ++r) {
+        HONE_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(plain.c) + size_t(r) * stride, 0, block_bytes, stream()));
+      }
     }
     detail::apply_epilogue(g, epilogue);
     return;
