@@ -113,6 +113,10 @@ if [[ $stages == *" tests "* ]]; then
       "$logs/$test.log"
     rerun_alone_after_fault "$bundle/bin/$test" "$logs/$test.log" "$rc" 90
   done
+  # The products again with tuned algorithms (HONE_CUBLASLT_TUNE), against the CPU.
+  HONE_CUBLASLT_TUNE=on bounded 60 "$logs/test_cuda_ops_tuned.log" "$bundle/bin/test_cuda_ops" \
+    --gtest_filter='*Matmul*:*Linear*' || status=1
+  grep -E '^\[  FAILED |^\[  PASSED|^hone: ' "$logs/test_cuda_ops_tuned.log"
   # Where cuDNN refused hone's attention graphs, its own log says which operation and why.
   if grep -q "^hone: cuDNN" "$logs"/test_cuda_*.log; then
     CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$logs/cudnn.log" bounded 60 "$logs/cudnn_rerun.log" \
@@ -143,10 +147,10 @@ if [[ $stages == *" bench "* ]]; then
   # End to end: the trainer's step on the GPU.
   bounded 90 "$logs/bench_gpt2.log" "$bundle/bin/hone" bench --model gpt2_124M --batch-size 8 --seq-len 1024 \
     --dtype bf16 --steps 5 --device cuda $peak_flag && tail -1 "$logs/bench_gpt2.log"
-  # The same without cuBLASLt's bias and GELU epilogues: what they save.
-  HONE_CUBLASLT_EPILOGUES=off bounded 90 "$logs/bench_gpt2_no_epilogues.log" "$bundle/bin/hone" bench \
+  # The same with each product's algorithm the fastest of cuBLASLt's best 8, timed.
+  HONE_CUBLASLT_TUNE=on bounded 90 "$logs/bench_gpt2_tuned.log" "$bundle/bin/hone" bench \
     --model gpt2_124M --batch-size 8 --seq-len 1024 --dtype bf16 --steps 5 --device cuda $peak_flag &&
-    echo "  (no epilogues) $(tail -1 "$logs/bench_gpt2_no_epilogues.log")"
+    echo "  (tuned products) $(tail -1 "$logs/bench_gpt2_tuned.log")"
   # #8's MFU goal for the Llama 3.2 1B shape at seq 2048.
   bounded 120 "$logs/bench_llama_1b.log" "$bundle/bin/hone" bench --model llama3_2_1B --batch-size 4 --seq-len 2048 \
     --dtype bf16 --steps 5 --device cuda $peak_flag && tail -1 "$logs/bench_llama_1b.log"
@@ -157,11 +161,13 @@ if [[ $stages == *" bench "* ]]; then
       --batch-size "$batch" --seq-len "$seq" --dtype bf16 --steps 2 --device cuda
     grep -A14 "hone profile" "$logs/profile_$model.log"
   done
-  # Each linear layer's products alone (the output head with packed and padded rows).
-  for shape in "gpt2_124M 8192" "llama3_2_1B 8192"; do
-    read -r model rows <<<"$shape"
-    bounded 60 "$logs/bench_linear_$model.log" "$bundle/bin/bench_linear" --model "$model" --rows "$rows" \
-      --device cuda && cat "$logs/bench_linear_$model.log"
+  # Each linear layer's products alone (the output head with packed and padded
+  # rows; GPT-2's biases and GELU epilogues), GPT-2's also with tuned algorithms.
+  for shape in "gpt2_124M 8192 off" "gpt2_124M 8192 on" "llama3_2_1B 8192 off"; do
+    read -r model rows tune <<<"$shape"
+    log="$logs/bench_linear_$model$([ "$tune" = on ] && echo _tuned).log"
+    HONE_CUBLASLT_TUNE=$tune bounded 60 "$log" "$bundle/bin/bench_linear" --model "$model" --rows "$rows" \
+      --device cuda && echo "(tuning $tune)" && cat "$log"
   done
   # Attention alone: cuDNN's fused kernels (the default) and hone's own.
   for kernels in cudnn hone; do

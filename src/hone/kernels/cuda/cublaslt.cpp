@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "hone/core/error.hpp"
 #include "hone/kernels/cuda/check.hpp"
@@ -92,6 +93,9 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A, B, C (see make_plan)
   cublasLtMatmulAlgo_t algo{};
   bool fused = false;  // the epilogue runs in cuBLASLt's kernel
+  // The heuristic's other algorithms, best first (algo is the first), until
+  // tuned (HONE_CUBLASLT_TUNE); empty after.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
 };
 
 // HONE_CUBLASLT_EPILOGUES=off runs every bias and GELU as kernels after plain
@@ -102,6 +106,23 @@ bool epilogues_enabled() {
     if (value == nullptr || *value == 0 || std::string_view(value) == "on") return true;
     HONE_CHECK(std::string_view(value) == "off", "HONE_CUBLASLT_EPILOGUES={}: expected on or off", value);
     return false;
+  }();
+  return enabled;
+}
+
+// HONE_CUBLASLT_TUNE=on times the heuristic's best algorithms for each product
+// (up to kTuneCandidates, at its first call that overwrites C, where running
+// it again changes nothing) and keeps the fastest: cuBLASLt's first choice is
+// a prediction. Off by default: the choice then depends on timings, so two
+// processes may sum in different orders and differ in the last bits.
+constexpr int kTuneCandidates = 8;
+
+bool tuning_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("HONE_CUBLASLT_TUNE");
+    if (value == nullptr || *value == 0 || std::string_view(value) == "off") return false;
+    HONE_CHECK(std::string_view(value) == "on", "HONE_CUBLASLT_TUNE={}: expected on or off", value);
+    return true;
   }();
   return enabled;
 }
@@ -163,12 +184,47 @@ class LtGemm {
     if (plan.fused) set_epilogue_pointers(plan.desc, e);
     // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's A is our B.
     void* const c = plan.fused ? g.c : detail::unfused(g, e).c;
-    HONE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, c, plan.c,
-                                          c, plan.c, &plan.algo, workspace, kWorkspaceBytes, stream()));
+    const auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+      return lt().cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, c, plan.c, c,
+                                 plan.c, &algo, workspace, kWorkspaceBytes, stream());
+    };
+    if (!plan.candidates.empty() && g.beta == 0.0f) tune(plan, matmul);
+    HONE_CUBLAS_CHECK(matmul(plan.algo));
     if (!plan.fused) detail::apply_epilogue(g, e);
   }
 
  private:
+  // Keeps the fastest of the plan's candidates: each run once, then timed over
+  // three runs (a candidate cuBLASLt refuses at the product is passed over).
+  // The product overwrites C (beta 0), and a GELU epilogue its auxiliary
+  // output, so each run leaves the same result.
+  template <typename Matmul>
+  static void tune(Plan& plan, const Matmul& matmul) {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    HONE_CUDA_CHECK(cudaEventCreate(&start));
+    HONE_CUDA_CHECK(cudaEventCreate(&stop));
+    float best_ms = 0;
+    bool timed = false;
+    for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+      if (matmul(algo) != CUBLAS_STATUS_SUCCESS) continue;
+      HONE_CUDA_CHECK(cudaEventRecord(start, stream()));
+      bool ran = true;
+      for (int run = 0; run < 3 && ran; ++run) ran = matmul(algo) == CUBLAS_STATUS_SUCCESS;
+      HONE_CUDA_CHECK(cudaEventRecord(stop, stream()));
+      HONE_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      HONE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (ran && (!timed || ms < best_ms)) {
+        best_ms = ms;
+        plan.algo = algo;
+        timed = true;
+      }
+    }
+    HONE_CUDA_CHECK(cudaEventDestroy(start));
+    HONE_CUDA_CHECK(cudaEventDestroy(stop));
+    plan.candidates.clear();
+  }
+
   void ensure_handle() {
     if (handle_ == nullptr) HONE_CUBLAS_CHECK(lt().cublasLtCreate(&handle_));
   }
@@ -259,17 +315,23 @@ class LtGemm {
     }
   }
 
-  // The best algorithm for the plan's descriptors, or false where cuBLASLt has
-  // none; with an optional epilogue, any refusal of it just means "none".
+  // The best algorithm for the plan's descriptors (and, where tuning, the next
+  // best as candidates), or false where cuBLASLt has none; with an optional
+  // epilogue, any refusal of it just means "none".
   bool heuristic(Plan& p, cublasLtMatmulPreference_t preference, bool epilogue_optional = false) {
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
+    const int asked = tuning_enabled() ? kTuneCandidates : 1;
     int count = 0;
     const cublasStatus_t status =
-        lt().cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, 1, &result, &count);
+        lt().cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference, asked, results, &count);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (epilogue_optional && status != CUBLAS_STATUS_SUCCESS)) return false;
     HONE_CUBLAS_CHECK(status);
     if (count == 0) return false;
-    p.algo = result.algo;
+    p.algo = results[0].algo;
+    p.candidates.clear();
+    for (int i = 0; count > 1 && i < count; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates.push_back(results[i].algo);
+    }
     return true;
   }
 
