@@ -113,10 +113,13 @@ if [[ $stages == *" tests "* ]]; then
       "$logs/$test.log"
     rerun_alone_after_fault "$bundle/bin/$test" "$logs/$test.log" "$rc" 90
   done
-  # The products again with tuned algorithms (HONE_CUBLASLT_TUNE), against the CPU.
-  HONE_CUBLASLT_TUNE=on bounded 60 "$logs/test_cuda_ops_tuned.log" "$bundle/bin/test_cuda_ops" \
-    --gtest_filter='*Matmul*:*Linear*' || status=1
-  grep -E '^\[  FAILED |^\[  PASSED|^hone: ' "$logs/test_cuda_ops_tuned.log"
+  # The products again against the CPU: with tuned algorithms (HONE_CUBLASLT_TUNE),
+  # and with GELU's kernels after products that fuse the bias alone.
+  for mode in "HONE_CUBLASLT_TUNE=on" "HONE_CUBLASLT_EPILOGUES=bias"; do
+    log="$logs/test_cuda_ops_${mode#HONE_CUBLASLT_}.log"
+    bounded 60 "$log" env "$mode" "$bundle/bin/test_cuda_ops" --gtest_filter='*Matmul*:*Linear*' || status=1
+    grep -E '^\[  FAILED |^\[  PASSED|^hone: ' "$log"
+  done
   # Where cuDNN refused hone's attention graphs, its own log says which operation and why.
   if grep -q "^hone: cuDNN" "$logs"/test_cuda_*.log; then
     CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$logs/cudnn.log" bounded 60 "$logs/cudnn_rerun.log" \
@@ -147,10 +150,15 @@ if [[ $stages == *" bench "* ]]; then
   # End to end: the trainer's step on the GPU.
   bounded 90 "$logs/bench_gpt2.log" "$bundle/bin/hone" bench --model gpt2_124M --batch-size 8 --seq-len 1024 \
     --dtype bf16 --steps 5 --device cuda $peak_flag && tail -1 "$logs/bench_gpt2.log"
-  # The same with each product's algorithm the fastest of cuBLASLt's best 8, timed.
-  HONE_CUBLASLT_TUNE=on bounded 90 "$logs/bench_gpt2_tuned.log" "$bundle/bin/hone" bench \
-    --model gpt2_124M --batch-size 8 --seq-len 1024 --dtype bf16 --steps 5 --device cuda $peak_flag &&
-    echo "  (tuned products) $(tail -1 "$logs/bench_gpt2_tuned.log")"
+  # The same with each product's algorithm the fastest of cuBLASLt's best 8,
+  # timed; with the biases alone fused (GELU's kernels after the products); both.
+  for modes in "on on" "bias off" "bias on"; do
+    read -r epilogues tune <<<"$modes"
+    log="$logs/bench_gpt2_epilogues_${epilogues}_tune_$tune.log"
+    bounded 90 "$log" env HONE_CUBLASLT_EPILOGUES="$epilogues" HONE_CUBLASLT_TUNE="$tune" "$bundle/bin/hone" bench \
+      --model gpt2_124M --batch-size 8 --seq-len 1024 --dtype bf16 --steps 5 --device cuda $peak_flag &&
+      echo "  (epilogues $epilogues, tuning $tune) $(tail -1 "$log")"
+  done
   # #8's MFU goal for the Llama 3.2 1B shape at seq 2048.
   bounded 120 "$logs/bench_llama_1b.log" "$bundle/bin/hone" bench --model llama3_2_1B --batch-size 4 --seq-len 2048 \
     --dtype bf16 --steps 5 --device cuda $peak_flag && tail -1 "$logs/bench_llama_1b.log"
@@ -163,11 +171,12 @@ if [[ $stages == *" bench "* ]]; then
   done
   # Each linear layer's products alone (the output head with packed and padded
   # rows; GPT-2's biases and GELU epilogues), GPT-2's also with tuned algorithms.
-  for shape in "gpt2_124M 8192 off" "gpt2_124M 8192 on" "llama3_2_1B 8192 off"; do
-    read -r model rows tune <<<"$shape"
-    log="$logs/bench_linear_$model$([ "$tune" = on ] && echo _tuned).log"
-    HONE_CUBLASLT_TUNE=$tune bounded 60 "$log" "$bundle/bin/bench_linear" --model "$model" --rows "$rows" \
-      --device cuda && echo "(tuning $tune)" && cat "$log"
+  for shape in "gpt2_124M on off" "gpt2_124M on on" "gpt2_124M bias off" "llama3_2_1B on off"; do
+    read -r model epilogues tune <<<"$shape"
+    log="$logs/bench_linear_${model}_epilogues_${epilogues}_tune_$tune.log"
+    bounded 60 "$log" env HONE_CUBLASLT_EPILOGUES="$epilogues" HONE_CUBLASLT_TUNE="$tune" \
+      "$bundle/bin/bench_linear" --model "$model" --rows 8192 --device cuda &&
+      echo "(epilogues $epilogues, tuning $tune)" && cat "$log"
   done
   # Attention alone: cuDNN's fused kernels (the default) and hone's own.
   for kernels in cudnn hone; do

@@ -99,15 +99,20 @@ struct Plan {
 };
 
 // HONE_CUBLASLT_EPILOGUES=off runs every bias and GELU as kernels after plain
-// products: a benchmark run both ways measures what the epilogues save.
-bool epilogues_enabled() {
-  static const bool enabled = [] {
+// products, =bias fuses the biases alone (GELU's kernels follow): benchmark
+// runs each way measure what the epilogues save or cost.
+enum class Epilogues { all, bias, none };
+
+Epilogues epilogues_fused() {
+  static const Epilogues fused = [] {
     const char* value = std::getenv("HONE_CUBLASLT_EPILOGUES");
-    if (value == nullptr || *value == 0 || std::string_view(value) == "on") return true;
-    HONE_CHECK(std::string_view(value) == "off", "HONE_CUBLASLT_EPILOGUES={}: expected on or off", value);
-    return false;
+    const std::string_view mode = value == nullptr || *value == 0 ? "on" : value;
+    if (mode == "on") return Epilogues::all;
+    if (mode == "bias") return Epilogues::bias;
+    HONE_CHECK(mode == "off", "HONE_CUBLASLT_EPILOGUES={}: expected on, bias or off", mode);
+    return Epilogues::none;
   }();
-  return enabled;
+  return fused;
 }
 
 // HONE_CUBLASLT_TUNE=on times the heuristic's best algorithms for each product
@@ -133,7 +138,9 @@ bool tuning_enabled() {
 // may be aligned to an element alone. GELU's input's rows must be a multiple of
 // 8 elements long.
 cublasLtEpilogue_t epilogue_to_ask(const GemmArgs& g, const Epilogue& e) {
-  if ((e.bias == nullptr && e.gelu == Epilogue::Gelu::none) || !epilogues_enabled()) return CUBLASLT_EPILOGUE_DEFAULT;
+  if ((e.bias == nullptr && e.gelu == Epilogue::Gelu::none) || epilogues_fused() == Epilogues::none) {
+    return CUBLASLT_EPILOGUE_DEFAULT;
+  }
   if (g.batch != 1 || (e.bias != nullptr && alignment_of(e.bias) < 16)) return CUBLASLT_EPILOGUE_DEFAULT;
   if (e.gelu != Epilogue::Gelu::none && (alignment_of(e.aux) < 16 || g.n % 8 != 0)) return CUBLASLT_EPILOGUE_DEFAULT;
   switch (e.gelu) {
@@ -347,6 +354,13 @@ LtGemm& lt_gemm() {
 
 }  // namespace
 
-void detail::product(const GemmArgs& g, const Epilogue& e, void* workspace) { lt_gemm().run(g, e, workspace); }
+void detail::product(const GemmArgs& g, const Epilogue& e, void* workspace) {
+  if (e.gelu != Epilogue::Gelu::none && epilogues_fused() == Epilogues::bias) {
+    // The product (+ bias) where the GELU epilogue would have written, then GELU's kernel.
+    lt_gemm().run(unfused(g, e), {.bias = e.bias}, workspace);
+    return apply_epilogue(g, {.gelu = e.gelu, .aux = e.aux});
+  }
+  lt_gemm().run(g, e, workspace);
+}
 
 }  // namespace hone::kernels::cuda
