@@ -786,6 +786,38 @@ TEST_P(CudaCrossEntropy, PaddedRowsMatchThePackedCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, CudaCrossEntropy, ::testing::Values(50257, 37, 50264, 40));
 
+// Training's one call holds a row in shared memory where it fits (GPT-2's
+// 50257 classes, packed and padded, in bf16 and f32; 60000 in bf16) and runs
+// the two kernels where it does not (60000 f32: 240 KB): the forward call then
+// the backward call's results, bit for bit, either way.
+TEST_F(Cuda, CrossEntropyInOneCallIsTheTwoCallsBitForBit) {
+  const int64_t rows = 9;
+  for (const int64_t vocab : {50257, 60000}) {
+    std::vector<int32_t> t = random_ids(rows, int32_t(vocab), 50);
+    t[3] = ops::kIgnoreIndex;
+    const Tensor targets = gpu(ids(t, {rows}));
+    for (const DType dtype : kDtypes) {
+      for (const bool padded : {false, true}) {
+        const int64_t stride = padded ? ops::padded_row_length(vocab, dtype) : vocab;
+        const std::string what = fmt::format("vocab {}{}", vocab, padded ? ", padded rows" : "");
+        const ops::VocabPart part{.columns = vocab};
+        const Tensor logits = gpu(with_padded_rows(random_tensor({rows, vocab}, dtype, 51, 6.0), stride));
+        const Tensor two = logits.clone(), one = logits.clone();
+        auto per_row = [] { return Tensor::empty({rows}, DType::f32, kGpu); };
+        const Tensor losses_two = per_row(), lse_two = per_row(), losses_one = per_row(), lse_one = per_row();
+        const ops::LossSum sum_two = ops::cross_entropy_forward(two, targets, losses_two, lse_two, part);
+        ops::cross_entropy_backward(two, targets, lse_two, 0.25, part);
+        const ops::LossSum sum_one = ops::cross_entropy_forward_backward(one, targets, losses_one, lse_one, 0.25, part);
+        EXPECT_EQ(sum_one.sum, sum_two.sum) << what;
+        EXPECT_EQ(sum_one.tokens, sum_two.tokens) << what;
+        expect_match(losses_one, losses_two, 0, named(what + " losses", dtype));
+        expect_match(lse_one, lse_two, 0, named(what + " lse", dtype));
+        expect_match(one, two, 0, named(what + " gradient", dtype));
+      }
+    }
+  }
+}
+
 TEST_F(Cuda, CrossEntropyReportsTheFirstBadTargetAsTheCpuDoes) {
   const Tensor logits = random_tensor({6, 20}, DType::f32, 44);
   const Tensor targets = ids({3, ops::kIgnoreIndex, 25, 1, -7, 2}, {6});
@@ -796,6 +828,11 @@ TEST_F(Cuda, CrossEntropyReportsTheFirstBadTargetAsTheCpuDoes) {
   });
   EXPECT_NE(cpu, "");
   EXPECT_EQ(cuda, cpu);
+  const std::string cuda_with_gradient = error_of([&] {
+    ops::cross_entropy_forward_backward(gpu(logits), gpu(targets), gpu(losses), gpu(lse), 0.5);
+  });
+  EXPECT_EQ(cuda_with_gradient, error_of([&] { ops::cross_entropy_forward_backward(logits, targets, losses, lse, 0.5); }));
+  EXPECT_NE(cuda_with_gradient.find("target 25 at row 2"), std::string::npos) << cuda_with_gradient;
 }
 
 TEST_F(Cuda, ElementWiseOps) {

@@ -59,15 +59,16 @@ LossSum loss_forward(const char* op, const Tensor& logits, const Tensor& targets
   if (device.is_cuda()) {
     // The device sums the losses and counts and checks the targets in the same pass.
     dispatch_cuda(logits.dtype(), op, [&]<typename T>() {
-      const kernels::cuda::LossTotals totals = kernels::cuda::cross_entropy_forward<T>(
-          logits.data<T>(), targets.data<int32_t>(), losses.data<float>(), lse.data<float>(), rows, columns, ld,
-          kIgnoreIndex, part.first, vocab);
+      const kernels::cuda::LossTotals totals =
+          gradient_scale ? kernels::cuda::cross_entropy_forward_backward<T>(
+                               logits.data<T>(), targets.data<int32_t>(), losses.data<float>(), lse.data<float>(),
+                               *gradient_scale, rows, columns, ld, kIgnoreIndex)
+                         : kernels::cuda::cross_entropy_forward<T>(logits.data<T>(), targets.data<int32_t>(),
+                                                                   losses.data<float>(), lse.data<float>(), rows,
+                                                                   columns, ld, kIgnoreIndex, part.first, vocab);
+      // (With the gradient, the logits already hold garbage where a target is bad.)
       if (totals.bad_row >= 0) fail_target(totals.bad_target, totals.bad_row);
       result = {.sum = totals.sum, .tokens = totals.tokens};
-      if (gradient_scale) {
-        kernels::cuda::cross_entropy_backward<T>(logits.data<T>(), targets.data<int32_t>(), lse.data<float>(),
-                                                 *gradient_scale, rows, columns, ld, kIgnoreIndex, part.first);
-      }
     });
     return result;
   }

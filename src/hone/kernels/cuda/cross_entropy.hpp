@@ -30,4 +30,13 @@ void cross_entropy_backward(T* logits, const int32_t* targets, const float* lse,
                             int64_t vocab, int64_t ld, int32_t ignore_index, int64_t first,
                             const float* row_weights = nullptr);
 
+// Both, for the whole vocabulary (first 0, classes = vocab), reading each row
+// once where it fits in a block's shared memory (GPT-2's 50,257 classes in
+// bf16: 100 KB; Llama 3's 128,256 do not fit, and run the two kernels): the
+// same results, bit for bit, as cross_entropy_forward then _backward. Where a
+// target is bad, its row's gradient is garbage (the caller reports the error).
+template <typename T>
+LossTotals cross_entropy_forward_backward(T* logits, const int32_t* targets, float* losses, float* lse, double scale,
+                                          int64_t rows, int64_t vocab, int64_t ld, int32_t ignore_index);
+
 }  // namespace hone::kernels::cuda
