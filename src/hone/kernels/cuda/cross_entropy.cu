@@ -139,8 +139,9 @@ __global__ void cross_entropy_backward_kernel(T* logits, const int32_t* targets,
 // GPT-2 row is 100 KB of its 228), at most 64 registers a thread: while one
 // block computes, the other streams its row.
 template <typename T, int kWidth>
-__global__ void __launch_bounds__(kThreads, 2) cross_entropy_fused_kernel(T* logits, const int32_t* targets, float* losses, float* lse, float scale,
-                                           int64_t vocab, int64_t ld, int32_t ignore_index) {
+__global__ void __launch_bounds__(kThreads, 2)
+    cross_entropy_fused_kernel(T* logits, const int32_t* targets, float* losses, float* lse, float scale,
+                               int64_t vocab, int64_t ld, int32_t ignore_index) {
   __shared__ float row_lse;
   T* z = logits + int64_t(blockIdx.x) * ld;
   T* row = dynamic_shared<T>();
