@@ -106,6 +106,33 @@ TEST(Matmul, WidenedBf16ProductsAcrossBlocksMatchDefinition) {
   }
 }
 
+// f32 products from a plain B wider than 2048 columns run in column blocks
+// (kernels/cpu/gemm.cpp): 3000 columns in four blocks (the last narrower),
+// 2049 in three; a batch, transposed A, alpha and beta, and a long reduction
+// whose chunks each run in blocks; a transposed B stays one product.
+TEST(Matmul, WideF32ProductsInColumnBlocksMatchDefinition) {
+  struct Size {
+    int64_t batch, m, n, k;
+  };
+  const MatmulCase f32{DType::f32, DType::f32, 1e-5};
+  for (const Size s : {Size{2, 5, 3000, 7}, Size{1, 9, 2049, 33}, Size{1, 3, 2100, 4096 + 70}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+          Tensor a = random_tensor(ta ? Shape{s.batch, s.k, s.m} : Shape{s.batch, s.m, s.k}, f32.ab, 1);
+          Tensor b = random_tensor(tb ? Shape{s.batch, s.n, s.k} : Shape{s.batch, s.k, s.n}, f32.ab, 2);
+          Tensor c = random_tensor({s.batch, s.m, s.n}, f32.c, 3);
+          Tensor expected = naive_matmul(a, ta, b, tb, c, alpha, beta);
+          ops::matmul(a, ta, b, tb, c, float(alpha), float(beta));
+          expect_close(c, expected, f32.tolerance,
+                       fmt::format("{}x{}x{}x{} ta={} tb={} alpha={} beta={}", s.batch, s.m, s.n, s.k, ta, tb, alpha,
+                                   beta));
+        }
+      }
+    }
+  }
+}
+
 // Reductions longer than 4096 run in chunks of K (kernels/cpu/gemm.cpp): every
 // chunk's slice of A and B must be read at the whole operand's strides, the
 // tail chunk included, and a bf16 result must be rounded once, from the f32

@@ -86,6 +86,14 @@ constexpr int64_t kTransposeBlockElements = int64_t(1) << 22;
 // rest (at most 15).
 constexpr int64_t kBrokenColumnsFirst = 49, kBrokenColumnsLast = 63, kSafeColumns = 48;
 
+// oneDNN 2.6's f32 products from a plain (not transposed) B wider than
+// kWideColumns ran at about half the speed of the same product in column
+// blocks: GPT-2's MLP down projection's input gradient dY·W and weight
+// gradient dYᵀ·X (3072 columns) on dev-cpu-xeon (docs/benchmarks.md); 2048
+// columns (llama_125M's) did not. Such products run in equal blocks of at most
+// kColumnBlock columns.
+constexpr int64_t kWideColumns = 2048, kColumnBlock = 768;
+
 // Widened bf16 products (Bf16Products::widened) run in blocks of at most
 // kWidenBlock rows, columns and reduction steps: each operand's block widened
 // to f32 (4 MiB each, per thread), multiplied by oneDNN's f32 kernels, and a
@@ -174,6 +182,17 @@ void transpose_16bit(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols
 #endif
     }
   }
+}
+
+// The columns of C that one oneDNN product computes (the last block may be
+// narrower): all of them but for the two cases above.
+int64_t column_block_width(const GemmArgs& g) {
+  if (g.ab_type == DType::bf16 && g.n >= kBrokenColumnsFirst && g.n <= kBrokenColumnsLast) return kSafeColumns;
+  if (g.ab_type == DType::f32 && !g.trans_b && g.n > kWideColumns) {
+    const int64_t blocks = (g.n + kColumnBlock - 1) / kColumnBlock;
+    return ((g.n + blocks - 1) / blocks + 15) / 16 * 16;  // whole cache lines of f32
+  }
+  return g.n;
 }
 
 // Creating a oneDNN primitive costs far more than small GEMMs, and a training
@@ -282,15 +301,14 @@ struct DnnlGemm {
       sum = scratch.data();
       sum_type = DType::f32;
     }
-    const bool broken_columns =
-        g.ab_type == DType::bf16 && g.n >= kBrokenColumnsFirst && g.n <= kBrokenColumnsLast;
-    const int64_t split = broken_columns ? kSafeColumns : g.n;
+    const int64_t width = column_block_width(g);
     const int64_t chunk = long_reduction ? kReductionChunk : g.k;
     for (int64_t p0 = 0; p0 < g.k; p0 += chunk) {
       const int64_t k = std::min(chunk, g.k - p0);
       const float beta = p0 == 0 ? g.beta : 1.0f;
-      run_block(g, {.p0 = p0, .k = k, .j0 = 0, .n = split}, beta, sum, sum_type);
-      if (split < g.n) run_block(g, {.p0 = p0, .k = k, .j0 = split, .n = g.n - split}, beta, sum, sum_type);
+      for (int64_t j0 = 0; j0 < g.n; j0 += width) {
+        run_block(g, {.p0 = p0, .k = k, .j0 = j0, .n = std::min(width, g.n - j0)}, beta, sum, sum_type);
+      }
     }
     if (sum != g.c) cast(scratch.data(), static_cast<bf16*>(g.c), c_numel);
   }
