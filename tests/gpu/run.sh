@@ -116,7 +116,7 @@ if [[ $stages == *" tests "* ]]; then
   # The products again against the CPU: with tuned algorithms (HONE_CUBLASLT_TUNE),
   # and with GELU's kernels after products that fuse the bias alone.
   for mode in "HONE_CUBLASLT_TUNE=on" "HONE_CUBLASLT_EPILOGUES=bias"; do
-    log="$logs/test_cuda_ops_${mode#HONE_CUBLASLT_}.log"
+    log="$logs/test_cuda_ops_$(echo "${mode#HONE_CUBLASLT_}" | tr 'A-Z=' 'a-z_').log"
     bounded 60 "$log" env "$mode" "$bundle/bin/test_cuda_ops" --gtest_filter='*Matmul*:*Linear*' || status=1
     grep -E '^\[  FAILED |^\[  PASSED|^hone: ' "$log"
   done
