@@ -32,6 +32,12 @@ struct Projection {
   bool head = false, padded_rows = false;
 };
 
+// "milliseconds (TFLOP/s)" of one call of a projection's product over `rows` rows.
+std::string product_cell(const Projection& p, int64_t rows, double seconds) {
+  const double flops = 2.0 * double(rows) * double(p.in) * double(p.out);
+  return fmt::format("{:.3f} ({:.3g})", 1e3 * seconds, flops / seconds / 1e12);
+}
+
 // A layer's projections, each `per_step` (the layer count) times a step.
 std::vector<Projection> layer_projections(const ModelConfig& c) {
   return {
@@ -60,8 +66,7 @@ void print_epilogues(const ModelConfig& c, int64_t rows, const bench::TimingOpti
     const Tensor x = random_on({rows, p.in}, dtype, device, 1), weight = random_on({p.out, p.in}, dtype, device, 2);
     const Tensor bias = c.linear_bias ? random_on({p.out}, DType::f32, device, 4) : Tensor();
     const Tensor y = random_on({rows, p.out}, dtype, device, 3), pre = Tensor::empty({rows, p.out}, dtype, device);
-    const double flops = 2.0 * double(rows) * double(p.in) * double(p.out);
-    const auto cell = [&](double s) { return fmt::format("{:.3f} ({:.3g})", 1e3 * s, flops / s / 1e12); };
+    const auto cell = [&](double s) { return product_cell(p, rows, s); };
     std::string forward, input, bias_gradient;
     if (c.linear_bias || (up && gelu_mlp)) {
       forward = cell(best_seconds(device, timing.runs, [&] {
@@ -129,8 +134,7 @@ int main(int argc, char** argv) {
       const double weights = best_seconds(device, runs, [&] {
         ops::linear_backward(y, x, weight, Tensor(), d_weight, Tensor(), false, /*accumulate_dw=*/true);
       });
-      const double flops = 2.0 * double(rows) * double(p.in) * double(p.out);
-      const auto cell = [&](double s) { return fmt::format("{:.3f} ({:.3g})", 1e3 * s, flops / s / 1e12); };
+      const auto cell = [&](double s) { return product_cell(p, rows, s); };
       fmt::print("{:<18} {:>6} {:>7} {:>19} {:>19} {:>19}\n", p.name, p.in, p.out, cell(forward), cell(input),
                  cell(weights));
       if (!p.head || p.padded_rows == head_padded) step_s += double(p.per_step) * (forward + input + weights);

@@ -89,7 +89,7 @@ constexpr int64_t kBrokenColumnsFirst = 49, kBrokenColumnsLast = 63, kSafeColumn
 // oneDNN 2.6's f32 products from a plain (not transposed) B wider than
 // kWideColumns ran at about half the speed of the same product in column
 // blocks: GPT-2's MLP down projection's input gradient dY·W and weight
-// gradient dYᵀ·X (3072 columns) on dev-cpu-xeon (docs/benchmarks.md); 2048
+// gradient dYᵀ·X (3072 columns) on dev-cpu-xeon5 (docs/benchmarks.md); 2048
 // columns (llama_125M's) did not. Such products run in equal blocks of at most
 // kColumnBlock columns.
 constexpr int64_t kWideColumns = 2048, kColumnBlock = 768;
