@@ -162,12 +162,13 @@ if [[ $stages == *" bench "* ]]; then
   # #8's MFU goal for the Llama 3.2 1B shape at seq 2048.
   bounded 120 "$logs/bench_llama_1b.log" "$bundle/bin/hone" bench --model llama3_2_1B --batch-size 4 --seq-len 2048 \
     --dtype bf16 --steps 5 --device cuda $peak_flag && tail -1 "$logs/bench_llama_1b.log"
-  # Where the steps go: each op timed with the device synchronized around it.
+  # Where the steps go: each op, and each of its matrix products by shape, timed
+  # between events queued with its work (the device is not stopped).
   for shape in "gpt2_124M 8 1024" "llama3_2_1B 4 2048"; do
     read -r model batch seq <<<"$shape"
-    HONE_PROFILE=1 bounded 90 "$logs/profile_$model.log" "$bundle/bin/hone" bench --model "$model" \
+    HONE_PROFILE=products bounded 90 "$logs/profile_$model.log" "$bundle/bin/hone" bench --model "$model" \
       --batch-size "$batch" --seq-len "$seq" --dtype bf16 --steps 2 --device cuda
-    grep -A14 "hone profile" "$logs/profile_$model.log"
+    sed -n '/hone profile/,$p' "$logs/profile_$model.log" | head -60
   done
   # Each linear layer's products alone (the output head with packed and padded
   # rows; GPT-2's biases and GELU epilogues), GPT-2's also with tuned algorithms.

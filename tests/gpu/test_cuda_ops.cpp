@@ -5,13 +5,16 @@
 // prefilled with random values, and the errors that inputs on the device can
 // cause (bad token ids, bad targets), which must read as on the CPU.
 #include <cmath>
+#include <cstdlib>
 #include <string_view>
 #include <tuple>
 
 #include "cuda_test.hpp"
+#include "hone/core/profiler.hpp"
 #include "hone/core/rng.hpp"
 #include "hone/kernels/cuda/attention_cudnn.hpp"
 #include "hone/kernels/cuda/gemm.hpp"
+#include "hone/kernels/cuda/runtime.hpp"
 #include "hone/ops/ops.hpp"
 
 namespace hone::test {
@@ -55,6 +58,53 @@ TEST_F(Cuda, MatmulEveryTransposeBatchedWithAlphaBeta) {
       }
     }
   }
+}
+
+// HONE_PROFILE's clock on the GPU: marks queued with the work, the time
+// between them read after the device passed them, each mark reused once
+// released.
+TEST_F(Cuda, ProfileClockTimesTheQueuedWorkAndReusesItsMarks) {
+  const Tensor a = gpu(random_tensor({256, 256}, DType::bf16, 1)), c = Tensor::zeros({256, 256}, DType::f32, kGpu);
+  ops::matmul(a, false, a, true, c, 1.0f, 0.0f);  // the device has started
+  const DeviceClock& clock = kernels::cuda::profile_clock();
+  void* const first = clock.mark();
+  ASSERT_NE(first, nullptr);
+  for (int run = 0; run < 4; ++run) ops::matmul(a, false, a, true, c, 1.0f, 1.0f);
+  void* const last = clock.mark();
+  ASSERT_NE(last, nullptr);
+  EXPECT_NE(first, last);
+  const double seconds = clock.seconds_between(first, last);
+  EXPECT_GE(seconds, 0.0);
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(clock.passed(first));
+  EXPECT_TRUE(clock.passed(last));
+  clock.release(first);
+  void* const again = clock.mark();
+  EXPECT_EQ(again, first);
+  for (int run = 0; run < 4; ++run) ops::matmul(a, false, a, true, c, 1.0f, 1.0f);
+  void* const pending = clock.mark();
+  (void)clock.passed(pending);  // on a GPU maybe cudaErrorNotReady, which the next launch check must not see
+  EXPECT_EQ(error_of([&] { ops::gelu_forward(a, a, ops::GeluApproximation::tanh); }), "");
+  ops::synchronize(kGpu);
+  EXPECT_TRUE(clock.passed(pending));
+  for (void* mark : {again, last, pending}) clock.release(mark);
+}
+
+// HONE_PROFILE=products on the GPU: a linear layer's op timed on the device's
+// clock, its product listed by shape with its fused bias, both with a rate.
+TEST_F(Cuda, ProfileListsTheProductsOfOpsOnTheGpu) {
+  setenv("HONE_PROFILE", "products", 1);  // read once per process, at the first op
+  if (!profiling_products()) GTEST_SKIP() << "an earlier test in this process ran an op without HONE_PROFILE";
+  const Tensor x = gpu(random_tensor({64, 32}, DType::bf16, 1)), w = gpu(random_tensor({48, 32}, DType::bf16, 2));
+  const Tensor bias = gpu(random_tensor({48}, DType::f32, 3)), y = Tensor::empty({64, 48}, DType::bf16, kGpu);
+  reset_profile();
+  ops::linear_forward(x, w, bias, y);
+  flush_profile();
+  const std::string report = profile_report();
+  reset_profile();
+  EXPECT_NE(report.find("\nlinear   "), std::string::npos) << report;
+  EXPECT_NE(report.find("\nlinear: 64x48x32 NT +bias   "), std::string::npos) << report;
+  EXPECT_EQ(report.find("not timed"), std::string::npos) << report;
 }
 
 // Rows stored padded (the output head's logits, GemmArgs' row strides) in

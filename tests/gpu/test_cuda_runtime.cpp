@@ -4,7 +4,9 @@
 #include <dlfcn.h>
 
 #include "cuda_test.hpp"
+#include "hone/core/profiler.hpp"
 #include "hone/kernels/cuda/attention_cudnn.hpp"
+#include "hone/kernels/cuda/runtime.hpp"
 #include "hone/model/config.hpp"
 #include "hone/ops/ops.hpp"
 #include "hone/train/run_config.hpp"
@@ -18,8 +20,10 @@ TEST(CudaRuntime, ADeviceTensorWithoutAUsableGpuIsAClearError) {
   const std::string error = error_of([] { Tensor::zeros({4}, DType::f32, kGpu); });
   EXPECT_NE(error.find("device cuda:0 requested, but no CUDA device is usable"), std::string::npos) << error;
   EXPECT_NE(error.find(kernels::cuda::unavailable_reason()), std::string::npos) << error;
-  // Nothing was started: waiting and releasing memory do nothing.
+  // Nothing was started: waiting and releasing memory do nothing, and
+  // HONE_PROFILE times ops on the host.
   ops::synchronize(kGpu);
+  EXPECT_EQ(kernels::cuda::profile_clock().mark(), nullptr);
   kernels::cuda::empty_cache();
   EXPECT_EQ(allocator_for(kGpu).stats().reserved, 0u);
 }

@@ -114,7 +114,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
     const double elapsed = seconds_since(start);
     if (step == 0) {
       first_loss = s.loss;
-      reset_profile();  // HONE_PROFILE=1 reports the timed steps
+      reset_profile();  // HONE_PROFILE reports the timed steps
     } else {
       times.push_back(elapsed);
     }
@@ -122,6 +122,7 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
     if (progress) progress(step, s.loss, elapsed);
   }
 
+  flush_profile();  // the timed steps' device marks read now, not at exit
   const size_t peak_memory = allocator_for(o.device).stats().peak_allocated;  // before the GEMM's operands
   peak = std::max(peak, measure_gemm_peak_tflops(o.dtype, o.device, 0.5));
   const double step_time = median(times);

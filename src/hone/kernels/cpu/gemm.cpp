@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "hone/core/error.hpp"
+#include "hone/core/profiler.hpp"
 #include "hone/kernels/cpu/elementwise.hpp"
 
 namespace hone::kernels::cpu {
@@ -473,6 +474,7 @@ void gemm_padded(const GemmArgs& g) {
 void gemm(const GemmArgs& g) {
   HONE_ASSERT(g.batch >= 0 && g.m >= 0 && g.n >= 0 && g.k >= 0);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  const ProductTimer timer(g.batch, g.m, g.n, g.k, g.trans_a, g.trans_b, "", /*on_device=*/false);
   if (!g.packed()) return gemm_padded(g);
   if (g.ab_type == DType::f64) {
     HONE_ASSERT(g.c_type == DType::f64);

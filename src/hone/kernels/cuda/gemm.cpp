@@ -2,6 +2,7 @@
 
 #include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/profiler.hpp"
 #include "hone/kernels/cuda/activation.hpp"
 #include "hone/kernels/cuda/check.hpp"
 #include "hone/kernels/cuda/elementwise.hpp"
@@ -38,11 +39,23 @@ void* workspace() {
   return memory;
 }
 
+// How HONE_PROFILE=products names what a product fuses.
+const char* epilogue_name(const Epilogue& e) {
+  const bool bias = e.bias != nullptr;
+  switch (e.gelu) {
+    case Epilogue::Gelu::forward: return bias ? "+bias+gelu" : "+gelu";
+    case Epilogue::Gelu::backward: return "+dgelu";
+    case Epilogue::Gelu::none: break;
+  }
+  return bias ? "+bias" : "";
+}
+
 }  // namespace
 
 void gemm(const GemmArgs& g, const Epilogue& epilogue) {
   HONE_ASSERT(g.batch >= 0 && g.m >= 0 && g.n >= 0 && g.k >= 0);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  const ProductTimer timer(g.batch, g.m, g.n, g.k, g.trans_a, g.trans_b, epilogue_name(epilogue), /*on_device=*/true);
   HONE_CHECK((g.ab_type == DType::f32 && g.c_type == DType::f32) ||
                  (g.ab_type == DType::bf16 && (g.c_type == DType::f32 || g.c_type == DType::bf16)),
              "no CUDA GEMM for {} operands with a {} result", dtype_name(g.ab_type), dtype_name(g.c_type));

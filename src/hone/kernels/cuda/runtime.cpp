@@ -222,20 +222,76 @@ CudaAllocator& cuda_allocator() {
   return *instance;
 }
 
+// HONE_PROFILE's marks: timing events recorded on the compute stream, reused
+// once read. Nothing throws (they run in the profiler's destructors): a failed
+// kernel's error reaches the next op that checks.
+struct ProfileMarks {
+  std::mutex mutex;
+  std::vector<cudaEvent_t> free;
+};
+
+ProfileMarks& profile_marks() {
+  static ProfileMarks* instance = new ProfileMarks;  // never destroyed: marks are read at exit
+  return *instance;
+}
+
+void release_profile_mark(void* mark) {
+  ProfileMarks& marks = profile_marks();
+  const std::lock_guard lock(marks.mutex);
+  marks.free.push_back(static_cast<cudaEvent_t>(mark));
+}
+
+void* queue_profile_mark() {
+  if (!runtime().initialized) return nullptr;  // no device work yet: the op is timed on the host
+  cudaEvent_t event = nullptr;
+  {
+    ProfileMarks& marks = profile_marks();
+    const std::lock_guard lock(marks.mutex);
+    if (!marks.free.empty()) {
+      event = marks.free.back();
+      marks.free.pop_back();
+    }
+  }
+  if (event == nullptr && cudaEventCreate(&event) != cudaSuccess) return nullptr;
+  if (cudaEventRecord(event, runtime().stream) != cudaSuccess) {
+    release_profile_mark(event);
+    return nullptr;
+  }
+  return event;
+}
+
+bool profile_mark_passed(void* mark) {
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(mark));
+  if (status == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: not to be reported by the next check
+  return status == cudaSuccess;
+}
+
+double seconds_between_profile_marks(void* first, void* last) {
+  float ms = 0;
+  if (cudaEventSynchronize(static_cast<cudaEvent_t>(last)) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(first), static_cast<cudaEvent_t>(last)) != cudaSuccess) {
+    return -1;
+  }
+  return double(ms) * 1e-3;
+}
+
+const DeviceClock g_profile_clock{.mark = queue_profile_mark,
+                                  .passed = profile_mark_passed,
+                                  .seconds_between = seconds_between_profile_marks,
+                                  .release = release_profile_mark};
+
 // Registered before main(): a CUDA tensor can be made before the first op runs.
 const bool g_registered = [] {
   register_allocator(DeviceKind::cuda, &cuda_allocator());
-  // No throwing (it runs in OpTimer's destructor): a failed kernel's error
-  // reaches the next op that checks.
-  register_profile_barrier([] {
-    if (runtime().initialized) (void)cudaStreamSynchronize(runtime().stream);
-  });
+  register_profile_clock(&g_profile_clock);
   return true;
 }();
 
 }  // namespace
 
 bool available() { return availability().usable; }
+
+const DeviceClock& profile_clock() { return g_profile_clock; }
 
 std::string unavailable_reason() { return availability().reason; }
 

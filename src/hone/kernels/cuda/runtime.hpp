@@ -11,6 +11,10 @@
 
 #include "hone/core/device.hpp"
 
+namespace hone {
+struct DeviceClock;
+}
+
 namespace hone::kernels::cuda {
 
 // Whether a CUDA device can be used, and why not when it cannot (no driver, no
@@ -29,6 +33,9 @@ void check_device(Device device);
 // Waits until the work queued so far has finished (for timing, and before the
 // host reads results another way than through a copy).
 void synchronize();
+// HONE_PROFILE's clock (core/profiler.hpp): timing events on the compute
+// stream, registered before main().
+const DeviceClock& profile_clock();
 // Gives the device memory that the allocator caches, but no tensor uses, back
 // to the driver.
 void empty_cache();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <deque>
 #include <exception>
@@ -69,6 +70,8 @@ struct CUstream_st {
 struct CUevent_st {
   CUstream_st* stream = nullptr;  // null: never recorded
   uint64_t through = 0;           // complete once the stream's work up to this id has run
+  bool timing = true;             // not created with cudaEventDisableTiming
+  std::chrono::steady_clock::time_point recorded;
 };
 
 namespace hone::kernels::cuda::emulator {
@@ -763,6 +766,8 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
   }
   return "cudaErrorUnknown";
 }
@@ -774,6 +779,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
   }
   return "unknown error";
 }
@@ -888,10 +895,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = new CUevent_st;
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  *event = new CUevent_st{.timing = (flags & cudaEventDisableTiming) == 0};
   return cudaSuccess;
 }
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
@@ -903,11 +912,25 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   const std::lock_guard lock(all.mutex);
   event->stream = &all.of(stream);
   event->through = event->stream->last;
+  event->recorded = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 
 // Complete: its work runs now.
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   complete(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  complete(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start->timing || !end->timing || start->stream == nullptr || end->stream == nullptr) {
+    return emulator::failed(cudaErrorInvalidResourceHandle);
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->recorded - start->recorded).count();
   return cudaSuccess;
 }
