@@ -153,7 +153,7 @@ void kv_cache_append(const Tensor& qkv, const Tensor& cos, const Tensor& sin, co
                      const Tensor& k_cache, const Tensor& v_cache, const AttentionHeads& heads) {
   const char* op = "kv cache append";
   const OpTimer timer(op);
-  const Device device = op_device(op, {&qkv, &cos, &sin, &k_cache, &v_cache});
+  [[maybe_unused]] const Device device = op_device(op, {&qkv, &cos, &sin, &k_cache, &v_cache});
   const kernels::cpu::DecodeDims dims = decode_dims(op, qkv, k_cache, v_cache, rows, heads);
   const int64_t H = heads.n_heads, KV = heads.n_kv_heads, hd = heads.head_dim;
   HONE_CHECK(qkv.size(-1) == (H + 2 * KV) * hd, "{}: rows of {} are no fused qkv of {} + 2·{} heads of {}", op,
