@@ -89,6 +89,31 @@ TEST(Profiler, TimesOutermostOpsOnTheDeviceClockWithoutWaiting) {
   reset_profile();  // nothing to print at exit
 }
 
+// An op on the host, in a process whose device clock runs, is timed on the host.
+TEST(Profiler, TimesHostOpsOnTheHostWhileADeviceClockRuns) {
+  if (!products_profiled()) GTEST_SKIP() << "an earlier test in this process timed an op without HONE_PROFILE";
+  register_profile_clock(&fake_clock);
+  device = {};
+  {
+    const OpTimer op("host op");
+    profile_op_on_host();  // what ops::detail::op_device does for CPU tensors
+    device.now += 1.0;     // the device's time passes; the host's hardly
+  }
+  {
+    const OpTimer op("device op");
+    device.now += 1.0;
+  }
+  device.reached = device.stamps.size();
+  const std::string report = profile_report();
+  EXPECT_EQ(device.live_marks, 0);
+  const Fields host = row(report, "host op"), on_device = row(report, "device op");
+  ASSERT_EQ(host.size(), 4u) << report;
+  EXPECT_LT(std::stod(host[1]), 100.0) << report;  // ms
+  EXPECT_EQ(on_device, (Fields{"1", "1000.0", "1000.000", on_device.at(3)})) << report;
+  register_profile_clock(nullptr);
+  reset_profile();
+}
+
 TEST(Profiler, CountsProductsToTheirOpAndListsThemByShape) {
   if (!products_profiled()) GTEST_SKIP() << "an earlier test in this process timed an op without HONE_PROFILE";
   register_profile_clock(&fake_clock);

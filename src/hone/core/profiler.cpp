@@ -238,7 +238,11 @@ OpTimer::~OpTimer() {
   if (!op_) return;
   t_op = nullptr;
   g_op = nullptr;
-  profile().add(Kind::op, op_, start_, now(), flops_.load());
+  profile().add(Kind::op, op_, start_, on_host_ ? now_on_host() : now(), flops_.load());
+}
+
+void profile_op_on_host() {
+  if (profiling_enabled() && t_op != nullptr) t_op->on_host_ = true;
 }
 
 ProductTimer::ProductTimer(int64_t batch, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,

@@ -8,10 +8,11 @@
 // counted twice. Off, it costs one branch per op.
 //
 // On the CPU the times are wall time. A device whose ops only queue work (CUDA)
-// registers a DeviceClock: each op is timed between two marks queued with its
-// work and read once the device has passed them, so profiling does not stop
-// the queue and the times are the device's (an idle gap before an op's work,
-// where the host fell behind, counts to that op).
+// registers a DeviceClock: each op on the device is timed between two marks
+// queued with its work and read once the device has passed them, so profiling
+// does not stop the queue and the times are the device's (an idle gap before an
+// op's work, where the host fell behind, counts to that op). Ops tell which
+// they are (profile_op_on_host).
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -41,7 +42,9 @@ class OpTimer {
 
  private:
   friend class ProductTimer;
+  friend void profile_op_on_host();
   const char* op_ = nullptr;  // null: not recording
+  bool on_host_ = false;
   Stamp start_;
   std::atomic<double> flops_ = 0;  // of the products run inside, on any thread
 };
@@ -75,6 +78,9 @@ class UnprofiledScope {
 };
 
 bool profiling_enabled();
+// The op being recorded computes on the host: timed on the host's clock even
+// where a device's clock is running (ops::detail::op_device calls it).
+void profile_op_on_host();
 bool profiling_products();  // HONE_PROFILE=products
 // A backend whose ops only queue work registers its clock (null: none).
 void register_profile_clock(const DeviceClock* clock);

@@ -1,5 +1,7 @@
 #include "hone/ops/dispatch.hpp"
 
+#include "hone/core/profiler.hpp"
+
 #ifdef HONE_WITH_CUDA
 #include "hone/kernels/cuda/runtime.hpp"
 #endif
@@ -16,6 +18,7 @@ Device op_device(const char* op, std::initializer_list<const Tensor*> tensors) {
   }
   HONE_ASSERT(first != nullptr);
   const Device device = first->device();
+  if (device.is_cpu()) profile_op_on_host();
 #ifdef HONE_WITH_CUDA
   // Also links the CUDA runtime into every program that runs ops, which
   // registers its allocator for Tensors on cuda.
