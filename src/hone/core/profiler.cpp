@@ -184,21 +184,25 @@ std::string product_key(const char* op, int64_t batch, int64_t m, int64_t n, int
 
 }  // namespace
 
-bool profiling_enabled() {
-  static const bool enabled = [] {
+namespace {
+
+// HONE_PROFILE, read once: unset, empty or 0 is off; "products" adds the products' table.
+enum class ProfileMode { off, ops, products };
+
+ProfileMode profile_mode() {
+  static const ProfileMode mode = [] {
     const char* v = std::getenv("HONE_PROFILE");
-    return v != nullptr && *v != '\0' && std::string(v) != "0";
+    if (v == nullptr || *v == '\0' || std::string(v) == "0") return ProfileMode::off;
+    return std::string(v) == "products" ? ProfileMode::products : ProfileMode::ops;
   }();
-  return enabled;
+  return mode;
 }
 
-bool profiling_products() {
-  static const bool products = [] {
-    const char* v = std::getenv("HONE_PROFILE");
-    return v != nullptr && std::string(v) == "products";
-  }();
-  return products;
-}
+}  // namespace
+
+bool profiling_enabled() { return profile_mode() != ProfileMode::off; }
+
+bool profiling_products() { return profile_mode() == ProfileMode::products; }
 
 void register_profile_clock(const DeviceClock* clock) { g_clock = clock; }
 
