@@ -155,8 +155,13 @@ TEST(Profiler, TimesOpsOnTheHostWithoutADeviceClock) {
     const ProductTimer product(2, 16, 16, 16, false, true, "", /*on_device=*/false);
   }
   const std::string report = profile_report();
-  EXPECT_EQ(row(report, "host op").size(), 5u) << report;  // calls, times, share, rate
-  EXPECT_EQ(row(report, "host op: 16x16x16 NT batch 2").size(), 5u) << report;
+  // One call each, timed on the host, with a rate (calls, times, share, rate).
+  for (const char* name : {"host op", "host op: 16x16x16 NT batch 2"}) {
+    const Fields fields = row(report, name);
+    ASSERT_EQ(fields.size(), 5u) << report;
+    EXPECT_EQ(fields[0], "1") << report;
+    EXPECT_EQ(fields[3], "100.0%") << report;
+  }
   reset_profile();
 }
 
