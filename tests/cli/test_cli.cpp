@@ -121,7 +121,7 @@ TEST(Cli, ProfilePrintsTheOpsOfTheTimedSteps) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("hone profile (HONE_PROFILE)"), std::string::npos) << r.err;
   // Two layers, four projections each, and the head: 9 products a forward pass.
-  const std::string linear = "\nlinear" + std::string(18, ' ');  // the op column is 24 wide
+  const std::string linear = "\nlinear" + std::string(18, ' ');  // padded to the longest op's name (> 24)
   const size_t row = r.err.find(linear);
   ASSERT_NE(row, std::string::npos) << r.err;
   EXPECT_EQ(std::stoll(r.err.substr(row + linear.size())), 2 * 9) << r.err.substr(row, 80);

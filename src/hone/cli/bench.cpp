@@ -73,7 +73,10 @@ Command add_bench(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
-      "bench", "Train a model on random tokens for a few steps; the last line printed is a JSON summary");
+      "bench",
+      "Train a model on random tokens for a few steps; the last line printed is a JSON summary. With "
+      "HONE_PROFILE=1 the timed steps' ops are listed with their times at exit, with HONE_PROFILE=products "
+      "also each matrix product by shape");
   sub->add_option("--model", args->model,
                   "A built-in model (llama_tiny, llama_125M, gpt2_124M, ...), or a training config (built-in or a "
                   "YAML file): its model, batch_size, sequence length, dtype, device, threads, activation "
