@@ -14,6 +14,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The adapters of `dir` opened for a model of `config` read as it is (no
+// adapters merged into it).
+LoraAdapters adapters_for_a_base(const std::string& dir, const ModelConfig& config) {
+  const Transformer base(config, DType::f32, Device::cpu());
+  return open_lora_adapters(dir, config, *transformer_weights(base));
+}
+
 TEST(Peft, LlamaAdaptersGetPeftNamesAndTheirValues) {
   const std::string dir = testing::TempDir() + "hone_peft_" + std::to_string(::getpid());
   fs::remove_all(dir);
@@ -73,7 +80,7 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
   EXPECT_TRUE(read.apply_to_mlp);
   EXPECT_TRUE(read.apply_to_output);
   Transformer loaded(config, DType::f32, Device::cpu(), read);
-  load_adapters(open_lora_adapters(dir, config).read, loaded);
+  load_adapters(adapters_for_a_base(dir, config).read, loaded);
   ASSERT_EQ(loaded.trainable_params().all().size(), m.trainable_params().all().size());
   for (const Parameter& p : m.trainable_params().all())
     EXPECT_EQ(loaded.trainable_params().get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
@@ -130,7 +137,7 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
   // Adapters of another base model: a shape the model does not have.
   write_without("layers.0.self_attn.q_proj.lora_A",
                 {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", Tensor::zeros({2, 32}, DType::f32)}});
-  EXPECT_NE(error_of([&] { load_adapters(open_lora_adapters(dir, config).read, loaded); })
+  EXPECT_NE(error_of([&] { load_adapters(adapters_for_a_base(dir, config).read, loaded); })
                 .find("'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is [2, 32], the model needs "
                       "[2, 64]"),
             std::string::npos);
@@ -165,7 +172,7 @@ TEST(Peft, DoraAdaptersCarryTheirMagnitudes) {
     const LoraConfig read = read_peft_config(dir, config);
     EXPECT_TRUE(read.use_dora);
     Transformer loaded(config, DType::f32, Device::cpu(), read);
-    load_adapters(open_lora_adapters(dir, config).read, loaded);
+    load_adapters(adapters_for_a_base(dir, config).read, loaded);
     for (const Parameter& p : m.trainable_params().all())
       EXPECT_EQ(loaded.trainable_params().get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
   };

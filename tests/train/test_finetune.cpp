@@ -619,6 +619,20 @@ TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
   };
   EXPECT_EQ(eval_loss({"checkpoint.path=" + run}),
             eval_loss({"checkpoint.path=" + root_ + "/base", "lora.adapter=" + run, "tokenizer.path=" + tokenizer_}));
+  // The run's checkpoint already holds its adapters merged: given them again
+  // (as a folder of the run, or the run) they would count twice.
+  const std::string twice_log = root_ + "/twice.log";
+  const std::string already_merged = run + "/step_0000030: these LoRA adapters are already merged into ";
+  ASSERT_EQ(run_hone_to_log({"convert", run, root_ + "/twice", "--to", "hf", "--adapter", run + "/step_0000030"},
+                            twice_log),
+            2);
+  EXPECT_NE(read_file(twice_log).find(already_merged), std::string::npos) << read_file(twice_log);
+  EXPECT_FALSE(fs::exists(root_ + "/twice"));
+  ASSERT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + run + "/step_0000030",
+                             "lora.adapter=" + run, "dataset.path=" + root_ + "/data.jsonl"},
+                            twice_log),
+            2);
+  EXPECT_NE(read_file(twice_log).find(already_merged), std::string::npos) << read_file(twice_log);
 
   // A base that is not where the run found it is named.
   const std::string moved = root_ + "/moved_lora";

@@ -475,15 +475,20 @@ namespace {
 class LoraMergedWeights final : public WeightSource {
  public:
   // `owned`: the base, when the source keeps it.
-  LoraMergedWeights(const WeightSource& base, LoraConfig lora, AdapterReader adapters, std::string what,
-                    std::unique_ptr<WeightSource> owned = nullptr)
+  LoraMergedWeights(const WeightSource& base, LoraConfig lora, AdapterReader adapters, std::string folder,
+                    std::string what, std::unique_ptr<WeightSource> owned = nullptr)
       : base_(base), owned_(std::move(owned)), lora_(std::move(lora)), targets_(lora_targets(base.config(), lora_)),
-        adapters_(std::move(adapters)), what_(std::move(what)) {}
+        adapters_(std::move(adapters)), folder_(fs::weakly_canonical(folder).string()), what_(std::move(what)) {}
   const ModelConfig& config() const override { return base_.config(); }
   DType stored_dtype() const override { return base_.stored_dtype(); }
   std::vector<std::string> companion_files() const override { return base_.companion_files(); }
   std::string description() const override { return fmt::format("{} with {} merged", base_.description(), what_); }
   std::vector<std::string> notes() const override { return base_.notes(); }
+  std::vector<std::string> merged_adapters() const override {
+    std::vector<std::string> folders = base_.merged_adapters();
+    folders.push_back(folder_);
+    return folders;
+  }
   void read(const std::string& name, const Tensor& dst) const override {
     base_.read(name, dst);
     for (const LoraTarget& t : targets_) {
@@ -499,7 +504,7 @@ class LoraMergedWeights final : public WeightSource {
   LoraConfig lora_;
   std::vector<LoraTarget> targets_;
   AdapterReader adapters_;
-  std::string what_;
+  std::string folder_, what_;
 };
 
 }  // namespace
@@ -520,14 +525,15 @@ void load_adapters(const AdapterReader& adapters, Transformer& model) {
 std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, const WeightSource& base,
                                                  const std::optional<LoraConfig>& lora) {
   if (!lora) return open_model_folder(folder);
-  return std::make_unique<LoraMergedWeights>(base, *lora, checkpoint_adapters(folder),
+  return std::make_unique<LoraMergedWeights>(base, *lora, checkpoint_adapters(folder), folder,
                                              "the LoRA adapters of " + folder);
 }
 
 std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,
-                                             AdapterReader adapters, std::string what) {
+                                             AdapterReader adapters, const std::string& folder, std::string what) {
   const WeightSource& kept = *base;
-  return std::make_unique<LoraMergedWeights>(kept, lora, std::move(adapters), std::move(what), std::move(base));
+  return std::make_unique<LoraMergedWeights>(kept, lora, std::move(adapters), folder, std::move(what),
+                                             std::move(base));
 }
 
 std::unique_ptr<WeightSource> open_model_folder(const std::string& folder) {

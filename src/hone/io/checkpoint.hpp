@@ -168,10 +168,11 @@ using AdapterReader = std::function<Tensor(const std::string& name)>;
 AdapterReader checkpoint_adapters(const std::string& folder);
 // Loads every adapter of `model` (built with LoRA) from `adapters`.
 void load_adapters(const AdapterReader& adapters, Transformer& model);
-// `base` with adapters of `lora` merged into the weights they adapt, read a
-// weight at a time; `what` names them in the description ("the PEFT adapters of DIR").
+// `base` with adapters of `lora` (from `folder`) merged into the weights they
+// adapt, read a weight at a time; `what` names them in the description ("the
+// PEFT adapters of DIR").
 std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,
-                                             AdapterReader adapters, std::string what);
+                                             AdapterReader adapters, const std::string& folder, std::string what);
 
 // Loads the weights of a model or checkpoint folder into `model` (for
 // fine-tuning and inference; no optimizer state is needed or read).

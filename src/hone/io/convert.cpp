@@ -53,14 +53,16 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
              folder, trained.base);
   std::unique_ptr<WeightSource> base = open_weights(trained.base, trained.base_format);
   check_adapters_base(folder, base->config());
-  return merge_adapters(std::move(base), trained.lora, checkpoint_adapters(folder), "the LoRA adapters of " + folder);
+  return merge_adapters(std::move(base), trained.lora, checkpoint_adapters(folder), folder,
+                        "the LoRA adapters of " + folder);
 }
 
 std::unique_ptr<WeightSource> open_convert_source(const std::string& src, const ConvertOptions& options) {
   std::unique_ptr<WeightSource> source = open_weights(src);
   if (!options.adapter.empty()) {
-    LoraAdapters adapters = open_lora_adapters(options.adapter, source->config());
-    source = merge_adapters(std::move(source), adapters.lora, std::move(adapters.read), adapters.description);
+    LoraAdapters adapters = open_lora_adapters(options.adapter, source->config(), *source);
+    source = merge_adapters(std::move(source), adapters.lora, std::move(adapters.read), adapters.folder,
+                            adapters.description);
   }
   if (!options.tokenizer_dir.empty()) source = with_tokenizer_from(std::move(source), options.tokenizer_dir);
   if (options.on_progress) source = with_read_progress(std::move(source), options.on_progress);

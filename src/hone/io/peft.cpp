@@ -1,5 +1,6 @@
 #include "hone/io/peft.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -196,16 +197,21 @@ AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, c
 
 }  // namespace
 
-LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base) {
-  if (is_peft_folder(path)) {
+LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base, const WeightSource& weights) {
+  const bool peft = is_peft_folder(path);
+  const std::string folder = peft ? path : model_folder_of(path);
+  const std::vector<std::string> merged = weights.merged_adapters();
+  HONE_CHECK(std::find(merged.begin(), merged.end(), fs::weakly_canonical(folder).string()) == merged.end(),
+             "{}: these LoRA adapters are already merged into {}: merging them again would add them twice",
+             folder, weights.description());
+  if (peft) {
     LoraConfig lora = read_peft_config(path, base);
     AdapterReader read = peft_adapters(path, base, lora);
-    return {std::move(lora), std::move(read), "the PEFT adapters of " + path, std::nullopt};
+    return {std::move(lora), std::move(read), folder, "the PEFT adapters of " + path, std::nullopt};
   }
-  const std::string folder = model_folder_of(path);
   TrainedLora trained = read_trained_lora(folder);
   check_adapters_base(folder, base);
-  return {std::move(trained.lora), checkpoint_adapters(folder), "the LoRA adapters of " + folder,
+  return {std::move(trained.lora), checkpoint_adapters(folder), folder, "the LoRA adapters of " + folder,
           std::move(trained.tokenizer)};
 }
 

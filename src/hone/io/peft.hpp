@@ -34,15 +34,18 @@ bool is_peft_folder(const std::string& dir);
 // fused (GPT-2's c_attn, MPT's Wqkv).
 LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config);
 
-// LoRA adapters kept apart from their base model, for a base of `base`: a PEFT
-// folder, or a lora_finetune checkpoint folder or run directory (trained on a
-// model of that shape, else an error).
+// LoRA adapters kept apart from their base model, for a base of `base` whose
+// weights `weights` reads: a PEFT folder, or a lora_finetune checkpoint folder
+// or run directory (trained on a model of that shape, else an error). Adapters
+// already merged into `weights` (a LoRA run's checkpoint holds its own) are an
+// error: they would be added twice.
 struct LoraAdapters {
   LoraConfig lora;
   AdapterReader read;                    // each adapter by hone name, as f32
+  std::string folder;                    // the PEFT or checkpoint folder
   std::string description;               // "the PEFT adapters of DIR"
   std::optional<std::string> tokenizer;  // a LoRA run's tokenizer.path
 };
-LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base);
+LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base, const WeightSource& weights);
 
 }  // namespace hone

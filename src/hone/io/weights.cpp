@@ -92,6 +92,7 @@ class ForwardingSource : public WeightSource {
   std::vector<std::string> companion_files() const override { return source_->companion_files(); }
   std::string description() const override { return source_->description(); }
   std::vector<std::string> notes() const override { return source_->notes(); }
+  std::vector<std::string> merged_adapters() const override { return source_->merged_adapters(); }
 
  protected:
   std::unique_ptr<WeightSource> source_;

@@ -34,6 +34,9 @@ class WeightSource {
   virtual std::string description() const = 0;
   // What the conversion could not carry over exactly (e.g. Mistral's sliding window).
   virtual std::vector<std::string> notes() const { return {}; }
+  // The folders (canonical paths) of the LoRA adapters merged into these
+  // weights: a LoRA run's checkpoint reads as its base with its adapters merged.
+  virtual std::vector<std::string> merged_adapters() const { return {}; }
 };
 
 // Copies every weight of `source` into model.params(); a model of another shape

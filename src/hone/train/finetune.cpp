@@ -191,7 +191,7 @@ int run_finetune(const Config& c) {
 
   std::optional<LoraAdapters> start;
   if (c.has("lora.adapter")) {
-    start = open_lora_adapters(c.get<std::string>("lora.adapter"), model_config);
+    start = open_lora_adapters(c.get<std::string>("lora.adapter"), model_config, *weights);
     check_starting_adapters(*start, *lora);
   }
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());

@@ -44,7 +44,7 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   std::string tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
   std::optional<LoraAdapters> adapters;
   if (c.has("lora.adapter")) {
-    adapters = open_lora_adapters(c.get<std::string>("lora.adapter"), weights->config());
+    adapters = open_lora_adapters(c.get<std::string>("lora.adapter"), weights->config(), *weights);
     if (tokenizer.empty() && adapters->tokenizer) tokenizer = *adapters->tokenizer;
     out.description += ", " + adapters->description;
   }
