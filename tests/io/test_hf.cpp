@@ -453,6 +453,19 @@ TEST_F(HfTest, ConfigsHuggingFaceCannotExpressAreRefused) {
   ModelConfig mpt = model_preset("mpt_tiny");
   mpt.linear_bias = mpt.norm_bias = true;  // LLM Foundry has it; transformers' MptForCausalLM drops biases
   EXPECT_NE(error_of([&] { hf_config_to_json(mpt, DType::bf16); }).find("without biases"), std::string::npos);
+  // transformers' MptForCausalLM builds MPT-7B's layers whatever config.json
+  // says: the model would not load, or (other ALiBi slopes) compute other logits.
+  const auto mpt_refused_for = [](const std::function<void(ModelConfig&)>& change) {
+    ModelConfig c = model_preset("mpt_tiny");
+    change(c);
+    return error_of([&] { hf_config_to_json(c, DType::bf16); });
+  };
+  EXPECT_NE(mpt_refused_for([](ModelConfig& c) { c.n_kv_heads = c.n_heads / 2; }).find("grouped-query"),
+            std::string::npos);
+  EXPECT_NE(mpt_refused_for([](ModelConfig& c) { c.ffn_dim = 3 * c.dim; }).find("4 x d_model"), std::string::npos);
+  EXPECT_NE(mpt_refused_for([](ModelConfig& c) { c.alibi_bias_max = 16; }).find("alibi_bias_max 8"),
+            std::string::npos);
+  EXPECT_EQ(mpt_refused_for([](ModelConfig&) {}), "");
   // A destination that exists is not overwritten.
   fs::create_directories(path("full"));
   write_text(path("full/keep.txt"), "x");

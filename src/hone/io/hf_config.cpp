@@ -266,15 +266,19 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
     }
     case Family::mpt: {
       const char* arch = "MptForCausalLM";
-      // transformers' class drops biases and always applies ALiBi (LLM Foundry's
-      // own code has both, and hone reads such checkpoints).
+      // transformers' class drops biases, always applies ALiBi with its
+      // default slopes, and builds its layers as MPT-7B's: as many key and value
+      // heads as query heads, an MLP 4 x d_model wide, whatever config.json says
+      // (LLM Foundry's own code has all of these, and hone reads such checkpoints).
       expect(c.norm == NormKind::layernorm && !c.norm_bias && !c.linear_bias, arch,
              "it needs LayerNorm and projections without biases");
       expect(c.position == PositionKind::alibi, arch, "it needs ALiBi positions");
+      expect(c.alibi_bias_max == 8.0, arch, "it applies ALiBi with alibi_bias_max 8");
       expect(c.mlp == MlpKind::gelu, arch, "it needs an exact-GELU MLP");
       expect(c.tie_embeddings, arch, "its output projection is tied to the embedding");
-      expect(c.ffn_dim % c.dim == 0, arch, "its MLP width is a whole multiple (expansion_ratio) of d_model");
-      Json attn = {{"attn_type", c.n_kv_heads == c.n_heads ? "multihead_attention" : "grouped_query_attention"},
+      expect(c.n_kv_heads == c.n_heads, arch, "it has no grouped-query attention");
+      expect(c.ffn_dim == 4 * c.dim, arch, "its MLP is 4 x d_model wide (expansion_ratio 4)");
+      Json attn = {{"attn_type", "multihead_attention"},
                    {"alibi", true},
                    {"alibi_bias_max", c.alibi_bias_max},
                    {"attn_impl", "torch"},
@@ -283,14 +287,13 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
                    {"qk_ln", false},
                    {"softmax_scale", nullptr},
                    {"prefix_lm", false}};
-      if (c.n_kv_heads != c.n_heads) attn["kv_n_heads"] = c.n_kv_heads;
       j = {{"architectures", {arch}},
            {"model_type", "mpt"},
            {"vocab_size", c.vocab_size},
            {"d_model", c.dim},
            {"n_layers", c.n_layers},
            {"n_heads", c.n_heads},
-           {"expansion_ratio", c.ffn_dim / c.dim},
+           {"expansion_ratio", 4},
            {"max_seq_len", c.max_seq_len},
            {"no_bias", true},
            {"norm_type", "low_precision_layernorm"},
