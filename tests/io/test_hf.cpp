@@ -354,6 +354,22 @@ TEST_F(HfTest, ExportedFoldersHaveWhatTransformersLoads) {
   export_hf(*open_weights(fixture("llama31_sharded")), llama, with_ids);
   EXPECT_EQ(nlohmann::json::parse(read_text(llama + "/config.json"))["eos_token_id"], nlohmann::json::array({2, 3}));
   EXPECT_EQ(read_text(llama + "/generation_config.json"), read_text(fixture("llama31_sharded/generation_config.json")));
+  // The token a fine-tuned model ends its answers with (a chat format's end of
+  // turn) joins the EOS ids, once, so that generate() stops there too.
+  const auto eos_ids = [&](const std::string& source, std::vector<int32_t> end_of_answer) {
+    HfExportOptions options = with_ids;
+    options.special_tokens.end_of_answer = std::move(end_of_answer);
+    const std::string out = path("eos_" + std::to_string(fs::hash_value(source) % 1000) + "_" +
+                                 std::to_string(options.special_tokens.end_of_answer.front()));
+    export_hf(*open_weights(fixture(source)), out, options);
+    const nlohmann::json config = nlohmann::json::parse(read_text(out + "/config.json"));
+    EXPECT_EQ(nlohmann::json::parse(read_text(out + "/generation_config.json"))["eos_token_id"], config["eos_token_id"]);
+    return config["eos_token_id"];
+  };
+  EXPECT_EQ(eos_ids("gpt2", {49}), nlohmann::json::array({48, 49}));
+  EXPECT_EQ(eos_ids("gpt2", {48}), 48);
+  EXPECT_EQ(eos_ids("llama31_sharded", {4}), nlohmann::json::array({2, 3, 4}));
+  EXPECT_EQ(eos_ids("llama31_sharded", {3}), nlohmann::json::array({2, 3}));
   EXPECT_TRUE(fs::exists(path("gpt2/model.safetensors")));
   EXPECT_FALSE(fs::exists(path("gpt2/model.safetensors.index.json")));
 }

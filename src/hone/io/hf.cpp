@@ -257,16 +257,31 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   for (const auto& [key, id] : given) {
     if (id) special_ids[key] = *id;
   }
-  bool has_generation_config = false;
+  std::optional<Json> generation;  // a companion generation_config.json, from `generation_path`
+  std::string generation_path;
   for (const std::string& path : companions) {
     const std::string name = fs::path(path).filename().string();
+    if (name == "generation_config.json") {
+      generation = read_json_file(path);
+      generation_path = path;
+      HONE_CHECK(generation->is_object(), "{}: not a JSON object", path);
+      for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+        if (generation->contains(key)) special_ids[key] = (*generation)[key];
+      }
+      continue;  // written below
+    }
     copy_file(path, folder.file(name));
     summary.files.push_back(name);
-    if (name != "generation_config.json") continue;
-    has_generation_config = true;
-    const Json generation = read_json_file(path);
-    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-      if (generation.is_object() && generation.contains(key)) special_ids[key] = generation[key];
+  }
+  // Generation stops at any of the EOS ids (a list, as Llama 3 Instruct's):
+  // the tokens that end a fine-tuned answer are added to them.
+  for (const int32_t id : ids.end_of_answer) {
+    Json& eos = special_ids["eos_token_id"];
+    if (eos.is_null()) {
+      eos = id;
+    } else if (eos != id && !(eos.is_array() && std::ranges::count(eos, Json(id)) > 0)) {
+      if (!eos.is_array()) eos = Json::array({eos});
+      eos.push_back(id);
     }
   }
   config.update(special_ids);  // transformers reads the ids in config.json too
@@ -280,14 +295,19 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
                     {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", c.max_seq_len}});
     summary.files.push_back("tokenizer_config.json");
   }
-  if (!has_generation_config) {
+  if (!generation) {
     // What GenerationConfig.from_model_config writes.
-    Json generation = {{"_from_model_config", true}};
-    generation.update(special_ids);
-    generation["transformers_version"] = config["transformers_version"];
-    write_json_file(folder.file("generation_config.json"), generation);
-    summary.files.push_back("generation_config.json");
+    generation = Json::object({{"_from_model_config", true}});
+    generation->update(special_ids);
+    (*generation)["transformers_version"] = config["transformers_version"];
+    write_json_file(folder.file("generation_config.json"), *generation);
+  } else if (special_ids.contains("eos_token_id") && generation->value("eos_token_id", Json()) != special_ids["eos_token_id"]) {
+    (*generation)["eos_token_id"] = special_ids["eos_token_id"];
+    write_json_file(folder.file("generation_config.json"), *generation);
+  } else {
+    copy_file(generation_path, folder.file("generation_config.json"));
   }
+  summary.files.push_back("generation_config.json");
   write_json_file(folder.file("config.json"), config);
   summary.files.push_back("config.json");
   folder.commit();

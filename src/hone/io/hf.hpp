@@ -64,6 +64,9 @@ void load_hf_weights(const std::string& dir, Transformer& model);
 // and EOS 2), and generate() would stop on the wrong token.
 struct SpecialTokenIds {
   std::optional<int32_t> bos, eos, pad;
+  // The tokens a fine-tuned model ends its answers with (a chat format's end of
+  // turn, e.g. Llama 3's <|eot_id|>): EOS ids too, so that generation stops there.
+  std::vector<int32_t> end_of_answer;
 };
 
 struct HfExportOptions {

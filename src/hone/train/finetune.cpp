@@ -244,11 +244,12 @@ int run_finetune(const Config& c) {
                                 model.merge_lora();
                                 trained = transformer_weights(model);
                               }
-                              HfExportOptions options;
-                              if (c.has("export.dtype")) options.dtype = parse_dtype(c.get<std::string>("export.dtype"));
-                              options.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
+                              HfExportOptions hf;
+                              if (c.has("export.dtype")) hf.dtype = parse_dtype(c.get<std::string>("export.dtype"));
+                              hf.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id(),
+                                                   {data::end_of_answer_token(*tokenizer, options)}};
                               export_hf(*with_tokenizer_from(std::move(trained), tokenizer_dir),
-                                        c.get<std::string>("export.hf"), options);
+                                        c.get<std::string>("export.hf"), hf);
                               console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
                                                        c.get<std::string>("export.hf")));
                             }
