@@ -26,6 +26,7 @@
 
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 
 namespace hone::cli {
 namespace {
@@ -113,7 +114,7 @@ class OutputRouter {
  public:
   OutputRouter(const Options& o) : options_(o) {
     if (o.log_dir.empty()) return;
-    fs::create_directories(o.log_dir);
+    create_folders("--log-dir", o.log_dir);
     for (int local = 0; local < o.nproc_per_node; ++local) {
       const int rank = o.node_rank * o.nproc_per_node + local;
       logs_.emplace_back(fs::path(o.log_dir) / fmt::format("rank_{}.log", rank));

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/formats/inputs.hpp"
 #include "hone/data/formats/megatron.hpp"
 #include "hone/data/formats/ordered_sink.hpp"
@@ -324,7 +325,7 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   // The output's folder is made if missing (an empty folder is all a failed run can leave).
   for (const std::string& output : result.outputs) {
     const std::filesystem::path parent = std::filesystem::path(output).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
+    if (!parent.empty()) create_folders("--output-prefix", parent.string());
   }
 
   // Writers first, then the sinks that feed them, then the threads: destroyed in

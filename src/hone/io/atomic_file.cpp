@@ -20,7 +20,7 @@ namespace hone {
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  HONE_CHECK(fd_ >= 0, "{}: cannot create: {}", temp_path_, std::strerror(errno));
+  HONE_CHECK(fd_ >= 0, "{}: cannot create: {}", path_, std::strerror(errno));
   hash_state_ = XXH3_createState();
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(hash_state_));
 }
@@ -42,15 +42,15 @@ void AtomicFile::write(const void* data, size_t bytes) {
   while (bytes > 0) {
     ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    HONE_CHECK(n > 0, "{}: write failed: {}", temp_path_, std::strerror(errno));
+    HONE_CHECK(n > 0, "{}: write failed: {}", path_, std::strerror(errno));
     p += n;
     bytes -= size_t(n);
   }
 }
 
 WrittenFile AtomicFile::commit() {
-  HONE_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", temp_path_, std::strerror(errno));
-  HONE_CHECK(::close(fd_) == 0, "{}: close failed: {}", temp_path_, std::strerror(errno));
+  HONE_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", path_, std::strerror(errno));
+  HONE_CHECK(::close(fd_) == 0, "{}: close failed: {}", path_, std::strerror(errno));
   fd_ = -1;
   if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     const int error = errno;
@@ -70,10 +70,12 @@ AtomicFolder::AtomicFolder(std::string path, bool replace) : path_(std::move(pat
   HONE_CHECK(replace || !fs::exists(target) || (fs::is_directory(target) && fs::is_empty(target)),
              "{}: already exists; give a new folder", path_);
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  fs::create_directories(parent);
   temp_path_ = (parent / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
-  fs::remove_all(temp_path_);
-  fs::create_directory(temp_path_);
+  std::error_code error;
+  fs::create_directories(parent, error);
+  if (!error) fs::remove_all(temp_path_, error);  // a killed run's
+  if (!error) fs::create_directory(temp_path_, error);
+  HONE_CHECK(!error, "{}: cannot create the folder: {}", path_, error.message());
 }
 
 AtomicFolder::~AtomicFolder() {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "hone/core/files.hpp"
 #include "hone/core/parallel.hpp"
 #include "hone/core/text.hpp"
 #include "hone/io/atomic_file.hpp"
@@ -71,7 +72,7 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len);
 
-  fs::create_directories(run.output_dir);
+  create_folders("output_dir", run.output_dir);
   RunConsole console(run.output_dir, world.is_main());
   Transformer& model = *job.model;
   data::BatchSource& train = *job.train;
