@@ -330,6 +330,30 @@ TEST_F(TrainingRun, AFreshRunRefusesAFolderThatHoldsARun) {
   EXPECT_TRUE(fs::exists(root_ + "/taken/step_0000004"));
 }
 
+// A run that ends in an error before its first step (a resume that is not
+// there, data the model cannot take) removes the output_dir it made: the error
+// is on stderr, nothing is half-written. A folder that was there stays.
+TEST_F(TrainingRun, ARunFailingBeforeItsFirstStepLeavesNoFolderBehind) {
+  data::MegatronWriter w(root_ + "/wide_text_document", data::MegatronDType::u16, 256);
+  for (int doc = 0; doc < 10; ++doc) w.add_document(std::vector<int32_t>(100, 200));
+  w.finish();
+  const std::pair<std::vector<std::string>, std::string> failures[] = {
+      {{"resume=" + root_ + "/nowhere"}, "is not a checkpoint folder"},
+      {{"dataset.type=megatron", "dataset.path=" + root_ + "/wide_text_document", "model.vocab_size=100"},
+       "holds token id 200, outside the model's vocabulary of 100"}};
+  for (const auto& [overrides, error] : failures) {
+    std::vector<std::string> args = {"run", "pretrain", "--config", config("failed", 2)};
+    args.insert(args.end(), overrides.begin(), overrides.end());
+    EXPECT_EQ(run(args), 2) << log();
+    EXPECT_NE(log().find(error), std::string::npos) << log();
+    EXPECT_FALSE(fs::exists(root_ + "/failed")) << error;
+    fs::create_directories(root_ + "/failed");
+    EXPECT_EQ(run(args), 2) << log();
+    EXPECT_TRUE(fs::exists(root_ + "/failed")) << error;
+    fs::remove_all(root_ + "/failed");
+  }
+}
+
 // Data parallelism: two ranks under `hone launch`, each on half of every global
 // batch, train the model that one process trains on the whole batch (up to the
 // order of the gradient sum), at every ZeRO stage.

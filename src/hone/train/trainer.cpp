@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <filesystem>
+#include <system_error>
 
 #include "hone/core/files.hpp"
 #include "hone/core/parallel.hpp"
@@ -40,6 +42,24 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
   return steps;
 }
 
+// The output_dir a run made, removed again if the run ends in an error before
+// its first step (a mistake in the config or the data): nothing is left behind
+// but the error, on stderr. A folder that was there before is left as it is.
+class FreshRunFolder {
+ public:
+  FreshRunFolder(const std::string& path, bool owner) : path_(owner && !fs::exists(path) ? path : "") {}
+  FreshRunFolder(const FreshRunFolder&) = delete;
+  FreshRunFolder& operator=(const FreshRunFolder&) = delete;
+  ~FreshRunFolder() {
+    std::error_code ignored;
+    if (!path_.empty() && std::uncaught_exceptions() > 0) fs::remove_all(path_, ignored);
+  }
+  void keep() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 std::optional<std::string> output_dir_conflict(const Config& c) {
@@ -72,6 +92,7 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len);
 
+  FreshRunFolder fresh_folder(run.output_dir, world.is_main());
   create_folders("output_dir", run.output_dir);
   RunConsole console(run.output_dir, world.is_main());
   Transformer& model = *job.model;
@@ -203,6 +224,7 @@ int run_training(const Config& c, TrainingJob job) {
     ops::synchronize(world.device());  // the step's last kernels may still be running on a GPU
     const double elapsed = seconds_between(step_start, Clock::now());
     ++state.step;
+    fresh_folder.keep();
     if (s.applied) {
       consecutive_nonfinite = 0;
     } else {
