@@ -1,4 +1,6 @@
 // YAML loading, key=value overrides, schema resolution and its error messages.
+#include <fmt/format.h>
+
 #include "hone/config/config.hpp"
 #include "support/check.hpp"
 
@@ -37,6 +39,22 @@ nested: {x: {y: 3}}
   EXPECT_FALSE(c.has("f"));
   EXPECT_EQ(c.get<int64_t>("nested.x.y"), 3);
   EXPECT_NE(error_of([&] { c.get<int64_t>("b"); }).find("'b' must be an integer"), std::string::npos);
+}
+
+// Aliases of aliases ("billion laughs": 9 levels of 9 are 387 million values
+// from ten lines) are refused once they pass 100,000 values, not expanded
+// until memory runs out; aliases of a few values are ordinary YAML.
+TEST(Config, AliasesThatExpandWithoutEndAreRefused) {
+  std::string bomb = "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int level = 1; level < 10; ++level) {
+    bomb += fmt::format("x{}: &a{} [", level, level);
+    for (int i = 0; i < 9; ++i) bomb += fmt::format("{}*a{}", i ? ", " : "", level - 1);
+    bomb += "]\n";
+  }
+  EXPECT_EQ(error_of([&] { Config::from_yaml(bomb, "bomb.yaml"); }),
+            "bomb.yaml: more than 100000 values (YAML aliases that expand without end?)");
+  const Config c = Config::from_yaml("base: &b {lr: 0.1}\nother: *b\n", "aliases.yaml");
+  EXPECT_DOUBLE_EQ(c.get<double>("other.lr"), 0.1);
 }
 
 TEST(Config, OverridesSetNestedKeysAndLists) {

@@ -39,14 +39,21 @@ Json scalar_to_json(const YAML::Node& node) {
   return text;
 }
 
-Json yaml_to_json(const YAML::Node& node, const std::string& origin) {
+// More values than any config holds: YAML aliases of aliases ("billion laughs")
+// expand without end, and a few lines would otherwise take all memory.
+constexpr int64_t kMaxConfigValues = 100'000;
+
+// `budget`: how many more values may come.
+Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& budget) {
+  HONE_CHECK(--budget >= 0, "{}: more than {} values (YAML aliases that expand without end?)", origin,
+             kMaxConfigValues);
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Scalar: return scalar_to_json(node);
     case YAML::NodeType::Sequence: {
       Json list = Json::array();
-      for (const auto& item : node) list.push_back(yaml_to_json(item, origin));
+      for (const auto& item : node) list.push_back(yaml_to_json(item, origin, budget));
       return list;
     }
     case YAML::NodeType::Map: {
@@ -54,7 +61,7 @@ Json yaml_to_json(const YAML::Node& node, const std::string& origin) {
       for (const auto& kv : node) {
         const std::string key = kv.first.as<std::string>();
         HONE_CHECK(!map.contains(key), "{}:{}: key '{}' appears twice", origin, kv.first.Mark().line + 1, key);
-        map[key] = yaml_to_json(kv.second, origin);
+        map[key] = yaml_to_json(kv.second, origin, budget);
       }
       return map;
     }
@@ -142,7 +149,8 @@ Config Config::from_yaml(std::string_view text, const std::string& origin) {
   } catch (const YAML::Exception& e) {
     fail("{}:{}:{}: invalid YAML: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
-  Json tree = yaml_to_json(root, origin);
+  int64_t budget = kMaxConfigValues;
+  Json tree = yaml_to_json(root, origin, budget);
   HONE_CHECK(tree.is_null() || tree.is_object(), "{}: a config must be a mapping of keys to values", origin);
   if (tree.is_object()) c.tree_ = std::move(tree);
   return c;
