@@ -314,6 +314,11 @@ TEST(TokenizeCli, BadInputExitsTwoWithOneLine) {
   r = run_hone("tokenize --decode --tokenizer " + asset_path("tokenizers/gpt2") + " --text '[1, 99999999]'");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("token id 99999999 is outside the vocabulary"), std::string::npos) << r.output;
+  // A folder as the text's file (it opens, and read as nothing).
+  const std::string folder = source_path("docs");
+  r = run_hone("tokenize --tokenizer " + asset_path("tokenizers/gpt2") + " --file " + folder);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "hone: error: " + folder + ": a folder, not a file\n");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <array>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -169,6 +170,8 @@ bool byte_level_to_bytes(std::string_view text, std::string& bytes) {
 }
 
 std::string read_file(const std::string& path) {
+  // A folder opens as a file and reads as nothing.
+  HONE_CHECK(!std::filesystem::is_directory(path), "{}: a folder, not a file", path);
   std::ifstream in(path, std::ios::binary);
   HONE_CHECK(in.good(), "cannot read {}: {}", path, std::strerror(errno));
   std::ostringstream s;
