@@ -466,6 +466,7 @@ TEST_F(HfTest, ConfigsHuggingFaceCannotExpressAreRefused) {
   EXPECT_NE(err.find("LlamaForCausalLM"), std::string::npos) << err;
   EXPECT_NE(err.find("RMSNorm"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(path("bad")));
+  EXPECT_EQ(error_of([&] { check_hf_export(c, path("bad")); }), err);  // what a run checks before it trains
   ModelConfig mpt = model_preset("mpt_tiny");
   mpt.linear_bias = mpt.norm_bias = true;  // LLM Foundry has it; transformers' MptForCausalLM drops biases
   EXPECT_NE(error_of([&] { hf_config_to_json(mpt, DType::bf16); }).find("without biases"), std::string::npos);

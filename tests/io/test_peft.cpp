@@ -52,6 +52,12 @@ TEST(Peft, RefusesAnAdapterOnPartOfAFusedHuggingFaceTensor) {
     EXPECT_NE(std::string(e.what()).find("c_attn"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(testing::TempDir() + "hone_peft_gpt2"));
+  // The same refusal before a run trains them, as a folder in the way is.
+  EXPECT_NE(error_of([] { check_peft_export(model_preset("gpt2_tiny"), LoraConfig{.rank = 2}, "x"); }).find("c_attn"),
+            std::string::npos);
+  EXPECT_EQ(error_of([] { check_peft_export(model_preset("llama_tiny"), LoraConfig{.rank = 2}, "x"); }), "");
+  EXPECT_EQ(error_of([] { check_peft_export(model_preset("llama_tiny"), LoraConfig{.rank = 2}, "/"); }),
+            "/: already exists; give a new folder");
 }
 
 // A PEFT folder reads back as the adapters it holds: their settings from its

@@ -221,6 +221,23 @@ TEST_F(FinetuneRun, LoraLearnsSavesAdaptersAndExportsPeftAndHf) {
   }
 }
 
+// Exports that would fail once the run has trained (a folder in the way) fail
+// before it starts: nothing is trained or written.
+TEST_F(FinetuneRun, ExportsThatWouldFailAreRefusedBeforeTraining) {
+  const std::string taken = root_ + "/taken_export";
+  fs::create_directories(taken);
+  std::ofstream(taken + "/keep.txt") << "x";
+  for (const char* key : {"export.hf=", "export.peft="}) {
+    auto args = lora_args("refused_export", 2);
+    args.push_back(key + taken);
+    EXPECT_EQ(run_hone_to_log(args, root_ + "/refused_export.log"), 2);
+    EXPECT_NE(read_file(root_ + "/refused_export.log").find(taken + ": already exists; give a new folder"),
+              std::string::npos)
+        << read_file(root_ + "/refused_export.log");
+    EXPECT_FALSE(fs::exists(root_ + "/refused_export")) << key;
+  }
+}
+
 // Rows cut to the batch's longest sample (in multiples of 8 here) lose what
 // rows of dataset.max_seq_len do: padding is after every sample, which attends
 // only to what comes before it. (No dropout: its masks follow the row layout.)

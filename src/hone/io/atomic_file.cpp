@@ -62,13 +62,18 @@ WrittenFile AtomicFile::commit() {
   return {bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(hash_state_))};
 }
 
+void check_new_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  HONE_CHECK(!fs::exists(path) || (fs::is_directory(path) && fs::is_empty(path)),
+             "{}: already exists; give a new folder", path);
+}
+
 AtomicFolder::AtomicFolder(std::string path, bool replace) : path_(std::move(path)) {
   namespace fs = std::filesystem;
   fs::path target = fs::path(path_).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();
   path_ = target.string();
-  HONE_CHECK(replace || !fs::exists(target) || (fs::is_directory(target) && fs::is_empty(target)),
-             "{}: already exists; give a new folder", path_);
+  if (!replace) check_new_folder(path_);
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   temp_path_ = (parent / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
   std::error_code error;

@@ -34,6 +34,10 @@ class AtomicFile {
   void* hash_state_ = nullptr;  // XXH3_state_t, kept out of this header
 };
 
+// An error unless `path` is free for a new folder: missing, or an empty folder
+// (what AtomicFolder takes without `replace`).
+void check_new_folder(const std::string& path);
+
 // A folder that appears complete or not at all: filled under a temporary name
 // beside the target (.NAME.tmp.PID), fsynced and renamed into place by commit().
 // Without commit() the temporary folder is removed.

@@ -178,6 +178,11 @@ ModelConfig read_hf_config(const std::string& dir) {
 
 void load_hf_weights(const std::string& dir, Transformer& model) { load_weights(HfFolder(dir), model); }
 
+void check_hf_export(const ModelConfig& config, const std::string& dir) {
+  check_new_folder(dir);
+  hf_config_to_json(config, DType::f32);
+}
+
 HfExportSummary export_hf(const WeightSource& source, const std::string& dir, const HfExportOptions& options) {
   const ModelConfig& c = source.config();
   HfExportSummary summary;

@@ -84,6 +84,10 @@ struct HfExportSummary {
 // name and renames it into place when complete; the source's companion files
 // (tokenizer, generation config) are copied along (see with_tokenizer_from).
 HfExportSummary export_hf(const WeightSource& source, const std::string& dir, const HfExportOptions& options = {});
+// What export_hf would refuse of a model of `config` into `dir` (a folder in
+// the way, a config the family's transformers class cannot express), checked
+// before a run trains the model it exports.
+void check_hf_export(const ModelConfig& config, const std::string& dir);
 HfExportSummary export_hf(const Transformer& model, const std::string& dir, const HfExportOptions& options = {});
 
 }  // namespace hone

@@ -38,20 +38,30 @@ std::optional<std::string> peft_module(const ModelConfig& config, const LoraTarg
   return std::nullopt;
 }
 
+}  // namespace
+
+void check_peft_export(const ModelConfig& config, const LoraConfig& lora, const std::string& dir) {
+  check_new_folder(dir);
+  for (const LoraTarget& t : lora_targets(config, lora)) {
+    if (peft_module(config, t)) continue;
+    const std::vector<HfTensor> hf = hf_tensors_of(config, t.base);
+    fail("{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {} (export the merged model to "
+         "a Hugging Face folder instead)",
+         dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
+  }
+}
+
+namespace {
+
 // `adapter(name)`: the adapter tensor of that hone name.
 void write_peft(const ModelConfig& config, const LoraConfig& lora,
                 const std::function<Tensor(const std::string&)>& adapter, const std::string& dir,
                 const std::string& base_model) {
+  check_peft_export(config, lora, dir);
   std::vector<NamedTensor> tensors;
   std::set<std::string> modules;
   for (const LoraTarget& t : lora_targets(config, lora)) {
     const std::optional<std::string> module = peft_module(config, t);
-    if (!module) {
-      const std::vector<HfTensor> hf = hf_tensors_of(config, t.base);
-      fail("{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {} (export the merged model to "
-           "a Hugging Face folder instead)",
-           dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
-    }
     modules.insert(module->substr(module->rfind('.') + 1));
     tensors.push_back({kPeftPrefix + *module + ".lora_A.weight", adapter(t.a_name())});
     tensors.push_back({kPeftPrefix + *module + ".lora_B.weight", adapter(t.b_name())});

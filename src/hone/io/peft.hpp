@@ -21,6 +21,9 @@ void export_peft(const Transformer& model, const std::string& dir, const std::st
 // at a time), trained with `lora` on a model of `config`.
 void export_peft(const std::string& checkpoint, const ModelConfig& config, const LoraConfig& lora,
                  const std::string& dir, const std::string& base_model);
+// What export_peft would refuse (a folder in the way, adapters PEFT cannot
+// hold), checked before a run trains the adapters it exports.
+void check_peft_export(const ModelConfig& config, const LoraConfig& lora, const std::string& dir);
 
 // Whether `dir` is a PEFT adapter folder (it holds adapter_config.json).
 bool is_peft_folder(const std::string& dir);

@@ -194,6 +194,9 @@ int run_finetune(const Config& c) {
     start = open_lora_adapters(c.get<std::string>("lora.adapter"), model_config, *weights);
     check_starting_adapters(*start, *lora);
   }
+  // What would make the exports fail after training fails now.
+  if (c.has("export.peft")) check_peft_export(model_config, *lora, c.get<std::string>("export.peft"));
+  if (c.has("export.hf")) check_hf_export(model_config, c.get<std::string>("export.hf"));
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
   // Full-weight DPO's reference: the model as it starts, frozen.
