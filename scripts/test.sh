@@ -17,9 +17,13 @@ for check in memory races; do
 done
 # The CPU kernels', ops' and models' tests once more, compiled with
 # AddressSanitizer and UndefinedBehaviorSanitizer (HONE_SANITIZE): the first
-# access outside a buffer, leak or undefined behaviour ends the test.
+# access outside a buffer, leak or undefined behaviour ends the test. This build
+# has no CUDA backend, as on a machine without nvcc: it also compiles the ops'
+# CPU-only branches and links the hone binary without CUDA, which then trains a
+# tiny model end to end.
 sanitized="test_core test_ops test_transformer test_lora test_decoder test_pytorch_reference"
 cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHONE_SANITIZE=ON -DHONE_CUDA=OFF \
   -DHONE_HIP_CHECK=OFF -DHONE_BUILD_BENCH=OFF >/dev/null
-cmake --build build-sanitize --target $sanitized
+cmake --build build-sanitize --target $sanitized hone
 for test in $sanitized; do build-sanitize/bin/$test --gtest_brief=1; done
+build-sanitize/bin/hone bench --model llama_tiny --batch-size 2 --seq-len 64 --steps 2 | tail -n 1
