@@ -506,6 +506,20 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_FALSE(r.err.empty()) << args;
   }
+  // Numbers out of range, and a config hone run would refuse: one line, nothing printed first.
+  const std::pair<std::string, std::string> refused[] = {
+      {"bench --threads -2 --steps 1", "--threads: Value -2 not in range 0 to 4096"},
+      {"plan quickstart --world-size 8 --tokens -5", "--tokens is a token budget: give a positive number, got -5"},
+      {"plan quickstart --world-size -4", "--world-size and --dp count devices: give a positive number, got -4"},
+      {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got 2)"},
+      {"validate quickstart model.n_heads=7", "is not a multiple of model.n_heads 7"}};
+  for (const auto& [args, message] : refused) {
+    const CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
   const CliResult too_long = run_hone("bench --model llama_tiny --seq-len 300 --steps 1");
   EXPECT_EQ(too_long.status, 2);
   EXPECT_NE(too_long.err.find("--seq-len 300 is longer than llama_tiny's max_seq_len 256: raise it with --max-seq-len"),

@@ -90,7 +90,9 @@ Command add_bench(CLI::App& app) {
                   "positions grow their table");
   CLI::Option* dtype = sub->add_option("--dtype", args->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
   sub->add_option("--steps", args->steps, "Timed steps (after one warm-up step)")->capture_default_str();
-  CLI::Option* threads = sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")->capture_default_str();
+  CLI::Option* threads = sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")
+                             ->check(CLI::Range(0, 4096))
+                             ->capture_default_str();
   CLI::Option* device = sub->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
   CLI::Option* checkpointing =
       sub->add_flag("--activation-checkpointing", args->checkpointing, "Recompute each layer in the backward pass");

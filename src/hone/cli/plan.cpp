@@ -94,7 +94,10 @@ int run(const Args& a) {
   in.seq_len = shape.seq_len;
   in.grad_accum = c.get<int64_t>("gradient_accumulation_steps");
   in.activation_checkpointing = c.get<bool>("enable_activation_checkpointing");
+  HONE_CHECK(a.world_size >= 0 && a.dp >= 0, "--world-size and --dp count devices: give a positive number, got {}",
+             a.world_size < 0 ? a.world_size : a.dp);
   HONE_CHECK(a.world_size > 0 || a.dp > 0, "give --world-size (or --dp) to plan for");
+  HONE_CHECK(a.tokens >= 0, "--tokens is a token budget: give a positive number, got {}", a.tokens);
   const int tp = a.tp.value_or(int(c.get<int64_t>("distributed.tp")));
   HONE_CHECK(tp >= 1, "--tp must be at least 1, got {}", tp);
   const int world = a.world_size > 0 ? a.world_size : a.dp * tp;

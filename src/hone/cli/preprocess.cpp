@@ -81,7 +81,7 @@ Command add_preprocess(CLI::App& app) {
                 "writes PREFIX_KEY_sentence");
   sub->add_flag("--keep-newlines", a->keep_newlines, "With --split-sentences: keep the whitespace between sentences");
   sub->add_option("--workers", a->workers, "Tokenizer threads; the output is the same for any number")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   sub->add_option("--format", a->format, "megatron or mds")
       ->check(CLI::IsMember({"megatron", "mds"}))
@@ -97,7 +97,7 @@ Command add_preprocess(CLI::App& app) {
   sub->add_option("--dataset-impl", a->dataset_impl, "Accepted for Megatron scripts: mmap is the only format")
       ->check(CLI::IsMember({"mmap"}));
   sub->add_option("--partitions", a->partitions, "Accepted for Megatron scripts; hone writes one output, in order")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1u, 4096u));
   sub->add_flag("--keep-sequential-samples", a->keep_sequential, "Accepted for Megatron scripts; order is always kept");
   sub->add_option("--log-interval", a->log_interval, "Accepted for Megatron scripts; progress redraws on a terminal");
   sub->add_option("--lang", a->lang, "Accepted for Megatron scripts; the sentence rule is the same for every language");

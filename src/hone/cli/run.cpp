@@ -3,6 +3,9 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <string>
+#include <vector>
+
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
 #include "hone/train/recipes.hpp"
@@ -74,8 +77,12 @@ Command add_validate(CLI::App& app) {
   args->add_to(*sub);
   return [args] {
     const auto [recipe, resolved] = args->resolved("validate");
+    if (resolved.has("max_steps") || resolved.has("epochs") || resolved.has("max_tokens")) {
+      check_training_budget(resolved);  // a training recipe's
+    }
+    const std::vector<std::string> summary = recipe.summarize(resolved);  // its errors before any output
     fmt::print("{}", resolved.to_yaml());
-    for (const std::string& line : recipe.summarize(resolved)) fmt::print("# {}\n", line);
+    for (const std::string& line : summary) fmt::print("# {}\n", line);
     if (resolved.has("output_dir")) {
       if (const std::optional<std::string> conflict = output_dir_conflict(resolved)) {
         fmt::print("# note: hone run would refuse this now: {}\n", *conflict);
