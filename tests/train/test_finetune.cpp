@@ -928,6 +928,17 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
             2);
   EXPECT_NE(read_file(root_ + "/badstop.out").find("stop token '<|nope|>' is not a special token"), std::string::npos)
       << read_file(root_ + "/badstop.out");
+  // A prompts file without a prompt, adapters that are not there: named.
+  std::ofstream(root_ + "/blank_prompts.txt") << "\n  \n";
+  const std::pair<std::string, std::string> refused[] = {
+      {"prompts_file=" + root_ + "/blank_prompts.txt", "prompts_file " + root_ + "/blank_prompts.txt: no prompts in it"},
+      {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "}};
+  for (const auto& [arg, message] : refused) {
+    EXPECT_EQ(
+        run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", arg}, root_ + "/refused.out"),
+        2);
+    EXPECT_NE(read_file(root_ + "/refused.out").find(message), std::string::npos) << read_file(root_ + "/refused.out");
+  }
 }
 
 TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {

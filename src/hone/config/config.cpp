@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
-#include <fstream>
 #include <sstream>
 
 #include "hone/core/error.hpp"
@@ -157,6 +158,7 @@ Config Config::from_yaml(std::string_view text, const std::string& origin) {
 }
 
 Config Config::from_file(const std::string& path) {
+  HONE_CHECK(!std::filesystem::is_directory(path), "{}: a folder, not a config file", path);
   std::ifstream in(path);
   HONE_CHECK(in.good(), "{}: cannot read config file", path);
   std::stringstream text;

@@ -45,9 +45,11 @@ int run_generate(const Config& c) {
     const std::string path = c.get<std::string>("prompts_file");
     std::ifstream in(path);
     HONE_CHECK(in.good(), "prompts_file {}: cannot read", path);
+    const size_t given = prompts.size();
     for (std::string line; std::getline(in, line);) {
       if (line.find_first_not_of(" \t\r") != std::string::npos) prompts.push_back(line);
     }
+    HONE_CHECK(prompts.size() > given, "prompts_file {}: no prompts in it (one a line; blank lines are skipped)", path);
   }
   HONE_CHECK(!prompts.empty(), "{}: give a prompt or a prompts_file", c.origin());
 

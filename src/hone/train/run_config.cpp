@@ -62,7 +62,8 @@ std::string tokenizer_path_for_model(const Config& c) {
 
 Schema model_schema() {
   Schema s;
-  s.add({"model.name", ValueType::string, nullptr, "a built-in model (hone ls); the keys below override its fields"});
+  s.add({"model.name", ValueType::string, nullptr, "a built-in model (hone ls); the keys below override its fields",
+         model_preset_names()});
   s.add({"model.family", ValueType::string, nullptr, "architecture family", {"llama", "gpt2", "mpt"}});
   const std::pair<const char*, const char*> shape[] = {
       {"vocab_size", "tokens in the vocabulary"},
