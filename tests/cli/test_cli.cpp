@@ -514,7 +514,8 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got 2)"},
       {"validate quickstart model.n_heads=7", "is not a multiple of model.n_heads 7"},
       {"validate quickstart model.name=llama_tinyy", "'model.name' is 'llama_tinyy'; expected one of "},
-      {"validate " + testing::TempDir(), testing::TempDir() + ": a folder, not a config file"}};
+      {"validate " + testing::TempDir(), testing::TempDir() + ": a folder, not a config file"},
+      {"launch --nproc-per-node 1 -- /no/such/command", "/no/such/command: no such command (not a file, nor on PATH)"}};
   for (const auto& [args, message] : refused) {
     const CliResult r = run_hone(args);
     EXPECT_EQ(r.status, 2) << args;

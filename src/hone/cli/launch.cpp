@@ -195,6 +195,8 @@ int launch(const Options& o) {
   HONE_CHECK(o.master_port > 0 && o.master_port < 65536, "--master-port {} is not a port", o.master_port);
   HONE_CHECK(!o.command.empty(), "hone launch needs a command after '--', e.g. hone launch --nproc-per-node 2 -- "
                                  "hone run pretrain --config my.yaml");
+  HONE_CHECK(o.command[0] == "hone" || find_in_path(o.command[0]), "{}: no such command (not a file, nor on PATH)",
+             o.command[0]);
   const char* override = std::getenv("HONE_MPIRUN");
   const auto mpirun = find_in_path(override ? override : "mpirun");
   HONE_CHECK(mpirun.has_value(), "hone launch starts its processes through Open MPI's mpirun, which is not on PATH "
