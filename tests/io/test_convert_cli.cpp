@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizers/assets.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
 
@@ -81,6 +82,30 @@ TEST_F(ConvertCli, TheExportNamesTheTokenizersSpecialIds) {
             std::string::npos)
       << log();
   EXPECT_FALSE(fs::exists(dir_ + "/llama3"));
+}
+
+// Llama 3's tiktoken tokenizer.model goes into original/, as in Meta's Hugging
+// Face repos: at the top, transformers and llama.cpp's converter would read it
+// as SentencePiece's. hone finds it there when it is the only tokenizer.
+TEST_F(ConvertCli, TiktokensTokenizerModelGoesIntoOriginal) {
+  const std::string llama3 = asset_path("tokenizers/llama3");
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/run", "threads=1", "model.name=llama_tiny",
+                             "model.vocab_size=128256", "dataset.seq_len=16", "max_steps=1", "logging.tensorboard=false",
+                             "tokenizer.path=" + llama3},
+                            log_path()),
+            0)
+      << log();
+  EXPECT_EQ(convert({dir_ + "/run", dir_ + "/hf", "--to", "hf"}), 0) << log();
+  EXPECT_TRUE(fs::exists(dir_ + "/hf/tokenizer.json"));
+  EXPECT_TRUE(fs::exists(dir_ + "/hf/original/tokenizer.model"));
+  EXPECT_FALSE(fs::exists(dir_ + "/hf/tokenizer.model"));
+  // Meta's tokenizer alone (what a Meta folder holds).
+  fs::create_directories(dir_ + "/tiktoken_only");
+  fs::copy_file(llama3 + "/tokenizer.model", dir_ + "/tiktoken_only/tokenizer.model");
+  EXPECT_EQ(convert({dir_ + "/run", dir_ + "/hf_tiktoken", "--to", "hf", "--tokenizer", dir_ + "/tiktoken_only"}), 0)
+      << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/hf_tiktoken/tokenizer.model"));
+  EXPECT_EQ(load_tokenizer(dir_ + "/hf_tiktoken")->encode("Hello world"), load_tokenizer(llama3)->encode("Hello world"));
 }
 
 // On a terminal a progress line is redrawn as the weights go through, and

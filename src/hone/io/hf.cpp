@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -25,6 +26,11 @@ struct WeightFiles {
 };
 constexpr WeightFiles kSafetensors{"model.safetensors", "model.safetensors.index.json"};
 constexpr WeightFiles kPyTorch{"pytorch_model.bin", "pytorch_model.bin.index.json"};
+
+int first_byte_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return in.get();
+}
 
 const char* architecture_of(Family family) {
   switch (family) {
@@ -275,8 +281,14 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
       }
       continue;  // written below
     }
-    copy_file(path, folder.file(name));
-    summary.files.push_back(name);
+    // tiktoken's rank file (Llama 3's tokenizer.model) where transformers and
+    // llama.cpp's converter look for a SentencePiece model breaks both: Meta's
+    // Hugging Face repos keep it in original/, and so does the export.
+    const bool sentencepiece = name != "tokenizer.model" || first_byte_of(path) == 0x0A;  // a ModelProto's field 1
+    const std::string stored = sentencepiece ? name : "original/" + name;
+    if (!sentencepiece) fs::create_directories(fs::path(folder.file(stored)).parent_path());
+    copy_file(path, folder.file(stored));
+    summary.files.push_back(stored);
   }
   // Generation stops at any of the EOS ids (a list, as Llama 3 Instruct's):
   // the tokens that end a fine-tuned answer are added to them.

@@ -136,6 +136,8 @@ std::vector<fs::path> tokenizer_files_in(const fs::path& dir) {
   if (has("tokenizer.model")) return {dir / "tokenizer.model"};
   if (has("encoder.json") && has("vocab.bpe")) return {dir / "encoder.json", dir / "vocab.bpe"};
   if (has("vocab.json") && has("merges.txt")) return {dir / "vocab.json", dir / "merges.txt"};
+  // Meta's tiktoken file where Meta's Hugging Face repos keep it (and hone's exports).
+  if (has("original/tokenizer.model")) return {dir / "original" / "tokenizer.model"};
   return {};
 }
 
@@ -151,7 +153,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
     if (files.size() == 1) return load_file(files[0]);
     if (files.size() == 2) return load_gpt2_files(files[0], files[1]);
     fail("{}: no tokenizer in this folder: expected tokenizer.json, tokenizer.model, encoder.json + vocab.bpe, "
-         "or vocab.json + merges.txt",
+         "vocab.json + merges.txt, or original/tokenizer.model",
          path.string());
   }
   HONE_CHECK(fs::exists(path, ec), "{}: no such file or folder (expected a tokenizer file or a folder holding one)",
