@@ -304,6 +304,9 @@ TEST_F(TrainingRun, ARunWithNothingLeftToTrainAddsNoPerformanceRow) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 3, "resume: latest\n")}), 0) << log();
   ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 3, "resume: latest\n")}), 0) << log();
   EXPECT_NE(log().find("nothing to train"), std::string::npos) << log();
+  // Resumed past its end (max_steps lowered): no step to run, not a negative count.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 2, "resume: latest\n")}), 0) << log();
+  EXPECT_NE(log().find(", 0 steps to run"), std::string::npos) << log();
   const std::string csv = read_file(root_ + "/done/perf_summary.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 2) << csv;  // the header and the first run's row
 }

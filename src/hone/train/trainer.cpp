@@ -3,6 +3,7 @@
 // SIGINT/SIGTERM.
 #include "hone/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -165,9 +166,10 @@ int run_training(const Config& c, TrainingJob job) {
                        : "gradients: reduced after backward, in one piece (distributed.bucket_mb 0)");
     }
   }
+  const int64_t steps_to_run = std::max<int64_t>(total_steps - state.step, 0);  // a resumed run may be past the end
   console.line(fmt::format("data: {} {} per epoch ({}), {} {} to run", train.samples_per_epoch(),
-                           plural(train.samples_per_epoch(), objective.sample_name()), job.data_description, total_steps - state.step,
-                           plural(total_steps - state.step, "step")));
+                           plural(train.samples_per_epoch(), objective.sample_name()), job.data_description,
+                           steps_to_run, plural(steps_to_run, "step")));
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
   const double peak_tflops = measure_gemm_peak_tflops(run.dtype, world.device());
