@@ -2,6 +2,7 @@
 // Folders the user names (output_dir, --log-dir, an output prefix's folder).
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hone {
 
@@ -9,5 +10,26 @@ namespace hone {
 // permission, a read-only file system) is a hone::Error naming `what` (the key or
 // flag that gave the path, e.g. "output_dir"), the path and the reason.
 void create_folders(std::string_view what, const std::string& path);
+
+// The folders a command makes for its output, removed again, with what was
+// written into them, if the command ends in an error (an exception leaves the
+// scope) before keep(): a failed run leaves nothing behind. Folders that were
+// there before stay as they are.
+class NewFolders {
+ public:
+  // Without `owner` (another rank of the same job) the folders are made, never removed.
+  explicit NewFolders(bool owner = true) : owner_(owner) {}
+  NewFolders(const NewFolders&) = delete;
+  NewFolders& operator=(const NewFolders&) = delete;
+  ~NewFolders();
+  // create_folders(what, path), remembering the outermost folder it made.
+  void create(std::string_view what, const std::string& path);
+  // The command's output is worth keeping from now on, whatever happens.
+  void keep() { made_.clear(); }
+
+ private:
+  bool owner_;
+  std::vector<std::string> made_;
+};
 
 }  // namespace hone

@@ -322,10 +322,11 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   PreprocessResult result;
   result.outputs = preprocess_outputs(options);
   result.files = files.size();
-  // The output's folder is made if missing (an empty folder is all a failed run can leave).
+  // The output's folder is made if missing, and removed again if the run fails.
+  NewFolders new_folders;
   for (const std::string& output : result.outputs) {
     const std::filesystem::path parent = std::filesystem::path(output).parent_path();
-    if (!parent.empty()) create_folders("--output-prefix", parent.string());
+    if (!parent.empty()) new_folders.create("--output-prefix", parent.string());
   }
 
   // Writers first, then the sinks that feed them, then the threads: destroyed in

@@ -32,6 +32,20 @@ int first_byte_of(const std::string& path) {
   return in.get();
 }
 
+// `eos` (an id, a list of them, or null) with `ids` added, each once: generation
+// stops at any of a list (as Llama 3 Instruct's config has it).
+Json with_eos_ids(Json eos, const std::vector<int32_t>& ids) {
+  for (const int32_t id : ids) {
+    if (eos.is_null()) {
+      eos = id;
+    } else if (eos != id && !(eos.is_array() && std::ranges::count(eos, Json(id)) > 0)) {
+      if (!eos.is_array()) eos = Json::array({eos});
+      eos.push_back(id);
+    }
+  }
+  return eos;
+}
+
 const char* architecture_of(Family family) {
   switch (family) {
     case Family::llama: return "LlamaForCausalLM";
@@ -290,16 +304,9 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     copy_file(path, folder.file(stored));
     summary.files.push_back(stored);
   }
-  // Generation stops at any of the EOS ids (a list, as Llama 3 Instruct's):
-  // the tokens that end a fine-tuned answer are added to them.
-  for (const int32_t id : ids.end_of_answer) {
-    Json& eos = special_ids["eos_token_id"];
-    if (eos.is_null()) {
-      eos = id;
-    } else if (eos != id && !(eos.is_array() && std::ranges::count(eos, Json(id)) > 0)) {
-      if (!eos.is_array()) eos = Json::array({eos});
-      eos.push_back(id);
-    }
+  // The tokens that end a fine-tuned answer are EOS ids too.
+  if (!ids.end_of_answer.empty()) {
+    special_ids["eos_token_id"] = with_eos_ids(special_ids.value("eos_token_id", Json()), ids.end_of_answer);
   }
   config.update(special_ids);  // transformers reads the ids in config.json too
   // GPT-2's BPE files alone: transformers picks a tokenizer class by the model
@@ -318,8 +325,9 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     generation->update(special_ids);
     (*generation)["transformers_version"] = config["transformers_version"];
     write_json_file(folder.file("generation_config.json"), *generation);
-  } else if (special_ids.contains("eos_token_id") && generation->value("eos_token_id", Json()) != special_ids["eos_token_id"]) {
-    (*generation)["eos_token_id"] = special_ids["eos_token_id"];
+  } else if (special_ids.contains("eos_token_id") &&
+             generation->value("eos_token_id", Json()) != special_ids["eos_token_id"]) {
+    (*generation)["eos_token_id"] = special_ids["eos_token_id"];  // with the end of an answer added
     write_json_file(folder.file("generation_config.json"), *generation);
   } else {
     copy_file(generation_path, folder.file("generation_config.json"));

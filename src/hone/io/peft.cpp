@@ -208,8 +208,8 @@ AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, c
 }  // namespace
 
 LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base, const WeightSource& weights) {
-  HONE_CHECK(fs::exists(path), "{}: not found (LoRA adapters: a lora_finetune run or checkpoint folder, or a PEFT folder)",
-             path);
+  HONE_CHECK(fs::exists(path),
+             "{}: not found (LoRA adapters: a lora_finetune run or checkpoint folder, or a PEFT folder)", path);
   const bool peft = is_peft_folder(path);
   const std::string folder = peft ? path : model_folder_of(path);
   const std::vector<std::string> merged = weights.merged_adapters();

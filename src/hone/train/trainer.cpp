@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <exception>
 #include <filesystem>
-#include <system_error>
 
 #include "hone/core/files.hpp"
 #include "hone/core/parallel.hpp"
@@ -41,24 +39,6 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
   HONE_CHECK(steps > 0, "{}: the run would take {} steps; it needs at least one", c.origin(), steps);
   return steps;
 }
-
-// The output_dir a run made, removed again if the run ends in an error before
-// its first step (a mistake in the config or the data): nothing is left behind
-// but the error, on stderr. A folder that was there before is left as it is.
-class FreshRunFolder {
- public:
-  FreshRunFolder(const std::string& path, bool owner) : path_(owner && !fs::exists(path) ? path : "") {}
-  FreshRunFolder(const FreshRunFolder&) = delete;
-  FreshRunFolder& operator=(const FreshRunFolder&) = delete;
-  ~FreshRunFolder() {
-    std::error_code ignored;
-    if (!path_.empty() && std::uncaught_exceptions() > 0) fs::remove_all(path_, ignored);
-  }
-  void keep() { path_.clear(); }
-
- private:
-  std::string path_;
-};
 
 }  // namespace
 
@@ -97,8 +77,10 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len);
 
-  FreshRunFolder fresh_folder(run.output_dir, world.is_main());
-  create_folders("output_dir", run.output_dir);
+  // A run that ends in an error before its first step (a mistake in the config
+  // or the data) leaves no folder behind: the error is on stderr.
+  NewFolders new_folders(world.is_main());
+  new_folders.create("output_dir", run.output_dir);
   RunConsole console(run.output_dir, world.is_main());
   Transformer& model = *job.model;
   data::BatchSource& train = *job.train;
@@ -230,7 +212,7 @@ int run_training(const Config& c, TrainingJob job) {
     ops::synchronize(world.device());  // the step's last kernels may still be running on a GPU
     const double elapsed = seconds_between(step_start, Clock::now());
     ++state.step;
-    fresh_folder.keep();
+    new_folders.keep();
     if (s.applied) {
       consecutive_nonfinite = 0;
     } else {

@@ -591,6 +591,9 @@ TEST_F(Preprocess, CliErrorsExitWith2AndOneLineAndLeaveNoOutput) {
   const std::string tok = " --tokenizer-model " + path("tok");
   const std::string out = " --output-prefix " + path("out");
   expect_user_error("preprocess --input " + path("bad.jsonl") + tok + out, {path("bad.jsonl") + ":3"});
+  // The folders made for the output go too.
+  expect_user_error("preprocess --input " + path("bad.jsonl") + tok + " --output-prefix " + path("new/sub/out"),
+                    {path("bad.jsonl") + ":3"});
   expect_user_error("preprocess --input " + path("keys.jsonl") + " --json-keys text title" + tok + out,
                     {path("keys.jsonl") + ":2", "title"});
   expect_user_error("preprocess --input " + path("good.jsonl") + " --tokenizer-type Llama2Tokenizer" + tok + out,
