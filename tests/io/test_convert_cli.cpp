@@ -33,6 +33,13 @@ class ConvertCli : public ::testing::Test {
   std::string log_path() const { return dir_ + "/log.txt"; }
   std::string log() const { return read_file(log_path()); }
   std::string fixture(const std::string& name) const { return source_path("tests/reference/hf/" + name); }
+  // A one-step run of a tiny Llama with this vocabulary and tokenizer, in dir_/run.
+  int pretrain_run(int64_t vocab_size, const std::string& tokenizer) {
+    return run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/run", "threads=1", "model.name=llama_tiny",
+                            "model.vocab_size=" + std::to_string(vocab_size), "dataset.seq_len=16", "max_steps=1",
+                            "logging.tensorboard=false", "tokenizer.path=" + tokenizer},
+                           log_path());
+  }
 
   std::string dir_;
 };
@@ -63,12 +70,7 @@ TEST_F(ConvertCli, ConvertsEveryFormatBothWays) {
 TEST_F(ConvertCli, TheExportNamesTheTokenizersSpecialIds) {
   const std::string gpt2 = asset_path("tokenizers/gpt2-hf");
   // A run of a tiny Llama with GPT-2's vocabulary keeps GPT-2's tokenizer files.
-  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/run", "threads=1", "model.name=llama_tiny",
-                             "model.vocab_size=50257", "dataset.seq_len=16", "max_steps=1", "logging.tensorboard=false",
-                             "tokenizer.path=" + gpt2},
-                            log_path()),
-            0)
-      << log();
+  ASSERT_EQ(pretrain_run(50257, gpt2), 0) << log();
   EXPECT_EQ(convert({dir_ + "/run", dir_ + "/hf", "--to", "hf"}), 0) << log();
   for (const char* file : {"config.json", "generation_config.json"}) {
     const auto written = nlohmann::json::parse(read_file(dir_ + "/hf/" + file));
@@ -89,12 +91,7 @@ TEST_F(ConvertCli, TheExportNamesTheTokenizersSpecialIds) {
 // as SentencePiece's. hone finds it there when it is the only tokenizer.
 TEST_F(ConvertCli, TiktokensTokenizerModelGoesIntoOriginal) {
   const std::string llama3 = asset_path("tokenizers/llama3");
-  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/run", "threads=1", "model.name=llama_tiny",
-                             "model.vocab_size=128256", "dataset.seq_len=16", "max_steps=1", "logging.tensorboard=false",
-                             "tokenizer.path=" + llama3},
-                            log_path()),
-            0)
-      << log();
+  ASSERT_EQ(pretrain_run(128256, llama3), 0) << log();
   EXPECT_EQ(convert({dir_ + "/run", dir_ + "/hf", "--to", "hf"}), 0) << log();
   EXPECT_TRUE(fs::exists(dir_ + "/hf/tokenizer.json"));
   EXPECT_TRUE(fs::exists(dir_ + "/hf/original/tokenizer.model"));
