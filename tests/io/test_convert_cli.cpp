@@ -53,6 +53,13 @@ TEST_F(ConvertCli, ConvertsEveryFormatBothWays) {
       << log();
   EXPECT_TRUE(fs::exists(dir_ + "/llama_hf/model.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(dir_ + "/llama_hf/tokenizer.json"));
+  EXPECT_EQ(convert({fixture("gpt2"), dir_ + "/gpt2_hf", "--to", "hf"}), 0) << log();
+  // Without a tokenizer or generation_config.json, the source's config.json names the ids.
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    const auto written = nlohmann::json::parse(read_file(dir_ + "/gpt2_hf/" + file));
+    EXPECT_EQ(written["bos_token_id"], 47) << file;
+    EXPECT_EQ(written["eos_token_id"], 47) << file;
+  }
   EXPECT_EQ(convert({fixture("mistral_f16"), dir_ + "/mistral", "--to", "hf"}), 0) << log();
   EXPECT_NE(log().find("note: sliding_window 16"), std::string::npos) << log();
   EXPECT_EQ(convert({fixture("llmc_gpt2_bf16.bin"), dir_ + "/gpt2", "--to", "hf", "--tokenizer",

@@ -112,6 +112,8 @@ Command add_convert(CLI::App& app) {
     const std::unique_ptr<WeightSource> source = open_convert_source(args->src, options);
     std::vector<std::string> tokenizer_notes;
     options.special_tokens = check_tokenizer(*source, tokenizer_notes);
+    const SpecialTokenIds& ids = options.special_tokens;
+    if (!ids.bos && !ids.eos && !ids.pad) options.special_tokens = hf_config_special_ids(args->src);
     const ConvertSummary s = convert_model(*source, args->dest, options);
     line.clear();
     for (const std::string& note : s.notes) fmt::print("note: {}\n", note);

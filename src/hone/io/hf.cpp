@@ -198,6 +198,27 @@ ModelConfig read_hf_config(const std::string& dir) {
 
 void load_hf_weights(const std::string& dir, Transformer& model) { load_weights(HfFolder(dir), model); }
 
+SpecialTokenIds hf_config_special_ids(const std::string& path) {
+  const fs::path config_path = fs::path(path) / "config.json";
+  if (!fs::is_regular_file(config_path)) return {};
+  const Json config = read_json_file(config_path.string());
+  const auto id = [](const Json& v) { return v.is_number_integer() ? std::optional(v.get<int32_t>()) : std::nullopt; };
+  SpecialTokenIds ids;
+  ids.bos = id(config.value("bos_token_id", Json()));
+  ids.pad = id(config.value("pad_token_id", Json()));
+  const Json eos = config.value("eos_token_id", Json());
+  if (!eos.is_array()) {
+    ids.eos = id(eos);
+  } else {
+    for (const Json& e : eos) {
+      if (!id(e)) continue;
+      if (!ids.eos) ids.eos = id(e);
+      else ids.end_of_answer.push_back(*id(e));
+    }
+  }
+  return ids;
+}
+
 void check_hf_export(const ModelConfig& config, const std::string& dir) {
   check_new_folder(dir);
   hf_config_to_json(config, DType::f32);

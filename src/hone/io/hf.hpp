@@ -84,6 +84,12 @@ struct HfExportSummary {
 // name and renames it into place when complete; the source's companion files
 // (tokenizer, generation config) are copied along (see with_tokenizer_from).
 HfExportSummary export_hf(const WeightSource& source, const std::string& dir, const HfExportOptions& options = {});
+// The special token ids a Hugging Face folder's config.json names (none where
+// `path` is no such folder): what an export of it keeps where no tokenizer or
+// generation_config.json names them. A list of EOS ids gives its first as EOS,
+// the rest as end_of_answer.
+SpecialTokenIds hf_config_special_ids(const std::string& path);
+
 // What export_hf would refuse of a model of `config` into `dir` (a folder in
 // the way, a config the family's transformers class cannot express), checked
 // before a run trains the model it exports.
