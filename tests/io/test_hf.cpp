@@ -356,11 +356,11 @@ TEST_F(HfTest, ExportedFoldersHaveWhatTransformersLoads) {
   EXPECT_EQ(read_text(llama + "/generation_config.json"), read_text(fixture("llama31_sharded/generation_config.json")));
   // The token a fine-tuned model ends its answers with (a chat format's end of
   // turn) joins the EOS ids, once, so that generate() stops there too.
-  const auto eos_ids = [&](const std::string& source, std::vector<int32_t> end_of_answer) {
+  const auto eos_ids = [&](const std::string& source, std::vector<int32_t> more_eos) {
     HfExportOptions options = with_ids;
-    options.special_tokens.end_of_answer = std::move(end_of_answer);
+    options.special_tokens.more_eos = std::move(more_eos);
     const std::string out = path("eos_" + std::to_string(fs::hash_value(source) % 1000) + "_" +
-                                 std::to_string(options.special_tokens.end_of_answer.front()));
+                                 std::to_string(options.special_tokens.more_eos.front()));
     export_hf(*open_weights(fixture(source)), out, options);
     const nlohmann::json config = nlohmann::json::parse(read_text(out + "/config.json"));
     EXPECT_EQ(nlohmann::json::parse(read_text(out + "/generation_config.json"))["eos_token_id"], config["eos_token_id"]);

@@ -213,7 +213,7 @@ SpecialTokenIds hf_config_special_ids(const std::string& path) {
     for (const Json& e : eos) {
       if (!id(e)) continue;
       if (!ids.eos) ids.eos = id(e);
-      else ids.end_of_answer.push_back(*id(e));
+      else ids.more_eos.push_back(*id(e));
     }
   }
   return ids;
@@ -325,9 +325,8 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     copy_file(path, folder.file(stored));
     summary.files.push_back(stored);
   }
-  // The tokens that end a fine-tuned answer are EOS ids too.
-  if (!ids.end_of_answer.empty()) {
-    special_ids["eos_token_id"] = with_eos_ids(special_ids.value("eos_token_id", Json()), ids.end_of_answer);
+  if (!ids.more_eos.empty()) {
+    special_ids["eos_token_id"] = with_eos_ids(special_ids.value("eos_token_id", Json()), ids.more_eos);
   }
   config.update(special_ids);  // transformers reads the ids in config.json too
   // GPT-2's BPE files alone: transformers picks a tokenizer class by the model

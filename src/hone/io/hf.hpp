@@ -64,9 +64,10 @@ void load_hf_weights(const std::string& dir, Transformer& model);
 // and EOS 2), and generate() would stop on the wrong token.
 struct SpecialTokenIds {
   std::optional<int32_t> bos, eos, pad;
-  // The tokens a fine-tuned model ends its answers with (a chat format's end of
-  // turn, e.g. Llama 3's <|eot_id|>): EOS ids too, so that generation stops there.
-  std::vector<int32_t> end_of_answer;
+  // More tokens generation stops at, written with `eos` as a list (as Llama 3
+  // Instruct's config has it): the token a fine-tuned model ends its answers
+  // with (a chat format's end of turn, e.g. <|eot_id|>), or a config's further EOS ids.
+  std::vector<int32_t> more_eos;
 };
 
 struct HfExportOptions {
@@ -87,7 +88,7 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
 // The special token ids a Hugging Face folder's config.json names (none where
 // `path` is no such folder): what an export of it keeps where no tokenizer or
 // generation_config.json names them. A list of EOS ids gives its first as EOS,
-// the rest as end_of_answer.
+// the rest as more_eos.
 SpecialTokenIds hf_config_special_ids(const std::string& path);
 
 // What export_hf would refuse of a model of `config` into `dir` (a folder in

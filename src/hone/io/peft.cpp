@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
@@ -38,17 +39,28 @@ std::optional<std::string> peft_module(const ModelConfig& config, const LoraTarg
   return std::nullopt;
 }
 
+// Each adapter with its PEFT module; an adapter PEFT cannot hold is an error naming `dir`.
+std::vector<std::pair<LoraTarget, std::string>> peft_modules(const ModelConfig& config, const LoraConfig& lora,
+                                                             const std::string& dir) {
+  std::vector<std::pair<LoraTarget, std::string>> modules;
+  for (const LoraTarget& t : lora_targets(config, lora)) {
+    std::optional<std::string> module = peft_module(config, t);
+    if (!module) {
+      const std::vector<HfTensor> hf = hf_tensors_of(config, t.base);
+      fail("{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {} (export the merged model "
+           "to a Hugging Face folder instead)",
+           dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
+    }
+    modules.emplace_back(t, std::move(*module));
+  }
+  return modules;
+}
+
 }  // namespace
 
 void check_peft_export(const ModelConfig& config, const LoraConfig& lora, const std::string& dir) {
   check_new_folder(dir);
-  for (const LoraTarget& t : lora_targets(config, lora)) {
-    if (peft_module(config, t)) continue;
-    const std::vector<HfTensor> hf = hf_tensors_of(config, t.base);
-    fail("{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {} (export the merged model to "
-         "a Hugging Face folder instead)",
-         dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
-  }
+  peft_modules(config, lora, dir);
 }
 
 namespace {
@@ -57,15 +69,13 @@ namespace {
 void write_peft(const ModelConfig& config, const LoraConfig& lora,
                 const std::function<Tensor(const std::string&)>& adapter, const std::string& dir,
                 const std::string& base_model) {
-  check_peft_export(config, lora, dir);
   std::vector<NamedTensor> tensors;
   std::set<std::string> modules;
-  for (const LoraTarget& t : lora_targets(config, lora)) {
-    const std::optional<std::string> module = peft_module(config, t);
-    modules.insert(module->substr(module->rfind('.') + 1));
-    tensors.push_back({kPeftPrefix + *module + ".lora_A.weight", adapter(t.a_name())});
-    tensors.push_back({kPeftPrefix + *module + ".lora_B.weight", adapter(t.b_name())});
-    if (lora.use_dora) tensors.push_back({kPeftPrefix + *module + kMagnitudeSuffix, adapter(t.magnitude_name())});
+  for (const auto& [t, module] : peft_modules(config, lora, dir)) {
+    modules.insert(module.substr(module.rfind('.') + 1));
+    tensors.push_back({kPeftPrefix + module + ".lora_A.weight", adapter(t.a_name())});
+    tensors.push_back({kPeftPrefix + module + ".lora_B.weight", adapter(t.b_name())});
+    if (lora.use_dora) tensors.push_back({kPeftPrefix + module + kMagnitudeSuffix, adapter(t.magnitude_name())});
   }
   const Json adapter_config = {{"base_model_name_or_path", base_model},
                                {"bias", "none"},
