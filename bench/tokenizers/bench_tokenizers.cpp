@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
+#include "hone/core/files.hpp"
 #include "hone/model/config.hpp"
 #include "hone/train/recipes.hpp"
 #include "hone/train/run_config.hpp"

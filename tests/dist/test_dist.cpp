@@ -17,7 +17,7 @@
 #include "hone/dist/environment.hpp"
 #include "hone/dist/mesh.hpp"
 #include "hone/dist/plan.hpp"
-#include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
+#include "hone/core/files.hpp"
 #include "hone/model/activations.hpp"
 #include "hone/train/run_config.hpp"
 #include "support/check.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "hone/data/tokenizers/loaders.hpp"  // hone::read_file
+#include "hone/core/files.hpp"  // hone::read_file
 
 namespace hone::test {
 

@@ -8,6 +8,7 @@
 
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 

@@ -1,7 +1,11 @@
 #include "hone/core/files.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "hone/core/error.hpp"
@@ -9,6 +13,17 @@
 namespace hone {
 
 namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+  // A folder opens as a file and reads as nothing.
+  HONE_CHECK(!fs::is_directory(path), "{}: a folder, not a file", path);
+  std::ifstream in(path, std::ios::binary);
+  HONE_CHECK(in.good(), "cannot read {}: {}", path, std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  HONE_CHECK(!in.bad(), "cannot read {}: {}", path, std::strerror(errno));
+  return std::move(s).str();
+}
 
 void create_folders(std::string_view what, const std::string& path) {
   std::error_code error;

@@ -1,10 +1,14 @@
 #pragma once
-// Folders the user names (output_dir, --log-dir, an output prefix's folder).
+// Files read whole, and the folders the user names (output_dir, --log-dir, an
+// output prefix's folder).
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace hone {
+
+// The whole file; throws hone::Error naming it when it cannot be read (a folder included).
+std::string read_file(const std::string& path);
 
 // Creates `path` and its missing parents. A failure (a file in the way, no
 // permission, a read-only file system) is a hone::Error naming `what` (the key or

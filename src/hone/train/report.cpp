@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hone/core/error.hpp"
-#include "hone/data/tokenizers/loaders.hpp"  // read_file
+#include "hone/core/files.hpp"
 #include "hone/train/metrics.hpp"
 
 namespace hone {

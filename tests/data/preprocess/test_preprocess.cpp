@@ -26,6 +26,7 @@
 #include "hone/data/formats/mds.hpp"
 #include "hone/data/formats/megatron.hpp"
 #include "hone/data/preprocess.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "support/mds_fixture.hpp"
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "assets.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/data/tokenizers/utf8.hpp"

@@ -15,6 +15,7 @@
 #include "assets.hpp"
 #include "fuzz/fuzz_input.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/split_regex.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"

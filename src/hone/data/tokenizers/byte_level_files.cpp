@@ -4,11 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hone/core/error.hpp"
 #include "hone/data/tokenizers/bpe_tokenizer.hpp"
@@ -167,17 +163,6 @@ bool byte_level_to_bytes(std::string_view text, std::string& bytes) {
     bytes += char(char_bytes()[cp]);
   }
   return true;
-}
-
-std::string read_file(const std::string& path) {
-  // A folder opens as a file and reads as nothing.
-  HONE_CHECK(!std::filesystem::is_directory(path), "{}: a folder, not a file", path);
-  std::ifstream in(path, std::ios::binary);
-  HONE_CHECK(in.good(), "cannot read {}: {}", path, std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  HONE_CHECK(!in.bad(), "cannot read {}: {}", path, std::strerror(errno));
-  return std::move(s).str();
 }
 
 nlohmann::json parse_json(std::string_view content, std::string_view name) {

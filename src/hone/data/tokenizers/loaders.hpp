@@ -47,9 +47,6 @@ struct TokenizerConfig {
 };
 TokenizerConfig parse_tokenizer_config(std::string_view content, std::string_view name);
 
-// The whole file; throws hone::Error naming it when it cannot be read.
-std::string read_file(const std::string& path);
-
 // GPT-2's byte-level alphabet: each byte is shown as one printable character.
 // Decodes such a string back into bytes; false if a character is outside it.
 bool byte_level_to_bytes(std::string_view text, std::string& bytes);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 
 namespace hone {
