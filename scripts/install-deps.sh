@@ -11,7 +11,7 @@ packages=(
   libdnnl-dev libopenblas-openmp-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   libzstd-dev libxxhash-dev
-  zlib1g-dev zstd python3-numpy clang libclang-rt-14-dev
+  zlib1g-dev zstd python3-numpy python3-jinja2 clang libclang-rt-14-dev
   libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece fortunes
   libopenmpi-dev openmpi-bin slurm-wlm munge
 )

@@ -1,10 +1,15 @@
 // Fine-tuning datasets: templates, masking, chat formats, truncation, errors,
 // and the batches SampleStream builds.
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "data/tokenizers/assets.hpp"
+#include "hone/core/files.hpp"
 #include "hone/data/instruct.hpp"
 #include "support/check.hpp"
 #include "support/mds_fixture.hpp"
@@ -341,6 +346,75 @@ TEST_F(InstructTest, ChatLearnsTheLastResponseOnlyWhenAsked) {
   EXPECT_EQ(learned_text(o), "Hello!<|eot_id|>See you.<|eot_id|>");
   o.train_on_every_response = false;
   EXPECT_EQ(learned_text(o), "See you.<|eot_id|>");
+}
+
+// A response follows its prompt as in the whole text: SentencePiece-style
+// tokenizers (a dummy prefix "▁" before a text encoded alone) do not start it
+// with a second "▁" (torchtune trims it too); byte-level BPE has no such prefix.
+TEST_F(InstructTest, ResponsesAreTokenizedAsTheyContinueTheirPrompt) {
+  const std::string path = file("a.jsonl", R"({"instruction": "Say hi", "output": " hi there"})"
+                                           "\n" R"({"instruction": "Say hi", "output": "hi there"})" "\n");
+  for (const std::string name : {"tokenizers/mistral", "tokenizers/spm/sotu.model", "tokenizers/gpt2"}) {
+    SCOPED_TRACE(name);
+    const std::unique_ptr<Tokenizer> t = load_tokenizer(asset_path(name));
+    const auto samples = data::load_instruct_dataset(path, *t, {}).samples;
+    for (const auto& [sample, response] : {std::pair{samples.at(0), " hi there"}, std::pair{samples.at(1), "hi there"}}) {
+      std::vector<int32_t> whole;
+      if (t->bos_id() != t->eos_id()) whole.push_back(*t->bos_id());
+      t->encode_into(data::format_prompt({{"instruction", "Say hi"}}, {}) + response, whole);
+      whole.push_back(*t->eos_id());
+      EXPECT_EQ(sample.tokens, whole) << t->decode(sample.tokens);
+    }
+  }
+}
+
+// The chat template a fine-tune's checkpoints and exports carry renders, in
+// transformers' Jinja environment, the text the run trained on: tokenized, the
+// sample's tokens, and with the generation prompt, the prompt hone generates from.
+TEST_F(InstructTest, ChatTemplatesRenderWhatTrainingFormats) {
+  const std::unique_ptr<Tokenizer> qwen3 = load_tokenizer(asset_path("tokenizers/qwen3"));
+  const std::unique_ptr<Tokenizer> mistral = load_tokenizer(asset_path("tokenizers/mistral"));
+  using Json = nlohmann::json;
+  const auto message = [](const char* role, const char* content) { return Json{{"role", role}, {"content", content}}; };
+  const Json conversation = {message("system", "Answer briefly."), message("user", "Hi, what's 2+2?"),
+                             message("assistant", "4."), message("user", "And \"quotes\", ünïcode\nand {{ braces }}?"),
+                             message("assistant", "Yes: \\n done.")};
+  // The template's rendering, or nullopt where python3 has no jinja2.
+  const auto render = [&](const std::string& jinja, const Json& messages, bool generation_prompt) {
+    const std::string out = dir_ + "/rendered.txt";
+    const std::string command = "/usr/bin/python3 '" + source_path("tests/data/render_chat_template.py") + "' '" +
+                                file("template.jinja", jinja) + "' '" + file("messages.json", messages.dump()) + "' " +
+                                (generation_prompt ? "1 '" : "0 '") + out + "'";
+    const int status = std::system(command.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77)) << command;
+    return WEXITSTATUS(status) == 0 ? std::optional(read_file(out)) : std::nullopt;
+  };
+  struct Case {
+    const Tokenizer* tokenizer;
+    data::ChatFormat format;
+    std::string system_prompt;
+  };
+  for (const auto& [tokenizer, format, system_prompt] :
+       {Case{llama3_, data::ChatFormat::llama3, ""}, Case{llama3_, data::ChatFormat::llama3, "Be \"kind\".\n"},
+        Case{qwen3.get(), data::ChatFormat::chatml, ""}, Case{qwen3.get(), data::ChatFormat::chatml, "Be kind."},
+        Case{mistral.get(), data::ChatFormat::llama2, ""}, Case{mistral.get(), data::ChatFormat::llama2, "Be kind."}}) {
+    const InstructOptions o{.format = InstructTemplate::chat, .chat_format = format, .system_prompt = system_prompt};
+    SCOPED_TRACE(fmt::format("chat format {}, system prompt '{}'", int(format), system_prompt));
+    const std::optional<std::string> jinja = data::chat_template(*tokenizer, o);
+    ASSERT_TRUE(jinja);
+    const std::optional<std::string> text = render(*jinja, conversation, false);
+    if (!text) GTEST_SKIP() << "python3 has no jinja2 (Debian: python3-jinja2)";
+    const std::string records = file("chat.jsonl", Json{{"messages", conversation}}.dump() + "\n");
+    EXPECT_EQ(tokenizer->encode(*text, SpecialTokens::recognize),
+              data::load_instruct_dataset(records, *tokenizer, o).samples.at(0).tokens)
+        << *text;
+    const std::optional<std::string> prompt = render(*jinja, Json{message("user", "Hi")}, true);
+    ASSERT_TRUE(prompt);
+    EXPECT_EQ(tokenizer->encode(*prompt, SpecialTokens::recognize), data::prompt_tokens(*tokenizer, "Hi", o))
+        << *prompt;
+  }
+  // The other templates are no chat: no chat template.
+  EXPECT_FALSE(data::chat_template(*llama3_, {.format = InstructTemplate::alpaca}));
 }
 
 // Hugging Face datasets' Parquet files: rows are records, as the same records in JSONL.

@@ -374,6 +374,35 @@ TEST_F(HfTest, ExportedFoldersHaveWhatTransformersLoads) {
   EXPECT_FALSE(fs::exists(path("gpt2/model.safetensors.index.json")));
 }
 
+// A chat template file (a chat fine-tune's checkpoints carry the format it
+// trained) is exported, and tokenizer_config.json says the same: transformers'
+// later releases read the file first, earlier ones only tokenizer_config.json.
+TEST_F(HfTest, ExportedChatTemplatesAreTheCompanionFile) {
+  const std::string jinja = "{%- for message in messages %}{{- message['content'] }}{%- endfor %}";
+  std::ofstream(path("chat_template.jinja")) << jinja;
+  const auto export_with = [&](const std::string& name, std::vector<std::string> companions) {
+    const std::string out = path(name);
+    export_hf(*with_companion_files(open_weights(fixture("llama31_sharded")), std::move(companions)), out);
+    EXPECT_EQ(read_text(out + "/chat_template.jinja"), jinja) << name;
+    return nlohmann::json::parse(read_text(out + "/tokenizer_config.json"));
+  };
+  // The source's tokenizer_config.json, its other keys kept, with the template.
+  std::ofstream(path("tokenizer_config.json")) << R"({"model_max_length": 64, "chat_template": "{{ 'old' }}"})";
+  const nlohmann::json replaced = export_with("replaced", {path("tokenizer_config.json"), path("chat_template.jinja")});
+  EXPECT_EQ(replaced, nlohmann::json({{"model_max_length", 64}, {"chat_template", jinja}}));
+  // Named templates: the file is the default one.
+  fs::create_directories(path("named"));
+  std::ofstream(path("named/tokenizer_config.json"))
+      << R"({"chat_template": [{"name": "default", "template": "old"}, {"name": "tool_use", "template": "tools"}]})";
+  const nlohmann::json named =
+      export_with("named_out", {path("named/tokenizer_config.json"), path("chat_template.jinja")});
+  EXPECT_EQ(named["chat_template"], nlohmann::json::array({{{"name", "default"}, {"template", jinja}},
+                                                           {{"name", "tool_use"}, {"template", "tools"}}}));
+  // No tokenizer_config.json: one with the template alone.
+  EXPECT_EQ(export_with("alone", {fixture("llama31_sharded/tokenizer.json"), path("chat_template.jinja")}),
+            nlohmann::json({{"chat_template", jinja}}));
+}
+
 TEST_F(HfTest, ExportedModelsReimportToTheSameWeightsAndLogits) {
   for (const std::string name : {"llama31_sharded", "gpt2", "mpt_bf16", "llmc_gpt2_bf16.bin", "llama2c_legacy.bin"}) {
     auto first = import_model(fixture(name));

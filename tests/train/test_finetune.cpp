@@ -941,6 +941,40 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   }
 }
 
+// A chat fine-tune's format travels as a chat template (data::chat_template):
+// in the run's folder, every checkpoint (listed in its manifest), the export
+// (chat_template.jinja and tokenizer_config.json) and a conversion of the run.
+TEST_F(FinetuneRun, AChatFineTuneCarriesItsChatFormat) {
+  std::ofstream chat(root_ + "/chat.jsonl");
+  for (int i = 0; i < 8; ++i) {
+    chat << R"({"messages": [{"role": "user", "content": "Repeat the word apple."}, )"
+            R"({"role": "assistant", "content": "apple"}]})" "\n";
+  }
+  chat.close();
+  auto args = lora_args("chat", 1);
+  std::replace(args.begin(), args.end(), "dataset.path=" + root_ + "/data.jsonl", "dataset.path=" + root_ + "/chat.jsonl");
+  args.insert(args.end(), {"dataset.template=chat", "dataset.chat_format=llama2", "dataset.system_prompt=Be brief.",
+                           "export.hf=" + root_ + "/chat_hf"});
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/chat.log"), 0) << read_file(root_ + "/chat.log");
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_);
+  const std::string jinja = *data::chat_template(
+      *tokenizer, {.format = data::InstructTemplate::chat, .chat_format = data::ChatFormat::llama2,
+                   .system_prompt = "Be brief."});
+  EXPECT_EQ(read_file(root_ + "/chat/chat_template.jinja"), jinja);
+  EXPECT_EQ(read_file(root_ + "/chat/step_0000001/chat_template.jinja"), jinja);
+  EXPECT_NE(read_file(root_ + "/chat/step_0000001/manifest.json").find("chat_template.jinja"), std::string::npos);
+  ASSERT_EQ(run_hone_to_log({"convert", root_ + "/chat", root_ + "/chat_converted", "--to", "hf"},
+                            root_ + "/chat_convert.log"),
+            0)
+      << read_file(root_ + "/chat_convert.log");
+  for (const char* exported : {"/chat_hf", "/chat_converted"}) {
+    EXPECT_EQ(read_file(root_ + exported + "/chat_template.jinja"), jinja) << exported;
+    const nlohmann::json config = nlohmann::json::parse(read_file(root_ + exported + "/tokenizer_config.json"));
+    EXPECT_EQ(config["chat_template"], jinja) << exported;
+    EXPECT_EQ(config["tokenizer_class"], "GPT2Tokenizer") << exported;
+  }
+}
+
 TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
   // The base was pretrained with tokenizer.path: its checkpoints hold the files, in the manifest.
   const std::string step = root_ + "/base/step_0000002";

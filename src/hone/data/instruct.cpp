@@ -390,12 +390,48 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
   return pieces;
 }
 
+// Whether a text encoded alone starts with a dummy prefix ("▁", or a space)
+// that the same text has nowhere else: SentencePiece's add_dummy_prefix,
+// tokenizer.json's Prepend normalizer and Metaspace, ByteLevel's add_prefix_space.
+bool adds_dummy_prefix(const Tokenizer& t) {
+  std::vector<int32_t> apart = t.encode("\n");
+  t.encode_into("a", apart);
+  return t.encode("\na") != apart;
+}
+
+// Whether the text of piece `i` continues the text before it, as one text
+// (the template's rendering) has it: after text, not after a token given by id
+// or a special token.
+bool continues_text(const std::vector<Piece>& pieces, size_t i, const Tokenizer& t) {
+  if (i == 0 || pieces[i].id || pieces[i].special || pieces[i - 1].id || pieces[i - 1].text.empty()) return false;
+  if (!pieces[i - 1].special) return true;
+  return std::ranges::none_of(t.special_tokens(), [&](const auto& s) { return pieces[i - 1].text.ends_with(s.first); });
+}
+
+// The ids of `text` where it continues other text: encoded alone, a tokenizer
+// with a dummy prefix would start it with one (an answer after "[/INST]" as
+// "▁▁Sure" where the whole text has "▁Sure", and where torchtune trims it). So
+// it is encoded after a newline, whose own ids are dropped (should the two
+// merge, `text` is encoded alone).
+void encode_continuation(const Tokenizer& t, std::string_view text, std::vector<int32_t>& out) {
+  const std::vector<int32_t> newline = t.encode("\n");
+  const std::vector<int32_t> ids = t.encode("\n" + std::string(text));
+  if (ids.size() >= newline.size() && std::equal(newline.begin(), newline.end(), ids.begin())) {
+    out.insert(out.end(), ids.begin() + std::ptrdiff_t(newline.size()), ids.end());
+  } else {
+    t.encode_into(text, out);
+  }
+}
+
 TokenizedSample tokenize(const std::vector<Piece>& pieces, const Tokenizer& t, bool train_on_input) {
   TokenizedSample s;
   std::vector<int32_t> ids;
-  for (const Piece& p : pieces) {
+  const bool dummy_prefix = adds_dummy_prefix(t);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
     ids.clear();
     if (p.id) ids.push_back(*p.id);
+    else if (dummy_prefix && continues_text(pieces, i, t)) encode_continuation(t, p.text, ids);
     else t.encode_into(p.text, ids, p.special ? SpecialTokens::recognize : SpecialTokens::as_text);
     const bool learn = p.trainable || train_on_input;
     for (int32_t id : ids) {
@@ -465,6 +501,47 @@ int32_t end_of_answer_token(const Tokenizer& t, const InstructOptions& o) {
   }
   HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token");
   return *t.eos_id();
+}
+
+std::optional<std::string> chat_template(const Tokenizer& t, const InstructOptions& o) {
+  if (o.format != InstructTemplate::chat) return std::nullopt;
+  // Strings enter the template as JSON literals, which Jinja reads alike (UTF-8 kept as is).
+  const auto literal = [](const std::string& text) { return Json(text).dump(); };
+  std::string jinja;
+  if (!o.system_prompt.empty()) {
+    jinja += "{%- set messages = [{'role': 'system', 'content': " + literal(o.system_prompt) + "}] + messages %}";
+  }
+  switch (o.chat_format) {
+    case ChatFormat::llama3:
+      special_id(t, "<|eot_id|>", "llama3");
+      return jinja +
+             "{{- '<|begin_of_text|>' }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
+             "'<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}{%- endfor %}"
+             "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+    case ChatFormat::chatml:
+      special_id(t, "<|im_end|>", "chatml");
+      return jinja +
+             "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+             "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+    case ChatFormat::llama2: {
+      HONE_CHECK(t.bos_id() && t.eos_id(), "the llama2 chat format needs BOS and EOS tokens");
+      const auto token_text = [&](int32_t id) {
+        for (const auto& [text, special] : t.special_tokens())
+          if (special == id) return literal(text);
+        return literal(t.decode(std::vector<int32_t>{id}));
+      };
+      // A system message applies to the next user turn; Jinja keeps loop state in a namespace.
+      return jinja + "{%- set state = namespace(system='', open=false) %}{%- for message in messages %}"
+                     "{%- if message['role'] == 'system' %}{%- set state.system = message['content'] %}"
+                     "{%- elif message['role'] == 'user' %}{{- " + token_text(*t.bos_id()) + " + '[INST] ' }}"
+                     "{%- if state.system %}{{- '<<SYS>>\\n' + state.system + '\\n<</SYS>>\\n\\n' }}{%- endif %}"
+                     "{{- message['content'] + ' [/INST]' }}{%- set state.system = '' %}{%- set state.open = true %}"
+                     "{%- else %}{%- if not state.open %}{{- raise_exception('in the llama2 format an assistant "
+                     "message follows a user message') }}{%- endif %}{{- ' ' + message['content'] + " +
+                     token_text(*t.eos_id()) + " }}{%- set state.open = false %}{%- endif %}{%- endfor %}";
+    }
+  }
+  return std::nullopt;
 }
 
 InstructTemplate parse_instruct_template(const std::string& name) {

@@ -105,6 +105,11 @@ struct ChatMessage {
 std::vector<int32_t> prompt_tokens(const Tokenizer& tokenizer, const std::string& text, const InstructOptions& options);
 // The token that ends an answer: the chat format's end of turn, else EOS.
 int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);
+// The chat format as a Jinja template, as Hugging Face tokenizers carry one
+// (tokenizer_config.json's chat_template): apply_chat_template renders the text
+// chat_pieces formats, options.system_prompt included, so a fine-tuned model is
+// prompted as it was trained. Nothing for the other templates.
+std::optional<std::string> chat_template(const Tokenizer& tokenizer, const InstructOptions& options);
 
 struct SampleStreamOptions {
   int64_t batch_size = 0;  // per rank

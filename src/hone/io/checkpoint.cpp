@@ -481,7 +481,17 @@ class LoraMergedWeights final : public WeightSource {
         adapters_(std::move(adapters)), folder_(fs::weakly_canonical(folder).string()), what_(std::move(what)) {}
   const ModelConfig& config() const override { return base_.config(); }
   DType stored_dtype() const override { return base_.stored_dtype(); }
-  std::vector<std::string> companion_files() const override { return base_.companion_files(); }
+  // The base's, and those of the adapters' folder in their place: a LoRA run's
+  // checkpoint holds its tokenizer and the chat template it trained.
+  std::vector<std::string> companion_files() const override {
+    std::vector<std::string> files = base_.companion_files();
+    for (const std::string& own : companion_files_in(folder_)) {
+      const auto same_name = [&](const std::string& f) { return fs::path(f).filename() == fs::path(own).filename(); };
+      if (auto it = std::ranges::find_if(files, same_name); it != files.end()) *it = own;
+      else files.push_back(own);
+    }
+    return files;
+  }
   std::string description() const override { return fmt::format("{} with {} merged", base_.description(), what_); }
   std::vector<std::string> notes() const override { return base_.notes(); }
   std::vector<std::string> merged_adapters() const override {

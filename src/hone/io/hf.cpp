@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "hone/core/files.hpp"
 #include "hone/io/json_file.hpp"
 #include "hone/io/safetensors.hpp"
 #include "hone/ops/ops.hpp"
@@ -305,8 +306,15 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   }
   std::optional<Json> generation;  // a companion generation_config.json, from `generation_path`
   std::string generation_path;
+  std::optional<std::string> chat_template;  // a companion chat_template.jinja's text
+  std::string tokenizer_config_path;         // a companion tokenizer_config.json, written below
   for (const std::string& path : companions) {
     const std::string name = fs::path(path).filename().string();
+    if (name == "chat_template.jinja") chat_template = read_file(path);
+    if (name == "tokenizer_config.json") {
+      tokenizer_config_path = path;
+      continue;
+    }
     if (name == "generation_config.json") {
       generation = read_json_file(path);
       generation_path = path;
@@ -333,10 +341,30 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   // type, which for a Llama or MPT would look for files that are not there.
   const auto written = [&](const char* name) { return std::ranges::count(summary.files, name) > 0; };
   const bool gpt2_files_alone = written("vocab.json") && written("merges.txt") && !written("tokenizer.json") &&
-                                !written("tokenizer_config.json");
-  if (gpt2_files_alone) {
-    write_json_file(folder.file("tokenizer_config.json"),
-                    {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", c.max_seq_len}});
+                                tokenizer_config_path.empty();
+  if (chat_template || gpt2_files_alone) {
+    Json tokenizer_config = Json::object();
+    if (!tokenizer_config_path.empty()) {
+      tokenizer_config = read_json_file(tokenizer_config_path);
+      HONE_CHECK(tokenizer_config.is_object(), "{}: not a JSON object", tokenizer_config_path);
+    } else if (gpt2_files_alone) {
+      tokenizer_config = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", c.max_seq_len}};
+    }
+    if (chat_template) {
+      // transformers' later releases read chat_template.jinja first, earlier ones
+      // (and other readers) only tokenizer_config.json's: both say the same.
+      Json& templates = tokenizer_config["chat_template"];
+      if (templates.is_array()) {  // named templates: the file is the default one
+        for (Json& named : templates)
+          if (named.value("name", "") == "default") named["template"] = *chat_template;
+      } else {
+        templates = *chat_template;
+      }
+    }
+    write_json_file(folder.file("tokenizer_config.json"), tokenizer_config);
+    summary.files.push_back("tokenizer_config.json");
+  } else if (!tokenizer_config_path.empty()) {
+    copy_file(tokenizer_config_path, folder.file("tokenizer_config.json"));
     summary.files.push_back("tokenizer_config.json");
   }
   if (!generation) {

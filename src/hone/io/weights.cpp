@@ -140,6 +140,11 @@ std::unique_ptr<WeightSource> transformer_weights(const Transformer& model) {
 std::unique_ptr<WeightSource> with_tokenizer_from(std::unique_ptr<WeightSource> source, const std::string& dir) {
   std::vector<std::string> files = companion_files_in(dir);
   HONE_CHECK(!files.empty(), "{}: no tokenizer files ({})", dir, fmt::join(companion_file_names(), ", "));
+  return with_companion_files(std::move(source), std::move(files));
+}
+
+std::unique_ptr<WeightSource> with_companion_files(std::unique_ptr<WeightSource> source,
+                                                   std::vector<std::string> files) {
   return std::make_unique<WithTokenizer>(std::move(source), std::move(files));
 }
 
@@ -216,7 +221,8 @@ std::string folder_name(const std::string& dir) {
 const std::vector<std::string>& companion_file_names() {
   static const std::vector<std::string> names = {
       "tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-      "tokenizer.model",  "vocab.json",            "merges.txt",              "generation_config.json"};
+      "tokenizer.model",  "vocab.json",            "merges.txt",              "chat_template.jinja",
+      "generation_config.json"};
   return names;
 }
 

@@ -49,6 +49,9 @@ std::unique_ptr<WeightSource> transformer_weights(const Transformer& model);
 // `source` with the tokenizer files of `dir` as its companion files instead of
 // its own; a folder without any is an error.
 std::unique_ptr<WeightSource> with_tokenizer_from(std::unique_ptr<WeightSource> source, const std::string& dir);
+// `source` with `files` as its companion files instead of its own.
+std::unique_ptr<WeightSource> with_companion_files(std::unique_ptr<WeightSource> source,
+                                                   std::vector<std::string> files);
 // `source` calling on_read(elements read so far, the model's parameter count)
 // after each parameter it reads (a conversion reads each once, in order).
 using ReadProgress = std::function<void(int64_t read, int64_t total)>;
@@ -80,8 +83,8 @@ void transpose(const Tensor& src, const Tensor& dst);
 // "llama"), which names a converted model.
 std::string folder_name(const std::string& dir);
 
-// Files that travel with a model's weights when it is converted: tokenizers and
-// the generation config, by the names Hugging Face gives them.
+// Files that travel with a model's weights when it is converted: tokenizers, the
+// chat template and the generation config, by the names Hugging Face gives them.
 const std::vector<std::string>& companion_file_names();
 // The companion files present in `dir`.
 std::vector<std::string> companion_files_in(const std::string& dir);

@@ -229,7 +229,9 @@ int run_finetune(const Config& c) {
                           .data_description = data_description,
                           .summary = summary,
                           .companion_files = tokenizer_companion_files(tokenizer_dir),
-                          .on_finish = [&](RunConsole& console, const std::optional<std::string>& checkpoint) {
+                          .chat_template = data::chat_template(*tokenizer, options),
+                          .on_finish = [&](RunConsole& console, const std::optional<std::string>& checkpoint,
+                                           const std::vector<std::string>& companion_files) {
                             // The trained weights in memory, or, where they are not whole on
                             // this rank, in the final checkpoint (read a tensor at a time).
                             if (c.has("export.peft")) {
@@ -251,7 +253,7 @@ int run_finetune(const Config& c) {
                               if (c.has("export.dtype")) hf.dtype = parse_dtype(c.get<std::string>("export.dtype"));
                               hf.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id(),
                                                    {data::end_of_answer_token(*tokenizer, options)}};
-                              export_hf(*with_tokenizer_from(std::move(trained), tokenizer_dir),
+                              export_hf(*with_companion_files(std::move(trained), companion_files),
                                         c.get<std::string>("export.hf"), hf);
                               console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
                                                        c.get<std::string>("export.hf")));

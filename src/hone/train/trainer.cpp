@@ -111,6 +111,17 @@ int run_training(const Config& c, TrainingJob job) {
       console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
     }
   }
+  std::vector<std::string> companion_files = job.companion_files;
+  if (job.chat_template) {
+    const std::string path = (fs::path(run.output_dir) / "chat_template.jinja").string();
+    std::erase_if(companion_files, [](const std::string& f) { return fs::path(f).filename() == "chat_template.jinja"; });
+    companion_files.push_back(path);
+    if (world.is_main()) {
+      AtomicFile file(path);
+      file.write(*job.chat_template);
+      file.commit();
+    }
+  }
   if (world.is_main()) {
     AtomicFile resolved((fs::path(run.output_dir) / "config.yaml").string());
     resolved.write(c.to_yaml());
@@ -171,7 +182,7 @@ int run_training(const Config& c, TrainingJob job) {
     console.transient(fmt::format("step {}: saving a checkpoint ...", state.step));
     const auto started = std::chrono::steady_clock::now();
     const std::string folder =
-        world.save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n, job.companion_files);
+        world.save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n, companion_files);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     console.line(fmt::format("step {}: checkpoint {} ({})", state.step, folder, format_duration(seconds)));
   };
@@ -305,7 +316,7 @@ int run_training(const Config& c, TrainingJob job) {
                            samples_this_run / global_batch, format_duration(wall), run.output_dir,
                            (fs::path(run.output_dir) / "metrics.jsonl").string()));
   if (job.on_finish && !interrupted && world.is_main()) {
-    job.on_finish(console, export_from_checkpoint ? std::optional(final_folder) : std::nullopt);
+    job.on_finish(console, export_from_checkpoint ? std::optional(final_folder) : std::nullopt, companion_files);
   }
   return 0;
 }

@@ -32,11 +32,18 @@ struct TrainingJob {
   std::vector<std::string> summary;  // printed when the run starts
   // Tokenizer files every checkpoint carries (generate and exports find them there).
   std::vector<std::string> companion_files;
+  // The chat format a fine-tune trains, as a Jinja template (data::chat_template):
+  // written to output_dir/chat_template.jinja, which checkpoints carry in place
+  // of the tokenizer's own, and so do exports.
+  std::optional<std::string> chat_template;
   // Runs on rank 0 after the final checkpoint of a run that was not interrupted
   // (exports). `checkpoint` names that checkpoint when the exports are to read
   // the trained weights from it (they are not whole on rank 0: ZeRO-3 shards,
-  // tensor-parallel parts); nullopt when job.model holds them.
-  std::function<void(RunConsole&, const std::optional<std::string>& checkpoint)> on_finish;
+  // tensor-parallel parts); nullopt when job.model holds them. `companion_files`:
+  // the files the run's checkpoints carry.
+  std::function<void(RunConsole&, const std::optional<std::string>& checkpoint,
+                     const std::vector<std::string>& companion_files)>
+      on_finish;
 };
 
 // Why the run may not write to output_dir, if it may not: a run without
