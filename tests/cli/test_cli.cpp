@@ -512,7 +512,9 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"plan quickstart --world-size 8 --tokens -5", "--tokens is a token budget: give a positive number, got -5"},
       {"plan quickstart --world-size -4", "--world-size and --dp count devices: give a positive number, got -4"},
       {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got 2)"},
-      {"validate quickstart model.n_heads=7", "is not a multiple of model.n_heads 7"},
+      {"validate quickstart model.n_heads=7", "with model.n_heads from the command line: model 'llama_tiny': "
+                                              "model.dim 256 is not a multiple of model.n_heads 7"},
+      {"validate quickstart optimizer.betas=[0.9]", "the command line: optimizer.betas must hold two numbers, got 1"},
       {"validate quickstart model.name=llama_tinyy", "'model.name' is 'llama_tinyy'; expected one of "},
       {"validate " + testing::TempDir(), testing::TempDir() + ": a folder, not a config file"},
       {"launch --nproc-per-node 1 -- /no/such/command", "/no/such/command: no such command (not a file, nor on PATH)"}};

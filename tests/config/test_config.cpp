@@ -140,6 +140,26 @@ TEST(Schema, NumbersOutsideTheirRangeAreErrors) {
   EXPECT_EQ((Range{.low = 0, .high = 3}).requirement(), "must be in [0, 3]");
 }
 
+// Errors about values name where they came from: the file, the command line,
+// or (a check of a whole section) the file with the overrides among them.
+TEST(Config, ErrorsNameWhereTheValuesCameFrom) {
+  Config c = Config::from_yaml("model: {dim: 64, n_heads: 4}\nbatch_size: 2\n", "run.yaml");
+  c.apply_override("model.dim=7");
+  c.apply_override("optimizer.lr=fast");
+  EXPECT_EQ(c.origin_of_section("model"), "run.yaml with model.dim from the command line");
+  EXPECT_EQ(c.origin_of_section("batch_size"), "run.yaml");
+  EXPECT_EQ(c.origin_of_section("optimizer"), "run.yaml with optimizer.lr from the command line");
+  c.apply_override("model.n_heads=2");
+  EXPECT_EQ(c.origin_of_section("model"), "run.yaml with model.dim, model.n_heads from the command line");
+  EXPECT_EQ(error_of([&] { c.get<double>("optimizer.lr"); }), "the command line: 'optimizer.lr' must be a number, got \"fast\"");
+  EXPECT_EQ(error_of([&] { c.get<bool>("batch_size"); }), "run.yaml: 'batch_size' has the wrong type: 2");
+  c.apply_override("model={dim: 8}");
+  EXPECT_EQ(c.origin_of_section("model"), "the command line");  // replaced whole
+  Config overrides_only;
+  overrides_only.apply_override("model.dim=7");
+  EXPECT_EQ(overrides_only.origin_of_section("model"), "the command line");
+}
+
 // OmegaConf's interpolations, as torchtune's and LLM Foundry's configs write them.
 TEST(Schema, InterpolationsTakeTheValuesTheyReferTo) {
   ::setenv("HONE_TEST_RUNS", "/scratch", 1);

@@ -78,7 +78,7 @@ Command add_validate(CLI::App& app) {
   return [args] {
     const auto [recipe, resolved] = args->resolved("validate");
     if (resolved.has("max_steps") || resolved.has("epochs") || resolved.has("max_tokens")) {
-      check_training_budget(resolved);  // a training recipe's
+      check_training_settings(resolved);  // a training recipe's
     }
     const std::vector<std::string> summary = recipe.summarize(resolved);  // its errors before any output
     fmt::print("{}", resolved.to_yaml());

@@ -194,6 +194,16 @@ const std::string& Config::origin_of(std::string_view key) const {
   return origin_;
 }
 
+std::string Config::origin_of_section(std::string_view section) const {
+  std::vector<std::string> given;
+  for (const std::string& o : overridden_) {
+    if (o == section || (o.starts_with(section) && o[section.size()] == '.')) given.push_back(o);
+  }
+  // The section overridden whole, or a config of overrides alone: one origin.
+  if (given.empty() || origin_of(section) != origin_ || origin_ == origin_of(given.front())) return origin_of(section);
+  return fmt::format("{} with {} from the command line", origin_, fmt::join(given, ", "));
+}
+
 const Json* Config::find(std::string_view key) const {
   const Json* node = &tree_;
   for (const std::string& part : split_key(key)) {
@@ -341,16 +351,16 @@ Config Config::interpolated(const std::function<const Json*(const std::string& k
 template <typename T>
 T Config::get(std::string_view key) const {
   const Json* v = find(key);
-  HONE_CHECK(v != nullptr && !v->is_null(), "{}: '{}' is not set", origin_, key);
+  HONE_CHECK(v != nullptr && !v->is_null(), "{}: '{}' is not set", origin_of(key), key);
   try {
     if constexpr (std::is_same_v<T, double>) {
-      HONE_CHECK(v->is_number(), "{}: '{}' must be a number, got {}", origin_, key, v->dump());
+      HONE_CHECK(v->is_number(), "{}: '{}' must be a number, got {}", origin_of(key), key, v->dump());
     } else if constexpr (std::is_same_v<T, int64_t>) {
-      HONE_CHECK(v->is_number_integer(), "{}: '{}' must be an integer, got {}", origin_, key, v->dump());
+      HONE_CHECK(v->is_number_integer(), "{}: '{}' must be an integer, got {}", origin_of(key), key, v->dump());
     }
     return v->get<T>();
   } catch (const nlohmann::json::exception&) {
-    fail("{}: '{}' has the wrong type: {}", origin_, key, v->dump());
+    fail("{}: '{}' has the wrong type: {}", origin_of(key), key, v->dump());
   }
 }
 

@@ -24,6 +24,9 @@ class Config {
   // Where the value at `key` came from: "the command line" for an override,
   // else origin().
   const std::string& origin_of(std::string_view key) const;
+  // Where the values under `section` came from: origin(), naming the overrides
+  // among them ("run.yaml with model.dim from the command line").
+  std::string origin_of_section(std::string_view section) const;
   const Json& tree() const { return tree_; }
 
   // Applies "a.b.c=value"; the value is read as YAML (numbers, true/false, null,

@@ -263,7 +263,7 @@ ModelConfig model_config_from(const Config& c) {
   try {
     m.validate();
   } catch (const Error& e) {
-    fail("{}: {}", c.origin(), e.what());
+    fail("{}: {}", c.origin_of_section("model"), e.what());
   }
   return m;
 }

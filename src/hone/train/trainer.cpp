@@ -31,7 +31,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) { return std::c
 
 // Optimizer steps of the run, from whichever budget the config gives.
 int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t global_batch, int64_t seq_len) {
-  check_training_budget(c);
+  check_training_settings(c);
   int64_t steps = 0;
   if (c.has("max_steps")) steps = c.get<int64_t>("max_steps");
   if (c.has("epochs")) steps = int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch) / double(global_batch)));
@@ -42,9 +42,10 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
 
 }  // namespace
 
-void check_training_budget(const Config& c) {
+void check_training_settings(const Config& c) {
   const int budgets = int(c.has("max_steps")) + int(c.has("epochs")) + int(c.has("max_tokens"));
   HONE_CHECK(budgets == 1, "{}: give exactly one of max_steps, epochs and max_tokens (got {})", c.origin(), budgets);
+  adamw_config_from(c);
 }
 
 std::optional<std::string> output_dir_conflict(const Config& c) {

@@ -51,9 +51,10 @@ struct TrainingJob {
 // checkpoints and metrics. Recipes call check_output_dir_is_free (which throws
 // it) before they load anything; `hone validate` prints it as a note.
 std::optional<std::string> output_dir_conflict(const Config& config);
-// A training run's length: exactly one of max_steps, epochs and max_tokens,
-// else an error naming the config (hone validate checks it as hone run does).
-void check_training_budget(const Config& config);
+// A training run's length (exactly one of max_steps, epochs and max_tokens) and
+// its optimizer settings, else an error naming the config: hone validate
+// checks them as hone run does.
+void check_training_settings(const Config& config);
 void check_output_dir_is_free(const Config& config);
 
 // Trains job.model as the resolved config says (batch_size,
