@@ -486,6 +486,11 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
     result.interrupted = true;
     return result;  // the writers, destroyed unfinished, remove their files
   }
+  // A dataset of no tokens trains nothing: the input is not what was meant.
+  HONE_CHECK(tokens > 0, "{}: {}", fmt::join(options.inputs, " "),
+             documents == 0 ? std::string("no documents in the input")
+                            : fmt::format("{} {}, all empty: no tokens to write", uint64_t(documents),
+                                          documents == 1 ? "document" : "documents"));
   for (auto& sink : sinks) sink->finish();
   static_cast<PreprocessProgress&>(result) = snapshot();
   result.file = files.size();

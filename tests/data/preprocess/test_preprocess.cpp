@@ -607,6 +607,13 @@ TEST_F(Preprocess, CliErrorsExitWith2AndOneLineAndLeaveNoOutput) {
   expect_user_error("preprocess --input " + path("good.jsonl") + tok + " --format mds --output-prefix " + path("full"),
                     {path("full"), "not an empty folder"});
   expect_user_error("preprocess --input " + path("missing.jsonl") + tok + out, {path("missing.jsonl")});
+  // Input that holds nothing to train on.
+  write_text(path("empty.jsonl"), "");
+  write_text(path("blank.jsonl"), "{\"text\": \"\"}\n{\"text\": \"\"}\n");
+  expect_user_error("preprocess --input " + path("empty.jsonl") + tok + out,
+                    {path("empty.jsonl") + ": no documents in the input"});
+  expect_user_error("preprocess --input " + path("blank.jsonl") + tok + " --format mds" + out,
+                    {path("blank.jsonl") + ": 2 documents, all empty: no tokens to write"});
   expect_user_error("preprocess --input " + path("good.jsonl") + tok + out + " --mds-size-limit 3xb",
                     {"--mds-size-limit"});
   // A later error removes what the earlier documents wrote: nothing half-written stays.
