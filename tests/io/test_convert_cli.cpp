@@ -95,7 +95,7 @@ TEST_F(ConvertCli, TheExportNamesTheTokenizersSpecialIds) {
 
 // Llama 3's tiktoken tokenizer.model goes into original/, as in Meta's Hugging
 // Face repos: at the top, transformers and llama.cpp's converter would read it
-// as SentencePiece's. hone finds it there when it is the only tokenizer.
+// as SentencePiece's. Alone, it also becomes a tokenizer.json.
 TEST_F(ConvertCli, TiktokensTokenizerModelGoesIntoOriginal) {
   const std::string llama3 = asset_path("tokenizers/llama3");
   ASSERT_EQ(pretrain_run(128256, llama3), 0) << log();
@@ -109,6 +109,16 @@ TEST_F(ConvertCli, TiktokensTokenizerModelGoesIntoOriginal) {
   EXPECT_EQ(convert({dir_ + "/run", dir_ + "/hf_tiktoken", "--to", "hf", "--tokenizer", dir_ + "/tiktoken_only"}), 0)
       << log();
   EXPECT_FALSE(fs::exists(dir_ + "/hf_tiktoken/tokenizer.model"));
+  // transformers and vLLM read a tokenizer.json: one is made from the rank file
+  // (tiktoken_as_hf_tokenizer), with a tokenizer_config.json naming BOS and EOS.
+  EXPECT_TRUE(fs::exists(dir_ + "/hf_tiktoken/tokenizer.json"));
+  const nlohmann::json config = nlohmann::json::parse(read_file(dir_ + "/hf_tiktoken/tokenizer_config.json"));
+  EXPECT_EQ(config["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_EQ(config["bos_token"], "<|begin_of_text|>");
+  EXPECT_EQ(config["model_max_length"], 256);  // llama_tiny's max_seq_len
+  const std::string text = "Hello world <|eot_id|>";
+  EXPECT_EQ(load_tokenizer(dir_ + "/hf_tiktoken/tokenizer.json")->encode(text, SpecialTokens::recognize),
+            load_tokenizer(llama3)->encode(text, SpecialTokens::recognize));
   EXPECT_EQ(load_tokenizer(dir_ + "/hf_tiktoken")->encode("Hello world"), load_tokenizer(llama3)->encode("Hello world"));
 }
 

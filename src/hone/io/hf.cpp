@@ -9,6 +9,7 @@
 #include <set>
 
 #include "hone/core/files.hpp"
+#include "hone/data/tokenizers/loaders.hpp"
 #include "hone/io/json_file.hpp"
 #include "hone/io/safetensors.hpp"
 #include "hone/ops/ops.hpp"
@@ -308,6 +309,7 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   std::string generation_path;
   std::optional<std::string> chat_template;  // a companion chat_template.jinja's text
   std::string tokenizer_config_path;         // a companion tokenizer_config.json, written below
+  std::string tiktoken_path;                 // a companion tiktoken rank file
   for (const std::string& path : companions) {
     const std::string name = fs::path(path).filename().string();
     if (name == "chat_template.jinja") chat_template = read_file(path);
@@ -329,9 +331,26 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     // Hugging Face repos keep it in original/, and so does the export.
     const bool sentencepiece = name != "tokenizer.model" || first_byte_of(path) == 0x0A;  // a ModelProto's field 1
     const std::string stored = sentencepiece ? name : "original/" + name;
-    if (!sentencepiece) fs::create_directories(fs::path(folder.file(stored)).parent_path());
+    if (!sentencepiece) {
+      fs::create_directories(fs::path(folder.file(stored)).parent_path());
+      tiktoken_path = path;
+    }
     copy_file(path, folder.file(stored));
     summary.files.push_back(stored);
+  }
+  // The rank file alone (Meta's own Llama 3 folders): transformers and vLLM
+  // need a tokenizer.json, made from it as transformers' converter makes it.
+  const auto written = [&](const char* name) { return std::ranges::count(summary.files, name) > 0; };
+  std::optional<Json> converted_config;
+  if (!tiktoken_path.empty() && !written("tokenizer.json")) {
+    const HfTokenizerFiles converted = tiktoken_as_hf_tokenizer(
+        read_file(tiktoken_path), tiktoken_path,
+        tokenizer_config_path.empty() ? std::string() : read_file(tokenizer_config_path), c.max_seq_len);
+    AtomicFile tokenizer_json(folder.file("tokenizer.json"));
+    tokenizer_json.write(converted.tokenizer.dump(2) + "\n");
+    tokenizer_json.commit();
+    summary.files.push_back("tokenizer.json");
+    converted_config = Json(converted.config);
   }
   if (!ids.more_eos.empty()) {
     special_ids["eos_token_id"] = with_eos_ids(special_ids.value("eos_token_id", Json()), ids.more_eos);
@@ -339,14 +358,15 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   config.update(special_ids);  // transformers reads the ids in config.json too
   // GPT-2's BPE files alone: transformers picks a tokenizer class by the model
   // type, which for a Llama or MPT would look for files that are not there.
-  const auto written = [&](const char* name) { return std::ranges::count(summary.files, name) > 0; };
   const bool gpt2_files_alone = written("vocab.json") && written("merges.txt") && !written("tokenizer.json") &&
                                 tokenizer_config_path.empty();
-  if (chat_template || gpt2_files_alone) {
+  if (chat_template || gpt2_files_alone || (converted_config && tokenizer_config_path.empty())) {
     Json tokenizer_config = Json::object();
     if (!tokenizer_config_path.empty()) {
       tokenizer_config = read_json_file(tokenizer_config_path);
       HONE_CHECK(tokenizer_config.is_object(), "{}: not a JSON object", tokenizer_config_path);
+    } else if (converted_config) {
+      tokenizer_config = *converted_config;
     } else if (gpt2_files_alone) {
       tokenizer_config = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", c.max_seq_len}};
     }

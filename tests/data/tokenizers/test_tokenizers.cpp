@@ -199,6 +199,35 @@ TEST(TokenizerJson, MetaspaceMatchesTheNormalizerForm) {
   EXPECT_NE(ids(*reference, " b"), ids(*reference, "b"));
 }
 
+// Llama 3's tiktoken tokenizer.model as a tokenizer.json: the vocabulary and
+// merges of the one Meta publishes (made by transformers' converter), the same
+// special tokens, and the same ids as the rank file for text and special tokens.
+TEST(TokenizerJson, TiktokenRanksConvertToTheTokenizerJsonTransformersMakes) {
+  const std::string dir = asset_path("tokenizers/llama3");
+  const HfTokenizerFiles converted =
+      tiktoken_as_hf_tokenizer(read_file(dir + "/tokenizer.model"), dir + "/tokenizer.model", {}, 8192);
+  const nlohmann::json published = nlohmann::json::parse(read_file(dir + "/tokenizer.json"));
+  EXPECT_TRUE(converted.tokenizer["model"]["vocab"] == published["model"]["vocab"]);
+  EXPECT_TRUE(converted.tokenizer["model"]["merges"] == published["model"]["merges"]);
+  EXPECT_EQ(converted.tokenizer["model"]["merges"].size(), 280147u);
+  EXPECT_EQ(converted.tokenizer["pre_tokenizer"], published["pre_tokenizer"]);
+  EXPECT_EQ(converted.tokenizer["added_tokens"], published["added_tokens"]);
+  EXPECT_EQ(converted.config["bos_token"], "<|begin_of_text|>");
+  EXPECT_EQ(converted.config["eos_token"], "<|end_of_text|>");
+  EXPECT_EQ(converted.config["model_max_length"], 8192);
+  // Read back: the ids of the rank file, BOS included where the post-processor adds it.
+  const auto json = load_tokenizer_json(converted.tokenizer.dump(), "converted/tokenizer.json",
+                                        converted.config.dump());
+  const auto ranks = load_tokenizer(dir + "/tokenizer.model");
+  const std::string speech = read_file(asset_path("corpora/sotu/1961_john_f_kennedy_d.txt")) +
+                             " 12345 naïve ünïcode 日本語\r\n\t<|eot_id|>  <|start_header_id|>x";
+  for (const SpecialTokens special : {SpecialTokens::as_text, SpecialTokens::recognize}) {
+    EXPECT_TRUE(json->encode(speech, special) == ranks->encode(speech, special));
+  }
+  EXPECT_EQ(json->bos_id(), 128000);
+  EXPECT_EQ(json->eos_id(), 128001);
+}
+
 // ---- errors: one message naming the file, where in it, and what was expected ----
 
 class TokenizerFiles : public testing::Test {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <tuple>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
@@ -270,12 +272,20 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(std::string_view vocab_json, std::strin
   return t;
 }
 
-std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::string_view name,
-                                               std::string_view config_json) {
-  auto t = std::make_unique<BpeTokenizer>();
-  t->kind_ = "tiktoken";
-  t->source_ = std::string(name);
-  size_t line_no = 0, ranks = 0;
+namespace {
+
+// A line of a tiktoken rank file: a token (its bytes, and as written) and its rank.
+struct RankLine {
+  std::string bytes;
+  std::string_view base64;
+  int32_t rank;
+  size_t line_no;
+};
+
+// The lines of a tiktoken rank file, in file order.
+std::vector<RankLine> read_rank_lines(std::string_view content, std::string_view name) {
+  std::vector<RankLine> tokens;
+  size_t line_no = 0;
   std::string bytes;
   for (size_t pos = 0; pos < content.size();) {
     size_t end = content.find('\n', pos);
@@ -293,11 +303,15 @@ std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::st
     }
     HONE_CHECK(ok, "{}:{}: expected a tiktoken rank line \"<base64 token> <rank>\", got {:?}", name, line_no,
                std::string(line.substr(0, 80)));
-    HONE_CHECK(t->model.add_token(int32_t(rank), bytes), "{}:{}: token {} or rank {} appears twice", name, line_no,
-               std::string(line.substr(0, space)), rank);
-    ++ranks;
+    tokens.push_back({bytes, line.substr(0, space), int32_t(rank), line_no});
   }
-  HONE_CHECK(ranks > 0, "{}: empty rank file (expected \"<base64 token> <rank>\" lines)", name);
+  HONE_CHECK(!tokens.empty(), "{}: empty rank file (expected \"<base64 token> <rank>\" lines)", name);
+  return tokens;
+}
+
+// The encoding of a rank file of `ranks` tokens; `config_json` (or empty) may
+// rename its special tokens and name its BOS and EOS.
+Encoding tiktoken_encoding(std::string_view name, size_t ranks, std::string_view config_json) {
   Encoding e = encoding_for(name, ranks);
   if (!config_json.empty()) {
     // Llama 3.1 and 3.2 name some reserved tokens differently; their config says how.
@@ -307,7 +321,130 @@ std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::st
     if (const auto bos = id_of(e.specials, config.bos)) e.bos = bos;
     if (const auto eos = id_of(e.specials, config.eos)) e.eos = eos;
   }
-  return make_tiktoken(std::move(t), e, name);
+  return e;
+}
+
+// Bytes in GPT-2's byte-level alphabet, as tokenizer.json writes tokens.
+std::string as_byte_level(std::string_view bytes) {
+  std::string text;
+  for (const char b : bytes) utf8::append(text, byte_chars()[static_cast<unsigned char>(b)]);
+  return text;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::string_view name,
+                                               std::string_view config_json) {
+  auto t = std::make_unique<BpeTokenizer>();
+  t->kind_ = "tiktoken";
+  t->source_ = std::string(name);
+  const std::vector<RankLine> tokens = read_rank_lines(content, name);
+  for (const RankLine& l : tokens) {
+    HONE_CHECK(t->model.add_token(l.rank, l.bytes), "{}:{}: token {} or rank {} appears twice", name, l.line_no,
+               std::string(l.base64), l.rank);
+  }
+  return make_tiktoken(std::move(t), tiktoken_encoding(name, tokens.size(), config_json), name);
+}
+
+HfTokenizerFiles tiktoken_as_hf_tokenizer(std::string_view content, std::string_view name,
+                                          std::string_view config_json, int64_t model_max_length) {
+  const std::vector<RankLine> tokens = read_rank_lines(content, name);
+  const Encoding e = tiktoken_encoding(name, tokens.size(), config_json);
+  std::unordered_map<std::string_view, int32_t> rank_of;
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const RankLine& l : tokens) {
+    HONE_CHECK(rank_of.emplace(l.bytes, l.rank).second, "{}:{}: token {} appears twice", name, l.line_no,
+               std::string(l.base64));
+    vocab[as_byte_level(l.bytes)] = l.rank;
+  }
+  // transformers' TikTokenConverter: for each token, every split into two
+  // tokens, ordered by the token's rank, then the two parts' ranks (BPE then
+  // builds each token as tiktoken does, with ignore_merges looking a piece up whole).
+  struct Merge {
+    int32_t rank, left, right;
+    std::string_view token;
+    size_t split;
+  };
+  std::vector<Merge> merges;
+  for (const RankLine& l : tokens) {
+    const std::string_view token = l.bytes;
+    for (size_t split = 1; split < token.size(); ++split) {
+      const auto left = rank_of.find(token.substr(0, split)), right = rank_of.find(token.substr(split));
+      if (left != rank_of.end() && right != rank_of.end()) {
+        merges.push_back({l.rank, left->second, right->second, token, split});
+      }
+    }
+  }
+  std::sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) {
+    return std::tie(a.rank, a.left, a.right) < std::tie(b.rank, b.left, b.right);
+  });
+  nlohmann::json merge_lines = nlohmann::json::array();
+  for (const Merge& m : merges) {
+    merge_lines.push_back(as_byte_level(m.token.substr(0, m.split)) + " " + as_byte_level(m.token.substr(m.split)));
+  }
+  const auto byte_level = [](bool add_prefix_space, bool trim_offsets, bool use_regex) {
+    return nlohmann::json{{"type", "ByteLevel"},
+                          {"add_prefix_space", add_prefix_space},
+                          {"trim_offsets", trim_offsets},
+                          {"use_regex", use_regex}};
+  };
+  nlohmann::json added = nlohmann::json::array(), added_decoder = nlohmann::json::object();
+  for (const auto& [text, id] : e.specials) {
+    const nlohmann::json flags = {{"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                                  {"normalized", false},  {"special", true}};
+    nlohmann::json token = {{"id", id}, {"content", text}};
+    token.update(flags);
+    added.push_back(token);
+    nlohmann::json decoded = {{"content", text}};
+    decoded.update(flags);
+    added_decoder[std::to_string(id)] = decoded;
+  }
+  nlohmann::json post_processor = byte_level(true, false, true);
+  const auto text_of = [&](int32_t id) {
+    for (const auto& [text, special] : e.specials)
+      if (special == id) return text;
+    fail("{}: special token id {} has no name", name, id);
+  };
+  if (e.bos) {  // BOS before every text, as Llama 3's tokenizer.json adds it
+    const std::string bos = text_of(*e.bos);
+    const auto special = [&](int type) { return nlohmann::json{{"SpecialToken", {{"id", bos}, {"type_id", type}}}}; };
+    const auto sequence = [](const char* id, int type) {
+      return nlohmann::json{{"Sequence", {{"id", id}, {"type_id", type}}}};
+    };
+    post_processor = {{"type", "Sequence"},
+                      {"processors",
+                       {post_processor,
+                        {{"type", "TemplateProcessing"},
+                         {"single", {special(0), sequence("A", 0)}},
+                         {"pair", {special(0), sequence("A", 0), special(1), sequence("B", 1)}},
+                         {"special_tokens", {{bos, {{"id", bos}, {"ids", {*e.bos}}, {"tokens", {bos}}}}}}}}}};
+  }
+  HfTokenizerFiles files;
+  files.tokenizer = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", e.pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+          byte_level(false, true, false)}}}},
+      {"post_processor", post_processor},
+      {"decoder", byte_level(true, true, true)},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", true},
+        {"vocab", std::move(vocab)}, {"merges", std::move(merge_lines)}}}};
+  files.config = {{"added_tokens_decoder", added_decoder},
+                  {"clean_up_tokenization_spaces", true},
+                  {"model_input_names", {"input_ids", "attention_mask"}},
+                  {"model_max_length", model_max_length},
+                  {"tokenizer_class", "PreTrainedTokenizerFast"}};
+  if (e.bos) files.config["bos_token"] = text_of(*e.bos);
+  if (e.eos) files.config["eos_token"] = text_of(*e.eos);
+  return files;
 }
 
 std::unique_ptr<Tokenizer> load_tiktoken_json(std::string_view content, std::string_view name) {

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "hone/data/tokenizers/tokenizer.hpp"
 
@@ -24,6 +24,18 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(std::string_view vocab_json, std::strin
 // file, or empty) may rename the special tokens, as Llama 3.1 and 3.2 do.
 std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::string_view name,
                                                std::string_view config_json = {});
+
+// A tiktoken rank file (read as load_tiktoken_ranks reads it) as Hugging Face's
+// tokenizer.json and a tokenizer_config.json, for readers that need them
+// (transformers, vLLM): what transformers' TikTokenConverter makes of it, the
+// ranks as a byte-level BPE vocabulary with the merges that build each token,
+// the encoding's pattern and special tokens, BOS before every text where the
+// encoding has one (Llama 3's).
+struct HfTokenizerFiles {
+  nlohmann::json tokenizer, config;
+};
+HfTokenizerFiles tiktoken_as_hf_tokenizer(std::string_view content, std::string_view name,
+                                          std::string_view config_json, int64_t model_max_length);
 
 // The encoders/*.json files of the npm `tiktoken` package: pat_str, special_tokens,
 // and bpe_ranks (rank-file lines, or "! <first rank> <base64 token>..." runs).
