@@ -203,6 +203,13 @@ TEST_F(FinetuneRun, LoraLearnsSavesAdaptersAndExportsPeftAndHf) {
   const auto config = nlohmann::json::parse(read_file(root_ + "/peft/adapter_config.json"));
   EXPECT_EQ(config["peft_type"], "LORA");
   EXPECT_EQ(config["r"], 4);
+  // The base is a hone run, which PEFT cannot load: the run says so, and how to make one it can.
+  EXPECT_EQ(config["base_model_name_or_path"], root_ + "/base");
+  EXPECT_NE(read_file(root_ + "/lora.log")
+                .find("note: the adapter's base_model_name_or_path, " + root_ + "/base, is no Hugging Face model: give "
+                      "PEFT the base as one (hone convert " + root_ + "/base DIR --to hf)"),
+            std::string::npos)
+      << read_file(root_ + "/lora.log");
   EXPECT_EQ(config["target_modules"], nlohmann::json::array({"down_proj", "gate_proj", "k_proj", "lm_head", "o_proj",
                                                              "q_proj", "up_proj", "v_proj"}));
   SafetensorsFile adapters(root_ + "/peft/adapter_model.safetensors");

@@ -240,6 +240,13 @@ int run_finetune(const Config& c) {
                               if (checkpoint) export_peft(*checkpoint, model_config, *lora, dir, base);
                               else export_peft(model, dir, base);
                               console.line(fmt::format("PEFT adapter: {}", dir));
+                              // PEFT loads the base named by base_model_name_or_path with transformers.
+                              if (model_format(base) != "hf") {
+                                console.line(fmt::format(
+                                    "note: the adapter's base_model_name_or_path, {}, is no Hugging Face model: give "
+                                    "PEFT the base as one (hone convert {} DIR --to hf)",
+                                    base, base));
+                              }
                             }
                             if (c.has("export.hf")) {
                               std::unique_ptr<WeightSource> trained;
