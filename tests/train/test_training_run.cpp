@@ -295,6 +295,14 @@ TEST_F(TrainingRun, TokenAndEpochBudgetsSetTheStepCount) {
   ASSERT_NE(at, std::string::npos) << log();
   const int64_t samples = std::stoll(log().substr(log().rfind(' ', at - 1) + 1, at));
   EXPECT_EQ(int64_t(losses("epoch").size()), (samples + 3) / 4) << log();
+  // Resumed at a larger batch, the budget left is trained at it: 1024 tokens
+  // done, 1000 to go at 8 × 32 a step: 4 more steps (the old count, 2000 / 256
+  // steps, would end at step 8 with 976 tokens untrained).
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("tokens", 1), "max_steps=null", "max_tokens=2000",
+                 "batch_size=8", "resume=latest"}),
+            0)
+      << log();
+  EXPECT_EQ(losses("tokens").size(), 12u) << log();
   // Two budgets at once are refused.
   EXPECT_EQ(run({"run", "pretrain", "--config", config("both", 5), "max_tokens=1000"}), 2);
   EXPECT_NE(log().find("give exactly one of max_steps, epochs and max_tokens"), std::string::npos) << log();
@@ -302,8 +310,10 @@ TEST_F(TrainingRun, TokenAndEpochBudgetsSetTheStepCount) {
 
 TEST_F(TrainingRun, ARunWithNothingLeftToTrainAddsNoPerformanceRow) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 3, "resume: latest\n")}), 0) << log();
+  const std::string metrics = read_file(root_ + "/done/metrics.jsonl");
   ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 3, "resume: latest\n")}), 0) << log();
   EXPECT_NE(log().find("nothing to train"), std::string::npos) << log();
+  EXPECT_EQ(read_file(root_ + "/done/metrics.jsonl"), metrics);  // no second validation of the same step
   // Resumed past its end (max_steps lowered): no step to run, not a negative count.
   ASSERT_EQ(run({"run", "pretrain", "--config", config("done", 2, "resume: latest\n")}), 0) << log();
   EXPECT_NE(log().find(", 0 steps to run"), std::string::npos) << log();
@@ -331,6 +341,67 @@ TEST_F(TrainingRun, AFreshRunRefusesAFolderThatHoldsARun) {
   // With resume it goes on.
   EXPECT_EQ(run({"run", "pretrain", "--config", config("taken", 4), "resume=latest"}), 0) << log();
   EXPECT_TRUE(fs::exists(root_ + "/taken/step_0000004"));
+}
+
+// A resumed run keeps the settings that shape the model and its data (a
+// change is refused, naming it; a path may move, with a note), and its
+// checkpoints record the settings that trained them. `latest` lost, the last
+// step folder is the run's; a step folder or a run directory may be named.
+TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
+  const std::string every_2 = "checkpoint: {every_n_steps: 2, keep_last_n: 0}\n";
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 6, every_2)}), 0) << log();
+  for (const auto& [change, named] : std::vector<std::pair<std::string, std::string>>{
+           {"model.norm_eps=1e-6", "model.norm_eps unset -> 1e-06"}, {"seed=7", "seed 1234 -> 7"}}) {
+    EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", change}), 2) << log();
+    EXPECT_NE(log().find("/r/step_0000006 was trained with other settings (" + named +
+                         "), which a resumed run keeps, since they shape the model or its data"),
+              std::string::npos)
+        << log();
+  }
+  EXPECT_FALSE(fs::exists(root_ + "/r/step_0000008"));
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", "optimizer.lr=1e-3"}), 0)
+      << log();
+  const nlohmann::json state = nlohmann::json::parse(read_file(root_ + "/r/step_0000008/trainer_state.json"));
+  EXPECT_EQ(state["config"]["optimizer"]["lr"], 1e-3);
+  EXPECT_EQ(state["config"]["max_steps"], 8);
+  // `latest` lost: a fresh run is still refused, and a resumed one goes on from the last step folder.
+  fs::remove(root_ + "/r/latest");
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2)}), 2) << log();
+  EXPECT_NE(log().find("already holds a run (latest checkpoint " + root_ + "/r/step_0000008)"), std::string::npos)
+      << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2), "resume=latest"}), 0) << log();
+  EXPECT_NE(log().find("resumed from " + root_ + "/r/step_0000008 at step 8"), std::string::npos) << log();
+  // Back to step 4, named as a folder of the run: keep_last_n counts that line
+  // alone, leaving the checkpoints of the abandoned steps 6 to 10.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 5, "checkpoint: {every_n_steps: 2, keep_last_n: 1}\n"),
+                 "resume=step_0000004"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("resumed from " + root_ + "/r/step_0000004 at step 4"), std::string::npos) << log();
+  for (const char* gone : {"step_0000002", "step_0000004"}) EXPECT_FALSE(fs::exists(root_ + "/r/" + gone)) << gone;
+  for (const char* kept : {"step_0000005", "step_0000006", "step_0000008", "step_0000010"}) {
+    EXPECT_TRUE(fs::exists(root_ + "/r/" + kept)) << kept;
+  }
+  // A run directory means its latest checkpoint.
+  fs::copy(root_ + "/r", root_ + "/copy", fs::copy_options::recursive);
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r2", 6, every_2), "resume=" + root_ + "/copy"}), 0) << log();
+  EXPECT_NE(log().find("resumed from " + root_ + "/copy/step_0000005 at step 5"), std::string::npos) << log();
+  // Data moved: its new path is noted, not refused.
+  for (const char* prefix : {"/a_text_document", "/b_text_document"}) {
+    data::MegatronWriter w(root_ + prefix, data::MegatronDType::u16, 256);
+    for (int doc = 0; doc < 10; ++doc) w.add_document(std::vector<int32_t>(100, 20));
+    w.finish();
+  }
+  const auto on = [&](const char* prefix, int64_t steps) {
+    return run({"run", "pretrain", "--config", config("m", steps, every_2), "dataset.type=megatron",
+                "dataset.path=" + root_ + prefix, "resume=latest"});
+  };
+  ASSERT_EQ(on("/a_text_document", 2), 0) << log();
+  ASSERT_EQ(on("/b_text_document", 4), 0) << log();
+  EXPECT_NE(log().find("note: dataset.path was \"" + root_ + "/a_text_document\" when " + root_ +
+                       "/m/step_0000002 was saved: it must hold the same"),
+            std::string::npos)
+      << log();
 }
 
 // A run that ends in an error before its first step (a resume that is not

@@ -214,7 +214,10 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
     latest.commit();
   }
   if (keep_last_n > 0) {
+    // The run's own line: the checkpoints of a later step were left by a run
+    // resumed from an earlier one, and are neither counted nor removed.
     auto all = checkpoints_in(run_dir);
+    std::erase_if(all, [&](const auto& c) { return c.first > state.step; });
     for (size_t i = 0; i + size_t(keep_last_n) < all.size(); ++i) {
       if (all[i].second != final_path) fs::remove_all(all[i].second);
     }
@@ -272,11 +275,22 @@ std::string model_folder_of(const std::string& path) {
 
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume) {
   if (resume != kLatest) {
-    HONE_CHECK(fs::is_directory(resume), "resume: '{}' is not a checkpoint folder", resume);
-    return resume;
+    // A step folder of the run may be named by itself; a run directory means its latest checkpoint.
+    const fs::path in_run = fs::path(run_dir) / resume;
+    const std::string folder = fs::is_directory(resume) || !fs::is_directory(in_run) ? resume : in_run.string();
+    HONE_CHECK(fs::is_directory(folder), "resume: '{}' is not a checkpoint folder (nor one of {})", resume, run_dir);
+    if (fs::exists(fs::path(folder) / "manifest.json")) return folder;
+    return find_checkpoint(folder, kLatest).value_or(folder);  // else loading names what is missing
   }
   const fs::path latest = fs::path(run_dir) / kLatest;
-  if (!fs::exists(latest)) return std::nullopt;
+  if (!fs::exists(latest)) {
+    // `latest` lost (deleted, or a copy without it): the last complete step folder.
+    if (!fs::is_directory(run_dir)) return std::nullopt;
+    const auto all = checkpoints_in(run_dir);
+    for (auto it = all.rbegin(); it != all.rend(); ++it)
+      if (fs::exists(it->second / "manifest.json")) return it->second.string();
+    return std::nullopt;
+  }
   std::ifstream in(latest);
   std::string name;
   std::getline(in, name);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "hone/core/files.hpp"
 #include "hone/core/parallel.hpp"
@@ -29,15 +30,70 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Optimizer steps of the run, from whichever budget the config gives.
-int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t global_batch, int64_t seq_len) {
+// Optimizer steps of the run, from whichever budget the config gives: those
+// done (`state`, a resumed run's) and what is left of the budget at this run's
+// batch, so a resumed run whose batch changed still trains the epochs or tokens
+// asked for. A token is one of seq_len per sample, as planned (a fine-tuning
+// batch cut short counts whole).
+int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t global_batch, int64_t seq_len,
+                       const TrainerState& state) {
   check_training_settings(c);
+  const auto steps_for = [&](int64_t budget, int64_t used, int64_t per_step) {
+    return state.step + (std::max<int64_t>(budget - used, 0) + per_step - 1) / per_step;
+  };
   int64_t steps = 0;
   if (c.has("max_steps")) steps = c.get<int64_t>("max_steps");
-  if (c.has("epochs")) steps = int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch) / double(global_batch)));
-  if (c.has("max_tokens")) steps = (c.get<int64_t>("max_tokens") + global_batch * seq_len - 1) / (global_batch * seq_len);
+  if (c.has("epochs")) {
+    const auto samples = int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch)));
+    steps = steps_for(samples, state.samples_seen, global_batch);
+  }
+  if (c.has("max_tokens")) steps = steps_for(c.get<int64_t>("max_tokens"), state.samples_seen * seq_len, global_batch * seq_len);
   HONE_CHECK(steps > 0, "{}: the run would take {} steps; it needs at least one", c.origin(), steps);
   return steps;
+}
+
+// Settings a resumed run keeps: they shape the model (LoRA's adapters
+// included) or its data and their order. The budget, the optimizer, the batch,
+// logging and checkpointing may change.
+constexpr const char* kKeptOnResume[] = {"model", "seed", "dataset", "tokenizer", "checkpoint.path",
+                                         "checkpoint.format"};
+
+// The values under `node` by dotted key.
+void flatten(const Json& node, const std::string& key, std::map<std::string, Json>& out) {
+  if (node.is_object()) {
+    for (auto it = node.begin(); it != node.end(); ++it) flatten(it.value(), key.empty() ? it.key() : key + "." + it.key(), out);
+  } else {
+    out[key] = node;
+  }
+}
+
+// An error naming the kept settings (kKeptOnResume) `c` changes from those
+// `folder` was trained with; a path may change (the files moved), with a note
+// (returned) that it must hold what it held.
+std::vector<std::string> check_kept_on_resume(const Config& c, const Json& trained_with, const std::string& folder) {
+  std::map<std::string, Json> before, now;
+  flatten(trained_with, "", before);
+  flatten(c.tree(), "", now);
+  std::vector<std::string> changed, notes;
+  for (const auto& [key, value] : now) {
+    const bool kept = std::ranges::any_of(kKeptOnResume, [&](std::string_view k) {
+      return key == k || (key.starts_with(k) && key[k.size()] == '.');
+    });
+    const auto it = before.find(key);  // a key the checkpoint lacks came with a later hone: its default
+    if (!kept || it == before.end() || it->second == value) continue;
+    if (key.ends_with("path")) {
+      notes.push_back(fmt::format("note: {} was {} when {} was saved: it must hold the same", key, it->second.dump(),
+                                  folder));
+    } else {
+      const auto shown = [](const Json& v) { return v.is_null() ? std::string("unset") : v.dump(); };
+      changed.push_back(fmt::format("{} {} -> {}", key, shown(it->second), shown(value)));
+    }
+  }
+  HONE_CHECK(changed.empty(),
+             "{}: resume: {} was trained with other settings ({}), which a resumed run keeps, since they shape the "
+             "model or its data: resume with them as they were, or start a new run in another output_dir",
+             c.origin(), folder, fmt::join(changed, ", "));
+  return notes;
 }
 
 }  // namespace
@@ -52,6 +108,10 @@ std::optional<std::string> output_dir_conflict(const Config& c) {
   if (c.has("resume")) return std::nullopt;
   const std::string output_dir = c.get<std::string>("output_dir");
   const std::optional<std::string> earlier = find_checkpoint(output_dir, "latest");
+  if (!earlier && fs::exists(fs::path(output_dir) / "metrics.jsonl")) {
+    return fmt::format("output_dir {} already holds a run's metrics.jsonl (and no checkpoint): give resume=latest to "
+                       "go on from it, or another output_dir", output_dir);
+  }
   if (!earlier) return std::nullopt;
   return fmt::format(
       "output_dir {} already holds a run (latest checkpoint {}): give resume=latest to go on from it, or another "
@@ -76,7 +136,7 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t rows_per_sample = objective.rows_per_sample();
   // Samples per optimizer step, over all data-parallel ranks.
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
-  const int64_t total_steps = total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len);
+  total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len, {});  // its errors before any folder is made
 
   // A run that ends in an error before its first step (a mistake in the config
   // or the data) leaves no folder behind: the error is on stderr.
@@ -97,7 +157,6 @@ int run_training(const Config& c, TrainingJob job) {
   world.adopt(model);
   const auto [shard_offset, shard_count] = world.optimizer_shard(model.trainable_params().values().numel());
   AdamW optimizer(model.trainable_params(), adamw_config_from(c), shard_offset, shard_count);
-  const LrSchedule schedule = lr_schedule_from(c, total_steps);
   const double max_grad_norm = c.get<double>("optimizer.max_grad_norm");
 
   TrainerState state;
@@ -106,12 +165,17 @@ int run_training(const Config& c, TrainingJob job) {
     if (auto folder = find_checkpoint(run.output_dir, c.get<std::string>("resume"))) {
       console.transient(fmt::format("loading {} ...", *folder));
       state = load_checkpoint(*folder, model, optimizer);
+      const std::vector<std::string> notes = check_kept_on_resume(c, state.config, *folder);
+      state.config = c.tree();  // what this run's checkpoints were trained with (a LoRA merge reads its alpha)
       train.restore(state.data_state);
       console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
+      for (const std::string& note : notes) console.line(note);
     } else {
       console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
     }
   }
+  const int64_t total_steps = total_steps_of(c, train.samples_per_epoch(), global_batch, seq_len, state);
+  const LrSchedule schedule = lr_schedule_from(c, total_steps);
   std::vector<std::string> companion_files = job.companion_files;
   if (job.chat_template) {
     const std::string path = (fs::path(run.output_dir) / "chat_template.jinja").string();
@@ -284,7 +348,7 @@ int run_training(const Config& c, TrainingJob job) {
   }
 
   if (interrupted) console.line(fmt::format("stop requested: saving step {} and exiting", state.step));
-  if (!interrupted) run_evaluation();
+  if (!interrupted && steps_to_run > 0) run_evaluation();  // a finished run resumed has nothing new to validate
   // Exports of weights that are never whole on one rank read the final
   // checkpoint (a tensor at a time): it is saved for them if this run has not.
   const bool export_from_checkpoint = job.on_finish && !interrupted && !world.weights_whole_on_main();
