@@ -675,10 +675,10 @@ TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
 
 TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   const std::string run = trained_lora_run();
-  auto eval = [&](const std::string& adapter) {
+  auto eval = [&](const std::string& adapter, const std::string& batch_size = "batch_size=8") {
     std::vector<std::string> args = {"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
                                      "tokenizer.path=" + tokenizer_, "dataset.type=instruct",
-                                     "dataset.path=" + root_ + "/data.jsonl", "dataset.seq_len=64"};
+                                     "dataset.path=" + root_ + "/data.jsonl", "dataset.seq_len=64", batch_size};
     if (!adapter.empty()) args.push_back("lora.adapter=" + adapter);
     const std::string out = root_ + "/eval.out";
     std::remove(out.c_str());  // the log is appended to
@@ -693,6 +693,15 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   EXPECT_NEAR(tuned["perplexity"].get<double>(), std::exp(tuned["loss"].get<double>()), 1e-6);
   // The adapters exported in PEFT form read back as the same adapters.
   EXPECT_EQ(eval(root_ + "/peft")["loss"].get<double>(), tuned["loss"].get<double>());
+  // Each of the 48 records counts once at any batch size (a last batch of 3 of 5, one batch of 48 of 100).
+  EXPECT_EQ(tuned["samples"], 48);
+  for (const char* batch_size : {"batch_size=5", "batch_size=100"}) {
+    const auto other = eval(run, batch_size);
+    EXPECT_EQ(other["tokens"], tuned["tokens"]) << batch_size;
+    EXPECT_EQ(other["samples"], 48) << batch_size;
+    EXPECT_NEAR(other["loss"].get<double>(), tuned["loss"].get<double>(), 1e-5) << batch_size;
+  }
+  EXPECT_EQ(eval(run, "max_batches=2")["samples"], 8);  // 2 batches of eval's default 4: max_batches' worth, said
 
   std::ofstream(root_ + "/task.jsonl") << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 0})"
                                        << "\n";

@@ -253,11 +253,15 @@ int run_eval(const Config& c) {
           d.train, d.train_weights,
           data::StreamOptions{.seq_len = seq_len, .batch_size = batch, .shuffle = false, .vocab_size = vocab_size});
     }
-    const int64_t batches = std::max<int64_t>(1, std::min(c.get<int64_t>("max_batches"), source->samples_per_epoch() / batch));
-    const LossEvaluation e = evaluate_loss(*m.model, *source, batches);
+    // Every sample once (the last batch may be partial), or max_batches' worth.
+    const int64_t samples = source->samples_per_epoch();
+    const int64_t batches = std::min(c.get<int64_t>("max_batches"), (samples + batch - 1) / batch);
+    const LossEvaluation e = evaluate_loss(*m.model, *source, batches, samples);
     result["loss"] = e.loss;
     result["perplexity"] = e.perplexity();
     result["tokens"] = e.tokens;
+    result["samples"] = std::min(samples, batches * batch);
+    result["samples_in_data"] = samples;
   }
   if (c.has("tasks")) {
     Json scores = Json::object();

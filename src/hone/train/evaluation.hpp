@@ -1,4 +1,5 @@
 #pragma once
+#include <optional>
 // Evaluation: mean loss and perplexity over batches; multiple-choice tasks (a
 // context and several endings, one right; eval_task.hpp) scored by the
 // log-likelihood of each ending, and questions answered in greedily generated
@@ -22,8 +23,11 @@ struct LossEvaluation {
 };
 
 // Mean loss over the first `max_batches` batches of `source` (restored to its
-// start first). Dropout is off while it runs.
-LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches);
+// start first). Dropout is off while it runs. With `samples` (an unshuffled
+// source's samples_per_epoch), the rows after that many, which wrap around to
+// the start in the last batch, count nothing: each sample counts once.
+LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches,
+                             std::optional<int64_t> samples = std::nullopt);
 
 struct MultipleChoiceResult {
   int64_t items = 0;
