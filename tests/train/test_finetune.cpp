@@ -881,6 +881,20 @@ TEST_F(FinetuneRun, EvalRunsSeveralTasksEachAsItDoesAlone) {
                              "tasks.choices.path=" + root_ + "/several_choices.jsonl"});
     return args;
   }(), "several_both", "give task.path (one task) or tasks (several), not both");
+  // A samples file that is a task's input, or another task's samples: refused before anything is written.
+  const std::string choices_file = root_ + "/several_choices.jsonl", before = read_file(choices_file);
+  expect_refused([&] {
+    auto args = model;
+    args.insert(args.end(), {"task.path=" + choices_file, "task.samples_path=" + choices_file});
+    return args;
+  }(), "samples_over_input", "task.samples_path " + choices_file + " is also task.path: give each task's samples a file of their own");
+  EXPECT_EQ(read_file(choices_file), before);
+  expect_refused([&] {
+    auto args = model;
+    args.insert(args.end(), {"tasks.a.path=" + choices_file, "tasks.b.path=" + choices_file,
+                             "tasks.a.samples_path=" + root_ + "/same.jsonl", "tasks.b.samples_path=" + root_ + "/same.jsonl"});
+    return args;
+  }(), "samples_twice", "tasks.b.samples_path " + root_ + "/same.jsonl is also tasks.a.samples_path");
 }
 
 TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStopTokens) {
@@ -932,6 +946,13 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   EXPECT_EQ(first.find("[2]"), std::string::npos) << first;
   EXPECT_EQ(first, second);
   EXPECT_NE(merged.find("Repeat the word tiger.\n"), std::string::npos) << merged;
+  // Greedy completions do not depend on the batches they are decoded in, nor on a CRLF file's line ends.
+  std::ofstream(root_ + "/prompts_crlf.txt") << "Repeat the word apple.\r\n\r\nRepeat the word river.\r\n";
+  const std::string together = generate("together", {"prompts_file=" + root_ + "/prompts.txt", "temperature=0"});
+  EXPECT_EQ(generate("one_by_one", {"prompts_file=" + root_ + "/prompts.txt", "temperature=0", "batch_size=1"}),
+            together);
+  EXPECT_EQ(generate("crlf", {"prompts_file=" + root_ + "/prompts_crlf.txt", "temperature=0"}), together);
+  EXPECT_EQ(together.find('\r'), std::string::npos);
   // Refused: a chat format whose special tokens the tokenizer lacks, a stop token it does not have.
   EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", "template=chat",
                              "chat_format=chatml"},
@@ -944,10 +965,11 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
             2);
   EXPECT_NE(read_file(root_ + "/badstop.out").find("stop token '<|nope|>' is not a special token"), std::string::npos)
       << read_file(root_ + "/badstop.out");
-  // A prompts file without a prompt, adapters that are not there: named.
+  // A prompts file without a prompt, adapters that are not there, a prompt too long: named.
   std::ofstream(root_ + "/blank_prompts.txt") << "\n  \n";
   const std::pair<std::string, std::string> refused[] = {
       {"prompts_file=" + root_ + "/blank_prompts.txt", "prompts_file " + root_ + "/blank_prompts.txt: no prompts in it"},
+      {"max_new_tokens=128", "prompt 0 (1 token: \"x\") plus max_new_tokens 128 exceeds the model's max_seq_len 128"},
       {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "}};
   for (const auto& [arg, message] : refused) {
     EXPECT_EQ(

@@ -5,8 +5,10 @@
 #include <fmt/core.h>
 
 #include <chrono>
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
 #include <memory>
 
 #include "hone/core/progress_line.hpp"
@@ -89,6 +91,25 @@ struct PlannedTask {
   std::unique_ptr<AtomicFile> samples;
 };
 
+// An error unless each task's samples_path is a file of its own: not another
+// task's, nor a file a task reads (it would be replaced by the samples).
+void check_samples_paths(const Config& c, const std::vector<std::string>& prefixes) {
+  std::map<std::string, std::string> used;  // a file (weakly canonical) -> the key that names it
+  const auto file = [](const std::string& path) { return std::filesystem::weakly_canonical(path).string(); };
+  for (const std::string& prefix : prefixes) {
+    for (const char* input : {".path", ".fewshot_path"}) {
+      if (c.has(prefix + input)) used.emplace(file(c.get<std::string>(prefix + input)), prefix + input);
+    }
+  }
+  for (const std::string& prefix : prefixes) {
+    const std::string key = prefix + ".samples_path";
+    if (!c.has(key)) continue;
+    const auto [it, fresh] = used.emplace(file(c.get<std::string>(key)), key);
+    HONE_CHECK(fresh, "{}: {} {} is also {}: give each task's samples a file of their own", c.origin_of(key), key,
+               c.get<std::string>(key), it->second);
+  }
+}
+
 // The task whose settings are the keys of task_keys(prefix) in `c`.
 PlannedTask plan_task(const Config& c, const std::string& prefix, std::string name) {
   const auto key = [&](const char* k) { return prefix + "." + k; };
@@ -119,10 +140,14 @@ std::vector<PlannedTask> plan_tasks(const Config& c) {
   std::vector<PlannedTask> planned;
   if (c.has("task.path")) {
     HONE_CHECK(!c.has("tasks"), "{}: give task.path (one task) or tasks (several), not both", c.origin());
+    check_samples_paths(c, {"task"});
     planned.push_back(plan_task(c, "task", ""));
     return planned;
   }
   if (!c.has("tasks")) return planned;
+  std::vector<std::string> prefixes;
+  for (const auto& [name, entry] : c.find("tasks")->items()) prefixes.push_back("tasks." + name);
+  check_samples_paths(c, prefixes);
   const Json& tasks = *c.find("tasks");
   HONE_CHECK(!tasks.empty(), "{}: tasks is empty: give NAME: {{path: FILE, ...}} for each task", c.origin_of("tasks"));
   for (const auto& [name, entry] : tasks.items()) {

@@ -3,10 +3,13 @@
 // recipe prints (tokens/s, memory bandwidth achieved, memory used).
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
+#include "hone/data/tokenizers/utf8.hpp"
 #include "hone/model/sampling.hpp"
 #include "hone/train/inference.hpp"
 #include "hone/train/recipes.hpp"
@@ -34,7 +37,10 @@ Schema generate_schema() {
          "multiplied (transformers' repetition_penalty; 1: off)"},
         Range::positive());
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
-         "special tokens that end a completion besides the end of answer (e.g. \"<|endoftext|>\")"});
+         "special tokens that end a completion besides the end of answer and EOS (e.g. \"<|eom_id|>\")"});
+  s.add({"batch_size", ValueType::integer, 32,
+         "prompts decoded together (their KV caches held at once); each batch's completions print when it ends"},
+        Range::positive());
   return s;
 }
 
@@ -47,7 +53,8 @@ int run_generate(const Config& c) {
     HONE_CHECK(in.good(), "prompts_file {}: cannot read", path);
     const size_t given = prompts.size();
     for (std::string line; std::getline(in, line);) {
-      if (line.find_first_not_of(" \t\r") != std::string::npos) prompts.push_back(line);
+      if (line.ends_with('\r')) line.pop_back();  // a CRLF file's
+      if (line.find_first_not_of(" \t") != std::string::npos) prompts.push_back(line);
     }
     HONE_CHECK(prompts.size() > given, "prompts_file {}: no prompts in it (one a line; blank lines are skipped)", path);
   }
@@ -66,7 +73,9 @@ int run_generate(const Config& c) {
                 .min_p = c.get<double>("min_p"),
                 .repetition_penalty = c.get<double>("repetition_penalty")};
   o.seed = uint64_t(c.get<int64_t>("seed"));
+  // The end of an answer, and EOS (where transformers' generate() stops too).
   o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));
+  if (const auto eos = m.tokenizer->eos_id(); eos && *eos != o.stop_tokens.front()) o.stop_tokens.push_back(*eos);
   for (const std::string& s : c.get<std::vector<std::string>>("stop_tokens")) {
     auto id = m.tokenizer->special_token_id(s);
     HONE_CHECK(id.has_value(), "{}: stop token '{}' is not a special token of the tokenizer",
@@ -74,27 +83,50 @@ int run_generate(const Config& c) {
     o.stop_tokens.push_back(*id);
   }
   std::vector<std::vector<int32_t>> encoded;
-  for (const std::string& p : prompts) encoded.push_back(data::prompt_tokens(*m.tokenizer, p, format));
-
-  Allocator& memory = allocator_for(m.model->device());
-  const Generation g = generate(*m.model, encoded, o);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<int32_t> text = g.completions[i];
-    if (!text.empty() && std::find(o.stop_tokens.begin(), o.stop_tokens.end(), text.back()) != o.stop_tokens.end()) {
-      text.pop_back();  // the stop token is not part of the answer
-    }
-    fmt::print("{}{}\n", prompts.size() > 1 ? fmt::format("[{}] ", i) : "", prompts[i]);
-    fmt::print("{}\n\n", m.tokenizer->decode(text));
+    encoded.push_back(data::prompt_tokens(*m.tokenizer, prompts[i], format));
+    HONE_CHECK(int64_t(encoded.back().size()) + o.max_new_tokens <= m.model->config().max_seq_len,
+               "prompt {} ({} {}: {:?}) plus max_new_tokens {} exceeds the model's max_seq_len {}", i,
+               encoded.back().size(), plural(int64_t(encoded.back().size()), "token"), prompts[i].substr(0, 40),
+               o.max_new_tokens, m.model->config().max_seq_len);
   }
-  // Every decoding step reads all the weights once, for all sequences together.
+
+  // Batches of batch_size prompts, each with seed + its index (the first: seed
+  // itself), printed as each ends; the statistics are over them all.
+  Allocator& memory = allocator_for(m.model->device());
+  const size_t batch_size = size_t(c.get<int64_t>("batch_size"));
+  Generation g;
+  int64_t steps = 0;  // decoding steps, each reading all the weights once for the sequences of its batch
+  for (size_t first = 0; first < prompts.size(); first += batch_size) {
+    const size_t count = std::min(batch_size, prompts.size() - first);
+    GenerationOptions batch_options = o;
+    batch_options.seed = o.seed + uint64_t(first / batch_size) * 0x9E3779B97F4A7C15ull;
+    const Generation b = generate(
+        *m.model, std::vector(encoded.begin() + std::ptrdiff_t(first), encoded.begin() + std::ptrdiff_t(first + count)),
+        batch_options);
+    for (size_t k = 0; k < count; ++k) {
+      std::vector<int32_t> text = b.completions[k];
+      if (!text.empty() && std::ranges::find(o.stop_tokens, text.back()) != o.stop_tokens.end()) {
+        text.pop_back();  // the stop token is not part of the answer
+      }
+      std::string storage;  // a completion cut inside a character ends in U+FFFD, as transformers decodes it
+      const size_t i = first + k;
+      fmt::print("{}{}\n", prompts.size() > 1 ? fmt::format("[{}] ", i) : "", prompts[i]);
+      fmt::print("{}\n\n", utf8::sanitize(m.tokenizer->decode(text), storage));
+    }
+    std::fflush(stdout);
+    int64_t longest = 0;
+    for (const auto& t : b.completions) longest = std::max<int64_t>(longest, int64_t(t.size()));
+    steps += std::max<int64_t>(longest - 1, 0);  // the first token of each comes from the prefill
+    g.prompt_tokens += b.prompt_tokens;
+    g.generated_tokens += b.generated_tokens;
+    g.prefill_seconds += b.prefill_seconds;
+    g.decode_seconds += b.decode_seconds;
+    g.cache_bytes = std::max(g.cache_bytes, b.cache_bytes);
+  }
   size_t weight_bytes = 0;
   for (const Parameter& p : m.model->params().all()) weight_bytes += p.compute.nbytes();
-  const int64_t steps = [&] {
-    int64_t longest = 0;
-    for (const auto& t : g.completions) longest = std::max<int64_t>(longest, int64_t(t.size()));
-    return longest - 1;  // the first token of each comes from the prefill
-  }();
-  const double decode_rate = g.decode_seconds > 0 ? double(std::max<int64_t>(steps, 0)) / g.decode_seconds : 0;
+  const double decode_rate = g.decode_seconds > 0 ? double(steps) / g.decode_seconds : 0;
   fmt::print(stderr, "model: {}\n", m.description);
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", g.prompt_tokens, g.prefill_seconds,
              double(g.prompt_tokens) / std::max(g.prefill_seconds, 1e-9));
