@@ -278,6 +278,17 @@ TEST(MultipleChoiceFile, MmluFewShotTakesTheFirstExamplesOfTheSubject) {
   EXPECT_NE(error_of([&] { read_eval_task(dir + "/test.jsonl", "auto", {dir + "/dev.jsonl", 3}); })
                 .find("test.jsonl:2: 2 examples of subject 'virology' in " + dir + "/dev.jsonl for 3 shots"),
             std::string::npos);
+  // Examples from the task's own file: the first of the subject other than the
+  // item itself (its answer is not in its own prompt), as the harness drops it.
+  const EvalTask own = read_eval_task(dir + "/dev.jsonl", "auto", {dir + "/dev.jsonl", 1});
+  EXPECT_EQ(own.items[0].context,  // "Is the sun a star?" takes the next astronomy question
+            "The following are multiple choice questions (with answers) about astronomy.\n\n"
+            "Is the moon a star?\nA. yes\nB. no\nAnswer: B\n\n"
+            "Is the sun a star?\nA. yes\nB. no\nAnswer:");
+  EXPECT_EQ(own.items[2].context,  // "Is the moon a star?" takes the first
+            "The following are multiple choice questions (with answers) about astronomy.\n\n"
+            "Is the sun a star?\nA. yes\nB. no\nAnswer: A\n\n"
+            "Is the moon a star?\nA. yes\nB. no\nAnswer:");
   std::filesystem::remove_all(dir);
 }
 

@@ -895,6 +895,17 @@ TEST_F(FinetuneRun, EvalRunsSeveralTasksEachAsItDoesAlone) {
                              "tasks.a.samples_path=" + root_ + "/same.jsonl", "tasks.b.samples_path=" + root_ + "/same.jsonl"});
     return args;
   }(), "samples_twice", "tasks.b.samples_path " + root_ + "/same.jsonl is also tasks.a.samples_path");
+  // Keys that would be ignored: a task's key beside tasks, a dataset without its type.
+  expect_refused([&] {
+    auto args = model;
+    args.insert(args.end(), {"tasks.a.path=" + choices_file, "task.limit=1"});
+    return args;
+  }(), "task_key_beside_tasks", "task.limit is for task.path; with tasks, give it under tasks.NAME");
+  expect_refused([&] {
+    auto args = model;
+    args.insert(args.end(), {"task.path=" + choices_file, "dataset.path=" + root_ + "/data.jsonl"});
+    return args;
+  }(), "dataset_without_type", "dataset.path needs dataset.type");
 }
 
 TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStopTokens) {

@@ -248,6 +248,15 @@ void print_task_table(const Json& tasks) {
 int run_eval(const Config& c) {
   HONE_CHECK(c.has("dataset.type") || c.has("task.path") || c.has("tasks"),
              "{}: give dataset.type (and path), task.path or tasks", c.origin());
+  // Keys that would be ignored are errors.
+  HONE_CHECK(!c.has("dataset.path") || c.has("dataset.type"),
+             "{}: dataset.path needs dataset.type (instruct, megatron, mds, ...) to be evaluated",
+             c.origin_of("dataset.path"));
+  if (c.has("tasks")) {
+    for (const char* key : {"task.limit", "task.samples_path", "task.fewshot_path"}) {
+      HONE_CHECK(!c.has(key), "{}: {} is for task.path; with tasks, give it under tasks.NAME", c.origin_of(key), key);
+    }
+  }
   // Every task's file read, and its samples file opened, before the model loads.
   std::vector<PlannedTask> tasks = plan_tasks(c);
   // Token data (mock, Megatron, MDS) needs no tokenizer; records and tasks do.

@@ -107,19 +107,18 @@ std::string mmlu_question(const data::Record& r, std::vector<std::string>& lette
   return text + "\nAnswer:";
 }
 
-// The answered examples before each MMLU question, by subject: the first `count`
-// records of that subject in `path` (the harness's first_n sampler on the dev
-// split), each its question, a space, its answer's letter and a blank line; and
-// how many there were.
-std::map<std::string, std::pair<std::string, int64_t>> mmlu_shots(const std::string& path, int64_t count) {
-  std::map<std::string, std::pair<std::string, int64_t>> shots;
+// The answered examples MMLU questions may take, by subject: the first
+// `count` records of that subject in `path` (the harness's first_n sampler on
+// the dev split), each as its record and its text (question, a space, its
+// answer's letter and a blank line).
+std::map<std::string, std::vector<std::pair<Json, std::string>>> mmlu_shots(const std::string& path, int64_t count) {
+  std::map<std::string, std::vector<std::pair<Json, std::string>>> shots;
   for (const data::Record& r : data::read_records(path)) {
-    auto& [text, taken] = shots[string_column(r, "subject")];
-    if (taken == count) continue;
+    auto& examples = shots[string_column(r, "subject")];
+    if (int64_t(examples.size()) == count) continue;
     std::vector<std::string> letters;
     const std::string question = mmlu_question(r, letters);
-    text += question + " " + letters[size_t(label_column(r, "answer", letters.size()))] + "\n\n";
-    ++taken;
+    examples.emplace_back(r.value, question + " " + letters[size_t(label_column(r, "answer", letters.size()))] + "\n\n");
   }
   return shots;
 }
@@ -301,16 +300,26 @@ std::string example_of(const data::Record& r, TaskLayout layout) {
 }
 
 // The harness's first_n sampler by subject (MMLU): the shots go after the description.
-void add_first_shots_by_subject(EvalTask& task, const std::vector<data::Record>& records,
+void add_first_shots_by_subject(EvalTask& task, const std::vector<data::Record>& records, const std::string& path,
                                 const FewShot& shots) {
-  const auto examples = mmlu_shots(shots.path, shots.count);
+  // Drawn from the task's own records, one more is taken and the item itself
+  // dropped, as the harness does where the few-shot split is the test split.
+  const bool own_records = std::filesystem::weakly_canonical(path) == std::filesystem::weakly_canonical(shots.path);
+  const auto examples = mmlu_shots(shots.path, shots.count + (own_records ? 1 : 0));
   for (size_t i = 0; i < records.size(); ++i) {
     const std::string subject = string_column(records[i], "subject");
-    auto it = examples.find(subject);
-    const int64_t found = it == examples.end() ? 0 : it->second.second;
-    HONE_CHECK(found == shots.count, "{}: {} examples of subject '{}' in {} for {} shots", records[i].where, found,
-               subject, shots.path, shots.count);
-    task.items[i].context.insert(mmlu_description(records[i]).size(), it->second.first);
+    std::string prefix;
+    int64_t found = 0;
+    if (auto it = examples.find(subject); it != examples.end()) {
+      for (const auto& [record, text] : it->second) {
+        if (record == records[i].value || found == shots.count) continue;
+        prefix += text;
+        ++found;
+      }
+    }
+    HONE_CHECK(found == shots.count, "{}: {} examples of subject '{}' in {} for {} shots{}", records[i].where, found,
+               subject, shots.path, shots.count, own_records ? " besides the item itself" : "");
+    task.items[i].context.insert(mmlu_description(records[i]).size(), prefix);
   }
 }
 
@@ -440,7 +449,7 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
   HONE_CHECK(!shots.path.empty(), "{}: few-shot examples ({}) need a file of records to come from", path, shots.count);
   switch (task.layout) {
     case TaskLayout::mmlu:
-      add_first_shots_by_subject(task, records, shots);
+      add_first_shots_by_subject(task, records, path, shots);
       return task;
     case TaskLayout::truthfulqa_mc1:
     case TaskLayout::truthfulqa_mc2:
