@@ -518,6 +518,17 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate quickstart model.name=llama_tinyy", "'model.name' is 'llama_tinyy'; expected one of "},
       {"validate " + testing::TempDir(), testing::TempDir() + ": a folder, not a config file"},
       {"launch --nproc-per-node 1 -- /no/such/command", "/no/such/command: no such command (not a file, nor on PATH)"}};
+  // hone validate refuses the eval and generate configs hone run would refuse before reading any file.
+  std::ofstream(testing::TempDir() + "/shots.yaml") << "recipe: eval\ncheckpoint: {path: m}\ntask: {path: t.jsonl, num_fewshot: 3}\n";
+  std::ofstream(testing::TempDir() + "/no_prompt.yaml") << "recipe: generate\ncheckpoint: {path: m}\n";
+  const std::pair<std::string, std::string> refused_by_validate[] = {
+      {"validate " + testing::TempDir() + "/shots.yaml", "task.num_fewshot (> 0) and task.fewshot_path go together"},
+      {"validate " + testing::TempDir() + "/no_prompt.yaml", "give a prompt or a prompts_file"}};
+  for (const auto& [args, message] : refused_by_validate) {
+    const CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+  }
   for (const auto& [args, message] : refused) {
     const CliResult r = run_hone(args);
     EXPECT_EQ(r.status, 2) << args;

@@ -110,15 +110,21 @@ void check_samples_paths(const Config& c, const std::vector<std::string>& prefix
   }
 }
 
+// An error unless PREFIX.num_fewshot (> 0) and PREFIX.fewshot_path come together.
+void check_fewshot_keys(const Config& c, const std::string& prefix) {
+  const std::string count = prefix + ".num_fewshot", path = prefix + ".fewshot_path";
+  HONE_CHECK(c.has(path) == (c.has(count) && c.get<int64_t>(count) > 0),
+             "{}: {} (> 0) and {} go together: the examples and the file they come from", c.origin_of(prefix), count,
+             path);
+}
+
 // The task whose settings are the keys of task_keys(prefix) in `c`.
 PlannedTask plan_task(const Config& c, const std::string& prefix, std::string name) {
   const auto key = [&](const char* k) { return prefix + "." + k; };
   HONE_CHECK(c.has(key("path")), "{}: {} is missing: the task's records", c.origin_of(prefix), key("path"));
   const FewShot shots{c.has(key("fewshot_path")) ? c.get<std::string>(key("fewshot_path")) : "",
                       c.get<int64_t>(key("num_fewshot")), uint64_t(c.get<int64_t>(key("fewshot_seed")))};
-  HONE_CHECK(shots.path.empty() == (shots.count == 0),
-             "{}: {} (> 0) and {} go together: the examples and the file they come from", c.origin_of(prefix),
-             key("num_fewshot"), key("fewshot_path"));
+  check_fewshot_keys(c, prefix);
   PlannedTask t{.name = std::move(name), .max_new_tokens = c.get<int64_t>(key("max_new_tokens"))};
   if (c.has(key("samples_path"))) {
     t.samples_path = c.get<std::string>(key("samples_path"));
@@ -139,7 +145,6 @@ PlannedTask plan_task(const Config& c, const std::string& prefix, std::string na
 std::vector<PlannedTask> plan_tasks(const Config& c) {
   std::vector<PlannedTask> planned;
   if (c.has("task.path")) {
-    HONE_CHECK(!c.has("tasks"), "{}: give task.path (one task) or tasks (several), not both", c.origin());
     check_samples_paths(c, {"task"});
     planned.push_back(plan_task(c, "task", ""));
     return planned;
@@ -245,7 +250,7 @@ void print_task_table(const Json& tasks) {
 
 }  // namespace
 
-int run_eval(const Config& c) {
+std::vector<std::string> check_eval_config(const Config& c) {
   HONE_CHECK(c.has("dataset.type") || c.has("task.path") || c.has("tasks"),
              "{}: give dataset.type (and path), task.path or tasks", c.origin());
   // Keys that would be ignored are errors.
@@ -257,6 +262,14 @@ int run_eval(const Config& c) {
       HONE_CHECK(!c.has(key), "{}: {} is for task.path; with tasks, give it under tasks.NAME", c.origin_of(key), key);
     }
   }
+  HONE_CHECK(!c.has("task.path") || !c.has("tasks"), "{}: give task.path (one task) or tasks (several), not both",
+             c.origin());
+  if (c.has("task.path")) check_fewshot_keys(c, "task");
+  return {};
+}
+
+int run_eval(const Config& c) {
+  check_eval_config(c);
   // Every task's file read, and its samples file opened, before the model loads.
   std::vector<PlannedTask> tasks = plan_tasks(c);
   // Token data (mock, Megatron, MDS) needs no tokenizer; records and tasks do.

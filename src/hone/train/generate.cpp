@@ -44,7 +44,13 @@ Schema generate_schema() {
   return s;
 }
 
+std::vector<std::string> check_generate_config(const Config& c) {
+  HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin());
+  return {};
+}
+
 int run_generate(const Config& c) {
+  check_generate_config(c);
   std::vector<std::string> prompts;
   if (c.has("prompt")) prompts.push_back(c.get<std::string>("prompt"));
   if (c.has("prompts_file")) {
@@ -58,7 +64,6 @@ int run_generate(const Config& c) {
     }
     HONE_CHECK(prompts.size() > given, "prompts_file {}: no prompts in it (one a line; blank lines are skipped)", path);
   }
-  HONE_CHECK(!prompts.empty(), "{}: give a prompt or a prompts_file", c.origin());
 
   InferenceModel m = load_inference_model(c);
   data::InstructOptions format;

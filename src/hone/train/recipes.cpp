@@ -42,11 +42,10 @@ const std::vector<Recipe>& recipes() {
                  finetune_schema(FinetuneKind::lora_dpo), run_finetune, summarize_finetune, finetune_shape});
     t.push_back({"full_dpo", "align every weight of a model to chosen and rejected answers (DPO, IPO, RSO, SimPO)",
                  finetune_schema(FinetuneKind::full_dpo), run_finetune, summarize_finetune, finetune_shape});
-    const auto no_summary = [](const Config&) { return std::vector<std::string>(); };
     t.push_back({"generate", "complete prompts with a model (KV cache, temperature, top-k, top-p, chat templates)",
-                 generate_schema(), run_generate, no_summary});
+                 generate_schema(), run_generate, check_generate_config});
     t.push_back({"eval", "loss and perplexity on a dataset; lm-evaluation-harness tasks (multiple choice, LAMBADA, GSM8K)",
-                 eval_schema(), run_eval, no_summary});
+                 eval_schema(), run_eval, check_eval_config});
     return t;
   }();
   return table;

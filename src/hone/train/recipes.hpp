@@ -58,8 +58,11 @@ std::vector<std::string> summarize_finetune(const Config& resolved);
 TrainingShape finetune_shape(const Config& resolved);
 Schema generate_schema();
 int run_generate(const Config& resolved);
+// The errors of a generate or eval config that need no file (hone validate's summary; nothing to print).
+std::vector<std::string> check_generate_config(const Config& resolved);
 Schema eval_schema();
 int run_eval(const Config& resolved);
+std::vector<std::string> check_eval_config(const Config& resolved);
 
 // Set by SIGINT/SIGTERM: a run finishes its step, saves a checkpoint and exits 0.
 bool stop_requested();
