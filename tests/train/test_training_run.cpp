@@ -364,6 +364,8 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   const nlohmann::json state = nlohmann::json::parse(read_file(root_ + "/r/step_0000008/trainer_state.json"));
   EXPECT_EQ(state["config"]["optimizer"]["lr"], 1e-3);
   EXPECT_EQ(state["config"]["max_steps"], 8);
+  const auto hours = run_metric(root_ + "/r", "time/train");  // the training time of the runs it resumes too
+  EXPECT_GT(hours.at(7), hours.at(6));
   // `latest` lost: a fresh run is still refused, and a resumed one goes on from the last step folder.
   fs::remove(root_ + "/r/latest");
   EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2)}), 2) << log();
@@ -387,9 +389,9 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r2", 6, every_2), "resume=" + root_ + "/copy"}), 0) << log();
   EXPECT_NE(log().find("resumed from " + root_ + "/copy/step_0000005 at step 5"), std::string::npos) << log();
   // Data moved: its new path is noted, not refused.
-  for (const char* prefix : {"/a_text_document", "/b_text_document"}) {
+  for (const char* prefix : {"/a_text_document", "/b_text_document", "/longer_text_document"}) {
     data::MegatronWriter w(root_ + prefix, data::MegatronDType::u16, 256);
-    for (int doc = 0; doc < 10; ++doc) w.add_document(std::vector<int32_t>(100, 20));
+    for (int doc = 0; doc < (prefix[1] == 'l' ? 20 : 10); ++doc) w.add_document(std::vector<int32_t>(100, 20));
     w.finish();
   }
   const auto on = [&](const char* prefix, int64_t steps) {
@@ -400,6 +402,11 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   ASSERT_EQ(on("/b_text_document", 4), 0) << log();
   EXPECT_NE(log().find("note: dataset.path was \"" + root_ + "/a_text_document\" when " + root_ +
                        "/m/step_0000002 was saved: it must hold the same"),
+            std::string::npos)
+      << log();
+  // Data that is not the same is named with the checkpoint.
+  EXPECT_EQ(on("/longer_text_document", 6), 2) << log();
+  EXPECT_NE(log().find("/m/step_0000004: resume: the data differs from the run's (the checkpoint's data had "),
             std::string::npos)
       << log();
 }

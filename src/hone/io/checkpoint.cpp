@@ -191,6 +191,7 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
                                                              {"tokens_seen", state.tokens_seen},
                                                              {"samples_seen", state.samples_seen},
                                                              {"nonfinite_steps", state.nonfinite_steps},
+                                                             {"train_seconds", state.train_seconds},
                                                              {"optimizer_steps", optimizer_steps},
                                                              {"data", state.data_state},
                                                              {"config", state.config}});
@@ -426,6 +427,7 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   state.tokens_seen = j.at("tokens_seen").get<int64_t>();
   state.samples_seen = j.at("samples_seen").get<int64_t>();
   state.nonfinite_steps = j.value("nonfinite_steps", int64_t(0));
+  state.train_seconds = j.value("train_seconds", 0.0);  // 0 in checkpoints from before it was kept
   state.data_state = j.at("data");
   state.config = j.at("config");
   optimizer.set_steps_taken(j.at("optimizer_steps").get<int64_t>());

@@ -34,6 +34,7 @@ struct TrainerState {
   int64_t tokens_seen = 0;   // unmasked target tokens trained on
   int64_t samples_seen = 0;  // sequences trained on
   int64_t nonfinite_steps = 0;
+  double train_seconds = 0;          // time in training steps, over the run and the runs it resumes
   Json data_state = Json::object();  // the data loader's position
   Json config = Json::object();      // the resolved run config
 };

@@ -167,7 +167,11 @@ int run_training(const Config& c, TrainingJob job) {
       state = load_checkpoint(*folder, model, optimizer);
       const std::vector<std::string> notes = check_kept_on_resume(c, state.config, *folder);
       state.config = c.tree();  // what this run's checkpoints were trained with (a LoRA merge reads its alpha)
-      train.restore(state.data_state);
+      try {
+        train.restore(state.data_state);
+      } catch (const Error& e) {
+        fail("{}: {}: resume: the data differs from the run's ({})", c.origin_of("dataset"), *folder, e.what());
+      }
       console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
       for (const std::string& note : notes) console.line(note);
     } else {
@@ -304,6 +308,7 @@ int run_training(const Config& c, TrainingJob job) {
     state.tokens_seen += s.tokens;
     state.samples_seen += global_batch;
     train_seconds += elapsed;
+    state.train_seconds += elapsed;
     window_seconds += elapsed;
     window_tokens += step_tokens;
     window_flops += step_flops;
@@ -331,7 +336,7 @@ int run_training(const Config& c, TrainingJob job) {
                                    {"memory/peak_allocated_mem", double(mem.peak_allocated)},
                                    {"lr", s.lr},
                                    {"grad_norm", s.grad_norm},
-                                   {"time/train", train_seconds / 3600.0},
+                                   {"time/train", state.train_seconds / 3600.0},  // resumed runs' included
                                    {"time/token", double(state.tokens_seen)}});
       metrics.write(state.step, logged);
       console.status_line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
