@@ -1056,7 +1056,11 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
                             root_ + "/carry_generate_hf.log"),
             0)
       << read_file(root_ + "/carry_generate_hf.log");
-  const auto completion = [](const std::string& log) { return log.substr(log.rfind("\nHello\n")); };
+  // The prompt and its completion: stdout, printed before the report on stderr.
+  const auto completion = [](const std::string& log) {
+    const size_t start = log.find("Hello\n");
+    return start == std::string::npos ? log : log.substr(start, log.find("model: ", start) - start);
+  };
   EXPECT_EQ(completion(read_file(root_ + "/carry_generate_hf.log")),
             completion(read_file(root_ + "/carry_generate.log")));
   // A LoRA run started from it (no tokenizer.path: the base's latest checkpoint) carries it on.
@@ -1082,7 +1086,8 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
                             root_ + "/bare_eval.log"),
             0)
       << read_file(root_ + "/bare_eval.log");
-  EXPECT_NE(read_file(root_ + "/bare_eval.log").find("\"tokens\":25600}"), std::string::npos)
+  EXPECT_NE(read_file(root_ + "/bare_eval.log").find("\"tokens\":25600,\"samples\":200,\"samples_in_data\":799}"),
+            std::string::npos)
       << read_file(root_ + "/bare_eval.log");
   // A tokenizer.path with no files to carry is refused before training.
   EXPECT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/no_files", "model.name=llama_tiny",
