@@ -96,6 +96,16 @@ void flatten(const Json& node, const std::string& prefix, const std::set<std::st
   }
 }
 
+}  // namespace
+
+std::vector<std::pair<std::string, const Json*>> config_leaves(const Json& tree) {
+  std::vector<std::pair<std::string, const Json*>> leaves;
+  flatten(tree, "", {}, leaves);
+  return leaves;
+}
+
+namespace {
+
 std::string_view type_name(ValueType type) {
   switch (type) {
     case ValueType::integer: return "an integer";
@@ -319,10 +329,8 @@ class Interpolator {
     const Json* found = config_.find(key);
     if (!found || found->is_null()) found = fallback_(key);
     if (!found) {
-      std::vector<std::pair<std::string, const Json*>> leaves;
-      flatten(config_.tree(), "", {}, leaves);
       std::vector<std::string> keys;
-      for (const auto& [k, v] : leaves) keys.push_back(k);
+      for (const auto& [k, v] : config_leaves(config_.tree())) keys.push_back(k);
       const std::string suggestion = closest_match(key, keys);
       error(parts, fmt::format("${{{}}}: the config has no key '{}'{}", expression, key,
                                suggestion.empty() ? "" : fmt::format(" (did you mean '{}'?)", suggestion)));

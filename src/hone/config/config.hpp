@@ -59,6 +59,9 @@ class Config {
   std::vector<std::string> overridden_;  // keys given as key=value
 };
 
+// The leaves of a config tree by dotted key ("optimizer.lr"); an empty mapping is a leaf.
+std::vector<std::pair<std::string, const Json*>> config_leaves(const Json& tree);
+
 enum class ValueType { integer, number, boolean, string, number_list, string_list, mapping };
 
 // The interval a number (each number of a list) must lie in; an open end

@@ -58,35 +58,26 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
 constexpr const char* kKeptOnResume[] = {"model", "seed", "dataset", "tokenizer", "checkpoint.path",
                                          "checkpoint.format"};
 
-// The values under `node` by dotted key.
-void flatten(const Json& node, const std::string& key, std::map<std::string, Json>& out) {
-  if (node.is_object()) {
-    for (auto it = node.begin(); it != node.end(); ++it) flatten(it.value(), key.empty() ? it.key() : key + "." + it.key(), out);
-  } else {
-    out[key] = node;
-  }
-}
-
 // An error naming the kept settings (kKeptOnResume) `c` changes from those
 // `folder` was trained with; a path may change (the files moved), with a note
 // (returned) that it must hold what it held.
 std::vector<std::string> check_kept_on_resume(const Config& c, const Json& trained_with, const std::string& folder) {
-  std::map<std::string, Json> before, now;
-  flatten(trained_with, "", before);
-  flatten(c.tree(), "", now);
+  std::map<std::string, const Json*> before;
+  for (const auto& [key, value] : config_leaves(trained_with)) before[key] = value;
   std::vector<std::string> changed, notes;
-  for (const auto& [key, value] : now) {
+  for (const auto& [key, now] : config_leaves(c.tree())) {
+    const Json& value = *now;
     const bool kept = std::ranges::any_of(kKeptOnResume, [&](std::string_view k) {
       return key == k || (key.starts_with(k) && key[k.size()] == '.');
     });
     const auto it = before.find(key);  // a key the checkpoint lacks came with a later hone: its default
-    if (!kept || it == before.end() || it->second == value) continue;
+    if (!kept || it == before.end() || *it->second == value) continue;
     if (key.ends_with("path")) {
-      notes.push_back(fmt::format("note: {} was {} when {} was saved: it must hold the same", key, it->second.dump(),
+      notes.push_back(fmt::format("note: {} was {} when {} was saved: it must hold the same", key, it->second->dump(),
                                   folder));
     } else {
       const auto shown = [](const Json& v) { return v.is_null() ? std::string("unset") : v.dump(); };
-      changed.push_back(fmt::format("{} {} -> {}", key, shown(it->second), shown(value)));
+      changed.push_back(fmt::format("{} {} -> {}", key, shown(*it->second), shown(value)));
     }
   }
   HONE_CHECK(changed.empty(),
