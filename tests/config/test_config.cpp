@@ -73,6 +73,37 @@ TEST(Config, OverridesSetNestedKeysAndLists) {
             std::string::npos);
 }
 
+// A string key takes its override as written where YAML would read the text as
+// a mapping, a list, a comment, a number or no YAML at all; quotes still work,
+// and null still unsets it. Other keys keep YAML's reading.
+TEST(Schema, StringOverridesAreTakenAsWritten) {
+  const auto resolved_output_dir = [](const std::string& text) {
+    Config c = Config::from_yaml("batch_size: 2\n", "run.yaml");
+    c.apply_override("output_dir=" + text);
+    c.apply_override("resume=" + text);
+    const Config r = schema().resolve(c);
+    EXPECT_EQ(r.find("resume")->dump(), r.find("output_dir")->dump()) << text;
+    return r.get<std::string>("output_dir");
+  };
+  EXPECT_EQ(resolved_output_dir("Note: keep this"), "Note: keep this");
+  EXPECT_EQ(resolved_output_dir("[INST] {prompt} [/INST]"), "[INST] {prompt} [/INST]");
+  EXPECT_EQ(resolved_output_dir("#hashtag"), "#hashtag");
+  EXPECT_EQ(resolved_output_dir("2024"), "2024");
+  EXPECT_EQ(resolved_output_dir("yes"), "yes");
+  EXPECT_EQ(resolved_output_dir("{unclosed"), "{unclosed");
+  EXPECT_EQ(resolved_output_dir("'quoted: text'"), "quoted: text");
+  EXPECT_EQ(resolved_output_dir("runs/x"), "runs/x");
+
+  Config unset = Config::from_yaml("output_dir: x\nresume: latest\n", "run.yaml");
+  unset.apply_override("resume=null");
+  EXPECT_FALSE(schema().resolve(unset).has("resume"));
+
+  Config number = Config::from_yaml("output_dir: x\n", "run.yaml");
+  number.apply_override("optimizer.betas=[0.9, 0.95");  // no YAML: named with its text
+  EXPECT_EQ(error_of([&] { schema().resolve(number); }),
+            "the command line: 'optimizer.betas' must be a list of numbers, got \"[0.9, 0.95\"");
+}
+
 TEST(Schema, FillsDefaultsAndKeepsUserValues) {
   Config user = Config::from_yaml("output_dir: runs/a\noptimizer:\n  lr: 0.01\n", "a.yaml");
   Config r = schema().resolve(user);

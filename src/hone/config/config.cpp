@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 
 namespace hone {
 
@@ -106,6 +107,12 @@ std::vector<std::pair<std::string, const Json*>> config_leaves(const Json& tree)
 
 namespace {
 
+// YAML's spellings of null, by which an override unsets a key ("key=" too).
+bool spells_null(std::string_view text) {
+  text = python_strip(text);
+  return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL";
+}
+
 std::string_view type_name(ValueType type) {
   switch (type) {
     case ValueType::integer: return "an integer";
@@ -191,9 +198,21 @@ void Config::apply_override(std::string_view assignment) {
   const std::string key(assignment.substr(0, eq));
   HONE_CHECK(assignment.substr(eq + 1) != "-", "the command line: {}=-: '-' stands for an unset key in hone ls; "
              "unset one with {}=null", key, key);
-  Config value = from_yaml("v: " + std::string(assignment.substr(eq + 1)), "override " + key);
-  set(key, value.tree_["v"]);
+  const std::string text(assignment.substr(eq + 1));
+  try {
+    set(key, from_yaml("v: " + text, "override " + key).tree_["v"]);
+  } catch (const Error&) {
+    set(key, text);  // a string key takes it; any other names the key and the text it got
+  }
   overridden_.push_back(key);
+  std::erase_if(override_texts_, [&](const auto& given) { return given.first == key; });
+  override_texts_.emplace_back(key, text);
+}
+
+const std::string* Config::override_text(std::string_view key) const {
+  for (const auto& [given, text] : override_texts_)
+    if (given == key) return &text;
+  return nullptr;
 }
 
 const std::string& Config::origin_of(std::string_view key) const {
@@ -452,7 +471,15 @@ Schema& Schema::add_foreign(std::string key, std::string what_instead) {
   return *this;
 }
 
-Config Schema::resolve(const Config& written) const {
+Config Schema::resolve(const Config& given_config) const {
+  Config written = given_config;
+  for (const KeySpec& k : keys_) {
+    const std::string* text = written.override_text(k.key);
+    if (k.type == ValueType::string && text != nullptr && !written.find(k.key)->is_string() &&
+        !spells_null(*text)) {
+      written.set(k.key, *text);
+    }
+  }
   const Config user = written.interpolated([&](const std::string& key) -> const Json* {
     for (const KeySpec& k : keys_)
       if (k.key == key && !k.default_value.is_null()) return &k.default_value;

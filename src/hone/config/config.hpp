@@ -30,8 +30,12 @@ class Config {
   const Json& tree() const { return tree_; }
 
   // Applies "a.b.c=value"; the value is read as YAML (numbers, true/false, null,
-  // [lists], quoted strings).
+  // [lists], quoted strings), or kept as text where it is no valid YAML.
   void apply_override(std::string_view assignment);
+  // The text after '=' of the override that set `key`, or nullptr: a string
+  // key takes it as written where YAML would read it as something else
+  // ("prompt=Note: x" is a mapping to YAML, "template=[INST] {x}" a list).
+  const std::string* override_text(std::string_view key) const;
   void set(std::string_view key, Json value);
   const Json* find(std::string_view key) const;
   bool has(std::string_view key) const { return find(key) != nullptr && !find(key)->is_null(); }
@@ -57,6 +61,7 @@ class Config {
   std::string origin_ = "the command line";  // no config file: only overrides
   Json tree_ = Json::object();
   std::vector<std::string> overridden_;  // keys given as key=value
+  std::vector<std::pair<std::string, std::string>> override_texts_;  // key, text after '='
 };
 
 // The leaves of a config tree by dotted key ("optimizer.lr"); an empty mapping is a leaf.
