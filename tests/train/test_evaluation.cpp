@@ -69,6 +69,19 @@ TEST_F(MultipleChoice, ScoresAreTheLogProbabilitiesOfTheEndings) {
   mc2.true_endings = 2;
   const double share = (std::exp(ll[0]) + std::exp(ll[1])) / (std::exp(ll[0]) + std::exp(ll[1]) + std::exp(ll[2]));
   EXPECT_NEAR(evaluate_multiple_choice(model_, *tokenizer_, {mc2, items[1]}).accuracy, (share + 0.0) / 2, 1e-12);
+  // Items scored together in one forward pass (rows of several lengths, padded) score as one at a time.
+  const std::vector<MultipleChoiceItem> mixed = {items[0], mc2, items[1]};
+  const MultipleChoiceResult one_by_one = evaluate_multiple_choice(model_, *tokenizer_, mixed, 1);
+  for (const int64_t batch_size : {2, 3, 8}) {
+    const MultipleChoiceResult together = evaluate_multiple_choice(model_, *tokenizer_, mixed, batch_size);
+    EXPECT_EQ(together.chosen, one_by_one.chosen) << batch_size;
+    EXPECT_DOUBLE_EQ(together.accuracy, one_by_one.accuracy) << batch_size;
+    for (size_t k = 0; k < mixed.size(); ++k) {
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_NEAR(together.log_likelihoods[k][i], one_by_one.log_likelihoods[k][i], 1e-9) << batch_size;
+      }
+    }
+  }
 }
 
 // Winogrande's choices are contexts, each followed by the same ending.
@@ -554,6 +567,10 @@ TEST_F(MultipleChoice, ContinuationsAreScoredByLikelihoodAndGreediness) {
   EXPECT_NEAR(r.log_likelihoods[1], log_likelihood(moon, context_ids.size()), 1e-9);
   EXPECT_DOUBLE_EQ(r.accuracy, 0.5);
   EXPECT_NEAR(r.perplexity, std::exp(-(r.log_likelihoods[0] + r.log_likelihoods[1]) / 2), 1e-12);
+  // Both in one forward pass: the same scores.
+  const ContinuationResult together = evaluate_continuations(model_, *tokenizer_, items, 2);
+  EXPECT_EQ(together.greedy, r.greedy);
+  for (size_t k = 0; k < 2; ++k) EXPECT_NEAR(together.log_likelihoods[k], r.log_likelihoods[k], 1e-9);
 }
 
 }  // namespace

@@ -67,10 +67,13 @@ Schema eval_schema() {
   s.add({"dataset.seq_len", ValueType::integer, nullptr,
          "tokens per sequence (unset: 256, or the model's max_seq_len if smaller)"},
         Range::positive());
+  s.add({"dataset.max_seq_len", ValueType::integer, nullptr,
+         "instruct: tokens per sample, longer ones cut, as fine-tuning's key (in place of dataset.seq_len)"},
+        Range::positive());
   s.add(instruct_dataset_schema());
   s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"}, Range::positive());
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
-  s.add({"batch_size", ValueType::integer, 4, "sequences per batch"}, Range::positive());
+  s.add({"batch_size", ValueType::integer, 4, "sequences per batch; tasks: items per forward pass (a multiple-choice item's choices together)"}, Range::positive());
   s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
   s.add(task_keys("task"));
   s.add({"tasks", ValueType::mapping, nullptr,
@@ -203,7 +206,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
       samples.push_back(std::move(sample));
     }
   } else if (scores_continuation(task.layout)) {
-    const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, progress);
+    const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, batch, progress);
     result["accuracy"] = r.accuracy;
     result["task_perplexity"] = r.perplexity;
     for (size_t i = 0; i < task.items.size(); ++i) {
@@ -212,7 +215,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
                          {"greedy", bool(r.greedy[i])}});
     }
   } else {
-    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, progress);
+    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, batch, progress);
     result["accuracy"] = r.accuracy;
     if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
     for (size_t i = 0; i < task.items.size(); ++i) {
@@ -264,6 +267,14 @@ std::vector<std::string> check_eval_config(const Config& c) {
   }
   HONE_CHECK(!c.has("task.path") || !c.has("tasks"), "{}: give task.path (one task) or tasks (several), not both",
              c.origin());
+  // Fine-tuning's name for an instruct sample's length, so its dataset section evaluates as written.
+  if (c.has("dataset.max_seq_len")) {
+    HONE_CHECK(c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct",
+               "{}: dataset.max_seq_len is instruct records' length; token data takes dataset.seq_len",
+               c.origin_of("dataset.max_seq_len"));
+    HONE_CHECK(!c.has("dataset.seq_len"), "{}: give dataset.max_seq_len or dataset.seq_len, not both",
+               c.origin_of("dataset.seq_len"));
+  }
   if (c.has("task.path")) check_fewshot_keys(c, "task");
   return {};
 }
@@ -276,7 +287,9 @@ int run_eval(const Config& c) {
   const bool text = !tasks.empty() || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
   InferenceModel m = load_inference_model(c, text);
   const int64_t batch = c.get<int64_t>("batch_size");
-  const int64_t seq_len = sequence_length_for(c, "dataset.seq_len", 256, m.model->config());
+  const int64_t seq_len =
+      sequence_length_for(c, c.has("dataset.max_seq_len") ? "dataset.max_seq_len" : "dataset.seq_len", 256,
+                          m.model->config());
   Json result = Json::object();
   if (c.has("dataset.type")) {
     const std::string type = c.get<std::string>("dataset.type");

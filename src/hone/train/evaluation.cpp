@@ -135,51 +135,67 @@ std::vector<EndingScore> score_endings(Transformer& model, const std::vector<Enc
   return scores;
 }
 
+// The choices' log-likelihoods of items[first, first + count), all in one forward pass.
+std::vector<std::vector<double>> log_likelihoods_of(Transformer& model, const Tokenizer& tokenizer,
+                                                    const std::vector<MultipleChoiceItem>& items, size_t first,
+                                                    size_t count) {
+  std::vector<EncodedChoice> choices;
+  for (size_t k = first; k < first + count; ++k) {
+    for (size_t i = 0; i < items[k].choices(); ++i) {
+      choices.push_back(encode_choice(tokenizer, items[k].context_of(i), items[k].ending_of(i)));
+    }
+  }
+  const std::vector<EndingScore> scores = score_endings(model, choices, /*check_greedy=*/false);
+  std::vector<std::vector<double>> out;
+  size_t next = 0;
+  for (size_t k = first; k < first + count; ++k) {
+    std::vector<double>& ll = out.emplace_back();
+    for (size_t i = 0; i < items[k].choices(); ++i) ll.push_back(scores[next++].log_likelihood);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
                                            const MultipleChoiceItem& item) {
-  std::vector<EncodedChoice> choices;
-  for (size_t i = 0; i < item.choices(); ++i) {
-    choices.push_back(encode_choice(tokenizer, item.context_of(i), item.ending_of(i)));
-  }
-  std::vector<double> log_likelihoods;
-  for (const EndingScore& score : score_endings(model, choices, /*check_greedy=*/false)) {
-    log_likelihoods.push_back(score.log_likelihood);
-  }
-  return log_likelihoods;
+  return log_likelihoods_of(model, tokenizer, {item}, 0, 1).front();
 }
 
 MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
-                                              const std::vector<MultipleChoiceItem>& items,
+                                              const std::vector<MultipleChoiceItem>& items, int64_t batch_size,
                                               const std::function<void(int64_t done)>& progress) {
+  HONE_CHECK(batch_size > 0, "batch_size must be positive, got {}", batch_size);
   MultipleChoiceResult r;
   double right = 0, right_norm = 0;
-  int64_t done = 0;
-  for (const MultipleChoiceItem& item : items) {
-    if (progress) progress(done++);
-    const std::vector<double>& ll = r.log_likelihoods.emplace_back(ending_log_likelihoods(model, tokenizer, item));
-    r.chosen.push_back(std::max_element(ll.begin(), ll.end()) - ll.begin());
-    if (item.true_endings > 0) {  // TruthfulQA's mc2: the true endings' share of the probability
-      const double top = *std::max_element(ll.begin(), ll.end());
-      double all = 0, true_mass = 0;
-      for (size_t i = 0; i < ll.size(); ++i) {
-        all += std::exp(ll[i] - top);
-        if (int64_t(i) < item.true_endings) true_mass += std::exp(ll[i] - top);
+  for (size_t first = 0; first < items.size(); first += size_t(batch_size)) {
+    if (progress) progress(int64_t(first));
+    const size_t count = std::min(items.size() - first, size_t(batch_size));
+    for (std::vector<double>& scored : log_likelihoods_of(model, tokenizer, items, first, count)) {
+      const MultipleChoiceItem& item = items[r.log_likelihoods.size()];
+      const std::vector<double>& ll = r.log_likelihoods.emplace_back(std::move(scored));
+      r.chosen.push_back(std::max_element(ll.begin(), ll.end()) - ll.begin());
+      if (item.true_endings > 0) {  // TruthfulQA's mc2: the true endings' share of the probability
+        const double top = *std::max_element(ll.begin(), ll.end());
+        double all = 0, true_mass = 0;
+        for (size_t i = 0; i < ll.size(); ++i) {
+          all += std::exp(ll[i] - top);
+          if (int64_t(i) < item.true_endings) true_mass += std::exp(ll[i] - top);
+        }
+        right += true_mass / all;
+        right_norm += true_mass / all;
+        continue;
       }
-      right += true_mass / all;
-      right_norm += true_mass / all;
-      continue;
-    }
-    size_t best = 0, best_norm = 0;
-    for (size_t i = 1; i < ll.size(); ++i) {
-      if (ll[i] > ll[best]) best = i;
-      if (ll[i] / characters(item.ending_of(i)) > ll[best_norm] / characters(item.ending_of(best_norm))) {
-        best_norm = i;
+      size_t best = 0, best_norm = 0;
+      for (size_t i = 1; i < ll.size(); ++i) {
+        if (ll[i] > ll[best]) best = i;
+        if (ll[i] / characters(item.ending_of(i)) > ll[best_norm] / characters(item.ending_of(best_norm))) {
+          best_norm = i;
+        }
       }
+      right += int64_t(best) == item.label;
+      right_norm += int64_t(best_norm) == item.label;
     }
-    right += int64_t(best) == item.label;
-    right_norm += int64_t(best_norm) == item.label;
   }
   r.items = int64_t(items.size());
   r.accuracy = right / double(r.items);
@@ -188,20 +204,25 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
 }
 
 ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& tokenizer,
-                                          const std::vector<MultipleChoiceItem>& items,
+                                          const std::vector<MultipleChoiceItem>& items, int64_t batch_size,
                                           const std::function<void(int64_t done)>& progress) {
+  HONE_CHECK(batch_size > 0, "batch_size must be positive, got {}", batch_size);
   ContinuationResult r;
   r.items = int64_t(items.size());
   double log_likelihood_sum = 0;
   int64_t greedy_count = 0;
-  for (const MultipleChoiceItem& item : items) {
-    if (progress) progress(int64_t(r.log_likelihoods.size()));
-    const EndingScore score =
-        score_endings(model, {encode_choice(tokenizer, item.context, item.endings.at(0))}, /*check_greedy=*/true)[0];
-    r.log_likelihoods.push_back(score.log_likelihood);
-    r.greedy.push_back(score.greedy);
-    log_likelihood_sum += score.log_likelihood;
-    greedy_count += score.greedy;
+  for (size_t first = 0; first < items.size(); first += size_t(batch_size)) {
+    if (progress) progress(int64_t(first));
+    std::vector<EncodedChoice> continuations;
+    for (size_t k = first; k < std::min(items.size(), first + size_t(batch_size)); ++k) {
+      continuations.push_back(encode_choice(tokenizer, items[k].context, items[k].endings.at(0)));
+    }
+    for (const EndingScore& score : score_endings(model, continuations, /*check_greedy=*/true)) {
+      r.log_likelihoods.push_back(score.log_likelihood);
+      r.greedy.push_back(score.greedy);
+      log_likelihood_sum += score.log_likelihood;
+      greedy_count += score.greedy;
+    }
   }
   r.accuracy = double(greedy_count) / double(std::max<int64_t>(r.items, 1));
   r.perplexity = std::exp(-log_likelihood_sum / double(std::max<int64_t>(r.items, 1)));

@@ -44,9 +44,10 @@ struct MultipleChoiceResult {
 // left when the pair exceeds the model's max_seq_len).
 std::vector<double> ending_log_likelihoods(Transformer& model, const Tokenizer& tokenizer,
                                            const MultipleChoiceItem& item);
-// `progress`, when given, hears how many items are done after each.
+// `batch_size` items are scored in one forward pass (their choices' rows
+// together); `progress`, when given, hears how many items are done before each.
 MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenizer& tokenizer,
-                                              const std::vector<MultipleChoiceItem>& items,
+                                              const std::vector<MultipleChoiceItem>& items, int64_t batch_size = 1,
                                               const std::function<void(int64_t done)>& progress = {});
 
 // Tasks that score one continuation per item (LAMBADA; the items' first ending,
@@ -60,8 +61,9 @@ struct ContinuationResult {
   std::vector<double> log_likelihoods;  // per item
   std::vector<bool> greedy;             // per item
 };
+// `batch_size` and `progress` as for evaluate_multiple_choice.
 ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& tokenizer,
-                                          const std::vector<MultipleChoiceItem>& items,
+                                          const std::vector<MultipleChoiceItem>& items, int64_t batch_size = 1,
                                           const std::function<void(int64_t done)>& progress = {});
 
 // The harness's generate_until: greedy completions of each prompt (its tokens
