@@ -675,10 +675,11 @@ TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
 
 TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   const std::string run = trained_lora_run();
-  auto eval = [&](const std::string& adapter, const std::string& batch_size = "batch_size=8") {
+  auto eval = [&](const std::string& adapter, const std::string& batch_size = "batch_size=8",
+                  const std::string& length = "dataset.seq_len=64") {
     std::vector<std::string> args = {"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
                                      "tokenizer.path=" + tokenizer_, "dataset.type=instruct",
-                                     "dataset.path=" + root_ + "/data.jsonl", "dataset.seq_len=64", batch_size};
+                                     "dataset.path=" + root_ + "/data.jsonl", length, batch_size};
     if (!adapter.empty()) args.push_back("lora.adapter=" + adapter);
     const std::string out = root_ + "/eval.out";
     std::remove(out.c_str());  // the log is appended to
@@ -702,6 +703,19 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
     EXPECT_NEAR(other["loss"].get<double>(), tuned["loss"].get<double>(), 1e-5) << batch_size;
   }
   EXPECT_EQ(eval(run, "max_batches=2")["samples"], 8);  // 2 batches of eval's default 4: max_batches' worth, said
+  // Fine-tuning's dataset.max_seq_len is an instruct set's length here too.
+  EXPECT_EQ(eval(run, "batch_size=8", "dataset.max_seq_len=64"), tuned);
+  for (const auto& [extra, message] :
+       {std::pair<std::string, std::string>{"dataset.seq_len=64", "give dataset.max_seq_len or dataset.seq_len, not both"},
+        {"dataset.type=mock", "dataset.max_seq_len is instruct records' length; token data takes dataset.seq_len"}}) {
+    const std::string out = root_ + "/length.out";
+    std::remove(out.c_str());
+    EXPECT_EQ(run_hone_to_log({"run", "eval", "checkpoint.path=" + root_ + "/base", "dataset.type=instruct",
+                               "dataset.path=" + root_ + "/data.jsonl", "dataset.max_seq_len=64", extra},
+                              out),
+              2);
+    EXPECT_NE(read_file(out).find(message), std::string::npos) << read_file(out);
+  }
 
   std::ofstream(root_ + "/task.jsonl") << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 0})"
                                        << "\n";
@@ -976,6 +990,18 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
             2);
   EXPECT_NE(read_file(root_ + "/badstop.out").find("stop token '<|nope|>' is not a special token"), std::string::npos)
       << read_file(root_ + "/badstop.out");
+  // The model's generation_config.json names more tokens to stop at, as
+  // transformers reads it: with every id listed, a completion ends at once.
+  fs::copy(root_ + "/base/step_0000002", root_ + "/base_eos", fs::copy_options::recursive);
+  nlohmann::json all_ids = nlohmann::json::array();
+  for (int64_t id = 0; id < 50257; ++id) all_ids.push_back(id);
+  std::ofstream(root_ + "/base_eos/generation_config.json") << nlohmann::json{{"eos_token_id", all_ids}}.dump();
+  const auto from_base = [&](const std::string& name, const std::string& folder) {
+    return generate(name, {"checkpoint.path=" + root_ + folder, "checkpoint.format=hone", "template=plain",
+                           "prompt=Repeat the word tiger.", "temperature=0"});
+  };
+  EXPECT_NE(from_base("base", "/base/step_0000002"), "Repeat the word tiger.\n\n\n");
+  EXPECT_EQ(from_base("base_eos", "/base_eos"), "Repeat the word tiger.\n\n\n");
   // A prompts file without a prompt, adapters that are not there, a prompt too long: named.
   std::ofstream(root_ + "/blank_prompts.txt") << "\n  \n";
   const std::pair<std::string, std::string> refused[] = {

@@ -203,7 +203,11 @@ void load_hf_weights(const std::string& dir, Transformer& model) { load_weights(
 SpecialTokenIds hf_config_special_ids(const std::string& path) {
   const fs::path config_path = fs::path(path) / "config.json";
   if (!fs::is_regular_file(config_path)) return {};
-  const Json config = read_json_file(config_path.string());
+  return special_ids_in(read_json_file(config_path.string()));
+}
+
+SpecialTokenIds special_ids_in(const Json& config) {
+  if (!config.is_object()) return {};
   const auto id = [](const Json& v) { return v.is_number_integer() ? std::optional(v.get<int32_t>()) : std::nullopt; };
   SpecialTokenIds ids;
   ids.bos = id(config.value("bos_token_id", Json()));

@@ -90,6 +90,8 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
 // generation_config.json names them. A list of EOS ids gives its first as EOS,
 // the rest as more_eos.
 SpecialTokenIds hf_config_special_ids(const std::string& path);
+// The ids a config.json or generation_config.json object names, read the same way.
+SpecialTokenIds special_ids_in(const Json& config);
 
 // What export_hf would refuse of a model of `config` into `dir` (a folder in
 // the way, a config the family's transformers class cannot express), checked

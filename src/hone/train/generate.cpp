@@ -81,6 +81,9 @@ int run_generate(const Config& c) {
   // The end of an answer, and EOS (where transformers' generate() stops too).
   o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));
   if (const auto eos = m.tokenizer->eos_id(); eos && *eos != o.stop_tokens.front()) o.stop_tokens.push_back(*eos);
+  for (const int32_t id : m.eos_ids) {  // and the model's generation config's (transformers' too)
+    if (std::ranges::find(o.stop_tokens, id) == o.stop_tokens.end()) o.stop_tokens.push_back(id);
+  }
   for (const std::string& s : c.get<std::vector<std::string>>("stop_tokens")) {
     auto id = m.tokenizer->special_token_id(s);
     HONE_CHECK(id.has_value(), "{}: stop token '{}' is not a special token of the tokenizer",

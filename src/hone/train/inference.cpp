@@ -5,6 +5,7 @@
 #include "hone/core/parallel.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
+#include "hone/io/hf.hpp"
 #include "hone/io/json_file.hpp"
 #include "hone/io/peft.hpp"
 #include "hone/ops/ops.hpp"
@@ -13,6 +14,21 @@
 namespace hone {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// InferenceModel::eos_ids of the model at `path`.
+std::vector<int32_t> eos_ids_of(const WeightSource& weights, const std::string& path) {
+  SpecialTokenIds ids = hf_config_special_ids(path);
+  for (const std::string& file : weights.companion_files()) {
+    if (fs::path(file).filename() == "generation_config.json") ids = special_ids_in(read_json_file(file));
+  }
+  std::vector<int32_t> eos = ids.more_eos;
+  if (ids.eos) eos.insert(eos.begin(), *ids.eos);
+  return eos;
+}
+
+}  // namespace
 
 Schema inference_schema() {
   Schema s;
@@ -40,6 +56,7 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   const std::unique_ptr<WeightSource> weights = open_weights(model_path, c.get<std::string>("checkpoint.format"));
   InferenceModel out;
   out.description = weights->description();
+  out.eos_ids = eos_ids_of(*weights, model_path);
 
   std::string tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
   std::optional<LoraAdapters> adapters;

@@ -17,6 +17,10 @@ struct InferenceModel {
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Tokenizer> tokenizer;  // null when not asked for
   std::string description;  // for messages
+  // The EOS ids the model's generation_config.json names (else its
+  // config.json): where transformers' generate() stops (Llama 3 Instruct lists
+  // <|end_of_text|>, <|eom_id|> and <|eot_id|>).
+  std::vector<int32_t> eos_ids;
 };
 
 // Loads checkpoint.path (and lora.adapter: a lora_finetune checkpoint folder or
