@@ -78,6 +78,7 @@ TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {
             0)
       << log();
   EXPECT_NE(log().find("resumed from"), std::string::npos);
+  EXPECT_EQ(log().find("takes learning rate"), std::string::npos) << log();  // the same schedule: no note
 
   const auto full = losses("full"), resumed = losses("resumed");
   ASSERT_EQ(resumed.size(), 12u);  // steps 9..20
@@ -137,6 +138,25 @@ TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
     ASSERT_TRUE(folder.has_value()) << run;
     EXPECT_NO_THROW(verify_checkpoint(*folder));
   }
+}
+
+// Two runs into one output_dir at once would interleave their checkpoints and
+// metrics: the second is refused, naming the first, until the first ends.
+TEST_F(TrainingRun, ASecondRunIntoAFolderInUseIsRefused) {
+  const std::string first_log = root_ + "/first.txt";
+  Process first = start_hone({"run", "pretrain", "--config", config("busy", 100000, "logging: {tensorboard: false}\n")},
+                             first_log);
+  ASSERT_TRUE(wait_for_log_line(first_log, "step 1/")) << "no step within 120 s";
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("busy", 3), "resume=latest"}), 2) << log();
+  EXPECT_NE(log().find("output_dir " + root_ + "/busy is in use by another run (process " + std::to_string(first.pid) +
+                       " on "),
+            std::string::npos)
+      << log();
+  EXPECT_TRUE(fs::exists(root_ + "/busy/metrics.jsonl"));  // the refused run leaves the first's folder as it was
+  ::kill(first.pid, SIGTERM);
+  EXPECT_EQ(wait_for(first), 0) << read_file(first_log);
+  // Once it ended, the folder is free: this run resumes it (with nothing left to train).
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("busy", 1), "resume=latest"}), 0) << log();
 }
 
 TEST_F(TrainingRun, NonFiniteLossesAreSkippedThenStopTheRun) {
@@ -364,6 +384,11 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   const nlohmann::json state = nlohmann::json::parse(read_file(root_ + "/r/step_0000008/trainer_state.json"));
   EXPECT_EQ(state["config"]["optimizer"]["lr"], 1e-3);
   EXPECT_EQ(state["config"]["max_steps"], 8);
+  // Its schedule changed (lr 3e-3 -> 1e-3, 6 -> 8 steps): the learning rate it goes on at is noted.
+  EXPECT_NE(log().find("note: step 7 takes learning rate "), std::string::npos) << log();
+  EXPECT_NE(log().find("the schedule now spans 8 steps (the budget, the batch, optimizer.lr or lr_scheduler changed)"),
+            std::string::npos)
+      << log();
   const auto hours = run_metric(root_ + "/r", "time/train");  // the training time of the runs it resumes too
   EXPECT_GT(hours.at(7), hours.at(6));
   // `latest` lost: a fresh run is still refused, and a resumed one goes on from the last step folder.

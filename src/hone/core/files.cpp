@@ -1,5 +1,10 @@
 #include "hone/core/files.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -45,6 +50,33 @@ void NewFolders::create(std::string_view what, const std::string& path) {
   }
   create_folders(what, path);
   if (owner_ && !outermost.empty()) made_.push_back(outermost.string());
+}
+
+FolderLock::FolderLock(std::string_view what, const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".hone.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  HONE_CHECK(fd_ >= 0, "{} {}: cannot create {}: {}", what, dir, path, std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    if (error != EWOULDBLOCK) return;  // a file system without locks: run unlocked
+    std::string holder(256, '\0');
+    const ssize_t n = ::pread(fd_, holder.data(), holder.size(), 0);
+    holder.resize(size_t(std::max<ssize_t>(n, 0)));
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    fail("{} {} is in use by another run ({}): wait for it to end, or give another {}", what, dir,
+         holder.empty() ? "a process holds " + path : holder, what);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string holder = fmt::format("process {} on {}\n", ::getpid(), host);
+  // Who holds it, for a second run's message only.
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, holder.data(), holder.size(), 0);
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
 }  // namespace hone

@@ -36,4 +36,21 @@ class NewFolders {
   std::vector<std::string> made_;
 };
 
+// An exclusive lock on a folder a run writes into (flock of DIR/.hone.lock),
+// held while the object lives: a second run into the same folder is refused,
+// naming the process that holds it, instead of interleaving the two runs'
+// files. The lock ends with the process, however it ends. Where the file
+// system cannot lock (some network file systems), no lock is held.
+class FolderLock {
+ public:
+  // `what` names the folder in the error: "output_dir".
+  FolderLock(std::string_view what, const std::string& dir);
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  ~FolderLock();
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace hone

@@ -192,6 +192,7 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
                                                              {"samples_seen", state.samples_seen},
                                                              {"nonfinite_steps", state.nonfinite_steps},
                                                              {"train_seconds", state.train_seconds},
+                                                             {"next_lr", state.next_lr ? Json(*state.next_lr) : Json()},
                                                              {"optimizer_steps", optimizer_steps},
                                                              {"data", state.data_state},
                                                              {"config", state.config}});
@@ -428,6 +429,7 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   state.samples_seen = j.at("samples_seen").get<int64_t>();
   state.nonfinite_steps = j.value("nonfinite_steps", int64_t(0));
   state.train_seconds = j.value("train_seconds", 0.0);  // 0 in checkpoints from before it was kept
+  if (const Json next_lr = j.value("next_lr", Json()); next_lr.is_number()) state.next_lr = next_lr.get<double>();
   state.data_state = j.at("data");
   state.config = j.at("config");
   optimizer.set_steps_taken(j.at("optimizer_steps").get<int64_t>());

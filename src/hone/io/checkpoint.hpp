@@ -35,6 +35,7 @@ struct TrainerState {
   int64_t samples_seen = 0;  // sequences trained on
   int64_t nonfinite_steps = 0;
   double train_seconds = 0;          // time in training steps, over the run and the runs it resumes
+  std::optional<double> next_lr;     // the learning rate the next step takes by the run's schedule (older checkpoints: none)
   Json data_state = Json::object();  // the data loader's position
   Json config = Json::object();      // the resolved run config
 };

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "hone/core/files.hpp"
 #include "hone/core/parallel.hpp"
@@ -133,6 +134,15 @@ int run_training(const Config& c, TrainingJob job) {
   // or the data) leaves no folder behind: the error is on stderr.
   NewFolders new_folders(world.is_main());
   new_folders.create("output_dir", run.output_dir);
+  std::optional<FolderLock> output_dir_lock;  // the main rank's, for the whole run
+  if (world.is_main()) {
+    try {
+      output_dir_lock.emplace("output_dir", run.output_dir);
+    } catch (const Error&) {
+      new_folders.keep();  // the folder is the other run's now
+      throw;
+    }
+  }
   RunConsole console(run.output_dir, world.is_main());
   Transformer& model = *job.model;
   data::BatchSource& train = *job.train;
@@ -171,6 +181,14 @@ int run_training(const Config& c, TrainingJob job) {
   }
   const int64_t total_steps = total_steps_of(c, train.samples_per_epoch(), global_batch, seq_len, state);
   const LrSchedule schedule = lr_schedule_from(c, total_steps);
+  // A resumed run whose budget, batch or schedule changed goes on at another
+  // learning rate than the one it stopped at (a longer max_steps stretches the decay).
+  if (state.next_lr && std::abs(schedule.at(state.step) - *state.next_lr) > 1e-6 * std::abs(*state.next_lr) + 1e-12) {
+    console.line(fmt::format("note: step {} takes learning rate {:.4g}, where the schedule of the run it resumes gave "
+                             "{:.4g}: the schedule now spans {} steps (the budget, the batch, optimizer.lr or "
+                             "lr_scheduler changed)",
+                             state.step + 1, schedule.at(state.step), *state.next_lr, total_steps));
+  }
   std::vector<std::string> companion_files = job.companion_files;
   if (job.chat_template) {
     const std::string path = (fs::path(run.output_dir) / "chat_template.jinja").string();
@@ -239,6 +257,7 @@ int run_training(const Config& c, TrainingJob job) {
   // runs, and how long it took (which helps choose checkpoint.every_n_steps).
   auto save = [&] {
     state.data_state = train.state();
+    state.next_lr = schedule.at(state.step);
     console.transient(fmt::format("step {}: saving a checkpoint ...", state.step));
     const auto started = std::chrono::steady_clock::now();
     const std::string folder =
