@@ -73,6 +73,11 @@ TEST_F(InstructTest, AlpacaMasksThePromptAndEndsWithEos) {
   // train_on_input: every token is a label.
   const auto all = data::load_instruct_dataset(path, *gpt2_, {.format = InstructTemplate::alpaca, .train_on_input = true});
   EXPECT_EQ(all.samples[0].labels, all.samples[0].tokens);
+  // A field's text is no template: its braces stay as written (Python's str.format, torchtune's).
+  EXPECT_EQ(data::format_prompt({{"instruction", "Fill in {input}."}, {"input", "Dear {instruction}, {name}"}}, {}),
+            "Below is an instruction that describes a task, paired with an input that provides further context. "
+            "Write a response that appropriately completes the request.\n\n### Instruction:\nFill in {input}.\n\n"
+            "### Input:\nDear {instruction}, {name}\n\n### Response:\n");
 }
 
 TEST_F(InstructTest, SummarizeWithAColumnMap) {
@@ -133,6 +138,15 @@ TEST_F(InstructTest, ShareGptConversationsReadLikeMessages) {
   mapped.column_map["messages"] = "turns";
   EXPECT_EQ(sample_of("turns.jsonl", R"({"turns": )" + sharegpt_turns + "}", mapped).tokens, openai.tokens);
 
+  // OpenAI's content parts: their texts, in order.
+  const TokenizedSample parts = sample_of("parts.jsonl",
+                                          R"({"messages": [{"role": "system", "content": [{"type": "text", "text": "Be "}, )"
+                                          R"({"type": "text", "text": "brief."}]}, {"role": "user", "content": "Hi"}, )"
+                                          R"({"role": "assistant", "content": [{"type": "text", "text": "Hello!"}]}]})",
+                                          chat);
+  EXPECT_EQ(parts.tokens, openai.tokens);
+  EXPECT_EQ(parts.labels, openai.labels);
+
   // Each bad record's error names the file, line, message and field.
   const auto expect_error = [&](const std::string& line, const std::string& message, const InstructOptions& o) {
     const std::string path = file("bad.jsonl", line + "\n");
@@ -146,6 +160,9 @@ TEST_F(InstructTest, ShareGptConversationsReadLikeMessages) {
   expect_error(R"({"messages": [{"role": "user", "content": 3}]})", "message 0 of 'messages' has no string 'content'",
                chat);
   expect_error(R"({"dialogue": "Hi"})", "no 'messages' list of messages (nor a ShareGPT 'conversations' list)", chat);
+  expect_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+               "message 0 of 'messages': a content part that is not {\"type\": \"text\", \"text\": ...} (hone trains "
+               "on text): {\"image_url\"", chat);
   expect_error(R"({"conversations": []})", "no 'turns' list of messages", mapped);
 }
 
@@ -404,6 +421,8 @@ TEST_F(InstructTest, ChatTemplatesRenderWhatTrainingFormats) {
     ASSERT_TRUE(jinja);
     const std::optional<std::string> text = render(*jinja, conversation, false);
     ASSERT_TRUE(text) << "/usr/bin/python3 has no jinja2: scripts/install-deps.sh installs python3-jinja2";
+    // A system prompt replaces the record's system message, as torchtune's new_system_prompt does.
+    EXPECT_EQ(text->find("Answer briefly.") == std::string::npos, !system_prompt.empty()) << *text;
     const std::string records = file("chat.jsonl", Json{{"messages", conversation}}.dump() + "\n");
     EXPECT_EQ(tokenizer->encode(*text, SpecialTokens::recognize),
               data::load_instruct_dataset(records, *tokenizer, o).samples.at(0).tokens)
@@ -480,6 +499,21 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
   EXPECT_NE(error("missing.jsonl", "{\"instruction\": \"x\"}\n").find("missing.jsonl:1: no 'output' column"),
             std::string::npos);
   EXPECT_NE(error("x.csv", "a,b\n").find("instruct datasets are .jsonl or .json"), std::string::npos);
+  // Where a syntax error is: the line and column of an array, the column of a JSON line.
+  EXPECT_EQ(error("array.json", "[\n  {\"instruction\": \"x\", \"output\": \"y\"},\n  {\"instruction\": x}\n]\n"),
+            file("array.json", "") + ": not valid JSON: parse error at line 3, column 19: syntax error while parsing "
+                                     "value - invalid literal; last read: '\"instruction\": x'");
+  EXPECT_NE(error("bad.jsonl", "{\"instruction\": \"x\", \"output\": \"y\"}\n{broken\n")
+                .find("bad.jsonl:2: not valid JSON: parse error at column 2: "),
+            std::string::npos);
+  // JSON Lines named .json (Hugging Face datasets' to_json()) read as JSON Lines; one object is neither.
+  const std::string lines = "{\"instruction\": \"x\", \"output\": \"y\"}\n{\"instruction\": \"z\", \"output\": \"w\"}\n";
+  EXPECT_EQ(data::load_instruct_dataset(file("lines.json", lines), *gpt2_, {}).samples.size(), 2u);
+  EXPECT_EQ(data::load_instruct_dataset(file("lines.json", lines), *gpt2_, {}).samples[1].tokens,
+            data::load_instruct_dataset(file("lines.jsonl", lines), *gpt2_, {}).samples[1].tokens);
+  EXPECT_NE(error("one.json", "{\n  \"instruction\": \"x\",\n  \"output\": \"y\"\n}\n")
+                .find("one.json: one JSON object across lines: expected an array of records, or JSON Lines"),
+            std::string::npos);
 }
 
 // DPO's pairs: conversations (the prompt's turns in both) or a prompt string

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <sstream>
 
 #include "hone/core/error.hpp"
 #include "hone/core/rng.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/formats/inputs.hpp"
 #include "hone/data/formats/mds.hpp"
 #include "hone/data/formats/parquet.hpp"
@@ -27,14 +29,24 @@ constexpr const char* kAlpacaNoInput =
     "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n";
 constexpr const char* kSummarize = "Summarize this dialogue:\n{dialogue}\n---\nSummary:\n";
 
-std::string fill(std::string text, const std::map<std::string, std::string>& fields) {
-  for (const auto& [name, value] : fields) {
-    const std::string slot = "{" + name + "}";
-    for (size_t at = text.find(slot); at != std::string::npos; at = text.find(slot, at + value.size())) {
-      text.replace(at, slot.size(), value);
+std::string fill(std::string_view text, const std::map<std::string, std::string>& fields) {
+  std::string out;
+  size_t at = 0;
+  for (size_t open = text.find('{'); open != std::string_view::npos; open = text.find('{', at)) {
+    const size_t close = text.find('}', open);
+    if (close == std::string_view::npos) break;
+    const auto field = fields.find(std::string(text.substr(open + 1, close - open - 1)));
+    out.append(text.substr(at, open - at));
+    if (field == fields.end()) {
+      out += '{';
+      at = open + 1;
+    } else {
+      out += field->second;
+      at = close + 1;
     }
   }
-  return text;
+  out.append(text.substr(at));
+  return out;
 }
 
 // One piece of a sample: text (or a single special token id) and whether the loss applies to it.
@@ -198,23 +210,52 @@ std::vector<Record> read_file_records(const std::string& path) {
   for (const char* suffix : {".gz", ".zst", ".zstd"}) {
     if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
   }
+  HONE_CHECK(base.ends_with(".json") || base.ends_with(".jsonl") || base.ends_with(".ndjson"),
+             "{}: instruct datasets are .jsonl or .json files (optionally .gz or .zst), .parquet files or MDS folders",
+             path);
   InputStream in(path);
   std::vector<Record> records;
-  if (base.ends_with(".json")) {
-    const Json all = Json::parse(in.read_all(), nullptr, false);
-    HONE_CHECK(!all.is_discarded() && all.is_array(), "{}: expected a JSON array of records", path);
-    for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
-  } else {
-    HONE_CHECK(base.ends_with(".jsonl") || base.ends_with(".ndjson"),
-               "{}: instruct datasets are .jsonl or .json files (optionally .gz or .zst), .parquet files or MDS folders",
-               path);
-    std::string line;
-    for (uint64_t n = 1; in.read_line(line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      Json j = Json::parse(line, nullptr, false);
-      HONE_CHECK(!j.is_discarded(), "{}:{}: not valid JSON", path, n);
-      records.push_back({fmt::format("{}:{}", path, n), std::move(j)});
+  // nlohmann's account of a syntax error, without its exception tag: "parse error at line 3, column 5: ...".
+  const auto reason = [](const Json::parse_error& e, bool one_line) {
+    std::string m = e.what();
+    if (const size_t tag = m.find("] "); tag != std::string::npos) m.erase(0, tag + 2);
+    if (one_line) replace_all(m, "at line 1, column", "at column");
+    return m;
+  };
+  const auto add_line = [&](const std::string& line, uint64_t n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+    try {
+      records.push_back({fmt::format("{}:{}", path, n), Json::parse(line)});
+    } catch (const Json::parse_error& e) {
+      fail("{}:{}: not valid JSON: {}", path, n, reason(e, true));
     }
+  };
+  if (base.ends_with(".json")) {
+    // A JSON array of records, or JSON Lines under a .json name (what Hugging
+    // Face datasets' to_json() writes, and load_dataset("json") reads either).
+    const std::string text = in.read_all();
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && text[first] == '[') {
+      Json all;
+      try {
+        all = Json::parse(text);
+      } catch (const Json::parse_error& e) {
+        fail("{}: not valid JSON: {}", path, reason(e, false));
+      }
+      for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
+    } else {
+      // One object written across lines is neither.
+      const Json whole = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+      HONE_CHECK(whole.is_discarded() || python_strip(text).find('\n') == std::string_view::npos,
+                 "{}: one JSON {} across lines: expected an array of records, or JSON Lines (a record a line)", path,
+                 whole.type_name());
+      std::istringstream lines(text);
+      std::string line;
+      for (uint64_t n = 1; std::getline(lines, line); ++n) add_line(line, n);
+    }
+  } else {
+    std::string line;
+    for (uint64_t n = 1; in.read_line(line); ++n) add_line(line, n);
   }
   for (const Record& r : records) HONE_CHECK(r.value.is_object(), "{}: expected a JSON object", r.where);
   return records;
@@ -315,7 +356,22 @@ std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) 
     const std::string role = !sharegpt ? given : given == "human" ? "user" : given == "gpt" ? "assistant" : given;
     HONE_CHECK(role == "system" || role == "user" || role == "assistant", "{}: message {} of '{}': {} '{}' is not {}",
                r.where, i, column, role_key, given, sharegpt ? "system, human or gpt" : "system, user or assistant");
-    messages.push_back({role, string_field(m, i, sharegpt ? "value" : "content")});
+    const char* content_key = sharegpt ? "value" : "content";
+    if (!sharegpt && m.contains("content") && m["content"].is_array()) {
+      // OpenAI's content parts: the text parts' texts, in order.
+      std::string text;
+      for (const Json& part : m["content"]) {
+        HONE_CHECK(part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+                       part["text"].is_string(),
+                   "{}: message {} of '{}': a content part that is not {{\"type\": \"text\", \"text\": ...}} "
+                   "(hone trains on text): {}",
+                   r.where, i, column, part.dump().substr(0, 80));
+        text += part["text"].get<std::string>();
+      }
+      messages.push_back({role, std::move(text)});
+      continue;
+    }
+    messages.push_back({role, string_field(m, i, content_key)});
   }
   return messages;
 }
@@ -324,7 +380,10 @@ std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) 
 // assistant's header follows, for the model to answer after it.
 std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenizer& t, const InstructOptions& o,
                                const std::string& where, bool generation_prompt) {
-  if (!o.system_prompt.empty()) messages.insert(messages.begin(), {"system", o.system_prompt});
+  if (!o.system_prompt.empty()) {  // in place of the record's own, as torchtune's new_system_prompt
+    std::erase_if(messages, [](const ChatMessage& m) { return m.role == "system"; });
+    messages.insert(messages.begin(), {"system", o.system_prompt});
+  }
   size_t last_reply = messages.size();
   for (size_t i = 0; i < messages.size(); ++i)
     if (messages[i].role == "assistant") last_reply = i;
@@ -509,7 +568,8 @@ std::optional<std::string> chat_template(const Tokenizer& t, const InstructOptio
   const auto literal = [](const std::string& text) { return Json(text).dump(); };
   std::string jinja;
   if (!o.system_prompt.empty()) {
-    jinja += "{%- set messages = [{'role': 'system', 'content': " + literal(o.system_prompt) + "}] + messages %}";
+    jinja += "{%- set messages = [{'role': 'system', 'content': " + literal(o.system_prompt) +
+             "}] + messages | rejectattr('role', 'equalto', 'system') | list %}";
   }
   switch (o.chat_format) {
     case ChatFormat::llama3:
