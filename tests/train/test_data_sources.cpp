@@ -1,5 +1,6 @@
 // The documents a pretraining config names: blends, held-out validation
-// documents, and validation data of its own (dataset.validation_path).
+// documents, and validation data of its own (dataset.validation_path); the
+// instruct dataset keys as options.
 #include <unistd.h>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 
 #include "hone/data/formats/megatron.hpp"
 #include "hone/train/data_sources.hpp"
+#include "hone/train/run_config.hpp"
 #include "support/check.hpp"
 #include "support/mds_fixture.hpp"
 
@@ -137,6 +139,30 @@ TEST_F(PretrainingData, MdsShardsOfLlmFoundry) {
                 .find(text + "/: holds text (a 'text' column), not token ids: tokenize it once with `hone preprocess "
                              "--input " + text + " --output-prefix " + text + "_tokens --format mds"),
             std::string::npos);
+}
+
+// dataset.column_map names fields a template reads (ShareGPT's `conversations`
+// too, as torchtune's column_map names it); dataset.system_prompt is a chat's.
+TEST(InstructOptions, ColumnMapFieldsAndTheSystemPromptAreChecked) {
+  Schema schema = instruct_dataset_schema();
+  schema.add(mds_tokens_schema());
+  const auto options = [&](const std::string& yaml) {
+    return instruct_options_from(schema.resolve(Config::from_yaml(yaml, "run.yaml")), 64);
+  };
+  EXPECT_EQ(options("dataset: {template: chat, column_map: {conversations: chats}}\n").column_map.at("messages"),
+            "chats");
+  EXPECT_EQ(options("dataset: {column_map: {instruction: task}}\n").column_map.at("instruction"), "task");
+  EXPECT_EQ(error_of([&] { options("dataset: {column_map: {instrution: task}}\n"); }),
+            "run.yaml: dataset.column_map.instrution: no template reads a field 'instrution' (did you mean "
+            "'instruction'?); the fields: instruction, input, output, dialogue, messages, prompt, chosen, rejected, "
+            "conversations");
+  EXPECT_NE(error_of([&] { options("dataset: {template: chat, column_map: {messages: a, conversations: b}}\n"); })
+                .find("has both messages and conversations"),
+            std::string::npos);
+  EXPECT_EQ(options("dataset: {template: chat, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
+  EXPECT_EQ(error_of([&] { options("dataset: {system_prompt: Be kind.}\n"); }),
+            "run.yaml: dataset.system_prompt is a chat's system message: the alpaca template has none (give "
+            "dataset.template: chat)");
 }
 
 }  // namespace

@@ -1007,7 +1007,8 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   const std::pair<std::string, std::string> refused[] = {
       {"prompts_file=" + root_ + "/blank_prompts.txt", "prompts_file " + root_ + "/blank_prompts.txt: no prompts in it"},
       {"max_new_tokens=128", "prompt 0 (1 token: \"x\") plus max_new_tokens 128 exceeds the model's max_seq_len 128"},
-      {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "}};
+      {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "},
+      {"system_prompt=Be kind.", "system_prompt is a chat's system message: the plain template has none"}};
   for (const auto& [arg, message] : refused) {
     EXPECT_EQ(
         run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", arg}, root_ + "/refused.out"),

@@ -1,5 +1,8 @@
 #include "hone/train/data_sources.hpp"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <sstream>
 
 #include "hone/core/error.hpp"
@@ -124,10 +127,23 @@ data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len
   o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
   o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
   if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
+    // The fields the templates, chats and preference pairs read; torchtune's
+    // ShareGPT column_map names the conversation `conversations`.
+    const std::vector<std::string> fields = {"instruction", "input",  "output",   "dialogue", "messages",
+                                             "prompt",      "chosen", "rejected", "conversations"};
+    const std::string& origin = c.origin_of("dataset.column_map");
     for (auto it = map->begin(); it != map->end(); ++it) {
-      HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column",
-                 c.origin_of("dataset.column_map"), it.key());
-      o.column_map[it.key()] = it.value().get<std::string>();
+      HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column", origin, it.key());
+      if (std::ranges::find(fields, it.key()) == fields.end()) {
+        const std::string suggestion = closest_match(it.key(), fields);
+        fail("{}: dataset.column_map.{}: no template reads a field '{}'{}; the fields: {}", origin, it.key(),
+             it.key(), suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion),
+             fmt::join(fields, ", "));
+      }
+      const std::string field = it.key() == "conversations" ? "messages" : it.key();
+      HONE_CHECK(!o.column_map.contains(field), "{}: dataset.column_map has both messages and conversations, which "
+                 "name the same field", origin);
+      o.column_map[field] = it.value().get<std::string>();
     }
   }
   o.train_on_input = c.get<bool>("dataset.train_on_input");
@@ -135,6 +151,10 @@ data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len
   o.token_encoding_type = c.get<std::string>("dataset.token_encoding_type");
   o.max_seq_len = max_seq_len;
   o.system_prompt = c.get<std::string>("dataset.system_prompt");
+  HONE_CHECK(o.system_prompt.empty() || o.format == data::InstructTemplate::chat,
+             "{}: dataset.system_prompt is a chat's system message: the {} template has none (give "
+             "dataset.template: chat)",
+             c.origin_of("dataset.system_prompt"), c.get<std::string>("dataset.template"));
   return o;
 }
 

@@ -46,6 +46,9 @@ Schema generate_schema() {
 
 std::vector<std::string> check_generate_config(const Config& c) {
   HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin());
+  HONE_CHECK(c.get<std::string>("system_prompt").empty() || c.get<std::string>("template") == "chat",
+             "{}: system_prompt is a chat's system message: the {} template has none (give template=chat)",
+             c.origin_of("system_prompt"), c.get<std::string>("template"));
   return {};
 }
 
