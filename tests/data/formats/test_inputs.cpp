@@ -68,7 +68,19 @@ TEST_F(InputsTest, JsonlErrorsNameFileLineAndKey) {
   check("[\"text\"]", {p + ":2: expected a JSON object, found array"});
   check("{\"text\": \"a\"} trailing", {p + ":2: invalid JSON"});
   check("{\"text\": \"\xff\"}", {p + ":2: invalid JSON"});  // not UTF-8
-  check("{\"text\": \"a\", \"score\": 2e999}", {p + ":2: invalid JSON: number overflow parsing '2e999'"});
+  check("{\"text\": NaN}", {p + ":2: key 'text' is null, expected a string"});
+  check("{\"text\": \"a\", \"n\": NaNa}", {p + ":2: invalid JSON at column"});
+}
+
+// What Python's json.dumps writes beyond JSON (NaN, Infinity, numbers past a
+// double) reads, as Megatron's json.loads reads it, in keys not tokenized.
+TEST_F(InputsTest, JsonlLinesWithPythonsNumbersRead) {
+  write_text(path("py.jsonl"), "{\"text\": \"a NaN, 1e999\", \"score\": NaN, \"xs\": [Infinity, -Infinity, 2e999, -3.5e+2]}\n"
+                               "{\"n\": 1e999, \"text\": \"b \\\" NaN\"}\n");
+  const auto docs = read_all({path("py.jsonl")}, {"text"});
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].fields, (std::vector<std::string>{"a NaN, 1e999"}));
+  EXPECT_EQ(docs[1].fields, (std::vector<std::string>{"b \" NaN"}));
 }
 
 TEST_F(InputsTest, GzipAndZstdDecompressTransparentlyAcrossChunks) {
@@ -126,6 +138,10 @@ TEST_F(InputsTest, TextFilesAndFoldersAreOneDocumentPerFileInPathOrder) {
   write_text(path("corpus/.hidden"), "no");
   write_text(path("corpus/.git/config"), "no");
   write_text(path("corpus/sub/d.jsonl"), "{\"text\": \"dee\"}\n{\"text\": \"ee\"}\n");
+  write_text(path("corpus/sub/wiki_00"), "\n  {\"text\": \"eff\"}\n");  // no extension: JSON Lines by its content
+  write_text(path("corpus/README.md"), "# a corpus");  // neither a data name nor without extension: left out
+  write_bytes(path("corpus/tok_text_document.idx"), {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0});
+  write_text(path("corpus/sub/{brace}.txt"), "{ a text }");  // named as text: text
   write_text(path("single.md"), "solo");
   const auto docs = read_all({path("corpus"), path("single.md")}, {"text"});
   std::vector<std::string> origins, texts;
@@ -135,8 +151,15 @@ TEST_F(InputsTest, TextFilesAndFoldersAreOneDocumentPerFileInPathOrder) {
   }
   EXPECT_EQ(origins, (std::vector<std::string>{path("corpus/a.txt"), path("corpus/b.txt"), path("corpus/sub/c.txt.gz"),
                                                path("corpus/sub/d.jsonl") + ":1", path("corpus/sub/d.jsonl") + ":2",
+                                               path("corpus/sub/wiki_00") + ":2", path("corpus/sub/{brace}.txt"),
                                                path("single.md")}));
-  EXPECT_EQ(texts, (std::vector<std::string>{"ay\r\nline two\n", "bee", "sea", "dee", "ee", "solo"}));
+  EXPECT_EQ(texts, (std::vector<std::string>{"ay\r\nline two\n", "bee", "sea", "dee", "ee", "eff", "{ a text }", "solo"}));
+  // Given by name, any file is read by its content: JSON Lines (Megatron's .loose_json), or text but not binary.
+  write_text(path("data.loose_json"), "{\"text\": \"loose\"}\n");
+  EXPECT_EQ(read_all({path("data.loose_json")}, {"text"}).at(0).fields.at(0), "loose");
+  write_bytes(path("data.bz2"), {'B', 'Z', 'h', '9', '1', 'A', 'Y', '&', 'S', 'Y', 0, 1});
+  expect_error([&] { read_all({path("data.bz2")}, {"text"}); },
+               {path("data.bz2") + ": byte 10 is NUL: not a text file (binary data, or compressed other than .gz"});
   expect_error([&] { read_all({path("single.md")}, {"text", "title"}); }, {path("single.md"), "one field", "2 JSON keys"});
   expect_error([&] { read_all({path("missing")}, {"text"}); }, {path("missing"), "no such file or folder"});
 }

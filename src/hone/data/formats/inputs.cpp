@@ -5,7 +5,10 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -163,22 +166,58 @@ std::string InputStream::read_all() {
   return text;
 }
 
+namespace {
+
+// The line with what Python's json module reads beyond JSON (NaN, Infinity,
+// -Infinity, and numbers too large for a double, which it reads as inf) written
+// as null: Megatron reads lines json.dumps wrote with them. A key to tokenize is
+// a string anyway.
+std::string with_python_numbers_as_null(std::string_view line) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < line.size();) {
+    const char c = line[i];
+    if (in_string || c == '"') {
+      out += line[i++];
+      if (in_string && c == '\\' && i < line.size()) out += line[i++];
+      else in_string = in_string ? c != '"' : true;
+      continue;
+    }
+    if (c != '-' && c != 'N' && c != 'I' && !std::isdigit(static_cast<unsigned char>(c))) {
+      out += line[i++];
+      continue;
+    }
+    size_t end = i + 1;
+    const auto in_number = [](char x) { return std::isalnum(static_cast<unsigned char>(x)) || x == '.' || x == '+' || x == '-'; };
+    while (end < line.size() && in_number(line[end])) ++end;
+    const std::string token(line.substr(i, end - i));
+    out += std::isinf(std::strtod(token.c_str(), nullptr)) || token == "NaN" ? std::string("null") : token;
+    i = end;
+  }
+  return out;
+}
+
+}  // namespace
+
 void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, std::string_view where,
                       std::vector<std::string>& values) {
   nlohmann::json object;
   try {
     object = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column N: ".
-    std::string_view what = e.what();
-    const size_t colon = what.find(": ");
-    fail("{}: invalid JSON at column {}: {}", where, e.byte,
-         colon == std::string_view::npos ? what : what.substr(colon + 2));
   } catch (const nlohmann::json::exception& e) {
-    // e.g. "[json.exception.out_of_range.406] number overflow parsing '1e999'"
-    std::string_view what = e.what();
-    const size_t bracket = what.find("] ");
-    fail("{}: invalid JSON: {}", where, bracket == std::string_view::npos ? what : what.substr(bracket + 2));
+    object = nlohmann::json::parse(with_python_numbers_as_null(line), nullptr, /*allow_exceptions=*/false);
+    if (object.is_discarded()) {
+      // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column N: ",
+      // or e.g. "[json.exception.out_of_range.406] number overflow parsing '1e999'".
+      std::string_view what = e.what();
+      if (const auto* syntax = dynamic_cast<const nlohmann::json::parse_error*>(&e)) {
+        const size_t colon = what.find(": ");
+        fail("{}: invalid JSON at column {}: {}", where, syntax->byte,
+             colon == std::string_view::npos ? what : what.substr(colon + 2));
+      }
+      const size_t bracket = what.find("] ");
+      fail("{}: invalid JSON: {}", where, bracket == std::string_view::npos ? what : what.substr(bracket + 2));
+    }
   }
   HONE_CHECK(object.is_object(), "{}: expected a JSON object, found {}", where, object.type_name());
   values.clear();
@@ -201,10 +240,42 @@ void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, 
   }
 }
 
-bool is_jsonl_name(std::string name) {
+namespace {
+
+std::string without_compression_suffix(std::string name) {
   for (const char* suffix : {".gz", ".zst", ".zstd"})
     if (name.ends_with(suffix)) name.resize(name.size() - std::strlen(suffix));
+  return name;
+}
+
+// What a folder's walk takes: files of records or text, and names without an
+// extension, read by their content.
+bool is_data_name(const std::string& name) {
+  return is_jsonl_name(name) || is_text_name(name) || is_parquet_name(name) ||
+         without_compression_suffix(name).find('.') == std::string::npos;
+}
+
+// Whether the first character of `path` (decompressed) that is not white space opens a JSON object.
+bool starts_like_jsonl(const std::string& path) {
+  InputStream in(path);
+  std::string line;
+  while (in.read_line(line)) {
+    const size_t first = line.find_first_not_of(" \t\r\f\v");
+    if (first != std::string::npos) return line[first] == '{';
+  }
+  return false;
+}
+
+}  // namespace
+
+bool is_jsonl_name(std::string name) {
+  name = without_compression_suffix(std::move(name));
   return name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".ndjson");
+}
+
+bool is_text_name(std::string name) {
+  name = without_compression_suffix(std::move(name));
+  return name.ends_with(".txt") || name.ends_with(".text");
 }
 
 std::vector<std::string> expand_patterns(const std::vector<std::string>& inputs) {
@@ -336,7 +407,7 @@ DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<
                    it->path().string(), input);
         const bool regular = it->is_regular_file(entry);
         HONE_CHECK(!entry, "{}: cannot read: {}", it->path().string(), entry.message());  // e.g. a dangling link
-        if (regular) found.push_back(it->path().string());
+        if (regular && is_data_name(it->path().filename().string())) found.push_back(it->path().string());
       }
       HONE_CHECK(!ec, "{}: cannot list: {}", input, ec.message());
       std::sort(found.begin(), found.end());
@@ -380,7 +451,8 @@ bool DocumentReader::next_unparsed(TextDocument& document, std::string& line, bo
       records_ = open_record_text(path, keys_);
       continue;
     }
-    if (is_jsonl_name(std::filesystem::path(path).filename().string())) {
+    const std::string name = std::filesystem::path(path).filename().string();
+    if (is_jsonl_name(name) || (!is_text_name(name) && starts_like_jsonl(path))) {
       jsonl_ = std::make_unique<InputStream>(path);
       line_ = 0;
       continue;
@@ -390,6 +462,11 @@ bool DocumentReader::next_unparsed(TextDocument& document, std::string& line, bo
     InputStream in(path);
     document.origin = path;
     document.fields.assign(1, in.read_all());
+    const size_t nul = document.fields[0].find('\0');
+    HONE_CHECK(nul == std::string::npos,
+               "{}: byte {} is NUL: not a text file (binary data, or compressed other than .gz and .zst, which hone "
+               "reads)",
+               path, nul);
     return true;
   }
 }

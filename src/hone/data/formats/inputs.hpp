@@ -56,6 +56,8 @@ struct TextDocument {
 // Whether a file name, less a .gz/.zst/.zstd suffix, ends in .jsonl, .json or
 // .ndjson: a file of JSON records.
 bool is_jsonl_name(std::string name);
+// Whether a file name, less a .gz/.zst/.zstd suffix, ends in .txt or .text.
+bool is_text_name(std::string name);
 
 // Each input as it is, or, where it names nothing that exists and has glob
 // characters (* ? [), the paths matching it in name order (Megatron's
@@ -82,10 +84,15 @@ class RecordTextReader {
 std::unique_ptr<RecordTextReader> open_record_text(const std::string& path, const std::vector<std::string>& keys);
 
 // Documents from files and folders, in order: the inputs as given, each folder's
-// files (hidden ones skipped) sorted by path. A file is JSONL when its name, less
-// a .gz/.zst/.zstd suffix, ends in .jsonl, .json or .ndjson; any other file is
-// one plain text document, which needs exactly one key. Blank JSONL lines are
-// skipped. Parquet files, and a folder given as an input that holds MDS shards
+// data files sorted by path (JSONL, text and Parquet names, and names without
+// an extension: wiki_00, part-00000; hidden files and others, a README.md or a
+// .bin/.idx, left out). A file is JSONL when its name, less a .gz/.zst/.zstd
+// suffix, ends in .jsonl, .json or .ndjson, or when it is not named as text
+// (.txt, .text) and its first character that is not white space opens a JSON
+// object (Megatron's .loose_json, WikiExtractor's wiki_00): as Megatron reads
+// every input. Any other file is one plain text document, which needs exactly
+// one key, and a NUL byte in it is an error (a binary or a compressed file hone
+// does not read). Blank JSONL lines are skipped. Parquet files, and a folder given as an input that holds MDS shards
 // (it stays one entry of files()), are read by open_record_text; MDS shards
 // inside a folder given as input are an error, since their files are not text.
 class DocumentReader {
