@@ -50,7 +50,7 @@ Command add_preprocess(CLI::App& app) {
     bool split_sentences = false, keep_newlines = false, append_eod = false, keep_sequential = false;
     unsigned workers = std::max(1u, std::thread::hardware_concurrency());
     unsigned partitions = 1;
-    uint64_t log_interval = 1000;
+    uint64_t log_interval = 100;  // Megatron's
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -99,7 +99,10 @@ Command add_preprocess(CLI::App& app) {
   sub->add_option("--partitions", a->partitions, "Accepted for Megatron scripts; hone writes one output, in order")
       ->check(CLI::Range(1u, 4096u));
   sub->add_flag("--keep-sequential-samples", a->keep_sequential, "Accepted for Megatron scripts; order is always kept");
-  sub->add_option("--log-interval", a->log_interval, "Accepted for Megatron scripts; progress redraws on a terminal");
+  sub->add_option("--log-interval", a->log_interval,
+                  "Off a terminal, a progress line every N documents, as Megatron prints (on one, a line redrawn in "
+                  "place; 0: none)")
+      ->capture_default_str();
   sub->add_option("--lang", a->lang, "Accepted for Megatron scripts; the sentence rule is the same for every language");
 
   return [a] {
@@ -137,8 +140,15 @@ Command add_preprocess(CLI::App& app) {
                             per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds),
                             p.files > 1 ? fmt::format("  file {}/{}", p.file, p.files) : std::string(), p.seconds));
     };
-    const data::PreprocessResult r =
-        data::preprocess(o, tokenizer, line.on_terminal() ? std::function(progress) : nullptr, 0.25, &g_stop);
+    uint64_t next_log = a->log_interval;
+    const auto log = [&](const data::PreprocessProgress& p) {  // a log file's: a line each --log-interval documents
+      if (a->log_interval == 0 || p.documents < next_log) return;
+      fmt::print(stderr, "Processed {} documents ({:.0f} docs/s, {:.2f} MB/s).\n", p.documents,
+                 per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds));
+      next_log = (p.documents / a->log_interval + 1) * a->log_interval;
+    };
+    const data::PreprocessResult r = data::preprocess(
+        o, tokenizer, line.on_terminal() ? std::function(progress) : std::function(log), 0.25, &g_stop);
     line.clear();
     if (r.interrupted) {
       fmt::print(stderr, "hone: preprocess stopped by signal {} after {} documents; unfinished outputs removed\n",

@@ -37,7 +37,7 @@ void create_folders(std::string_view what, const std::string& path) {
 }
 
 NewFolders::~NewFolders() {
-  if (std::uncaught_exceptions() == 0) return;
+  if (std::uncaught_exceptions() == 0 && !discard_) return;
   std::error_code ignored;
   for (const std::string& folder : made_) fs::remove_all(folder, ignored);
 }

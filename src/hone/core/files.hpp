@@ -30,9 +30,12 @@ class NewFolders {
   void create(std::string_view what, const std::string& path);
   // The command's output is worth keeping from now on, whatever happens.
   void keep() { made_.clear(); }
+  // The command ends without output (stopped by a signal): the folders go too.
+  void discard() { discard_ = true; }
 
  private:
   bool owner_;
+  bool discard_ = false;
   std::vector<std::string> made_;
 };
 

@@ -484,7 +484,8 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   if (stop && *stop) {
     static_cast<PreprocessProgress&>(result) = snapshot();
     result.interrupted = true;
-    return result;  // the writers, destroyed unfinished, remove their files
+    new_folders.discard();
+    return result;  // the writers, destroyed unfinished, remove their files, then the folders made for them go
   }
   // A dataset of no tokens trains nothing: the input is not what was meant.
   HONE_CHECK(tokens > 0, "{}: {}", fmt::join(options.inputs, " "),

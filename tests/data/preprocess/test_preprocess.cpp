@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "assets.hpp"
@@ -747,6 +748,26 @@ TEST_F(Preprocess, InterruptedRunsLeaveNoFinishedOutput) {
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << screen;
   EXPECT_NE(screen.find("stopped by signal 15"), std::string::npos) << screen;
   EXPECT_TRUE(fs::is_empty(path("out"))) << "the temporary files are removed too";
+
+  // SIGINT off a terminal: a progress line every --log-interval documents, as
+  // Megatron prints; the run stops, and the folders it made go with its files.
+  std::vector<std::string> nested = args;
+  nested.back() = path("out/new/sub/big");
+  nested.insert(nested.end(), {"--log-interval", "100"});
+  const pid_t interrupted = spawn_hone(nested, path("int.log"));
+  const auto logged = [&] { return fs::exists(path("int.log")) && read_file(path("int.log")).find("Processed ") != std::string::npos; };
+  for (int i = 0; i < 20000 && !(logged() && fs::exists(path("out/new/sub"))); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(wait_for_file(path("out/new/sub"), ".tmp.")) << read_file(path("int.log"));
+  ::kill(interrupted, SIGINT);
+  ASSERT_EQ(::waitpid(interrupted, &status, 0), interrupted);
+  const std::string log = read_file(path("int.log"));
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"((^|\n)Processed [0-9]+ documents \([0-9]+ docs/s, [0-9.]+ MB/s\)\.\n)")))
+      << log;
+  EXPECT_FALSE(fs::exists(path("out/new"))) << log;
 }
 
 // ---- with the real tokenizer files ----
