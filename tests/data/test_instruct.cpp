@@ -146,6 +146,14 @@ TEST_F(InstructTest, ShareGptConversationsReadLikeMessages) {
                                           chat);
   EXPECT_EQ(parts.tokens, openai.tokens);
   EXPECT_EQ(parts.labels, openai.labels);
+  // Llama 3 trims each message, as Meta's template and torchtune do.
+  const TokenizedSample padded = sample_of("padded.jsonl",
+                                           R"({"messages": [{"role": "system", "content": "\nBe brief.  "}, )"
+                                           R"({"role": "user", "content": " Hi\n"}, )"
+                                           R"({"role": "assistant", "content": "Hello!\n\n"}]})",
+                                           chat);
+  EXPECT_EQ(padded.tokens, openai.tokens);
+  EXPECT_EQ(padded.labels, openai.labels);
 
   // Each bad record's error names the file, line, message and field.
   const auto expect_error = [&](const std::string& line, const std::string& message, const InstructOptions& o) {
@@ -393,7 +401,7 @@ TEST_F(InstructTest, ChatTemplatesRenderWhatTrainingFormats) {
   const std::unique_ptr<Tokenizer> mistral = load_tokenizer(asset_path("tokenizers/mistral"));
   using Json = nlohmann::json;
   const auto message = [](const char* role, const char* content) { return Json{{"role", role}, {"content", content}}; };
-  const Json conversation = {message("system", "Answer briefly."), message("user", "Hi, what's 2+2?"),
+  const Json conversation = {message("system", "Answer briefly."), message("user", " Hi, what's 2+2?\n"),
                              message("assistant", "4."), message("user", "And \"quotes\", ünïcode\nand {{ braces }}?"),
                              message("assistant", "Yes: \\n done.")};
   // The template's rendering, or nullopt where python3 has no jinja2 (a failure: install-deps.sh installs it).

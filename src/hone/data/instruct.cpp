@@ -400,7 +400,8 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
         const auto& [role, content] = messages[i];
         const bool reply = learned(i);
         pieces.push_back({.text = "<|start_header_id|>" + role + "<|end_header_id|>\n\n", .special = true});
-        pieces.push_back({.text = content, .trainable = reply});
+        // Trimmed, as Meta's template and torchtune's Llama 3 tokenizer trim each message.
+        pieces.push_back({.text = std::string(python_strip(content)), .trainable = reply});
         pieces.push_back({.text = "<|eot_id|>", .trainable = reply, .special = true});
       }
       if (generation_prompt) pieces.push_back({.text = "<|start_header_id|>assistant<|end_header_id|>\n\n", .special = true});
@@ -576,7 +577,7 @@ std::optional<std::string> chat_template(const Tokenizer& t, const InstructOptio
       special_id(t, "<|eot_id|>", "llama3");
       return jinja +
              "{{- '<|begin_of_text|>' }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
-             "'<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}{%- endfor %}"
+             "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
              "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
     case ChatFormat::chatml:
       special_id(t, "<|im_end|>", "chatml");
