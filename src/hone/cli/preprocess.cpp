@@ -1,6 +1,6 @@
 // hone preprocess --input PATH... --output-prefix PREFIX [--json-keys KEY...] --tokenizer-type TYPE
 //   (--vocab-file F --merge-file F | --tokenizer-model FILE_OR_DIR) [--append-eod] [--workers N]
-//   [--split-sentences [--keep-newlines]] [--format megatron|mds] [--mds-...]
+//   [--split-sentences [--keep-newlines]] [--format megatron|mds] [--mds-...] [--concat-tokens N [--no-wrap]]
 // The flags of Megatron-LM's tools/preprocess_data.py, so existing data scripts run unchanged.
 #include <fmt/format.h>
 
@@ -47,7 +47,8 @@ Command add_preprocess(CLI::App& app) {
     int64_t vocab_size = 0;
     std::string dataset_impl = "mmap", format = "megatron", mds_compression, mds_size_limit = "64mb",
                 mds_dtype = "int32";
-    bool split_sentences = false, keep_newlines = false, append_eod = false, keep_sequential = false;
+    bool split_sentences = false, keep_newlines = false, append_eod = false, keep_sequential = false, no_wrap = false;
+    int64_t concat_tokens = 0;
     unsigned workers = std::max(1u, std::thread::hardware_concurrency());
     unsigned partitions = 1;
     uint64_t log_interval = 100;  // Megatron's
@@ -93,6 +94,11 @@ Command add_preprocess(CLI::App& app) {
   sub->add_option("--mds-dtype", a->mds_dtype, "MDS: the tokens column as ndarray:int32 or ndarray:uint16")
       ->check(CLI::IsMember({"int32", "uint16"}))
       ->capture_default_str();
+  sub->add_option("--concat-tokens,--concat_tokens", a->concat_tokens,
+                  "MDS: documents one after another, cut into samples of N tokens (LLM Foundry's --concat_tokens)")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--no-wrap,--no_wrap", a->no_wrap,
+                "With --concat-tokens: a document's tokens past a full sample are dropped, not carried on");
   // Accepted so Megatron scripts run; they change nothing here (docs/formats.md says why).
   sub->add_option("--dataset-impl", a->dataset_impl, "Accepted for Megatron scripts: mmap is the only format")
       ->check(CLI::IsMember({"mmap"}));
@@ -116,6 +122,9 @@ Command add_preprocess(CLI::App& app) {
     o.append_eod = a->append_eod;
     o.workers = a->workers;
     o.mds.tokens = a->mds_dtype == "uint16" ? data::MdsTokenDType::u16 : data::MdsTokenDType::i32;
+    o.concat_tokens = a->concat_tokens;
+    o.wrap = !a->no_wrap;
+    HONE_CHECK(!a->no_wrap || a->concat_tokens > 0, "--no-wrap goes with --concat-tokens");
     o.mds.compression = a->mds_compression;
     o.mds.size_limit = data::parse_size(a->mds_size_limit, "--mds-size-limit");
     o.mds.hashes = a->mds_hashes;
@@ -158,9 +167,14 @@ Command add_preprocess(CLI::App& app) {
     std::string outputs;
     for (const std::string& out : r.outputs)
       outputs += (outputs.empty() ? "" : ", ") + out + (o.format == data::OutputFormat::megatron ? ".bin/.idx" : "/");
-    fmt::print("preprocessed {} {}, {} {}, {:.1f} MB in {:.2f} s ({:.2f} MB/s, {:.0f} docs/s) -> {}\n",
+    const std::string packed =
+        o.concat_tokens == 0 ? std::string()
+                             : fmt::format(" in {} {} of {} ({} {} dropped)", with_commas(r.samples),
+                                           plural(int64_t(r.samples), "sample"), o.concat_tokens,
+                                           with_commas(r.dropped_tokens), plural(int64_t(r.dropped_tokens), "token"));
+    fmt::print("preprocessed {} {}, {} {}{}, {:.1f} MB in {:.2f} s ({:.2f} MB/s, {:.0f} docs/s) -> {}\n",
                with_commas(r.documents), plural(int64_t(r.documents), "document"), with_commas(r.tokens),
-               plural(int64_t(r.tokens), "token"), double(r.bytes) / 1e6, r.seconds,
+               plural(int64_t(r.tokens), "token"), packed, double(r.bytes) / 1e6, r.seconds,
                per_second(double(r.bytes) / 1e6, r.seconds), per_second(double(r.documents), r.seconds), outputs);
     return 0;
   };

@@ -138,6 +138,43 @@ void post_processor_ids(const json& node, const std::string& where, const std::s
   }
 }
 
+// LLM Foundry's ConcatTokensDataset as a writer: the documents' tokens one after
+// another, cut into samples of exactly `length` tokens for `out`; the tokens
+// after the last whole sample are dropped.
+class ConcatenatingWriter final : public TokenWriter {
+ public:
+  ConcatenatingWriter(TokenWriter& out, int64_t length, bool wrap) : out_(out), length_(size_t(length)), wrap_(wrap) {}
+
+  void add_document(std::span<const int32_t> tokens, std::span<const int32_t> /*sequence_lengths*/) override {
+    buffer_.insert(buffer_.end(), tokens.begin(), tokens.end());
+    size_t start = 0;
+    while (buffer_.size() - start >= length_) {
+      out_.add_document(std::span(buffer_).subspan(start, length_));
+      ++samples_;
+      start += length_;
+      if (!wrap_) {  // the rest of this document goes
+        dropped_ += buffer_.size() - start;
+        start = buffer_.size();
+      }
+    }
+    buffer_.erase(buffer_.begin(), buffer_.begin() + std::ptrdiff_t(start));
+  }
+  void finish() override {
+    dropped_ += buffer_.size();
+    buffer_.clear();
+    out_.finish();
+  }
+  uint64_t samples() const { return samples_; }
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  TokenWriter& out_;
+  size_t length_;
+  bool wrap_;
+  std::vector<int32_t> buffer_;
+  uint64_t samples_ = 0, dropped_ = 0;
+};
+
 }  // namespace
 
 void PreprocessTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
@@ -306,6 +343,14 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   for (size_t i = 0; i < keys.size(); ++i)
     HONE_CHECK(std::find(keys.begin(), keys.begin() + i, keys[i]) == keys.begin() + i,
                "--json-keys: {:?} appears twice", keys[i]);
+  HONE_CHECK(options.concat_tokens == 0 || mds,
+             "--concat-tokens: MDS output packs its samples (--format mds); a Megatron dataset is packed when "
+             "training reads it, into sequences of its seq_len");
+  HONE_CHECK(options.concat_tokens >= 0, "--concat-tokens {}: expected a positive count", options.concat_tokens);
+  HONE_CHECK(options.concat_tokens == 0 || options.append_eod || !tokenizer.after.empty() || !tokenizer.before.empty(),
+             "--concat-tokens without --append-eod: {} adds nothing around a text, so the documents would run into "
+             "each other",
+             tokenizer.source);
   HONE_CHECK(!(options.split_sentences && mds),
              "--split-sentences: an MDS sample is a whole document, so sentence boundaries need --format megatron");
   HONE_CHECK(!options.append_eod || tokenizer.eod, "{}: --append-eod needs an end-of-document token and {} has none",
@@ -332,6 +377,7 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   // Writers first, then the sinks that feed them, then the threads: destroyed in
   // reverse, so an unfinished run removes its files after every thread has stopped.
   std::vector<std::unique_ptr<TokenWriter>> writers;
+  std::vector<std::unique_ptr<ConcatenatingWriter>> packers;  // with concat_tokens, between the two
   std::vector<std::unique_ptr<OrderedDocumentSink>> sinks;
   for (const std::string& output : result.outputs) {
     if (mds) {
@@ -341,7 +387,11 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
     } else {
       writers.push_back(std::make_unique<MegatronWriter>(output, megatron_dtype_for_vocab(vocab), vocab));
     }
-    sinks.push_back(std::make_unique<OrderedDocumentSink>(*writers.back(), 16 * size_t(options.workers)));
+    if (options.concat_tokens > 0) {
+      packers.push_back(std::make_unique<ConcatenatingWriter>(*writers.back(), options.concat_tokens, options.wrap));
+    }
+    TokenWriter& writer = options.concat_tokens > 0 ? *packers.back() : *writers.back();
+    sinks.push_back(std::make_unique<OrderedDocumentSink>(writer, 16 * size_t(options.workers)));
   }
 
   std::mutex read_mutex;  // the reader and the document counter
@@ -493,6 +543,10 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
                             : fmt::format("{} {}, all empty: no tokens to write", uint64_t(documents),
                                           documents == 1 ? "document" : "documents"));
   for (auto& sink : sinks) sink->finish();
+  for (const auto& packer : packers) {
+    result.samples += packer->samples();
+    result.dropped_tokens += packer->dropped();
+  }
   static_cast<PreprocessProgress&>(result) = snapshot();
   result.file = files.size();
   return result;

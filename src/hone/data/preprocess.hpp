@@ -56,6 +56,12 @@ struct PreprocessOptions {
   unsigned workers = 1;
   // MDS only; MdsWriterOptions::vocab_size is taken from the tokenizer.
   MdsWriterOptions mds;
+  // MDS only: the documents' tokens one after another, cut into samples of
+  // exactly this many (LLM Foundry's --concat_tokens); 0: a sample per document.
+  int64_t concat_tokens = 0;
+  // With concat_tokens: a document's tokens past a full sample start the next
+  // (false: they are dropped, LLM Foundry's --no_wrap).
+  bool wrap = true;
 };
 
 // What the outputs are called: Megatron prefixes (PREFIX_KEY_document, without
@@ -72,6 +78,9 @@ struct PreprocessProgress {
 
 struct PreprocessResult : PreprocessProgress {
   std::vector<std::string> outputs;
+  // With concat_tokens, over all outputs: the samples written, and the tokens
+  // dropped (after the last whole sample, or by no wrap).
+  uint64_t samples = 0, dropped_tokens = 0;
   bool interrupted = false;  // `stop` was set: nothing was written
 };
 
