@@ -21,7 +21,9 @@ Command add_tokenize(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
-      "tokenize", "Print the token ids of a text as a JSON array (or, with --decode, the text of a JSON array of ids)");
+      "tokenize",
+      "Print the token ids of a text as a JSON array, the text's own ids (hone preprocess adds what its tokenizer "
+      "type adds around a text, e.g. Llama's BOS); with --decode, the text of a JSON array of ids");
   sub->add_option("--tokenizer", args->tokenizer,
                   "tokenizer.json, tokenizer.model, a tiktoken rank file, a SentencePiece .model, or a folder")
       ->required();
