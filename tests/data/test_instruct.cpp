@@ -506,6 +506,9 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
             std::string::npos);
   EXPECT_NE(error("missing.jsonl", "{\"instruction\": \"x\"}\n").find("missing.jsonl:1: no 'output' column"),
             std::string::npos);
+  EXPECT_NE(error("null.jsonl", "{\"instruction\": \"x\", \"output\": null}\n")
+                .find("null.jsonl:1: column 'output' is null (the template's 'output')"),
+            std::string::npos);
   EXPECT_NE(error("x.csv", "a,b\n").find("instruct datasets are .jsonl or .json"), std::string::npos);
   // Where a syntax error is: the line and column of an array, the column of a JSON line.
   EXPECT_EQ(error("array.json", "[\n  {\"instruction\": \"x\", \"output\": \"y\"},\n  {\"instruction\": x}\n]\n"),

@@ -470,17 +470,23 @@ TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
 }
 
 TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {
-  // Three records of the alpaca template in a file of their own.
+  // Four records of the alpaca template in a file of their own, the last longer than dataset.max_seq_len.
+  std::string long_output;
+  for (int i = 0; i < 60; ++i) long_output += "amber ";
   std::ofstream(root_ + "/eval.jsonl") << "{\"instruction\": \"Repeat the word lemon.\", \"output\": \"lemon\"}\n"
                                        << "{\"instruction\": \"Repeat the word ocean.\", \"output\": \"ocean\"}\n"
-                                       << "{\"instruction\": \"Repeat the word amber.\", \"output\": \"amber\"}\n";
+                                       << "{\"instruction\": \"Repeat the word amber.\", \"output\": \"amber\"}\n"
+                                       << "{\"instruction\": \"Repeat amber.\", \"output\": \"" << long_output << "\"}\n";
   auto args = lora_args("separate", 2);
   args.push_back("dataset.validation_path=" + root_ + "/eval.jsonl");
   ASSERT_EQ(run_hone_to_log(args, root_ + "/separate.log"), 0) << read_file(root_ + "/separate.log");
   const std::string log = read_file(root_ + "/separate.log");
-  // All 48 records train (12 batches of 4); the 3 of eval.jsonl validate.
+  // All 48 records train (12 batches of 4); the 4 of eval.jsonl validate, the one cut said.
   EXPECT_NE(log.find("data: 48 samples per epoch (" + root_ + "/data.jsonl; validation: " + root_ +
-                     "/eval.jsonl (3 samples)), 2 steps to run"),
+                     "/eval.jsonl (4 samples)), 2 steps to run"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("validation data (dataset.validation_path): 1 sample cut to 64 tokens, 0 samples dropped"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("step 2: validation loss"), std::string::npos) << log;

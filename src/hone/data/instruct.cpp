@@ -313,6 +313,8 @@ std::string text_field(const Record& r, const std::string& field, const Instruct
   if (foundry_column && !r.value.contains(column) && r.value.contains(foundry_column)) column = foundry_column;
   auto it = r.value.find(column);
   if (it == r.value.end() || it->is_null()) {
+    HONE_CHECK(!required || it == r.value.end(), "{}: column '{}' is null (the template's '{}')", r.where, column,
+               field);
     HONE_CHECK(!required, "{}: no '{}' column{} (the template's '{}'; map another with dataset.column_map.{})",
                r.where, column, foundry_column ? fmt::format(" nor '{}'", foundry_column) : "", field, field);
     return "";

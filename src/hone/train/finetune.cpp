@@ -148,11 +148,15 @@ int run_finetune(const Config& c) {
   };
   data::InstructDataset dataset = load(path);
   std::vector<data::TokenizedSample> validation;
+  int64_t validation_truncated = 0, validation_dropped = 0;  // of dataset.validation_path's
   std::string data_description;
   if (c.has("dataset.validation_path")) {
     // Validation records of their own (an eval split); training on every record of dataset.path.
     const std::string validation_path = c.get<std::string>("dataset.validation_path");
-    validation = load(validation_path).samples;  // never empty
+    data::InstructDataset held = load(validation_path);
+    validation = std::move(held.samples);  // never empty
+    validation_truncated = held.truncated;
+    validation_dropped = held.dropped;
     const int64_t count = int64_t(validation.size()) / group;
     data_description = fmt::format("{}; validation: {} ({} {})", path, validation_path, count, plural(count, sample_name));
   } else {
@@ -209,11 +213,14 @@ int run_finetune(const Config& c) {
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
   std::vector<std::string> summary = summarize(c, shape, world.dp_size());
   for (std::string& line : describe_loss(c)) summary.push_back(std::move(line));
-  if (dataset.truncated || dataset.dropped) {
-    summary.push_back(fmt::format("data: {} {} cut to {} tokens, {} {} dropped with nothing left to learn",
-                                  dataset.truncated, plural(dataset.truncated, "sample"), seq_len, dataset.dropped,
-                                  plural(dataset.dropped, sample_name)));
-  }
+  const auto cut = [&](const char* what, int64_t truncated, int64_t dropped) {
+    if (truncated == 0 && dropped == 0) return;
+    summary.push_back(fmt::format("{}: {} {} cut to {} tokens, {} {} dropped with nothing left to learn", what,
+                                  truncated, plural(truncated, "sample"), seq_len, dropped,
+                                  plural(dropped, sample_name)));
+  };
+  cut("data", dataset.truncated, dataset.dropped);
+  cut("validation data (dataset.validation_path)", validation_truncated, validation_dropped);
   std::unique_ptr<Objective> objective;
   if (preferences) {
     HONE_CHECK(world.tp_size() == 1, "{}: DPO with tensor parallelism is not supported (distributed.tp 1)",
