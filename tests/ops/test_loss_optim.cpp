@@ -301,8 +301,9 @@ TEST(LrSchedule, WarmupThenShape) {
   EXPECT_DOUBLE_EQ(s.at(100), 1.0);
   s.kind = LrScheduleKind::wsd;
   s.decay_fraction = 0.2;
-  EXPECT_DOUBLE_EQ(s.at(80), 1.0);        // stable until 80% of the post-warmup span
-  EXPECT_NEAR(s.at(100), 0.55, 1e-12);    // halfway through the decay
+  EXPECT_DOUBLE_EQ(s.at(88), 1.0);        // stable until the last 20% of all 110 steps
+  EXPECT_NEAR(s.at(99), 0.55, 1e-12);     // halfway through the decay
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
   EXPECT_THROW(parse_lr_schedule("cosin"), Error);
 }
 

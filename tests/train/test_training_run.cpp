@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "hone/core/rng.hpp"
@@ -63,6 +64,20 @@ class TrainingRun : public ::testing::Test {
 
   std::string root_;
 };
+
+// The banner names the matrix-product peak MFU is against, and a warmup that
+// covers the whole run.
+TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("warm", 2), "lr_scheduler.warmup_steps=5"}), 0) << log();
+  EXPECT_TRUE(std::regex_search(log(), std::regex(R"(mfu: against this device's measured fp32 matrix-product peak, [0-9.]+ TFLOP/s)")))
+      << log();
+  EXPECT_NE(log().find("note: lr_scheduler.warmup_steps 5 covers the whole run of 2 steps: the learning rate rises all "
+                       "along (to optimizer.lr 0.003 at step 5) and does not decay"),
+            std::string::npos)
+      << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
+  EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
+}
 
 TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {
   // The uninterrupted run keeps every checkpoint; a second run starts from a copy
@@ -165,7 +180,10 @@ TEST_F(TrainingRun, NonFiniteLossesAreSkippedThenStopTheRun) {
                  "optimizer.max_grad_norm=0", "lr_scheduler.name=constant", "lr_scheduler.warmup_steps=0"}),
             2);
   EXPECT_NE(log().find("step skipped (1 in a row)"), std::string::npos) << log();
-  EXPECT_NE(log().find("3 steps in a row had a non-finite loss"), std::string::npos) << log();
+  EXPECT_NE(log().find("3 steps in a row had a non-finite loss or gradient (the learning rate may be too high; no "
+                       "checkpoint was saved before)"),
+            std::string::npos)
+      << log();
   // The run's own log ends with the error that stopped it.
   const std::string train_log = read_file(root_ + "/diverged/train.log");
   EXPECT_NE(train_log.find("\nhone: error: stopping at step"), std::string::npos) << train_log;

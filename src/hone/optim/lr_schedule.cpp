@@ -18,9 +18,10 @@ double LrSchedule::at(int64_t step) const {
     case LrScheduleKind::cosine:
       return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
     case LrScheduleKind::wsd: {
-      const double decay_start = 1.0 - decay_fraction;
-      if (progress <= decay_start) return peak_lr;
-      return peak_lr + (min_lr - peak_lr) * (progress - decay_start) / decay_fraction;
+      // The last decay_fraction of all the steps decays, as torchtitan's decay_ratio.
+      const double decay_steps = std::max(decay_fraction * double(total_steps), 1.0);
+      const double into_decay = double(step) - (double(total_steps) - decay_steps);
+      return into_decay <= 0 ? peak_lr : peak_lr + (min_lr - peak_lr) * std::min(into_decay / decay_steps, 1.0);
     }
   }
   HONE_ASSERT(false);

@@ -110,9 +110,14 @@ Schema training_schema() {
         Range::not_negative());
   s.add({"lr_scheduler.name", ValueType::string, "cosine", "schedule after warmup",
          {"constant", "linear", "cosine", "wsd"}});
-  s.add({"lr_scheduler.warmup_steps", ValueType::integer, 0, "linear warmup steps"}, Range::not_negative());
-  s.add({"lr_scheduler.min_lr_ratio", ValueType::number, 0.1, "final learning rate / peak"}, Range::unit_interval());
-  s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1, "wsd: fraction of steps spent decaying"},
+  s.add({"lr_scheduler.warmup_steps", ValueType::integer, 0,
+         "linear warmup steps: step k of them takes optimizer.lr * k / warmup_steps"},
+        Range::not_negative());
+  s.add({"lr_scheduler.min_lr_ratio", ValueType::number, 0.1,
+         "final learning rate / peak (Llama's 10%; torchtune, torchtitan and Megatron decay to 0 by default)"},
+        Range::unit_interval());
+  s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1,
+         "wsd: the last fraction of all the steps, decaying (torchtitan's decay_ratio)"},
         Range::positive_fraction());
   s.add({"checkpoint.every_n_steps", ValueType::integer, 0, "save every N steps (0: only at the end)"},
         Range::not_negative());

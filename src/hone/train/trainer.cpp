@@ -244,6 +244,14 @@ int run_training(const Config& c, TrainingJob job) {
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
   const double peak_tflops = measure_gemm_peak_tflops(run.dtype, world.device());
+  console.line(fmt::format("mfu: against this device's measured {} matrix-product peak, {:.1f} TFLOP/s (hone bench "
+                           "--peak-tflops takes a datasheet's)",
+                           dtype_name(run.dtype), peak_tflops));
+  if (schedule.warmup_steps >= total_steps && steps_to_run > 0) {
+    console.line(fmt::format("note: lr_scheduler.warmup_steps {} covers the whole run of {} steps: the learning "
+                             "rate rises all along (to optimizer.lr {:g} at step {}) and does not decay",
+                             schedule.warmup_steps, total_steps, schedule.peak_lr, schedule.warmup_steps));
+  }
   const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
   const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
   const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
@@ -310,10 +318,13 @@ int run_training(const Config& c, TrainingJob job) {
       ++consecutive_nonfinite;
       console.line(fmt::format("step {}: loss {} / gradient norm {} is not finite: step skipped ({} in a row)",
                                state.step, s.loss, s.grad_norm, consecutive_nonfinite));
-      HONE_CHECK(max_nonfinite <= 0 || consecutive_nonfinite < max_nonfinite,
-                 "stopping at step {}: {} steps in a row had a non-finite loss or gradient (the learning rate may be "
-                 "too high; the last checkpoint is in {})",
-                 state.step, consecutive_nonfinite, run.output_dir);
+      if (max_nonfinite > 0 && consecutive_nonfinite >= max_nonfinite) {
+        const std::optional<std::string> last = find_checkpoint(run.output_dir, "latest");
+        fail("stopping at step {}: {} steps in a row had a non-finite loss or gradient (the learning rate may be too "
+             "high; {})",
+             state.step, consecutive_nonfinite,
+             last ? "the last checkpoint is " + *last : "no checkpoint was saved before");
+      }
     }
     state.tokens_seen += s.tokens;
     state.samples_seen += global_batch;
