@@ -672,6 +672,13 @@ TEST_F(HfTest, FoldersPreferSafetensorsAndNameBrokenPyTorchFiles) {
   EXPECT_NE(error_of([&] { open_weights(fixture("tensors.pt")); })
                 .find("tensors.pt: a PyTorch archive (torch.save) holds weights but no model config"),
             std::string::npos);
+  // So do a folder's safetensors and JSON files, which are not llama2.c files.
+  EXPECT_NE(error_of([&] { open_weights(fixture("gpt2/model.safetensors")); })
+                .find("model.safetensors: a file of a model folder (weights): give the folder that holds it"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { open_weights(fixture("gpt2/config.json")); })
+                .find("config.json: a file of a model folder (a config or index): give the folder that holds it"),
+            std::string::npos);
   fs::remove(path("pickle/pytorch_model.bin"));
   EXPECT_NE(error_of([&] { open_hf(path("pickle")); })
                 .find(": no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "

@@ -89,6 +89,25 @@ TEST_F(RunReportTest, DrawsEachLoggedSeriesAndSummarizesIt) {
   EXPECT_EQ(r.html.find("http://"), r.html.find("http://www.w3.org/2000/svg"));
 }
 
+// A nearly flat series (a run's peak memory) still gets ticks that differ.
+TEST_F(RunReportTest, TickLabelsOfANearlyFlatSeriesDiffer) {
+  std::string jsonl;
+  for (int step = 1; step <= 20; ++step) {
+    jsonl += "{\"step\":" + std::to_string(step) + ",\"memory/peak_allocated_mem\":" +
+             std::to_string(2879000 + 40 * step) + "}\n";
+  }
+  write("metrics.jsonl", jsonl);
+  const std::string html = render_run_report(dir_).html;
+  const std::regex tick(R"(<text x="[0-9.]+" y="[0-9.]+" text-anchor="end">([^<]*)</text>)");
+  std::vector<std::string> labels;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), tick); it != std::sregex_iterator(); ++it) {
+    labels.push_back((*it)[1].str());
+  }
+  ASSERT_GE(labels.size(), 3u) << html;
+  for (size_t i = 1; i < labels.size(); ++i) EXPECT_NE(labels[i], labels[i - 1]) << html;
+  EXPECT_EQ(labels.front().find('e'), std::string::npos) << labels.front();
+}
+
 TEST_F(RunReportTest, DrawsOnlyTheChartsItHasDataFor) {
   write("metrics.jsonl", "{\"step\":1,\"loss/train/total\":3.0}\n");
   const RunReport r = render_run_report(dir_);

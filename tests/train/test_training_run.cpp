@@ -411,6 +411,8 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   EXPECT_GT(hours.at(7), hours.at(6));
   // `latest` lost: a fresh run is still refused, and a resumed one goes on from the last step folder.
   fs::remove(root_ + "/r/latest");
+  ASSERT_EQ(run({"convert", root_ + "/r", root_ + "/r_hf", "--to", "hf"}), 0) << log();  // its last step folder's
+  EXPECT_NE(log().find("r/step_0000008"), std::string::npos) << log();
   EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2)}), 2) << log();
   EXPECT_NE(log().find("already holds a run (latest checkpoint " + root_ + "/r/step_0000008)"), std::string::npos)
       << log();

@@ -269,7 +269,8 @@ void save_model(const WeightSource& source, const std::string& path, std::option
 }
 
 std::string model_folder_of(const std::string& path) {
-  if (fs::exists(fs::path(path) / kLatest)) {
+  // A run directory, with or without its `latest` file (as resume reads one).
+  if (!fs::exists(fs::path(path) / "manifest.json") && fs::is_directory(path)) {
     if (auto folder = find_checkpoint(path, kLatest)) return *folder;
   }
   return path;

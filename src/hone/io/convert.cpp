@@ -21,6 +21,11 @@ std::string model_format(const std::string& path) {
                "{}: a PyTorch archive (torch.save) holds weights but no model config: hone reads one as a Hugging "
                "Face folder's pytorch_model.bin, beside the folder's config.json",
                path);
+    // A file of a model folder: the folder is the model.
+    const std::string name = fs::path(path).filename().string();
+    HONE_CHECK(!name.ends_with(".safetensors") && !name.ends_with(".json"),
+               "{}: a file of a model folder ({}): give the folder that holds it", path,
+               name.ends_with(".json") ? "a config or index" : "weights");
     return c_checkpoint_format(path);
   }
   if (fs::exists(fs::path(path) / "manifest.json")) return "hone";

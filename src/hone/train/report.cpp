@@ -140,10 +140,15 @@ double nice_step(double range, int count) {
   return 10.0 * power;
 }
 
-// Whole numbers as such (120000, not 1.2e+05); fractions to 4 significant digits.
+// Whole numbers as such (120000, not 1.2e+05); otherwise as many decimals as the
+// step has, so that neighbouring ticks differ (2.7460, 2.7465 MiB).
 std::string tick_label(double value, double step) {
-  if (step >= 1 && std::abs(value) < 1e12) return fmt::format("{:.0f}", value);
-  return fmt::format("{:.4g}", value);
+  if (std::abs(value) >= 1e12) return fmt::format("{:.4g}", value);
+  int decimals = 0;
+  for (double scaled = step; decimals < 12 && std::abs(scaled - std::round(scaled)) > 1e-6 * scaled; scaled *= 10) {
+    ++decimals;
+  }
+  return fmt::format("{:.{}f}", value, decimals);
 }
 
 // A polyline keeps at most this many points: every k-th step (and the last).
