@@ -206,6 +206,14 @@ TEST(Cli, BenchTakesATrainingConfig) {
   EXPECT_EQ(j["dtype"], "fp32");
   EXPECT_EQ(j["activation_checkpointing"], false);
 
+  // A config without the output_dir its recipe requires: bench writes nothing.
+  const std::string no_output = testing::TempDir() + "/no_output_dir.yaml";
+  std::ofstream(no_output) << "recipe: pretrain\nmodel: {name: llama_tiny}\ndataset: {type: mock, seq_len: 16}\n"
+                              "batch_size: 1\nmax_steps: 1\n";
+  r = run_hone("bench --model " + no_output + " --steps 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(last_line(r.out))["seq_len"], 16);
+
   // A built-in model's report names no config.
   r = run_hone("bench --model llama_tiny --batch-size 1 --seq-len 16 --steps 1");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -509,6 +517,10 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
   // Numbers out of range, and a config hone run would refuse: one line, nothing printed first.
   const std::pair<std::string, std::string> refused[] = {
       {"bench --threads -2 --steps 1", "--threads: Value -2 not in range 0 to 4096"},
+      {"bench --seq-len 0", "--seq-len: expected a positive whole number, got 0"},
+      {"bench --max-seq-len -5", "--max-seq-len: expected a positive whole number, got -5"},
+      {"bench --dtype bf17", "--dtype: bf17 not in {fp32,bf16}"},
+      {"bench --max-seq-len 16 --seq-len 32", "--seq-len 32 is longer than --max-seq-len 16"},
       {"plan quickstart --world-size 8 --tokens -5", "--tokens is a token budget: give a positive number, got -5"},
       {"plan quickstart --world-size -4", "--world-size and --dp count devices: give a positive number, got -4"},
       {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got 2)"},

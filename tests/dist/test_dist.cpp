@@ -435,7 +435,8 @@ TEST(Jobs, LaunchOnOneOfSeveralNodesNeedsNcclOrMpirunForCpuWorlds) {
 }
 
 TEST(Jobs, CommBenchPrintsTheNcclTestsTable) {
-  const Job j = run(kHone + " launch --nproc-per-node 2 -- hone comm-bench --min-bytes 262144 --max-bytes 524288 "
+  // Sizes as nccl-tests' -b and -e take them: 256K is 262144 bytes.
+  const Job j = run(kHone + " launch --nproc-per-node 2 -- hone comm-bench -b 256K --max-bytes 524288 "
                             "--iters 3 --warmup 1");
   ASSERT_EQ(j.status, 0) << j.output;
   EXPECT_NE(j.output.find("[rank 0] # hone comm-bench: 2 ranks, backend mpi, device cpu"), std::string::npos)

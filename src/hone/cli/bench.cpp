@@ -28,6 +28,8 @@ bool is_model_preset(const std::string& name) {
 // model, batch, sequence length, adapters) in its dtype, on its device, with
 // its threads, seed and activation checkpointing or offloading.
 BenchOptions options_from_config(Config config, const std::vector<std::string>& overrides) {
+  // hone bench writes nothing: the output_dir its recipe requires may be left out.
+  if (!config.has("output_dir")) config.set("output_dir", "(hone bench writes no output)");
   const auto [recipe, c] = resolve_with_its_recipe(std::move(config), overrides);
   HONE_CHECK(recipe.training_shape != nullptr,
              "{}: a config of the {} recipe; hone bench times training: give a pretrain, full_finetune, "
@@ -83,13 +85,22 @@ Command add_bench(CLI::App& app) {
                   "checkpointing and LoRA adapters are then the defaults of the options below")
       ->capture_default_str();
   sub->add_option("overrides", args->overrides, "With a config: key=value overrides of it, as hone run takes them");
-  CLI::Option* batch_size = sub->add_option("--batch-size", args->batch_size, "Sequences per step")->capture_default_str();
-  CLI::Option* seq_len = sub->add_option("--seq-len", args->seq_len, "Tokens per sequence")->capture_default_str();
-  sub->add_option("--max-seq-len", args->max_seq_len,
-                  "The model's longest sequence (default: the preset's); with RoPE or ALiBi any length runs, learned "
-                  "positions grow their table");
-  CLI::Option* dtype = sub->add_option("--dtype", args->dtype, "Compute dtype: fp32 or bf16")->capture_default_str();
-  sub->add_option("--steps", args->steps, "Timed steps (after one warm-up step)")->capture_default_str();
+  CLI::Option* batch_size = sub->add_option("--batch-size", args->batch_size, "Sequences per step")
+                                ->check(positive_count())
+                                ->capture_default_str();
+  CLI::Option* seq_len =
+      sub->add_option("--seq-len", args->seq_len, "Tokens per sequence")->check(positive_count())->capture_default_str();
+  CLI::Option* max_seq_len =
+      sub->add_option("--max-seq-len", args->max_seq_len,
+                      "The model's longest sequence (default: the preset's); with RoPE or ALiBi any length runs, "
+                      "learned positions grow their table")
+          ->check(positive_count());
+  CLI::Option* dtype = sub->add_option("--dtype", args->dtype, "Compute dtype: fp32 or bf16")
+                           ->check(CLI::IsMember({"fp32", "bf16"}))
+                           ->capture_default_str();
+  sub->add_option("--steps", args->steps, "Timed steps (after one warm-up step)")
+      ->check(positive_count())
+      ->capture_default_str();
   CLI::Option* threads = sub->add_option("--threads", args->threads, "CPU threads (0: all cores)")
                              ->check(CLI::Range(0, 4096))
                              ->capture_default_str();
@@ -138,15 +149,16 @@ Command add_bench(CLI::App& app) {
       }
       o = options_from_config(std::move(*config), args->overrides);
     }
-    if (args->max_seq_len > 0) o.model.max_seq_len = args->max_seq_len;
+    if (max_seq_len->count() > 0) o.model.max_seq_len = args->max_seq_len;
     if (given(batch_size)) o.batch_size = args->batch_size;
     if (given(seq_len)) o.seq_len = args->seq_len;
-    HONE_CHECK(o.seq_len <= o.model.max_seq_len,
-               "--seq-len {} is longer than {}'s max_seq_len {}: raise it with --max-seq-len", o.seq_len,
-               o.model.name, o.model.max_seq_len);
+    HONE_CHECK(o.seq_len <= o.model.max_seq_len, "--seq-len {} is longer than {}", o.seq_len,
+               max_seq_len->count() > 0
+                   ? fmt::format("--max-seq-len {}", o.model.max_seq_len)
+                   : fmt::format("{}'s max_seq_len {}: raise it with --max-seq-len", o.model.name, o.model.max_seq_len));
     if (given(dtype)) o.dtype = parse_dtype(args->dtype);
-    HONE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16, "--dtype must be fp32 or bf16, got '{}'",
-               args->dtype);
+    HONE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16, "{}: dtype {}: hone bench times fp32 or bf16",
+               o.config, dtype_name(o.dtype));
     o.steps = args->steps;
     if (peak->count() > 0) o.peak_tflops = args->peak_tflops;
     if (given(threads)) o.threads = args->threads;

@@ -13,6 +13,7 @@
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/parallel.hpp"
+#include "hone/data/preprocess.hpp"
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/environment.hpp"
 #include "hone/ops/ops.hpp"
@@ -22,7 +23,7 @@ namespace {
 
 struct Args {
   std::vector<std::string> ops{"all"};
-  int64_t min_bytes = 8, max_bytes = 32 << 20;
+  std::string min_bytes = "8", max_bytes = "32M";  // sizes as nccl-tests' -b and -e take them
   int iters = 20, warmup = 5;
   std::string dtype = "f32", device = "cpu";
 };
@@ -65,8 +66,10 @@ int run(const Args& a) {
   const DType dtype = parse_dtype(a.dtype);
   HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64, "--dtype must be f32, bf16 or f64, got '{}'",
              a.dtype);
-  HONE_CHECK(a.min_bytes >= 1 && a.max_bytes >= a.min_bytes, "--min-bytes {} and --max-bytes {} must satisfy 1 <= min <= max",
-             a.min_bytes, a.max_bytes);
+  const auto min_bytes = int64_t(data::parse_size(a.min_bytes, "--min-bytes"));
+  const auto max_bytes = int64_t(data::parse_size(a.max_bytes, "--max-bytes"));
+  HONE_CHECK(min_bytes >= 1 && max_bytes >= min_bytes, "--min-bytes {} and --max-bytes {} must satisfy 1 <= min <= max",
+             min_bytes, max_bytes);
   HONE_CHECK(a.iters >= 1 && a.warmup >= 0, "--iters must be at least 1 and --warmup not negative");
   std::vector<std::string> ops;
   for (const std::string& op : a.ops) {
@@ -96,7 +99,7 @@ int run(const Args& a) {
     }
     double bus_sum = 0;
     int rows = 0;
-    for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
       // Per-rank chunks of whole elements; a size too small for one element per rank is skipped.
       const int64_t chunk = op == "all_reduce" ? bytes / int64_t(elt) : bytes / int64_t(elt) / n;
       if (chunk == 0) continue;
@@ -128,8 +131,9 @@ Command add_comm_bench(CLI::App& app) {
       "comm-bench", "Bandwidth of all_reduce, all_gather and reduce_scatter over message sizes, like nccl-tests; run "
                     "it under hone launch, mpirun or srun");
   sub->add_option("--op", a->ops, "all_reduce, all_gather, reduce_scatter or all")->capture_default_str();
-  sub->add_option("--min-bytes", a->min_bytes, "Smallest message")->capture_default_str();
-  sub->add_option("--max-bytes", a->max_bytes, "Largest message (sizes double from the smallest)")
+  sub->add_option("--min-bytes,-b", a->min_bytes, "Smallest message: bytes, or 64K, 1M, 1G (powers of 1024)")
+      ->capture_default_str();
+  sub->add_option("--max-bytes,-e", a->max_bytes, "Largest message (sizes double from the smallest)")
       ->capture_default_str();
   sub->add_option("--iters", a->iters, "Timed calls per size")->capture_default_str();
   sub->add_option("--warmup", a->warmup, "Untimed calls per size first")->capture_default_str();

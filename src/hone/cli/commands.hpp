@@ -18,6 +18,22 @@ namespace hone::cli {
 
 using Command = std::function<int()>;
 
+// An option's check that its value is a whole number above 0, whose error says
+// so ("--seq-len: expected a positive whole number, got 0"; CLI::PositiveNumber
+// prints the range up to DBL_MAX).
+inline CLI::Validator positive_count() {
+  return CLI::Validator(
+      [](std::string& value) {
+        size_t used = 0;
+        try {
+          if (std::stoll(value, &used) > 0 && used == value.size()) return std::string();
+        } catch (const std::exception&) {
+        }
+        return "expected a positive whole number, got " + value;
+      },
+      "POSITIVE");
+}
+
 Command add_bench(CLI::App& app);
 Command add_convert(CLI::App& app);
 Command add_preprocess(CLI::App& app);

@@ -96,7 +96,7 @@ Command add_preprocess(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--concat-tokens,--concat_tokens", a->concat_tokens,
                   "MDS: documents one after another, cut into samples of N tokens (LLM Foundry's --concat_tokens)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_count());
   sub->add_flag("--no-wrap,--no_wrap", a->no_wrap,
                 "With --concat-tokens: a document's tokens past a full sample are dropped, not carried on");
   // Accepted so Megatron scripts run; they change nothing here (docs/formats.md says why).

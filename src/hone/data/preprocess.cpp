@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -315,11 +316,12 @@ uint64_t parse_size(std::string_view text, std::string_view what) {
   for (const char c : text)
     if (c != ' ') s += char(std::tolower(static_cast<unsigned char>(c)));
   uint64_t unit = 1;
-  for (const auto& [suffix, bytes] : {std::pair{"kb", uint64_t(1) << 10}, std::pair{"mb", uint64_t(1) << 20},
-                                      std::pair{"gb", uint64_t(1) << 30}, std::pair{"tb", uint64_t(1) << 40}}) {
+  if (s.ends_with('b') && s.size() > 1 && std::isalpha(static_cast<unsigned char>(s[s.size() - 2]))) s.pop_back();
+  for (const auto& [suffix, bytes] : {std::pair{'k', uint64_t(1) << 10}, std::pair{'m', uint64_t(1) << 20},
+                                      std::pair{'g', uint64_t(1) << 30}, std::pair{'t', uint64_t(1) << 40}}) {
     if (s.ends_with(suffix)) {
       unit = bytes;
-      s.resize(s.size() - 2);
+      s.pop_back();
       break;
     }
   }
@@ -327,7 +329,7 @@ uint64_t parse_size(std::string_view text, std::string_view what) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   const double bytes = value * double(unit);
   HONE_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && bytes >= 0 && bytes < 0x1p63,
-             "{} {:?}: expected a size in bytes such as 67108864, 64mb or 1.5gb", what, std::string(text));
+             "{} {:?}: expected a size in bytes such as 67108864, 64mb, 64M or 1.5gb", what, std::string(text));
   return uint64_t(std::llround(bytes));
 }
 

@@ -99,7 +99,8 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
 // loses trailing whitespace (as punkt does).
 std::vector<std::string_view> split_sentences(std::string_view text, bool keep_newlines);
 
-// Streaming's size strings: "67108864", "64mb", "1.5gb" (kb, mb, gb, tb are powers of 1024).
+// Streaming's size strings: "67108864", "64mb", "1.5gb", and nccl-tests' "64M" (k, m, g, t,
+// with or without b, in either case: powers of 1024).
 uint64_t parse_size(std::string_view text, std::string_view what);
 
 }  // namespace hone::data

@@ -235,7 +235,11 @@ TEST(ParseSize, StreamingStrings) {
   EXPECT_EQ(data::parse_size("64mb", "--mds-size-limit"), uint64_t(1) << 26);
   EXPECT_EQ(data::parse_size("1.5KB", "--mds-size-limit"), 1536u);
   EXPECT_EQ(data::parse_size("0", "--mds-size-limit"), 0u);
-  for (const char* bad : {"", "mb", "12xb", "-1", "1e30gb"})
+  // nccl-tests' -b and -e: 128M, 256K, 1G.
+  EXPECT_EQ(data::parse_size("128M", "--max-bytes"), uint64_t(1) << 27);
+  EXPECT_EQ(data::parse_size("256K", "--max-bytes"), uint64_t(1) << 18);
+  EXPECT_EQ(data::parse_size("1G", "--max-bytes"), uint64_t(1) << 30);
+  for (const char* bad : {"", "mb", "12xb", "-1", "1e30gb", "5x", "64bb"})
     expect_error([&] { data::parse_size(bad, "--mds-size-limit"); }, {"--mds-size-limit", "64mb"});
 }
 
