@@ -396,6 +396,14 @@ TEST(Cli, PlanTakesTheConfigsLayoutAndHintsWhatFits) {
   EXPECT_EQ(plan_json(from_config)["zero"], 2);
   EXPECT_EQ(plan_json(from_config)["tp"], 2);
   EXPECT_EQ(plan_json(run_hone("plan llama3_1/8B_pretrain --world-size 16 distributed.zero=2 --zero 1"))["zero"], 1);
+  // A max_steps budget is max_steps global batches; the default peak is the run's dtype's.
+  const nlohmann::json steps = plan_json(run_hone("plan gpt2/124M_pretrain --world-size 8 max_steps=100"));
+  EXPECT_EQ(steps["steps"], 100);
+  EXPECT_EQ(steps["tokens"], 100 * steps["tokens_per_step"].get<double>());
+  EXPECT_NE(run_hone("plan gpt2/124M_pretrain --world-size 8 dtype=fp32").out.find("hardware   67 TFLOP/s peak"),
+            std::string::npos);
+  EXPECT_NE(run_hone("plan gpt2/124M_pretrain --world-size 8").out.find("hardware   989 TFLOP/s peak"),
+            std::string::npos);
 
   const CliResult too_big = run_hone("plan llama3_1/8B_pretrain --world-size 8 batch_size=8");
   ASSERT_EQ(too_big.status, 0) << too_big.err;

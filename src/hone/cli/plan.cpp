@@ -26,8 +26,10 @@ struct Args {
   ConfigArguments config;
   int world_size = 0, dp = 0, devices_per_node = 8;
   std::optional<int> tp, zero;  // default: the config's distributed.tp and distributed.zero
-  // One H100 SXM node: dense bf16 peak, 80 GB, NVLink 4 (900 GB/s), one 400 Gb/s NIC per GPU.
-  double peak_tflops = 989, memory_gb = 80, link_gbps = 7200, inter_node_gbps = 400, mfu = 0.4, tokens = 0;
+  // One H100 SXM node: 80 GB, NVLink 4 (900 GB/s), one 400 Gb/s NIC per GPU; the
+  // dense peak in the run's dtype (kH100Peak) unless given.
+  std::optional<double> peak_tflops;
+  double memory_gb = 80, link_gbps = 7200, inter_node_gbps = 400, mfu = 0.4, tokens = 0;
 };
 
 std::string duration(double seconds) {
@@ -107,8 +109,15 @@ int run(const Args& a) {
   HONE_CHECK(a.dp == 0 || a.dp == in.dp, "--dp {} x --tp {} does not equal --world-size {}", a.dp, tp, world);
   in.zero = a.zero.value_or(int(c.get<int64_t>("distributed.zero")));
   in.mfu = a.mfu;
-  in.tokens = a.tokens > 0 ? a.tokens : c.has("max_tokens") ? double(c.get<int64_t>("max_tokens")) : 0;
-  in.hw = {.peak_flops = a.peak_tflops * 1e12,
+  // The budget: --tokens, else the config's max_tokens, or max_steps of its global batch.
+  const double tokens_per_step = double(in.micro_batch * in.seq_len * in.grad_accum * in.dp);
+  in.tokens = a.tokens > 0             ? a.tokens
+              : c.has("max_tokens")    ? double(c.get<int64_t>("max_tokens"))
+              : c.has("max_steps")     ? double(c.get<int64_t>("max_steps")) * tokens_per_step
+                                       : 0;
+  // H100 SXM's dense peaks: bf16 989 TFLOP/s; fp32 67 (hone's fp32 products take no TF32).
+  const double peak_tflops = a.peak_tflops.value_or(in.dtype == DType::bf16 ? 989 : 67);
+  in.hw = {.peak_flops = peak_tflops * 1e12,
            .memory_bytes = a.memory_gb * 1e9,
            .intra_node_bw = a.link_gbps * 1e9 / 8,
            .inter_node_bw = a.inter_node_gbps * 1e9 / 8,
@@ -123,7 +132,7 @@ int run(const Args& a) {
              in.zero, in.hw.devices_per_node);
   fmt::print("hardware   {:.0f} TFLOP/s peak at MFU {:.2f}, {:.0f} GB, links {:.0f} Gb/s ({:.0f} GB/s) in a node, "
              "{:.0f} Gb/s ({:.0f} GB/s) between nodes\n",
-             a.peak_tflops, a.mfu, a.memory_gb, a.link_gbps, a.link_gbps / 8, a.inter_node_gbps,
+             peak_tflops, a.mfu, a.memory_gb, a.link_gbps, a.link_gbps / 8, a.inter_node_gbps,
              a.inter_node_gbps / 8);
   fmt::print("\nmemory per device\n");
   fmt::print("  weights (fp32)        {:>10}\n", gb(p.weights));
@@ -194,8 +203,9 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--tp", a->tp, "Tensor-parallel size (default: the config's distributed.tp)");
   sub->add_option("--zero", a->zero, "ZeRO stage: 0 replicas, 1 sharded optimizer, 2 + gradients, 3 + weights "
                                      "(FSDP) (default: the config's distributed.zero)");
-  sub->add_option("--peak-tflops", a->peak_tflops, "Peak TFLOP/s per device in the run's dtype")
-      ->capture_default_str();
+  sub->add_option("--peak-tflops", a->peak_tflops,
+                  "Peak TFLOP/s per device in the run's dtype (default: H100 SXM's dense figure, 989 in bf16, 67 in "
+                  "fp32)");
   sub->add_option("--memory-gb", a->memory_gb, "Memory per device (GB)")->capture_default_str();
   sub->add_option("--link-gbps", a->link_gbps, "Bandwidth per device within a node, Gbit/s (NVLink 4: 7200)")
       ->capture_default_str();
@@ -204,7 +214,8 @@ Command add_plan(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--devices-per-node", a->devices_per_node, "Devices in one node")->capture_default_str();
   sub->add_option("--mfu", a->mfu, "Model FLOPs utilisation to assume")->capture_default_str();
-  sub->add_option("--tokens", a->tokens, "Token budget (default: the config's max_tokens)");
+  sub->add_option("--tokens", a->tokens, "Token budget (default: the config's max_tokens, or max_steps of its global "
+                                         "batch)");
   return [a] { return run(*a); };
 }
 
