@@ -75,6 +75,17 @@ TEST_F(PretrainingData, ABlendKeepsItsWeightsWhenNothingIsHeldOut) {
   EXPECT_EQ(held.train_weights, (std::vector<double>{0.5, 0.5}));
 }
 
+// Prefixes without weights blend by their tokens, as Megatron's --data-path
+// does; weights on some and not others are an error.
+TEST_F(PretrainingData, PrefixesWithoutWeightsBlendBySize) {
+  const TrainingData d = open_pretraining_data(config(prefix("big") + " " + prefix("small"), 0.0), 16);
+  EXPECT_EQ(d.train_weights, (std::vector<double>{600, 120}));  // 20 and 4 documents of 30 tokens
+  EXPECT_EQ(draws(d.train, d.train_weights, 60), (std::map<int32_t, int>{{1, 50}, {2, 10}}));
+  EXPECT_NE(error_of([&] { open_pretraining_data(config("1 " + prefix("big") + " " + prefix("small") + " x", 0.0), 16); })
+                .find("should be a positive blend weight"),
+            std::string::npos);
+}
+
 TEST_F(PretrainingData, ValidationPathGivesValidationDataOfItsOwn) {
   Config c = config(prefix("big"), 0.25);
   c.set("dataset.validation_path", "1 " + prefix("held") + " 3 " + prefix("held2"));

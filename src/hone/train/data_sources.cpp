@@ -25,9 +25,15 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
   std::vector<std::string> words;
   std::istringstream in(path);
   for (std::string w; in >> w;) words.push_back(w);
-  std::vector<std::pair<double, std::string>> parts;
-  if (words.size() == 1) {
-    parts.emplace_back(1.0, words[0]);
+  const auto is_number = [](const std::string& w) {
+    char* end = nullptr;
+    std::strtod(w.c_str(), &end);
+    return *end == '\0';
+  };
+  std::vector<std::pair<double, std::string>> parts;  // a weight of 0: by the source's tokens
+  if (words.size() == 1 || std::ranges::none_of(words, is_number)) {
+    // Paths without weights blend by their sizes, as Megatron's --data-path does.
+    for (const std::string& w : words) parts.emplace_back(0.0, w);
   } else {
     HONE_CHECK(words.size() % 2 == 0, "{}: {} '{}' is neither one path nor 'WEIGHT PATH' pairs", c.origin_of(key), key,
                path);
@@ -45,8 +51,12 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
     if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
     else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
     b.description += (b.description.empty() ? "" : ", ") + source->describe();
+    if (parts.size() > 1) {
+      double tokens = 0;
+      for (int64_t d = 0; weight == 0 && d < source->num_documents(); ++d) tokens += double(source->document_length(d));
+      b.weights.push_back(weight > 0 ? weight : tokens);
+    }
     b.sources.push_back(std::move(source));
-    if (parts.size() > 1) b.weights.push_back(weight);
   }
   return b;
 }
