@@ -153,7 +153,8 @@ Schema pretrain_dataset_schema() {
   Schema s;
   s.add({"dataset.type", ValueType::string, "mock", "where tokens come from", {"mock", "megatron", "mds"}});
   s.add({"dataset.path", ValueType::string, nullptr,
-         "megatron: a prefix or a blend 'W1 PREFIX1 W2 PREFIX2 ...'; mds: a folder with index.json"});
+         "megatron: a prefix or a blend 'W1 PREFIX1 W2 PREFIX2 ...' ('PREFIX1 PREFIX2': by size); mds: a folder with "
+         "index.json"});
   s.add({"dataset.seq_len", ValueType::integer, nullptr, "tokens per training sequence", {}, true}, Range::positive());
   s.add({"dataset.validation_path", ValueType::string, nullptr,
          "validation data of the same type as dataset.path (a prefix or a blend; an MDS folder), instead of "
