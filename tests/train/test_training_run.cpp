@@ -246,6 +246,20 @@ TEST_F(TrainingRun, TrainsOnMegatronDatasetsAndBlends) {
             std::string::npos)
       << log();
   EXPECT_FALSE(fs::exists(root_ + "/untyped/metrics.jsonl"));
+  // Too few documents held out for one validation sample: named as validation data, with what to change.
+  {
+    data::MegatronWriter w(root_ + "/short_text_document", data::MegatronDType::u16, 256);
+    for (int doc = 0; doc < 100; ++doc) w.add_document(std::vector<int32_t>(21, 7));
+    w.finish();
+  }
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("short", 2), "dataset.type=megatron",
+                 "dataset.path=" + root_ + "/short_text_document", "dataset.validation_fraction=0.01"}),
+            2);
+  EXPECT_NE(log().find("validation data: " + root_ + "/short_text_document (100 documents) (documents 99 to 100) has "
+                       "21 tokens: not one sample of 32 + 1 (the last dataset.validation_fraction 0.01 of the "
+                       "documents: raise it, give dataset.validation_path, or 0 for no validation)"),
+            std::string::npos)
+      << log();
 }
 
 TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {

@@ -71,7 +71,16 @@ int run_pretrain(const Config& c) {
   if (!data.validation.empty()) {
     data::StreamOptions valid_options = train_options;
     valid_options.shuffle = false;
-    valid = std::make_unique<data::PretrainStream>(data.validation, data.validation_weights, valid_options);
+    try {
+      valid = std::make_unique<data::PretrainStream>(data.validation, data.validation_weights, valid_options);
+    } catch (const Error& e) {
+      fail("{}: validation data: {} ({})", c.origin_of("dataset"), e.what(),
+           c.has("dataset.validation_path")
+               ? "dataset.validation_path"
+               : fmt::format("the last dataset.validation_fraction {} of the documents: raise it, give "
+                             "dataset.validation_path, or 0 for no validation",
+                             c.get<double>("dataset.validation_fraction")));
+    }
   }
   // The same seed on every rank: the replicas start identical.
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
