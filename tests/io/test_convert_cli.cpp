@@ -1,7 +1,11 @@
 // `hone convert` as a user runs it: exit status 0 and one summary line, or exit
 // status 2 and one line `hone: error: ...` naming the file, nothing left behind.
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -133,6 +137,40 @@ TEST_F(ConvertCli, OnATerminalProgressIsRedrawnThenCleared) {
   EXPECT_NE(t.screen.find("\nHugging Face llama folder "), std::string::npos) << t.screen;
   EXPECT_EQ(convert({fixture("llama31_sharded"), dir_ + "/logged", "--to", "hf"}), 0) << log();
   EXPECT_EQ(log().find("converting:"), std::string::npos) << log();
+}
+
+// Ctrl-C or SIGTERM stops before the next tensor: exit 128 + the signal, and
+// neither the destination nor its unfinished temporary folder is left.
+TEST_F(ConvertCli, AStopSignalLeavesNothingBehind) {
+  // A llama2.c file of 238M zeros (sparse: made at once), which takes seconds to convert.
+  const std::string big = dir_ + "/big.bin";
+  {
+    const int32_t header[7] = {1024, 2816, 16, 16, 16, 32000, 256};  // dim, hidden, layers, heads, kv heads, vocab, seq
+    std::ofstream(big, std::ios::binary).write(reinterpret_cast<const char*>(header), sizeof(header));
+  }
+  const int64_t floats = 32000LL * 1024 + 16LL * (2 * 1024 + 4 * 1024 * 1024 + 3 * 1024 * 2816) + 1024 + 2 * 256 * 32;
+  fs::resize_file(big, 7 * sizeof(int32_t) + uint64_t(floats) * sizeof(float));
+  const auto leftovers = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name.find("out") != std::string::npos) names.push_back(name);
+    }
+    return names;
+  };
+  for (const int signal : {SIGINT, SIGTERM}) {
+    fs::remove(log_path());
+    Process p = start_hone({"convert", big, dir_ + "/out", "--to", "hf"}, log_path());
+    for (int i = 0; i < 20000 && leftovers().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_FALSE(leftovers().empty()) << "the conversion never started its folder: " << log();
+    ::kill(p.pid, signal);
+    ASSERT_EQ(wait_for(p), 128 + signal) << "finished before the signal? " << log();
+    EXPECT_NE(log().find("hone: convert stopped by signal " + std::to_string(signal) + "; " + dir_ +
+                         "/out not written"),
+              std::string::npos)
+        << log();
+    EXPECT_EQ(leftovers(), std::vector<std::string>{}) << log();
+  }
 }
 
 TEST_F(ConvertCli, BadInputsExitTwoWithOneLine) {

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "hone/cli/commands.hpp"
+#include "hone/cli/stop_signals.hpp"
 #include "hone/core/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
@@ -16,6 +17,10 @@
 namespace hone::cli {
 
 namespace {
+
+// Thrown between two tensors once a stop signal came: the writers' destructors
+// remove what they half-wrote as it unwinds.
+struct Stopped {};
 
 // "5GB" (10^9, as transformers' max_shard_size), "2GiB" (2^30), "500MB", "1000000".
 uint64_t parse_size(const std::string& text) {
@@ -96,25 +101,36 @@ Command add_convert(CLI::App& app) {
     options.tokenizer_dir = args->tokenizer;
     options.adapter = args->adapter;
     // Large models take minutes: a line redrawn as their weights go through.
+    // Ctrl-C or a kill stops before the next tensor, and the unfinished folder
+    // is removed as on any error.
+    catch_stop_signals();
     ProgressLine line;
     const auto started = std::chrono::steady_clock::now();
     auto last_drawn = started;
-    if (line.on_terminal()) {
-      options.on_progress = [&](int64_t read, int64_t total) {
+    options.on_progress = [&](int64_t read, int64_t total) {
+      if (stop_requested_flag()) throw Stopped{};
+      if (line.on_terminal()) {
         const auto now = std::chrono::steady_clock::now();
         if (read < total && now - last_drawn < std::chrono::milliseconds(250)) return;
         last_drawn = now;
         line.draw(fmt::format("converting: {} of {} parameters ({:.0f}%), {:.0f} s", count(read), count(total),
                               100.0 * double(read) / double(std::max<int64_t>(total, 1)),
                               std::chrono::duration<double>(now - started).count()));
-      };
-    }
+      }
+    };
     const std::unique_ptr<WeightSource> source = open_convert_source(args->src, options);
     std::vector<std::string> tokenizer_notes;
     options.special_tokens = check_tokenizer(*source, tokenizer_notes);
     const SpecialTokenIds& ids = options.special_tokens;
     if (!ids.bos && !ids.eos && !ids.pad) options.special_tokens = hf_config_special_ids(args->src);
-    const ConvertSummary s = convert_model(*source, args->dest, options);
+    ConvertSummary s;
+    try {
+      s = convert_model(*source, args->dest, options);
+    } catch (const Stopped&) {
+      line.clear();
+      fmt::print(stderr, "hone: convert stopped by signal {}; {} not written\n", stop_signal(), args->dest);
+      return 128 + stop_signal();
+    }
     line.clear();
     for (const std::string& note : s.notes) fmt::print("note: {}\n", note);
     for (const std::string& note : tokenizer_notes) fmt::print("note: {}\n", note);

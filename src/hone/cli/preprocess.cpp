@@ -5,12 +5,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <thread>
 
 #include "hone/cli/commands.hpp"
+#include "hone/cli/stop_signals.hpp"
 #include "hone/core/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/text.hpp"
@@ -18,14 +17,6 @@
 
 namespace hone::cli {
 namespace {
-
-std::atomic<bool> g_stop{false};
-std::atomic<int> g_signal{0};
-
-extern "C" void on_stop_signal(int signal) {
-  g_signal = signal;
-  g_stop = true;
-}
 
 std::string with_commas(uint64_t n) {
   std::string digits = std::to_string(n), out;
@@ -135,12 +126,7 @@ Command add_preprocess(CLI::App& app) {
         {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model, a->vocab_size});
 
     // Ctrl-C or a kill: finish the documents in flight, remove the unfinished outputs.
-    struct sigaction action {};
-    action.sa_handler = on_stop_signal;
-    action.sa_flags = SA_RESETHAND;  // a second signal stops at once
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, nullptr);
-    sigaction(SIGTERM, &action, nullptr);
+    catch_stop_signals();
 
     ProgressLine line;
     const auto progress = [&](const data::PreprocessProgress& p) {
@@ -157,12 +143,12 @@ Command add_preprocess(CLI::App& app) {
       next_log = (p.documents / a->log_interval + 1) * a->log_interval;
     };
     const data::PreprocessResult r = data::preprocess(
-        o, tokenizer, line.on_terminal() ? std::function(progress) : std::function(log), 0.25, &g_stop);
+        o, tokenizer, line.on_terminal() ? std::function(progress) : std::function(log), 0.25, &stop_requested_flag());
     line.clear();
     if (r.interrupted) {
       fmt::print(stderr, "hone: preprocess stopped by signal {} after {} documents; unfinished outputs removed\n",
-                 g_signal.load(), r.documents);
-      return 128 + g_signal.load();
+                 stop_signal(), r.documents);
+      return 128 + stop_signal();
     }
     std::string outputs;
     for (const std::string& out : r.outputs)
