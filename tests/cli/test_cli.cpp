@@ -537,6 +537,8 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate quickstart optimizer.betas=[0.9]", "the command line: optimizer.betas must hold two numbers, got 1"},
       {"validate quickstart model.name=llama_tinyy", "'model.name' is 'llama_tinyy'; expected one of "},
       {"validate " + testing::TempDir(), testing::TempDir() + ": a folder, not a config file"},
+      {"plan llama_tiny --world-size 2", "'llama_tiny' is a built-in model, not a config: give a config (hone ls "
+                                         "lists them), or the model to a recipe as model.name=llama_tiny"},
       {"launch --nproc-per-node 1 -- /no/such/command", "/no/such/command: no such command (not a file, nor on PATH)"}};
   // hone validate refuses the eval and generate configs hone run would refuse before reading any file.
   std::ofstream(testing::TempDir() + "/shots.yaml") << "recipe: eval\ncheckpoint: {path: m}\ntask: {path: t.jsonl, num_fewshot: 3}\n";

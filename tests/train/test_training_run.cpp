@@ -77,6 +77,16 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
       << log();
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
   EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
+  // Validation asked for with no validation data: said, not silently skipped.
+  EXPECT_EQ(log().find("no validation data"), std::string::npos) << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("no_validation", 2), "dataset.validation_fraction=0",
+                 "eval.every_n_steps=1"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("note: no validation data (dataset.validation_fraction 0 and no dataset.validation_path): "
+                       "eval.* runs no validation"),
+            std::string::npos)
+      << log();
 }
 
 TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {

@@ -1,6 +1,7 @@
 // hone ls | hone cp CONFIG DEST.yaml, and how a config name or path is resolved.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -26,6 +27,11 @@ std::optional<Config> find_config(const std::string& name_or_path) {
 
 Config load_config(const std::string& name_or_path) {
   if (std::optional<Config> found = find_config(name_or_path)) return std::move(*found);
+  const std::vector<std::string> models = model_preset_names();
+  HONE_CHECK(std::ranges::find(models, name_or_path) == models.end(),
+             "'{}' is a built-in model, not a config: give a config (hone ls lists them), or the model to a recipe "
+             "as model.name={} (hone validate --config quickstart model.name={})",
+             name_or_path, name_or_path, name_or_path);
   std::vector<std::string> names;
   for (const BuiltinConfig& b : builtin_configs()) names.push_back(b.name);
   const std::string suggestion = closest_match(name_or_path, names);

@@ -254,6 +254,10 @@ int run_training(const Config& c, TrainingJob job) {
   }
   const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
   const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
+  if (!valid && (eval_every > 0 || c.get<bool>("eval.first"))) {
+    console.line("note: no validation data (dataset.validation_fraction 0 and no dataset.validation_path): eval.* "
+                 "runs no validation");
+  }
   const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
   const int64_t keep_last_n = c.get<int64_t>("checkpoint.keep_last_n");
   const int64_t max_nonfinite = c.get<int64_t>("max_consecutive_nonfinite");
