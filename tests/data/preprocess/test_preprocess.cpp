@@ -214,6 +214,19 @@ class Preprocess : public FormatsTest {
     for (const std::string& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "missing '" << f << "' in " << r.err;
     EXPECT_EQ(listing(), before) << "an error must leave nothing behind";
   }
+
+  // Options reading a random corpus (of `seed`) with EOD appended, and the
+  // documents they write as Megatron files (prefix "mega").
+  std::pair<data::PreprocessOptions, std::vector<Ids>> corpus_documents(const data::PreprocessTokenizer& t,
+                                                                        uint64_t seed) {
+    write_text(path("in.jsonl"), random_corpus(300, seed));
+    data::PreprocessOptions o;
+    o.inputs = {path("in.jsonl")};
+    o.output_prefix = path("mega");
+    o.append_eod = true;
+    data::preprocess(o, t);
+    return {o, tokens_of(read_megatron(path("mega_text_document")))};
+  }
 };
 
 // ---- library ----
@@ -358,14 +371,9 @@ TEST_F(Preprocess, SplitSentencesWritesOneSequencePerSentence) {
 
 TEST_F(Preprocess, MdsShards) {
   const auto t = hf_tokenizer(write_tokenizer(path("tok")));
-  write_text(path("in.jsonl"), random_corpus(300, 7));
-  data::PreprocessOptions o;
-  o.inputs = {path("in.jsonl")};
-  o.output_prefix = path("mega");
-  o.append_eod = true;
-  data::preprocess(o, t);
+  auto [o, documents] = corpus_documents(t, 7);
   std::vector<Ids> nonempty;
-  for (const Ids& ids : tokens_of(read_megatron(path("mega_text_document"))))
+  for (const Ids& ids : documents)
     if (!ids.empty()) nonempty.push_back(ids);  // MDS cannot hold an empty array
 
   o.format = data::OutputFormat::mds;
@@ -396,13 +404,7 @@ TEST_F(Preprocess, MdsShards) {
 // --no-wrap, a document's tokens past a full sample are dropped too.
 TEST_F(Preprocess, MdsSamplesOfConcatenatedTokens) {
   const auto t = hf_tokenizer(write_tokenizer(path("tok")));
-  write_text(path("in.jsonl"), random_corpus(300, 11));
-  data::PreprocessOptions o;
-  o.inputs = {path("in.jsonl")};
-  o.output_prefix = path("mega");
-  o.append_eod = true;
-  data::preprocess(o, t);
-  const std::vector<Ids> documents = tokens_of(read_megatron(path("mega_text_document")));
+  auto [o, documents] = corpus_documents(t, 11);
   Ids stream;
   for (const Ids& d : documents) stream.insert(stream.end(), d.begin(), d.end());
 
