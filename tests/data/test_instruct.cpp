@@ -517,6 +517,9 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
   EXPECT_NE(error("bad.jsonl", "{\"instruction\": \"x\", \"output\": \"y\"}\n{broken\n")
                 .find("bad.jsonl:2: not valid JSON: parse error at column 2: "),
             std::string::npos);
+  EXPECT_NE(error("huge.json", "[{\"instruction\": \"x\", \"output\": \"y\", \"score\": 1e999}]")
+                .find("huge.json: not valid JSON: number overflow parsing '1e999'"),
+            std::string::npos);
   // JSON Lines named .json (Hugging Face datasets' to_json()) read as JSON Lines; one object is neither.
   const std::string lines = "{\"instruction\": \"x\", \"output\": \"y\"}\n{\"instruction\": \"z\", \"output\": \"w\"}\n";
   EXPECT_EQ(data::load_instruct_dataset(file("lines.json", lines), *gpt2_, {}).samples.size(), 2u);

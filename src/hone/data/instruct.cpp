@@ -215,8 +215,9 @@ std::vector<Record> read_file_records(const std::string& path) {
              path);
   InputStream in(path);
   std::vector<Record> records;
-  // nlohmann's account of a syntax error, without its exception tag: "parse error at line 3, column 5: ...".
-  const auto reason = [](const Json::parse_error& e, bool one_line) {
+  // nlohmann's account of a syntax error (or a number past a double), without
+  // its exception tag: "parse error at line 3, column 5: ...".
+  const auto reason = [](const Json::exception& e, bool one_line) {
     std::string m = e.what();
     if (const size_t tag = m.find("] "); tag != std::string::npos) m.erase(0, tag + 2);
     if (one_line) replace_all(m, "at line 1, column", "at column");
@@ -226,7 +227,7 @@ std::vector<Record> read_file_records(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;
     try {
       records.push_back({fmt::format("{}:{}", path, n), Json::parse(line)});
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {
       fail("{}:{}: not valid JSON: {}", path, n, reason(e, true));
     }
   };
@@ -239,7 +240,7 @@ std::vector<Record> read_file_records(const std::string& path) {
       Json all;
       try {
         all = Json::parse(text);
-      } catch (const Json::parse_error& e) {
+      } catch (const Json::exception& e) {
         fail("{}: not valid JSON: {}", path, reason(e, false));
       }
       for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
