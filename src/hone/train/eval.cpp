@@ -73,7 +73,9 @@ Schema eval_schema() {
   s.add(instruct_dataset_schema());
   s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"}, Range::positive());
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
-  s.add({"batch_size", ValueType::integer, 4, "sequences per batch; tasks: items per forward pass (a multiple-choice item's choices together)"}, Range::positive());
+  s.add({"batch_size", ValueType::integer, 4,
+         "sequences per batch; tasks: items per forward pass (a multiple-choice item's choices together)"},
+        Range::positive());
   s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
   s.add(task_keys("task"));
   s.add({"tasks", ValueType::mapping, nullptr,
