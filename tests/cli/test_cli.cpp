@@ -66,7 +66,7 @@ TEST(Cli, CommandLineMistakesAreOneErrorLine) {
       {"", "hone: error: A subcommand is required (see hone --help)\n"},
       {"conver a b", "hone: error: unknown command 'conver' (did you mean 'convert'?) (see hone --help)\n"},
       {"convert a", "hone: error: dest is required (see hone convert --help)\n"},
-      {"bench --steps x", "hone: error: Could not convert: --steps = x (see hone bench --help)\n"},
+      {"bench --steps x", "hone: error: --steps: expected a positive whole number, got x (see hone bench --help)\n"},
   };
   for (const auto& [args, expected] : cases) {
     const CliResult r = run_hone(args);

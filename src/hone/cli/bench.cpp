@@ -28,8 +28,9 @@ bool is_model_preset(const std::string& name) {
 // model, batch, sequence length, adapters) in its dtype, on its device, with
 // its threads, seed and activation checkpointing or offloading.
 BenchOptions options_from_config(Config config, const std::vector<std::string>& overrides) {
-  // hone bench writes nothing: the output_dir its recipe requires may be left out.
-  if (!config.has("output_dir")) config.set("output_dir", "(hone bench writes no output)");
+  // hone bench writes nothing: the output_dir a training recipe requires may be left out.
+  const bool training = config.has("recipe") && find_recipe(config.get<std::string>("recipe")).training_shape;
+  if (training && !config.has("output_dir")) config.set("output_dir", "(hone bench writes no output)");
   const auto [recipe, c] = resolve_with_its_recipe(std::move(config), overrides);
   HONE_CHECK(recipe.training_shape != nullptr,
              "{}: a config of the {} recipe; hone bench times training: give a pretrain, full_finetune, "
