@@ -204,20 +204,19 @@ void Config::apply_override(std::string_view assignment) {
   } catch (const Error&) {
     set(key, text);  // a string key takes it; any other names the key and the text it got
   }
-  overridden_.push_back(key);
-  std::erase_if(override_texts_, [&](const auto& given) { return given.first == key; });
-  override_texts_.emplace_back(key, text);
+  std::erase_if(overrides_, [&](const auto& given) { return given.first == key; });
+  overrides_.emplace_back(key, text);
 }
 
 const std::string* Config::override_text(std::string_view key) const {
-  for (const auto& [given, text] : override_texts_)
+  for (const auto& [given, text] : overrides_)
     if (given == key) return &text;
   return nullptr;
 }
 
 const std::string& Config::origin_of(std::string_view key) const {
   static const std::string command_line = "the command line";
-  for (const std::string& o : overridden_) {
+  for (const auto& [o, text] : overrides_) {
     if (key == o || (key.starts_with(o) && key[o.size()] == '.')) return command_line;
   }
   return origin_;
@@ -225,7 +224,7 @@ const std::string& Config::origin_of(std::string_view key) const {
 
 std::string Config::origin_of_section(std::string_view section) const {
   std::vector<std::string> given;
-  for (const std::string& o : overridden_) {
+  for (const auto& [o, text] : overrides_) {
     if (o == section || (o.starts_with(section) && o[section.size()] == '.')) given.push_back(o);
   }
   // The section overridden whole, or a config of overrides alone: one origin.

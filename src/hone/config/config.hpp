@@ -60,8 +60,8 @@ class Config {
  private:
   std::string origin_ = "the command line";  // no config file: only overrides
   Json tree_ = Json::object();
-  std::vector<std::string> overridden_;  // keys given as key=value
-  std::vector<std::pair<std::string, std::string>> override_texts_;  // key, text after '='
+  // The keys given as key=value, in order (the last of a key's), with the text after '='.
+  std::vector<std::pair<std::string, std::string>> overrides_;
 };
 
 // The leaves of a config tree by dotted key ("optimizer.lr"); an empty mapping is a leaf.

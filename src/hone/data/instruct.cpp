@@ -223,11 +223,19 @@ std::vector<Record> read_file_records(const std::string& path) {
     if (one_line) replace_all(m, "at line 1, column", "at column");
     return m;
   };
-  const auto add_line = [&](const std::string& line, uint64_t n) {
+  // `whole`, when given, is the file's text: a line that fails may be part of
+  // one JSON value written across lines, which is named as such.
+  const auto add_line = [&](const std::string& line, uint64_t n, const std::string* whole = nullptr) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;
     try {
       records.push_back({fmt::format("{}:{}", path, n), Json::parse(line)});
     } catch (const Json::exception& e) {
+      if (whole) {
+        const Json value = Json::parse(*whole, nullptr, /*allow_exceptions=*/false);
+        HONE_CHECK(value.is_discarded(),
+                   "{}: one JSON {} across lines: expected an array of records, or JSON Lines (a record a line)", path,
+                   value.type_name());
+      }
       fail("{}:{}: not valid JSON: {}", path, n, reason(e, true));
     }
   };
@@ -245,14 +253,9 @@ std::vector<Record> read_file_records(const std::string& path) {
       }
       for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
     } else {
-      // One object written across lines is neither.
-      const Json whole = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-      HONE_CHECK(whole.is_discarded() || python_strip(text).find('\n') == std::string_view::npos,
-                 "{}: one JSON {} across lines: expected an array of records, or JSON Lines (a record a line)", path,
-                 whole.type_name());
       std::istringstream lines(text);
       std::string line;
-      for (uint64_t n = 1; std::getline(lines, line); ++n) add_line(line, n);
+      for (uint64_t n = 1; std::getline(lines, line); ++n) add_line(line, n, &text);
     }
   } else {
     std::string line;

@@ -20,6 +20,12 @@ struct Blend {
   std::string description;
 };
 
+double total_tokens(const data::DocumentSource& source) {
+  double tokens = 0;
+  for (int64_t d = 0; d < source.num_documents(); ++d) tokens += double(source.document_length(d));
+  return tokens;
+}
+
 Blend open_blend(const Config& c, std::string_view key, const std::string& type) {
   const std::string path = c.get<std::string>(key);
   std::vector<std::string> words;
@@ -51,11 +57,7 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
     if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
     else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
     b.description += (b.description.empty() ? "" : ", ") + source->describe();
-    if (parts.size() > 1) {
-      double tokens = 0;
-      for (int64_t d = 0; weight == 0 && d < source->num_documents(); ++d) tokens += double(source->document_length(d));
-      b.weights.push_back(weight > 0 ? weight : tokens);
-    }
+    if (parts.size() > 1) b.weights.push_back(weight > 0 ? weight : total_tokens(*source));
     b.sources.push_back(std::move(source));
   }
   return b;

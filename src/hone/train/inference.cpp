@@ -1,5 +1,6 @@
 #include "hone/train/inference.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "hone/core/parallel.hpp"
@@ -19,10 +20,11 @@ namespace {
 
 // InferenceModel::eos_ids of the model at `path`.
 std::vector<int32_t> eos_ids_of(const WeightSource& weights, const std::string& path) {
-  SpecialTokenIds ids = hf_config_special_ids(path);
-  for (const std::string& file : weights.companion_files()) {
-    if (fs::path(file).filename() == "generation_config.json") ids = special_ids_in(read_json_file(file));
-  }
+  const std::vector<std::string> companions = weights.companion_files();
+  const auto generation = std::ranges::find_if(
+      companions, [](const std::string& file) { return fs::path(file).filename() == "generation_config.json"; });
+  const SpecialTokenIds ids = generation != companions.end() ? special_ids_in(read_json_file(*generation))
+                                                             : hf_config_special_ids(path);
   std::vector<int32_t> eos = ids.more_eos;
   if (ids.eos) eos.insert(eos.begin(), *ids.eos);
   return eos;
