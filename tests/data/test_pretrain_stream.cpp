@@ -47,14 +47,42 @@ TEST(PretrainStream, EveryEpochVisitsEverySampleOnceInANewOrder) {
   std::vector<std::vector<int32_t>> epochs(2);
   for (int batch = 0; batch < 6; ++batch) {
     auto r = rows(s.next());
-    for (int row = 0; row < 5; ++row) epochs[size_t(batch / 3)].push_back(r[size_t(row * 8)]);
+    epochs[size_t(batch / 3)].insert(epochs[size_t(batch / 3)].end(), r.begin(), r.end());
   }
   for (auto& e : epochs) {
-    std::set<int32_t> starts(e.begin(), e.end());
-    EXPECT_EQ(starts.size(), 15u);
-    for (int32_t x : starts) EXPECT_EQ(x % 8, 0);
+    // 15 samples of 8 inputs: 120 of the 121 tokens, each once.
+    EXPECT_EQ(std::set<int32_t>(e.begin(), e.end()).size(), 120u);
   }
   EXPECT_NE(epochs[0], epochs[1]);  // reshuffled
+}
+
+// Megatron's GPTDataset shuffles the documents before cutting samples, so a
+// sample does not always hold the same neighbouring documents: each pass
+// concatenates them in a new order, and every document stays whole and in order.
+TEST(PretrainStream, EveryEpochConcatenatesTheDocumentsInANewOrder) {
+  const std::vector<int64_t> lengths = {6, 9, 4, 7, 5, 8, 6, 9, 3, 7, 5, 6};  // 75 tokens, seq 4 -> 18 samples
+  auto docs = numbered(lengths);
+  std::set<int32_t> first_tokens, last_tokens;  // of each document
+  int32_t next = 0;
+  for (int64_t n : lengths) {
+    first_tokens.insert(next);
+    last_tokens.insert(next + int32_t(n) - 1);
+    next += int32_t(n);
+  }
+  PretrainStream s({all_of(docs)}, {}, {.seq_len = 4, .batch_size = 18, .seed = 5});
+  std::vector<std::set<std::pair<int32_t, int32_t>>> seams(3);  // (last token, first token) of neighbours
+  for (auto& epoch : seams) {
+    Batch b = s.next();
+    auto t = b.tokens.to_vector<int32_t>(), y = b.targets.to_vector<int32_t>();
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (y[i] == t[i] + 1) continue;  // inside a document
+      EXPECT_TRUE(last_tokens.count(t[i]) && first_tokens.count(y[i])) << t[i] << " -> " << y[i];
+      epoch.insert({t[i], y[i]});
+    }
+    EXPECT_FALSE(epoch.empty()) << "documents kept their file order";
+  }
+  EXPECT_NE(seams[0], seams[1]);
+  EXPECT_NE(seams[1], seams[2]);
 }
 
 TEST(PretrainStream, RestoredStateContinuesWithTheSameBatches) {

@@ -30,14 +30,12 @@ PretrainStream::PretrainStream(std::vector<DocumentRange> ranges, std::vector<do
   for (size_t i = 0; i < ranges.size(); ++i) {
     Source s;
     s.range = ranges[i];
-    s.starts.push_back(0);
-    for (int64_t d = s.range.first; d < s.range.end; ++d) {
-      s.starts.push_back(s.starts.back() + s.range.source->document_length(d));
-    }
+    int64_t tokens = 0;
+    for (int64_t d = s.range.first; d < s.range.end; ++d) tokens += s.range.source->document_length(d);
     // Each sample needs seq_len + 1 tokens; consecutive samples share one.
-    s.samples = (s.starts.back() - 1) / options.seq_len;
+    s.samples = (tokens - 1) / options.seq_len;
     HONE_CHECK(s.samples > 0, "{} (documents {} to {}) has {} tokens: not one sample of {} + 1", s.range.source->describe(),
-               s.range.first, s.range.end, s.starts.back(), options.seq_len);
+               s.range.first, s.range.end, tokens, options.seq_len);
     s.weight = weights.empty() ? double(s.samples) : weights[i];
     HONE_CHECK(s.weight > 0, "blend weight {} of {} must be positive", s.weight, s.range.source->describe());
     weight_sum += s.weight;
@@ -62,21 +60,33 @@ std::pair<size_t, int64_t> PretrainStream::choose() {
   return {best, sources_[best].taken++};
 }
 
-void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> out) {
-  const int64_t cycle = index / s.samples;
-  int64_t sample = index % s.samples;
+void PretrainStream::arrange(Source& s, int64_t cycle) {
+  const int64_t documents = s.range.end - s.range.first;
+  s.documents.resize(size_t(documents));
+  std::iota(s.documents.begin(), s.documents.end(), int64_t(0));
+  // Each pass draws from its own Philox stream: documents and samples, per source.
+  const uint64_t stream = uint64_t(&s - sources_.data()) << 32 | uint64_t(cycle);
+  auto permute = [&](std::vector<int64_t>& v, uint64_t tag) {  // Fisher-Yates
+    Generator g(options_.seed, stream | tag << 63);
+    for (int64_t i = int64_t(v.size()) - 1; i > 0; --i) std::swap(v[size_t(i)], v[g.next_below(uint64_t(i + 1))]);
+  };
+  s.order.clear();
   if (options_.shuffle) {
-    if (s.order_cycle != cycle) {
-      // A fresh permutation for every pass over the source (Fisher-Yates).
-      s.order.resize(size_t(s.samples));
-      std::iota(s.order.begin(), s.order.end(), int64_t(0));
-      const uint64_t source_index = uint64_t(&s - sources_.data());
-      Generator g(options_.seed, source_index << 32 | uint64_t(cycle));
-      for (int64_t i = s.samples - 1; i > 0; --i) std::swap(s.order[size_t(i)], s.order[g.next_below(uint64_t(i + 1))]);
-      s.order_cycle = cycle;
-    }
-    sample = s.order[size_t(sample)];
+    permute(s.documents, 1);
+    s.order.resize(size_t(s.samples));
+    std::iota(s.order.begin(), s.order.end(), int64_t(0));
+    permute(s.order, 0);
   }
+  s.starts.assign(1, 0);
+  for (const int64_t d : s.documents) s.starts.push_back(s.starts.back() + s.range.source->document_length(s.range.first + d));
+  s.cycle = cycle;
+}
+
+void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> out) {
+  const int64_t cycle = options_.shuffle ? index / s.samples : 0;  // unshuffled passes are all alike
+  if (s.cycle != cycle) arrange(s, cycle);
+  int64_t sample = index % s.samples;
+  if (!s.order.empty()) sample = s.order[size_t(sample)];
   // Tokens [sample·L, sample·L + L + 1) of the concatenated documents.
   int64_t offset = sample * options_.seq_len;
   size_t filled = 0;
@@ -85,13 +95,14 @@ void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> ou
     const int64_t in_doc = offset - s.starts[size_t(doc)];
     const int64_t take = std::min<int64_t>(int64_t(out.size() - filled), s.starts[size_t(doc) + 1] - offset);
     const std::span<int32_t> part = out.subspan(filled, size_t(take));
-    s.range.source->read(s.range.first + doc, in_doc, part);
+    const int64_t document = s.range.first + s.documents[size_t(doc)];
+    s.range.source->read(document, in_doc, part);
     if (options_.vocab_size > 0) {
       for (const int32_t id : part) {
         HONE_CHECK(id >= 0 && id < options_.vocab_size,
                    "{}: document {} holds token id {}, outside the model's vocabulary of {} (tokenized for another "
                    "model?)",
-                   s.range.source->describe(), s.range.first + doc, id, options_.vocab_size);
+                   s.range.source->describe(), document, id, options_.vocab_size);
       }
     }
     filled += size_t(take);

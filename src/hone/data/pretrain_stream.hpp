@@ -2,7 +2,9 @@
 // The pretraining stream: fixed-length samples of seq_len + 1 tokens cut from the
 // concatenated documents of one or more sources (Megatron's packing: samples
 // cross document boundaries, and consecutive samples share one token), blended
-// by weight, shuffled per epoch from a seed, and split across data-parallel ranks.
+// by weight, and split across data-parallel ranks. With shuffle on, every pass
+// over a source concatenates its documents in a fresh order and then visits the
+// samples cut from them in a fresh order (Megatron's GPTDataset shuffles both).
 // Every batch is a pure function of (seed, position), so a saved position
 // resumes the exact batches an uninterrupted run would have seen.
 #include <memory>
@@ -47,13 +49,18 @@ class PretrainStream final : public BatchSource {
  private:
   struct Source {
     DocumentRange range;
-    std::vector<int64_t> starts;  // token offset of each document in the concatenation (+ total)
     int64_t samples = 0;
     double weight = 0;
     int64_t taken = 0;  // samples drawn so far from this source (blending state)
-    int64_t order_cycle = -1;  // which pass `order` is for
-    std::vector<int64_t> order;  // this pass's sample order (shuffle)
+    // The pass (epoch over this source) the three vectors below are for.
+    int64_t cycle = -1;
+    std::vector<int64_t> documents;  // this pass's document order (offsets into range)
+    std::vector<int64_t> starts;  // token offset of each of them in the concatenation (+ total)
+    std::vector<int64_t> order;  // this pass's sample order (empty: in order)
   };
+
+  // Lays out pass `cycle` of a source: its document order and sample order.
+  void arrange(Source& s, int64_t cycle);
 
   // The next global sample: which source, which of its samples.
   std::pair<size_t, int64_t> choose();

@@ -162,7 +162,7 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.validation_fraction", ValueType::number, 0.01,
          "documents of each source held out for validation (without dataset.validation_path)"},
         Range::fraction());
-  s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
+  s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle the documents and the samples cut from them every epoch"});
   s.add({"dataset.mock.documents", ValueType::integer, 2000, "mock: documents"}, Range::positive());
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"tokenizer.path", ValueType::string, nullptr,
