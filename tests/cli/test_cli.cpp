@@ -197,6 +197,9 @@ TEST(Cli, BenchTakesATrainingConfig) {
   // configs/quickstart.yaml's model with the overrides: vocabulary 512 (tied), dim 256, 1 layer of 8 heads of
   // 32 and 4 KV heads, FFN 704.
   EXPECT_EQ(j["params"], 512 * 256 + (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 704 + 2 * 256) + 256);
+  // Named as the built-in model it changes, with the changes.
+  EXPECT_EQ(j["model"], "llama_tiny with vocab_size 512, dim 256, n_layers 1, n_heads 8, n_kv_heads 4, ffn_dim 704, "
+                        "tie_embeddings true");
 
   r = run_hone("bench --model quickstart --steps 1 --batch-size 1 --seq-len 16 --dtype fp32" + shrunk);
   ASSERT_EQ(r.status, 0) << r.err;
@@ -213,6 +216,7 @@ TEST(Cli, BenchTakesATrainingConfig) {
   r = run_hone("bench --model " + no_output + " --steps 1");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(last_line(r.out))["seq_len"], 16);
+  EXPECT_EQ(nlohmann::json::parse(last_line(r.out))["model"], "llama_tiny");  // unchanged
 
   // A built-in model's report names no config.
   r = run_hone("bench --model llama_tiny --batch-size 1 --seq-len 16 --steps 1");

@@ -226,15 +226,25 @@ ModelConfig model_config_from(const Config& c) {
     m = model_preset(family + "_tiny");  // the family's defaults; the shape comes from the keys below
     m.name = "custom_" + family;
   }
-  auto integer = [&](const char* key, int64_t& field) {
-    if (c.has(key)) field = c.get<int64_t>(key);
+  // A built-in model the config changes is named with the changes, so that a
+  // banner or a benchmark does not call the quickstart's 15.8M model llama_tiny.
+  std::vector<std::string> changes;
+  auto changed = [&](std::string_view key, const auto& value) {
+    changes.push_back(fmt::format("{} {}", key.substr(std::string_view("model.").size()), value));
   };
-  auto number = [&](const char* key, double& field) {
-    if (c.has(key)) field = c.get<double>(key);
+  auto take = [&]<typename T>(const char* key, T& field) {
+    if (!c.has(key) || c.get<T>(key) == field) return;
+    field = c.get<T>(key);
+    changed(key, field);
   };
-  auto boolean = [&](const char* key, bool& field) {
-    if (c.has(key)) field = c.get<bool>(key);
+  auto choice = [&](const char* key, auto& field, auto parse) {
+    if (!c.has(key) || parse(c.get<std::string>(key)) == field) return;
+    field = parse(c.get<std::string>(key));
+    changed(key, c.get<std::string>(key));
   };
+  auto integer = [&](const char* key, int64_t& field) { take(key, field); };
+  auto number = [&](const char* key, double& field) { take(key, field); };
+  auto boolean = [&](const char* key, bool& field) { take(key, field); };
   integer("model.vocab_size", m.vocab_size);
   integer("model.dim", m.dim);
   integer("model.n_layers", m.n_layers);
@@ -242,35 +252,33 @@ ModelConfig model_config_from(const Config& c) {
   integer("model.n_kv_heads", m.n_kv_heads);
   integer("model.ffn_dim", m.ffn_dim);
   integer("model.max_seq_len", m.max_seq_len);
-  if (c.has("model.norm")) m.norm = c.get<std::string>("model.norm") == "rmsnorm" ? NormKind::rmsnorm : NormKind::layernorm;
+  choice("model.norm", m.norm, [](const std::string& n) { return n == "rmsnorm" ? NormKind::rmsnorm : NormKind::layernorm; });
   boolean("model.norm_bias", m.norm_bias);
   number("model.norm_eps", m.norm_eps);
-  if (c.has("model.position")) {
-    const std::string p = c.get<std::string>("model.position");
-    m.position = p == "rope" ? PositionKind::rope : p == "learned" ? PositionKind::learned : PositionKind::alibi;
-  }
+  choice("model.position", m.position, [](const std::string& p) {
+    return p == "rope" ? PositionKind::rope : p == "learned" ? PositionKind::learned : PositionKind::alibi;
+  });
   number("model.rope_theta", m.rope_theta);
   number("model.rope_scaling.factor", m.rope_scaling.factor);
   number("model.rope_scaling.low_freq_factor", m.rope_scaling.low_freq_factor);
   number("model.rope_scaling.high_freq_factor", m.rope_scaling.high_freq_factor);
   integer("model.rope_scaling.original_max_position", m.rope_scaling.original_max_position);
   number("model.alibi_bias_max", m.alibi_bias_max);
-  if (c.has("model.mlp")) {
-    const std::string a = c.get<std::string>("model.mlp");
-    m.mlp = a == "swiglu" ? MlpKind::swiglu : a == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
-  }
+  choice("model.mlp", m.mlp, [](const std::string& a) {
+    return a == "swiglu" ? MlpKind::swiglu : a == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
+  });
   boolean("model.linear_bias", m.linear_bias);
   boolean("model.tie_embeddings", m.tie_embeddings);
   number("model.init_std", m.init_std);
-  if (c.has("model.family")) {
-    const std::string f = c.get<std::string>("model.family");
-    m.family = f == "llama" ? Family::llama : f == "gpt2" ? Family::gpt2 : Family::mpt;
-  }
+  choice("model.family", m.family, [](const std::string& f) {
+    return f == "llama" ? Family::llama : f == "gpt2" ? Family::gpt2 : Family::mpt;
+  });
   try {
     m.validate();
   } catch (const Error& e) {
     fail("{}: {}", c.origin_of_section("model"), e.what());
   }
+  if (c.has("model.name") && !changes.empty()) m.name += fmt::format(" with {}", fmt::join(changes, ", "));
   return m;
 }
 
