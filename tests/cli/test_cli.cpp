@@ -298,6 +298,15 @@ TEST(Cli, BenchTimesADpoConfigsStep) {
   EXPECT_NE(odd.err.find("an even batch size, got 3 rows"), std::string::npos) << odd.err;
 }
 
+// A device that cannot run fails before comm-bench prints its table's header.
+TEST(Cli, CommBenchOnAnUnusableDevicePrintsNoTable) {
+  const CliResult r = run_hone("comm-bench --device cuda -b 1K -e 1K --iters 1 --warmup 0");
+  if (r.status == 0) GTEST_SKIP() << "a GPU is usable here";
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("cuda"), std::string::npos) << r.err;
+}
+
 TEST(Cli, BenchRefusesWhatItCannotTime) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"bench --model quickstrt", "no built-in model, built-in config or config file has that name (did you mean "

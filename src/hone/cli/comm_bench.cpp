@@ -81,6 +81,7 @@ int run(const Args& a) {
   set_num_threads(1);
   const Device device = dist::rank_device(dist::discover_process(), parse_device(a.device));
   ops::use_device(device);
+  Tensor::zeros(Shape{1}, dtype, device);  // a device that cannot run fails here, before the header
   auto comm = dist::Communicator::from_environment(device);
   const int n = comm->size();
   const bool root = comm->rank() == 0;
