@@ -9,6 +9,7 @@
 #include <regex>
 #include <thread>
 
+#include "data/tokenizers/assets.hpp"
 #include "hone/core/rng.hpp"
 #include "hone/data/formats/megatron.hpp"
 #include "hone/io/safetensors.hpp"
@@ -413,7 +414,9 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   const std::string every_2 = "checkpoint: {every_n_steps: 2, keep_last_n: 0}\n";
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 6, every_2)}), 0) << log();
   for (const auto& [change, named] : std::vector<std::pair<std::string, std::string>>{
-           {"model.norm_eps=1e-6", "model.norm_eps unset -> 1e-06"}, {"seed=7", "seed 1234 -> 7"}}) {
+           {"model.norm_eps=1e-6", "model.norm_eps 1e-05 -> 1e-06"},
+           {"model.n_layers=3", "model.n_layers 2 -> 3"},  // before the weights are read (they would not fit)
+           {"seed=7", "seed 1234 -> 7"}}) {
     EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", change}), 2) << log();
     EXPECT_NE(log().find("/r/step_0000006 was trained with other settings (" + named +
                          "), which a resumed run keeps, since they shape the model or its data"),
@@ -421,7 +424,10 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
         << log();
   }
   EXPECT_FALSE(fs::exists(root_ + "/r/step_0000008"));
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", "optimizer.lr=1e-3"}), 0)
+  // The model compares as the model it makes: llama_tiny's own layer count written out is no change.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", "optimizer.lr=1e-3",
+                 "model.n_layers=2"}),
+            0)
       << log();
   const nlohmann::json state = nlohmann::json::parse(read_file(root_ + "/r/step_0000008/trainer_state.json"));
   EXPECT_EQ(state["config"]["optimizer"]["lr"], 1e-3);
@@ -478,6 +484,26 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   EXPECT_NE(log().find("/m/step_0000004: resume: the data differs from the run's (the checkpoint's data had "),
             std::string::npos)
       << log();
+}
+
+// A tokenizer.path dropped on resume is refused (the run's later checkpoints
+// would carry no tokenizer); one given where the run had none is taken.
+TEST_F(TrainingRun, AResumeKeepsItsTokenizer) {
+  const std::string every_2 = "checkpoint: {every_n_steps: 2}\n";
+  const std::string tokenizer = "tokenizer.path=" + asset_path("tokenizers/gpt2-hf");
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("t", 2, every_2), "model.vocab_size=50257", tokenizer}), 0)
+      << log();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("t", 4, every_2), "model.vocab_size=50257", "resume=latest"}), 2)
+      << log();
+  EXPECT_NE(log().find("(tokenizer.path \"" + asset_path("tokenizers/gpt2-hf") + "\" -> unset)"), std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/t/step_0000004"));
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("u", 2, every_2), "model.vocab_size=50257"}), 0) << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("u", 4, every_2), "model.vocab_size=50257", "resume=latest",
+                 tokenizer}),
+            0)
+      << log();
+  EXPECT_TRUE(fs::exists(root_ + "/u/step_0000004/vocab.json")) << log();
 }
 
 // A run that ends in an error before its first step (a resume that is not

@@ -408,10 +408,21 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
 
 }  // namespace
 
-TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
+namespace {
+
+Json read_trainer_state(const std::string& folder) {
   HONE_CHECK(fs::exists(fs::path(folder) / kTrainerState),
              "{}: a model folder without training state ({}): a run can start from it (fine-tuning) but not resume it",
              folder, kTrainerState);
+  return read_json_file((fs::path(folder) / kTrainerState).string());
+}
+
+}  // namespace
+
+Json checkpoint_config(const std::string& folder) { return read_trainer_state(folder).at("config"); }
+
+TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
+  const Json j = read_trainer_state(folder);
   if (model.lora()) {
     HONE_CHECK(fs::exists(fs::path(folder) / kAdapter), "{}: no {}: not the checkpoint of a LoRA run", folder,
                kAdapter);
@@ -423,7 +434,6 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   }
   load_moments(folder, model, optimizer);
 
-  const Json j = read_json_file((fs::path(folder) / kTrainerState).string());
   TrainerState state;
   state.step = j.at("step").get<int64_t>();
   state.tokens_seen = j.at("tokens_seen").get<int64_t>();

@@ -118,6 +118,9 @@ std::string model_folder_of(const std::string& path);
 // of the optimizer's shard (from any world size's shards: resharding) and state. Any missing, truncated or corrupt file is an error naming it, and so is
 // a model folder, which has no training state to resume.
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer);
+// The config a checkpoint's run was trained with (its trainer_state.json's), read
+// without its weights: a resume checks its settings before loading them.
+Json checkpoint_config(const std::string& folder);
 
 // A LoRA run's adapters only mean something on the base model they were trained
 // on: one of another shape than `base` is an error naming both.

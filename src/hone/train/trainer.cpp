@@ -15,6 +15,7 @@
 #include "hone/core/text.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/io/model_json.hpp"
 #include "hone/ops/ops.hpp"
 #include "hone/train/bench.hpp"
 #include "hone/train/recipes.hpp"
@@ -59,21 +60,39 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
 constexpr const char* kKeptOnResume[] = {"model", "seed", "dataset", "tokenizer", "checkpoint.path",
                                          "checkpoint.format"};
 
+// A config tree whose model section is written out as the model it makes: a
+// built-in model's value left unset and the same value given compare equal, and
+// a model's name is no setting (it only labels the shape).
+Json with_model_written_out(const Json& tree) {
+  Config model;
+  if (tree.contains("model")) model.set("model", tree["model"]);
+  if (!model.has("model.name") && !model.has("model.family")) return tree;  // a fine-tuned checkpoint's model
+  Json out = tree;
+  const Json written = model_config_to_json(model_config_from(model));
+  for (const auto& [key, value] : written.items()) out["model"][key] = value;
+  out["model"].erase("name");
+  return out;
+}
+
 // An error naming the kept settings (kKeptOnResume) `c` changes from those
 // `folder` was trained with; a path may change (the files moved), with a note
-// (returned) that it must hold what it held.
+// (returned) that it must hold what it held, or be given where it was not, but
+// not be dropped (a tokenizer.path left out would leave later checkpoints without
+// the tokenizer).
 std::vector<std::string> check_kept_on_resume(const Config& c, const Json& trained_with, const std::string& folder) {
   std::map<std::string, const Json*> before;
-  for (const auto& [key, value] : config_leaves(trained_with)) before[key] = value;
+  const Json trained = with_model_written_out(trained_with), now_written = with_model_written_out(c.tree());
+  for (const auto& [key, value] : config_leaves(trained)) before[key] = value;
   std::vector<std::string> changed, notes;
-  for (const auto& [key, now] : config_leaves(c.tree())) {
+  for (const auto& [key, now] : config_leaves(now_written)) {
     const Json& value = *now;
     const bool kept = std::ranges::any_of(kKeptOnResume, [&](std::string_view k) {
       return key == k || (key.starts_with(k) && key[k.size()] == '.');
     });
     const auto it = before.find(key);  // a key the checkpoint lacks came with a later hone: its default
     if (!kept || it == before.end() || *it->second == value) continue;
-    if (key.ends_with("path")) {
+    if (key.ends_with("path") && it->second->is_null()) continue;  // given now (a tokenizer the run's checkpoints lacked)
+    if (key.ends_with("path") && !value.is_null()) {
       notes.push_back(fmt::format("note: {} was {} when {} was saved: it must hold the same", key, it->second->dump(),
                                   folder));
     } else {
@@ -165,8 +184,8 @@ int run_training(const Config& c, TrainingJob job) {
   if (c.has("resume")) {
     if (auto folder = find_checkpoint(run.output_dir, c.get<std::string>("resume"))) {
       console.transient(fmt::format("loading {} ...", *folder));
+      const std::vector<std::string> notes = check_kept_on_resume(c, checkpoint_config(*folder), *folder);
       state = load_checkpoint(*folder, model, optimizer);
-      const std::vector<std::string> notes = check_kept_on_resume(c, state.config, *folder);
       state.config = c.tree();  // what this run's checkpoints were trained with (a LoRA merge reads its alpha)
       try {
         train.restore(state.data_state);
