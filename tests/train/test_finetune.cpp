@@ -351,6 +351,10 @@ TEST_F(FinetuneRun, DoraTrainsExportsAndMergesItsMagnitudes) {
 TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
   expect_resume_reproduces_the_run([&](const std::string& run, int64_t steps) { return lora_args(run, steps); },
                                    "lora");
+  // Another rank is named as a setting, not met as an adapter tensor of the wrong shape.
+  auto other_rank = lora_args("lora_resumed", 14);
+  other_rank.insert(other_rank.end(), {"resume=latest", "model.lora_rank=8"});
+  expect_refused(other_rank, "lora_other_rank", "(model.lora_rank 4 -> 8)");
 }
 
 // The pairs' order and the dropout masks continue where they were; full_dpo's
