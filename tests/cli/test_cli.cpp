@@ -364,6 +364,9 @@ TEST(Cli, EveryBuiltinConfigValidates) {
   const double host = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
   EXPECT_EQ(llama8b.find("more than this machine's") != std::string::npos, host < 169.0 * (1 << 30)) << llama8b;
   EXPECT_EQ(run_hone("validate quickstart").out.find("more than this machine's"), std::string::npos);
+  // Exports go inside the run's output_dir, wherever it is moved (a second run elsewhere found the first's).
+  const std::string lora = run_hone("validate llama3_2/1B_lora output_dir=/tmp/elsewhere").out;
+  EXPECT_NE(lora.find("export:\n  peft: /tmp/elsewhere/peft\n"), std::string::npos) << lora;
 }
 
 // `hone ls RECIPE` lists every key the recipe's schema has, with its default,
