@@ -243,6 +243,47 @@ TEST_F(FinetuneRun, ExportsThatWouldFailAreRefusedBeforeTraining) {
         << read_file(root_ + "/refused_export.log");
     EXPECT_FALSE(fs::exists(root_ + "/refused_export")) << key;
   }
+  // A folder that cannot be made (under a file), and the two exports in one folder.
+  const std::pair<std::vector<std::string>, std::string> refused[] = {
+      {{"export.hf=" + taken + "/keep.txt/hf"}, taken + "/keep.txt/hf: cannot create the folder: " + taken +
+                                                    "/keep.txt is not a folder"},
+      {{"export.hf=" + root_ + "/both", "export.peft=" + root_ + "/both/"}, "export.peft " + root_ +
+                                                                                "/both/ and export.hf " + root_ +
+                                                                                "/both overlap"},
+      {{"export.hf=" + root_ + "/both", "export.peft=" + root_ + "/both/peft"}, "overlap: give each a folder"}};
+  for (const auto& [exports, message] : refused) {
+    auto args = lora_args("refused_export", 2);
+    args.insert(args.end(), exports.begin(), exports.end());
+    EXPECT_EQ(run_hone_to_log(args, root_ + "/refused_export.log"), 2);
+    EXPECT_NE(read_file(root_ + "/refused_export.log").find(message), std::string::npos)
+        << read_file(root_ + "/refused_export.log");
+    EXPECT_FALSE(fs::exists(root_ + "/refused_export")) << message;
+    EXPECT_FALSE(fs::exists(root_ + "/both"));
+  }
+}
+
+// A full fine-tune keeps fp32 master weights; its export takes the base
+// model's dtype (a bf16 model exported in fp32 doubles its files).
+TEST_F(FinetuneRun, TheExportTakesTheBaseModelsDtype) {
+  ASSERT_EQ(run_hone_to_log({"convert", root_ + "/base", root_ + "/base_bf16", "--to", "hf", "--dtype", "bf16"},
+                            root_ + "/base_bf16.log"),
+            0)
+      << read_file(root_ + "/base_bf16.log");
+  auto args = lora_args("full_bf16", 1);
+  std::erase_if(args, [](const std::string& a) { return a.starts_with("model.lora") || a.starts_with("model.apply_lora"); });
+  args[1] = "full_finetune";
+  std::replace(args.begin(), args.end(), "checkpoint.path=" + root_ + "/base", "checkpoint.path=" + root_ + "/base_bf16");
+  args.push_back("export.hf=" + root_ + "/full_bf16_hf");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/full_bf16.log"), 0) << read_file(root_ + "/full_bf16.log");
+  EXPECT_EQ(nlohmann::json::parse(read_file(root_ + "/full_bf16_hf/config.json"))["torch_dtype"], "bfloat16");
+  SafetensorsFile exported(root_ + "/full_bf16_hf/model.safetensors");
+  for (const std::string& name : exported.names()) EXPECT_EQ(exported.load(name).dtype(), DType::bf16) << name;
+  // export.dtype says otherwise.
+  args.back() = "export.hf=" + root_ + "/full_fp32_hf";
+  args.push_back("export.dtype=fp32");
+  std::replace(args.begin(), args.end(), "output_dir=" + root_ + "/full_bf16", "output_dir=" + root_ + "/full_fp32");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/full_fp32.log"), 0) << read_file(root_ + "/full_fp32.log");
+  EXPECT_EQ(nlohmann::json::parse(read_file(root_ + "/full_fp32_hf/config.json"))["torch_dtype"], "float32");
 }
 
 // Rows cut to the batch's longest sample (in multiples of 8 here) lose what

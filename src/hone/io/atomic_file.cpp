@@ -66,6 +66,18 @@ void check_new_folder(const std::string& path) {
   namespace fs = std::filesystem;
   HONE_CHECK(!fs::exists(path) || (fs::is_directory(path) && fs::is_empty(path)),
              "{}: already exists; give a new folder", path);
+  // Whether it can be made: a folder made and removed in its nearest existing
+  // ancestor (permissions alone do not tell, e.g. for root or under /proc).
+  fs::path ancestor = fs::absolute(path).lexically_normal();
+  while (!fs::exists(ancestor) && ancestor.has_parent_path() && ancestor != ancestor.parent_path()) {
+    ancestor = ancestor.parent_path();
+  }
+  HONE_CHECK(fs::is_directory(ancestor), "{}: cannot create the folder: {} is not a folder", path, ancestor.string());
+  const fs::path probe = ancestor / fmt::format(".hone-probe.{}", ::getpid());
+  std::error_code error;
+  fs::create_directory(probe, error);
+  HONE_CHECK(!error, "{}: cannot create the folder: {} ({})", path, error.message(), ancestor.string());
+  fs::remove(probe, error);
 }
 
 AtomicFolder::AtomicFolder(std::string path, bool replace) : path_(std::move(path)) {

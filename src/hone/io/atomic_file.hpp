@@ -34,8 +34,8 @@ class AtomicFile {
   void* hash_state_ = nullptr;  // XXH3_state_t, kept out of this header
 };
 
-// An error unless `path` is free for a new folder: missing, or an empty folder
-// (what AtomicFolder takes without `replace`).
+// An error unless `path` is free for a new folder: missing where one can be
+// made, or an empty folder (what AtomicFolder takes without `replace`).
 void check_new_folder(const std::string& path);
 
 // A folder that appears complete or not at all: filled under a temporary name

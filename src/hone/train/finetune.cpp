@@ -201,6 +201,20 @@ int run_finetune(const Config& c) {
   // What would make the exports fail after training fails now.
   if (c.has("export.peft")) check_peft_export(model_config, *lora, c.get<std::string>("export.peft"));
   if (c.has("export.hf")) check_hf_export(model_config, c.get<std::string>("export.hf"));
+  if (c.has("export.peft") && c.has("export.hf")) {
+    const auto normal = [&](const char* key) {
+      const fs::path p = fs::absolute(c.get<std::string>(key)).lexically_normal();
+      return p.filename().empty() ? p.parent_path() : p;  // "out/hf/" is out/hf
+    };
+    const fs::path peft = normal("export.peft"), hf = normal("export.hf");
+    const auto within = [](const fs::path& inner, const fs::path& outer) {
+      return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
+    };
+    HONE_CHECK(!within(peft, hf) && !within(hf, peft),
+               "{}: export.peft {} and export.hf {} overlap: give each a folder of its own (each is written whole, "
+               "and PEFT and transformers each read their own)",
+               c.origin_of("export"), c.get<std::string>("export.peft"), c.get<std::string>("export.hf"));
+  }
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
   // Full-weight DPO's reference: the model as it starts, frozen.
@@ -264,7 +278,10 @@ int run_finetune(const Config& c) {
                                 trained = transformer_weights(model);
                               }
                               HfExportOptions hf;
-                              if (c.has("export.dtype")) hf.dtype = parse_dtype(c.get<std::string>("export.dtype"));
+                              // The base model's dtype unless asked (the master weights a run keeps in fp32
+                              // would double a bf16 model's files).
+                              hf.dtype = c.has("export.dtype") ? parse_dtype(c.get<std::string>("export.dtype"))
+                                                               : weights->stored_dtype();
                               hf.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id(),
                                                    {data::end_of_answer_token(*tokenizer, options)}};
                               export_hf(*with_companion_files(std::move(trained), companion_files),
@@ -345,7 +362,9 @@ Schema finetune_schema(FinetuneKind kind) {
          "pack several samples into each max_seq_len row (each attends only to itself)"});
   s.add(mds_tokens_schema());
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
-  s.add({"export.dtype", ValueType::string, nullptr, "dtype of the exported weights", {"fp32", "bf16", "fp16"}});
+  s.add({"export.dtype", ValueType::string, nullptr,
+         "dtype of export.hf's weights (default: the base model's, as checkpoint.path stores them)",
+         {"fp32", "bf16", "fp16"}});
   if (lora) {
     s.add({"model.lora_rank", ValueType::integer, 8, "LoRA rank"}, Range::positive());
     s.add({"model.lora_alpha", ValueType::number, 16.0, "LoRA alpha (scale = alpha / rank)"}, Range::positive());
