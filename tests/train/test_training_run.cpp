@@ -166,6 +166,20 @@ TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
   }
 }
 
+// A stop while the run sets up (a large model loads for minutes; here the
+// matrix-product peak is being measured) ends it before its first step: nothing
+// trained, the folder it made removed, 128 + the signal as a killed process's.
+TEST_F(TrainingRun, AStopBeforeTheFirstStepLeavesNoFolder) {
+  Process p = start_hone({"run", "pretrain", "--config", config("early", 100000, "logging: {tensorboard: false}\n"),
+                          "dtype=bf16"},
+                         root_ + "/log.txt");
+  ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "data: ")) << "no data line within 120 s";
+  ::kill(p.pid, SIGINT);
+  EXPECT_EQ(wait_for(p), 128 + SIGINT) << log();
+  EXPECT_NE(log().find("stop requested before step 1: nothing trained"), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(root_ + "/early")) << log();
+}
+
 // Two runs into one output_dir at once would interleave their checkpoints and
 // metrics: the second is refused, naming the first, until the first ends.
 TEST_F(TrainingRun, ASecondRunIntoAFolderInUseIsRefused) {

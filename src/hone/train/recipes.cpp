@@ -22,6 +22,8 @@ void on_stop_signal(int signal) {
 
 bool stop_requested() { return g_stop_signal != 0; }
 
+int stop_signal() { return g_stop_signal; }
+
 void install_stop_handlers() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);

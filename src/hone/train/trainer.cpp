@@ -148,6 +148,9 @@ int run_training(const Config& c, TrainingJob job) {
   // Samples per optimizer step, over all data-parallel ranks.
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len, {});  // its errors before any folder is made
+  // From here a stop signal is heard: during the setup (a large model loads for
+  // minutes) as before the next step.
+  install_stop_handlers();
 
   // A run that ends in an error before its first step (a mistake in the config
   // or the data) leaves no folder behind: the error is on stderr.
@@ -282,7 +285,6 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t max_nonfinite = c.get<int64_t>("max_consecutive_nonfinite");
   Allocator& memory = allocator_for(world.device());
   memory.reset_peak();  // training's peak: the GEMM-peak probe's operands (800 MB on a GPU in fp32) are not part of it
-  install_stop_handlers();
 
   // A large model's weights and AdamW state take a while to save: said while it
   // runs, and how long it took (which helps choose checkpoint.every_n_steps).
@@ -314,6 +316,12 @@ int run_training(const Config& c, TrainingJob job) {
   int64_t samples_this_run = 0, tokens_this_run = 0;  // excludes what a resumed run trained before
   int64_t last_saved = state.step;  // a resumed run does not re-save what it loaded
   std::vector<Batch> micro(static_cast<size_t>(accumulation));
+  if (world.any(stop_requested())) {
+    console.line(fmt::format("stop requested before step {}: nothing trained{}", state.step + 1,
+                             state.step == 0 ? "" : ", nothing to save"));
+    new_folders.discard();  // a folder this run made holds nothing worth keeping
+    return 128 + stop_signal();
+  }
   if (c.get<bool>("eval.first") && state.step == 0) run_evaluation();
   if (state.step >= total_steps) console.line(fmt::format("the run is at step {} of {}: nothing to train", state.step, total_steps));
   // A signal may reach the ranks at different steps: they agree before each step.
