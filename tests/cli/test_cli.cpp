@@ -547,7 +547,12 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"bench --max-seq-len 16 --seq-len 32", "--seq-len 32 is longer than --max-seq-len 16"},
       {"plan quickstart --world-size 8 --tokens -5", "--tokens is a token budget: give a positive number, got -5"},
       {"plan quickstart --world-size -4", "--world-size and --dp count devices: give a positive number, got -4"},
-      {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got 2)"},
+      {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got max_steps, epochs): "
+                                       "add max_steps=null to drop the config's"},
+      {"validate quickstart max_steps=null", "give exactly one of max_steps, epochs and max_tokens (got none)"},
+      {"validate quickstart dataset.type=mock", "dataset.path .assets/quickstart/sotu_text_document is set but "
+                                                "dataset.type is mock, which ignores it"},
+      {"validate quickstart dataset.type=mds dataset.path=null", "dataset.type mds needs dataset.path"},
       {"validate quickstart model.n_heads=7", "with model.n_heads from the command line: model 'llama_tiny': "
                                               "model.dim 256 is not a multiple of model.n_heads 7"},
       {"validate quickstart optimizer.betas=[0.9]", "the command line: optimizer.betas must hold two numbers, got 1"},

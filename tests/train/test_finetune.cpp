@@ -245,8 +245,7 @@ TEST_F(FinetuneRun, ExportsThatWouldFailAreRefusedBeforeTraining) {
   }
   // A folder that cannot be made (under a file), and the two exports in one folder.
   const std::pair<std::vector<std::string>, std::string> refused[] = {
-      {{"export.hf=" + taken + "/keep.txt/hf"}, taken + "/keep.txt/hf: cannot create the folder: " + taken +
-                                                    "/keep.txt is not a folder"},
+      {{"export.hf=" + taken + "/keep.txt/hf"}, taken + "/keep.txt/hf: cannot create the folder: Not a directory"},
       {{"export.hf=" + root_ + "/both", "export.peft=" + root_ + "/both/"}, "export.peft " + root_ +
                                                                                 "/both/ and export.hf " + root_ +
                                                                                 "/both overlap"},

@@ -436,6 +436,12 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
                          "), which a resumed run keeps, since they shape the model or its data"),
               std::string::npos)
         << log();
+    // hone validate says so up front.
+    EXPECT_EQ(run({"validate", config("r", 8, every_2), "resume=latest", change}), 0) << log();
+    EXPECT_NE(log().find("# note: hone run would refuse this now: " + root_ + "/r.yaml: resume: " + root_ +
+                         "/r/step_0000006 was trained with other settings (" + named + ")"),
+              std::string::npos)
+        << log();
   }
   EXPECT_FALSE(fs::exists(root_ + "/r/step_0000008"));
   // The model compares as the model it makes: llama_tiny's own layer count written out is no change.

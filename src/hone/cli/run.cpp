@@ -77,15 +77,13 @@ Command add_validate(CLI::App& app) {
   args->add_to(*sub);
   return [args] {
     const auto [recipe, resolved] = args->resolved("validate");
-    if (resolved.has("max_steps") || resolved.has("epochs") || resolved.has("max_tokens")) {
-      check_training_settings(resolved);  // a training recipe's
-    }
+    if (recipe.training_shape) check_training_settings(resolved);
     const std::vector<std::string> summary = recipe.summarize(resolved);  // its errors before any output
     fmt::print("{}", resolved.to_yaml());
     for (const std::string& line : summary) fmt::print("# {}\n", line);
     if (resolved.has("output_dir")) {
-      if (const std::optional<std::string> conflict = output_dir_conflict(resolved)) {
-        fmt::print("# note: hone run would refuse this now: {}\n", *conflict);
+      for (const auto& conflict : {output_dir_conflict(resolved), resume_conflict(resolved)}) {
+        if (conflict) fmt::print("# note: hone run would refuse this now: {}\n", *conflict);
       }
     }
     fmt::print("# {}: valid for the {} recipe\n", resolved.origin(), recipe.name);

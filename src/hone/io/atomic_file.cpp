@@ -72,11 +72,11 @@ void check_new_folder(const std::string& path) {
   while (!fs::exists(ancestor) && ancestor.has_parent_path() && ancestor != ancestor.parent_path()) {
     ancestor = ancestor.parent_path();
   }
-  HONE_CHECK(fs::is_directory(ancestor), "{}: cannot create the folder: {} is not a folder", path, ancestor.string());
+  HONE_CHECK(fs::is_directory(ancestor), "{}: cannot create the folder: {}", path, std::strerror(ENOTDIR));
   const fs::path probe = ancestor / fmt::format(".hone-probe.{}", ::getpid());
   std::error_code error;
   fs::create_directory(probe, error);
-  HONE_CHECK(!error, "{}: cannot create the folder: {} ({})", path, error.message(), ancestor.string());
+  HONE_CHECK(!error, "{}: cannot create the folder: {}", path, error.message());
   fs::remove(probe, error);
 }
 

@@ -86,17 +86,26 @@ std::vector<data::DocumentRange> whole(const Blend& blend) {
 
 }  // namespace
 
+void check_pretraining_data_keys(const Config& c) {
+  const std::string type = c.get<std::string>("dataset.type");
+  if (type != "mock") {
+    HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
+    return;
+  }
+  // mock is the default type: a path given without a type would be ignored, the run trained on random tokens.
+  for (const char* key : {"dataset.path", "dataset.validation_path"}) {
+    if (!c.has(key)) continue;
+    fail("{}: {} {} is set but dataset.type is mock, which ignores it: set dataset.type=megatron (a .bin/.idx "
+         "prefix or a blend) or dataset.type=mds (a folder with index.json)",
+         c.origin_of(key), key, c.get<std::string>(key));
+  }
+}
+
 TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
+  check_pretraining_data_keys(c);
   const std::string type = c.get<std::string>("dataset.type");
   const double validation_fraction = c.get<double>("dataset.validation_fraction");
   if (type == "mock") {
-    // mock is the default type: a path given without a type would be ignored, the run trained on random tokens.
-    for (const char* key : {"dataset.path", "dataset.validation_path"}) {
-      if (!c.has(key)) continue;
-      fail("{}: {} {} is set but dataset.type is mock, which ignores it: set dataset.type=megatron (a .bin/.idx "
-           "prefix or a blend) or dataset.type=mds (a folder with index.json)",
-           c.origin_of(key), key, c.get<std::string>(key));
-    }
     const int64_t documents = c.get<int64_t>("dataset.mock.documents");
     const int64_t length = c.get<int64_t>("dataset.mock.document_length");
     Blend mock{.sources = {std::make_shared<data::MockDocuments>(documents, length, vocab_size,
@@ -104,7 +113,6 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
     mock.description = mock.sources.front()->describe();
     return hold_out(mock, validation_fraction);
   }
-  HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
   const Blend train = open_blend(c, "dataset.path", type);
   if (!c.has("dataset.validation_path")) return hold_out(train, validation_fraction);
   // Validation on documents of its own (Megatron's --valid-data-path, an MDS

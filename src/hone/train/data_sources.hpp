@@ -20,6 +20,8 @@ struct TrainingData {
 };
 
 TrainingData open_pretraining_data(const Config& config, int64_t vocab_size);
+// Its errors that need no file: dataset.type and the paths given with it.
+void check_pretraining_data_keys(const Config& config);
 
 // The keys of instruct records (dataset.template, chat_format, column_map,
 // train_on_input, target_responses, system_prompt), as fine-tuning and eval take them.

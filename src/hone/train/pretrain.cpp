@@ -20,6 +20,7 @@ TrainingShape pretrain_shape(const Config& c) {
 }
 
 std::vector<std::string> summarize_training(const Config& c, int data_parallel_ranks) {
+  check_pretraining_data_keys(c);
   const RunSettings run = run_settings_from(c);
   const TrainingShape shape = pretrain_shape(c);
   const ModelConfig& model = shape.model;

@@ -110,8 +110,17 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
 }  // namespace
 
 void check_training_settings(const Config& c) {
-  const int budgets = int(c.has("max_steps")) + int(c.has("epochs")) + int(c.has("max_tokens"));
-  HONE_CHECK(budgets == 1, "{}: give exactly one of max_steps, epochs and max_tokens (got {})", c.origin(), budgets);
+  std::vector<std::string> given, from_file;
+  for (const char* key : {"max_steps", "epochs", "max_tokens"}) {
+    if (!c.has(key)) continue;
+    given.push_back(key);
+    if (c.origin_of(key) == c.origin() && c.override_text(key) == nullptr) from_file.push_back(fmt::format("{}=null", key));
+  }
+  // A config's epochs: 1 with max_steps=N on the command line: the way out is to null the config's.
+  const bool overridden = given.size() > 1 && from_file.size() < given.size() && !from_file.empty();
+  HONE_CHECK(given.size() == 1, "{}: give exactly one of max_steps, epochs and max_tokens (got {}){}", c.origin(),
+             given.empty() ? "none" : fmt::format("{}", fmt::join(given, ", ")),
+             overridden ? fmt::format(": add {} to drop the config's", fmt::join(from_file, " ")) : "");
   adamw_config_from(c);
 }
 
@@ -128,6 +137,17 @@ std::optional<std::string> output_dir_conflict(const Config& c) {
       "output_dir {} already holds a run (latest checkpoint {}): give resume=latest to go on from it, or another "
       "output_dir",
       output_dir, *earlier);
+}
+
+std::optional<std::string> resume_conflict(const Config& c) {
+  if (!c.has("resume")) return std::nullopt;
+  try {
+    const std::optional<std::string> folder = find_checkpoint(c.get<std::string>("output_dir"), c.get<std::string>("resume"));
+    if (folder) check_kept_on_resume(c, checkpoint_config(*folder), *folder);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return std::nullopt;
 }
 
 void check_output_dir_is_free(const Config& c) {

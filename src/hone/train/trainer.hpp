@@ -51,6 +51,10 @@ struct TrainingJob {
 // checkpoints and metrics. Recipes call check_output_dir_is_free (which throws
 // it) before they load anything; `hone validate` prints it as a note.
 std::optional<std::string> output_dir_conflict(const Config& config);
+// Why `resume` would be refused, if it would: a checkpoint it names that is not
+// there, or one trained with settings a resumed run keeps (the model, seed,
+// data, tokenizer) that the config changes. `hone validate` prints it as a note.
+std::optional<std::string> resume_conflict(const Config& config);
 // A training run's length (exactly one of max_steps, epochs and max_tokens) and
 // its optimizer settings, else an error naming the config: hone validate
 // checks them as hone run does.
