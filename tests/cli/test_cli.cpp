@@ -550,6 +550,10 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got max_steps, epochs): "
                                        "add max_steps=null to drop the config's"},
       {"validate quickstart max_steps=null", "give exactly one of max_steps, epochs and max_tokens (got none)"},
+      {"validate llama3_2/1B_lora model.lora_attn_modules=[q_proj,o_proj]",
+       "with model.lora_attn_modules from the command line: model.lora_attn_modules: 'o_proj' is a Hugging Face "
+       "module name (PEFT's target_modules); hone takes torchtune's: output_proj instead"},
+      {"validate llama3_2/1B_lora clip_grad_norm=1.0", "'clip_grad_norm': torchtune's; hone's is optimizer.max_grad_norm"},
       {"validate quickstart dataset.type=mock", "dataset.path .assets/quickstart/sotu_text_document is set but "
                                                 "dataset.type is mock, which ignores it"},
       {"validate quickstart dataset.type=mds dataset.path=null", "dataset.type mds needs dataset.path"},

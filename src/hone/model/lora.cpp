@@ -13,14 +13,28 @@ const std::vector<std::string>& lora_attn_module_names() {
   return names;
 }
 
-std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lora) {
+void check_lora_config(const LoraConfig& lora) {
   HONE_CHECK(lora.rank > 0, "lora_rank must be positive, got {}", lora.rank);
   HONE_CHECK(lora.dropout >= 0 && lora.dropout < 1, "lora_dropout must be in [0, 1), got {}", lora.dropout);
+  // PEFT's target_modules name Hugging Face's modules; torchtune's keys (hone's) name its own.
+  static const std::map<std::string, std::string> hugging_face = {
+      {"o_proj", "output_proj"}, {"c_attn", "q_proj, k_proj, v_proj"}, {"c_proj", "output_proj"},
+      {"gate_proj", "apply_lora_to_mlp: true"}, {"up_proj", "apply_lora_to_mlp: true"},
+      {"down_proj", "apply_lora_to_mlp: true"}, {"lm_head", "apply_lora_to_output: true"}};
   for (const std::string& m : lora.attn_modules) {
     const auto& known = lora_attn_module_names();
-    HONE_CHECK(std::find(known.begin(), known.end(), m) != known.end(),
-               "lora_attn_modules: unknown module '{}'; expected q_proj, k_proj, v_proj or output_proj", m);
+    if (std::find(known.begin(), known.end(), m) != known.end()) continue;
+    const auto peft = hugging_face.find(m);
+    HONE_CHECK(peft == hugging_face.end(),
+               "lora_attn_modules: '{}' is a Hugging Face module name (PEFT's target_modules); hone takes torchtune's: "
+               "{} instead",
+               m, peft->second);
+    fail("lora_attn_modules: unknown module '{}'; expected q_proj, k_proj, v_proj or output_proj", m);
   }
+}
+
+std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lora) {
+  check_lora_config(lora);
   HONE_CHECK(!lora.apply_to_output || !c.tie_embeddings,
              "apply_lora_to_output needs an untied output projection; {} ties it to the token embedding", c.name);
   auto wants = [&](const char* module) {

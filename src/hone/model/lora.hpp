@@ -65,6 +65,9 @@ struct LoraTarget {
   std::string prefix() const { return layer < 0 ? "lora." : "layers." + std::to_string(layer) + ".lora."; }
 };
 
+// Throws hone::Error for settings no model takes (rank, dropout, module names;
+// Hugging Face's names for torchtune's are named as such).
+void check_lora_config(const LoraConfig& lora);
 // The adapters `lora` puts on a model of `config`, in declaration order; throws
 // hone::Error for settings the model cannot take.
 std::vector<LoraTarget> lora_targets(const ModelConfig& config, const LoraConfig& lora);

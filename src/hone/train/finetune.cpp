@@ -361,6 +361,7 @@ Schema finetune_schema(FinetuneKind kind) {
   s.add({"dataset.packed", ValueType::boolean, false,
          "pack several samples into each max_seq_len row (each attends only to itself)"});
   s.add(mds_tokens_schema());
+  s.add_foreign("tokenizer.max_seq_len", "torchtune's; hone cuts samples at dataset.max_seq_len");
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
   s.add({"export.dtype", ValueType::string, nullptr,
          "dtype of export.hf's weights (default: the base model's, as checkpoint.path stores them)",
@@ -390,6 +391,13 @@ Schema finetune_schema(FinetuneKind kind) {
 }
 
 std::vector<std::string> summarize_finetune(const Config& c) {
+  if (const std::optional<LoraConfig> lora = lora_config_from(c)) {
+    try {
+      check_lora_config(*lora);
+    } catch (const Error& e) {
+      fail("{}: model.{}", c.origin_of_section("model"), e.what());
+    }
+  }
   const std::string path = c.get<std::string>("checkpoint.path");
   std::vector<std::string> lines =
       fs::exists(path)

@@ -146,6 +146,10 @@ Schema training_schema() {
   s.add({"distributed.tp", ValueType::integer, 1,
          "tensor-parallel ranks per model replica (Megatron's split with sequence parallelism; divides the world "
          "size)"}, Range::positive());
+  // torchtune's recipe keys, which a config brought over may still hold.
+  s.add_foreign("clip_grad_norm", "torchtune's; hone's is optimizer.max_grad_norm (1.0 by default, 0: no clipping)");
+  s.add_foreign("max_steps_per_epoch", "torchtune's; hone's max_steps counts the whole run (give epochs=null with it)");
+  s.add_foreign("resume_from_checkpoint", "torchtune's; hone resumes with resume=latest (or resume=STEP_FOLDER)");
   return s;
 }
 
