@@ -777,6 +777,8 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
       << read_file(task_out);
   EXPECT_NE(read_file(task_out).find("\"accuracy\":"), std::string::npos);
   EXPECT_NE(read_file(task_out).find("\"task_layout\":\"plain\""), std::string::npos) << read_file(task_out);
+  // Off a terminal (a log file), progress lines: the last says every item is scored.
+  EXPECT_NE(read_file(task_out).find("task (plain): 1/1 items, "), std::string::npos) << read_file(task_out);
 
   auto generate = [&](const std::string& out) {
     std::remove(out.c_str());

@@ -180,9 +180,16 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
   const std::string label = t.name.empty() ? std::string(layout_name(task.layout)) : t.name;
   ProgressLine line;
   const auto start = std::chrono::steady_clock::now();
+  // Off a terminal (a Slurm log) a line at every tenth of the items, as a log can hold.
+  const int64_t tenth = std::max<int64_t>(1, (count + 9) / 10);
+  int64_t next_logged = tenth;
   const auto progress = [&](int64_t done) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    line.draw(fmt::format("task ({}): {}/{} items, {:.0f} s", label, done, count, seconds));
+    const std::string text = fmt::format("task ({}): {}/{} items, {:.0f} s", label, done, count, seconds);
+    if (line.on_terminal()) return line.draw(text);
+    if (done < next_logged && done < count) return;
+    fmt::print(stderr, "{}\n", text);
+    next_logged = (done / tenth + 1) * tenth;
   };
   Json result = Json::object();
   std::vector<Json> samples;
@@ -230,6 +237,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
       samples.push_back(std::move(sample));
     }
   }
+  if (!line.on_terminal()) progress(count);  // the log's last line: every item scored
   line.clear();
   result["task_items"] = count;
   if (t.samples) {  // one JSON line per item; bytes a completion cut mid-character read as U+FFFD
