@@ -1,4 +1,5 @@
 // The `hone` binary as a user runs it: exit codes, one-line errors, bench's JSON.
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -476,6 +477,14 @@ TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   EXPECT_EQ(typo.status, 2);
   EXPECT_NE(typo.err.find("did you mean 'llama3_2/1B_lora'"), std::string::npos) << typo.err;
   std::remove(dest.c_str());
+  // Into a folder, as tune cp copies: FOLDER/1B_lora.yaml.
+  const std::string folder = testing::TempDir() + "hone_cp_into_" + std::to_string(::getpid());
+  std::filesystem::create_directories(folder);
+  const CliResult into = run_hone("cp llama3_2/1B_lora " + folder);
+  ASSERT_EQ(into.status, 0) << into.err;
+  EXPECT_EQ(into.out, "copied llama3_2/1B_lora to " + folder + "/1B_lora.yaml\n");
+  EXPECT_EQ(read_file(folder + "/1B_lora.yaml"), copied);
+  std::filesystem::remove_all(folder);
 }
 
 // The system's refusals (here a file where a folder must be created; as root,

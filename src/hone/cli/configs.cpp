@@ -96,15 +96,18 @@ Command add_cp(CLI::App& app) {
   auto args = std::make_shared<std::pair<std::string, std::string>>();
   CLI::App* sub = app.add_subcommand("cp", "Copy a built-in config to a file to edit it");
   sub->add_option("config", args->first, "Built-in config name (hone ls)")->required();
-  sub->add_option("dest", args->second, "Destination file")->required();
+  sub->add_option("dest", args->second, "Destination file, or a folder to copy it into (as NAME.yaml)")->required();
   return [args] {
     for (const BuiltinConfig& b : builtin_configs()) {
       if (args->first != b.name) continue;
-      HONE_CHECK(!fs::exists(args->second), "{} exists; choose another destination or remove it", args->second);
-      AtomicFile out(args->second);
+      std::string dest = args->second;
+      // Into a folder as tune cp does: llama3_2/1B_lora becomes FOLDER/1B_lora.yaml.
+      if (fs::is_directory(dest)) dest = (fs::path(dest) / (fs::path(b.name).filename().string() + ".yaml")).string();
+      HONE_CHECK(!fs::exists(dest), "{} exists; choose another destination or remove it", dest);
+      AtomicFile out(dest);
       out.write(std::string_view(b.text));
       out.commit();
-      fmt::print("copied {} to {}\n", b.name, args->second);
+      fmt::print("copied {} to {}\n", b.name, dest);
       return 0;
     }
     load_config(args->first);  // throws with the did-you-mean
