@@ -1,10 +1,10 @@
 // The `hone` binary as a user runs it: exit codes, one-line errors, bench's JSON.
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 #include <cstdio>
 #include <fstream>
