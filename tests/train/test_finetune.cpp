@@ -261,6 +261,28 @@ TEST_F(FinetuneRun, ExportsThatWouldFailAreRefusedBeforeTraining) {
   }
 }
 
+// PEFT adapters given where they do not go, or incomplete, are named as such.
+TEST_F(FinetuneRun, MisplacedPeftAdaptersAreNamedAsSuch) {
+  trained_lora_run();
+  const std::string peft = root_ + "/peft";
+  fs::create_directories(root_ + "/peft_no_config");
+  fs::copy_file(peft + "/adapter_model.safetensors", root_ + "/peft_no_config/adapter_model.safetensors",
+                fs::copy_options::overwrite_existing);
+  const std::vector<std::string> generate = {"run", "generate", "threads=1", "tokenizer.path=" + tokenizer_,
+                                             "prompt=Repeat the word tiger.", "max_new_tokens=2"};
+  const std::pair<std::vector<std::string>, std::string> refused[] = {
+      {{"checkpoint.path=" + root_ + "/base", "lora.adapter=" + peft + "/adapter_model.safetensors"},
+       peft + "/adapter_model.safetensors: a file; LoRA adapters are a folder"},
+      {{"checkpoint.path=" + root_ + "/base", "lora.adapter=" + root_ + "/peft_no_config"},
+       root_ + "/peft_no_config: PEFT adapter weights without adapter_config.json"},
+      {{"checkpoint.path=" + peft}, peft + ": PEFT adapters, not a model: give them as lora.adapter"}};
+  for (const auto& [extra, message] : refused) {
+    auto args = generate;
+    args.insert(args.end(), extra.begin(), extra.end());
+    expect_refused(args, "misplaced_peft", message);
+  }
+}
+
 // A full fine-tune keeps fp32 master weights; its export takes the base
 // model's dtype (a bf16 model exported in fp32 doubles its files).
 TEST_F(FinetuneRun, TheExportTakesTheBaseModelsDtype) {

@@ -32,6 +32,10 @@ std::string model_format(const std::string& path) {
   if (fs::exists(fs::path(path) / "config.json")) return "hf";
   if (is_meta_folder(path)) return "meta";
   if (find_checkpoint(path, "latest")) return "hone";
+  HONE_CHECK(!fs::exists(fs::path(path) / "adapter_config.json"),
+             "{}: PEFT adapters, not a model: give them as lora.adapter (hone convert: --adapter) with their base "
+             "model as the model",
+             path);
   fail("{}: not a model folder: no manifest.json (hone), config.json (Hugging Face), params.json and "
        "consolidated.00.pth (Meta) or latest (a hone run)",
        path);

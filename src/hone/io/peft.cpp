@@ -220,6 +220,15 @@ AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, c
 LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base, const WeightSource& weights) {
   HONE_CHECK(fs::exists(path),
              "{}: not found (LoRA adapters: a lora_finetune run or checkpoint folder, or a PEFT folder)", path);
+  HONE_CHECK(fs::is_directory(path),
+             "{}: a file; LoRA adapters are a folder: the PEFT folder that holds it (with adapter_config.json), or a "
+             "lora_finetune run or checkpoint folder",
+             path);
+  HONE_CHECK(is_peft_folder(path) || !(fs::exists(fs::path(path) / "adapter_model.safetensors") ||
+                                       fs::exists(fs::path(path) / "adapter_model.bin")),
+             "{}: PEFT adapter weights without adapter_config.json, which says their rank, alpha and modules "
+             "(PEFT's save_pretrained writes both)",
+             path);
   const bool peft = is_peft_folder(path);
   const std::string folder = peft ? path : model_folder_of(path);
   const std::vector<std::string> merged = weights.merged_adapters();
