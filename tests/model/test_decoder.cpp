@@ -219,5 +219,13 @@ TEST(Generate, GreedyMatchesRepeatedFullForwardAndStopsOnStopTokens) {
   EXPECT_THROW(generate(m, {prompt}, o), Error);  // beyond max_seq_len
 }
 
+// What a completion ended by stop strings keeps: the text before the earliest.
+TEST(Generate, TextBeforeStopEndsAtTheEarliestOfThem) {
+  EXPECT_EQ(text_before_stop("one. Question: two", {"Question:", "."}), "one");
+  EXPECT_EQ(text_before_stop("one. Question: two", {"Answer:"}), "one. Question: two");
+  EXPECT_EQ(text_before_stop("one", {""}), "one");  // an empty stop stops nothing
+  EXPECT_EQ(text_before_stop("one", {}), "one");
+}
+
 }  // namespace
 }  // namespace hone::test

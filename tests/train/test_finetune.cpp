@@ -1,6 +1,7 @@
 // The fine-tuning recipes end to end: a base model pretrained by hone, LoRA and
 // full fine-tuning on an instruct dataset, exact resume, PEFT and HF exports.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -259,6 +260,27 @@ TEST_F(FinetuneRun, ExportsThatWouldFailAreRefusedBeforeTraining) {
     EXPECT_FALSE(fs::exists(root_ + "/refused_export")) << message;
     EXPECT_FALSE(fs::exists(root_ + "/both"));
   }
+}
+
+// generate's stop strings (vLLM's stop) end a completion, printed up to the first.
+TEST_F(FinetuneRun, GenerateEndsACompletionAtAStopString) {
+  const auto completion = [&](const std::string& stop) {
+    std::vector<std::string> args = {"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                                     "tokenizer.path=" + tokenizer_, "prompt=Repeat the word tiger.",
+                                     "temperature=0", "max_new_tokens=12"};
+    if (!stop.empty()) args.push_back("stop=[\"" + stop + "\"]");
+    const std::string out = root_ + "/stop.out";
+    std::remove(out.c_str());
+    EXPECT_EQ(run_hone_to_log(args, out), 0) << read_file(out);
+    const std::string text = read_file(out);
+    const size_t start = text.find("Repeat the word tiger.\n") + std::string("Repeat the word tiger.\n").size();
+    return text.substr(start, text.find('\n', start) - start);
+  };
+  const std::string whole = completion("");
+  const auto letter = std::find_if(whole.begin() + 1, whole.end(), [](char ch) { return std::isalpha(ch) != 0; });
+  if (letter == whole.end()) GTEST_SKIP() << "no letter after the first character of " << whole;
+  const std::string stop(1, *letter);
+  EXPECT_EQ(completion(stop), whole.substr(0, whole.find(stop))) << whole;
 }
 
 // PEFT adapters given where they do not go, or incomplete, are named as such.

@@ -27,6 +27,14 @@ int32_t draw(std::span<const int32_t> ids, std::span<const float> weight, double
 
 }  // namespace
 
+std::string text_before_stop(std::string_view text, const std::vector<std::string>& stops) {
+  size_t end = text.size();
+  for (const std::string& stop : stops) {
+    if (!stop.empty()) end = std::min(end, text.find(stop));
+  }
+  return std::string(text.substr(0, end));
+}
+
 int32_t sample_token(std::span<const float> given, const SamplingOptions& o, Generator& rng,
                      std::span<const int32_t> seen) {
   HONE_CHECK(!given.empty(), "sampling from empty logits");

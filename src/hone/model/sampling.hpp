@@ -2,6 +2,8 @@
 // Choosing the next token from logits, and the generation loop over a Decoder.
 #include <functional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "hone/core/rng.hpp"
@@ -40,6 +42,10 @@ struct Generation {
   double prefill_seconds = 0, decode_seconds = 0;
   size_t cache_bytes = 0;
 };
+
+// The text before the first of `stops` in it, all of it where none occurs: what
+// a completion ended by a stop string keeps (vLLM's `stop`, the harness's `until`).
+std::string text_before_stop(std::string_view text, const std::vector<std::string>& stops);
 
 // Generates a completion for each prompt; all prompts decode together.
 Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,

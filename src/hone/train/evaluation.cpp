@@ -236,13 +236,6 @@ std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tok
   HONE_CHECK(room > 0, "max_new_tokens {} leaves no room for a prompt in the model's max_seq_len {}",
              options.max_new_tokens, model.config().max_seq_len);
   HONE_CHECK(options.batch_size > 0, "batch_size must be positive, got {}", options.batch_size);
-  // The text before the first stop string.
-  const auto cut = [&](std::string text) {
-    for (const std::string& stop : options.until) {
-      if (!stop.empty()) text = text.substr(0, text.find(stop));
-    }
-    return text;
-  };
   GenerationOptions o;
   o.max_new_tokens = options.max_new_tokens;
   o.sampling.temperature = 0;
@@ -260,11 +253,11 @@ std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tok
     }
     o.finished = [&](size_t, const std::vector<int32_t>& completion) {
       const std::string text = tokenizer.decode(completion);
-      return cut(text).size() < text.size();
+      return text_before_stop(text, options.until).size() < text.size();
     };
     for (std::vector<int32_t>& tokens : generate(model, encoded, o).completions) {
       if (!tokens.empty() && !o.stop_tokens.empty() && tokens.back() == o.stop_tokens.front()) tokens.pop_back();
-      completions.push_back(cut(tokenizer.decode(tokens)));
+      completions.push_back(text_before_stop(tokenizer.decode(tokens), options.until));
     }
   }
   return completions;

@@ -38,6 +38,9 @@ Schema generate_schema() {
         Range::positive());
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
          "special tokens that end a completion besides the end of answer and EOS (e.g. \"<|eom_id|>\")"});
+  s.add({"stop", ValueType::string_list, Json::array(),
+         "strings that end a completion, which is printed up to the first of them (vLLM's stop; transformers' "
+         "stop_strings)"});
   s.add({"batch_size", ValueType::integer, 32,
          "prompts decoded together (their KV caches held at once); each batch's completions print when it ends"},
         Range::positive());
@@ -93,6 +96,13 @@ int run_generate(const Config& c) {
                c.origin_of("stop_tokens"), s);
     o.stop_tokens.push_back(*id);
   }
+  const auto stop_strings = c.get<std::vector<std::string>>("stop");
+  if (std::ranges::any_of(stop_strings, [](const std::string& s) { return !s.empty(); })) {
+    o.finished = [&](size_t, const std::vector<int32_t>& completion) {
+      const std::string text = m.tokenizer->decode(completion);
+      return text_before_stop(text, stop_strings).size() < text.size();
+    };
+  }
   std::vector<std::vector<int32_t>> encoded;
   for (size_t i = 0; i < prompts.size(); ++i) {
     encoded.push_back(data::prompt_tokens(*m.tokenizer, prompts[i], format));
@@ -123,7 +133,7 @@ int run_generate(const Config& c) {
       std::string storage;  // a completion cut inside a character ends in U+FFFD, as transformers decodes it
       const size_t i = first + k;
       fmt::print("{}{}\n", prompts.size() > 1 ? fmt::format("[{}] ", i) : "", prompts[i]);
-      fmt::print("{}\n\n", utf8::sanitize(m.tokenizer->decode(text), storage));
+      fmt::print("{}\n\n", utf8::sanitize(text_before_stop(m.tokenizer->decode(text), stop_strings), storage));
     }
     std::fflush(stdout);
     int64_t longest = 0;
