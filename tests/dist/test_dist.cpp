@@ -392,6 +392,14 @@ TEST(Jobs, LaunchNamesTheRankThatFailed) {
   EXPECT_NE(exited.output.find("hone launch: rank 1 failed with status 3"),
             std::string::npos)
       << exited.output;
+  // A rank's error: its line and the summary, without mpirun's MPI_Abort help text around them.
+  const Job failed = run(kHone + " launch --nproc-per-node 2 -- " + kProbe + " throw");
+  EXPECT_EQ(failed.status, 2) << failed.output;
+  EXPECT_NE(failed.output.find("[rank 1] hone: error: rank 1 gave up on purpose"), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find("hone launch: rank 1 failed with status 2"), std::string::npos) << failed.output;
+  for (const char* noise : {"MPI_ABORT", "help message", "ORTE_ERROR_LOG", "-----"}) {
+    EXPECT_EQ(failed.output.find(noise), std::string::npos) << noise << "\n" << failed.output;
+  }
   const Job killed = run(kHone + " launch --nproc-per-node 2 -- " + kProbe + " kill");
   EXPECT_NE(killed.status, 0) << killed.output;
   EXPECT_NE(killed.output.find("hone launch: rank 1 was killed by signal 9 (Killed); the job of 2 ranks was stopped"),

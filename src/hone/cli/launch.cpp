@@ -20,9 +20,11 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <map>
 #include <optional>
 #include <regex>
 #include <thread>
+#include <utility>
 
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
@@ -123,6 +125,50 @@ class OutputRouter {
   }
 
   void line(const std::string& text, FILE* out) {
+    // mpirun's help texts come between lines of dashes; the one about an
+    // MPI_Abort (how a rank's error ends the job) repeats what the rank's own
+    // error line and launch's summary say, so it is read, not shown.
+    // So do its notes on gathering the ranks' copies of that text, or failing to.
+    if (text.find("ORTE_ERROR_LOG: ") != std::string::npos && text.find("show_help.c") != std::string::npos) return;
+    if (text.find("has sent help message help-mpi-api.txt / mpi-abort") != std::string::npos) {
+      abort_aggregated_ = true;
+      return;
+    }
+    if (std::exchange(abort_aggregated_, false) && text.find("orte_base_help_aggregate") != std::string::npos) return;
+    std::vector<std::string>& block = help_blocks_[out];
+    const bool dashes = text.size() >= 20 && text.find_first_not_of('-') == std::string::npos;
+    if (dashes || !block.empty()) {
+      block.push_back(text);
+      remember_failure(text);
+      if (dashes && block.size() > 1) finish_block(out);
+      return;
+    }
+    route(text, out);
+  }
+
+  // The end of the output: a help block left open is shown as it is.
+  void flush() {
+    for (auto& [out, block] : help_blocks_) {
+      for (const std::string& text : block) fmt::print(out, "{}\n", text);
+      block.clear();
+    }
+  }
+
+  // A rank's own account of a timeout tells more than mpirun's report of the
+  // abort that follows it, and the two arrive in either order.
+  const std::string& failure() const { return timed_out_.empty() ? failure_ : timed_out_; }
+
+ private:
+  void finish_block(FILE* out) {
+    std::vector<std::string>& block = help_blocks_[out];
+    const bool abort = std::ranges::any_of(block, [](const std::string& t) { return t.starts_with("MPI_ABORT was invoked"); });
+    if (!abort) {
+      for (const std::string& text : block) fmt::print(out, "{}\n", text);
+    }
+    block.clear();
+  }
+
+  void route(const std::string& text, FILE* out) {
     static const std::regex tag(R"(^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$)");
     std::smatch m;
     if (std::regex_match(text, m, tag)) {
@@ -138,11 +184,6 @@ class OutputRouter {
     std::fflush(out);
   }
 
-  // A rank's own account of a timeout tells more than mpirun's report of the
-  // abort that follows it, and the two arrive in either order.
-  const std::string& failure() const { return timed_out_.empty() ? failure_ : timed_out_; }
-
- private:
   int global(const std::string& local) const {
     return options_.node_rank * options_.nproc_per_node + std::stoi(local);
   }
@@ -184,6 +225,8 @@ class OutputRouter {
 
   const Options& options_;
   std::vector<std::ofstream> logs_;
+  std::map<FILE*, std::vector<std::string>> help_blocks_;  // an open block of mpirun's help text, per stream
+  bool abort_aggregated_ = false;  // the last line said more ranks sent the MPI_Abort text
   int pending_rank_ = -1;
   std::string failure_, timed_out_;
 };
@@ -267,6 +310,7 @@ int launch(const Options& o) {
       }
     }
   }
+  router.flush();
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
