@@ -115,6 +115,15 @@ TEST(Schema, FillsDefaultsAndKeepsUserValues) {
   EXPECT_EQ(again.tree(), r.tree());
 }
 
+// A whole number written as a float (1e9, as token budgets are) is an integer.
+TEST(Schema, WholeFloatsAreIntegers) {
+  Config r = schema().resolve(Config::from_yaml("output_dir: x\nbatch_size: 1.6e1\n", "a.yaml"));
+  EXPECT_TRUE(r.find("batch_size")->is_number_integer());
+  EXPECT_EQ(r.get<int64_t>("batch_size"), 16);
+  EXPECT_EQ(error_of([] { schema().resolve(Config::from_yaml("output_dir: x\nbatch_size: 1e300\n", "a.yaml")); }),
+            "a.yaml: 'batch_size' must be an integer, got 1e+300");
+}
+
 TEST(Schema, ErrorsNameTheKeyAndSuggest) {
   auto resolve = [](const std::string& yaml) {
     return error_of([&] { schema().resolve(Config::from_yaml(yaml, "run.yaml")); });

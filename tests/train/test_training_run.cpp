@@ -444,6 +444,12 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
         << log();
   }
   EXPECT_FALSE(fs::exists(root_ + "/r/step_0000008"));
+  // A checkpoint name mistyped gets the name it is closest to.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=lastest"}), 2) << log();
+  EXPECT_NE(log().find("resume: 'lastest' is not a checkpoint folder (nor one of " + root_ +
+                       "/r) (did you mean 'latest'?)"),
+            std::string::npos)
+      << log();
   // The model compares as the model it makes: llama_tiny's own layer count written out is no change.
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", "optimizer.lr=1e-3",
                  "model.n_layers=2"}),

@@ -126,9 +126,16 @@ std::string_view type_name(ValueType type) {
   return "?";
 }
 
+// A float with a whole value ("1e9" in YAML, max_tokens=2e9) is a fine integer.
+bool is_whole_float(const Json& v) {
+  if (!v.is_number_float()) return false;
+  const double x = v.get<double>();
+  return std::isfinite(x) && x == std::floor(x) && std::abs(x) <= 9007199254740992.0;  // 2^53: exact
+}
+
 bool matches(const Json& v, ValueType type) {
   switch (type) {
-    case ValueType::integer: return v.is_number_integer();
+    case ValueType::integer: return v.is_number_integer() || is_whole_float(v);
     case ValueType::number: return v.is_number();
     case ValueType::boolean: return v.is_boolean();
     case ValueType::string: return v.is_string();
@@ -527,6 +534,10 @@ Config Schema::resolve(const Config& given_config) const {
     }
   }
   Config resolved = user;
+  for (const auto& [key, value] : given) {
+    const auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
+    if (spec->type == ValueType::integer && is_whole_float(*value)) resolved.set(key, int64_t(value->get<double>()));
+  }
   for (const KeySpec& k : keys_) {
     const Json* v = user.find(k.key);
     if (v == nullptr || v->is_null()) {

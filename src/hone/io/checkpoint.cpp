@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hone/config/config.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/json_file.hpp"
 #include "hone/io/model_json.hpp"
@@ -281,7 +282,15 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
     // A step folder of the run may be named by itself; a run directory means its latest checkpoint.
     const fs::path in_run = fs::path(run_dir) / resume;
     const std::string folder = fs::is_directory(resume) || !fs::is_directory(in_run) ? resume : in_run.string();
-    HONE_CHECK(fs::is_directory(folder), "resume: '{}' is not a checkpoint folder (nor one of {})", resume, run_dir);
+    if (!fs::is_directory(folder)) {
+      std::vector<std::string> names = {kLatest};
+      if (fs::is_directory(run_dir)) {
+        for (const auto& [step, path] : checkpoints_in(run_dir)) names.push_back(path.filename().string());
+      }
+      const std::string suggestion = closest_match(resume, names);
+      fail("resume: '{}' is not a checkpoint folder (nor one of {}){}", resume, run_dir,
+           suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion));
+    }
     if (fs::exists(fs::path(folder) / "manifest.json")) return folder;
     return find_checkpoint(folder, kLatest).value_or(folder);  // else loading names what is missing
   }
