@@ -202,6 +202,11 @@ TEST(Cli, BenchTakesATrainingConfig) {
   EXPECT_EQ(j["model"], "llama_tiny with vocab_size 512, dim 256, n_layers 1, n_heads 8, n_kv_heads 4, ffn_dim 704, "
                         "tie_embeddings true");
 
+  EXPECT_NE(j["mfu_peak_tflops"], 100);
+  r = run_hone("bench --model quickstart --steps 1 mfu_peak_tflops=100" + shrunk);  // the config's datasheet peak
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(last_line(r.out))["mfu_peak_tflops"], 100);
+
   r = run_hone("bench --model quickstart --steps 1 --batch-size 1 --seq-len 16 --dtype fp32" + shrunk);
   ASSERT_EQ(r.status, 0) << r.err;
   j = nlohmann::json::parse(last_line(r.out));

@@ -76,6 +76,10 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
                        "along (to optimizer.lr 0.003 at step 5) and does not decay"),
             std::string::npos)
       << log();
+  // A datasheet's peak given: MFU against it (a 2-core CPU is far below 500 TFLOP/s).
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("datasheet", 2), "mfu_peak_tflops=500"}), 0) << log();
+  EXPECT_NE(log().find("mfu: against mfu_peak_tflops, 500.0 TFLOP/s"), std::string::npos) << log();
+  for (const auto& [step, mfu] : run_metric(root_ + "/datasheet", "throughput/mfu")) EXPECT_LT(mfu, 1e-3) << step;
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
   EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
   // Validation asked for with no validation data: said, not silently skipped.

@@ -54,6 +54,7 @@ BenchOptions options_from_config(Config config, const std::vector<std::string>& 
   o.seed = run.seed;
   o.activation_checkpointing = activations.checkpointing;
   o.activation_offloading = activations.offload_inputs;
+  if (c.has("mfu_peak_tflops")) o.peak_tflops = c.get<double>("mfu_peak_tflops");
   if (trains_preferences(c)) {  // lora_dpo, full_dpo: its step, on batch_size pairs
     o.dpo = dpo_config_from(c);
   }
@@ -125,7 +126,7 @@ Command add_bench(CLI::App& app) {
                                    "model), then the trained one");
   CLI::Option* peak = sub->add_option("--peak-tflops", args->peak_tflops,
                   "MFU against this peak, e.g. a GPU's datasheet bf16 figure (PaLM's convention; H100 SXM: 989), "
-                  "instead of the GEMM peak measured in the run");
+                  "instead of the GEMM peak measured in the run (a config's mfu_peak_tflops)");
   return [=] {
     // A built-in model takes every option's value, defaults included; a config
     // only those given on the command line.

@@ -133,6 +133,10 @@ Schema training_schema() {
   s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute each layer in backward"});
   s.add({"enable_activation_offloading", ValueType::boolean, false,
          "with activation checkpointing on a GPU: keep the layer inputs in host memory"});
+  s.add({"mfu_peak_tflops", ValueType::number, nullptr,
+         "throughput/mfu against this peak, e.g. a GPU's datasheet bf16 TFLOP/s (PaLM's convention; H100 SXM: 989); "
+         "default: the matrix-product peak measured as the run starts"},
+        Range::positive());
   s.add({"max_consecutive_nonfinite", ValueType::integer, 3,
          "stop after this many steps in a row with a non-finite loss or gradient (each is skipped; 0: never)"},
       Range::not_negative());

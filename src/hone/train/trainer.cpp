@@ -285,10 +285,14 @@ int run_training(const Config& c, TrainingJob job) {
                            steps_to_run, plural(steps_to_run, "step")));
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
-  const double peak_tflops = measure_gemm_peak_tflops(run.dtype, world.device());
-  console.line(fmt::format("mfu: against this device's measured {} matrix-product peak, {:.1f} TFLOP/s (hone bench "
-                           "--peak-tflops takes a datasheet's)",
-                           dtype_name(run.dtype), peak_tflops));
+  const bool datasheet_peak = c.has("mfu_peak_tflops");
+  const double peak_tflops =
+      datasheet_peak ? c.get<double>("mfu_peak_tflops") : measure_gemm_peak_tflops(run.dtype, world.device());
+  console.line(datasheet_peak
+                   ? fmt::format("mfu: against mfu_peak_tflops, {:.1f} TFLOP/s", peak_tflops)
+                   : fmt::format("mfu: against this device's measured {} matrix-product peak, {:.1f} TFLOP/s "
+                                 "(mfu_peak_tflops takes a datasheet's)",
+                                 dtype_name(run.dtype), peak_tflops));
   if (schedule.warmup_steps >= total_steps && steps_to_run > 0) {
     console.line(fmt::format("note: lr_scheduler.warmup_steps {} covers the whole run of {} steps: the learning "
                              "rate rises all along (to optimizer.lr {:g} at step {}) and does not decay",
