@@ -235,6 +235,11 @@ lr_scheduler:
   EXPECT_EQ(changed.get<std::string>("output_dir"), "/scratch/run-16");
   EXPECT_EQ(changed.get<std::string>("resume"), "${not}/16/cosine");
 
+  // A blank variable (LLM Foundry's `data_remote:`) is null where it is referred to, as OmegaConf reads it.
+  const Config blank = schema().resolve(
+      Config::from_yaml("variables:\n  remote:\noutput_dir: x\nresume: ${variables.remote}\n", "run.yaml"));
+  EXPECT_FALSE(blank.has("resume"));
+
   const auto error = [](const std::string& yaml) {
     return error_of([&] { schema().resolve(Config::from_yaml("output_dir: x\n" + yaml, "run.yaml")); });
   };

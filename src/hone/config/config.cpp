@@ -352,7 +352,10 @@ class Interpolator {
       error(parts, fmt::format("the interpolations refer to each other in a circle: {}", fmt::join(stack_, " -> ")));
     }
     const Json* found = config_.find(key);
-    if (!found || found->is_null()) found = fallback_(key);
+    if (!found || found->is_null()) {
+      // A key set to null (LLM Foundry's blank `data_remote:`) is null, as OmegaConf reads it, unless a default fills it.
+      if (const Json* filled = fallback_(key)) found = filled;
+    }
     if (!found) {
       std::vector<std::string> keys;
       for (const auto& [k, v] : config_leaves(config_.tree())) keys.push_back(k);
