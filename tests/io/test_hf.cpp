@@ -594,6 +594,31 @@ TEST_F(HfTest, UnsupportedModelTypeAndOptionsAreNamed) {
   EXPECT_NE(err.find("'vocab_size' must be an integer"), std::string::npos) << err;
 }
 
+// LLM Foundry's MPT options that change the computation hone does not implement
+// are refused, not dropped; ffn_hidden_size, which it does, sizes the MLP.
+TEST_F(HfTest, MptOptionsHoneDoesNotImplementAreNamed) {
+  const std::string dir = copy_fixture("mpt_bf16");
+  const std::string config_path = dir + "/config.json";
+  const nlohmann::json original = nlohmann::json::parse(read_text(config_path));
+  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = original;
+    change(j);
+    write_text(config_path, j.dump());
+    return error_of([&] { read_hf_config(dir); });
+  };
+  std::string err = with([](nlohmann::json& j) { j["attn_config"]["sliding_window_size"] = 64; });
+  EXPECT_NE(err.find("attn_config: sliding_window_size (attention within a window) is not supported"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(with([](nlohmann::json& j) { j["attn_config"]["sliding_window_size"] = -1; }), "");  // Foundry's "none"
+  err = with([](nlohmann::json& j) { j["embedding_fraction"] = 0.1; });
+  EXPECT_NE(err.find("embedding_fraction below 1 is not supported"), std::string::npos) << err;
+  nlohmann::json sized = original;
+  sized["ffn_config"]["ffn_hidden_size"] = 40;
+  write_text(config_path, sized.dump());
+  EXPECT_EQ(read_hf_config(dir).ffn_dim, 40);
+}
+
 TEST_F(HfTest, LyingSafetensorsHeaderIsNamed) {
   const std::string dir = copy_fixture("mpt_bf16");
   const std::string file = dir + "/model.safetensors";

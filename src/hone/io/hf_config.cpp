@@ -131,11 +131,14 @@ ModelConfig mpt_from(const JsonFields& f) {
   c.init_std = f.number("initializer_range", 0.02);
   require(f.boolean("tie_word_embeddings", true), f, "tie_word_embeddings: false");
   require(!f.has("logit_scale"), f, "logit_scale");
+  require(f.number("embedding_fraction", 1.0) == 1.0, f, "embedding_fraction below 1");
   if (f.has("ffn_config")) {
     const JsonFields ffn_config = f.object("ffn_config");
     const std::string type = ffn_config.string("ffn_type", "mptmlp");
     require(type == "mptmlp", ffn_config, fmt::format("ffn_type '{}'", type));
     require(!ffn_config.has("ffn_act_fn"), ffn_config, "ffn_act_fn");
+    // LLM Foundry's MPTMLP takes ffn_hidden_size over expansion_ratio.
+    if (ffn_config.has("ffn_hidden_size")) c.ffn_dim = size(ffn_config, "ffn_hidden_size");
   }
   bool alibi = false;
   if (f.has("attn_config")) {
@@ -154,6 +157,8 @@ ModelConfig mpt_from(const JsonFields& f) {
     require(!a.has("clip_qkv"), a, "clip_qkv");
     require(!a.has("softmax_scale"), a, "softmax_scale");
     require(!a.boolean("rope", false), a, "rope: true");
+    // LLM Foundry's default -1 (or null) is no window.
+    require(a.number("sliding_window_size", -1) == -1, a, "sliding_window_size (attention within a window)");
   }
   // LLM Foundry's MPT has learned positions where it has no ALiBi.
   c.position = alibi ? PositionKind::alibi : PositionKind::learned;
@@ -195,7 +200,7 @@ std::string hf_torch_dtype(DType dtype) {
 
 Json hf_config_to_json(const ModelConfig& c, DType dtype) {
   auto expect = [&](bool ok, const char* architecture, const std::string& what) {
-    HONE_CHECK(ok, "model '{}' cannot be written as {}: {}", c.name, architecture, what);
+    HONE_CHECK(ok, "model '{}' cannot be written as transformers' {}: {}", c.name, architecture, what);
   };
   Json j;
   switch (c.family) {
@@ -277,7 +282,9 @@ Json hf_config_to_json(const ModelConfig& c, DType dtype) {
       expect(c.mlp == MlpKind::gelu, arch, "it needs an exact-GELU MLP");
       expect(c.tie_embeddings, arch, "its output projection is tied to the embedding");
       expect(c.n_kv_heads == c.n_heads, arch, "it has no grouped-query attention");
-      expect(c.ffn_dim == 4 * c.dim, arch, "its MLP is 4 x d_model wide (expansion_ratio 4)");
+      expect(c.ffn_dim == 4 * c.dim, arch,
+             fmt::format("it builds its MLP 4 x d_model wide (expansion_ratio 4), and this model's is {} for d_model {}",
+                         c.ffn_dim, c.dim));
       Json attn = {{"attn_type", "multihead_attention"},
                    {"alibi", true},
                    {"alibi_bias_max", c.alibi_bias_max},
