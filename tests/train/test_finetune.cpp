@@ -1212,6 +1212,20 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
   EXPECT_NE(read_file(root_ + "/bare_eval.log").find("\"tokens\":25600,\"samples\":200,\"samples_in_data\":799}"),
             std::string::npos)
       << read_file(root_ + "/bare_eval.log");
+  // Said on stderr, with a progress line at every tenth of the batches (a log file here).
+  EXPECT_NE(read_file(root_ + "/bare_eval.log").find("note: max_batches 50 scores 200 of the data's 799 samples"),
+            std::string::npos);
+  EXPECT_NE(read_file(root_ + "/bare_eval.log").find("loss: 50/50 batches, "), std::string::npos);
+  // max_batches=0: all of it (the last batch partial).
+  ASSERT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/bare", "dataset.type=mock",
+                             "max_batches=0", "dataset.mock.documents=20"},
+                            root_ + "/bare_eval_all.log"),
+            0)
+      << read_file(root_ + "/bare_eval_all.log");
+  const std::string all = read_file(root_ + "/bare_eval_all.log");
+  const nlohmann::json scored = nlohmann::json::parse(all.substr(all.rfind('{')));
+  EXPECT_EQ(scored["samples"], scored["samples_in_data"]) << all;
+  EXPECT_EQ(all.find("note: max_batches"), std::string::npos) << all;
   // A tokenizer.path with no files to carry is refused before training.
   EXPECT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/no_files", "model.name=llama_tiny",
                              "model.vocab_size=50257", "dataset.seq_len=32", "max_steps=1", "tokenizer.path=" + asset_path("tokenizers/gpt2")},

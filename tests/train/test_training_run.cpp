@@ -76,6 +76,14 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
                        "along (to optimizer.lr 0.003 at step 5) and does not decay"),
             std::string::npos)
       << log();
+  // eval.max_batches 0 validates on all of the validation data: 16 documents of
+  // 200 tokens hold 99 samples of 32 + 1, 24 whole batches of 4.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("all_validation", 1), "dataset.validation_fraction=0.25",
+                 "eval.max_batches=0", "eval.first=true"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("step 0: validation loss "), std::string::npos) << log();
+  EXPECT_NE(log().find("over 3072 tokens"), std::string::npos) << log();
   // A datasheet's peak given: MFU against it (a 2-core CPU is far below 500 TFLOP/s).
   ASSERT_EQ(run({"run", "pretrain", "--config", config("datasheet", 2), "mfu_peak_tflops=500"}), 0) << log();
   EXPECT_NE(log().find("mfu: against mfu_peak_tflops, 500.0 TFLOP/s"), std::string::npos) << log();

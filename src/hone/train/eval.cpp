@@ -4,10 +4,11 @@
 // several by name (tasks); it ends with one JSON line.
 #include <fmt/core.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -76,7 +77,8 @@ Schema eval_schema() {
   s.add({"batch_size", ValueType::integer, 4,
          "sequences per batch; tasks: items per forward pass (a multiple-choice item's choices together)"},
         Range::positive());
-  s.add({"max_batches", ValueType::integer, 50, "batches evaluated at most"}, Range::positive());
+  s.add({"max_batches", ValueType::integer, 50, "batches of dataset.* evaluated at most (0: all of it)"},
+        Range::not_negative());
   s.add(task_keys("task"));
   s.add({"tasks", ValueType::mapping, nullptr,
          "several tasks in one run, by name: NAME: {path: FILE, ...} with the keys of task.* (num_fewshot, "
@@ -173,24 +175,41 @@ std::vector<PlannedTask> plan_tasks(const Config& c) {
   return planned;
 }
 
+// Progress over `count` things: a line redrawn on a terminal; off one (a Slurm
+// log) a line at every tenth of them and one when all are done.
+class CountProgress {
+ public:
+  CountProgress(std::string what, int64_t count, std::string unit)
+      : what_(std::move(what)), unit_(std::move(unit)), count_(count), tenth_(std::max<int64_t>(1, (count + 9) / 10)),
+        next_logged_(tenth_), start_(std::chrono::steady_clock::now()) {}
+
+  void operator()(int64_t done) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const std::string text = fmt::format("{}: {}/{} {}, {:.0f} s", what_, done, count_, unit_, seconds);
+    if (line_.on_terminal()) return line_.draw(text);
+    if (done < next_logged_ && done < count_) return;
+    fmt::print(stderr, "{}\n", text);
+    next_logged_ = (done / tenth_ + 1) * tenth_;
+  }
+
+  void finish() {
+    if (!line_.on_terminal()) (*this)(count_);
+    line_.clear();
+  }
+
+ private:
+  ProgressLine line_;
+  std::string what_, unit_;
+  int64_t count_, tenth_, next_logged_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 // Scores one task: its metrics, its layout and item count; writes its samples.
 Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
   const EvalTask& task = t.task;
   const int64_t count = int64_t(task.items.size() + task.generative_items.size());
   const std::string label = t.name.empty() ? std::string(layout_name(task.layout)) : t.name;
-  ProgressLine line;
-  const auto start = std::chrono::steady_clock::now();
-  // Off a terminal (a Slurm log) a line at every tenth of the items, as a log can hold.
-  const int64_t tenth = std::max<int64_t>(1, (count + 9) / 10);
-  int64_t next_logged = tenth;
-  const auto progress = [&](int64_t done) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string text = fmt::format("task ({}): {}/{} items, {:.0f} s", label, done, count, seconds);
-    if (line.on_terminal()) return line.draw(text);
-    if (done < next_logged && done < count) return;
-    fmt::print(stderr, "{}\n", text);
-    next_logged = (done / tenth + 1) * tenth;
-  };
+  CountProgress progress("task (" + label + ")", count, "items");
   Json result = Json::object();
   std::vector<Json> samples;
   result["task_layout"] = layout_name(task.layout);
@@ -198,7 +217,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
     const AnswerScorer scorer(answer_scoring(task.layout));
     const GenerativeResult r =
         evaluate_generative(*m.model, *m.tokenizer, task.generative_items, scorer,
-                            {.max_new_tokens = t.max_new_tokens, .batch_size = batch}, progress);
+                            {.max_new_tokens = t.max_new_tokens, .batch_size = batch}, std::ref(progress));
     // exact_match, or one per filter: exact_match_strict, exact_match_flexible.
     const auto named = [&](const char* what, size_t filter) {
       const std::string& key = scorer.scoring().filters[filter].key;
@@ -215,7 +234,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
       samples.push_back(std::move(sample));
     }
   } else if (scores_continuation(task.layout)) {
-    const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, batch, progress);
+    const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, batch, std::ref(progress));
     result["accuracy"] = r.accuracy;
     result["task_perplexity"] = r.perplexity;
     for (size_t i = 0; i < task.items.size(); ++i) {
@@ -224,7 +243,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
                          {"greedy", bool(r.greedy[i])}});
     }
   } else {
-    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, batch, progress);
+    const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, batch, std::ref(progress));
     result["accuracy"] = r.accuracy;
     if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
     for (size_t i = 0; i < task.items.size(); ++i) {
@@ -237,8 +256,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
       samples.push_back(std::move(sample));
     }
   }
-  if (!line.on_terminal()) progress(count);  // the log's last line: every item scored
-  line.clear();
+  progress.finish();
   result["task_items"] = count;
   if (t.samples) {  // one JSON line per item; bytes a completion cut mid-character read as U+FFFD
     for (const Json& sample : samples) t.samples->write(sample.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
@@ -325,8 +343,16 @@ int run_eval(const Config& c) {
     }
     // Every sample once (the last batch may be partial), or max_batches' worth.
     const int64_t samples = source->samples_per_epoch();
-    const int64_t batches = std::min(c.get<int64_t>("max_batches"), (samples + batch - 1) / batch);
-    const LossEvaluation e = evaluate_loss(*m.model, *source, batches, samples);
+    const int64_t all_batches = (samples + batch - 1) / batch;
+    const int64_t max_batches = c.get<int64_t>("max_batches");
+    const int64_t batches = max_batches == 0 ? all_batches : std::min(max_batches, all_batches);
+    if (batches < all_batches) {
+      fmt::print(stderr, "note: max_batches {} scores {} of the data's {} samples (max_batches=0 scores them all)\n",
+                 batches, std::min(samples, batches * batch), samples);
+    }
+    CountProgress progress("loss", batches, "batches");
+    const LossEvaluation e = evaluate_loss(*m.model, *source, batches, samples, std::ref(progress));
+    progress.finish();
     result["loss"] = e.loss;
     result["perplexity"] = e.perplexity();
     result["tokens"] = e.tokens;

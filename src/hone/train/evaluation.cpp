@@ -11,12 +11,13 @@ namespace hone {
 double LossEvaluation::perplexity() const { return std::exp(loss); }
 
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches,
-                             std::optional<int64_t> samples) {
+                             std::optional<int64_t> samples, const std::function<void(int64_t done)>& progress) {
   source.rewind();
   model.set_training(false);
   double sum = 0;
   int64_t tokens = 0;
   for (int64_t i = 0, first_row = 0; i < max_batches; ++i) {
+    if (progress) progress(i);
     Batch b = source.next();
     const int64_t rows = b.targets.shape()[0], width = b.targets.shape()[1];
     if (samples && first_row + rows > *samples) {

@@ -26,8 +26,10 @@ struct LossEvaluation {
 // start first). Dropout is off while it runs. With `samples` (an unshuffled
 // source's samples_per_epoch), the rows after that many, which wrap around to
 // the start in the last batch, count nothing: each sample counts once.
+// `progress` (may be empty) is told the batches done before each batch.
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches,
-                             std::optional<int64_t> samples = std::nullopt);
+                             std::optional<int64_t> samples = std::nullopt,
+                             const std::function<void(int64_t done)>& progress = {});
 
 struct MultipleChoiceResult {
   int64_t items = 0;

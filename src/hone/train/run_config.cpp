@@ -128,7 +128,9 @@ Schema training_schema() {
   s.add({"log_every_n_steps", ValueType::integer, 10, "metrics every N steps"}, Range::positive());
   s.add({"eval.every_n_steps", ValueType::integer, 0, "validation every N steps (0: only at the end)"},
         Range::not_negative());
-  s.add({"eval.max_batches", ValueType::integer, 20, "validation batches per evaluation"}, Range::positive());
+  s.add({"eval.max_batches", ValueType::integer, 20,
+         "validation batches per evaluation (0: all of the validation data, Composer's eval_subset_num_batches -1)"},
+        Range::not_negative());
   s.add({"eval.first", ValueType::boolean, false, "also validate before the first step"});
   s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute each layer in backward"});
   s.add({"enable_activation_offloading", ValueType::boolean, false,

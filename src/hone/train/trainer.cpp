@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -322,10 +323,12 @@ int run_training(const Config& c, TrainingJob job) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     console.line(fmt::format("step {}: checkpoint {} ({})", state.step, folder, format_duration(seconds)));
   };
+  const int64_t max_eval_batches = c.get<int64_t>("eval.max_batches") == 0 ? std::numeric_limits<int64_t>::max()
+                                                                           : c.get<int64_t>("eval.max_batches");
   auto run_evaluation = [&] {
     if (!valid) return;
     const int64_t batches = std::max<int64_t>(
-        1, std::min(c.get<int64_t>("eval.max_batches"), valid->samples_per_epoch() / (batch_size * world.dp_size())));
+        1, std::min(max_eval_batches, valid->samples_per_epoch() / (batch_size * world.dp_size())));
     const Objective::Evaluation e = objective.evaluate(model, *valid, batches, world);
     metrics.write(state.step, e.metrics);
     console.line(fmt::format("step {}: {}", state.step, e.summary));
