@@ -514,6 +514,20 @@ TEST(Cli, APathTheSystemRefusesIsAnErrorNamingIt) {
   std::remove(file.c_str());
 }
 
+// Another tool's config names no recipe: recipe= on the command line names it.
+TEST(Cli, ARecipeOnTheCommandLineNamesItForAConfigWithout) {
+  const std::string file = testing::TempDir() + "hone_no_recipe_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(file) << "output_dir: /tmp/x\nmodel: {name: llama_tiny}\ndataset: {seq_len: 16}\nmax_steps: 1\n";
+  const CliResult without = run_hone("validate " + file);
+  EXPECT_EQ(without.status, 2);
+  EXPECT_NE(without.err.find("the config names no recipe (add 'recipe: pretrain', or recipe=pretrain)"),
+            std::string::npos)
+      << without.err;
+  const CliResult with = run_hone("validate " + file + " recipe=pretrain");
+  EXPECT_EQ(with.status, 0) << with.err;
+  std::remove(file.c_str());
+}
+
 TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   const CliResult positional = run_hone("validate quickstart max_steps=7 optimizer.lr=0.002");
   ASSERT_EQ(positional.status, 0) << positional.err;

@@ -146,6 +146,15 @@ TEST(Schema, ErrorsNameTheKeyAndSuggest) {
   merged.add(with_foreign);  // foreign keys travel with the schema they were added to
   EXPECT_EQ(error_of([&] { merged.resolve(Config::from_yaml("output_dir: x\noptimizer: {lr_decay: 1}\n", "run.yaml")); }),
             "run.yaml: 'optimizer.lr_decay': use lr_scheduler.name");
+  // Every key the schema lacks in one error; a foreign section is named once, whatever it holds.
+  with_foreign.add_foreign("scheduler", "use lr_scheduler");
+  EXPECT_EQ(error_of([&] {
+              with_foreign.resolve(Config::from_yaml(
+                  "output_dir: x\nbatch_sise: 4\nscheduler: {name: cosine, t_warmup: 10ba}\noptimizer: {lrr: 1}\n",
+                  "run.yaml"));
+            }),
+            "run.yaml: 3 keys hone does not take: unknown key 'batch_sise' (did you mean 'batch_size'?); 'scheduler': "
+            "use lr_scheduler; unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
 }
 
 // Numbers outside their key's range fail when the config is resolved (so

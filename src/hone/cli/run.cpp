@@ -64,7 +64,10 @@ std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) 
 }
 
 std::pair<const Recipe&, Config> resolve_with_its_recipe(Config config, const std::vector<std::string>& overrides) {
-  HONE_CHECK(config.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', for example)",
+  for (const std::string& o : overrides) {  // recipe=pretrain on the command line names it for another tool's config
+    if (o.starts_with("recipe=")) config.apply_override(o);
+  }
+  HONE_CHECK(config.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', or recipe=pretrain)",
              config.origin());
   const Recipe& recipe = find_recipe(config.get<std::string>("recipe"));
   return {recipe, resolve(recipe, std::move(config), overrides)};

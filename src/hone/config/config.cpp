@@ -503,21 +503,41 @@ Config Schema::resolve(const Config& given_config) const {
   }
   std::vector<std::pair<std::string, const Json*>> given;
   flatten(user.tree(), "", mappings, given);
+  // Every key the schema lacks, in one error (a config brought from another
+  // tool holds several): each with the key hone takes instead, or the closest.
+  std::vector<std::string> unknown;
+  std::set<std::string> foreign_named;
+  std::string unknown_origin;
+  for (const auto& [key, value] : given) {
+    if (std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; })) continue;
+    const std::string& origin = user.origin_of(key);
+    HONE_CHECK(!key.ends_with("_component_"),
+               "{}: '{}' is torchtune's: its _component_ keys name Python classes, hone's keys take values (a "
+               "model by model.name or checkpoint.path, a dataset by dataset.path and dataset.template); hone ls "
+               "RECIPE lists them, docs/migrating.md maps torchtune's",
+               origin, key);
+    if (unknown.empty()) unknown_origin = origin;
+    const auto foreign = std::find_if(foreign_.begin(), foreign_.end(), [&](const auto& f) {
+      return key == f.first || (key.starts_with(f.first) && key[f.first.size()] == '.');
+    });
+    if (foreign != foreign_.end()) {  // a section of them is named once
+      if (foreign_named.insert(foreign->first).second) {
+        unknown.push_back(fmt::format("'{}': {}", foreign->first, foreign->second));
+      }
+      continue;
+    }
+    // A mapping given where a section was expected is still a typo of the section's keys.
+    const std::string suggestion = closest_match(key, known);
+    unknown.push_back(fmt::format("unknown key '{}'{}", key,
+                                  suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion)));
+  }
+  if (unknown.size() == 1) fail("{}: {}", unknown_origin, unknown.front());
+  if (!unknown.empty()) {
+    fail("{}: {} keys hone does not take: {}", unknown_origin, unknown.size(), fmt::join(unknown, "; "));
+  }
   for (const auto& [key, value] : given) {
     const std::string& origin = user.origin_of(key);
-    auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
-    if (spec == keys_.end()) {
-      HONE_CHECK(!key.ends_with("_component_"),
-                 "{}: '{}' is torchtune's: its _component_ keys name Python classes, hone's keys take values (a "
-                 "model by model.name or checkpoint.path, a dataset by dataset.path and dataset.template); hone ls "
-                 "RECIPE lists them, docs/migrating.md maps torchtune's",
-                 origin, key);
-      for (const auto& [foreign, instead] : foreign_) HONE_CHECK(key != foreign, "{}: '{}': {}", origin, key, instead);
-      // A mapping given where a section was expected is still a typo of the section's keys.
-      const std::string suggestion = closest_match(key, known);
-      fail("{}: unknown key '{}'{}", origin, key,
-           suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion));
-    }
+    const auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
     if (value->is_null()) continue;
     // An integer is a fine number.
     HONE_CHECK(matches(*value, spec->type), "{}: '{}' must be {}, got {}", origin, key, type_name(spec->type),

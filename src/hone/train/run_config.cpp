@@ -90,6 +90,12 @@ Schema model_schema() {
   s.add({"model.linear_bias", ValueType::boolean, nullptr, "biases on attention and MLP projections"});
   s.add({"model.tie_embeddings", ValueType::boolean, nullptr, "output projection shares the token embedding"});
   s.add({"model.init_std", ValueType::number, nullptr, "standard deviation of weight init"}, Range::positive());
+  // LLM Foundry's MPT keys (docs/migrating.md).
+  s.add_foreign("model.d_model", "LLM Foundry's; hone's is model.dim");
+  s.add_foreign("model.expansion_ratio", "LLM Foundry's; hone's is model.ffn_dim (expansion_ratio x dim)");
+  s.add_foreign("model.attn_config", "LLM Foundry's; hone's MPT takes model.position: alibi and model.alibi_bias_max");
+  s.add_foreign("model.no_bias", "LLM Foundry's; hone's is model.linear_bias (no_bias: true is linear_bias: false)");
+  s.add_foreign("model.init_device", "LLM Foundry's; hone builds the model where device says");
   return s;
 }
 
@@ -152,6 +158,38 @@ Schema training_schema() {
   s.add({"distributed.tp", ValueType::integer, 1,
          "tensor-parallel ranks per model replica (Megatron's split with sequence parallelism; divides the world "
          "size)"}, Range::positive());
+  // LLM Foundry's (Composer's) run keys, as docs/migrating.md maps them.
+  const std::pair<const char*, const char*> foundry[] = {
+      {"max_duration", "max_steps (4800ba), epochs (1ep) or max_tokens (2000000tok)"},
+      {"eval_interval", "eval.every_n_steps (in steps)"},
+      {"eval_subset_num_batches", "eval.max_batches (0: all)"},
+      {"global_train_batch_size", "batch_size x gradient_accumulation_steps x data-parallel ranks"},
+      {"device_train_microbatch_size", "batch_size (per device)"},
+      {"device_eval_batch_size", "batch_size, which validation takes too"},
+      {"precision", "dtype (amp_bf16: dtype: bf16)"},
+      {"save_interval", "checkpoint.every_n_steps (in steps)"},
+      {"save_folder", "output_dir"},
+      {"save_num_checkpoints_to_keep", "checkpoint.keep_last_n"},
+      {"autoresume", "resume: latest"},
+      {"global_seed", "seed"},
+      {"run_name", "output_dir (a run is named by its folder)"},
+      {"train_loader", "dataset.* (an MDS folder: dataset.type: mds, dataset.path: LOCAL/train)"},
+      {"eval_loader", "dataset.validation_path (LOCAL/val)"},
+      {"scheduler", "lr_scheduler (name, warmup_steps; alpha_f as min_lr_ratio)"},
+      {"max_seq_len", "dataset.seq_len (pretraining) or dataset.max_seq_len (fine-tuning)"},
+      {"tokenizer.name", "tokenizer.path (a local folder)"},
+      {"tokenizer.kwargs", "tokenizer.path's own files (tokenizer_config.json)"},
+      {"algorithms", "optimizer.max_grad_norm for gradient_clipping; no other algorithms"},
+      {"fsdp_config", "distributed.zero (FULL_SHARD: 3, SHARD_GRAD_OP: 2), enable_activation_checkpointing"},
+      {"loggers", "metrics.jsonl and TensorBoard files in output_dir"},
+      {"callbacks", "the throughput/* and memory/* metrics"},
+      {"progress_bar", "the progress line (on a terminal)"},
+      {"log_to_console", "the progress line (on a terminal)"},
+      {"console_log_interval", "log_every_n_steps"},
+      {"dist_timeout", "HONE_DIST_TIMEOUT (seconds, in the environment)"}};
+  for (const auto& [key, instead] : foundry) s.add_foreign(key, fmt::format("LLM Foundry's; hone's is {}", instead));
+  s.add_foreign("optimizer.name", "LLM Foundry's; hone's optimizer is AdamW (decoupled_adamw's weight_decay divided "
+                                  "by lr is optimizer.weight_decay)");
   // torchtune's recipe keys, which a config brought over may still hold.
   s.add_foreign("clip_grad_norm", "torchtune's; hone's is optimizer.max_grad_norm (1.0 by default, 0: no clipping)");
   s.add_foreign("max_steps_per_epoch", "torchtune's; hone's max_steps counts the whole run (give epochs=null with it)");
