@@ -115,6 +115,15 @@ TEST(Schema, FillsDefaultsAndKeepsUserValues) {
   EXPECT_EQ(again.tree(), r.tree());
 }
 
+// One string where a list of strings goes is a list of it (vLLM's stop="x").
+TEST(Schema, OneStringIsAListOfIt) {
+  Schema s = schema();
+  s.add({"stop", ValueType::string_list, Json::array(), "stop strings"});
+  Config user = Config::from_yaml("output_dir: x\n", "a.yaml");
+  user.apply_override("stop=Question:");
+  EXPECT_EQ(s.resolve(user).get<std::vector<std::string>>("stop"), std::vector<std::string>{"Question:"});
+}
+
 // A whole number written as a float (1e9, as token budgets are) is an integer.
 TEST(Schema, WholeFloatsAreIntegers) {
   Config r = schema().resolve(Config::from_yaml("output_dir: x\nbatch_size: 1.6e1\n", "a.yaml"));

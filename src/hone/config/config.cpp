@@ -141,8 +141,9 @@ bool matches(const Json& v, ValueType type) {
     case ValueType::string: return v.is_string();
     case ValueType::number_list:
       return v.is_array() && std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_number(); });
-    case ValueType::string_list:
-      return v.is_array() && std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_string(); });
+    case ValueType::string_list:  // one string is a list of it (vLLM's stop="x")
+      return v.is_string() ||
+             (v.is_array() && std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_string(); }));
     case ValueType::mapping: return v.is_object();
   }
   return false;
@@ -560,6 +561,7 @@ Config Schema::resolve(const Config& given_config) const {
   for (const auto& [key, value] : given) {
     const auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
     if (spec->type == ValueType::integer && is_whole_float(*value)) resolved.set(key, int64_t(value->get<double>()));
+    if (spec->type == ValueType::string_list && value->is_string()) resolved.set(key, Json::array({*value}));
   }
   for (const KeySpec& k : keys_) {
     const Json* v = user.find(k.key);
