@@ -281,6 +281,14 @@ TEST_F(FinetuneRun, GenerateEndsACompletionAtAStopString) {
   if (letter == whole.end()) GTEST_SKIP() << "no letter after the first character of " << whole;
   const std::string stop(1, *letter);
   EXPECT_EQ(completion(stop), whole.substr(0, whole.find(stop))) << whole;
+  // An empty prompt generates from the end-of-text token (nanoGPT's unconditional samples).
+  const std::string out = root_ + "/empty_prompt.out";
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                             "tokenizer.path=" + tokenizer_, "prompt=''", "max_new_tokens=4"},
+                            out),
+            0)
+      << read_file(out);
+  EXPECT_NE(read_file(out).find("decode: 4 tokens for 1 prompt"), std::string::npos) << read_file(out);
 }
 
 // PEFT adapters given where they do not go, or incomplete, are named as such.
@@ -1100,9 +1108,15 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   EXPECT_EQ(from_base("base_eos", "/base_eos"), "Repeat the word tiger.\n\n\n");
   // A prompts file without a prompt, adapters that are not there, a prompt too long: named.
   std::ofstream(root_ + "/blank_prompts.txt") << "\n  \n";
+  std::ofstream long_prompts(root_ + "/long_prompts.txt");
+  long_prompts << "Hello\n\n";
+  for (int i = 0; i < 200; ++i) long_prompts << " apple";  // line 3: 200 tokens
+  long_prompts << "\n";
+  long_prompts.close();
   const std::pair<std::string, std::string> refused[] = {
       {"prompts_file=" + root_ + "/blank_prompts.txt", "prompts_file " + root_ + "/blank_prompts.txt: no prompts in it"},
-      {"max_new_tokens=128", "prompt 0 (1 token: \"x\") plus max_new_tokens 128 exceeds the model's max_seq_len 128"},
+      {"max_new_tokens=128", "prompt: the prompt (1 token: \"x\") plus max_new_tokens 128 exceeds the model's "
+                             "max_seq_len 128"},
       {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "},
       {"system_prompt=Be kind.", "system_prompt is a chat's system message: the plain template has none"}};
   for (const auto& [arg, message] : refused) {
@@ -1111,6 +1125,12 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
         2);
     EXPECT_NE(read_file(root_ + "/refused.out").find(message), std::string::npos) << read_file(root_ + "/refused.out");
   }
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "max_new_tokens=8",
+                             "prompts_file=" + root_ + "/long_prompts.txt"},
+                            root_ + "/refused.out"),
+            2);
+  EXPECT_NE(read_file(root_ + "/refused.out").find(root_ + "/long_prompts.txt:3: the prompt ("), std::string::npos)
+      << read_file(root_ + "/refused.out");
 }
 
 // A chat fine-tune's format travels as a chat template (data::chat_template):

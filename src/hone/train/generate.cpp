@@ -57,16 +57,23 @@ std::vector<std::string> check_generate_config(const Config& c) {
 
 int run_generate(const Config& c) {
   check_generate_config(c);
-  std::vector<std::string> prompts;
-  if (c.has("prompt")) prompts.push_back(c.get<std::string>("prompt"));
+  std::vector<std::string> prompts, sources;  // each prompt, and where it came from (for errors)
+  if (c.has("prompt")) {
+    prompts.push_back(c.get<std::string>("prompt"));
+    sources.push_back("prompt");
+  }
   if (c.has("prompts_file")) {
     const std::string path = c.get<std::string>("prompts_file");
     std::ifstream in(path);
     HONE_CHECK(in.good(), "prompts_file {}: cannot read", path);
     const size_t given = prompts.size();
+    int64_t line_number = 0;
     for (std::string line; std::getline(in, line);) {
+      ++line_number;
       if (line.ends_with('\r')) line.pop_back();  // a CRLF file's
-      if (line.find_first_not_of(" \t") != std::string::npos) prompts.push_back(line);
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      prompts.push_back(line);
+      sources.push_back(fmt::format("{}:{}", path, line_number));
     }
     HONE_CHECK(prompts.size() > given, "prompts_file {}: no prompts in it (one a line; blank lines are skipped)", path);
   }
@@ -106,8 +113,11 @@ int run_generate(const Config& c) {
   std::vector<std::vector<int32_t>> encoded;
   for (size_t i = 0; i < prompts.size(); ++i) {
     encoded.push_back(data::prompt_tokens(*m.tokenizer, prompts[i], format));
+    // An empty prompt generates unconditionally from the end-of-text token, as nanoGPT's sample.py and
+    // transformers' generate() without input ids do (a tokenizer with BOS has put it there already).
+    if (encoded.back().empty() && m.tokenizer->eos_id()) encoded.back().push_back(*m.tokenizer->eos_id());
     HONE_CHECK(int64_t(encoded.back().size()) + o.max_new_tokens <= m.model->config().max_seq_len,
-               "prompt {} ({} {}: {:?}) plus max_new_tokens {} exceeds the model's max_seq_len {}", i,
+               "{}: the prompt ({} {}: {:?}) plus max_new_tokens {} exceeds the model's max_seq_len {}", sources[i],
                encoded.back().size(), plural(int64_t(encoded.back().size()), "token"), prompts[i].substr(0, 40),
                o.max_new_tokens, m.model->config().max_seq_len);
   }
