@@ -978,6 +978,10 @@ TEST_F(FinetuneRun, EvalRunsSeveralTasksEachAsItDoesAlone) {
   EXPECT_EQ(all["tasks"].size(), 3u);
   EXPECT_TRUE(fs::exists(root_ + "/several_lambada_samples.jsonl"));
   EXPECT_NE(log.find("| choices | accuracy"), std::string::npos) << log;  // the table, by task and metric
+  // Each mean of 0/1 scores has the harness's standard error beside it: sqrt(p (1 - p) / (n - 1)).
+  const double p = choices["accuracy"], n = choices["task_items"];
+  EXPECT_NEAR(choices["accuracy_stderr"].get<double>(), std::sqrt(p * (1 - p) / (n - 1)), 1e-12) << choices.dump();
+  EXPECT_TRUE(gsm8k["exact_match_strict_stderr"].is_null()) << gsm8k.dump();  // one item: no spread to estimate
   // The same from the command line, a key at a time.
   const nlohmann::json overridden = eval({"tasks.choices.path=" + root_ + "/several_choices.jsonl"}, "several_cli").first;
   EXPECT_EQ(overridden["tasks"]["choices"], choices);

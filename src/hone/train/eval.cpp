@@ -175,6 +175,14 @@ std::vector<PlannedTask> plan_tasks(const Config& c) {
   return planned;
 }
 
+// A mean of 0/1 scores with its standard error beside it (`name_stderr`), as
+// lm-evaluation-harness's mean_stderr computes it: the sample standard deviation
+// over the square root of the count, sqrt(p (1 - p) / (n - 1)); null below 2 items.
+void put_mean(Json& result, const std::string& name, double mean, int64_t count) {
+  result[name] = mean;
+  result[name + "_stderr"] = count < 2 ? Json() : Json(std::sqrt(mean * (1 - mean) / double(count - 1)));
+}
+
 // Progress over `count` things: a line redrawn on a terminal; off one (a Slurm
 // log) a line at every tenth of them and one when all are done.
 class CountProgress {
@@ -223,7 +231,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
       const std::string& key = scorer.scoring().filters[filter].key;
       return key.empty() ? std::string(what) : fmt::format("{}_{}", what, key);
     };
-    for (size_t f = 0; f < r.exact_match.size(); ++f) result[named("exact_match", f)] = r.exact_match[f];
+    for (size_t f = 0; f < r.exact_match.size(); ++f) put_mean(result, named("exact_match", f), r.exact_match[f], count);
     for (size_t i = 0; i < r.completions.size(); ++i) {
       Json sample = {{"item", i}, {"prompt", task.generative_items[i].prompt},
                      {"references", task.generative_items[i].references}, {"completion", r.completions[i]}};
@@ -235,7 +243,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
     }
   } else if (scores_continuation(task.layout)) {
     const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, batch, std::ref(progress));
-    result["accuracy"] = r.accuracy;
+    put_mean(result, "accuracy", r.accuracy, count);
     result["task_perplexity"] = r.perplexity;
     for (size_t i = 0; i < task.items.size(); ++i) {
       samples.push_back({{"item", i}, {"context", task.items[i].context},
@@ -244,8 +252,8 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
     }
   } else {
     const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, batch, std::ref(progress));
-    result["accuracy"] = r.accuracy;
-    if (reports_accuracy_norm(task.layout)) result["accuracy_norm"] = r.accuracy_norm;
+    put_mean(result, "accuracy", r.accuracy, count);
+    if (reports_accuracy_norm(task.layout)) put_mean(result, "accuracy_norm", r.accuracy_norm, count);
     for (size_t i = 0; i < task.items.size(); ++i) {
       const MultipleChoiceItem& item = task.items[i];
       Json sample = {{"item", i}, {"endings", item.endings}, {"label", item.label},
@@ -270,11 +278,13 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
 void print_task_table(const Json& tasks) {
   size_t name_width = 4;
   for (const auto& [name, scores] : tasks.items()) name_width = std::max(name_width, name.size());
-  fmt::print(stderr, "| {:<{}} | {:<20} | {:>10} |\n", "task", name_width, "metric", "value");
+  fmt::print(stderr, "| {:<{}} | {:<20} | {:>10} | {:>8} |\n", "task", name_width, "metric", "value", "stderr");
   for (const auto& [name, scores] : tasks.items()) {
     for (const auto& [metric, value] : scores.items()) {
-      if (value.is_number_float()) fmt::print(stderr, "| {:<{}} | {:<20} | {:>10.4f} |\n", name, name_width, metric,
-                                              value.get<double>());
+      if (!value.is_number_float() || metric.ends_with("_stderr")) continue;
+      const Json error = scores.value(metric + "_stderr", Json());
+      fmt::print(stderr, "| {:<{}} | {:<20} | {:>10.4f} | {:>8} |\n", name, name_width, metric, value.get<double>(),
+                 error.is_number() ? fmt::format("{:.4f}", error.get<double>()) : std::string());
     }
   }
 }
