@@ -439,10 +439,17 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
     task.layout = *known;
   }
   for (const data::Record& r : records) {
-    if (is_generative(task.layout)) {
-      task.generative_items.push_back(generative_item_of(r, task.layout));
-    } else {
-      task.items.push_back(item_of(r, task.layout));
+    try {
+      if (is_generative(task.layout)) {
+        task.generative_items.push_back(generative_item_of(r, task.layout));
+      } else {
+        task.items.push_back(item_of(r, task.layout));
+      }
+    } catch (const Error& e) {
+      // A layout picked from the first record's columns may not be the one meant: say how it was picked.
+      if (layout != "auto") throw;
+      fail("{} (read as the {} layout, picked by the first record's columns; task.layout names another)", e.what(),
+           layout_name(task.layout));
     }
   }
   if (shots.count == 0) return task;
