@@ -1110,6 +1110,28 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   };
   EXPECT_NE(from_base("base", "/base/step_0000002"), "Repeat the word tiger.\n\n\n");
   EXPECT_EQ(from_base("base_eos", "/base_eos"), "Repeat the word tiger.\n\n\n");
+  // Its sampling settings are the defaults of those the config leaves unset (as
+  // vLLM takes them; do_sample: false is greedy, as transformers reads it).
+  fs::copy(root_ + "/base/step_0000002", root_ + "/base_greedy", fs::copy_options::recursive);
+  std::ofstream(root_ + "/base_greedy/generation_config.json") << R"({"do_sample": false, "top_p": 0.9})";
+  const auto completion_of = [&](const std::string& name, const std::string& folder, const std::string& extra) {
+    const std::string out = root_ + "/" + name + ".out";
+    std::remove(out.c_str());
+    EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + folder,
+                               "tokenizer.path=" + tokenizer_, "prompt=Repeat the word tiger.", "max_new_tokens=6",
+                               extra},
+                              out),
+              0)
+        << read_file(out);
+    const std::string text = read_file(out);
+    const size_t start = text.find("Repeat the word tiger.\n");
+    return std::pair{text.substr(start, text.find("\n\n", start) - start), text};
+  };
+  const auto [by_file, log] = completion_of("greedy_by_file", "/base_greedy", "seed=7");
+  EXPECT_NE(log.find("sampling: top_p 0.9, do_sample false (greedy) (the model's generation_config.json)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(by_file, completion_of("greedy_given", "/base/step_0000002", "temperature=0").first);
   // A prompts file without a prompt, adapters that are not there, a prompt too long: named.
   std::ofstream(root_ + "/blank_prompts.txt") << "\n  \n";
   std::ofstream long_prompts(root_ + "/long_prompts.txt");

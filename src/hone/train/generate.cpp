@@ -26,15 +26,18 @@ Schema generate_schema() {
   s.add({"chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
   s.add({"system_prompt", ValueType::string, "", "chat: a system message"});
   s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"}, Range::positive());
-  s.add({"temperature", ValueType::number, 0.8, "sampling temperature (0: greedy)"}, Range::not_negative());
-  s.add({"top_k", ValueType::integer, 0, "sample from the k most likely tokens (0: all)"}, Range::not_negative());
-  s.add({"top_p", ValueType::number, 1.0, "nucleus sampling threshold"}, Range::positive_fraction());
-  s.add({"min_p", ValueType::number, 0.0,
-         "then drop tokens less likely than min_p times the most likely one (0: off)"},
+  // The sampling keys default to what the model's generation_config.json sets (sampling_defaults).
+  s.add({"temperature", ValueType::number, nullptr, "sampling temperature (0: greedy); default: 0.8"},
+        Range::not_negative());
+  s.add({"top_k", ValueType::integer, nullptr, "sample from the k most likely tokens (0: all); default: 0"},
+        Range::not_negative());
+  s.add({"top_p", ValueType::number, nullptr, "nucleus sampling threshold; default: 1"}, Range::positive_fraction());
+  s.add({"min_p", ValueType::number, nullptr,
+         "then drop tokens less likely than min_p times the most likely one (0: off); default: 0"},
         Range::unit_interval());
-  s.add({"repetition_penalty", ValueType::number, 1.0,
+  s.add({"repetition_penalty", ValueType::number, nullptr,
          "tokens already in the prompt or completion made less likely: positive logits divided by it, negative ones "
-         "multiplied (transformers' repetition_penalty; 1: off)"},
+         "multiplied (transformers' repetition_penalty; 1: off); default: 1"},
         Range::positive());
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
          "special tokens that end a completion besides the end of answer and EOS (e.g. \"<|eom_id|>\")"});
@@ -46,6 +49,43 @@ Schema generate_schema() {
         Range::positive());
   return s;
 }
+
+namespace {
+
+// Each sampling setting from the config, else from the model's
+// generation_config.json (as vLLM takes its defaults from it; do_sample: false
+// there is greedy, as transformers reads it), else hone's default; the settings
+// the file gave are said on stderr.
+SamplingOptions sampling_options(const Config& c, const Json& generation_config) {
+  const bool has_file = generation_config.is_object();
+  std::vector<std::string> from_file;
+  const auto pick = [&]<typename T>(const char* key, T fallback) -> T {
+    if (c.has(key)) return c.get<T>(key);
+    if (has_file && generation_config.contains(key) && generation_config[key].is_number()) {
+      from_file.push_back(fmt::format("{} {}", key, generation_config[key].dump()));
+      return generation_config[key].get<T>();
+    }
+    return fallback;
+  };
+  SamplingOptions o{.temperature = pick("temperature", 0.8),
+                    .top_k = pick("top_k", int64_t(0)),
+                    .top_p = pick("top_p", 1.0),
+                    .min_p = pick("min_p", 0.0),
+                    .repetition_penalty = pick("repetition_penalty", 1.0)};
+  if (!c.has("temperature") && has_file && generation_config.value("do_sample", true) == false) {
+    o.temperature = 0;
+    from_file.push_back("do_sample false (greedy)");
+  }
+  if (!from_file.empty()) {
+    HONE_CHECK(o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1 && o.min_p >= 0 && o.min_p <= 1 &&
+                   o.repetition_penalty > 0,
+               "the model's generation_config.json: sampling settings out of range ({})", fmt::join(from_file, ", "));
+    fmt::print(stderr, "sampling: {} (the model's generation_config.json)\n", fmt::join(from_file, ", "));
+  }
+  return o;
+}
+
+}  // namespace
 
 std::vector<std::string> check_generate_config(const Config& c) {
   HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin());
@@ -85,11 +125,7 @@ int run_generate(const Config& c) {
   format.system_prompt = c.get<std::string>("system_prompt");
   GenerationOptions o;
   o.max_new_tokens = c.get<int64_t>("max_new_tokens");
-  o.sampling = {.temperature = c.get<double>("temperature"),
-                .top_k = c.get<int64_t>("top_k"),
-                .top_p = c.get<double>("top_p"),
-                .min_p = c.get<double>("min_p"),
-                .repetition_penalty = c.get<double>("repetition_penalty")};
+  o.sampling = sampling_options(c, m.generation_config);
   o.seed = uint64_t(c.get<int64_t>("seed"));
   // The end of an answer, and EOS (where transformers' generate() stops too).
   o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));

@@ -18,13 +18,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// InferenceModel::eos_ids of the model at `path`.
-std::vector<int32_t> eos_ids_of(const WeightSource& weights, const std::string& path) {
+// The model's generation_config.json (transformers'), or null where it has none.
+Json generation_config_of(const WeightSource& weights) {
   const std::vector<std::string> companions = weights.companion_files();
   const auto generation = std::ranges::find_if(
       companions, [](const std::string& file) { return fs::path(file).filename() == "generation_config.json"; });
-  const SpecialTokenIds ids = generation != companions.end() ? special_ids_in(read_json_file(*generation))
-                                                             : hf_config_special_ids(path);
+  return generation != companions.end() ? read_json_file(*generation) : Json();
+}
+
+// InferenceModel::eos_ids of the model at `path`.
+std::vector<int32_t> eos_ids_of(const Json& generation_config, const std::string& path) {
+  const SpecialTokenIds ids =
+      generation_config.is_object() ? special_ids_in(generation_config) : hf_config_special_ids(path);
   std::vector<int32_t> eos = ids.more_eos;
   if (ids.eos) eos.insert(eos.begin(), *ids.eos);
   return eos;
@@ -58,7 +63,8 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   const std::unique_ptr<WeightSource> weights = open_weights(model_path, c.get<std::string>("checkpoint.format"));
   InferenceModel out;
   out.description = weights->description();
-  out.eos_ids = eos_ids_of(*weights, model_path);
+  out.generation_config = generation_config_of(*weights);
+  out.eos_ids = eos_ids_of(out.generation_config, model_path);
 
   std::string tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
   std::optional<LoraAdapters> adapters;

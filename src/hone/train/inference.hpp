@@ -21,6 +21,7 @@ struct InferenceModel {
   // config.json): where transformers' generate() stops (Llama 3 Instruct lists
   // <|end_of_text|>, <|eom_id|> and <|eot_id|>).
   std::vector<int32_t> eos_ids;
+  Json generation_config;  // the model's generation_config.json, or null
 };
 
 // Loads checkpoint.path (and lora.adapter: a lora_finetune checkpoint folder or
