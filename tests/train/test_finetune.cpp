@@ -281,6 +281,18 @@ TEST_F(FinetuneRun, GenerateEndsACompletionAtAStopString) {
   if (letter == whole.end()) GTEST_SKIP() << "no letter after the first character of " << whole;
   const std::string stop(1, *letter);
   EXPECT_EQ(completion(stop), whole.substr(0, whole.find(stop))) << whole;
+  // samples_path: each prompt and its completion as a line of JSON, the completion as printed.
+  const std::string samples = root_ + "/generate_samples.jsonl";
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                             "tokenizer.path=" + tokenizer_, "prompt=Repeat the word tiger.", "temperature=0",
+                             "max_new_tokens=12", "samples_path=" + samples},
+                            root_ + "/generate_samples.out"),
+            0);
+  const nlohmann::json sample = nlohmann::json::parse(read_file(samples));
+  EXPECT_EQ(sample["prompt"], "Repeat the word tiger.");
+  EXPECT_EQ(sample["completion"], whole);
+  EXPECT_GE(sample["tokens"], 1);
+  EXPECT_LE(sample["tokens"], 12);
   // An empty prompt generates from the end-of-text token (nanoGPT's unconditional samples).
   const std::string out = root_ + "/empty_prompt.out";
   EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "hone/core/text.hpp"
+#include "hone/io/atomic_file.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/data/tokenizers/utf8.hpp"
 #include "hone/model/sampling.hpp"
@@ -41,6 +43,8 @@ Schema generate_schema() {
         Range::positive());
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
          "special tokens that end a completion besides the end of answer and EOS (e.g. \"<|eom_id|>\")"});
+  s.add({"samples_path", ValueType::string, nullptr,
+         "also write each prompt and its completion as a line of JSON here (prompt, completion, tokens)"});
   s.add({"stop", ValueType::string_list, Json::array(),
          "strings that end a completion, which is printed up to the first of them (vLLM's stop; transformers' "
          "stop_strings)"});
@@ -118,6 +122,9 @@ int run_generate(const Config& c) {
     HONE_CHECK(prompts.size() > given, "prompts_file {}: no prompts in it (one a line; blank lines are skipped)", path);
   }
 
+  // Opened before the model loads: a path that cannot be written fails first.
+  std::unique_ptr<AtomicFile> samples;
+  if (c.has("samples_path")) samples = std::make_unique<AtomicFile>(c.get<std::string>("samples_path"));
   InferenceModel m = load_inference_model(c);
   data::InstructOptions format;
   format.format = data::parse_instruct_template(c.get<std::string>("template"));
@@ -178,8 +185,14 @@ int run_generate(const Config& c) {
       }
       std::string storage;  // a completion cut inside a character ends in U+FFFD, as transformers decodes it
       const size_t i = first + k;
+      const std::string completion(utf8::sanitize(text_before_stop(m.tokenizer->decode(text), stop_strings), storage));
       fmt::print("{}{}\n", prompts.size() > 1 ? fmt::format("[{}] ", i) : "", prompts[i]);
-      fmt::print("{}\n\n", utf8::sanitize(text_before_stop(m.tokenizer->decode(text), stop_strings), storage));
+      fmt::print("{}\n\n", completion);
+      if (samples) {
+        samples->write(Json{{"prompt", prompts[i]}, {"completion", completion}, {"tokens", b.completions[k].size()}}
+                           .dump(-1, ' ', false, Json::error_handler_t::replace) +
+                       "\n");
+      }
     }
     std::fflush(stdout);
     int64_t longest = 0;
@@ -190,6 +203,10 @@ int run_generate(const Config& c) {
     g.prefill_seconds += b.prefill_seconds;
     g.decode_seconds += b.decode_seconds;
     g.cache_bytes = std::max(g.cache_bytes, b.cache_bytes);
+  }
+  if (samples) {
+    samples->commit();
+    fmt::print(stderr, "samples: {}\n", c.get<std::string>("samples_path"));
   }
   size_t weight_bytes = 0;
   for (const Parameter& p : m.model->params().all()) weight_bytes += p.compute.nbytes();
