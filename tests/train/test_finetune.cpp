@@ -368,7 +368,8 @@ TEST_F(FinetuneRun, BatchesCutToTheirLongestSampleLoseWhatWholeRowsDo) {
   std::ofstream(root_ + "/cut.yaml") << "recipe: lora_finetune\noutput_dir: " << root_ << "/unused\n"
                                      << "checkpoint: {path: " << root_ << "/base}\n"
                                      << "tokenizer: {path: " << tokenizer_ << "}\n"
-                                     << "dataset: {path: " << root_ << "/data.jsonl, max_seq_len: 128}\n";
+                                     << "dataset: {path: " << root_ << "/data.jsonl, max_seq_len: 128}\n"
+                                     << "epochs: 1\n";
   auto validated = [&](std::vector<std::string> overrides) {
     fs::remove(root_ + "/v.log");
     overrides.insert(overrides.begin(), {"validate", root_ + "/cut.yaml"});
@@ -1453,9 +1454,14 @@ TEST_F(FinetuneRun, DpoRefusesWhatItCannotTrain) {
 
 TEST_F(FinetuneRun, BadSettingsAreOneLineErrors) {
   auto args = lora_args("bad", 2);
-  args.push_back("model.lora_attn_modules=[q_proj, o_proj]");
+  args.push_back("model.lora_attn_modules=[q_proj, o_proj, w_proj]");
   EXPECT_EQ(run_hone_to_log(args, root_ + "/bad.log"), 2);
-  EXPECT_NE(read_file(root_ + "/bad.log").find("unknown module 'o_proj'"), std::string::npos);
+  EXPECT_NE(read_file(root_ + "/bad.log").find("'o_proj' is a Hugging Face module name"), std::string::npos)
+      << read_file(root_ + "/bad.log");
+  args.back() = "model.lora_attn_modules=[q_proj, w_proj]";
+  EXPECT_EQ(run_hone_to_log(args, root_ + "/bad.log"), 2);
+  EXPECT_NE(read_file(root_ + "/bad.log").find("unknown module 'w_proj'"), std::string::npos)
+      << read_file(root_ + "/bad.log");
   EXPECT_EQ(run_hone_to_log({"run", "lora_finetune", "output_dir=" + root_ + "/bad2", "checkpoint.path=" + root_ + "/base",
                              "dataset.path=" + root_ + "/data.jsonl", "dataset.templat=alpaca"},
                             root_ + "/bad2.log"),
