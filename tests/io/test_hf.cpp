@@ -98,6 +98,19 @@ class HfTest : public ::testing::Test {
     return copy;
   }
 
+  // Reading a copy of a fixture whose config.json `change` edits: the error, or "" when it reads.
+  using ConfigChange = std::function<void(nlohmann::json&)>;
+  std::function<std::string(const ConfigChange&)> config_error_of(const std::string& name) {
+    const std::string dir = copy_fixture(name);
+    const nlohmann::json original = nlohmann::json::parse(read_text(dir + "/config.json"));
+    return [dir, original](const ConfigChange& change) {
+      nlohmann::json j = original;
+      change(j);
+      write_text(dir + "/config.json", j.dump());
+      return error_of([&] { read_hf_config(dir); });
+    };
+  }
+
   std::string dir_;
 };
 
@@ -571,15 +584,8 @@ TEST_F(HfTest, UnexpectedTensorIsNamed) {
 }
 
 TEST_F(HfTest, UnsupportedModelTypeAndOptionsAreNamed) {
-  const std::string dir = copy_fixture("llama32_tied_bf16");
-  const std::string config_path = dir + "/config.json";
-  const nlohmann::json original = nlohmann::json::parse(read_text(config_path));
-  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
-    nlohmann::json j = original;
-    change(j);
-    write_text(config_path, j.dump());
-    return error_of([&] { read_hf_config(dir); });
-  };
+  const auto with = config_error_of("llama32_tied_bf16");
+  const std::string config_path = path("llama32_tied_bf16") + "/config.json";
   std::string err = with([](nlohmann::json& j) { j["model_type"] = "qwen2"; });
   EXPECT_NE(err.find(config_path + ": unsupported model_type 'qwen2'"), std::string::npos) << err;
   err = with([](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
@@ -597,15 +603,7 @@ TEST_F(HfTest, UnsupportedModelTypeAndOptionsAreNamed) {
 // LLM Foundry's MPT options that change the computation hone does not implement
 // are refused, not dropped; ffn_hidden_size, which it does, sizes the MLP.
 TEST_F(HfTest, MptOptionsHoneDoesNotImplementAreNamed) {
-  const std::string dir = copy_fixture("mpt_bf16");
-  const std::string config_path = dir + "/config.json";
-  const nlohmann::json original = nlohmann::json::parse(read_text(config_path));
-  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
-    nlohmann::json j = original;
-    change(j);
-    write_text(config_path, j.dump());
-    return error_of([&] { read_hf_config(dir); });
-  };
+  const auto with = config_error_of("mpt_bf16");
   std::string err = with([](nlohmann::json& j) { j["attn_config"]["sliding_window_size"] = 64; });
   EXPECT_NE(err.find("attn_config: sliding_window_size (attention within a window) is not supported"),
             std::string::npos)
@@ -613,10 +611,8 @@ TEST_F(HfTest, MptOptionsHoneDoesNotImplementAreNamed) {
   EXPECT_EQ(with([](nlohmann::json& j) { j["attn_config"]["sliding_window_size"] = -1; }), "");  // Foundry's "none"
   err = with([](nlohmann::json& j) { j["embedding_fraction"] = 0.1; });
   EXPECT_NE(err.find("embedding_fraction below 1 is not supported"), std::string::npos) << err;
-  nlohmann::json sized = original;
-  sized["ffn_config"]["ffn_hidden_size"] = 40;
-  write_text(config_path, sized.dump());
-  EXPECT_EQ(read_hf_config(dir).ffn_dim, 40);
+  EXPECT_EQ(with([](nlohmann::json& j) { j["ffn_config"]["ffn_hidden_size"] = 40; }), "");
+  EXPECT_EQ(read_hf_config(path("mpt_bf16")).ffn_dim, 40);
 }
 
 TEST_F(HfTest, LyingSafetensorsHeaderIsNamed) {
