@@ -161,7 +161,8 @@ class OutputRouter {
  private:
   void finish_block(FILE* out) {
     std::vector<std::string>& block = help_blocks_[out];
-    const bool abort = std::ranges::any_of(block, [](const std::string& t) { return t.starts_with("MPI_ABORT was invoked"); });
+    const bool abort =
+        std::ranges::any_of(block, [](const std::string& t) { return t.starts_with("MPI_ABORT was invoked"); });
     if (!abort) {
       for (const std::string& text : block) fmt::print(out, "{}\n", text);
     }

@@ -354,7 +354,8 @@ class Interpolator {
     }
     const Json* found = config_.find(key);
     if (!found || found->is_null()) {
-      // A key set to null (LLM Foundry's blank `data_remote:`) is null, as OmegaConf reads it, unless a default fills it.
+      // A key set to null (LLM Foundry's blank `data_remote:`) is null, as OmegaConf reads it,
+      // unless a default fills it.
       if (const Json* filled = fallback_(key)) found = filled;
     }
     if (!found) {
@@ -529,8 +530,8 @@ Config Schema::resolve(const Config& given_config) const {
     }
     // A mapping given where a section was expected is still a typo of the section's keys.
     const std::string suggestion = closest_match(key, known);
-    unknown.push_back(fmt::format("unknown key '{}'{}", key,
-                                  suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion)));
+    const std::string hint = suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion);
+    unknown.push_back(fmt::format("unknown key '{}'{}", key, hint));
   }
   if (unknown.size() == 1) fail("{}: {}", unknown_origin, unknown.front());
   if (!unknown.empty()) {

@@ -78,7 +78,9 @@ void PretrainStream::arrange(Source& s, int64_t cycle) {
     permute(s.order, 0);
   }
   s.starts.assign(1, 0);
-  for (const int64_t d : s.documents) s.starts.push_back(s.starts.back() + s.range.source->document_length(s.range.first + d));
+  for (const int64_t d : s.documents) {
+    s.starts.push_back(s.starts.back() + s.range.source->document_length(s.range.first + d));
+  }
   s.cycle = cycle;
 }
 

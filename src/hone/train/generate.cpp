@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "hone/core/text.hpp"
-#include "hone/io/atomic_file.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/data/tokenizers/utf8.hpp"
+#include "hone/io/atomic_file.hpp"
 #include "hone/model/sampling.hpp"
 #include "hone/train/inference.hpp"
 #include "hone/train/recipes.hpp"
@@ -28,7 +28,7 @@ Schema generate_schema() {
   s.add({"chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
   s.add({"system_prompt", ValueType::string, "", "chat: a system message"});
   s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"}, Range::positive());
-  // The sampling keys default to what the model's generation_config.json sets (sampling_defaults).
+  // The sampling keys default to what the model's generation_config.json sets (sampling_options).
   s.add({"temperature", ValueType::number, nullptr, "sampling temperature (0: greedy); default: 0.8"},
         Range::not_negative());
   s.add({"top_k", ValueType::integer, nullptr, "sample from the k most likely tokens (0: all); default: 0"},

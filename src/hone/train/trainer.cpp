@@ -92,7 +92,8 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
     });
     const auto it = before.find(key);  // a key the checkpoint lacks came with a later hone: its default
     if (!kept || it == before.end() || *it->second == value) continue;
-    if (key.ends_with("path") && it->second->is_null()) continue;  // given now (a tokenizer the run's checkpoints lacked)
+    // A path given now where there was none: a tokenizer the run's checkpoints lacked.
+    if (key.ends_with("path") && it->second->is_null()) continue;
     if (key.ends_with("path") && !value.is_null()) {
       notes.push_back(fmt::format("note: {} was {} when {} was saved: it must hold the same", key, it->second->dump(),
                                   folder));
@@ -115,7 +116,9 @@ void check_training_settings(const Config& c) {
   for (const char* key : {"max_steps", "epochs", "max_tokens"}) {
     if (!c.has(key)) continue;
     given.push_back(key);
-    if (c.origin_of(key) == c.origin() && c.override_text(key) == nullptr) from_file.push_back(fmt::format("{}=null", key));
+    if (c.origin_of(key) == c.origin() && c.override_text(key) == nullptr) {
+      from_file.push_back(fmt::format("{}=null", key));
+    }
   }
   // A config's epochs: 1 with max_steps=N on the command line: the way out is to null the config's.
   const bool overridden = given.size() > 1 && from_file.size() < given.size() && !from_file.empty();
@@ -143,7 +146,8 @@ std::optional<std::string> output_dir_conflict(const Config& c) {
 std::optional<std::string> resume_conflict(const Config& c) {
   if (!c.has("resume")) return std::nullopt;
   try {
-    const std::optional<std::string> folder = find_checkpoint(c.get<std::string>("output_dir"), c.get<std::string>("resume"));
+    const std::optional<std::string> folder =
+        find_checkpoint(c.get<std::string>("output_dir"), c.get<std::string>("resume"));
     if (folder) check_kept_on_resume(c, checkpoint_config(*folder), *folder);
   } catch (const Error& e) {
     return e.what();
