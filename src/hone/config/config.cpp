@@ -537,10 +537,14 @@ Config Schema::resolve(const Config& given_config) const {
   if (!unknown.empty()) {
     fail("{}: {} keys hone does not take: {}", unknown_origin, unknown.size(), fmt::join(unknown, "; "));
   }
+  Config resolved = user;
   for (const auto& [key, value] : given) {
     const std::string& origin = user.origin_of(key);
     const auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
     if (value->is_null()) continue;
+    // What matches in another spelling is written as the key's type: 1e9 as 1000000000, "x" as [x].
+    if (spec->type == ValueType::integer && is_whole_float(*value)) resolved.set(key, int64_t(value->get<double>()));
+    if (spec->type == ValueType::string_list && value->is_string()) resolved.set(key, Json::array({*value}));
     // An integer is a fine number.
     HONE_CHECK(matches(*value, spec->type), "{}: '{}' must be {}, got {}", origin, key, type_name(spec->type),
                value->dump());
@@ -557,12 +561,6 @@ Config Schema::resolve(const Config& given_config) const {
              suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion));
       }
     }
-  }
-  Config resolved = user;
-  for (const auto& [key, value] : given) {
-    const auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
-    if (spec->type == ValueType::integer && is_whole_float(*value)) resolved.set(key, int64_t(value->get<double>()));
-    if (spec->type == ValueType::string_list && value->is_string()) resolved.set(key, Json::array({*value}));
   }
   for (const KeySpec& k : keys_) {
     const Json* v = user.find(k.key);

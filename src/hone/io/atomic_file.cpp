@@ -62,11 +62,21 @@ WrittenFile AtomicFile::commit() {
   return {bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(hash_state_))};
 }
 
-void check_new_folder(const std::string& path) {
+namespace {
+
+// What AtomicFolder needs of a target it does not replace: missing or empty.
+void check_free(const std::string& path) {
   namespace fs = std::filesystem;
   HONE_CHECK(!fs::exists(path) || (fs::is_directory(path) && fs::is_empty(path)),
              "{}: already exists; give a new folder", path);
-  // Whether it can be made: a folder made and removed in its nearest existing
+}
+
+}  // namespace
+
+void check_new_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  check_free(path);
+  // Whether it can be made (checked up front; AtomicFolder finds out by making it): a folder made and removed in its nearest existing
   // ancestor (permissions alone do not tell, e.g. for root or under /proc).
   fs::path ancestor = fs::absolute(path).lexically_normal();
   while (!fs::exists(ancestor) && ancestor.has_parent_path() && ancestor != ancestor.parent_path()) {
@@ -85,7 +95,7 @@ AtomicFolder::AtomicFolder(std::string path, bool replace) : path_(std::move(pat
   fs::path target = fs::path(path_).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();
   path_ = target.string();
-  if (!replace) check_new_folder(path_);
+  if (!replace) check_free(path_);
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   temp_path_ = (parent / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
   std::error_code error;
