@@ -42,6 +42,27 @@ int64_t sample_length(const Config& c, const ModelConfig& model) {
   return sequence_length_for(c, "dataset.max_seq_len", 512, model);
 }
 
+// What would make the exports fail after training, checked before it: a
+// destination taken or that cannot be made, a shape the format cannot hold, and
+// export.peft and export.hf in one folder (each is written whole).
+void check_exports(const Config& c, const ModelConfig& model, const std::optional<LoraConfig>& lora) {
+  if (c.has("export.peft")) check_peft_export(model, *lora, c.get<std::string>("export.peft"));
+  if (c.has("export.hf")) check_hf_export(model, c.get<std::string>("export.hf"));
+  if (!c.has("export.peft") || !c.has("export.hf")) return;
+  const auto normal = [&](const char* key) {
+    const fs::path p = fs::absolute(c.get<std::string>(key)).lexically_normal();
+    return p.filename().empty() ? p.parent_path() : p;  // "out/hf/" is out/hf
+  };
+  const fs::path peft = normal("export.peft"), hf = normal("export.hf");
+  const auto within = [](const fs::path& inner, const fs::path& outer) {
+    return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
+  };
+  HONE_CHECK(!within(peft, hf) && !within(hf, peft),
+             "{}: export.peft {} and export.hf {} overlap: give each a folder of its own (each is written whole, and "
+             "PEFT and transformers each read their own)",
+             c.origin_of("export"), c.get<std::string>("export.peft"), c.get<std::string>("export.hf"));
+}
+
 // lora.adapter of lora_finetune: adapters to start from, which must have the
 // run's LoRA shape; what to set where they do not.
 void check_starting_adapters(const LoraAdapters& start, const LoraConfig& run) {
@@ -198,23 +219,7 @@ int run_finetune(const Config& c) {
     start = open_lora_adapters(c.get<std::string>("lora.adapter"), model_config, *weights);
     check_starting_adapters(*start, *lora);
   }
-  // What would make the exports fail after training fails now.
-  if (c.has("export.peft")) check_peft_export(model_config, *lora, c.get<std::string>("export.peft"));
-  if (c.has("export.hf")) check_hf_export(model_config, c.get<std::string>("export.hf"));
-  if (c.has("export.peft") && c.has("export.hf")) {
-    const auto normal = [&](const char* key) {
-      const fs::path p = fs::absolute(c.get<std::string>(key)).lexically_normal();
-      return p.filename().empty() ? p.parent_path() : p;  // "out/hf/" is out/hf
-    };
-    const fs::path peft = normal("export.peft"), hf = normal("export.hf");
-    const auto within = [](const fs::path& inner, const fs::path& outer) {
-      return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
-    };
-    HONE_CHECK(!within(peft, hf) && !within(hf, peft),
-               "{}: export.peft {} and export.hf {} overlap: give each a folder of its own (each is written whole, "
-               "and PEFT and transformers each read their own)",
-               c.origin_of("export"), c.get<std::string>("export.peft"), c.get<std::string>("export.hf"));
-  }
+  check_exports(c, model_config, lora);
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   load_weights(*weights, model);
   // Full-weight DPO's reference: the model as it starts, frozen.
