@@ -90,6 +90,14 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   for (const auto& [step, mfu] : run_metric(root_ + "/datasheet", "throughput/mfu")) EXPECT_LT(mfu, 1e-3) << step;
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
   EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
+  EXPECT_EQ(log().find("the run takes one step"), std::string::npos) << log();
+  // A budget below one step (4 samples of 32 tokens) still takes one: said.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("few_tokens", 1), "max_steps=null", "max_tokens=100"}), 0)
+      << log();
+  EXPECT_NE(log().find("note: max_tokens 100 is less than one step's 128 tokens (global batch 4 x seq_len 32): the "
+                       "run takes one step"),
+            std::string::npos)
+      << log();
   // Validation asked for with no validation data: said, not silently skipped.
   EXPECT_EQ(log().find("no validation data"), std::string::npos) << log();
   ASSERT_EQ(run({"run", "pretrain", "--config", config("no_validation", 2), "dataset.validation_fraction=0",

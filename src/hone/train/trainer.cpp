@@ -55,6 +55,25 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
   return steps;
 }
 
+// A note when the budget (epochs or max_tokens) is less than one step's worth:
+// the run still takes one whole step, more than was asked for.
+std::optional<std::string> budget_below_one_step(const Config& c, int64_t samples_per_epoch, int64_t global_batch,
+                                                 int64_t seq_len) {
+  if (c.has("epochs")) {
+    const auto samples = int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch)));
+    if (samples >= global_batch) return std::nullopt;
+    return fmt::format("note: epochs {:g} is {} of {} samples, less than one step's {} (the global batch): the run "
+                       "takes one step",
+                       c.get<double>("epochs"), samples, samples_per_epoch, global_batch);
+  }
+  if (c.has("max_tokens") && c.get<int64_t>("max_tokens") < global_batch * seq_len) {
+    return fmt::format("note: max_tokens {} is less than one step's {} tokens (global batch {} x seq_len {}): the run "
+                       "takes one step",
+                       c.get<int64_t>("max_tokens"), global_batch * seq_len, global_batch, seq_len);
+  }
+  return std::nullopt;
+}
+
 // Settings a resumed run keeps: they shape the model (LoRA's adapters
 // included) or its data and their order. The budget, the optimizer, the batch,
 // logging and checkpointing may change.
@@ -227,6 +246,11 @@ int run_training(const Config& c, TrainingJob job) {
     }
   }
   const int64_t total_steps = total_steps_of(c, train.samples_per_epoch(), global_batch, seq_len, state);
+  if (state.step == 0) {
+    if (const auto note = budget_below_one_step(c, train.samples_per_epoch(), global_batch, seq_len)) {
+      console.line(*note);
+    }
+  }
   const LrSchedule schedule = lr_schedule_from(c, total_steps);
   // A resumed run whose budget, batch or schedule changed goes on at another
   // learning rate than the one it stopped at (a longer max_steps stretches the decay).
