@@ -386,6 +386,19 @@ TEST(Jobs, LaunchStartsRanksWithTorchrunEnvironmentAndPrefixesTheirOutput) {
   EXPECT_EQ(read_file(logs + "/rank_1.log"), "rank 1 of 2 (mpi, RANK=1, LOCAL_RANK=1): sum 3\n");
 }
 
+// mpirun tags each piece a rank writes: a line written in two pieces, with the
+// other rank's pieces between them, comes out whole behind its rank's prefix.
+TEST(Jobs, LaunchKeepsALineWrittenInPiecesWhole) {
+  const Job j = run(kHone + " launch --nproc-per-node 2 -- bash -c 'printf \"first half, \"; sleep 0.5; "
+                            "echo \"second half\"; printf \"no newline\"'");
+  ASSERT_EQ(j.status, 0) << j.output;
+  for (const char* rank : {"[rank 0] ", "[rank 1] "}) {
+    EXPECT_NE(j.output.find(std::string(rank) + "first half, second half\n"), std::string::npos) << j.output;
+    EXPECT_NE(j.output.find(std::string(rank) + "no newline\n"), std::string::npos) << j.output;
+  }
+  EXPECT_EQ(j.output.find("<stdout>"), std::string::npos) << j.output;
+}
+
 TEST(Jobs, LaunchNamesTheRankThatFailed) {
   const Job exited = run(kHone + " launch --nproc-per-node 2 -- " + kProbe + " exit");
   EXPECT_EQ(exited.status, 3) << exited.output;

@@ -186,6 +186,8 @@ TEST_F(ConvertCli, BadInputsExitTwoWithOneLine) {
   expect_error({fixture("gpt2"), dir_ + "/x"}, "--to");
   expect_error({dir_ + "/absent", dir_ + "/x", "--to", "hf"}, "hone: error: " + dir_ + "/absent: no such file");
   expect_error({fixture("gpt2"), dir_ + "/x", "--to", "hf", "--shard-size", "lots"}, "--shard-size: 'lots'");
+  expect_error({fixture("gpt2"), dir_ + "/x", "--to", "hone", "--shard-size", "1MB"},
+               "hone: error: --shard-size splits a Hugging Face export (--to hf)");
 
   fs::create_directories(dir_ + "/broken");
   fs::copy_file(fixture("gpt2/model.safetensors"), dir_ + "/broken/model.safetensors");

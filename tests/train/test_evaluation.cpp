@@ -166,6 +166,11 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   EXPECT_EQ(t.items[0].context, "Question: Which is a gas?\nAnswer:");
   EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"ice", "steam"}));
   EXPECT_EQ(t.items[0].label, 1);
+  // The harness's task names for a layout (arc_challenge: arc).
+  EXPECT_EQ(read(R"({"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "A"})",
+                 "arc_challenge")
+                .layout,
+            TaskLayout::arc);
   t = read(R"({"goal": "Open a jar", "sol1": "twist the lid", "sol2": "hit it", "label": 0})");
   EXPECT_EQ(t.layout, TaskLayout::piqa);
   EXPECT_EQ(t.items[0].context, "Question: Open a jar\nAnswer:");

@@ -85,15 +85,19 @@ Command add_convert(CLI::App& app) {
       ->check(CLI::IsMember({"hf", "hone"}));
   sub->add_option("--dtype", args->dtype, "Weights in fp32, bf16 or fp16 (default: as the source stores them)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  sub->add_option("--shard-size", args->shard_size,
-                  "Hugging Face export: split the weights into files of at most this size (default 5GB)");
+  CLI::Option* shard_size = sub->add_option(
+      "--shard-size", args->shard_size,
+      "Hugging Face export: split the weights into files of at most this size (default 5GB)");
   sub->add_option("--tokenizer", args->tokenizer,
                   "Copy the tokenizer files of this folder (tokenizer.json, tokenizer.model, vocab.json, ...) "
                   "instead of the source's");
   sub->add_option("--adapter", args->adapter,
                   "Merge LoRA adapters into the model: a PEFT folder (adapter_config.json) or a lora_finetune "
                   "checkpoint or run directory");
-  return [args] {
+  return [args, shard_size] {
+    // A hone model folder is one model.safetensors: a size for its shards would be ignored.
+    HONE_CHECK(args->to == "hf" || shard_size->count() == 0,
+               "--shard-size splits a Hugging Face export (--to hf); --to hone writes one model.safetensors");
     ConvertOptions options;
     options.to = args->to == "hf" ? ModelFolderKind::hf : ModelFolderKind::hone;
     if (!args->dtype.empty()) options.dtype = parse_dtype(args->dtype);

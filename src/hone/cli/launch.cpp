@@ -152,6 +152,10 @@ class OutputRouter {
       for (const std::string& text : block) fmt::print(out, "{}\n", text);
       block.clear();
     }
+    for (auto& [where, held] : held_pieces_) {
+      if (!held.empty()) rank_line(where.second, held, where.first);
+      held.clear();
+    }
   }
 
   // A rank's own account of a timeout tells more than mpirun's report of the
@@ -169,25 +173,40 @@ class OutputRouter {
     block.clear();
   }
 
+  // mpirun tags each piece a rank writes, so a line written in pieces arrives
+  // with other ranks' pieces between its own, each behind its tag, and only the
+  // last piece ends the line: the others are held for their rank until then.
   void route(const std::string& text, FILE* out) {
-    static const std::regex tag(R"(^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$)");
-    std::smatch m;
-    if (std::regex_match(text, m, tag)) {
-      const int local = std::stoi(m[1]);
-      const int rank = options_.node_rank * options_.nproc_per_node + local;
-      fmt::print(out, "[rank {}] {}\n", rank, m[3].str());
-      if (!logs_.empty() && local < int(logs_.size())) logs_[size_t(local)] << m[3].str() << '\n' << std::flush;
-      remember_failure(m[3].str());
-    } else {
+    static const std::regex tag(R"(\[\d+,(\d+)\]<(?:stdout|stderr)>:)");
+    const std::sregex_iterator end, first(text.begin(), text.end(), tag);
+    if (first == end || first->position() != 0) {
       fmt::print(out, "{}\n", text);
       remember_failure(text);
+      std::fflush(out);
+      return;
     }
+    for (auto it = first; it != end; ++it) {
+      const auto next = std::next(it);
+      const size_t from = size_t(it->position() + it->length());
+      const size_t to = next == end ? text.size() : size_t(next->position());
+      const int local = std::stoi((*it)[1]);
+      std::string& held = held_pieces_[{out, local}];
+      held += text.substr(from, to - from);
+      if (next != end) continue;
+      rank_line(local, held, out);
+      held.clear();
+    }
+  }
+
+  void rank_line(int local, const std::string& text, FILE* out) {
+    fmt::print(out, "[rank {}] {}\n", global(local), text);
+    if (!logs_.empty() && local < int(logs_.size())) logs_[size_t(local)] << text << '\n' << std::flush;
+    remember_failure(text);
     std::fflush(out);
   }
 
-  int global(const std::string& local) const {
-    return options_.node_rank * options_.nproc_per_node + std::stoi(local);
-  }
+  int global(int local) const { return options_.node_rank * options_.nproc_per_node + local; }
+  int global(const std::string& local) const { return global(std::stoi(local)); }
 
   void remember_failure(const std::string& text) {
     static const std::regex name(R"(Process name: \[\[\d+,\d+\],(\d+)\])"), code(R"(Exit code:\s+(\d+))"),
@@ -227,6 +246,7 @@ class OutputRouter {
   const Options& options_;
   std::vector<std::ofstream> logs_;
   std::map<FILE*, std::vector<std::string>> help_blocks_;  // an open block of mpirun's help text, per stream
+  std::map<std::pair<FILE*, int>, std::string> held_pieces_;  // a line's pieces so far, per stream and local rank
   bool abort_aggregated_ = false;  // the last line said more ranks sent the MPI_Abort text
   int pending_rank_ = -1;
   std::string failure_, timed_out_;

@@ -50,8 +50,8 @@ Command add_preprocess(CLI::App& app) {
       "Tokenize JSONL, Parquet, text or MDS text shards into a Megatron indexed dataset "
       "(PREFIX_KEY_document.bin/.idx) or MDS shards; takes the flags of Megatron-LM's tools/preprocess_data.py");
   sub->add_option("--input", a->inputs,
-                  "JSONL files (.jsonl, .json, .ndjson), text files (one document each), folders or glob patterns; "
-                  "gzip and zstd are read as they come")
+                  "JSONL files (.jsonl, .json, .ndjson), Parquet files, MDS text shard folders (index.json), text "
+                  "files (one document each), folders or glob patterns; gzip and zstd are read as they come")
       ->required();
   sub->add_option("--output-prefix", a->output_prefix,
                   "Megatron: writes PREFIX_KEY_document.bin/.idx; MDS: the folder PREFIX (PREFIX_KEY for several keys)")

@@ -34,9 +34,11 @@ Schema task_keys(const std::string& prefix) {
          "an evaluation task's records (multiple choice, a continuation, or answers to generate; see task.layout): "
          "JSONL, JSON, Parquet, or a folder or pattern of shards"});
   s.add({prefix + ".layout", ValueType::string, "auto",
-         "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns)",
+         "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns; the "
+         "harness's arc_easy, arc_challenge, social_iqa, lambada_openai and lambada_standard name arc, siqa, lambada)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "openbookqa", "boolq", "siqa", "sciq", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa"}});
+          "openbookqa", "boolq", "siqa", "sciq", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa", "arc_easy",
+          "arc_challenge", "social_iqa", "lambada_openai", "lambada_standard"}});
   s.add({prefix + ".num_fewshot", ValueType::integer, 0,
          "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
          "drawn at random as lm-evaluation-harness draws them"},

@@ -429,6 +429,11 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
   if (layout == "auto") {
     task.layout = detect_layout(records.front().value);
   } else {
+    // lm-evaluation-harness's task names for a layout hone names once.
+    static const std::map<std::string_view, std::string_view> harness_names = {
+        {"arc_easy", "arc"}, {"arc_challenge", "arc"}, {"social_iqa", "siqa"}, {"lambada_openai", "lambada"},
+        {"lambada_standard", "lambada"}};
+    if (const auto it = harness_names.find(layout); it != harness_names.end()) layout = it->second;
     const auto* known = std::find_if(std::begin(kLayouts), std::end(kLayouts),
                                      [&](TaskLayout l) { return layout == layout_name(l); });
     if (known == std::end(kLayouts)) {

@@ -364,7 +364,8 @@ Schema finetune_schema(FinetuneKind kind) {
          "batches of samples of similar length (every 50 batches' samples taken longest first): less padding, as "
          "transformers' group_by_length"});
   s.add({"dataset.packed", ValueType::boolean, false,
-         "pack several samples into each max_seq_len row (each attends only to itself)"});
+         dpo ? "false only: DPO's pairs are not packed (a config's packed: false is taken)"
+             : "pack several samples into each max_seq_len row (each attends only to itself)"});
   s.add(mds_tokens_schema());
   s.add_foreign("tokenizer.max_seq_len", "torchtune's; hone cuts samples at dataset.max_seq_len");
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});

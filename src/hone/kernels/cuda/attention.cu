@@ -432,6 +432,10 @@ void check_heads(const char* op, int64_t heads, int64_t kv_heads, int64_t head_d
 
 AttentionShape shape_of(const AttentionDims& d, const float* slopes) {
   check_heads("attention", d.n_heads, d.n_kv_heads, d.head_dim);
+  // The kernels take a sample per gridDim.z, which CUDA caps at 65535.
+  if (d.batch > 65535) {
+    fail_text("attention: a batch of " + std::to_string(d.batch) + " sequences is more than CUDA's 65535 a launch takes");
+  }
   return AttentionShape{d.batch,
                         d.seq,
                         d.n_heads,
