@@ -82,6 +82,11 @@ srun --mpi=pmix "$probe" sum
 srun --mpi=pmix "$hone" comm-bench --op all_reduce --min-bytes 1024 --max-bytes 1024 --iters 2 --warmup 1
 srun --mpi=none "$probe" sum
 echo "srun without PMIx: status \$?"
+# examples/slurm/multi_node.sbatch's mode B: one hone launch per node, which
+# starts the node's ranks (the step's own --ntasks: srun takes the job's 2 otherwise).
+srun --ntasks="\$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task=2 bash -c \
+  '"\$0" launch --nproc-per-node 2 --nnodes "\$SLURM_NNODES" --node-rank "\$SLURM_NODEID" -- "\$1" sum' \
+  "$hone" "$probe"
 JOB
 timeout 120 sbatch --wait --output="$dir/job.out" "$dir/job.sh"
 status=$?
@@ -99,5 +104,6 @@ expect "rank 1 of 2 (mpi, RANK=-, LOCAL_RANK=-): sum 3"
 expect "# hone comm-bench: 2 ranks, backend mpi, device cpu"
 expect "hone: error: srun says this is rank 0 of 2, but no MPI runtime started this process"
 expect "srun without PMIx: status 2"
+expect "[rank 1] rank 1 of 2 (mpi, RANK=1, LOCAL_RANK=1): sum 3"
 [ $failed -eq 0 ] || { show_logs; exit 1; }
 echo "Slurm job of 2 tasks passed"
