@@ -28,5 +28,14 @@ TEST(Text, StripsAsPythonsStr) {
   EXPECT_EQ(python_strip("\x1bx"), "\x1bx");  // ESC is not whitespace
 }
 
+// As Python's csv.writer writes them and csv.reader reads them.
+TEST(Text, QuotesCsvFieldsAsRfc4180) {
+  EXPECT_EQ(csv_field("llama_tiny"), "llama_tiny");
+  EXPECT_EQ(csv_field("llama_tiny with dim 64, n_layers 2"), "\"llama_tiny with dim 64, n_layers 2\"");
+  EXPECT_EQ(csv_field("a \"b\""), "\"a \"\"b\"\"\"");
+  const std::string line = csv_field("x, y") + ",bf16," + csv_field("say \"hi\", twice") + ",,3";
+  EXPECT_EQ(csv_fields(line), (std::vector<std::string>{"x, y", "bf16", "say \"hi\", twice", "", "3"}));
+}
+
 }  // namespace
 }  // namespace hone

@@ -64,7 +64,7 @@ TEST_F(RunReportTest, DrawsEachLoggedSeriesAndSummarizesIt) {
   jsonl += "{\"step\":9,\"loss/train/total\":2.75}\n{\"step\":10,\"loss/train/total\":2.5}\n";
   write("metrics.jsonl", jsonl);
   write("config.yaml", "recipe: pretrain\nnote: <b>&\n");
-  write("perf_summary.csv", "model,precision\nllama_tiny,fp32\n");
+  write("perf_summary.csv", "model,precision\nllama_tiny,fp32\n\"llama_tiny with dim 64, n_layers 2\",bf16\n");
 
   const RunReport r = render_run_report(dir_);
   EXPECT_EQ(r.records, 14);
@@ -83,7 +83,10 @@ TEST_F(RunReportTest, DrawsEachLoggedSeriesAndSummarizesIt) {
   // The run's files, escaped.
   EXPECT_NE(r.html.find("note: &lt;b&gt;&amp;"), std::string::npos);
   EXPECT_EQ(r.html.find("<b>&"), std::string::npos);
-  EXPECT_NE(r.html.find("<tr><th>model</th><td>llama_tiny</td></tr>"), std::string::npos);
+  EXPECT_NE(r.html.find("<tr><th>model</th><td>llama_tiny</td><td>llama_tiny with dim 64, n_layers 2</td></tr>"),
+            std::string::npos)
+      << r.html;
+  EXPECT_NE(r.html.find("<tr><th>precision</th><td>fp32</td><td>bf16</td></tr>"), std::string::npos);
   // Self-contained: nothing loaded from elsewhere.
   EXPECT_EQ(r.html.find("<script"), std::string::npos);
   EXPECT_EQ(r.html.find("http://"), r.html.find("http://www.w3.org/2000/svg"));

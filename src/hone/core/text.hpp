@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hone {
 
@@ -17,5 +18,10 @@ void replace_all(std::string& s, std::string_view from, std::string_view to);
 // separators \x1c-\x1f (what str.isspace() takes) removed from the start, or both ends.
 std::string_view python_lstrip(std::string_view s);
 std::string_view python_strip(std::string_view s);
+// A CSV field as RFC 4180 (and Python's csv module) write it: quoted, with its
+// quotes doubled, where it holds a comma, a quote or a line break.
+std::string csv_field(std::string_view s);
+// The fields of one CSV line, quoted ones unquoted.
+std::vector<std::string> csv_fields(std::string_view line);
 
 }  // namespace hone

@@ -13,6 +13,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
+#include "hone/core/text.hpp"
 #include "hone/train/metrics.hpp"
 
 namespace hone {
@@ -310,18 +311,14 @@ std::string summary_table(const Table& t) {
   return html + "</table>";
 }
 
-// perf_summary.csv (a row per run or resumed run; no field holds a comma) as a
-// table with its columns as rows, so that its many fields fit the page.
+// perf_summary.csv (a row per run or resumed run) as a table with its columns
+// as rows, so that its many fields fit the page.
 std::string csv_table(const std::string& csv) {
   std::vector<std::vector<std::string>> rows;
   std::istringstream lines(csv);
   std::string line;
   while (std::getline(lines, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string>& fields = rows.emplace_back();
-    std::istringstream in(line);
-    std::string field;
-    while (std::getline(in, field, ',')) fields.push_back(field);
+    if (!line.empty()) rows.push_back(csv_fields(line));
   }
   std::string html = "<table>";
   for (size_t column = 0; !rows.empty() && column < rows[0].size(); ++column) {
