@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
@@ -139,6 +140,35 @@ void post_processor_ids(const json& node, const std::string& where, const std::s
   }
 }
 
+// transformers' Llama and Gemma tokenizer classes (Mistral's files name
+// LlamaTokenizer) rebuild the post-processor from tokenizer_config.json's
+// add_bos_token (default true) and add_eos_token (default false) when they load:
+// those replace what tokenizer.json's post_processor puts around a text.
+void llama_special_ids(const Tokenizer& tokenizer, const fs::path& config_path, std::vector<int32_t>& before,
+                       std::vector<int32_t>& after) {
+  if (!fs::is_regular_file(config_path)) return;
+  const std::string where = config_path.string();
+  const json config = parse_json(read_file(where), where);
+  if (!config.is_object() || !config.value("tokenizer_class", json()).is_string()) return;
+  std::string name = config["tokenizer_class"].get<std::string>();
+  if (name.ends_with("Fast")) name.resize(name.size() - 4);
+  if (name != "LlamaTokenizer" && name != "CodeLlamaTokenizer" && name != "GemmaTokenizer") return;
+  const auto flag = [&](const char* key, bool fallback) {
+    const json& value = config.value(key, json());
+    HONE_CHECK(value.is_null() || value.is_boolean(), "{}: key {}: expected true or false", where, key);
+    return value.is_boolean() ? value.get<bool>() : fallback;
+  };
+  before.clear();
+  after.clear();
+  for (const auto& [key, fallback, id, ids] :
+       {std::tuple{"add_bos_token", true, tokenizer.bos_id(), &before},
+        std::tuple{"add_eos_token", false, tokenizer.eos_id(), &after}}) {
+    if (!flag(key, fallback)) continue;
+    HONE_CHECK(id.has_value(), "{}: key {} is true, but the tokenizer has no such token", where, key);
+    ids->push_back(*id);
+  }
+}
+
 // LLM Foundry's ConcatTokensDataset as a writer: the documents' tokens one after
 // another, cut into samples of exactly `length` tokens for `out`; the tokens
 // after the last whole sample are dropped.
@@ -261,6 +291,7 @@ PreprocessTokenizer load_preprocess_tokenizer(const TokenizerFiles& files) {
       const json j = parse_json(read_file(file), file);
       if (j.is_object() && j.contains("post_processor"))
         post_processor_ids(j["post_processor"], file, "post_processor", t.before, t.after);
+      llama_special_ids(*t.tokenizer, fs::path(file).parent_path() / "tokenizer_config.json", t.before, t.after);
     }
   } else if (type == "TikTokenizer") {
     t.special = SpecialTokens::recognize;

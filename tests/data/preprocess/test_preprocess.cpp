@@ -341,6 +341,22 @@ TEST_F(Preprocess, HuggingFacePostProcessorTemplate) {
     want.push_back(262);
     EXPECT_EQ(expected(t, "hello"), want);
   }
+  // transformers' Llama tokenizer classes (Mistral's files) rebuild it from
+  // tokenizer_config.json's add_bos_token (default true) and add_eos_token (default false).
+  for (const auto& [name, add_bos, add_eos, before, after] :
+       {std::tuple{"no_bos", json(false), json(true), Ids{}, Ids{262}},
+        std::tuple{"both", json(true), json(true), Ids{261}, Ids{262}},
+        std::tuple{"neither", json(false), json(false), Ids{}, Ids{}},
+        std::tuple{"defaults", json(), json(), Ids{261}, Ids{}}}) {
+    SCOPED_TRACE(name);
+    TinySpec llama_class = spec(llama);
+    (*llama_class.config)["tokenizer_class"] = "LlamaTokenizerFast";
+    if (!add_bos.is_null()) (*llama_class.config)["add_bos_token"] = add_bos;
+    if (!add_eos.is_null()) (*llama_class.config)["add_eos_token"] = add_eos;
+    const auto t = hf_tokenizer(write_tokenizer(path(name), llama_class));
+    EXPECT_EQ(t.before, before);
+    EXPECT_EQ(t.after, after);
+  }
   write_tokenizer(path("odd"), spec({{"type", "BlenderProcessing"}}));
   expect_error([&] { hf_tokenizer(path("odd")); }, {path("odd/tokenizer.json"), "post_processor", "BlenderProcessing"});
 }
