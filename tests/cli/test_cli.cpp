@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "data/tokenizers/assets.hpp"
 #include "hone/core/files.hpp"
 #include "hone/model/config.hpp"
 #include "hone/train/recipes.hpp"
@@ -75,6 +76,21 @@ TEST(Cli, CommandLineMistakesAreOneErrorLine) {
     EXPECT_EQ(r.err, expected) << args;
     EXPECT_EQ(r.out, "") << args;
   }
+}
+
+// Mistral's tokenizer.json: special tokens in the text are text unless
+// --special (then as transformers' encode(text, add_special_tokens=False));
+// --decode prints U+FFFD where the ids cut a character (byte 0xE2 alone).
+TEST(Cli, TokenizeEncodesAndDecodes) {
+  const std::string tokenizer = "tokenize --tokenizer " + asset_path("tokenizers/mistral") + " ";
+  CliResult r = run_hone(tokenizer + "--text 'Hello world <s> x'");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "[22557, 1526, 523, 28713, 28767, 1318]\n");
+  r = run_hone(tokenizer + "--special --text 'Hello world <s> x'");
+  EXPECT_EQ(r.out, "[22557, 1526, 28705, 1, 28705, 1318]\n");
+  r = run_hone(tokenizer + "--decode --text '[22557, 229]'");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Hello\xEF\xBF\xBD");
 }
 
 TEST(Cli, BenchPrintsTheDocumentedJson) {

@@ -11,6 +11,7 @@
 #include "hone/core/files.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
+#include "hone/data/tokenizers/utf8.hpp"
 
 namespace hone::cli {
 
@@ -22,14 +23,16 @@ Command add_tokenize(CLI::App& app) {
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "tokenize",
-      "Print the token ids of a text as a JSON array, the text's own ids (hone preprocess adds what its tokenizer "
-      "type adds around a text, e.g. Llama's BOS); with --decode, the text of a JSON array of ids");
+      "Print the token ids of a text as a JSON array, the text's own ids (special tokens in it are text unless "
+      "--special; hone preprocess adds what its tokenizer type adds around a text, e.g. Llama's BOS); with "
+      "--decode, the text of a JSON array of ids");
   sub->add_option("--tokenizer", args->tokenizer,
                   "tokenizer.json, tokenizer.model, a tiktoken rank file, a SentencePiece .model, or a folder")
       ->required();
   auto* text = sub->add_option("--text", args->text, "The input (default: standard input)");
   sub->add_option("--file", args->file, "Read the input from this file")->excludes(text);
-  sub->add_flag("--decode", args->decode, "The input is a JSON array of ids; print their text");
+  sub->add_flag("--decode", args->decode,
+                "The input is a JSON array of ids; print their text (U+FFFD where they cut a character)");
   sub->add_flag("--special", args->special,
                 "Special tokens written in the text (<|endoftext|>, <s>) become their ids instead of being "
                 "tokenized as text");
@@ -62,8 +65,12 @@ Command add_tokenize(CLI::App& app) {
                    "{}: element {}: expected a token id, got {}", source, i, ids[i].dump());
         v.push_back(ids[i].get<int32_t>());
       }
+      // Text, as tiktoken's and transformers' decode give it: ids that cut a
+      // character (its partial bytes, which a streaming caller would join) print U+FFFD.
       const std::string decoded = tokenizer->decode(v);
-      std::fwrite(decoded.data(), 1, decoded.size(), stdout);  // exactly the bytes, no newline added
+      std::string storage;
+      const std::string_view shown = utf8::sanitize(decoded, storage);
+      std::fwrite(shown.data(), 1, shown.size(), stdout);  // no newline added
       return 0;
     }
     const auto ids = tokenizer->encode(input, args->special ? SpecialTokens::recognize : SpecialTokens::as_text);
