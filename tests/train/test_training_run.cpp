@@ -793,6 +793,20 @@ TEST_F(DataParallelRun, RefusesWhatItCannotRun) {
   EXPECT_EQ(train("zero4", 1, 4, 2, "distributed: {zero: 4}\n"), 2);
   EXPECT_NE(log().find("'distributed.zero' must be in [0, 3], got 4"), std::string::npos) << log();
   EXPECT_FALSE(fs::exists(root_ + "/zero4/step_0000002"));
+  // Rank 1 given another learning rate: refused before anything trains, naming the key.
+  std::vector<std::string> differing = args("differing", 2, 2, 2, "");
+  const auto hone = std::find(differing.begin(), differing.end(), "--") + 1;
+  differing.insert(hone, {"bash", "-c", R"(if [ "$RANK" = 1 ]; then exec "$@" optimizer.lr=0.01; else exec "$@"; fi)",
+                          "rank_wrapper"});
+  EXPECT_EQ(run(differing), 2) << log();
+  EXPECT_NE(log().find("[rank 1] hone: error: rank 1 was given a config other than rank 0's: optimizer.lr 0.01 where "
+                       "rank 0 has 0.003; every rank must run the same config"),
+            std::string::npos)
+      << log();
+  EXPECT_NE(log().find("[rank 0] hone: error: 1 of the 2 ranks was given a config other than rank 0's"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/differing"));
 }
 
 }  // namespace

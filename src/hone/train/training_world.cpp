@@ -1,11 +1,15 @@
 #include "hone/train/training_world.hpp"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <bit>
 #include <filesystem>
 #include <map>
 #include <span>
 
 #include "hone/core/error.hpp"
+#include "hone/dist/communicator.hpp"
 #include "hone/dist/environment.hpp"
 #include "hone/dist/fully_sharded.hpp"
 #include "hone/dist/tensor_parallel.hpp"
@@ -22,6 +26,50 @@ std::vector<ParameterSet*> parameter_sets(Transformer& model) {
   return sets;
 }
 
+// The keys whose values differ between two config trees, "key value where rank 0 has value".
+std::vector<std::string> differing_keys(const Json& mine, const Json& reference) {
+  std::map<std::string, const Json*> theirs;
+  for (const auto& [key, value] : config_leaves(reference)) theirs[key] = value;
+  std::vector<std::string> out;
+  for (const auto& [key, value] : config_leaves(mine)) {
+    const auto it = theirs.find(key);
+    if (it == theirs.end()) {
+      out.push_back(fmt::format("{} {} where rank 0 has none", key, value->dump()));
+    } else if (*it->second != *value) {
+      out.push_back(fmt::format("{} {} where rank 0 has {}", key, value->dump(), it->second->dump()));
+    }
+    if (it != theirs.end()) theirs.erase(it);
+  }
+  for (const auto& [key, value] : theirs) out.push_back(fmt::format("{} unset where rank 0 has {}", key, value->dump()));
+  return out;
+}
+
+// Every rank must run the same resolved config: one given another (an override
+// for one rank, a file edited between the starts) would train its replica apart
+// from the others, or stall or break a collective later. Rank 0's is the
+// reference; every rank fails together, those that differ naming how.
+void check_same_config(dist::Communicator& world, const Config& c, Device device) {
+  if (world.size() == 1) return;
+  const std::string text = c.to_yaml();
+  const Tensor length = Tensor::from(std::vector<double>{double(text.size())}, {1}).to(device);
+  world.broadcast(length, 0);
+  std::vector<double> bytes(size_t(length.to_vector<double>()[0]));
+  if (world.rank() == 0) std::ranges::transform(text, bytes.begin(), [](char b) { return double(uint8_t(b)); });
+  const Tensor reference = Tensor::from(bytes, {int64_t(bytes.size())}).to(device);
+  world.broadcast(reference, 0);
+  std::string reference_text;
+  for (const double b : reference.to_vector<double>()) reference_text += char(uint8_t(b));
+  const bool differs = reference_text != text;
+  const auto differing = int64_t(dist::sum_over(world, differs ? 1.0 : 0.0, device));
+  if (differing == 0) return;
+  HONE_CHECK(differs, "{} of the {} ranks {} given a config other than rank 0's: every rank must run the same "
+             "config (their errors name the keys)", differing, world.size(), differing == 1 ? "was" : "were");
+  const std::vector<std::string> keys =
+      differing_keys(c.tree(), Config::from_yaml(reference_text, "rank 0's config").tree());
+  fail("rank {} was given a config other than rank 0's: {}; every rank must run the same config", world.rank(),
+       keys.empty() ? std::string("the same keys, written otherwise") : fmt::format("{}", fmt::join(keys, ", ")));
+}
+
 }  // namespace
 
 TrainingWorld::TrainingWorld(const Config& c, Device device)
@@ -31,6 +79,7 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
   device_ = dist::rank_device(process, device_);
   ops::use_device(device_);
   world_ = dist::Communicator::from_environment(device_);
+  check_same_config(*world_, c, device_);
   HONE_CHECK(tp >= 1 && world_->size() % tp == 0,
              "{}: distributed.tp {} must divide the {} ranks of this run (dp x tp = world size)",
              c.origin_of("distributed.tp"), tp, world_->size());
