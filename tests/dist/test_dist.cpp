@@ -413,6 +413,11 @@ TEST(Jobs, LaunchNamesTheRankThatFailed) {
   for (const char* noise : {"MPI_ABORT", "help message", "ORTE_ERROR_LOG", "-----"}) {
     EXPECT_EQ(failed.output.find(noise), std::string::npos) << noise << "\n" << failed.output;
   }
+  // Any command: mpirun's own account of a non-zero status, as one line.
+  const Job shell = run(kHone + " launch --nproc-per-node 2 -- sh -c '[ \"$RANK\" = 1 ] && exit 4; sleep 1'");
+  EXPECT_EQ(shell.status, 4) << shell.output;
+  EXPECT_NE(shell.output.find("hone launch: rank 1 failed with status 4"), std::string::npos) << shell.output;
+  EXPECT_EQ(shell.output.find("-----"), std::string::npos) << shell.output;
   const Job killed = run(kHone + " launch --nproc-per-node 2 -- " + kProbe + " kill");
   EXPECT_NE(killed.status, 0) << killed.output;
   EXPECT_NE(killed.output.find("hone launch: rank 1 was killed by signal 9 (Killed); the job of 2 ranks was stopped"),

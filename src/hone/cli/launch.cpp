@@ -160,14 +160,21 @@ class OutputRouter {
 
   // A rank's own account of a timeout tells more than mpirun's report of the
   // abort that follows it, and the two arrive in either order.
-  const std::string& failure() const { return timed_out_.empty() ? failure_ : timed_out_; }
+  // mpirun's count of ranks that failed, when it names none of them, comes last.
+  const std::string& failure() const {
+    return !timed_out_.empty() ? timed_out_ : !failure_.empty() ? failure_ : nonzero_;
+  }
 
  private:
   void finish_block(FILE* out) {
     std::vector<std::string>& block = help_blocks_[out];
-    const bool abort =
-        std::ranges::any_of(block, [](const std::string& t) { return t.starts_with("MPI_ABORT was invoked"); });
-    if (!abort) {
+    // Those about an MPI_Abort, or about ranks that returned a non-zero status
+    // (the first named), say no more than launch's last line.
+    const bool summarized = std::ranges::any_of(block, [](const std::string& t) {
+      return t.starts_with("MPI_ABORT was invoked") || t.starts_with("Primary job  terminated normally") ||
+             t.starts_with("mpirun detected that one or more processes exited with non-zero status");
+    });
+    if (!summarized) {
       for (const std::string& text : block) fmt::print(out, "{}\n", text);
     }
     block.clear();
@@ -213,6 +220,7 @@ class OutputRouter {
         signal(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+) \(([^)]*)\))"),
         improper(R"(due to process rank (\d+) with PID)"),
         abort(R"(MPI_ABORT was invoked on rank (\d+) in communicator)"), errorcode(R"(with errorcode (\d+))"),
+        nonzero(R"(but (\d+) process(es)? returned)"),
         hone_exit(R"(^hone: rank (\d+) exited with status (\d+); ending the MPI job)"),
         timeout(R"(^hone: error: rank (\d+): (.+) did not complete within (\d+) s \(HONE_DIST_TIMEOUT\): (.+); aborting)");
     std::smatch m;
@@ -236,6 +244,9 @@ class OutputRouter {
       pending_rank_ = global(m[1]);
     } else if (pending_rank_ >= 0 && std::regex_search(text, m, errorcode)) {
       set(fmt::format("rank {} failed with status {} (MPI_Abort)", pending_rank_, m[1].str()));
+    } else if (std::regex_search(text, m, nonzero)) {  // mpirun names no rank here
+      nonzero_ = m[2].matched ? fmt::format("{} ranks exited with a non-zero status", m[1].str())
+                              : "a rank exited with a non-zero status";
     }
   }
 
@@ -249,7 +260,7 @@ class OutputRouter {
   std::map<std::pair<FILE*, int>, std::string> held_pieces_;  // a line's pieces so far, per stream and local rank
   bool abort_aggregated_ = false;  // the last line said more ranks sent the MPI_Abort text
   int pending_rank_ = -1;
-  std::string failure_, timed_out_;
+  std::string failure_, timed_out_, nonzero_;
 };
 
 int launch(const Options& o) {
