@@ -434,20 +434,24 @@ TEST(Jobs, LaunchNamesTheRankThatFailed) {
 }
 
 TEST(Jobs, LaunchForwardsSigtermToTheRanks) {
-  // A SIGTERM (scancel, a preempting scheduler) after 2 s ends the hung job: no rank is left behind.
-  const std::string marker = "sigterm-test-" + std::to_string(getpid());  // names this job's ranks
-  const Job j = run("env HONE_DIST_TIMEOUT=60 timeout -s TERM 2 " + kHone + " launch --nproc-per-node 2 -- " + kProbe +
-                    " hang " + marker);
-  EXPECT_EQ(j.status, 124) << j.output;
-  EXPECT_NE(j.output.find("[rank 1] rank 1 of 2"), std::string::npos) << j.output;
-  Job left;
-  for (int i = 0; i < 50; ++i) {  // mpirun takes a moment to stop its ranks
-    left = run("pgrep -f '[" + marker.substr(0, 1) + "]" + marker.substr(1) + "'");  // not matching pgrep's own shell
-    if (left.output.empty()) break;
-    usleep(100000);
+  // A SIGTERM (scancel, a preempting scheduler) after 2 s ends the hung job: no
+  // rank is left behind; nor when the launcher itself is killed outright.
+  for (const std::string signal : {"TERM", "KILL"}) {
+    SCOPED_TRACE(signal);
+    const std::string marker = "sig" + signal + "-test-" + std::to_string(getpid());  // names this job's ranks
+    const Job j = run("env HONE_DIST_TIMEOUT=60 timeout -s " + signal + " 2 " + kHone + " launch --nproc-per-node 2 -- " +
+                      kProbe + " hang " + marker);
+    EXPECT_EQ(j.status, signal == "TERM" ? 124 : 137) << j.output;
+    EXPECT_NE(j.output.find("[rank 1] rank 1 of 2"), std::string::npos) << j.output;
+    Job left;
+    for (int i = 0; i < 50; ++i) {  // mpirun takes a moment to stop its ranks
+      left = run("pgrep -f '[" + marker.substr(0, 1) + "]" + marker.substr(1) + "'");  // not matching pgrep's own shell
+      if (left.output.empty()) break;
+      usleep(100000);
+    }
+    EXPECT_EQ(left.output, "") << "ranks still running after SIG" << signal << ": " << run("ps -ef").output;
+    run("pkill -KILL -f '[" + marker.substr(0, 1) + "]" + marker.substr(1) + "'");
   }
-  EXPECT_EQ(left.output, "") << "ranks still running after SIGTERM: " << run("ps -ef").output;
-  run("pkill -KILL -f '[" + marker.substr(0, 1) + "]" + marker.substr(1) + "'");
 }
 
 TEST(Jobs, LaunchOnOneOfSeveralNodesNeedsNcclOrMpirunForCpuWorlds) {

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -281,10 +282,14 @@ int launch(const Options& o) {
 
   int out_pipe[2], err_pipe[2];
   HONE_CHECK(::pipe(out_pipe) == 0 && ::pipe(err_pipe) == 0, "hone launch: pipe failed");
+  const pid_t launcher = ::getpid();
   const pid_t child = ::fork();
   HONE_CHECK(child >= 0, "hone launch: fork failed");
   if (child == 0) {
     ::setpgid(0, 0);  // signals reach mpirun through us, once
+    // A launcher killed outright (SIGKILL) takes mpirun, and so the ranks, with it.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != launcher) ::_exit(128 + SIGTERM);  // it died before prctl
     ::dup2(out_pipe[1], 1);
     ::dup2(err_pipe[1], 2);
     ::close(out_pipe[0]);
