@@ -104,6 +104,17 @@ TEST(Schema, StringOverridesAreTakenAsWritten) {
             "the command line: 'optimizer.betas' must be a list of numbers, got \"[0.9, 0.95\"");
 }
 
+// A section overridden after one of its string keys: the key is gone, and the
+// section is named (this crashed).
+TEST(Schema, ASectionOverriddenAfterItsKeyIsNamed) {
+  for (const char* section : {"lr_scheduler={}", "lr_scheduler=5"}) {
+    Config c = Config::from_yaml("output_dir: x\n", "run.yaml");
+    c.apply_override("lr_scheduler.name=linear");
+    c.apply_override(section);
+    EXPECT_EQ(error_of([&] { schema().resolve(c); }), "the command line: unknown key 'lr_scheduler'") << section;
+  }
+}
+
 TEST(Schema, FillsDefaultsAndKeepsUserValues) {
   Config user = Config::from_yaml("output_dir: runs/a\noptimizer:\n  lr: 0.01\n", "a.yaml");
   Config r = schema().resolve(user);

@@ -486,7 +486,8 @@ Config Schema::resolve(const Config& given_config) const {
   Config written = given_config;
   for (const KeySpec& k : keys_) {
     const std::string* text = written.override_text(k.key);
-    if (k.type == ValueType::string && text != nullptr && !written.find(k.key)->is_string() &&
+    const Json* value = written.find(k.key);  // none where a later override replaced its section (model={})
+    if (k.type == ValueType::string && text != nullptr && value != nullptr && !value->is_string() &&
         !spells_null(*text)) {
       written.set(k.key, *text);
     }
