@@ -6,7 +6,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "data/tokenizers/assets.hpp"
@@ -106,6 +108,35 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
       << log();
   EXPECT_NE(log().find("note: no validation data (dataset.validation_fraction 0 and no dataset.validation_path): "
                        "eval.* runs no validation"),
+            std::string::npos)
+      << log();
+}
+
+// A record cut off at the end of metrics.jsonl (the run was killed while
+// writing it, or its disk filled) is dropped when a resumed run appends.
+TEST_F(TrainingRun, AResumedRunDropsATornLastMetricsRecord) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("torn", 2, "checkpoint: {every_n_steps: 2}\n")}), 0) << log();
+  const std::string path = root_ + "/torn/metrics.jsonl";
+  const std::string whole = read_file(path);
+  fs::resize_file(path, whole.size() - 10);
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("torn", 4, "checkpoint: {every_n_steps: 2}\nresume: latest\n")}),
+            0)
+      << log();
+  std::istringstream lines(read_file(path));
+  std::string line;
+  std::vector<int64_t> steps;
+  while (std::getline(lines, line)) steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  // Steps 1 and 2, the final validation at 2 lost with its torn line, then 3 and 4 and the validation at 4.
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 4}));
+}
+
+// A full disk under the run's log is an error naming it (the run went on
+// without its log, exit 0). /dev/full fails every write with ENOSPC.
+TEST_F(TrainingRun, AFullDiskUnderTheLogIsAnError) {
+  fs::create_directories(root_ + "/full");
+  fs::create_symlink("/dev/full", root_ + "/full/train.log");
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("full", 2)}), 2) << log();
+  EXPECT_NE(log().find("hone: error: " + root_ + "/full/train.log: cannot write: No space left on device"),
             std::string::npos)
       << log();
 }

@@ -30,6 +30,17 @@ std::string read_file(const std::string& path) {
   return std::move(s).str();
 }
 
+void flush_or_fail(std::ostream& out, const std::string& path) {
+  out.flush();
+  HONE_CHECK(out.good(), "{}: cannot write: {}", path, errno != 0 ? std::strerror(errno) : "the write failed");
+}
+
+void append_line(std::ostream& out, std::string_view text, const std::string& path) {
+  errno = 0;  // the reason of a failure below, not an earlier one's
+  out << text << '\n';
+  flush_or_fail(out, path);
+}
+
 void create_folders(std::string_view what, const std::string& path) {
   std::error_code error;
   fs::create_directories(path, error);

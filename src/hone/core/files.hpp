@@ -1,6 +1,7 @@
 #pragma once
 // Files read whole, and the folders the user names (output_dir, --log-dir, an
 // output prefix's folder).
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,6 +10,13 @@ namespace hone {
 
 // The whole file; throws hone::Error naming it when it cannot be read (a folder included).
 std::string read_file(const std::string& path);
+
+// Appends `text` and a line break to a file a run keeps writing (train.log,
+// metrics.jsonl) and flushes it; a write that fails (a full disk) is a
+// hone::Error naming `path` and the reason, not a log silently cut short.
+void append_line(std::ostream& out, std::string_view text, const std::string& path);
+// Flushes `out`, written since the last check: as append_line.
+void flush_or_fail(std::ostream& out, const std::string& path);
 
 // Creates `path` and its missing parents. A failure (a file in the way, no
 // permission, a read-only file system) is a hone::Error naming `what` (the key or

@@ -2,24 +2,56 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 #include "hone/core/text.hpp"
 
 namespace hone {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A record cut off at the end of `path` (the run that wrote it was killed, or
+// its disk filled) is dropped, so that the records appended next start a line.
+void drop_torn_last_line(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return;
+  const auto size = int64_t(in.tellg());
+  int64_t end = size;  // one past the last '\n' seen, scanning back a block at a time
+  std::string block;
+  while (end > 0) {
+    const int64_t from = std::max<int64_t>(0, end - 4096);
+    block.resize(size_t(end - from));
+    in.seekg(from);
+    in.read(block.data(), std::streamsize(block.size()));
+    const size_t newline = block.rfind('\n');
+    if (newline != std::string::npos) {
+      end = from + int64_t(newline) + 1;
+      break;
+    }
+    end = from;
+  }
+  in.close();
+  if (end < size) fs::resize_file(path, uintmax_t(end));
+}
+
+}  // namespace
+
 MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard, bool enabled) {
   if (!enabled) return;
   fs::create_directories(run_dir);
-  const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
-  jsonl_.open(path, std::ios::app);
-  HONE_CHECK(jsonl_.good(), "{}: cannot open for writing", path);
+  jsonl_path_ = (fs::path(run_dir) / "metrics.jsonl").string();
+  drop_torn_last_line(jsonl_path_);
+  jsonl_.open(jsonl_path_, std::ios::app);
+  HONE_CHECK(jsonl_.good(), "{}: cannot open for writing", jsonl_path_);
   if (tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tensorboard").string());
 }
 
@@ -33,8 +65,7 @@ void MetricsWriter::write(int64_t step, const Metrics& metrics) {
     record[name] = std::isfinite(value) ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
     if (tensorboard_) tensorboard_->scalar(name, step, value, wall);
   }
-  jsonl_ << record.dump() << '\n';
-  jsonl_.flush();
+  append_line(jsonl_, record.dump(), jsonl_path_);
   if (tensorboard_) tensorboard_->flush();
 }
 
@@ -50,15 +81,16 @@ void append_perf_summary(const std::string& run_dir, const PerfSummary& r) {
   out << fmt::format("{},{},{},{},{},{:.1f},{:.3f},{:.1f},{:.4f},{},{:.6f}\n", csv_field(r.model), r.precision, r.world_size,
                      r.global_batch_size, r.seq_len, r.tokens_per_sec, r.samples_per_sec,
                      r.tokens_per_sec_per_device, r.mfu, r.peak_memory_bytes, r.final_loss);
+  flush_or_fail(out, path);
 }
 
 RunConsole::RunConsole(const std::string& run_dir, bool enabled)
     : enabled_(enabled), interactive_(enabled && ::isatty(STDERR_FILENO) != 0) {
   if (!enabled) return;
   fs::create_directories(run_dir);
-  const std::string log_path = (fs::path(run_dir) / "train.log").string();
-  log_.open(log_path, std::ios::app);
-  set_fatal_error_log(log_path);  // the error that ends the run goes into its log too
+  log_path_ = (fs::path(run_dir) / "train.log").string();
+  log_.open(log_path_, std::ios::app);
+  set_fatal_error_log(log_path_);  // the error that ends the run goes into its log too
 }
 
 RunConsole::~RunConsole() { clear_progress(); }
@@ -75,14 +107,12 @@ void RunConsole::line(const std::string& text) {
   clear_progress();
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
-  log_ << text << '\n';
-  log_.flush();
+  append_line(log_, text, log_path_);
 }
 
 void RunConsole::status_line(const std::string& text) {
   if (!interactive_) return line(text);
-  log_ << text << '\n';
-  log_.flush();
+  append_line(log_, text, log_path_);
 }
 
 void RunConsole::transient(const std::string& text) {

@@ -23,6 +23,7 @@ class MetricsWriter {
   void write(int64_t step, const Metrics& metrics);
 
  private:
+  std::string jsonl_path_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
@@ -58,6 +59,7 @@ class RunConsole {
 
  private:
   void clear_progress();
+  std::string log_path_;
   std::ofstream log_;
   bool enabled_;
   bool interactive_ = false;

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 
 namespace hone {
 
@@ -100,6 +101,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   write_record(version);
   out_.flush();
 }
+
+void TensorBoardWriter::flush() { flush_or_fail(out_, path_); }
 
 void TensorBoardWriter::write_record(const std::string& event) {
   std::string length;

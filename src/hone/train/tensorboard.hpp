@@ -19,7 +19,8 @@ class TensorBoardWriter {
   // Creates events.out.tfevents.<time>.<host>.<pid> in `dir`.
   explicit TensorBoardWriter(const std::string& dir);
   void scalar(std::string_view tag, int64_t step, double value, double wall_time);
-  void flush() { out_.flush(); }
+  // A write that failed (a full disk) is an error naming the file.
+  void flush();
   const std::string& path() const { return path_; }
 
  private:
