@@ -8,9 +8,9 @@
 #include <fmt/ranges.h>
 
 #include "hone/cli/commands.hpp"
-#include "hone/cli/stop_signals.hpp"
 #include "hone/core/progress_line.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/stop_signals.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/convert.hpp"
 

@@ -10,6 +10,7 @@
 #include "hone/cli/commands.hpp"
 #include "hone/config/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/stop_signals.hpp"
 
 #ifndef HONE_VERSION
 #define HONE_VERSION "unknown"
@@ -59,7 +60,11 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto& [sub, run] : commands) {
-      if (sub->parsed()) return run();
+      if (!sub->parsed()) continue;
+      // Before any thread starts. hone launch forwards the signals to its
+      // ranks itself, and its mpirun must not inherit them blocked.
+      if (sub->get_name() != "launch") hone::take_stop_signals_on_their_own_thread();
+      return run();
     }
     return 2;
   } catch (const hone::Error& e) {

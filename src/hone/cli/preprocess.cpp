@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "hone/cli/commands.hpp"
-#include "hone/cli/stop_signals.hpp"
 #include "hone/core/progress_line.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/stop_signals.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/preprocess.hpp"
 

@@ -1,33 +1,9 @@
 #include "hone/train/recipes.hpp"
 
-#include <atomic>
-#include <csignal>
-
 #include "hone/core/error.hpp"
 #include "hone/train/run_config.hpp"
 
 namespace hone {
-
-namespace {
-
-std::atomic<int> g_stop_signal{0};
-
-void on_stop_signal(int signal) {
-  g_stop_signal = signal;
-  // A second Ctrl-C ends the process at once.
-  std::signal(signal, SIG_DFL);
-}
-
-}  // namespace
-
-bool stop_requested() { return g_stop_signal != 0; }
-
-int stop_signal() { return g_stop_signal; }
-
-void install_stop_handlers() {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-}
 
 const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> table = [] {

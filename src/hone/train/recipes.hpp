@@ -64,10 +64,4 @@ Schema eval_schema();
 int run_eval(const Config& resolved);
 std::vector<std::string> check_eval_config(const Config& resolved);
 
-// Set by SIGINT/SIGTERM: a run finishes its step, saves a checkpoint and exits 0;
-// one stopped before its first step exits 128 + the signal, its new folder removed.
-bool stop_requested();
-int stop_signal();  // the signal that asked, or 0
-void install_stop_handlers();
-
 }  // namespace hone

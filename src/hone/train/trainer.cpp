@@ -13,6 +13,7 @@
 
 #include "hone/core/files.hpp"
 #include "hone/core/parallel.hpp"
+#include "hone/core/stop_signals.hpp"
 #include "hone/core/text.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
@@ -193,8 +194,10 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len, {});  // its errors before any folder is made
   // From here a stop signal is heard: during the setup (a large model loads for
-  // minutes) as before the next step.
-  install_stop_handlers();
+  // minutes) as before the next step. The run finishes its step, saves a
+  // checkpoint and exits 0; one stopped before its first step exits 128 + the
+  // signal, its new folder removed.
+  catch_stop_signals();
 
   // A run that ends in an error before its first step (a mistake in the config
   // or the data) leaves no folder behind: the error is on stderr.
