@@ -93,6 +93,16 @@ TEST(Cli, TokenizeEncodesAndDecodes) {
   EXPECT_EQ(r.out, "Hello\xEF\xBF\xBD");
 }
 
+// What a command prints for a script must reach it: a full disk under a
+// redirect (/dev/full) is an error naming standard output, not exit 0.
+TEST(Cli, AFailedWriteToStandardOutputIsAnError) {
+  for (const char* command : {"ls pretrain", "validate quickstart"}) {
+    const CliResult r = run_hone(std::string(command) + " >/dev/full");
+    EXPECT_EQ(r.status, 2) << command << "\n" << r.err;
+    EXPECT_NE(r.err.find("hone: error: standard output: cannot write"), std::string::npos) << command << "\n" << r.err;
+  }
+}
+
 TEST(Cli, BenchPrintsTheDocumentedJson) {
   CliResult r = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 3 --dtype fp32");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -44,6 +44,15 @@ nested: {x: {y: 3}}
 // Aliases of aliases ("billion laughs": 9 levels of 9 are 387 million values
 // from ten lines) are refused once they pass 100,000 values, not expanded
 // until memory runs out; aliases of a few values are ordinary YAML.
+TEST(Config, KeysAreWords) {
+  EXPECT_EQ(error_of([] { Config::from_yaml("model:\n  ? [a, b]\n  : c\n", "run.yaml"); }),
+            "run.yaml:2: a key must be a word, not a list");
+  Config c = Config::from_yaml("output_dir: x\n", "run.yaml");  // an override that is no config: its text
+  c.apply_override("optimizer.betas={[a]: b}");
+  EXPECT_EQ(error_of([&] { schema().resolve(c); }),
+            "the command line: 'optimizer.betas' must be a list of numbers, got \"{[a]: b}\"");
+}
+
 TEST(Config, AliasesThatExpandWithoutEndAreRefused) {
   std::string bomb = "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
   for (int level = 1; level < 10; ++level) {

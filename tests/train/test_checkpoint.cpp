@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hone/core/files.hpp"
+#include "hone/core/text.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "support/check.hpp"
 
@@ -113,6 +115,19 @@ TEST_F(CheckpointTest, CorruptionIsReportedByFile) {
   fs::remove(third + "/manifest.json");
   EXPECT_NE(error_loading(third).find("not a complete checkpoint"), std::string::npos);
   EXPECT_THROW(find_checkpoint(dir_, dir_ + "/step_9999999"), Error);
+
+  // The training state, which a resume reads before the weights (its config),
+  // is checked against the manifest first: a key renamed in place was an internal error.
+  const std::string fourth = save(8);
+  std::string state = read_file(fourth + "/trainer_state.json");
+  replace_all(state, "\"config\"", "\"confiX\"");
+  std::ofstream(fourth + "/trainer_state.json", std::ios::binary) << state;
+  try {
+    checkpoint_config(fourth);
+    ADD_FAILURE() << "a changed trainer_state.json was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trainer_state.json: checksum"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CheckpointTest, AnotherArchitectureIsRejected) {

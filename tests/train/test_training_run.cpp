@@ -600,6 +600,18 @@ TEST_F(TrainingRun, AResumeKeepsItsTokenizer) {
   EXPECT_TRUE(fs::exists(root_ + "/u/step_0000004/vocab.json")) << log();
 }
 
+// A data path with a space in it, there as written, is one path (it was split as a blend).
+TEST_F(TrainingRun, ADataPathWithASpaceIsOnePath) {
+  fs::create_directories(root_ + "/my data");
+  data::MegatronWriter w(root_ + "/my data/corpus_text_document", data::MegatronDType::u16, 256);
+  for (int doc = 0; doc < 10; ++doc) w.add_document(std::vector<int32_t>(100, 20));
+  w.finish();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("spaced", 1), "dataset.type=megatron",
+                 "dataset.path=" + root_ + "/my data/corpus_text_document"}),
+            0)
+      << log();
+}
+
 // A run that ends in an error before its first step (a resume that is not
 // there, data the model cannot take) removes the output_dir it made: the error
 // is on stderr, nothing is half-written. A folder that was there stays.

@@ -3,9 +3,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <new>
+#include <system_error>
 
 #include "hone/cli/commands.hpp"
 #include "hone/config/config.hpp"
@@ -64,7 +67,12 @@ int main(int argc, char** argv) {
       // Before any thread starts. hone launch forwards the signals to its
       // ranks itself, and its mpirun must not inherit them blocked.
       if (sub->get_name() != "launch") hone::take_stop_signals_on_their_own_thread();
-      return run();
+      const int status = run();
+      // What a command printed for scripts (eval's JSON line, tokenize's ids)
+      // must have reached them: a full disk under a redirect is an error.
+      HONE_CHECK(std::fflush(stdout) == 0 && !std::ferror(stdout), "standard output: cannot write: {}",
+                 std::strerror(errno));
+      return status;
     }
     return 2;
   } catch (const hone::Error& e) {
@@ -74,6 +82,10 @@ int main(int argc, char** argv) {
     // A path the system refused (permissions, a file where a folder should be,
     // a full disk): its words name the operation and the path.
     hone::report_fatal_error(e.what());
+    return 2;
+  } catch (const std::system_error& e) {
+    // fmt's print to a stream the system refused (a full disk under stdout).
+    hone::report_fatal_error(std::ferror(stdout) ? fmt::format("standard output: {}", e.what()) : e.what());
     return 2;
   } catch (const std::bad_alloc&) {
     hone::report_fatal_error("out of host memory");

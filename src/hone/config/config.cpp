@@ -4,8 +4,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -61,6 +63,9 @@ Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& bu
     case YAML::NodeType::Map: {
       Json map = Json::object();
       for (const auto& kv : node) {
+        // YAML's complex keys (`? [a, b]`): a key is a word here.
+        HONE_CHECK(kv.first.IsScalar(), "{}:{}: a key must be a word, not a {}", origin, kv.first.Mark().line + 1,
+                   kv.first.IsSequence() ? "list" : kv.first.IsMap() ? "mapping" : "null");
         const std::string key = kv.first.as<std::string>();
         HONE_CHECK(!map.contains(key), "{}:{}: key '{}' appears twice", origin, kv.first.Mark().line + 1, key);
         map[key] = yaml_to_json(kv.second, origin, budget);
@@ -185,7 +190,7 @@ Config Config::from_yaml(std::string_view text, const std::string& origin) {
 Config Config::from_file(const std::string& path) {
   HONE_CHECK(!std::filesystem::is_directory(path), "{}: a folder, not a config file", path);
   std::ifstream in(path);
-  HONE_CHECK(in.good(), "{}: cannot read config file", path);
+  HONE_CHECK(in.good(), "{}: cannot read config file: {}", path, std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
   return from_yaml(text.str(), path);

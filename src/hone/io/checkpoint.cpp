@@ -311,23 +311,37 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
   return (fs::path(run_dir) / name).string();
 }
 
-void verify_checkpoint(const std::string& folder) {
-  const std::string manifest_path = (fs::path(folder) / "manifest.json").string();
+namespace {
+
+// `folder`'s manifest.json: the files of the checkpoint with their sizes and checksums.
+Json read_manifest(const std::string& folder, std::string& manifest_path) {
+  manifest_path = (fs::path(folder) / "manifest.json").string();
   HONE_CHECK(fs::exists(manifest_path), "{}: not a complete checkpoint (no manifest.json)", folder);
-  const Json manifest = read_json_file(manifest_path);
+  Json manifest = read_json_file(manifest_path);
   HONE_CHECK(manifest.value("format", "") == kFormat && manifest.value("version", 0) == kVersion &&
                  manifest.contains("files") && manifest["files"].is_object(),
              "{}: not a hone checkpoint manifest (format {} version {})", manifest_path, kFormat, kVersion);
-  for (auto& [file, info] : manifest["files"].items()) {
-    const std::string path = (fs::path(folder) / file).string();
-    HONE_CHECK(fs::exists(path), "{}: missing (listed in {})", path, manifest_path);
-    const uint64_t size = fs::file_size(path);
-    HONE_CHECK(size == info["bytes"].get<uint64_t>(), "{}: {} bytes, the manifest says {} (truncated?)", path, size,
-               info["bytes"].get<uint64_t>());
-    const std::string checksum = checksum_hex(file_checksum(path));
-    HONE_CHECK(checksum == info["xxh3_64"].get<std::string>(), "{}: checksum {} does not match the manifest's {}",
-               path, checksum, info["xxh3_64"].get<std::string>());
-  }
+  return manifest;
+}
+
+void verify_listed_file(const std::string& folder, const std::string& file, const Json& info,
+                        const std::string& manifest_path) {
+  const std::string path = (fs::path(folder) / file).string();
+  HONE_CHECK(fs::exists(path), "{}: missing (listed in {})", path, manifest_path);
+  const uint64_t size = fs::file_size(path);
+  HONE_CHECK(size == info["bytes"].get<uint64_t>(), "{}: {} bytes, the manifest says {} (truncated?)", path, size,
+             info["bytes"].get<uint64_t>());
+  const std::string checksum = checksum_hex(file_checksum(path));
+  HONE_CHECK(checksum == info["xxh3_64"].get<std::string>(), "{}: checksum {} does not match the manifest's {}",
+             path, checksum, info["xxh3_64"].get<std::string>());
+}
+
+}  // namespace
+
+void verify_checkpoint(const std::string& folder) {
+  std::string manifest_path;
+  const Json manifest = read_manifest(folder, manifest_path);
+  for (const auto& [file, info] : manifest["files"].items()) verify_listed_file(folder, file, info, manifest_path);
 }
 
 namespace {
@@ -419,16 +433,28 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
 
 namespace {
 
+// The training state, checked against the manifest first (a resume reads it
+// before the weights, which are checked as they load).
 Json read_trainer_state(const std::string& folder) {
   HONE_CHECK(fs::exists(fs::path(folder) / kTrainerState),
              "{}: a model folder without training state ({}): a run can start from it (fine-tuning) but not resume it",
              folder, kTrainerState);
+  std::string manifest_path;
+  const Json manifest = read_manifest(folder, manifest_path);
+  const auto listed = manifest["files"].find(kTrainerState);
+  HONE_CHECK(listed != manifest["files"].end(), "{}: {} is not listed in it", manifest_path, kTrainerState);
+  verify_listed_file(folder, kTrainerState, *listed, manifest_path);
   return read_json_file((fs::path(folder) / kTrainerState).string());
 }
 
 }  // namespace
 
-Json checkpoint_config(const std::string& folder) { return read_trainer_state(folder).at("config"); }
+Json checkpoint_config(const std::string& folder) {
+  const Json state = read_trainer_state(folder);
+  HONE_CHECK(state.is_object() && state.contains("config"), "{}/{}: no \"config\": not a hone run's training state",
+             folder, kTrainerState);
+  return state["config"];
+}
 
 TrainerState load_checkpoint(const std::string& folder, Transformer& model, AdamW& optimizer) {
   const Json j = read_trainer_state(folder);

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "hone/core/error.hpp"
@@ -11,6 +12,8 @@
 namespace hone {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // The documents a path key names: one PREFIX (megatron) or folder (mds), or
 // Megatron's blend "W1 PATH1 W2 PATH2 ...".
@@ -37,7 +40,11 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
     return *end == '\0';
   };
   std::vector<std::pair<double, std::string>> parts;  // a weight of 0: by the source's tokens
-  if (words.size() == 1 || std::ranges::none_of(words, is_number)) {
+  // A path with spaces in it that is there as written is one path, not a blend.
+  const bool one_path = type == "megatron" ? fs::exists(path + ".idx") : fs::is_directory(path);
+  if (one_path) {
+    parts.emplace_back(0.0, path);
+  } else if (words.size() == 1 || std::ranges::none_of(words, is_number)) {
     // Paths without weights blend by their sizes, as Megatron's --data-path does.
     for (const std::string& w : words) parts.emplace_back(0.0, w);
   } else {

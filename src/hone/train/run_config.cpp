@@ -24,7 +24,7 @@ Schema run_schema() {
   s.add({"seed", ValueType::integer, 1234, "seed of weight init and data order"});
   s.add({"device", ValueType::string, "cpu", "cpu, cuda or cuda:N"});
   s.add({"dtype", ValueType::string, "fp32", "compute precision", {"fp32", "bf16"}});
-  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"}, Range::not_negative());
+  s.add({"threads", ValueType::integer, 0, "CPU threads (0: all cores)"}, Range{.low = 0, .high = 4096});
   return s;
 }
 
@@ -101,8 +101,10 @@ Schema model_schema() {
 
 Schema training_schema() {
   Schema s;
-  s.add({"batch_size", ValueType::integer, 8, "sequences per device per micro-batch"}, Range::positive());
-  s.add({"gradient_accumulation_steps", ValueType::integer, 1, "micro-batches per optimizer step"}, Range::positive());
+  // Bounded so that the products they enter (rows x seq_len x dim) stay far from overflowing.
+  constexpr Range kCount{.low = 1, .high = double(1 << 20)};
+  s.add({"batch_size", ValueType::integer, 8, "sequences per device per micro-batch"}, kCount);
+  s.add({"gradient_accumulation_steps", ValueType::integer, 1, "micro-batches per optimizer step"}, kCount);
   s.add({"max_steps", ValueType::integer, nullptr, "optimizer steps (or give epochs or max_tokens)"},
         Range::positive());
   s.add({"epochs", ValueType::number, nullptr, "passes over the training data"}, Range::positive());

@@ -397,6 +397,8 @@ TEST_F(MdsTest, IndexJsonChecks) {
                {"shards[0]", "compression is null but zip_data is set"});
   expect_error([&] { data::parse_mds_index(shard_entry(R"("bytes": 40)", R"("bytes": 4294967296)"), p); },
                {"shards[0]", "raw_data.bytes 4294967296"});
+  expect_error([&] { data::parse_mds_index(shard_entry(R"("samples": 2)", R"("samples": 4611686018427387904)"), p); },
+               {"shards[0]", "samples 4611686018427387904 do not fit raw_data.bytes 40"});
   expect_error([&] { data::parse_mds_index(shard_entry(R"("bytes": 40)", R"("bytes": -1)"), p); },
                {"shards[0].raw_data", "'bytes' is number, expected a non-negative integer"});
 }

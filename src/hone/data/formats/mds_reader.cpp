@@ -194,6 +194,10 @@ MdsShardInfo shard_info(const json& entry, const std::string& where) {
   // what a decompression may allocate.
   HONE_CHECK(info.raw_data.bytes < (uint64_t(1) << 32), "{}: raw_data.bytes {} is beyond what 32-bit offsets address",
              where, info.raw_data.bytes);
+  // A shard starts with its sample count and one 4-byte offset per sample, and one more.
+  HONE_CHECK(info.samples <= (info.raw_data.bytes - std::min<uint64_t>(info.raw_data.bytes, 8)) / 4,
+             "{}: samples {} do not fit raw_data.bytes {} (each takes a 4-byte offset)", where, info.samples,
+             info.raw_data.bytes);
   const json& zip = field(entry, "zip_data", where);
   if (!zip.is_null()) info.zip_data = file_info(zip, where + ".zip_data");
   HONE_CHECK(info.zip_data.has_value() == !info.compression.empty(),
