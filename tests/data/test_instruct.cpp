@@ -244,7 +244,7 @@ TEST_F(InstructTest, HuggingFaceTokenizedRecords) {
     mask.resize(mask.size() + 8, 0);
     padded += nlohmann::json{{"input_ids", tokens}, {"labels", labels}, {"attention_mask", mask}}.dump() + "\n";
   }
-  for (const std::string& name : {"tokens.jsonl", "padded.jsonl"}) {
+  for (const std::string name : {"tokens.jsonl", "padded.jsonl"}) {
     const auto d = data::load_instruct_dataset(file(name, name == "tokens.jsonl" ? records : padded), *gpt2_,
                                                {.max_seq_len = 128});
     ASSERT_EQ(d.samples.size(), 2u) << name;
