@@ -115,6 +115,16 @@ TEST_F(CheckpointTest, CorruptionIsReportedByFile) {
   fs::remove(third + "/manifest.json");
   EXPECT_NE(error_loading(third).find("not a complete checkpoint"), std::string::npos);
   EXPECT_THROW(find_checkpoint(dir_, dir_ + "/step_9999999"), Error);
+  fs::create_directories(dir_ + "_folder/latest");  // `latest` must be a file
+  try {
+    find_checkpoint(dir_ + "_folder", "latest");
+    ADD_FAILURE() << "a folder named latest was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("latest: a folder, where a file naming the newest checkpoint was expected"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir_ + "_folder");
 
   // The training state, which a resume reads before the weights (its config),
   // is checked against the manifest first: a key renamed in place was an internal error.

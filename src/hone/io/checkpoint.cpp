@@ -303,6 +303,8 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
       if (fs::exists(it->second / "manifest.json")) return it->second.string();
     return std::nullopt;
   }
+  HONE_CHECK(!fs::is_directory(latest), "{}: a folder, where a file naming the newest checkpoint was expected",
+             latest.string());
   std::ifstream in(latest);
   std::string name;
   std::getline(in, name);
