@@ -53,6 +53,16 @@ TEST(Config, KeysAreWords) {
             "the command line: 'optimizer.betas' must be a list of numbers, got \"{[a]: b}\"");
 }
 
+// YAML's merge key, as configs that share settings write it: the mapping's own keys win.
+TEST(Config, MergeKeysFillInTheKeysAMappingLeavesOut) {
+  const Config c = Config::from_yaml(
+      "base: &base\n  lr: 0.01\n  weight_decay: 0.2\noptimizer:\n  <<: *base\n  lr: 0.02\n", "run.yaml");
+  EXPECT_EQ(c.get<double>("optimizer.lr"), 0.02);
+  EXPECT_EQ(c.get<double>("optimizer.weight_decay"), 0.2);
+  EXPECT_EQ(error_of([] { Config::from_yaml("a:\n  <<: 5\n", "run.yaml"); }),
+            "run.yaml:2: '<<' merges mappings, not a value");
+}
+
 TEST(Config, AliasesThatExpandWithoutEndAreRefused) {
   std::string bomb = "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
   for (int level = 1; level < 10; ++level) {

@@ -62,13 +62,31 @@ Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& bu
     }
     case YAML::NodeType::Map: {
       Json map = Json::object();
+      std::vector<YAML::Node> merged;  // YAML's merge key: `<<: *base` (or a list of them)
       for (const auto& kv : node) {
         // YAML's complex keys (`? [a, b]`): a key is a word here.
         HONE_CHECK(kv.first.IsScalar(), "{}:{}: a key must be a word, not a {}", origin, kv.first.Mark().line + 1,
                    kv.first.IsSequence() ? "list" : kv.first.IsMap() ? "mapping" : "null");
         const std::string key = kv.first.as<std::string>();
+        if (key == "<<" && kv.first.Tag() == "?") {  // a plain <<, not a quoted "<<"
+          if (kv.second.IsSequence()) {
+            for (const auto& base : kv.second) merged.push_back(base);
+          } else {
+            merged.push_back(kv.second);
+          }
+          continue;
+        }
         HONE_CHECK(!map.contains(key), "{}:{}: key '{}' appears twice", origin, kv.first.Mark().line + 1, key);
         map[key] = yaml_to_json(kv.second, origin, budget);
+      }
+      // The merged mappings fill in the keys the mapping leaves out; the first listed wins.
+      for (const YAML::Node& base : merged) {
+        HONE_CHECK(base.IsMap(), "{}:{}: '<<' merges mappings, not a {}", origin, base.Mark().line + 1,
+                   base.IsSequence() ? "list" : "value");
+        const Json entries = yaml_to_json(base, origin, budget);
+        for (const auto& [key, value] : entries.items()) {
+          if (!map.contains(key)) map[key] = value;
+        }
       }
       return map;
     }
