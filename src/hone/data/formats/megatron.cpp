@@ -200,8 +200,9 @@ void MegatronDataset::validate() {
   const unsigned __int128 need = (unsigned __int128)n * 12 + (unsigned __int128)d * 8;
   HONE_CHECK(need == body,
              "{}: the header (bytes 18..33) declares {} sequences and {} document indices, which need {} bytes after "
-             "the header; the file has {} (truncated?)",
-             f, n, d, need >> 64 ? std::string("over 2^64") : std::to_string(uint64_t(need)), body);
+             "the header; the file has {} ({})",
+             f, n, d, need >> 64 ? std::string("over 2^64") : std::to_string(uint64_t(need)), body,
+             need > body ? "truncated?" : "bytes after the index: another file's end, or a wrong count?");
   HONE_CHECK(d >= 1, "{}: no document indices (byte 26); a Megatron index has at least the leading 0", f);
   sequences_ = n;
   documents_ = d - 1;
