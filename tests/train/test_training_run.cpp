@@ -93,6 +93,15 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
   EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
   EXPECT_EQ(log().find("the run takes one step"), std::string::npos) << log();
+  // A wsd decay reaching into the warmup takes the steps after it: said.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("wsd", 4), "lr_scheduler.name=wsd",
+                 "lr_scheduler.decay_fraction=0.5"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("note: lr_scheduler.decay_fraction 0.5 of 4 steps would reach into the warmup of 3: the decay "
+                       "takes the 1 step after it"),
+            std::string::npos)
+      << log();
   // A budget below one step (4 samples of 32 tokens) still takes one: said.
   ASSERT_EQ(run({"run", "pretrain", "--config", config("few_tokens", 1), "max_steps=null", "max_tokens=100"}), 0)
       << log();

@@ -11,9 +11,13 @@ struct Batch {
   Tensor tokens;     // i32 [batch, seq]
   Tensor targets;    // i32 [batch, seq]; ops::kIgnoreIndex (-100) masks a position
   Tensor positions;  // packed batches only: i32 [batch, seq], each token's position in its sample
+  // Fine-tuning: the tokens of the samples in this micro-batch over all
+  // data-parallel ranks, padding left out (0: every position is a sample's).
+  int64_t sample_tokens = 0;
 
   Batch to(Device device) const {
-    return {tokens.to(device), targets.to(device), positions.defined() ? positions.to(device) : Tensor()};
+    return {tokens.to(device), targets.to(device), positions.defined() ? positions.to(device) : Tensor(),
+            sample_tokens};
   }
 };
 

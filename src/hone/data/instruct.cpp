@@ -813,18 +813,18 @@ Batch SampleStream::next() {
   std::vector<int32_t> skipped(static_cast<size_t>(3 * seq_len));
   // Every rank fills every row of the global batch (packing decides how many
   // samples a row takes), keeps its own, and so cuts them to the same length.
-  int64_t longest = 1;
+  int64_t longest = 1, sample_tokens = 0;
   for (int64_t k = 0; k < rows * o_.world_size; ++k) {
-    if (k / rows != o_.rank) {
-      longest = std::max(longest, fill_row(skipped.data(), skipped.data() + seq_len,
-                                           o_.packed ? skipped.data() + 2 * seq_len : nullptr));
-      continue;
-    }
+    const bool own = k / rows == o_.rank;
     const int64_t row = (k % rows) * seq_len;
-    longest = std::max(longest, fill_row(tokens.data<int32_t>() + row, targets.data<int32_t>() + row,
-                                         o_.packed ? positions.data<int32_t>() + row : nullptr));
+    const int64_t filled = own ? fill_row(tokens.data<int32_t>() + row, targets.data<int32_t>() + row,
+                                          o_.packed ? positions.data<int32_t>() + row : nullptr)
+                               : fill_row(skipped.data(), skipped.data() + seq_len,
+                                          o_.packed ? skipped.data() + 2 * seq_len : nullptr);
+    longest = std::max(longest, filled);
+    sample_tokens += filled;
   }
-  if (o_.length_multiple == 0) return {tokens, targets, positions};
+  if (o_.length_multiple == 0) return {tokens, targets, positions, sample_tokens};
   const int64_t length = std::min(seq_len, (longest + o_.length_multiple - 1) / o_.length_multiple * o_.length_multiple);
   const auto first_columns = [&](const Tensor& full) {
     if (!full.defined() || length == seq_len) return full;
@@ -834,7 +834,7 @@ Batch SampleStream::next() {
     }
     return cut;
   };
-  return {first_columns(tokens), first_columns(targets), first_columns(positions)};
+  return {first_columns(tokens), first_columns(targets), first_columns(positions), sample_tokens};
 }
 
 nlohmann::json SampleStream::state() const {

@@ -31,7 +31,7 @@ namespace hone {
 // Everything besides weights and optimizer moments that resuming needs.
 struct TrainerState {
   int64_t step = 0;          // optimizer steps taken
-  int64_t tokens_seen = 0;   // unmasked target tokens trained on
+  int64_t tokens_seen = 0;   // tokens of the samples trained on, padding left out
   int64_t samples_seen = 0;  // sequences trained on
   int64_t nonfinite_steps = 0;
   double train_seconds = 0;          // time in training steps, over the run and the runs it resumes

@@ -18,13 +18,19 @@ double LrSchedule::at(int64_t step) const {
     case LrScheduleKind::cosine:
       return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
     case LrScheduleKind::wsd: {
-      // The last decay_fraction of all the steps decays, as torchtitan's decay_ratio.
-      const double decay_steps = std::max(decay_fraction * double(total_steps), 1.0);
-      const double into_decay = double(step) - (double(total_steps) - decay_steps);
+      // The last decay_fraction of all the steps decays (torchtitan's decay_ratio),
+      // the first of them already below the peak, the last at min_lr.
+      const double decay_steps = double(wsd_decay_steps());
+      const double into_decay = double(step + 1) - (double(total_steps) - decay_steps);
       return into_decay <= 0 ? peak_lr : peak_lr + (min_lr - peak_lr) * std::min(into_decay / decay_steps, 1.0);
     }
   }
   HONE_ASSERT(false);
+}
+
+int64_t LrSchedule::wsd_decay_steps() const {
+  const auto asked = int64_t(std::llround(decay_fraction * double(total_steps)));
+  return std::max<int64_t>(1, std::min(asked, total_steps - warmup_steps));
 }
 
 LrScheduleKind parse_lr_schedule(std::string_view name) {

@@ -18,6 +18,9 @@ struct LrSchedule {
 
   // The learning rate of 0-based step `step`.
   double at(int64_t step) const;
+  // wsd: the steps that decay, decay_fraction of total_steps rounded, but at
+  // most those after the warmup (as torchtitan clamps them) and at least one.
+  int64_t wsd_decay_steps() const;
 };
 
 LrScheduleKind parse_lr_schedule(std::string_view name);

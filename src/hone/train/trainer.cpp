@@ -329,6 +329,12 @@ int run_training(const Config& c, TrainingJob job) {
     console.line(fmt::format("note: lr_scheduler.warmup_steps {} covers the whole run of {} steps: the learning "
                              "rate rises all along (to optimizer.lr {:g} at step {}) and does not decay",
                              schedule.warmup_steps, total_steps, schedule.peak_lr, schedule.warmup_steps));
+  } else if (schedule.kind == LrScheduleKind::wsd && steps_to_run > 0 &&
+             std::llround(schedule.decay_fraction * double(total_steps)) > total_steps - schedule.warmup_steps) {
+    console.line(fmt::format("note: lr_scheduler.decay_fraction {:g} of {} steps would reach into the warmup of {}: "
+                             "the decay takes the {} {} after it",
+                             schedule.decay_fraction, total_steps, schedule.warmup_steps, schedule.wsd_decay_steps(),
+                             plural(schedule.wsd_decay_steps(), "step")));
   }
   const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
   const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
@@ -367,8 +373,9 @@ int run_training(const Config& c, TrainingJob job) {
 
   const auto start = Clock::now();
   double train_seconds = 0, window_seconds = 0, last_loss = NAN;
-  // Tokens are the positions computed, padding included: a fine-tuning batch is
-  // cut to its longest sample, so they and the FLOPs are counted batch by batch.
+  // Tokens are those of the samples, padding left out (Composer's count, for
+  // tokens/s and time/token); the FLOPs are those of every position computed
+  // (a fine-tuning batch is cut to its longest sample): both batch by batch.
   double window_flops = 0, flops_this_run = 0;
   int64_t window_tokens = 0, window_samples = 0, window_steps = 0, consecutive_nonfinite = 0;
   int64_t samples_this_run = 0, tokens_this_run = 0;  // excludes what a resumed run trained before
@@ -391,7 +398,7 @@ int run_training(const Config& c, TrainingJob job) {
     for (Batch& b : micro) {
       b = train.next().to(world.device());
       const int64_t rows = b.tokens.size(0) * world.dp_size(), length = b.tokens.size(1);
-      step_tokens += rows * length;
+      step_tokens += b.sample_tokens > 0 ? b.sample_tokens : rows * length;
       step_flops += double(rows * length) * objective.flops_per_token(model_config, model.lora(), length);
     }
     const StepStats s =
@@ -415,7 +422,7 @@ int run_training(const Config& c, TrainingJob job) {
              last ? "the last checkpoint is " + *last : "no checkpoint was saved before");
       }
     }
-    state.tokens_seen += s.tokens;
+    state.tokens_seen += step_tokens;
     state.samples_seen += global_batch;
     train_seconds += elapsed;
     state.train_seconds += elapsed;
@@ -463,6 +470,7 @@ int run_training(const Config& c, TrainingJob job) {
   }
 
   if (interrupted) console.line(fmt::format("stop requested: saving step {} and exiting", state.step));
+  const size_t training_peak = memory.stats().peak_allocated;  // the steps', as logged (not the final validation's)
   if (!interrupted && steps_to_run > 0) run_evaluation();  // a finished run resumed has nothing new to validate
   // Exports of weights that are never whole on one rank read the final
   // checkpoint (a tensor at a time): it is saved for them if this run has not.
@@ -489,7 +497,7 @@ int run_training(const Config& c, TrainingJob job) {
                          .samples_per_sec = double(samples_this_run) / seconds,
                          .tokens_per_sec_per_device = tokens_per_sec_per_device,
                          .mfu = flops_this_run / seconds / world.size() / (peak_tflops * 1e12),
-                         .peak_memory_bytes = memory.stats().peak_allocated,
+                         .peak_memory_bytes = training_peak,
                          .final_loss = last_loss});
   }
   console.line(fmt::format("done: step {} ({} this run, {}); checkpoints in {}, metrics in {}", state.step,
