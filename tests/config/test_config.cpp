@@ -93,8 +93,9 @@ TEST(Config, OverridesSetNestedKeysAndLists) {
 }
 
 // A string key takes its override as written where YAML would read the text as
-// a mapping, a list, a comment, a number or no YAML at all; quotes still work,
-// and null still unsets it. Other keys keep YAML's reading.
+// anything else (a mapping, a list, a comment, a number, another string, no YAML
+// at all); a quoted whole is unquoted, and null still unsets it. Other keys keep
+// YAML's reading.
 TEST(Schema, StringOverridesAreTakenAsWritten) {
   const auto resolved_output_dir = [](const std::string& text) {
     Config c = Config::from_yaml("batch_size: 2\n", "run.yaml");
@@ -112,6 +113,15 @@ TEST(Schema, StringOverridesAreTakenAsWritten) {
   EXPECT_EQ(resolved_output_dir("{unclosed"), "{unclosed");
   EXPECT_EQ(resolved_output_dir("'quoted: text'"), "quoted: text");
   EXPECT_EQ(resolved_output_dir("runs/x"), "runs/x");
+  // Text YAML reads as another string: a line break folded or what follows it
+  // dropped, a comment after " #", an anchor, a tag, quotes inside.
+  EXPECT_EQ(resolved_output_dir("First line\nSecond line"), "First line\nSecond line");
+  EXPECT_EQ(resolved_output_dir("line one\n  indented two"), "line one\n  indented two");
+  EXPECT_EQ(resolved_output_dir("Tag this #news"), "Tag this #news");
+  EXPECT_EQ(resolved_output_dir("&anchor text"), "&anchor text");
+  EXPECT_EQ(resolved_output_dir("!tag x"), "!tag x");
+  EXPECT_EQ(resolved_output_dir("\"double\" and 'single'"), "\"double\" and 'single'");
+  EXPECT_EQ(resolved_output_dir("\"''\""), "''");  // a quoted whole is unquoted
 
   Config unset = Config::from_yaml("output_dir: x\nresume: latest\n", "run.yaml");
   unset.apply_override("resume=null");

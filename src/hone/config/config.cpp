@@ -510,8 +510,15 @@ Config Schema::resolve(const Config& given_config) const {
   for (const KeySpec& k : keys_) {
     const std::string* text = written.override_text(k.key);
     const Json* value = written.find(k.key);  // none where a later override replaced its section (model={})
-    if (k.type == ValueType::string && text != nullptr && value != nullptr && !value->is_string() &&
-        !spells_null(*text)) {
+    if (k.type != ValueType::string || text == nullptr || value == nullptr || spells_null(*text)) continue;
+    // A string key takes the text as written, where YAML would make something
+    // else of it (a mapping of "Note: x", a list, a comment after " #", a line
+    // break folded, an anchor or a tag dropped); a quoted whole is unquoted, as
+    // OmegaConf's overrides do.
+    const std::string_view trimmed = python_strip(*text);
+    const bool quoted = trimmed.size() >= 2 && (trimmed.front() == '\'' || trimmed.front() == '"') &&
+                        trimmed.back() == trimmed.front();
+    if (!(quoted && value->is_string())) {
       written.set(k.key, *text);
     }
   }
