@@ -444,6 +444,13 @@ TEST_F(InstructTest, ChatTemplatesRenderWhatTrainingFormats) {
   EXPECT_FALSE(data::chat_template(*llama3_, {.format = InstructTemplate::alpaca}));
 }
 
+// A prompt to generate from reads its special tokens as their ids, as
+// transformers' tokenizer(text) and vLLM do (a chat rendered by the caller).
+TEST_F(InstructTest, APlainPromptReadsItsSpecialTokens) {
+  EXPECT_EQ(data::prompt_tokens(*gpt2_, "Hello<|endoftext|>The", {.format = InstructTemplate::plain}),
+            (std::vector<int32_t>{15496, 50256, 464}));
+}
+
 // Hugging Face datasets' Parquet files: rows are records, as the same records in JSONL.
 TEST_F(InstructTest, ParquetRowsAreRecords) {
   const std::string fixtures = source_path("tests/data/formats/parquet/");

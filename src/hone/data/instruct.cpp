@@ -53,7 +53,10 @@ std::string fill(std::string_view text, const std::map<std::string, std::string>
 struct Piece {
   std::string text;
   bool trainable = false;
-  bool special = false;  // text is one special token, e.g. "<|eot_id|>"
+  // Special tokens written in the text become their ids: a special token's own
+  // text ("<|eot_id|>"), or a prompt to generate from, read as transformers'
+  // tokenizer(text) and vLLM read one.
+  bool special = false;
   std::optional<int32_t> id;  // a token given by id (BOS/EOS)
 };
 
@@ -555,7 +558,7 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& t, const std::string& text, 
     pieces = chat_pieces({{"user", text}}, t, o, "the prompt", /*generation_prompt=*/true);
   } else {
     if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
-    pieces.push_back({.text = format_prompt({{prompt_field(o), text}}, o)});
+    pieces.push_back({.text = format_prompt({{prompt_field(o), text}}, o), .special = true});
   }
   return tokenize(pieces, t, false).tokens;
 }

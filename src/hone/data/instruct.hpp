@@ -101,7 +101,8 @@ struct ChatMessage {
 // The tokens a model is given to answer, as training formatted its prompts: for
 // chat, the messages and then the assistant's header; otherwise the template
 // around `text` (the instruction, the dialogue or the plain input), after BOS
-// where the tokenizer family uses one.
+// where the tokenizer family uses one, with special tokens written in it as
+// their ids (as transformers' tokenizer(text) and vLLM read a prompt).
 std::vector<int32_t> prompt_tokens(const Tokenizer& tokenizer, const std::string& text, const InstructOptions& options);
 // The token that ends an answer: the chat format's end of turn, else EOS.
 int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);
