@@ -52,7 +52,7 @@ TEST_P(DecoderTest, TeacherForcedDecodingEqualsTheFullForwardPass) {
     expect_close(logits[1], full_b[ib], tolerance, fmt::format("{} decode b at {}", name, ib));
   }
   EXPECT_EQ(d.length(0), prompt_a + 13);
-  EXPECT_THROW(d.prefill(0, std::vector<int32_t>(30, 1)), Error);  // does not fit the cache
+  EXPECT_THROW(d.prefill(0, std::vector<int32_t>(31, 1)), Error);  // does not fit the cache
 }
 
 // A prompt longer than a chunk of logits (64 rows here): prefill computes the
@@ -215,8 +215,11 @@ TEST(Generate, GreedyMatchesRepeatedFullForwardAndStopsOnStopTokens) {
   // Sampling is reproducible from the seed.
   o = {.max_new_tokens = 10, .sampling = {.temperature = 1.0}, .seed = 42};
   EXPECT_EQ(generate(m, {prompt}, o).completions, generate(m, {prompt}, o).completions);
+  // A completion stops at max_seq_len (40: the 6-token prompt, then 35 new
+  // tokens, the last of which is never fed back), as vLLM's at max_model_len.
   o.max_new_tokens = 100;
-  EXPECT_THROW(generate(m, {prompt}, o), Error);  // beyond max_seq_len
+  EXPECT_EQ(generate(m, {prompt}, o).completions[0].size(), 35u);
+  EXPECT_THROW(generate(m, {tokens_of(41, 3)}, o), Error);  // a prompt longer than max_seq_len
 }
 
 // What a completion ended by stop strings keeps: the text before the earliest.

@@ -1156,8 +1156,6 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   long_prompts.close();
   const std::pair<std::string, std::string> refused[] = {
       {"prompts_file=" + root_ + "/blank_prompts.txt", "prompts_file " + root_ + "/blank_prompts.txt: no prompts in it"},
-      {"max_new_tokens=128", "prompt: the prompt (1 token: \"x\") plus max_new_tokens 128 exceeds the model's "
-                             "max_seq_len 128"},
       {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "},
       {"system_prompt=Be kind.", "system_prompt is a chat's system message: the plain template has none"}};
   for (const auto& [arg, message] : refused) {
@@ -1170,8 +1168,25 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
                              "prompts_file=" + root_ + "/long_prompts.txt"},
                             root_ + "/refused.out"),
             2);
-  EXPECT_NE(read_file(root_ + "/refused.out").find(root_ + "/long_prompts.txt:3: the prompt ("), std::string::npos)
+  EXPECT_NE(read_file(root_ + "/refused.out").find(root_ + "/long_prompts.txt:3: the prompt (200 tokens: "),
+            std::string::npos)
       << read_file(root_ + "/refused.out");
+  EXPECT_NE(read_file(root_ + "/refused.out").find("is longer than the model's max_seq_len 128"), std::string::npos)
+      << read_file(root_ + "/refused.out");
+  // A prompt that leaves fewer positions than max_new_tokens: its completion
+  // stops at max_seq_len (the last new token is never fed back: 128 new
+  // tokens after a 1-token prompt fit), said once.
+  const std::string samples = root_ + "/cut_short.jsonl";
+  ASSERT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", "max_new_tokens=130",
+                             "temperature=0", "samples_path=" + samples},
+                            root_ + "/cut_short.out"),
+            0)
+      << read_file(root_ + "/cut_short.out");
+  EXPECT_NE(read_file(root_ + "/cut_short.out")
+                .find("note: max_new_tokens 130 does not fit the model's max_seq_len 128 after 1 prompt: its "
+                      "completion stops there"),
+            std::string::npos)
+      << read_file(root_ + "/cut_short.out");
 }
 
 // A chat fine-tune's format travels as a chat template (data::chat_template):

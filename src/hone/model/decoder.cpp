@@ -30,7 +30,7 @@ Tensor Decoder::prefill(int64_t slot, std::span<const int32_t> prompt) {
   const ModelConfig& c = model_.config();
   const int64_t n = int64_t(prompt.size());
   HONE_CHECK(slot >= 0 && slot < int64_t(lengths_.size()), "no cache slot {}", slot);
-  HONE_CHECK(n >= 1 && n < capacity_, "a prompt of {} tokens does not fit a cache of {} positions", n, capacity_);
+  HONE_CHECK(n >= 1 && n <= capacity_, "a prompt of {} tokens does not fit a cache of {} positions", n, capacity_);
   const Tensor tokens = Tensor::from(std::vector<int32_t>(prompt.begin(), prompt.end()), {1, n}).to(model_.device());
   model_.forward_hidden(tokens, Tensor());
   // Keep each layer's keys and values: the k and v heads of the fused qkv rows,

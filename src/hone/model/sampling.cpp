@@ -115,10 +115,15 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
     HONE_CHECK(!p.empty(), "a prompt is empty: it needs at least one token");
     longest = std::max(longest, p.size());
   }
-  const int64_t capacity = int64_t(longest) + o.max_new_tokens;
-  HONE_CHECK(capacity <= model.config().max_seq_len,
-             "a {}-token prompt plus max_new_tokens {} exceeds the model's max_seq_len {}", longest,
-             o.max_new_tokens, model.config().max_seq_len);
+  // The last new token is never fed back: a sequence takes its prompt and
+  // max_new_tokens - 1 positions, and stops at max_seq_len (as vLLM's at max_model_len).
+  const int64_t max_seq_len = model.config().max_seq_len;
+  HONE_CHECK(int64_t(longest) <= max_seq_len, "a {}-token prompt is longer than the model's max_seq_len {}", longest,
+             max_seq_len);
+  const int64_t capacity = std::min(max_seq_len, int64_t(longest) + o.max_new_tokens - 1);
+  const auto new_tokens_of = [&](size_t i) {
+    return std::min(o.max_new_tokens, max_seq_len - int64_t(prompts[i].size()) + 1);
+  };
   using Clock = std::chrono::steady_clock;
   Decoder decoder(model, int64_t(prompts.size()), capacity);
   Generator rng(o.seed, /*stream=*/7);
@@ -148,7 +153,7 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
       ++g.generated_tokens;
       const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next[k]) != o.stop_tokens.end() ||
                         (o.finished && o.finished(size_t(active[k]), out));
-      if (!stop && int64_t(out.size()) < o.max_new_tokens) {
+      if (!stop && int64_t(out.size()) < new_tokens_of(size_t(active[k]))) {
         still_active.push_back(active[k]);
         feed.push_back(next[k]);
       }

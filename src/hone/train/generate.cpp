@@ -154,15 +154,24 @@ int run_generate(const Config& c) {
     };
   }
   std::vector<std::vector<int32_t>> encoded;
+  const int64_t max_seq_len = m.model->config().max_seq_len;
+  int64_t cut_short = 0;  // prompts whose completions max_seq_len stops before max_new_tokens
   for (size_t i = 0; i < prompts.size(); ++i) {
     encoded.push_back(data::prompt_tokens(*m.tokenizer, prompts[i], format));
     // An empty prompt generates unconditionally from the end-of-text token, as nanoGPT's sample.py and
     // transformers' generate() without input ids do (a tokenizer with BOS has put it there already).
     if (encoded.back().empty() && m.tokenizer->eos_id()) encoded.back().push_back(*m.tokenizer->eos_id());
-    HONE_CHECK(int64_t(encoded.back().size()) + o.max_new_tokens <= m.model->config().max_seq_len,
-               "{}: the prompt ({} {}: {:?}) plus max_new_tokens {} exceeds the model's max_seq_len {}", sources[i],
-               encoded.back().size(), plural(int64_t(encoded.back().size()), "token"), prompts[i].substr(0, 40),
-               o.max_new_tokens, m.model->config().max_seq_len);
+    const auto length = int64_t(encoded.back().size());
+    HONE_CHECK(length <= max_seq_len, "{}: the prompt ({} {}: {:?}) is longer than the model's max_seq_len {}",
+               sources[i], length, plural(length, "token"), prompts[i].substr(0, 40), max_seq_len);
+    if (length + o.max_new_tokens - 1 > max_seq_len) ++cut_short;
+  }
+  if (cut_short > 0) {
+    fmt::print(stderr,
+               "note: max_new_tokens {} does not fit the model's max_seq_len {} after {} {}: {} there (as vLLM's "
+               "stop at max_model_len)\n",
+               o.max_new_tokens, max_seq_len, cut_short, plural(cut_short, "prompt"),
+               cut_short == 1 ? "its completion stops" : "their completions stop");
   }
 
   // Batches of batch_size prompts, each with seed + its index (the first: seed
