@@ -300,7 +300,18 @@ TEST_F(FinetuneRun, GenerateEndsACompletionAtAStopString) {
                             out),
             0)
       << read_file(out);
-  EXPECT_NE(read_file(out).find("decode: 4 tokens for 1 prompt"), std::string::npos) << read_file(out);
+  EXPECT_NE(read_file(out).find("decode: 4 tokens for 1 prompt, 3 of them decoded in "), std::string::npos)
+      << read_file(out);
+  // One new token comes with the prefill: no decoding step to time.
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                             "tokenizer.path=" + tokenizer_, "prompt=x", "max_new_tokens=1"},
+                            out),
+            0)
+      << read_file(out);
+  EXPECT_NE(read_file(out).find("decode: 1 token for 1 prompt, each from the prefill (no decoding step)"),
+            std::string::npos)
+      << read_file(out);
+  EXPECT_NE(read_file(out).find("bandwidth achieved: n/a (no decoding step)"), std::string::npos) << read_file(out);
 }
 
 // PEFT adapters given where they do not go, or incomplete, are named as such.

@@ -223,11 +223,22 @@ int run_generate(const Config& c) {
   fmt::print(stderr, "model: {}\n", m.description);
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", g.prompt_tokens, g.prefill_seconds,
              double(g.prompt_tokens) / std::max(g.prefill_seconds, 1e-9));
-  fmt::print(stderr, "decode: {} tokens for {} {} in {:.3f} s: {:.1f} tokens/s\n", g.generated_tokens,
-             prompts.size(), plural(int64_t(prompts.size()), "prompt"), g.decode_seconds,
-             double(g.generated_tokens - int64_t(prompts.size())) / std::max(g.decode_seconds, 1e-9));
-  fmt::print(stderr, "bandwidth achieved: {:.2f} GB/s ({} of weights read per step); memory used: {} (KV cache {})\n",
-             double(weight_bytes) * decode_rate / 1e9, format_bytes(double(weight_bytes)),
+  // The first token of each completion comes with the prefill; the rest, one decoding step each.
+  const int64_t decoded = g.generated_tokens - int64_t(prompts.size());
+  const std::string generated = fmt::format("decode: {} {} for {} {}", g.generated_tokens,
+                                            plural(g.generated_tokens, "token"), prompts.size(),
+                                            plural(int64_t(prompts.size()), "prompt"));
+  if (decoded > 0) {
+    fmt::print(stderr, "{}, {} of them decoded in {:.3f} s: {:.1f} tokens/s (the first of each came with the prefill)\n",
+               generated, decoded, g.decode_seconds, double(decoded) / std::max(g.decode_seconds, 1e-9));
+  } else {
+    fmt::print(stderr, "{}, each from the prefill (no decoding step)\n", generated);
+  }
+  const std::string bandwidth =
+      steps > 0 ? fmt::format("{:.2f} GB/s ({} of weights read per step)", double(weight_bytes) * decode_rate / 1e9,
+                              format_bytes(double(weight_bytes)))
+                : std::string("n/a (no decoding step)");
+  fmt::print(stderr, "bandwidth achieved: {}; memory used: {} (KV cache {})\n", bandwidth,
              format_bytes(double(memory.stats().peak_allocated)), format_bytes(double(g.cache_bytes)));
   return 0;
 }
