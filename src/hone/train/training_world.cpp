@@ -35,10 +35,10 @@ std::vector<std::string> differing_keys(const Json& mine, const Json& reference)
     const auto it = theirs.find(key);
     if (it == theirs.end()) {
       out.push_back(fmt::format("{} {} where rank 0 has none", key, value->dump()));
-    } else if (*it->second != *value) {
-      out.push_back(fmt::format("{} {} where rank 0 has {}", key, value->dump(), it->second->dump()));
+      continue;
     }
-    if (it != theirs.end()) theirs.erase(it);
+    if (*it->second != *value) out.push_back(fmt::format("{} {} where rank 0 has {}", key, value->dump(), it->second->dump()));
+    theirs.erase(it);  // what is left, rank 0 has alone
   }
   for (const auto& [key, value] : theirs) out.push_back(fmt::format("{} unset where rank 0 has {}", key, value->dump()));
   return out;
