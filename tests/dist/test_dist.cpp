@@ -439,8 +439,8 @@ TEST(Jobs, LaunchForwardsSigtermToTheRanks) {
   for (const std::string signal : {"TERM", "KILL"}) {
     SCOPED_TRACE(signal);
     const std::string marker = "sig" + signal + "-test-" + std::to_string(getpid());  // names this job's ranks
-    const Job j = run("env HONE_DIST_TIMEOUT=60 timeout -s " + signal + " 2 " + kHone + " launch --nproc-per-node 2 -- " +
-                      kProbe + " hang " + marker);
+    const Job j = run("env HONE_DIST_TIMEOUT=60 timeout -s " + signal + " 2 " + kHone +
+                      " launch --nproc-per-node 2 -- " + kProbe + " hang " + marker);
     EXPECT_EQ(j.status, signal == "TERM" ? 124 : 137) << j.output;
     EXPECT_NE(j.output.find("[rank 1] rank 1 of 2"), std::string::npos) << j.output;
     Job left;

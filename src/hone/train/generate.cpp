@@ -229,7 +229,8 @@ int run_generate(const Config& c) {
                                             plural(g.generated_tokens, "token"), prompts.size(),
                                             plural(int64_t(prompts.size()), "prompt"));
   if (decoded > 0) {
-    fmt::print(stderr, "{}, {} of them decoded in {:.3f} s: {:.1f} tokens/s (the first of each came with the prefill)\n",
+    fmt::print(stderr,
+               "{}, {} of them decoded in {:.3f} s: {:.1f} tokens/s (the first of each came with the prefill)\n",
                generated, decoded, g.decode_seconds, double(decoded) / std::max(g.decode_seconds, 1e-9));
   } else {
     fmt::print(stderr, "{}, each from the prefill (no decoding step)\n", generated);

@@ -78,8 +78,8 @@ void append_perf_summary(const std::string& run_dir, const PerfSummary& r) {
     out << "model,precision,world_size,global_batch_size,seq_len,tokens_per_sec,samples_per_sec,"
            "tokens_per_sec_per_device,mfu,peak_memory_bytes,final_loss\n";
   }
-  out << fmt::format("{},{},{},{},{},{:.1f},{:.3f},{:.1f},{:.6f},{},{:.6f}\n", csv_field(r.model), r.precision, r.world_size,
-                     r.global_batch_size, r.seq_len, r.tokens_per_sec, r.samples_per_sec,
+  out << fmt::format("{},{},{},{},{},{:.1f},{:.3f},{:.1f},{:.6f},{},{:.6f}\n", csv_field(r.model), r.precision,
+                     r.world_size, r.global_batch_size, r.seq_len, r.tokens_per_sec, r.samples_per_sec,
                      r.tokens_per_sec_per_device, r.mfu, r.peak_memory_bytes, r.final_loss);
   flush_or_fail(out, path);
 }

@@ -37,10 +37,14 @@ std::vector<std::string> differing_keys(const Json& mine, const Json& reference)
       out.push_back(fmt::format("{} {} where rank 0 has none", key, value->dump()));
       continue;
     }
-    if (*it->second != *value) out.push_back(fmt::format("{} {} where rank 0 has {}", key, value->dump(), it->second->dump()));
+    if (*it->second != *value) {
+      out.push_back(fmt::format("{} {} where rank 0 has {}", key, value->dump(), it->second->dump()));
+    }
     theirs.erase(it);  // what is left, rank 0 has alone
   }
-  for (const auto& [key, value] : theirs) out.push_back(fmt::format("{} unset where rank 0 has {}", key, value->dump()));
+  for (const auto& [key, value] : theirs) {
+    out.push_back(fmt::format("{} unset where rank 0 has {}", key, value->dump()));
+  }
   return out;
 }
 

@@ -434,7 +434,8 @@ AttentionShape shape_of(const AttentionDims& d, const float* slopes) {
   check_heads("attention", d.n_heads, d.n_kv_heads, d.head_dim);
   // The kernels take a sample per gridDim.z, which CUDA caps at 65535.
   if (d.batch > 65535) {
-    fail_text("attention: a batch of " + std::to_string(d.batch) + " sequences is more than CUDA's 65535 a launch takes");
+    fail_text("attention: a batch of " + std::to_string(d.batch) +
+              " sequences is more than CUDA's 65535 a launch takes");
   }
   return AttentionShape{d.batch,
                         d.seq,
