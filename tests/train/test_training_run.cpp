@@ -714,6 +714,9 @@ TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessOnTheWholeBatchAtEveryZeroSta
                     : ", ZeRO stage 3: AdamW moments 513.25 KiB per rank (of 1.00 MiB), master weights and gradients "
                       "513.25 KiB per rank";
     EXPECT_NE(log().find("ranks: 2 (MPI), data parallel" + parallelism + "\n"), std::string::npos) << log();
+    EXPECT_NE(log().find("global batch: 4 samples per step (batch_size 2 x 1 micro-batch x 2 data-parallel ranks)"),
+              std::string::npos)
+        << log();
     EXPECT_NE(log().find(fmt::format("memory estimate on cpu (fp32, per rank of 2 at ZeRO stage {})", zero)),
               std::string::npos)
         << log();

@@ -300,6 +300,11 @@ int run_training(const Config& c, TrainingJob job) {
     }
     console.line(fmt::format("ranks: {} ({}), {}{}", world.size(), world.device().is_cuda() ? "NCCL" : "MPI", layout,
                              zero));
+    // Megatron's --global-batch-size: what one optimizer step takes over all ranks.
+    console.line(fmt::format("global batch: {} {} per step (batch_size {} x {} {} x {} data-parallel {})",
+                             global_batch, plural(global_batch, objective.sample_name()), batch_size, accumulation,
+                             plural(accumulation, "micro-batch", "micro-batches"), world.dp_size(),
+                             plural(world.dp_size(), "rank")));
     if (world.zero_stage() == 3) {
       console.line("gradients: reduce-scattered a unit at a time while backward runs; weights gathered a unit ahead");
     } else if (world.zero_stage() == 2) {
