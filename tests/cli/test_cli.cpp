@@ -567,7 +567,7 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   // A value outside its range is caught before any run starts.
   const CliResult zero = run_hone("validate quickstart batch_size=0");
   EXPECT_EQ(zero.status, 2);
-  EXPECT_NE(zero.err.find("'batch_size' must be positive, got 0"), std::string::npos) << zero.err;
+  EXPECT_NE(zero.err.find("'batch_size' must be in [1, 1048576], got 0"), std::string::npos) << zero.err;
   // lora_dpo's loss keys: the loss it runs, and a setting it would ignore refused.
   const CliResult ipo = run_hone("validate llama3_1/8B_lora_dpo loss.type=ipo");
   EXPECT_EQ(ipo.status, 0) << ipo.err;

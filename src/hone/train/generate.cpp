@@ -236,11 +236,10 @@ int run_generate(const Config& c) {
     fmt::print(stderr, "{}, each from the prefill (no decoding step)\n", generated);
   }
   const std::string bandwidth =
-      steps > 0 ? fmt::format("{:.2f} GB/s ({} of weights read per step)", double(weight_bytes) * decode_rate / 1e9,
-                              format_bytes(double(weight_bytes)))
-                : std::string("n/a (no decoding step)");
-  fmt::print(stderr, "bandwidth achieved: {}; memory used: {} (KV cache {})\n", bandwidth,
-             format_bytes(double(memory.stats().peak_allocated)), format_bytes(double(g.cache_bytes)));
+      steps > 0 ? fmt::format("{:.2f} GB/s", double(weight_bytes) * decode_rate / 1e9) : "n/a, no decoding step";
+  fmt::print(stderr, "bandwidth achieved: {} ({} of weights read per step); memory used: {} (KV cache {})\n", bandwidth,
+             format_bytes(double(weight_bytes)), format_bytes(double(memory.stats().peak_allocated)),
+             format_bytes(double(g.cache_bytes)));
   return 0;
 }
 
