@@ -93,32 +93,26 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
   EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
   EXPECT_EQ(log().find("the run takes one step"), std::string::npos) << log();
-  // A wsd decay reaching into the warmup takes the steps after it: said.
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("wsd", 4), "lr_scheduler.name=wsd",
-                 "lr_scheduler.decay_fraction=0.5"}),
-            0)
-      << log();
-  EXPECT_NE(log().find("note: lr_scheduler.decay_fraction 0.5 of 4 steps would reach into the warmup of 3: the decay "
-                       "takes the 1 step after it"),
-            std::string::npos)
-      << log();
-  // A budget below one step (4 samples of 32 tokens) still takes one: said.
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("few_tokens", 1), "max_steps=null", "max_tokens=100"}), 0)
-      << log();
-  EXPECT_NE(log().find("note: max_tokens 100 is less than one step's 128 tokens (global batch 4 x seq_len 32): the "
-                       "run takes one step"),
-            std::string::npos)
-      << log();
-  // Validation asked for with no validation data: said, not silently skipped.
+  // A run whose settings do something other than one would guess says so.
+  const auto expect_note = [&](const std::string& name, int64_t steps, const std::vector<std::string>& overrides,
+                               const std::string& note) {
+    std::vector<std::string> args = {"run", "pretrain", "--config", config(name, steps)};
+    args.insert(args.end(), overrides.begin(), overrides.end());
+    ASSERT_EQ(run(args), 0) << log();
+    EXPECT_NE(log().find("note: " + note), std::string::npos) << log();
+  };
+  // A wsd decay reaching into the warmup takes the steps after it.
+  expect_note("wsd", 4, {"lr_scheduler.name=wsd", "lr_scheduler.decay_fraction=0.5"},
+              "lr_scheduler.decay_fraction 0.5 of 4 steps would reach into the warmup of 3: the decay takes the 1 "
+              "step after it");
+  // A budget below one step (4 samples of 32 tokens) still takes one.
+  expect_note("few_tokens", 1, {"max_steps=null", "max_tokens=100"},
+              "max_tokens 100 is less than one step's 128 tokens (global batch 4 x seq_len 32): the run takes one step");
+  // Validation asked for with no validation data: not silently skipped.
   EXPECT_EQ(log().find("no validation data"), std::string::npos) << log();
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("no_validation", 2), "dataset.validation_fraction=0",
-                 "eval.every_n_steps=1"}),
-            0)
-      << log();
-  EXPECT_NE(log().find("note: no validation data (dataset.validation_fraction 0 and no dataset.validation_path): "
-                       "eval.* runs no validation"),
-            std::string::npos)
-      << log();
+  expect_note("no_validation", 2, {"dataset.validation_fraction=0", "eval.every_n_steps=1"},
+              "no validation data (dataset.validation_fraction 0 and no dataset.validation_path): eval.* runs no "
+              "validation");
 }
 
 // A record cut off at the end of metrics.jsonl (the run was killed while
