@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+HONE_TARGETS=hone bash scripts/build.sh  # the binary alone: the tests build with bash scripts/test.sh
 hone=build/bin/hone
 cache="$(bash scripts/quickstart-data.sh $hone | tail -n 1)"
 

@@ -56,6 +56,14 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
   return steps;
 }
 
+// Two spellings of one path (absolute and relative, "./x" and "x"); a Megatron
+// prefix names no file itself.
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code error_a, error_b;
+  const fs::path canonical_a = fs::weakly_canonical(a, error_a), canonical_b = fs::weakly_canonical(b, error_b);
+  return !error_a && !error_b && canonical_a == canonical_b;
+}
+
 // A note when the budget (epochs or max_tokens) is less than one step's worth:
 // the run still takes one whole step, more than was asked for.
 std::optional<std::string> budget_below_one_step(const Config& c, int64_t samples_per_epoch, int64_t global_batch,
@@ -115,6 +123,11 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
     // A path given now where there was none: a tokenizer the run's checkpoints lacked.
     if (key.ends_with("path") && it->second->is_null()) continue;
     if (key.ends_with("path") && !value.is_null()) {
+      // The same folder spelled another way (absolute, relative): no change.
+      if (value.is_string() && it->second->is_string() &&
+          same_path(value.get<std::string>(), it->second->get<std::string>())) {
+        continue;
+      }
       notes.push_back(fmt::format("note: {} was {} when {} was saved: it must hold the same", key, it->second->dump(),
                                   folder));
     } else {
