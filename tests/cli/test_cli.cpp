@@ -415,7 +415,7 @@ TEST(Cli, LsRecipeListsItsKeys) {
     EXPECT_FALSE(row(key).empty()) << key << " missing from:\n" << ls.out;
   }
   EXPECT_NE(row("batch_size").find(" 8 "), std::string::npos) << row("batch_size");
-  EXPECT_NE(row("batch_size").find("(an integer; must be positive)"), std::string::npos) << row("batch_size");
+  EXPECT_NE(row("batch_size").find("(an integer; must be in [1, 1048576])"), std::string::npos) << row("batch_size");
   EXPECT_NE(row("output_dir").find("(required)"), std::string::npos) << row("output_dir");
   EXPECT_NE(row("optimizer.betas").find("[0.9,0.95]"), std::string::npos) << row("optimizer.betas");
   EXPECT_NE(row("lr_scheduler.name").find("(one of constant, linear, cosine, wsd)"), std::string::npos);
