@@ -33,6 +33,10 @@ int64_t LrSchedule::wsd_decay_steps() const {
   return std::max<int64_t>(1, std::min(asked, total_steps - warmup_steps));
 }
 
+bool LrSchedule::wsd_decay_clamped() const {
+  return std::llround(decay_fraction * double(total_steps)) > total_steps - warmup_steps;
+}
+
 LrScheduleKind parse_lr_schedule(std::string_view name) {
   if (name == "constant") return LrScheduleKind::constant;
   if (name == "linear") return LrScheduleKind::linear;

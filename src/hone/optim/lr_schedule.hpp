@@ -21,6 +21,8 @@ struct LrSchedule {
   // wsd: the steps that decay, decay_fraction of total_steps rounded, but at
   // most those after the warmup (as torchtitan clamps them) and at least one.
   int64_t wsd_decay_steps() const;
+  // wsd: decay_fraction would reach into the warmup (wsd_decay_steps clamps it).
+  bool wsd_decay_clamped() const;
 };
 
 LrScheduleKind parse_lr_schedule(std::string_view name);

@@ -347,8 +347,7 @@ int run_training(const Config& c, TrainingJob job) {
     console.line(fmt::format("note: lr_scheduler.warmup_steps {} covers the whole run of {} steps: the learning "
                              "rate rises all along (to optimizer.lr {:g} at step {}) and does not decay",
                              schedule.warmup_steps, total_steps, schedule.peak_lr, schedule.warmup_steps));
-  } else if (schedule.kind == LrScheduleKind::wsd && steps_to_run > 0 &&
-             std::llround(schedule.decay_fraction * double(total_steps)) > total_steps - schedule.warmup_steps) {
+  } else if (schedule.kind == LrScheduleKind::wsd && steps_to_run > 0 && schedule.wsd_decay_clamped()) {
     console.line(fmt::format("note: lr_scheduler.decay_fraction {:g} of {} steps would reach into the warmup of {}: "
                              "the decay takes the {} {} after it",
                              schedule.decay_fraction, total_steps, schedule.warmup_steps, schedule.wsd_decay_steps(),
