@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 // adapters merged into it).
 LoraAdapters adapters_for_a_base(const std::string& dir, const ModelConfig& config) {
   const Transformer base(config, DType::f32, Device::cpu());
-  return open_lora_adapters(dir, config, *transformer_weights(base));
+  return open_lora_adapters(dir, /*base_path=*/"", config, *transformer_weights(base));
 }
 
 TEST(Peft, LlamaAdaptersGetPeftNamesAndTheirValues) {

@@ -786,19 +786,134 @@ TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
             2);
   EXPECT_NE(read_file(twice_log).find(already_merged), std::string::npos) << read_file(twice_log);
 
-  // A base that is not where the run found it is named.
+  // A base that is not where the run found it is named (a run from before
+  // checkpoints recorded their base: its checkpoint.path).
   const std::string moved = root_ + "/moved_lora";
   fs::copy(run + "/step_0000030", moved, fs::copy_options::recursive);
   auto state = nlohmann::json::parse(read_file(moved + "/trainer_state.json"));
   state["config"]["checkpoint"]["path"] = root_ + "/gone";
+  state.erase("base_model");
   std::ofstream(moved + "/trainer_state.json") << state.dump();
   const std::string error_log = root_ + "/moved.log";
   EXPECT_EQ(run_hone_to_log({"convert", moved, root_ + "/never", "--to", "hf"}, error_log), 2);
   EXPECT_NE(read_file(error_log).find(moved + ": the checkpoint of a LoRA run, whose base model " + root_ +
-                                      "/gone (the run's checkpoint.path) is not found from here"),
+                                      "/gone (where the run's checkpoint.path led) is not found from here"),
             std::string::npos)
       << read_file(error_log);
   EXPECT_FALSE(fs::exists(root_ + "/never"));
+}
+
+// A LoRA run given a pretraining run's directory trains on its latest step
+// then; its checkpoints record that step folder (and its weights' checksum),
+// so a pretraining run that goes on later changes neither what the LoRA run is
+// nor what its resume trains on, and adapters put on the later step say so.
+TEST_F(FinetuneRun, AdaptersKeepTheBaseStepTheyWereTrainedOn) {
+  const std::string growing = root_ + "/growing";
+  fs::create_directories(growing);
+  fs::copy(root_ + "/base/step_0000002", growing + "/step_0000002", fs::copy_options::recursive);
+  const auto lora_on_growing = [&](int64_t steps) {
+    auto args = lora_args("lora_on_growing", steps);
+    std::replace(args.begin(), args.end(), "checkpoint.path=" + root_ + "/base", "checkpoint.path=" + growing);
+    return args;
+  };
+  const std::string lora_log = root_ + "/lora_on_growing.log";
+  ASSERT_EQ(run_hone_to_log(lora_on_growing(2), lora_log), 0) << read_file(lora_log);
+  const std::string lora = root_ + "/lora_on_growing";
+  const std::string trained_on = growing + "/step_0000002";
+  EXPECT_NE(read_file(lora_log).find("from " + trained_on + ", "), std::string::npos) << read_file(lora_log);
+  const auto recorded_base = [&](const std::string& step) {
+    return nlohmann::json::parse(read_file(lora + "/" + step + "/trainer_state.json"))["base_model"];
+  };
+  EXPECT_EQ(recorded_base("step_0000002")["folder"], trained_on);
+  EXPECT_EQ(recorded_base("step_0000002")["weights_xxh3"].get<std::string>().size(), 16u);
+
+  // The pretraining run goes on: its latest is another model now.
+  const std::string pretrain_log = root_ + "/growing_more.log";
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + growing, "resume=latest", "threads=1",
+                             "model.name=llama_tiny", "model.vocab_size=50257", "model.max_seq_len=128",
+                             "dataset.seq_len=64", "max_steps=3", "logging.tensorboard=false",
+                             "tokenizer.path=" + tokenizer_},
+                            pretrain_log),
+            0)
+      << read_file(pretrain_log);
+  ASSERT_EQ(read_file(growing + "/latest"), "step_0000003\n");
+
+  // The LoRA run as a model is still its adapters on step 2 ...
+  const std::string convert_log = root_ + "/growing_convert.log";
+  ASSERT_EQ(run_hone_to_log({"convert", lora, root_ + "/growing_merged", "--to", "hone"}, convert_log), 0)
+      << read_file(convert_log);
+  EXPECT_NE(read_file(convert_log).find(trained_on), std::string::npos) << read_file(convert_log);
+  ASSERT_EQ(run_hone_to_log({"convert", trained_on, root_ + "/growing_merged_by_hand", "--to", "hone", "--adapter",
+                             lora},
+                            convert_log),
+            0)
+      << read_file(convert_log);
+  EXPECT_EQ(read_file(convert_log).find("note:"), std::string::npos) << read_file(convert_log);
+  const SafetensorsFile merged(root_ + "/growing_merged/model.safetensors"),
+      by_hand(root_ + "/growing_merged_by_hand/model.safetensors");
+  for (const std::string& name : by_hand.names())
+    EXPECT_EQ(merged.load(name).to_vector<float>(), by_hand.load(name).to_vector<float>()) << name;
+  // ... put on the run directory (step 3 now) they say whose they are.
+  const std::string generate_log = root_ + "/growing_generate.log";
+  ASSERT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + growing, "lora.adapter=" + lora,
+                             "tokenizer.path=" + tokenizer_, "prompt=hi", "max_new_tokens=2"},
+                            generate_log),
+            0)
+      << read_file(generate_log);
+  EXPECT_NE(read_file(generate_log).find("note: the adapters of " + lora + "/step_0000002 were trained on " +
+                                         trained_on + " (weights xxh3 "),
+            std::string::npos)
+      << read_file(generate_log);
+  EXPECT_NE(read_file(generate_log).find("and are put on " + growing + "/step_0000003 (weights xxh3 "),
+            std::string::npos)
+      << read_file(generate_log);
+
+  // A resume trains on step 2 still, and says so.
+  auto resumed = lora_on_growing(3);
+  resumed.push_back("resume=latest");
+  const std::string resumed_log = root_ + "/lora_on_growing_resumed.log";
+  ASSERT_EQ(run_hone_to_log(resumed, resumed_log), 0) << read_file(resumed_log);
+  EXPECT_NE(read_file(resumed_log).find("note: checkpoint.path " + growing + " is " + growing +
+                                        "/step_0000003 (weights xxh3 "),
+            std::string::npos)
+      << read_file(resumed_log);
+  EXPECT_NE(read_file(resumed_log).find("the run goes on from " + trained_on + ", which " + lora +
+                                        "/step_0000002 was trained from (its adapters only mean something on it)"),
+            std::string::npos)
+      << read_file(resumed_log);
+  EXPECT_EQ(recorded_base("step_0000003"), recorded_base("step_0000002"));
+
+  // Where step 2 is gone, neither goes on silently on another model; a copy of
+  // it elsewhere, given as checkpoint.path, is found by its checksum.
+  fs::rename(trained_on, root_ + "/step_2_elsewhere");
+  expect_refused({"convert", lora, root_ + "/growing_never", "--to", "hf"}, "growing_gone",
+                 lora + "/step_0000003: the checkpoint of a LoRA run, whose base model " + trained_on +
+                     " (where the run's checkpoint.path led) is not found from here");
+  auto resumed_again = lora_on_growing(4);
+  resumed_again.push_back("resume=latest");
+  expect_refused(resumed_again, "growing_resume_gone",
+                 "resume: " + lora + "/step_0000003 was trained from " + trained_on + " (weights xxh3 ");
+  EXPECT_NE(read_file(root_ + "/growing_resume_gone.log")
+                .find("which is not found here (its adapters only mean something on it), and checkpoint.path " +
+                      growing + " is " + growing + "/step_0000003"),
+            std::string::npos)
+      << read_file(root_ + "/growing_resume_gone.log");
+  std::replace(resumed_again.begin(), resumed_again.end(), "checkpoint.path=" + growing,
+               "checkpoint.path=" + root_ + "/step_2_elsewhere");
+  const std::string elsewhere_log = root_ + "/lora_on_growing_elsewhere.log";
+  ASSERT_EQ(run_hone_to_log(resumed_again, elsewhere_log), 0) << read_file(elsewhere_log);
+  EXPECT_EQ(recorded_base("step_0000004")["folder"], root_ + "/step_2_elsewhere");
+  EXPECT_EQ(recorded_base("step_0000004")["weights_xxh3"], recorded_base("step_0000002")["weights_xxh3"]);
+
+  // A step folder written again (a run resumed from an earlier step) holds another model.
+  auto state = nlohmann::json::parse(read_file(lora + "/step_0000004/trainer_state.json"));
+  state["base_model"]["weights_xxh3"] = "0123456789abcdef";
+  std::ofstream(lora + "/step_0000004/trainer_state.json") << state.dump();
+  expect_refused({"convert", lora + "/step_0000004", root_ + "/growing_never", "--to", "hf"}, "growing_changed",
+                 "whose base model has changed since the run: it trained on " + root_ +
+                     "/step_2_elsewhere (weights xxh3 0123456789abcdef), the folder holds " + root_ +
+                     "/step_2_elsewhere (weights xxh3 ");
+  EXPECT_FALSE(fs::exists(root_ + "/growing_never"));
 }
 
 TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {

@@ -100,6 +100,11 @@ class ModelFolder final : public WeightSource {
   std::vector<std::string> companions_;
 };
 
+Json base_model_to_json(const std::optional<BaseModelRecord>& base) {
+  if (!base) return Json();
+  return {{"folder", base->folder}, {"weights_xxh3", base->weights_xxh3 ? Json(*base->weights_xxh3) : Json()}};
+}
+
 }  // namespace
 
 std::string checkpoint_folder_name(int64_t step) { return fmt::format("step_{:07d}", step); }
@@ -196,7 +201,8 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
                                                              {"next_lr", state.next_lr ? Json(*state.next_lr) : Json()},
                                                              {"optimizer_steps", optimizer_steps},
                                                              {"data", state.data_state},
-                                                             {"config", state.config}});
+                                                             {"config", state.config},
+                                                             {"base_model", base_model_to_json(state.base_model)}});
   for (const std::string& file : companion_files) {
     const std::string name = fs::path(file).filename().string();
     files[name] = copy_file(file, (fs::path(dir) / name).string());
@@ -451,6 +457,52 @@ Json read_trainer_state(const std::string& folder) {
 
 }  // namespace
 
+BaseModelRecord base_model_record(const std::string& checkpoint_path) {
+  BaseModelRecord record{.folder = model_folder_of(checkpoint_path), .weights_xxh3 = std::nullopt};
+  if (!fs::exists(fs::path(record.folder) / "manifest.json")) return record;
+  std::string manifest_path;
+  const Json manifest = read_manifest(record.folder, manifest_path);
+  for (const char* weights : {kWeights, kAdapter}) {
+    const auto listed = manifest["files"].find(weights);
+    if (listed != manifest["files"].end()) {
+      record.weights_xxh3 = listed->at("xxh3_64").get<std::string>();
+      break;
+    }
+  }
+  return record;
+}
+
+bool same_base_model(const BaseModelRecord& a, const BaseModelRecord& b) {
+  if (a.weights_xxh3 && b.weights_xxh3) return *a.weights_xxh3 == *b.weights_xxh3;
+  std::error_code ec_a, ec_b;
+  const fs::path path_a = fs::weakly_canonical(a.folder, ec_a), path_b = fs::weakly_canonical(b.folder, ec_b);
+  return ec_a || ec_b ? a.folder == b.folder : path_a == path_b;
+}
+
+std::string describe(const BaseModelRecord& base) {
+  return base.weights_xxh3 ? fmt::format("{} (weights xxh3 {})", base.folder, *base.weights_xxh3) : base.folder;
+}
+
+namespace {
+
+std::optional<BaseModelRecord> base_model_from_json(const Json& state, const std::string& folder) {
+  const Json base = state.value("base_model", Json());
+  if (base.is_null()) return std::nullopt;
+  const Json xxh3 = base.is_object() ? base.value("weights_xxh3", Json()) : Json();
+  HONE_CHECK(base.is_object() && base.contains("folder") && base["folder"].is_string() &&
+                 (xxh3.is_null() || xxh3.is_string()),
+             "{}/{}: base_model is {}, not {{\"folder\": PATH, \"weights_xxh3\": CHECKSUM or null}}", folder,
+             kTrainerState, base.dump());
+  return BaseModelRecord{.folder = base["folder"].get<std::string>(),
+                         .weights_xxh3 = xxh3.is_null() ? std::nullopt : std::optional(xxh3.get<std::string>())};
+}
+
+}  // namespace
+
+std::optional<BaseModelRecord> checkpoint_base_model(const std::string& folder) {
+  return base_model_from_json(read_trainer_state(folder), folder);
+}
+
 Json checkpoint_config(const std::string& folder) {
   const Json state = read_trainer_state(folder);
   HONE_CHECK(state.is_object() && state.contains("config"), "{}/{}: no \"config\": not a hone run's training state",
@@ -480,6 +532,7 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   if (const Json next_lr = j.value("next_lr", Json()); next_lr.is_number()) state.next_lr = next_lr.get<double>();
   state.data_state = j.at("data");
   state.config = j.at("config");
+  state.base_model = base_model_from_json(j, folder);
   optimizer.set_steps_taken(j.at("optimizer_steps").get<int64_t>());
   return state;
 }
@@ -525,7 +578,8 @@ TrainedLora read_trained_lora(const std::string& folder) {
     // Written since DoRA came; runs before it were plain LoRA.
     const Json& model = at({"model"});
     t.lora.use_dora = model.contains("use_dora") && model["use_dora"].get<bool>();
-    t.base = at({"checkpoint", "path"}).get<std::string>();
+    t.base_model = base_model_from_json(state, folder);
+    t.base = t.base_model ? t.base_model->folder : at({"checkpoint", "path"}).get<std::string>();
     t.base_format = at({"checkpoint", "format"}).get<std::string>();
     const Json* tokenizer = config->contains("tokenizer") ? &(*config)["tokenizer"] : nullptr;
     if (tokenizer && tokenizer->contains("path") && (*tokenizer)["path"].is_string())
@@ -542,9 +596,11 @@ class LoraMergedWeights final : public WeightSource {
  public:
   // `owned`: the base, when the source keeps it.
   LoraMergedWeights(const WeightSource& base, LoraConfig lora, AdapterReader adapters, std::string folder,
-                    std::string what, std::unique_ptr<WeightSource> owned = nullptr)
+                    std::string what, std::unique_ptr<WeightSource> owned = nullptr,
+                    std::vector<std::string> notes = {})
       : base_(base), owned_(std::move(owned)), lora_(std::move(lora)), targets_(lora_targets(base.config(), lora_)),
-        adapters_(std::move(adapters)), folder_(fs::weakly_canonical(folder).string()), what_(std::move(what)) {}
+        adapters_(std::move(adapters)), folder_(fs::weakly_canonical(folder).string()), what_(std::move(what)),
+        notes_(std::move(notes)) {}
   const ModelConfig& config() const override { return base_.config(); }
   DType stored_dtype() const override { return base_.stored_dtype(); }
   // The base's, and those of the adapters' folder in their place: a LoRA run's
@@ -559,7 +615,11 @@ class LoraMergedWeights final : public WeightSource {
     return files;
   }
   std::string description() const override { return fmt::format("{} with {} merged", base_.description(), what_); }
-  std::vector<std::string> notes() const override { return base_.notes(); }
+  std::vector<std::string> notes() const override {
+    std::vector<std::string> notes = base_.notes();
+    notes.insert(notes.end(), notes_.begin(), notes_.end());
+    return notes;
+  }
   std::vector<std::string> merged_adapters() const override {
     std::vector<std::string> folders = base_.merged_adapters();
     folders.push_back(folder_);
@@ -581,6 +641,7 @@ class LoraMergedWeights final : public WeightSource {
   std::vector<LoraTarget> targets_;
   AdapterReader adapters_;
   std::string folder_, what_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace
@@ -606,10 +667,11 @@ std::unique_ptr<WeightSource> open_trained_model(const std::string& folder, cons
 }
 
 std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,
-                                             AdapterReader adapters, const std::string& folder, std::string what) {
+                                             AdapterReader adapters, const std::string& folder, std::string what,
+                                             std::vector<std::string> notes) {
   const WeightSource& kept = *base;
   return std::make_unique<LoraMergedWeights>(kept, lora, std::move(adapters), folder, std::move(what),
-                                             std::move(base));
+                                             std::move(base), std::move(notes));
 }
 
 std::unique_ptr<WeightSource> open_model_folder(const std::string& folder) {

@@ -28,6 +28,23 @@
 
 namespace hone {
 
+// The model a fine-tuning run started from, as its checkpoints record it: the
+// folder checkpoint.path named when the run began (a run directory's latest step
+// folder then, as given: relative paths stay relative), and for a hone folder its
+// weights file's XXH3-64 checksum from the manifest, which tells that model from
+// a later step of the same run and finds it again where the files moved. A LoRA
+// run's adapters only mean something on it, and DPO's reference is it.
+struct BaseModelRecord {
+  std::string folder;
+  std::optional<std::string> weights_xxh3;  // none for other formats (Hugging Face, Meta, llm.c)
+};
+// The record of the model `checkpoint_path` names now.
+BaseModelRecord base_model_record(const std::string& checkpoint_path);
+// Whether two records name the same model: by checksum where both have one, else by path.
+bool same_base_model(const BaseModelRecord& a, const BaseModelRecord& b);
+// "runs/pretrain/step_0000300 (weights xxh3 0123456789abcdef)"
+std::string describe(const BaseModelRecord& base);
+
 // Everything besides weights and optimizer moments that resuming needs.
 struct TrainerState {
   int64_t step = 0;          // optimizer steps taken
@@ -38,6 +55,7 @@ struct TrainerState {
   std::optional<double> next_lr;     // the learning rate the next step takes by the run's schedule (older checkpoints: none)
   Json data_state = Json::object();  // the data loader's position
   Json config = Json::object();      // the resolved run config
+  std::optional<BaseModelRecord> base_model;  // a fine-tuning run's; none for pretraining and older checkpoints
 };
 
 // Writes step_<step>/ under run_dir and points `latest` at it; then removes the
@@ -129,15 +147,20 @@ void check_adapters_base(const std::string& folder, const ModelConfig& base);
 // the same LoRA settings (for inference or further training).
 void load_adapters(const std::string& folder, Transformer& model);
 
+// The base model a fine-tuning run's checkpoint folder records (nullopt: a
+// pretraining run's, or a checkpoint from before hone recorded it).
+std::optional<BaseModelRecord> checkpoint_base_model(const std::string& folder);
+
 // Whether a checkpoint folder holds a LoRA run's adapters rather than weights.
 bool is_lora_checkpoint(const std::string& folder);
 // What a lora_finetune checkpoint's run says of its adapters (trainer_state.json's
-// config): their settings, the base model they were trained on (its
-// checkpoint.path, as the run was given it, and checkpoint.format), and its
-// tokenizer.path when it set one.
+// config): their settings, the base model they were trained on (the folder its
+// checkpoint.path named then, as recorded; older runs: checkpoint.path as given,
+// and checkpoint.format), and its tokenizer.path when it set one.
 struct TrainedLora {
   LoraConfig lora;
   std::string base, base_format;
+  std::optional<BaseModelRecord> base_model;  // none in runs from before hone recorded it
   std::optional<std::string> tokenizer;
 };
 TrainedLora read_trained_lora(const std::string& folder);
@@ -177,9 +200,10 @@ AdapterReader checkpoint_adapters(const std::string& folder);
 void load_adapters(const AdapterReader& adapters, Transformer& model);
 // `base` with adapters of `lora` (from `folder`) merged into the weights they
 // adapt, read a weight at a time; `what` names them in the description ("the
-// PEFT adapters of DIR").
+// PEFT adapters of DIR"); `notes` join the base's.
 std::unique_ptr<WeightSource> merge_adapters(std::unique_ptr<WeightSource> base, const LoraConfig& lora,
-                                             AdapterReader adapters, const std::string& folder, std::string what);
+                                             AdapterReader adapters, const std::string& folder, std::string what,
+                                             std::vector<std::string> notes = {});
 
 // Loads the weights of a model or checkpoint folder into `model` (for
 // fine-tuning and inference; no optimizer state is needed or read).

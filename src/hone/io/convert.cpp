@@ -57,9 +57,17 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
   // A LoRA run's checkpoint holds adapters: the model is its base with them merged.
   const TrainedLora trained = read_trained_lora(folder);
   HONE_CHECK(fs::exists(trained.base),
-             "{}: the checkpoint of a LoRA run, whose base model {} (the run's checkpoint.path) is not found from "
-             "here: run from where the run was started, or merge onto the base with lora.adapter",
+             "{}: the checkpoint of a LoRA run, whose base model {} (where the run's checkpoint.path led) is not found "
+             "from here: run from where the run was started, or merge onto a base with lora.adapter",
              folder, trained.base);
+  if (trained.base_model) {
+    const BaseModelRecord now = base_model_record(trained.base);
+    HONE_CHECK(same_base_model(now, *trained.base_model),
+               "{}: the checkpoint of a LoRA run, whose base model has changed since the run: it trained on {}, the "
+               "folder holds {} now (a run resumed from an earlier step wrote it again?): merge onto a base with "
+               "lora.adapter",
+               folder, describe(*trained.base_model), describe(now));
+  }
   std::unique_ptr<WeightSource> base = open_weights(trained.base, trained.base_format);
   check_adapters_base(folder, base->config());
   return merge_adapters(std::move(base), trained.lora, checkpoint_adapters(folder), folder,
@@ -69,9 +77,9 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
 std::unique_ptr<WeightSource> open_convert_source(const std::string& src, const ConvertOptions& options) {
   std::unique_ptr<WeightSource> source = open_weights(src);
   if (!options.adapter.empty()) {
-    LoraAdapters adapters = open_lora_adapters(options.adapter, source->config(), *source);
+    LoraAdapters adapters = open_lora_adapters(options.adapter, src, source->config(), *source);
     source = merge_adapters(std::move(source), adapters.lora, std::move(adapters.read), adapters.folder,
-                            adapters.description);
+                            adapters.description, std::move(adapters.notes));
   }
   if (!options.tokenizer_dir.empty()) source = with_tokenizer_from(std::move(source), options.tokenizer_dir);
   if (options.on_progress) source = with_read_progress(std::move(source), options.on_progress);

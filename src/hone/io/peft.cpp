@@ -217,7 +217,8 @@ AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, c
 
 }  // namespace
 
-LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base, const WeightSource& weights) {
+LoraAdapters open_lora_adapters(const std::string& path, const std::string& base_path, const ModelConfig& base,
+                                const WeightSource& weights) {
   HONE_CHECK(fs::exists(path),
              "{}: not found (LoRA adapters: a lora_finetune run or checkpoint folder, or a PEFT folder)", path);
   HONE_CHECK(fs::is_directory(path),
@@ -238,12 +239,19 @@ LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base
   if (peft) {
     LoraConfig lora = read_peft_config(path, base);
     AdapterReader read = peft_adapters(path, base, lora);
-    return {std::move(lora), std::move(read), folder, "the PEFT adapters of " + path, std::nullopt};
+    return {std::move(lora), std::move(read), folder, "the PEFT adapters of " + path, std::nullopt, {}};
   }
   TrainedLora trained = read_trained_lora(folder);
   check_adapters_base(folder, base);
+  std::vector<std::string> notes;
+  if (trained.base_model && !base_path.empty()) {
+    if (const BaseModelRecord now = base_model_record(base_path); !same_base_model(now, *trained.base_model)) {
+      notes.push_back(fmt::format("the adapters of {} were trained on {}, and are put on {} here", folder,
+                                  describe(*trained.base_model), describe(now)));
+    }
+  }
   return {std::move(trained.lora), checkpoint_adapters(folder), folder, "the LoRA adapters of " + folder,
-          std::move(trained.tokenizer)};
+          std::move(trained.tokenizer), std::move(notes)};
 }
 
 void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model) {

@@ -41,14 +41,19 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config);
 // weights `weights` reads: a PEFT folder, or a lora_finetune checkpoint folder
 // or run directory (trained on a model of that shape, else an error). Adapters
 // already merged into `weights` (a LoRA run's checkpoint holds its own) are an
-// error: they would be added twice.
+// error: they would be added twice. A LoRA run's adapters put on another model
+// than the one they were trained on (`base_path` names it: another step of the
+// pretraining run the adapters' run named by its directory) come with a note
+// (`base_path` empty: weights from no folder, nothing to compare).
 struct LoraAdapters {
   LoraConfig lora;
   AdapterReader read;                    // each adapter by hone name, as f32
   std::string folder;                    // the PEFT or checkpoint folder
   std::string description;               // "the PEFT adapters of DIR"
   std::optional<std::string> tokenizer;  // a LoRA run's tokenizer.path
+  std::vector<std::string> notes;        // for the user (printed after "note: ")
 };
-LoraAdapters open_lora_adapters(const std::string& path, const ModelConfig& base, const WeightSource& weights);
+LoraAdapters open_lora_adapters(const std::string& path, const std::string& base_path, const ModelConfig& base,
+                                const WeightSource& weights);
 
 }  // namespace hone

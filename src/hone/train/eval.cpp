@@ -326,6 +326,7 @@ int run_eval(const Config& c) {
   // Token data (mock, Megatron, MDS) needs no tokenizer; records and tasks do.
   const bool text = !tasks.empty() || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
   InferenceModel m = load_inference_model(c, text);
+  for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
   const int64_t batch = c.get<int64_t>("batch_size");
   const int64_t seq_len =
       sequence_length_for(c, c.has("dataset.max_seq_len") ? "dataset.max_seq_len" : "dataset.seq_len", 256,

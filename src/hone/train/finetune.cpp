@@ -98,13 +98,39 @@ bool has_reference_copy(const Config& c) {
   return trains_preferences(c) && !c.has("model.lora_rank") && dpo_config_from(c).uses_reference();
 }
 
+// The model the run starts from: the one checkpoint.path names now (a run
+// directory: its latest step folder, which the checkpoints record), or on a
+// resume of a run whose base still matters (LoRA's adapters, full DPO's
+// reference) the one its checkpoint records, where checkpoint.path no longer
+// leads to it (a pretraining run that went on since). `notes` says so.
+BaseModelRecord base_model_of(const Config& c, std::vector<std::string>& notes) {
+  const std::string path = c.get<std::string>("checkpoint.path");
+  const BaseModelRecord now = base_model_record(path);
+  if (!c.has("resume") || !(c.has("model.lora_rank") || has_reference_copy(c))) return now;
+  const std::optional<std::string> folder =
+      find_checkpoint(c.get<std::string>("output_dir"), c.get<std::string>("resume"));
+  const std::optional<BaseModelRecord> trained_on = folder ? checkpoint_base_model(*folder) : std::nullopt;
+  if (!trained_on || same_base_model(now, *trained_on)) return now;
+  const std::string role = c.has("model.lora_rank") ? "its adapters" : "DPO's reference";
+  HONE_CHECK(fs::exists(trained_on->folder) && same_base_model(base_model_record(trained_on->folder), *trained_on),
+             "{}: resume: {} was trained from {}, which is not found here ({} only mean something on it), and "
+             "checkpoint.path {} is {}: give checkpoint.path where that model is now",
+             c.origin_of("checkpoint.path"), *folder, describe(*trained_on), role, path, describe(now));
+  notes.push_back(fmt::format("note: checkpoint.path {} is {} now; the run goes on from {}, which {} was trained "
+                              "from ({} only mean something on it)",
+                              path, describe(now), trained_on->folder, *folder, role));
+  return *trained_on;
+}
+
 // How the rows of a batch are cut (dataset.pad_to_multiple_of), for the banner.
 std::string describe_cut(int64_t multiple, int64_t seq_len) {
   if (multiple == 0 || multiple >= seq_len) return "";
   return fmt::format(" (at most: each batch is cut to its longest sample, in multiples of {} tokens)", multiple);
 }
 
-std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, int data_parallel_ranks = 1) {
+// `from`: the model's folder (checkpoint.path before the run resolves it).
+std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, const std::string& from,
+                                   int data_parallel_ranks = 1) {
   const RunSettings run = run_settings_from(c);
   const ModelConfig& model = shape.model;
   const std::optional<LoraConfig>& lora = shape.lora;
@@ -117,7 +143,7 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
   const int64_t trained = lora ? lora_parameter_count(model, *lora) : model.num_params();
   return {
       fmt::format("model: {} ({} family) from {}, {:.1f}M parameters, {:.2f}M trained{}", model.name,
-                  family_name(model.family), c.get<std::string>("checkpoint.path"), double(model.num_params()) / 1e6,
+                  family_name(model.family), from, double(model.num_params()) / 1e6,
                   double(trained) / 1e6,
                   lora ? fmt::format(" ({} rank {})", lora->use_dora ? "DoRA" : "LoRA", lora->rank) : std::string()),
       "batch: " + describe_batch(shape.batch_size, shape.seq_len, c.get<int64_t>("gradient_accumulation_steps")) +
@@ -144,8 +170,9 @@ int run_finetune(const Config& c) {
   check_output_dir_is_free(c);
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
-  const std::unique_ptr<WeightSource> weights =
-      open_weights(c.get<std::string>("checkpoint.path"), c.get<std::string>("checkpoint.format"));
+  std::vector<std::string> base_notes;
+  const BaseModelRecord base = base_model_of(c, base_notes);
+  const std::unique_ptr<WeightSource> weights = open_weights(base.folder, c.get<std::string>("checkpoint.format"));
   const TrainingShape shape = shape_of(c, weights->config());
   const ModelConfig& model_config = shape.model;
   const std::optional<LoraConfig>& lora = shape.lora;
@@ -216,7 +243,8 @@ int run_finetune(const Config& c) {
 
   std::optional<LoraAdapters> start;
   if (c.has("lora.adapter")) {
-    start = open_lora_adapters(c.get<std::string>("lora.adapter"), model_config, *weights);
+    start = open_lora_adapters(c.get<std::string>("lora.adapter"), base.folder, model_config, *weights);
+    for (const std::string& note : start->notes) base_notes.push_back("note: " + note);
     check_starting_adapters(*start, *lora);
   }
   check_exports(c, model_config, lora);
@@ -230,7 +258,8 @@ int run_finetune(const Config& c) {
   }
   model.init_lora(run.seed);
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
-  std::vector<std::string> summary = summarize(c, shape, world.dp_size());
+  std::vector<std::string> summary = summarize(c, shape, base.folder, world.dp_size());
+  summary.insert(summary.end(), base_notes.begin(), base_notes.end());
   for (std::string& line : describe_loss(c)) summary.push_back(std::move(line));
   const auto cut = [&](const char* what, int64_t truncated, int64_t dropped) {
     if (truncated == 0 && dropped == 0) return;
@@ -256,6 +285,7 @@ int run_finetune(const Config& c) {
                           .summary = summary,
                           .companion_files = tokenizer_companion_files(tokenizer_dir),
                           .chat_template = data::chat_template(*tokenizer, options),
+                          .base_model = base,
                           .on_finish = [&](RunConsole& console, const std::optional<std::string>& checkpoint,
                                            const std::vector<std::string>& companion_files) {
                             // The trained weights in memory, or, where they are not whole on
@@ -407,7 +437,7 @@ std::vector<std::string> summarize_finetune(const Config& c) {
   const std::string path = c.get<std::string>("checkpoint.path");
   std::vector<std::string> lines =
       fs::exists(path)
-          ? summarize(c, finetune_shape(c))
+          ? summarize(c, finetune_shape(c), path)
           : std::vector<std::string>{fmt::format(
                 "model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
   for (std::string& line : describe_loss(c)) lines.push_back(std::move(line));

@@ -126,6 +126,7 @@ int run_generate(const Config& c) {
   std::unique_ptr<AtomicFile> samples;
   if (c.has("samples_path")) samples = std::make_unique<AtomicFile>(c.get<std::string>("samples_path"));
   InferenceModel m = load_inference_model(c);
+  for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
   data::InstructOptions format;
   format.format = data::parse_instruct_template(c.get<std::string>("template"));
   format.chat_format = data::parse_chat_format(c.get<std::string>("chat_format"));

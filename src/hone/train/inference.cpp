@@ -63,15 +63,17 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   const std::unique_ptr<WeightSource> weights = open_weights(model_path, c.get<std::string>("checkpoint.format"));
   InferenceModel out;
   out.description = weights->description();
+  out.notes = weights->notes();
   out.generation_config = generation_config_of(*weights);
   out.eos_ids = eos_ids_of(out.generation_config, model_path);
 
   std::string tokenizer = c.has("tokenizer.path") ? c.get<std::string>("tokenizer.path") : "";
   std::optional<LoraAdapters> adapters;
   if (c.has("lora.adapter")) {
-    adapters = open_lora_adapters(c.get<std::string>("lora.adapter"), weights->config(), *weights);
+    adapters = open_lora_adapters(c.get<std::string>("lora.adapter"), model_path, weights->config(), *weights);
     if (tokenizer.empty() && adapters->tokenizer) tokenizer = *adapters->tokenizer;
     out.description += ", " + adapters->description;
+    out.notes.insert(out.notes.end(), adapters->notes.begin(), adapters->notes.end());
   }
   // Frozen: the weights in the compute dtype alone, no fp32 master or gradients.
   out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device,

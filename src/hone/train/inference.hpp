@@ -17,6 +17,9 @@ struct InferenceModel {
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Tokenizer> tokenizer;  // null when not asked for
   std::string description;  // for messages
+  // What the user should know of the model as loaded (printed after "note: "):
+  // its format's (a context length assumed) and the adapters' (another base).
+  std::vector<std::string> notes;
   // The EOS ids the model's generation_config.json names (else its
   // config.json): where transformers' generate() stops (Llama 3 Instruct lists
   // <|end_of_text|>, <|eom_id|> and <|eot_id|>).

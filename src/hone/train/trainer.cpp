@@ -244,12 +244,14 @@ int run_training(const Config& c, TrainingJob job) {
 
   TrainerState state;
   state.config = c.tree();
+  state.base_model = job.base_model;
   if (c.has("resume")) {
     if (auto folder = find_checkpoint(run.output_dir, c.get<std::string>("resume"))) {
       console.transient(fmt::format("loading {} ...", *folder));
       const std::vector<std::string> notes = check_kept_on_resume(c, checkpoint_config(*folder), *folder);
       state = load_checkpoint(*folder, model, optimizer);
       state.config = c.tree();  // what this run's checkpoints were trained with (a LoRA merge reads its alpha)
+      state.base_model = job.base_model;  // the model this run loaded (on a LoRA resume, the checkpoint's again)
       try {
         train.restore(state.data_state);
       } catch (const Error& e) {

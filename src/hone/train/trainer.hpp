@@ -11,6 +11,7 @@
 
 #include "hone/config/config.hpp"
 #include "hone/data/batch.hpp"
+#include "hone/io/checkpoint.hpp"
 #include "hone/model/transformer.hpp"
 #include "hone/train/metrics.hpp"
 #include "hone/train/objective.hpp"
@@ -36,6 +37,9 @@ struct TrainingJob {
   // written to output_dir/chat_template.jinja, which checkpoints carry in place
   // of the tokenizer's own, and so do exports.
   std::optional<std::string> chat_template;
+  // The model a fine-tune started from, which its checkpoints record (a resume
+  // and a LoRA merge find it again by it); none for pretraining.
+  std::optional<BaseModelRecord> base_model;
   // Runs on rank 0 after the final checkpoint of a run that was not interrupted
   // (exports). `checkpoint` names that checkpoint when the exports are to read
   // the trained weights from it (they are not whole on rank 0: ZeRO-3 shards,
