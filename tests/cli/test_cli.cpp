@@ -608,6 +608,11 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
        "with model.lora_attn_modules from the command line: model.lora_attn_modules: 'o_proj' is a Hugging Face "
        "module name (PEFT's target_modules); hone takes torchtune's: output_proj instead"},
       {"validate llama3_2/1B_lora clip_grad_norm=1.0", "'clip_grad_norm': torchtune's; hone's is optimizer.max_grad_norm"},
+      // The dataset keys' errors, which hone run gives before reading any data.
+      {"validate llama3_2/1B_lora dataset.column_map.outptu=answer",
+       "the command line: dataset.column_map.outptu: no template reads a field 'outptu' (did you mean 'output'?)"},
+      {"validate gpt2/124M_lora dataset.system_prompt=Brief.",
+       "dataset.system_prompt is a chat format's system message: the alpaca template writes plain text"},
       {"validate quickstart dataset.type=mock", "dataset.path .assets/quickstart/sotu_text_document is set but "
                                                 "dataset.type is mock, which ignores it"},
       {"validate quickstart dataset.type=mds dataset.path=null", "dataset.type mds needs dataset.path"},

@@ -91,6 +91,8 @@ TEST_F(InstructTest, SummarizeWithAColumnMap) {
   EXPECT_EQ(d.samples.at(0).tokens, expected);
 }
 
+// The assistant's messages are learned whole, header and end of turn included,
+// as torchtune's Llama 3 tokenizer masks a message.
 TEST_F(InstructTest, Llama3ChatTrainsOnAssistantTurnsOnly) {
   const std::string path = file("c.jsonl", R"({"messages": [{"role": "user", "content": "Hi <|eot_id|>"}, {"role": "assistant", "content": "Hello!"}]}
 )");
@@ -106,7 +108,7 @@ TEST_F(InstructTest, Llama3ChatTrainsOnAssistantTurnsOnly) {
   std::vector<int32_t> learned;
   for (size_t i = 0; i < s.tokens.size(); ++i)
     if (s.labels[i] != -100) learned.push_back(s.tokens[i]);
-  EXPECT_EQ(llama3_->decode(learned), "Hello!<|eot_id|>");
+  EXPECT_EQ(llama3_->decode(learned), "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>");
   // GPT-2's tokenizer has no Llama 3 header tokens.
   EXPECT_THROW(data::load_instruct_dataset(path, *gpt2_, {.format = InstructTemplate::chat}), Error);
 }
@@ -367,10 +369,81 @@ TEST_F(InstructTest, ChatLearnsTheLastResponseOnlyWhenAsked) {
       if (s.labels[i] != -100) learned.push_back(s.tokens[i]);
     return llama3_->decode(learned);
   };
+  const std::string header = "<|start_header_id|>assistant<|end_header_id|>\n\n";
   InstructOptions o{.format = InstructTemplate::chat};
-  EXPECT_EQ(learned_text(o), "Hello!<|eot_id|>See you.<|eot_id|>");
+  EXPECT_EQ(learned_text(o), header + "Hello!<|eot_id|>" + header + "See you.<|eot_id|>");
   o.train_on_every_response = false;
-  EXPECT_EQ(learned_text(o), "See you.<|eot_id|>");
+  EXPECT_EQ(learned_text(o), header + "See you.<|eot_id|>");
+}
+
+// dataset.system_prompt is never learned, not even with train_on_input (as
+// torchtune's new_system_prompt); a record's own system message is, then.
+TEST_F(InstructTest, AnInjectedSystemPromptIsNeverLearned) {
+  const std::string path = file("sys.jsonl", R"({"messages": [{"role": "system", "content": "Own."}, )"
+                                             R"({"role": "user", "content": "Hi"}, )"
+                                             R"({"role": "assistant", "content": "Hello!"}]})"
+                                             "\n");
+  const std::unique_ptr<Tokenizer> qwen3 = load_tokenizer(asset_path("tokenizers/qwen3"));
+  for (const auto& [tokenizer, format] :
+       {std::pair<const Tokenizer*, data::ChatFormat>{llama3_, data::ChatFormat::llama3},
+        std::pair<const Tokenizer*, data::ChatFormat>{qwen3.get(), data::ChatFormat::chatml}}) {
+    const auto learned_text = [&](const std::string& system_prompt) {
+      const InstructOptions o{
+          .format = InstructTemplate::chat, .chat_format = format, .train_on_input = true, .system_prompt = system_prompt};
+      const TokenizedSample s = data::load_instruct_dataset(path, *tokenizer, o).samples.at(0);
+      std::vector<int32_t> learned;
+      for (size_t i = 1; i < s.tokens.size(); ++i)  // the first token is never a target
+        if (s.labels[i] != -100) learned.push_back(s.tokens[i]);
+      return tokenizer->decode(learned);
+    };
+    const std::string injected = learned_text("Be brief."), own = learned_text("");
+    EXPECT_EQ(injected.find("Be brief."), std::string::npos) << injected;
+    EXPECT_EQ(injected.find("system"), std::string::npos) << injected;
+    EXPECT_NE(injected.find("Hi"), std::string::npos) << injected;
+    EXPECT_NE(own.find("Own."), std::string::npos) << own;
+  }
+}
+
+// With a chat format the other templates write their prompt and response as a
+// user's and an assistant's message, as torchtune's model tokenizers do
+// (alpaca_dataset with llama3_tokenizer); without one, plain text.
+TEST_F(InstructTest, AlpacaInAChatFormatIsAUserAndAnAssistantMessage) {
+  const std::string path = file("a.jsonl", R"({"instruction": "Say hi.", "output": "hi"})"
+                                           "\n");
+  const InstructOptions alpaca{.format = InstructTemplate::alpaca, .chat_format = data::ChatFormat::llama3};
+  const TokenizedSample s = data::load_instruct_dataset(path, *llama3_, alpaca).samples.at(0);
+  const std::string prompt =
+      "Below is an instruction that describes a task. Write a response that appropriately completes the "
+      "request.\n\n### Instruction:\nSay hi.\n\n### Response:";  // trimmed, as every Llama 3 message
+  const std::string header = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(llama3_->decode(s.tokens), "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n" + prompt +
+                                           "<|eot_id|>" + header + "hi<|eot_id|>");
+  std::vector<int32_t> learned;
+  for (size_t i = 0; i < s.tokens.size(); ++i)
+    if (s.labels[i] != -100) learned.push_back(s.tokens[i]);
+  EXPECT_EQ(llama3_->decode(learned), header + "hi<|eot_id|>");
+  // A prompt to answer is formatted alike, and the answer ends at the end of turn.
+  const std::string answer_prompt = llama3_->decode(data::prompt_tokens(*llama3_, "Say hi.", alpaca));
+  EXPECT_EQ(answer_prompt, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n" + prompt + "<|eot_id|>" +
+                               header);
+  EXPECT_EQ(data::end_of_answer_token(*llama3_, alpaca), *llama3_->special_token_id("<|eot_id|>"));
+  // Without a chat format: BOS, the prompt, the answer and EOS.
+  const TokenizedSample plain =
+      data::load_instruct_dataset(path, *llama3_, {.format = InstructTemplate::alpaca}).samples.at(0);
+  EXPECT_EQ(llama3_->decode(plain.tokens), "<|begin_of_text|>" + prompt + "\nhi<|end_of_text|>");
+  EXPECT_EQ(data::end_of_answer_token(*llama3_, {.format = InstructTemplate::alpaca}), *llama3_->eos_id());
+  // Mistral's (torchtune's MistralChatTemplate): [INST] around the prompt, EOS after the answer.
+  const std::unique_ptr<Tokenizer> mistral = load_tokenizer(asset_path("tokenizers/mistral"));
+  const TokenizedSample inst =
+      data::load_instruct_dataset(
+          path, *mistral, {.format = InstructTemplate::alpaca, .chat_format = data::ChatFormat::llama2})
+          .samples.at(0);
+  EXPECT_EQ(inst.tokens.front(), *mistral->bos_id());
+  EXPECT_EQ(inst.tokens.back(), *mistral->eos_id());
+  EXPECT_NE(mistral->decode(inst.tokens).find("[INST] Below is an instruction"), std::string::npos)
+      << mistral->decode(inst.tokens);
+  EXPECT_NE(mistral->decode(inst.tokens).find("### Response:\n [/INST] hi"), std::string::npos)
+      << mistral->decode(inst.tokens);
 }
 
 // A response follows its prompt as in the whole text: SentencePiece-style
@@ -551,8 +624,9 @@ TEST_F(InstructTest, PreferencePairsFromConversationsOrAPromptWithTwoAnswers) {
       if (s.labels[i] != -100) ids.push_back(s.tokens[i]);
     return llama3_->decode(ids);
   };
-  EXPECT_EQ(learned(d.samples[0]), "Paris.<|eot_id|>");
-  EXPECT_EQ(learned(d.samples[1]), "Rome.<|eot_id|>");
+  const std::string header = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(learned(d.samples[0]), header + "Paris.<|eot_id|>");
+  EXPECT_EQ(learned(d.samples[1]), header + "Rome.<|eot_id|>");
   // The same conversation from a prompt string and answer strings (renamed columns).
   const std::string strings = file("q.jsonl", R"({"question": "Capital of France?", "good": "Paris.", "bad": "Rome."}
 )");

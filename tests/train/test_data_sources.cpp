@@ -153,12 +153,15 @@ TEST_F(PretrainingData, MdsShardsOfLlmFoundry) {
 }
 
 // dataset.column_map names fields a template reads (ShareGPT's `conversations`
-// too, as torchtune's column_map names it); dataset.system_prompt is a chat's.
+// too, as torchtune's column_map names it); dataset.system_prompt is a chat
+// format's. A key given on the command line is named as such.
 TEST(InstructOptions, ColumnMapFieldsAndTheSystemPromptAreChecked) {
   Schema schema = instruct_dataset_schema();
   schema.add(mds_tokens_schema());
-  const auto options = [&](const std::string& yaml) {
-    return instruct_options_from(schema.resolve(Config::from_yaml(yaml, "run.yaml")), 64);
+  const auto options = [&](const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+    Config c = Config::from_yaml(yaml, "run.yaml");
+    for (const std::string& o : overrides) c.apply_override(o);
+    return instruct_options_from(schema.resolve(c));
   };
   EXPECT_EQ(options("dataset: {template: chat, column_map: {conversations: chats}}\n").column_map.at("messages"),
             "chats");
@@ -170,10 +173,24 @@ TEST(InstructOptions, ColumnMapFieldsAndTheSystemPromptAreChecked) {
   EXPECT_NE(error_of([&] { options("dataset: {template: chat, column_map: {messages: a, conversations: b}}\n"); })
                 .find("has both messages and conversations"),
             std::string::npos);
+  EXPECT_EQ(error_of([&] { options("dataset: {template: alpaca}\n", {"dataset.column_map.outptu=answer"}); }),
+            "the command line: dataset.column_map.outptu: no template reads a field 'outptu' (did you mean "
+            "'output'?); the fields: instruction, input, output, dialogue, messages, prompt, chosen, rejected, "
+            "conversations");
+  EXPECT_EQ(error_of([&] { options("dataset: {column_map: {output: answer}}\n", {"dataset.column_map.input=7"}); }),
+            "the command line: dataset.column_map.input must name a column");
   EXPECT_EQ(options("dataset: {template: chat, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
+  EXPECT_EQ(options("dataset: {chat_format: llama3, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
   EXPECT_EQ(error_of([&] { options("dataset: {system_prompt: Be kind.}\n"); }),
-            "run.yaml: dataset.system_prompt is a chat's system message: the alpaca template has none (give "
-            "dataset.template: chat)");
+            "run.yaml: dataset.system_prompt is a chat format's system message: the alpaca template writes plain "
+            "text without one (give dataset.template: chat, or a dataset.chat_format to write its samples in)");
+  // A chat's format is llama3 unless given; the other templates' none.
+  EXPECT_EQ(options("dataset: {template: chat}\n").chat_format, std::nullopt);
+  EXPECT_EQ(options("dataset: {template: alpaca, chat_format: llama2}\n").chat_format, data::ChatFormat::llama2);
+  // torchtune's dataset keys say what hone's are.
+  EXPECT_NE(error_of([&] { schema.resolve(Config::from_yaml("dataset: {source: json}\n", "run.yaml")); })
+                .find("'dataset.source': torchtune's (load_dataset's); hone reads local records from dataset.path"),
+            std::string::npos);
 }
 
 }  // namespace

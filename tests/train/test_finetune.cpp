@@ -1283,7 +1283,8 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   const std::pair<std::string, std::string> refused[] = {
       {"prompts_file=" + root_ + "/blank_prompts.txt", "prompts_file " + root_ + "/blank_prompts.txt: no prompts in it"},
       {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "},
-      {"system_prompt=Be kind.", "system_prompt is a chat's system message: the plain template has none"}};
+      {"system_prompt=Be kind.", "system_prompt is a chat format's system message: the plain template writes plain "
+                                 "text without one"}};
   for (const auto& [arg, message] : refused) {
     EXPECT_EQ(
         run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", arg}, root_ + "/refused.out"),

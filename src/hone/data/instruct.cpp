@@ -58,7 +58,15 @@ struct Piece {
   // tokenizer(text) and vLLM read one.
   bool special = false;
   std::optional<int32_t> id;  // a token given by id (BOS/EOS)
+  bool injected = false;      // dataset.system_prompt's: never learned, not even with train_on_input
 };
+
+// The chat format samples are written in: a chat's (llama3 unless given); for
+// the other templates the one given, if any.
+std::optional<ChatFormat> chat_format_of(const InstructOptions& o) {
+  if (o.format == InstructTemplate::chat) return o.chat_format.value_or(ChatFormat::llama3);
+  return o.chat_format;
+}
 
 // The samples of an MDS folder (LLM Foundry's fine-tuning shards: `prompt` and
 // `response` str columns) as records of their str, json and int columns.
@@ -386,10 +394,13 @@ std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) 
 }
 
 // The pieces of a conversation in the chat format; with `generation_prompt` the
-// assistant's header follows, for the model to answer after it.
+// assistant's header follows, for the model to answer after it. A learned
+// message is learned whole, its header and end of turn included, as
+// torchtune's tokenizers mask a message.
 std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenizer& t, const InstructOptions& o,
                                const std::string& where, bool generation_prompt) {
-  if (!o.system_prompt.empty()) {  // in place of the record's own, as torchtune's new_system_prompt
+  const bool injected_system = !o.system_prompt.empty();
+  if (injected_system) {  // in place of the record's own, as torchtune's new_system_prompt
     std::erase_if(messages, [](const ChatMessage& m) { return m.role == "system"; });
     messages.insert(messages.begin(), {"system", o.system_prompt});
   }
@@ -400,18 +411,19 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
     return messages[i].role == "assistant" && (o.train_on_every_response || i == last_reply);
   };
   std::vector<Piece> pieces;
-  switch (o.chat_format) {
+  switch (*chat_format_of(o)) {
     case ChatFormat::llama3: {
       special_id(t, "<|start_header_id|>", "llama3");
       special_id(t, "<|eot_id|>", "llama3");
       pieces.push_back({.text = "<|begin_of_text|>", .special = true});
       for (size_t i = 0; i < messages.size(); ++i) {
         const auto& [role, content] = messages[i];
-        const bool reply = learned(i);
-        pieces.push_back({.text = "<|start_header_id|>" + role + "<|end_header_id|>\n\n", .special = true});
+        const bool reply = learned(i), injected = injected_system && i == 0;
+        pieces.push_back({.text = "<|start_header_id|>" + role + "<|end_header_id|>\n\n", .trainable = reply,
+                          .special = true, .injected = injected});
         // Trimmed, as Meta's template and torchtune's Llama 3 tokenizer trim each message.
-        pieces.push_back({.text = std::string(python_strip(content)), .trainable = reply});
-        pieces.push_back({.text = "<|eot_id|>", .trainable = reply, .special = true});
+        pieces.push_back({.text = std::string(python_strip(content)), .trainable = reply, .injected = injected});
+        pieces.push_back({.text = "<|eot_id|>", .trainable = reply, .special = true, .injected = injected});
       }
       if (generation_prompt) pieces.push_back({.text = "<|start_header_id|>assistant<|end_header_id|>\n\n", .special = true});
       break;
@@ -421,11 +433,12 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
       special_id(t, "<|im_end|>", "chatml");
       for (size_t i = 0; i < messages.size(); ++i) {
         const auto& [role, content] = messages[i];
-        const bool reply = learned(i);
-        pieces.push_back({.text = "<|im_start|>" + role + "\n", .special = true});
-        pieces.push_back({.text = content, .trainable = reply});
-        pieces.push_back({.text = "<|im_end|>", .trainable = reply, .special = true});
-        pieces.push_back({.text = "\n"});
+        const bool reply = learned(i), injected = injected_system && i == 0;
+        pieces.push_back({.text = "<|im_start|>" + role + "\n", .trainable = reply, .special = true,
+                          .injected = injected});
+        pieces.push_back({.text = content, .trainable = reply, .injected = injected});
+        pieces.push_back({.text = "<|im_end|>", .trainable = reply, .special = true, .injected = injected});
+        pieces.push_back({.text = "\n", .trainable = reply, .injected = injected});
       }
       if (generation_prompt) pieces.push_back({.text = "<|im_start|>assistant\n", .special = true});
       break;
@@ -502,7 +515,7 @@ TokenizedSample tokenize(const std::vector<Piece>& pieces, const Tokenizer& t, b
     if (p.id) ids.push_back(*p.id);
     else if (dummy_prefix && continues_text(pieces, i, t)) encode_continuation(t, p.text, ids);
     else t.encode_into(p.text, ids, p.special ? SpecialTokens::recognize : SpecialTokens::as_text);
-    const bool learn = p.trainable || train_on_input;
+    const bool learn = p.trainable || (train_on_input && !p.injected);
     for (int32_t id : ids) {
       s.tokens.push_back(id);
       s.labels.push_back(learn ? id : kIgnore);
@@ -530,10 +543,16 @@ bool fit_sample(TokenizedSample& s, int64_t max_seq_len, int64_t& truncated) {
   return s.labels.size() >= 2 && !std::all_of(s.labels.begin() + 1, s.labels.end(), ignored);
 }
 
-// A prompt/response sample of a non-chat template: BOS where the family uses
-// one, the template's prompt around `fields`, the response and EOS.
+// A prompt/response sample of a non-chat template: the template's prompt
+// around `fields` and the response, as a user's and an assistant's message in
+// the chat format where one is given; else BOS where the family uses one, the
+// prompt, the response and EOS.
 std::vector<Piece> template_pieces(const std::map<std::string, std::string>& fields, const std::string& response,
-                                   const Tokenizer& t, const InstructOptions& o) {
+                                   const Tokenizer& t, const InstructOptions& o, const std::string& where) {
+  if (chat_format_of(o)) {
+    return chat_pieces({{"user", format_prompt(fields, o)}, {"assistant", response}}, t, o, where,
+                       /*generation_prompt=*/false);
+  }
   std::vector<Piece> pieces;
   if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
   pieces.push_back({.text = format_prompt(fields, o)});
@@ -556,6 +575,9 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& t, const std::string& text, 
   std::vector<Piece> pieces;
   if (o.format == InstructTemplate::chat) {
     pieces = chat_pieces({{"user", text}}, t, o, "the prompt", /*generation_prompt=*/true);
+  } else if (chat_format_of(o)) {
+    pieces = chat_pieces({{"user", format_prompt({{prompt_field(o), text}}, o)}}, t, o, "the prompt",
+                         /*generation_prompt=*/true);
   } else {
     if (auto bos = leading_bos(t)) pieces.push_back({.id = bos});
     pieces.push_back({.text = format_prompt({{prompt_field(o), text}}, o), .special = true});
@@ -564,10 +586,9 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& t, const std::string& text, 
 }
 
 int32_t end_of_answer_token(const Tokenizer& t, const InstructOptions& o) {
-  if (o.format == InstructTemplate::chat) {
-    if (o.chat_format == ChatFormat::llama3) return special_id(t, "<|eot_id|>", "llama3");
-    if (o.chat_format == ChatFormat::chatml) return special_id(t, "<|im_end|>", "chatml");
-  }
+  const std::optional<ChatFormat> chat_format = chat_format_of(o);
+  if (chat_format == ChatFormat::llama3) return special_id(t, "<|eot_id|>", "llama3");
+  if (chat_format == ChatFormat::chatml) return special_id(t, "<|im_end|>", "chatml");
   HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token");
   return *t.eos_id();
 }
@@ -581,7 +602,7 @@ std::optional<std::string> chat_template(const Tokenizer& t, const InstructOptio
     jinja += "{%- set messages = [{'role': 'system', 'content': " + literal(o.system_prompt) +
              "}] + messages | rejectattr('role', 'equalto', 'system') | list %}";
   }
-  switch (o.chat_format) {
+  switch (*chat_format_of(o)) {
     case ChatFormat::llama3:
       special_id(t, "<|eot_id|>", "llama3");
       return jinja +
@@ -684,7 +705,7 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
         case InstructTemplate::summarize: fields["dialogue"] = text_field(r, "dialogue", o); break;
         default: fields["input"] = text_field(r, "input", o); break;
       }
-      pieces = template_pieces(fields, text_field(r, "output", o), t, o);
+      pieces = template_pieces(fields, text_field(r, "output", o), t, o, r.where);
     }
     keep(tokenize(pieces, t, o.train_on_input));
   }
@@ -712,7 +733,7 @@ TokenizedSample preference_sample(const Record& r, const std::string& side, cons
     pieces = chat_pieces({{"user", text_field(r, "prompt", o)}, {"assistant", it->get<std::string>()}}, t, o, r.where,
                          /*generation_prompt=*/false);
   } else {
-    pieces = template_pieces({{prompt_field(o), text_field(r, "prompt", o)}}, it->get<std::string>(), t, o);
+    pieces = template_pieces({{prompt_field(o), text_field(r, "prompt", o)}}, it->get<std::string>(), t, o, r.where);
   }
   return tokenize(pieces, t, o.train_on_input);
 }

@@ -38,7 +38,12 @@ ChatFormat parse_chat_format(const std::string& name);
 
 struct InstructOptions {
   InstructTemplate format = InstructTemplate::alpaca;
-  ChatFormat chat_format = ChatFormat::llama3;
+  // The chat template's format (unset: llama3). The other templates write
+  // plain text unless one is given; with one, their prompt and response are a
+  // user and an assistant message in it, as torchtune's model tokenizers write
+  // every template (its Llama 3 tokenizer in headers, its Llama 2 and Mistral
+  // ones in [INST]).
+  std::optional<ChatFormat> chat_format;
   // Template field -> column of the records: alpaca reads instruction, input and
   // output; summarize reads dialogue and output; plain reads input and output;
   // chat reads messages (or ShareGPT's conversations where a record has no
@@ -46,7 +51,10 @@ struct InstructOptions {
   std::map<std::string, std::string> column_map;
   bool train_on_input = false;
   int64_t max_seq_len = 512;  // longer samples are cut to this many tokens
-  std::string system_prompt;  // chat: prepended as a system message when not empty
+  // A chat format's system message when not empty, in place of the record's
+  // own; never learned, not even with train_on_input (torchtune's
+  // new_system_prompt is masked).
+  std::string system_prompt;
   // Chat and pre-tokenized turns: learn every response (torchtune's way), or only
   // the last (LLM Foundry's target_responses: last, its default).
   bool train_on_every_response = true;
@@ -100,9 +108,10 @@ struct ChatMessage {
 
 // The tokens a model is given to answer, as training formatted its prompts: for
 // chat, the messages and then the assistant's header; otherwise the template
-// around `text` (the instruction, the dialogue or the plain input), after BOS
-// where the tokenizer family uses one, with special tokens written in it as
-// their ids (as transformers' tokenizer(text) and vLLM read a prompt).
+// around `text` (the instruction, the dialogue or the plain input), in the
+// chat format as a user message where one is given, else after BOS where the
+// tokenizer family uses one, with special tokens written in it as their ids
+// (as transformers' tokenizer(text) and vLLM read a prompt).
 std::vector<int32_t> prompt_tokens(const Tokenizer& tokenizer, const std::string& text, const InstructOptions& options);
 // The token that ends an answer: the chat format's end of turn, else EOS.
 int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);

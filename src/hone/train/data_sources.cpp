@@ -136,30 +136,44 @@ Schema instruct_dataset_schema(const std::string& template_default) {
   Schema s;
   s.add({"dataset.template", ValueType::string, template_default, "how records become prompts",
          {"alpaca", "summarize", "plain", "chat"}});
-  s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
+  s.add({"dataset.chat_format", ValueType::string, nullptr,
+         "the chat format: a chat's (unset: llama3); for the other templates, their prompt and response as a user "
+         "and an assistant message in it, as torchtune's model tokenizers write them (unset: plain text)",
+         {"llama3", "llama2", "chatml"}});
   s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
   s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
   s.add({"dataset.target_responses", ValueType::string, "all",
          "chat and pre-tokenized turns: learn every response, or the last only (LLM Foundry's default)",
          {"all", "last"}});
-  s.add({"dataset.system_prompt", ValueType::string, "", "chat: a system message for every sample"});
+  s.add({"dataset.system_prompt", ValueType::string, "",
+         "a system message for every sample, in place of its own (with a chat format; never learned)"});
   s.add_foreign("dataset.target_prompts",
                 "LLM Foundry's; hone learns the prompts with dataset.train_on_input: true (target_prompts: all) or "
                 "not (none, its default)");
+  // torchtune's dataset and tokenizer keys, which migrating users type first.
+  s.add_foreign("dataset.source", "torchtune's (load_dataset's); hone reads local records from dataset.path (a "
+                                  ".jsonl, .json or .parquet file, a folder or glob of them, or an MDS folder)");
+  s.add_foreign("dataset.data_files", "torchtune's (load_dataset's); hone's is dataset.path");
+  s.add_foreign("dataset.split", "torchtune's (load_dataset's); hone trains on dataset.path and validates on "
+                                 "dataset.validation_path or on the dataset.validation_fraction it holds out");
+  s.add_foreign("dataset.conversation_style", "torchtune's; hone's chat template reads OpenAI messages and ShareGPT "
+                                              "conversations alike (dataset.template: chat)");
+  s.add_foreign("dataset.new_system_prompt", "torchtune's; hone's is dataset.system_prompt");
+  s.add_foreign("tokenizer.prompt_template", "torchtune's; hone's is dataset.chat_format (llama3, llama2 or chatml)");
   return s;
 }
 
-data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len) {
+data::InstructOptions instruct_options_from(const Config& c) {
   data::InstructOptions o;
   o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
-  o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
+  if (c.has("dataset.chat_format")) o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
   if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
     // The fields the templates, chats and preference pairs read; torchtune's
     // ShareGPT column_map names the conversation `conversations`.
     const std::vector<std::string> fields = {"instruction", "input",  "output",   "dialogue", "messages",
                                              "prompt",      "chosen", "rejected", "conversations"};
-    const std::string& origin = c.origin_of("dataset.column_map");
     for (auto it = map->begin(); it != map->end(); ++it) {
+      const std::string& origin = c.origin_of("dataset.column_map." + it.key());
       HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column", origin, it.key());
       if (std::ranges::find(fields, it.key()) == fields.end()) {
         const std::string suggestion = closest_match(it.key(), fields);
@@ -169,18 +183,17 @@ data::InstructOptions instruct_options_from(const Config& c, int64_t max_seq_len
       }
       const std::string field = it.key() == "conversations" ? "messages" : it.key();
       HONE_CHECK(!o.column_map.contains(field), "{}: dataset.column_map has both messages and conversations, which "
-                 "name the same field", origin);
+                 "name the same field", c.origin_of_section("dataset.column_map"));
       o.column_map[field] = it.value().get<std::string>();
     }
   }
   o.train_on_input = c.get<bool>("dataset.train_on_input");
   o.train_on_every_response = c.get<std::string>("dataset.target_responses") == "all";
   o.token_encoding_type = c.get<std::string>("dataset.token_encoding_type");
-  o.max_seq_len = max_seq_len;
   o.system_prompt = c.get<std::string>("dataset.system_prompt");
-  HONE_CHECK(o.system_prompt.empty() || o.format == data::InstructTemplate::chat,
-             "{}: dataset.system_prompt is a chat's system message: the {} template has none (give "
-             "dataset.template: chat)",
+  HONE_CHECK(o.system_prompt.empty() || o.format == data::InstructTemplate::chat || o.chat_format,
+             "{}: dataset.system_prompt is a chat format's system message: the {} template writes plain text without "
+             "one (give dataset.template: chat, or a dataset.chat_format to write its samples in)",
              c.origin_of("dataset.system_prompt"), c.get<std::string>("dataset.template"));
   return o;
 }

@@ -27,7 +27,8 @@ void check_pretraining_data_keys(const Config& config);
 // train_on_input, target_responses, system_prompt), as fine-tuning and eval take them.
 // template_default: dataset.template's default (alpaca; DPO's chat).
 Schema instruct_dataset_schema(const std::string& template_default = "alpaca");
-// Those keys (and dataset.token_encoding_type) as options, samples cut to max_seq_len.
-data::InstructOptions instruct_options_from(const Config& config, int64_t max_seq_len);
+// Those keys (and dataset.token_encoding_type) as options (max_seq_len left to
+// the caller); their errors need no data (hone validate asks for them too).
+data::InstructOptions instruct_options_from(const Config& config);
 
 }  // namespace hone

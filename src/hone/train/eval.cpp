@@ -316,6 +316,7 @@ std::vector<std::string> check_eval_config(const Config& c) {
                c.origin_of("dataset.seq_len"));
   }
   if (c.has("task.path")) check_fewshot_keys(c, "task");
+  if (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct") instruct_options_from(c);
   return {};
 }
 
@@ -336,8 +337,9 @@ int run_eval(const Config& c) {
     const std::string type = c.get<std::string>("dataset.type");
     std::unique_ptr<data::BatchSource> source;
     if (type == "instruct") {
-      auto d = data::load_instruct_dataset(c.get<std::string>("dataset.path"), *m.tokenizer,
-                                           instruct_options_from(c, seq_len));
+      data::InstructOptions options = instruct_options_from(c);
+      options.max_seq_len = seq_len;
+      auto d = data::load_instruct_dataset(c.get<std::string>("dataset.path"), *m.tokenizer, options);
       source = std::make_unique<data::SampleStream>(
           std::move(d.samples), data::SampleStreamOptions{.batch_size = batch,
                                                           .seq_len = seq_len,

@@ -181,7 +181,8 @@ int run_finetune(const Config& c) {
   const std::string tokenizer_dir = tokenizer_path_for_model(c);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
   check_fits_vocabulary(*tokenizer, model_config.vocab_size, c.origin());
-  const data::InstructOptions options = instruct_options_from(c, seq_len);
+  data::InstructOptions options = instruct_options_from(c);
+  options.max_seq_len = seq_len;
   const std::string path = c.get<std::string>("dataset.path");
   // DPO: samples come in pairs (a chosen and a rejected sequence), which
   // batches and held-out validation keep together.
@@ -427,6 +428,7 @@ Schema finetune_schema(FinetuneKind kind) {
 }
 
 std::vector<std::string> summarize_finetune(const Config& c) {
+  instruct_options_from(c);  // the dataset keys' errors, which need no data
   if (const std::optional<LoraConfig> lora = lora_config_from(c)) {
     try {
       check_lora_config(*lora);

@@ -25,8 +25,11 @@ Schema generate_schema() {
   s.add({"prompts_file", ValueType::string, nullptr, "a file of prompts, one per line"});
   s.add({"template", ValueType::string, "plain", "how the prompt is presented, as in training",
          {"plain", "alpaca", "summarize", "chat"}});
-  s.add({"chat_format", ValueType::string, "llama3", "chat template", {"llama3", "llama2", "chatml"}});
-  s.add({"system_prompt", ValueType::string, "", "chat: a system message"});
+  s.add({"chat_format", ValueType::string, nullptr,
+         "the chat format, as in training: a chat's (unset: llama3); for the other templates, the prompt as a user "
+         "message in it (unset: plain text)",
+         {"llama3", "llama2", "chatml"}});
+  s.add({"system_prompt", ValueType::string, "", "a system message (with a chat format)"});
   s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"}, Range::positive());
   // The sampling keys default to what the model's generation_config.json sets (sampling_options).
   s.add({"temperature", ValueType::number, nullptr, "sampling temperature (0: greedy); default: 0.8"},
@@ -93,8 +96,10 @@ SamplingOptions sampling_options(const Config& c, const Json& generation_config)
 
 std::vector<std::string> check_generate_config(const Config& c) {
   HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin());
-  HONE_CHECK(c.get<std::string>("system_prompt").empty() || c.get<std::string>("template") == "chat",
-             "{}: system_prompt is a chat's system message: the {} template has none (give template=chat)",
+  HONE_CHECK(c.get<std::string>("system_prompt").empty() || c.get<std::string>("template") == "chat" ||
+                 c.has("chat_format"),
+             "{}: system_prompt is a chat format's system message: the {} template writes plain text without one "
+             "(give template=chat, or a chat_format to write the prompt in)",
              c.origin_of("system_prompt"), c.get<std::string>("template"));
   return {};
 }
@@ -129,7 +134,7 @@ int run_generate(const Config& c) {
   for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
   data::InstructOptions format;
   format.format = data::parse_instruct_template(c.get<std::string>("template"));
-  format.chat_format = data::parse_chat_format(c.get<std::string>("chat_format"));
+  if (c.has("chat_format")) format.chat_format = data::parse_chat_format(c.get<std::string>("chat_format"));
   format.system_prompt = c.get<std::string>("system_prompt");
   GenerationOptions o;
   o.max_new_tokens = c.get<int64_t>("max_new_tokens");
