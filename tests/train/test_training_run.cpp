@@ -390,6 +390,35 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   EXPECT_NE(train_log.find(", 6 steps to run"), std::string::npos) << train_log;
 }
 
+// hone run eval with the run's dataset.validation_fraction scores the
+// documents the run validated on: the same loss as its final validation.
+TEST_F(TrainingRun, EvalScoresTheDocumentsARunHeldOut) {
+  const std::string settings = "seed: 7\ndtype: fp32\n";
+  // batch_size 1: the run's validation takes every sample (it leaves out a last partial batch; eval does not).
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("held_out", 2, settings), "dataset.validation_fraction=0.25",
+                 "eval.max_batches=0", "batch_size=1"}),
+            0)
+      << log();
+  const double validated = run_metric(root_ + "/held_out", "metrics/eval/LanguageCrossEntropy").at(2);
+  const auto eval = [&](const std::string& fraction) {
+    const std::string out = root_ + "/eval_" + fraction + ".out";
+    EXPECT_EQ(run_hone_to_log({"run", "eval", "threads=1", "seed=7", "dtype=fp32", "checkpoint.path=" + root_ + "/held_out",
+                               "dataset.type=mock", "dataset.seq_len=32", "dataset.mock.documents=64",
+                               "dataset.mock.document_length=200", "max_batches=0",
+                               "dataset.validation_fraction=" + fraction},
+                              out),
+              0)
+        << read_file(out);
+    const std::string text = read_file(out);
+    return nlohmann::json::parse(text.substr(text.rfind('{')));
+  };
+  const nlohmann::json held_out = eval("0.25"), all = eval("0");
+  EXPECT_NEAR(held_out["loss"].get<double>(), validated, 1e-5 * validated) << held_out.dump();
+  // 16 of the 64 documents of 200 tokens: 3200 tokens make 99 sequences of 32 targets; all of them 399.
+  EXPECT_EQ(held_out["samples_in_data"], 99) << held_out.dump();
+  EXPECT_EQ(all["samples_in_data"], 399) << all.dump();
+}
+
 TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("report", 6), "eval.every_n_steps=3"}), 0) << log();
   const std::string dir = root_ + "/report";

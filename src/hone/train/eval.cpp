@@ -74,6 +74,10 @@ Schema eval_schema() {
          "instruct: tokens per sample, longer ones cut, as fine-tuning's key (in place of dataset.seq_len)"},
         Range::positive());
   s.add(instruct_dataset_schema());
+  s.add({"dataset.validation_fraction", ValueType::number, 0.0,
+         "score only the part of dataset.path a training run given this fraction held out and validated on (the "
+         "last documents of each source; instruct: the last records); 0: all of it"},
+        Range::fraction());
   s.add({"dataset.mock.documents", ValueType::integer, 200, "mock: documents"}, Range::positive());
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"batch_size", ValueType::integer, 4,
@@ -335,11 +339,18 @@ int run_eval(const Config& c) {
   Json result = Json::object();
   if (c.has("dataset.type")) {
     const std::string type = c.get<std::string>("dataset.type");
+    const double fraction = c.get<double>("dataset.validation_fraction");
     std::unique_ptr<data::BatchSource> source;
     if (type == "instruct") {
       data::InstructOptions options = instruct_options_from(c);
       options.max_seq_len = seq_len;
       auto d = data::load_instruct_dataset(c.get<std::string>("dataset.path"), *m.tokenizer, options);
+      if (fraction > 0) {  // the records fine-tuning holds out: the last ones
+        const int64_t held_out = int64_t(double(d.samples.size()) * fraction + 0.5);
+        HONE_CHECK(held_out > 0, "{}: dataset.validation_fraction {} of {} samples holds out none",
+                   c.origin_of("dataset.validation_fraction"), fraction, d.samples.size());
+        d.samples.erase(d.samples.begin(), d.samples.end() - ptrdiff_t(held_out));
+      }
       source = std::make_unique<data::SampleStream>(
           std::move(d.samples), data::SampleStreamOptions{.batch_size = batch,
                                                           .seq_len = seq_len,
@@ -347,14 +358,18 @@ int run_eval(const Config& c) {
                                                           .shuffle = false,
                                                           .pad_id = m.tokenizer->eos_id().value_or(0)});
     } else {
-      // The pretraining readers, every document kept for evaluation.
-      Config all = c;
-      all.set("dataset.validation_fraction", 0.0);
+      // The pretraining readers: every document, or those a run holds out for validation.
       const int64_t vocab_size = m.model->config().vocab_size;
-      const TrainingData d = open_pretraining_data(all, vocab_size);
+      const TrainingData d = open_pretraining_data(c, vocab_size);
+      HONE_CHECK(fraction == 0 || !d.validation.empty(), "{}: dataset.validation_fraction {} holds out no document",
+                 c.origin_of("dataset.validation_fraction"), fraction);
       source = std::make_unique<data::PretrainStream>(
-          d.train, d.train_weights,
-          data::StreamOptions{.seq_len = seq_len, .batch_size = batch, .shuffle = false, .vocab_size = vocab_size});
+          fraction > 0 ? d.validation : d.train, fraction > 0 ? d.validation_weights : d.train_weights,
+          data::StreamOptions{.seq_len = seq_len,
+                              .batch_size = batch,
+                              .seed = uint64_t(c.get<int64_t>("seed")),  // a blend's draws, as the run's
+                              .shuffle = false,
+                              .vocab_size = vocab_size});
     }
     // Every sample once (the last batch may be partial), or max_batches' worth.
     const int64_t samples = source->samples_per_epoch();
