@@ -247,6 +247,14 @@ TEST(Dora, NormsRescalingAndItsBackward) {
                   ops::cast_to(magnitude, DType::f32), scale16, inv16);
   ops::dora_norms(w16_wide, lora_a, lora_b, 1.5, magnitude, scale, inv_norm);
   expect_close(ops::cast_to(inv16, DType::f64), inv_norm, 1e-6, "bf16 weight's inverse norms");
+  // Magnitudes set to the norms it gives (DoRA's start) scale by exactly 1, in f32 as in f64.
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    const Tensor wt = ops::cast_to(w, dtype), at = ops::cast_to(lora_a, dtype), bt = ops::cast_to(lora_b, dtype);
+    const Tensor norms = Tensor::empty({5}, dtype), ones = Tensor::empty({5}, dtype), inv = Tensor::empty({5}, dtype);
+    ops::dora_norms(wt, at, bt, 1.5, ops::cast_to(magnitude, dtype), ones, inv, norms);
+    ops::dora_norms(wt, at, bt, 1.5, norms, ones, inv);
+    EXPECT_EQ(ops::cast_to(ones, DType::f64).to_vector<double>(), std::vector<double>(5, 1.0)) << dtype_name(dtype);
+  }
   ops::dora_norms(w, lora_a, lora_b, 1.5, magnitude, scale, inv_norm);
   const Tensor rows = merged.clone();
   ops::scale_rows(rows, scale);

@@ -125,6 +125,11 @@ Tensor weight_rows(const Tensor& weight, int64_t row_begin, int64_t rows) {
   return weight.view({weight.numel()}).slice(row_begin * in, {rows, in});
 }
 
+namespace {
+
+// The adapted block W[row_begin, row_begin + rows) + scale · B·A of a weight
+// [out, in] (or the part of it a rank holds, with A [rank, in] and B [rows,
+// rank] to match), in the adapters' dtype (f32, or f64).
 Tensor merged_block(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
                     double scale) {
   const Tensor block = weight_rows(weight, row_begin, rows);
@@ -134,6 +139,8 @@ Tensor merged_block(const Tensor& weight, int64_t row_begin, int64_t rows, const
               1.0f);
   return sum;
 }
+
+}  // namespace
 
 void merge_adapter(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
                    double scale, const Tensor& magnitude) {

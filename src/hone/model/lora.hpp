@@ -96,11 +96,6 @@ double training_flops_per_token(const ModelConfig& config, const std::optional<L
 // Rows [row_begin, row_begin + rows) of a weight [out, in] (or of the part of
 // it a rank holds), as [rows, in]: the block an adapter adapts.
 Tensor weight_rows(const Tensor& weight, int64_t row_begin, int64_t rows);
-// The adapted block W[row_begin, row_begin + rows) + scale · B·A of a weight
-// [out, in] (or the part of it a rank holds, with A [rank, in] and B [rows,
-// rank] to match), in the adapters' dtype (f32, or f64).
-Tensor merged_block(const Tensor& weight, int64_t row_begin, int64_t rows, const Tensor& a, const Tensor& b,
-                    double scale);
 // Folds one adapter into its base weight: the block becomes W + scale · B·A,
 // and with DoRA's magnitudes (defined) each row of that is rescaled to its m.
 // A bf16 weight gets the fp32 result rounded once.

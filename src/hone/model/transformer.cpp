@@ -179,23 +179,16 @@ void Transformer::init_lora(uint64_t seed) {
     lora_params_.write(p, host);
     ++stream;
   }
-  // DoRA's magnitudes start at the norms of the base rows they scale (B = 0), so the model starts as its base.
+  // DoRA's magnitudes start at the norms of the base rows they scale (B = 0),
+  // as the forward computes them (from the weights it reads): its scales m/‖W‖
+  // are then exactly 1, and the model starts as its base (as PEFT's, whose
+  // forward recomputes the norms its initialization took).
   for_each_adapter([&](LoraAdapter& a) {
     if (!a.magnitude) return;
-    const Tensor rows =
-        merged_block(a.base->value, a.row_begin, a.rows, a.a->value, a.b->value, lora_->scale()).to(Device::cpu());
-    const Tensor host = Tensor::empty({a.rows}, rows.dtype());
-    const auto norms = [&]<typename M>(const M* w, M* norm) {
-      const int64_t in = rows.size(1);
-      for (int64_t i = 0; i < a.rows; ++i) {
-        double sum = 0;
-        for (int64_t j = 0; j < in; ++j) sum += double(w[i * in + j]) * double(w[i * in + j]);
-        norm[i] = M(std::sqrt(sum));
-      }
-    };
-    if (host.dtype() == DType::f64) norms(rows.data<double>(), host.data<double>());
-    else norms(rows.data<float>(), host.data<float>());
-    lora_params_.write(*a.magnitude, host);
+    a.magnitude->value.zero_();  // read for the scales, which this call does not need
+    const Tensor norms = Tensor::empty({a.rows}, a.magnitude->value.dtype(), device_);
+    dora_norms(a, norms);
+    lora_params_.write(*a.magnitude, norms.to(Device::cpu()));
   });
   lora_params_.sync_compute();
 }
@@ -236,13 +229,13 @@ void Transformer::adapter_inputs(const Tensor& x, std::vector<LoraAdapter>& adap
   }
 }
 
-void Transformer::dora_norms(LoraAdapter& a) {
+void Transformer::dora_norms(LoraAdapter& a, const Tensor& norms) {
   if (!a.scale.defined()) {
     a.scale = Tensor::empty({a.rows}, a.magnitude->value.dtype(), device_);
     a.inv_norm = Tensor::empty({a.rows}, a.magnitude->value.dtype(), device_);
   }
   ops::dora_norms(weight_rows(a.base->compute, a.row_begin, a.rows), a.a->value, a.b->value, lora_->scale(),
-                  a.magnitude->value, a.scale, a.inv_norm);
+                  a.magnitude->value, a.scale, a.inv_norm, norms);
 }
 
 void Transformer::dora_block_output(const Tensor& x, const Parameter* weight, LoraAdapter& a, int64_t first_row) {

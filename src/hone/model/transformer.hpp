@@ -261,7 +261,8 @@ class Transformer {
   void for_each_adapter(const std::function<void(LoraAdapter&)>& fn);
   // DoRA: a.scale and a.inv_norm from the adapter's current weights; a.z, its
   // block of x·Wᵀ + s·u·Bᵀ for these rows (when backward finds it was kept for others).
-  void dora_norms(LoraAdapter& a);
+  // The adapter's scales (and, where `norms` is defined, its rows' norms).
+  void dora_norms(LoraAdapter& a, const Tensor& norms = Tensor());
   void dora_block_output(const Tensor& x, const Parameter* weight, LoraAdapter& a, int64_t first_row);
   // y = x·Wᵀ + b plus the projection's LoRA adapters. x may be rows
   // [first_row, ...) of the projection's input (the output head's chunks).

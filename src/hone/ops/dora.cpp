@@ -35,10 +35,12 @@ void expect_block(const char* op, const Tensor& y, int64_t col, const Tensor& bl
 }  // namespace
 
 void dora_norms(const Tensor& weight, const Tensor& a, const Tensor& b, double lora_scale, const Tensor& magnitude,
-                const Tensor& scale, const Tensor& inv_norm) {
+                const Tensor& scale, const Tensor& inv_norm, const Tensor& norms) {
   const char* op = "dora_norms";
   const OpTimer timer(op);
-  [[maybe_unused]] const Device device = op_device(op, {&weight, &a, &b, &magnitude, &scale, &inv_norm});
+  [[maybe_unused]] const Device device =
+      norms.defined() ? op_device(op, {&weight, &a, &b, &magnitude, &scale, &inv_norm, &norms})
+                      : op_device(op, {&weight, &a, &b, &magnitude, &scale, &inv_norm});
   HONE_CHECK(weight.ndim() == 2 && a.ndim() == 2 && b.ndim() == 2 && a.size(1) == weight.size(1) &&
                  b.size(0) == weight.size(0) && b.size(1) == a.size(0),
              "{}: adapter A {} and B {} do not fit the weight {}", op, a.shape().str(), b.shape().str(),
@@ -47,7 +49,8 @@ void dora_norms(const Tensor& weight, const Tensor& a, const Tensor& b, double l
   const DType master = compute_dtype(weight.dtype());
   expect_dtype(op, "A", a, master);
   expect_dtype(op, "B", b, master);
-  for (const Tensor* t : {&magnitude, &scale, &inv_norm}) {
+  for (const Tensor* t : {&magnitude, &scale, &inv_norm, &norms}) {
+    if (!t->defined()) continue;  // norms, not asked for
     expect_shape(op, "per-row vector", *t, {rows});
     expect_dtype(op, "per-row vector", *t, master);
   }
@@ -55,14 +58,16 @@ void dora_norms(const Tensor& weight, const Tensor& a, const Tensor& b, double l
   if (device.is_cuda()) {
     return dispatch_cuda(weight.dtype(), op, [&]<typename T>() {
       kernels::cuda::dora_norms<T>(weight.data<T>(), rows, in, a.data<float>(), b.data<float>(), rank, lora_scale,
-                                   magnitude.data<float>(), scale.data<float>(), inv_norm.data<float>());
+                                   magnitude.data<float>(), scale.data<float>(), inv_norm.data<float>(),
+                                   norms.defined() ? norms.data<float>() : nullptr);
     });
   }
 #endif
   dispatch_floating(weight.dtype(), op, [&]<typename T>() {
     using C = compute_t<T>;
     kernels::cpu::dora_norms<T>(weight.data<T>(), rows, in, a.data<C>(), b.data<C>(), rank, lora_scale,
-                                magnitude.data<C>(), scale.data<C>(), inv_norm.data<C>());
+                                magnitude.data<C>(), scale.data<C>(), inv_norm.data<C>(),
+                                norms.defined() ? norms.data<C>() : nullptr);
   });
 }
 

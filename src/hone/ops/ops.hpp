@@ -245,11 +245,12 @@ void copy_columns(const Tensor& src, int64_t col, const Tensor& dst, double scal
 // ---- DoRA (weight-decomposed LoRA; kernels/cpu/dora.hpp) ----
 // For a weight block W [rows, in] (f32, bf16; f64 on the gradient-check path),
 // its adapter A [rank, in] and B [rows, rank] with scale s, and the magnitudes
-// m [rows] (A, B and m in W's compute type: f32, f64 for f64):
-// inv_norm = 1/‖W_i + s·(B·A)_i‖ and scale = m_i · inv_norm_i per row, in that
-// type, without forming W + s·B·A.
+// m [rows] (A, B and m in W's compute type: f32, f64 for f64): the norm
+// n_i = ‖W_i + s·(B·A)_i‖ in that type (into `norms` where it is defined),
+// inv_norm = 1/n_i and scale = m_i / n_i per row, without forming W + s·B·A.
+// Magnitudes set to these norms give scales of exactly 1.
 void dora_norms(const Tensor& weight, const Tensor& a, const Tensor& b, double lora_scale, const Tensor& magnitude,
-                const Tensor& scale, const Tensor& inv_norm);
+                const Tensor& scale, const Tensor& inv_norm, const Tensor& norms = Tensor());
 // x[i, :] *= factor[i] for x [rows, cols] (f32 or f64, factor the same).
 void scale_rows(const Tensor& x, const Tensor& factor);
 // The adapted columns y[:, col:col+c] of a projection's output [rows, width],

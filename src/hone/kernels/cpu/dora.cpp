@@ -9,7 +9,8 @@ namespace hone::kernels::cpu {
 
 template <typename T>
 void dora_norms(const T* weight, int64_t rows, int64_t in, const compute_t<T>* a, const compute_t<T>* b,
-                int64_t rank, double s, const compute_t<T>* magnitude, compute_t<T>* scale, compute_t<T>* inv_norm) {
+                int64_t rank, double s, const compute_t<T>* magnitude, compute_t<T>* scale, compute_t<T>* inv_norm,
+                compute_t<T>* norms) {
   using C = compute_t<T>;
 #pragma omp parallel
   {
@@ -28,9 +29,10 @@ void dora_norms(const T* weight, int64_t rows, int64_t in, const compute_t<T>* a
       double sum = 0;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < in; ++j) sum += double(row[size_t(j)]) * double(row[size_t(j)]);
-      const double inverse = 1.0 / std::sqrt(sum);
-      inv_norm[i] = C(inverse);
-      scale[i] = C(double(magnitude[i]) * inverse);
+      const C norm = C(std::sqrt(sum));
+      inv_norm[i] = C(1.0 / double(norm));
+      scale[i] = C(double(magnitude[i]) / double(norm));
+      if (norms) norms[i] = norm;
     }
   }
 }
@@ -86,7 +88,7 @@ template void scale_rows<float>(float*, int64_t, int64_t, const float*);
 template void scale_rows<double>(double*, int64_t, int64_t, const double*);
 #define HONE_INSTANTIATE(T)                                                                                   \
   template void dora_norms<T>(const T*, int64_t, int64_t, const compute_t<T>*, const compute_t<T>*, int64_t,      \
-                              double, const compute_t<T>*, compute_t<T>*, compute_t<T>*);                         \
+                              double, const compute_t<T>*, compute_t<T>*, compute_t<T>*, compute_t<T>*);          \
   template void dora_scale_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, const compute_t<T>*,           \
                                       const compute_t<T>*, T*);                                               \
   template void dora_scale_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, const T*, const compute_t<T>*, \

@@ -11,11 +11,14 @@ namespace hone::kernels::cpu {
 
 // For a weight block w [rows, in] (T: float, bf16 or double) with its adapter
 // A [rank, in] and B [rows, rank] and magnitudes m [rows] (in compute_t<T>):
-// inv_norm[i] = 1 / ‖w_i + s·(B·A)_i‖ and scale[i] = m[i] · inv_norm[i], the
-// sums in double, without forming W + s·B·A.
+// the norm n_i = ‖w_i + s·(B·A)_i‖ (summed in double, held in compute_t<T>,
+// written to `norms` unless null), inv_norm[i] = 1 / n_i and scale[i] = m[i] /
+// n_i, without forming W + s·B·A. Magnitudes set to these norms give scales
+// of exactly 1 (DoRA's start: the model is its base).
 template <typename T>
 void dora_norms(const T* weight, int64_t rows, int64_t in, const compute_t<T>* a, const compute_t<T>* b,
-                int64_t rank, double s, const compute_t<T>* magnitude, compute_t<T>* scale, compute_t<T>* inv_norm);
+                int64_t rank, double s, const compute_t<T>* magnitude, compute_t<T>* scale, compute_t<T>* inv_norm,
+                compute_t<T>* norms);
 // x[i, :] *= factor[i] for x [rows, cols].
 template <typename M>
 void scale_rows(M* x, int64_t rows, int64_t cols, const M* factor);

@@ -13,7 +13,8 @@ constexpr int kThreads = 256;
 // coalesced), the squares summed in double, in a fixed order.
 template <typename T>
 __global__ void dora_norms_kernel(const T* weight, int64_t rows, int64_t in, const float* a, const float* b,
-                                  int64_t rank, float s, const float* magnitude, float* scale, float* inv_norm) {
+                                  int64_t rank, float s, const float* magnitude, float* scale, float* inv_norm,
+                                  float* norms) {
   __shared__ double scratch[kThreads / kWarpSize];
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const T* w = weight + i * in;
@@ -26,9 +27,10 @@ __global__ void dora_norms_kernel(const T* weight, int64_t rows, int64_t in, con
     }
     sum = block_sum(sum, scratch);
     if (threadIdx.x == 0) {
-      const double inverse = 1.0 / sqrt(sum);
-      inv_norm[i] = float(inverse);
-      scale[i] = float(double(magnitude[i]) * inverse);
+      const float norm = float(sqrt(sum));
+      inv_norm[i] = float(1.0 / double(norm));
+      scale[i] = float(double(magnitude[i]) / double(norm));
+      if (norms) norms[i] = norm;
     }
   }
 }
@@ -74,10 +76,10 @@ struct MagnitudeTerm {
 
 template <typename T>
 void dora_norms(const T* weight, int64_t rows, int64_t in, const float* a, const float* b, int64_t rank, double s,
-                const float* magnitude, float* scale, float* inv_norm) {
+                const float* magnitude, float* scale, float* inv_norm, float* norms) {
   if (rows == 0) return;
   HONE_LAUNCH(blocks_for(rows, 1), kThreads, 0, dora_norms_kernel<T>)(weight, rows, in, a, b, rank, float(s),
-                                                                     magnitude, scale, inv_norm);
+                                                                     magnitude, scale, inv_norm, norms);
   HONE_CUDA_LAUNCHED("dora_norms");
 }
 
@@ -111,7 +113,7 @@ void dora_scale_backward(T* dy, int64_t width, int64_t col, int64_t rows, int64_
 
 #define HONE_INSTANTIATE(T)                                                                               \
   template void dora_norms<T>(const T*, int64_t, int64_t, const float*, const float*, int64_t, double,        \
-                              const float*, float*, float*);                                                \
+                              const float*, float*, float*, float*);                                        \
   template void dora_scale_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, const float*, const float*, T*); \
   template void dora_scale_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, const T*, const float*,      \
                                        const float*, float*);

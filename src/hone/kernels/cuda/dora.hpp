@@ -9,7 +9,7 @@ namespace hone::kernels::cuda {
 
 template <typename T>
 void dora_norms(const T* weight, int64_t rows, int64_t in, const float* a, const float* b, int64_t rank, double s,
-                const float* magnitude, float* scale, float* inv_norm);
+                const float* magnitude, float* scale, float* inv_norm, float* norms);
 void scale_rows(float* x, int64_t rows, int64_t cols, const float* factor);
 template <typename T>
 void dora_scale_forward(T* y, int64_t width, int64_t col, int64_t rows, int64_t cols, const float* scale,
