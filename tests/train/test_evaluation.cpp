@@ -24,9 +24,10 @@ class MultipleChoice : public ::testing::Test {
     return c;
   }
 
-  // Σ log p(row[t] | row[:t]) over t >= first.
+  // Σ log p(row[t] | row[:t]) over t >= first (the model reads all of the row but its last token).
   double log_likelihood(const std::vector<int32_t>& row, size_t first) {
-    model_.forward(Tensor::from(row, {1, int64_t(row.size())}));
+    const std::vector<int32_t> inputs(row.begin(), row.end() - 1);
+    model_.forward(Tensor::from(inputs, {1, int64_t(inputs.size())}));
     const auto logits = model_.logits().to_vector<double>();
     const size_t V = size_t(model_.config().vocab_size);
     double sum_log_p = 0;
@@ -110,11 +111,39 @@ TEST_F(MultipleChoice, EndingsFollowTheContextAfterOneSpace) {
   EXPECT_EQ(scores("The cat sat on the", "mat."), spaced);
   EXPECT_EQ(scores("The cat sat on the ", "mat."), spaced);
   EXPECT_NE(scores("The cat sat on the", "\nmat."), spaced);
-  // An empty context is the end-of-text token, so the ending's first token counts.
-  std::vector<int32_t> row = {*tokenizer_->eos_id()};
+  // An empty context is BOS (GPT-2's is its end-of-text token), so the ending's first token counts.
+  std::vector<int32_t> row = {*tokenizer_->bos_id()};
   const std::vector<int32_t> mat = tokenizer_->encode("mat.");
   row.insert(row.end(), mat.begin(), mat.end());
   EXPECT_NEAR(scores("", "mat."), log_likelihood(row, 1), 1e-9);
+  // An empty ending is the delimiter alone, as the harness's " " + "".
+  std::vector<int32_t> spaced_row = tokenizer_->encode("The cat sat on the");
+  const size_t context = spaced_row.size();
+  spaced_row.push_back(tokenizer_->encode(" ").at(0));
+  EXPECT_NEAR(scores("The cat sat on the", ""), log_likelihood(spaced_row, context), 1e-9);
+}
+
+// A pair longer than max_seq_len keeps its last max_seq_len + 1 tokens, all but
+// the last read by the model, as the harness's
+// (context + continuation)[-(max_length + 1):][:-1].
+TEST_F(MultipleChoice, ALongPairKeepsTheLastMaxSeqLenTokensAsInputs) {
+  const int64_t max_seq_len = model_.config().max_seq_len;
+  std::string context;
+  for (int64_t i = 0; i < max_seq_len; ++i) context += " apple";
+  const MultipleChoiceItem item{context, {" pie and cake", " tree"}, 0, 0, {}, "long.jsonl:1"};
+  const std::vector<double> ll = ending_log_likelihoods(model_, *tokenizer_, item);
+  for (size_t e = 0; e < 2; ++e) {
+    std::vector<int32_t> all = tokenizer_->encode(context + item.endings[e]);
+    const size_t ending = tokenizer_->encode(item.endings[e]).size();
+    all.erase(all.begin(), all.end() - (max_seq_len + 1));
+    EXPECT_NEAR(ll[e], log_likelihood(all, all.size() - ending), 1e-9) << item.endings[e];
+  }
+  // An ending that does not fit is named with its item.
+  std::string huge;
+  for (int64_t i = 0; i <= max_seq_len; ++i) huge += " pear";
+  EXPECT_EQ(error_of([&] { ending_log_likelihoods(model_, *tokenizer_, {"x", {huge, "y"}, 0, 0, {}, "t.jsonl:3"}); }),
+            fmt::format("t.jsonl:3: an ending of {} tokens does not fit max_seq_len {}", max_seq_len + 1,
+                        max_seq_len));
 }
 
 TEST(MultipleChoiceFile, ReadsHellaSwagStyleFilesAndNamesBadLines) {

@@ -1054,6 +1054,8 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(sample["correct"], ll[1] > ll[0]);
   EXPECT_EQ(choices["accuracy"].get<double>(), ll[1] > ll[0] ? 1.0 : 0.0);
   EXPECT_EQ(sample["context"], "Repeat the word apple.");
+  // acc_norm's choice per item too, as the harness's --log_samples has it (" apple" and " river": one length).
+  EXPECT_EQ(sample["correct_norm"], sample["correct"]);
 
   // LAMBADA: each item's log-likelihood and greediness; the perplexity from their mean.
   std::ofstream(root_ + "/lambada.jsonl") << R"({"text": "Repeat the word apple. apple"})" << "\n"
@@ -1062,13 +1064,33 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(lambada["task_layout"], "lambada");
   std::istringstream lambada_lines(read_file(root_ + "/lambada_samples.jsonl"));
   double log_likelihood_sum = 0, greedy = 0;
+  std::vector<double> item_lls;
   for (std::string line; std::getline(lambada_lines, line);) {
     const nlohmann::json item = nlohmann::json::parse(line);
     log_likelihood_sum += item["log_likelihood"].get<double>();
+    item_lls.push_back(item["log_likelihood"].get<double>());
     greedy += item["greedy"].get<bool>() ? 0.5 : 0.0;
   }
-  EXPECT_NEAR(lambada["task_perplexity"].get<double>(), std::exp(-log_likelihood_sum / 2), 1e-9);
+  const double perplexity = std::exp(-log_likelihood_sum / 2);
+  EXPECT_NEAR(lambada["task_perplexity"].get<double>(), perplexity, 1e-9);
   EXPECT_EQ(lambada["accuracy"].get<double>(), greedy);
+  // Its standard error by the delta method: perplexity · sd / √n (two items: sd = |a − b| / √2).
+  EXPECT_NEAR(lambada["task_perplexity_stderr"].get<double>(),
+              perplexity * std::abs(item_lls[0] - item_lls[1]) / std::sqrt(2.0) / std::sqrt(2.0), 1e-9 * perplexity);
+
+  // TruthfulQA's mc2: an item scores the true endings' share; the standard error is the shares' spread.
+  std::ofstream(root_ + "/mc2.jsonl")
+      << R"({"question": "Repeat the word apple.", "mc2_targets": {"choices": ["apple", "river", "stone"], "labels": [1, 0, 0]}})"
+      << "\n"
+      << R"({"question": "Repeat the word river.", "mc2_targets": {"choices": ["river", "stone"], "labels": [1, 0]}})"
+      << "\n";
+  const nlohmann::json mc2 = eval("mc2.jsonl", root_ + "/mc2_samples.jsonl");
+  std::istringstream mc2_lines(read_file(root_ + "/mc2_samples.jsonl"));
+  std::vector<double> shares;
+  for (std::string line; std::getline(mc2_lines, line);) shares.push_back(nlohmann::json::parse(line)["score"]);
+  ASSERT_EQ(shares.size(), 2u) << mc2.dump();
+  EXPECT_NEAR(mc2["accuracy"].get<double>(), (shares[0] + shares[1]) / 2, 1e-12) << mc2.dump();
+  EXPECT_NEAR(mc2["accuracy_stderr"].get<double>(), std::abs(shares[0] - shares[1]) / 2, 1e-12) << mc2.dump();
 
   // A samples file that cannot be written is an error before any item is scored.
   const std::string log = root_ + "/eval_bad_samples.log";

@@ -181,12 +181,19 @@ std::vector<PlannedTask> plan_tasks(const Config& c) {
   return planned;
 }
 
-// A mean of 0/1 scores with its standard error beside it (`name_stderr`), as
-// lm-evaluation-harness's mean_stderr computes it: the sample standard deviation
-// over the square root of the count, sqrt(p (1 - p) / (n - 1)); null below 2 items.
-void put_mean(Json& result, const std::string& name, double mean, int64_t count) {
+// The mean of the items' scores with its standard error beside it
+// (`name_stderr`), as lm-evaluation-harness's mean_stderr computes it: the
+// sample standard deviation over the square root of the count (for 0/1 scores
+// sqrt(p (1 - p) / (n - 1)); TruthfulQA's mc2 shares are no 0/1 scores); null
+// below 2 items.
+template <typename Score>
+void put_mean(Json& result, const std::string& name, const std::vector<Score>& scores) {
+  const auto count = double(scores.size());
+  double mean = 0, squares = 0;
+  for (const Score s : scores) mean += double(s) / count;
+  for (const Score s : scores) squares += (double(s) - mean) * (double(s) - mean);
   result[name] = mean;
-  result[name + "_stderr"] = count < 2 ? Json() : Json(std::sqrt(mean * (1 - mean) / double(count - 1)));
+  result[name + "_stderr"] = scores.size() < 2 ? Json() : Json(std::sqrt(squares / (count - 1) / count));
 }
 
 // Progress over `count` things: a line redrawn on a terminal; off one (a Slurm
@@ -237,7 +244,11 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
       const std::string& key = scorer.scoring().filters[filter].key;
       return key.empty() ? std::string(what) : fmt::format("{}_{}", what, key);
     };
-    for (size_t f = 0; f < r.exact_match.size(); ++f) put_mean(result, named("exact_match", f), r.exact_match[f], count);
+    for (size_t f = 0; f < r.exact_match.size(); ++f) {
+      std::vector<bool> matched;
+      for (const AnswerScorer::Score& score : r.scores) matched.push_back(score.matches[f]);
+      put_mean(result, named("exact_match", f), matched);
+    }
     for (size_t i = 0; i < r.completions.size(); ++i) {
       Json sample = {{"item", i}, {"prompt", task.generative_items[i].prompt},
                      {"references", task.generative_items[i].references}, {"completion", r.completions[i]}};
@@ -249,8 +260,9 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
     }
   } else if (scores_continuation(task.layout)) {
     const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, batch, std::ref(progress));
-    put_mean(result, "accuracy", r.accuracy, count);
+    put_mean(result, "accuracy", r.greedy);
     result["task_perplexity"] = r.perplexity;
+    result["task_perplexity_stderr"] = r.perplexity_stderr ? Json(*r.perplexity_stderr) : Json();
     for (size_t i = 0; i < task.items.size(); ++i) {
       samples.push_back({{"item", i}, {"context", task.items[i].context},
                          {"continuation", task.items[i].endings[0]}, {"log_likelihood", r.log_likelihoods[i]},
@@ -258,15 +270,20 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
     }
   } else {
     const MultipleChoiceResult r = evaluate_multiple_choice(*m.model, *m.tokenizer, task.items, batch, std::ref(progress));
-    put_mean(result, "accuracy", r.accuracy, count);
-    if (reports_accuracy_norm(task.layout)) put_mean(result, "accuracy_norm", r.accuracy_norm, count);
+    const bool norm = reports_accuracy_norm(task.layout);
+    put_mean(result, "accuracy", r.scores);
+    if (norm) put_mean(result, "accuracy_norm", r.scores_norm);
     for (size_t i = 0; i < task.items.size(); ++i) {
       const MultipleChoiceItem& item = task.items[i];
       Json sample = {{"item", i}, {"endings", item.endings}, {"label", item.label},
                      {"log_likelihoods", r.log_likelihoods[i]}, {"chosen", r.chosen[i]},
                      {"correct", r.chosen[i] == item.label}};
+      if (norm && item.true_endings == 0) sample["correct_norm"] = r.scores_norm[i] == 1.0;
       if (item.contexts.empty()) sample["context"] = item.context; else sample["contexts"] = item.contexts;
-      if (item.true_endings > 0) sample["true_endings"] = item.true_endings;
+      if (item.true_endings > 0) {
+        sample["true_endings"] = item.true_endings;
+        sample["score"] = r.scores[i];  // mc2: the true endings' share of the probability
+      }
       samples.push_back(std::move(sample));
     }
   }

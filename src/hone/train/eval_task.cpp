@@ -147,6 +147,7 @@ TaskLayout detect_layout(const Json& record) {
 // One record as the layout's lm-evaluation-harness task (or LLM Foundry) reads it.
 MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
   MultipleChoiceItem item;
+  item.where = r.where;
   switch (layout) {
     case TaskLayout::plain: {
       const char* context = r.value.contains("ctx") ? "ctx" : "context";

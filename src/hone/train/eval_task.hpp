@@ -39,6 +39,7 @@ struct MultipleChoiceItem {
   // the share of probability they hold rather than right or wrong. 0 otherwise.
   int64_t true_endings = 0;
   std::vector<std::string> contexts;
+  std::string where;  // "file:line" (or the record's place), for errors
 
   size_t choices() const { return contexts.empty() ? endings.size() : contexts.size(); }
   const std::string& context_of(size_t i) const { return contexts.empty() ? context : contexts[i]; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "hone/core/error.hpp"
 #include "hone/model/sampling.hpp"
@@ -48,7 +49,8 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; 
 // them: the ending follows after one space (its target_delimiter) unless either
 // side already has whitespace at the seam, the context's trailing whitespace
 // goes to the ending, and the ending's tokens are those of the whole text after
-// the context's. An empty context is the end-of-text token.
+// the context's. An empty context is BOS (else the end-of-text token), the
+// harness's prefix_token_id.
 struct EncodedChoice {
   std::vector<int32_t> context, ending;
 };
@@ -61,30 +63,46 @@ EncodedChoice encode_choice(const Tokenizer& tokenizer, std::string context, con
   }
   EncodedChoice encoded{.context = tokenizer.encode(context), .ending = {}};
   if (encoded.context.empty()) {
-    HONE_CHECK(tokenizer.eos_id().has_value(), "a context is empty and the tokenizer has no end-of-text token");
-    encoded.context = {*tokenizer.eos_id()};
+    const std::optional<int32_t> prefix = tokenizer.bos_id() ? tokenizer.bos_id() : tokenizer.eos_id();
+    HONE_CHECK(prefix.has_value(), "a context is empty and the tokenizer has no BOS or end-of-text token");
+    encoded.context = {*prefix};
   }
-  const bool delimit = !context.empty() && seam.empty() && !ending.empty() && !is_space(ending.front());
+  // An empty ending is the delimiter alone, as the harness's " " + "".
+  const bool delimit = !context.empty() && seam.empty() && (ending.empty() || !is_space(ending.front()));
   std::vector<int32_t> whole = tokenizer.encode(context + seam + (delimit ? " " : "") + ending);
   if (context.empty()) whole.insert(whole.begin(), encoded.context.begin(), encoded.context.end());
   const size_t shared = std::min(encoded.context.size(), whole.size());
   encoded.ending.assign(whole.begin() + std::ptrdiff_t(shared), whole.end());
-  HONE_CHECK(!encoded.ending.empty(), "an ending tokenizes to nothing: '{}'", ending);
+  HONE_CHECK(!encoded.ending.empty(), "an ending tokenizes to nothing after an empty context: '{}'", ending);
   return encoded;
 }
 
-// Context then ending, cut from the left to at most `length` tokens.
+// encode_choice for one of `item`'s choices, checked to fit the model: errors name the item.
+EncodedChoice encoded_choice_of(const Tokenizer& tokenizer, const MultipleChoiceItem& item, const std::string& context,
+                                const std::string& ending, int64_t max_seq_len) {
+  try {
+    EncodedChoice choice = encode_choice(tokenizer, context, ending);
+    HONE_CHECK(int64_t(choice.ending.size()) <= max_seq_len, "an ending of {} tokens does not fit max_seq_len {}",
+               choice.ending.size(), max_seq_len);
+    return choice;
+  } catch (const Error& e) {
+    fail("{}: {}", item.where.empty() ? std::string("an item") : item.where, e.what());
+  }
+}
+
+// Context then ending, cut from the left to at most `inputs` + 1 tokens: the
+// model reads all but the last, which is only predicted (as the harness cuts
+// (context + continuation)[-(max_length + 1):][:-1]).
 struct FittedRow {
   std::vector<int32_t> tokens;
   int64_t first_ending = 0;  // position of the ending's first token
 };
 
-FittedRow fitted_row(const EncodedChoice& choice, int64_t length) {
-  HONE_CHECK(int64_t(choice.ending.size()) < length, "an ending of {} tokens does not fit max_seq_len {}",
-             choice.ending.size(), length);
+// The ending fits (encoded_choice_of checked it against max_seq_len, which `inputs` is at most).
+FittedRow fitted_row(const EncodedChoice& choice, int64_t inputs) {
   std::vector<int32_t> all = choice.context;
   all.insert(all.end(), choice.ending.begin(), choice.ending.end());
-  const size_t start = all.size() > size_t(length) ? all.size() - size_t(length) : 0;
+  const size_t start = all.size() > size_t(inputs + 1) ? all.size() - size_t(inputs + 1) : 0;
   FittedRow row{.tokens = std::vector<int32_t>(all.begin() + std::ptrdiff_t(start), all.end())};
   row.first_ending = int64_t(row.tokens.size() - choice.ending.size());
   return row;
@@ -104,13 +122,14 @@ std::vector<EndingScore> score_endings(Transformer& model, const std::vector<Enc
   size_t longest = 0;
   for (const EncodedChoice& c : choices) longest = std::max(longest, c.context.size() + c.ending.size());
   const int64_t rows = int64_t(choices.size());
-  const int64_t seq = std::min<int64_t>(model.config().max_seq_len, int64_t(longest));
+  // The model's inputs: every token but the last of the longest pair.
+  const int64_t seq = std::min<int64_t>(model.config().max_seq_len, int64_t(longest) - 1);
   Tensor tokens = Tensor::zeros({rows, seq}, DType::i32);
   std::vector<std::vector<int32_t>> targets;
   std::vector<Transformer::RowRange> ranges;
   for (int64_t r = 0; r < rows; ++r) {
     const FittedRow row = fitted_row(choices[size_t(r)], seq);
-    std::copy(row.tokens.begin(), row.tokens.end(), tokens.data<int32_t>() + r * seq);
+    std::copy(row.tokens.begin(), row.tokens.end() - 1, tokens.data<int32_t>() + r * seq);
     // Position t predicts token t + 1: the rows from the one before the ending to the one before the last.
     targets.emplace_back(row.tokens.begin() + row.first_ending, row.tokens.end());
     ranges.push_back({.first = r * seq + row.first_ending - 1, .count = int64_t(targets.back().size())});
@@ -143,7 +162,8 @@ std::vector<std::vector<double>> log_likelihoods_of(Transformer& model, const To
   std::vector<EncodedChoice> choices;
   for (size_t k = first; k < first + count; ++k) {
     for (size_t i = 0; i < items[k].choices(); ++i) {
-      choices.push_back(encode_choice(tokenizer, items[k].context_of(i), items[k].ending_of(i)));
+      choices.push_back(encoded_choice_of(tokenizer, items[k], items[k].context_of(i), items[k].ending_of(i),
+                                          model.config().max_seq_len));
     }
   }
   const std::vector<EndingScore> scores = score_endings(model, choices, /*check_greedy=*/false);
@@ -168,7 +188,6 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
                                               const std::function<void(int64_t done)>& progress) {
   HONE_CHECK(batch_size > 0, "batch_size must be positive, got {}", batch_size);
   MultipleChoiceResult r;
-  double right = 0, right_norm = 0;
   for (size_t first = 0; first < items.size(); first += size_t(batch_size)) {
     if (progress) progress(int64_t(first));
     const size_t count = std::min(items.size() - first, size_t(batch_size));
@@ -183,8 +202,8 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
           all += std::exp(ll[i] - top);
           if (int64_t(i) < item.true_endings) true_mass += std::exp(ll[i] - top);
         }
-        right += true_mass / all;
-        right_norm += true_mass / all;
+        r.scores.push_back(true_mass / all);
+        r.scores_norm.push_back(true_mass / all);
         continue;
       }
       size_t best = 0, best_norm = 0;
@@ -194,13 +213,13 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
           best_norm = i;
         }
       }
-      right += int64_t(best) == item.label;
-      right_norm += int64_t(best_norm) == item.label;
+      r.scores.push_back(int64_t(best) == item.label);
+      r.scores_norm.push_back(int64_t(best_norm) == item.label);
     }
   }
   r.items = int64_t(items.size());
-  r.accuracy = right / double(r.items);
-  r.accuracy_norm = right_norm / double(r.items);
+  r.accuracy = std::accumulate(r.scores.begin(), r.scores.end(), 0.0) / double(r.items);
+  r.accuracy_norm = std::accumulate(r.scores_norm.begin(), r.scores_norm.end(), 0.0) / double(r.items);
   return r;
 }
 
@@ -216,7 +235,8 @@ ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& t
     if (progress) progress(int64_t(first));
     std::vector<EncodedChoice> continuations;
     for (size_t k = first; k < std::min(items.size(), first + size_t(batch_size)); ++k) {
-      continuations.push_back(encode_choice(tokenizer, items[k].context, items[k].endings.at(0)));
+      continuations.push_back(encoded_choice_of(tokenizer, items[k], items[k].context, items[k].endings.at(0),
+                                                model.config().max_seq_len));
     }
     for (const EndingScore& score : score_endings(model, continuations, /*check_greedy=*/true)) {
       r.log_likelihoods.push_back(score.log_likelihood);
@@ -226,7 +246,13 @@ ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& t
     }
   }
   r.accuracy = double(greedy_count) / double(std::max<int64_t>(r.items, 1));
-  r.perplexity = std::exp(-log_likelihood_sum / double(std::max<int64_t>(r.items, 1)));
+  const double mean = log_likelihood_sum / double(std::max<int64_t>(r.items, 1));
+  r.perplexity = std::exp(-mean);
+  if (r.items >= 2) {
+    double squares = 0;
+    for (const double ll : r.log_likelihoods) squares += (ll - mean) * (ll - mean);
+    r.perplexity_stderr = r.perplexity * std::sqrt(squares / double(r.items - 1) / double(r.items));
+  }
   return r;
 }
 

@@ -33,10 +33,13 @@ LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int6
 
 struct MultipleChoiceResult {
   int64_t items = 0;
-  // argmax of Σ log p(ending | context); for items with true_endings (TruthfulQA's mc2), the true endings' share
-  // of the probability, as accuracy_norm too.
-  double accuracy = 0;
-  double accuracy_norm = 0;  // argmax of that sum divided by the ending's length in characters (acc_norm)
+  // Per item: 1 where the argmax of Σ log p(ending | context) is the label, else
+  // 0; for items with true_endings (TruthfulQA's mc2), the true endings' share
+  // of the probability, as in scores_norm too. Their means: accuracy.
+  std::vector<double> scores;
+  // The same with the sums divided by the endings' lengths in characters (acc_norm).
+  std::vector<double> scores_norm;
+  double accuracy = 0, accuracy_norm = 0;
   // Per item: each choice's log-likelihood, and the choice with the largest.
   std::vector<std::vector<double>> log_likelihoods;
   std::vector<int64_t> chosen;
@@ -60,6 +63,9 @@ MultipleChoiceResult evaluate_multiple_choice(Transformer& model, const Tokenize
 struct ContinuationResult {
   int64_t items = 0;
   double accuracy = 0, perplexity = 0;
+  // The perplexity's standard error by the delta method, perplexity · sd(log-likelihoods)/√n (the harness
+  // bootstraps it: the same to first order); null below two items.
+  std::optional<double> perplexity_stderr;
   std::vector<double> log_likelihoods;  // per item
   std::vector<bool> greedy;             // per item
 };
