@@ -123,6 +123,45 @@ TEST_F(MultipleChoice, EndingsFollowTheContextAfterOneSpace) {
   EXPECT_NEAR(scores("The cat sat on the", ""), log_likelihood(spaced_row, context), 1e-9);
 }
 
+// A document scored whole as the harness's loglikelihood_rolling scores it:
+// 600 tokens at max_seq_len 256 are three windows, tokens 0-255 after BOS
+// (GPT-2's <|endoftext|>), 256-511 after token 255, and 512-599 after the 169
+// tokens before them (256 inputs).
+TEST_F(MultipleChoice, DocumentsAreScoredInRollingWindows) {
+  ASSERT_EQ(model_.config().max_seq_len, 256);
+  std::vector<int32_t> tokens;
+  std::string text;
+  while (tokens.size() < 600) {
+    text += " apple pie";
+    tokens = tokenizer_->encode(text);
+  }
+  while (tokens.size() > 600) tokens.pop_back();
+  text = tokenizer_->decode(tokens);
+  ASSERT_EQ(tokenizer_->encode(text), tokens);
+  const auto slice = [&](size_t begin, size_t end) {
+    return std::vector<int32_t>(tokens.begin() + std::ptrdiff_t(begin), tokens.begin() + std::ptrdiff_t(end));
+  };
+  std::vector<int32_t> first = {*tokenizer_->bos_id()};
+  for (const int32_t t : slice(0, 256)) first.push_back(t);
+  const double expected =
+      log_likelihood(first, 1) + log_likelihood(slice(255, 512), 1) + log_likelihood(slice(343, 600), 169);
+  const std::vector<Document> documents = {{.text = text, .words = 100, .bytes = 400, .where = "w.jsonl:1"},
+                                           {.text = " pie", .words = 2, .bytes = 4, .where = "w.jsonl:2"}};
+  std::vector<int32_t> pie = {*tokenizer_->bos_id()};
+  for (const int32_t t : tokenizer_->encode(" pie")) pie.push_back(t);
+  for (const int64_t batch_size : {1, 2, 4}) {
+    const DocumentResult r = evaluate_documents(model_, *tokenizer_, documents, batch_size);
+    ASSERT_EQ(r.log_likelihoods.size(), 2u);
+    EXPECT_NEAR(r.log_likelihoods[0], expected, 1e-9) << batch_size;
+    EXPECT_NEAR(r.log_likelihoods[1], log_likelihood(pie, 1), 1e-9) << batch_size;
+    EXPECT_EQ(r.tokens, (std::vector<int64_t>{600, int64_t(pie.size()) - 1}));
+    const double total = r.log_likelihoods[0] + r.log_likelihoods[1];
+    EXPECT_NEAR(r.word_perplexity, std::exp(-total / 102), 1e-9 * r.word_perplexity);
+    EXPECT_NEAR(r.byte_perplexity, std::exp(-total / 404), 1e-9 * r.byte_perplexity);
+    EXPECT_NEAR(r.bits_per_byte, -total / 404 / std::log(2.0), 1e-12);
+  }
+}
+
 // A pair longer than max_seq_len keeps its last max_seq_len + 1 tokens, all but
 // the last read by the model, as the harness's
 // (context + continuation)[-(max_length + 1):][:-1].
@@ -503,6 +542,36 @@ TEST(PythonRegex, FindsAndRemovesAsPythonsRe) {
   EXPECT_EQ(PythonRegex("b*", "test").remove_all("abcb"), "ac");  // empty matches remove nothing
   EXPECT_NE(error_of([] { PythonRegex("(unclosed", "task.filter"); }).find("task.filter: invalid regular expression"),
             std::string::npos);
+  // re.sub(p, r"(\1)", s); on text (a str) \s takes Unicode's spaces, on bytes ASCII's alone.
+  const std::string spaced = "( a\u00a0) (b )";
+  EXPECT_EQ(PythonRegex(R"(\(\s*([^\)]*?)\s*\))", "test", PythonRegex::Text::unicode).replace_all(spaced, R"((\1))"),
+            "(a) (b)");
+  EXPECT_EQ(PythonRegex(R"(\(\s*([^\)]*?)\s*\))", "test").replace_all(spaced, R"([\1])"), "[a\u00a0] [b]");
+  EXPECT_EQ(PythonRegex("x*", "test", PythonRegex::Text::unicode).replace_all("\u00e9a", "-"), "-\u00e9-a-");
+}
+
+// The harness's wikitext_detokenizer and word count, on pages of wikitext-2's
+// kind (the expectations are what Python's re and str made of them).
+TEST(Wikitext, DetokenizesAndCountsWordsAsTheHarness) {
+  EXPECT_EQ(wikitext_detokenized(" = Valkyria Chronicles III = \n \n Senj\u014d no Valkyria 3 : Unrecorded Chronicles "
+                                 "( Japanese : \u6226\u5834 , lit . Valkyria of the Battlefield 3 ) , commonly "
+                                 "referred to as Valkyria Chronicles III outside Japan , is a tactical role @-@ playing "
+                                 "video game . \n"),
+            " = Valkyria Chronicles III =\n\nSenj\u014d no Valkyria 3: Unrecorded Chronicles (Japanese: \u6226\u5834, "
+            "lit. Valkyria of the Battlefield 3), commonly referred to as Valkyria Chronicles III outside Japan, is a "
+            "tactical role-playing video game.\n");
+  EXPECT_EQ(wikitext_detokenized(" = = Gameplay = = \n The game 's 1 @,@ 000 units cost $ 3 @.@ 5 million ; \" it was  "
+                                 "good \" , he said ! [ 7 ] { x } ' quoted ' . It was 20 \u00b0 C . N is the number ? "
+                                 "The players ' guns /' 5/ "),
+            " == Gameplay ==\nThe game's 1,000 units cost $ 3.5 million; \"it was  good\", he said! [7] {x}' quoted '. "
+            "It was 20\u00b0C. 1 is the number? The players' guns /'[0-9]/ ");
+  EXPECT_EQ(wikitext_detokenized(" = = = = Deep = = = = \n (\u00a0spaced\u2003) "), " ==== Deep ====\n(spaced) ");
+  // len(re.split(r"\s+", page)): white space at either end counts a word more.
+  EXPECT_EQ(python_split_words(" = Title = \n foo bar\n"), 7);
+  EXPECT_EQ(python_split_words("a  b\tc"), 3);
+  EXPECT_EQ(python_split_words(""), 1);
+  EXPECT_EQ(python_split_words("x\u00a0y\u2003z"), 3);
+  EXPECT_EQ(python_split_words("a\x1c" "b"), 2);
 }
 
 // The harness's gsm8k and triviaqa scoring, against what Python's re and

@@ -1078,6 +1078,24 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_NEAR(lambada["task_perplexity_stderr"].get<double>(),
               perplexity * std::abs(item_lls[0] - item_lls[1]) / std::sqrt(2.0) / std::sqrt(2.0), 1e-9 * perplexity);
 
+  // wikitext (its document-level pages): word and byte perplexities over the pages' log-likelihoods.
+  std::ofstream(root_ + "/wiki.jsonl") << R"({"page": " = Apple = \n Repeat the word apple . \n"})" << "\n"
+                                       << R"({"page": " = River = \n Repeat the word river @-@ stone . \n"})" << "\n";
+  const nlohmann::json wiki = eval("wiki.jsonl", root_ + "/wiki_samples.jsonl");
+  EXPECT_EQ(wiki["task_layout"], "wikitext") << wiki.dump();
+  std::istringstream wiki_lines(read_file(root_ + "/wiki_samples.jsonl"));
+  double page_log_likelihood = 0, words = 0, bytes = 0;
+  for (std::string line; std::getline(wiki_lines, line);) {
+    const nlohmann::json page = nlohmann::json::parse(line);
+    page_log_likelihood += page["log_likelihood"].get<double>();
+    words += page["words"].get<double>();
+    bytes += page["bytes"].get<double>();
+  }
+  EXPECT_EQ(words, 10 + 12);  // re.split(r"\s+") of each page, its leading and trailing space counting one each
+  EXPECT_EQ(bytes, 38 + 48);
+  EXPECT_NEAR(wiki["word_perplexity"].get<double>(), std::exp(-page_log_likelihood / words), 1e-9 * std::exp(-page_log_likelihood / words));
+  EXPECT_NEAR(wiki["bits_per_byte"].get<double>(), -page_log_likelihood / bytes / std::log(2.0), 1e-12);
+
   // TruthfulQA's mc2: an item scores the true endings' share; the standard error is the shares' spread.
   std::ofstream(root_ + "/mc2.jsonl")
       << R"({"question": "Repeat the word apple.", "mc2_targets": {"choices": ["apple", "river", "stone"], "labels": [1, 0, 0]}})"

@@ -31,13 +31,15 @@ namespace {
 Schema task_keys(const std::string& prefix) {
   Schema s;
   s.add({prefix + ".path", ValueType::string, nullptr,
-         "an evaluation task's records (multiple choice, a continuation, or answers to generate; see task.layout): "
+         "an evaluation task's records (multiple choice, a continuation, answers to generate, or documents to score "
+         "whole; see task.layout): "
          "JSONL, JSON, Parquet, or a folder or pattern of shards"});
   s.add({prefix + ".layout", ValueType::string, "auto",
          "the task's columns and prompts, as lm-evaluation-harness's task of the name (auto: by the columns; the "
          "harness's arc_easy, arc_challenge, social_iqa, lambada_openai and lambada_standard name arc, siqa, lambada)",
          {"auto", "plain", "hellaswag", "arc", "piqa", "mmlu", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
-          "openbookqa", "boolq", "siqa", "sciq", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa", "arc_easy",
+          "openbookqa", "boolq", "siqa", "sciq", "foundry", "lambada", "foundry_lm", "gsm8k", "triviaqa", "wikitext",
+          "arc_easy",
           "arc_challenge", "social_iqa", "lambada_openai", "lambada_standard"}});
   s.add({prefix + ".num_fewshot", ValueType::integer, 0,
          "answered examples before each item, from task.fewshot_path: mmlu the first of its subject, the others "
@@ -228,7 +230,7 @@ class CountProgress {
 // Scores one task: its metrics, its layout and item count; writes its samples.
 Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
   const EvalTask& task = t.task;
-  const int64_t count = int64_t(task.items.size() + task.generative_items.size());
+  const int64_t count = int64_t(task.items.size() + task.generative_items.size() + task.documents.size());
   const std::string label = t.name.empty() ? std::string(layout_name(task.layout)) : t.name;
   CountProgress progress("task (" + label + ")", count, "items");
   Json result = Json::object();
@@ -257,6 +259,15 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
         sample[named("exact_match", f)] = bool(r.scores[i].matches[f]);
       }
       samples.push_back(std::move(sample));
+    }
+  } else if (scores_documents(task.layout)) {
+    const DocumentResult r = evaluate_documents(*m.model, *m.tokenizer, task.documents, batch, std::ref(progress));
+    result["word_perplexity"] = r.word_perplexity;
+    result["byte_perplexity"] = r.byte_perplexity;
+    result["bits_per_byte"] = r.bits_per_byte;
+    for (size_t i = 0; i < task.documents.size(); ++i) {
+      samples.push_back({{"item", i}, {"log_likelihood", r.log_likelihoods[i]}, {"tokens", r.tokens[i]},
+                         {"words", task.documents[i].words}, {"bytes", task.documents[i].bytes}});
     }
   } else if (scores_continuation(task.layout)) {
     const ContinuationResult r = evaluate_continuations(*m.model, *m.tokenizer, task.items, batch, std::ref(progress));

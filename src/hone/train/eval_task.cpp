@@ -11,6 +11,7 @@
 #include "hone/core/python_random.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
+#include "hone/train/python_regex.hpp"
 
 namespace hone {
 
@@ -23,7 +24,7 @@ constexpr TaskLayout kLayouts[] = {TaskLayout::plain, TaskLayout::hellaswag,    
                                    TaskLayout::truthfulqa_mc2, TaskLayout::winogrande, TaskLayout::openbookqa,
                                    TaskLayout::boolq, TaskLayout::siqa, TaskLayout::sciq, TaskLayout::foundry,
                                    TaskLayout::lambada, TaskLayout::foundry_lm, TaskLayout::gsm8k,
-                                   TaskLayout::triviaqa};
+                                   TaskLayout::triviaqa, TaskLayout::wikitext};
 
 // lm-evaluation-harness's TruthfulQA prompt: six questions answered, then the item's.
 constexpr const char* kTruthfulQaShots =
@@ -141,6 +142,7 @@ TaskLayout detect_layout(const Json& record) {
   if (has("query") && has("gold")) return TaskLayout::foundry;
   if (has("context") && has("continuation")) return TaskLayout::foundry_lm;
   if (has("text") && !has("ctx") && !has("context")) return TaskLayout::lambada;
+  if (has("page")) return TaskLayout::wikitext;
   return TaskLayout::plain;
 }
 
@@ -372,11 +374,75 @@ const char* layout_name(TaskLayout layout) {
     case TaskLayout::foundry_lm: return "foundry_lm";
     case TaskLayout::gsm8k: return "gsm8k";
     case TaskLayout::triviaqa: return "triviaqa";
+    case TaskLayout::wikitext: return "wikitext";
   }
   return "?";
 }
 
 bool is_generative(TaskLayout layout) { return layout == TaskLayout::gsm8k || layout == TaskLayout::triviaqa; }
+
+bool scores_documents(TaskLayout layout) { return layout == TaskLayout::wikitext; }
+
+std::string wikitext_detokenized(std::string_view page) {
+  std::string s(page);
+  const auto regex = [&](const char* pattern, const char* replacement) {
+    s = PythonRegex(pattern, "wikitext_detokenizer", PythonRegex::Text::unicode).replace_all(s, replacement);
+  };
+  // contractions
+  replace_all(s, "s '", "s'");
+  regex(R"(/' [0-9]/)", R"(/'[0-9]/)");  // the harness's pattern, whose replacement is this text
+  // number separators
+  replace_all(s, " @-@ ", "-");
+  replace_all(s, " @,@ ", ",");
+  replace_all(s, " @.@ ", ".");
+  // punctuation
+  for (const char* mark : {":", ";", ".", "!", "?", ","}) replace_all(s, fmt::format(" {} ", mark), fmt::format("{} ", mark));
+  // double brackets
+  regex(R"(\(\s*([^\)]*?)\s*\))", R"((\1))");
+  regex(R"(\[\s*([^\]]*?)\s*\])", R"([\1])");
+  regex(R"({\s*([^}]*?)\s*})", R"({\1})");
+  regex(R"(\"\s*([^\"]*?)\s*\")", R"("\1")");
+  regex(R"('\s*([^']*?)\s*')", R"('\1')");
+  // miscellaneous
+  replace_all(s, "= = = =", "====");
+  replace_all(s, "= = =", "===");
+  replace_all(s, "= =", "==");
+  replace_all(s, " \u00b0 ", "\u00b0");
+  replace_all(s, " \n", "\n");
+  replace_all(s, "\n ", "\n");
+  replace_all(s, " N ", " 1 ");
+  replace_all(s, " 's", "'s");
+  return s;
+}
+
+int64_t python_split_words(std::string_view text) {
+  // Python's str.isspace(): ASCII's, the separators U+001C-U+001F, and Unicode's spaces.
+  const auto space_at = [&](size_t i, size_t& length) {
+    length = 1;
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20);
+    const std::string_view rest = text.substr(i);
+    for (const std::string_view space :
+         {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003", "\u2004", "\u2005", "\u2006",
+          "\u2007", "\u2008", "\u2009", "\u200a", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"}) {
+      if (rest.starts_with(space)) {
+        length = space.size();
+        return true;
+      }
+    }
+    return false;
+  };
+  int64_t words = 1;
+  for (size_t i = 0, length = 1; i < text.size();) {
+    if (!space_at(i, length)) {
+      ++i;
+      continue;
+    }
+    ++words;  // one split per run of white space
+    while (i < text.size() && space_at(i, length)) i += length;
+  }
+  return words;
+}
 
 AnswerScoring answer_scoring(TaskLayout layout) {
   HONE_ASSERT(is_generative(layout));
@@ -448,6 +514,12 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
     try {
       if (is_generative(task.layout)) {
         task.generative_items.push_back(generative_item_of(r, task.layout));
+      } else if (scores_documents(task.layout)) {
+        const std::string page = string_column(r, "page");
+        task.documents.push_back({.text = wikitext_detokenized(page),
+                                  .words = python_split_words(page),
+                                  .bytes = int64_t(page.size()),
+                                  .where = r.where});
       } else {
         task.items.push_back(item_of(r, task.layout));
       }
@@ -475,6 +547,9 @@ EvalTask read_eval_task(const std::string& path, std::string_view layout, const 
            path);
     case TaskLayout::lambada:
       fail("{}: LAMBADA is scored zero-shot, as the harness's lambada tasks are", path);
+    case TaskLayout::wikitext:
+      fail("{}: wikitext's documents are scored whole, zero-shot, as the harness's loglikelihood_rolling tasks are",
+           path);
     default:
       break;
   }

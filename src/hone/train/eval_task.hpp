@@ -22,10 +22,12 @@ namespace hone {
 // (text: its last word continues the rest) and
 // foundry_lm (LLM Foundry's language-modeling files: context, continuation) score
 // one continuation; gsm8k (question, answer) and triviaqa (question, answer's
-// aliases) are answered in generated text.
+// aliases) are answered in generated text; wikitext
+// (EleutherAI/wikitext_document_level: page) scores whole documents, the
+// harness's loglikelihood_rolling.
 enum class TaskLayout {
   plain, hellaswag, arc, piqa, mmlu, truthfulqa_mc1, truthfulqa_mc2, winogrande, openbookqa, boolq, siqa, sciq,
-  foundry, lambada, foundry_lm, gsm8k, triviaqa
+  foundry, lambada, foundry_lm, gsm8k, triviaqa, wikitext
 };
 
 // Choice i is an ending after the context; or, where `contexts` are given
@@ -53,11 +55,22 @@ struct GenerativeItem {
   std::vector<std::string> references;
 };
 
+// A document whose whole text is scored (its log-likelihood, token by token),
+// with the words and bytes its perplexities are per: the harness's wikitext
+// counts them in the page as stored, and scores the page as its detokenizer
+// writes it.
+struct Document {
+  std::string text;
+  int64_t words = 0, bytes = 0;
+  std::string where;
+};
+
 struct EvalTask {
   TaskLayout layout = TaskLayout::plain;
   // Multiple-choice layouts; and lambada's and foundry_lm's, an item whose one ending is the continuation.
   std::vector<MultipleChoiceItem> items;
   std::vector<GenerativeItem> generative_items;  // gsm8k, triviaqa
+  std::vector<Document> documents;               // wikitext
 };
 
 // The layout's name, as task.layout takes it ("auto" besides).
@@ -69,6 +82,8 @@ bool reports_accuracy_norm(TaskLayout layout);
 bool scores_continuation(TaskLayout layout);
 // Whether the layout's items are answered in generated text (gsm8k, triviaqa).
 bool is_generative(TaskLayout layout);
+// Whether the layout's items are documents scored whole (wikitext).
+bool scores_documents(TaskLayout layout);
 // How the harness's task of a generative layout stops and scores its answers
 // (gsm8k: its task version 3, triviaqa: version 2).
 AnswerScoring answer_scoring(TaskLayout layout);
@@ -90,6 +105,13 @@ struct FewShot {
 // first record's columns show. Errors name the record and the column.
 EvalTask read_eval_task(const std::string& path, std::string_view layout = "auto",
                                         const FewShot& shots = {});
+
+// A wikitext page as the harness's wikitext_detokenizer writes it (its
+// replacements and regular expressions, in its order).
+std::string wikitext_detokenized(std::string_view page);
+// len(re.split(r"\s+", text)): the words the harness's wikitext counts (a
+// leading or trailing run of white space counts one more), Python's white space.
+int64_t python_split_words(std::string_view text);
 
 // HellaSwag's text as lm-evaluation-harness cleans it: trimmed, " [title]" read
 // as ". ", WikiHow's other [bracketed] markers dropped, double spaces halved.

@@ -256,6 +256,68 @@ ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& t
   return r;
 }
 
+namespace {
+
+// The harness's get_rolling_token_windows(tokens, prefix, max_len, context_len=1)
+// through make_disjoint_window: (context, continuation) pairs predicting each
+// token once.
+std::vector<EncodedChoice> rolling_windows(const std::vector<int32_t>& tokens, int32_t prefix, int64_t max_len) {
+  std::vector<EncodedChoice> windows;
+  const size_t window = size_t(max_len);
+  const auto at = [&](size_t i) { return tokens.begin() + std::ptrdiff_t(i); };
+  const size_t first = std::min(window, tokens.size());
+  if (first > 0) windows.push_back({.context = {prefix}, .ending = {at(0), at(first)}});
+  for (size_t predicted = first; predicted < tokens.size();) {
+    const size_t count = std::min(tokens.size() - predicted, window);
+    // The window's max_len tokens before its last one, those before `predicted`: one for a whole window.
+    const size_t context = window - count + 1;
+    windows.push_back({.context = {at(predicted - context), at(predicted)}, .ending = {at(predicted), at(predicted + count)}});
+    predicted += count;
+  }
+  return windows;
+}
+
+}  // namespace
+
+DocumentResult evaluate_documents(Transformer& model, const Tokenizer& tokenizer, const std::vector<Document>& documents,
+                                  int64_t batch_size, const std::function<void(int64_t done)>& progress) {
+  HONE_CHECK(batch_size > 0, "batch_size must be positive, got {}", batch_size);
+  const std::optional<int32_t> prefix = tokenizer.bos_id() ? tokenizer.bos_id() : tokenizer.eos_id();
+  HONE_CHECK(prefix.has_value(), "the tokenizer has no BOS or end-of-text token to start a document after");
+  DocumentResult r;
+  // Every document's windows, and the document each belongs to.
+  std::vector<EncodedChoice> windows;
+  std::vector<size_t> owner;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const std::vector<int32_t> tokens = tokenizer.encode(documents[d].text);
+    r.tokens.push_back(int64_t(tokens.size()));
+    for (EncodedChoice& w : rolling_windows(tokens, *prefix, model.config().max_seq_len)) {
+      windows.push_back(std::move(w));
+      owner.push_back(d);
+    }
+  }
+  r.log_likelihoods.assign(documents.size(), 0.0);
+  for (size_t first = 0; first < windows.size(); first += size_t(batch_size)) {
+    if (progress) progress(int64_t(owner[first]));
+    const size_t count = std::min(windows.size() - first, size_t(batch_size));
+    const std::vector<EncodedChoice> batch(windows.begin() + std::ptrdiff_t(first),
+                                           windows.begin() + std::ptrdiff_t(first + count));
+    const std::vector<EndingScore> scores = score_endings(model, batch, /*check_greedy=*/false);
+    for (size_t k = 0; k < count; ++k) r.log_likelihoods[owner[first + k]] += scores[k].log_likelihood;
+  }
+  double log_likelihood = 0, words = 0, bytes = 0;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    log_likelihood += r.log_likelihoods[d];
+    words += double(documents[d].words);
+    bytes += double(documents[d].bytes);
+  }
+  HONE_CHECK(bytes > 0, "{}: the documents hold no text to score", documents.empty() ? "" : documents.front().where);
+  r.word_perplexity = std::exp(-log_likelihood / words);
+  r.byte_perplexity = std::exp(-log_likelihood / bytes);
+  r.bits_per_byte = -log_likelihood / bytes / std::log(2.0);
+  return r;
+}
+
 std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tokenizer,
                                         const std::vector<std::string>& prompts, const GenerateUntil& options,
                                         const std::function<void(int64_t done)>& progress) {

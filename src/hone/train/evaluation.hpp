@@ -74,6 +74,22 @@ ContinuationResult evaluate_continuations(Transformer& model, const Tokenizer& t
                                           const std::vector<MultipleChoiceItem>& items, int64_t batch_size = 1,
                                           const std::function<void(int64_t done)>& progress = {});
 
+// Documents scored whole, as the harness's loglikelihood_rolling scores them:
+// each document's tokens (no BOS) in windows of max_seq_len predicted tokens,
+// the first after BOS (else the end-of-text token), each later one after the
+// token before it, and a last shorter one after as many tokens before it as
+// fill max_seq_len (get_rolling_token_windows with context_len 1, made
+// disjoint); `batch_size` windows a forward pass.
+struct DocumentResult {
+  std::vector<double> log_likelihoods;  // per document, the sum over its tokens
+  std::vector<int64_t> tokens;          // per document
+  // Over all documents, per word and per byte (the harness's word_perplexity,
+  // byte_perplexity and bits_per_byte: exp(−Σ ll / Σ words), ...).
+  double word_perplexity = 0, byte_perplexity = 0, bits_per_byte = 0;
+};
+DocumentResult evaluate_documents(Transformer& model, const Tokenizer& tokenizer, const std::vector<Document>& documents,
+                                  int64_t batch_size = 1, const std::function<void(int64_t done)>& progress = {});
+
 // The harness's generate_until: greedy completions of each prompt (its tokens
 // cut from the left to leave max_new_tokens of max_seq_len), `batch_size` at a
 // time, each ending at the end-of-text token, after max_new_tokens, or once its

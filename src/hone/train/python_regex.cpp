@@ -9,10 +9,14 @@
 
 namespace hone {
 
-PythonRegex::PythonRegex(std::string_view pattern, std::string_view where) {
+PythonRegex::PythonRegex(std::string_view pattern, std::string_view where, Text text)
+    : unicode_(text == Text::unicode) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), 0, &error, &offset, nullptr);
+  // Unicode text: invalid UTF-8 in it never matches a character, rather than failing the match.
+  const uint32_t options = unicode_ ? PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF : 0;
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset,
+                        nullptr);
   if (!code_) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
@@ -38,6 +42,9 @@ void PythonRegex::for_each_match(std::string_view text, OnMatch&& on_match) cons
     const PCRE2_SIZE* span = pcre2_get_ovector_pointer(data.get());
     on_match(span);
     start = span[1] > span[0] ? span[1] : span[1] + 1;
+    // After an empty match, on to the next character (not into one).
+    while (unicode_ && span[1] == span[0] && start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80)
+      ++start;
   }
 }
 
@@ -61,6 +68,27 @@ std::string PythonRegex::remove_all(std::string_view text) const {
     from = span[1];
   });
   return kept.append(text.substr(from));
+}
+
+std::string PythonRegex::replace_all(std::string_view text, std::string_view replacement) const {
+  std::string out;
+  size_t from = 0;
+  for_each_match(text, [&](const PCRE2_SIZE* span) {
+    out.append(text.substr(from, span[0] - from));
+    for (size_t i = 0; i < replacement.size(); ++i) {
+      const int group = replacement[i] == '\\' && i + 1 < replacement.size() ? replacement[i + 1] - '0' : -1;
+      if (group < 1 || group > 9) {
+        out.push_back(replacement[i]);
+        continue;
+      }
+      HONE_CHECK(group <= groups_, "replacement {:?} names group {} of a pattern with {}", std::string(replacement),
+                 group, groups_);
+      if (span[2 * group] != PCRE2_UNSET) out.append(text.substr(span[2 * group], span[2 * group + 1] - span[2 * group]));
+      ++i;
+    }
+    from = span[1];
+  });
+  return out.append(text.substr(from));
 }
 
 }  // namespace hone
