@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <regex>
 #include <sstream>
 #include <tuple>
@@ -1095,6 +1096,45 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(bytes, 38 + 48);
   EXPECT_NEAR(wiki["word_perplexity"].get<double>(), std::exp(-page_log_likelihood / words), 1e-9 * std::exp(-page_log_likelihood / words));
   EXPECT_NEAR(wiki["bits_per_byte"].get<double>(), -page_log_likelihood / bytes / std::log(2.0), 1e-12);
+
+  // MMLU: each subject's and each category's accuracy, the standard errors
+  // pooled as the harness's groups pool them (Σ (n_i − 1) s_i² / (N − k), over N).
+  {
+    std::ofstream mmlu(root_ + "/mmlu.jsonl");
+    const char* subjects[] = {"abstract_algebra", "high_school_biology", "philosophy"};
+    for (int i = 0; i < 9; ++i) {
+      mmlu << nlohmann::json{{"question", fmt::format("Repeat the word {}.", i % 2 ? "apple" : "river")},
+                             {"subject", subjects[i % 3]},
+                             {"choices", {"apple", "river", "stone", "cloud"}},
+                             {"answer", i % 4}}
+                  .dump()
+           << "\n";
+    }
+  }
+  const nlohmann::json mmlu = eval("mmlu.jsonl", root_ + "/mmlu_samples.jsonl");
+  std::istringstream mmlu_lines(read_file(root_ + "/mmlu_samples.jsonl"));
+  std::map<int, std::vector<double>> by_subject;  // subject index -> 0/1 scores
+  int index = 0;
+  for (std::string line; std::getline(mmlu_lines, line); ++index)
+    by_subject[index % 3].push_back(nlohmann::json::parse(line)["correct"].get<bool>());
+  const auto sample_variance = [](const std::vector<double>& v) {
+    const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    double squares = 0;
+    for (const double x : v) squares += (x - mean) * (x - mean);
+    return squares / double(v.size() - 1);
+  };
+  const auto mean_of = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); };
+  EXPECT_NEAR(mmlu["subjects"]["philosophy"]["accuracy"].get<double>(), mean_of(by_subject[2]), 1e-12) << mmlu.dump();
+  EXPECT_NEAR(mmlu["subjects"]["philosophy"]["accuracy_stderr"].get<double>(),
+              std::sqrt(sample_variance(by_subject[2]) / 3), 1e-12);
+  // stem: abstract_algebra and high_school_biology (3 items each); humanities: philosophy.
+  const double stem_variance = (2 * sample_variance(by_subject[0]) + 2 * sample_variance(by_subject[1])) / (6 - 2);
+  EXPECT_NEAR(mmlu["categories"]["stem"]["accuracy_stderr"].get<double>(), std::sqrt(stem_variance / 6), 1e-12);
+  EXPECT_EQ(mmlu["categories"]["stem"]["task_items"], 6);
+  EXPECT_EQ(mmlu["categories"]["humanities"]["task_items"], 3);
+  EXPECT_GT(stem_variance, 0) << mmlu.dump();  // some spread, or the check above would hold for any pooling
+  const double whole_variance = (5 * stem_variance + 2 * sample_variance(by_subject[2])) / (9 - 2);
+  EXPECT_NEAR(mmlu["accuracy_stderr"].get<double>(), std::sqrt(whole_variance / 9), 1e-12) << mmlu.dump();
 
   // TruthfulQA's mc2: an item scores the true endings' share; the standard error is the shares' spread.
   std::ofstream(root_ + "/mc2.jsonl")

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 
 #include "hone/core/progress_line.hpp"
 #include "hone/data/instruct.hpp"
@@ -198,6 +199,67 @@ void put_mean(Json& result, const std::string& name, const std::vector<Score>& s
   result[name + "_stderr"] = scores.size() < 2 ? Json() : Json(std::sqrt(squares / (count - 1) / count));
 }
 
+// Scores grouped as lm-evaluation-harness groups tasks: the mean over all their
+// items, and a variance: a subject's items' sample variance, a group's pooled
+// from its parts' (its pooled_sample_stderr: Σ (n_i − 1) v_i / (N − k)); the
+// standard error is sqrt(v / N), null where there is no spread to estimate.
+struct ScoreGroup {
+  double sum = 0;
+  int64_t items = 0;
+  std::optional<double> variance;
+
+  static ScoreGroup of_items(const std::vector<double>& scores) {
+    ScoreGroup g{.sum = std::accumulate(scores.begin(), scores.end(), 0.0), .items = int64_t(scores.size())};
+    if (g.items < 2) return g;
+    double squares = 0;
+    for (const double v : scores) squares += (v - g.sum / double(g.items)) * (v - g.sum / double(g.items));
+    g.variance = squares / double(g.items - 1);
+    return g;
+  }
+  static ScoreGroup pooled(const std::vector<ScoreGroup>& parts) {
+    ScoreGroup g;
+    double weighted = 0;
+    for (const ScoreGroup& p : parts) {
+      g.sum += p.sum;
+      g.items += p.items;
+      weighted += double(p.items - 1) * p.variance.value_or(0.0);
+    }
+    if (g.items > int64_t(parts.size())) g.variance = weighted / double(g.items - int64_t(parts.size()));
+    return g;
+  }
+  Json stderr_json() const { return variance ? Json(std::sqrt(*variance / double(items))) : Json(); }
+  Json json() const {
+    return {{"accuracy", sum / double(items)}, {"accuracy_stderr", stderr_json()}, {"task_items", items}};
+  }
+};
+
+// MMLU as the harness's mmlu group reports it: each subject's accuracy, each
+// category's (stem, humanities, social_sciences, other: its subjects' items
+// together), and the whole's standard error pooled from the categories' (and
+// from a subject the harness does not group, its own).
+void put_mmlu_groups(Json& result, const std::vector<MultipleChoiceItem>& items, const std::vector<double>& scores) {
+  std::map<std::string, std::vector<double>> by_subject;
+  for (size_t i = 0; i < items.size(); ++i) by_subject[items[i].subject].push_back(scores[i]);
+  std::map<std::string, std::vector<ScoreGroup>> by_category;
+  std::vector<ScoreGroup> parts;  // of the whole: the categories, and the subjects of none
+  Json subjects = Json::object(), categories = Json::object();
+  for (const auto& [subject, values] : by_subject) {
+    const ScoreGroup one = ScoreGroup::of_items(values);
+    subjects[subject] = one.json();
+    const std::string_view category = mmlu_category(subject);
+    if (category.empty()) parts.push_back(one);
+    else by_category[std::string(category)].push_back(one);
+  }
+  for (const auto& [category, its_subjects] : by_category) {
+    const ScoreGroup group = ScoreGroup::pooled(its_subjects);
+    categories[category] = group.json();
+    parts.push_back(group);
+  }
+  result["accuracy_stderr"] = ScoreGroup::pooled(parts).stderr_json();
+  result["categories"] = categories;
+  result["subjects"] = subjects;
+}
+
 // Progress over `count` things: a line redrawn on a terminal; off one (a Slurm
 // log) a line at every tenth of them and one when all are done.
 class CountProgress {
@@ -284,6 +346,7 @@ Json evaluate_task(PlannedTask& t, const InferenceModel& m, int64_t batch) {
     const bool norm = reports_accuracy_norm(task.layout);
     put_mean(result, "accuracy", r.scores);
     if (norm) put_mean(result, "accuracy_norm", r.scores_norm);
+    if (task.layout == TaskLayout::mmlu) put_mmlu_groups(result, task.items, r.scores);
     for (size_t i = 0; i < task.items.size(); ++i) {
       const MultipleChoiceItem& item = task.items[i];
       Json sample = {{"item", i}, {"endings", item.endings}, {"label", item.label},

@@ -207,6 +207,7 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
     case TaskLayout::mmlu:
       item.context = mmlu_description(r) + mmlu_question(r, item.endings);
       item.label = label_column(r, "answer", item.endings.size());
+      item.subject = string_column(r, "subject");
       break;
     case TaskLayout::truthfulqa_mc1:
     case TaskLayout::truthfulqa_mc2: {
@@ -382,6 +383,69 @@ const char* layout_name(TaskLayout layout) {
 bool is_generative(TaskLayout layout) { return layout == TaskLayout::gsm8k || layout == TaskLayout::triviaqa; }
 
 bool scores_documents(TaskLayout layout) { return layout == TaskLayout::wikitext; }
+
+std::string_view mmlu_category(std::string_view subject) {
+  static const std::map<std::string_view, std::string_view> categories = {
+      {"abstract_algebra", "stem"},
+      {"anatomy", "stem"},
+      {"astronomy", "stem"},
+      {"business_ethics", "other"},
+      {"clinical_knowledge", "other"},
+      {"college_biology", "stem"},
+      {"college_chemistry", "stem"},
+      {"college_computer_science", "stem"},
+      {"college_mathematics", "stem"},
+      {"college_medicine", "other"},
+      {"college_physics", "stem"},
+      {"computer_security", "stem"},
+      {"conceptual_physics", "stem"},
+      {"econometrics", "social_sciences"},
+      {"electrical_engineering", "stem"},
+      {"elementary_mathematics", "stem"},
+      {"formal_logic", "humanities"},
+      {"global_facts", "other"},
+      {"high_school_biology", "stem"},
+      {"high_school_chemistry", "stem"},
+      {"high_school_computer_science", "stem"},
+      {"high_school_european_history", "humanities"},
+      {"high_school_geography", "social_sciences"},
+      {"high_school_government_and_politics", "social_sciences"},
+      {"high_school_macroeconomics", "social_sciences"},
+      {"high_school_mathematics", "stem"},
+      {"high_school_microeconomics", "social_sciences"},
+      {"high_school_physics", "stem"},
+      {"high_school_psychology", "social_sciences"},
+      {"high_school_statistics", "stem"},
+      {"high_school_us_history", "humanities"},
+      {"high_school_world_history", "humanities"},
+      {"human_aging", "other"},
+      {"human_sexuality", "social_sciences"},
+      {"international_law", "humanities"},
+      {"jurisprudence", "humanities"},
+      {"logical_fallacies", "humanities"},
+      {"machine_learning", "stem"},
+      {"management", "other"},
+      {"marketing", "other"},
+      {"medical_genetics", "other"},
+      {"miscellaneous", "other"},
+      {"moral_disputes", "humanities"},
+      {"moral_scenarios", "humanities"},
+      {"nutrition", "other"},
+      {"philosophy", "humanities"},
+      {"prehistory", "humanities"},
+      {"professional_accounting", "other"},
+      {"professional_law", "humanities"},
+      {"professional_medicine", "other"},
+      {"professional_psychology", "social_sciences"},
+      {"public_relations", "social_sciences"},
+      {"security_studies", "social_sciences"},
+      {"sociology", "social_sciences"},
+      {"us_foreign_policy", "social_sciences"},
+      {"virology", "other"},
+      {"world_religions", "humanities"}};
+  const auto it = categories.find(subject);
+  return it == categories.end() ? std::string_view() : it->second;
+}
 
 std::string wikitext_detokenized(std::string_view page) {
   std::string s(page);

@@ -41,7 +41,8 @@ struct MultipleChoiceItem {
   // the share of probability they hold rather than right or wrong. 0 otherwise.
   int64_t true_endings = 0;
   std::vector<std::string> contexts;
-  std::string where;  // "file:line" (or the record's place), for errors
+  std::string where;    // "file:line" (or the record's place), for errors
+  std::string subject;  // mmlu: the record's subject, which the harness scores apart
 
   size_t choices() const { return contexts.empty() ? endings.size() : contexts.size(); }
   const std::string& context_of(size_t i) const { return contexts.empty() ? context : contexts[i]; }
@@ -112,6 +113,10 @@ std::string wikitext_detokenized(std::string_view page);
 // len(re.split(r"\s+", text)): the words the harness's wikitext counts (a
 // leading or trailing run of white space counts one more), Python's white space.
 int64_t python_split_words(std::string_view text);
+
+// The harness's MMLU group of a subject (its _generate_configs.py): stem,
+// humanities, social_sciences or other; empty for a subject it does not have.
+std::string_view mmlu_category(std::string_view subject);
 
 // HellaSwag's text as lm-evaluation-harness cleans it: trimmed, " [title]" read
 // as ". ", WikiHow's other [bracketed] markers dropped, double spaces halved.
