@@ -222,6 +222,12 @@ TEST(MultipleChoiceFile, ReadsEachTasksLayoutAsLmEvaluationHarnessPromptsIt) {
   EXPECT_EQ(t.items[0].context, "Personal Care: How to dye hair. Buy the dye. pick a color");
   EXPECT_EQ(t.items[0].endings, (std::vector<std::string>{"You can mix it.", "Rinse well."}));
   EXPECT_EQ(t.items[0].label, 1);
+  // Capitalized as Python's str.capitalize() does, beyond ASCII too.
+  EXPECT_EQ(read(R"({"activity_label": "Cooking", "ctx_a": "A chef.", "ctx_b": "\u00e9mile ORDERS \u00c0 LA CARTE", )"
+                 R"("endings": ["x", "y"], "label": 0})")
+                .items[0]
+                .context,
+            "Cooking: A chef. \u00c9mile orders \u00e0 la carte");
   // The same record read as plain takes ctx as it is.
   EXPECT_EQ(read(R"({"activity_label": "a", "ctx_a": "b", "ctx_b": "c", "ctx": "d", "endings": ["e", "f"], "label": 0})",
                  "plain")

@@ -1,5 +1,8 @@
 #include "hone/train/eval_task.hpp"
 
+#include <locale.h>
+#include <wctype.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -11,6 +14,7 @@
 #include "hone/core/python_random.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
+#include "hone/data/tokenizers/utf8.hpp"
 #include "hone/train/python_regex.hpp"
 
 namespace hone {
@@ -79,13 +83,23 @@ int64_t label_column(const data::Record& r, const char* key, size_t count) {
   return index;
 }
 
-// Python's str.capitalize() on ASCII letters: the first upper-cased, the rest lower-cased.
-std::string capitalized(std::string s) {
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    s[i] = char(i == 0 ? std::toupper(c) : std::tolower(c));
+// Python's str.capitalize(): the first character upper-cased, the rest
+// lower-cased, by Unicode's case mappings (glibc's, one character to one:
+// Python's title case of a digraph and its mappings to several characters,
+// "ß" to "Ss", are not made).
+std::string capitalized(std::string_view text) {
+  static const locale_t unicode = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t(0));
+  std::string storage, out;
+  text = utf8::sanitize(text, storage);
+  for (size_t i = 0; i < text.size();) {
+    const bool first = i == 0;
+    const auto c = wint_t(utf8::next(text, i));
+    const wint_t mapped = unicode ? (first ? towupper_l(c, unicode) : towlower_l(c, unicode))
+                          : c < 0x80 ? wint_t(first ? std::toupper(int(c)) : std::tolower(int(c)))
+                                     : c;
+    utf8::append(out, uint32_t(mapped));
   }
-  return s;
+  return out;
 }
 
 // MMLU's task description, naming the record's subject.
@@ -480,30 +494,16 @@ std::string wikitext_detokenized(std::string_view page) {
 }
 
 int64_t python_split_words(std::string_view text) {
-  // Python's str.isspace(): ASCII's, the separators U+001C-U+001F, and Unicode's spaces.
-  const auto space_at = [&](size_t i, size_t& length) {
-    length = 1;
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20);
-    const std::string_view rest = text.substr(i);
-    for (const std::string_view space :
-         {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003", "\u2004", "\u2005", "\u2006",
-          "\u2007", "\u2008", "\u2009", "\u200a", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"}) {
-      if (rest.starts_with(space)) {
-        length = space.size();
-        return true;
-      }
-    }
-    return false;
-  };
+  std::string storage;
+  text = utf8::sanitize(text, storage);
+  // Python's str.isspace(): Unicode's White_Space and the separators U+001C-U+001F.
+  const auto is_space = [](uint32_t c) { return utf8::is_white_space(c) || (c >= 0x1c && c <= 0x1f); };
   int64_t words = 1;
-  for (size_t i = 0, length = 1; i < text.size();) {
-    if (!space_at(i, length)) {
-      ++i;
-      continue;
-    }
-    ++words;  // one split per run of white space
-    while (i < text.size() && space_at(i, length)) i += length;
+  bool in_space = false;
+  for (size_t i = 0; i < text.size();) {
+    const bool space = is_space(utf8::next(text, i));
+    if (space && !in_space) ++words;  // one split per run of white space
+    in_space = space;
   }
   return words;
 }
