@@ -39,6 +39,11 @@ double seconds_between(Clock::time_point a, Clock::time_point b) { return std::c
 // batch, so a resumed run whose batch changed still trains the epochs or tokens
 // asked for. A token is one of seq_len per sample, as planned (a fine-tuning
 // batch cut short counts whole).
+// The samples an `epochs` budget asks for (a fraction of an epoch rounded up).
+int64_t epochs_budget_samples(const Config& c, int64_t samples_per_epoch) {
+  return int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch)));
+}
+
 int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t global_batch, int64_t seq_len,
                        const TrainerState& state) {
   check_training_settings(c);
@@ -47,10 +52,7 @@ int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t globa
   };
   int64_t steps = 0;
   if (c.has("max_steps")) steps = c.get<int64_t>("max_steps");
-  if (c.has("epochs")) {
-    const auto samples = int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch)));
-    steps = steps_for(samples, state.samples_seen, global_batch);
-  }
+  if (c.has("epochs")) steps = steps_for(epochs_budget_samples(c, samples_per_epoch), state.samples_seen, global_batch);
   if (c.has("max_tokens")) steps = steps_for(c.get<int64_t>("max_tokens"), state.samples_seen * seq_len, global_batch * seq_len);
   HONE_CHECK(steps > 0, "{}: the run would take {} steps; it needs at least one", c.origin(), steps);
   return steps;
@@ -69,7 +71,7 @@ bool same_path(const std::string& a, const std::string& b) {
 std::optional<std::string> budget_below_one_step(const Config& c, int64_t samples_per_epoch, int64_t global_batch,
                                                  int64_t seq_len) {
   if (c.has("epochs")) {
-    const auto samples = int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch)));
+    const int64_t samples = epochs_budget_samples(c, samples_per_epoch);
     if (samples >= global_batch) return std::nullopt;
     return fmt::format("note: epochs {:g} is {} of {} samples, less than one step's {} (the global batch): the run "
                        "takes one step",
