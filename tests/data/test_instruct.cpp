@@ -404,13 +404,14 @@ TEST_F(InstructTest, AnInjectedSystemPromptIsNeverLearned) {
   }
 }
 
-// With a chat format the other templates write their prompt and response as a
+// With in_chat_format the other templates write their prompt and response as a
 // user's and an assistant's message, as torchtune's model tokenizers do
 // (alpaca_dataset with llama3_tokenizer); without one, plain text.
 TEST_F(InstructTest, AlpacaInAChatFormatIsAUserAndAnAssistantMessage) {
   const std::string path = file("a.jsonl", R"({"instruction": "Say hi.", "output": "hi"})"
                                            "\n");
-  const InstructOptions alpaca{.format = InstructTemplate::alpaca, .chat_format = data::ChatFormat::llama3};
+  const InstructOptions alpaca{
+      .format = InstructTemplate::alpaca, .chat_format = data::ChatFormat::llama3, .in_chat_format = true};
   const TokenizedSample s = data::load_instruct_dataset(path, *llama3_, alpaca).samples.at(0);
   const std::string prompt =
       "Below is an instruction that describes a task. Write a response that appropriately completes the "
@@ -427,16 +428,18 @@ TEST_F(InstructTest, AlpacaInAChatFormatIsAUserAndAnAssistantMessage) {
   EXPECT_EQ(answer_prompt, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n" + prompt + "<|eot_id|>" +
                                header);
   EXPECT_EQ(data::end_of_answer_token(*llama3_, alpaca), *llama3_->special_token_id("<|eot_id|>"));
-  // Without a chat format: BOS, the prompt, the answer and EOS.
+  // Without: BOS, the prompt, the answer and EOS (whatever chat_format says).
   const TokenizedSample plain =
-      data::load_instruct_dataset(path, *llama3_, {.format = InstructTemplate::alpaca}).samples.at(0);
+      data::load_instruct_dataset(path, *llama3_, {.format = InstructTemplate::alpaca, .chat_format = data::ChatFormat::chatml})
+          .samples.at(0);
   EXPECT_EQ(llama3_->decode(plain.tokens), "<|begin_of_text|>" + prompt + "\nhi<|end_of_text|>");
   EXPECT_EQ(data::end_of_answer_token(*llama3_, {.format = InstructTemplate::alpaca}), *llama3_->eos_id());
   // Mistral's (torchtune's MistralChatTemplate): [INST] around the prompt, EOS after the answer.
   const std::unique_ptr<Tokenizer> mistral = load_tokenizer(asset_path("tokenizers/mistral"));
   const TokenizedSample inst =
       data::load_instruct_dataset(
-          path, *mistral, {.format = InstructTemplate::alpaca, .chat_format = data::ChatFormat::llama2})
+          path, *mistral,
+          {.format = InstructTemplate::alpaca, .chat_format = data::ChatFormat::llama2, .in_chat_format = true})
           .samples.at(0);
   EXPECT_EQ(inst.tokens.front(), *mistral->bos_id());
   EXPECT_EQ(inst.tokens.back(), *mistral->eos_id());

@@ -180,13 +180,14 @@ TEST(InstructOptions, ColumnMapFieldsAndTheSystemPromptAreChecked) {
   EXPECT_EQ(error_of([&] { options("dataset: {column_map: {output: answer}}\n", {"dataset.column_map.input=7"}); }),
             "the command line: dataset.column_map.input must name a column");
   EXPECT_EQ(options("dataset: {template: chat, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
-  EXPECT_EQ(options("dataset: {chat_format: llama3, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
+  EXPECT_EQ(options("dataset: {in_chat_format: true, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
   EXPECT_EQ(error_of([&] { options("dataset: {system_prompt: Be kind.}\n"); }),
             "run.yaml: dataset.system_prompt is a chat format's system message: the alpaca template writes plain "
-            "text without one (give dataset.template: chat, or a dataset.chat_format to write its samples in)");
-  // A chat's format is llama3 unless given; the other templates' none.
-  EXPECT_EQ(options("dataset: {template: chat}\n").chat_format, std::nullopt);
-  EXPECT_EQ(options("dataset: {template: alpaca, chat_format: llama2}\n").chat_format, data::ChatFormat::llama2);
+            "text without one (give dataset.template: chat, or dataset.in_chat_format: true)");
+  // A chat's format is llama3 unless given; the other templates are written in it with in_chat_format.
+  EXPECT_EQ(options("dataset: {template: chat}\n").chat_format, data::ChatFormat::llama3);
+  EXPECT_FALSE(options("dataset: {template: alpaca, chat_format: llama2}\n").in_chat_format);
+  EXPECT_TRUE(options("dataset: {template: alpaca, in_chat_format: true}\n").in_chat_format);
   // torchtune's dataset keys say what hone's are.
   EXPECT_NE(error_of([&] { schema.resolve(Config::from_yaml("dataset: {source: json}\n", "run.yaml")); })
                 .find("'dataset.source': torchtune's (load_dataset's); hone reads local records from dataset.path"),

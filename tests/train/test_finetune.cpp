@@ -987,6 +987,22 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
   EXPECT_NE(first.find("Repeat the word tiger."), std::string::npos) << first;
   EXPECT_NE(first.find("bandwidth achieved"), std::string::npos) << first;
   EXPECT_EQ(first.substr(0, first.find("prefill:")), second.substr(0, second.find("prefill:")));  // greedy: reproducible
+  // Without a template, prompts are written as the run trained them (alpaca, its default): the same completion.
+  const std::string as_trained = root_ + "/gen_as_trained.out";
+  ASSERT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base", "lora.adapter=" + run,
+                             "tokenizer.path=" + tokenizer_, "prompt=Repeat the word tiger.", "temperature=0",
+                             "max_new_tokens=6"},
+                            as_trained),
+            0);
+  const std::string text = read_file(as_trained);
+  EXPECT_NE(text.find("note: prompts are written as " + run + "/step_0000030 was fine-tuned: template alpaca "
+                      "(template=plain writes them as given)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(first.substr(first.find("Repeat the word tiger."),
+                                   first.find("prefill:") - first.find("Repeat the word tiger."))),
+            std::string::npos)
+      << text << "\n---\n" << first;
 }
 
 // hone run eval on a GSM8K file: answers generated, scored, and each item's

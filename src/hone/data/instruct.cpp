@@ -61,11 +61,10 @@ struct Piece {
   bool injected = false;      // dataset.system_prompt's: never learned, not even with train_on_input
 };
 
-// The chat format samples are written in: a chat's (llama3 unless given); for
-// the other templates the one given, if any.
+// The chat format samples are written in: a chat's; the other templates' with in_chat_format.
 std::optional<ChatFormat> chat_format_of(const InstructOptions& o) {
-  if (o.format == InstructTemplate::chat) return o.chat_format.value_or(ChatFormat::llama3);
-  return o.chat_format;
+  if (o.format == InstructTemplate::chat || o.in_chat_format) return o.chat_format;
+  return std::nullopt;
 }
 
 // The samples of an MDS folder (LLM Foundry's fine-tuning shards: `prompt` and

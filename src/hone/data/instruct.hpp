@@ -38,12 +38,12 @@ ChatFormat parse_chat_format(const std::string& name);
 
 struct InstructOptions {
   InstructTemplate format = InstructTemplate::alpaca;
-  // The chat template's format (unset: llama3). The other templates write
-  // plain text unless one is given; with one, their prompt and response are a
-  // user and an assistant message in it, as torchtune's model tokenizers write
-  // every template (its Llama 3 tokenizer in headers, its Llama 2 and Mistral
-  // ones in [INST]).
-  std::optional<ChatFormat> chat_format;
+  // The chat template's format; with in_chat_format, the other templates' too:
+  // their prompt and response a user's and an assistant's message in it, as
+  // torchtune's model tokenizers write every template (its Llama 3 tokenizer in
+  // headers, its Llama 2 and Mistral ones in [INST]). Without, plain text.
+  ChatFormat chat_format = ChatFormat::llama3;
+  bool in_chat_format = false;
   // Template field -> column of the records: alpaca reads instruction, input and
   // output; summarize reads dialogue and output; plain reads input and output;
   // chat reads messages (or ShareGPT's conversations where a record has no

@@ -136,10 +136,11 @@ Schema instruct_dataset_schema(const std::string& template_default) {
   Schema s;
   s.add({"dataset.template", ValueType::string, template_default, "how records become prompts",
          {"alpaca", "summarize", "plain", "chat"}});
-  s.add({"dataset.chat_format", ValueType::string, nullptr,
-         "the chat format: a chat's (unset: llama3); for the other templates, their prompt and response as a user "
-         "and an assistant message in it, as torchtune's model tokenizers write them (unset: plain text)",
+  s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template (and in_chat_format's)",
          {"llama3", "llama2", "chatml"}});
+  s.add({"dataset.in_chat_format", ValueType::boolean, false,
+         "alpaca, summarize, plain: the prompt and response as a user's and an assistant's message in "
+         "dataset.chat_format, as torchtune's model tokenizers write every template (false: plain text)"});
   s.add({"dataset.column_map", ValueType::mapping, nullptr, "template field -> column of the records"});
   s.add({"dataset.train_on_input", ValueType::boolean, false, "also learn the prompt tokens"});
   s.add({"dataset.target_responses", ValueType::string, "all",
@@ -159,14 +160,17 @@ Schema instruct_dataset_schema(const std::string& template_default) {
   s.add_foreign("dataset.conversation_style", "torchtune's; hone's chat template reads OpenAI messages and ShareGPT "
                                               "conversations alike (dataset.template: chat)");
   s.add_foreign("dataset.new_system_prompt", "torchtune's; hone's is dataset.system_prompt");
-  s.add_foreign("tokenizer.prompt_template", "torchtune's; hone's is dataset.chat_format (llama3, llama2 or chatml)");
+  s.add_foreign("tokenizer.prompt_template",
+                "torchtune's; hone writes every template in dataset.chat_format (llama3, llama2 or chatml) with "
+                "dataset.in_chat_format: true");
   return s;
 }
 
 data::InstructOptions instruct_options_from(const Config& c) {
   data::InstructOptions o;
   o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
-  if (c.has("dataset.chat_format")) o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
+  o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
+  o.in_chat_format = c.get<bool>("dataset.in_chat_format");
   if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
     // The fields the templates, chats and preference pairs read; torchtune's
     // ShareGPT column_map names the conversation `conversations`.
@@ -191,9 +195,9 @@ data::InstructOptions instruct_options_from(const Config& c) {
   o.train_on_every_response = c.get<std::string>("dataset.target_responses") == "all";
   o.token_encoding_type = c.get<std::string>("dataset.token_encoding_type");
   o.system_prompt = c.get<std::string>("dataset.system_prompt");
-  HONE_CHECK(o.system_prompt.empty() || o.format == data::InstructTemplate::chat || o.chat_format,
+  HONE_CHECK(o.system_prompt.empty() || o.format == data::InstructTemplate::chat || o.in_chat_format,
              "{}: dataset.system_prompt is a chat format's system message: the {} template writes plain text without "
-             "one (give dataset.template: chat, or a dataset.chat_format to write its samples in)",
+             "one (give dataset.template: chat, or dataset.in_chat_format: true)",
              c.origin_of("dataset.system_prompt"), c.get<std::string>("dataset.template"));
   return o;
 }

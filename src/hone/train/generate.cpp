@@ -23,13 +23,16 @@ Schema generate_schema() {
   Schema s = inference_schema();
   s.add({"prompt", ValueType::string, nullptr, "a prompt"});
   s.add({"prompts_file", ValueType::string, nullptr, "a file of prompts, one per line"});
-  s.add({"template", ValueType::string, "plain", "how the prompt is presented, as in training",
+  s.add({"template", ValueType::string, nullptr,
+         "how the prompt is presented, as in training (unset: as the hone fine-tuning run whose model it is was "
+         "trained, with its chat_format, in_chat_format and system_prompt; else plain)",
          {"plain", "alpaca", "summarize", "chat"}});
-  s.add({"chat_format", ValueType::string, nullptr,
-         "the chat format, as in training: a chat's (unset: llama3); for the other templates, the prompt as a user "
-         "message in it (unset: plain text)",
+  s.add({"chat_format", ValueType::string, nullptr, "the chat template's (and in_chat_format's); unset: llama3",
          {"llama3", "llama2", "chatml"}});
-  s.add({"system_prompt", ValueType::string, "", "a system message (with a chat format)"});
+  s.add({"in_chat_format", ValueType::boolean, nullptr,
+         "alpaca, summarize, plain: the prompt as a user's message in chat_format (as dataset.in_chat_format "
+         "trained it); unset: false"});
+  s.add({"system_prompt", ValueType::string, "", "a system message (in a chat format)"});
   s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"}, Range::positive());
   // The sampling keys default to what the model's generation_config.json sets (sampling_options).
   s.add({"temperature", ValueType::number, nullptr, "sampling temperature (0: greedy); default: 0.8"},
@@ -92,15 +95,46 @@ SamplingOptions sampling_options(const Config& c, const Json& generation_config)
   return o;
 }
 
+// How prompts are written: template, chat_format, in_chat_format and
+// system_prompt as given; without a template, as the fine-tuning run whose
+// model it is was trained (its dataset's, said in a note) where the model is
+// one's. A system prompt needs a chat format to be written in.
+data::InstructOptions prompt_format(const Config& c, const Json& trained = Json(), const std::string& trained_by = "") {
+  const bool as_trained = !c.has("template") && trained.is_object();
+  // A key as given, else the run's (when prompting as it trained).
+  const auto setting = [&](const std::string& key) {
+    if (c.has(key) && !(key == "system_prompt" && c.get<std::string>(key).empty())) return *c.find(key);
+    return as_trained ? trained.value(key, Json()) : Json();
+  };
+  const Json template_name = setting("template"), chat_format = setting("chat_format"),
+             in_chat_format = setting("in_chat_format"), system_prompt = setting("system_prompt");
+  data::InstructOptions format;
+  format.format = data::parse_instruct_template(template_name.is_string() ? template_name.get<std::string>() : "plain");
+  if (chat_format.is_string()) format.chat_format = data::parse_chat_format(chat_format.get<std::string>());
+  format.in_chat_format = in_chat_format.is_boolean() && in_chat_format.get<bool>();
+  if (system_prompt.is_string()) format.system_prompt = system_prompt.get<std::string>();
+  const bool chat = format.format == data::InstructTemplate::chat || format.in_chat_format;
+  if (as_trained) {
+    fmt::print(stderr, "note: prompts are written as {} was fine-tuned: template {}{}{} (template=plain writes them "
+               "as given)\n",
+               trained_by, template_name.get<std::string>(),
+               chat ? fmt::format(", chat_format {}{}", chat_format.get<std::string>(),
+                                  format.in_chat_format ? " (in_chat_format)" : "")
+                    : std::string(),
+               format.system_prompt.empty() ? std::string() : fmt::format(", system_prompt {:?}", format.system_prompt));
+  }
+  HONE_CHECK(format.system_prompt.empty() || chat,
+             "{}: system_prompt is a chat format's system message: the {} template writes plain text without one "
+             "(give template=chat, or in_chat_format=true)",
+             c.origin_of("system_prompt"), template_name.is_string() ? template_name.get<std::string>() : "plain");
+  return format;
+}
+
 }  // namespace
 
 std::vector<std::string> check_generate_config(const Config& c) {
   HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin());
-  HONE_CHECK(c.get<std::string>("system_prompt").empty() || c.get<std::string>("template") == "chat" ||
-                 c.has("chat_format"),
-             "{}: system_prompt is a chat format's system message: the {} template writes plain text without one "
-             "(give template=chat, or a chat_format to write the prompt in)",
-             c.origin_of("system_prompt"), c.get<std::string>("template"));
+  if (c.has("template")) prompt_format(c);  // its errors; else the model's run may give the format
   return {};
 }
 
@@ -132,10 +166,7 @@ int run_generate(const Config& c) {
   if (c.has("samples_path")) samples = std::make_unique<AtomicFile>(c.get<std::string>("samples_path"));
   InferenceModel m = load_inference_model(c);
   for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
-  data::InstructOptions format;
-  format.format = data::parse_instruct_template(c.get<std::string>("template"));
-  if (c.has("chat_format")) format.chat_format = data::parse_chat_format(c.get<std::string>("chat_format"));
-  format.system_prompt = c.get<std::string>("system_prompt");
+  const data::InstructOptions format = prompt_format(c, m.trained_dataset, m.trained_by);
   GenerationOptions o;
   o.max_new_tokens = c.get<int64_t>("max_new_tokens");
   o.sampling = sampling_options(c, m.generation_config);

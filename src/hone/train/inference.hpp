@@ -20,6 +20,11 @@ struct InferenceModel {
   // What the user should know of the model as loaded (printed after "note: "):
   // its format's (a context length assumed) and the adapters' (another base).
   std::vector<std::string> notes;
+  // The dataset section of the hone fine-tuning run whose model this is (the
+  // lora.adapter run's, else checkpoint.path's), whose template and chat format
+  // its prompts are written in; null for any other model.
+  Json trained_dataset;
+  std::string trained_by;  // that run's checkpoint folder
   // The EOS ids the model's generation_config.json names (else its
   // config.json): where transformers' generate() stops (Llama 3 Instruct lists
   // <|end_of_text|>, <|eom_id|> and <|eot_id|>).
