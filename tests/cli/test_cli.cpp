@@ -515,6 +515,16 @@ TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
   ASSERT_EQ(into.status, 0) << into.err;
   EXPECT_EQ(into.out, "copied llama3_2/1B_lora to " + folder + "/1B_lora.yaml\n");
   EXPECT_EQ(read_file(folder + "/1B_lora.yaml"), copied);
+  // A name without a suffix gets .yaml, as tune cp gives it; --make-parents makes the folders.
+  const CliResult bare = run_hone("cp llama3_2/1B_lora " + folder + "/mine");
+  ASSERT_EQ(bare.status, 0) << bare.err;
+  EXPECT_EQ(read_file(folder + "/mine.yaml"), copied);
+  const CliResult deep = run_hone("cp llama3_2/1B_lora " + folder + "/a/b/mine.yaml");
+  EXPECT_EQ(deep.status, 2);
+  EXPECT_NE(deep.err.find(folder + "/a/b: no such folder to copy into (--make-parents creates it)"), std::string::npos)
+      << deep.err;
+  ASSERT_EQ(run_hone("cp llama3_2/1B_lora " + folder + "/a/b/mine.yaml --make-parents").status, 0);
+  EXPECT_EQ(read_file(folder + "/a/b/mine.yaml"), copied);
   std::filesystem::remove_all(folder);
 }
 
@@ -608,6 +618,7 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
        "with model.lora_attn_modules from the command line: model.lora_attn_modules: 'o_proj' is a Hugging Face "
        "module name (PEFT's target_modules); hone takes torchtune's: output_proj instead"},
       {"validate llama3_2/1B_lora clip_grad_norm=1.0", "'clip_grad_norm': torchtune's; hone's is optimizer.max_grad_norm"},
+      {"validate llama3_2/1B_lora shuffle=False", "'shuffle': torchtune's; hone's is dataset.shuffle"},
       // The dataset keys' errors, which hone run gives before reading any data.
       {"validate llama3_2/1B_lora dataset.column_map.outptu=answer",
        "the command line: dataset.column_map.outptu: no template reads a field 'outptu' (did you mean 'output'?)"},
@@ -627,7 +638,12 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
   // hone validate refuses the eval and generate configs hone run would refuse before reading any file.
   std::ofstream(testing::TempDir() + "/shots.yaml") << "recipe: eval\ncheckpoint: {path: m}\ntask: {path: t.jsonl, num_fewshot: 3}\n";
   std::ofstream(testing::TempDir() + "/no_prompt.yaml") << "recipe: generate\ncheckpoint: {path: m}\n";
+  std::ofstream(testing::TempDir() + "/tasks.yaml") << "recipe: eval\ncheckpoint: {path: m}\ntasks: {arc: {path: a.jsonl}}\n";
   const std::pair<std::string, std::string> refused_by_validate[] = {
+      {"validate " + testing::TempDir() + "/tasks.yaml tasks.arc.bogus=5",
+       "tasks.yaml with tasks.arc.bogus from the command line: unknown key 'tasks.arc.bogus'"},
+      {"validate " + testing::TempDir() + "/tasks.yaml ~checkpoint.path",
+       "the command line: 'checkpoint.path' is required"},
       {"validate " + testing::TempDir() + "/shots.yaml", "task.num_fewshot (> 0) and task.fewshot_path go together"},
       {"validate " + testing::TempDir() + "/no_prompt.yaml", "give a prompt or a prompts_file"}};
   for (const auto& [args, message] : refused_by_validate) {

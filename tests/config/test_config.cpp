@@ -90,6 +90,24 @@ TEST(Config, OverridesSetNestedKeysAndLists) {
   // hone ls shows unset defaults as '-'; typed as a value it points to null.
   EXPECT_NE(error_of([&] { c.apply_override("tokenizer.path=-"); }).find("unset one with tokenizer.path=null"),
             std::string::npos);
+  // torchtune's ~key removes a key, or a section, as if the config never gave it (its default applies).
+  c.apply_override("~optimizer.lr");
+  EXPECT_FALSE(c.has("optimizer.lr"));
+  EXPECT_TRUE(c.has("optimizer.betas"));
+  c.apply_override("~optimizer");
+  EXPECT_FALSE(c.has("optimizer"));
+  c.apply_override("~no.such.key");  // nothing to remove
+  EXPECT_NE(error_of([&] { c.apply_override("~output_dir=x"); }).find("~KEY removes a key"), std::string::npos);
+  // YAML 1.1's yes/no/on/off are booleans where a key is one, as PyYAML reads them; elsewhere text.
+  for (const auto& [text, value] : {std::pair{"yes", true}, {"On", true}, {"NO", false}, {"off", false}}) {
+    Config b = Config::from_yaml(fmt::format("output_dir: x\nenable_activation_checkpointing: {}\n", text), "run.yaml");
+    EXPECT_EQ(schema().resolve(b).get<bool>("enable_activation_checkpointing"), value) << text;
+  }
+  EXPECT_NE(error_of([&] {
+              schema().resolve(Config::from_yaml("output_dir: x\nenable_activation_checkpointing: y\n", "run.yaml"));
+            }).find("must be true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { c.apply_override("~"); }).find("~KEY removes a key"), std::string::npos);
 }
 
 // A string key takes its override as written where YAML would read the text as
@@ -308,7 +326,15 @@ lr_scheduler:
   EXPECT_EQ(error("resume: ${oc.env:HONE_TEST_UNSET}\n"),
             "run.yaml: 'resume': ${oc.env:HONE_TEST_UNSET}: the environment variable HONE_TEST_UNSET is not set");
   EXPECT_EQ(error("resume: ${oc.select:a}\n"),
-            "run.yaml: 'resume': ${oc.select:a}: the resolver 'oc.select' is not one hone has (it has oc.env)");
+            "run.yaml: 'resume': ${oc.select:a}: the resolver 'oc.select' is not one hone has (it has oc.env and "
+            "oc.decode)");
+  // oc.env's default null is None, as OmegaConf's; oc.decode reads an environment variable's text as a value.
+  ::setenv("HONE_TEST_STEPS", "7", 1);
+  const Config env = schema().resolve(Config::from_yaml(
+      "output_dir: x\nresume: ${oc.env:HONE_TEST_UNSET,null}\nbatch_size: ${oc.decode:${oc.env:HONE_TEST_STEPS,2}}\n",
+      "run.yaml"));
+  EXPECT_FALSE(env.has("resume"));
+  EXPECT_EQ(env.get<int64_t>("batch_size"), 7);
   EXPECT_EQ(error("resume: x${output_dir\n"), "run.yaml: 'resume': 'x${output_dir' has an unclosed '${'");
   EXPECT_EQ(error("resume: ${..output_dir}\n"), "run.yaml: 'resume': ${..output_dir} refers above the top of the config");
   EXPECT_EQ(error("resume: at ${optimizer}\noptimizer: {lr: 1}\n"),

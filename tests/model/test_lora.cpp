@@ -335,6 +335,10 @@ TEST(Lora, RejectsBadConfigs) {
   ModelConfig tied = c;
   tied.tie_embeddings = true;
   EXPECT_THROW(Transformer(tied, DType::f32, Device::cpu(), LoraConfig{.apply_to_output = true}), Error);
+  // Adapters on nothing would train nothing.
+  EXPECT_NE(error_of([&] { Transformer(c, DType::f32, Device::cpu(), LoraConfig{.attn_modules = {}}); })
+                .find("the adapters would adapt nothing"),
+            std::string::npos);
   // DoRA's row norms need whole weights: not under ZeRO-3's shards.
   EXPECT_THROW(Transformer(c, DType::f32, Device::cpu(), LoraConfig{.use_dora = true},
                            ModelPlacement{.shard = ShardSpec{.rank = 0, .world = 2}}),

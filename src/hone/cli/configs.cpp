@@ -93,25 +93,37 @@ Command add_ls(CLI::App& app) {
 }
 
 Command add_cp(CLI::App& app) {
-  auto args = std::make_shared<std::pair<std::string, std::string>>();
+  struct Args {
+    std::string config, dest;
+    bool make_parents = false;
+  };
+  auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("cp", "Copy a built-in config to a file to edit it");
-  sub->add_option("config", args->first, "Built-in config name (hone ls)")->required();
-  sub->add_option("dest", args->second, "Destination file, or a folder to copy it into (as NAME.yaml)")->required();
+  sub->add_option("config", args->config, "Built-in config name (hone ls)")->required();
+  sub->add_option("dest", args->dest,
+                  "Destination file (.yaml added where it has no suffix, as tune cp adds it), or a folder to copy it "
+                  "into (as NAME.yaml)")
+      ->required();
+  sub->add_flag("--make-parents", args->make_parents, "Create the destination's missing folders (tune cp's flag)");
   return [args] {
     for (const BuiltinConfig& b : builtin_configs()) {
-      if (args->first != b.name) continue;
-      std::string dest = args->second;
+      if (args->config != b.name) continue;
+      fs::path dest = args->dest;
       // Into a folder as tune cp does: llama3_2/1B_lora becomes FOLDER/1B_lora.yaml.
-      if (fs::is_directory(dest)) dest = (fs::path(dest) / (fs::path(b.name).filename().string() + ".yaml")).string();
-      HONE_CHECK(!fs::exists(dest), "{} exists; choose another destination or remove it", dest);
-      AtomicFile out(dest);
+      if (fs::is_directory(dest)) dest /= fs::path(b.name).filename().string() + ".yaml";
+      else if (!dest.has_extension()) dest += ".yaml";
+      if (args->make_parents && dest.has_parent_path()) fs::create_directories(dest.parent_path());
+      HONE_CHECK(!dest.has_parent_path() || fs::is_directory(dest.parent_path()),
+                 "{}: no such folder to copy into (--make-parents creates it)", dest.parent_path().string());
+      HONE_CHECK(!fs::exists(dest), "{} exists; choose another destination or remove it", dest.string());
+      AtomicFile out(dest.string());
       out.write(std::string_view(b.text));
       out.commit();
-      fmt::print("copied {} to {}\n", b.name, dest);
+      fmt::print("copied {} to {}\n", b.name, dest.string());
       return 0;
     }
-    load_config(args->first);  // throws with the did-you-mean
-    fail("'{}' is not a built-in config (hone ls lists them)", args->first);
+    load_config(args->config);  // throws with the did-you-mean
+    fail("'{}' is not a built-in config (hone ls lists them)", args->config);
   };
 }
 

@@ -224,8 +224,31 @@ void Config::set(std::string_view key, Json value) {
 }
 
 void Config::apply_override(std::string_view assignment) {
+  if (assignment.starts_with('~')) {  // torchtune's removal: the key, and all under it, as if never given
+    const std::string key(assignment.substr(1));
+    HONE_CHECK(!key.empty() && key.find('=') == std::string::npos,
+               "override '{}': ~KEY removes a key (torchtune's form) and takes no value; KEY=VALUE sets one",
+               assignment);
+    // The key's sections, from the top: each left empty by the removal goes with it.
+    const std::vector<std::string> parts = split_key(key);
+    std::vector<Json*> sections = {&tree_};
+    for (size_t i = 0; i + 1 < parts.size() && sections.back(); ++i) {
+      Json* section = sections.back();
+      const auto it = section->is_object() ? section->find(parts[i]) : section->end();
+      sections.push_back(it == section->end() ? nullptr : &*it);
+    }
+    for (size_t i = sections.size(); i-- > 0;) {
+      if (!sections[i] || !sections[i]->is_object()) break;
+      sections[i]->erase(parts[i]);
+      if (!sections[i]->empty() || i == 0) break;
+    }
+    std::erase_if(overrides_, [&](const auto& given) { return given.first == key || given.first.starts_with(key + "."); });
+    overrides_.emplace_back(key, assignment);  // what is missing now is the command line's doing
+    return;
+  }
   const size_t eq = assignment.find('=');
-  HONE_CHECK(eq != std::string_view::npos && eq > 0, "override '{}' is not of the form key=value", assignment);
+  HONE_CHECK(eq != std::string_view::npos && eq > 0,
+             "override '{}' is not of the form key=value (nor ~key, which removes one)", assignment);
   const std::string key(assignment.substr(0, eq));
   HONE_CHECK(assignment.substr(eq + 1) != "-", "the command line: {}=-: '-' stands for an unset key in hone ls; "
              "unset one with {}=null", key, key);
@@ -352,9 +375,16 @@ class Interpolator {
     const size_t colon = expression.find(':');
     if (colon != std::string::npos) {
       const std::string resolver = expression.substr(0, colon), argument = expression.substr(colon + 1);
+      if (resolver == "oc.decode") {  // the text read as a value: ${oc.decode:${oc.env:STEPS,100}} is a number
+        try {
+          return Config::from_yaml("v: " + argument, "oc.decode").tree()["v"];
+        } catch (const Error&) {
+          return argument;
+        }
+      }
       if (resolver != "oc.env" && resolver != "env")
-        error(parts, fmt::format("${{{}}}: the resolver '{}' is not one hone has (it has oc.env)", expression,
-                                 resolver));
+        error(parts, fmt::format("${{{}}}: the resolver '{}' is not one hone has (it has oc.env and oc.decode)",
+                                 expression, resolver));
       const size_t comma = argument.find(',');
       const std::string name = argument.substr(0, comma);
       if (const char* value = std::getenv(name.c_str())) return std::string(value);
@@ -362,6 +392,7 @@ class Interpolator {
         error(parts, fmt::format("${{{}}}: the environment variable {} is not set", expression, name));
       std::string fallback = argument.substr(comma + 1);
       fallback.erase(0, fallback.find_first_not_of(' '));
+      if (fallback == "null") return Json();  // OmegaConf's None, not the text "null"
       return fallback;
     }
     // Leading dots: relative to the section that holds the key (one dot), its parent (two), ...
@@ -576,6 +607,14 @@ Config Schema::resolve(const Config& given_config) const {
     // What matches in another spelling is written as the key's type: 1e9 as 1000000000, "x" as [x].
     if (spec->type == ValueType::integer && is_whole_float(*value)) resolved.set(key, int64_t(value->get<double>()));
     if (spec->type == ValueType::string_list && value->is_string()) resolved.set(key, Json::array({*value}));
+    // YAML 1.1's booleans, as PyYAML (torchtune's and LLM Foundry's loader) reads them.
+    if (spec->type == ValueType::boolean && value->is_string()) {
+      static const std::set<std::string> yes = {"yes", "Yes", "YES", "on", "On", "ON"},
+                                         no = {"no", "No", "NO", "off", "Off", "OFF"};
+      if (yes.contains(value->get<std::string>())) resolved.set(key, true);
+      if (no.contains(value->get<std::string>())) resolved.set(key, false);
+      if (resolved.find(key)->is_boolean()) continue;
+    }
     // An integer is a fine number.
     HONE_CHECK(matches(*value, spec->type), "{}: '{}' must be {}, got {}", origin, key, type_name(spec->type),
                value->dump());
@@ -596,7 +635,7 @@ Config Schema::resolve(const Config& given_config) const {
   for (const KeySpec& k : keys_) {
     const Json* v = user.find(k.key);
     if (v == nullptr || v->is_null()) {
-      HONE_CHECK(!k.required, "{}: '{}' is required ({})", user.origin(), k.key, k.help);
+      HONE_CHECK(!k.required, "{}: '{}' is required ({})", user.origin_of(k.key), k.key, k.help);
       resolved.set(k.key, k.default_value);
     }
   }

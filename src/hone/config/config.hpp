@@ -31,6 +31,7 @@ class Config {
 
   // Applies "a.b.c=value"; the value is read as YAML (numbers, true/false, null,
   // [lists], quoted strings), or kept as text where it is no valid YAML.
+  // "~a.b.c" removes the key and all under it (torchtune's form): its default applies.
   void apply_override(std::string_view assignment);
   // The text after '=' of the override that set `key`, or nullptr: a string
   // key takes it as written where YAML would read it as something else

@@ -179,11 +179,11 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
       lora.attn_modules.push_back(module);
     else lora.apply_to_mlp = true;
   }
+  HONE_CHECK(!layers.empty(), "{}: holds no adapters", file->path());
   // hone adapts all of the MLP's projections or none.
   for (const LoraTarget& t : lora_targets(config, lora))
     HONE_CHECK(!t.in_mlp() || layers.contains(t.module), "{}: adapters on some of the MLP's projections but not on "
                "{}; hone's are on all of them or none", file->path(), t.module);
-  HONE_CHECK(!layers.empty(), "{}: holds no adapters", file->path());
   return lora;
 }
 

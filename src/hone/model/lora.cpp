@@ -31,6 +31,9 @@ void check_lora_config(const LoraConfig& lora) {
                m, peft->second);
     fail("lora_attn_modules: unknown module '{}'; expected q_proj, k_proj, v_proj or output_proj", m);
   }
+  HONE_CHECK(!lora.attn_modules.empty() || lora.apply_to_mlp || lora.apply_to_output,
+             "lora_attn_modules is empty and apply_lora_to_mlp and apply_lora_to_output are false: the adapters "
+             "would adapt nothing, and the run train nothing");
 }
 
 std::vector<LoraTarget> lora_targets(const ModelConfig& c, const LoraConfig& lora) {

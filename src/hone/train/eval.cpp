@@ -157,6 +157,26 @@ PlannedTask plan_task(const Config& c, const std::string& prefix, std::string na
   return t;
 }
 
+// Each entry of tasks resolved as task.* is (its keys under tasks.NAME), by
+// name; checked without reading its files, as hone validate checks them.
+std::vector<std::pair<std::string, Config>> resolved_tasks(const Config& c) {
+  std::vector<std::pair<std::string, Config>> resolved;
+  if (!c.has("tasks")) return resolved;
+  const Json& tasks = *c.find("tasks");
+  HONE_CHECK(!tasks.empty(), "{}: tasks is empty: give NAME: {{path: FILE, ...}} for each task", c.origin_of("tasks"));
+  for (const auto& [name, entry] : tasks.items()) {
+    const std::string prefix = "tasks." + name;
+    HONE_CHECK(!name.empty() && name.find('.') == std::string::npos, "{}: '{}' cannot name a task (no dots)",
+               c.origin_of("tasks"), name);
+    HONE_CHECK(entry.is_object(), "{}: {} must be a mapping of the task's keys (path: FILE, ...), not {}",
+               c.origin_of_section(prefix), prefix, entry.dump());
+    Config one = Config::from_yaml("{}", c.origin_of_section(prefix));
+    one.set(prefix, entry);
+    resolved.emplace_back(name, task_keys(prefix).resolve(one));
+  }
+  return resolved;
+}
+
 // task.*, or each of tasks, whose entries are checked as task.* is (under their own names).
 std::vector<PlannedTask> plan_tasks(const Config& c) {
   std::vector<PlannedTask> planned;
@@ -169,18 +189,7 @@ std::vector<PlannedTask> plan_tasks(const Config& c) {
   std::vector<std::string> prefixes;
   for (const auto& [name, entry] : c.find("tasks")->items()) prefixes.push_back("tasks." + name);
   check_samples_paths(c, prefixes);
-  const Json& tasks = *c.find("tasks");
-  HONE_CHECK(!tasks.empty(), "{}: tasks is empty: give NAME: {{path: FILE, ...}} for each task", c.origin_of("tasks"));
-  for (const auto& [name, entry] : tasks.items()) {
-    const std::string prefix = "tasks." + name;
-    HONE_CHECK(!name.empty() && name.find('.') == std::string::npos, "{}: '{}' cannot name a task (no dots)",
-               c.origin_of("tasks"), name);
-    HONE_CHECK(entry.is_object(), "{}: {} must be a mapping of the task's keys (path: FILE, ...), not {}",
-               c.origin_of(prefix), prefix, entry.dump());
-    Config one = Config::from_yaml("{}", c.origin_of(prefix));
-    one.set(prefix, entry);
-    planned.push_back(plan_task(task_keys(prefix).resolve(one), prefix, name));
-  }
+  for (auto& [name, one] : resolved_tasks(c)) planned.push_back(plan_task(one, "tasks." + name, name));
   return planned;
 }
 
@@ -396,6 +405,7 @@ std::vector<std::string> check_eval_config(const Config& c) {
              "{}: dataset.path needs dataset.type (instruct, megatron, mds, ...) to be evaluated",
              c.origin_of("dataset.path"));
   if (c.has("tasks")) {
+    resolved_tasks(c);  // each entry's keys, as hone run checks them before reading a file
     for (const char* key : {"task.limit", "task.samples_path", "task.fewshot_path"}) {
       HONE_CHECK(!c.has(key), "{}: {} is for task.path; with tasks, give it under tasks.NAME", c.origin_of(key), key);
     }

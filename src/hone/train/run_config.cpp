@@ -197,6 +197,18 @@ Schema training_schema() {
   s.add_foreign("clip_grad_norm", "torchtune's; hone's is optimizer.max_grad_norm (1.0 by default, 0: no clipping)");
   s.add_foreign("max_steps_per_epoch", "torchtune's; hone's max_steps counts the whole run (give epochs=null with it)");
   s.add_foreign("resume_from_checkpoint", "torchtune's; hone resumes with resume=latest (or resume=STEP_FOLDER)");
+  s.add_foreign("shuffle", "torchtune's; hone's is dataset.shuffle");
+  s.add_foreign("checkpointer", "torchtune's; hone's model to start from is checkpoint.path (the folder: its files and "
+                                "architecture are read from it), and a run writes its checkpoints into output_dir");
+  s.add_foreign("save_adapter_weights_only", "torchtune's; a LoRA run's checkpoints hold its adapters alone, and "
+                                             "export.peft and export.hf write the exports");
+  s.add_foreign("lora_rank", "torchtune's model.lora_rank is hone's too");
+  s.add_foreign("compile", "torchtune's torch.compile; hone runs its own kernels, with nothing to compile");
+  s.add_foreign("log_peak_memory_stats", "torchtune's; hone logs the memory/* metrics at every logged step");
+  s.add_foreign("metric_logger", "torchtune's; hone writes metrics.jsonl and TensorBoard files (logging.tensorboard) "
+                                 "into output_dir");
+  s.add_foreign("optimizer.fused", "torch.optim's; hone's AdamW updates every parameter in one pass already");
+  s.add_foreign("optimizer_in_bwd", "torchtune's; hone steps the optimizer after the backward");
   return s;
 }
 
