@@ -131,6 +131,13 @@ TEST(PretrainStream, BlendsByWeight) {
     for (int row = 0; row < 8; ++row, ++total) from_a += r[size_t(row * 4)] < 100000;
   }
   EXPECT_EQ(from_a, total * 3 / 4);  // the greedy blend is exact at multiples of the ratio
+  // In Megatron's order (build_blending_indices: weight · max(sample, 1) − taken,
+  // the first of equals): 0.9/0.1 takes the second source at samples 1 and 11.
+  PretrainStream order({all_of(a), all_of(c)}, {0.9, 0.1}, {.seq_len = 4, .batch_size = 20, .seed = 2});
+  const auto first = rows(order.next());
+  std::vector<int> sources;
+  for (int row = 0; row < 20; ++row) sources.push_back(first[size_t(row * 4)] >= 100000);
+  EXPECT_EQ(sources, (std::vector<int>{0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}));
 }
 
 TEST(PretrainStream, SplitAndTooSmallData) {

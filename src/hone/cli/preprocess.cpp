@@ -38,11 +38,12 @@ Command add_preprocess(CLI::App& app) {
     int64_t vocab_size = 0;
     std::string dataset_impl = "mmap", format = "megatron", mds_compression, mds_size_limit = "64mb",
                 mds_dtype = "int32";
-    bool split_sentences = false, keep_newlines = false, append_eod = false, keep_sequential = false, no_wrap = false;
+    bool split_sentences = false, keep_newlines = false, append_eod = false, keep_sequential = false, no_wrap = false,
+         no_special_tokens = false, trust_remote_code = false, no_use_fast = false;
     int64_t concat_tokens = 0;
     unsigned workers = std::max(1u, std::thread::hardware_concurrency());
     unsigned partitions = 1;
-    uint64_t log_interval = 100;  // Megatron's
+    uint64_t log_interval = 1000;  // Megatron's
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -101,6 +102,12 @@ Command add_preprocess(CLI::App& app) {
                   "place; 0: none)")
       ->capture_default_str();
   sub->add_option("--lang", a->lang, "Accepted for Megatron scripts; the sentence rule is the same for every language");
+  sub->add_flag("--tokenizer-hf-no-include-special-tokens", a->no_special_tokens,
+                "HuggingFaceTokenizer: no ids around each text (the BOS its tokenizer.json's post-processor adds)");
+  sub->add_flag("--trust-remote-code", a->trust_remote_code,
+                "Accepted for Megatron scripts; hone runs no tokenizer code of a model's own");
+  sub->add_flag("--tokenizer-hf-no-use-fast", a->no_use_fast,
+                "Accepted for Megatron scripts; hone has one implementation of each tokenizer");
 
   return [a] {
     data::PreprocessOptions o;
@@ -123,7 +130,7 @@ Command add_preprocess(CLI::App& app) {
     o.mds.hashes.erase(std::unique(o.mds.hashes.begin(), o.mds.hashes.end()), o.mds.hashes.end());
 
     const data::PreprocessTokenizer tokenizer = data::load_preprocess_tokenizer(
-        {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model, a->vocab_size});
+        {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model, a->vocab_size, !a->no_special_tokens});
 
     // Ctrl-C or a kill: finish the documents in flight, remove the unfinished outputs.
     catch_stop_signals();
@@ -136,11 +143,13 @@ Command add_preprocess(CLI::App& app) {
                             p.files > 1 ? fmt::format("  file {}/{}", p.file, p.files) : std::string(), p.seconds));
     };
     uint64_t next_log = a->log_interval;
-    const auto log = [&](const data::PreprocessProgress& p) {  // a log file's: a line each --log-interval documents
-      if (a->log_interval == 0 || p.documents < next_log) return;
-      fmt::print(stderr, "Processed {} documents ({:.0f} docs/s, {:.2f} MB/s).\n", p.documents,
-                 per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds));
-      next_log = (p.documents / a->log_interval + 1) * a->log_interval;
+    // A log file's: a line at each multiple of --log-interval documents, as Megatron prints (those passed
+    // since the last look, each with the rates then).
+    const auto log = [&](const data::PreprocessProgress& p) {
+      for (; a->log_interval > 0 && next_log <= p.documents; next_log += a->log_interval) {
+        fmt::print(stderr, "Processed {} documents ({:.0f} docs/s, {:.2f} MB/s).\n", next_log,
+                   per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds));
+      }
     };
     const data::PreprocessResult r = data::preprocess(
         o, tokenizer, line.on_terminal() ? std::function(progress) : std::function(log), 0.25, &stop_requested_flag());

@@ -21,6 +21,7 @@
 #include "hone/data/formats/megatron.hpp"
 #include "hone/data/formats/ordered_sink.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
+#include "hone/data/tokenizers/utf8.hpp"
 
 namespace hone::data {
 namespace fs = std::filesystem;
@@ -293,6 +294,7 @@ PreprocessTokenizer load_preprocess_tokenizer(const TokenizerFiles& files) {
         post_processor_ids(j["post_processor"], file, "post_processor", t.before, t.after);
       llama_special_ids(*t.tokenizer, fs::path(file).parent_path() / "tokenizer_config.json", t.before, t.after);
     }
+    if (!files.include_special_tokens) t.before.clear(), t.after.clear();
   } else if (type == "TikTokenizer") {
     t.special = SpecialTokens::recognize;
     t.eod = t.tokenizer->eos_id();
@@ -487,6 +489,13 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
         if (!doc_error) {
           try {
             const std::string& text = fields[k];
+            // A text file's bytes (JSON's are checked as it is read): Megatron reads inputs as UTF-8 and stops
+            // at a byte that is none.
+            const size_t valid = utf8::valid_prefix(text);
+            HONE_CHECK(valid == text.size(),
+                       "byte {} is not UTF-8 (0x{:02x}): the text is in another encoding (Latin-1, cp1252?); convert "
+                       "it to UTF-8 first (iconv -f LATIN1 -t UTF-8)",
+                       valid, static_cast<unsigned char>(text[valid]));
             if (options.split_sentences) {
               for (const std::string_view sentence : split_sentences(text, options.keep_newlines)) {
                 const size_t before = ids.size();
@@ -563,6 +572,7 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
       }
     }
   }
+  if (on_progress && !error && !(stop && *stop)) on_progress(snapshot());  // the last, however short the run
   if (error) std::rethrow_exception(error);
   if (stop && *stop) {
     static_cast<PreprocessProgress&>(result) = snapshot();

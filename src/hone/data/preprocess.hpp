@@ -27,6 +27,9 @@ struct TokenizerFiles {
   std::string vocab_file, merge_file;  // GPT2BPETokenizer
   std::string tokenizer_model;         // a file or folder, for the other types
   int64_t vocab_size = 0;              // NullTokenizer: ids below it; EOD is vocab_size
+  // HuggingFaceTokenizer: the ids its post-processor puts around a text (BOS);
+  // false is Megatron's --tokenizer-hf-no-include-special-tokens.
+  bool include_special_tokens = true;
 };
 
 // A tokenizer set up as Megatron's build_tokenizer() sets up each type.

@@ -46,11 +46,12 @@ PretrainStream::PretrainStream(std::vector<DocumentRange> ranges, std::vector<do
 }
 
 std::pair<size_t, int64_t> PretrainStream::choose() {
-  // Megatron's blending: take from the source furthest behind its share.
+  // Megatron's blending (build_blending_indices): take from the source furthest
+  // behind its share of max(position, 1) samples, the first of equals.
   size_t best = 0;
   double best_error = -1e300;
   for (size_t i = 0; i < sources_.size(); ++i) {
-    const double error = sources_[i].weight * double(position_ + 1) - double(sources_[i].taken);
+    const double error = sources_[i].weight * std::max(double(position_), 1.0) - double(sources_[i].taken);
     if (error > best_error) {
       best_error = error;
       best = i;

@@ -9,6 +9,7 @@
 #include <pty.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -309,6 +310,16 @@ TEST_F(Preprocess, TextFilesFoldersGlobsAndCompressedInputs) {
   o.inputs = {path("in")};
   o.json_keys = {"text", "title"};
   expect_error([&] { data::preprocess(o, t); }, {path("in/a.txt"), "one field", "2 JSON keys"});
+  // A text file whose lines are JSON records would be one document of JSON syntax; bytes that
+  // are not UTF-8 stop the run, as Megatron's reading as UTF-8 does.
+  write_text(path("records.txt"), jsonl({{{"content", "a record"}}}));
+  o.inputs = {path("records.txt")};
+  o.json_keys = {"content"};
+  expect_error([&] { data::preprocess(o, t); }, {path("records.txt"), "first line is a JSON object", ".jsonl"});
+  write_text(path("latin1.txt"), "caf\xe9 au lait");
+  o.inputs = {path("latin1.txt")};
+  o.json_keys = {"text"};
+  expect_error([&] { data::preprocess(o, t); }, {path("latin1.txt"), "byte 3 is not UTF-8 (0xe9)"});
 }
 
 // Megatron's HuggingFaceTokenizer encodes with transformers' tokenizer(text).input_ids,
@@ -357,8 +368,31 @@ TEST_F(Preprocess, HuggingFacePostProcessorTemplate) {
     EXPECT_EQ(t.before, before);
     EXPECT_EQ(t.after, after);
   }
+  // Megatron's --tokenizer-hf-no-include-special-tokens: nothing around a text.
+  const auto bare = data::load_preprocess_tokenizer(
+      {.type = "HuggingFaceTokenizer", .tokenizer_model = path("llama"), .include_special_tokens = false});
+  EXPECT_TRUE(bare.before.empty());
+  EXPECT_TRUE(bare.after.empty());
   write_tokenizer(path("odd"), spec({{"type", "BlenderProcessing"}}));
   expect_error([&] { hf_tokenizer(path("odd")); }, {path("odd/tokenizer.json"), "post_processor", "BlenderProcessing"});
+}
+
+// A pipe (/dev/stdin, <(zstdcat ...)) is read once, as JSON Lines, as Megatron reads every input.
+TEST_F(Preprocess, APipeIsReadAsJsonLines) {
+  const auto t = hf_tokenizer(write_tokenizer(path("tok")));
+  const std::string fifo = path("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo) << jsonl({{{"text", "hello"}}, {{"text", "the end"}}}); });
+  data::PreprocessOptions o;
+  o.inputs = {fifo};
+  o.output_prefix = path("piped");
+  o.append_eod = true;
+  data::preprocess(o, t);
+  writer.join();
+  const auto docs = read_megatron(path("piped_text_document"));
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].tokens, expected(t, "hello"));
+  EXPECT_EQ(docs[1].tokens, expected(t, "the end"));
 }
 
 TEST_F(Preprocess, SplitSentencesWritesOneSequencePerSentence) {
@@ -630,9 +664,13 @@ TEST_F(Preprocess, CliRoundTripMdsAndMegatronFlags) {
   HoneRun r = hone("preprocess " + common + " --output-prefix " + path("m") +
                " --workers 3 --partitions 1 --log-interval 10 --dataset-impl mmap --keep-sequential-samples --lang english");
   ASSERT_EQ(r.status, 0) << r.err;
-  // Not a terminal: at most a progress line every 10 documents (the run may end before the first), then the summary.
+  // Not a terminal: a progress line at each 10 documents, as Megatron prints them, then the summary.
   std::istringstream err(r.err);
-  for (std::string line; std::getline(err, line);) EXPECT_EQ(line.rfind("Processed ", 0), 0u) << r.err;
+  int logged = 0;
+  for (std::string line; std::getline(err, line);) {
+    EXPECT_EQ(line.rfind(fmt::format("Processed {} documents (", 10 * ++logged), 0), 0u) << r.err;
+  }
+  EXPECT_EQ(logged, 5) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   EXPECT_EQ(r.out.rfind("preprocessed 50 documents, ", 0), 0u) << r.out;
   for (const char* part : {" tokens, ", " MB in ", " MB/s", "docs/s", "m_text_document.bin/.idx"})

@@ -256,6 +256,18 @@ bool is_data_name(const std::string& name) {
 }
 
 // Whether the first character of `path` (decompressed) that is not white space opens a JSON object.
+// Whether the first line of `path` that is not blank is a JSON object (a record of JSON Lines).
+bool first_line_is_json_object(const std::string& path) {
+  InputStream in(path);
+  std::string line;
+  while (in.read_line(line)) {
+    if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;
+    const nlohmann::json value = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    return !value.is_discarded() && value.is_object();
+  }
+  return false;
+}
+
 bool starts_like_jsonl(const std::string& path) {
   InputStream in(path);
   std::string line;
@@ -413,7 +425,8 @@ DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<
       std::sort(found.begin(), found.end());
       files_.insert(files_.end(), found.begin(), found.end());
     } else {
-      HONE_CHECK(fs::is_regular_file(input, ec), "{}: no such file or folder", input);
+      // A file, or a pipe (/dev/stdin, <(zstdcat ...)), read once from start to end.
+      HONE_CHECK(fs::exists(input, ec), "{}: no such file or folder", input);
       files_.push_back(input);
     }
   }
@@ -452,13 +465,19 @@ bool DocumentReader::next_unparsed(TextDocument& document, std::string& line, bo
       continue;
     }
     const std::string name = std::filesystem::path(path).filename().string();
-    if (is_jsonl_name(name) || (!is_text_name(name) && starts_like_jsonl(path))) {
+    // A pipe is JSON Lines, as Megatron reads every input (it cannot be peeked at and read again).
+    const bool pipe = !std::filesystem::is_regular_file(path);
+    if (is_jsonl_name(name) || (!is_text_name(name) && (pipe || starts_like_jsonl(path)))) {
       jsonl_ = std::make_unique<InputStream>(path);
       line_ = 0;
       continue;
     }
     HONE_CHECK(keys_.size() == 1, "{}: a plain text file is one document with one field, but {} JSON keys were given",
                path, keys_.size());
+    HONE_CHECK(!first_line_is_json_object(path),
+               "{}: a plain text file by its name is read as one document, but its first line is a JSON object: "
+               "name JSON Lines .jsonl (or .json, .ndjson) to read a record a line and its {} key",
+               path, keys_.front());
     InputStream in(path);
     document.origin = path;
     document.fields.assign(1, in.read_all());

@@ -3,9 +3,7 @@
 #include <cstring>
 
 namespace hone::utf8 {
-namespace {
 
-// Byte length of the valid prefix of `text`.
 size_t valid_prefix(std::string_view text) {
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
@@ -48,8 +46,6 @@ size_t valid_prefix(std::string_view text) {
   }
   return n;
 }
-
-}  // namespace
 
 bool valid(std::string_view text) { return valid_prefix(text) == text.size(); }
 

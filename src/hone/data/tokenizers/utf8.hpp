@@ -12,6 +12,8 @@ namespace hone::utf8 {
 std::string_view sanitize(std::string_view text, std::string& storage);
 
 bool valid(std::string_view text);
+// Length in bytes of the valid UTF-8 that `text` starts with (text.size(): all of it).
+size_t valid_prefix(std::string_view text);
 
 // Length in bytes of the character whose first byte is `lead` (1 for a byte that
 // cannot start one). Only meaningful on valid UTF-8.
