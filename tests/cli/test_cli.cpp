@@ -539,7 +539,7 @@ TEST(Cli, APathTheSystemRefusesIsAnErrorNamingIt) {
        "output_dir " + file + "/run: cannot create the folder: Not a directory"},
       {"convert " + std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/gpt2 " + file + "/model --to hone",
        file + "/model: cannot create the folder: Not a directory"},
-      {"cp quickstart " + file + "/quickstart.yaml", file + "/quickstart.yaml: cannot create: Not a directory"},
+      {"cp quickstart " + file + "/quickstart.yaml", file + ": not a folder to copy into"},
       {"launch --nproc-per-node 1 --log-dir " + file + "/logs -- true",
        "--log-dir " + file + "/logs: cannot create the folder: Not a directory"}};
   for (const auto& [args, message] : refused) {
@@ -611,7 +611,8 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"bench --max-seq-len 16 --seq-len 32", "--seq-len 32 is longer than --max-seq-len 16"},
       {"plan quickstart --world-size 8 --tokens -5", "--tokens is a token budget: give a positive number, got -5"},
       {"plan quickstart --world-size -4", "--world-size and --dp count devices: give a positive number, got -4"},
-      {"validate quickstart epochs=1", "give exactly one of max_steps, epochs and max_tokens (got max_steps, epochs): "
+      {"validate quickstart epochs=1", "configs/quickstart.yaml with epochs from the command line: give exactly one of "
+                                       "max_steps, epochs and max_tokens (got max_steps, epochs): "
                                        "add max_steps=null to drop the config's"},
       {"validate quickstart max_steps=null", "give exactly one of max_steps, epochs and max_tokens (got none)"},
       {"validate llama3_2/1B_lora model.lora_attn_modules=[q_proj,o_proj]",

@@ -113,8 +113,10 @@ Command add_cp(CLI::App& app) {
       if (fs::is_directory(dest)) dest /= fs::path(b.name).filename().string() + ".yaml";
       else if (!dest.has_extension()) dest += ".yaml";
       if (args->make_parents && dest.has_parent_path()) fs::create_directories(dest.parent_path());
-      HONE_CHECK(!dest.has_parent_path() || fs::is_directory(dest.parent_path()),
-                 "{}: no such folder to copy into (--make-parents creates it)", dest.parent_path().string());
+      if (dest.has_parent_path() && !fs::is_directory(dest.parent_path())) {
+        HONE_CHECK(!fs::exists(dest.parent_path()), "{}: not a folder to copy into", dest.parent_path().string());
+        fail("{}: no such folder to copy into (--make-parents creates it)", dest.parent_path().string());
+      }
       HONE_CHECK(!fs::exists(dest), "{} exists; choose another destination or remove it", dest.string());
       AtomicFile out(dest.string());
       out.write(std::string_view(b.text));

@@ -133,7 +133,7 @@ data::InstructOptions prompt_format(const Config& c, const Json& trained = Json(
 }  // namespace
 
 std::vector<std::string> check_generate_config(const Config& c) {
-  HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin());
+  HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin_of("prompt"));
   if (c.has("template")) prompt_format(c);  // its errors; else the model's run may give the format
   return {};
 }

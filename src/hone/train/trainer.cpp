@@ -147,17 +147,21 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
 }  // namespace
 
 void check_training_settings(const Config& c) {
-  std::vector<std::string> given, from_file;
+  std::vector<std::string> given, from_file, from_command_line;
   for (const char* key : {"max_steps", "epochs", "max_tokens"}) {
     if (!c.has(key)) continue;
     given.push_back(key);
     if (c.origin_of(key) == c.origin() && c.override_text(key) == nullptr) {
       from_file.push_back(fmt::format("{}=null", key));
+    } else {
+      from_command_line.push_back(key);
     }
   }
   // A config's epochs: 1 with max_steps=N on the command line: the way out is to null the config's.
   const bool overridden = given.size() > 1 && from_file.size() < given.size() && !from_file.empty();
-  HONE_CHECK(given.size() == 1, "{}: give exactly one of max_steps, epochs and max_tokens (got {}){}", c.origin(),
+  HONE_CHECK(given.size() == 1, "{}: give exactly one of max_steps, epochs and max_tokens (got {}){}",
+             overridden ? fmt::format("{} with {} from the command line", c.origin(), fmt::join(from_command_line, ", "))
+                        : c.origin(),
              given.empty() ? "none" : fmt::format("{}", fmt::join(given, ", ")),
              overridden ? fmt::format(": add {} to drop the config's", fmt::join(from_file, " ")) : "");
   adamw_config_from(c);
