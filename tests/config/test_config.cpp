@@ -335,6 +335,14 @@ lr_scheduler:
       "run.yaml"));
   EXPECT_FALSE(env.has("resume"));
   EXPECT_EQ(env.get<int64_t>("batch_size"), 7);
+  // A list's element, by OmegaConf's a.b.1 or a.b[1].
+  const Config listed = schema().resolve(Config::from_yaml(
+      "output_dir: x\noptimizer: {betas: [0.5, 0.6], lr: '${.betas.1}'}\nresume: 'r${optimizer.betas[0]}'\n",
+      "run.yaml"));
+  EXPECT_DOUBLE_EQ(listed.get<double>("optimizer.lr"), 0.6);
+  EXPECT_EQ(listed.get<std::string>("resume"), "r0.5");
+  EXPECT_NE(error("optimizer: {betas: [0.5, 0.6], lr: '${.betas.2}'}\n").find("the config has no key 'optimizer.betas.2'"),
+            std::string::npos);
   EXPECT_EQ(error("resume: x${output_dir\n"), "run.yaml: 'resume': 'x${output_dir' has an unclosed '${'");
   EXPECT_EQ(error("resume: ${..output_dir}\n"), "run.yaml: 'resume': ${..output_dir} refers above the top of the config");
   EXPECT_EQ(error("resume: at ${optimizer}\noptimizer: {lr: 1}\n"),

@@ -395,6 +395,15 @@ class Interpolator {
       if (fallback == "null") return Json();  // OmegaConf's None, not the text "null"
       return fallback;
     }
+    // A list's element as OmegaConf names it: a.b[1] is a.b.1.
+    for (size_t open = expression.find('['); open != std::string::npos; open = expression.find('[', open)) {
+      const size_t close = expression.find(']', open);
+      const bool index = close != std::string::npos && close > open + 1 &&
+                         expression.find_first_not_of("0123456789", open + 1) == close;
+      if (!index) break;
+      expression = expression.substr(0, open) + "." + expression.substr(open + 1, close - open - 1) +
+                   expression.substr(close + 1);
+    }
     // Leading dots: relative to the section that holds the key (one dot), its parent (two), ...
     const size_t dots = expression.find_first_not_of('.');
     if (dots == std::string::npos || dots > parts.size())
@@ -406,7 +415,7 @@ class Interpolator {
       stack_.push_back(key);
       error(parts, fmt::format("the interpolations refer to each other in a circle: {}", fmt::join(stack_, " -> ")));
     }
-    const Json* found = config_.find(key);
+    const Json* found = element(target);
     if (!found || found->is_null()) {
       // A key set to null (LLM Foundry's blank `data_remote:`) is null, as OmegaConf reads it,
       // unless a default fills it.
@@ -423,6 +432,25 @@ class Interpolator {
     Json value = resolve(*found, target);
     stack_.pop_back();
     return value;
+  }
+
+  // The value at a dotted path, a list's elements named by their index (a.b.0).
+  const Json* element(const std::vector<std::string>& path) const {
+    const Json* node = &config_.tree();
+    for (const std::string& part : path) {
+      if (node->is_array() && !part.empty() && part.size() <= 9 &&
+          part.find_first_not_of("0123456789") == std::string::npos) {
+        const size_t index = std::stoul(part);
+        if (index >= node->size()) return nullptr;
+        node = &(*node)[index];
+        continue;
+      }
+      if (!node->is_object()) return nullptr;
+      const auto it = node->find(part);
+      if (it == node->end()) return nullptr;
+      node = &*it;
+    }
+    return node;
   }
 
   const Config& config_;
