@@ -108,6 +108,10 @@ TEST(Config, OverridesSetNestedKeysAndLists) {
             }).find("must be true or false"),
             std::string::npos);
   EXPECT_NE(error_of([&] { c.apply_override("~"); }).find("~KEY removes a key"), std::string::npos);
+  // A section set to null is unset too: its keys take their defaults.
+  Config nulled = Config::from_yaml("output_dir: x\noptimizer: {lr: 0.1}\n", "base.yaml");
+  nulled.apply_override("optimizer=null");
+  EXPECT_DOUBLE_EQ(schema().resolve(nulled).get<double>("optimizer.lr"), 3e-4);
 }
 
 // A string key takes its override as written where YAML would read the text as

@@ -602,6 +602,12 @@ Config Schema::resolve(const Config& given_config) const {
   std::string unknown_origin;
   for (const auto& [key, value] : given) {
     if (std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; })) continue;
+    // A section set to null (model=null) is unset, its keys their defaults, as ~model leaves them.
+    if (value->is_null() && std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) {
+          return k.key.starts_with(key) && k.key[key.size()] == '.';
+        })) {
+      continue;
+    }
     const std::string& origin = user.origin_of(key);
     HONE_CHECK(!key.ends_with("_component_"),
                "{}: '{}' is torchtune's: its _component_ keys name Python classes, hone's keys take values (a "
