@@ -118,7 +118,7 @@ data::InstructOptions prompt_format(const Config& c, const Json& trained = Json(
     fmt::print(stderr, "note: prompts are written as {} was fine-tuned: template {}{}{} (template=plain writes them "
                "as given)\n",
                trained_by, template_name.get<std::string>(),
-               chat ? fmt::format(", chat_format {}{}", chat_format.get<std::string>(),
+               chat ? fmt::format(", chat_format {}{}", chat_format.is_string() ? chat_format.get<std::string>() : "llama3",
                                   format.in_chat_format ? " (in_chat_format)" : "")
                     : std::string(),
                format.system_prompt.empty() ? std::string() : fmt::format(", system_prompt {:?}", format.system_prompt));
