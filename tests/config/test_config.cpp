@@ -226,6 +226,16 @@ TEST(Schema, ErrorsNameTheKeyAndSuggest) {
             }),
             "run.yaml: 3 keys hone does not take: unknown key 'batch_sise' (did you mean 'batch_size'?); 'scheduler': "
             "use lr_scheduler; unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
+  // Another tool's value of a key hone has is named among them, with its own key's value left alone.
+  with_foreign.add_foreign_value("lr_scheduler.name", "cosine_with_warmup", "use lr_scheduler.name: cosine");
+  Schema merged_values;
+  merged_values.add(with_foreign);
+  EXPECT_EQ(error_of([&] {
+              merged_values.resolve(
+                  Config::from_yaml("output_dir: x\nlr_scheduler: {name: cosine_with_warmup}\nscheduler: 1\n", "run.yaml"));
+            }),
+            "run.yaml: 2 keys hone does not take: 'lr_scheduler.name: cosine_with_warmup': use lr_scheduler.name: "
+            "cosine; 'scheduler': use lr_scheduler");
 }
 
 // Numbers outside their key's range fail when the config is resolved (so

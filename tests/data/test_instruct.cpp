@@ -589,6 +589,10 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
             std::string::npos);
   EXPECT_NE(error("missing.jsonl", "{\"instruction\": \"x\"}\n").find("missing.jsonl:1: no 'output' column"),
             std::string::npos);
+  // LLM Foundry's prompt/response records under another template: the error says which reads them.
+  EXPECT_NE(error("foundry.jsonl", "{\"prompt\": \"x\", \"response\": \"y\"}\n")
+                .find("is the plain template's: dataset.template: plain"),
+            std::string::npos);
   EXPECT_NE(error("null.jsonl", "{\"instruction\": \"x\", \"output\": null}\n")
                 .find("null.jsonl:1: column 'output' is null (the template's 'output')"),
             std::string::npos);

@@ -556,11 +556,17 @@ Schema& Schema::add(KeySpec spec) {
 Schema& Schema::add(const Schema& other) {
   for (const KeySpec& k : other.keys_) keys_.push_back(k);
   foreign_.insert(foreign_.end(), other.foreign_.begin(), other.foreign_.end());
+  foreign_values_.insert(other.foreign_values_.begin(), other.foreign_values_.end());
   return *this;
 }
 
 Schema& Schema::add_foreign(std::string key, std::string what_instead) {
   foreign_.emplace_back(std::move(key), std::move(what_instead));
+  return *this;
+}
+
+Schema& Schema::add_foreign_value(std::string key, std::string value, std::string what_instead) {
+  foreign_values_[{std::move(key), std::move(value)}] = std::move(what_instead);
   return *this;
 }
 
@@ -601,6 +607,13 @@ Config Schema::resolve(const Config& given_config) const {
   std::set<std::string> foreign_named;
   std::string unknown_origin;
   for (const auto& [key, value] : given) {
+    if (value->is_string()) {
+      if (const auto it = foreign_values_.find({key, value->get<std::string>()}); it != foreign_values_.end()) {
+        if (unknown.empty()) unknown_origin = user.origin_of(key);
+        unknown.push_back(fmt::format("'{}: {}': {}", key, value->get<std::string>(), it->second));
+        continue;
+      }
+    }
     if (std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; })) continue;
     // A section set to null (model=null) is unset, its keys their defaults, as ~model leaves them.
     if (value->is_null() && std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) {

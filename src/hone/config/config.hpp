@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,6 +109,9 @@ class Schema {
   // Another tool's key that hone does not take: given, it is an error saying
   // `what_instead`, rather than an unknown key with a misleading did-you-mean.
   Schema& add_foreign(std::string key, std::string what_instead);
+  // Another tool's value of a key hone has (LLM Foundry's model.name:
+  // mpt_causal_lm): an error saying `what_instead`, among the unknown keys.
+  Schema& add_foreign_value(std::string key, std::string value, std::string what_instead);
   // The user's config with every default filled in. Throws hone::Error for an
   // unknown key (naming the closest known one), a value of the wrong type,
   // outside its choices or its range, or a missing required key.
@@ -117,6 +121,7 @@ class Schema {
  private:
   std::vector<KeySpec> keys_;
   std::vector<std::pair<std::string, std::string>> foreign_;  // key, what hone takes instead
+  std::map<std::pair<std::string, std::string>, std::string> foreign_values_;  // (key, value) -> what instead
 };
 
 // What a key takes, for listings: "an integer; must be positive", "one of

@@ -329,8 +329,14 @@ std::string text_field(const Record& r, const std::string& field, const Instruct
   if (it == r.value.end() || it->is_null()) {
     HONE_CHECK(!required || it == r.value.end(), "{}: column '{}' is null (the template's '{}')", r.where, column,
                field);
-    HONE_CHECK(!required, "{}: no '{}' column{} (the template's '{}'; map another with dataset.column_map.{})",
-               r.where, column, foundry_column ? fmt::format(" nor '{}'", foundry_column) : "", field, field);
+    // LLM Foundry's prompt/response records are the plain template's.
+    const bool foundry_record = o.format != InstructTemplate::plain && r.value.contains("prompt") &&
+                                r.value.contains("response");
+    HONE_CHECK(!required, "{}: no '{}' column{} (the template's '{}'; map another with dataset.column_map.{}){}",
+               r.where, column, foundry_column ? fmt::format(" nor '{}'", foundry_column) : "", field, field,
+               foundry_record ? "; a prompt/response record (LLM Foundry's) is the plain template's: "
+                                "dataset.template: plain"
+                              : "");
     return "";
   }
   HONE_CHECK(it->is_string(), "{}: column '{}' is not a string", r.where, column);

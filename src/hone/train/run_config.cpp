@@ -96,6 +96,19 @@ Schema model_schema() {
   s.add_foreign("model.attn_config", "LLM Foundry's; hone's MPT takes model.position: alibi and model.alibi_bias_max");
   s.add_foreign("model.no_bias", "LLM Foundry's; hone's is model.linear_bias (no_bias: true is linear_bias: false)");
   s.add_foreign("model.init_device", "LLM Foundry's; hone builds the model where device says");
+  s.add_foreign("model.learned_pos_emb", "LLM Foundry's; hone's MPT takes model.position: alibi (no learned positions)");
+  s.add_foreign("model.resid_pdrop", "LLM Foundry's; hone trains without dropout (LoRA's model.lora_dropout aside)");
+  s.add_foreign("model.emb_pdrop", "LLM Foundry's; hone trains without dropout (LoRA's model.lora_dropout aside)");
+  s.add_foreign("model.init_config", "LLM Foundry's; hone's is model.init_std");
+  s.add_foreign_value("model.name", "mpt_causal_lm",
+                      "LLM Foundry's MPT class; hone's is model.family: mpt with the shape keys (or a built-in "
+                      "model.name such as mpt_125M)");
+  s.add_foreign_value("model.name", "hf_causal_lm",
+                      "LLM Foundry's Hugging Face class; hone's model to start from is checkpoint.path (a local "
+                      "folder)");
+  s.add_foreign("model.pretrained_model_name_or_path", "LLM Foundry's; hone's model to start from is checkpoint.path "
+                                                       "(a local folder)");
+  s.add_foreign("model.pretrained", "LLM Foundry's; hone always loads checkpoint.path's weights");
   return s;
 }
 
@@ -164,19 +177,21 @@ Schema training_schema() {
   // LLM Foundry's (Composer's) run keys, as docs/migrating.md maps them.
   const std::pair<const char*, const char*> foundry[] = {
       {"max_duration", "max_steps (4800ba), epochs (1ep) or max_tokens (2000000tok)"},
-      {"eval_interval", "eval.every_n_steps (in steps)"},
+      {"eval_interval", "eval.every_n_steps (in steps; Composer reads a bare integer as epochs)"},
       {"eval_subset_num_batches", "eval.max_batches (0: all)"},
       {"global_train_batch_size", "batch_size x gradient_accumulation_steps x data-parallel ranks"},
       {"device_train_microbatch_size", "batch_size (per device)"},
       {"device_eval_batch_size", "batch_size, which validation takes too"},
       {"precision", "dtype (amp_bf16: dtype: bf16)"},
-      {"save_interval", "checkpoint.every_n_steps (in steps)"},
+      {"save_interval", "checkpoint.every_n_steps (in steps; Composer reads a bare integer as epochs)"},
       {"save_folder", "output_dir"},
       {"save_num_checkpoints_to_keep", "checkpoint.keep_last_n"},
       {"autoresume", "resume: latest"},
       {"global_seed", "seed"},
       {"run_name", "output_dir (a run is named by its folder)"},
-      {"train_loader", "dataset.* (an MDS folder: dataset.type: mds, dataset.path: LOCAL/train)"},
+      {"train_loader", "dataset.* (pretraining's MDS folder: dataset.type: mds, dataset.path: LOCAL/train; "
+                       "fine-tuning's records: dataset.path, with dataset.template: plain for prompt/response)"},
+      {"load_path", "checkpoint.path (a model to start from) or resume (a run to go on with)"},
       {"eval_loader", "dataset.validation_path (LOCAL/val)"},
       {"scheduler", "lr_scheduler (name, warmup_steps; alpha_f as min_lr_ratio)"},
       {"max_seq_len", "dataset.seq_len (pretraining) or dataset.max_seq_len (fine-tuning)"},
