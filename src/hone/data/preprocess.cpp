@@ -489,9 +489,9 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
         if (!doc_error) {
           try {
             const std::string& text = fields[k];
-            // A text file's bytes (JSON's are checked as it is read): Megatron reads inputs as UTF-8 and stops
-            // at a byte that is none.
-            const size_t valid = utf8::valid_prefix(text);
+            // A text file's or a shard's bytes (a JSON line's the parser has checked): Megatron reads inputs as
+            // UTF-8 and stops at a byte that is none.
+            const size_t valid = is_jsonl_line ? text.size() : utf8::valid_prefix(text);
             HONE_CHECK(valid == text.size(),
                        "byte {} is not UTF-8 (0x{:02x}): the text is in another encoding (Latin-1, cp1252?); convert "
                        "it to UTF-8 first (iconv -f LATIN1 -t UTF-8)",

@@ -193,21 +193,6 @@ std::vector<PlannedTask> plan_tasks(const Config& c) {
   return planned;
 }
 
-// The mean of the items' scores with its standard error beside it
-// (`name_stderr`), as lm-evaluation-harness's mean_stderr computes it: the
-// sample standard deviation over the square root of the count (for 0/1 scores
-// sqrt(p (1 - p) / (n - 1)); TruthfulQA's mc2 shares are no 0/1 scores); null
-// below 2 items.
-template <typename Score>
-void put_mean(Json& result, const std::string& name, const std::vector<Score>& scores) {
-  const auto count = double(scores.size());
-  double mean = 0, squares = 0;
-  for (const Score s : scores) mean += double(s) / count;
-  for (const Score s : scores) squares += (double(s) - mean) * (double(s) - mean);
-  result[name] = mean;
-  result[name + "_stderr"] = scores.size() < 2 ? Json() : Json(std::sqrt(squares / (count - 1) / count));
-}
-
 // Scores grouped as lm-evaluation-harness groups tasks: the mean over all their
 // items, and a variance: a subject's items' sample variance, a group's pooled
 // from its parts' (its pooled_sample_stderr: Σ (n_i − 1) v_i / (N − k)); the
@@ -220,8 +205,9 @@ struct ScoreGroup {
   static ScoreGroup of_items(const std::vector<double>& scores) {
     ScoreGroup g{.sum = std::accumulate(scores.begin(), scores.end(), 0.0), .items = int64_t(scores.size())};
     if (g.items < 2) return g;
+    const double mean = g.sum / double(g.items);
     double squares = 0;
-    for (const double v : scores) squares += (v - g.sum / double(g.items)) * (v - g.sum / double(g.items));
+    for (const double v : scores) squares += (v - mean) * (v - mean);
     g.variance = squares / double(g.items - 1);
     return g;
   }
@@ -241,6 +227,18 @@ struct ScoreGroup {
     return {{"accuracy", sum / double(items)}, {"accuracy_stderr", stderr_json()}, {"task_items", items}};
   }
 };
+
+// The mean of the items' scores with its standard error beside it
+// (`name_stderr`), as lm-evaluation-harness's mean_stderr computes it: the
+// sample standard deviation over the square root of the count (for 0/1 scores
+// sqrt(p (1 - p) / (n - 1)); TruthfulQA's mc2 shares are no 0/1 scores); null
+// below 2 items.
+template <typename Score>
+void put_mean(Json& result, const std::string& name, const std::vector<Score>& scores) {
+  const ScoreGroup all = ScoreGroup::of_items(std::vector<double>(scores.begin(), scores.end()));
+  result[name] = all.sum / double(all.items);
+  result[name + "_stderr"] = all.stderr_json();
+}
 
 // MMLU as the harness's mmlu group reports it: each subject's accuracy, each
 // category's (stem, humanities, social_sciences, other: its subjects' items

@@ -166,7 +166,8 @@ int run_generate(const Config& c) {
   if (c.has("samples_path")) samples = std::make_unique<AtomicFile>(c.get<std::string>("samples_path"));
   InferenceModel m = load_inference_model(c);
   for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
-  const data::InstructOptions format = prompt_format(c, m.trained_dataset, m.trained_by);
+  const auto [trained_dataset, trained_by] = fine_tuning_dataset_of(c);
+  const data::InstructOptions format = prompt_format(c, trained_dataset, trained_by);
   GenerationOptions o;
   o.max_new_tokens = c.get<int64_t>("max_new_tokens");
   o.sampling = sampling_options(c, m.generation_config);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <tuple>
 
 #include "hone/core/parallel.hpp"
 #include "hone/io/checkpoint.hpp"
@@ -52,11 +51,9 @@ Schema inference_schema() {
   return s;
 }
 
-namespace {
-
-// The dataset section of the fine-tuning run `path` names (a checkpoint folder
-// or run directory of one), with its folder; null for anything else.
-std::pair<Json, std::string> fine_tuning_dataset_of(const std::string& path) {
+std::pair<Json, std::string> fine_tuning_dataset_of(const Config& c) {
+  const bool adapters = c.has("lora.adapter") && !is_peft_folder(c.get<std::string>("lora.adapter"));
+  const std::string path = c.get<std::string>(adapters ? "lora.adapter" : "checkpoint.path");
   if (!fs::is_directory(path)) return {};
   const std::string folder = model_folder_of(path);
   if (!fs::exists(fs::path(folder) / "trainer_state.json")) return {};
@@ -65,8 +62,6 @@ std::pair<Json, std::string> fine_tuning_dataset_of(const std::string& path) {
   if (!dataset.is_object() || !dataset.value("template", Json()).is_string()) return {};
   return {dataset, folder};
 }
-
-}  // namespace
 
 InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   const RunSettings run{.output_dir = "",
@@ -92,8 +87,6 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
     out.description += ", " + adapters->description;
     out.notes.insert(out.notes.end(), adapters->notes.begin(), adapters->notes.end());
   }
-  std::tie(out.trained_dataset, out.trained_by) =
-      fine_tuning_dataset_of(adapters && !is_peft_folder(adapters->folder) ? adapters->folder : model_path);
   // Frozen: the weights in the compute dtype alone, no fp32 master or gradients.
   out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device,
                                             adapters ? std::optional(adapters->lora) : std::nullopt,

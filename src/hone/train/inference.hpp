@@ -3,6 +3,7 @@
 // model they load (any format hone reads, with the LoRA adapters of a
 // lora_finetune run merged in when given) with its tokenizer.
 #include <memory>
+#include <utility>
 
 #include "hone/config/config.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
@@ -20,11 +21,6 @@ struct InferenceModel {
   // What the user should know of the model as loaded (printed after "note: "):
   // its format's (a context length assumed) and the adapters' (another base).
   std::vector<std::string> notes;
-  // The dataset section of the hone fine-tuning run whose model this is (the
-  // lora.adapter run's, else checkpoint.path's), whose template and chat format
-  // its prompts are written in; null for any other model.
-  Json trained_dataset;
-  std::string trained_by;  // that run's checkpoint folder
   // The EOS ids the model's generation_config.json names (else its
   // config.json): where transformers' generate() stops (Llama 3 Instruct lists
   // <|end_of_text|>, <|eom_id|> and <|eot_id|>).
@@ -37,5 +33,11 @@ struct InferenceModel {
 // false (evaluation on token data needs none), the tokenizer (tokenizer.path,
 // else the model's folder, else the adapter run's tokenizer.path).
 InferenceModel load_inference_model(const Config& config, bool with_tokenizer = true);
+
+// The dataset section of the hone fine-tuning run whose model the config loads
+// (lora.adapter's run, else checkpoint.path's), whose template and chat format
+// its prompts are written in, with that run's checkpoint folder; null for any
+// other model.
+std::pair<Json, std::string> fine_tuning_dataset_of(const Config& config);
 
 }  // namespace hone

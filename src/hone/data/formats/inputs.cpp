@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "hone/core/error.hpp"
 #include "hone/data/formats/mds.hpp"
@@ -255,27 +256,28 @@ bool is_data_name(const std::string& name) {
          without_compression_suffix(name).find('.') == std::string::npos;
 }
 
-// Whether the first character of `path` (decompressed) that is not white space opens a JSON object.
-// Whether the first line of `path` that is not blank is a JSON object (a record of JSON Lines).
-bool first_line_is_json_object(const std::string& path) {
+// The first line of `path` (decompressed) that is not blank (nullopt: none).
+std::optional<std::string> first_nonblank_line(const std::string& path) {
   InputStream in(path);
   std::string line;
   while (in.read_line(line)) {
-    if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;
-    const nlohmann::json value = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    return !value.is_discarded() && value.is_object();
+    if (line.find_first_not_of(" \t\r\f\v") != std::string::npos) return line;
   }
-  return false;
+  return std::nullopt;
 }
 
+// Whether that line is a JSON object (a record of JSON Lines).
+bool first_line_is_json_object(const std::string& path) {
+  const std::optional<std::string> line = first_nonblank_line(path);
+  if (!line) return false;
+  const nlohmann::json value = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
+  return !value.is_discarded() && value.is_object();
+}
+
+// Whether that line's first character that is not white space opens a JSON object.
 bool starts_like_jsonl(const std::string& path) {
-  InputStream in(path);
-  std::string line;
-  while (in.read_line(line)) {
-    const size_t first = line.find_first_not_of(" \t\r\f\v");
-    if (first != std::string::npos) return line[first] == '{';
-  }
-  return false;
+  const std::optional<std::string> line = first_nonblank_line(path);
+  return line && (*line)[line->find_first_not_of(" \t\r\f\v")] == '{';
 }
 
 }  // namespace
