@@ -1,6 +1,7 @@
 // The pretraining stream: packing, per-epoch shuffles, exact resume, rank
 // sharding and weighted blending.
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "hone/data/pretrain_stream.hpp"
@@ -83,6 +84,36 @@ TEST(PretrainStream, EveryEpochConcatenatesTheDocumentsInANewOrder) {
   }
   EXPECT_NE(seams[0], seams[1]);
   EXPECT_NE(seams[1], seams[2]);
+}
+
+// Megatron's --reset-position-ids --reset-attention-mask (block_causal) and
+// --eod-mask-loss, where documents 5, 3, 9, 4 tokens long start at tokens 0, 5,
+// 8 and 17. A sample that starts inside a document starts at position 0, as
+// Megatron's position ids do.
+TEST(PretrainStream, DocumentsAsSequencesOfTheirOwnAndNoLossAcrossThem) {
+  auto docs = numbered({5, 3, 9, 4});
+  PretrainStream s({all_of(docs)}, {},
+                   {.seq_len = 4, .batch_size = 5, .shuffle = false, .block_causal = true, .eod_mask_loss = true});
+  const Batch b = s.next();
+  const int32_t x = data::kIgnoreTarget;
+  EXPECT_EQ(b.tokens.to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}));
+  // No target where the input is a document's last token (4, 7, 16); 8's
+  // document starts the sample: its last input 7 is the one before.
+  EXPECT_EQ(b.targets.to_vector<int32_t>(),
+            (std::vector<int32_t>{1, 2, 3, 4, x, 6, 7, x, 9, 10, 11, 12, 13, 14, 15, 16, x, 18, 19, 20}));
+  EXPECT_EQ(b.positions.to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 1, 2, 3, 0, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 1, 2}));
+
+  PretrainStream learns_every_token({all_of(docs)}, {},
+                                    {.seq_len = 4, .batch_size = 5, .shuffle = false, .block_causal = true});
+  const Batch every = learns_every_token.next();
+  std::vector<int32_t> next_tokens(20);
+  std::iota(next_tokens.begin(), next_tokens.end(), 1);
+  EXPECT_EQ(every.targets.to_vector<int32_t>(), next_tokens);
+  EXPECT_EQ(every.positions.to_vector<int32_t>(), b.positions.to_vector<int32_t>());
+  PretrainStream across_documents({all_of(docs)}, {}, {.seq_len = 4, .batch_size = 5, .shuffle = false});
+  EXPECT_FALSE(across_documents.next().positions.defined());
 }
 
 TEST(PretrainStream, RestoredStateContinuesWithTheSameBatches) {

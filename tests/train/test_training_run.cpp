@@ -419,6 +419,51 @@ TEST_F(TrainingRun, EvalScoresTheDocumentsARunHeldOut) {
   EXPECT_EQ(all["samples_in_data"], 399) << all.dump();
 }
 
+// dataset.block_causal and dataset.eod_mask_loss (Megatron's --reset-position-ids
+// --reset-attention-mask, --eod-mask-loss) in training and in eval: eval with the
+// run's keys scores its held-out documents as its validation did.
+TEST_F(TrainingRun, DocumentsAsSequencesOfTheirOwnInTrainingAndEval) {
+  const std::vector<std::string> data = {"dataset.mock.document_length=20", "dataset.validation_fraction=0.25"};
+  std::vector<std::string> args = {"run", "pretrain", "--config", config("blocks", 2, "seed: 7\ndtype: fp32\n"),
+                                   "eval.max_batches=0", "batch_size=1", "dataset.block_causal=true",
+                                   "dataset.eod_mask_loss=true"};
+  args.insert(args.end(), data.begin(), data.end());
+  ASSERT_EQ(run(args), 0) << log();
+  const double validated = run_metric(root_ + "/blocks", "metrics/eval/LanguageCrossEntropy").at(2);
+  const auto eval = [&](const std::vector<std::string>& keys) {
+    const std::string out = root_ + "/eval.out";
+    std::vector<std::string> eval_args = {"run", "eval", "threads=1", "seed=7", "dtype=fp32",
+                                          "checkpoint.path=" + root_ + "/blocks", "dataset.type=mock",
+                                          "dataset.seq_len=32", "dataset.mock.documents=64", "max_batches=0"};
+    eval_args.insert(eval_args.end(), data.begin(), data.end());
+    eval_args.insert(eval_args.end(), keys.begin(), keys.end());
+    EXPECT_EQ(run_hone_to_log(eval_args, out), 0) << read_file(out);
+    const std::string text = read_file(out);
+    return nlohmann::json::parse(text.substr(text.rfind('{')));
+  };
+  const nlohmann::json as_trained = eval({"dataset.block_causal=true", "dataset.eod_mask_loss=true"});
+  EXPECT_NEAR(as_trained["loss"].get<double>(), validated, 1e-5 * validated) << as_trained.dump();
+  // 16 held-out documents of 20 tokens make 9 samples of 32 targets; 14 documents
+  // start inside them, each after a target eod_mask_loss leaves out.
+  EXPECT_EQ(as_trained["tokens"], 9 * 32 - 14) << as_trained.dump();
+  const nlohmann::json positions_only = eval({"dataset.block_causal=true"});
+  EXPECT_EQ(positions_only["tokens"], 9 * 32) << positions_only.dump();
+  // Attention across documents sees other keys: another loss on the same targets.
+  const nlohmann::json across = eval({});
+  EXPECT_EQ(across["tokens"], 9 * 32);
+  EXPECT_GT(std::abs(across["loss"].get<double>() - positions_only["loss"].get<double>()), 1e-4) << across.dump();
+  // Records are samples of their own already: the keys are refused there.
+  const std::string out = root_ + "/instruct.out";
+  EXPECT_EQ(run_hone_to_log({"run", "eval", "checkpoint.path=" + root_ + "/blocks", "dataset.type=instruct",
+                             "dataset.path=" + root_ + "/none.jsonl", "dataset.eod_mask_loss=true"},
+                            out),
+            2);
+  EXPECT_NE(read_file(out).find("dataset.eod_mask_loss is for token data (mock, megatron, mds); instruct samples are "
+                                "scored each on its own already"),
+            std::string::npos)
+      << read_file(out);
+}
+
 TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("report", 6), "eval.every_n_steps=3"}), 0) << log();
   const std::string dir = root_ + "/report";

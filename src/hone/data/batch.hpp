@@ -9,7 +9,7 @@ namespace hone {
 
 struct Batch {
   Tensor tokens;     // i32 [batch, seq]
-  Tensor targets;    // i32 [batch, seq]; ops::kIgnoreIndex (-100) masks a position
+  Tensor targets;    // i32 [batch, seq]; data::kIgnoreTarget masks a position
   Tensor positions;  // packed batches only: i32 [batch, seq], each token's position in its sample
   // Fine-tuning: the tokens of the samples in this micro-batch over all
   // data-parallel ranks, padding left out (0: every position is a sample's).
@@ -22,6 +22,9 @@ struct Batch {
 };
 
 namespace data {
+
+// A target with no loss (ops::kIgnoreIndex, PyTorch's ignore_index).
+inline constexpr int32_t kIgnoreTarget = -100;
 
 class BatchSource {
  public:

@@ -17,7 +17,6 @@ namespace hone::data {
 namespace {
 
 using Json = nlohmann::json;
-constexpr int32_t kIgnore = -100;
 
 // Alpaca's prompts, as torchtune's AlpacaToMessages writes them.
 constexpr const char* kAlpacaWithInput =
@@ -110,7 +109,7 @@ std::vector<int32_t> token_id_list(const Json& list, const std::string& what, bo
   std::vector<int32_t> ids;
   for (const Json& id : list) {
     const bool valid = id.is_number_integer() && ((id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX) ||
-                                                  (ignore_allowed && id.get<int64_t>() == kIgnore));
+                                                  (ignore_allowed && id.get<int64_t>() == kIgnoreTarget));
     HONE_CHECK(valid, "{} holds {}, not a token id{}", what, id.dump(), ignore_allowed ? " or -100" : "");
     ids.push_back(id.get<int32_t>());
   }
@@ -156,7 +155,7 @@ TokenizedSample aligned_token_sample(const Record& r, const Tokenizer& t) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (mask[i] == 0) continue;
     check_in_vocabulary(tokens[i], t, r.where);
-    if (labels[i] != kIgnore) check_in_vocabulary(labels[i], t, r.where);
+    if (labels[i] != kIgnoreTarget) check_in_vocabulary(labels[i], t, r.where);
     s.tokens.push_back(tokens[i]);
     s.labels.push_back(labels[i]);
   }
@@ -194,7 +193,7 @@ TokenizedSample stitch_turns(std::vector<TokenTurn> turns, const Tokenizer& t, c
       for (int32_t id : ids) {
         check_in_vocabulary(id, t, where);
         s.tokens.push_back(id);
-        s.labels.push_back(learn ? id : kIgnore);
+        s.labels.push_back(learn ? id : kIgnoreTarget);
       }
     };
     append(turns[k].prompt, o.train_on_input);
@@ -523,7 +522,7 @@ TokenizedSample tokenize(const std::vector<Piece>& pieces, const Tokenizer& t, b
     const bool learn = p.trainable || (train_on_input && !p.injected);
     for (int32_t id : ids) {
       s.tokens.push_back(id);
-      s.labels.push_back(learn ? id : kIgnore);
+      s.labels.push_back(learn ? id : kIgnoreTarget);
     }
   }
   return s;
@@ -544,7 +543,7 @@ bool fit_sample(TokenizedSample& s, int64_t max_seq_len, int64_t& truncated) {
     s.labels.resize(size_t(max_seq_len));
     ++truncated;
   }
-  const auto ignored = [](int32_t label) { return label == kIgnore; };
+  const auto ignored = [](int32_t label) { return label == kIgnoreTarget; };
   return s.labels.size() >= 2 && !std::all_of(s.labels.begin() + 1, s.labels.end(), ignored);
 }
 
@@ -820,7 +819,7 @@ int64_t SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* posit
     if (t + n > o_.seq_len) break;  // the next sample starts the next row
     for (int64_t i = 0; i < n; ++i) {
       tokens[t + i] = s.tokens[size_t(i)];
-      targets[t + i] = i + 1 < n ? s.labels[size_t(i + 1)] : kIgnore;  // no target across samples
+      targets[t + i] = i + 1 < n ? s.labels[size_t(i + 1)] : kIgnoreTarget;  // no target across samples
       if (positions) positions[t + i] = int32_t(i);
     }
     t += n;
@@ -828,7 +827,7 @@ int64_t SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* posit
   } while (o_.packed);
   for (int64_t i = 0; t + i < o_.seq_len; ++i) {  // padding: learns nothing, sees only padding
     tokens[t + i] = o_.pad_id;
-    targets[t + i] = kIgnore;
+    targets[t + i] = kIgnoreTarget;
     if (positions) positions[t + i] = int32_t(i);
   }
   return t;

@@ -85,7 +85,9 @@ void PretrainStream::arrange(Source& s, int64_t cycle) {
   s.cycle = cycle;
 }
 
-void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> out) {
+void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> out,
+                                 std::vector<int64_t>& document_starts) {
+  document_starts.clear();
   const int64_t cycle = options_.shuffle ? index / s.samples : 0;  // unshuffled passes are all alike
   if (s.cycle != cycle) arrange(s, cycle);
   int64_t sample = index % s.samples;
@@ -95,6 +97,7 @@ void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> ou
   size_t filled = 0;
   auto doc = std::upper_bound(s.starts.begin(), s.starts.end(), offset) - s.starts.begin() - 1;
   while (filled < out.size()) {
+    if (filled > 0) document_starts.push_back(int64_t(filled));
     const int64_t in_doc = offset - s.starts[size_t(doc)];
     const int64_t take = std::min<int64_t>(int64_t(out.size() - filled), s.starts[size_t(doc) + 1] - offset);
     const std::span<int32_t> part = out.subspan(filled, size_t(take));
@@ -117,17 +120,33 @@ void PretrainStream::read_sample(Source& s, int64_t index, std::span<int32_t> ou
 Batch PretrainStream::next() {
   const int64_t L = options_.seq_len, B = options_.batch_size;
   Tensor tokens = Tensor::empty({B, L}, DType::i32), targets = Tensor::empty({B, L}, DType::i32);
+  Tensor positions = options_.block_causal ? Tensor::empty({B, L}, DType::i32) : Tensor();
   std::vector<int32_t> sample(size_t(L + 1));
+  std::vector<int64_t> document_starts;
   // Every rank walks the whole global batch (the blend depends on all of it) and
   // reads only its own rows.
   for (int64_t k = 0; k < int64_t(options_.world_size) * B; ++k) {
     auto [source, index] = choose();
     if (k / B != options_.rank) continue;
-    read_sample(sources_[source], index, sample);
-    std::copy_n(sample.begin(), L, tokens.data<int32_t>() + (k % B) * L);
-    std::copy_n(sample.begin() + 1, L, targets.data<int32_t>() + (k % B) * L);
+    read_sample(sources_[source], index, sample, document_starts);
+    const int64_t row = (k % B) * L;
+    std::copy_n(sample.begin(), L, tokens.data<int32_t>() + row);
+    int32_t* row_targets = targets.data<int32_t>() + row;
+    std::copy_n(sample.begin() + 1, L, row_targets);
+    if (options_.eod_mask_loss) {
+      for (const int64_t start : document_starts) row_targets[start - 1] = kIgnoreTarget;
+    }
+    if (options_.block_causal) {
+      int32_t* row_positions = positions.data<int32_t>() + row;
+      int64_t document_start = 0;
+      auto next_start = document_starts.begin();
+      for (int64_t t = 0; t < L; ++t) {
+        if (next_start != document_starts.end() && *next_start == t) document_start = *next_start++;
+        row_positions[t] = int32_t(t - document_start);
+      }
+    }
   }
-  return {tokens, targets};
+  return {tokens, targets, positions};
 }
 
 nlohmann::json PretrainStream::state() const {

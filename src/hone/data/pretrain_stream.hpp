@@ -32,6 +32,14 @@ struct StreamOptions {
   bool shuffle = true;
   int rank = 0, world_size = 1;
   int64_t vocab_size = 0;  // > 0: a token at or above it is an error naming its document
+  // Each document of a sample a sequence of its own (Megatron's --reset-position-ids
+  // with --reset-attention-mask): positions restart at its first token and
+  // attention stays within it (Batch::positions).
+  bool block_causal = false;
+  // No loss where the input is a document's last token (its EOD, with
+  // preprocess --append-eod): the next document's first token is not predicted
+  // from another document (Megatron's --eod-mask-loss).
+  bool eod_mask_loss = false;
 };
 
 class PretrainStream final : public BatchSource {
@@ -64,7 +72,9 @@ class PretrainStream final : public BatchSource {
 
   // The next global sample: which source, which of its samples.
   std::pair<size_t, int64_t> choose();
-  void read_sample(Source& s, int64_t index, std::span<int32_t> out);
+  // Reads sample `index` of s into out (seq_len + 1 tokens) and the offsets in
+  // it, past 0, where a document starts into document_starts.
+  void read_sample(Source& s, int64_t index, std::span<int32_t> out, std::vector<int64_t>& document_starts);
   void replay_to(int64_t position);
 
   std::vector<Source> sources_;

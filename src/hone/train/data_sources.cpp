@@ -132,6 +132,12 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
           .description = train.description + "; validation: " + validation.description};
 }
 
+data::StreamOptions with_document_boundaries(const Config& c, data::StreamOptions options) {
+  options.block_causal = c.get<bool>("dataset.block_causal");
+  options.eod_mask_loss = c.get<bool>("dataset.eod_mask_loss");
+  return options;
+}
+
 Schema instruct_dataset_schema(const std::string& template_default) {
   Schema s;
   s.add({"dataset.template", ValueType::string, template_default, "how records become prompts",

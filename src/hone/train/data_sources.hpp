@@ -22,6 +22,8 @@ struct TrainingData {
 TrainingData open_pretraining_data(const Config& config, int64_t vocab_size);
 // Its errors that need no file: dataset.type and the paths given with it.
 void check_pretraining_data_keys(const Config& config);
+// options with dataset.block_causal and dataset.eod_mask_loss set from config.
+data::StreamOptions with_document_boundaries(const Config& config, data::StreamOptions options);
 
 // The keys of instruct records (dataset.template, chat_format, column_map,
 // train_on_input, target_responses, system_prompt), as fine-tuning and eval take them.

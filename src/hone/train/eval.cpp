@@ -92,7 +92,7 @@ Schema eval_schema() {
   s.add({"tasks", ValueType::mapping, nullptr,
          "several tasks in one run, by name: NAME: {path: FILE, ...} with the keys of task.* (num_fewshot, "
          "fewshot_path, limit, samples_path, ...); the result gives each task's scores under its name"});
-  return s.add(mds_tokens_schema());
+  return s.add(document_boundaries_schema()).add(mds_tokens_schema());
 }
 
 namespace {
@@ -419,7 +419,13 @@ std::vector<std::string> check_eval_config(const Config& c) {
                c.origin_of("dataset.seq_len"));
   }
   if (c.has("task.path")) check_fewshot_keys(c, "task");
-  if (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct") instruct_options_from(c);
+  if (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct") {
+    for (const char* key : {"dataset.block_causal", "dataset.eod_mask_loss"}) {
+      HONE_CHECK(!c.get<bool>(key), "{}: {} is for token data (mock, megatron, mds); instruct samples are scored each "
+                 "on its own already", c.origin_of(key), key);
+    }
+    instruct_options_from(c);
+  }
   return {};
 }
 
@@ -464,11 +470,11 @@ int run_eval(const Config& c) {
                  c.origin_of("dataset.validation_fraction"), fraction);
       source = std::make_unique<data::PretrainStream>(
           fraction > 0 ? d.validation : d.train, fraction > 0 ? d.validation_weights : d.train_weights,
-          data::StreamOptions{.seq_len = seq_len,
-                              .batch_size = batch,
-                              .seed = uint64_t(c.get<int64_t>("seed")),  // a blend's draws, as the run's
-                              .shuffle = false,
-                              .vocab_size = vocab_size});
+          with_document_boundaries(c, {.seq_len = seq_len,
+                                       .batch_size = batch,
+                                       .seed = uint64_t(c.get<int64_t>("seed")),  // a blend's draws, as the run's
+                                       .shuffle = false,
+                                       .vocab_size = vocab_size}));
     }
     // Every sample once (the last batch may be partial), or max_batches' worth.
     const int64_t samples = source->samples_per_epoch();

@@ -282,6 +282,7 @@ MultipleChoiceItem item_of(const data::Record& r, TaskLayout layout) {
       break;
     case TaskLayout::gsm8k:
     case TaskLayout::triviaqa:
+    case TaskLayout::wikitext:
       HONE_ASSERT(!"not a multiple-choice layout");
   }
   return item;

@@ -60,13 +60,13 @@ int run_pretrain(const Config& c) {
 
   // Data: this rank's slices of the train and validation streams over the configured sources.
   const TrainingData data = open_pretraining_data(c, model_config.vocab_size);
-  const data::StreamOptions train_options{.seq_len = seq_len,
-                                          .batch_size = batch_size,
-                                          .seed = run.seed,
-                                          .shuffle = c.get<bool>("dataset.shuffle"),
-                                          .rank = world.dp_rank(),
-                                          .world_size = world.dp_size(),
-                                          .vocab_size = model_config.vocab_size};
+  const data::StreamOptions train_options = with_document_boundaries(c, {.seq_len = seq_len,
+                                                                         .batch_size = batch_size,
+                                                                         .seed = run.seed,
+                                                                         .shuffle = c.get<bool>("dataset.shuffle"),
+                                                                         .rank = world.dp_rank(),
+                                                                         .world_size = world.dp_size(),
+                                                                         .vocab_size = model_config.vocab_size});
   data::PretrainStream train(data.train, data.train_weights, train_options);
   std::unique_ptr<data::PretrainStream> valid;
   if (!data.validation.empty()) {

@@ -93,7 +93,8 @@ Schema model_schema() {
   // LLM Foundry's MPT keys (docs/migrating.md).
   s.add_foreign("model.d_model", "LLM Foundry's; hone's is model.dim");
   s.add_foreign("model.expansion_ratio", "LLM Foundry's; hone's is model.ffn_dim (expansion_ratio x dim)");
-  s.add_foreign("model.attn_config", "LLM Foundry's; hone's MPT takes model.position: alibi and model.alibi_bias_max");
+  s.add_foreign("model.attn_config", "LLM Foundry's; hone's MPT takes model.position: alibi and model.alibi_bias_max "
+                                    "(attn_uses_sequence_id: dataset.block_causal)");
   s.add_foreign("model.no_bias", "LLM Foundry's; hone's is model.linear_bias (no_bias: true is linear_bias: false)");
   s.add_foreign("model.init_device", "LLM Foundry's; hone builds the model where device says");
   s.add_foreign("model.learned_pos_emb", "LLM Foundry's; hone's MPT takes model.position: alibi (no learned positions)");
@@ -245,7 +246,18 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"tokenizer.path", ValueType::string, nullptr,
          "the folder of the tokenizer the data was made with: its files go into every checkpoint"});
-  return s.add(mds_tokens_schema());
+  return s.add(document_boundaries_schema()).add(mds_tokens_schema());
+}
+
+Schema document_boundaries_schema() {
+  Schema s;
+  s.add({"dataset.block_causal", ValueType::boolean, false,
+         "each document of a sample a sequence of its own: positions from 0 at its first token, attention within it "
+         "(Megatron's --reset-position-ids --reset-attention-mask; false: samples run across documents)"});
+  s.add({"dataset.eod_mask_loss", ValueType::boolean, false,
+         "no loss where the input is a document's last token (its EOD): no document's first token predicted from "
+         "another (Megatron's --eod-mask-loss)"});
+  return s;
 }
 
 Schema mds_tokens_schema() {

@@ -32,6 +32,9 @@ Schema training_schema();
 Schema pretrain_dataset_schema();
 // dataset.token_encoding_type: how MDS `bytes` tokens are read (pretrain, eval, fine-tuning).
 Schema mds_tokens_schema();
+// dataset.block_causal and dataset.eod_mask_loss: what a pretraining sample
+// does at its documents' boundaries (pretrain, eval).
+Schema document_boundaries_schema();
 
 struct RunSettings {
   std::string output_dir;

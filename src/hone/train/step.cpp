@@ -4,6 +4,8 @@
 
 namespace hone {
 
+static_assert(data::kIgnoreTarget == ops::kIgnoreIndex, "the data's masked targets are the loss's ignored ones");
+
 int64_t count_targets(const Tensor& targets) {
   const Tensor host = targets.device().is_cpu() ? targets : targets.to(Device::cpu());
   const int32_t* t = host.data<int32_t>();
