@@ -2,6 +2,7 @@
 // tests/reference/generate_hf.py wrote, imported and run against the logits of
 // its from-scratch PyTorch implementations; export and round trips; and the
 // errors for broken inputs.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -581,6 +582,73 @@ TEST_F(HfTest, UnexpectedTensorIsNamed) {
   write_safetensors(file, tensors);
   const std::string err = error_of([&] { open_hf(dir); });
   EXPECT_NE(err.find("unexpected tensor 'h.0.attn.q_norm.weight'"), std::string::npos) << err;
+}
+
+// Older transformers saved GPT-2's causal-mask buffers (h.N.attn.bias) as BOOL,
+// a dtype hone has none for: the file opens, the buffers are skipped as buffers
+// of any dtype are, and only a tensor a model needs would be an error.
+TEST_F(HfTest, TensorsOfDtypesHoneLacksAreAnErrorOnlyWhereRead) {
+  const std::string dir = copy_fixture("gpt2");
+  const std::string file = dir + "/model.safetensors";
+  std::vector<NamedTensor> tensors;
+  {
+    const SafetensorsFile f(file);
+    for (const std::string& name : f.names()) {
+      if (!name.ends_with(".attn.bias")) tensors.push_back({name, f.load(name)});  // the fixture's f32 buffers
+    }
+  }
+  tensors.push_back({"h.0.attn.bias", Tensor::zeros({1, 1, 4, 4}, DType::u8)});
+  write_safetensors(file, tensors);
+  // The same bytes, the buffer's dtype renamed BOOL in the header.
+  const std::string bytes = read_text(file);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  nlohmann::ordered_json header = nlohmann::ordered_json::parse(bytes.substr(8, header_len));
+  header["h.0.attn.bias"]["dtype"] = "BOOL";
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  const uint64_t new_len = text.size();
+  write_text(file, std::string(reinterpret_cast<const char*>(&new_len), 8) + text + bytes.substr(8 + header_len));
+
+  const SafetensorsFile f(file);
+  EXPECT_TRUE(f.contains("h.0.attn.bias"));
+  EXPECT_EQ(f.names().size(), tensors.size());
+  EXPECT_EQ(error_of([&] { f.load("h.0.attn.bias"); }),
+            file + ": tensor 'h.0.attn.bias' is stored as BOOL, which hone has no dtype for");
+  const auto source = open_weights(dir);
+  Transformer with_buffer(source->config(), DType::f32), original(source->config(), DType::f32);
+  load_weights(*source, with_buffer);
+  load_weights(*open_weights(fixture("gpt2")), original);
+  EXPECT_EQ(with_buffer.params().values().to_vector<float>(), original.params().values().to_vector<float>());
+}
+
+// transformers 5 writes rope_theta and rope_scaling's fields together as
+// rope_parameters (and torch_dtype as dtype).
+TEST_F(HfTest, Transformers5RopeParametersAreRead) {
+  const std::string dir = copy_fixture("llama31_sharded");
+  nlohmann::json j = nlohmann::json::parse(read_text(dir + "/config.json"));
+  j["rope_parameters"] = j["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = 500000.0;
+  for (const char* key : {"rope_scaling", "rope_theta", "torch_dtype"}) j.erase(key);
+  j["dtype"] = "float32";
+  write_text(dir + "/config.json", j.dump());
+  const ModelConfig v5 = read_hf_config(dir);
+  EXPECT_EQ(v5.rope_theta, 500000.0);
+  EXPECT_EQ(v5.rope_scaling.factor, 8.0);
+  EXPECT_EQ(v5.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(v5.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(v5.rope_scaling.original_max_position, 64);
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  write_text(dir + "/config.json", j.dump());
+  const ModelConfig unscaled = read_hf_config(dir);
+  EXPECT_EQ(unscaled.rope_theta, 1e6);
+  EXPECT_FALSE(unscaled.rope_scaling.enabled());
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
+  write_text(dir + "/config.json", j.dump());
+  const std::string err = error_of([&] { read_hf_config(dir); });
+  EXPECT_NE(err.find("config.json: rope_parameters: rope type 'yarn' (hone implements llama3 scaling) is not supported"),
+            std::string::npos)
+      << err;
 }
 
 TEST_F(HfTest, UnsupportedModelTypeAndOptionsAreNamed) {

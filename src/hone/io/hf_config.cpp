@@ -43,7 +43,6 @@ ModelConfig llama_from(const JsonFields& f, const std::string& model_type, std::
   c.norm = NormKind::rmsnorm;
   c.norm_eps = f.number("rms_norm_eps", 1e-6);  // LlamaConfig's and MistralConfig's default
   c.position = PositionKind::rope;
-  c.rope_theta = f.number("rope_theta", 10000.0);
   c.mlp = MlpKind::swiglu;
   c.tie_embeddings = f.boolean("tie_word_embeddings", false);
   c.init_std = f.number("initializer_range", 0.02);
@@ -55,8 +54,13 @@ ModelConfig llama_from(const JsonFields& f, const std::string& model_type, std::
     require(c.dim % c.n_heads == 0 && f.integer("head_dim") == c.dim / c.n_heads, f,
             fmt::format("head_dim {} other than hidden_size / num_attention_heads", f.integer("head_dim")));
   }
-  if (f.has("rope_scaling")) {
-    const JsonFields s = f.object("rope_scaling");
+  // transformers 5 writes rope_theta and the scaling together as rope_parameters;
+  // 4.x wrote rope_theta and rope_scaling.
+  const bool v5_rope = f.has("rope_parameters");
+  const JsonFields rope = v5_rope ? f.object("rope_parameters") : f;
+  c.rope_theta = rope.number("rope_theta", 10000.0);
+  if (v5_rope || f.has("rope_scaling")) {
+    const JsonFields s = v5_rope ? rope : f.object("rope_scaling");
     const std::string type = s.string("rope_type", s.string("type", "default"));
     if (type == "llama3") {
       c.rope_scaling.factor = s.number("factor");

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
 #include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
@@ -33,12 +36,30 @@ std::string safetensors_dtype_name(DType dtype) {
   HONE_ASSERT(false);
 }
 
-DType parse_safetensors_dtype(const std::string& name, const std::string& context) {
+namespace {
+
+std::optional<DType> held_dtype(const std::string& name) {
   for (DType d : {DType::f64, DType::f32, DType::bf16, DType::f16, DType::i64, DType::i32, DType::u16, DType::u8,
                   DType::fp8_e4m3, DType::fp8_e5m2}) {
     if (safetensors_dtype_name(d) == name) return d;
   }
-  fail("{}: unsupported safetensors dtype '{}'", context, name);
+  return std::nullopt;
+}
+
+// Element bytes of the safetensors dtypes hone has no DType for: a file may hold
+// such tensors (GPT-2's BOOL attention masks) beside the weights a model takes.
+std::optional<size_t> unheld_dtype_size(const std::string& name) {
+  static const std::map<std::string, size_t> sizes = {{"BOOL", 1}, {"I8", 1}, {"I16", 2}, {"U32", 4}, {"U64", 8}};
+  const auto found = sizes.find(name);
+  return found == sizes.end() ? std::nullopt : std::optional<size_t>(found->second);
+}
+
+}  // namespace
+
+DType parse_safetensors_dtype(const std::string& name, const std::string& context) {
+  const std::optional<DType> dtype = held_dtype(name);
+  HONE_CHECK(dtype, "{}: unsupported safetensors dtype '{}'", context, name);
+  return *dtype;
 }
 
 SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, const std::string& path) {
@@ -55,7 +76,7 @@ SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, 
   const size_t data_start = 8 + header_len;
   const size_t data_size = file.size() - data_start;
   Header parsed;
-  std::vector<std::pair<size_t, std::string>> by_offset;
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> by_offset;  // begin, end, name
   for (auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
       HONE_CHECK(info.is_object(), "{}: __metadata__ is not an object", path);
@@ -70,7 +91,11 @@ SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, 
                    info["shape"].is_array() && info.contains("data_offsets") && info["data_offsets"].is_array() &&
                    info["data_offsets"].size() == 2,
                "{}: expected {{dtype, shape, data_offsets: [begin, end]}}", context);
-    const DType dtype = parse_safetensors_dtype(info["dtype"].get<std::string>(), context);
+    const std::string dtype_name = info["dtype"].get<std::string>();
+    const std::optional<DType> dtype = held_dtype(dtype_name);
+    const std::optional<size_t> unheld_size = dtype ? std::nullopt : unheld_dtype_size(dtype_name);
+    if (!dtype && !unheld_size) parse_safetensors_dtype(dtype_name, context);  // the error naming it
+    const size_t element_bytes = dtype ? dtype_size(*dtype) : *unheld_size;
     HONE_CHECK(info["shape"].size() <= size_t(Shape::kMaxDims), "{}: {} dimensions, hone handles at most {}", context,
                info["shape"].size(), Shape::kMaxDims);
     std::vector<int64_t> dims;
@@ -87,18 +112,22 @@ SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, 
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     HONE_CHECK(begin <= end && end <= data_size, "{}: data_offsets [{}, {}] reach past the {} data bytes of the file",
                context, begin, end, data_size);
-    HONE_CHECK(end - begin == numel * dtype_size(dtype), "{}: data_offsets span {} bytes but {} of shape [{}] need {}",
-               context, end - begin, safetensors_dtype_name(dtype), fmt::join(dims, ", "), numel * dtype_size(dtype));
-    parsed.entries.emplace(name, Entry{dtype, Shape(std::span<const int64_t>(dims)),
-                                       std::span<const std::byte>(file.data() + data_start + begin, end - begin)});
-    by_offset.emplace_back(begin, name);
+    HONE_CHECK(end - begin == numel * element_bytes, "{}: data_offsets span {} bytes but {} of shape [{}] need {}",
+               context, end - begin, dtype_name, fmt::join(dims, ", "), numel * element_bytes);
+    if (dtype) {
+      parsed.entries.emplace(name, Entry{*dtype, Shape(std::span<const int64_t>(dims)),
+                                         std::span<const std::byte>(file.data() + data_start + begin, end - begin)});
+    } else {
+      parsed.unreadable.emplace(name, fmt::format("stored as {}, which hone has no dtype for", dtype_name));
+    }
+    by_offset.push_back({begin, end, name});
   }
   // Tensors may not overlap (the format requires a dense, ordered data section).
   std::sort(by_offset.begin(), by_offset.end());
-  size_t previous_end = 0;
-  for (auto& [begin, name] : by_offset) {
+  uint64_t previous_end = 0;
+  for (const auto& [begin, end, name] : by_offset) {
     HONE_CHECK(begin >= previous_end, "{}: tensor '{}' overlaps the tensor before it", path, name);
-    previous_end = begin + parsed.entries.at(name).bytes.size();
+    previous_end = end;
     parsed.order.push_back(name);
   }
   return parsed;
@@ -108,8 +137,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path), header_
 
 const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
   auto found = header_.entries.find(name);
-  HONE_CHECK(found != header_.entries.end(), "{}: no tensor named '{}'", path(), name);
-  return found->second;
+  if (found != header_.entries.end()) return found->second;
+  auto why = header_.unreadable.find(name);
+  HONE_CHECK(why == header_.unreadable.end(), "{}: tensor '{}' is {}", path(), name, why->second);
+  fail("{}: no tensor named '{}'", path(), name);
 }
 
 Tensor SafetensorsFile::load(const std::string& name) const {

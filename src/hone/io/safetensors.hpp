@@ -23,7 +23,8 @@ class SafetensorsFile final : public TensorFile {
   // the tensor and the problem (also the parser the fuzz target drives).
   struct Header {
     std::map<std::string, Entry> entries;
-    std::vector<std::string> order;  // by data offset
+    std::map<std::string, std::string> unreadable;  // tensors of dtypes hone has none for: why
+    std::vector<std::string> order;  // by data offset, the unreadable too
     std::map<std::string, std::string> metadata;
   };
   static Header parse(std::span<const std::byte> file, const std::string& path);
@@ -33,7 +34,9 @@ class SafetensorsFile final : public TensorFile {
 
   const std::string& path() const override { return file_.path(); }
   std::vector<std::string> names() const override { return header_.order; }
-  bool contains(const std::string& name) const override { return header_.entries.count(name) != 0; }
+  bool contains(const std::string& name) const override {
+    return header_.entries.contains(name) || header_.unreadable.contains(name);
+  }
   const Entry& entry(const std::string& name) const override;
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
 
