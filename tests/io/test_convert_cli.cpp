@@ -126,6 +126,44 @@ TEST_F(ConvertCli, TiktokensTokenizerModelGoesIntoOriginal) {
   EXPECT_EQ(load_tokenizer(dir_ + "/hf_tiktoken")->encode("Hello world"), load_tokenizer(llama3)->encode("Hello world"));
 }
 
+// A chat fine-tune ends its answers with the chat format's end of turn: its
+// conversion lists it among the EOS ids, as the run's export.hf does, so that
+// transformers and vLLM stop there. A model without a tokenizer names no ids: a note says so.
+TEST_F(ConvertCli, AChatFineTunesEndOfTurnIsAnEosIdAndNoTokenizerIsNoted) {
+  ASSERT_EQ(pretrain_run(128256, asset_path("tokenizers/llama3")), 0) << log();
+  {
+    std::ofstream chat(dir_ + "/chat.jsonl");
+    for (int i = 0; i < 4; ++i) {
+      chat << R"({"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]})"
+           << "\n";
+    }
+  }
+  ASSERT_EQ(run_hone_to_log({"run", "lora_finetune", "checkpoint.path=" + dir_ + "/run", "output_dir=" + dir_ + "/lora",
+                             "dataset.path=" + dir_ + "/chat.jsonl", "dataset.template=chat", "max_steps=1",
+                             "threads=1", "dataset.validation_fraction=0", "logging.tensorboard=false"},
+                            log_path()),
+            0)
+      << log();
+  EXPECT_EQ(convert({dir_ + "/lora", dir_ + "/lora_hf", "--to", "hf"}), 0) << log();
+  const auto eos_ids = [&](const std::string& folder) {
+    return nlohmann::json::parse(read_file(folder + "/generation_config.json"))["eos_token_id"];
+  };
+  EXPECT_EQ(eos_ids(dir_ + "/lora_hf"), nlohmann::json::array({128001, 128009}));  // <|end_of_text|>, <|eot_id|>
+  EXPECT_EQ(convert({dir_ + "/run", dir_ + "/base_hf", "--to", "hf"}), 0) << log();
+  EXPECT_EQ(eos_ids(dir_ + "/base_hf"), 128001);
+
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/bare", "threads=1", "model.name=llama_tiny",
+                             "dataset.seq_len=16", "max_steps=1", "logging.tensorboard=false"},
+                            log_path()),
+            0)
+      << log();
+  EXPECT_EQ(convert({dir_ + "/bare", dir_ + "/bare_hf", "--to", "hf"}), 0) << log();
+  EXPECT_NE(log().find("note: config.json and generation_config.json name no BOS or EOS id: the source has no "
+                       "tokenizer hone reads (give --tokenizer DIR)"),
+            std::string::npos)
+      << log();
+}
+
 // On a terminal a progress line is redrawn as the weights go through, and
 // cleared before the summary; in a log there is none.
 TEST_F(ConvertCli, OnATerminalProgressIsRedrawnThenCleared) {

@@ -85,6 +85,10 @@ TEST(Sampling, GreedyTopKAndTopPAndTemperature) {
   EXPECT_EQ(sample_token(logits, {.temperature = 0}, rng), 1);
   EXPECT_EQ(sample_token(logits, {.temperature = 1, .top_k = 1}, rng), 1);
   EXPECT_EQ(sample_token(logits, {.temperature = 1, .top_p = 0.1}, rng), 1);
+  // Temperatures whose inverse overflows a float (or a double) are greedy, their limit.
+  for (const double tiny : {1e-39, 1e-45, 1e-300, 4.9e-324}) {
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits, {.temperature = tiny}, rng), 1) << tiny;
+  }
   // top_k = 2 at temperature 1: P(1) = 3/4, P(0) = 1/4, nothing else.
   int ones = 0, others = 0;
   for (int i = 0; i < 20000; ++i) {

@@ -1,6 +1,9 @@
 // The fine-tuning recipes end to end: a base model pretrained by hone, LoRA and
 // full fine-tuning on an instruct dataset, exact resume, PEFT and HF exports.
+#include <signal.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +12,7 @@
 #include <numeric>
 #include <regex>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "data/tokenizers/assets.hpp"
@@ -1003,6 +1007,18 @@ TEST_F(FinetuneRun, GenerateAndEvalUseTheMergedAdapters) {
                                    first.find("prefill:") - first.find("Repeat the word tiger."))),
             std::string::npos)
       << text << "\n---\n" << first;
+  // A key given here is not the run's: the note names what came from where.
+  const std::string overridden = root_ + "/gen_overridden.out";
+  ASSERT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base", "lora.adapter=" + run,
+                             "tokenizer.path=" + tokenizer_, "prompt=Repeat the word tiger.", "temperature=0",
+                             "max_new_tokens=2", "system_prompt=''"},
+                            overridden),
+            0)
+      << read_file(overridden);
+  EXPECT_NE(read_file(overridden).find("was fine-tuned: template alpaca; system_prompt as given here (template=plain "
+                                       "writes them as given)"),
+            std::string::npos)
+      << read_file(overridden);
 }
 
 // hone run eval on a GSM8K file: answers generated, scored, and each item's
@@ -1267,6 +1283,47 @@ TEST_F(FinetuneRun, EvalRunsSeveralTasksEachAsItDoesAlone) {
   }(), "dataset_without_type", "dataset.path needs dataset.type");
 }
 
+// Ctrl-C or SIGTERM ends generation after the batches decoded so far: they are
+// printed and in samples_path (nothing left half-written); the status is 128 + signal.
+TEST_F(FinetuneRun, GenerateStoppedByASignalKeepsTheFinishedBatches) {
+  {
+    std::ofstream many(root_ + "/many_prompts.txt");
+    for (int i = 0; i < 5000; ++i) many << "Repeat the word apple " << i << ".\n";
+  }
+  const std::string samples = root_ + "/stopped.jsonl", log = root_ + "/stopped.out";
+  const Process p = start_hone({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                                "prompts_file=" + root_ + "/many_prompts.txt", "batch_size=1", "max_new_tokens=32",
+                                "temperature=0", "samples_path=" + samples},
+                               log);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto logged = [&] { return fs::exists(log) && read_file(log).find("[2] ") != std::string::npos; };
+  while (!logged() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(::kill(p.pid, SIGINT), 0);
+  EXPECT_EQ(wait_for(p), 128 + SIGINT);
+  const std::string text = read_file(log);
+  std::smatch stopped;
+  ASSERT_TRUE(std::regex_search(text, stopped,
+                                std::regex(R"(hone: generate stopped by signal 2 after ([0-9]+) of 5000 prompts )"
+                                           R"(\(samples_path holds their completions\))")))
+      << text;
+  const int64_t completed = std::stoll(stopped[1]);
+  EXPECT_GE(completed, 3);
+  EXPECT_LT(completed, 5000);
+  EXPECT_NE(text.find(fmt::format("[{}] Repeat the word apple {}.\n", completed - 1, completed - 1)), std::string::npos);
+  EXPECT_EQ(text.find(fmt::format("[{}] ", completed)), std::string::npos) << "a batch cut short was printed";
+  std::istringstream lines(read_file(samples));
+  int64_t written = 0;
+  for (std::string line; std::getline(lines, line); ++written) {
+    EXPECT_EQ(nlohmann::json::parse(line)["prompt"], fmt::format("Repeat the word apple {}.", written));
+  }
+  EXPECT_EQ(written, completed);
+  for (const auto& entry : fs::directory_iterator(root_)) {
+    EXPECT_EQ(entry.path().filename().string().find("stopped.jsonl.tmp"), std::string::npos) << entry.path();
+  }
+}
+
 TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStopTokens) {
   trained_lora_run();  // exports the merged model to hf/
   std::ofstream(root_ + "/prompts.txt") << "Repeat the word apple.\n\nRepeat the word river.\n";
@@ -1323,6 +1380,15 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
             together);
   EXPECT_EQ(generate("crlf", {"prompts_file=" + root_ + "/prompts_crlf.txt", "temperature=0"}), together);
   EXPECT_EQ(together.find('\r'), std::string::npos);
+  // Nor on a UTF-8 byte-order mark; JSON Lines of records with a 'prompt' are the same prompts.
+  std::ofstream(root_ + "/prompts_bom.txt") << "\xEF\xBB\xBFRepeat the word apple.\nRepeat the word river.\n";
+  EXPECT_EQ(generate("bom", {"prompts_file=" + root_ + "/prompts_bom.txt", "temperature=0"}), together);
+  std::ofstream(root_ + "/prompts.jsonl") << R"({"prompt": "Repeat the word apple."})" "\n\n"
+                                          << R"({"prompt": "Repeat the word river.", "id": 2})" "\n";
+  EXPECT_EQ(generate("jsonl", {"prompts_file=" + root_ + "/prompts.jsonl", "temperature=0"}), together);
+  // A max_new_tokens beyond any length stops at max_seq_len.
+  EXPECT_NE(generate("longest", {"prompt=x", "temperature=0", "max_new_tokens=9223372036854775807"}).find("x\n"),
+            std::string::npos);
   // Refused: a chat format whose special tokens the tokenizer lacks, a stop token it does not have.
   EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", "template=chat",
                              "chat_format=chatml"},
@@ -1380,7 +1446,11 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
       {"prompts_file=" + root_ + "/blank_prompts.txt", "prompts_file " + root_ + "/blank_prompts.txt: no prompts in it"},
       {"lora.adapter=" + root_ + "/no_adapters", root_ + "/no_adapters: not found (LoRA adapters: "},
       {"system_prompt=Be kind.", "system_prompt is a chat format's system message: the plain template writes plain "
-                                 "text without one"}};
+                                 "text without one"},
+      {"prompts_file=" + root_, "prompts_file " + root_ + ": is a folder, not a file of prompts"},
+      {"prompts_file=" + root_ + "/no_prompt.jsonl", root_ + "/no_prompt.jsonl:1: no string 'prompt'"},
+      {"samples_path=" + root_, root_ + ": is a folder; give the name of a file to write"}};
+  std::ofstream(root_ + "/no_prompt.jsonl") << R"({"text": "Repeat the word apple."})" "\n";
   for (const auto& [arg, message] : refused) {
     EXPECT_EQ(
         run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/hf", "prompt=x", arg}, root_ + "/refused.out"),

@@ -13,6 +13,7 @@
 #include "hone/core/stop_signals.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/convert.hpp"
+#include "hone/train/inference.hpp"
 
 namespace hone::cli {
 
@@ -40,9 +41,12 @@ uint64_t parse_size(const std::string& text) {
 }
 
 // The special ids of the tokenizer among the model's companion files, for
-// config.json. A tokenizer hone cannot read is copied all the same, with a
-// note; one with ids past the model's vocabulary is refused.
-SpecialTokenIds check_tokenizer(const WeightSource& source, std::vector<std::string>& notes) {
+// config.json, with the token a hone fine-tuning run (`trained_dataset`, its
+// dataset keys) ended its answers with among the EOS ids, as its export.hf does.
+// A tokenizer hone cannot read is copied all the same, with a note; one with ids
+// past the model's vocabulary is refused.
+SpecialTokenIds check_tokenizer(const WeightSource& source, const Json& trained_dataset,
+                                std::vector<std::string>& notes) {
   const std::vector<std::string> files = source.companion_files();
   if (files.empty()) return {};
   const std::filesystem::path dir = std::filesystem::path(files.front()).parent_path();
@@ -56,7 +60,11 @@ SpecialTokenIds check_tokenizer(const WeightSource& source, std::vector<std::str
     return {};
   }
   check_fits_vocabulary(*tokenizer, source.config().vocab_size, dir.string());
-  return {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
+  SpecialTokenIds ids{tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
+  if (trained_dataset.is_object()) {
+    ids.more_eos.push_back(data::end_of_answer_token(*tokenizer, prompt_format_of(trained_dataset)));
+  }
+  return ids;
 }
 
 std::string count(int64_t n) {
@@ -124,9 +132,17 @@ Command add_convert(CLI::App& app) {
     };
     const std::unique_ptr<WeightSource> source = open_convert_source(args->src, options);
     std::vector<std::string> tokenizer_notes;
-    options.special_tokens = check_tokenizer(*source, tokenizer_notes);
+    options.special_tokens =
+        check_tokenizer(*source, fine_tuning_dataset_of(args->src, args->adapter).first, tokenizer_notes);
     const SpecialTokenIds& ids = options.special_tokens;
     if (!ids.bos && !ids.eos && !ids.pad) options.special_tokens = hf_config_special_ids(args->src);
+    if (options.to == ModelFolderKind::hf && tokenizer_notes.empty() && !options.special_tokens.bos &&
+        !options.special_tokens.eos) {
+      tokenizer_notes.push_back(
+          "config.json and generation_config.json name no BOS or EOS id: the source has no tokenizer hone reads "
+          "(give --tokenizer DIR), and transformers takes its config class's defaults instead (LlamaConfig's BOS 1, "
+          "EOS 2)");
+    }
     ConvertSummary s;
     try {
       s = convert_model(*source, args->dest, options);

@@ -18,6 +18,8 @@
 namespace hone {
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  // Found now, not at commit(): the work whose output this is may take long.
+  HONE_CHECK(!std::filesystem::is_directory(path_), "{}: is a folder; give the name of a file to write", path_);
   temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   HONE_CHECK(fd_ >= 0, "{}: cannot create: {}", path_, std::strerror(errno));
@@ -32,8 +34,6 @@ AtomicFile::~AtomicFile() {
   }
   XXH3_freeState(static_cast<XXH3_state_t*>(hash_state_));
 }
-
-
 
 void AtomicFile::write(const void* data, size_t bytes) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(hash_state_), data, bytes);

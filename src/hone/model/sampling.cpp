@@ -56,11 +56,15 @@ int32_t sample_token(std::span<const float> given, const SamplingOptions& o, Gen
     }
   }
   const std::span<const float> logits = penalized.empty() ? given : std::span<const float>(penalized);
-  if (o.temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  // Greedy at temperature 0, and at one so small that 1/temperature overflows a
+  // float (greedy is its limit; the weights below would be NaN).
+  const float inverse_temperature = o.temperature == 0 ? 0.0f : float(1.0 / o.temperature);
+  if (o.temperature == 0 || !std::isfinite(inverse_temperature)) {
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
   const size_t vocab = logits.size();
   // Every token's weight exp((logit - max) / temperature), in id order.
   const float max = *std::max_element(logits.begin(), logits.end());
-  const float inverse_temperature = float(1.0 / o.temperature);
   std::vector<float> weight(vocab);
   for (size_t i = 0; i < vocab; ++i) weight[i] = kernels::cpu::fast_exp((logits[i] - max) * inverse_temperature);
   std::vector<int32_t> order(vocab);
@@ -120,7 +124,7 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
   const int64_t max_seq_len = model.config().max_seq_len;
   HONE_CHECK(int64_t(longest) <= max_seq_len, "a {}-token prompt is longer than the model's max_seq_len {}", longest,
              max_seq_len);
-  const int64_t capacity = std::min(max_seq_len, int64_t(longest) + o.max_new_tokens - 1);
+  const int64_t capacity = int64_t(longest) + std::min(o.max_new_tokens - 1, max_seq_len - int64_t(longest));
   const auto new_tokens_of = [&](size_t i) {
     return std::min(o.max_new_tokens, max_seq_len - int64_t(prompts[i].size()) + 1);
   };

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
+#include "hone/core/stop_signals.hpp"
 #include "hone/core/text.hpp"
+#include "hone/data/formats/inputs.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/data/tokenizers/utf8.hpp"
 #include "hone/io/atomic_file.hpp"
@@ -22,7 +25,8 @@ namespace hone {
 Schema generate_schema() {
   Schema s = inference_schema();
   s.add({"prompt", ValueType::string, nullptr, "a prompt"});
-  s.add({"prompts_file", ValueType::string, nullptr, "a file of prompts, one per line"});
+  s.add({"prompts_file", ValueType::string, nullptr,
+         "a file of prompts: one a line, or JSON Lines (.jsonl) of records with a 'prompt' (which may span lines)"});
   s.add({"template", ValueType::string, nullptr,
          "how the prompt is presented, as in training (unset: as the hone fine-tuning run whose model it is was "
          "trained, with its chat_format, in_chat_format and system_prompt; else plain)",
@@ -32,7 +36,8 @@ Schema generate_schema() {
   s.add({"in_chat_format", ValueType::boolean, nullptr,
          "alpaca, summarize, plain: the prompt as a user's message in chat_format (as dataset.in_chat_format "
          "trained it); unset: false"});
-  s.add({"system_prompt", ValueType::string, "", "a system message (in a chat format)"});
+  s.add({"system_prompt", ValueType::string, nullptr,
+         "a system message (in a chat format); unset: the fine-tuning run's, else none (\"\": none)"});
   s.add({"max_new_tokens", ValueType::integer, 128, "tokens to generate at most"}, Range::positive());
   // The sampling keys default to what the model's generation_config.json sets (sampling_options).
   s.add({"temperature", ValueType::number, nullptr, "sampling temperature (0: greedy); default: 0.8"},
@@ -54,6 +59,9 @@ Schema generate_schema() {
   s.add({"stop", ValueType::string_list, Json::array(),
          "strings that end a completion, which is printed up to the first of them (vLLM's stop; transformers' "
          "stop_strings)"});
+  s.add_foreign("prompt.user", "torchtune's; hone's is prompt (template=chat writes it as the user's message)");
+  s.add_foreign("prompt.system", "torchtune's; hone's is system_prompt (with template=chat)");
+  s.add_foreign("enable_kv_cache", "torchtune's; hone always decodes with a KV cache");
   s.add({"batch_size", ValueType::integer, 32,
          "prompts decoded together (their KV caches held at once); each batch's completions print when it ends"},
         Range::positive());
@@ -97,36 +105,38 @@ SamplingOptions sampling_options(const Config& c, const Json& generation_config)
 
 // How prompts are written: template, chat_format, in_chat_format and
 // system_prompt as given; without a template, as the fine-tuning run whose
-// model it is was trained (its dataset's, said in a note) where the model is
-// one's. A system prompt needs a chat format to be written in.
+// model it is was trained (its dataset's keys, those not given here, said in a
+// note) where the model is one's. A system prompt needs a chat format.
 data::InstructOptions prompt_format(const Config& c, const Json& trained = Json(), const std::string& trained_by = "") {
   const bool as_trained = !c.has("template") && trained.is_object();
-  // A key as given, else the run's (when prompting as it trained).
-  const auto setting = [&](const std::string& key) {
-    if (c.has(key) && !(key == "system_prompt" && c.get<std::string>(key).empty())) return *c.find(key);
-    return as_trained ? trained.value(key, Json()) : Json();
-  };
-  const Json template_name = setting("template"), chat_format = setting("chat_format"),
-             in_chat_format = setting("in_chat_format"), system_prompt = setting("system_prompt");
-  data::InstructOptions format;
-  format.format = data::parse_instruct_template(template_name.is_string() ? template_name.get<std::string>() : "plain");
-  if (chat_format.is_string()) format.chat_format = data::parse_chat_format(chat_format.get<std::string>());
-  format.in_chat_format = in_chat_format.is_boolean() && in_chat_format.get<bool>();
-  if (system_prompt.is_string()) format.system_prompt = system_prompt.get<std::string>();
+  Json keys = Json::object();
+  std::vector<std::string> given;  // keys given here over the run's
+  for (const char* key : {"template", "chat_format", "in_chat_format", "system_prompt"}) {
+    if (c.has(key)) {
+      keys[key] = *c.find(key);
+      given.push_back(key);
+    } else if (as_trained && trained.contains(key)) {
+      keys[key] = trained[key];
+    }
+  }
+  const data::InstructOptions format = prompt_format_of(keys);
   const bool chat = format.format == data::InstructTemplate::chat || format.in_chat_format;
+  const std::string template_name = keys.value("template", "plain");
   if (as_trained) {
-    fmt::print(stderr, "note: prompts are written as {} was fine-tuned: template {}{}{} (template=plain writes them "
-               "as given)\n",
-               trained_by, template_name.get<std::string>(),
-               chat ? fmt::format(", chat_format {}{}", chat_format.is_string() ? chat_format.get<std::string>() : "llama3",
-                                  format.in_chat_format ? " (in_chat_format)" : "")
-                    : std::string(),
-               format.system_prompt.empty() ? std::string() : fmt::format(", system_prompt {:?}", format.system_prompt));
+    const auto from_run = [&](const char* key) { return std::ranges::find(given, key) == given.end(); };
+    std::string described = "template " + template_name;
+    if (chat && from_run("chat_format")) described += ", chat_format " + keys.value("chat_format", "llama3");
+    if (format.in_chat_format && from_run("in_chat_format")) described += " (in_chat_format)";
+    if (!format.system_prompt.empty() && from_run("system_prompt")) {
+      described += fmt::format(", system_prompt {:?}", format.system_prompt);
+    }
+    fmt::print(stderr, "note: prompts are written as {} was fine-tuned: {}{} (template=plain writes them as given)\n",
+               trained_by, described, given.empty() ? "" : fmt::format("; {} as given here", fmt::join(given, ", ")));
   }
   HONE_CHECK(format.system_prompt.empty() || chat,
              "{}: system_prompt is a chat format's system message: the {} template writes plain text without one "
              "(give template=chat, or in_chat_format=true)",
-             c.origin_of("system_prompt"), template_name.is_string() ? template_name.get<std::string>() : "plain");
+             c.has("system_prompt") ? c.origin_of("system_prompt") : trained_by, template_name);
   return format;
 }
 
@@ -138,28 +148,57 @@ std::vector<std::string> check_generate_config(const Config& c) {
   return {};
 }
 
+namespace {
+
+struct Prompts {
+  std::vector<std::string> texts, sources;  // each prompt, and where it came from (for errors)
+  void add(std::string text, std::string source) {
+    texts.push_back(std::move(text));
+    sources.push_back(std::move(source));
+  }
+};
+
+// prompts_file: JSON Lines (.jsonl, .json; compressed too) of records with a
+// string 'prompt', or text, a prompt a line (blank lines skipped; a CRLF
+// file's line ends and a UTF-8 byte-order mark are not the prompt's).
+void read_prompts_file(const std::string& path, Prompts& prompts) {
+  HONE_CHECK(!std::filesystem::is_directory(path), "prompts_file {}: is a folder, not a file of prompts", path);
+  const size_t given = prompts.texts.size();
+  if (data::is_jsonl_name(path)) {
+    for (const data::Record& r : data::read_records(path)) {
+      const Json& prompt = r.value.value("prompt", Json());
+      HONE_CHECK(prompt.is_string(), "{}: no string 'prompt' (a JSON Lines prompts_file holds records "
+                 "{{\"prompt\": TEXT}})", r.where);
+      prompts.add(prompt.get<std::string>(), r.where);
+    }
+    HONE_CHECK(prompts.texts.size() > given, "prompts_file {}: no records in it", path);
+    return;
+  }
+  std::ifstream in(path);
+  HONE_CHECK(in.good(), "prompts_file {}: cannot read", path);
+  int64_t line_number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_number;
+    if (line_number == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
+    if (line.ends_with('\r')) line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    prompts.add(line, fmt::format("{}:{}", path, line_number));
+  }
+  HONE_CHECK(prompts.texts.size() > given,
+             "prompts_file {}: no prompts in it (one a line; blank lines are skipped; .jsonl: records with a "
+             "'prompt')",
+             path);
+}
+
+}  // namespace
+
 int run_generate(const Config& c) {
   check_generate_config(c);
-  std::vector<std::string> prompts, sources;  // each prompt, and where it came from (for errors)
-  if (c.has("prompt")) {
-    prompts.push_back(c.get<std::string>("prompt"));
-    sources.push_back("prompt");
-  }
-  if (c.has("prompts_file")) {
-    const std::string path = c.get<std::string>("prompts_file");
-    std::ifstream in(path);
-    HONE_CHECK(in.good(), "prompts_file {}: cannot read", path);
-    const size_t given = prompts.size();
-    int64_t line_number = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++line_number;
-      if (line.ends_with('\r')) line.pop_back();  // a CRLF file's
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      prompts.push_back(line);
-      sources.push_back(fmt::format("{}:{}", path, line_number));
-    }
-    HONE_CHECK(prompts.size() > given, "prompts_file {}: no prompts in it (one a line; blank lines are skipped)", path);
-  }
+  Prompts given;
+  if (c.has("prompt")) given.add(c.get<std::string>("prompt"), "prompt");
+  if (c.has("prompts_file")) read_prompts_file(c.get<std::string>("prompts_file"), given);
+  const std::vector<std::string>& prompts = given.texts;
+  const std::vector<std::string>& sources = given.sources;
 
   // Opened before the model loads: a path that cannot be written fails first.
   std::unique_ptr<AtomicFile> samples;
@@ -202,7 +241,7 @@ int run_generate(const Config& c) {
     const auto length = int64_t(encoded.back().size());
     HONE_CHECK(length <= max_seq_len, "{}: the prompt ({} {}: {:?}) is longer than the model's max_seq_len {}",
                sources[i], length, plural(length, "token"), prompts[i].substr(0, 40), max_seq_len);
-    if (length + o.max_new_tokens - 1 > max_seq_len) ++cut_short;
+    if (o.max_new_tokens - 1 > max_seq_len - length) ++cut_short;
   }
   if (cut_short > 0) {
     fmt::print(stderr,
@@ -218,13 +257,22 @@ int run_generate(const Config& c) {
   const size_t batch_size = size_t(c.get<int64_t>("batch_size"));
   Generation g;
   int64_t steps = 0;  // decoding steps, each reading all the weights once for the sequences of its batch
+  // Ctrl-C or SIGTERM ends the batch being decoded at its next step; it is
+  // dropped (not printed cut short), and the batches before it are kept, in samples_path too.
+  catch_stop_signals();
+  size_t completed = 0;
   for (size_t first = 0; first < prompts.size(); first += batch_size) {
     const size_t count = std::min(batch_size, prompts.size() - first);
     GenerationOptions batch_options = o;
     batch_options.seed = o.seed + uint64_t(first / batch_size) * 0x9E3779B97F4A7C15ull;
+    batch_options.finished = [&](size_t i, const std::vector<int32_t>& completion) {
+      return stop_requested() || (o.finished && o.finished(i, completion));
+    };
     const Generation b = generate(
         *m.model, std::vector(encoded.begin() + std::ptrdiff_t(first), encoded.begin() + std::ptrdiff_t(first + count)),
         batch_options);
+    if (stop_requested()) break;
+    completed = first + count;
     for (size_t k = 0; k < count; ++k) {
       std::vector<int32_t> text = b.completions[k];
       if (!text.empty() && std::ranges::find(o.stop_tokens, text.back()) != o.stop_tokens.end()) {
@@ -254,6 +302,11 @@ int run_generate(const Config& c) {
   if (samples) {
     samples->commit();
     fmt::print(stderr, "samples: {}\n", c.get<std::string>("samples_path"));
+  }
+  if (stop_requested()) {
+    fmt::print(stderr, "hone: generate stopped by signal {} after {} of {} prompts{}\n", stop_signal(), completed,
+               prompts.size(), samples ? " (samples_path holds their completions)" : "");
+    return 128 + stop_signal();
   }
   size_t weight_bytes = 0;
   for (const Parameter& p : m.model->params().all()) weight_bytes += p.compute.nbytes();

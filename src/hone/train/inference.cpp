@@ -48,12 +48,15 @@ Schema inference_schema() {
   s.add({"lora.adapter", ValueType::string, nullptr,
          "LoRA adapters: a lora_finetune checkpoint folder or run directory, or a PEFT folder (adapter_config.json)"});
   s.add({"tokenizer.path", ValueType::string, nullptr, "tokenizer file or folder (default: the model's folder)"});
+  s.add_foreign("checkpointer", "torchtune's; hone's model is checkpoint.path (the folder: its files and architecture "
+                                "are read from it)");
+  s.add_foreign("quantizer", "torchtune's; hone computes with the model's weights in dtype (no quantization)");
   return s;
 }
 
-std::pair<Json, std::string> fine_tuning_dataset_of(const Config& c) {
-  const bool adapters = c.has("lora.adapter") && !is_peft_folder(c.get<std::string>("lora.adapter"));
-  const std::string path = c.get<std::string>(adapters ? "lora.adapter" : "checkpoint.path");
+std::pair<Json, std::string> fine_tuning_dataset_of(const std::string& model_path, const std::string& adapter_path) {
+  const bool adapters = !adapter_path.empty() && !is_peft_folder(adapter_path);
+  const std::string& path = adapters ? adapter_path : model_path;
   if (!fs::is_directory(path)) return {};
   const std::string folder = model_folder_of(path);
   if (!fs::exists(fs::path(folder) / "trainer_state.json")) return {};
@@ -61,6 +64,23 @@ std::pair<Json, std::string> fine_tuning_dataset_of(const Config& c) {
   const Json dataset = config.value("dataset", Json());
   if (!dataset.is_object() || !dataset.value("template", Json()).is_string()) return {};
   return {dataset, folder};
+}
+
+std::pair<Json, std::string> fine_tuning_dataset_of(const Config& c) {
+  return fine_tuning_dataset_of(c.get<std::string>("checkpoint.path"),
+                                c.has("lora.adapter") ? c.get<std::string>("lora.adapter") : "");
+}
+
+data::InstructOptions prompt_format_of(const Json& dataset) {
+  const auto key = [&](const char* name) { return dataset.is_object() ? dataset.value(name, Json()) : Json(); };
+  const Json template_name = key("template"), chat_format = key("chat_format"), in_chat_format = key("in_chat_format"),
+             system_prompt = key("system_prompt");
+  data::InstructOptions format;
+  format.format = data::parse_instruct_template(template_name.is_string() ? template_name.get<std::string>() : "plain");
+  if (chat_format.is_string()) format.chat_format = data::parse_chat_format(chat_format.get<std::string>());
+  format.in_chat_format = in_chat_format.is_boolean() && in_chat_format.get<bool>();
+  if (system_prompt.is_string()) format.system_prompt = system_prompt.get<std::string>();
+  return format;
 }
 
 InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {

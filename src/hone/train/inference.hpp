@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "hone/config/config.hpp"
+#include "hone/data/instruct.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/model/transformer.hpp"
 
@@ -34,10 +35,15 @@ struct InferenceModel {
 // else the model's folder, else the adapter run's tokenizer.path).
 InferenceModel load_inference_model(const Config& config, bool with_tokenizer = true);
 
-// The dataset section of the hone fine-tuning run whose model the config loads
-// (lora.adapter's run, else checkpoint.path's), whose template and chat format
-// its prompts are written in, with that run's checkpoint folder; null for any
-// other model.
+// The dataset section of the hone fine-tuning run whose model this is (the
+// adapters' run where adapter_path is a lora_finetune checkpoint or run
+// directory, else model_path's), whose template and chat format its prompts are
+// written in, with that run's checkpoint folder; null for any other model.
+std::pair<Json, std::string> fine_tuning_dataset_of(const std::string& model_path, const std::string& adapter_path);
+// That of the model the config loads (checkpoint.path, lora.adapter).
 std::pair<Json, std::string> fine_tuning_dataset_of(const Config& config);
+// The prompt format of dataset keys as a run's config holds them (template,
+// chat_format, in_chat_format, system_prompt; absent: plain, llama3, false, none).
+data::InstructOptions prompt_format_of(const Json& dataset);
 
 }  // namespace hone
