@@ -748,6 +748,20 @@ TEST(SampleStream, PacksWholeSamplesWithTheirOwnPositions) {
   second_rank.world_size = 2;
   data::SampleStream r1(samples, second_rank);
   EXPECT_EQ(r1.next().tokens.to_vector<int32_t>(), second);
+  // An evaluation pass (after rewind): the row after the last sample is
+  // padding, not the first samples again.
+  data::SampleStreamOptions two_rows = packing;
+  two_rows.batch_size = 2;
+  data::SampleStream pass(samples, two_rows);
+  pass.rewind();
+  pass.next();
+  EXPECT_FALSE(pass.pass_done());
+  const Batch end = pass.next();
+  EXPECT_TRUE(pass.pass_done());
+  EXPECT_EQ(end.tokens.to_vector<int32_t>(),
+            (std::vector<int32_t>{500, 501, 502, 600, 601, 602, 603, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  const std::vector<int32_t> targets = end.targets.to_vector<int32_t>();
+  EXPECT_TRUE(std::all_of(targets.begin() + 8, targets.end(), [](int32_t t) { return t == -100; }));
 }
 
 // Rows are cut to the longest sample of the global batch (every rank the

@@ -116,6 +116,31 @@ TEST(PretrainStream, DocumentsAsSequencesOfTheirOwnAndNoLossAcrossThem) {
   EXPECT_FALSE(across_documents.next().positions.defined());
 }
 
+// After rewind() (an evaluation pass) the samples past one pass are padding
+// without targets, on every rank, and pass_done() says when all were read.
+TEST(PretrainStream, AnEvaluationPassReadsEachSampleOnce) {
+  auto docs = numbered({5, 3, 9, 4});  // 5 samples of 4 + 1
+  for (int rank = 0; rank < 2; ++rank) {
+    PretrainStream s({all_of(docs)}, {},
+                     {.seq_len = 4, .batch_size = 2, .shuffle = false, .rank = rank, .world_size = 2});
+    s.rewind();
+    EXPECT_FALSE(s.pass_done());
+    const Batch first = s.next();  // samples 0 to 3: this rank's two
+    EXPECT_EQ(first.tokens.to_vector<int32_t>()[0], rank * 8);
+    EXPECT_FALSE(s.pass_done());
+    const Batch last = s.next();  // sample 4 (rank 0's first row), then padding
+    EXPECT_TRUE(s.pass_done());
+    const std::vector<int32_t> targets = last.targets.to_vector<int32_t>();
+    const int64_t learned = std::ranges::count_if(targets, [](int32_t t) { return t != data::kIgnoreTarget; });
+    EXPECT_EQ(learned, rank == 0 ? 4 : 0) << rank;
+    if (rank == 0) {
+      EXPECT_EQ(std::vector<int32_t>(targets.begin(), targets.begin() + 4), (std::vector<int32_t>{17, 18, 19, 20}));
+    }
+    s.rewind();  // the same pass again
+    EXPECT_EQ(s.next().tokens.to_vector<int32_t>(), first.tokens.to_vector<int32_t>());
+  }
+}
+
 TEST(PretrainStream, RestoredStateContinuesWithTheSameBatches) {
   auto docs = numbered({300, 211, 97});
   auto a = numbered({50, 50}), b = numbered({70});

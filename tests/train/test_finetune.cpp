@@ -597,26 +597,43 @@ TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
 }
 
 TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {
-  // Four records of the alpaca template in a file of their own, the last longer than dataset.max_seq_len.
+  // Five records of the alpaca template in a file of their own, the fourth longer than dataset.max_seq_len.
   std::string long_output;
   for (int i = 0; i < 60; ++i) long_output += "amber ";
   std::ofstream(root_ + "/eval.jsonl") << "{\"instruction\": \"Repeat the word lemon.\", \"output\": \"lemon\"}\n"
                                        << "{\"instruction\": \"Repeat the word ocean.\", \"output\": \"ocean\"}\n"
                                        << "{\"instruction\": \"Repeat the word amber.\", \"output\": \"amber\"}\n"
-                                       << "{\"instruction\": \"Repeat amber.\", \"output\": \"" << long_output << "\"}\n";
+                                       << "{\"instruction\": \"Repeat amber.\", \"output\": \"" << long_output << "\"}\n"
+                                       << "{\"instruction\": \"Repeat the word maple.\", \"output\": \"maple\"}\n";
   auto args = lora_args("separate", 2);
   args.push_back("dataset.validation_path=" + root_ + "/eval.jsonl");
   ASSERT_EQ(run_hone_to_log(args, root_ + "/separate.log"), 0) << read_file(root_ + "/separate.log");
   const std::string log = read_file(root_ + "/separate.log");
-  // All 48 records train (12 batches of 4); the 4 of eval.jsonl validate, the one cut said.
+  // All 48 records train (12 batches of 4); the 5 of eval.jsonl validate, the one cut said.
   EXPECT_NE(log.find("data: 48 samples per epoch (" + root_ + "/data.jsonl; validation: " + root_ +
-                     "/eval.jsonl (4 samples)), 2 steps to run"),
+                     "/eval.jsonl (5 samples)), 2 steps to run"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("validation data (dataset.validation_path): 1 sample cut to 64 tokens, 0 samples dropped"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("step 2: validation loss"), std::string::npos) << log;
+  // Each of them once, though batches of 4 do not divide 5: the loss hone run
+  // eval gives the run's model on that file.
+  std::smatch validation;
+  ASSERT_TRUE(std::regex_search(log, validation,
+                                std::regex(R"(step 2: validation loss ([0-9.]+) \(perplexity [0-9.]+\) over ([0-9]+) tokens)")))
+      << log;
+  const std::string out = root_ + "/separate_eval.out";
+  ASSERT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                             "lora.adapter=" + root_ + "/separate", "tokenizer.path=" + tokenizer_,
+                             "dataset.type=instruct", "dataset.path=" + root_ + "/eval.jsonl", "dataset.max_seq_len=64",
+                             "batch_size=4", "max_batches=0"},
+                            out),
+            0)
+      << read_file(out);
+  const nlohmann::json evaluated = nlohmann::json::parse(read_file(out).substr(read_file(out).rfind("\n{") + 1));
+  EXPECT_EQ(evaluated["tokens"], std::stoll(validation[2])) << evaluated.dump();
+  EXPECT_NEAR(evaluated["loss"].get<double>(), std::stod(validation[1]), 1e-4) << evaluated.dump();
   // A validation file with nothing usable in it is refused before training.
   std::ofstream(root_ + "/empty.jsonl") << "\n";
   args = lora_args("no_validation", 2);
@@ -1670,6 +1687,8 @@ TEST_F(FinetuneRun, DpoPrefersTheChosenAnswersAndExportsItsAdapters) {
   EXPECT_GT(run_metric(root_ + "/dpo", "rewards/margins").at(20), 1.0) << log;
   EXPECT_GE(run_metric(root_ + "/dpo", "eval/rewards/accuracies").at(20), 0.75) << log;
   EXPECT_NE(log.find("step 20: validation DPO loss"), std::string::npos) << log;
+  // The 2 held-out pairs each once (a batch holds 4: the rest is padding, not the pairs again).
+  EXPECT_NE(log.find("% of 2 pairs (reward margin"), std::string::npos) << log;
   EXPECT_TRUE(fs::exists(root_ + "/dpo_peft/adapter_model.safetensors"));
 }
 

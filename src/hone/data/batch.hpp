@@ -33,8 +33,13 @@ class BatchSource {
   // The position, saved in checkpoints; restore() continues exactly from it.
   virtual nlohmann::json state() const = 0;
   virtual void restore(const nlohmann::json& state) = 0;
-  // Back to the first batch (evaluation walks the same batches every time).
+  // Back to the first batch, for an evaluation pass (which walks the same
+  // batches every time): until the next rewind, samples past one pass over the
+  // data are left out, their rows padding without targets, so that a last,
+  // partial batch counts each sample once, and pass_done() tells when every
+  // sample has been read (on every data-parallel rank alike).
   virtual void rewind() = 0;
+  virtual bool pass_done() const = 0;
   // Samples in one pass over the data (an epoch).
   virtual int64_t samples_per_epoch() const = 0;
 };

@@ -777,11 +777,13 @@ SampleStream::SampleStream(std::vector<TokenizedSample> samples, const SampleStr
     // Count the rows of the first pass (later passes, reshuffled, differ a little).
     std::vector<int32_t> row(static_cast<size_t>(3 * o_.seq_len));  // tokens, targets, positions
     rows_per_epoch_ = 0;
-    while (position_ < int64_t(samples_.size())) {
+    one_pass_ = true;
+    while (!pass_done()) {
       fill_row(row.data(), row.data() + o_.seq_len, row.data() + 2 * o_.seq_len);
       ++rows_per_epoch_;
     }
     position_ = 0;
+    one_pass_ = false;
   }
 }
 
@@ -814,6 +816,7 @@ const TokenizedSample& SampleStream::sample_at(int64_t position) {
 int64_t SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* positions) {
   int64_t t = 0;
   do {
+    if (pass_done()) break;  // an evaluation pass's end: the rest of the batch is padding
     const TokenizedSample& s = sample_at(position_);
     const int64_t n = int64_t(s.tokens.size());
     if (t + n > o_.seq_len) break;  // the next sample starts the next row

@@ -158,7 +158,11 @@ class SampleStream final : public BatchSource {
   Batch next() override;
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state) override;
-  void rewind() override { position_ = 0; }
+  void rewind() override {
+    position_ = 0;
+    one_pass_ = true;
+  }
+  bool pass_done() const override { return one_pass_ && position_ >= int64_t(samples_.size()); }
   int64_t samples_per_epoch() const override { return rows_per_epoch_ / o_.group_size; }
 
  private:
@@ -170,6 +174,7 @@ class SampleStream final : public BatchSource {
   SampleStreamOptions o_;
   int64_t rows_per_epoch_;
   int64_t position_ = 0;
+  bool one_pass_ = false;  // since rewind(): no sample past the first pass
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;
 };

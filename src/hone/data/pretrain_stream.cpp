@@ -126,10 +126,17 @@ Batch PretrainStream::next() {
   // Every rank walks the whole global batch (the blend depends on all of it) and
   // reads only its own rows.
   for (int64_t k = 0; k < int64_t(options_.world_size) * B; ++k) {
+    const int64_t row = (k % B) * L;
+    if (pass_done()) {  // an evaluation pass's end: the rest of the batch is padding
+      if (k / B != options_.rank) continue;
+      std::fill_n(tokens.data<int32_t>() + row, L, 0);
+      std::fill_n(targets.data<int32_t>() + row, L, kIgnoreTarget);
+      if (options_.block_causal) std::fill_n(positions.data<int32_t>() + row, L, 0);
+      continue;
+    }
     auto [source, index] = choose();
     if (k / B != options_.rank) continue;
     read_sample(sources_[source], index, sample, document_starts);
-    const int64_t row = (k % B) * L;
     std::copy_n(sample.begin(), L, tokens.data<int32_t>() + row);
     int32_t* row_targets = targets.data<int32_t>() + row;
     std::copy_n(sample.begin() + 1, L, row_targets);

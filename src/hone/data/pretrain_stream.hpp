@@ -50,7 +50,11 @@ class PretrainStream final : public BatchSource {
   Batch next() override;
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state) override;
-  void rewind() override { replay_to(0); }
+  void rewind() override {
+    replay_to(0);
+    one_pass_ = true;
+  }
+  bool pass_done() const override { return one_pass_ && position_ >= samples_per_epoch_; }
   int64_t samples_per_epoch() const override { return samples_per_epoch_; }
   int64_t position() const { return position_; }
 
@@ -81,6 +85,7 @@ class PretrainStream final : public BatchSource {
   StreamOptions options_;
   int64_t samples_per_epoch_ = 0;
   int64_t position_ = 0;  // global samples consumed (all ranks)
+  bool one_pass_ = false;  // since rewind(): no sample past the first pass
 };
 
 }  // namespace hone::data

@@ -123,6 +123,7 @@ DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& 
   HONE_CHECK(rows % 2 == 0, "a DPO batch holds pairs of rows, got {} rows", rows);
   // Without a reference (SimPO) π is a per-token mean and r is 0.
   std::vector<double> reference(size_t(rows), 0.0), per_row(size_t(rows), 1.0);
+  const std::vector<double> answer_tokens = row_answer_tokens(batch.targets);
   if (config.uses_reference() && reference_model) {
     reference_model->forward(batch.tokens, batch.targets, batch.positions);
     reference = row_log_probs(*reference_model, rows);
@@ -135,8 +136,7 @@ DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& 
     model.set_adapters_enabled(true);
     reference = row_log_probs(model, rows);
   } else {
-    per_row = row_answer_tokens(batch.targets);
-    for (double& n : per_row) n = std::max(n, 1.0);
+    for (size_t row = 0; row < size_t(rows); ++row) per_row[row] = std::max(answer_tokens[row], 1.0);
   }
   model.forward(batch.tokens, batch.targets, batch.positions);
   std::vector<double> policy = row_log_probs(model, rows);
@@ -147,6 +147,9 @@ DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& 
   out.d_log_probs.assign(size_t(rows), 0.0);
   for (size_t c = 0; c < size_t(rows); c += 2) {
     const size_t r = c + 1;
+    // An evaluation pass's last batch is padded with pairs of no answer (training
+    // drops such pairs when it reads them): they count nothing.
+    if (answer_tokens[c] == 0 && answer_tokens[r] == 0) continue;
     const double chosen_reward = beta * (policy[c] - reference[c]);
     const double rejected_reward = beta * (policy[r] - reference[r]);
     const PairLoss pair = pair_loss(config, (policy[c] - reference[c]) - (policy[r] - reference[r]));
@@ -224,7 +227,9 @@ class Dpo final : public Objective {
     source.rewind();
     model.set_training(false);
     DpoSums sums;
-    for (int64_t i = 0; i < batches; ++i) sums.add(dpo_forward(model, source.next().to(model.device()), config_, reference_).sums);
+    for (int64_t i = 0; i < batches && !source.pass_done(); ++i) {
+      sums.add(dpo_forward(model, source.next().to(model.device()), config_, reference_).sums);
+    }
     model.set_training(true);
     if (dist::DataParallel* parallel = world.data_parallel()) sums = summed_over(sums, *parallel);
     const double loss = sums.loss / double(std::max<int64_t>(sums.pairs, 1));

@@ -486,7 +486,7 @@ int run_eval(const Config& c) {
                  batches, std::min(samples, batches * batch), samples);
     }
     CountProgress progress("loss", batches, "batches");
-    const LossEvaluation e = evaluate_loss(*m.model, *source, batches, samples, std::ref(progress));
+    const LossEvaluation e = evaluate_loss(*m.model, *source, batches, std::ref(progress));
     progress.finish();
     result["loss"] = e.loss;
     result["perplexity"] = e.perplexity();

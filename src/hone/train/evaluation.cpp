@@ -12,21 +12,14 @@ namespace hone {
 double LossEvaluation::perplexity() const { return std::exp(loss); }
 
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches,
-                             std::optional<int64_t> samples, const std::function<void(int64_t done)>& progress) {
+                             const std::function<void(int64_t done)>& progress) {
   source.rewind();
   model.set_training(false);
   double sum = 0;
   int64_t tokens = 0;
-  for (int64_t i = 0, first_row = 0; i < max_batches; ++i) {
+  for (int64_t i = 0; i < max_batches && !source.pass_done(); ++i) {
     if (progress) progress(i);
-    Batch b = source.next();
-    const int64_t rows = b.targets.shape()[0], width = b.targets.shape()[1];
-    if (samples && first_row + rows > *samples) {
-      int32_t* targets = b.targets.data<int32_t>();
-      std::fill(targets + std::max<int64_t>(*samples - first_row, 0) * width, targets + rows * width, ops::kIgnoreIndex);
-    }
-    first_row += rows;
-    b = b.to(model.device());
+    const Batch b = source.next().to(model.device());
     const ops::LossSum s = model.forward(b.tokens, b.targets, b.positions);
     sum += s.sum;
     tokens += s.tokens;

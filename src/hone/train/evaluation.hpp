@@ -22,13 +22,10 @@ struct LossEvaluation {
   double perplexity() const;
 };
 
-// Mean loss over the first `max_batches` batches of `source` (restored to its
-// start first). Dropout is off while it runs. With `samples` (an unshuffled
-// source's samples_per_epoch), the rows after that many, which wrap around to
-// the start in the last batch, count nothing: each sample counts once.
-// `progress` (may be empty) is told the batches done before each batch.
+// Mean loss over one pass of `source` (rewound first; each sample once), or
+// its first `max_batches` batches. Dropout is off while it runs. `progress`
+// (may be empty) is told the batches done before each batch.
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches,
-                             std::optional<int64_t> samples = std::nullopt,
                              const std::function<void(int64_t done)>& progress = {});
 
 struct MultipleChoiceResult {

@@ -24,9 +24,9 @@ class Objective {
   // One optimizer step over this rank's micro-batches (train_step's contract).
   virtual StepStats step(Transformer& model, AdamW& optimizer, std::span<const Batch> micro_batches, double lr,
                          double max_grad_norm, dist::DataParallel* parallel) = 0;
-  // Validation over the first `batches` batches of `source` on each rank,
-  // merged over the world: metrics for metrics.jsonl, and what the console
-  // says ("validation loss ...").
+  // Validation over one pass of `source` (each sample once; at most `batches`
+  // batches) on each rank, merged over the world: metrics for metrics.jsonl,
+  // and what the console says ("validation loss ...").
   struct Evaluation {
     Metrics metrics;
     std::string summary;

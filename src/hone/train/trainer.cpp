@@ -389,9 +389,7 @@ int run_training(const Config& c, TrainingJob job) {
                                                                            : c.get<int64_t>("eval.max_batches");
   auto run_evaluation = [&] {
     if (!valid) return;
-    const int64_t batches = std::max<int64_t>(
-        1, std::min(max_eval_batches, valid->samples_per_epoch() / (batch_size * world.dp_size())));
-    const Objective::Evaluation e = objective.evaluate(model, *valid, batches, world);
+    const Objective::Evaluation e = objective.evaluate(model, *valid, max_eval_batches, world);
     metrics.write(state.step, e.metrics);
     console.line(fmt::format("step {}: {}", state.step, e.summary));
   };
