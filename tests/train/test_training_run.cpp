@@ -206,8 +206,9 @@ TEST_F(TrainingRun, SigkillAtAnyMomentLeavesALoadableCheckpoint) {
 }
 
 TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
-  for (const int signal : {SIGINT, SIGTERM}) {  // Ctrl-C; a scheduler's preemption
-    const std::string run = signal == SIGINT ? "interrupted" : "preempted";
+  // Ctrl-C; a scheduler's preemption; Slurm's warning before a time limit (sbatch --signal=USR1@90).
+  for (const int signal : {SIGINT, SIGTERM, SIGUSR1}) {
+    const std::string run = signal == SIGINT ? "interrupted" : signal == SIGTERM ? "preempted" : "warned";
     fs::remove(root_ + "/log.txt");  // the log is appended to: the wait below reads this run's lines only
     Process p = start_hone(
         {"run", "pretrain", "--config", config(run, 100000, "logging: {tensorboard: false}\n"), "threads=2"},
@@ -217,7 +218,7 @@ TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
     // there) and every other blocks them: no handler runs on a computing thread,
     // where oneDNN's JIT GEMM may have its stack pointer in the heap
     // (core/stop_signals.hpp).
-    constexpr uint64_t both = (1u << (SIGINT - 1)) | (1u << (SIGTERM - 1));
+    constexpr uint64_t both = (1u << (SIGINT - 1)) | (1u << (SIGTERM - 1)) | (1u << (SIGUSR1 - 1));
     int threads = 0, taking = 0;
     for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(p.pid) + "/task")) {
       const std::string status = read_file((task.path() / "status").string());
@@ -228,7 +229,7 @@ TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
       ++threads;
     }
     EXPECT_GE(threads, 3) << "the main thread, the signal thread and a second compute thread";
-    EXPECT_EQ(taking, 1) << "threads that take SIGINT or SIGTERM, of " << threads;
+    EXPECT_EQ(taking, 1) << "threads that take SIGINT, SIGTERM or SIGUSR1, of " << threads;
     ::kill(p.pid, signal);
     EXPECT_EQ(wait_for(p), 0) << log();
     EXPECT_NE(log().find("stop requested"), std::string::npos) << log();
@@ -855,19 +856,24 @@ TEST_F(DataParallelRun, ZeroCheckpointsResumeAtAnotherWorldSize) {
 }
 
 TEST_F(DataParallelRun, SigtermToTheLauncherCheckpointsEveryRankAndEndsCleanly) {
-  // What a scheduler does to preempt a job: every rank finishes its step, the
+  // What a scheduler does to preempt a job (SIGTERM; SIGUSR1 where sbatch
+  // --signal=USR1@N asks for a warning): every rank finishes its step, the
   // ranks save their ZeRO shards together, and the job exits 0.
-  Process p = start_hone(args("preempted", 2, 2, 100000, "logging: {tensorboard: false}\n", {"distributed.zero=1"}),
-                         root_ + "/log.txt");
-  // Once rank 0 has logged a step, both ranks are training (a step is collective).
-  ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "[rank 0] step 1/")) << "no step within 120 s";
-  ::kill(p.pid, SIGTERM);
-  EXPECT_EQ(wait_for(p), 0) << log();
-  EXPECT_NE(log().find("[rank 0] stop requested"), std::string::npos) << log();
-  const auto folder = find_checkpoint(root_ + "/preempted", "latest");
-  ASSERT_TRUE(folder.has_value()) << log();
-  EXPECT_NO_THROW(verify_checkpoint(*folder));
-  EXPECT_TRUE(fs::exists(fs::path(*folder) / "optimizer-00001-of-00002.safetensors")) << *folder;
+  for (const int signal : {SIGTERM, SIGUSR1}) {
+    const std::string run = signal == SIGTERM ? "preempted" : "warned";
+    fs::remove(root_ + "/log.txt");
+    Process p = start_hone(args(run, 2, 2, 100000, "logging: {tensorboard: false}\n", {"distributed.zero=1"}),
+                           root_ + "/log.txt");
+    // Once rank 0 has logged a step, both ranks are training (a step is collective).
+    ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "[rank 0] step 1/")) << "no step within 120 s";
+    ::kill(p.pid, signal);
+    EXPECT_EQ(wait_for(p), 0) << log();
+    EXPECT_NE(log().find("[rank 0] stop requested"), std::string::npos) << log();
+    const auto folder = find_checkpoint(root_ + "/" + run, "latest");
+    ASSERT_TRUE(folder.has_value()) << log();
+    EXPECT_NO_THROW(verify_checkpoint(*folder));
+    EXPECT_TRUE(fs::exists(fs::path(*folder) / "optimizer-00001-of-00002.safetensors")) << *folder;
+  }
 }
 
 TEST_F(DataParallelRun, TensorParallelRanksTrainLikeOneProcess) {

@@ -46,13 +46,16 @@ extern "C" void record_signal(int signal) {
 
 // mpirun answers SIGINT and SIGTERM by ending the job: its ranks get SIGKILL a
 // second later, too soon for a training run to save its checkpoint. So the first
-// of these goes to the ranks themselves (mpirun's children): hone's training
-// loop finishes its step, saves and exits 0, and the job ends cleanly. A second
-// signal, or any other, goes to mpirun (one within a second of the first is the
-// same signal sent again, e.g. by `timeout` to its process group: it is dropped).
+// of these (and SIGUSR1, Slurm's warning before a time limit) goes to the ranks
+// themselves (mpirun's children): hone's training loop finishes its step, saves
+// and exits 0, and the job ends cleanly. A second signal, or any other, goes to
+// mpirun (one within a second of the first is the same signal sent again, e.g.
+// by `timeout` to its process group: it is dropped). A signal that reaches
+// mpirun itself (scancel signals every process of a Slurm step) ends the job
+// that way: under Slurm, srun starts the ranks (docs/distributed.md).
 void forward_signal(pid_t mpirun, int signal, bool first) {
   std::vector<pid_t> ranks;
-  if (first && (signal == SIGINT || signal == SIGTERM)) {
+  if (first && (signal == SIGINT || signal == SIGTERM || signal == SIGUSR1)) {
     std::error_code gone;  // mpirun may have exited meanwhile
     for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", mpirun), gone)) {
       std::ifstream children(task.path() / "children");
@@ -353,8 +356,11 @@ int launch(const Options& o) {
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code != 0) {
-    fmt::print(stderr, "hone launch: {}; the job of {} ranks was stopped (mpirun exit status {})\n",
-               router.failure().empty() ? "the job failed" : router.failure(), o.nproc_per_node * o.nnodes, code);
+    const std::string cause = !router.failure().empty() ? router.failure()
+                              : signals_forwarded > 0 ? fmt::format("stopped by signal {}", int(g_signal))
+                                                      : "the job failed";
+    fmt::print(stderr, "hone launch: {}; the job of {} ranks was stopped (mpirun exit status {})\n", cause,
+               o.nproc_per_node * o.nnodes, code);
   }
   return code;
 }

@@ -14,11 +14,14 @@ std::atomic<bool> g_catching{false}, g_stop{false};
 std::atomic<int> g_signal{0};
 std::once_flag g_started;
 
+// SIGUSR1 too: Slurm sends it ahead of a job's end where asked to (sbatch
+// --signal=USR1@90, Lightning's auto-requeue).
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
+
 sigset_t stop_set() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  for (const int signal : kStopSignals) sigaddset(&set, signal);
   return set;
 }
 
@@ -58,7 +61,7 @@ void take_stop_signals_on_their_own_thread() {
 
 void catch_stop_signals() {
   take_stop_signals_on_their_own_thread();  // a caller without main's (a test) has it started here
-  for (const int signal : {SIGINT, SIGTERM}) {
+  for (const int signal : kStopSignals) {
     struct sigaction action {};
     action.sa_handler = never_called;
     sigemptyset(&action.sa_mask);

@@ -1,5 +1,6 @@
 #pragma once
-// SIGINT (Ctrl-C) and SIGTERM (a scheduler's preemption, scancel): a long
+// SIGINT (Ctrl-C), SIGTERM (a scheduler's preemption, scancel) and SIGUSR1
+// (Slurm's warning ahead of a job's time limit, sbatch --signal=USR1@N): a long
 // command (a training run, convert, preprocess) asks for them with
 // catch_stop_signals(), polls stop_requested() between two pieces of work and
 // ends cleanly (a run saves, a writer removes what it half-wrote); a second
@@ -19,7 +20,7 @@ namespace hone {
 // started (threads take the blocked signals from the thread that starts them).
 // Until catch_stop_signals(), a signal ends the process as it would have.
 void take_stop_signals_on_their_own_thread();
-// From now on the first SIGINT or SIGTERM is a stop request.
+// From now on the first SIGINT, SIGTERM or SIGUSR1 is a stop request.
 void catch_stop_signals();
 bool stop_requested();
 const std::atomic<bool>& stop_requested_flag();
