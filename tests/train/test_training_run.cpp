@@ -466,6 +466,24 @@ TEST_F(TrainingRun, DocumentsAsSequencesOfTheirOwnInTrainingAndEval) {
       << read_file(out);
 }
 
+// A resume whose global batch differs from the checkpoint's (another world size,
+// batch_size or accumulation) says so, and what keeps it.
+TEST_F(TrainingRun, AResumeWithAnotherGlobalBatchSaysSo) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("batch", 2), "checkpoint.every_n_steps=2"}), 0) << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("batch", 3), "resume=latest", "batch_size=2"}), 0) << log();
+  EXPECT_NE(log().find("note: the global batch is 2 samples per step now, where " + root_ +
+                       "/batch/step_0000002 trained with 4 (its world size, batch_size or gradient_accumulation_steps "
+                       "differ): gradient_accumulation_steps=2 keeps it"),
+            std::string::npos)
+      << log();
+  fs::remove(root_ + "/log.txt");
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("batch", 4), "resume=latest", "batch_size=2",
+                 "gradient_accumulation_steps=2"}),
+            0)
+      << log();
+  EXPECT_EQ(log().find("note: the global batch"), std::string::npos) << log();
+}
+
 TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("report", 6), "eval.every_n_steps=3"}), 0) << log();
   const std::string dir = root_ + "/report";
@@ -619,6 +637,12 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2)}), 2) << log();
   EXPECT_NE(log().find("already holds a run (latest checkpoint " + root_ + "/r/step_0000008)"), std::string::npos)
       << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2), "resume=latest"}), 0) << log();
+  EXPECT_NE(log().find("resumed from " + root_ + "/r/step_0000008 at step 8"), std::string::npos) << log();
+  // `latest` naming a step folder removed since (a bad last save deleted by hand): the last complete one.
+  ASSERT_EQ(read_file(root_ + "/r/latest").substr(0, 12), "step_0000010");
+  fs::remove_all(root_ + "/r/step_0000010");
+  fs::remove(root_ + "/log.txt");
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2), "resume=latest"}), 0) << log();
   EXPECT_NE(log().find("resumed from " + root_ + "/r/step_0000008 at step 8"), std::string::npos) << log();
   // Back to step 4, named as a folder of the run: keep_last_n counts that line

@@ -300,22 +300,26 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
     if (fs::exists(fs::path(folder) / "manifest.json")) return folder;
     return find_checkpoint(folder, kLatest).value_or(folder);  // else loading names what is missing
   }
-  const fs::path latest = fs::path(run_dir) / kLatest;
-  if (!fs::exists(latest)) {
-    // `latest` lost (deleted, or a copy without it): the last complete step folder.
+  // `latest` lost (deleted, or a copy without it), or naming a step folder
+  // deleted since (a bad last save removed by hand): the last complete step folder.
+  const auto last_complete = [&]() -> std::optional<std::string> {
     if (!fs::is_directory(run_dir)) return std::nullopt;
     const auto all = checkpoints_in(run_dir);
     for (auto it = all.rbegin(); it != all.rend(); ++it)
       if (fs::exists(it->second / "manifest.json")) return it->second.string();
     return std::nullopt;
-  }
+  };
+  const fs::path latest = fs::path(run_dir) / kLatest;
+  if (!fs::exists(latest)) return last_complete();
   HONE_CHECK(!fs::is_directory(latest), "{}: a folder, where a file naming the newest checkpoint was expected",
              latest.string());
   std::ifstream in(latest);
   std::string name;
   std::getline(in, name);
-  HONE_CHECK(!name.empty() && fs::is_directory(fs::path(run_dir) / name), "{}: names '{}', which is not a folder",
-             latest.string(), name);
+  HONE_CHECK(!name.empty(), "{}: names no checkpoint (it is empty)", latest.string());
+  if (!fs::exists(fs::path(run_dir) / name)) return last_complete();
+  HONE_CHECK(fs::is_directory(fs::path(run_dir) / name), "{}: names '{}', which is not a folder", latest.string(),
+             name);
   return (fs::path(run_dir) / name).string();
 }
 

@@ -124,8 +124,8 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
                               const std::vector<std::string>& companion_files = {});
 
 // The checkpoint folder `resume` refers to: "latest" (the folder `latest` in
-// run_dir names, or without it the last complete step folder; nullopt when the
-// run has none yet), a checkpoint folder (a path, or a step folder's name in
+// run_dir names, or without it, or where that folder is gone, the last complete
+// step folder; nullopt when the run has none yet), a checkpoint folder (a path, or a step folder's name in
 // run_dir) or a run directory (its latest).
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume);
 // A run directory means its latest checkpoint; any other path is itself.

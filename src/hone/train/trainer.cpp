@@ -265,6 +265,17 @@ int run_training(const Config& c, TrainingJob job) {
       }
       console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
       for (const std::string& note : notes) console.line(note);
+      // Another world size (or batch_size, accumulation) changes the batch its steps took.
+      if (state.step > 0 && state.samples_seen % state.step == 0 && state.samples_seen / state.step != global_batch) {
+        const int64_t before = state.samples_seen / state.step, per_micro_batch = batch_size * world.dp_size();
+        console.line(fmt::format(
+            "note: the global batch is {} {} per step now, where {} trained with {} (its world size, batch_size or "
+            "gradient_accumulation_steps differ){}",
+            global_batch, plural(global_batch, objective.sample_name()), *folder, before,
+            before % per_micro_batch == 0
+                ? fmt::format(": gradient_accumulation_steps={} keeps it", before / per_micro_batch)
+                : std::string()));
+      }
     } else {
       console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
     }
