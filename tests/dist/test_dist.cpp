@@ -386,6 +386,20 @@ TEST(Jobs, LaunchStartsRanksWithTorchrunEnvironmentAndPrefixesTheirOutput) {
   EXPECT_EQ(read_file(logs + "/rank_1.log"), "rank 1 of 2 (mpi, RANK=1, LOCAL_RANK=1): sum 3\n");
 }
 
+// torchrun's spellings: underscores, --standalone, --rdzv-endpoint for the
+// master's address and port, --rdzv-backend and --rdzv-id accepted; --max-restarts
+// (restarts hone launch does not make) refused, naming what resumes a run.
+TEST(Jobs, LaunchTakesTorchrunsFlags) {
+  const Job j = run(kHone + " launch --nproc_per_node 2 --standalone --rdzv-endpoint 127.0.0.1:29511 --rdzv-backend "
+                            "c10d --rdzv_id 7 -- sh -c 'echo \"$MASTER_ADDR $MASTER_PORT\"'");
+  ASSERT_EQ(j.status, 0) << j.output;
+  EXPECT_NE(j.output.find("[rank 1] 127.0.0.1 29511\n"), std::string::npos) << j.output;
+  const Job restarts = run(kHone + " launch --nproc-per-node 2 --max-restarts 3 -- true");
+  EXPECT_EQ(restarts.status, 2) << restarts.output;
+  EXPECT_NE(restarts.output.find("--max-restarts 3: hone launch does not restart failed ranks"), std::string::npos)
+      << restarts.output;
+}
+
 // mpirun tags each piece a rank writes: a line written in two pieces, with the
 // other rank's pieces between them, comes out whole behind its rank's prefix.
 TEST(Jobs, LaunchKeepsALineWrittenInPiecesWhole) {

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -372,14 +373,46 @@ Command add_launch(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "launch", "Start N processes of a command on this node, like torchrun: hone launch --nproc-per-node 2 -- "
                 "hone run pretrain --config my.yaml");
-  sub->add_option("--nproc-per-node", o->nproc_per_node, "Processes on this node (one per GPU)")->required();
+  // torchrun's flags, in either of its spellings (--nproc-per-node, --nproc_per_node).
+  sub->add_option("--nproc-per-node,--nproc_per_node", o->nproc_per_node, "Processes on this node (one per GPU)")
+      ->required();
   sub->add_option("--nnodes", o->nnodes, "Nodes in the job (a hone launch runs on each)")->capture_default_str();
-  sub->add_option("--node-rank", o->node_rank, "This node's index, 0..nnodes-1")->capture_default_str();
-  sub->add_option("--master-addr", o->master_addr, "Host of rank 0 (the NCCL rendezvous)")->capture_default_str();
-  sub->add_option("--master-port", o->master_port, "Port of the rendezvous")->capture_default_str();
-  sub->add_option("--log-dir", o->log_dir, "Also write each rank's output to DIR/rank_N.log");
+  sub->add_option("--node-rank,--node_rank", o->node_rank, "This node's index, 0..nnodes-1")->capture_default_str();
+  sub->add_option("--master-addr,--master_addr", o->master_addr, "Host of rank 0 (the NCCL rendezvous)")
+      ->capture_default_str();
+  sub->add_option("--master-port,--master_port", o->master_port, "Port of the rendezvous")->capture_default_str();
+  auto rendezvous = std::make_shared<std::string>();
+  sub->add_option("--rdzv-endpoint,--rdzv_endpoint", *rendezvous,
+                  "HOST[:PORT] of the rendezvous, torchrun's form of --master-addr and --master-port");
+  auto unused = std::make_shared<std::string>();
+  sub->add_option("--rdzv-backend,--rdzv_backend,--rdzv-id,--rdzv_id", *unused,
+                  "torchrun's; accepted and unused (the ranks meet at --master-addr:--master-port)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  sub->add_flag("--standalone")->description(
+      "torchrun's single-node rendezvous: hone launch's own on one node (no effect)");
+  auto restarts = std::make_shared<int>(0);
+  sub->add_option("--max-restarts,--max_restarts", *restarts,
+                  "torchrun's; hone launch restarts nothing (0 only): resume=latest continues a run from its last "
+                  "checkpoint");
+  sub->add_option("--log-dir,--log_dir", o->log_dir, "Also write each rank's output to DIR/rank_N.log");
   sub->add_option("command", o->command, "The command each process runs, after '--'")->required();
-  return [o] { return launch(*o); };
+  return [o, rendezvous, restarts, unused] {
+    HONE_CHECK(*restarts == 0, "--max-restarts {}: hone launch does not restart failed ranks (torchrun's "
+               "--max-restarts); a training run with resume=latest continues from its last checkpoint", *restarts);
+    if (!rendezvous->empty()) {
+      const size_t colon = rendezvous->rfind(':');
+      o->master_addr = rendezvous->substr(0, colon);
+      if (colon != std::string::npos) {
+        const std::string port = rendezvous->substr(colon + 1);
+        int value = 0;
+        const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
+        HONE_CHECK(error == std::errc() && end == port.data() + port.size(), "--rdzv-endpoint {}: '{}' is not a port",
+                   *rendezvous, port);
+        o->master_port = value;
+      }
+    }
+    return launch(*o);
+  };
 }
 
 }  // namespace hone::cli
