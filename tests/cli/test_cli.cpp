@@ -556,11 +556,32 @@ TEST(Cli, ARecipeOnTheCommandLineNamesItForAConfigWithout) {
   std::ofstream(file) << "output_dir: /tmp/x\nmodel: {name: llama_tiny}\ndataset: {seq_len: 16}\nmax_steps: 1\n";
   const CliResult without = run_hone("validate " + file);
   EXPECT_EQ(without.status, 2);
-  EXPECT_NE(without.err.find("the config names no recipe (add 'recipe: pretrain', or recipe=pretrain)"),
+  EXPECT_NE(without.err.find("the config names no recipe: add 'recipe: NAME', or recipe=NAME (pretrain, "
+                             "full_finetune, lora_finetune, lora_dpo, full_dpo, generate, eval)\n"),
             std::string::npos)
       << without.err;
   const CliResult with = run_hone("validate " + file + " recipe=pretrain");
   EXPECT_EQ(with.status, 0) << with.err;
+  // A torchtune config names its model builder and loss: the recipe they are for is said.
+  for (const auto& [components, recipe] : std::vector<std::pair<std::string, std::string>>{
+           {"model: {_component_: torchtune.models.llama3_2.lora_llama3_2_1b}\n", "lora_finetune"},
+           {"model: {_component_: torchtune.models.llama3_2.llama3_2_1b}\ncheckpointer: {checkpoint_dir: x}\n",
+            "full_finetune"},
+           {"model: {_component_: torchtune.models.llama2.lora_llama2_7b}\nloss: {_component_: "
+            "torchtune.rlhf.loss.DPOLoss}\n",
+            "lora_dpo"}}) {
+    std::ofstream(file) << components;
+    const CliResult torchtune = run_hone("validate " + file);
+    EXPECT_EQ(torchtune.status, 2);
+    EXPECT_NE(torchtune.err.find("; by its components, a torchtune config for " + recipe + "\n"), std::string::npos)
+        << torchtune.err;
+  }
+  // torchtune's single-device and distributed config names: the one config here.
+  const CliResult single = run_hone("validate --config llama3_2/1B_lora_single_device");
+  EXPECT_EQ(single.status, 2);
+  EXPECT_NE(single.err.find("torchtune's single-device and distributed configs are one here, 'llama3_2/1B_lora'"),
+            std::string::npos)
+      << single.err;
   std::remove(file.c_str());
 }
 
@@ -620,6 +641,10 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
        "module name (PEFT's target_modules); hone takes torchtune's: output_proj instead"},
       {"validate llama3_2/1B_lora clip_grad_norm=1.0", "'clip_grad_norm': torchtune's; hone's is optimizer.max_grad_norm"},
       {"validate llama3_2/1B_lora shuffle=False", "'shuffle': torchtune's; hone's is dataset.shuffle"},
+      {"validate llama3_2/1B_lora lora_alpha=16", "'lora_alpha': torchtune's model.lora_alpha is hone's too"},
+      {"validate llama3_2/1B_lora model.quantize_base=True", "'model.quantize_base': torchtune's QLoRA (a 4-bit NF4 "
+                                                             "base); hone's LoRA keeps the base in dtype"},
+      {"validate llama3_2/1B_lora profiler.enabled=False", "'profiler': torchtune's; HONE_PROFILE=1"},
       // The dataset keys' errors, which hone run gives before reading any data.
       {"validate llama3_2/1B_lora dataset.column_map.outptu=answer",
        "the command line: dataset.column_map.outptu: no template reads a field 'outptu' (did you mean 'output'?)"},

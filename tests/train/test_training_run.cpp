@@ -615,6 +615,11 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
                        "/r) (did you mean 'latest'?)"),
             std::string::npos)
       << log();
+  // torchtune's resume_from_checkpoint: True, given to resume.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=True"}), 2) << log();
+  EXPECT_NE(log().find("resume: 'True' is not a checkpoint folder (nor one of " + root_ + "/r) (did you mean 'latest'?)"),
+            std::string::npos)
+      << log();
   // The model compares as the model it makes: llama_tiny's own layer count written out is no change.
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", "optimizer.lr=1e-3",
                  "model.n_layers=2"}),

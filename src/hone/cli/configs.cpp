@@ -34,6 +34,15 @@ Config load_config(const std::string& name_or_path) {
              name_or_path, name_or_path, name_or_path);
   std::vector<std::string> names;
   for (const BuiltinConfig& b : builtin_configs()) names.push_back(b.name);
+  // torchtune's llama3_2/1B_lora_single_device and .._distributed: one config here for any world size.
+  for (const char* suffix : {"_single_device", "_distributed"}) {
+    if (!name_or_path.ends_with(suffix)) continue;
+    const std::string one = name_or_path.substr(0, name_or_path.size() - std::string_view(suffix).size());
+    HONE_CHECK(std::ranges::find(names, one) == names.end(),
+               "no config named '{}': torchtune's single-device and distributed configs are one here, '{}', which "
+               "runs on one device or under hone launch",
+               name_or_path, one);
+  }
   const std::string suggestion = closest_match(name_or_path, names);
   fail("no config file or built-in config named '{}'{} (hone ls lists the built-in configs)", name_or_path,
        suggestion.empty() ? std::string() : fmt::format("; did you mean '{}'?", suggestion));

@@ -63,12 +63,43 @@ std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) 
   return resolve_with_its_recipe(load_config(name), overrides);
 }
 
+namespace {
+
+// The recipe another tool's config (without `recipe`) is likely for: a
+// torchtune config names its model builder (lora_llama3_2_1b) and its loss
+// (DPOLoss); empty where nothing tells.
+std::string likely_recipe(const Config& config) {
+  const Json& tree = config.tree();
+  const auto component = [&](const char* section) {
+    const Json& s = tree.value(section, Json());
+    return s.is_object() && s.value("_component_", Json()).is_string() ? s["_component_"].get<std::string>()
+                                                                         : std::string();
+  };
+  const std::string model = component("model"), loss = component("loss");
+  const bool lora = model.find("lora_") != std::string::npos || model.find("qlora_") != std::string::npos;
+  if (loss.find("DPO") != std::string::npos || loss.find("SimPO") != std::string::npos) {
+    return lora ? "lora_dpo" : "full_dpo";
+  }
+  if (lora) return "lora_finetune";
+  if (!model.empty() && tree.contains("checkpointer")) return "full_finetune";
+  return "";
+}
+
+}  // namespace
+
 std::pair<const Recipe&, Config> resolve_with_its_recipe(Config config, const std::vector<std::string>& overrides) {
   for (const std::string& o : overrides) {  // recipe=pretrain on the command line names it for another tool's config
     if (o.starts_with("recipe=")) config.apply_override(o);
   }
-  HONE_CHECK(config.has("recipe"), "{}: the config names no recipe (add 'recipe: pretrain', or recipe=pretrain)",
-             config.origin());
+  if (!config.has("recipe")) {
+    std::vector<std::string> names;
+    for (const Recipe& r : recipes()) names.push_back(r.name);
+    const std::string likely = likely_recipe(config);
+    fail("{}: the config names no recipe: add 'recipe: NAME', or recipe=NAME ({}){}", config.origin(),
+         fmt::join(names, ", "),
+         likely.empty() ? std::string()
+                        : fmt::format("; by its components, a torchtune config for {}", likely));
+  }
   const Recipe& recipe = find_recipe(config.get<std::string>("recipe"));
   return {recipe, resolve(recipe, std::move(config), overrides)};
 }

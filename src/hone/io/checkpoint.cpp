@@ -293,7 +293,9 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
       if (fs::is_directory(run_dir)) {
         for (const auto& [step, path] : checkpoints_in(run_dir)) names.push_back(path.filename().string());
       }
-      const std::string suggestion = closest_match(resume, names);
+      // torchtune's resume_from_checkpoint: True.
+      const bool a_yes = resume == "True" || resume == "true" || resume == "yes" || resume == "1";
+      const std::string suggestion = a_yes ? std::string(kLatest) : closest_match(resume, names);
       fail("resume: '{}' is not a checkpoint folder (nor one of {}){}", resume, run_dir,
            suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion));
     }

@@ -219,7 +219,13 @@ Schema training_schema() {
                                 "architecture are read from it), and a run writes its checkpoints into output_dir");
   s.add_foreign("save_adapter_weights_only", "torchtune's; a LoRA run's checkpoints hold its adapters alone, and "
                                              "export.peft and export.hf write the exports");
-  s.add_foreign("lora_rank", "torchtune's model.lora_rank is hone's too");
+  for (const char* key : {"lora_rank", "lora_alpha", "lora_dropout", "lora_attn_modules", "apply_lora_to_mlp",
+                          "apply_lora_to_output", "use_dora"}) {
+    s.add_foreign(key, fmt::format("torchtune's model.{} is hone's too", key));
+  }
+  s.add_foreign("model.quantize_base", "torchtune's QLoRA (a 4-bit NF4 base); hone's LoRA keeps the base in dtype "
+                                       "(bf16 halves fp32's memory), and has no quantized base yet");
+  s.add_foreign("profiler", "torchtune's; HONE_PROFILE=1 hone run ... lists each op's time at the end");
   s.add_foreign("compile", "torchtune's torch.compile; hone runs its own kernels, with nothing to compile");
   s.add_foreign("log_peak_memory_stats", "torchtune's; hone logs the memory/* metrics at every logged step");
   s.add_foreign("metric_logger", "torchtune's; hone writes metrics.jsonl and TensorBoard files (logging.tensorboard) "
