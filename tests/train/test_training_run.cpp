@@ -109,6 +109,11 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   // A budget below one step (4 samples of 32 tokens) still takes one.
   expect_note("few_tokens", 1, {"max_steps=null", "max_tokens=100"},
               "max_tokens 100 is less than one step's 128 tokens (global batch 4 x seq_len 32): the run takes one step");
+  // Epochs the global batch does not divide (399 samples in batches of 4) take
+  // the next whole step, into the next pass; torchtune's drop_last stops before.
+  expect_note("epoch", 99, {"max_steps=null", "epochs=1", "dataset.validation_fraction=0"},
+              "epochs 1 is 399 of 399 samples, not a multiple of the global batch of 4: the run takes 100 steps (400 "
+              "samples, 1 of them the next pass's); max_steps=99 stops before them, as torchtune's drop_last");
   // Validation asked for with no validation data: not silently skipped.
   EXPECT_EQ(log().find("no validation data"), std::string::npos) << log();
   expect_note("no_validation", 2, {"dataset.validation_fraction=0", "eval.every_n_steps=1"},

@@ -66,16 +66,23 @@ bool same_path(const std::string& a, const std::string& b) {
   return !error_a && !error_b && canonical_a == canonical_b;
 }
 
-// A note when the budget (epochs or max_tokens) is less than one step's worth:
-// the run still takes one whole step, more than was asked for.
-std::optional<std::string> budget_below_one_step(const Config& c, int64_t samples_per_epoch, int64_t global_batch,
+// A note when the budget is not whole steps: epochs whose samples the global
+// batch does not divide (the run takes the next whole step, into the next
+// pass, where torchtune's drop_last stops a step short), or max_tokens below one
+// step (the run still takes one).
+std::optional<std::string> budget_in_whole_steps(const Config& c, int64_t samples_per_epoch, int64_t global_batch,
                                                  int64_t seq_len) {
   if (c.has("epochs")) {
     const int64_t samples = epochs_budget_samples(c, samples_per_epoch);
-    if (samples >= global_batch) return std::nullopt;
-    return fmt::format("note: epochs {:g} is {} of {} samples, less than one step's {} (the global batch): the run "
-                       "takes one step",
-                       c.get<double>("epochs"), samples, samples_per_epoch, global_batch);
+    if (samples % global_batch == 0) return std::nullopt;
+    const int64_t steps = (samples + global_batch - 1) / global_batch;
+    return fmt::format("note: epochs {:g} is {} of {} samples, {} the global batch of {}: the run takes {} {} ({} "
+                       "samples, {} of them the next pass's){}",
+                       c.get<double>("epochs"), samples, samples_per_epoch,
+                       samples < global_batch ? "less than" : "not a multiple of", global_batch, steps,
+                       plural(steps, "step"), steps * global_batch, steps * global_batch - samples,
+                       steps > 1 ? fmt::format("; max_steps={} stops before them, as torchtune's drop_last", steps - 1)
+                                 : std::string());
   }
   if (c.has("max_tokens") && c.get<int64_t>("max_tokens") < global_batch * seq_len) {
     return fmt::format("note: max_tokens {} is less than one step's {} tokens (global batch {} x seq_len {}): the run "
@@ -282,7 +289,7 @@ int run_training(const Config& c, TrainingJob job) {
   }
   const int64_t total_steps = total_steps_of(c, train.samples_per_epoch(), global_batch, seq_len, state);
   if (state.step == 0) {
-    if (const auto note = budget_below_one_step(c, train.samples_per_epoch(), global_batch, seq_len)) {
+    if (const auto note = budget_in_whole_steps(c, train.samples_per_epoch(), global_batch, seq_len)) {
       console.line(*note);
     }
   }
