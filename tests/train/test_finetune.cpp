@@ -298,6 +298,14 @@ TEST_F(FinetuneRun, GenerateEndsACompletionAtAStopString) {
   EXPECT_EQ(sample["completion"], whole);
   EXPECT_GE(sample["tokens"], 1);
   EXPECT_LE(sample["tokens"], 12);
+  // vLLM's finish_reason: length where max_new_tokens ended it, stop where a stop string did.
+  EXPECT_EQ(sample["finish_reason"], sample["tokens"] == 12 ? "length" : "stop") << sample.dump();
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                             "tokenizer.path=" + tokenizer_, "prompt=Repeat the word tiger.", "temperature=0",
+                             "max_new_tokens=12", "samples_path=" + samples, "stop=[\"" + stop + "\"]"},
+                            root_ + "/generate_samples.out"),
+            0);
+  EXPECT_EQ(nlohmann::json::parse(read_file(samples))["finish_reason"], "stop");
   // An empty prompt generates from the end-of-text token (nanoGPT's unconditional samples).
   const std::string out = root_ + "/empty_prompt.out";
   EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",

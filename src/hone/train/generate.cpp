@@ -55,7 +55,8 @@ Schema generate_schema() {
   s.add({"stop_tokens", ValueType::string_list, Json::array(),
          "special tokens that end a completion besides the end of answer and EOS (e.g. \"<|eom_id|>\")"});
   s.add({"samples_path", ValueType::string, nullptr,
-         "also write each prompt and its completion as a line of JSON here (prompt, completion, tokens)"});
+         "also write each prompt and its completion as a line of JSON here (prompt, completion, tokens, "
+         "finish_reason: stop or length, as vLLM's)"});
   s.add({"stop", ValueType::string_list, Json::array(),
          "strings that end a completion, which is printed up to the first of them (vLLM's stop; transformers' "
          "stop_strings)"});
@@ -275,16 +276,21 @@ int run_generate(const Config& c) {
     completed = first + count;
     for (size_t k = 0; k < count; ++k) {
       std::vector<int32_t> text = b.completions[k];
-      if (!text.empty() && std::ranges::find(o.stop_tokens, text.back()) != o.stop_tokens.end()) {
-        text.pop_back();  // the stop token is not part of the answer
-      }
+      const bool stop_token = !text.empty() && std::ranges::find(o.stop_tokens, text.back()) != o.stop_tokens.end();
+      if (stop_token) text.pop_back();  // the stop token is not part of the answer
       std::string storage;  // a completion cut inside a character ends in U+FFFD, as transformers decodes it
       const size_t i = first + k;
-      const std::string completion(utf8::sanitize(text_before_stop(m.tokenizer->decode(text), stop_strings), storage));
+      const std::string decoded = m.tokenizer->decode(text), before_stop = text_before_stop(decoded, stop_strings);
+      const std::string completion(utf8::sanitize(before_stop, storage));
+      // vLLM's finish_reason: a stop token or string ended it, or the length did (max_new_tokens, max_seq_len).
+      const char* finish_reason = stop_token || before_stop.size() < decoded.size() ? "stop" : "length";
       fmt::print("{}{}\n", prompts.size() > 1 ? fmt::format("[{}] ", i) : "", prompts[i]);
       fmt::print("{}\n\n", completion);
       if (samples) {
-        samples->write(Json{{"prompt", prompts[i]}, {"completion", completion}, {"tokens", b.completions[k].size()}}
+        samples->write(Json{{"prompt", prompts[i]},
+                            {"completion", completion},
+                            {"tokens", b.completions[k].size()},
+                            {"finish_reason", finish_reason}}
                            .dump(-1, ' ', false, Json::error_handler_t::replace) +
                        "\n");
       }
