@@ -124,6 +124,34 @@ TEST_F(ConvertCli, TiktokensTokenizerModelGoesIntoOriginal) {
   EXPECT_EQ(load_tokenizer(dir_ + "/hf_tiktoken/tokenizer.json")->encode(text, SpecialTokens::recognize),
             load_tokenizer(llama3)->encode(text, SpecialTokens::recognize));
   EXPECT_EQ(load_tokenizer(dir_ + "/hf_tiktoken")->encode("Hello world"), load_tokenizer(llama3)->encode("Hello world"));
+  const auto added_token = [](const std::string& folder, int id) {
+    const nlohmann::json tokenizer = nlohmann::json::parse(read_file(folder + "/tokenizer.json"));
+    for (const auto& token : tokenizer["added_tokens"]) {
+      if (token["id"] == id) return token["content"].get<std::string>();
+    }
+    return std::string("(none)");
+  };
+  EXPECT_EQ(added_token(dir_ + "/hf_tiktoken", 128008), "<|reserved_special_token_4|>");  // llama_tiny: Llama 3's names
+  // A Llama 3.1 or 3.2 model (its RoPE scaling tells) names three reserved
+  // tokens as transformers' converter does for those releases.
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/run31", "threads=1", "model.name=llama_tiny",
+                             "model.vocab_size=128256", "model.rope_scaling.factor=8",
+                             "model.rope_scaling.low_freq_factor=1", "model.rope_scaling.high_freq_factor=4",
+                             "model.rope_scaling.original_max_position=64", "dataset.seq_len=16", "max_steps=1",
+                             "logging.tensorboard=false"},
+                            log_path()),
+            0)
+      << log();
+  EXPECT_EQ(convert({dir_ + "/run31", dir_ + "/meta32_hf", "--to", "hf", "--tokenizer", dir_ + "/tiktoken_only"}), 0)
+      << log();
+  for (const auto& [id, name] : std::vector<std::pair<int, std::string>>{{128004, "<|finetune_right_pad_id|>"},
+                                                                          {128005, "<|reserved_special_token_2|>"},
+                                                                          {128008, "<|eom_id|>"},
+                                                                          {128010, "<|python_tag|>"},
+                                                                          {128011, "<|reserved_special_token_3|>"},
+                                                                          {128255, "<|reserved_special_token_247|>"}}) {
+    EXPECT_EQ(added_token(dir_ + "/meta32_hf", id), name) << id;
+  }
 }
 
 // A chat fine-tune ends its answers with the chat format's end of turn: its

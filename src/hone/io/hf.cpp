@@ -347,9 +347,11 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   const auto written = [&](const char* name) { return std::ranges::count(summary.files, name) > 0; };
   std::optional<Json> converted_config;
   if (!tiktoken_path.empty() && !written("tokenizer.json")) {
+    // Llama 3.1's RoPE scaling came with its special tokens' names.
     const HfTokenizerFiles converted = tiktoken_as_hf_tokenizer(
         read_file(tiktoken_path), tiktoken_path,
-        tokenizer_config_path.empty() ? std::string() : read_file(tokenizer_config_path), c.max_seq_len);
+        tokenizer_config_path.empty() ? std::string() : read_file(tokenizer_config_path), c.max_seq_len,
+        c.rope_scaling.enabled() ? Llama3Release::llama31 : Llama3Release::llama3);
     AtomicFile tokenizer_json(folder.file("tokenizer.json"));
     tokenizer_json.write(converted.tokenizer.dump(2) + "\n");
     tokenizer_json.commit();

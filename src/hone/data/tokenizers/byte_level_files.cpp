@@ -84,25 +84,28 @@ struct Encoding {
   std::optional<int32_t> bos, eos;
 };
 
-std::vector<std::pair<std::string, int32_t>> llama3_specials() {
-  // Meta's llama3/tokenizer.py: these names, then reserved ones up to 256 in all.
+std::vector<std::pair<std::string, int32_t>> llama3_specials(Llama3Release release) {
+  // Meta's llama3/tokenizer.py: these names, then reserved ones up to 256 in
+  // all; Llama 3.1 named three of the reserved ones (transformers' names).
+  const bool llama31 = release == Llama3Release::llama31;
   std::vector<std::string> names = {"<|begin_of_text|>",
                                     "<|end_of_text|>",
                                     "<|reserved_special_token_0|>",
                                     "<|reserved_special_token_1|>",
-                                    "<|reserved_special_token_2|>",
-                                    "<|reserved_special_token_3|>",
+                                    llama31 ? "<|finetune_right_pad_id|>" : "<|reserved_special_token_2|>",
+                                    llama31 ? "<|reserved_special_token_2|>" : "<|reserved_special_token_3|>",
                                     "<|start_header_id|>",
                                     "<|end_header_id|>",
-                                    "<|reserved_special_token_4|>",
+                                    llama31 ? "<|eom_id|>" : "<|reserved_special_token_4|>",
                                     "<|eot_id|>"};
-  for (int i = 5; names.size() < 256; ++i) names.push_back(fmt::format("<|reserved_special_token_{}|>", i));
+  if (llama31) names.push_back("<|python_tag|>");
+  for (int i = llama31 ? 3 : 5; names.size() < 256; ++i) names.push_back(fmt::format("<|reserved_special_token_{}|>", i));
   std::vector<std::pair<std::string, int32_t>> out;
   for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], int32_t(128000 + i));
   return out;
 }
 
-Encoding encoding_for(std::string_view name, size_t ranks) {
+Encoding encoding_for(std::string_view name, size_t ranks, Llama3Release release) {
   const auto has = [&](std::string_view s) { return name.find(s) != std::string_view::npos; };
   if (has("cl100k") || (!has("o200k") && ranks == 100256))
     return {"cl100k_base",
@@ -116,7 +119,7 @@ Encoding encoding_for(std::string_view name, size_t ranks) {
             100257};
   if (has("o200k") || ranks == 199998)
     return {"o200k_base", kO200kPattern, {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}, std::nullopt, 199999};
-  if (ranks == 128000) return {"llama3", kCl100kPattern, llama3_specials(), 128000, 128001};
+  if (ranks == 128000) return {"llama3", kCl100kPattern, llama3_specials(release), 128000, 128001};
   if (has("p50k") || ranks == 50280) return {"p50k_base", kGpt2Pattern, {{"<|endoftext|>", 50256}}, 50256, 50256};
   if (has("r50k") || has("gpt2") || ranks == 50256)
     return {"r50k_base", kGpt2Pattern, {{"<|endoftext|>", 50256}}, 50256, 50256};
@@ -311,8 +314,9 @@ std::vector<RankLine> read_rank_lines(std::string_view content, std::string_view
 
 // The encoding of a rank file of `ranks` tokens; `config_json` (or empty) may
 // rename its special tokens and name its BOS and EOS.
-Encoding tiktoken_encoding(std::string_view name, size_t ranks, std::string_view config_json) {
-  Encoding e = encoding_for(name, ranks);
+Encoding tiktoken_encoding(std::string_view name, size_t ranks, std::string_view config_json,
+                           Llama3Release release = Llama3Release::llama3) {
+  Encoding e = encoding_for(name, ranks, release);
   if (!config_json.empty()) {
     // Llama 3.1 and 3.2 name some reserved tokens differently; their config says how.
     const TokenizerConfig config = parse_tokenizer_config(config_json, std::string(name) + "/../tokenizer_config.json");
@@ -347,9 +351,10 @@ std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::st
 }
 
 HfTokenizerFiles tiktoken_as_hf_tokenizer(std::string_view content, std::string_view name,
-                                          std::string_view config_json, int64_t model_max_length) {
+                                          std::string_view config_json, int64_t model_max_length,
+                                          Llama3Release release) {
   const std::vector<RankLine> tokens = read_rank_lines(content, name);
-  const Encoding e = tiktoken_encoding(name, tokens.size(), config_json);
+  const Encoding e = tiktoken_encoding(name, tokens.size(), config_json, release);
   std::unordered_map<std::string_view, int32_t> rank_of;
   nlohmann::json vocab = nlohmann::json::object();
   for (const RankLine& l : tokens) {

@@ -25,17 +25,24 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(std::string_view vocab_json, std::strin
 std::unique_ptr<Tokenizer> load_tiktoken_ranks(std::string_view content, std::string_view name,
                                                std::string_view config_json = {});
 
+// Llama 3's rank file is the same in every release; Llama 3.1 and later name
+// three of its reserved special tokens (<|finetune_right_pad_id|>, <|eom_id|>,
+// <|python_tag|>), which only the model (its RoPE scaling) tells.
+enum class Llama3Release { llama3, llama31 };
+
 // A tiktoken rank file (read as load_tiktoken_ranks reads it) as Hugging Face's
 // tokenizer.json and a tokenizer_config.json, for readers that need them
 // (transformers, vLLM): what transformers' TikTokenConverter makes of it, the
 // ranks as a byte-level BPE vocabulary with the merges that build each token,
-// the encoding's pattern and special tokens, BOS before every text where the
+// the encoding's pattern and special tokens (Llama 3's named as `release`
+// names them, where config_json does not), BOS before every text where the
 // encoding has one (Llama 3's).
 struct HfTokenizerFiles {
   nlohmann::json tokenizer, config;
 };
 HfTokenizerFiles tiktoken_as_hf_tokenizer(std::string_view content, std::string_view name,
-                                          std::string_view config_json, int64_t model_max_length);
+                                          std::string_view config_json, int64_t model_max_length,
+                                          Llama3Release release = Llama3Release::llama3);
 
 // The encoders/*.json files of the npm `tiktoken` package: pat_str, special_tokens,
 // and bpe_ranks (rank-file lines, or "! <first rank> <base64 token>..." runs).
