@@ -1186,9 +1186,9 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
               std::sqrt(sample_variance(by_subject[2]) / 3), 1e-12);
   // stem: abstract_algebra and high_school_biology (3 items each); humanities: philosophy.
   const double stem_variance = (2 * sample_variance(by_subject[0]) + 2 * sample_variance(by_subject[1])) / (6 - 2);
-  EXPECT_NEAR(mmlu["categories"]["stem"]["accuracy_stderr"].get<double>(), std::sqrt(stem_variance / 6), 1e-12);
-  EXPECT_EQ(mmlu["categories"]["stem"]["task_items"], 6);
-  EXPECT_EQ(mmlu["categories"]["humanities"]["task_items"], 3);
+  EXPECT_NEAR(mmlu["categories"]["mmlu_stem"]["accuracy_stderr"].get<double>(), std::sqrt(stem_variance / 6), 1e-12);
+  EXPECT_EQ(mmlu["categories"]["mmlu_stem"]["task_items"], 6);
+  EXPECT_EQ(mmlu["categories"]["mmlu_humanities"]["task_items"], 3);
   EXPECT_GT(stem_variance, 0) << mmlu.dump();  // some spread, or the check above would hold for any pooling
   const double whole_variance = (5 * stem_variance + 2 * sample_variance(by_subject[2])) / (9 - 2);
   EXPECT_NEAR(mmlu["accuracy_stderr"].get<double>(), std::sqrt(whole_variance / 9), 1e-12) << mmlu.dump();

@@ -241,8 +241,8 @@ void put_mean(Json& result, const std::string& name, const std::vector<Score>& s
 }
 
 // MMLU as the harness's mmlu group reports it: each subject's accuracy, each
-// category's (stem, humanities, social_sciences, other: its subjects' items
-// together), and the whole's standard error pooled from the categories' (and
+// category's (mmlu_stem, mmlu_humanities, mmlu_social_sciences, mmlu_other: its
+// subjects' items together), and the whole's standard error pooled from the categories' (and
 // from a subject the harness does not group, its own).
 void put_mmlu_groups(Json& result, const std::vector<MultipleChoiceItem>& items, const std::vector<double>& scores) {
   std::map<std::string, std::vector<double>> by_subject;
@@ -259,7 +259,7 @@ void put_mmlu_groups(Json& result, const std::vector<MultipleChoiceItem>& items,
   }
   for (const auto& [category, its_subjects] : by_category) {
     const ScoreGroup group = ScoreGroup::pooled(its_subjects);
-    categories[category] = group.json();
+    categories["mmlu_" + category] = group.json();  // the harness's group names
     parts.push_back(group);
   }
   result["accuracy_stderr"] = ScoreGroup::pooled(parts).stderr_json();
