@@ -60,6 +60,58 @@ TEST(Peft, RefusesAnAdapterOnPartOfAFusedHuggingFaceTensor) {
             "/: already exists; give a new folder");
 }
 
+// GPT-2's Conv1D modules (stored [in, out]) take PEFT adapters of the same A
+// and B as a Linear's, marked fan_in_fan_out as PEFT marks them; its c_attn
+// (q, k and v fused) is one PEFT adapter: one A, a B over all three, read as
+// hone's q, k and v adapters sharing that A, each its rows of B.
+TEST(Peft, Gpt2sConv1dModulesAndItsFusedAttentionAdapter) {
+  const std::string dir = testing::TempDir() + "hone_peft_conv1d_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  const ModelConfig config = model_preset("gpt2_tiny");
+  const LoraConfig trained{.rank = 2, .alpha = 4, .attn_modules = {"output_proj"}, .apply_to_mlp = true};
+  Transformer m(config, DType::f32, Device::cpu(), trained);
+  uint64_t seed = 50;
+  for (const Parameter& p : m.trainable_params().all())
+    m.trainable_params().get(p.name).value.copy_from(random_tensor(p.whole_shape, DType::f32, seed++));
+  export_peft(m, dir, "gpt2");
+  const auto written = nlohmann::json::parse(std::ifstream(dir + "/adapter_config.json"));
+  EXPECT_EQ(written["fan_in_fan_out"], true);
+  EXPECT_EQ(written["target_modules"], nlohmann::json::array({"c_fc", "c_proj"}));
+  const LoraConfig read = read_peft_config(dir, config);
+  Transformer loaded(config, DType::f32, Device::cpu(), read);
+  load_adapters(adapters_for_a_base(dir, config).read, loaded);
+  ASSERT_EQ(loaded.trainable_params().all().size(), m.trainable_params().all().size());
+  for (const Parameter& p : m.trainable_params().all())
+    EXPECT_EQ(loaded.trainable_params().get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
+
+  // PEFT's default for GPT-2: c_attn alone, A [2, dim] and B [3 dim, 2].
+  const int64_t dim = config.dim;
+  std::vector<NamedTensor> c_attn;
+  for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+    const std::string module = "base_model.model.transformer.h." + std::to_string(layer) + ".attn.c_attn";
+    c_attn.push_back({module + ".lora_A.weight", random_tensor({2, dim}, DType::f32, seed++)});
+    c_attn.push_back({module + ".lora_B.weight", random_tensor({3 * dim, 2}, DType::f32, seed++)});
+  }
+  write_safetensors(dir + "/adapter_model.safetensors", c_attn);
+  const LoraConfig fused = read_peft_config(dir, config);
+  std::vector<std::string> modules = fused.attn_modules;
+  std::sort(modules.begin(), modules.end());
+  EXPECT_EQ(modules, (std::vector<std::string>{"k_proj", "q_proj", "v_proj"}));
+  EXPECT_FALSE(fused.apply_to_mlp);
+  Transformer qkv(config, DType::f32, Device::cpu(), fused);
+  load_adapters(adapters_for_a_base(dir, config).read, qkv);
+  const std::vector<float> a = c_attn[2].tensor.to_vector<float>(), b = c_attn[3].tensor.to_vector<float>();  // layer 1
+  const char* projections[] = {"q_proj", "k_proj", "v_proj"};
+  for (int64_t i = 0; i < 3; ++i) {
+    const std::string prefix = std::string("layers.1.lora.") + projections[i];
+    EXPECT_EQ(qkv.trainable_params().get(prefix + ".a").value.to_vector<float>(), a) << prefix;
+    EXPECT_EQ(qkv.trainable_params().get(prefix + ".b").value.to_vector<float>(),
+              std::vector<float>(b.begin() + i * dim * 2, b.begin() + (i + 1) * dim * 2))
+        << prefix;
+  }
+  fs::remove_all(dir);
+}
+
 // A PEFT folder reads back as the adapters it holds: their settings from its
 // config and tensors, their values into a model built with those settings; what
 // hone's LoRA cannot hold is refused, naming it.
@@ -106,7 +158,8 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
     with(key, value);
     EXPECT_NE(error().find(message), std::string::npos) << key << ": " << error();
   };
-  expect_refused("fan_in_fan_out", true, "fan_in_fan_out is true; hone's LoRA has no such adapters");
+  with("fan_in_fan_out", true);  // how the base weight is stored (PEFT turns it off for a Linear): the same adapters
+  EXPECT_EQ(read_peft_config(dir, config).rank, 2);
   expect_refused("layers_to_transform", {0}, "'layers_to_transform' is set");
   expect_refused("rank_pattern", {{"q_proj", 4}}, "'rank_pattern' is set");
   expect_refused("modules_to_save", {"lm_head"}, "'modules_to_save' is set");

@@ -28,15 +28,34 @@ constexpr const char* kPeftPrefix = "base_model.model.";
 // ".weight" dropped, as it does for files of older versions) and reads both.
 constexpr const char* kMagnitudeSuffix = ".lora_magnitude_vector";
 
-// The Hugging Face module ("model.layers.3.self_attn.q_proj") whose weight is
-// exactly the rows an adapter covers, which PEFT names it by; none where Hugging
-// Face stores them as part of a fused or transposed (Conv1D) tensor.
-std::optional<std::string> peft_module(const ModelConfig& config, const LoraTarget& t) {
+// The Hugging Face module ("model.layers.3.self_attn.q_proj") whose weight
+// holds the rows (output features) an adapter covers, which PEFT names it by,
+// and where in its rows they start. GPT-2's c_attn and MPT's Wqkv hold q, k and
+// v: PEFT adapts such a module with one adapter, one A and a B over all its rows.
+// A Conv1D weight (GPT-2's, stored [in, out]) takes adapters of the same A [r,
+// in] and B [out, r] as a Linear's (PEFT's fan_in_fan_out only transposes the
+// merged product).
+struct PeftRows {
+  std::string module;
+  int64_t offset = 0, module_rows = 0;
+};
+
+std::optional<PeftRows> peft_rows(const ModelConfig& config, const LoraTarget& t) {
   for (const HfTensor& h : hf_tensors_of(config, t.base)) {
-    if (h.row_begin == t.row_begin && h.rows == t.rows && !h.transposed)
-      return h.name.substr(0, h.name.size() - std::string(".weight").size());
+    if (h.row_begin <= t.row_begin && t.row_begin + t.rows <= h.row_begin + h.rows)
+      return PeftRows{h.name.substr(0, h.name.size() - std::string(".weight").size()), t.row_begin - h.row_begin,
+                      h.rows};
   }
   return std::nullopt;
+}
+
+// The module whose weight is exactly an adapter's rows: what a PEFT export can
+// name it by (hone's separate q, k and v adapters, each with its own A, are no
+// one adapter of a fused module).
+std::optional<std::string> peft_module(const ModelConfig& config, const LoraTarget& t) {
+  const std::optional<PeftRows> p = peft_rows(config, t);
+  if (!p || p->offset != 0 || p->module_rows != t.rows) return std::nullopt;
+  return p->module;
 }
 
 // Each adapter with its PEFT module; an adapter PEFT cannot hold is an error naming `dir`.
@@ -47,8 +66,8 @@ std::vector<std::pair<LoraTarget, std::string>> peft_modules(const ModelConfig& 
     std::optional<std::string> module = peft_module(config, t);
     if (!module) {
       const std::vector<HfTensor> hf = hf_tensors_of(config, t.base);
-      fail("{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {} (export the merged model "
-           "to a Hugging Face folder instead)",
+      fail("{}: PEFT cannot hold the {} adapter of layer {}: Hugging Face stores {} as {}, which PEFT adapts with "
+           "one adapter, not one per projection (export the merged model to a Hugging Face folder instead)",
            dir, t.module, t.layer, t.base, hf.empty() ? "nothing" : hf.front().name);
     }
     modules.emplace_back(t, std::move(*module));
@@ -71,7 +90,9 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
                 const std::string& base_model) {
   std::vector<NamedTensor> tensors;
   std::set<std::string> modules;
+  bool conv1d = false;  // GPT-2's weights, which PEFT marks fan_in_fan_out
   for (const auto& [t, module] : peft_modules(config, lora, dir)) {
+    for (const HfTensor& h : hf_tensors_of(config, t.base)) conv1d = conv1d || h.transposed;
     modules.insert(module.substr(module.rfind('.') + 1));
     tensors.push_back({kPeftPrefix + module + ".lora_A.weight", adapter(t.a_name())});
     tensors.push_back({kPeftPrefix + module + ".lora_B.weight", adapter(t.b_name())});
@@ -79,7 +100,7 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
   }
   const Json adapter_config = {{"base_model_name_or_path", base_model},
                                {"bias", "none"},
-                               {"fan_in_fan_out", false},
+                               {"fan_in_fan_out", conv1d},
                                {"inference_mode", true},
                                {"init_lora_weights", true},
                                {"lora_alpha", lora.alpha},
@@ -132,20 +153,20 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
   const Json* alpha = field("lora_alpha");
   HONE_CHECK(r && r->is_number_integer() && r->get<int64_t>() > 0, "{}: 'r' must be a positive integer", path);
   HONE_CHECK(alpha && alpha->is_number(), "{}: 'lora_alpha' must be a number", path);
-  // What PEFT can add to an adapter that hone's LoRA does not have.
-  HONE_CHECK(!field("fan_in_fan_out") || *field("fan_in_fan_out") == false,
-             "{}: fan_in_fan_out is true; hone's LoRA has no such adapters", path);
+  // What PEFT can add to an adapter that hone's LoRA does not have. (Its
+  // fan_in_fan_out says how the base weight is stored, not the adapters.)
   for (const char* key : {"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform"})
     HONE_CHECK(!field(key) || field(key)->empty(), "{}: '{}' is set; hone's adapters share one rank and alpha on "
                "every layer, and it trains no other modules", path, key);
   HONE_CHECK(!field("bias") || *field("bias") == "none", "{}: bias is {}; hone's adapters have no biases", path,
              field("bias")->dump());
 
-  // The modules come from the tensors: each is one of the adapters hone can put on this model.
+  // The modules come from the tensors: each holds adapters hone can put on
+  // this model (a fused module's: q's, k's and v's).
   const int64_t rank = r->get<int64_t>();
-  std::map<std::string, LoraTarget> by_module;
+  std::map<std::string, std::vector<LoraTarget>> by_module;
   for (const LoraTarget& t : lora_targets(config, every_adapter(config, rank)))
-    if (const auto module = peft_module(config, t)) by_module.emplace(*module, t);
+    if (const auto p = peft_rows(config, t)) by_module[p->module].push_back(t);
   const std::unique_ptr<TensorFile> file = open_tensor_file(adapter_weights_file(dir));
   const bool dora = field("use_dora") && *field("use_dora") == true;
   std::map<std::string, std::vector<int64_t>> layers;  // hone module -> layers that have it
@@ -164,7 +185,8 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
     HONE_CHECK(it != by_module.end(), "{}: '{}' adapts {}, which hone's LoRA cannot adapt on a {} model (it adapts "
                "the attention projections, the MLP's and the output, where Hugging Face stores them apart)",
                file->path(), name, module, family_name(config.family));
-    if (a) layers[it->second.module].push_back(it->second.layer);
+    if (a)
+      for (const LoraTarget& t : it->second) layers[t.module].push_back(t.layer);
   }
   LoraConfig lora{.rank = rank, .alpha = alpha->get<double>(), .attn_modules = {}, .use_dora = dora};
   if (const Json* rs = field("use_rslora"); rs && *rs == true) lora.alpha *= std::sqrt(double(rank));
@@ -189,29 +211,41 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
 
 namespace {
 
-// The adapters of a PEFT folder by hone name, each checked against the shape the model gives it.
+// The adapters of a PEFT folder by hone name, each checked against the shape the
+// model gives it; a fused module's adapter gives q, k and v each its A and its rows of B.
 AdapterReader peft_adapters(const std::string& dir, const ModelConfig& config, const LoraConfig& lora) {
   std::shared_ptr<const TensorFile> file = open_tensor_file(adapter_weights_file(dir));
-  auto names = std::make_shared<std::map<std::string, std::pair<std::string, Shape>>>();  // hone -> PEFT, shape
+  struct Stored {
+    std::string name;
+    Shape shape;  // as stored
+    int64_t first_row = 0, rows = 0;  // the rows of it the adapter takes
+  };
+  auto names = std::make_shared<std::map<std::string, Stored>>();  // by hone name
   const std::vector<std::string> stored = file->names();
   const std::set<std::string> present(stored.begin(), stored.end());
   for (const LoraTarget& t : lora_targets(config, lora)) {
-    const std::string module = kPeftPrefix + *peft_module(config, t);
-    (*names)[t.a_name()] = {module + ".lora_A.weight", Shape({lora.rank, t.in})};
-    (*names)[t.b_name()] = {module + ".lora_B.weight", Shape({t.rows, lora.rank})};
+    const PeftRows p = *peft_rows(config, t);
+    const std::string module = kPeftPrefix + p.module;
+    (*names)[t.a_name()] = {module + ".lora_A.weight", Shape({lora.rank, t.in}), 0, lora.rank};
+    (*names)[t.b_name()] = {module + ".lora_B.weight", Shape({p.module_rows, lora.rank}), p.offset, t.rows};
     if (lora.use_dora) {
       const std::string magnitude = module + kMagnitudeSuffix;
-      (*names)[t.magnitude_name()] = {present.contains(magnitude) ? magnitude : magnitude + ".weight", Shape({t.rows})};
+      (*names)[t.magnitude_name()] = {present.contains(magnitude) ? magnitude : magnitude + ".weight",
+                                      Shape({p.module_rows}), p.offset, t.rows};
     }
   }
   return [file, names](const std::string& name) {
-    const auto& [peft, shape] = names->at(name);
-    const TensorFile::Entry& e = file->entry(peft);
-    HONE_CHECK(e.shape == shape, "{}: '{}' is {}, the model needs {} (adapters of another base model?)", file->path(),
-               peft, e.shape.str(), shape.str());
-    Tensor value = Tensor::empty(shape, DType::f32, Device::cpu());
-    read_stored({e.dtype, e.shape, e.bytes.data()}, value);
-    return value;
+    const Stored& s = names->at(name);
+    const TensorFile::Entry& e = file->entry(s.name);
+    HONE_CHECK(e.shape == s.shape, "{}: '{}' is {}, the model needs {} (adapters of another base model?)",
+               file->path(), s.name, e.shape.str(), s.shape.str());
+    Tensor whole = Tensor::empty(s.shape, DType::f32, Device::cpu());
+    read_stored({e.dtype, e.shape, e.bytes.data()}, whole);
+    if (s.rows == s.shape[0]) return whole;
+    // Rows [first_row, first_row + rows) of a matrix, or elements of a vector.
+    const bool matrix = s.shape.ndim() == 2;
+    const int64_t width = matrix ? s.shape[1] : 1;
+    return whole.slice(s.first_row * width, matrix ? Shape({s.rows, width}) : Shape({s.rows})).clone();
   };
 }
 
