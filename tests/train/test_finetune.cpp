@@ -327,6 +327,32 @@ TEST_F(FinetuneRun, GenerateEndsACompletionAtAStopString) {
   EXPECT_NE(read_file(out).find("bandwidth achieved: n/a, no decoding step ("), std::string::npos) << read_file(out);
 }
 
+// hone convert --to peft writes any step's adapters as the run's export.peft
+// wrote its last: the same tensors, the base the run trained on named.
+TEST_F(FinetuneRun, ConvertWritesAnyStepsAdaptersAsPeft) {
+  const std::string run = trained_lora_run();
+  const std::string out = root_ + "/to_peft.log";
+  ASSERT_EQ(run_hone_to_log({"convert", run, root_ + "/converted_peft", "--to", "peft"}, out), 0) << read_file(out);
+  EXPECT_NE(read_file(out).find("the LoRA adapters of " + run + "/step_0000030 -> " + root_ + "/converted_peft"),
+            std::string::npos)
+      << read_file(out);
+  const SafetensorsFile converted(root_ + "/converted_peft/adapter_model.safetensors"),
+      exported(root_ + "/peft/adapter_model.safetensors");
+  ASSERT_EQ(converted.names(), exported.names());
+  for (const std::string& name : exported.names()) {
+    EXPECT_EQ(converted.load(name).to_vector<float>(), exported.load(name).to_vector<float>()) << name;
+  }
+  const auto config = nlohmann::json::parse(read_file(root_ + "/converted_peft/adapter_config.json"));
+  EXPECT_EQ(config["base_model_name_or_path"], root_ + "/base/step_0000002");
+  EXPECT_EQ(config["r"], nlohmann::json::parse(read_file(root_ + "/peft/adapter_config.json"))["r"]);
+  // A model is no LoRA run; options of a model's conversion do not apply.
+  expect_refused({"convert", root_ + "/base", root_ + "/not_peft", "--to", "peft"}, "to_peft_base",
+                 "--to peft takes a lora_finetune run or checkpoint folder");
+  expect_refused({"convert", run, root_ + "/not_peft", "--to", "peft", "--dtype", "bf16"}, "to_peft_dtype",
+                 "--dtype is for a model's conversion");
+  EXPECT_FALSE(fs::exists(root_ + "/not_peft"));
+}
+
 // PEFT adapters given where they do not go, or incomplete, are named as such.
 TEST_F(FinetuneRun, MisplacedPeftAdaptersAreNamedAsSuch) {
   trained_lora_run();

@@ -13,6 +13,8 @@
 #include "hone/core/stop_signals.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/convert.hpp"
+#include "hone/io/peft.hpp"
+#include "hone/io/checkpoint.hpp"
 #include "hone/train/inference.hpp"
 
 namespace hone::cli {
@@ -67,6 +69,24 @@ SpecialTokenIds check_tokenizer(const WeightSource& source, const Json& trained_
   return ids;
 }
 
+// A lora_finetune run's (or checkpoint's) adapters as a PEFT folder, with the
+// base it trained on as base_model_name_or_path.
+int convert_to_peft(const std::string& src, const std::string& dest) {
+  const std::string folder = model_folder_of(src);
+  HONE_CHECK(is_lora_checkpoint(folder), "{}: --to peft takes a lora_finetune run or checkpoint folder (its "
+             "adapters); this is {}", src, folder == src ? "no LoRA checkpoint" : folder + ", no LoRA checkpoint");
+  const TrainedLora trained = read_trained_lora(folder);
+  const ModelConfig config = open_convert_source(folder, {})->config();
+  export_peft(folder, config, trained.lora, dest, trained.base);
+  fmt::print("the LoRA adapters of {} -> {} (PEFT folder, base_model_name_or_path {})\n", folder, dest, trained.base);
+  if (model_format(trained.base) != "hf") {
+    fmt::print("note: the base, {}, is no Hugging Face model: give PEFT the base as one (hone convert {} DIR --to "
+               "hf)\n",
+               trained.base, trained.base);
+  }
+  return 0;
+}
+
 std::string count(int64_t n) {
   if (n >= 1'000'000'000) return fmt::format("{:.2f}B", double(n) / 1e9);
   if (n >= 1'000'000) return fmt::format("{:.1f}M", double(n) / 1e6);
@@ -88,9 +108,11 @@ Command add_convert(CLI::App& app) {
                                     "file")
       ->required();
   sub->add_option("dest", args->dest, "The folder to write (must not exist, or be empty)")->required();
-  sub->add_option("--to", args->to, "hf: a Hugging Face folder; hone: a hone model folder")
+  sub->add_option("--to", args->to,
+                  "hf: a Hugging Face folder; hone: a hone model folder; peft: the adapters of a lora_finetune run "
+                  "or checkpoint as a PEFT folder (any step's, as its export.peft writes the last)")
       ->required()
-      ->check(CLI::IsMember({"hf", "hone"}));
+      ->check(CLI::IsMember({"hf", "hone", "peft"}));
   sub->add_option("--dtype", args->dtype, "Weights in fp32, bf16 or fp16 (default: as the source stores them)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   CLI::Option* shard_size = sub->add_option(
@@ -102,7 +124,14 @@ Command add_convert(CLI::App& app) {
   sub->add_option("--adapter", args->adapter,
                   "Merge LoRA adapters into the model: a PEFT folder (adapter_config.json) or a lora_finetune "
                   "checkpoint or run directory");
-  return [args, shard_size] {
+  return [args, shard_size, sub] {
+    if (args->to == "peft") {
+      for (const char* option : {"--dtype", "--shard-size", "--tokenizer", "--adapter"}) {
+        HONE_CHECK(sub->count(option) == 0, "{} is for a model's conversion; --to peft writes a LoRA run's adapters "
+                   "as they are", option);
+      }
+      return convert_to_peft(args->src, args->dest);
+    }
     // A hone model folder is one model.safetensors: a size for its shards would be ignored.
     HONE_CHECK(args->to == "hf" || shard_size->count() == 0,
                "--shard-size splits a Hugging Face export (--to hf); --to hone writes one model.safetensors");

@@ -15,7 +15,7 @@ namespace hone {
 // Writes the adapters of `model` (built with LoRA) to the folder `dir`, which
 // must not exist or be empty. `base_model` is recorded as base_model_name_or_path.
 // Adapters PEFT cannot express are an error: one on part of a tensor that
-// Hugging Face stores fused (GPT-2's c_attn), or on a transposed Conv1D weight.
+// Hugging Face stores fused (GPT-2's c_attn: q, k and v adapters each with its A).
 void export_peft(const Transformer& model, const std::string& dir, const std::string& base_model);
 // The same from a LoRA run's checkpoint folder (its adapter file, read a tensor
 // at a time), trained with `lora` on a model of `config`.
