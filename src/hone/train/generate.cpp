@@ -195,6 +195,7 @@ void read_prompts_file(const std::string& path, Prompts& prompts) {
 
 int run_generate(const Config& c) {
   check_generate_config(c);
+  catch_stop_signals();  // a stop while the model loads leaves no samples_path half-made either
   Prompts given;
   if (c.has("prompt")) given.add(c.get<std::string>("prompt"), "prompt");
   if (c.has("prompts_file")) read_prompts_file(c.get<std::string>("prompts_file"), given);
@@ -258,11 +259,11 @@ int run_generate(const Config& c) {
   const size_t batch_size = size_t(c.get<int64_t>("batch_size"));
   Generation g;
   int64_t steps = 0;  // decoding steps, each reading all the weights once for the sequences of its batch
-  // Ctrl-C or SIGTERM ends the batch being decoded at its next step; it is
-  // dropped (not printed cut short), and the batches before it are kept, in samples_path too.
-  catch_stop_signals();
+  // Ctrl-C or SIGTERM (caught from the start) ends the batch being decoded at
+  // its next step; it is dropped (not printed cut short), and the batches
+  // before it are kept, in samples_path too.
   size_t completed = 0;
-  for (size_t first = 0; first < prompts.size(); first += batch_size) {
+  for (size_t first = 0; first < prompts.size() && !stop_requested(); first += batch_size) {
     const size_t count = std::min(batch_size, prompts.size() - first);
     GenerationOptions batch_options = o;
     batch_options.seed = o.seed + uint64_t(first / batch_size) * 0x9E3779B97F4A7C15ull;
