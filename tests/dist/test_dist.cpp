@@ -256,6 +256,17 @@ TEST(Plan, MatchesAHandCalculation) {
   EXPECT_TRUE(p.fits);
 }
 
+// Activation checkpointing computes each layer's forward pass again: a third
+// more compute time, the model FLOPs (MFU's) the same.
+TEST(Plan, CheckpointingTakesAThirdMoreComputeTime) {
+  PlanInput recomputing = small_plan(1);
+  recomputing.activation_checkpointing = true;
+  const Plan plain = plan_run(small_plan(1)), checkpointed = plan_run(recomputing);
+  EXPECT_DOUBLE_EQ(checkpointed.flops, plain.flops);
+  EXPECT_DOUBLE_EQ(checkpointed.compute_s, plain.compute_s * 4 / 3);
+  EXPECT_LT(checkpointed.total, plain.total);
+}
+
 TEST(Plan, ZeroStagesShardMoreAndSendWhatTheyMust) {
   const Plan z0 = plan_run(small_plan(0)), z2 = plan_run(small_plan(2)), z3 = plan_run(small_plan(3));
   EXPECT_DOUBLE_EQ(z0.optimizer, 8 * 105280.0);

@@ -66,6 +66,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # #8's MFU goals count against the datasheet's dense bf16 peak (PaLM's convention).
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *H100*PCIe*) peak=756 ;;
+  *H100*NVL*) peak=835 ;;
   *H100* | *H200*) peak=989 ;;
   *A100*) peak=312 ;;
   *) peak="" ;;

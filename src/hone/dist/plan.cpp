@@ -84,7 +84,9 @@ Plan plan_run(const PlanInput& in) {
   const double tokens_per_replica = double(in.micro_batch * in.seq_len * in.grad_accum);
   p.tokens_per_step = tokens_per_replica * dp;
   p.flops = m.training_flops_per_token(in.seq_len) * tokens_per_replica / tp;
-  p.compute_s = p.flops / (in.hw.peak_flops * in.mfu);
+  // Activation checkpointing computes each layer's forward pass again: a third
+  // more work, in the time; the model FLOPs (MFU's) stay as they are.
+  p.compute_s = p.flops * (in.activation_checkpointing ? 4.0 / 3.0 : 1.0) / (in.hw.peak_flops * in.mfu);
 
   const double g = double(in.grad_accum);
   const double ring = (dp - 1) / dp;  // all_gather / reduce_scatter; all_reduce sends twice this

@@ -72,7 +72,8 @@ struct ModelConfig {
   int64_t num_non_embedding_params() const;
   // Weights that take part in a matrix product per token: everything but the
   // input embedding tables, with the output projection counted once even when
-  // tied (as torchtitan and LLM Foundry count). The N of the FLOP count.
+  // tied (as Megatron, LLM Foundry, nanoGPT and llm.c count; torchtitan leaves
+  // a tied head out with the embeddings). The N of the FLOP count.
   int64_t num_matmul_params() const { return num_non_embedding_params() + vocab_size * dim; }
   // Training FLOPs per token, PaLM's count: 6·N + 12·L·H·Q·T (N = num_matmul_params,
   // H heads of Q dimensions, T = seq_len; the attention term for full, non-causal
