@@ -169,7 +169,7 @@ TEST_F(InstructTest, ShareGptConversationsReadLikeMessages) {
                "message 0 of 'conversations' has no string 'value'", chat);
   expect_error(R"({"messages": [{"role": "user", "content": 3}]})", "message 0 of 'messages' has no string 'content'",
                chat);
-  expect_error(R"({"dialogue": "Hi"})", "no 'messages' list of messages (nor a ShareGPT 'conversations' list)", chat);
+  expect_error(R"({"dialogue": "Hi"})", "no 'messages' list of messages (nor a ShareGPT 'conversations' list, nor TRL's 'prompt' and 'completion' lists)", chat);
   expect_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
                "message 0 of 'messages': a content part that is not {\"type\": \"text\", \"text\": ...} (hone trains "
                "on text): {\"image_url\"", chat);
@@ -665,11 +665,107 @@ TEST_F(InstructTest, PreferencePairsDropTogetherAndErrorsNameRecordAndColumn) {
   };
   EXPECT_NE(error("n.jsonl", "{\"prompt\": \"q\", \"chosen\": \"a\"}\n").find("n.jsonl:1: no 'rejected' column"),
             std::string::npos);
-  EXPECT_NE(error("p.jsonl", "{\"chosen\": \"a\", \"rejected\": \"b\"}\n").find("p.jsonl:1: no 'prompt' column"),
+  EXPECT_NE(error("x.jsonl", "{\"chosen\": \"a\", \"rejected\": [{\"role\": \"user\", \"content\": \"b\"}]}\n")
+                .find("x.jsonl:1: 'chosen' and 'rejected' must both be lists of messages or both strings"),
             std::string::npos);
   EXPECT_NE(error("m.jsonl", "{\"chosen\": [{\"role\": \"user\"}], \"rejected\": []}\n")
                 .find("m.jsonl:1: message 0 of 'chosen' has no string 'content'"),
             std::string::npos);
+}
+
+// TRL's fine-tuning layouts: language modeling (`text`, all learned: the text
+// template), prompt/completion strings (the plain template's, the completion
+// learned), conversational prompt/completion (the prompt's messages never
+// learned); tool calls refused; a record of another layout names its template.
+TEST_F(InstructTest, TrlLayoutsReadAsTrlReadsThem) {
+  const auto sample = [&](const std::string& record, const InstructOptions& o) {
+    return data::load_instruct_dataset(file("trl.jsonl", record + "\n"), *llama3_, o).samples.at(0);
+  };
+  const auto learned_text = [&](const TokenizedSample& s) {
+    std::vector<int32_t> learned;
+    for (size_t i = 1; i < s.labels.size(); ++i)
+      if (s.labels[i] != -100) learned.push_back(s.labels[i]);
+    return llama3_->decode(learned);
+  };
+  const TokenizedSample text = sample(R"({"text": "The sky is blue."})", {.format = InstructTemplate::text});
+  EXPECT_EQ(llama3_->decode(text.tokens), "<|begin_of_text|>The sky is blue.<|end_of_text|>");
+  EXPECT_EQ(learned_text(text), "The sky is blue.<|end_of_text|>");
+  const TokenizedSample completion =
+      sample(R"({"prompt": "The sky is", "completion": " blue."})", {.format = InstructTemplate::plain});
+  EXPECT_EQ(llama3_->decode(completion.tokens), "<|begin_of_text|>The sky is blue.<|end_of_text|>");
+  EXPECT_EQ(learned_text(completion), " blue.<|end_of_text|>");
+  const TokenizedSample conversation = sample(
+      R"({"prompt": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, )"
+      R"({"role": "user", "content": "Sky?"}], "completion": [{"role": "assistant", "content": "Blue."}]})",
+      {.format = InstructTemplate::chat});
+  EXPECT_NE(llama3_->decode(conversation.tokens).find("Hello.<|eot_id|>"), std::string::npos);
+  EXPECT_EQ(learned_text(conversation), "<|start_header_id|>assistant<|end_header_id|>\n\nBlue.<|eot_id|>");
+  const auto error = [&](const std::string& record, const InstructOptions& o) {
+    return error_of([&] { sample(record, o); });
+  };
+  EXPECT_NE(error(R"({"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", )"
+                  R"("tool_calls": [{"type": "function"}]}]})",
+                  {.format = InstructTemplate::chat})
+                .find("message 1 of 'messages' calls a tool or answers one"),
+            std::string::npos);
+  // The default template (alpaca) on TRL's records: the template that reads them named.
+  EXPECT_NE(error(R"({"text": "x"})", {}).find("; a text record (TRL's language modeling) is the text template's: "
+                                               "dataset.template: text"),
+            std::string::npos)
+      << error(R"({"text": "x"})", {});
+  EXPECT_NE(error(R"({"prompt": "x", "completion": "y"})", {})
+                .find("is the plain template's: dataset.template: plain"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"messages": []})", {}).find("is the chat template's: dataset.template: chat"), std::string::npos);
+}
+
+// TRL's preference layouts: an explicit prompt as messages (never learned), and
+// an implicit one, the sides' shared start: their first messages alike, or
+// their strings' shared text (a space before the first difference going with
+// the answers, as TRL's extract_prompt has it).
+TEST_F(InstructTest, PreferencePromptsExplicitAndImplicitAsTrlReadsThem) {
+  const auto pair = [&](const std::string& name, const std::string& record, const InstructOptions& o) {
+    const auto d = data::load_preference_dataset(file(name, record + "\n"), *llama3_, o);
+    return std::pair{d.samples.at(0), d.samples.at(1)};
+  };
+  const auto learned_text = [&](const TokenizedSample& s) {
+    std::vector<int32_t> learned;
+    for (size_t i = 0; i < s.labels.size(); ++i)
+      if (s.labels[i] != -100) learned.push_back(s.labels[i]);
+    return llama3_->decode(learned);
+  };
+  // Implicit, strings, plain template: prompt "The sky is", answers " blue." and " green.".
+  const auto [blue, green] = pair("s.jsonl", R"({"chosen": "The sky is blue.", "rejected": "The sky is green."})",
+                                  {.format = InstructTemplate::plain});
+  EXPECT_EQ(llama3_->decode(blue.tokens), "<|begin_of_text|>The sky is blue.<|end_of_text|>");
+  EXPECT_EQ(learned_text(blue), " blue.<|end_of_text|>");
+  EXPECT_EQ(learned_text(green), " green.<|end_of_text|>");
+  // Explicit, messages: the system and user turns written and masked.
+  const InstructOptions chat{.format = InstructTemplate::chat};
+  const std::string system_user =
+      R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Sky colour?"}])";
+  const auto [explicit_chosen, explicit_rejected] =
+      pair("e.jsonl",
+           R"({"prompt": )" + system_user + R"(, "chosen": [{"role": "assistant", "content": "Blue."}], )"
+           R"("rejected": [{"role": "assistant", "content": "Green."}]})",
+           chat);
+  EXPECT_NE(llama3_->decode(explicit_chosen.tokens).find("Be brief.<|eot_id|><|start_header_id|>user"),
+            std::string::npos)
+      << llama3_->decode(explicit_chosen.tokens);
+  EXPECT_EQ(learned_text(explicit_chosen), "<|start_header_id|>assistant<|end_header_id|>\n\nBlue.<|eot_id|>");
+  EXPECT_EQ(learned_text(explicit_rejected), "<|start_header_id|>assistant<|end_header_id|>\n\nGreen.<|eot_id|>");
+  // Implicit, messages: the shared turns (an earlier answer included) are the prompt.
+  const std::string shared = R"({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, )"
+                             R"({"role": "user", "content": "Sky colour?"}, )";
+  const auto [implicit_chosen, implicit_rejected] =
+      pair("i.jsonl",
+           R"({"chosen": [)" + shared + R"({"role": "assistant", "content": "Blue."}], "rejected": [)" + shared +
+               R"({"role": "assistant", "content": "Green."}]})",
+           chat);
+  EXPECT_NE(llama3_->decode(implicit_chosen.tokens).find("Hello.<|eot_id|>"), std::string::npos)
+      << llama3_->decode(implicit_chosen.tokens);
+  EXPECT_EQ(learned_text(implicit_chosen), "<|start_header_id|>assistant<|end_header_id|>\n\nBlue.<|eot_id|>");
+  EXPECT_EQ(learned_text(implicit_rejected), "<|start_header_id|>assistant<|end_header_id|>\n\nGreen.<|eot_id|>");
 }
 
 // Groups (DPO's pairs) stay whole and in order through shuffling, ranks and resume.

@@ -317,25 +317,45 @@ std::string column_of(const std::string& field, const InstructOptions& o) {
 // A template field's text. The plain template reads LLM Foundry's records too:
 // without a column_map entry, a record with no `input` (`output`) column is read
 // from `prompt` (`response`).
+bool holds_list(const Record& r, const std::string& column) {
+  const auto it = r.value.find(column);
+  return it != r.value.end() && it->is_array();
+}
+
+// The template that reads a record of another tool's layout as it does, said
+// where the configured one finds no column it needs; empty when none does.
+std::string layout_hint(const Record& r, const InstructOptions& o) {
+  const auto has = [&](const char* column) { return r.value.contains(column); };
+  const auto suggest = [&](InstructTemplate format, const char* what, const char* name) {
+    return o.format == format ? std::string() : fmt::format("; {} is the {} template's: dataset.template: {}", what, name, name);
+  };
+  if (has("messages") || has("conversations") || (holds_list(r, "prompt") && holds_list(r, "completion")))
+    return suggest(InstructTemplate::chat, "a conversation (TRL's and torchtune's chat records)", "chat");
+  if (has("prompt") && (has("response") || has("completion")))
+    return suggest(InstructTemplate::plain, "a prompt/response record (LLM Foundry's; TRL's prompt/completion)", "plain");
+  if (has("text")) return suggest(InstructTemplate::text, "a text record (TRL's language modeling)", "text");
+  return "";
+}
+
 std::string text_field(const Record& r, const std::string& field, const InstructOptions& o, bool required = true) {
   std::string column = column_of(field, o);
-  const char* foundry_column = o.format != InstructTemplate::plain || o.column_map.contains(field) ? nullptr
-                               : field == "input"                                              ? "prompt"
-                               : field == "output"                                             ? "response"
-                                                                                               : nullptr;
-  if (foundry_column && !r.value.contains(column) && r.value.contains(foundry_column)) column = foundry_column;
+  // The plain template also reads LLM Foundry's prompt/response and TRL's
+  // prompt/completion records (a column_map entry aside).
+  std::vector<const char*> others;
+  if (o.format == InstructTemplate::plain && !o.column_map.contains(field)) {
+    if (field == "input") others = {"prompt"};
+    if (field == "output") others = {"response", "completion"};
+  }
+  for (const char* other : others) {
+    if (!r.value.contains(column) && r.value.contains(other)) column = other;
+  }
   auto it = r.value.find(column);
   if (it == r.value.end() || it->is_null()) {
     HONE_CHECK(!required || it == r.value.end(), "{}: column '{}' is null (the template's '{}')", r.where, column,
                field);
-    // LLM Foundry's prompt/response records are the plain template's.
-    const bool foundry_record = o.format != InstructTemplate::plain && r.value.contains("prompt") &&
-                                r.value.contains("response");
     HONE_CHECK(!required, "{}: no '{}' column{} (the template's '{}'; map another with dataset.column_map.{}){}",
-               r.where, column, foundry_column ? fmt::format(" nor '{}'", foundry_column) : "", field, field,
-               foundry_record ? "; a prompt/response record (LLM Foundry's) is the plain template's: "
-                                "dataset.template: plain"
-                              : "");
+               r.where, column, others.empty() ? "" : fmt::format(" nor '{}'", fmt::join(others, "' nor '")), field,
+               field, layout_hint(r, o));
     return "";
   }
   HONE_CHECK(it->is_string(), "{}: column '{}' is not a string", r.where, column);
@@ -344,33 +364,32 @@ std::string text_field(const Record& r, const std::string& field, const Instruct
 
 int32_t special_id(const Tokenizer& t, const std::string& token, const char* format) {
   auto id = t.special_token_id(token);
-  HONE_CHECK(id.has_value(), "the {} chat format needs the special token {}, which this {} tokenizer does not have",
+  HONE_CHECK(id.has_value(), "the {} chat format needs the special token {}, which this {} tokenizer does not have "
+             "(another dataset.chat_format, or dataset.template: plain for plain text)",
              format, token, t.kind());
   return *id;
 }
 
-// A conversation in either of the two layouts chat datasets come in (torchtune's
-// conversation styles): OpenAI's `messages` of {"role", "content"}, and
-// ShareGPT's `conversations` of {"from": "system" | "human" | "gpt", "value"}.
-// Without a column_map entry for `messages`, a record that has no `messages`
-// column is read from `conversations`.
-std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) {
-  std::string column = column_of("messages", o);
-  if (!o.column_map.contains("messages") && !r.value.contains(column) && r.value.contains("conversations")) {
-    column = "conversations";
-  }
-  auto it = r.value.find(column);
-  HONE_CHECK(it != r.value.end() && it->is_array(), "{}: no '{}' list of messages{}", r.where, column,
-             column == "messages" ? " (nor a ShareGPT 'conversations' list)" : "");
+// The messages of a JSON list of them, in either of the two layouts chat
+// datasets come in (torchtune's conversation styles): OpenAI's {"role",
+// "content"} and ShareGPT's {"from": "system" | "human" | "gpt", "value"};
+// `prompt`: they are the record's prompt.
+std::vector<ChatMessage> message_list(const Record& r, const std::string& column, bool prompt) {
+  const Json& list = r.value.at(column);
   const auto string_field = [&](const Json& m, size_t index, const char* key) {
     HONE_CHECK(m.contains(key) && m[key].is_string(), "{}: message {} of '{}' has no string '{}'", r.where, index,
                column, key);
     return m[key].get<std::string>();
   };
   std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const Json& m = (*it)[i];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& m = list[i];
     HONE_CHECK(m.is_object(), "{}: message {} of '{}' is not an object", r.where, i, column);
+    const bool tool_calls = m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty();
+    HONE_CHECK(!tool_calls && m.value("role", "") != "tool" && m.value("role", "") != "ipython",
+               "{}: message {} of '{}' calls a tool or answers one (tool_calls, role {}), which hone's chat formats "
+               "do not write yet: leave such records out",
+               r.where, i, column, m.value("role", Json("assistant")).dump());
     const bool sharegpt = !m.contains("role") && m.contains("from");
     const char* role_key = sharegpt ? "from" : "role";
     const std::string given = string_field(m, i, role_key);
@@ -389,12 +408,34 @@ std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) 
                    r.where, i, column, part.dump().substr(0, 80));
         text += part["text"].get<std::string>();
       }
-      messages.push_back({role, std::move(text)});
+      messages.push_back({role, std::move(text), prompt});
       continue;
     }
-    messages.push_back({role, string_field(m, i, content_key)});
+    messages.push_back({role, string_field(m, i, content_key), prompt});
   }
   return messages;
+}
+
+// A conversation: the record's `messages` (without a column_map entry for it,
+// ShareGPT's `conversations` where there are none), or TRL's conversational
+// prompt/completion, a `prompt` list of messages (never learned) and a
+// `completion` list.
+std::vector<ChatMessage> messages_of(const Record& r, const InstructOptions& o) {
+  std::string column = column_of("messages", o);
+  const bool mapped = o.column_map.contains("messages");
+  if (!mapped && !r.value.contains(column) && r.value.contains("conversations")) column = "conversations";
+  const std::string prompt = column_of("prompt", o), completion = column_of("completion", o);
+  if (!mapped && !r.value.contains(column) && holds_list(r, prompt) && holds_list(r, completion)) {
+    std::vector<ChatMessage> messages = message_list(r, prompt, /*prompt=*/true);
+    for (ChatMessage& m : message_list(r, completion, /*prompt=*/false)) messages.push_back(std::move(m));
+    return messages;
+  }
+  HONE_CHECK(holds_list(r, column), "{}: no '{}' list of messages{}{}", r.where, column,
+             column == "messages" ? " (nor a ShareGPT 'conversations' list, nor TRL's 'prompt' and 'completion' "
+                                    "lists)"
+                                  : "",
+             layout_hint(r, o));
+  return message_list(r, column, /*prompt=*/false);
 }
 
 // The pieces of a conversation in the chat format; with `generation_prompt` the
@@ -412,7 +453,7 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
   for (size_t i = 0; i < messages.size(); ++i)
     if (messages[i].role == "assistant") last_reply = i;
   const auto learned = [&](size_t i) {
-    return messages[i].role == "assistant" && (o.train_on_every_response || i == last_reply);
+    return messages[i].role == "assistant" && !messages[i].prompt && (o.train_on_every_response || i == last_reply);
   };
   std::vector<Piece> pieces;
   switch (*chat_format_of(o)) {
@@ -421,7 +462,7 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
       special_id(t, "<|eot_id|>", "llama3");
       pieces.push_back({.text = "<|begin_of_text|>", .special = true});
       for (size_t i = 0; i < messages.size(); ++i) {
-        const auto& [role, content] = messages[i];
+        const auto& [role, content, in_prompt] = messages[i];
         const bool reply = learned(i), injected = injected_system && i == 0;
         pieces.push_back({.text = "<|start_header_id|>" + role + "<|end_header_id|>\n\n", .trainable = reply,
                           .special = true, .injected = injected});
@@ -436,7 +477,7 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
       special_id(t, "<|im_start|>", "chatml");
       special_id(t, "<|im_end|>", "chatml");
       for (size_t i = 0; i < messages.size(); ++i) {
-        const auto& [role, content] = messages[i];
+        const auto& [role, content, in_prompt] = messages[i];
         const bool reply = learned(i), injected = injected_system && i == 0;
         pieces.push_back({.text = "<|im_start|>" + role + "\n", .trainable = reply, .special = true,
                           .injected = injected});
@@ -453,7 +494,7 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
       std::string system;
       bool open_turn = false;
       for (size_t i = 0; i < messages.size(); ++i) {
-        const auto& [role, content] = messages[i];
+        const auto& [role, content, in_prompt] = messages[i];
         if (role == "system") {
           system = content;
         } else if (role == "user") {
@@ -644,7 +685,8 @@ InstructTemplate parse_instruct_template(const std::string& name) {
   if (name == "summarize") return InstructTemplate::summarize;
   if (name == "plain") return InstructTemplate::plain;
   if (name == "chat") return InstructTemplate::chat;
-  fail("unknown dataset.template '{}': expected alpaca, summarize, plain or chat", name);
+  if (name == "text") return InstructTemplate::text;
+  fail("unknown dataset.template '{}': expected alpaca, summarize, plain, chat or text", name);
 }
 
 ChatFormat parse_chat_format(const std::string& name) {
@@ -662,7 +704,8 @@ std::string format_prompt(const std::map<std::string, std::string>& fields, cons
   switch (o.format) {
     case InstructTemplate::alpaca: return fill(get("input").empty() ? kAlpacaNoInput : kAlpacaWithInput, fields);
     case InstructTemplate::summarize: return fill(kSummarize, fields);
-    case InstructTemplate::plain: return get("input");
+    case InstructTemplate::plain:
+    case InstructTemplate::text: return get("input");
     case InstructTemplate::chat: break;
   }
   fail("format_prompt: chat prompts are built from messages");
@@ -670,6 +713,9 @@ std::string format_prompt(const std::map<std::string, std::string>& fields, cons
 
 InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& t, const InstructOptions& o) {
   HONE_CHECK(o.max_seq_len >= 2, "max_seq_len must be at least 2, got {}", o.max_seq_len);
+  HONE_CHECK(o.format != InstructTemplate::text || !o.in_chat_format,
+             "dataset.template text learns whole texts, which have no prompt and answer to write as a chat: "
+             "in_chat_format does not apply");
   InstructDataset out;
   const auto keep = [&](TokenizedSample s) {
     if (fit_sample(s, o.max_seq_len, out.truncated)) out.samples.push_back(std::move(s));
@@ -699,6 +745,9 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
     std::vector<Piece> pieces;
     if (o.format == InstructTemplate::chat) {
       pieces = chat_pieces(messages_of(r, o), t, o, r.where, /*generation_prompt=*/false);
+    } else if (o.format == InstructTemplate::text) {
+      // TRL's language modeling: the whole text learned (no prompt), then EOS.
+      pieces = template_pieces({}, text_field(r, "text", o), t, o, r.where);
     } else {
       std::map<std::string, std::string> fields;
       switch (o.format) {
@@ -718,37 +767,87 @@ InstructDataset load_instruct_dataset(const std::string& path, const Tokenizer& 
 
 namespace {
 
-// One side of a preference record (`side`: chosen or rejected): its
-// conversation, or the record's prompt with this answer.
-TokenizedSample preference_sample(const Record& r, const std::string& side, const Tokenizer& t,
-                                  const InstructOptions& o) {
-  const std::string column = column_of(side, o);
-  const auto it = r.value.find(column);
-  HONE_CHECK(it != r.value.end() && (it->is_array() || it->is_string()),
-             "{}: no '{}' column{} (a list of messages, or an answer string to the record's 'prompt'; map another "
-             "with dataset.column_map.{})",
-             r.where, column, it == r.value.end() ? "" : " of messages or text", side);
-  std::vector<Piece> pieces;
-  if (it->is_array()) {
-    InstructOptions messages_column = o;
-    messages_column.column_map["messages"] = column;
-    pieces = chat_pieces(messages_of(r, messages_column), t, o, r.where, /*generation_prompt=*/false);
-  } else if (o.format == InstructTemplate::chat) {
-    pieces = chat_pieces({{"user", text_field(r, "prompt", o)}, {"assistant", it->get<std::string>()}}, t, o, r.where,
-                         /*generation_prompt=*/false);
-  } else {
-    pieces = template_pieces({{prompt_field(o), text_field(r, "prompt", o)}}, it->get<std::string>(), t, o, r.where);
+// TRL's extract_prompt of two strings: the text before the first byte they
+// differ at (moved back to a character's start, and before a space there), or
+// the shorter whole.
+size_t shared_start(const std::string& a, const std::string& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  if (n == a.size() || n == b.size()) return n;
+  while (n > 0 && (static_cast<unsigned char>(a[n]) & 0xC0) == 0x80) --n;
+  if (n > 0 && a[n - 1] == ' ') --n;
+  return n;
+}
+
+// A preference record's chosen and rejected sides: each its conversation, or
+// the record's prompt with its answer. Without a prompt column the prompt is
+// the two sides' shared start (TRL's implicit prompt): their first messages
+// alike (never learned), or their strings' shared text.
+std::pair<TokenizedSample, TokenizedSample> preference_pair(const Record& r, const Tokenizer& t,
+                                                            const InstructOptions& o) {
+  const auto side_of = [&](const std::string& side) -> const Json& {
+    const std::string column = column_of(side, o);
+    const auto it = r.value.find(column);
+    HONE_CHECK(it != r.value.end() && (it->is_array() || it->is_string()),
+               "{}: no '{}' column{} (a list of messages, or an answer string; map another with "
+               "dataset.column_map.{})",
+               r.where, column, it == r.value.end() ? "" : " of messages or text", side);
+    return *it;
+  };
+  const Json &chosen = side_of("chosen"), &rejected = side_of("rejected");
+  HONE_CHECK(chosen.is_array() == rejected.is_array(), "{}: '{}' and '{}' must both be lists of messages or both "
+             "strings", r.where, column_of("chosen", o), column_of("rejected", o));
+  const std::string prompt_column = column_of("prompt", o);
+  const bool has_prompt = r.value.contains(prompt_column);
+  const auto tokenized = [&](const std::vector<Piece>& pieces) { return tokenize(pieces, t, o.train_on_input); };
+  if (chosen.is_array()) {
+    std::vector<ChatMessage> prompt;
+    if (has_prompt && holds_list(r, prompt_column)) prompt = message_list(r, prompt_column, /*prompt=*/true);
+    else if (has_prompt) prompt = {{"user", text_field(r, "prompt", o), /*prompt=*/true}};
+    std::vector<ChatMessage> sides[2] = {message_list(r, column_of("chosen", o), false),
+                                         message_list(r, column_of("rejected", o), false)};
+    if (!has_prompt) {
+      size_t shared = 0;
+      while (shared + 1 < sides[0].size() && shared + 1 < sides[1].size() &&
+             sides[0][shared].role == sides[1][shared].role && sides[0][shared].content == sides[1][shared].content) {
+        ++shared;
+      }
+      for (auto& side : sides) for (size_t i = 0; i < shared; ++i) side[i].prompt = true;
+    }
+    const auto conversation = [&](std::vector<ChatMessage> side) {
+      std::vector<ChatMessage> messages = prompt;
+      messages.insert(messages.end(), side.begin(), side.end());
+      return tokenized(chat_pieces(std::move(messages), t, o, r.where, /*generation_prompt=*/false));
+    };
+    return {conversation(sides[0]), conversation(sides[1])};
   }
-  return tokenize(pieces, t, o.train_on_input);
+  std::string prompt, answers[2] = {chosen.get<std::string>(), rejected.get<std::string>()};
+  if (has_prompt) {
+    prompt = text_field(r, "prompt", o);
+  } else {
+    const size_t shared = shared_start(answers[0], answers[1]);
+    prompt = answers[0].substr(0, shared);
+    for (std::string& answer : answers) answer.erase(0, shared);
+  }
+  const auto answered = [&](const std::string& answer) {
+    if (o.format == InstructTemplate::chat) {
+      return tokenized(chat_pieces({{"user", prompt}, {"assistant", answer}}, t, o, r.where,
+                                   /*generation_prompt=*/false));
+    }
+    return tokenized(template_pieces({{prompt_field(o), prompt}}, answer, t, o, r.where));
+  };
+  return {answered(answers[0]), answered(answers[1])};
 }
 
 }  // namespace
 
 InstructDataset load_preference_dataset(const std::string& path, const Tokenizer& t, const InstructOptions& o) {
   HONE_CHECK(o.max_seq_len >= 2, "max_seq_len must be at least 2, got {}", o.max_seq_len);
+  HONE_CHECK(o.format != InstructTemplate::text, "dataset.template text learns whole texts; preference pairs are a "
+             "prompt's two answers (dataset.template: chat or plain)");
   InstructDataset out;
   for (const Record& r : read_records(path)) {
-    TokenizedSample chosen = preference_sample(r, "chosen", t, o), rejected = preference_sample(r, "rejected", t, o);
+    auto [chosen, rejected] = preference_pair(r, t, o);
     const bool usable = fit_sample(chosen, o.max_seq_len, out.truncated) & fit_sample(rejected, o.max_seq_len, out.truncated);
     if (!usable) {
       ++out.dropped;

@@ -30,7 +30,7 @@ struct Record {
 // str, int and json columns).
 std::vector<Record> read_records(const std::string& path);
 
-enum class InstructTemplate { alpaca, summarize, plain, chat };
+enum class InstructTemplate { alpaca, summarize, plain, chat, text };
 enum class ChatFormat { llama3, llama2, chatml };
 
 InstructTemplate parse_instruct_template(const std::string& name);
@@ -104,6 +104,9 @@ std::string format_prompt(const std::map<std::string, std::string>& fields, cons
 struct ChatMessage {
   std::string role;  // system, user or assistant
   std::string content;
+  // A message of the record's prompt (TRL's prompt/completion layout, a
+  // preference pair's prompt or shared turns): never learned.
+  bool prompt = false;
 };
 
 // The tokens a model is given to answer, as training formatted its prompts: for

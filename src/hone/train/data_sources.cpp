@@ -140,8 +140,10 @@ data::StreamOptions with_document_boundaries(const Config& c, data::StreamOption
 
 Schema instruct_dataset_schema(const std::string& template_default) {
   Schema s;
-  s.add({"dataset.template", ValueType::string, template_default, "how records become prompts",
-         {"alpaca", "summarize", "plain", "chat"}});
+  s.add({"dataset.template", ValueType::string, template_default,
+         "how records become samples: alpaca, summarize, plain (prompt and response), chat (messages), text (a "
+         "whole text learned, TRL's language modeling)",
+         {"alpaca", "summarize", "plain", "chat", "text"}});
   s.add({"dataset.chat_format", ValueType::string, "llama3", "chat template (and in_chat_format's)",
          {"llama3", "llama2", "chatml"}});
   s.add({"dataset.in_chat_format", ValueType::boolean, false,
