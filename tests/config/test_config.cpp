@@ -74,6 +74,12 @@ TEST(Config, AliasesThatExpandWithoutEndAreRefused) {
             "bomb.yaml: more than 100000 values (YAML aliases that expand without end?)");
   const Config c = Config::from_yaml("base: &b {lr: 0.1}\nother: *b\n", "aliases.yaml");
   EXPECT_DOUBLE_EQ(c.get<double>("other.lr"), 0.1);
+  // An alias inside what it names nests without end (it overflowed the stack).
+  for (const char* cycle : {"a: &a [*a]\n", "a: &a {b: *a}\n"}) {
+    EXPECT_EQ(error_of([&] { Config::from_yaml(cycle, "cycle.yaml"); }),
+              "cycle.yaml:1: values nested more than 64 deep (a YAML alias inside what it names?)")
+        << cycle;
+  }
 }
 
 TEST(Config, OverridesSetNestedKeysAndLists) {

@@ -46,18 +46,23 @@ Json scalar_to_json(const YAML::Node& node) {
 // More values than any config holds: YAML aliases of aliases ("billion laughs")
 // expand without end, and a few lines would otherwise take all memory.
 constexpr int64_t kMaxConfigValues = 100'000;
+// Deeper than any config nests: an alias inside what it names (`a: &a [*a]`)
+// nests without end, and would overflow the stack before the budget ran out.
+constexpr int kMaxConfigDepth = 64;
 
-// `budget`: how many more values may come.
-Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& budget) {
+// `budget`: how many more values may come; `depth`: this node's nesting.
+Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& budget, int depth = 0) {
   HONE_CHECK(--budget >= 0, "{}: more than {} values (YAML aliases that expand without end?)", origin,
              kMaxConfigValues);
+  HONE_CHECK(depth <= kMaxConfigDepth, "{}:{}: values nested more than {} deep (a YAML alias inside what it names?)",
+             origin, node.Mark().line + 1, kMaxConfigDepth);
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Scalar: return scalar_to_json(node);
     case YAML::NodeType::Sequence: {
       Json list = Json::array();
-      for (const auto& item : node) list.push_back(yaml_to_json(item, origin, budget));
+      for (const auto& item : node) list.push_back(yaml_to_json(item, origin, budget, depth + 1));
       return list;
     }
     case YAML::NodeType::Map: {
@@ -77,13 +82,13 @@ Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& bu
           continue;
         }
         HONE_CHECK(!map.contains(key), "{}:{}: key '{}' appears twice", origin, kv.first.Mark().line + 1, key);
-        map[key] = yaml_to_json(kv.second, origin, budget);
+        map[key] = yaml_to_json(kv.second, origin, budget, depth + 1);
       }
       // The merged mappings fill in the keys the mapping leaves out; the first listed wins.
       for (const YAML::Node& base : merged) {
         HONE_CHECK(base.IsMap(), "{}:{}: '<<' merges mappings, not a {}", origin, base.Mark().line + 1,
                    base.IsSequence() ? "list" : "value");
-        const Json entries = yaml_to_json(base, origin, budget);
+        const Json entries = yaml_to_json(base, origin, budget, depth + 1);
         for (const auto& [key, value] : entries.items()) {
           if (!map.contains(key)) map[key] = value;
         }
