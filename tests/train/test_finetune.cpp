@@ -255,7 +255,10 @@ TEST_F(FinetuneRun, ExportsThatWouldFailAreRefusedBeforeTraining) {
       {{"export.hf=" + root_ + "/both", "export.peft=" + root_ + "/both/"}, "export.peft " + root_ +
                                                                                 "/both/ and export.hf " + root_ +
                                                                                 "/both overlap"},
-      {{"export.hf=" + root_ + "/both", "export.peft=" + root_ + "/both/peft"}, "overlap: give each a folder"}};
+      {{"export.hf=" + root_ + "/both", "export.peft=" + root_ + "/both/peft"}, "overlap: give each a folder"},
+      // The run's own folder and its checkpoints' (found after training, before).
+      {{"export.hf=" + root_ + "/refused_export"}, "export.hf " + root_ + "/refused_export is the run's own folder"},
+      {{"export.peft=" + root_ + "/refused_export/step_0000002"}, "is the run's own folder (output_dir"}};
   for (const auto& [exports, message] : refused) {
     auto args = lora_args("refused_export", 2);
     args.insert(args.end(), exports.begin(), exports.end());

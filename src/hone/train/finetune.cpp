@@ -43,20 +43,31 @@ int64_t sample_length(const Config& c, const ModelConfig& model) {
 }
 
 // What would make the exports fail after training, checked before it: a
-// destination taken or that cannot be made, a shape the format cannot hold, and
-// export.peft and export.hf in one folder (each is written whole).
+// destination taken or that cannot be made, a shape the format cannot hold,
+// export.peft and export.hf in one folder (each is written whole), and an
+// export in output_dir's place or among its checkpoints (the run makes that folder).
 void check_exports(const Config& c, const ModelConfig& model, const std::optional<LoraConfig>& lora) {
   if (c.has("export.peft")) check_peft_export(model, *lora, c.get<std::string>("export.peft"));
   if (c.has("export.hf")) check_hf_export(model, c.get<std::string>("export.hf"));
-  if (!c.has("export.peft") || !c.has("export.hf")) return;
-  const auto normal = [&](const char* key) {
-    const fs::path p = fs::absolute(c.get<std::string>(key)).lexically_normal();
+  const auto normal = [&](const std::string& path) {
+    const fs::path p = fs::absolute(path).lexically_normal();
     return p.filename().empty() ? p.parent_path() : p;  // "out/hf/" is out/hf
   };
-  const fs::path peft = normal("export.peft"), hf = normal("export.hf");
   const auto within = [](const fs::path& inner, const fs::path& outer) {
     return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
   };
+  const fs::path output_dir = normal(c.get<std::string>("output_dir"));
+  for (const char* key : {"export.peft", "export.hf"}) {
+    if (!c.has(key)) continue;
+    const fs::path out = normal(c.get<std::string>(key));
+    // output_dir itself and its step folders (an export beside them in it is fine).
+    const bool taken = out == output_dir ||
+                       (within(out, output_dir) && out.lexically_relative(output_dir).begin()->string().starts_with("step_"));
+    HONE_CHECK(!taken, "{}: {} {} is the run's own folder (output_dir {}, or a checkpoint in it): give another",
+               c.origin_of(key), key, c.get<std::string>(key), c.get<std::string>("output_dir"));
+  }
+  if (!c.has("export.peft") || !c.has("export.hf")) return;
+  const fs::path peft = normal(c.get<std::string>("export.peft")), hf = normal(c.get<std::string>("export.hf"));
   HONE_CHECK(!within(peft, hf) && !within(hf, peft),
              "{}: export.peft {} and export.hf {} overlap: give each a folder of its own (each is written whole, and "
              "PEFT and transformers each read their own)",
