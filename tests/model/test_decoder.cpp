@@ -224,6 +224,11 @@ TEST(Generate, GreedyMatchesRepeatedFullForwardAndStopsOnStopTokens) {
   o.max_new_tokens = 100;
   EXPECT_EQ(generate(m, {prompt}, o).completions[0].size(), 35u);
   EXPECT_THROW(generate(m, {tokens_of(41, 3)}, o), Error);  // a prompt longer than max_seq_len
+  // A vocabulary padded past the tokenizer's: ids from its first vocab_size only.
+  o = {.max_new_tokens = 30, .sampling = {.temperature = 5.0}, .seed = 3, .vocab_size = 4};
+  for (const auto& completion : generate(m, {prompt, tokens_of(3, 4)}, o).completions) {
+    for (const int32_t id : completion) EXPECT_LT(id, 4);
+  }
 }
 
 // What a completion ended by stop strings keeps: the text before the earliest.

@@ -135,6 +135,10 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
   g.completions.resize(prompts.size());
   g.cache_bytes = decoder.cache_bytes();
   std::vector<int64_t> active;
+  const int64_t vocab_size = model.config().vocab_size;
+  HONE_CHECK(o.vocab_size <= vocab_size, "generation draws from {} ids, more than the model's vocabulary of {}",
+             o.vocab_size, vocab_size);
+  const size_t drawn = size_t(o.vocab_size > 0 ? o.vocab_size : vocab_size);
   std::vector<int32_t> next;
   auto start = Clock::now();
   // Each sequence so far (prompt, then completion), for the repetition penalty.
@@ -142,7 +146,8 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Tensor logits = decoder.prefill(int64_t(i), prompts[i]);
     g.prompt_tokens += int64_t(prompts[i].size());
-    next.push_back(sample_token(logits.to_vector<float>(), o.sampling, rng, seen[i]));
+    const std::vector<float> values = logits.to_vector<float>();
+    next.push_back(sample_token(std::span(values).first(drawn), o.sampling, rng, seen[i]));
     active.push_back(int64_t(i));
   }
   g.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -169,7 +174,7 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
     const size_t vocab = size_t(model.config().vocab_size);
     next.clear();
     for (size_t k = 0; k < active.size(); ++k) {
-      const std::span<const float> row = std::span(values).subspan(k * vocab, vocab);
+      const std::span<const float> row = std::span(values).subspan(k * vocab, drawn);
       next.push_back(sample_token(row, o.sampling, rng, seen[size_t(active[k])]));
     }
   }

@@ -31,6 +31,9 @@ struct GenerationOptions {
   SamplingOptions sampling;
   uint64_t seed = 0;
   std::vector<int32_t> stop_tokens;  // ends a sequence (the stop token is kept)
+  // > 0: tokens are drawn from the first this many ids only (a model's
+  // vocabulary padded past its tokenizer's, GPT-2's 50304 for 50257, has rows no text has).
+  int64_t vocab_size = 0;
   // When given, also ends sequence i once it returns true for its completion so
   // far (e.g. a stop string in the decoded text).
   std::function<bool(size_t i, const std::vector<int32_t>& completion)> finished;

@@ -321,6 +321,7 @@ std::vector<std::string> generate_until(Transformer& model, const Tokenizer& tok
   GenerationOptions o;
   o.max_new_tokens = options.max_new_tokens;
   o.sampling.temperature = 0;
+  o.vocab_size = std::min<int64_t>(tokenizer.vocab_size(), model.config().vocab_size);  // no padding rows
   if (tokenizer.eos_id()) o.stop_tokens.push_back(*tokenizer.eos_id());
   std::vector<std::string> completions;
   for (size_t first = 0; first < prompts.size(); first += size_t(options.batch_size)) {

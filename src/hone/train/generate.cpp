@@ -213,6 +213,7 @@ int run_generate(const Config& c) {
   o.max_new_tokens = c.get<int64_t>("max_new_tokens");
   o.sampling = sampling_options(c, m.generation_config);
   o.seed = uint64_t(c.get<int64_t>("seed"));
+  o.vocab_size = std::min<int64_t>(m.tokenizer->vocab_size(), m.model->config().vocab_size);
   // The end of an answer, and EOS (where transformers' generate() stops too).
   o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));
   if (const auto eos = m.tokenizer->eos_id(); eos && *eos != o.stop_tokens.front()) o.stop_tokens.push_back(*eos);
