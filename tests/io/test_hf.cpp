@@ -622,6 +622,19 @@ TEST_F(HfTest, TensorsOfDtypesHoneLacksAreAnErrorOnlyWhereRead) {
   EXPECT_EQ(with_buffer.params().values().to_vector<float>(), original.params().values().to_vector<float>());
 }
 
+// A config.json cut short names the byte; a folder in its place says so.
+TEST_F(HfTest, AConfigJsonThatCannotBeReadIsNamedWithItsByte) {
+  const std::string dir = copy_fixture("llama32_tied_bf16");
+  const std::string config = dir + "/config.json";
+  write_text(config, read_text(config).substr(0, 40));
+  std::string err = error_of([&] { read_hf_config(dir); });
+  EXPECT_NE(err.find(config + ": byte 41: not valid JSON (parse error at line 3, column 18: "), std::string::npos) << err;
+  fs::remove(config);
+  fs::create_directory(config);
+  err = error_of([&] { read_hf_config(dir); });
+  EXPECT_NE(err.find(config + ": a folder, not a file"), std::string::npos) << err;
+}
+
 // transformers 5 writes rope_theta and rope_scaling's fields together as
 // rope_parameters (and torch_dtype as dtype).
 TEST_F(HfTest, Transformers5RopeParametersAreRead) {

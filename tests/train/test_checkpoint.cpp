@@ -112,6 +112,12 @@ TEST_F(CheckpointTest, CorruptionIsReportedByFile) {
   EXPECT_NE(err.find("truncated"), std::string::npos) << err;
 
   const std::string third = save(7);
+  fs::remove(third + "/model.json");
+  fs::create_directory(third + "/model.json");  // a folder where a listed file was
+  err = error_loading(third);
+  EXPECT_NE(err.find(third + "/model.json: not a file (listed in " + third + "/manifest.json as one)"),
+            std::string::npos)
+      << err;
   fs::remove(third + "/manifest.json");
   EXPECT_NE(error_loading(third).find("not a complete checkpoint"), std::string::npos);
   EXPECT_THROW(find_checkpoint(dir_, dir_ + "/step_9999999"), Error);

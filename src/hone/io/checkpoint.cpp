@@ -342,6 +342,7 @@ void verify_listed_file(const std::string& folder, const std::string& file, cons
                         const std::string& manifest_path) {
   const std::string path = (fs::path(folder) / file).string();
   HONE_CHECK(fs::exists(path), "{}: missing (listed in {})", path, manifest_path);
+  HONE_CHECK(fs::is_regular_file(path), "{}: not a file (listed in {} as one)", path, manifest_path);
   const uint64_t size = fs::file_size(path);
   HONE_CHECK(size == info["bytes"].get<uint64_t>(), "{}: {} bytes, the manifest says {} (truncated?)", path, size,
              info["bytes"].get<uint64_t>());

@@ -4,15 +4,21 @@
 #include <fstream>
 
 #include "hone/core/error.hpp"
+#include "hone/core/files.hpp"
 
 namespace hone {
 
 Json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  HONE_CHECK(in.good(), "{}: cannot read", path);
-  Json j = Json::parse(in, nullptr, false);
-  HONE_CHECK(!j.is_discarded(), "{}: not valid JSON", path);
-  return j;
+  const std::string text = read_file(path);  // a folder in the file's place named as such
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 2: ...": the part after "] ", and the byte.
+    std::string_view what = e.what();
+    if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
+    const auto* syntax = dynamic_cast<const Json::parse_error*>(&e);
+    fail("{}: {}not valid JSON ({})", path, syntax ? fmt::format("byte {}: ", syntax->byte) : "", what);
+  }
 }
 
 WrittenFile write_json_file(const std::string& path, const Json& j) {
