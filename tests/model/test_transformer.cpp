@@ -530,6 +530,15 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
   EXPECT_EQ(model_preset("mpt_7B").num_params(), 6649286656);
   for (const std::string& name : model_preset_names()) EXPECT_NO_THROW(model_preset(name).validate()) << name;
   EXPECT_THROW(model_preset("llama4"), Error);
+  // Sizes past any model's (a mistyped key) are errors, before memory is asked for them.
+  ModelConfig huge = model_preset("llama_tiny");
+  huge.n_layers = 10'000'000;
+  EXPECT_EQ(error_of([&] { huge.validate(); }),
+            "model 'llama_tiny': model.n_layers 10000000 is beyond 4096, more than any model has");
+  huge = model_preset("llama_tiny");
+  huge.dim = int64_t(1) << 62;
+  EXPECT_NE(error_of([&] { huge.validate(); }).find("model.dim 4611686018427387904 is beyond 262144"),
+            std::string::npos);
 }
 
 TEST(Presets, TinyModelParametersMatchTheCount) {

@@ -15,6 +15,17 @@ void ModelConfig::validate() const {
   positive("n_kv_heads", n_kv_heads);
   positive("ffn_dim", ffn_dim);
   positive("max_seq_len", max_seq_len);
+  // Bounds well past any real model's: products of sizes then fit 64 bits, and
+  // a mistyped size is an error here, not terabytes asked of memory later.
+  const auto at_most = [&](const char* key, int64_t value, int64_t limit) {
+    HONE_CHECK(value <= limit, "model '{}': model.{} {} is beyond {}, more than any model has", name, key, value,
+               limit);
+  };
+  at_most("n_layers", n_layers, 4096);
+  at_most("dim", dim, int64_t(1) << 18);
+  at_most("ffn_dim", ffn_dim, int64_t(1) << 20);
+  at_most("vocab_size", vocab_size, (int64_t(1) << 31) - 1);  // token ids are 32-bit
+  at_most("max_seq_len", max_seq_len, int64_t(1) << 24);
   HONE_CHECK(dim % n_heads == 0, "model '{}': model.dim {} is not a multiple of model.n_heads {}", name, dim,
              n_heads);
   HONE_CHECK(n_heads % n_kv_heads == 0, "model '{}': model.n_heads {} is not a multiple of model.n_kv_heads {}",
