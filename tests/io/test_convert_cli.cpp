@@ -254,6 +254,8 @@ TEST_F(ConvertCli, BadInputsExitTwoWithOneLine) {
   expect_error({fixture("gpt2"), dir_ + "/x", "--to", "hf", "--shard-size", "lots"}, "--shard-size: 'lots'");
   expect_error({fixture("gpt2"), dir_ + "/x", "--to", "hone", "--shard-size", "1MB"},
                "hone: error: --shard-size splits a Hugging Face export (--to hf)");
+  expect_error({fixture("gpt2"), dir_ + "/x", "--to", "hf", "--tokenizer", fixture("gpt2/config.json")},
+               "hone: error: --tokenizer " + fixture("gpt2/config.json") + ": a file, not a folder; give the folder");
 
   fs::create_directories(dir_ + "/broken");
   fs::copy_file(fixture("gpt2/model.safetensors"), dir_ + "/broken/model.safetensors");

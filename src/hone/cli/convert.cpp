@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <fmt/ranges.h>
 
 #include "hone/cli/commands.hpp"
@@ -139,6 +140,10 @@ Command add_convert(CLI::App& app) {
     options.to = args->to == "hf" ? ModelFolderKind::hf : ModelFolderKind::hone;
     if (!args->dtype.empty()) options.dtype = parse_dtype(args->dtype);
     options.shard_bytes = parse_size(args->shard_size);
+    HONE_CHECK(args->tokenizer.empty() || std::filesystem::is_directory(args->tokenizer),
+               "--tokenizer {}: {}; give the folder of the tokenizer's files (tokenizer.json, tokenizer.model, "
+               "vocab.json, ...)",
+               args->tokenizer, std::filesystem::exists(args->tokenizer) ? "a file, not a folder" : "no such folder");
     options.tokenizer_dir = args->tokenizer;
     options.adapter = args->adapter;
     // Large models take minutes: a line redrawn as their weights go through.
