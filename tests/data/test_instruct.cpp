@@ -42,6 +42,14 @@ class InstructTest : public ::testing::Test {
 
   std::vector<int32_t> ids(const Tokenizer& t, const std::string& text) { return t.encode(text); }
 
+  // The text of a Llama 3 sample's learned tokens (its labels not masked).
+  static std::string learned_text(const TokenizedSample& s) {
+    std::vector<int32_t> learned;
+    for (const int32_t label : s.labels)
+      if (label != data::kIgnoreTarget) learned.push_back(label);
+    return llama3_->decode(learned);
+  }
+
   static const Tokenizer* gpt2_;
   static const Tokenizer* llama3_;
   std::string dir_;
@@ -681,12 +689,6 @@ TEST_F(InstructTest, TrlLayoutsReadAsTrlReadsThem) {
   const auto sample = [&](const std::string& record, const InstructOptions& o) {
     return data::load_instruct_dataset(file("trl.jsonl", record + "\n"), *llama3_, o).samples.at(0);
   };
-  const auto learned_text = [&](const TokenizedSample& s) {
-    std::vector<int32_t> learned;
-    for (size_t i = 1; i < s.labels.size(); ++i)
-      if (s.labels[i] != -100) learned.push_back(s.labels[i]);
-    return llama3_->decode(learned);
-  };
   const TokenizedSample text = sample(R"({"text": "The sky is blue."})", {.format = InstructTemplate::text});
   EXPECT_EQ(llama3_->decode(text.tokens), "<|begin_of_text|>The sky is blue.<|end_of_text|>");
   EXPECT_EQ(learned_text(text), "The sky is blue.<|end_of_text|>");
@@ -727,12 +729,6 @@ TEST_F(InstructTest, PreferencePromptsExplicitAndImplicitAsTrlReadsThem) {
   const auto pair = [&](const std::string& name, const std::string& record, const InstructOptions& o) {
     const auto d = data::load_preference_dataset(file(name, record + "\n"), *llama3_, o);
     return std::pair{d.samples.at(0), d.samples.at(1)};
-  };
-  const auto learned_text = [&](const TokenizedSample& s) {
-    std::vector<int32_t> learned;
-    for (size_t i = 0; i < s.labels.size(); ++i)
-      if (s.labels[i] != -100) learned.push_back(s.labels[i]);
-    return llama3_->decode(learned);
   };
   // Implicit, strings, plain template: prompt "The sky is", answers " blue." and " green.".
   const auto [blue, green] = pair("s.jsonl", R"({"chosen": "The sky is blue.", "rejected": "The sky is green."})",
