@@ -739,7 +739,9 @@ TEST_F(TrainingRun, ARunFailingBeforeItsFirstStepLeavesNoFolderBehind) {
   const std::pair<std::vector<std::string>, std::string> failures[] = {
       {{"resume=" + root_ + "/nowhere"}, "is not a checkpoint folder"},
       {{"dataset.type=megatron", "dataset.path=" + root_ + "/wide_text_document", "model.vocab_size=100"},
-       "holds token id 200, outside the model's vocabulary of 100"}};
+       "holds token id 200, outside the model's vocabulary of 100"},
+      // Nothing left to train on: the key that held it out named.
+      {{"dataset.validation_fraction=0.999"}, "(dataset.validation_fraction 0.999 holds out the rest: lower it)"}};
   for (const auto& [overrides, error] : failures) {
     std::vector<std::string> args = {"run", "pretrain", "--config", config("failed", 2)};
     args.insert(args.end(), overrides.begin(), overrides.end());

@@ -67,7 +67,15 @@ int run_pretrain(const Config& c) {
                                                                          .rank = world.dp_rank(),
                                                                          .world_size = world.dp_size(),
                                                                          .vocab_size = model_config.vocab_size});
-  data::PretrainStream train(data.train, data.train_weights, train_options);
+  std::unique_ptr<data::PretrainStream> train;
+  try {
+    train = std::make_unique<data::PretrainStream>(data.train, data.train_weights, train_options);
+  } catch (const Error& e) {
+    // Too little left to train on: say which key holds the rest out.
+    if (c.has("dataset.validation_path") || c.get<double>("dataset.validation_fraction") == 0) throw;
+    fail("{}: training data: {} (dataset.validation_fraction {} holds out the rest: lower it)", c.origin_of("dataset"),
+         e.what(), c.get<double>("dataset.validation_fraction"));
+  }
   std::unique_ptr<data::PretrainStream> valid;
   if (!data.validation.empty()) {
     data::StreamOptions valid_options = train_options;
@@ -88,7 +96,7 @@ int run_pretrain(const Config& c) {
   model.init_weights(run.seed);
   return run_training(c, {.world = &world,
                           .model = &model,
-                          .train = &train,
+                          .train = train.get(),
                           .validation = valid.get(),
                           .seq_len = seq_len,
                           .data_description = data.description,
