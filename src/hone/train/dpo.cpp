@@ -118,12 +118,13 @@ Metrics DpoSums::means(const std::string& prefix) const {
           {prefix + "log_probs/rejected", rejected_log_probs / n}};
 }
 
-DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config, Transformer* reference_model) {
+DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config, Transformer* reference_model,
+                       int64_t pairs) {
   const int64_t rows = batch.tokens.size(0);
   HONE_CHECK(rows % 2 == 0, "a DPO batch holds pairs of rows, got {} rows", rows);
+  const size_t counted_rows = pairs < 0 ? size_t(rows) : size_t(std::min(2 * pairs, rows));
   // Without a reference (SimPO) π is a per-token mean and r is 0.
   std::vector<double> reference(size_t(rows), 0.0), per_row(size_t(rows), 1.0);
-  const std::vector<double> answer_tokens = row_answer_tokens(batch.targets);
   if (config.uses_reference() && reference_model) {
     reference_model->forward(batch.tokens, batch.targets, batch.positions);
     reference = row_log_probs(*reference_model, rows);
@@ -136,7 +137,8 @@ DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& 
     model.set_adapters_enabled(true);
     reference = row_log_probs(model, rows);
   } else {
-    for (size_t row = 0; row < size_t(rows); ++row) per_row[row] = std::max(answer_tokens[row], 1.0);
+    per_row = row_answer_tokens(batch.targets);
+    for (double& n : per_row) n = std::max(n, 1.0);
   }
   model.forward(batch.tokens, batch.targets, batch.positions);
   std::vector<double> policy = row_log_probs(model, rows);
@@ -145,11 +147,8 @@ DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& 
   const double beta = config.beta;
   DpoForward out;
   out.d_log_probs.assign(size_t(rows), 0.0);
-  for (size_t c = 0; c < size_t(rows); c += 2) {
+  for (size_t c = 0; c < counted_rows; c += 2) {
     const size_t r = c + 1;
-    // An evaluation pass's last batch is padded with pairs of no answer (training
-    // drops such pairs when it reads them): they count nothing.
-    if (answer_tokens[c] == 0 && answer_tokens[r] == 0) continue;
     const double chosen_reward = beta * (policy[c] - reference[c]);
     const double rejected_reward = beta * (policy[r] - reference[r]);
     const PairLoss pair = pair_loss(config, (policy[c] - reference[c]) - (policy[r] - reference[r]));
@@ -228,7 +227,15 @@ class Dpo final : public Objective {
     model.set_training(false);
     DpoSums sums;
     for (int64_t i = 0; i < batches && !source.pass_done(); ++i) {
-      sums.add(dpo_forward(model, source.next().to(model.device()), config_, reference_).sums);
+      // The pass's padding pairs, which have no answer (training drops such
+      // pairs when it reads them), trail the batch: counted on the host.
+      const Batch batch = source.next();
+      const std::vector<double> answers = row_answer_tokens(batch.targets);
+      int64_t pairs = 0;
+      while (size_t(2 * pairs) < answers.size() && answers[size_t(2 * pairs)] + answers[size_t(2 * pairs + 1)] > 0) {
+        ++pairs;
+      }
+      sums.add(dpo_forward(model, batch.to(model.device()), config_, reference_, pairs).sums);
     }
     model.set_training(true);
     if (dist::DataParallel* parallel = world.data_parallel()) sums = summed_over(sums, *parallel);

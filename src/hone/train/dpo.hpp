@@ -63,8 +63,10 @@ struct DpoForward {
   DpoSums sums;
   std::vector<double> d_log_probs;  // [rows]
 };
+// `pairs`: the first that many pairs count (an evaluation pass's last batch
+// is padded after them); -1: all.
 DpoForward dpo_forward(Transformer& model, const Batch& batch, const DpoConfig& config,
-                       Transformer* reference = nullptr);
+                       Transformer* reference = nullptr, int64_t pairs = -1);
 // The token weights (Transformer::backward) that make backward(1) add the
 // gradient of scale · Σ pair losses, for the batch of the last dpo_forward.
 Tensor dpo_token_weights(const Transformer& model, const DpoForward& forward, const Batch& batch, double scale);
