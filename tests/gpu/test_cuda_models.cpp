@@ -328,12 +328,15 @@ TEST_P(CudaPreset, DecodingMatchesTheCpu) {
   for (const Device device : {Device::cpu(), kGpu}) {
     Transformer m(small(GetParam()), DType::f32, device);
     m.init_weights(5);
-    Decoder d(m, 2, 30);
+    Decoder d(m, 3, 30);
     logits[which].push_back(d.prefill(0, prompt));
-    logits[which].push_back(d.prefill(1, std::span(prompt).first(4)));
+    // Two prompts packed into one row, each attending within itself.
+    const std::vector<std::vector<int32_t>> packed = {{prompt.begin(), prompt.begin() + 4},
+                                                      {prompt.rbegin(), prompt.rend()}};
+    logits[which].push_back(d.prefill(std::vector<int64_t>{1, 2}, packed));
     for (int step = 0; step < 6; ++step) {
-      const std::vector<int64_t> slots = {0, 1};
-      const std::vector<int32_t> feed = {int32_t(step * 3 % 50), int32_t(step * 11 % 50)};
+      const std::vector<int64_t> slots = {0, 1, 2};
+      const std::vector<int32_t> feed = {int32_t(step * 3 % 50), int32_t(step * 11 % 50), int32_t(step * 5 % 50)};
       logits[which].push_back(d.decode(slots, feed));
     }
     ++which;

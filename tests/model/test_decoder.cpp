@@ -55,6 +55,43 @@ TEST_P(DecoderTest, TeacherForcedDecodingEqualsTheFullForwardPass) {
   EXPECT_THROW(d.prefill(0, std::vector<int32_t>(31, 1)), Error);  // does not fit the cache
 }
 
+// Prompts prefilled together (packed into rows of up to max_seq_len = 40
+// tokens here: 23 + 9 in one, 17 in the next) give each its own logits and cache,
+// and a copied slot decodes as the one it copies.
+TEST_P(DecoderTest, PromptsPrefilledTogetherEqualTheirOwnForwardPasses) {
+  const auto [name, dtype] = GetParam();
+  Transformer m(family(name), dtype);
+  m.init_weights(5);
+  const double tolerance = dtype == DType::f64 ? 1e-12 : 1e-5;
+  const std::vector<std::vector<int32_t>> texts = {tokens_of(30, 1), tokens_of(26, 2), tokens_of(20, 3)};
+  const std::vector<int64_t> prompt_lengths = {23, 9, 17}, slots = {2, 0, 1};
+  std::vector<Tensor> full;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    full.push_back(full_logits(m, texts[i]));
+    prompts.emplace_back(texts[i].begin(), texts[i].begin() + prompt_lengths[i]);
+  }
+  Decoder d(m, 4, 30);
+  const Tensor first = d.prefill(slots, prompts);
+  ASSERT_EQ(first.shape(), Shape({3, 50}));
+  for (size_t i = 0; i < texts.size(); ++i) {
+    expect_close(first[int64_t(i)], full[i][prompt_lengths[i] - 1], tolerance, fmt::format("{} prefill {}", name, i));
+    EXPECT_EQ(d.length(slots[i]), prompt_lengths[i]);
+  }
+  d.copy_slot(0, 3);  // slot 0 holds the second prompt
+  for (int64_t step = 0; step < 3; ++step) {
+    std::vector<int32_t> feed;
+    for (size_t i = 0; i < texts.size(); ++i) feed.push_back(texts[i][size_t(prompt_lengths[i] + step)]);
+    feed.push_back(feed[1]);
+    const Tensor logits = d.decode(std::vector<int64_t>{2, 0, 1, 3}, feed);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      expect_close(logits[int64_t(i)], full[i][prompt_lengths[i] + step], tolerance,
+                   fmt::format("{} decode {} at step {}", name, i, step));
+    }
+    expect_close(logits[3], full[1][prompt_lengths[1] + step], tolerance, fmt::format("{} copied slot", name));
+  }
+}
+
 // A prompt longer than a chunk of logits (64 rows here): prefill computes the
 // head on its last row alone and leaves the model's chunking as it was.
 TEST(Decoder, PrefillOfAPromptLongerThanAChunkOfLogits) {

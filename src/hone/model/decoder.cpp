@@ -1,5 +1,7 @@
 #include "hone/model/decoder.hpp"
 
+#include <algorithm>
+
 namespace hone {
 
 Decoder::Decoder(Transformer& model, int64_t max_sequences, int64_t capacity)
@@ -26,32 +28,88 @@ Decoder::~Decoder() { model_.set_activation_checkpointing(model_was_checkpointin
 
 size_t Decoder::cache_bytes() const { return 2 * k_cache_.size() * (k_cache_.empty() ? 0 : k_cache_[0].nbytes()); }
 
+Tensor Decoder::slot_rows(const Tensor& cache, int64_t slot, int64_t length) const {
+  const int64_t kv_width = cache.size(2);
+  return cache.view({cache.numel() / kv_width, kv_width}).rows(slot * capacity_, length);
+}
+
 Tensor Decoder::prefill(int64_t slot, std::span<const int32_t> prompt) {
-  const ModelConfig& c = model_.config();
-  const int64_t n = int64_t(prompt.size());
-  HONE_CHECK(slot >= 0 && slot < int64_t(lengths_.size()), "no cache slot {}", slot);
-  HONE_CHECK(n >= 1 && n <= capacity_, "a prompt of {} tokens does not fit a cache of {} positions", n, capacity_);
-  const Tensor tokens = Tensor::from(std::vector<int32_t>(prompt.begin(), prompt.end()), {1, n}).to(model_.device());
-  model_.forward_hidden(tokens, Tensor());
-  // Keep each layer's keys and values: the k and v heads of the fused qkv rows,
-  // one column-block copy per layer and cache (a copy per row was 2·n·layers
-  // transfers, each a separate call on a GPU).
-  const int64_t q_width = c.n_heads * c.head_dim(), kv_width = c.n_kv_heads * c.head_dim();
-  const auto slot_rows = [&](const Tensor& cache) {
-    return cache.view({cache.numel() / kv_width, kv_width}).rows(slot * capacity_, n);
-  };
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const Tensor& qkv = model_.acts_.layers[size_t(l)].qkv;
-    const Tensor prompt_rows = qkv.view({qkv.numel() / c.qkv_dim(), c.qkv_dim()}).rows(0, n);
-    ops::copy_columns(prompt_rows, q_width, slot_rows(k_cache_[size_t(l)]), 1.0);
-    ops::copy_columns(prompt_rows, q_width + kv_width, slot_rows(v_cache_[size_t(l)]), 1.0);
+  const std::vector<int32_t> prompts[] = {std::vector<int32_t>(prompt.begin(), prompt.end())};
+  return prefill(std::span(&slot, 1), prompts)[0];
+}
+
+Tensor Decoder::prefill(std::span<const int64_t> slots, std::span<const std::vector<int32_t>> prompts) {
+  HONE_CHECK(slots.size() == prompts.size() && !prompts.empty(), "prefill: {} slots for {} prompts", slots.size(),
+             prompts.size());
+  size_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t n = int64_t(prompts[i].size());
+    HONE_CHECK(slots[i] >= 0 && slots[i] < int64_t(lengths_.size()), "no cache slot {}", slots[i]);
+    HONE_CHECK(n >= 1 && n <= capacity_, "a prompt of {} tokens does not fit a cache of {} positions", n, capacity_);
+    longest = std::max(longest, prompts[i].size());
   }
-  lengths_[size_t(slot)] = n;
-  // Only the last position's logits: the head on one row.
-  const Tensor logits = Tensor::empty({1, c.vocab_size}, model_.dtype(), model_.device());
-  model_.project(model_.acts_.final_norm_all.rows(n - 1, 1), model_.lm_head_, nullptr, model_.output_adapters_,
-                 logits, n - 1);
-  return logits[0].to(Device::cpu());
+  const Tensor logits =
+      Tensor::empty({int64_t(prompts.size()), model_.config().vocab_size}, model_.dtype(), model_.device());
+  // Rows of consecutive prompts, each as long as the budget allows.
+  const size_t budget = std::max(longest, size_t(std::min(kPrefillRowTokens, model_.config().max_seq_len)));
+  for (size_t first = 0; first < prompts.size();) {
+    size_t end = first, tokens = 0;
+    while (end < prompts.size() && tokens + prompts[end].size() <= budget) tokens += prompts[end++].size();
+    prefill_row(slots.subspan(first, end - first), prompts.subspan(first, end - first),
+                logits.rows(int64_t(first), int64_t(end - first)));
+    first = end;
+  }
+  return logits.to(Device::cpu());
+}
+
+void Decoder::prefill_row(std::span<const int64_t> slots, std::span<const std::vector<int32_t>> prompts,
+                          const Tensor& logits) {
+  const ModelConfig& c = model_.config();
+  std::vector<int32_t> tokens, positions;  // each token's position within its own prompt
+  for (const std::vector<int32_t>& prompt : prompts) {
+    tokens.insert(tokens.end(), prompt.begin(), prompt.end());
+    for (size_t t = 0; t < prompt.size(); ++t) positions.push_back(int32_t(t));
+  }
+  const Shape row{1, int64_t(tokens.size())};
+  // Without other prompts in the row, positions are the default 0..n-1.
+  model_.forward_hidden(Tensor::from(tokens, row).to(model_.device()),
+                        prompts.size() > 1 ? Tensor::from(positions, row) : Tensor());
+  // Keep each layer's keys and values: the k and v heads of the fused qkv rows,
+  // one column-block copy per prompt, layer and cache (a copy per row was
+  // 2·n·layers transfers, each a separate call on a GPU).
+  const int64_t q_width = c.n_heads * c.head_dim(), kv_width = c.n_kv_heads * c.head_dim();
+  std::vector<int32_t> last_rows;  // each prompt's last position in the row
+  int64_t offset = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t n = int64_t(prompts[i].size()), slot = slots[i];
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const Tensor& qkv = model_.acts_.layers[size_t(l)].qkv;
+      const Tensor prompt_rows = qkv.view({qkv.numel() / c.qkv_dim(), c.qkv_dim()}).rows(offset, n);
+      ops::copy_columns(prompt_rows, q_width, slot_rows(k_cache_[size_t(l)], slot, n), 1.0);
+      ops::copy_columns(prompt_rows, q_width + kv_width, slot_rows(v_cache_[size_t(l)], slot, n), 1.0);
+    }
+    lengths_[size_t(slot)] = n;
+    offset += n;
+    last_rows.push_back(int32_t(offset - 1));
+  }
+  // Only the last positions' logits: their rows gathered (a lookup by row
+  // index), then the head on them alone, reading its weights once.
+  const auto count = int64_t(prompts.size());
+  const Tensor last = Tensor::empty({1, count, c.dim}, model_.dtype(), model_.device());
+  ops::embedding_forward(Tensor::from(last_rows, {1, count}).to(model_.device()),
+                         model_.acts_.final_norm_all.view({offset, c.dim}), Tensor(), last);
+  model_.project(last.view({count, c.dim}), model_.lm_head_, nullptr, model_.output_adapters_, logits);
+}
+
+void Decoder::copy_slot(int64_t from, int64_t to) {
+  const auto slots = int64_t(lengths_.size());
+  HONE_CHECK(from >= 0 && from < slots && to >= 0 && to < slots, "no cache slot {} or {}", from, to);
+  const int64_t n = lengths_[size_t(from)];
+  for (size_t l = 0; l < k_cache_.size(); ++l) {
+    slot_rows(k_cache_[l], to, n).copy_from(slot_rows(k_cache_[l], from, n));
+    slot_rows(v_cache_[l], to, n).copy_from(slot_rows(v_cache_[l], from, n));
+  }
+  lengths_[size_t(to)] = n;
 }
 
 Tensor Decoder::decode(std::span<const int64_t> slots, std::span<const int32_t> tokens) {

@@ -20,9 +20,19 @@ class Decoder {
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
-  // Runs `prompt` into cache slot `slot` (replacing what it held); returns the
-  // logits that follow the prompt, [vocab] on the host.
+  // Runs prompts[i] into cache slot slots[i] (replacing what it held) for
+  // every i; returns the logits that follow each prompt, [prompts, vocab] on the
+  // host. Prompts run together, packed into rows of up to kPrefillRowTokens
+  // tokens (or the longest prompt) in which each attends within itself, as
+  // training's packed samples: one pass over the weights for many short prompts,
+  // and no more activation memory than one long prompt takes.
+  Tensor prefill(std::span<const int64_t> slots, std::span<const std::vector<int32_t>> prompts);
+  // One prompt into one slot; the logits that follow it, [vocab] on the host.
   Tensor prefill(int64_t slot, std::span<const int32_t> prompt);
+  // Slot `to` holds what slot `from` holds (a prompt drawn from several times
+  // is prefilled once).
+  void copy_slot(int64_t from, int64_t to);
+  static constexpr int64_t kPrefillRowTokens = 2048;
   // Appends tokens[i] to slot slots[i] for every i; returns the logits that
   // follow each, [rows, vocab] on the host.
   Tensor decode(std::span<const int64_t> slots, std::span<const int32_t> tokens);
@@ -32,6 +42,12 @@ class Decoder {
   size_t cache_bytes() const;
 
  private:
+  // slot's first `length` cache rows of one layer's cache, as [length, KV·head_dim].
+  Tensor slot_rows(const Tensor& cache, int64_t slot, int64_t length) const;
+  // The prompts as one packed row into their slots; the logits that follow
+  // each into its row of `logits` ([prompts, vocab], the model's device).
+  void prefill_row(std::span<const int64_t> slots, std::span<const std::vector<int32_t>> prompts, const Tensor& logits);
+
   Transformer& model_;
   int64_t capacity_;
   std::vector<Tensor> k_cache_, v_cache_;  // per layer: [slots, capacity, KV·head_dim]

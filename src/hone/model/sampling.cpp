@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "hone/kernels/cpu/fast_math.hpp"
@@ -143,11 +144,27 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
   auto start = Clock::now();
   // Each sequence so far (prompt, then completion), for the repetition penalty.
   std::vector<std::vector<int32_t>> seen(prompts.begin(), prompts.end());
+  // Each distinct prompt is prefilled once, all together; a repeated one (a
+  // prompt drawn from several times) copies its cache and logits.
+  std::map<std::vector<int32_t>, size_t> distinct;  // prompt -> its row of the prefill
+  std::vector<size_t> prefill_row_of;
+  std::vector<int64_t> prefill_slots;
+  std::vector<std::vector<int32_t>> prefill_prompts;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const Tensor logits = decoder.prefill(int64_t(i), prompts[i]);
-    g.prompt_tokens += int64_t(prompts[i].size());
-    const std::vector<float> values = logits.to_vector<float>();
-    next.push_back(sample_token(std::span(values).first(drawn), o.sampling, rng, seen[i]));
+    const auto [it, is_new] = distinct.try_emplace(prompts[i], prefill_prompts.size());
+    if (is_new) {
+      prefill_slots.push_back(int64_t(i));
+      prefill_prompts.push_back(prompts[i]);
+      g.prompt_tokens += int64_t(prompts[i].size());
+    }
+    prefill_row_of.push_back(it->second);
+  }
+  const std::vector<float> first_logits = decoder.prefill(prefill_slots, prefill_prompts).to_vector<float>();
+  const size_t vocab = size_t(model.config().vocab_size);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const size_t row = prefill_row_of[i];
+    if (prefill_slots[row] != int64_t(i)) decoder.copy_slot(prefill_slots[row], int64_t(i));
+    next.push_back(sample_token(std::span(first_logits).subspan(row * vocab, drawn), o.sampling, rng, seen[i]));
     active.push_back(int64_t(i));
   }
   g.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -171,7 +188,6 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
     if (active.empty()) break;
     const Tensor logits = decoder.decode(active, feed);
     const auto values = logits.to_vector<float>();
-    const size_t vocab = size_t(model.config().vocab_size);
     next.clear();
     for (size_t k = 0; k < active.size(); ++k) {
       const std::span<const float> row = std::span(values).subspan(k * vocab, drawn);
