@@ -11,6 +11,7 @@
 #include <functional>
 #include <numeric>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -328,6 +329,45 @@ TEST_F(FinetuneRun, GenerateEndsACompletionAtAStopString) {
             std::string::npos)
       << read_file(out);
   EXPECT_NE(read_file(out).find("bandwidth achieved: n/a, no decoding step ("), std::string::npos) << read_file(out);
+}
+
+// num_samples (vLLM's n): that many completions of each prompt, each under
+// "--- sample k" and in samples_path with its index; greedy ones are all the
+// one completion, sampled ones are drawn anew (batch_size 4 splits a prompt's).
+TEST_F(FinetuneRun, GenerateDrawsNumSamplesCompletionsOfEachPrompt) {
+  const std::string prompts = root_ + "/two_prompts.txt", samples = root_ + "/num_samples.jsonl";
+  std::ofstream(prompts) << "Repeat the word tiger.\nName a color.\n";
+  const auto generate = [&](const std::string& temperature, const std::string& prompts_arg) {
+    const std::string out = root_ + "/num_samples.out";
+    EXPECT_EQ(run_hone_to_log({"run", "generate", "threads=1", "checkpoint.path=" + root_ + "/base",
+                               "tokenizer.path=" + tokenizer_, prompts_arg, "temperature=" + temperature,
+                               "max_new_tokens=6", "num_samples=3", "batch_size=4", "samples_path=" + samples},
+                              out),
+              0)
+        << read_file(out);
+    std::vector<nlohmann::json> records;
+    std::istringstream lines(read_file(samples));
+    for (std::string line; std::getline(lines, line);) records.push_back(nlohmann::json::parse(line));
+    return std::pair(read_file(out), records);
+  };
+  const auto [greedy_out, greedy] = generate("0", "prompt=Repeat the word tiger.");
+  EXPECT_NE(greedy_out.find("Repeat the word tiger.\n--- sample 0\n"), std::string::npos) << greedy_out;
+  EXPECT_NE(greedy_out.find("decode: 18 tokens for 1 prompt, 3 samples each, 15 of them decoded"), std::string::npos)
+      << greedy_out;
+  ASSERT_EQ(greedy.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(greedy[k]["sample"], k);
+    EXPECT_EQ(greedy[k]["completion"], greedy[0]["completion"]);
+  }
+  const auto [sampled_out, sampled] = generate("1.5", "prompts_file=" + prompts);
+  ASSERT_EQ(sampled.size(), 6u) << sampled_out;
+  std::set<std::string> completions;
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(sampled[k]["prompt"], k < 3 ? "Repeat the word tiger." : "Name a color.");
+    EXPECT_EQ(sampled[k]["sample"], k % 3);
+    completions.insert(sampled[k]["completion"].get<std::string>());
+  }
+  EXPECT_GE(completions.size(), 5u) << sampled_out;  // six draws of 6 tokens at temperature 1.5
 }
 
 // hone convert --to peft writes any step's adapters as the run's export.peft

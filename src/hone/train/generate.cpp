@@ -64,8 +64,13 @@ Schema generate_schema() {
   s.add_foreign("prompt.system", "torchtune's; hone's is system_prompt (with template=chat)");
   s.add_foreign("enable_kv_cache", "torchtune's; hone always decodes with a KV cache");
   s.add({"batch_size", ValueType::integer, 32,
-         "prompts decoded together (their KV caches held at once); each batch's completions print when it ends"},
+         "completions decoded together (their KV caches held at once); each batch's print when it ends"},
         Range::positive());
+  s.add({"num_samples", ValueType::integer, 1,
+         "completions drawn for each prompt (vLLM's n, transformers' num_return_sequences); the prompt is prefilled "
+         "once for them"},
+        Range::positive());
+  s.add_foreign("num_return_sequences", "transformers'; hone's is num_samples");
   return s;
 }
 
@@ -254,8 +259,12 @@ int run_generate(const Config& c) {
                cut_short == 1 ? "its completion stops" : "their completions stop");
   }
 
-  // Batches of batch_size prompts, each with seed + its index (the first: seed
-  // itself), printed as each ends; the statistics are over them all.
+  // num_samples completions of each prompt, one after another; batches of
+  // batch_size of them, each with seed + its index (the first: seed itself),
+  // printed as each ends; the statistics are over them all.
+  const auto samples_each = size_t(c.get<int64_t>("num_samples"));
+  std::vector<std::vector<int32_t>> sequences;
+  for (const std::vector<int32_t>& prompt : encoded) sequences.insert(sequences.end(), samples_each, prompt);
   Allocator& memory = allocator_for(m.model->device());
   const size_t batch_size = size_t(c.get<int64_t>("batch_size"));
   Generation g;
@@ -264,16 +273,17 @@ int run_generate(const Config& c) {
   // its next step; it is dropped (not printed cut short), and the batches
   // before it are kept, in samples_path too.
   size_t completed = 0;
-  for (size_t first = 0; first < prompts.size() && !stop_requested(); first += batch_size) {
-    const size_t count = std::min(batch_size, prompts.size() - first);
+  for (size_t first = 0; first < sequences.size() && !stop_requested(); first += batch_size) {
+    const size_t count = std::min(batch_size, sequences.size() - first);
     GenerationOptions batch_options = o;
     batch_options.seed = o.seed + uint64_t(first / batch_size) * 0x9E3779B97F4A7C15ull;
     batch_options.finished = [&](size_t i, const std::vector<int32_t>& completion) {
       return stop_requested() || (o.finished && o.finished(i, completion));
     };
-    const Generation b = generate(
-        *m.model, std::vector(encoded.begin() + std::ptrdiff_t(first), encoded.begin() + std::ptrdiff_t(first + count)),
-        batch_options);
+    const Generation b = generate(*m.model,
+                                  std::vector(sequences.begin() + std::ptrdiff_t(first),
+                                              sequences.begin() + std::ptrdiff_t(first + count)),
+                                  batch_options);
     if (stop_requested()) break;
     completed = first + count;
     for (size_t k = 0; k < count; ++k) {
@@ -281,20 +291,22 @@ int run_generate(const Config& c) {
       const bool stop_token = !text.empty() && std::ranges::find(o.stop_tokens, text.back()) != o.stop_tokens.end();
       if (stop_token) text.pop_back();  // the stop token is not part of the answer
       std::string storage;  // a completion cut inside a character ends in U+FFFD, as transformers decodes it
-      const size_t i = first + k;
+      const size_t i = (first + k) / samples_each, sample = (first + k) % samples_each;
       const std::string decoded = m.tokenizer->decode(text), before_stop = text_before_stop(decoded, stop_strings);
       const std::string completion(utf8::sanitize(before_stop, storage));
       // vLLM's finish_reason: a stop token or string ended it, or the length did (max_new_tokens, max_seq_len).
       const char* finish_reason = stop_token || before_stop.size() < decoded.size() ? "stop" : "length";
-      fmt::print("{}{}\n", prompts.size() > 1 ? fmt::format("[{}] ", i) : "", prompts[i]);
+      // The prompt, then its completions (several: each under "--- sample k").
+      if (sample == 0) fmt::print("{}{}\n", prompts.size() > 1 ? fmt::format("[{}] ", i) : "", prompts[i]);
+      if (samples_each > 1) fmt::print("--- sample {}\n", sample);
       fmt::print("{}\n\n", completion);
       if (samples) {
-        samples->write(Json{{"prompt", prompts[i]},
-                            {"completion", completion},
-                            {"tokens", b.completions[k].size()},
-                            {"finish_reason", finish_reason}}
-                           .dump(-1, ' ', false, Json::error_handler_t::replace) +
-                       "\n");
+        Json record = {{"prompt", prompts[i]},
+                       {"completion", completion},
+                       {"tokens", b.completions[k].size()},
+                       {"finish_reason", finish_reason}};
+        if (samples_each > 1) record["sample"] = sample;
+        samples->write(record.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
       }
     }
     std::fflush(stdout);
@@ -312,8 +324,9 @@ int run_generate(const Config& c) {
     fmt::print(stderr, "samples: {}\n", c.get<std::string>("samples_path"));
   }
   if (stop_requested()) {
-    fmt::print(stderr, "hone: generate stopped by signal {} after {} of {} prompts{}\n", stop_signal(), completed,
-               prompts.size(), samples ? " (samples_path holds their completions)" : "");
+    fmt::print(stderr, "hone: generate stopped by signal {} after {} of {} {}{}\n", stop_signal(), completed,
+               sequences.size(), samples_each > 1 ? "completions" : "prompts",
+               samples ? " (samples_path holds their completions)" : "");
     return 128 + stop_signal();
   }
   size_t weight_bytes = 0;
@@ -323,10 +336,11 @@ int run_generate(const Config& c) {
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", g.prompt_tokens, g.prefill_seconds,
              double(g.prompt_tokens) / std::max(g.prefill_seconds, 1e-9));
   // The first token of each completion comes with the prefill; the rest, one decoding step each.
-  const int64_t decoded = g.generated_tokens - int64_t(prompts.size());
-  const std::string generated = fmt::format("decode: {} {} for {} {}", g.generated_tokens,
-                                            plural(g.generated_tokens, "token"), prompts.size(),
-                                            plural(int64_t(prompts.size()), "prompt"));
+  const int64_t decoded = g.generated_tokens - int64_t(sequences.size());
+  const std::string generated =
+      fmt::format("decode: {} {} for {} {}{}", g.generated_tokens, plural(g.generated_tokens, "token"),
+                  prompts.size(), plural(int64_t(prompts.size()), "prompt"),
+                  samples_each > 1 ? fmt::format(", {} samples each", samples_each) : "");
   if (decoded > 0) {
     fmt::print(stderr,
                "{}, {} of them decoded in {:.3f} s: {:.1f} tokens/s (the first of each came with the prefill)\n",
