@@ -83,6 +83,22 @@ TEST(Peft, Gpt2sConv1dModulesAndItsFusedAttentionAdapter) {
   ASSERT_EQ(loaded.trainable_params().all().size(), m.trainable_params().all().size());
   for (const Parameter& p : m.trainable_params().all())
     EXPECT_EQ(loaded.trainable_params().get(p.name).value.to_vector<float>(), p.value.to_vector<float>()) << p.name;
+  // attn.c_proj and mlp.c_proj share a name: PEFT adapts every module whose
+  // name ends in a target, so one of them alone is named with its parent.
+  for (const auto& [attn_modules, mlp, targets] :
+       {std::tuple(std::vector<std::string>{}, true, nlohmann::json::array({"c_fc", "mlp.c_proj"})),
+        std::tuple(std::vector<std::string>{"output_proj"}, false, nlohmann::json::array({"attn.c_proj"}))}) {
+    const std::string part = dir + "_part";
+    fs::remove_all(part);
+    const LoraConfig lora{.rank = 2, .alpha = 4, .attn_modules = attn_modules, .apply_to_mlp = mlp};
+    Transformer one(config, DType::f32, Device::cpu(), lora);
+    export_peft(one, part, "gpt2");
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(part + "/adapter_config.json"))["target_modules"], targets);
+    const LoraConfig back = read_peft_config(part, config);
+    EXPECT_EQ(back.attn_modules, attn_modules);
+    EXPECT_EQ(back.apply_to_mlp, mlp);
+    fs::remove_all(part);
+  }
 
   // PEFT's default for GPT-2: c_attn alone, A [2, dim] and B [3 dim, 2].
   const int64_t dim = config.dim;

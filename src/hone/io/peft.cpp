@@ -84,6 +84,39 @@ void check_peft_export(const ModelConfig& config, const LoraConfig& lora, const 
 
 namespace {
 
+// Every adapter hone can put on a model of `config`.
+LoraConfig every_adapter(const ModelConfig& config, int64_t rank) {
+  return {.rank = rank,
+          .attn_modules = lora_attn_module_names(),
+          .apply_to_mlp = true,
+          .apply_to_output = !config.tie_embeddings};
+}
+
+// What target_modules names the adapted modules by. PEFT adapts every module
+// whose name ends in a target: each is named by its last name ("q_proj"), or
+// by as many of its last names as tell it from the modules not adapted (GPT-2's
+// "mlp.c_proj" where attn.c_proj is not; "c_proj" would adapt both).
+std::vector<std::string> target_modules(const ModelConfig& config, const std::set<std::string>& adapted) {
+  std::set<std::string> others;
+  for (const LoraTarget& t : lora_targets(config, every_adapter(config, 1))) {
+    if (const std::optional<PeftRows> p = peft_rows(config, t); p && !adapted.contains(p->module)) {
+      others.insert(p->module);
+    }
+  }
+  const auto matches = [](const std::string& module, const std::string& target) {
+    return module == target || module.ends_with("." + target);
+  };
+  std::set<std::string> targets;
+  for (const std::string& module : adapted) {
+    std::string target = module.substr(module.rfind('.') + 1);
+    while (target != module && std::ranges::any_of(others, [&](const std::string& o) { return matches(o, target); })) {
+      target = module.substr(module.rfind('.', module.size() - target.size() - 2) + 1);
+    }
+    targets.insert(target);
+  }
+  return {targets.begin(), targets.end()};
+}
+
 // `adapter(name)`: the adapter tensor of that hone name.
 void write_peft(const ModelConfig& config, const LoraConfig& lora,
                 const std::function<Tensor(const std::string&)>& adapter, const std::string& dir,
@@ -93,7 +126,7 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
   bool conv1d = false;  // GPT-2's weights, which PEFT marks fan_in_fan_out
   for (const auto& [t, module] : peft_modules(config, lora, dir)) {
     for (const HfTensor& h : hf_tensors_of(config, t.base)) conv1d = conv1d || h.transposed;
-    modules.insert(module.substr(module.rfind('.') + 1));
+    modules.insert(module);
     tensors.push_back({kPeftPrefix + module + ".lora_A.weight", adapter(t.a_name())});
     tensors.push_back({kPeftPrefix + module + ".lora_B.weight", adapter(t.b_name())});
     if (lora.use_dora) tensors.push_back({kPeftPrefix + module + kMagnitudeSuffix, adapter(t.magnitude_name())});
@@ -108,21 +141,13 @@ void write_peft(const ModelConfig& config, const LoraConfig& lora,
                                {"modules_to_save", nullptr},
                                {"peft_type", "LORA"},
                                {"r", lora.rank},
-                               {"target_modules", std::vector<std::string>(modules.begin(), modules.end())},
+                               {"target_modules", target_modules(config, modules)},
                                {"task_type", "CAUSAL_LM"},
                                {"use_dora", lora.use_dora}};
   AtomicFolder folder(dir, /*replace=*/false);
   write_json_file(folder.file("adapter_config.json"), adapter_config);
   write_safetensors(folder.file("adapter_model.safetensors"), tensors, {{"format", "pt"}});
   folder.commit();
-}
-
-// Every adapter hone can put on a model of `config`.
-LoraConfig every_adapter(const ModelConfig& config, int64_t rank) {
-  return {.rank = rank,
-          .attn_modules = lora_attn_module_names(),
-          .apply_to_mlp = true,
-          .apply_to_output = !config.tie_embeddings};
 }
 
 std::string adapter_weights_file(const std::string& dir) {
