@@ -301,17 +301,20 @@ TEST(LrSchedule, WarmupThenShape) {
   EXPECT_DOUBLE_EQ(s.at(100), 1.0);
   s.kind = LrScheduleKind::wsd;
   s.decay_fraction = 0.2;
-  EXPECT_DOUBLE_EQ(s.at(87), 1.0);        // stable until the last 20% (22) of all 110 steps
-  EXPECT_LT(s.at(88), 1.0);               // the first of them already decays
-  EXPECT_NEAR(s.at(98), 0.55, 1e-12);     // halfway through the decay
-  EXPECT_NEAR(s.at(109), 0.1, 1e-12);     // the last step at min_lr
+  EXPECT_DOUBLE_EQ(s.at(88), 1.0);  // stable until the last 20% (22) of all 110 steps
+  EXPECT_NEAR(s.at(89), 1.0 - 0.9 / 22, 1e-12);  // the first of them already decays
+  EXPECT_NEAR(s.at(99), 0.55, 1e-12);            // halfway through the decay
+  // The last step a decay step above min_lr, which the step after it would
+  // take (torchtitan's virtual last step): it still trains.
+  EXPECT_NEAR(s.at(109), 0.1 + 0.9 / 22, 1e-12);
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
   // A decay that would reach into the warmup takes the steps after it (torchtitan's clamp).
   LrSchedule w{.kind = LrScheduleKind::wsd, .peak_lr = 1.0, .min_lr = 0.1, .warmup_steps = 10, .total_steps = 20,
                .decay_fraction = 0.6};
   EXPECT_EQ(w.wsd_decay_steps(), 10);
-  EXPECT_DOUBLE_EQ(w.at(9), 1.0);
-  EXPECT_NEAR(w.at(10), 0.91, 1e-12);
-  EXPECT_NEAR(w.at(19), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(w.at(10), 1.0);
+  EXPECT_NEAR(w.at(11), 0.91, 1e-12);
+  EXPECT_NEAR(w.at(19), 0.19, 1e-12);
   EXPECT_THROW(parse_lr_schedule("cosin"), Error);
 }
 

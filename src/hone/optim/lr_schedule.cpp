@@ -18,10 +18,12 @@ double LrSchedule::at(int64_t step) const {
     case LrScheduleKind::cosine:
       return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
     case LrScheduleKind::wsd: {
-      // The last decay_fraction of all the steps decays (torchtitan's decay_ratio),
-      // the first of them already below the peak, the last at min_lr.
+      // The last decay_fraction of all the steps decays (torchtitan's
+      // decay_ratio), the first of them already below the peak; min_lr is
+      // reached a step after the last, as torchtitan's "virtual last step" and
+      // Megatron's decay do (the last step does not train at a learning rate of 0).
       const double decay_steps = double(wsd_decay_steps());
-      const double into_decay = double(step + 1) - (double(total_steps) - decay_steps);
+      const double into_decay = double(step) - (double(total_steps) - decay_steps);
       return into_decay <= 0 ? peak_lr : peak_lr + (min_lr - peak_lr) * std::min(into_decay / decay_steps, 1.0);
     }
   }

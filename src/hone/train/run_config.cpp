@@ -139,8 +139,8 @@ Schema training_schema() {
          "final learning rate / peak (Llama's 10%; torchtune, torchtitan and Megatron decay to 0 by default)"},
         Range::unit_interval());
   s.add({"lr_scheduler.decay_fraction", ValueType::number, 0.1,
-         "wsd: the last fraction of all the steps, decaying to min_lr at the last (torchtitan's decay_ratio; at most "
-         "the steps after the warmup)"},
+         "wsd: the last fraction of all the steps, decaying towards min_lr, which the step after the last would take "
+         "(torchtitan's decay_ratio; at most the steps after the warmup)"},
         Range::positive_fraction());
   s.add({"checkpoint.every_n_steps", ValueType::integer, 0, "save every N steps (0: only at the end)"},
         Range::not_negative());
