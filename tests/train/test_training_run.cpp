@@ -139,6 +139,45 @@ TEST_F(TrainingRun, AResumedRunDropsATornLastMetricsRecord) {
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 4}));
 }
 
+// A run resumed from a checkpoint drops the records its folder holds of later
+// steps (written after that checkpoint, by the run that stopped), in
+// metrics.jsonl and, by a SessionLog START event, in TensorBoard's view; so
+// does a run that resumes where no checkpoint was saved yet.
+TEST_F(TrainingRun, AResumedRunDropsTheMetricsOfStepsAfterItsCheckpoint) {
+  const auto steps_logged = [&](const std::string& name) {
+    std::map<int64_t, int> count;
+    std::istringstream lines(read_file(root_ + "/" + name + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const auto record = nlohmann::json::parse(line);
+      if (record.contains("loss/train/total")) ++count[record.at("step").get<int64_t>()];
+    }
+    return count;
+  };
+  const std::string every_2 = "checkpoint: {every_n_steps: 2, save_final: false}\n";
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("lost", 5, every_2)}), 0) << log();
+  ASSERT_EQ(steps_logged("lost").size(), 5u);
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("lost", 5, every_2), "resume=latest"}), 0) << log();
+  // Step 5's training record and its final validation's.
+  EXPECT_NE(log().find("note: metrics.jsonl: 2 records of steps after 4 dropped"), std::string::npos) << log();
+  EXPECT_EQ(steps_logged("lost"), (std::map<int64_t, int>{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}}));
+  // The resumed run's TensorBoard file starts step 5 anew: an event of step 5
+  // (field 2) holding a SessionLog (field 7) of status START.
+  std::vector<fs::path> event_files;
+  for (const auto& e : fs::directory_iterator(root_ + "/lost/tensorboard")) event_files.push_back(e.path());
+  std::sort(event_files.begin(), event_files.end());
+  ASSERT_EQ(event_files.size(), 2u);
+  EXPECT_NE(read_file(event_files.back().string()).find(std::string("\x10\x05\x3a\x02\x08\x01", 6)),
+            std::string::npos);
+  EXPECT_EQ(read_file(event_files.front().string()).find(std::string("\x3a\x02\x08\x01", 4)), std::string::npos);
+
+  // No checkpoint yet: the records of the run that saved none are dropped.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("none_saved", 3, "checkpoint: {save_final: false}\n")}), 0)
+      << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("none_saved", 2), "resume=latest"}), 0) << log();
+  EXPECT_NE(log().find("note: metrics.jsonl: 4 records of steps after 0 dropped"), std::string::npos) << log();
+  EXPECT_EQ(steps_logged("none_saved"), (std::map<int64_t, int>{{1, 1}, {2, 1}}));
+}
+
 // A full disk under the run's log is an error naming it (the run went on
 // without its log, exit 0). /dev/full fails every write with ENOSPC.
 TEST_F(TrainingRun, AFullDiskUnderTheLogIsAnError) {

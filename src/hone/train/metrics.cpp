@@ -12,6 +12,7 @@
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
 #include "hone/core/text.hpp"
+#include "hone/io/atomic_file.hpp"
 
 namespace hone {
 
@@ -43,16 +44,44 @@ void drop_torn_last_line(const std::string& path) {
   if (end < size) fs::resize_file(path, uintmax_t(end));
 }
 
+// Rewrites `path` without its records of steps after `steps_done`; returns how
+// many it dropped (none: the file is left as it is).
+int64_t drop_records_after(const std::string& path, int64_t steps_done) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  std::string kept;
+  int64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const auto step = record.is_object() ? record.find("step") : record.end();
+    if (record.is_object() && step != record.end() && step->is_number_integer() && step->get<int64_t>() > steps_done) {
+      ++dropped;
+    } else {
+      kept += line + "\n";
+    }
+  }
+  if (dropped > 0) {
+    AtomicFile rewritten(path);
+    rewritten.write(kept);
+    rewritten.commit();
+  }
+  return dropped;
+}
+
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard, bool enabled) {
+MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard, bool enabled, int64_t steps_done) {
   if (!enabled) return;
   fs::create_directories(run_dir);
   jsonl_path_ = (fs::path(run_dir) / "metrics.jsonl").string();
   drop_torn_last_line(jsonl_path_);
+  dropped_records_ = drop_records_after(jsonl_path_, steps_done);
   jsonl_.open(jsonl_path_, std::ios::app);
   HONE_CHECK(jsonl_.good(), "{}: cannot open for writing", jsonl_path_);
-  if (tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tensorboard").string());
+  if (tensorboard) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tensorboard").string());
+    if (steps_done > 0 || dropped_records_ > 0) tensorboard_->purge_from(steps_done + 1);
+  }
 }
 
 void MetricsWriter::write(int64_t step, const Metrics& metrics) {

@@ -17,14 +17,20 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 
 class MetricsWriter {
  public:
-  // Appends to the run's files (a resumed run continues them). A writer that is
+  // Appends to the run's files: a run resumed after `steps_done` steps
+  // continues them, and the records of later steps, which the steps after the
+  // checkpoint it resumes wrote, are dropped from metrics.jsonl and purged from
+  // TensorBoard's view (as torch's SummaryWriter(purge_step)). A writer that is
   // not `enabled` (ranks other than 0) writes nothing.
-  MetricsWriter(const std::string& run_dir, bool tensorboard, bool enabled = true);
+  MetricsWriter(const std::string& run_dir, bool tensorboard, bool enabled = true, int64_t steps_done = 0);
   void write(int64_t step, const Metrics& metrics);
+  // How many records of metrics.jsonl the constructor dropped.
+  int64_t dropped_records() const { return dropped_records_; }
 
  private:
   std::string jsonl_path_;
   std::ofstream jsonl_;
+  int64_t dropped_records_ = 0;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 

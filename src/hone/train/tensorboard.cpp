@@ -114,6 +114,16 @@ void TensorBoardWriter::write_record(const std::string& event) {
   out_.write(reinterpret_cast<const char*>(&data_crc), 4);
 }
 
+void TensorBoardWriter::purge_from(int64_t step) {
+  std::string event = event_header(step, now_seconds());
+  std::string session_log;
+  tag(session_log, 1, 0);  // SessionLog.status
+  varint(session_log, 1);  // START
+  bytes_field(event, 7, session_log);  // Event.session_log
+  write_record(event);
+  flush();
+}
+
 void TensorBoardWriter::scalar(std::string_view name, int64_t step, double value, double wall_time) {
   write_record(tensorboard_scalar_event(name, step, value, wall_time));
 }

@@ -19,6 +19,9 @@ class TensorBoardWriter {
   // Creates events.out.tfevents.<time>.<host>.<pid> in `dir`.
   explicit TensorBoardWriter(const std::string& dir);
   void scalar(std::string_view tag, int64_t step, double value, double wall_time);
+  // TensorBoard hides the events of `step` and later that earlier files hold
+  // (a SessionLog START event: a run resumed from an earlier checkpoint).
+  void purge_from(int64_t step);
   // A write that failed (a full disk) is an error naming the file.
   void flush();
   const std::string& path() const { return path_; }

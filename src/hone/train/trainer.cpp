@@ -360,7 +360,12 @@ int run_training(const Config& c, TrainingJob job) {
                            plural(train.samples_per_epoch(), objective.sample_name()), job.data_description,
                            steps_to_run, plural(steps_to_run, "step")));
 
-  MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main());
+  MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main(), state.step);
+  if (metrics.dropped_records() > 0) {
+    console.line(fmt::format("note: metrics.jsonl: {} {} of steps after {} dropped (written after the checkpoint this "
+                             "run goes on from)",
+                             metrics.dropped_records(), plural(metrics.dropped_records(), "record"), state.step));
+  }
   const bool datasheet_peak = c.has("mfu_peak_tflops");
   const double peak_tflops =
       datasheet_peak ? c.get<double>("mfu_peak_tflops") : measure_gemm_peak_tflops(run.dtype, world.device());
