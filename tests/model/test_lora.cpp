@@ -326,6 +326,9 @@ TEST(Dora, TrainingMovesTheMagnitudesAndLowersTheLoss) {
   const auto [first, last] = train_on_one_batch(m, opt);
   EXPECT_LT(last, first - 0.8);  // 0.97 here (LoRA's test above: more than 1; DoRA learns as fast within 10%)
   EXPECT_GT(relative_error(m.trainable_params().get("layers.0.lora.q_proj.magnitude").value, magnitudes_before), 1e-3);
+  // Weight decay takes the adapters' matrices, not the magnitudes: per-row
+  // gains, which hone leaves undecayed as it does the norms' scales.
+  for (const Parameter& p : m.trainable_params().all()) EXPECT_EQ(p.decay, !p.name.ends_with(".magnitude")) << p.name;
 }
 
 TEST(Lora, RejectsBadConfigs) {

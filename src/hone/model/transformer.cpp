@@ -151,7 +151,8 @@ void Transformer::declare_lora() {
     a.b = &lora_params_.declare(t.b_name(), {t.rows, lora.rank}, true, unit,
                                 split_rows ? part : TensorSplit{});
     a.a->compute_only = a.b->compute_only = true;
-    if (lora.use_dora) a.magnitude = &lora_params_.declare(t.magnitude_name(), {t.rows}, true, unit);
+    // The magnitudes are per-row gains: no weight decay, as the norms' scales.
+    if (lora.use_dora) a.magnitude = &lora_params_.declare(t.magnitude_name(), {t.rows}, false, unit);
     if (t.layer < 0) {
       output_adapters_.push_back(a);
       continue;
