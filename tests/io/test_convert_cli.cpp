@@ -187,9 +187,18 @@ TEST_F(ConvertCli, AChatFineTunesEndOfTurnIsAnEosIdAndNoTokenizerIsNoted) {
       << log();
   EXPECT_EQ(convert({dir_ + "/bare", dir_ + "/bare_hf", "--to", "hf"}), 0) << log();
   EXPECT_NE(log().find("note: config.json and generation_config.json name no BOS or EOS id: the source has no "
-                       "tokenizer hone reads (give --tokenizer DIR)"),
+                       "tokenizer hone reads (give --tokenizer DIR), and transformers takes its config class's "
+                       "defaults instead (LlamaConfig's BOS 1, EOS 2)"),
             std::string::npos)
       << log();
+  // Each family's class has its own defaults.
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/bare_gpt2", "threads=1",
+                             "model.name=gpt2_tiny", "dataset.seq_len=16", "max_steps=1", "logging.tensorboard=false"},
+                            log_path()),
+            0)
+      << log();
+  EXPECT_EQ(convert({dir_ + "/bare_gpt2", dir_ + "/bare_gpt2_hf", "--to", "hf"}), 0) << log();
+  EXPECT_NE(log().find("defaults instead (GPT2Config's BOS and EOS 50256)"), std::string::npos) << log();
 }
 
 // On a terminal a progress line is redrawn as the weights go through, and

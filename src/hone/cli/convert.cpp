@@ -172,10 +172,14 @@ Command add_convert(CLI::App& app) {
     if (!ids.bos && !ids.eos && !ids.pad) options.special_tokens = hf_config_special_ids(args->src);
     if (options.to == ModelFolderKind::hf && tokenizer_notes.empty() && !options.special_tokens.bos &&
         !options.special_tokens.eos) {
-      tokenizer_notes.push_back(
+      // What transformers' config class of the family takes where config.json names none.
+      const Family family = source->config().family;
+      tokenizer_notes.push_back(fmt::format(
           "config.json and generation_config.json name no BOS or EOS id: the source has no tokenizer hone reads "
-          "(give --tokenizer DIR), and transformers takes its config class's defaults instead (LlamaConfig's BOS 1, "
-          "EOS 2)");
+          "(give --tokenizer DIR), and transformers takes its config class's defaults instead ({})",
+          family == Family::llama  ? "LlamaConfig's BOS 1, EOS 2"
+          : family == Family::gpt2 ? "GPT2Config's BOS and EOS 50256"
+                                   : "MptConfig's: none"));
     }
     ConvertSummary s;
     try {
