@@ -1,9 +1,11 @@
 #include "hone/io/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,9 +19,34 @@
 
 namespace hone {
 
+namespace {
+
+// Removes the temporaries in `folder` named `prefix` + PID whose writers are
+// gone: a process killed outright (SIGKILL, out of memory) could not remove its own.
+void remove_stale_temporaries(const std::filesystem::path& folder, const std::string& prefix) {
+  std::error_code error;
+  std::filesystem::directory_iterator it(folder, error);
+  for (; !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string_view digits = std::string_view(name).substr(prefix.size());
+    pid_t pid = 0;
+    const auto [end, parse_error] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (parse_error != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;  // another process may be removing it too
+      std::filesystem::remove_all(it->path(), ignored);
+    }
+  }
+}
+
+}  // namespace
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   // Found now, not at commit(): the work whose output this is may take long.
   HONE_CHECK(!std::filesystem::is_directory(path_), "{}: is a folder; give the name of a file to write", path_);
+  const std::filesystem::path target(path_);
+  remove_stale_temporaries(target.has_parent_path() ? target.parent_path() : ".", target.filename().string() + ".tmp.");
   temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   HONE_CHECK(fd_ >= 0, "{}: cannot create: {}", path_, std::strerror(errno));
@@ -100,7 +127,8 @@ AtomicFolder::AtomicFolder(std::string path, bool replace) : path_(std::move(pat
   temp_path_ = (parent / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
   std::error_code error;
   fs::create_directories(parent, error);
-  if (!error) fs::remove_all(temp_path_, error);  // a killed run's
+  if (!error) remove_stale_temporaries(parent, fmt::format(".{}.tmp.", target.filename().string()));
+  if (!error) fs::remove_all(temp_path_, error);  // a killed run's of this process id
   if (!error) fs::create_directory(temp_path_, error);
   HONE_CHECK(!error, "{}: cannot create the folder: {}", path_, error.message());
 }
