@@ -133,10 +133,10 @@ TEST(Cli, BenchMfuAgainstAGivenPeak) {
   EXPECT_EQ(j["mfu_peak_tflops"].get<double>(), 0.5);
   EXPECT_NEAR(j["mfu"].get<double>(), j["tflops"].get<double>() / 0.5, 1e-12);
   EXPECT_GT(j["gemm_peak_tflops"].get<double>(), 0);
-  for (const char* bad : {"0", "-3"}) {
-    const CliResult e = run_hone(std::string("bench --model llama_tiny --steps 1 --peak-tflops ") + bad);
+  for (const std::string bad : {"0", "-3", "1e400"}) {  // 1e400: out of range, not infinity
+    const CliResult e = run_hone("bench --model llama_tiny --steps 1 --peak-tflops " + bad);
     EXPECT_EQ(e.status, 2) << bad;
-    EXPECT_NE(e.err.find("--peak-tflops must be positive"), std::string::npos) << e.err;
+    EXPECT_NE(e.err.find("--peak-tflops: expected a positive number, got " + bad), std::string::npos) << e.err;
   }
 }
 
@@ -630,8 +630,12 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"bench --max-seq-len -5", "--max-seq-len: expected a positive whole number, got -5"},
       {"bench --dtype bf17", "--dtype: bf17 not in {fp32,bf16}"},
       {"bench --max-seq-len 16 --seq-len 32", "--seq-len 32 is longer than --max-seq-len 16"},
-      {"plan quickstart --world-size 8 --tokens -5", "--tokens is a token budget: give a positive number, got -5"},
-      {"plan quickstart --world-size -4", "--world-size and --dp count devices: give a positive number, got -4"},
+      {"plan quickstart --world-size 8 --tokens -5", "--tokens: expected a positive number, got -5"},
+      {"plan quickstart --world-size -4", "--world-size: expected a positive whole number, got -4"},
+      // Past a double's range is no number, not infinity.
+      {"plan quickstart --world-size 8 --memory-gb 1e400", "--memory-gb: expected a positive number, got 1e400"},
+      {"plan quickstart --world-size 8 --link-gbps nan", "--link-gbps: expected a positive number, got nan"},
+      {"plan quickstart --world-size 8 --mfu 2", "--mfu is a fraction of the peak: at most 1, got 2"},
       {"validate quickstart epochs=1", "configs/quickstart.yaml with epochs from the command line: give exactly one of "
                                        "max_steps, epochs and max_tokens (got max_steps, epochs): "
                                        "add max_steps=null to drop the config's"},

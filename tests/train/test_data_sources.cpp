@@ -84,6 +84,14 @@ TEST_F(PretrainingData, PrefixesWithoutWeightsBlendBySize) {
   EXPECT_NE(error_of([&] { open_pretraining_data(config("1 " + prefix("big") + " " + prefix("small") + " x", 0.0), 16); })
                 .find("should be a positive blend weight"),
             std::string::npos);
+  // strtod reads these as numbers; none is a weight.
+  for (const std::string weight : {"1e400", "inf", "nan"}) {
+    const std::string blend = weight + " " + prefix("big") + " 1 " + prefix("small");
+    EXPECT_NE(error_of([&] { open_pretraining_data(config(blend, 0.0), 16); })
+                  .find("'" + weight + "' should be a positive blend weight"),
+              std::string::npos)
+        << weight;
+  }
 }
 
 TEST_F(PretrainingData, ValidationPathGivesValidationDataOfItsOwn) {

@@ -126,7 +126,8 @@ Command add_bench(CLI::App& app) {
                                    "model), then the trained one");
   CLI::Option* peak = sub->add_option("--peak-tflops", args->peak_tflops,
                   "MFU against this peak, e.g. a GPU's datasheet bf16 figure (PaLM's convention; H100 SXM: 989), "
-                  "instead of the GEMM peak measured in the run (a config's mfu_peak_tflops)");
+                  "instead of the GEMM peak measured in the run (a config's mfu_peak_tflops)")
+      ->check(positive_number());
   return [=] {
     // A built-in model takes every option's value, defaults included; a config
     // only those given on the command line.

@@ -2,6 +2,7 @@
 // Each `hone` subcommand registers its options on the CLI11 app and returns the
 // function that runs it.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -30,6 +31,22 @@ inline CLI::Validator positive_count() {
         } catch (const std::exception&) {
         }
         return "expected a positive whole number, got " + value;
+      },
+      "POSITIVE");
+}
+
+// An option's check that its value is a finite number above 0 ("--memory-gb:
+// expected a positive number, got 1e400": out of range, not infinity).
+inline CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& value) {
+        size_t used = 0;
+        try {
+          const double v = std::stod(value, &used);
+          if (std::isfinite(v) && v > 0 && used == value.size()) return std::string();
+        } catch (const std::exception&) {
+        }
+        return "expected a positive number, got " + value;
       },
       "POSITIVE");
 }

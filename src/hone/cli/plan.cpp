@@ -97,10 +97,8 @@ int run(const Args& a) {
   in.seq_len = shape.seq_len;
   in.grad_accum = c.get<int64_t>("gradient_accumulation_steps");
   in.activation_checkpointing = c.get<bool>("enable_activation_checkpointing");
-  HONE_CHECK(a.world_size >= 0 && a.dp >= 0, "--world-size and --dp count devices: give a positive number, got {}",
-             a.world_size < 0 ? a.world_size : a.dp);
   HONE_CHECK(a.world_size > 0 || a.dp > 0, "give --world-size (or --dp) to plan for");
-  HONE_CHECK(a.tokens >= 0, "--tokens is a token budget: give a positive number, got {}", a.tokens);
+  HONE_CHECK(a.mfu <= 1, "--mfu is a fraction of the peak: at most 1, got {}", a.mfu);
   const int tp = a.tp.value_or(int(c.get<int64_t>("distributed.tp")));
   HONE_CHECK(tp >= 1, "--tp must be at least 1, got {}", tp);
   const int world = a.world_size > 0 ? a.world_size : a.dp * tp;
@@ -200,24 +198,35 @@ Command add_plan(CLI::App& app) {
       "plan", "Estimate memory per device, step time and time to train of a distributed run (defaults: H100 SXM "
               "nodes)");
   a->config.add_to(*sub);
-  sub->add_option("--world-size", a->world_size, "Devices in the job");
-  sub->add_option("--dp", a->dp, "Data-parallel size (default: world size / tp)");
-  sub->add_option("--tp", a->tp, "Tensor-parallel size (default: the config's distributed.tp)");
+  sub->add_option("--world-size", a->world_size, "Devices in the job")->check(positive_count());
+  sub->add_option("--dp", a->dp, "Data-parallel size (default: world size / tp)")->check(positive_count());
+  sub->add_option("--tp", a->tp, "Tensor-parallel size (default: the config's distributed.tp)")
+      ->check(positive_count());
   sub->add_option("--zero", a->zero, "ZeRO stage: 0 replicas, 1 sharded optimizer, 2 + gradients, 3 + weights "
                                      "(FSDP) (default: the config's distributed.zero)");
   sub->add_option("--peak-tflops", a->peak_tflops,
                   "Peak TFLOP/s per device in the run's dtype (default: H100 SXM's dense figure, 989 in bf16, 67 in "
-                  "fp32)");
-  sub->add_option("--memory-gb", a->memory_gb, "Memory per device (GB)")->capture_default_str();
+                  "fp32)")
+      ->check(positive_number());
+  sub->add_option("--memory-gb", a->memory_gb, "Memory per device (GB)")
+      ->check(positive_number())
+      ->capture_default_str();
   sub->add_option("--link-gbps", a->link_gbps, "Bandwidth per device within a node, Gbit/s (NVLink 4: 7200)")
+      ->check(positive_number())
       ->capture_default_str();
   sub->add_option("--inter-node-gbps", a->inter_node_gbps, "Bandwidth per device between nodes, Gbit/s (NDR "
                                                            "InfiniBand: 400)")
+      ->check(positive_number())
       ->capture_default_str();
-  sub->add_option("--devices-per-node", a->devices_per_node, "Devices in one node")->capture_default_str();
-  sub->add_option("--mfu", a->mfu, "Model FLOPs utilisation to assume")->capture_default_str();
+  sub->add_option("--devices-per-node", a->devices_per_node, "Devices in one node")
+      ->check(positive_count())
+      ->capture_default_str();
+  sub->add_option("--mfu", a->mfu, "Model FLOPs utilisation to assume (at most 1)")
+      ->check(positive_number())
+      ->capture_default_str();
   sub->add_option("--tokens", a->tokens, "Token budget (default: the config's max_tokens, or max_steps of its global "
-                                         "batch)");
+                                         "batch)")
+      ->check(positive_number());
   return [a] { return run(*a); };
 }
 

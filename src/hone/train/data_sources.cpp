@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -53,8 +54,9 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
     for (size_t i = 0; i < words.size(); i += 2) {
       char* end = nullptr;
       const double w = std::strtod(words[i].c_str(), &end);
-      HONE_CHECK(*end == '\0' && w > 0, "{}: {}: '{}' should be a positive blend weight before {}", c.origin_of(key),
-                 key, words[i], words[i + 1]);
+      // strtod takes "inf", "nan" and 1e400 (as infinity): no weight.
+      HONE_CHECK(*end == '\0' && std::isfinite(w) && w > 0, "{}: {}: '{}' should be a positive blend weight before {}",
+                 c.origin_of(key), key, words[i], words[i + 1]);
       parts.emplace_back(w, words[i + 1]);
     }
   }
