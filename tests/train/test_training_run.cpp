@@ -178,6 +178,15 @@ TEST_F(TrainingRun, AResumedRunDropsTheMetricsOfStepsAfterItsCheckpoint) {
   EXPECT_EQ(steps_logged("none_saved"), (std::map<int64_t, int>{{1, 1}, {2, 1}}));
 }
 
+// Mock data needs two tokens to draw from: an error naming the key.
+TEST_F(TrainingRun, MockDataOfAOneTokenVocabularyNamesTheKey) {
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("one_token", 1), "model.vocab_size=1"}), 2) << log();
+  EXPECT_NE(log().find("the command line: mock data draws its tokens from the vocabulary: model.vocab_size must be "
+                       "at least 2, got 1"),
+            std::string::npos)
+      << log();
+}
+
 // A full disk under the run's log is an error naming it (the run went on
 // without its log, exit 0). /dev/full fails every write with ENOSPC.
 TEST_F(TrainingRun, AFullDiskUnderTheLogIsAnError) {

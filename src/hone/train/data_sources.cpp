@@ -117,6 +117,8 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
   if (type == "mock") {
     const int64_t documents = c.get<int64_t>("dataset.mock.documents");
     const int64_t length = c.get<int64_t>("dataset.mock.document_length");
+    HONE_CHECK(vocab_size > 1, "{}: mock data draws its tokens from the vocabulary: model.vocab_size must be at least "
+               "2, got {}", c.origin_of("model.vocab_size"), vocab_size);
     Blend mock{.sources = {std::make_shared<data::MockDocuments>(documents, length, vocab_size,
                                                                  uint64_t(c.get<int64_t>("seed")))}};
     mock.description = mock.sources.front()->describe();
