@@ -199,6 +199,19 @@ TEST_F(ConvertCli, AChatFineTunesEndOfTurnIsAnEosIdAndNoTokenizerIsNoted) {
       << log();
   EXPECT_EQ(convert({dir_ + "/bare_gpt2", dir_ + "/bare_gpt2_hf", "--to", "hf"}), 0) << log();
   EXPECT_NE(log().find("defaults instead (GPT2Config's BOS and EOS 50256)"), std::string::npos) << log();
+  EXPECT_EQ(log().find("vLLM's GPT-2 ties"), std::string::npos) << log();
+  // An untied GPT-2 is one transformers reads and vLLM does not.
+  ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + dir_ + "/untied_gpt2", "threads=1",
+                             "model.name=gpt2_tiny", "model.tie_embeddings=false", "dataset.seq_len=16", "max_steps=1",
+                             "logging.tensorboard=false"},
+                            log_path()),
+            0)
+      << log();
+  EXPECT_EQ(convert({dir_ + "/untied_gpt2", dir_ + "/untied_gpt2_hf", "--to", "hf"}), 0) << log();
+  EXPECT_NE(log().find("note: a GPT-2 with an output head of its own (tie_embeddings false): transformers' "
+                       "GPT2LMHeadModel reads its lm_head.weight"),
+            std::string::npos)
+      << log();
 }
 
 // On a terminal a progress line is redrawn as the weights go through, and

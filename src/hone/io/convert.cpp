@@ -93,10 +93,11 @@ ConvertSummary convert_model(const WeightSource& source, const std::string& dest
   summary.notes = source.notes();
   summary.dtype = options.dtype.value_or(source.stored_dtype());
   if (options.to == ModelFolderKind::hf) {
-    summary.files = export_hf(source, dest,
-                              {.dtype = summary.dtype, .shard_bytes = options.shard_bytes,
-                               .special_tokens = options.special_tokens})
-                        .files;
+    HfExportSummary exported = export_hf(
+        source, dest,
+        {.dtype = summary.dtype, .shard_bytes = options.shard_bytes, .special_tokens = options.special_tokens});
+    summary.files = std::move(exported.files);
+    summary.notes.insert(summary.notes.end(), exported.notes.begin(), exported.notes.end());
   } else {
     save_model(source, dest, summary.dtype);
     for (const auto& entry : fs::directory_iterator(dest)) summary.files.push_back(entry.path().filename().string());

@@ -236,6 +236,12 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   summary.dtype = options.dtype.value_or(source.stored_dtype());
   Json config = hf_config_to_json(c, summary.dtype);  // fails before anything is written
   HONE_CHECK(options.shard_bytes > 0, "the shard size must be positive");
+  if (c.family == Family::gpt2 && !c.tie_embeddings) {
+    summary.notes.push_back(
+        "a GPT-2 with an output head of its own (tie_embeddings false): transformers' GPT2LMHeadModel reads its "
+        "lm_head.weight (tie_word_embeddings false), but vLLM's GPT-2 ties the head to the embeddings whatever "
+        "config.json says, and would compute another model");
+  }
   const std::vector<std::string> companions = source.companion_files();
 
   // Every tensor in order, then shards as save_pretrained cuts them: a new file

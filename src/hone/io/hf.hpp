@@ -80,6 +80,7 @@ struct HfExportSummary {
   std::vector<std::string> files;  // written into the folder, by name
   uint64_t tensor_bytes = 0;
   int64_t tensors = 0;
+  std::vector<std::string> notes;  // what a reader of the folder should know
 };
 // Writes the folder `dir` (which must not exist, or be empty) under a temporary
 // name and renames it into place when complete; the source's companion files

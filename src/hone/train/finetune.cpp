@@ -331,8 +331,10 @@ int run_finetune(const Config& c) {
                                                                : weights->stored_dtype();
                               hf.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id(),
                                                    {data::end_of_answer_token(*tokenizer, options)}};
-                              export_hf(*with_companion_files(std::move(trained), companion_files),
-                                        c.get<std::string>("export.hf"), hf);
+                              const HfExportSummary exported =
+                                  export_hf(*with_companion_files(std::move(trained), companion_files),
+                                            c.get<std::string>("export.hf"), hf);
+                              for (const std::string& note : exported.notes) console.line("note: " + note);
                               console.line(fmt::format("Hugging Face model{}: {}", lora ? " (adapters merged)" : "",
                                                        c.get<std::string>("export.hf")));
                             }
