@@ -54,15 +54,16 @@ std::vector<std::string> differing_keys(const Json& mine, const Json& reference)
 // reference; every rank fails together, those that differ naming how.
 void check_same_config(dist::Communicator& world, const Config& c, Device device) {
   if (world.size() == 1) return;
+  // Rank 0's text, its length first (a broadcast moves any dtype bit for bit).
   const std::string text = c.to_yaml();
-  const Tensor length = Tensor::from(std::vector<double>{double(text.size())}, {1}).to(device);
+  const Tensor length = Tensor::from(std::vector<int64_t>{int64_t(text.size())}, {1}).to(device);
   world.broadcast(length, 0);
-  std::vector<double> bytes(size_t(length.to_vector<double>()[0]));
-  if (world.rank() == 0) std::ranges::transform(text, bytes.begin(), [](char b) { return double(uint8_t(b)); });
+  std::vector<uint8_t> bytes(size_t(length.to_vector<int64_t>()[0]));
+  if (world.rank() == 0) std::ranges::copy(text, bytes.begin());
   const Tensor reference = Tensor::from(bytes, {int64_t(bytes.size())}).to(device);
   world.broadcast(reference, 0);
-  std::string reference_text;
-  for (const double b : reference.to_vector<double>()) reference_text += char(uint8_t(b));
+  const std::vector<uint8_t> received = reference.to_vector<uint8_t>();
+  const std::string reference_text(received.begin(), received.end());
   const bool differs = reference_text != text;
   const auto differing = int64_t(dist::sum_over(world, differs ? 1.0 : 0.0, device));
   if (differing == 0) return;
