@@ -1,5 +1,6 @@
-// AtomicFile: a file appears whole or not at all, and the temporaries that
-// killed writers left behind do not pile up.
+// AtomicFile and AtomicFolder: a file or folder appears whole or not at all,
+// the temporaries that killed writers left behind do not pile up, and links,
+// devices and the working directory are written as a shell would write them.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +52,64 @@ TEST(AtomicFile, RemovesTheTemporariesOfWritersThatAreGone) {
   folder.commit();
   EXPECT_FALSE(fs::exists(stale_folder));
   EXPECT_TRUE(fs::exists(dir + "/shards/a"));
+  fs::remove_all(dir);
+}
+
+// A link is followed and stays a link; a device is written in place, never
+// replaced by a file (/dev/null stays the device; as root a rename would replace it).
+TEST(AtomicFile, WritesThroughLinksAndIntoDevices) {
+  const std::string dir = testing::TempDir() + "hone_atomic_links_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/elsewhere");
+  fs::create_symlink(dir + "/elsewhere/real.txt", dir + "/link.txt");  // dangling until written
+  fs::create_symlink("/dev/null", dir + "/null");
+  for (const std::string& path : {dir + "/link.txt", dir + "/null", std::string("/dev/null")}) {
+    AtomicFile f(path);
+    f.write("text");
+    EXPECT_EQ(f.commit().bytes, 4u) << path;
+  }
+  EXPECT_TRUE(fs::is_symlink(dir + "/link.txt"));
+  std::ifstream in(dir + "/elsewhere/real.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "text");
+  EXPECT_TRUE(fs::is_symlink(dir + "/null"));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  EXPECT_EQ(fs::file_size(dir + "/elsewhere/real.txt"), 4u);
+  fs::remove_all(dir);
+}
+
+// A folder written through a link lands where the link leads (a dangling link's
+// target is made); "." (the working directory, empty) takes the files and stays
+// the folder the process is in.
+TEST(AtomicFolder, WritesThroughLinksAndIntoTheWorkingDirectory) {
+  const std::string dir = testing::TempDir() + "hone_atomic_folders_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/storage/empty");
+  fs::create_symlink(dir + "/storage/empty", dir + "/to_empty");
+  fs::create_symlink(dir + "/storage/new", dir + "/dangling");
+  for (const std::string& name : {"to_empty", "dangling"}) {
+    check_new_folder(dir + "/" + name);
+    AtomicFolder folder(dir + "/" + name, /*replace=*/false);
+    std::ofstream(folder.file("a")) << "a";
+    folder.commit();
+    EXPECT_TRUE(fs::is_symlink(dir + "/" + name)) << name;
+    EXPECT_TRUE(fs::exists(dir + "/" + name + "/a")) << name;
+  }
+  EXPECT_TRUE(fs::exists(dir + "/storage/empty/a"));
+  EXPECT_TRUE(fs::exists(dir + "/storage/new/a"));
+
+  const fs::path before = fs::current_path();
+  fs::create_directories(dir + "/here");
+  fs::current_path(dir + "/here");
+  {
+    AtomicFolder folder(".", /*replace=*/false);
+    std::ofstream(folder.file("b")) << "b";
+    folder.commit();
+  }
+  EXPECT_TRUE(fs::exists("b"));  // the working directory is still there, with the file
+  EXPECT_EQ(fs::current_path(), fs::path(dir + "/here"));
+  fs::current_path(before);
+  EXPECT_TRUE(fs::exists(dir + "/here/b"));
+  EXPECT_FALSE(fs::exists(dir + "/.here.tmp." + std::to_string(::getpid())));
   fs::remove_all(dir);
 }
 

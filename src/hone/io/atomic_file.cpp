@@ -40,15 +40,36 @@ void remove_stale_temporaries(const std::filesystem::path& folder, const std::st
   }
 }
 
+// Where writing `path` lands: the file or folder its symbolic links lead to
+// (a relative link read from the link's folder); `path` itself without links.
+std::filesystem::path link_target(std::filesystem::path path) {
+  std::error_code error;
+  for (int hops = 0; hops < 40 && std::filesystem::is_symlink(path, error); ++hops) {
+    const std::filesystem::path to = std::filesystem::read_symlink(path, error);
+    if (error) break;
+    path = to.is_absolute() ? to : path.parent_path() / to;
+  }
+  return path;
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  namespace fs = std::filesystem;
   // Found now, not at commit(): the work whose output this is may take long.
-  HONE_CHECK(!std::filesystem::is_directory(path_), "{}: is a folder; give the name of a file to write", path_);
-  const std::filesystem::path target(path_);
-  remove_stale_temporaries(target.has_parent_path() ? target.parent_path() : ".", target.filename().string() + ".tmp.");
-  temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  HONE_CHECK(!fs::is_directory(path_), "{}: is a folder; give the name of a file to write", path_);
+  const fs::path target = link_target(path_);
+  std::error_code error;
+  const fs::file_status status = fs::status(target, error);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    // A device or a pipe: there is nothing to rename over it.
+    fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+  } else {
+    remove_stale_temporaries(target.has_parent_path() ? target.parent_path() : ".",
+                             target.filename().string() + ".tmp.");
+    temp_path_ = target.string() + ".tmp." + std::to_string(::getpid());
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
   HONE_CHECK(fd_ >= 0, "{}: cannot create: {}", path_, std::strerror(errno));
   hash_state_ = XXH3_createState();
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(hash_state_));
@@ -57,7 +78,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) {
     ::close(fd_);
-    ::unlink(temp_path_.c_str());
+    if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
   }
   XXH3_freeState(static_cast<XXH3_state_t*>(hash_state_));
 }
@@ -76,17 +97,24 @@ void AtomicFile::write(const void* data, size_t bytes) {
 }
 
 WrittenFile AtomicFile::commit() {
+  const WrittenFile written{bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(hash_state_))};
+  if (temp_path_.empty()) {  // written in place: a device or pipe has nothing to fsync
+    HONE_CHECK(::close(fd_) == 0, "{}: close failed: {}", path_, std::strerror(errno));
+    fd_ = -1;
+    return written;
+  }
   HONE_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", path_, std::strerror(errno));
   HONE_CHECK(::close(fd_) == 0, "{}: close failed: {}", path_, std::strerror(errno));
   fd_ = -1;
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+  const std::string target = temp_path_.substr(0, temp_path_.rfind(".tmp."));
+  if (std::rename(temp_path_.c_str(), target.c_str()) != 0) {
     const int error = errno;
     ::unlink(temp_path_.c_str());
     fail("{}: cannot rename into place: {}", path_, std::strerror(error));
   }
-  std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  std::filesystem::path parent = std::filesystem::path(target).parent_path();
   sync_directory(parent.empty() ? "." : parent.string());
-  return {bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(hash_state_))};
+  return written;
 }
 
 namespace {
@@ -105,7 +133,7 @@ void check_new_folder(const std::string& path) {
   check_free(path);
   // Whether it can be made (checked up front; AtomicFolder finds out by making it): a folder made and removed in its nearest existing
   // ancestor (permissions alone do not tell, e.g. for root or under /proc).
-  fs::path ancestor = fs::absolute(path).lexically_normal();
+  fs::path ancestor = link_target(fs::absolute(path).lexically_normal());
   while (!fs::exists(ancestor) && ancestor.has_parent_path() && ancestor != ancestor.parent_path()) {
     ancestor = ancestor.parent_path();
   }
@@ -119,11 +147,15 @@ void check_new_folder(const std::string& path) {
 
 AtomicFolder::AtomicFolder(std::string path, bool replace) : path_(std::move(path)) {
   namespace fs = std::filesystem;
-  fs::path target = fs::path(path_).lexically_normal();
-  if (target.filename().empty()) target = target.parent_path();
-  path_ = target.string();
+  fs::path given = fs::path(path_).lexically_normal();
+  if (given.filename().empty()) given = given.parent_path();
+  path_ = given.string();
   if (!replace) check_free(path_);
-  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  // Absolute, so that "." has a name and a parent to hold the temporary folder.
+  fs::path target = link_target(fs::absolute(path_).lexically_normal());
+  if (target.filename().empty() || target.filename() == ".") target = target.parent_path();
+  target_ = target.string();
+  const fs::path parent = target.parent_path();
   temp_path_ = (parent / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
   std::error_code error;
   fs::create_directories(parent, error);
@@ -147,11 +179,22 @@ std::string AtomicFolder::file(const std::string& name) const {
 void AtomicFolder::commit() {
   namespace fs = std::filesystem;
   sync_directory(temp_path_);
-  if (fs::exists(path_)) fs::remove_all(path_);  // replaced, or an empty folder
-  fs::rename(temp_path_, path_);
+  std::error_code error;
+  const fs::path working = fs::current_path(error);
+  const fs::path relative = error ? fs::path() : working.lexically_relative(fs::weakly_canonical(target_, error));
+  if (!error && !relative.empty() && *relative.begin() != "..") {
+    // The working directory, or a folder above it: removing it would leave this
+    // process (and the shell that started it) in a deleted folder.
+    for (const auto& entry : fs::directory_iterator(temp_path_)) {
+      fs::rename(entry.path(), fs::path(target_) / entry.path().filename());
+    }
+    fs::remove(temp_path_);
+  } else {
+    if (fs::exists(target_)) fs::remove_all(target_);  // replaced, or an empty folder
+    fs::rename(temp_path_, target_);
+  }
   committed_ = true;
-  const fs::path parent = fs::path(path_).parent_path();
-  sync_directory(parent.empty() ? "." : parent.string());
+  sync_directory(fs::path(target_).parent_path().string());
 }
 
 WrittenFile copy_file(const std::string& from, const std::string& to) {

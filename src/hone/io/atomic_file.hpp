@@ -3,6 +3,9 @@
 // the target's folder, fsynced, and renamed over the target by commit(). Without
 // commit() (an error, an exception) the temporary file is removed. The XXH3-64
 // checksum of what was written comes for free (checkpoint manifests use it).
+// A symbolic link is followed (the file it names is written; the link stays),
+// and a target that is neither a file nor a folder (/dev/stdout, a named pipe)
+// is written in place, as a shell's redirection would.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,7 +31,7 @@ class AtomicFile {
   WrittenFile commit();
 
  private:
-  std::string path_, temp_path_;
+  std::string path_, temp_path_;  // temp_path_ empty: written in place
   int fd_ = -1;
   uint64_t bytes_ = 0;
   void* hash_state_ = nullptr;  // XXH3_state_t, kept out of this header
@@ -40,7 +43,10 @@ void check_new_folder(const std::string& path);
 
 // A folder that appears complete or not at all: filled under a temporary name
 // beside the target (.NAME.tmp.PID), fsynced and renamed into place by commit().
-// Without commit() the temporary folder is removed.
+// Without commit() the temporary folder is removed. A symbolic link is
+// followed (the folder it names is made; the link stays); an empty folder that
+// is, or holds, the working directory (`hone convert SRC .`) is kept, and the
+// files move into it.
 class AtomicFolder {
  public:
   // An existing target is replaced at commit() when `replace`; otherwise a
@@ -55,7 +61,7 @@ class AtomicFolder {
   void commit();
 
  private:
-  std::string path_, temp_path_;
+  std::string path_, target_, temp_path_;  // path_ as given (for messages); target_ where it lands
   bool committed_ = false;
 };
 
