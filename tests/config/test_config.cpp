@@ -39,6 +39,17 @@ nested: {x: {y: 3}}
   EXPECT_FALSE(c.has("f"));
   EXPECT_EQ(c.get<int64_t>("nested.x.y"), 3);
   EXPECT_NE(error_of([&] { c.get<int64_t>("b"); }).find("'b' must be an integer"), std::string::npos);
+  // YAML's own tags: !!str keeps the text; an application's tag is refused,
+  // not read as its text (output_dir: !env HOME made a folder named HOME).
+  const Config tagged = Config::from_yaml("a: !!str 32\nb: !!int 3\n", "tags.yaml");
+  EXPECT_EQ(tagged.get<std::string>("a"), "32");
+  EXPECT_EQ(tagged.get<int64_t>("b"), 3);
+  EXPECT_EQ(error_of([] { Config::from_yaml("a: 1\noutput_dir: !env HOME\n", "env.yaml"); }),
+            "env.yaml:2: the YAML tag !env is not one hone reads (an environment variable is ${oc.env:NAME})");
+  // One document: a second (after ---) was dropped unread; an empty one after the first is nothing.
+  EXPECT_EQ(error_of([] { Config::from_yaml("max_steps: 2\n---\nmax_steps: 7\n", "two.yaml"); }),
+            "two.yaml:3: a second YAML document (after ---): a config is one document");
+  EXPECT_EQ(Config::from_yaml("max_steps: 2\n---\n", "trailing.yaml").get<int64_t>("max_steps"), 2);
 }
 
 // Aliases of aliases ("billion laughs": 9 levels of 9 are 387 million values
@@ -335,6 +346,11 @@ lr_scheduler:
   const Config blank = schema().resolve(
       Config::from_yaml("variables:\n  remote:\noutput_dir: x\nresume: ${variables.remote}\n", "run.yaml"));
   EXPECT_FALSE(blank.has("resume"));
+  // A quoted default is the text inside its quotes.
+  const Config quoted = schema().resolve(Config::from_yaml(
+      "output_dir: '${oc.env:HONE_TEST_UNSET,\"runs/q\"}'\nresume: ${oc.env:HONE_TEST_UNSET, 'a b' }\n", "run.yaml"));
+  EXPECT_EQ(quoted.get<std::string>("output_dir"), "runs/q");
+  EXPECT_EQ(quoted.get<std::string>("resume"), "a b");
 
   const auto error = [](const std::string& yaml) {
     return error_of([&] { schema().resolve(Config::from_yaml("output_dir: x\n" + yaml, "run.yaml")); });

@@ -25,7 +25,7 @@ namespace {
 // "true" a boolean, "~"/"null" null; quoted scalars stay strings.
 Json scalar_to_json(const YAML::Node& node) {
   const std::string& text = node.Scalar();
-  if (node.Tag() == "!") return text;  // quoted
+  if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return text;  // quoted, or !!str
   if (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
   if (text == "true" || text == "True" || text == "TRUE") return true;
   if (text == "false" || text == "False" || text == "FALSE") return false;
@@ -56,6 +56,12 @@ Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& bu
              kMaxConfigValues);
   HONE_CHECK(depth <= kMaxConfigDepth, "{}:{}: values nested more than {} deep (a YAML alias inside what it names?)",
              origin, node.Mark().line + 1, kMaxConfigDepth);
+  // YAML's own tags (!!str, !!int, !!map, ...) or none; an application's
+  // (!env HOME, !include) means something no config of hone's does.
+  const std::string& tag = node.Tag();
+  HONE_CHECK(tag.empty() || tag == "?" || tag == "!" || tag.starts_with("tag:yaml.org,2002:"),
+             "{}:{}: the YAML tag {} is not one hone reads (an environment variable is ${{oc.env:NAME}})", origin,
+             node.Mark().line + 1, tag);
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return nullptr;
@@ -199,7 +205,12 @@ Config Config::from_yaml(std::string_view text, const std::string& origin) {
   c.origin_ = origin;
   YAML::Node root;
   try {
-    root = YAML::Load(std::string(text));
+    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    // A config is one document: later ones (after ---) would be dropped unread.
+    std::erase_if(documents, [](const YAML::Node& d) { return d.IsNull(); });
+    HONE_CHECK(documents.size() <= 1, "{}:{}: a second YAML document (after ---): a config is one document",
+               origin, documents.size() > 1 ? documents[1].Mark().line + 1 : 0);
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {
     fail("{}:{}:{}: invalid YAML: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
@@ -397,7 +408,13 @@ class Interpolator {
         error(parts, fmt::format("${{{}}}: the environment variable {} is not set", expression, name));
       std::string fallback = argument.substr(comma + 1);
       fallback.erase(0, fallback.find_first_not_of(' '));
+      fallback.erase(fallback.find_last_not_of(' ') + 1);
       if (fallback == "null") return Json();  // OmegaConf's None, not the text "null"
+      // A quoted default is the text inside its quotes, as OmegaConf's grammar reads it.
+      if (fallback.size() >= 2 && (fallback.front() == '"' || fallback.front() == '\'') &&
+          fallback.back() == fallback.front()) {
+        return fallback.substr(1, fallback.size() - 2);
+      }
       return fallback;
     }
     // A list's element as OmegaConf names it: a.b[1] is a.b.1.
