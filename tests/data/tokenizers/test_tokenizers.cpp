@@ -282,6 +282,9 @@ TEST_F(TokenizerFiles, RankFileNamesTheLine) {
   // Well formed, but not an encoding hone knows the pattern of.
   EXPECT_NE(error_of(write("x.tiktoken", "IQ== 0\nIg== 1\n")).find("cannot tell which tiktoken encoding"),
             std::string::npos);
+  // The file's name tells, not its folder's (a Llama 3 tokenizer.model under o200k_tests/ was read as o200k).
+  EXPECT_NE(error_of(write("o200k_tests/x.tiktoken", "IQ== 0\nIg== 1\n")).find("cannot tell which tiktoken encoding"),
+            std::string::npos);
 }
 
 TEST_F(TokenizerFiles, JsonNamesTheByteOffsetOrKey) {

@@ -106,7 +106,10 @@ std::vector<std::pair<std::string, int32_t>> llama3_specials(Llama3Release relea
 }
 
 Encoding encoding_for(std::string_view name, size_t ranks, Llama3Release release) {
-  const auto has = [&](std::string_view s) { return name.find(s) != std::string_view::npos; };
+  // The file's own name says which encoding it is, not its folders' (a Llama 3
+  // tokenizer.model in a folder named o200k_tests is Llama 3's).
+  const std::string_view file = name.substr(name.find_last_of('/') + 1);
+  const auto has = [&](std::string_view s) { return file.find(s) != std::string_view::npos; };
   if (has("cl100k") || (!has("o200k") && ranks == 100256))
     return {"cl100k_base",
             kCl100kPattern,
