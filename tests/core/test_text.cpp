@@ -26,6 +26,13 @@ TEST(Text, StripsAsPythonsStr) {
   EXPECT_EQ(python_strip(" \t\n\x1c\x1f" "ab c \x0b\x1e"), "ab c");
   EXPECT_EQ(python_strip("   "), "");
   EXPECT_EQ(python_strip("\x1bx"), "\x1bx");  // ESC is not whitespace
+  // Unicode's spaces, as str.isspace() (and Jinja's trim in chat templates) takes them:
+  // NO-BREAK SPACE, NEL, IDEOGRAPHIC SPACE, LINE SEPARATOR, EN QUAD, NARROW NO-BREAK SPACE.
+  EXPECT_EQ(python_strip("\u00a0\u0085Hi\u3000\u2028\u2000\u202f"), "Hi");
+  EXPECT_EQ(python_strip("\u3000\u3053\u3093\u3000"), "\u3053\u3093");  // こん: no space, kept
+  EXPECT_EQ(python_strip("x\u200b"), "x\u200b");  // ZERO WIDTH SPACE is not white space to Python
+  EXPECT_EQ(python_strip("\xa0x\xa0"), "\xa0x\xa0");  // lone continuation bytes stay
+  EXPECT_EQ(python_lstrip("\u00a0 x "), "x ");
 }
 
 // As Python's csv.writer writes them and csv.reader reads them.

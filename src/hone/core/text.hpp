@@ -14,8 +14,9 @@ std::string format_bytes(double bytes);
 std::string plural(int64_t n, std::string_view word, std::string_view plural_form = "");
 // Every `from` in `s` replaced by `to`, left to right without overlaps (Python's str.replace).
 void replace_all(std::string& s, std::string_view from, std::string_view to);
-// Python's str.lstrip() and str.strip() on ASCII text: whitespace and the
-// separators \x1c-\x1f (what str.isspace() takes) removed from the start, or both ends.
+// Python's str.lstrip() and str.strip() (Jinja's trim) on UTF-8 text: the
+// characters str.isspace() takes removed from the start, or both ends: ASCII
+// white space, the separators \x1c-\x1f, and Unicode's spaces (U+00A0, U+3000, ...).
 std::string_view python_lstrip(std::string_view s);
 std::string_view python_strip(std::string_view s);
 // A CSV field as RFC 4180 (and Python's csv module) write it: quoted, with its
