@@ -391,10 +391,12 @@ TEST_F(InstructTest, AnInjectedSystemPromptIsNeverLearned) {
                                              R"({"role": "user", "content": "Hi"}, )"
                                              R"({"role": "assistant", "content": "Hello!"}]})"
                                              "\n");
-  const std::unique_ptr<Tokenizer> qwen3 = load_tokenizer(asset_path("tokenizers/qwen3"));
+  const std::unique_ptr<Tokenizer> qwen3 = load_tokenizer(asset_path("tokenizers/qwen3")),
+                                    mistral = load_tokenizer(asset_path("tokenizers/mistral"));
   for (const auto& [tokenizer, format] :
        {std::pair<const Tokenizer*, data::ChatFormat>{llama3_, data::ChatFormat::llama3},
-        std::pair<const Tokenizer*, data::ChatFormat>{qwen3.get(), data::ChatFormat::chatml}}) {
+        std::pair<const Tokenizer*, data::ChatFormat>{qwen3.get(), data::ChatFormat::chatml},
+        std::pair<const Tokenizer*, data::ChatFormat>{mistral.get(), data::ChatFormat::llama2}}) {
     const auto learned_text = [&](const std::string& system_prompt) {
       const InstructOptions o{
           .format = InstructTemplate::chat, .chat_format = format, .train_on_input = true, .system_prompt = system_prompt};
@@ -407,6 +409,7 @@ TEST_F(InstructTest, AnInjectedSystemPromptIsNeverLearned) {
     const std::string injected = learned_text("Be brief."), own = learned_text("");
     EXPECT_EQ(injected.find("Be brief."), std::string::npos) << injected;
     EXPECT_EQ(injected.find("system"), std::string::npos) << injected;
+    EXPECT_EQ(injected.find("SYS"), std::string::npos) << injected;
     EXPECT_NE(injected.find("Hi"), std::string::npos) << injected;
     EXPECT_NE(own.find("Own."), std::string::npos) << own;
   }

@@ -492,17 +492,25 @@ std::vector<Piece> chat_pieces(std::vector<ChatMessage> messages, const Tokenize
       // <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>
       HONE_CHECK(t.bos_id() && t.eos_id(), "the llama2 chat format needs BOS and EOS tokens");
       std::string system;
-      bool open_turn = false;
+      bool system_injected = false, open_turn = false;
       for (size_t i = 0; i < messages.size(); ++i) {
         const auto& [role, content, in_prompt] = messages[i];
         if (role == "system") {
           system = content;
+          system_injected = injected_system && i == 0;
         } else if (role == "user") {
           pieces.push_back({.id = t.bos_id()});
-          std::string turn = "[INST] ";
-          if (!system.empty()) turn += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
+          if (system.empty()) {
+            pieces.push_back({.text = "[INST] " + content + " [/INST]"});
+          } else {
+            // The system block a piece of its own (dataset.system_prompt's is never
+            // learned), cut where the whole text's tokens are cut too: before the
+            // space of " <<SYS>>" and after its closing blank line.
+            pieces.push_back({.text = "[INST]"});
+            pieces.push_back({.text = " <<SYS>>\n" + system + "\n<</SYS>>\n\n", .injected = system_injected});
+            pieces.push_back({.text = content + " [/INST]"});
+          }
           system.clear();
-          pieces.push_back({.text = turn + content + " [/INST]"});
           open_turn = true;
         } else {
           HONE_CHECK(open_turn, "{}: in the llama2 format an assistant message follows a user message", where);
