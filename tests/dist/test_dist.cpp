@@ -363,6 +363,17 @@ TEST(Jobs, AHungPeerOfARecvIsNamed) {
   EXPECT_NE(j.output.find("rank 1 has not posted the matching send"), std::string::npos) << j.output;
 }
 
+// A HONE_DIST_TIMEOUT that is no number is each rank's one-line error (it was
+// thrown again at exit, where it aborted every rank with a backtrace).
+TEST(Jobs, ABadTimeoutIsAnErrorNotAnAbort) {
+  const Job j = run("env HONE_DIST_TIMEOUT=abc " + mpirun(2) + " " + kProbe + " sum");
+  EXPECT_EQ(j.status, 2) << j.output;
+  EXPECT_NE(j.output.find("hone: error: HONE_DIST_TIMEOUT='abc' should be a number of seconds (0: no timeout)"),
+            std::string::npos)
+      << j.output;
+  EXPECT_EQ(j.output.find("terminate called"), std::string::npos) << j.output;
+}
+
 TEST(Jobs, ARankThatExitsEndsTheJobAtOnce) {
   // A failing exit status becomes MPI_Abort, so mpirun stops the others long before the 60 s watchdog.
   const Job j = run("env HONE_DIST_TIMEOUT=60 " + mpirun(2) + " " + kProbe + " exit");

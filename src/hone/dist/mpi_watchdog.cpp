@@ -232,6 +232,9 @@ void ensure_mpi_initialized() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return;
+  // A bad HONE_DIST_TIMEOUT is an error here, before MPI starts, not in the
+  // watchdog built later (at exit, where an exception aborts the process).
+  collective_timeout_seconds();
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   if (provided < MPI_THREAD_MULTIPLE) {
