@@ -688,6 +688,14 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
     EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
+  // HONE_MPIRUN naming nothing runnable is named (empty, it ran a folder on PATH: status 127).
+  for (const std::string mpirun : {"", "/no/such/mpirun", "/tmp"}) {
+    ::setenv("HONE_MPIRUN", mpirun.c_str(), 1);
+    const CliResult r = run_hone("launch --nproc-per-node 2 -- hone run pretrain -c quickstart");
+    ::unsetenv("HONE_MPIRUN");
+    EXPECT_EQ(r.status, 2) << mpirun;
+    EXPECT_NE(r.err.find("HONE_MPIRUN='" + mpirun + "' names no program to run"), std::string::npos) << r.err;
+  }
   const CliResult too_long = run_hone("bench --model llama_tiny --seq-len 300 --steps 1");
   EXPECT_EQ(too_long.status, 2);
   EXPECT_NE(too_long.err.find("--seq-len 300 is longer than llama_tiny's max_seq_len 256: raise it with --max-seq-len"),

@@ -67,8 +67,11 @@ void forward_signal(pid_t mpirun, int signal, bool first) {
   for (const pid_t pid : ranks) ::kill(pid, signal);
 }
 
+// The executable file `name` names: a path, or a name found on PATH.
 std::optional<std::string> find_in_path(const std::string& name) {
-  if (name.find('/') != std::string::npos) return fs::exists(name) ? std::optional(name) : std::nullopt;
+  const auto runnable = [](const fs::path& p) { return fs::is_regular_file(p) && ::access(p.c_str(), X_OK) == 0; };
+  if (name.empty()) return std::nullopt;
+  if (name.find('/') != std::string::npos) return runnable(name) ? std::optional(name) : std::nullopt;
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "/usr/bin:/bin";
   size_t start = 0;
@@ -76,7 +79,7 @@ std::optional<std::string> find_in_path(const std::string& name) {
     size_t end = dirs.find(':', start);
     if (end == std::string::npos) end = dirs.size();
     const fs::path candidate = fs::path(dirs.substr(start, end - start)) / name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (runnable(candidate)) return candidate.string();
     start = end + 1;
   }
   return std::nullopt;
@@ -279,6 +282,8 @@ int launch(const Options& o) {
              o.command[0]);
   const char* override = std::getenv("HONE_MPIRUN");
   const auto mpirun = find_in_path(override ? override : "mpirun");
+  HONE_CHECK(mpirun.has_value() || override == nullptr,
+             "HONE_MPIRUN='{}' names no program to run (give the path of Open MPI's mpirun, or unset it)", override);
   HONE_CHECK(mpirun.has_value(), "hone launch starts its processes through Open MPI's mpirun, which is not on PATH "
                                  "(Debian: apt-get install openmpi-bin)");
   const std::vector<std::string> argv = mpirun_argv(o, *mpirun);
