@@ -525,6 +525,9 @@ TEST(Cli, CpCopiesABuiltinConfigThatThenValidatesAndNeverOverwrites) {
       << deep.err;
   ASSERT_EQ(run_hone("cp llama3_2/1B_lora " + folder + "/a/b/mine.yaml --make-parents").status, 0);
   EXPECT_EQ(read_file(folder + "/a/b/mine.yaml"), copied);
+  // A name ending in '/' is a folder, made with --make-parents (it was a hidden c/.yaml).
+  ASSERT_EQ(run_hone("cp llama3_2/1B_lora " + folder + "/c/ --make-parents").status, 0);
+  EXPECT_EQ(read_file(folder + "/c/1B_lora.yaml"), copied);
   std::filesystem::remove_all(folder);
 }
 

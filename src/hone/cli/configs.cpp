@@ -118,8 +118,9 @@ Command add_cp(CLI::App& app) {
     for (const BuiltinConfig& b : builtin_configs()) {
       if (args->config != b.name) continue;
       fs::path dest = args->dest;
-      // Into a folder as tune cp does: llama3_2/1B_lora becomes FOLDER/1B_lora.yaml.
-      if (fs::is_directory(dest)) dest /= fs::path(b.name).filename().string() + ".yaml";
+      // Into a folder as tune cp does: llama3_2/1B_lora becomes FOLDER/1B_lora.yaml
+      // (a name ending in '/' is a folder, made with --make-parents).
+      if (fs::is_directory(dest) || dest.filename().empty()) dest /= fs::path(b.name).filename().string() + ".yaml";
       else if (!dest.has_extension()) dest += ".yaml";
       if (args->make_parents && dest.has_parent_path()) fs::create_directories(dest.parent_path());
       if (dest.has_parent_path() && !fs::is_directory(dest.parent_path())) {
