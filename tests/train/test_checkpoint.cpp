@@ -89,6 +89,15 @@ TEST_F(CheckpointTest, KeepsTheLastNAndLatestPointsAtTheNewest) {
   EXPECT_FALSE(fs::exists(dir_ + "/step_0000020"));
   EXPECT_TRUE(fs::exists(dir_ + "/step_0000030"));
   EXPECT_EQ(find_checkpoint(dir_, "latest"), dir_ + "/step_0000040");
+  // A step folder's name is the run's, even where the working directory has
+  // one of that name too (another run's); a path is a path.
+  const fs::path before = fs::current_path();
+  fs::create_directories(dir_ + "_elsewhere/step_0000030");
+  fs::current_path(dir_ + "_elsewhere");
+  EXPECT_EQ(find_checkpoint(dir_, "step_0000030"), dir_ + "/step_0000030");
+  EXPECT_EQ(find_checkpoint(dir_, "./step_0000030"), "./step_0000030");
+  fs::current_path(before);
+  fs::remove_all(dir_ + "_elsewhere");
 }
 
 TEST_F(CheckpointTest, CorruptionIsReportedByFile) {

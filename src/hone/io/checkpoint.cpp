@@ -285,9 +285,12 @@ std::string model_folder_of(const std::string& path) {
 
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume) {
   if (resume != kLatest) {
-    // A step folder of the run may be named by itself; a run directory means its latest checkpoint.
+    // A step folder of the run may be named by itself (the run's, before one of
+    // that name where hone runs); a run directory means its latest checkpoint.
     const fs::path in_run = fs::path(run_dir) / resume;
-    const std::string folder = fs::is_directory(resume) || !fs::is_directory(in_run) ? resume : in_run.string();
+    const bool names_the_runs =
+        fs::is_directory(in_run) && (resume.find('/') == std::string::npos || !fs::is_directory(resume));
+    const std::string folder = names_the_runs ? in_run.string() : resume;
     if (!fs::is_directory(folder)) {
       std::vector<std::string> names = {kLatest};
       if (fs::is_directory(run_dir)) {
