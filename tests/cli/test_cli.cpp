@@ -154,6 +154,14 @@ TEST(Cli, ProfilePrintsTheOpsOfTheTimedSteps) {
   EXPECT_EQ(std::stoll(r.err.substr(row + linear.size())), 2 * 9) << r.err.substr(row, 80);
   // The GEMM peak, measured after the steps, is not a training op.
   EXPECT_EQ(r.err.find("\nmatmul"), std::string::npos) << r.err;
+  // Off as a shell or YAML user writes it (false was on).
+  for (const char* off : {"false", "off", "No", "0"}) {
+    setenv("HONE_PROFILE", off, 1);
+    const CliResult quiet = run_hone("bench --model llama_tiny --batch-size 2 --seq-len 32 --steps 1");
+    unsetenv("HONE_PROFILE");
+    ASSERT_EQ(quiet.status, 0) << quiet.err;
+    EXPECT_EQ(quiet.err.find("hone profile"), std::string::npos) << off;
+  }
 }
 
 TEST(Cli, BenchTrainsLoraAdaptersWhenAsked) {

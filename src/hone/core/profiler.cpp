@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -186,14 +187,17 @@ std::string product_key(const char* op, int64_t batch, int64_t m, int64_t n, int
 
 namespace {
 
-// HONE_PROFILE, read once: unset, empty or 0 is off; "products" adds the products' table.
+// HONE_PROFILE, read once: unset, empty, 0, false, off or no is off;
+// "products" adds the products' table; anything else is on.
 enum class ProfileMode { off, ops, products };
 
 ProfileMode profile_mode() {
   static const ProfileMode mode = [] {
     const char* v = std::getenv("HONE_PROFILE");
-    if (v == nullptr || *v == '\0' || std::string(v) == "0") return ProfileMode::off;
-    return std::string(v) == "products" ? ProfileMode::products : ProfileMode::ops;
+    std::string value = v ? v : "";
+    std::ranges::transform(value, value.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    if (value.empty() || value == "0" || value == "false" || value == "off" || value == "no") return ProfileMode::off;
+    return value == "products" ? ProfileMode::products : ProfileMode::ops;
   }();
   return mode;
 }
