@@ -221,6 +221,13 @@ TEST(Schema, ErrorsNameTheKeyAndSuggest) {
   EXPECT_EQ(resolve("output_dir: x\nbatch_sise: 4\n"), "run.yaml: unknown key 'batch_sise' (did you mean 'batch_size'?)");
   EXPECT_EQ(resolve("output_dir: x\ncompletely_unrelated_thing: 4\n"), "run.yaml: unknown key 'completely_unrelated_thing'");
   EXPECT_EQ(resolve("output_dir: x\nbatch_size: 2.5\n"), "run.yaml: 'batch_size' must be an integer, got 2.5");
+  // A path key: '~' is not expanded (it made a folder named ~), and an empty path names nothing.
+  EXPECT_EQ(resolve("output_dir: ~/runs/a\n"),
+            "run.yaml: 'output_dir' is \"~/runs/a\": hone does not expand '~' (a folder named ~ would be made here); "
+            "write the home folder's path, or ${oc.env:HOME}/runs/a");
+  EXPECT_EQ(resolve("output_dir: x\nresume: '~/runs/a/step_2'\n").substr(0, 30), "run.yaml: 'resume' is \"~/runs/");
+  EXPECT_EQ(resolve("output_dir: ''\n"), "run.yaml: 'output_dir' is empty: give a path (null leaves it unset)");
+  EXPECT_EQ(resolve("output_dir: ~x\n"), "");  // a name that starts with ~ is a name
   EXPECT_EQ(resolve("output_dir: x\nlr_scheduler: {name: cosin}\n"),
             "run.yaml: 'lr_scheduler.name' is 'cosin'; expected one of constant, linear, cosine, wsd (did you mean "
             "'cosine'?)");

@@ -592,6 +592,18 @@ Schema& Schema::add_foreign_value(std::string key, std::string value, std::strin
   return *this;
 }
 
+namespace {
+
+// Whether `key` takes a file or folder: its last name a path, a folder, a
+// file, or what names one (resume, lora.adapter, export.hf and export.peft).
+bool names_a_path(std::string_view key) {
+  const std::string_view name = key.substr(key.rfind('.') + 1);
+  return name.ends_with("path") || name.ends_with("_dir") || name.ends_with("_file") || name == "resume" ||
+         name == "adapter" || key == "export.hf" || key == "export.peft";
+}
+
+}  // namespace
+
 Config Schema::resolve(const Config& given_config) const {
   Config written = given_config;
   for (const KeySpec& k : keys_) {
@@ -687,6 +699,15 @@ Config Schema::resolve(const Config& given_config) const {
     // An integer is a fine number.
     HONE_CHECK(matches(*value, spec->type), "{}: '{}' must be {}, got {}", origin, key, type_name(spec->type),
                value->dump());
+    if (spec->type == ValueType::string && names_a_path(key)) {
+      const std::string path = value->get<std::string>();
+      HONE_CHECK(!path.empty(), "{}: '{}' is empty: give a path (null leaves it unset)", origin, key);
+      // A shell expands ~ only where it stands unquoted on the command line; YAML and quotes keep it.
+      HONE_CHECK(path != "~" && !path.starts_with("~/"),
+                 "{}: '{}' is {:?}: hone does not expand '~' (a folder named ~ would be made here); write the "
+                 "home folder's path, or ${{oc.env:HOME}}{}",
+                 origin, key, path, path.substr(1));
+    }
     const bool numeric = value->is_number() || spec->type == ValueType::number_list;
     const auto in_range = [&](const Json& x) { return spec->range.contains(x.get<double>()); };
     if (numeric && !std::all_of(value->begin(), value->end(), in_range)) {
