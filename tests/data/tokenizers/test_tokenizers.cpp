@@ -199,6 +199,23 @@ TEST(TokenizerJson, MetaspaceMatchesTheNormalizerForm) {
   EXPECT_NE(ids(*reference, " b"), ids(*reference, "b"));
 }
 
+// Tokens added with normalized: true (transformers' add_tokens() default) match
+// in the normalized text as their normalized content, as Hugging Face's added
+// vocabulary matches them: under Mistral's Prepend + Replace normalizer "<tool>"
+// is "▁<tool>" (taking the space before it, and not matching inside a word) and
+// "hello world" is "▁hello▁world". The ids are Hugging Face tokenizers'.
+TEST(TokenizerJson, NormalizedAddedTokensMatchTheirNormalizedContent) {
+  nlohmann::json j = nlohmann::json::parse(read_file(asset_path("tokenizers/mistral") + "/tokenizer.json"));
+  for (const auto& [content, id] : {std::pair<const char*, int>{"<tool>", 32000}, {"hello world", 32001}}) {
+    j["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", true}, {"special", false}});
+  }
+  const auto t = load_tokenizer_json(j.dump(), "added.json");
+  EXPECT_EQ(t->encode("a <tool> b"), (std::vector<int32_t>{264, 32000, 287}));
+  EXPECT_EQ(t->encode("a<tool>b"), (std::vector<int32_t>{264, 28789, 6462, 28767, 28726}));
+  EXPECT_EQ(t->encode("hello world"), (std::vector<int32_t>{32001}));
+}
+
 // Llama 3's tiktoken tokenizer.model as a tokenizer.json: the vocabulary and
 // merges of the one Meta publishes (made by transformers' converter), the same
 // special tokens, and the same ids as the rank file for text and special tokens.

@@ -85,7 +85,12 @@ bool AddedTokenMatcher::find(std::string_view text, size_t from, SpecialTokens s
 void BpeTokenizer::finish(std::optional<int32_t> bos, std::optional<int32_t> eos, std::optional<int32_t> pad) {
   for (const AddedToken& t : added) {
     if (t.normalized && !normalizers.empty()) {
-      normalized_matcher_.add(t);
+      // Matched in the normalized text as its normalized content, as Hugging
+      // Face's added vocabulary does: Llama 2's "<tool>" as "▁<tool>", taking
+      // the space before it; "hello world" as "▁hello▁world".
+      AddedToken normalized = t;
+      normalized.content = normalize(t.content);
+      normalized_matcher_.add(normalized);
     } else {
       raw_matcher_.add(t);
     }
@@ -124,6 +129,18 @@ void BpeTokenizer::encode_segment(std::string_view segment, bool at_start, std::
     encode_normalized(segment, at_start, out);
     return;
   }
+  const std::string text = normalize(segment);
+  size_t pos = 0, begin, end;
+  int32_t id;
+  while (normalized_matcher_.find(text, pos, special, begin, end, id)) {
+    encode_normalized(std::string_view(text).substr(pos, begin - pos), at_start && pos == 0, out);
+    out.push_back(id);
+    pos = end;
+  }
+  encode_normalized(std::string_view(text).substr(pos), at_start && pos == 0, out);
+}
+
+std::string BpeTokenizer::normalize(std::string_view segment) const {
   std::string text(segment);
   for (const Normalizer& n : normalizers) {
     switch (n.type) {
@@ -141,14 +158,7 @@ void BpeTokenizer::encode_segment(std::string_view segment, bool at_start, std::
         break;
     }
   }
-  size_t pos = 0, begin, end;
-  int32_t id;
-  while (normalized_matcher_.find(text, pos, special, begin, end, id)) {
-    encode_normalized(std::string_view(text).substr(pos, begin - pos), at_start && pos == 0, out);
-    out.push_back(id);
-    pos = end;
-  }
-  encode_normalized(std::string_view(text).substr(pos), at_start && pos == 0, out);
+  return text;
 }
 
 void BpeTokenizer::encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const {

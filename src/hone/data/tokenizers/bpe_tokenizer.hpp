@@ -80,6 +80,8 @@ class BpeTokenizer final : public Tokenizer {
  private:
   // `at_start`: the text begins at offset 0 of the input (Metaspace's "first").
   void encode_segment(std::string_view segment, bool at_start, std::vector<int32_t>& out, SpecialTokens special) const;
+  // `text` through the normalizers, in order.
+  std::string normalize(std::string_view text) const;
   void encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   void encode_pieces(std::string_view text, std::vector<int32_t>& out) const;
 
