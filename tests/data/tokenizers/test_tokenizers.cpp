@@ -216,6 +216,25 @@ TEST(TokenizerJson, NormalizedAddedTokensMatchTheirNormalizedContent) {
   EXPECT_EQ(t->encode("hello world"), (std::vector<int32_t>{32001}));
 }
 
+// Decoding as Hugging Face's decoder chain: a run of ByteFallback tokens that is
+// no valid UTF-8 is a U+FFFD per token (all of the run's, valid characters in it
+// too), a valid run its text; the decoder's Metaspace applies to added tokens
+// (CodeLlama's "▁<PRE>" decodes to "<PRE>" at the start).
+TEST(TokenizerJson, DecodingFollowsTheDecoderChain) {
+  nlohmann::json j = nlohmann::json::parse(read_file(asset_path("tokenizers/mistral") + "/tokenizer.json"));
+  const auto plain = load_tokenizer_json(j.dump(), "mistral.json");
+  const auto byte = [](unsigned value) { return int32_t(3 + value); };  // <0x00> is id 3
+  const std::string fffd = "\uFFFD";
+  EXPECT_EQ(plain->decode(std::vector<int32_t>{byte(0xE5), byte(0x8F)}), fffd + fffd);
+  EXPECT_EQ(plain->decode(std::vector<int32_t>{byte(0xA6), byte(0xF0), byte(0x9D), byte(0x94), byte(0xA0)}),
+            fffd + fffd + fffd + fffd + fffd);
+  EXPECT_EQ(plain->decode(std::vector<int32_t>{byte(0xE5), byte(0x8F), byte(0xA5)}), "\u53e5");  // 句
+  j["added_tokens"].push_back({{"id", 32000}, {"content", "\u2581<PRE>"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", false}, {"special", true}});
+  const auto code = load_tokenizer_json(j.dump(), "codellama.json");
+  EXPECT_EQ(code->decode(std::vector<int32_t>{32000, 22557}), "<PRE> Hello");
+}
+
 // Llama 3's tiktoken tokenizer.model as a tokenizer.json: the vocabulary and
 // merges of the one Meta publishes (made by transformers' converter), the same
 // special tokens, and the same ids as the rank file for text and special tokens.

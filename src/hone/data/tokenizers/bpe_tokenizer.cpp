@@ -96,6 +96,8 @@ void BpeTokenizer::finish(std::optional<int32_t> bos, std::optional<int32_t> eos
     }
     if (size_t(t.id) >= decoded_.size()) decoded_.resize(size_t(t.id) + 1);
     decoded_[size_t(t.id)] = t.content;
+    for (const auto& [from, to] : decode_replaces) replace_all(decoded_[size_t(t.id)], from, to);
+    if (size_t(t.id) < byte_token_.size()) byte_token_[size_t(t.id)] = false;
     if (t.special) special_tokens_.emplace_back(t.content, t.id);
   }
   assigned_.assign(decoded_.size(), false);
@@ -213,13 +215,27 @@ void BpeTokenizer::encode_pieces(std::string_view text, std::vector<int32_t>& ou
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
-  std::string out;
+  std::string out, bytes;  // bytes: the run of byte tokens being read
+  size_t run = 0;
+  const auto end_run = [&] {
+    if (utf8::valid(bytes)) out += bytes;
+    else for (size_t i = 0; i < run; ++i) out += "\uFFFD";
+    bytes.clear();
+    run = 0;
+  };
   for (const int32_t id : ids) {
     HONE_CHECK(id >= 0 && size_t(id) < decoded_.size(), "token id {} is outside the vocabulary of {} (size {})", id,
                source_, decoded_.size());
     HONE_CHECK(assigned_[size_t(id)], "token id {} is not assigned to any token in {}", id, source_);
+    if (size_t(id) < byte_token_.size() && byte_token_[size_t(id)]) {
+      bytes += decoded_[size_t(id)];
+      ++run;
+      continue;
+    }
+    if (run > 0) end_run();
     out += decoded_[size_t(id)];
   }
+  if (run > 0) end_run();
   size_t strip = 0;
   while (int(strip) < strip_leading_spaces && strip < out.size() && out[strip] == ' ') ++strip;
   out.erase(0, strip);

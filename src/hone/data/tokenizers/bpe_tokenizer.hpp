@@ -71,6 +71,12 @@ class BpeTokenizer final : public Tokenizer {
   std::optional<Metaspace> metaspace;
   // decode: what each id turns into, and how many leading spaces of the result to drop.
   std::vector<std::string> decoded_;
+  // The decoder's text replacements (Metaspace's U+2581 -> " ", Replace),
+  // which finish() applies to the added tokens too, as Hugging Face's decoder does.
+  std::vector<std::pair<std::string, std::string>> decode_replaces;
+  // ByteFallback's <0xNN> tokens (decoded_ holds their byte): a run of them
+  // that is no valid UTF-8 decodes to a U+FFFD per token, as Hugging Face's does.
+  std::vector<bool> byte_token_;
   std::vector<bool> assigned_;  // ids that have a token (rank files leave gaps), set by finish()
   int strip_leading_spaces = 0;
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/tokenizers/bpe_tokenizer.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 
@@ -160,7 +161,7 @@ bool load_pre_tokenizer(const json& root, BpeTokenizer& t, const Context& c) {
 void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Context& c) {
   // Token-level steps (Replace, ByteFallback, ByteLevel) are applied to each
   // token's text once, here; Strip after Fuse acts on the joined text.
-  std::vector<std::pair<std::string, std::string>> replaces;
+  std::vector<std::pair<std::string, std::string>>& replaces = t.decode_replaces;
   bool byte_fallback = false, fused = false;
   const auto it = root.find("decoder");
   if (it != root.end()) {
@@ -195,6 +196,7 @@ void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Cont
     }
   }
   t.decoded_.assign(size_t(t.model.size()), std::string());
+  t.byte_token_.assign(size_t(t.model.size()), false);
   for (int32_t id = 0; id < t.model.size(); ++id) {
     if (!t.model.has_token(id)) continue;
     std::string text = t.model.token(id);  // byte-level tokens are already bytes
@@ -203,13 +205,11 @@ void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Cont
       const auto [p, ec] = std::from_chars(text.data() + 3, text.data() + 5, value, 16);
       if (ec == std::errc() && p == text.data() + 5) {
         t.decoded_[size_t(id)] = std::string(1, char(value));
+        t.byte_token_[size_t(id)] = true;
         continue;
       }
     }
-    for (const auto& [from, to] : replaces) {
-      for (size_t pos = 0; (pos = text.find(from, pos)) != std::string::npos; pos += to.size())
-        text.replace(pos, from.size(), to);
-    }
+    for (const auto& [from, to] : replaces) replace_all(text, from, to);
     t.decoded_[size_t(id)] = std::move(text);
   }
 }
