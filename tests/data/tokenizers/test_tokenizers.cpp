@@ -67,6 +67,14 @@ TEST(TokenizerRegex, WhitespaceMeansUnicodeWhiteSpace) {
   EXPECT_EQ(got, (std::vector<std::string>{"a", "\xC2\x85\xC2\x85", "b\xE1\xA0\x8E" "c"}));
 }
 
+// A run of ten million spaces (one odd document of a corpus) is split, not
+// an error past PCRE2's default match limit that failed the whole job.
+TEST(TokenizerRegex, AVeryLongRunOfSpacesIsSplit) {
+  const auto cl100k = load_tokenizer(asset_path("tokenizers/tiktoken/cl100k_base.json"));
+  const std::string text = "a" + std::string(10'000'000, ' ') + "b";
+  EXPECT_EQ(cl100k->decode(cl100k->encode(text)), text);
+}
+
 TEST(TokenizerRegex, GapsBetweenMatchesArePieces) {
   SplitRegex regex(R"(\d+)", "test");
   SplitRegex::Pieces pieces(regex, "ab12cd345");

@@ -13,7 +13,10 @@ namespace {
 constexpr std::string_view kWhiteSpace = R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
 // JIT matching of long whitespace runs needs more than PCRE2's default 32 KiB
-// stack; each thread gets one stack that grows on demand.
+// stack; each thread gets one stack that grows on demand. The match limit is
+// raised from PCRE2's 10 million steps, which a run of some million spaces
+// (one document of a corpus) reached, failing the whole job; the patterns'
+// steps grow linearly with a run.
 struct JitStack {
   pcre2_jit_stack* stack = nullptr;
   pcre2_match_context* context = nullptr;
@@ -21,6 +24,7 @@ struct JitStack {
     stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
     context = pcre2_match_context_create(nullptr);
     if (stack && context) pcre2_jit_stack_assign(context, nullptr, stack);
+    if (context) pcre2_set_match_limit(context, UINT32_MAX);
   }
   ~JitStack() {
     pcre2_match_context_free(context);
@@ -100,7 +104,7 @@ bool SplitRegex::Pieces::next(std::string_view& piece) {
       const int rc = regex_.jit_ ? pcre2_jit_match(regex_.code_, subject, text_.size(), start, 0, match_,
                                                    thread_match_context())
                                  : pcre2_match(regex_.code_, subject, text_.size(), start, PCRE2_NO_UTF_CHECK,
-                                               match_, nullptr);
+                                               match_, thread_match_context());
       if (rc == PCRE2_ERROR_NOMATCH) {
         exhausted_ = true;
         break;
