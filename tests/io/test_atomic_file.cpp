@@ -86,7 +86,7 @@ TEST(AtomicFolder, WritesThroughLinksAndIntoTheWorkingDirectory) {
   fs::create_directories(dir + "/storage/empty");
   fs::create_symlink(dir + "/storage/empty", dir + "/to_empty");
   fs::create_symlink(dir + "/storage/new", dir + "/dangling");
-  for (const std::string& name : {"to_empty", "dangling"}) {
+  for (const std::string name : {"to_empty", "dangling"}) {
     check_new_folder(dir + "/" + name);
     AtomicFolder folder(dir + "/" + name, /*replace=*/false);
     std::ofstream(folder.file("a")) << "a";

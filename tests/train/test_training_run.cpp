@@ -178,6 +178,24 @@ TEST_F(TrainingRun, AResumedRunDropsTheMetricsOfStepsAfterItsCheckpoint) {
   EXPECT_EQ(steps_logged("none_saved"), (std::map<int64_t, int>{{1, 1}, {2, 1}}));
 }
 
+// A tokenizer or data path that is not there names its key, and a relative
+// one the working directory it was read from (a built-in config run elsewhere).
+TEST_F(TrainingRun, AMissingPathNamesItsKeyAndTheWorkingDirectory) {
+  const std::string cwd = fs::current_path().string();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("no_tok", 1), "tokenizer.path=no/such/tok"}), 2) << log();
+  EXPECT_NE(log().find("the command line: tokenizer.path no/such/tok: no such file or folder (a relative path is "
+                       "read from the working directory, " + cwd + ")"),
+            std::string::npos)
+      << log();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("no_data", 1), "dataset.type=megatron",
+                 "dataset.path=/no/such/prefix"}),
+            2)
+      << log();
+  EXPECT_NE(log().find("the command line: dataset.path /no/such/prefix.idx: no such file or folder\n"),
+            std::string::npos)
+      << log();
+}
+
 // Mock data needs two tokens to draw from: an error naming the key.
 TEST_F(TrainingRun, MockDataOfAOneTokenVocabularyNamesTheKey) {
   EXPECT_EQ(run({"run", "pretrain", "--config", config("one_token", 1), "model.vocab_size=1"}), 2) << log();

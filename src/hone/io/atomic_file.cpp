@@ -59,6 +59,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   // Found now, not at commit(): the work whose output this is may take long.
   HONE_CHECK(!fs::is_directory(path_), "{}: is a folder; give the name of a file to write", path_);
   const fs::path target = link_target(path_);
+  target_ = target.string();
   std::error_code error;
   const fs::file_status status = fs::status(target, error);
   if (fs::exists(status) && !fs::is_regular_file(status)) {
@@ -106,13 +107,12 @@ WrittenFile AtomicFile::commit() {
   HONE_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", path_, std::strerror(errno));
   HONE_CHECK(::close(fd_) == 0, "{}: close failed: {}", path_, std::strerror(errno));
   fd_ = -1;
-  const std::string target = temp_path_.substr(0, temp_path_.rfind(".tmp."));
-  if (std::rename(temp_path_.c_str(), target.c_str()) != 0) {
+  if (std::rename(temp_path_.c_str(), target_.c_str()) != 0) {
     const int error = errno;
     ::unlink(temp_path_.c_str());
     fail("{}: cannot rename into place: {}", path_, std::strerror(error));
   }
-  std::filesystem::path parent = std::filesystem::path(target).parent_path();
+  std::filesystem::path parent = std::filesystem::path(target_).parent_path();
   sync_directory(parent.empty() ? "." : parent.string());
   return written;
 }

@@ -31,7 +31,7 @@ class AtomicFile {
   WrittenFile commit();
 
  private:
-  std::string path_, temp_path_;  // temp_path_ empty: written in place
+  std::string path_, target_, temp_path_;  // as given, where it lands (links followed); temp_path_ empty: in place
   int fd_ = -1;
   uint64_t bytes_ = 0;
   void* hash_state_ = nullptr;  // XXH3_state_t, kept out of this header

@@ -9,6 +9,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/data/format_documents.hpp"
+#include "hone/train/run_config.hpp"
 
 namespace hone {
 
@@ -62,6 +63,7 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
   }
   Blend b;
   for (const auto& [weight, p] : parts) {
+    check_path_exists(c, key, type == "megatron" ? p + ".idx" : p);
     std::shared_ptr<const data::DocumentSource> source;
     if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
     else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));

@@ -48,6 +48,7 @@ int run_pretrain(const Config& c) {
   std::vector<std::string> tokenizer_files;
   if (c.has("tokenizer.path")) {
     const std::string path = c.get<std::string>("tokenizer.path");
+    check_path_exists(c, "tokenizer.path", path);
     const int64_t vocab = load_tokenizer(path)->vocab_size();
     HONE_CHECK(vocab <= model_config.vocab_size, "{}: the tokenizer {} has {} tokens, more than model.vocab_size {}",
                c.origin(), path, vocab, model_config.vocab_size);

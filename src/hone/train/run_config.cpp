@@ -40,8 +40,21 @@ Schema model_source_schema(const std::string& what) {
   return s;
 }
 
+void check_path_exists(const Config& c, std::string_view key, const std::string& path) {
+  std::error_code error;
+  if (fs::exists(path, error)) return;
+  const fs::path working = fs::current_path(error);
+  fail("{}: {} {}: no such file or folder{}", c.origin_of(key), key, path,
+       fs::path(path).is_relative() && !error
+           ? fmt::format(" (a relative path is read from the working directory, {})", working.string())
+           : std::string());
+}
+
 std::string tokenizer_path_for_model(const Config& c) {
-  if (c.has("tokenizer.path")) return c.get<std::string>("tokenizer.path");
+  if (c.has("tokenizer.path")) {
+    check_path_exists(c, "tokenizer.path", c.get<std::string>("tokenizer.path"));
+    return c.get<std::string>("tokenizer.path");
+  }
   const std::string model = c.get<std::string>("checkpoint.path");
   HONE_CHECK(fs::is_directory(model), "{}: set tokenizer.path (the model {} is a file, not a folder with a tokenizer)",
              c.origin(), model);

@@ -18,6 +18,10 @@ Schema run_schema();
 // checkpoint.path (required; `what` the model is for) and checkpoint.format
 // (auto, or the format the model must have: hf, hone, llmc, llama2c).
 Schema model_source_schema(const std::string& what);
+// An error naming `key` unless `path` (its value, or a file it names: a
+// Megatron prefix's .idx) exists; a relative path's names the working
+// directory it is read from (a built-in config run from another folder).
+void check_path_exists(const Config& config, std::string_view key, const std::string& path);
 // The tokenizer of a recipe that starts from checkpoint.path: tokenizer.path, or
 // else the model's own folder (a run's latest checkpoint), which must hold one.
 std::string tokenizer_path_for_model(const Config& config);
