@@ -654,6 +654,13 @@ TEST_F(TrainingRun, AFreshRunRefusesAFolderThatHoldsARun) {
   // With resume it goes on.
   EXPECT_EQ(run({"run", "pretrain", "--config", config("taken", 4), "resume=latest"}), 0) << log();
   EXPECT_TRUE(fs::exists(root_ + "/taken/step_0000004"));
+  // A file in output_dir's place: validate says so, with resume or without.
+  std::ofstream(root_ + "/a_file") << "x";
+  EXPECT_EQ(run({"validate", config("a_file", 4), "resume=latest"}), 0) << log();
+  EXPECT_NE(log().find("# note: hone run would refuse this now: output_dir " + root_ +
+                       "/a_file is a file, not a folder for the run"),
+            std::string::npos)
+      << log();
 }
 
 // A resumed run keeps the settings that shape the model and its data (a

@@ -175,8 +175,11 @@ void check_training_settings(const Config& c) {
 }
 
 std::optional<std::string> output_dir_conflict(const Config& c) {
-  if (c.has("resume")) return std::nullopt;
   const std::string output_dir = c.get<std::string>("output_dir");
+  if (fs::exists(output_dir) && !fs::is_directory(output_dir)) {
+    return fmt::format("output_dir {} is a file, not a folder for the run", output_dir);
+  }
+  if (c.has("resume")) return std::nullopt;
   const std::optional<std::string> earlier = find_checkpoint(output_dir, "latest");
   if (!earlier && fs::exists(fs::path(output_dir) / "metrics.jsonl")) {
     return fmt::format("output_dir {} already holds a run's metrics.jsonl (and no checkpoint): give resume=latest to "
