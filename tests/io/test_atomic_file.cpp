@@ -63,7 +63,10 @@ TEST(AtomicFile, WritesThroughLinksAndIntoDevices) {
   fs::create_directories(dir + "/elsewhere");
   fs::create_symlink(dir + "/elsewhere/real.txt", dir + "/link.txt");  // dangling until written
   fs::create_symlink("/dev/null", dir + "/null");
-  for (const std::string& path : {dir + "/link.txt", dir + "/null", std::string("/dev/null")}) {
+  // /dev/stdout: a link to /proc/self/fd/1, whose own link names a pipe or
+  // terminal by no path (samples_path=/dev/stdout piped on).
+  for (const std::string& path :
+       {dir + "/link.txt", dir + "/null", std::string("/dev/null"), std::string("/dev/stdout")}) {
     AtomicFile f(path);
     f.write("text");
     EXPECT_EQ(f.commit().bytes, 4u) << path;

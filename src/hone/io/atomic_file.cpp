@@ -61,10 +61,12 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   const fs::path target = link_target(path_);
   target_ = target.string();
   std::error_code error;
-  const fs::file_status status = fs::status(target, error);
+  // Through the path as given, whose links the system follows (/dev/stdout's
+  // /proc/self/fd/1 names a pipe by no path).
+  const fs::file_status status = fs::status(path_, error);
   if (fs::exists(status) && !fs::is_regular_file(status)) {
     // A device or a pipe: there is nothing to rename over it.
-    fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
   } else {
     remove_stale_temporaries(target.has_parent_path() ? target.parent_path() : ".",
                              target.filename().string() + ".tmp.");
