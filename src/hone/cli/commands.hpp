@@ -60,6 +60,7 @@ Command add_cp(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_validate(CLI::App& app);
 Command add_launch(CLI::App& app);
+Command add_launch_rank(CLI::App& app);
 Command add_comm_bench(CLI::App& app);
 Command add_plan(CLI::App& app);
 Command add_report(CLI::App& app);

@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -85,6 +86,51 @@ std::optional<std::string> find_in_path(const std::string& name) {
   return std::nullopt;
 }
 
+// The process mpirun starts for a rank whose command is not hone. It runs the
+// command and, when that fails, says which rank failed as hone's own ranks do
+// (dist/mpi_watchdog.cpp): mpirun's account of it is sometimes lost in the
+// race of stopping the others. Signals pass on to the command.
+volatile std::sig_atomic_t g_rank_command = 0;
+
+extern "C" void pass_to_command(int signal) { ::kill(pid_t(g_rank_command), signal); }
+
+int run_rank(const std::vector<std::string>& command) {
+  sigset_t passed, before;
+  sigemptyset(&passed);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&passed, s);
+  ::sigprocmask(SIG_BLOCK, &passed, &before);  // until the handlers know the command's pid
+  const pid_t child = ::fork();
+  HONE_CHECK(child >= 0, "hone launch: fork failed");
+  if (child == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // mpirun's SIGKILL of this process reaches the command
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
+    std::vector<char*> c_argv;
+    for (const std::string& a : command) c_argv.push_back(const_cast<char*>(a.c_str()));
+    c_argv.push_back(nullptr);
+    ::execvp(c_argv[0], c_argv.data());
+    std::fprintf(stderr, "hone launch: cannot run %s: %s\n", c_argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  g_rank_command = child;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) std::signal(s, pass_to_command);
+  ::sigprocmask(SIG_SETMASK, &before, nullptr);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const char* rank = std::getenv("LOCAL_RANK");  // the rank in this node's MPI world, as mpirun numbers it
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    std::fprintf(stderr, "hone: rank %s was killed by signal %d (%s)\n", rank, signal, strsignal(signal));
+    std::fflush(stderr);
+    std::signal(signal, SIG_DFL);  // and this process dies of it too, for mpirun
+    ::prctl(PR_SET_DUMPABLE, 0);   // without a second core file
+    ::kill(::getpid(), signal);
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code != 0) std::fprintf(stderr, "hone: rank %s exited with status %d; ending the MPI job\n", rank, code);
+  return code;
+}
+
 struct Options {
   int nproc_per_node = 1, nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1", log_dir;
@@ -95,8 +141,13 @@ struct Options {
 std::vector<std::string> mpirun_argv(const Options& o, const std::string& mpirun) {
   std::vector<std::string> argv{mpirun, "--oversubscribe", "--bind-to", "none", "--tag-output"};
   if (::geteuid() == 0) argv.push_back("--allow-run-as-root");  // containers run as root
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::vector<std::string> command = o.command;
-  if (command[0] == "hone") command[0] = fs::read_symlink("/proc/self/exe").string();  // this very binary
+  if (command[0] == "hone") {
+    command[0] = self;  // this very binary, whose ranks say themselves when they fail
+  } else {
+    command.insert(command.begin(), {self, "launch-rank", "--"});
+  }
   // Each rank gets an equal share of the cores unless the user chose.
   const char* omp = std::getenv("OMP_NUM_THREADS");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -177,10 +228,11 @@ class OutputRouter {
   void finish_block(FILE* out) {
     std::vector<std::string>& block = help_blocks_[out];
     // Those about an MPI_Abort, or about ranks that returned a non-zero status
-    // (the first named), say no more than launch's last line.
+    // (the first named) or died of a signal, say no more than launch's last line.
     const bool summarized = std::ranges::any_of(block, [](const std::string& t) {
       return t.starts_with("MPI_ABORT was invoked") || t.starts_with("Primary job  terminated normally") ||
-             t.starts_with("mpirun detected that one or more processes exited with non-zero status");
+             t.starts_with("mpirun detected that one or more processes exited with non-zero status") ||
+             t.starts_with("mpirun noticed that process rank");
     });
     if (!summarized) {
       for (const std::string& text : block) fmt::print(out, "{}\n", text);
@@ -230,6 +282,7 @@ class OutputRouter {
         abort(R"(MPI_ABORT was invoked on rank (\d+) in communicator)"), errorcode(R"(with errorcode (\d+))"),
         nonzero(R"(but (\d+) process(es)? returned)"),
         hone_exit(R"(^hone: rank (\d+) exited with status (\d+); ending the MPI job)"),
+        hone_signal(R"(^hone: rank (\d+) was killed by signal (\d+) \(([^)]*)\))"),
         timeout(R"(^hone: error: rank (\d+): (.+) did not complete within (\d+) s \(HONE_DIST_TIMEOUT\): (.+); aborting)");
     std::smatch m;
     if (std::regex_search(text, m, timeout)) {
@@ -239,12 +292,12 @@ class OutputRouter {
       }
     } else if (std::regex_search(text, m, hone_exit)) {
       set(fmt::format("rank {} failed with status {}", global(m[1]), m[2].str()));
+    } else if (std::regex_search(text, m, hone_signal) || std::regex_search(text, m, signal)) {
+      set(fmt::format("rank {} was killed by signal {} ({})", global(m[1]), m[2].str(), m[3].str()));
     } else if (std::regex_search(text, m, name)) {
       pending_rank_ = global(m[1]);
     } else if (pending_rank_ >= 0 && std::regex_search(text, m, code)) {
       set(fmt::format("rank {} failed with status {}", pending_rank_, m[1].str()));
-    } else if (std::regex_search(text, m, signal)) {
-      set(fmt::format("rank {} was killed by signal {} ({})", global(m[1]), m[2].str(), m[3].str()));
     } else if (std::regex_search(text, m, improper)) {
       set(fmt::format("rank {} exited before the others without finishing (status 0, no MPI_Finalize)",
                       global(m[1])));
@@ -418,6 +471,14 @@ Command add_launch(CLI::App& app) {
     }
     return launch(*o);
   };
+}
+
+// Hidden from --help: what mpirun starts for each rank of a command that is not hone.
+Command add_launch_rank(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("launch-rank", "")->group("");
+  auto command = std::make_shared<std::vector<std::string>>();
+  sub->add_option("command", *command)->required();
+  return [command] { return run_rank(*command); };
 }
 
 }  // namespace hone::cli

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   add(hone::cli::add_preprocess);
   add(hone::cli::add_tokenize);
   add(hone::cli::add_launch);
+  add(hone::cli::add_launch_rank);
   add(hone::cli::add_comm_bench);
   add(hone::cli::add_plan);
   add(hone::cli::add_report);
@@ -64,9 +65,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, run] : commands) {
       if (!sub->parsed()) continue;
-      // Before any thread starts. hone launch forwards the signals to its
-      // ranks itself, and its mpirun must not inherit them blocked.
-      if (sub->get_name() != "launch") hone::take_stop_signals_on_their_own_thread();
+      // Before any thread starts. hone launch (and launch-rank) forwards the
+      // signals to its processes itself, which must not inherit them blocked.
+      if (!sub->get_name().starts_with("launch")) hone::take_stop_signals_on_their_own_thread();
       const int status = run();
       // What a command printed for scripts (eval's JSON line, tokenize's ids)
       // must have reached them: a full disk under a redirect is an error.
