@@ -241,6 +241,12 @@ TEST(TokenizerJson, DecodingFollowsTheDecoderChain) {
                                {"rstrip", false}, {"normalized", false}, {"special", true}});
   const auto code = load_tokenizer_json(j.dump(), "codellama.json");
   EXPECT_EQ(code->decode(std::vector<int32_t>{32000, 22557}), "<PRE> Hello");
+  // Without a decoder, Hugging Face joins the tokens with spaces (tokens.join(" ")).
+  j["decoder"] = nullptr;
+  const std::vector<int32_t> ids{1, 22557, 1526, byte(0x41)};
+  EXPECT_EQ(load_tokenizer_json(j.dump(), "null_decoder.json")->decode(ids), "<s> \u2581Hello \u2581world <0x41>");
+  j.erase("decoder");
+  EXPECT_EQ(load_tokenizer_json(j.dump(), "no_decoder.json")->decode(ids), "<s> \u2581Hello \u2581world <0x41>");
 }
 
 // Llama 3's tiktoken tokenizer.model as a tokenizer.json: the vocabulary and

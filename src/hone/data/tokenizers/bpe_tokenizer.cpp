@@ -217,6 +217,7 @@ void BpeTokenizer::encode_pieces(std::string_view text, std::vector<int32_t>& ou
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string out, bytes;  // bytes: the run of byte tokens being read
   size_t run = 0;
+  bool first = true;
   const auto end_run = [&] {
     if (utf8::valid(bytes)) out += bytes;
     else for (size_t i = 0; i < run; ++i) out += "\uFFFD";
@@ -233,6 +234,8 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
       continue;
     }
     if (run > 0) end_run();
+    if (!first) out += token_separator;
+    first = false;
     out += decoded_[size_t(id)];
   }
   if (run > 0) end_run();

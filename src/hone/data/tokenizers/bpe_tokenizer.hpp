@@ -79,6 +79,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<bool> byte_token_;
   std::vector<bool> assigned_;  // ids that have a token (rank files leave gaps), set by finish()
   int strip_leading_spaces = 0;
+  std::string token_separator;  // put between decoded tokens: " " for a tokenizer.json without a decoder
 
   // Builds the matchers and fills special_tokens(); call after the fields are set.
   void finish(std::optional<int32_t> bos, std::optional<int32_t> eos, std::optional<int32_t> pad);

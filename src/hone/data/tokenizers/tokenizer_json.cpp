@@ -164,6 +164,7 @@ void load_decoder(const json& root, BpeTokenizer& t, bool byte_level, const Cont
   std::vector<std::pair<std::string, std::string>>& replaces = t.decode_replaces;
   bool byte_fallback = false, fused = false;
   const auto it = root.find("decoder");
+  if (it == root.end() || it->is_null()) t.token_separator = " ";  // as Hugging Face decodes without a decoder
   if (it != root.end()) {
     for (const auto& [node, path] : flatten(*it, "decoder", "decoders", c)) {
       const std::string type = c.type(*node, path);
