@@ -582,6 +582,18 @@ TEST_F(HfTest, UnexpectedTensorIsNamed) {
   write_safetensors(file, tensors);
   const std::string err = error_of([&] { open_hf(dir); });
   EXPECT_NE(err.find("unexpected tensor 'h.0.attn.q_norm.weight'"), std::string::npos) << err;
+  // The same in a shard whose index leaves it out.
+  const std::string sharded = copy_fixture("llama31_sharded");
+  const std::string shard = sharded + "/model-00001-of-00003.safetensors";
+  tensors.clear();
+  {
+    const SafetensorsFile f(shard);
+    for (const std::string& name : f.names()) tensors.push_back({name, f.load(name)});
+  }
+  tensors.push_back({"model.layers.0.bogus.weight", Tensor::zeros({16}, DType::f32)});
+  write_safetensors(shard, tensors);
+  const std::string in_shard = error_of([&] { open_hf(sharded); });
+  EXPECT_NE(in_shard.find(shard + ": unexpected tensor 'model.layers.0.bogus.weight'"), std::string::npos) << in_shard;
 }
 
 // Older transformers saved GPT-2's causal-mask buffers (h.N.attn.bias) as BOOL,
@@ -628,7 +640,7 @@ TEST_F(HfTest, AConfigJsonThatCannotBeReadIsNamedWithItsByte) {
   const std::string config = dir + "/config.json";
   write_text(config, read_text(config).substr(0, 40));
   std::string err = error_of([&] { read_hf_config(dir); });
-  EXPECT_NE(err.find(config + ": byte 41: not valid JSON (parse error at line 3, column 18: "), std::string::npos) << err;
+  EXPECT_NE(err.find(config + ": not valid JSON (byte 41: parse error at line 3, column 18: "), std::string::npos) << err;
   fs::remove(config);
   fs::create_directory(config);
   err = error_of([&] { read_hf_config(dir); });

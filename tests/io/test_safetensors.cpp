@@ -92,7 +92,27 @@ TEST_F(SafetensorsTest, RejectsLyingHeaders) {
   expect_error(raw_file(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8), "unsupported");
   expect_error(raw_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative");
   expect_error(raw_file(R"({"w":{"dtype":"F32"}})", 8), "expected");
-  expect_error(raw_file(R"({not json)", 8), "not a JSON object");
+  expect_error(raw_file(R"({not json)", 8), "is not valid JSON (byte 11: parse error at line 1, column 3");
+  expect_error(raw_file(R"([])", 0), "is not a JSON object");
+  expect_error(raw_file("{\"\xff\":{}}", 0), "is not valid JSON (byte 11: parse error at line 1, column 3: syntax error while parsing object key - "
+               "invalid string: ill-formed UTF-8 byte");
+  // The reference reader's rules: the tensors fill the data section, one after another.
+  expect_error(raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8), "end before they begin");
+  expect_error(raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                        R"("v":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                        12),
+               "data bytes 4 to 8 before tensor 'v' belong to no tensor");
+  expect_error(raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6),
+               "the last 2 data bytes (from 4) belong to no tensor");
+  expect_error(raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                        R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                        4),
+               "names tensor 'w' twice");
+  expect_error(raw_file(std::string(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})") + std::string(6, '\0'),
+                        4),
+               "holds a NUL byte at offset 62");
+  // Padding with spaces, as Hugging Face's writer does, is fine.
+  EXPECT_NO_THROW(SafetensorsFile(raw_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}  )", 4)));
   // A header length beyond the end of the file.
   const std::string p = path("short.safetensors");
   {

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "hone/core/files.hpp"
 #include "hone/core/text.hpp"
+#include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/io/safetensors.hpp"
 #include "support/check.hpp"
 
 namespace hone::test {
@@ -153,6 +156,41 @@ TEST_F(CheckpointTest, CorruptionIsReportedByFile) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("trainer_state.json: checksum"), std::string::npos) << e.what();
   }
+}
+
+// A tensor neither the model nor its optimizer has is named, even where the
+// manifest was rewritten to match (a file edited by hand or by another tool).
+TEST_F(CheckpointTest, AnExtraTensorIsNamed) {
+  for (const std::string file : {"model.safetensors", "optimizer.safetensors"}) {
+    SCOPED_TRACE(file);
+    const std::string folder = save(file == "model.safetensors" ? 11 : 12);
+    const std::string path = folder + "/" + file;
+    std::vector<NamedTensor> tensors;
+    {
+      const SafetensorsFile f(path);
+      for (const std::string& name : f.names()) tensors.push_back({name, f.load(name)});
+    }
+    tensors.push_back({"layers.0.attn.extra.weight", Tensor::zeros({4}, DType::f32)});
+    write_safetensors(path, tensors);
+    nlohmann::json manifest = nlohmann::json::parse(read_file(folder + "/manifest.json"));
+    manifest["files"][file] = {{"bytes", fs::file_size(path)}, {"xxh3_64", checksum_hex(file_checksum(path))}};
+    std::ofstream(folder + "/manifest.json") << manifest.dump();
+    const std::string err = error_loading(folder);
+    EXPECT_NE(err.find(path + ": unexpected tensor 'layers.0.attn.extra.weight'"), std::string::npos) << err;
+  }
+}
+
+// `latest` holds a folder name beside it: a path there (edited by hand) would
+// resume another run's checkpoint, and is refused.
+TEST_F(CheckpointTest, LatestNamesAFolderBesideIt) {
+  save(4);
+  for (const std::string name : {"../elsewhere/step_0000004", "/tmp/step_0000004", ".."}) {
+    std::ofstream(dir_ + "/latest") << name;
+    const std::string err = error_of([&] { find_checkpoint(dir_, "latest"); });
+    EXPECT_NE(err.find("latest: names '" + name + "', not a checkpoint folder beside it"), std::string::npos) << err;
+  }
+  std::ofstream(dir_ + "/latest") << "step_0000009";  // deleted since: the last complete one
+  EXPECT_EQ(find_checkpoint(dir_, "latest"), dir_ + "/step_0000004");
 }
 
 TEST_F(CheckpointTest, AnotherArchitectureIsRejected) {

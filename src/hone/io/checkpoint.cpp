@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "hone/config/config.hpp"
 #include "hone/io/atomic_file.hpp"
@@ -26,6 +27,15 @@ constexpr const char* kOptimizer = "optimizer.safetensors";
 // A LoRA run's checkpoint holds its adapters instead of the (frozen, unchanged) base weights.
 constexpr const char* kAdapter = "adapter.safetensors";
 constexpr const char* kTrainerState = "trainer_state.json";
+
+// An error naming the first tensor of `file` that is not one of `expected` (a
+// checkpoint's files hold exactly what the model and optimizer need).
+void check_no_other_tensors(const SafetensorsFile& file, const std::set<std::string>& expected, std::string_view what) {
+  for (const std::string& name : file.names()) {
+    HONE_CHECK(expected.contains(name), "{}: unexpected tensor '{}' ({} has none of that name; another architecture?)",
+               file.path(), name, what);
+  }
+}
 
 // The files of a folder being written and their sizes and checksums, which go
 // into the manifest, written last: a folder without one is not a checkpoint.
@@ -68,7 +78,9 @@ class ModelFolder final : public WeightSource {
     config_ = fallback && !fs::exists(fs::path(folder) / kModelJson) ? *fallback : read_model_config(folder);
     weights_ = std::make_unique<SafetensorsFile>((fs::path(folder) / kWeights).string());
     const std::vector<ParameterSpec> specs = parameter_specs(config_);
+    std::set<std::string> names;
     for (const ParameterSpec& spec : specs) {
+      names.insert(spec.name);
       HONE_CHECK(weights_->contains(spec.name), "{}: no tensor '{}' (the model in {} needs it)", weights_->path(),
                  spec.name, kModelJson);
       const SafetensorsFile::Entry& e = weights_->entry(spec.name);
@@ -76,9 +88,7 @@ class ModelFolder final : public WeightSource {
                  "{}: '{}' is {} {}, the model needs {} (fp32, bf16 or fp16)", weights_->path(), spec.name,
                  dtype_name(e.dtype), e.shape.str(), spec.shape.str());
     }
-    HONE_CHECK(weights_->names().size() == specs.size(),
-               "{}: holds {} tensors, the model has {} parameters (another architecture?)", weights_->path(),
-               weights_->names().size(), specs.size());
+    check_no_other_tensors(*weights_, names, "the model in " + std::string(kModelJson));
     stored_dtype_ = weights_->entry(specs.front().name).dtype;
     companions_ = companion_files_in(folder);
   }
@@ -322,6 +332,10 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
   std::string name;
   std::getline(in, name);
   HONE_CHECK(!name.empty(), "{}: names no checkpoint (it is empty)", latest.string());
+  // hone writes a folder's name there: a path would resume another run's checkpoint.
+  HONE_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
+             "{}: names '{}', not a checkpoint folder beside it (hone writes a name such as {})", latest.string(), name,
+             checkpoint_folder_name(1));
   if (!fs::exists(fs::path(run_dir) / name)) return last_complete();
   HONE_CHECK(fs::is_directory(fs::path(run_dir) / name), "{}: names '{}', which is not a folder", latest.string(),
              name);
@@ -405,6 +419,9 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
   const std::vector<ParameterSet::StoredRange> held = optimizer.moment_ranges();
   if (fs::exists(fs::path(folder) / kOptimizer)) {
     const SafetensorsFile file((fs::path(folder) / kOptimizer).string());
+    std::set<std::string> names;
+    for (const Parameter& p : model.trainable_params().all()) names.insert({"exp_avg." + p.name, "exp_avg_sq." + p.name});
+    check_no_other_tensors(file, names, "the optimizer of the model's trainable parameters");
     for (const Parameter& p : model.trainable_params().all()) {
       for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
         const Tensor stored = file.load(std::string(moment) + "." + p.name);

@@ -139,6 +139,11 @@ class HfFolder final : public WeightSource {
                  found->second->path(), tensor, index_name);
       where_[tensor] = found->second;
     }
+    // A shard's tensors that the index leaves out are checked as any other (an
+    // unexpected one is an error), as they are in a single file.
+    for (const auto& [name, file] : by_file) {
+      for (const std::string& tensor : file->names()) where_.emplace(tensor, file);
+    }
   }
 
   // A tensor by its save_pretrained name; GPT-2 and MPT files written from the

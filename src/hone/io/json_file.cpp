@@ -13,11 +13,7 @@ Json read_json_file(const std::string& path) {
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {
-    // "[json.exception.parse_error.101] parse error at line 3, column 2: ...": the part after "] ", and the byte.
-    std::string_view what = e.what();
-    if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
-    const auto* syntax = dynamic_cast<const Json::parse_error*>(&e);
-    fail("{}: {}not valid JSON ({})", path, syntax ? fmt::format("byte {}: ", syntax->byte) : "", what);
+    fail("{}: not valid JSON ({})", path, json_error_text(e));
   }
 }
 

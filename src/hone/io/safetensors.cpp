@@ -4,12 +4,14 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
 #include "hone/io/atomic_file.hpp"
+#include "hone/io/json_error.hpp"
 
 namespace hone {
 
@@ -70,9 +72,28 @@ SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, 
   HONE_CHECK(header_len <= kMaxHeaderBytes && header_len <= file.size() - 8,
              "{}: header length {} at offset 0 exceeds the file size {}", path, header_len, file.size());
   const std::string_view header_text(reinterpret_cast<const char*>(file.data() + 8), header_len);
-  nlohmann::json header = nlohmann::json::parse(header_text, nullptr, false);
-  HONE_CHECK(!header.is_discarded() && header.is_object(), "{}: the header (bytes 8 to {}) is not a JSON object",
-             path, 8 + header_len);
+  // The format pads the header with spaces; a NUL byte ends nlohmann's input early.
+  const size_t nul = header_text.find('\0');
+  HONE_CHECK(nul == std::string_view::npos, "{}: the header (bytes 8 to {}) holds a NUL byte at offset {} (safetensors "
+             "pads it with spaces)", path, 8 + header_len, 8 + nul);
+  // A name given twice would be read as its last entry: an error, as in the reference reader.
+  std::string repeated;
+  const nlohmann::json::parser_callback_t no_repeats = [&, seen = std::set<std::string>()](
+      int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) mutable {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !seen.insert(parsed.get<std::string>()).second &&
+        repeated.empty()) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(header_text, no_repeats);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: the header (bytes 8 to {}) is not valid JSON ({})", path, 8 + header_len, json_error_text(e, 8));
+  }
+  HONE_CHECK(header.is_object(), "{}: the header (bytes 8 to {}) is not a JSON object", path, 8 + header_len);
+  HONE_CHECK(repeated.empty(), "{}: the header names tensor '{}' twice", path, repeated);
   const size_t data_start = 8 + header_len;
   const size_t data_size = file.size() - data_start;
   Header parsed;
@@ -110,8 +131,9 @@ SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, 
     HONE_CHECK(offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
                "{}: data_offsets must be non-negative integers", context);
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    HONE_CHECK(begin <= end && end <= data_size, "{}: data_offsets [{}, {}] reach past the {} data bytes of the file",
-               context, begin, end, data_size);
+    HONE_CHECK(begin <= end, "{}: data_offsets [{}, {}] end before they begin", context, begin, end);
+    HONE_CHECK(end <= data_size, "{}: data_offsets [{}, {}] reach past the {} data bytes of the file", context, begin,
+               end, data_size);
     HONE_CHECK(end - begin == numel * element_bytes, "{}: data_offsets span {} bytes but {} of shape [{}] need {}",
                context, end - begin, dtype_name, fmt::join(dims, ", "), numel * element_bytes);
     if (dtype) {
@@ -122,14 +144,19 @@ SafetensorsFile::Header SafetensorsFile::parse(std::span<const std::byte> file, 
     }
     by_offset.push_back({begin, end, name});
   }
-  // Tensors may not overlap (the format requires a dense, ordered data section).
+  // The tensors fill the data section, one after another, with no hole, overlap
+  // or bytes after the last (the format's rule, which the reference reader checks).
   std::sort(by_offset.begin(), by_offset.end());
   uint64_t previous_end = 0;
   for (const auto& [begin, end, name] : by_offset) {
     HONE_CHECK(begin >= previous_end, "{}: tensor '{}' overlaps the tensor before it", path, name);
+    HONE_CHECK(begin == previous_end, "{}: data bytes {} to {} before tensor '{}' belong to no tensor", path,
+               previous_end, begin, name);
     previous_end = end;
     parsed.order.push_back(name);
   }
+  HONE_CHECK(previous_end == data_size, "{}: the last {} data bytes (from {}) belong to no tensor",
+             path, data_size - previous_end, previous_end);
   return parsed;
 }
 
