@@ -26,10 +26,11 @@ struct CliResult {
   std::string out, err;
 };
 
-CliResult run_hone(const std::string& args) {
+// `env`: variables set for hone ("RANK=1 WORLD_SIZE=2").
+CliResult run_hone(const std::string& args, const std::string& env = "") {
   // Per process: ctest runs the tests of this file in parallel processes.
   const std::string err_path = testing::TempDir() + "hone_cli_stderr_" + std::to_string(::getpid()) + ".txt";
-  const std::string command = std::string(HONE_BINARY_DIR) + "/bin/hone " + args + " 2>" + err_path;
+  const std::string command = "env " + env + " " + std::string(HONE_BINARY_DIR) + "/bin/hone " + args + " 2>" + err_path;
   CliResult r;
   FILE* pipe = popen(command.c_str(), "r");
   std::array<char, 4096> buf;
@@ -625,6 +626,21 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   ASSERT_EQ(plan.status, 0) << plan.err;
   EXPECT_NE(plan.out.find("2 x 8192 tokens per micro-batch"), std::string::npos) << plan.out;
   EXPECT_EQ(run_hone("plan --world-size 16 -c llama3_1/8B_pretrain batch_size=2").out, plan.out);
+}
+
+// Under a launcher each process would generate or evaluate everything, into the
+// same files: refused, before anything is read.
+TEST(Cli, GenerateAndEvalRunAsOneProcess) {
+  const std::string torchrun = "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                               "MASTER_PORT=29500";
+  for (const std::string recipe : {"generate", "eval"}) {
+    const std::string input = recipe == "generate" ? "prompt=x" : "task.path=/no/such/task.jsonl";
+    const CliResult r = run_hone("run " + recipe + " checkpoint.path=/no/such/model " + input, torchrun);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(r.err, "hone: error: hone run " + recipe + " runs as one process, and hone launch (or torchrun) started "
+                     "2 (this is rank 1): each would do the whole work and write the same files; run it without a "
+                     "launcher\n");
+  }
 }
 
 TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {

@@ -78,9 +78,9 @@ TEST_P(CudaTraining, PretrainingFollowsTheCpuAndResumesFromItsCheckpoint) {
   const auto allocated = run_metric(dir("cuda"), "memory/allocated_mem");
   const auto peak = run_metric(dir("cuda"), "memory/peak_allocated_mem");
   ASSERT_EQ(allocated.size(), 6u);
-  for (const auto& [step, bytes] : allocated) {
-    EXPECT_GE(bytes, workspace) << "step " << step;
-    EXPECT_GE(peak.at(step), bytes) << "step " << step;
+  for (const auto& [step, gigabytes] : allocated) {
+    EXPECT_GE(gigabytes * 1e9, workspace) << "step " << step;
+    EXPECT_GE(peak.at(step), gigabytes) << "step " << step;
   }
 
   // Steps 4 to 6 again from the step-3 checkpoint the GPU run saved.

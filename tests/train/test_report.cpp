@@ -5,6 +5,8 @@
 #include <fstream>
 #include <regex>
 
+#include <fmt/format.h>
+
 #include "hone/train/report.hpp"
 #include "support/check.hpp"
 
@@ -52,7 +54,7 @@ TEST_F(RunReportTest, DrawsEachLoggedSeriesAndSummarizesIt) {
     const std::string loss = step == 5 ? "null" : std::to_string(4.0 - 0.1 * step);
     jsonl += "{\"step\":" + std::to_string(step) + ",\"loss/train/total\":" + loss + ",\"lr\":0.001" +
              ",\"grad_norm\":1.5,\"throughput/tokens_per_sec\":1000,\"throughput/mfu\":0.25" +
-             ",\"memory/allocated_mem\":1048576,\"memory/peak_allocated_mem\":3145728" +
+             ",\"memory/allocated_mem\":0.001048576,\"memory/peak_allocated_mem\":0.003145728" +
              ",\"time/train\":0.5,\"time/token\":" + std::to_string(step * 128) + "}\n";
     if (step % 5 == 0) {
       jsonl += "{\"step\":" + std::to_string(step) +
@@ -97,7 +99,7 @@ TEST_F(RunReportTest, TickLabelsOfANearlyFlatSeriesDiffer) {
   std::string jsonl;
   for (int step = 1; step <= 20; ++step) {
     jsonl += "{\"step\":" + std::to_string(step) + ",\"memory/peak_allocated_mem\":" +
-             std::to_string(2879000 + 40 * step) + "}\n";
+             fmt::format("{}", (2879000 + 40 * step) / 1e9) + "}\n";  // gigabytes
   }
   write("metrics.jsonl", jsonl);
   const std::string html = render_run_report(dir_).html;

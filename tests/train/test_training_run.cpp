@@ -70,6 +70,15 @@ class TrainingRun : public ::testing::Test {
 
 // The banner names the matrix-product peak MFU is against, and a warmup that
 // covers the whole run.
+// An MFU above 100% (a peak below what the device reaches) is said once.
+TEST_F(TrainingRun, AnMfuAboveTheWholeIsNoted) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("tiny_peak", 3), "mfu_peak_tflops=1e-9"}), 0) << log();
+  const std::string note = "% is above 100%: mfu_peak_tflops (1e-09 TFLOP/s) is below what this device reaches";
+  EXPECT_NE(log().find(note), std::string::npos) << log();
+  EXPECT_EQ(log().find(note), log().rfind(note)) << log();
+  EXPECT_GT(run_metric(root_ + "/tiny_peak", "throughput/mfu").at(1), 1.0);
+}
+
 TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm", 2), "lr_scheduler.warmup_steps=5"}), 0) << log();
   EXPECT_TRUE(std::regex_search(log(), std::regex(R"(mfu: against this device's measured fp32 matrix-product peak, [0-9.]+ TFLOP/s)")))
@@ -89,7 +98,7 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   EXPECT_NE(log().find("over 3168 tokens"), std::string::npos) << log();
   // A datasheet's peak given: MFU against it (a 2-core CPU is far below 500 TFLOP/s).
   ASSERT_EQ(run({"run", "pretrain", "--config", config("datasheet", 2), "mfu_peak_tflops=500"}), 0) << log();
-  EXPECT_NE(log().find("mfu: against mfu_peak_tflops, 500.0 TFLOP/s"), std::string::npos) << log();
+  EXPECT_NE(log().find("mfu: against mfu_peak_tflops, 500 TFLOP/s"), std::string::npos) << log();
   for (const auto& [step, mfu] : run_metric(root_ + "/datasheet", "throughput/mfu")) EXPECT_LT(mfu, 1e-3) << step;
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
   EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
@@ -119,6 +128,11 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   expect_note("no_validation", 2, {"dataset.validation_fraction=0", "eval.every_n_steps=1"},
               "no validation data (dataset.validation_fraction 0 and no dataset.validation_path): eval.* runs no "
               "validation");
+  // A fraction of too few documents holds out none: said as such, not as a fraction of 0.
+  expect_note("none_held_out", 2,
+              {"dataset.validation_fraction=0.05", "eval.every_n_steps=1", "dataset.mock.documents=1"},
+              "no validation data (dataset.validation_fraction 0.05 holds out nothing of data this small, and no "
+              "dataset.validation_path)");
 }
 
 // A record cut off at the end of metrics.jsonl (the run was killed while
@@ -170,12 +184,22 @@ TEST_F(TrainingRun, AResumedRunDropsTheMetricsOfStepsAfterItsCheckpoint) {
             std::string::npos);
   EXPECT_EQ(read_file(event_files.front().string()).find(std::string("\x3a\x02\x08\x01", 4)), std::string::npos);
 
-  // No checkpoint yet: the records of the run that saved none are dropped.
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("none_saved", 3, "checkpoint: {save_final: false}\n")}), 0)
+  // No checkpoint yet: the records of the run that saved none are dropped, its
+  // validation at step 0 included (this run validates there again).
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("none_saved", 3, "checkpoint: {save_final: false}\n"),
+                 "eval.first=true"}),
+            0)
       << log();
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("none_saved", 2), "resume=latest"}), 0) << log();
-  EXPECT_NE(log().find("note: metrics.jsonl: 4 records of steps after 0 dropped"), std::string::npos) << log();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("none_saved", 2), "resume=latest", "eval.first=true"}), 0)
+      << log();
+  EXPECT_NE(log().find("note: metrics.jsonl: 5 records dropped (written by a run that saved no checkpoint: this one "
+                       "starts over)"),
+            std::string::npos)
+      << log();
   EXPECT_EQ(steps_logged("none_saved"), (std::map<int64_t, int>{{1, 1}, {2, 1}}));
+  const std::string records = read_file(root_ + "/none_saved/metrics.jsonl");
+  EXPECT_EQ(records.find("{\"step\":0,"), records.rfind("{\"step\":0,")) << records;  // step 0's validation, once
+  EXPECT_NE(records.find("{\"step\":0,"), std::string::npos) << records;
 }
 
 // A tokenizer or data path that is not there names its key, and a relative
@@ -281,10 +305,10 @@ TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
   for (const int signal : {SIGINT, SIGTERM, SIGUSR1}) {
     const std::string run = signal == SIGINT ? "interrupted" : signal == SIGTERM ? "preempted" : "warned";
     fs::remove(root_ + "/log.txt");  // the log is appended to: the wait below reads this run's lines only
-    Process p = start_hone(
-        {"run", "pretrain", "--config", config(run, 100000, "logging: {tensorboard: false}\n"), "threads=2"},
-        root_ + "/log.txt");
-    ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "step 1/")) << "no step within 120 s";
+    Process p = start_hone({"run", "pretrain", "--config", config(run, 100000, "logging: {tensorboard: false}\n"),
+                            "threads=2", "log_every_n_steps=7"},
+                           root_ + "/log.txt");
+    ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "step 7/")) << "no step within 120 s";
     // One thread takes both signals (waiting in sigwait, which unblocks them
     // there) and every other blocks them: no handler runs on a computing thread,
     // where oneDNN's JIT GEMM may have its stack pointer in the heap
@@ -307,6 +331,9 @@ TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
     auto folder = find_checkpoint(root_ + "/" + run, "latest");
     ASSERT_TRUE(folder.has_value()) << run;
     EXPECT_NO_THROW(verify_checkpoint(*folder));
+    // The steps since the last record are logged too: the last is the step saved.
+    EXPECT_EQ(folder->substr(folder->size() - checkpoint_folder_name(0).size()),
+              checkpoint_folder_name(losses(run).rbegin()->first));
   }
 }
 
@@ -346,9 +373,15 @@ TEST_F(TrainingRun, ASecondRunIntoAFolderInUseIsRefused) {
 TEST_F(TrainingRun, NonFiniteLossesAreSkippedThenStopTheRun) {
   // A learning rate this large sends the weights to infinity within a few steps.
   EXPECT_EQ(run({"run", "pretrain", "--config", config("diverged", 50), "optimizer.lr=1e30",
-                 "optimizer.max_grad_norm=0", "lr_scheduler.name=constant", "lr_scheduler.warmup_steps=0"}),
+                 "optimizer.max_grad_norm=0", "lr_scheduler.name=constant", "lr_scheduler.warmup_steps=0",
+                 "log_every_n_steps=100"}),
             2);
   EXPECT_NE(log().find("step skipped (1 in a row)"), std::string::npos) << log();
+  // The steps up to the stop are logged (their loss is not finite: null), the last at the step it stopped at.
+  const std::map<int64_t, double> logged = losses("diverged");
+  ASSERT_EQ(logged.size(), 1u) << log();
+  EXPECT_NE(log().find("stopping at step " + std::to_string(logged.begin()->first) + ": "), std::string::npos)
+      << log();
   EXPECT_NE(log().find("3 steps in a row had a non-finite loss or gradient (the learning rate may be too high; no "
                        "checkpoint was saved before)"),
             std::string::npos)
@@ -446,7 +479,7 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   }
   // Training's peak: the GEMM-peak probe before the steps (three 1536² f32
   // matrices, 9.4 MB each) is not part of it; llama_tiny's run takes far less.
-  EXPECT_LT(j["memory/peak_allocated_mem"].get<double>(), 1536.0 * 1536 * 4) << line;
+  EXPECT_LT(j["memory/peak_allocated_mem"].get<double>(), 1536.0 * 1536 * 4 / 1e9) << line;  // gigabytes
   // The final validation is in the metrics too.
   const std::string jsonl = read_file(root_ + "/metrics/metrics.jsonl");
   EXPECT_NE(jsonl.find("\"metrics/eval/LanguagePerplexity\""), std::string::npos) << jsonl;
@@ -932,6 +965,9 @@ TEST_F(DataParallelRun, AccumulatedMicroBatchesTrainLikeOneBatch) {
               0)
         << log();
     expect_same_losses(losses("single"), losses("accumulated" + zero));
+    // eval.max_batches counts batches of a step's samples: the same validation samples.
+    const std::string validation = "metrics/eval/LanguageCrossEntropy";
+    expect_same_losses(run_metric(root_ + "/single", validation), run_metric(root_ + "/accumulated" + zero, validation));
   }
 }
 
@@ -1058,6 +1094,7 @@ TEST_F(DataParallelRun, RefusesWhatItCannotRun) {
   const auto hone = std::find(differing.begin(), differing.end(), "--") + 1;
   differing.insert(hone, {"bash", "-c", R"(if [ "$RANK" = 1 ]; then exec "$@" optimizer.lr=0.01; else exec "$@"; fi)",
                           "rank_wrapper"});
+  fs::remove(root_ + "/log.txt");  // the log is appended to: what follows reads this run's lines only
   EXPECT_EQ(run(differing), 2) << log();
   EXPECT_NE(log().find("[rank 1] hone: error: rank 1 was given a config other than rank 0's: optimizer.lr 0.01 where "
                        "rank 0 has 0.003; every rank must run the same config"),
@@ -1066,7 +1103,38 @@ TEST_F(DataParallelRun, RefusesWhatItCannotRun) {
   EXPECT_NE(log().find("[rank 0] hone: error: 1 of the 2 ranks was given a config other than rank 0's"),
             std::string::npos)
       << log();
+  // A rank's exit is said once (not by hone and again by the launcher's
+  // process that runs bash); the first rank to end the job may be either.
+  EXPECT_NE(log().find("exited with status 2; ending the MPI job"), std::string::npos) << log();
+  for (const char* exit_line : {"hone: rank 0 exited with status 2", "hone: rank 1 exited with status 2"}) {
+    EXPECT_EQ(log().find(exit_line), log().rfind(exit_line)) << log();
+  }
   EXPECT_FALSE(fs::exists(root_ + "/differing"));
+}
+
+// The same config reading other data on one rank (its relative dataset.path
+// read in another working directory): refused before anything trains, where it
+// trained apart unnoticed, or hung a collective when epochs set the budget.
+TEST_F(DataParallelRun, RanksReadingOtherDataAreRefused) {
+  for (const int rank : {0, 1}) {
+    const std::string folder = root_ + "/cwd" + std::to_string(rank);
+    fs::create_directories(folder);
+    data::MegatronWriter w(folder + "/text_document", data::MegatronDType::u16, 256);
+    for (int doc = 0; doc < 40 + 20 * rank; ++doc) w.add_document(std::vector<int32_t>(150, doc % 256));
+    w.finish();
+  }
+  std::vector<std::string> a =
+      args("other_data", 2, 2, 2, "", {"dataset.type=megatron", "dataset.path=text_document", "epochs=1",
+                                        "max_steps=null"});
+  const auto hone = std::find(a.begin(), a.end(), "--") + 1;
+  a.insert(hone, {"bash", "-c", "cd " + root_ + "/cwd$RANK && exec \"$@\"", "rank_wrapper"});
+  EXPECT_EQ(run(a), 2) << log();
+  EXPECT_TRUE(std::regex_search(log(), std::regex(R"(\[rank 1\] hone: error: rank 1 has \d+ training samples per )"
+                                                  R"(epoch where rank 0 has \d+: every rank must read the same data)")))
+      << log();
+  EXPECT_NE(log().find("[rank 0] hone: error: 1 of the 2 ranks reads other data than rank 0's"), std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/other_data/step_0000001"));
 }
 
 }  // namespace

@@ -90,9 +90,12 @@ std::optional<std::string> find_in_path(const std::string& name) {
 // command and, when that fails, says which rank failed as hone's own ranks do
 // (dist/mpi_watchdog.cpp): mpirun's account of it is sometimes lost in the
 // race of stopping the others. Signals pass on to the command.
-volatile std::sig_atomic_t g_rank_command = 0;
+volatile std::sig_atomic_t g_rank_command = 0, g_passed_signal = 0;
 
-extern "C" void pass_to_command(int signal) { ::kill(pid_t(g_rank_command), signal); }
+extern "C" void pass_to_command(int signal) {
+  g_passed_signal = signal;
+  ::kill(pid_t(g_rank_command), signal);
+}
 
 int run_rank(const std::vector<std::string>& command) {
   sigset_t passed, before;
@@ -104,6 +107,7 @@ int run_rank(const std::vector<std::string>& command) {
   if (child == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // mpirun's SIGKILL of this process reaches the command
     ::sigprocmask(SIG_SETMASK, &before, nullptr);
+    ::setenv("HONE_LAUNCH_RANK_REPORTS", "1", 1);  // a hone inside leaves the report to this process
     std::vector<char*> c_argv;
     for (const std::string& a : command) c_argv.push_back(const_cast<char*>(a.c_str()));
     c_argv.push_back(nullptr);
@@ -120,8 +124,11 @@ int run_rank(const std::vector<std::string>& command) {
   const char* rank = std::getenv("LOCAL_RANK");  // the rank in this node's MPI world, as mpirun numbers it
   if (WIFSIGNALED(status)) {
     const int signal = WTERMSIG(status);
-    std::fprintf(stderr, "hone: rank %s was killed by signal %d (%s)\n", rank, signal, strsignal(signal));
-    std::fflush(stderr);
+    // One passed on (mpirun stopping the job, a user's signal) is not this rank's failure.
+    if (signal != g_passed_signal) {
+      std::fprintf(stderr, "hone: rank %s was killed by signal %d (%s)\n", rank, signal, strsignal(signal));
+      std::fflush(stderr);
+    }
     std::signal(signal, SIG_DFL);  // and this process dies of it too, for mpirun
     ::prctl(PR_SET_DUMPABLE, 0);   // without a second core file
     ::kill(::getpid(), signal);

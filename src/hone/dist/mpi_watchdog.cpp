@@ -204,11 +204,14 @@ void finish_mpi(int status, void*) {
   if (status == 0) {
     MPI_Finalize();
   } else {
-    // Said here, not left to mpirun, whose own report of an MPI_Abort can get lost.
+    // Said here, not left to mpirun, whose own report of an MPI_Abort can get
+    // lost; unless hone launch's process that runs this one's command says it.
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     std::fflush(stdout);
-    std::fprintf(stderr, "hone: rank %d exited with status %d; ending the MPI job\n", rank, status);
+    if (std::getenv("HONE_LAUNCH_RANK_REPORTS") == nullptr) {
+      std::fprintf(stderr, "hone: rank %d exited with status %d; ending the MPI job\n", rank, status);
+    }
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, status);
   }

@@ -430,6 +430,7 @@ std::vector<std::string> check_eval_config(const Config& c) {
 }
 
 int run_eval(const Config& c) {
+  check_one_process("eval");
   check_eval_config(c);
   // Every task's file read, and its samples file opened, before the model loads.
   std::vector<PlannedTask> tasks = plan_tasks(c);

@@ -199,6 +199,7 @@ void read_prompts_file(const std::string& path, Prompts& prompts) {
 }  // namespace
 
 int run_generate(const Config& c) {
+  check_one_process("generate");
   check_generate_config(c);
   catch_stop_signals();  // a stop while the model loads leaves no samples_path half-made either
   Prompts given;

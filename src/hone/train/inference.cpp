@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "hone/core/parallel.hpp"
+#include "hone/dist/environment.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/hf.hpp"
@@ -81,6 +82,16 @@ data::InstructOptions prompt_format_of(const Json& dataset) {
   format.in_chat_format = in_chat_format.is_boolean() && in_chat_format.get<bool>();
   if (system_prompt.is_string()) format.system_prompt = system_prompt.get<std::string>();
   return format;
+}
+
+void check_one_process(const std::string& recipe) {
+  const dist::ProcessInfo process = dist::discover_process();
+  const std::string launcher = process.launcher == "torchrun" ? "hone launch (or torchrun)"
+                               : process.launcher == "slurm"  ? "srun"
+                                                              : "mpirun";
+  HONE_CHECK(process.world_size == 1, "hone run {} runs as one process, and {} started {} (this is rank {}): each "
+             "would do the whole work and write the same files; run it without a launcher",
+             recipe, launcher, process.world_size, process.rank);
 }
 
 InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {

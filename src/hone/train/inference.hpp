@@ -29,6 +29,11 @@ struct InferenceModel {
   Json generation_config;  // the model's generation_config.json, or null
 };
 
+// generate and eval run as one process: an error when a launcher (hone launch,
+// torchrun, srun) started several, each of which would do the whole work and
+// write the same files.
+void check_one_process(const std::string& recipe);
+
 // Loads checkpoint.path (and lora.adapter: a lora_finetune checkpoint folder or
 // run directory, whose LoRA settings it reads) and, unless `with_tokenizer` is
 // false (evaluation on token data needs none), the tokenizer (tokenizer.path,

@@ -75,12 +75,15 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, bool tensorboard, bool 
   fs::create_directories(run_dir);
   jsonl_path_ = (fs::path(run_dir) / "metrics.jsonl").string();
   drop_torn_last_line(jsonl_path_);
-  dropped_records_ = drop_records_after(jsonl_path_, steps_done);
+  // A run going on from step N keeps the records up to N (its evaluation at N
+  // included); one starting over (no checkpoint) keeps none, step 0's included.
+  const int64_t kept_through = steps_done > 0 ? steps_done : -1;
+  dropped_records_ = drop_records_after(jsonl_path_, kept_through);
   jsonl_.open(jsonl_path_, std::ios::app);
   HONE_CHECK(jsonl_.good(), "{}: cannot open for writing", jsonl_path_);
   if (tensorboard) {
     tensorboard_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tensorboard").string());
-    if (steps_done > 0 || dropped_records_ > 0) tensorboard_->purge_from(steps_done + 1);
+    if (steps_done > 0 || dropped_records_ > 0) tensorboard_->purge_from(kept_through + 1);
   }
 }
 

@@ -125,7 +125,7 @@ const std::vector<Chart>& charts() {
       {"MFU", "%", 100.0, {{"throughput/mfu", "MFU"}}},
       {"Memory",
        "bytes",
-       1.0,
+       1e9,  // logged in gigabytes, as Composer's
        {{"memory/peak_allocated_mem", "peak allocated"}, {"memory/allocated_mem", "allocated"}}},
   };
   return list;
@@ -301,8 +301,9 @@ std::string summary_table(const Table& t) {
     rows.emplace_back("tokens/s (median)", fmt::format("{:.1f}", *v));
   if (auto v = median_of(t, "throughput/mfu")) rows.emplace_back("MFU (median)", fmt::format("{:.1f}%", *v * 100));
   if (auto v = highest_of(t, "memory/peak_allocated_mem")) {
-    const auto [size, name] = byte_unit(*v);
-    rows.emplace_back("peak memory", fmt::format("{:.2f} {} ({:.0f} bytes)", *v / size, name, *v));
+    const double bytes = *v * 1e9;  // logged in gigabytes, as Composer's
+    const auto [size, name] = byte_unit(bytes);
+    rows.emplace_back("peak memory", fmt::format("{:.2f} {} ({:.0f} bytes)", bytes / size, name, bytes));
   }
   if (auto v = last_of(t, "time/token")) rows.emplace_back("tokens trained", fmt::format("{:.0f}", v->second));
   if (auto v = last_of(t, "time/train")) rows.emplace_back("training time", format_duration(v->second * 3600.0));

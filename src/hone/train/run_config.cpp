@@ -165,8 +165,9 @@ Schema training_schema() {
   s.add({"eval.every_n_steps", ValueType::integer, 0, "validation every N steps (0: only at the end)"},
         Range::not_negative());
   s.add({"eval.max_batches", ValueType::integer, 20,
-         "validation batches per evaluation at most (0: all of the validation data, each sample once, Composer's "
-         "eval_subset_num_batches -1)"},
+         "validation batches per evaluation at most, each of a step's samples (batch_size x "
+         "gradient_accumulation_steps x ranks; Megatron's --eval-iters) (0: all of the validation data, each sample "
+         "once, Composer's eval_subset_num_batches -1)"},
         Range::not_negative());
   s.add({"eval.first", ValueType::boolean, false, "also validate before the first step"});
   s.add({"enable_activation_checkpointing", ValueType::boolean, false, "recompute each layer in backward"});

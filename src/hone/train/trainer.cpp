@@ -92,6 +92,9 @@ std::optional<std::string> budget_in_whole_steps(const Config& c, int64_t sample
   return std::nullopt;
 }
 
+// Composer's memory/* metrics are in gigabytes.
+constexpr double kGigabyte = 1e9;
+
 // Settings a resumed run keeps: they shape the model (LoRA's adapters
 // included) or its data and their order. The budget, the optimizer, the batch,
 // logging and checkpointing may change.
@@ -182,8 +185,9 @@ std::optional<std::string> output_dir_conflict(const Config& c) {
   if (c.has("resume")) return std::nullopt;
   const std::optional<std::string> earlier = find_checkpoint(output_dir, "latest");
   if (!earlier && fs::exists(fs::path(output_dir) / "metrics.jsonl")) {
-    return fmt::format("output_dir {} already holds a run's metrics.jsonl (and no checkpoint): give resume=latest to "
-                       "go on from it, or another output_dir", output_dir);
+    return fmt::format("output_dir {} already holds a run's metrics.jsonl (and no checkpoint to go on from): give "
+                       "resume=latest to start over there (its records are replaced), or another output_dir",
+                       output_dir);
   }
   if (!earlier) return std::nullopt;
   return fmt::format(
@@ -290,6 +294,8 @@ int run_training(const Config& c, TrainingJob job) {
       console.line(fmt::format("no checkpoint in {} yet: starting from step 0", run.output_dir));
     }
   }
+  world.check_same_data("training samples per epoch", train.samples_per_epoch());
+  world.check_same_data("validation samples", valid ? valid->samples_per_epoch() : 0);
   const int64_t total_steps = total_steps_of(c, train.samples_per_epoch(), global_batch, seq_len, state);
   if (state.step == 0) {
     if (const auto note = budget_in_whole_steps(c, train.samples_per_epoch(), global_batch, seq_len)) {
@@ -365,16 +371,20 @@ int run_training(const Config& c, TrainingJob job) {
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main(), state.step);
   if (metrics.dropped_records() > 0) {
-    console.line(fmt::format("note: metrics.jsonl: {} {} of steps after {} dropped (written after the checkpoint this "
-                             "run goes on from)",
-                             metrics.dropped_records(), plural(metrics.dropped_records(), "record"), state.step));
+    console.line(state.step > 0 ? fmt::format("note: metrics.jsonl: {} {} of steps after {} dropped (written after the "
+                                              "checkpoint this run goes on from)",
+                                              metrics.dropped_records(), plural(metrics.dropped_records(), "record"),
+                                              state.step)
+                                : fmt::format("note: metrics.jsonl: {} {} dropped (written by a run that saved no "
+                                              "checkpoint: this one starts over)",
+                                              metrics.dropped_records(), plural(metrics.dropped_records(), "record")));
   }
   const bool datasheet_peak = c.has("mfu_peak_tflops");
   const double peak_tflops =
       datasheet_peak ? c.get<double>("mfu_peak_tflops") : measure_gemm_peak_tflops(run.dtype, world.device());
   console.line(datasheet_peak
-                   ? fmt::format("mfu: against mfu_peak_tflops, {:.1f} TFLOP/s", peak_tflops)
-                   : fmt::format("mfu: against this device's measured {} matrix-product peak, {:.1f} TFLOP/s "
+                   ? fmt::format("mfu: against mfu_peak_tflops, {:.4g} TFLOP/s", peak_tflops)
+                   : fmt::format("mfu: against this device's measured {} matrix-product peak, {:.4g} TFLOP/s "
                                  "(mfu_peak_tflops takes a datasheet's)",
                                  dtype_name(run.dtype), peak_tflops));
   if (schedule.warmup_steps >= total_steps && steps_to_run > 0) {
@@ -390,8 +400,13 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t log_every = std::max<int64_t>(1, c.get<int64_t>("log_every_n_steps"));
   const int64_t eval_every = c.get<int64_t>("eval.every_n_steps");
   if (!valid && (eval_every > 0 || c.get<bool>("eval.first"))) {
-    console.line("note: no validation data (dataset.validation_fraction 0 and no dataset.validation_path): eval.* "
-                 "runs no validation");
+    const double fraction = c.get<double>("dataset.validation_fraction");
+    console.line(fraction == 0 ? std::string("note: no validation data (dataset.validation_fraction 0 and no "
+                                             "dataset.validation_path): eval.* runs no validation")
+                               : fmt::format("note: no validation data (dataset.validation_fraction {:g} holds out "
+                                             "nothing of data this small, and no dataset.validation_path): eval.* "
+                                             "runs no validation",
+                                             fraction));
   }
   const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
   const int64_t keep_last_n = c.get<int64_t>("checkpoint.keep_last_n");
@@ -411,8 +426,11 @@ int run_training(const Config& c, TrainingJob job) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     console.line(fmt::format("step {}: checkpoint {} ({})", state.step, folder, format_duration(seconds)));
   };
-  const int64_t max_eval_batches = c.get<int64_t>("eval.max_batches") == 0 ? std::numeric_limits<int64_t>::max()
-                                                                           : c.get<int64_t>("eval.max_batches");
+  // Batches of a step's samples, whatever the micro-batches: the same validation
+  // at any split of the global batch (Megatron's --eval-iters).
+  const int64_t max_eval_batches = c.get<int64_t>("eval.max_batches") == 0
+                                       ? std::numeric_limits<int64_t>::max()
+                                       : c.get<int64_t>("eval.max_batches") * accumulation;
   auto run_evaluation = [&] {
     if (!valid) return;
     const Objective::Evaluation e = objective.evaluate(model, *valid, max_eval_batches, world);
@@ -429,6 +447,48 @@ int run_training(const Config& c, TrainingJob job) {
   int64_t window_tokens = 0, window_samples = 0, window_steps = 0, consecutive_nonfinite = 0;
   int64_t samples_this_run = 0, tokens_this_run = 0;  // excludes what a resumed run trained before
   int64_t last_saved = state.step;  // a resumed run does not re-save what it loaded
+  StepStats last_stats;
+  bool mfu_above_peak_noted = false;
+  // One record of the steps since the last (Composer's names), and its console line.
+  const auto log_window = [&] {
+    if (window_steps == 0) return;
+    const MemoryStats mem = memory.stats();
+    const double tokens_per_sec = double(window_tokens) / window_seconds;
+    const double samples_per_sec = double(window_samples) / window_seconds;
+    const double eta = window_seconds / double(window_steps) * double(total_steps - state.step);
+    const StepStats& s = last_stats;
+    const double mfu = window_flops / window_seconds / world.size() / (peak_tflops * 1e12);
+    if (mfu > 1 && !mfu_above_peak_noted) {
+      console.line(fmt::format(
+          "note: MFU {:.0f}% is above 100%: {}", mfu * 100,
+          datasheet_peak
+              ? fmt::format("mfu_peak_tflops ({:.4g} TFLOP/s) is below what this device reaches", peak_tflops)
+              : fmt::format("the matrix-product peak measured at the start ({:.4g} TFLOP/s) was low, the device "
+                            "busier then than now; mfu_peak_tflops sets the peak to divide by",
+                            peak_tflops)));
+      mfu_above_peak_noted = true;
+    }
+    Metrics logged = {{"loss/train/total", s.loss}};
+    logged.insert(logged.end(), s.metrics.begin(), s.metrics.end());
+    logged.insert(logged.end(), {{"throughput/samples_per_sec", samples_per_sec},
+                                 {"throughput/device/samples_per_sec", samples_per_sec / world.size()},
+                                 {"throughput/tokens_per_sec", tokens_per_sec},
+                                 {"throughput/device/tokens_per_sec", tokens_per_sec / world.size()},
+                                 {"throughput/mfu", mfu},
+                                 {"memory/allocated_mem", double(mem.allocated) / kGigabyte},
+                                 {"memory/reserved_mem", double(mem.reserved) / kGigabyte},
+                                 {"memory/peak_allocated_mem", double(mem.peak_allocated) / kGigabyte},
+                                 {"lr", s.lr},
+                                 {"grad_norm", s.grad_norm},
+                                 {"time/train", state.train_seconds / 3600.0},  // resumed runs' included
+                                 {"time/token", double(state.tokens_seen)}});
+    metrics.write(state.step, logged);
+    console.status_line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
+                                    state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
+                                    format_duration(eta)));
+    window_seconds = window_flops = 0;
+    window_tokens = window_samples = window_steps = 0;
+  };
   std::vector<Batch> micro(static_cast<size_t>(accumulation));
   if (world.any(stop_requested())) {
     console.line(fmt::format("stop requested before step {}: nothing trained{}", state.step + 1,
@@ -463,13 +523,6 @@ int run_training(const Config& c, TrainingJob job) {
       ++consecutive_nonfinite;
       console.line(fmt::format("step {}: loss {} / gradient norm {} is not finite: step skipped ({} in a row)",
                                state.step, s.loss, s.grad_norm, consecutive_nonfinite));
-      if (max_nonfinite > 0 && consecutive_nonfinite >= max_nonfinite) {
-        const std::optional<std::string> last = find_checkpoint(run.output_dir, "latest");
-        fail("stopping at step {}: {} steps in a row had a non-finite loss or gradient (the learning rate may be too "
-             "high; {})",
-             state.step, consecutive_nonfinite,
-             last ? "the last checkpoint is " + *last : "no checkpoint was saved before");
-      }
     }
     state.tokens_seen += step_tokens;
     state.samples_seen += global_batch;
@@ -488,28 +541,14 @@ int run_training(const Config& c, TrainingJob job) {
     const double tokens_per_sec = double(window_tokens) / window_seconds;
     const double eta = window_seconds / double(window_steps) * double(total_steps - state.step);
     console.progress(state.step, total_steps, s.loss, tokens_per_sec, eta);
-    if (state.step % log_every == 0 || state.step == total_steps) {
-      const MemoryStats mem = memory.stats();
-      const double samples_per_sec = double(window_samples) / window_seconds;
-      Metrics logged = {{"loss/train/total", s.loss}};
-      logged.insert(logged.end(), s.metrics.begin(), s.metrics.end());
-      logged.insert(logged.end(), {{"throughput/samples_per_sec", samples_per_sec},
-                                   {"throughput/device/samples_per_sec", samples_per_sec / world.size()},
-                                   {"throughput/tokens_per_sec", tokens_per_sec},
-                                   {"throughput/mfu", window_flops / window_seconds / world.size() / (peak_tflops * 1e12)},
-                                   {"memory/allocated_mem", double(mem.allocated)},
-                                   {"memory/reserved_mem", double(mem.reserved)},
-                                   {"memory/peak_allocated_mem", double(mem.peak_allocated)},
-                                   {"lr", s.lr},
-                                   {"grad_norm", s.grad_norm},
-                                   {"time/train", state.train_seconds / 3600.0},  // resumed runs' included
-                                   {"time/token", double(state.tokens_seen)}});
-      metrics.write(state.step, logged);
-      console.status_line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
-                                      state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
-                                      format_duration(eta)));
-      window_seconds = window_flops = 0;
-      window_tokens = window_samples = window_steps = 0;
+    last_stats = s;
+    if (state.step % log_every == 0 || state.step == total_steps) log_window();
+    if (max_nonfinite > 0 && consecutive_nonfinite >= max_nonfinite) {
+      log_window();  // the steps that diverged, for the record
+      const std::optional<std::string> last = find_checkpoint(run.output_dir, "latest");
+      fail("stopping at step {}: {} steps in a row had a non-finite loss or gradient (the learning rate may be too "
+           "high; {})",
+           state.step, consecutive_nonfinite, last ? "the last checkpoint is " + *last : "no checkpoint was saved before");
     }
     if (eval_every > 0 && state.step % eval_every == 0 && state.step != total_steps) run_evaluation();
     if (checkpoint_every > 0 && state.step % checkpoint_every == 0) {
@@ -518,7 +557,10 @@ int run_training(const Config& c, TrainingJob job) {
     }
   }
 
-  if (interrupted) console.line(fmt::format("stop requested: saving step {} and exiting", state.step));
+  if (interrupted) {
+    log_window();  // the steps since the last record: the step saved is in metrics.jsonl
+    console.line(fmt::format("stop requested: saving step {} and exiting", state.step));
+  }
   const size_t training_peak = memory.stats().peak_allocated;  // the steps', as logged (not the final validation's)
   if (!interrupted && steps_to_run > 0) run_evaluation();  // a finished run resumed has nothing new to validate
   // Exports of weights that are never whole on one rank read the final

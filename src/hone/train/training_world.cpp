@@ -96,6 +96,19 @@ TrainingWorld::TrainingWorld(const Config& c, Device device)
 
 TrainingWorld::~TrainingWorld() = default;
 
+void TrainingWorld::check_same_data(const std::string& what, int64_t value) const {
+  if (size() == 1) return;
+  const Tensor reference = Tensor::from(std::vector<int64_t>{value}, {1}).to(device_);
+  world_->broadcast(reference, 0);
+  const int64_t rank0 = reference.to_vector<int64_t>()[0];
+  const auto differing = int64_t(dist::sum_over(*world_, value != rank0 ? 1.0 : 0.0, device_));
+  if (differing == 0) return;
+  HONE_CHECK(value == rank0, "rank {} has {} {} where rank 0 has {}: every rank must read the same data (a relative "
+             "path read in another working directory, or node-local copies that differ?)", rank(), value, what, rank0);
+  fail("{} of the {} ranks {} other data than rank 0's (their errors say how): every rank must read the same data",
+       differing, size(), differing == 1 ? "reads" : "read");
+}
+
 ModelPlacement TrainingWorld::model_placement() const {
   return {.pad_multiple = zero_stage_ == 1 || zero_stage_ == 2 ? dp_size() : 1,
           .shard = zero_stage_ == 3 && dp_size() > 1 ? ShardSpec{.rank = dp_rank(), .world = dp_size()} : ShardSpec{},

@@ -64,6 +64,11 @@ class TrainingWorld {
   // tensor-parallel ranks training while these stop.
   bool any(bool local) const { return dist::sum_over(*world_, local ? 1.0 : 0.0, device_) > 0; }
   void barrier() const { world_->barrier(); }
+  // An error on every rank when a rank's `value` differs from rank 0's (`what`
+  // names it: the data's size): the same config read in another working
+  // directory, or node-local copies that differ, give other data, whose replica
+  // would train apart or whose step budget would hang a collective.
+  void check_same_data(const std::string& what, int64_t value) const;
 
   // save_checkpoint by every rank together: rank 0 prepares the folder and writes
   // the weights (a unit at a time, for_each_whole_parameter), the state and the
