@@ -16,6 +16,7 @@
 #include "hone/data/formats/megatron.hpp"
 #include "hone/io/safetensors.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/train/trainer.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
 
@@ -70,6 +71,22 @@ class TrainingRun : public ::testing::Test {
 
 // The banner names the matrix-product peak MFU is against, and a warmup that
 // covers the whole run.
+// The ETA counts the validations and saves still to come (Composer's estimator
+// counts evaluation): after step 10 of 100, every 25 steps validates (25, 50,
+// 75) and the end once more; saving every 30 (30, 60, 90) and the final one.
+TEST(Eta, CountsTheValidationsAndSavesLeft) {
+  // "evaluations saves", for readable failures.
+  const auto left = [](int64_t step, int64_t total, int64_t eval_every, int64_t save_every, bool final_save) {
+    const PausesLeft p = pauses_left(step, total, eval_every, save_every, final_save);
+    return std::to_string(p.evaluations) + " " + std::to_string(p.saves);
+  };
+  EXPECT_EQ(left(10, 100, 25, 30, true), "4 4");
+  EXPECT_EQ(left(10, 100, 25, 30, false), "4 3");
+  EXPECT_EQ(left(10, 100, 0, 50, true), "1 2");  // saves at 50 and 100 (the final one is a regular one)
+  EXPECT_EQ(left(75, 100, 25, 0, true), "1 1");
+  EXPECT_EQ(left(100, 100, 25, 30, true), "0 0");
+}
+
 // An MFU above 100% (a peak below what the device reaches) is said once.
 TEST_F(TrainingRun, AnMfuAboveTheWholeIsNoted) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("tiny_peak", 3), "mfu_peak_tflops=1e-9"}), 0) << log();

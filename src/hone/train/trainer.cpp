@@ -214,6 +214,17 @@ void check_output_dir_is_free(const Config& c) {
   }
 }
 
+PausesLeft pauses_left(int64_t step, int64_t total_steps, int64_t eval_every, int64_t checkpoint_every,
+                       bool save_final) {
+  if (step >= total_steps) return {};
+  // Validation every eval_every steps before the last, and once after it.
+  const int64_t evaluations = 1 + (eval_every > 0 ? (total_steps - 1) / eval_every - step / eval_every : 0);
+  const bool regular_final = checkpoint_every > 0 && total_steps % checkpoint_every == 0;
+  const int64_t saves = (checkpoint_every > 0 ? total_steps / checkpoint_every - step / checkpoint_every : 0) +
+                        (save_final && !regular_final ? 1 : 0);
+  return {.evaluations = evaluations, .saves = saves};
+}
+
 int run_training(const Config& c, TrainingJob job) {
   const RunSettings run = run_settings_from(c);
   TrainingWorld& world = *job.world;
@@ -414,6 +425,17 @@ int run_training(const Config& c, TrainingJob job) {
   Allocator& memory = allocator_for(world.device());
   memory.reset_peak();  // training's peak: the GEMM-peak probe's operands (800 MB on a GPU in fp32) are not part of it
 
+  // The time validation and saving took so far, for the ETA (Composer's
+  // RuntimeEstimator counts evaluation too): a mean of each, times how many remain.
+  struct Pauses {
+    double seconds = 0;
+    int64_t count = 0;
+    void add(double s) {
+      seconds += s;
+      ++count;
+    }
+    double mean() const { return count == 0 ? 0 : seconds / double(count); }
+  } evaluations, saves;
   // A large model's weights and AdamW state take a while to save: said while it
   // runs, and how long it took (which helps choose checkpoint.every_n_steps).
   auto save = [&] {
@@ -424,6 +446,7 @@ int run_training(const Config& c, TrainingJob job) {
     const std::string folder =
         world.save_checkpoint(run.output_dir, model, optimizer, state, keep_last_n, companion_files);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    saves.add(seconds);
     console.line(fmt::format("step {}: checkpoint {} ({})", state.step, folder, format_duration(seconds)));
   };
   // Batches of a step's samples, whatever the micro-batches: the same validation
@@ -433,7 +456,9 @@ int run_training(const Config& c, TrainingJob job) {
                                        : c.get<int64_t>("eval.max_batches") * accumulation;
   auto run_evaluation = [&] {
     if (!valid) return;
+    const auto started = Clock::now();
     const Objective::Evaluation e = objective.evaluate(model, *valid, max_eval_batches, world);
+    evaluations.add(seconds_between(started, Clock::now()));
     metrics.write(state.step, e.metrics);
     console.line(fmt::format("step {}: {}", state.step, e.summary));
   };
@@ -449,13 +474,21 @@ int run_training(const Config& c, TrainingJob job) {
   int64_t last_saved = state.step;  // a resumed run does not re-save what it loaded
   StepStats last_stats;
   bool mfu_above_peak_noted = false;
+  // The steps left at the window's pace, and the validations and saves left at theirs.
+  const auto eta = [&] {
+    const int64_t left = total_steps - state.step;
+    const PausesLeft pauses =
+        pauses_left(state.step, total_steps, eval_every, checkpoint_every, c.get<bool>("checkpoint.save_final"));
+    return window_seconds / double(window_steps) * double(left) + evaluations.mean() * double(pauses.evaluations) +
+           saves.mean() * double(pauses.saves);
+  };
   // One record of the steps since the last (Composer's names), and its console line.
   const auto log_window = [&] {
     if (window_steps == 0) return;
     const MemoryStats mem = memory.stats();
     const double tokens_per_sec = double(window_tokens) / window_seconds;
     const double samples_per_sec = double(window_samples) / window_seconds;
-    const double eta = window_seconds / double(window_steps) * double(total_steps - state.step);
+    const double seconds_left = eta();
     const StepStats& s = last_stats;
     const double mfu = window_flops / window_seconds / world.size() / (peak_tflops * 1e12);
     if (mfu > 1 && !mfu_above_peak_noted) {
@@ -485,7 +518,7 @@ int run_training(const Config& c, TrainingJob job) {
     metrics.write(state.step, logged);
     console.status_line(fmt::format("step {}/{}: loss {:.4f} | lr {:.3g} | grad norm {:.3f} | {:.0f} tokens/s | ETA {}",
                                     state.step, total_steps, s.loss, s.lr, s.grad_norm, tokens_per_sec,
-                                    format_duration(eta)));
+                                    format_duration(seconds_left)));
     window_seconds = window_flops = 0;
     window_tokens = window_samples = window_steps = 0;
   };
@@ -539,8 +572,7 @@ int run_training(const Config& c, TrainingJob job) {
     last_loss = s.loss;
 
     const double tokens_per_sec = double(window_tokens) / window_seconds;
-    const double eta = window_seconds / double(window_steps) * double(total_steps - state.step);
-    console.progress(state.step, total_steps, s.loss, tokens_per_sec, eta);
+    console.progress(state.step, total_steps, s.loss, tokens_per_sec, eta());
     last_stats = s;
     if (state.step % log_every == 0 || state.step == total_steps) log_window();
     if (max_nonfinite > 0 && consecutive_nonfinite >= max_nonfinite) {

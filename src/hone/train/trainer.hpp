@@ -70,4 +70,14 @@ void check_output_dir_is_free(const Config& config);
 // lr_scheduler.*, checkpoint.*, resume, eval.*, ...). Returns the exit status.
 int run_training(const Config& config, TrainingJob job);
 
+// The validations and saves a run still makes after `step` of `total_steps`
+// (for its ETA): one every eval_every / checkpoint_every steps (0: none), the
+// final validation, and the final save where save_final asks for one that is
+// not a regular one.
+struct PausesLeft {
+  int64_t evaluations = 0, saves = 0;
+};
+PausesLeft pauses_left(int64_t step, int64_t total_steps, int64_t eval_every, int64_t checkpoint_every,
+                       bool save_final);
+
 }  // namespace hone
