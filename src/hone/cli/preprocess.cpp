@@ -14,6 +14,7 @@
 #include "hone/core/stop_signals.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/preprocess.hpp"
+#include "hone/train/metrics.hpp"
 
 namespace hone::cli {
 namespace {
@@ -137,10 +138,17 @@ Command add_preprocess(CLI::App& app) {
 
     ProgressLine line;
     const auto progress = [&](const data::PreprocessProgress& p) {
-      line.draw(fmt::format("{} docs  {:.1f} MB  {} tokens  {:.0f} docs/s  {:.2f} MB/s{}  {:.0f} s",
+      // How far through the input files, where their sizes are known, and the time left at the pace so far.
+      std::string done;
+      if (p.input_bytes_total > 0 && p.input_bytes_read > 0) {
+        const double fraction = std::min(1.0, double(p.input_bytes_read) / double(p.input_bytes_total));
+        done = fmt::format("  {:.0f}%  ETA {}", fraction * 100, format_duration(p.seconds * (1 - fraction) / fraction));
+      }
+      line.draw(fmt::format("{} docs  {:.1f} MB  {} tokens  {:.0f} docs/s  {:.2f} MB/s{}  {:.0f} s{}",
                             with_commas(p.documents), double(p.bytes) / 1e6, with_commas(p.tokens),
                             per_second(double(p.documents), p.seconds), per_second(double(p.bytes) / 1e6, p.seconds),
-                            p.files > 1 ? fmt::format("  file {}/{}", p.file, p.files) : std::string(), p.seconds));
+                            p.files > 1 ? fmt::format("  file {}/{}", p.file, p.files) : std::string(), p.seconds,
+                            done));
     };
     uint64_t next_log = a->log_interval;
     // A log file's: a line at each multiple of --log-interval documents, as Megatron prints (those passed

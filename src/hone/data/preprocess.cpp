@@ -438,6 +438,7 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
   uint64_t error_document = std::numeric_limits<uint64_t>::max();
   std::atomic<uint64_t> documents{0}, tokens{0}, bytes{0};
   std::atomic<size_t> current_file{0};
+  std::atomic<uint64_t> input_bytes_read{0};
   std::mutex done_mutex;
   std::condition_variable done_cv;
   unsigned running = options.workers;
@@ -474,6 +475,7 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
         }
         index = next_document++;
         current_file = reader.file();
+        input_bytes_read = reader.bytes_read();
       }
       // Every sink must get this document, even after an error, or the workers
       // waiting for it in later sinks would wait forever.
@@ -549,6 +551,8 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
     p.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     p.file = current_file;
     p.files = files.size();
+    p.input_bytes_read = input_bytes_read;
+    p.input_bytes_total = reader.bytes_total();
     return p;
   };
 

@@ -77,6 +77,9 @@ struct PreprocessProgress {
   uint64_t bytes = 0;   // UTF-8 bytes of the text tokenized (the selected keys' values)
   double seconds = 0;
   size_t file = 0, files = 0;  // the input file being read (1-based) and the count
+  // The input files' bytes as stored (compressed ones compressed), read and in
+  // all; the total is 0 where it is not known (a pipe, an MDS folder).
+  uint64_t input_bytes_read = 0, input_bytes_total = 0;
 };
 
 struct PreprocessResult : PreprocessProgress {

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -505,17 +506,23 @@ TEST_F(Preprocess, SameBytesForAnyNumberOfWorkers) {
     o.append_eod = true;
     o.workers = workers;
     unsigned calls = 0;
-    uint64_t last = 0;
+    uint64_t last = 0, last_read = 0;
     const auto r = data::preprocess(
         o, t,
         [&](const data::PreprocessProgress& p) {
           ++calls;
           EXPECT_GE(p.documents, last);
           last = p.documents;
+          // How far through the input: its size known, the bytes read rising to it.
+          EXPECT_EQ(p.input_bytes_total, std::filesystem::file_size(path("in.jsonl")));
+          EXPECT_GE(p.input_bytes_read, last_read);
+          EXPECT_LE(p.input_bytes_read, p.input_bytes_total);
+          last_read = p.input_bytes_read;
         },
         0.0005);
     EXPECT_EQ(r.documents, 3000u);
     EXPECT_GE(r.documents, last);
+    EXPECT_EQ(last_read, std::filesystem::file_size(path("in.jsonl")));  // the last report: all of it
     EXPECT_GT(calls, 0u) << "3000 documents take longer than 0.5 ms";
     const std::string prefix = o.output_prefix + "_text_document";
     if (workers == 1) {

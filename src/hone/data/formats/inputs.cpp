@@ -58,6 +58,8 @@ InputStream::~InputStream() {
   if (owns_file_) std::fclose(file_);
 }
 
+uint64_t InputStream::bytes_read() const { return decoder_->consumed + decoder_->in_pos; }
+
 bool InputStream::fill() {
   Decoder& d = *decoder_;
   auto refill = [&] {
@@ -432,6 +434,22 @@ DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<
       files_.push_back(input);
     }
   }
+  bool sizes_known = true;
+  for (const std::string& file : files_) {
+    bytes_before_.push_back(bytes_total_);
+    std::error_code ec;
+    const bool regular = fs::is_regular_file(file, ec);
+    sizes_known = sizes_known && regular;
+    if (regular) bytes_total_ += fs::file_size(file, ec);
+  }
+  bytes_before_.push_back(bytes_total_);
+  if (!sizes_known) bytes_total_ = 0;
+}
+
+uint64_t DocumentReader::bytes_read() const {
+  // The files before the one open, and what of it is read; a text file is read whole.
+  if (jsonl_) return bytes_before_[next_file_ - 1] + jsonl_->bytes_read();
+  return bytes_before_[records_ ? next_file_ - 1 : next_file_];
 }
 
 DocumentReader::~DocumentReader() = default;

@@ -31,6 +31,8 @@ class InputStream {
   // Everything not read yet.
   std::string read_all();
   const std::string& name() const { return name_; }
+  // The bytes of the file read so far (compressed ones, as stored), for progress.
+  uint64_t bytes_read() const;
 
  private:
   struct Decoder;
@@ -108,9 +110,15 @@ class DocumentReader {
   bool next_unparsed(TextDocument& document, std::string& line, bool& is_jsonl_line);
   const std::vector<std::string>& files() const { return files_; }
   size_t file() const { return next_file_; }  // 1-based index of the file being read
+  // The files' bytes as stored, in all and read so far, for progress; the total
+  // is 0 where it is not known (a pipe, an MDS folder among the inputs).
+  uint64_t bytes_total() const { return bytes_total_; }
+  uint64_t bytes_read() const;
 
  private:
   std::vector<std::string> keys_, files_;
+  std::vector<uint64_t> bytes_before_;  // of the files before each, as stored
+  uint64_t bytes_total_ = 0;
   size_t next_file_ = 0;
   std::unique_ptr<InputStream> jsonl_;  // the JSONL file being read
   std::unique_ptr<RecordTextReader> records_;  // the MDS folder or Parquet file being read
