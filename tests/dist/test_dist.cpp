@@ -501,6 +501,16 @@ TEST(Jobs, LaunchForwardsSigtermToTheRanks) {
   }
 }
 
+// launch-rank, what mpirun starts for a command that is not hone, is hone launch's alone.
+TEST(Jobs, LaunchRankIsLaunchsOwn) {
+  const Job j = run("env -u LOCAL_RANK " + kHone + " launch-rank -- true");
+  EXPECT_EQ(j.status, 2) << j.output;
+  EXPECT_NE(j.output.find("hone launch-rank runs one rank's command for hone launch, which sets LOCAL_RANK"),
+            std::string::npos)
+      << j.output;
+  EXPECT_EQ(run(kHone + " --help").output.find("launch-rank"), std::string::npos);
+}
+
 // A command that is not hone gets the first SIGTERM too, through the process that runs it.
 TEST(Jobs, LaunchForwardsSigtermToAnyCommand) {
   const Job j = run("timeout -s TERM 2 " + kHone + " launch --nproc-per-node 2 -- sh -c "

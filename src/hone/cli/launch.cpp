@@ -98,6 +98,9 @@ extern "C" void pass_to_command(int signal) {
 }
 
 int run_rank(const std::vector<std::string>& command) {
+  const char* rank = std::getenv("LOCAL_RANK");  // the rank in this node's MPI world, as mpirun numbers it
+  HONE_CHECK(rank != nullptr, "hone launch-rank runs one rank's command for hone launch, which sets LOCAL_RANK; run "
+             "hone launch --nproc-per-node N -- COMMAND");
   sigset_t passed, before;
   sigemptyset(&passed);
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&passed, s);
@@ -121,7 +124,6 @@ int run_rank(const std::vector<std::string>& command) {
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  const char* rank = std::getenv("LOCAL_RANK");  // the rank in this node's MPI world, as mpirun numbers it
   if (WIFSIGNALED(status)) {
     const int signal = WTERMSIG(status);
     // One passed on (mpirun stopping the job, a user's signal) is not this rank's failure.
