@@ -37,6 +37,30 @@ std::string parse_error(const std::string& bytes) {
   return error_of([&] { TorchFile::parse(span_of(bytes), "damaged.pt"); });
 }
 
+// A zip archive of `entries` stored as torch.save stores them (uncompressed).
+std::string stored_zip(const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string zip, central;
+  const auto le = [](std::string& out, uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) out += char((value >> (8 * i)) & 0xff);
+  };
+  for (const auto& [name, data] : entries) {
+    const size_t offset = zip.size();
+    le(zip, 0x04034b50, 4), le(zip, 20, 2), le(zip, 0, 2), le(zip, 0, 2), le(zip, 0, 4), le(zip, 0, 4);
+    le(zip, data.size(), 4), le(zip, data.size(), 4), le(zip, name.size(), 2), le(zip, 0, 2);
+    zip += name + data;
+    le(central, 0x02014b50, 4), le(central, 20, 2), le(central, 20, 2), le(central, 0, 2), le(central, 0, 2);
+    le(central, 0, 4), le(central, 0, 4), le(central, data.size(), 4), le(central, data.size(), 4);
+    le(central, name.size(), 2), le(central, 0, 2), le(central, 0, 2), le(central, 0, 2), le(central, 0, 2);
+    le(central, 0, 4), le(central, offset, 4);
+    central += name;
+  }
+  const size_t central_at = zip.size();
+  zip += central;
+  le(zip, 0x06054b50, 4), le(zip, 0, 2), le(zip, 0, 2), le(zip, entries.size(), 2), le(zip, entries.size(), 2);
+  le(zip, central.size(), 4), le(zip, central_at, 4), le(zip, 0, 2);
+  return zip;
+}
+
 TEST(TorchFile, ReadsTheTensorsOfAStateDict) {
   const TorchFile f(fixture("tensors.pt"));
   // In the dict's order; the one value that is not a tensor ("step": 7) is not listed.
@@ -82,6 +106,16 @@ TEST(TorchFile, RefusesPicklesThatCallAnythingButTensorConstructors) {
   EXPECT_NE(error.find("the pickle calls posix.system: hone reads tensors and the dicts that hold them"),
             std::string::npos)
       << error;
+}
+
+// Lists nested 300000 deep (each APPENDed to the one below it): an error, as
+// any pickle that is no state dict; they were freed by a recursion that
+// overflowed the stack (a segmentation fault).
+TEST(TorchFile, ADeepNestIsAnErrorNotACrash) {
+  const size_t depth = 300000;
+  const std::string pickle = "\x80\x02" + std::string(depth, ']') + std::string(depth - 1, 'a') + ".";
+  EXPECT_NE(parse_error(stored_zip({{"deep/data.pkl", pickle}})).find("damaged.pt: holds no dict of tensors"),
+            std::string::npos);
 }
 
 TEST(TorchFile, NamesTheLegacyFormat) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string_view>
 
@@ -143,6 +144,22 @@ struct Value {
   const StorageType* type = nullptr;  // storage and tensor
   Shape shape;                        // tensor
   std::string unreadable;             // tensor: why hone cannot read it
+
+  Value() = default;
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+  // A pickle can nest lists a million deep (each APPENDed to the one below):
+  // freed a level at a time, not by a recursion that would overflow the stack.
+  ~Value() {
+    std::vector<ValuePtr> pending = std::move(items);
+    while (!pending.empty()) {
+      ValuePtr v = std::move(pending.back());
+      pending.pop_back();
+      if (v.use_count() != 1) continue;  // held elsewhere too: not freed here
+      std::move(v->items.begin(), v->items.end(), std::back_inserter(pending));
+      v->items.clear();
+    }
+  }
 };
 
 ValuePtr make(Value::Kind kind) {
