@@ -756,6 +756,15 @@ TEST_F(HfTest, BrokenCCheckpointsAreNamed) {
     const std::string err = error_of([&] { open_c_checkpoint(copy); });
     EXPECT_NE(err.find(copy + ": " + std::to_string(fs::file_size(copy)) + " bytes, but"), std::string::npos) << err;
   }
+  // A header claiming 16777215 layers in a file of 21 KB: said at once; the
+  // layers were laid out name by name first (30 GB of names).
+  std::string layers = read_text(fixture("llama2c_v1.bin"));
+  const int32_t claimed = (1 << 24) - 1;
+  std::memcpy(layers.data() + 16, &claimed, 4);
+  write_text(path("layers.bin"), layers);
+  EXPECT_NE(error_of([&] { open_c_checkpoint(path("layers.bin")); })
+                .find("21568 bytes, but a llama2.c file with dim=16 hidden_dim=32 n_layers=16777215"),
+            std::string::npos);
   // An llm.c version hone does not read.
   std::string bytes = read_text(fixture("llmc_gpt2_fp32.bin"));
   bytes[4] = 2;

@@ -46,8 +46,15 @@ class FlatFile : public WeightSource {
   // Lays out the next array of the file: `count` stacked blocks of `shape`.
   uint64_t next_array(uint64_t count, const Shape& shape) {
     const uint64_t at = cursor_;
-    cursor_ += count * uint64_t(shape.numel());
+    const unsigned __int128 end = (unsigned __int128)cursor_ + (unsigned __int128)count * uint64_t(shape.numel());
+    cursor_ = end > UINT64_MAX ? UINT64_MAX : uint64_t(end);  // a header's sizes can reach past 2^64
     return at;
+  }
+  // Whether the arrays laid out so far lie within the file: where they do not,
+  // the layers are not laid out name by name (a header can claim millions)
+  // before check_size says how short the file is.
+  bool fits() const {
+    return header_bytes_ + (unsigned __int128)cursor_ * dtype_size(dtype_) <= (unsigned __int128)file_.size();
   }
   void add(const std::string& name, const Piece& piece) { pieces_[name].push_back(piece); }
   // The file must end where the layout does.
@@ -129,7 +136,7 @@ class LlmcFile final : public FlatFile {
                                {"mlp.up.bias", {4 * C}}, {"mlp.down.weight", {C, 4 * C}}, {"mlp.down.bias", {C}}};
     for (const Array& a : per_layer) {
       const uint64_t at = next_array(uint64_t(L), a.shape);
-      for (int64_t i = 0; i < L; ++i) {
+      for (int64_t i = 0; i < L && fits(); ++i) {
         add(fmt::format("layers.{}.{}", i, a.param), {at + uint64_t(i * a.shape.numel()), a.shape});
       }
     }
@@ -188,7 +195,7 @@ class Llama2cFile final : public FlatFile {
 
     auto layers = [&](const char* param, const Shape& shape, int64_t row_begin = 0, int64_t heads = 0) {
       const uint64_t at = next_array(uint64_t(L), shape);
-      for (int64_t i = 0; i < L; ++i) {
+      for (int64_t i = 0; i < L && fits(); ++i) {
         add(fmt::format("layers.{}.{}", i, param), {at + uint64_t(i * shape.numel()), shape, row_begin, heads});
       }
     };
