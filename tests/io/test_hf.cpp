@@ -178,10 +178,13 @@ TEST_F(HfTest, BrokenMetaFoldersAreNamed) {
   // params.json describing another model.
   const std::string params = read_text(dir + "/params.json");
   write_text(dir + "/params.json", R"({"dim": 32, "multiple_of": 16, "n_heads": 4, "n_layers": 3, "vocab_size": -1})");
-  EXPECT_NE(error().find("consolidated.00.pth: tensor 'layers.2.attention_norm.weight' is missing (params.json "
-                         "describes 3 layers)"),
+  EXPECT_NE(error().find("params.json: n_layers 3, but " + dir + "/consolidated.00.pth has no tensor "
+                         "'layers.2.attention_norm.weight'"),
             std::string::npos)
       << error();
+  // Said before every layer's tensors are listed: a billion layers were a billion names first.
+  write_text(dir + "/params.json", R"({"dim": 32, "n_heads": 4, "n_layers": 2147483647, "vocab_size": -1})");
+  EXPECT_NE(error().find("n_layers 2147483647, but"), std::string::npos) << error();
   write_text(dir + "/params.json", R"({"dim": 32, "multiple_of": 16, "n_heads": 4, "n_layers": 1, "vocab_size": -1})");
   EXPECT_NE(error().find("consolidated.00.pth: unexpected tensor 'layers.1."), std::string::npos) << error();
   write_text(dir + "/params.json", R"({"dim": 32, "n_heads": 4, "n_layers": 2, "vocab_size": 50})");

@@ -81,6 +81,10 @@ class MetaFolder final : public WeightSource {
                    c.n_heads % c.n_kv_heads == 0,
                "{}: dim {}, n_heads {}, n_kv_heads {} do not make whole heads shared by whole groups", p.context(),
                c.dim, c.n_heads, c.n_kv_heads);
+    // Its last layer there, before every layer's tensors are listed (a claim of a billion would be a billion names).
+    const std::string last_layer = fmt::format("layers.{}.attention_norm.weight", c.n_layers - 1);
+    HONE_CHECK(weights_.contains(last_layer), "{}: n_layers {}, but {} has no tensor '{}'", p.context(), c.n_layers,
+               weights_.path(), last_layer);
     // The MLP's width from the tensor (Meta derives it from multiple_of and ffn_dim_multiplier).
     const std::string w1 = "layers.0.feed_forward.w1.weight";
     HONE_CHECK(weights_.contains(w1), "{}: no tensor '{}'", weights_.path(), w1);
