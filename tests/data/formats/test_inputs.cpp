@@ -195,6 +195,24 @@ TEST_F(InputsTest, MdsFoldersOfTextAreOneDocumentPerSample) {
                {path("corpus/train"), "MDS shards inside the folder " + path("corpus"), "an --input of its own"});
 }
 
+// A few bytes of compressed data can decode to gigabytes without a line break
+// (a compression bomb): a line or a text past the limit is an error naming the
+// file, where reading on took all the memory there was.
+TEST_F(InputsTest, ALineOrTextPastTheLimitIsAnError) {
+  write_gzip(path("bomb.jsonl.gz"), {std::string(4 << 20, 'x') + "\n"});
+  EXPECT_LT(std::filesystem::file_size(path("bomb.jsonl.gz")), 65536u);
+  InputStream lines(path("bomb.jsonl.gz"), 1 << 20);
+  std::string line;
+  expect_error([&] { lines.read_line(line); },
+               {path("bomb.jsonl.gz") + ": a line longer than 1048576 bytes (read to byte ",
+                "no line break: not JSON Lines, or one record too large to read"});
+  InputStream text(path("bomb.jsonl.gz"), 1 << 20);
+  expect_error([&] { text.read_all(); }, {path("bomb.jsonl.gz") + ": a text longer than 1048576 bytes"});
+  InputStream within(path("bomb.jsonl.gz"), 8 << 20);
+  ASSERT_TRUE(within.read_line(line));
+  EXPECT_EQ(line.size(), size_t(4 << 20));
+}
+
 TEST_F(InputsTest, StreamFromMemoryAndEmptyInput) {
   const std::string text = "one\ntwo\r\nthree";
   std::FILE* f = fmemopen(const_cast<char*>(text.data()), text.size(), "rb");

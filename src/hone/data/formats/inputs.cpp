@@ -44,15 +44,25 @@ struct InputStream::Decoder {
   }
 };
 
-InputStream::InputStream(const std::string& path) : name_(path), out_(kChunk) {
+InputStream::InputStream(const std::string& path, size_t max_record_bytes)
+    : name_(path), max_record_bytes_(max_record_bytes), out_(kChunk) {
   file_ = std::fopen(path.c_str(), "rb");
   HONE_CHECK(file_, "{}: cannot open: {}", path, std::strerror(errno));
   owns_file_ = true;
   decoder_ = std::make_unique<Decoder>();
 }
 
-InputStream::InputStream(std::FILE* file, std::string name)
-    : name_(std::move(name)), file_(file), decoder_(std::make_unique<Decoder>()), out_(kChunk) {}
+InputStream::InputStream(std::FILE* file, std::string name, size_t max_record_bytes)
+    : name_(std::move(name)),
+      max_record_bytes_(max_record_bytes),
+      file_(file),
+      decoder_(std::make_unique<Decoder>()),
+      out_(kChunk) {}
+
+void InputStream::check_record_size(size_t bytes, const char* what, const char* why) const {
+  HONE_CHECK(bytes <= max_record_bytes_, "{}: {} longer than {} bytes (read to byte {} of the file): {}",
+             name_, what, max_record_bytes_, bytes_read(), why);
+}
 
 InputStream::~InputStream() {
   if (owns_file_) std::fclose(file_);
@@ -153,6 +163,8 @@ bool InputStream::read_line(std::string& line) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       return true;
     }
+    check_record_size(line.size() + size_t(end - begin), "a line",
+                      "no line break: not JSON Lines, or one record too large to read");
     line.append(begin, end);
     out_pos_ = out_end_;
   }
@@ -163,6 +175,8 @@ bool InputStream::read_line(std::string& line) {
 std::string InputStream::read_all() {
   std::string text;
   while (out_pos_ < out_end_ || fill()) {
+    check_record_size(text.size() + (out_end_ - out_pos_), "a text",
+                      "too large for one document: split it, or give JSON Lines");
     text.append(out_.data() + out_pos_, out_end_ - out_pos_);
     out_pos_ = out_end_;
   }

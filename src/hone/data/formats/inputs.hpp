@@ -19,9 +19,13 @@ namespace hone::data {
 // Corrupt or truncated compressed data is an error naming the file and offset.
 class InputStream {
  public:
-  explicit InputStream(const std::string& path);
+  // A line, or a whole text, longer than this is an error: a few bytes of
+  // compressed data can decode to gigabytes without a line break.
+  static constexpr size_t kMaxRecordBytes = size_t(1) << 30;
+
+  explicit InputStream(const std::string& path, size_t max_record_bytes = kMaxRecordBytes);
   // Reads an open stream it does not own (e.g. fmemopen() over a buffer).
-  InputStream(std::FILE* file, std::string name);
+  InputStream(std::FILE* file, std::string name, size_t max_record_bytes = kMaxRecordBytes);
   ~InputStream();
   InputStream(const InputStream&) = delete;
   InputStream& operator=(const InputStream&) = delete;
@@ -38,7 +42,12 @@ class InputStream {
   struct Decoder;
   bool fill();  // more decoded bytes into out_; false at the end
 
+  // An error unless `bytes` (of a line or a text so far) are within the limit;
+  // `what` and `why` say what it is and what may be wrong.
+  void check_record_size(size_t bytes, const char* what, const char* why) const;
+
   std::string name_;
+  size_t max_record_bytes_;
   std::FILE* file_ = nullptr;
   bool owns_file_ = false;
   std::unique_ptr<Decoder> decoder_;
