@@ -5,6 +5,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
+#include "hone/io/json_error.hpp"
 
 namespace hone {
 

@@ -6,7 +6,6 @@
 
 #include "hone/config/config.hpp"
 #include "hone/io/atomic_file.hpp"
-#include "hone/io/json_error.hpp"
 
 namespace hone {
 

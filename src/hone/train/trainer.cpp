@@ -420,6 +420,7 @@ int run_training(const Config& c, TrainingJob job) {
                                              fraction));
   }
   const int64_t checkpoint_every = c.get<int64_t>("checkpoint.every_n_steps");
+  const bool save_final = c.get<bool>("checkpoint.save_final");
   const int64_t keep_last_n = c.get<int64_t>("checkpoint.keep_last_n");
   const int64_t max_nonfinite = c.get<int64_t>("max_consecutive_nonfinite");
   Allocator& memory = allocator_for(world.device());
@@ -478,7 +479,7 @@ int run_training(const Config& c, TrainingJob job) {
   const auto eta = [&] {
     const int64_t left = total_steps - state.step;
     const PausesLeft pauses =
-        pauses_left(state.step, total_steps, eval_every, checkpoint_every, c.get<bool>("checkpoint.save_final"));
+        pauses_left(state.step, total_steps, eval_every, checkpoint_every, save_final);
     return window_seconds / double(window_steps) * double(left) + evaluations.mean() * double(pauses.evaluations) +
            saves.mean() * double(pauses.saves);
   };
@@ -600,7 +601,7 @@ int run_training(const Config& c, TrainingJob job) {
   const bool export_from_checkpoint = job.on_finish && !interrupted && !world.weights_whole_on_main();
   const std::string final_folder = (fs::path(run.output_dir) / checkpoint_folder_name(state.step)).string();
   const bool saved_final = last_saved == state.step && fs::exists(final_folder);
-  if (((interrupted || c.get<bool>("checkpoint.save_final")) && last_saved != state.step) ||
+  if (((interrupted || save_final) && last_saved != state.step) ||
       (export_from_checkpoint && !saved_final)) {
     save();
   }
