@@ -4,6 +4,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "formats_test.hpp"
 #include "hone/data/formats/mds.hpp"
@@ -221,6 +222,71 @@ TEST_F(MdsTest, ZstdShardsRoundTripAndVerifyHashes) {
     EXPECT_EQ(*data::mds_hash("xxh64", as_bytes(zip)), shard.zip_data->hashes.at("xxh64"));
   }
   for (uint64_t i = 0; i < docs.size(); ++i) EXPECT_EQ(ds.tokens(i), docs[i]);
+}
+
+// How many mappings of files under `folder` this process holds.
+size_t mappings_under(const std::string& folder) {
+  std::ifstream maps("/proc/self/maps");
+  size_t count = 0;
+  for (std::string line; std::getline(maps, line);) count += line.find(folder + "/") != std::string::npos;
+  return count;
+}
+
+TEST_F(MdsTest, OpenShardsStayWithinTheLimit) {
+  // One mapping per shard ran out of mappings past ~65k shards (vm.max_map_count).
+  MdsWriterOptions options;
+  options.size_limit = 400;
+  std::vector<std::vector<int32_t>> docs;
+  {
+    MdsWriter w(path("out"), options);
+    for (int d = 0; d < 40; ++d) {
+      docs.push_back(std::vector<int32_t>(size_t(20 + d), d));
+      w.add_document(docs.back());
+    }
+    w.finish();
+  }
+  MdsDataset ds(path("out"), true, {.open_shards = 3});
+  ASSERT_GT(ds.shards().size(), 10u);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t k = 0; k < docs.size(); ++k) {
+      const uint64_t i = (k * 7 + uint64_t(pass)) % docs.size();  // jumping between shards
+      EXPECT_EQ(ds.tokens(i), docs[i]);
+      EXPECT_LE(mappings_under(path("out")), 3u);
+    }
+  }
+  EXPECT_GE(mappings_under(path("out")), 1u);  // the count sees hone's mappings
+}
+
+TEST_F(MdsTest, DecompressedShardsStayWithinTheirMemory) {
+  MdsWriterOptions options;
+  options.compression = "zstd";
+  options.hashes = {"xxh64"};
+  options.size_limit = 1000;
+  std::vector<std::vector<int32_t>> docs;
+  {
+    MdsWriter w(path("out"), options);
+    for (int d = 0; d < 30; ++d) {
+      docs.push_back(std::vector<int32_t>(size_t(40 + d), d));
+      w.add_document(docs.back());
+    }
+    w.finish();
+  }
+  const size_t shards = MdsDataset(path("out")).shards().size();
+  ASSERT_GT(shards, 4u);
+  // A budget of two shards: reading in order opens each once, quietly.
+  MdsDataset ds(path("out"), true, {.decompressed_bytes = 2000});
+  ::testing::internal::CaptureStderr();
+  for (uint64_t i = 0; i < docs.size(); ++i) EXPECT_EQ(ds.tokens(i), docs[i]);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  // Going back decompresses closed shards again, which is said once.
+  ::testing::internal::CaptureStderr();
+  for (uint64_t i = docs.size(); i-- > 0;) EXPECT_EQ(ds.tokens(i), docs[i]);
+  for (uint64_t i = 0; i < docs.size(); ++i) EXPECT_EQ(ds.tokens(i), docs[i]);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find(path("out") + ": its decompressed shards take more than the 2e-06 GB"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("zstd -d"), std::string::npos) << said;
+  EXPECT_EQ(said.find("note:"), said.rfind("note:")) << said;
 }
 
 TEST_F(MdsTest, HashesMatchPythonXxhashHexDigests) {

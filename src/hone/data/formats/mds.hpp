@@ -138,11 +138,18 @@ std::vector<std::byte> zstd_decompress_exact(std::span<const std::byte> data, ui
 
 // A folder of MDS shards (a split folder of a streaming dataset). Shards are opened
 // on first use: mapped when the raw .mds is present, else decompressed from
-// .mds.zstd. Known hashes are verified on opening when `verify_hashes`.
-// Safe to read from several threads.
+// .mds.zstd. Known hashes are verified the first time a shard is opened when
+// `verify_hashes`. The least recently used shards are closed again beyond
+// `limits`: a process may hold only so many mappings (vm.max_map_count, 65530 by
+// default) and decompressed shards live in memory. Safe to read from several threads.
+struct MdsCacheLimits {
+  size_t open_shards = 1024;
+  uint64_t decompressed_bytes = 0;  // 0: a quarter of this machine's memory
+};
+
 class MdsDataset {
  public:
-  explicit MdsDataset(std::string dir, bool verify_hashes = true);
+  explicit MdsDataset(std::string dir, bool verify_hashes = true, MdsCacheLimits limits = {});
   ~MdsDataset();
 
   uint64_t size() const { return total_; }
@@ -160,12 +167,14 @@ class MdsDataset {
   struct Open;
   struct Cache;
   struct Value {
+    std::shared_ptr<const Open> shard;  // keeps `bytes` alive while the cache may close the shard
     std::span<const std::byte> bytes;
     const std::string* encoding;
     std::string where;  // "SHARD: sample K, column NAME" for errors
   };
   Value value(uint64_t i, std::string_view column) const;
-  const Open& open(size_t shard) const;
+  std::shared_ptr<const Open> open(size_t shard) const;
+  std::unique_ptr<Open> load(size_t shard, bool verify_hashes) const;
 
   std::string dir_;
   bool verify_hashes_;

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
+#include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
 #include "hone/data/formats/mapped_file.hpp"
 #include "hone/data/formats/mds.hpp"
@@ -404,13 +407,25 @@ struct MdsDataset::Open {
   std::optional<MdsShard> shard;
 };
 
+// The open shards, least recently used last, within the limits.
 struct MdsDataset::Cache {
-  explicit Cache(size_t shards) : once(new std::once_flag[shards]), open(shards) {}
-  std::unique_ptr<std::once_flag[]> once;
-  std::vector<std::unique_ptr<Open>> open;
+  struct Entry {
+    std::shared_ptr<const Open> open;
+    std::list<size_t>::iterator position;  // in `recent`
+  };
+  Cache(size_t shards, MdsCacheLimits limits) : limits(limits), verified(shards), closed(shards) {}
+  const MdsCacheLimits limits;
+  std::mutex mutex;
+  std::list<size_t> recent;  // most recently used first
+  std::unordered_map<size_t, Entry> open;
+  uint64_t decompressed_bytes = 0;  // held by the open shards
+  std::vector<bool> verified;       // hashes are checked the first time only
+  std::vector<bool> closed;         // opened once and closed by the limits
+  bool told_of_decompressing_again = false;
 };
 
-MdsDataset::MdsDataset(std::string dir, bool verify_hashes) : dir_(std::move(dir)), verify_hashes_(verify_hashes) {
+MdsDataset::MdsDataset(std::string dir, bool verify_hashes, MdsCacheLimits limits)
+    : dir_(std::move(dir)), verify_hashes_(verify_hashes) {
   const std::string index_path = (std::filesystem::path(dir_) / "index.json").string();
   MappedFile index(index_path);
   shards_ = parse_mds_index(
@@ -419,7 +434,12 @@ MdsDataset::MdsDataset(std::string dir, bool verify_hashes) : dir_(std::move(dir
     starts_.push_back(total_);
     total_ += shard.samples;
   }
-  cache_ = std::make_unique<Cache>(shards_.size());
+  HONE_CHECK(limits.open_shards > 0, "MdsCacheLimits: open_shards must be positive");
+  if (limits.decompressed_bytes == 0) {
+    const uint64_t memory = host_memory_bytes();
+    limits.decompressed_bytes = memory > 0 ? memory / 4 : uint64_t(8) << 30;
+  }
+  cache_ = std::make_unique<Cache>(shards_.size(), limits);
 }
 
 MdsDataset::~MdsDataset() = default;
@@ -439,32 +459,67 @@ void verify(const MdsFileInfo& info, std::span<const std::byte> data, const std:
 
 }  // namespace
 
-const MdsDataset::Open& MdsDataset::open(size_t s) const {
-  std::call_once(cache_->once[s], [&] {
-    const MdsShardInfo& info = shards_[s];
-    auto open = std::make_unique<Open>();
-    const auto path = [&](const std::string& basename) { return (std::filesystem::path(dir_) / basename).string(); };
-    const std::string raw_path = path(info.raw_data.basename);
-    std::span<const std::byte> raw;
-    // streaming leaves the decompressed shard next to the compressed one; prefer it.
-    std::error_code ec;
-    if (!info.zip_data || std::filesystem::exists(raw_path, ec)) {
-      open->file = std::make_unique<MappedFile>(raw_path);
-      raw = open->file->bytes();
-    } else {
-      const std::string zip_path = path(info.zip_data->basename);
-      HONE_CHECK(is_zstd(info.compression), "{}: compression '{}' is not supported (hone reads zstd)", zip_path,
-                 info.compression);
-      MappedFile zip(zip_path);
-      verify(*info.zip_data, zip.bytes(), zip_path, verify_hashes_);
-      open->inflated = zstd_decompress_exact(zip.bytes(), info.raw_data.bytes, zip_path);
-      raw = open->inflated;
+std::unique_ptr<MdsDataset::Open> MdsDataset::load(size_t s, bool verify_hashes) const {
+  const MdsShardInfo& info = shards_[s];
+  auto open = std::make_unique<Open>();
+  const auto path = [&](const std::string& basename) { return (std::filesystem::path(dir_) / basename).string(); };
+  const std::string raw_path = path(info.raw_data.basename);
+  std::span<const std::byte> raw;
+  // streaming leaves the decompressed shard next to the compressed one; prefer it.
+  std::error_code ec;
+  if (!info.zip_data || std::filesystem::exists(raw_path, ec)) {
+    open->file = std::make_unique<MappedFile>(raw_path);
+    raw = open->file->bytes();
+  } else {
+    const std::string zip_path = path(info.zip_data->basename);
+    HONE_CHECK(is_zstd(info.compression), "{}: compression '{}' is not supported (hone reads zstd)", zip_path,
+               info.compression);
+    MappedFile zip(zip_path);
+    verify(*info.zip_data, zip.bytes(), zip_path, verify_hashes);
+    open->inflated = zstd_decompress_exact(zip.bytes(), info.raw_data.bytes, zip_path);
+    raw = open->inflated;
+  }
+  verify(info.raw_data, raw, raw_path, verify_hashes);
+  open->shard.emplace(raw, info, raw_path);
+  return open;
+}
+
+std::shared_ptr<const MdsDataset::Open> MdsDataset::open(size_t s) const {
+  Cache& cache = *cache_;
+  bool verify_hashes = false;
+  {
+    std::lock_guard lock(cache.mutex);
+    if (const auto it = cache.open.find(s); it != cache.open.end()) {
+      cache.recent.splice(cache.recent.begin(), cache.recent, it->second.position);
+      return it->second.open;
     }
-    verify(info.raw_data, raw, raw_path, verify_hashes_);
-    open->shard.emplace(raw, info, raw_path);
-    cache_->open[s] = std::move(open);
-  });
-  return *cache_->open[s];
+    verify_hashes = verify_hashes_ && !cache.verified[s];
+  }
+  // Opened unlocked, so that other threads read other shards meanwhile.
+  std::shared_ptr<const Open> loaded = load(s, verify_hashes);
+  std::lock_guard lock(cache.mutex);
+  cache.verified[s] = true;
+  if (const auto it = cache.open.find(s); it != cache.open.end()) return it->second.open;  // opened meanwhile
+  if (cache.closed[s] && !loaded->inflated.empty() && !cache.told_of_decompressing_again) {
+    cache.told_of_decompressing_again = true;
+    fmt::print(stderr,
+               "hone: note: {}: its decompressed shards take more than the {:.3g} GB of memory kept for them, so "
+               "shards are decompressed again as samples need them (slow); decompress them once in place (zstd -d "
+               "*.mds.zstd in that folder: hone reads the .mds next to each .mds.zstd)\n",
+               dir_, double(cache.limits.decompressed_bytes) / 1e9);
+  }
+  cache.recent.push_front(s);
+  cache.open.emplace(s, Cache::Entry{loaded, cache.recent.begin()});
+  cache.decompressed_bytes += loaded->inflated.size();
+  while (cache.recent.size() > 1 && (cache.recent.size() > cache.limits.open_shards ||
+                                     cache.decompressed_bytes > cache.limits.decompressed_bytes)) {
+    const auto victim = cache.open.find(cache.recent.back());
+    cache.decompressed_bytes -= victim->second.open->inflated.size();
+    cache.closed[victim->first] = true;
+    cache.open.erase(victim);
+    cache.recent.pop_back();
+  }
+  return loaded;
 }
 
 const MdsShardInfo& MdsDataset::shard_of(uint64_t i) const {
@@ -479,7 +534,9 @@ MdsDataset::Value MdsDataset::value(uint64_t i, std::string_view column) const {
   HONE_CHECK(it != info.column_names.end(), "{}: shard {} has no column '{}'", dir_, info.raw_data.basename, column);
   const size_t c = size_t(it - info.column_names.begin());
   const uint32_t k = uint32_t(i - starts_[s]);
-  return {open(s).shard->column(k, c), &info.column_encodings[c],
+  std::shared_ptr<const Open> shard = open(s);
+  const std::span<const std::byte> bytes = shard->shard->column(k, c);
+  return {std::move(shard), bytes, &info.column_encodings[c],
           fmt::format("{}/{}: sample {}, column '{}'", dir_, info.raw_data.basename, k, column)};
 }
 
