@@ -266,11 +266,23 @@ TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {
   fs::create_directories(root_ + "/resumed");
   fs::copy(root_ + "/full/step_0000008", root_ + "/resumed/step_0000008");
   std::ofstream(root_ + "/resumed/latest") << "step_0000008\n";
+  // The row of the run that saved step 8, written by a hone whose rows ended at final_loss.
+  std::ofstream(root_ + "/resumed/perf_summary.csv")
+      << "model,precision,world_size,global_batch_size,seq_len,tokens_per_sec,samples_per_sec,"
+         "tokens_per_sec_per_device,mfu,peak_memory_bytes,final_loss\n"
+         "\"llama_tiny, older\",fp32,1,4,32,1.0,2.000,3.0,0.100000,1000,5.000000\n";
   ASSERT_EQ(run({"run", "pretrain", "--config",
                  config("resumed", 20, "checkpoint: {every_n_steps: 8, keep_last_n: 0}\nresume: latest\n")}),
             0)
       << log();
   EXPECT_NE(log().find("resumed from"), std::string::npos);
+  // Its row gained the new columns, empty; this run's row says it trained steps 9 to 20.
+  const std::string csv = read_file(root_ + "/resumed/perf_summary.csv");
+  EXPECT_NE(csv.find(",final_loss,first_step,last_step,train_seconds,finished_at\n\"llama_tiny, older\",fp32,1,4,32,"
+                     "1.0,2.000,3.0,0.100000,1000,5.000000,,,,\nllama_tiny,fp32,"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find(",8,20,"), std::string::npos) << csv;
   EXPECT_EQ(log().find("takes learning rate"), std::string::npos) << log();  // the same schedule: no note
 
   const auto full = losses("full"), resumed = losses("resumed");
@@ -503,7 +515,11 @@ TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   EXPECT_NE(jsonl.find("\"metrics/eval/LanguageCrossEntropy\""), std::string::npos) << jsonl;
   const std::string csv = read_file(root_ + "/metrics/perf_summary.csv");
   EXPECT_EQ(csv.rfind("model,precision,world_size,", 0), 0u);
+  EXPECT_NE(csv.find(",final_loss,first_step,last_step,train_seconds,finished_at\n"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\nllama_tiny,fp32,1,4,32,"), std::string::npos) << csv;
+  // Steps 1 to 6, their seconds and when the run ended.
+  EXPECT_TRUE(std::regex_search(csv, std::regex(",0,6,[0-9]+\\.[0-9]{3},20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-9:]{8}Z\n")))
+      << csv;
   EXPECT_TRUE(fs::exists(root_ + "/metrics/config.yaml"));
   EXPECT_TRUE(fs::exists(root_ + "/metrics/train.log"));
   EXPECT_FALSE(fs::is_empty(root_ + "/metrics/tensorboard"));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -101,18 +102,56 @@ void MetricsWriter::write(int64_t step, const Metrics& metrics) {
   if (tensorboard_) tensorboard_->flush();
 }
 
+namespace {
+
+constexpr std::string_view kPerfSummaryHeader =
+    "model,precision,world_size,global_batch_size,seq_len,tokens_per_sec,samples_per_sec,"
+    "tokens_per_sec_per_device,mfu,peak_memory_bytes,final_loss,first_step,last_step,train_seconds,finished_at";
+
+// Gives the rows of an older hone's perf_summary.csv (a header that is a
+// prefix of today's) the columns it lacks, empty.
+void add_missing_columns(const std::string& path) {
+  const std::string text = read_file(path);
+  const std::string header = text.substr(0, text.find('\n'));
+  if (header == kPerfSummaryHeader) return;
+  HONE_CHECK(kPerfSummaryHeader.starts_with(header + ","),
+             "{}: its header is not hone's (expected the columns {}); move it away to start a new one", path,
+             kPerfSummaryHeader);
+  const size_t missing = csv_fields(kPerfSummaryHeader).size() - csv_fields(header).size();
+  std::string padded(kPerfSummaryHeader);
+  for (size_t line = header.size(); line < text.size();) {
+    const size_t end = std::min(text.find('\n', line + 1), text.size());
+    const std::string_view row(text.data() + line + 1, end - line - 1);  // after the '\n' at `line`
+    if (!row.empty()) padded += "\n" + std::string(row) + std::string(missing, ',');
+    line = end;
+  }
+  AtomicFile file(path);
+  file.write(padded + "\n");
+  file.commit();
+}
+
+}  // namespace
+
+std::string utc_timestamp() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
 void append_perf_summary(const std::string& run_dir, const PerfSummary& r) {
   const std::string path = (fs::path(run_dir) / "perf_summary.csv").string();
   const bool fresh = !fs::exists(path);
+  if (!fresh) add_missing_columns(path);
   std::ofstream out(path, std::ios::app);
   HONE_CHECK(out.good(), "{}: cannot open for writing", path);
-  if (fresh) {
-    out << "model,precision,world_size,global_batch_size,seq_len,tokens_per_sec,samples_per_sec,"
-           "tokens_per_sec_per_device,mfu,peak_memory_bytes,final_loss\n";
-  }
-  out << fmt::format("{},{},{},{},{},{:.1f},{:.3f},{:.1f},{:.6f},{},{:.6f}\n", csv_field(r.model), r.precision,
-                     r.world_size, r.global_batch_size, r.seq_len, r.tokens_per_sec, r.samples_per_sec,
-                     r.tokens_per_sec_per_device, r.mfu, r.peak_memory_bytes, r.final_loss);
+  if (fresh) out << kPerfSummaryHeader << '\n';
+  out << fmt::format("{},{},{},{},{},{:.1f},{:.3f},{:.1f},{:.6f},{},{:.6f},{},{},{:.3f},{}\n", csv_field(r.model),
+                     r.precision, r.world_size, r.global_batch_size, r.seq_len, r.tokens_per_sec, r.samples_per_sec,
+                     r.tokens_per_sec_per_device, r.mfu, r.peak_memory_bytes, r.final_loss, r.first_step,
+                     r.last_step, r.train_seconds, r.finished_at);
   flush_or_fail(out, path);
 }
 

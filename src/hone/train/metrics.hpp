@@ -34,7 +34,8 @@ class MetricsWriter {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
-// One row of perf_summary.csv: the figures benchmark scripts extract.
+// One row of perf_summary.csv: the figures benchmark scripts extract, for the
+// steps one process trained (a resumed run adds a row for its own).
 struct PerfSummary {
   std::string model, precision;
   int world_size = 1;
@@ -42,8 +43,15 @@ struct PerfSummary {
   double tokens_per_sec = 0, samples_per_sec = 0, tokens_per_sec_per_device = 0, mfu = 0;
   size_t peak_memory_bytes = 0;
   double final_loss = 0;
+  int64_t first_step = 0, last_step = 0;  // the steps trained: first_step + 1 ... last_step
+  double train_seconds = 0;               // in those steps
+  std::string finished_at;                // UTC, ISO 8601
 };
+// Appends `row`, writing the header first into a new file. A file of an older
+// hone, whose header lacks the last columns, gets them (empty in its rows).
 void append_perf_summary(const std::string& run_dir, const PerfSummary& row);
+// The current time, UTC, as 2026-11-30T16:42:05Z.
+std::string utc_timestamp();
 
 // Console output of a run: lines go to stderr and train.log; on a terminal a
 // progress line (step, loss, tokens/s, ETA) is redrawn in place and never

@@ -472,7 +472,8 @@ int run_training(const Config& c, TrainingJob job) {
   double window_flops = 0, flops_this_run = 0;
   int64_t window_tokens = 0, window_samples = 0, window_steps = 0, consecutive_nonfinite = 0;
   int64_t samples_this_run = 0, tokens_this_run = 0;  // excludes what a resumed run trained before
-  int64_t last_saved = state.step;  // a resumed run does not re-save what it loaded
+  const int64_t first_step = state.step;  // of this run: a resumed run's checkpoint
+  int64_t last_saved = state.step;        // a resumed run does not re-save what it loaded
   StepStats last_stats;
   bool mfu_above_peak_noted = false;
   // The steps left at the window's pace, and the validations and saves left at theirs.
@@ -622,7 +623,11 @@ int run_training(const Config& c, TrainingJob job) {
                          .tokens_per_sec_per_device = tokens_per_sec_per_device,
                          .mfu = flops_this_run / seconds / world.size() / (peak_tflops * 1e12),
                          .peak_memory_bytes = training_peak,
-                         .final_loss = last_loss});
+                         .final_loss = last_loss,
+                         .first_step = first_step,
+                         .last_step = state.step,
+                         .train_seconds = train_seconds,
+                         .finished_at = utc_timestamp()});
   }
   console.line(fmt::format("done: step {} ({} this run, {}); checkpoints in {}, metrics in {}", state.step,
                            samples_this_run / global_batch, format_duration(wall), run.output_dir,
