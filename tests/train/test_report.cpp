@@ -144,6 +144,69 @@ TEST_F(RunReportTest, DrawsDposRewardsAndHowOftenTheChosenAnswerWins) {
             std::string::npos);
 }
 
+// A long run's chart keeps every spike, however many steps share a point.
+TEST_F(RunReportTest, ALongSeriesKeepsItsSpikes) {
+  std::string jsonl;
+  for (int step = 1; step <= 20000; ++step) {
+    const double loss = step == 12345 ? 9.0 : step == 777 ? 0.5 : 3.0;
+    jsonl += fmt::format("{{\"step\":{},\"loss/train/total\":{}}}\n", step, loss);
+  }
+  write("metrics.jsonl", jsonl);
+  const std::vector<std::string> points = points_of(render_run_report(dir_).html, "train");
+  EXPECT_LE(points.size(), 1501u);
+  // The y of each point: the plot's top (the spike's 9.0) and bottom (0.5) are there.
+  std::vector<double> ys;
+  for (const std::string& p : points) ys.push_back(std::stod(p.substr(p.find(',') + 1)));
+  const auto [low, high] = std::minmax_element(ys.begin(), ys.end());
+  EXPECT_LT(*low, 40.0);    // 9.0 near the top (kTop = 24)
+  EXPECT_GT(*high, 200.0);  // 0.5 near the bottom
+  EXPECT_EQ(std::count(ys.begin(), ys.end(), *low), 1);
+  EXPECT_EQ(points.back().substr(0, points.back().find(',')), "704.0");  // the last step, at the plot's right edge
+}
+
+// Several runs on one page: a column and a color each, validation dashed,
+// and the config keys that differ.
+TEST_F(RunReportTest, ComparesSeveralRuns) {
+  for (const char* run : {"a", "b"}) fs::create_directories(dir_ + "/" + run);
+  write("a/metrics.jsonl",
+        "{\"step\":1,\"loss/train/total\":4.0}\n{\"step\":2,\"loss/train/total\":3.0,"
+        "\"metrics/eval/LanguageCrossEntropy\":3.5}\n");
+  write("b/metrics.jsonl", "{\"step\":1,\"loss/train/total\":4.5}\n{\"step\":2,\"loss/train/total\":2.0}\n"
+                          "{\"step\":3,\"loss/train/total\":1.5,\"lr\":0.001}\n");
+  write("a/config.yaml", "seed: 1\noptimizer:\n  lr: 0.001\n  betas: [0.9, 0.95]\nnote: same\n");
+  write("b/config.yaml", "seed: 1\noptimizer:\n  lr: 0.002\n  betas: [0.9, 0.95]\nnote: same\nextra: <x>\n");
+  const RunReport r = render_runs_report({dir_ + "/a", dir_ + "/b"});
+  EXPECT_EQ(r.records, 5);
+  EXPECT_EQ(r.charts, 2);  // loss; the learning rate of b alone
+  EXPECT_EQ(points_of(r.html, "a: train").size(), 2u);
+  EXPECT_EQ(points_of(r.html, "a: validation").size(), 1u);
+  EXPECT_EQ(points_of(r.html, "b: train").size(), 3u);
+  EXPECT_EQ(points_of(r.html, "b: lr").size(), 1u);
+  EXPECT_NE(r.html.find(R"(data-label="a: validation" fill="none" stroke="#1f77b4" stroke-width="1.5" stroke-dasharray)"),
+            std::string::npos)
+      << r.html;
+  EXPECT_NE(r.html.find(R"(data-label="b: train" fill="none" stroke="#d62728" stroke-width="1.5" points)"),
+            std::string::npos);
+  EXPECT_NE(r.html.find("<tr><th></th><th>a</th><th>b</th></tr><tr><th>steps logged</th><td>1 to 2</td><td>1 to 3</td>"),
+            std::string::npos)
+      << r.html;
+  EXPECT_NE(r.html.find("<tr><th>best validation loss</th><td>3.5000 (step 2; perplexity 33.12)</td><td></td></tr>"),
+            std::string::npos);
+  // Only the differing keys, escaped; a key one run lacks is empty there.
+  EXPECT_NE(r.html.find("<tr><th>optimizer.lr</th><td>0.001</td><td>0.002</td></tr>"), std::string::npos) << r.html;
+  EXPECT_NE(r.html.find("<tr><th>extra</th><td></td><td>&lt;x&gt;</td></tr>"), std::string::npos);
+  EXPECT_EQ(r.html.find("<th>seed</th>"), std::string::npos);
+  EXPECT_EQ(r.html.find("<th>optimizer.betas</th>"), std::string::npos);
+  EXPECT_NE(r.html.find("<h2>config.yaml of b</h2>"), std::string::npos);
+  // Folders of the same name are told apart by their paths.
+  fs::create_directories(dir_ + "/c/a");
+  write("c/a/metrics.jsonl", "{\"step\":1,\"loss/train/total\":4.0}\n");
+  fs::copy_file(dir_ + "/a/config.yaml", dir_ + "/c/a/config.yaml");
+  const RunReport same = render_runs_report({dir_ + "/a", dir_ + "/c/a"});
+  EXPECT_EQ(points_of(same.html, dir_ + "/c/a: train").size(), 1u) << same.html;
+  EXPECT_NE(same.html.find("<p>The runs' config.yaml files set the same values.</p>"), std::string::npos);
+}
+
 TEST_F(RunReportTest, SkipsALastLineCutShortAndNamesAnyOtherBadLine) {
   write("metrics.jsonl", "{\"step\":1,\"lr\":0.1}\n{\"step\":2,\"lr\":0.2}\n{\"step\":3,\"lr\":0.");
   const RunReport r = render_run_report(dir_);

@@ -637,6 +637,13 @@ TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
   EXPECT_EQ(run({"report", root_ + "/nothing"}), 2);
   EXPECT_NE(log().find("hone: error: " + root_ + "/nothing: no such run folder"), std::string::npos) << log();
   EXPECT_FALSE(fs::exists(root_ + "/nothing"));
+  // Two runs on one page, which needs -o.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("report2", 6), "optimizer.lr=0.01"}), 0) << log();
+  EXPECT_EQ(run({"report", dir, root_ + "/report2"}), 2);
+  EXPECT_NE(log().find("hone: error: several runs are compared on one page: give -o FILE"), std::string::npos) << log();
+  ASSERT_EQ(run({"report", dir, root_ + "/report2", "-o", root_ + "/both.html"}), 0) << log();
+  EXPECT_NE(log().find("wrote " + root_ + "/both.html: 6 charts from 15 metrics records"), std::string::npos) << log();
+  EXPECT_NE(read_file(root_ + "/both.html").find("<tr><th>optimizer.lr</th>"), std::string::npos);
 }
 
 TEST_F(TrainingRun, OnATerminalProgressIsOneLineRedrawnInPlace) {

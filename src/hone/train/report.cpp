@@ -1,6 +1,7 @@
 #include "hone/train/report.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
+#include "hone/config/config.hpp"
 #include "hone/core/text.hpp"
 #include "hone/train/metrics.hpp"
 
@@ -93,7 +95,20 @@ std::string escape(std::string_view text) {
 struct Line {
   std::string label;
   std::vector<std::pair<double, double>> points;  // (step, value), in step order
+  size_t color = 0;                               // into kColors
+  bool dashed = false;
 };
+
+// A legend entry: text in its color, after a short stroke of the line's style.
+struct LegendEntry {
+  std::string text;
+  size_t color = 0;
+  bool dashed = false;
+};
+
+constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+constexpr const char* kDash = "6,4";
 
 struct Chart {
   const char* title;
@@ -152,12 +167,27 @@ std::string tick_label(double value, double step) {
   return fmt::format("{:.{}f}", value, decimals);
 }
 
-// A polyline keeps at most this many points: every k-th step (and the last).
+// A polyline keeps at most about this many points: of each run of k steps, its
+// lowest and highest value (in step order), so that a spike stays in the chart.
 constexpr size_t kMaxPoints = 1500;
 
-std::string svg_chart(const std::string& unit, const std::vector<Line>& lines) {
+std::vector<std::pair<double, double>> thinned(const std::vector<std::pair<double, double>>& points) {
+  const size_t stride = (points.size() + kMaxPoints / 2 - 1) / (kMaxPoints / 2);
+  if (stride <= 1) return points;
+  std::vector<std::pair<double, double>> out;
+  for (size_t from = 0; from < points.size(); from += stride) {
+    const auto begin = points.begin() + ptrdiff_t(from);
+    const auto end = points.begin() + ptrdiff_t(std::min(from + stride, points.size()));
+    const auto [low, high] = std::minmax_element(begin, end, [](const auto& a, const auto& b) { return a.second < b.second; });
+    out.push_back(*std::min(low, high));
+    if (low != high) out.push_back(*std::max(low, high));
+  }
+  if (out.back() != points.back()) out.push_back(points.back());
+  return out;
+}
+
+std::string svg_chart(const std::string& unit, const std::vector<Line>& lines, const std::vector<LegendEntry>& legend) {
   constexpr double kWidth = 720, kHeight = 262, kLeft = 72, kRight = 16, kTop = 24, kBottom = 36;
-  static const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const Line& l : lines) {
     for (const auto& [x, y] : l.points) {
@@ -199,31 +229,34 @@ std::string svg_chart(const std::string& unit, const std::vector<Line>& lines) {
         fmt::format(R"svg(<text x="12" y="{:.1f}" text-anchor="middle" transform="rotate(-90 12 {:.1f})">{}</text>)svg",
                     kTop + plot_h / 2, kTop + plot_h / 2, escape(unit));
   }
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const Line& l = lines[i];
-    const char* color = kColors[i % std::size(kColors)];
-    const size_t stride = (l.points.size() + kMaxPoints - 1) / kMaxPoints;
+  for (const Line& l : lines) {
+    const char* color = kColors[l.color % std::size(kColors)];
     std::string coordinates;
-    for (size_t p = 0; p < l.points.size(); ++p) {
-      if (p % stride != 0 && p + 1 != l.points.size()) continue;
-      coordinates +=
-          fmt::format("{}{:.1f},{:.1f}", coordinates.empty() ? "" : " ", px(l.points[p].first), py(l.points[p].second));
-    }
+    for (const auto& [x, y] : thinned(l.points))
+      coordinates += fmt::format("{}{:.1f},{:.1f}", coordinates.empty() ? "" : " ", px(x), py(y));
     svg += fmt::format(
-        R"(<polyline class="series" data-label="{}" fill="none" stroke="{}" stroke-width="1.5" points="{}"/>)",
-        escape(l.label), color, coordinates);
+        R"(<polyline class="series" data-label="{}" fill="none" stroke="{}" stroke-width="1.5"{} points="{}"/>)",
+        escape(l.label), color, l.dashed ? fmt::format(R"( stroke-dasharray="{}")", kDash) : "", coordinates);
     // Sparse series (validation) get a marker per point.
     if (l.points.size() <= 60) {
       for (const auto& [x, y] : l.points)
         svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="2.5" fill="{}"/>)", px(x), py(y), color);
     }
   }
-  // The legend above the plot, right-aligned: one colored label per line.
+  // The legend above the plot, right-aligned; a dashed entry leads with its stroke.
   double legend_x = kLeft + plot_w;
-  for (size_t i = lines.size(); i-- > 0;) {
+  for (size_t i = legend.size(); i-- > 0;) {
+    const LegendEntry& e = legend[i];
+    const char* color = kColors[e.color % std::size(kColors)];
     svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" fill="{}">{}</text>)", legend_x, kTop - 8,
-                       kColors[i % std::size(kColors)], escape(lines[i].label));
-    legend_x -= 7.0 * double(lines[i].label.size()) + 16;
+                       color, escape(e.text));
+    legend_x -= 7.0 * double(e.text.size()) + 4;
+    if (e.dashed) {
+      svg += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}" stroke-dasharray="{}"/>)",
+                         legend_x - 20, kTop - 12, legend_x, kTop - 12, color, kDash);
+      legend_x -= 24;
+    }
+    legend_x -= 12;
   }
   return svg + "</svg>";
 }
@@ -274,8 +307,10 @@ std::optional<double> median_of(const Table& t, const std::string& metric) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::string summary_table(const Table& t) {
-  std::vector<std::pair<std::string, std::string>> rows;
+using SummaryRows = std::vector<std::pair<std::string, std::string>>;  // (name, value)
+
+SummaryRows summary_rows(const Table& t) {
+  SummaryRows rows;
   int64_t first = INT64_MAX, last = INT64_MIN;
   for (const auto& [metric, steps] : t) {
     first = std::min(first, steps.begin()->first);
@@ -307,8 +342,32 @@ std::string summary_table(const Table& t) {
   }
   if (auto v = last_of(t, "time/token")) rows.emplace_back("tokens trained", fmt::format("{:.0f}", v->second));
   if (auto v = last_of(t, "time/train")) rows.emplace_back("training time", format_duration(v->second * 3600.0));
+  return rows;
+}
+
+// One column of values per run (a run without a row's value shows none), rows
+// in the order they first appear.
+std::string summary_table(const std::vector<SummaryRows>& runs, const std::vector<std::string>& labels) {
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<std::string>> values;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (const auto& [name, value] : runs[r]) {
+      auto& row = values[name];
+      if (row.empty()) names.push_back(name), row.resize(runs.size());
+      row[r] = value;
+    }
+  }
   std::string html = "<table>";
-  for (const auto& [name, value] : rows) html += fmt::format("<tr><th>{}</th><td>{}</td></tr>", name, escape(value));
+  if (runs.size() > 1) {
+    html += "<tr><th></th>";
+    for (const std::string& label : labels) html += "<th>" + escape(label) + "</th>";
+    html += "</tr>";
+  }
+  for (const std::string& name : names) {
+    html += "<tr><th>" + name + "</th>";
+    for (const std::string& value : values[name]) html += "<td>" + escape(value) + "</td>";
+    html += "</tr>";
+  }
   return html + "</table>";
 }
 
@@ -333,16 +392,78 @@ std::string csv_table(const std::string& csv) {
 
 }  // namespace
 
-RunReport render_run_report(const std::string& run_dir) {
-  HONE_CHECK(std::filesystem::is_directory(run_dir), "{}: no such run folder", run_dir);
-  const std::filesystem::path dir(run_dir);
-  const LoggedMetrics m = read_metrics((dir / "metrics.jsonl").string());
+namespace {
 
+struct Run {
+  std::string dir, label;
+  LoggedMetrics metrics;
+  std::string config, perf_summary;  // the files' text, "" where absent
+};
+
+// Each run's label: its folder's name, or the path as given where two names
+// are the same.
+std::vector<std::string> run_labels(const std::vector<std::string>& dirs) {
+  std::vector<std::string> names;
+  for (const std::string& dir : dirs) {
+    const std::filesystem::path name = std::filesystem::path(dir).lexically_normal().filename();
+    names.push_back(name.empty() || name == "." || name == ".." ? dir : name.string());
+  }
+  std::vector<std::string> labels = names;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::count(names.begin(), names.end(), names[i]) > 1) labels[i] = dirs[i];
+  }
+  return labels;
+}
+
+// The config keys whose values differ between the runs, a row each.
+std::string config_differences(const std::vector<Run>& runs) {
+  std::vector<std::map<std::string, std::string>> leaves(runs.size());
+  std::vector<std::string> keys;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].config.empty()) continue;
+    const Config config = Config::from_yaml(runs[r].config, runs[r].dir + "/config.yaml");
+    for (const auto& [key, value] : config_leaves(config.tree())) {
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+      leaves[r][key] = value->is_string() ? value->get<std::string>() : value->dump();
+    }
+  }
+  std::string rows;
+  for (const std::string& key : keys) {
+    std::vector<std::string> values;
+    for (const auto& run : leaves) values.push_back(run.contains(key) ? run.at(key) : "");
+    if (std::all_of(values.begin(), values.end(), [&](const std::string& v) { return v == values[0]; })) continue;
+    rows += "<tr><th>" + escape(key) + "</th>";
+    for (const std::string& value : values) rows += "<td>" + escape(value) + "</td>";
+    rows += "</tr>";
+  }
+  if (rows.empty()) return "<p>The runs' config.yaml files set the same values.</p>";
+  std::string html = "<table><tr><th></th>";
+  for (const Run& run : runs) html += "<th>" + escape(run.label) + "</th>";
+  return html + "</tr>" + rows + "</table>";
+}
+
+}  // namespace
+
+RunReport render_run_report(const std::string& run_dir) { return render_runs_report({run_dir}); }
+
+RunReport render_runs_report(const std::vector<std::string>& run_dirs) {
+  HONE_CHECK(!run_dirs.empty(), "no run folder given");
+  const std::vector<std::string> labels = run_labels(run_dirs);
+  std::vector<Run> runs;
   RunReport report;
-  report.records = m.records;
+  for (size_t r = 0; r < run_dirs.size(); ++r) {
+    const std::string& dir = run_dirs[r];
+    HONE_CHECK(std::filesystem::is_directory(dir), "{}: no such run folder", dir);
+    const std::filesystem::path path(dir);
+    runs.push_back({dir, labels[r], read_metrics((path / "metrics.jsonl").string()),
+                    read_if_present(path / "config.yaml"), read_if_present(path / "perf_summary.csv")});
+    report.records += runs.back().metrics.records;
+  }
+  const bool several = runs.size() > 1;
+
   std::string& html = report.html;
   html = fmt::format(R"(<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>hone report: {0}</title>
+<html lang="en"><head><meta charset="utf-8"><title>hone report: {}</title>
 <style>
 body {{ font-family: sans-serif; max-width: 760px; margin: 2em auto; color: #222; }}
 table {{ border-collapse: collapse; margin: 0.5em 0; }}
@@ -351,24 +472,59 @@ svg text {{ font-size: 11px; font-family: sans-serif; }}
 pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
 </style></head><body>
 <h1>hone report</h1>
-<p>Run folder <code>{0}</code>: {1} records of metrics.jsonl.</p>
 )",
-                     escape(run_dir), m.records);
-  if (m.last_line_cut)
-    html += "<p>The last line of metrics.jsonl was cut short (the run stopped while writing it) and is left out.</p>\n";
-  html += "<h2>Summary</h2>\n" + summary_table(m.values) + "\n";
+                     escape(fmt::format("{}", fmt::join(labels, ", "))));
+  if (!several) {
+    html += fmt::format("<p>Run folder <code>{}</code>: {} records of metrics.jsonl.</p>\n", escape(runs[0].dir),
+                        runs[0].metrics.records);
+  } else {
+    html += "<p>Runs compared (each in its color; validation dashed):</p>\n<ul>\n";
+    for (size_t r = 0; r < runs.size(); ++r) {
+      html += fmt::format("<li><span style=\"color:{}\">{}</span>: <code>{}</code>, {} records of metrics.jsonl</li>\n",
+                          kColors[r % std::size(kColors)], escape(runs[r].label), escape(runs[r].dir),
+                          runs[r].metrics.records);
+    }
+    html += "</ul>\n";
+  }
+  for (const Run& run : runs) {
+    if (run.metrics.last_line_cut) {
+      html += fmt::format(
+          "<p>The last line of {}metrics.jsonl was cut short (the run stopped while writing it) and is left out.</p>\n",
+          several ? escape(run.label) + "'s " : "");
+    }
+  }
+  std::vector<SummaryRows> summaries;
+  for (const Run& run : runs) summaries.push_back(summary_rows(run.metrics.values));
+  html += "<h2>Summary</h2>\n" + summary_table(summaries, labels) + "\n";
+
   for (const Chart& chart : charts()) {
+    // One run: a color per series. Several: a color per run, the first series
+    // (training's) solid and the others dashed.
     std::vector<Line> lines;
-    for (const auto& [metric, label] : chart.series) {
-      const auto* steps = steps_of(m.values, metric);
-      if (steps == nullptr) continue;
-      Line line{label, {}};
-      for (const auto& [step, value] : *steps) {
-        if (std::isfinite(value)) line.points.emplace_back(double(step), value * chart.scale);
+    std::vector<LegendEntry> legend;
+    std::vector<bool> series_drawn(chart.series.size()), run_drawn(runs.size());
+    for (size_t r = 0; r < runs.size(); ++r) {
+      for (size_t s = 0; s < chart.series.size(); ++s) {
+        const auto& [metric, label] = chart.series[s];
+        const auto* steps = steps_of(runs[r].metrics.values, metric);
+        if (steps == nullptr) continue;
+        Line line{several ? runs[r].label + ": " + label : label, {}, several ? r : s, several && s > 0};
+        for (const auto& [step, value] : *steps) {
+          if (std::isfinite(value)) line.points.emplace_back(double(step), value * chart.scale);
+        }
+        if (line.points.empty()) continue;
+        if (!several) legend.push_back({label, s, false});
+        series_drawn[s] = run_drawn[r] = true;
+        lines.push_back(std::move(line));
       }
-      if (!line.points.empty()) lines.push_back(std::move(line));
     }
     if (lines.empty()) continue;
+    if (several) {
+      for (size_t r = 0; r < runs.size(); ++r)
+        if (run_drawn[r]) legend.push_back({runs[r].label, r, false});
+      for (size_t s = 1; s < chart.series.size(); ++s)
+        if (series_drawn[s]) legend.push_back({chart.series[s].second, std::size(kColors) - 3, true});  // gray
+    }
     std::string unit = chart.unit;
     if (unit == "bytes") {
       double most = 0;
@@ -379,14 +535,17 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
       for (Line& l : lines)
         for (auto& point : l.points) point.second /= size;
     }
-    html += fmt::format("<h2>{}</h2>\n{}\n", chart.title, svg_chart(unit, lines));
+    html += fmt::format("<h2>{}</h2>\n{}\n", chart.title, svg_chart(unit, lines, legend));
     ++report.charts;
   }
-  if (const std::string csv = read_if_present(dir / "perf_summary.csv"); !csv.empty()) {
-    html += "<h2>perf_summary.csv</h2>\n" + csv_table(csv) + "\n";
+  if (several) html += "<h2>Config differences</h2>\n" + config_differences(runs) + "\n";
+  for (const Run& run : runs) {
+    const std::string of = several ? " of " + escape(run.label) : "";
+    if (!run.perf_summary.empty()) html += "<h2>perf_summary.csv" + of + "</h2>\n" + csv_table(run.perf_summary) + "\n";
   }
-  if (const std::string config = read_if_present(dir / "config.yaml"); !config.empty()) {
-    html += "<h2>config.yaml</h2>\n<pre>" + escape(config) + "</pre>\n";
+  for (const Run& run : runs) {
+    const std::string of = several ? " of " + escape(run.label) : "";
+    if (!run.config.empty()) html += "<h2>config.yaml" + of + "</h2>\n<pre>" + escape(run.config) + "</pre>\n";
   }
   html += "</body></html>\n";
   return report;
