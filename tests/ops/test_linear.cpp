@@ -106,6 +106,23 @@ TEST(Matmul, WidenedBf16ProductsAcrossBlocksMatchDefinition) {
   }
 }
 
+// Where oneDNN has no bf16 products (a CPU without AVX-512: they failed there
+// with "could not create a primitive descriptor iterator"), every bf16 product
+// is widened, the small ones of decoding and LoRA's adapters included.
+TEST(Matmul, WithoutBf16ProductsInOneDnnEveryProductIsWidened) {
+  const bool available = kernels::cpu::native_bf16_products_available();
+  kernels::cpu::set_native_bf16_products_available(false);
+  for (const Bf16Products mode : {Bf16Products::native, Bf16Products::widened}) {
+    const Bf16ProductsFor way(mode);
+    for (MatmulCase mc : {MatmulCase{DType::bf16, DType::f32, 1e-6}, MatmulCase{DType::bf16, DType::bf16, 1e-2}}) {
+      expect_matmul_matches_definition(mc, 1, 1, 8, 16);  // a decoding step's row
+      expect_matmul_matches_definition(mc, 2, 33, 4, 45);  // an adapter's rank columns
+      expect_matmul_matches_definition(mc, 1, 70, 66, 2100);
+    }
+  }
+  kernels::cpu::set_native_bf16_products_available(available);
+}
+
 // f32 products from a plain B wider than 2048 columns run in column blocks
 // (kernels/cpu/gemm.cpp): 3000 columns in four blocks (the last narrower),
 // 2049 in three; a batch, transposed A, alpha and beta, and a long reduction

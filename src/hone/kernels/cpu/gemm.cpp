@@ -391,13 +391,36 @@ bool intel_cpu() {
   return std::string_view(vendor) == "GenuineIntel";
 }
 
+// Whether oneDNN has bf16 products for this CPU: asked once, by planning one.
+// -1 until asked; tests set it (set_native_bf16_products_available).
+std::atomic<int> g_native_bf16_available{-1};
+std::once_flag g_native_bf16_asked;
+
+bool oneDNN_plans_bf16_products() {
+  try {
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    const dnnl::memory::desc a({1, 16, 16}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::abc);
+    const dnnl::memory::desc c({1, 16, 16}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::abc);
+    dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), engine);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 Bf16Products choose_bf16_products() {
   if (const char* forced = std::getenv("HONE_CPU_BF16_PRODUCTS")) {
     const std::string_view name(forced);
-    if (name == "native") return Bf16Products::native;
+    if (name == "native") {
+      HONE_CHECK(native_bf16_products_available(),
+                 "HONE_CPU_BF16_PRODUCTS=native: oneDNN has no bf16 products for this CPU (they need AVX-512), "
+                 "so they are widened to f32");
+      return Bf16Products::native;
+    }
     if (name == "widened") return Bf16Products::widened;
     fail("HONE_CPU_BF16_PRODUCTS={}: expected native or widened", name);
   }
+  if (!native_bf16_products_available()) return Bf16Products::widened;
   const auto isa = unsigned(dnnl::get_effective_cpu_isa());
   const auto has = [&](dnnl::cpu_isa feature) { return (isa & unsigned(feature)) == unsigned(feature); };
   if (has(dnnl::cpu_isa::avx512_core_amx)) return Bf16Products::native;
@@ -490,8 +513,9 @@ void gemm(const GemmArgs& g) {
     if (g.beta == 0.0f) std::memset(g.c, 0, size_t(g.batch * g.m * g.n) * dtype_size(g.c_type));
     return;
   }
-  if (g.ab_type == DType::bf16 && g.m >= kWidenMinRowsAndColumns && g.n >= kWidenMinRowsAndColumns &&
-      bf16_products() == Bf16Products::widened) {
+  if (g.ab_type == DType::bf16 &&
+      (!native_bf16_products_available() || (g.m >= kWidenMinRowsAndColumns && g.n >= kWidenMinRowsAndColumns &&
+                                             bf16_products() == Bf16Products::widened))) {
     return dnnl_gemm().run_widened(g);
   }
   dnnl_gemm().run(g);
@@ -509,5 +533,16 @@ Bf16Products bf16_products() {
 const char* bf16_products_name(Bf16Products mode) { return mode == Bf16Products::native ? "native" : "widened"; }
 
 void set_bf16_products(Bf16Products mode) { g_bf16_products = int(mode); }
+
+bool native_bf16_products_available() {
+  if (const int available = g_native_bf16_available.load(); available >= 0) return available == 1;
+  std::call_once(g_native_bf16_asked, [] {
+    int unset = -1;
+    g_native_bf16_available.compare_exchange_strong(unset, int(oneDNN_plans_bf16_products()));
+  });
+  return g_native_bf16_available.load() == 1;
+}
+
+void set_native_bf16_products_available(bool available) { g_native_bf16_available = int(available); }
 
 }  // namespace hone::kernels::cpu

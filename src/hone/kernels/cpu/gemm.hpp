@@ -51,7 +51,9 @@ void gemm(const GemmArgs& args);
 // AMX: about half the f32 rate once converted), or is missing (oneDNN emulates
 // it, slower still), widening is the faster; with AMX it is not. Products of
 // fewer than 64 rows or columns (decoding, LoRA's adapters) stay native: there
-// widening costs more than it saves.
+// widening costs more than it saves. On a CPU for which oneDNN has no bf16
+// products (without AVX-512: Zen 2 and 3, Intel's before Skylake-SP and its
+// client cores) every product is widened, whatever its size.
 enum class Bf16Products { native, widened };
 // Chosen once per process, by a fixed rule so that a machine always computes
 // the same sums: HONE_CPU_BF16_PRODUCTS=native|widened, else native with AMX,
@@ -61,5 +63,9 @@ Bf16Products bf16_products();
 const char* bf16_products_name(Bf16Products mode);
 // Overrides the choice (tests run both ways in one process).
 void set_bf16_products(Bf16Products mode);
+// Whether oneDNN multiplies bf16 operands on this CPU (found once, by planning
+// a product); the setter lets tests take the path of a CPU without them.
+bool native_bf16_products_available();
+void set_native_bf16_products_available(bool available);
 
 }  // namespace hone::kernels::cpu
