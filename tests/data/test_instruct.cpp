@@ -859,6 +859,25 @@ TEST(SampleStream, PacksWholeSamplesWithTheirOwnPositions) {
   EXPECT_TRUE(std::all_of(targets.begin() + 8, targets.end(), [](int32_t t) { return t == -100; }));
 }
 
+// A packed row ends with its epoch: the next epoch's samples start a row of
+// their own, so that epochs=1 trains each sample once (as torchtune packs a
+// dataset once); they topped up the epoch's last row.
+TEST(SampleStream, APackedRowEndsWithItsEpoch) {
+  std::vector<TokenizedSample> samples(2);
+  for (int32_t i = 0; i < 2; ++i) {
+    for (int32_t t = 0; t < 2 + i; ++t) {  // 2 and 3 tokens: a row of 8 has room for the next epoch's first
+      samples[size_t(i)].tokens.push_back(100 * (i + 1) + t);
+      samples[size_t(i)].labels.push_back(100 * (i + 1) + t);
+    }
+  }
+  data::SampleStream s(samples, {.batch_size = 1, .seq_len = 8, .shuffle = false, .packed = true});
+  EXPECT_EQ(s.samples_per_epoch(), 1);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    EXPECT_EQ(s.next().tokens.to_vector<int32_t>(), (std::vector<int32_t>{100, 101, 200, 201, 202, 0, 0, 0}))
+        << "epoch " << epoch;
+  }
+}
+
 // Rows are cut to the longest sample of the global batch (every rank the
 // same), rounded up to the multiple, never past seq_len; packed rows too.
 TEST(SampleStream, CutsRowsToTheLongestSampleOfTheGlobalBatch) {

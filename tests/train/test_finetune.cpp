@@ -667,10 +667,12 @@ TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
   args.erase(std::find(args.begin(), args.end(), "max_steps=6"));
   ASSERT_EQ(run_hone_to_log(args, root_ + "/packed.log"), 0) << read_file(root_ + "/packed.log");
   const std::string log = read_file(root_ + "/packed.log");
-  const size_t at = log.find(" samples per epoch");
+  // The run counts its rows (what batch_size and epochs count), and says what they hold.
+  const size_t at = log.find(" packed rows per epoch");
   ASSERT_NE(at, std::string::npos) << log;
   const int64_t rows = std::stoll(log.substr(log.rfind(' ', at - 1) + 1, at));
   EXPECT_LT(rows, 46 / 2) << "46 training samples should pack at least two to a row:\n" << log;
+  EXPECT_NE(log.find(fmt::format("; 46 samples packed into {} rows)", rows)), std::string::npos) << log;
 }
 
 TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {

@@ -42,6 +42,9 @@ class BatchSource {
   virtual bool pass_done() const = 0;
   // Samples in one pass over the data (an epoch).
   virtual int64_t samples_per_epoch() const = 0;
+  // What a sample of the batches is where it is not the objective's own
+  // (packed fine-tuning's rows of several samples), or null.
+  virtual const char* sample_name() const { return nullptr; }
 };
 
 }  // namespace data

@@ -924,6 +924,8 @@ int64_t SampleStream::fill_row(int32_t* tokens, int32_t* targets, int32_t* posit
   int64_t t = 0;
   do {
     if (pass_done()) break;  // an evaluation pass's end: the rest of the batch is padding
+    // A row ends with its epoch (each epoch's rows hold each sample once).
+    if (t > 0 && position_ % int64_t(samples_.size()) == 0) break;
     const TokenizedSample& s = sample_at(position_);
     const int64_t n = int64_t(s.tokens.size());
     if (t + n > o_.seq_len) break;  // the next sample starts the next row

@@ -167,6 +167,7 @@ class SampleStream final : public BatchSource {
   }
   bool pass_done() const override { return one_pass_ && position_ >= int64_t(samples_.size()); }
   int64_t samples_per_epoch() const override { return rows_per_epoch_ / o_.group_size; }
+  const char* sample_name() const override { return o_.packed ? "packed row" : nullptr; }
 
  private:
   const TokenizedSample& sample_at(int64_t position);

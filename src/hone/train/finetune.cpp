@@ -245,7 +245,12 @@ int run_finetune(const Config& c) {
                                            .rank = world.dp_rank(),
                                            .world_size = world.dp_size(),
                                            .group_size = group};
+  const int64_t training_samples = int64_t(dataset.samples.size());
   data::SampleStream train(std::move(dataset.samples), batching);
+  if (packed) {
+    data_description += fmt::format("; {} {} packed into {} rows", training_samples,
+                                    plural(training_samples, "sample"), train.samples_per_epoch());
+  }
   std::unique_ptr<data::SampleStream> valid;
   if (!validation.empty()) {
     data::SampleStreamOptions in_order = batching;  // eval.max_batches: the same first batches every time

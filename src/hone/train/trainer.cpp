@@ -234,6 +234,7 @@ int run_training(const Config& c, TrainingJob job) {
   const std::unique_ptr<Objective> default_objective = job.objective ? nullptr : language_model_objective();
   Objective& objective = job.objective ? *job.objective : *default_objective;
   const int64_t rows_per_sample = objective.rows_per_sample();
+  const char* sample_name = job.train->sample_name() ? job.train->sample_name() : objective.sample_name();
   // Samples per optimizer step, over all data-parallel ranks.
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
   total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len, {});  // its errors before any folder is made
@@ -296,7 +297,7 @@ int run_training(const Config& c, TrainingJob job) {
         console.line(fmt::format(
             "note: the global batch is {} {} per step now, where {} trained with {} (its world size, batch_size or "
             "gradient_accumulation_steps differ){}",
-            global_batch, plural(global_batch, objective.sample_name()), *folder, before,
+            global_batch, plural(global_batch, sample_name), *folder, before,
             before % per_micro_batch == 0
                 ? fmt::format(": gradient_accumulation_steps={} keeps it", before / per_micro_batch)
                 : std::string()));
@@ -361,7 +362,7 @@ int run_training(const Config& c, TrainingJob job) {
                              zero));
     // Megatron's --global-batch-size: what one optimizer step takes over all ranks.
     console.line(fmt::format("global batch: {} {} per step (batch_size {} x {} {} x {} data-parallel {})",
-                             global_batch, plural(global_batch, objective.sample_name()), batch_size, accumulation,
+                             global_batch, plural(global_batch, sample_name), batch_size, accumulation,
                              plural(accumulation, "micro-batch", "micro-batches"), world.dp_size(),
                              plural(world.dp_size(), "rank")));
     if (world.zero_stage() == 3) {
@@ -377,7 +378,7 @@ int run_training(const Config& c, TrainingJob job) {
   }
   const int64_t steps_to_run = std::max<int64_t>(total_steps - state.step, 0);  // a resumed run may be past the end
   console.line(fmt::format("data: {} {} per epoch ({}), {} {} to run", train.samples_per_epoch(),
-                           plural(train.samples_per_epoch(), objective.sample_name()), job.data_description,
+                           plural(train.samples_per_epoch(), sample_name), job.data_description,
                            steps_to_run, plural(steps_to_run, "step")));
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main(), state.step);
