@@ -232,19 +232,24 @@ size_t mappings_under(const std::string& folder) {
   return count;
 }
 
+// Writes `count` documents of growing length (`first_length` + d tokens of d) into `folder`.
+std::vector<std::vector<int32_t>> write_documents(const std::string& folder, const MdsWriterOptions& options,
+                                                  int count, size_t first_length) {
+  std::vector<std::vector<int32_t>> docs;
+  MdsWriter w(folder, options);
+  for (int d = 0; d < count; ++d) {
+    docs.push_back(std::vector<int32_t>(first_length + size_t(d), d));
+    w.add_document(docs.back());
+  }
+  w.finish();
+  return docs;
+}
+
 TEST_F(MdsTest, OpenShardsStayWithinTheLimit) {
   // One mapping per shard ran out of mappings past ~65k shards (vm.max_map_count).
   MdsWriterOptions options;
   options.size_limit = 400;
-  std::vector<std::vector<int32_t>> docs;
-  {
-    MdsWriter w(path("out"), options);
-    for (int d = 0; d < 40; ++d) {
-      docs.push_back(std::vector<int32_t>(size_t(20 + d), d));
-      w.add_document(docs.back());
-    }
-    w.finish();
-  }
+  const auto docs = write_documents(path("out"), options, 40, 20);
   MdsDataset ds(path("out"), true, {.open_shards = 3});
   ASSERT_GT(ds.shards().size(), 10u);
   for (int pass = 0; pass < 2; ++pass) {
@@ -262,15 +267,7 @@ TEST_F(MdsTest, DecompressedShardsStayWithinTheirMemory) {
   options.compression = "zstd";
   options.hashes = {"xxh64"};
   options.size_limit = 1000;
-  std::vector<std::vector<int32_t>> docs;
-  {
-    MdsWriter w(path("out"), options);
-    for (int d = 0; d < 30; ++d) {
-      docs.push_back(std::vector<int32_t>(size_t(40 + d), d));
-      w.add_document(docs.back());
-    }
-    w.finish();
-  }
+  const auto docs = write_documents(path("out"), options, 30, 40);
   const size_t shards = MdsDataset(path("out")).shards().size();
   ASSERT_GT(shards, 4u);
   // A budget of two shards: reading in order opens each once, quietly.
