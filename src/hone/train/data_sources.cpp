@@ -188,8 +188,8 @@ data::InstructOptions instruct_options_from(const Config& c) {
   if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
     // The fields the templates, chats and preference pairs read; torchtune's
     // ShareGPT column_map names the conversation `conversations`.
-    const std::vector<std::string> fields = {"instruction", "input",  "output",   "dialogue", "messages",
-                                             "prompt",      "chosen", "rejected", "conversations"};
+    const std::vector<std::string> fields = {"instruction", "input",    "output",        "dialogue", "messages",
+                                             "prompt",      "chosen",   "rejected",      "conversations", "text"};
     for (auto it = map->begin(); it != map->end(); ++it) {
       const std::string& origin = c.origin_of("dataset.column_map." + it.key());
       HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column", origin, it.key());
