@@ -149,10 +149,11 @@ PlannedTask plan_task(const Config& c, const std::string& prefix, std::string na
   t.task = read_eval_task(c.get<std::string>(key("path")), c.get<std::string>(key("layout")), shots);
   if (c.has(key("limit"))) {  // the first items; their few-shot draws are those of the whole task's first
     const double limit = c.get<double>(key("limit"));
-    const size_t all = t.task.items.size() + t.task.generative_items.size();
+    const size_t all = t.task.items.size() + t.task.generative_items.size() + t.task.documents.size();
     const auto keep = size_t(limit < 1 ? std::ceil(double(all) * limit) : limit);
     if (keep < t.task.items.size()) t.task.items.resize(keep);
     if (keep < t.task.generative_items.size()) t.task.generative_items.resize(keep);
+    if (keep < t.task.documents.size()) t.task.documents.resize(keep);
   }
   return t;
 }
