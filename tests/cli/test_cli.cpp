@@ -619,6 +619,16 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   EXPECT_EQ(gamma.status, 2);
   EXPECT_NE(gamma.err.find("loss.gamma is for loss.type simpo; this run's loss.type is rso"), std::string::npos)
       << gamma.err;
+  // An export folder that is there already: what hone run would refuse now, as a note.
+  const std::string taken = testing::TempDir() + "/hone_cli_taken_export";
+  std::filesystem::create_directories(taken);
+  std::ofstream(taken + "/config.json") << "{}";
+  const CliResult exported = run_hone("validate llama3_2/1B_lora export.hf=" + taken);
+  EXPECT_EQ(exported.status, 0) << exported.err;
+  EXPECT_NE(exported.out.find("# note: hone run would refuse this now: export.hf " + taken + ": already exists"),
+            std::string::npos)
+      << exported.out;
+  std::filesystem::remove_all(taken);
   const CliResult none = run_hone("validate");
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.err.find("which config?"), std::string::npos) << none.err;
@@ -684,6 +694,9 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate quickstart dataset.type=mock", "dataset.path .assets/quickstart/sotu_text_document is set but "
                                                 "dataset.type is mock, which ignores it"},
       {"validate quickstart dataset.type=mds dataset.path=null", "dataset.type mds needs dataset.path"},
+      // Refused by hone run after loading the model before: the config alone tells.
+      {"validate llama3_2/1B_lora export.hf=x/e export.peft=x/e/peft",
+       "export.peft x/e/peft and export.hf x/e overlap: give each a folder of its own"},
       {"validate quickstart model.n_heads=7", "with model.n_heads from the command line: model 'llama_tiny': "
                                               "model.dim 256 is not a multiple of model.n_heads 7"},
       {"validate quickstart optimizer.betas=[0.9]", "the command line: optimizer.betas must hold two numbers, got 1"},

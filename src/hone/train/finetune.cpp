@@ -12,6 +12,7 @@
 #include "hone/core/parallel.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/instruct.hpp"
+#include "hone/io/atomic_file.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/peft.hpp"
 #include "hone/train/data_sources.hpp"
@@ -46,9 +47,8 @@ int64_t sample_length(const Config& c, const ModelConfig& model) {
 // destination taken or that cannot be made, a shape the format cannot hold,
 // export.peft and export.hf in one folder (each is written whole), and an
 // export in output_dir's place or among its checkpoints (the run makes that folder).
-void check_exports(const Config& c, const ModelConfig& model, const std::optional<LoraConfig>& lora) {
-  if (c.has("export.peft")) check_peft_export(model, *lora, c.get<std::string>("export.peft"));
-  if (c.has("export.hf")) check_hf_export(model, c.get<std::string>("export.hf"));
+// The export folders against the run's own and each other: the config alone tells.
+void check_export_folders(const Config& c) {
   const auto normal = [&](const std::string& path) {
     const fs::path p = fs::absolute(path).lexically_normal();
     return p.filename().empty() ? p.parent_path() : p;  // "out/hf/" is out/hf
@@ -72,6 +72,12 @@ void check_exports(const Config& c, const ModelConfig& model, const std::optiona
              "{}: export.peft {} and export.hf {} overlap: give each a folder of its own (each is written whole, and "
              "PEFT and transformers each read their own)",
              c.origin_of("export"), c.get<std::string>("export.peft"), c.get<std::string>("export.hf"));
+}
+
+void check_exports(const Config& c, const ModelConfig& model, const std::optional<LoraConfig>& lora) {
+  if (c.has("export.peft")) check_peft_export(model, *lora, c.get<std::string>("export.peft"));
+  if (c.has("export.hf")) check_hf_export(model, c.get<std::string>("export.hf"));
+  check_export_folders(c);
 }
 
 // lora.adapter of lora_finetune: adapters to start from, which must have the
@@ -447,6 +453,7 @@ Schema finetune_schema(FinetuneKind kind) {
 
 std::vector<std::string> summarize_finetune(const Config& c) {
   instruct_options_from(c);  // the dataset keys' errors, which need no data
+  check_export_folders(c);
   if (const std::optional<LoraConfig> lora = lora_config_from(c)) {
     try {
       check_lora_config(*lora);
@@ -461,6 +468,15 @@ std::vector<std::string> summarize_finetune(const Config& c) {
           : std::vector<std::string>{fmt::format(
                 "model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
   for (std::string& line : describe_loss(c)) lines.push_back(std::move(line));
+  // What the disk holds now: an export folder that is there already.
+  for (const char* key : {"export.peft", "export.hf"}) {
+    if (!c.has(key)) continue;
+    try {
+      check_new_folder(c.get<std::string>(key));
+    } catch (const Error& e) {
+      lines.push_back(fmt::format("note: hone run would refuse this now: {} {}", key, e.what()));
+    }
+  }
   return lines;
 }
 
