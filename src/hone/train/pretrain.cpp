@@ -2,6 +2,8 @@
 // MDS or mock documents), trained by the shared training loop.
 #include <fmt/ranges.h>
 
+#include <filesystem>
+
 #include "hone/core/parallel.hpp"
 #include "hone/data/pretrain_stream.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
@@ -12,6 +14,8 @@
 #include "hone/train/trainer.hpp"
 
 namespace hone {
+
+namespace fs = std::filesystem;
 
 TrainingShape pretrain_shape(const Config& c) {
   TrainingShape shape{.model = model_config_from(c), .batch_size = c.get<int64_t>("batch_size")};
@@ -53,8 +57,13 @@ int run_pretrain(const Config& c) {
     HONE_CHECK(vocab <= model_config.vocab_size, "{}: the tokenizer {} has {} tokens, more than model.vocab_size {}",
                c.origin(), path, vocab, model_config.vocab_size);
     tokenizer_files = tokenizer_companion_files(path);
-    HONE_CHECK(!tokenizer_files.empty(), "{}: tokenizer.path {} has no files a checkpoint can carry ({})",
-               c.origin_of("tokenizer.path"), path, fmt::join(companion_file_names(), ", "));
+    // OpenAI's GPT-2 files are Hugging Face's vocab.json and merges.txt under other names.
+    const bool openai_gpt2 = fs::exists(fs::path(path) / "encoder.json") || fs::path(path).filename() == "encoder.json";
+    HONE_CHECK(!tokenizer_files.empty(), "{}: tokenizer.path {} has no files a checkpoint can carry ({}){}",
+               c.origin_of("tokenizer.path"), path, fmt::join(companion_file_names(), ", "),
+               openai_gpt2 ? "; OpenAI's encoder.json and vocab.bpe are vocab.json and merges.txt under Hugging "
+                             "Face's names: copy them so into a folder and give that"
+                           : "");
   }
 
   TrainingWorld world(c, run.device);
