@@ -143,7 +143,7 @@ std::string utc_timestamp() {
 
 void append_perf_summary(const std::string& run_dir, const PerfSummary& r) {
   const std::string path = (fs::path(run_dir) / "perf_summary.csv").string();
-  const bool fresh = !fs::exists(path);
+  const bool fresh = !fs::exists(path) || fs::file_size(path) == 0;  // empty: a run killed as it made the file
   if (!fresh) add_missing_columns(path);
   std::ofstream out(path, std::ios::app);
   HONE_CHECK(out.good(), "{}: cannot open for writing", path);

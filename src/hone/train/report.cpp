@@ -96,19 +96,20 @@ struct Line {
   std::string label;
   std::vector<std::pair<double, double>> points;  // (step, value), in step order
   size_t color = 0;                               // into kColors
-  bool dashed = false;
+  size_t dash = 0;                                // into kDashes
 };
 
-// A legend entry: text in its color, after a short stroke of the line's style.
+// A legend entry: text in its color, after a short stroke of its dash pattern.
 struct LegendEntry {
   std::string text;
   size_t color = 0;
-  bool dashed = false;
+  size_t dash = 0;
 };
 
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-constexpr const char* kDash = "6,4";
+constexpr size_t kGray = 7;
+constexpr const char* kDashes[] = {"", "6,4", "2,3"};  // solid, dashed, dotted
 
 struct Chart {
   const char* title;
@@ -186,6 +187,11 @@ std::vector<std::pair<double, double>> thinned(const std::vector<std::pair<doubl
   return out;
 }
 
+std::string dash_attribute(size_t dash) {
+  const char* pattern = kDashes[dash % std::size(kDashes)];
+  return *pattern ? fmt::format(R"( stroke-dasharray="{}")", pattern) : "";
+}
+
 std::string svg_chart(const std::string& unit, const std::vector<Line>& lines, const std::vector<LegendEntry>& legend) {
   constexpr double kWidth = 720, kHeight = 262, kLeft = 72, kRight = 16, kTop = 24, kBottom = 36;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
@@ -236,14 +242,14 @@ std::string svg_chart(const std::string& unit, const std::vector<Line>& lines, c
       coordinates += fmt::format("{}{:.1f},{:.1f}", coordinates.empty() ? "" : " ", px(x), py(y));
     svg += fmt::format(
         R"(<polyline class="series" data-label="{}" fill="none" stroke="{}" stroke-width="1.5"{} points="{}"/>)",
-        escape(l.label), color, l.dashed ? fmt::format(R"( stroke-dasharray="{}")", kDash) : "", coordinates);
+        escape(l.label), color, dash_attribute(l.dash), coordinates);
     // Sparse series (validation) get a marker per point.
     if (l.points.size() <= 60) {
       for (const auto& [x, y] : l.points)
         svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="2.5" fill="{}"/>)", px(x), py(y), color);
     }
   }
-  // The legend above the plot, right-aligned; a dashed entry leads with its stroke.
+  // The legend above the plot, right-aligned; a dashed or dotted entry leads with its stroke.
   double legend_x = kLeft + plot_w;
   for (size_t i = legend.size(); i-- > 0;) {
     const LegendEntry& e = legend[i];
@@ -251,9 +257,9 @@ std::string svg_chart(const std::string& unit, const std::vector<Line>& lines, c
     svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" fill="{}">{}</text>)", legend_x, kTop - 8,
                        color, escape(e.text));
     legend_x -= 7.0 * double(e.text.size()) + 4;
-    if (e.dashed) {
-      svg += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}" stroke-dasharray="{}"/>)",
-                         legend_x - 20, kTop - 12, legend_x, kTop - 12, color, kDash);
+    if (e.dash > 0) {
+      svg += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}"{}/>)", legend_x - 20,
+                         kTop - 12, legend_x, kTop - 12, color, dash_attribute(e.dash));
       legend_x -= 24;
     }
     legend_x -= 12;
@@ -405,7 +411,9 @@ struct Run {
 std::vector<std::string> run_labels(const std::vector<std::string>& dirs) {
   std::vector<std::string> names;
   for (const std::string& dir : dirs) {
-    const std::filesystem::path name = std::filesystem::path(dir).lexically_normal().filename();
+    std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+    if (path.filename().empty()) path = path.parent_path();  // "runs/a/"
+    const std::filesystem::path name = path.filename();
     names.push_back(name.empty() || name == "." || name == ".." ? dir : name.string());
   }
   std::vector<std::string> labels = names;
@@ -478,7 +486,8 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
     html += fmt::format("<p>Run folder <code>{}</code>: {} records of metrics.jsonl.</p>\n", escape(runs[0].dir),
                         runs[0].metrics.records);
   } else {
-    html += "<p>Runs compared (each in its color; validation dashed):</p>\n<ul>\n";
+    html += "<p>Runs compared, each in its color (training solid, a chart's other series dashed or dotted as its "
+            "legend shows):</p>\n<ul>\n";
     for (size_t r = 0; r < runs.size(); ++r) {
       html += fmt::format("<li><span style=\"color:{}\">{}</span>: <code>{}</code>, {} records of metrics.jsonl</li>\n",
                           kColors[r % std::size(kColors)], escape(runs[r].label), escape(runs[r].dir),
@@ -498,8 +507,8 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
   html += "<h2>Summary</h2>\n" + summary_table(summaries, labels) + "\n";
 
   for (const Chart& chart : charts()) {
-    // One run: a color per series. Several: a color per run, the first series
-    // (training's) solid and the others dashed.
+    // One run: a color per series. Several: a color per run, and a dash
+    // pattern per series (training's solid, validation's dashed).
     std::vector<Line> lines;
     std::vector<LegendEntry> legend;
     std::vector<bool> series_drawn(chart.series.size()), run_drawn(runs.size());
@@ -508,12 +517,12 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
         const auto& [metric, label] = chart.series[s];
         const auto* steps = steps_of(runs[r].metrics.values, metric);
         if (steps == nullptr) continue;
-        Line line{several ? runs[r].label + ": " + label : label, {}, several ? r : s, several && s > 0};
+        Line line{several ? runs[r].label + ": " + label : label, {}, several ? r : s, several ? s : 0};
         for (const auto& [step, value] : *steps) {
           if (std::isfinite(value)) line.points.emplace_back(double(step), value * chart.scale);
         }
         if (line.points.empty()) continue;
-        if (!several) legend.push_back({label, s, false});
+        if (!several) legend.push_back({label, s, 0});
         series_drawn[s] = run_drawn[r] = true;
         lines.push_back(std::move(line));
       }
@@ -521,9 +530,9 @@ pre {{ background: #f6f6f6; padding: 0.5em; overflow-x: auto; }}
     if (lines.empty()) continue;
     if (several) {
       for (size_t r = 0; r < runs.size(); ++r)
-        if (run_drawn[r]) legend.push_back({runs[r].label, r, false});
+        if (run_drawn[r]) legend.push_back({runs[r].label, r, 0});
       for (size_t s = 1; s < chart.series.size(); ++s)
-        if (series_drawn[s]) legend.push_back({chart.series[s].second, std::size(kColors) - 3, true});  // gray
+        if (series_drawn[s]) legend.push_back({chart.series[s].second, kGray, s});
     }
     std::string unit = chart.unit;
     if (unit == "bytes") {

@@ -396,7 +396,7 @@ bool intel_cpu() {
 std::atomic<int> g_native_bf16_available{-1};
 std::once_flag g_native_bf16_asked;
 
-bool oneDNN_plans_bf16_products() {
+bool onednn_plans_bf16_products() {
   try {
     const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     const dnnl::memory::desc a({1, 16, 16}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::abc);
@@ -413,8 +413,8 @@ Bf16Products choose_bf16_products() {
     const std::string_view name(forced);
     if (name == "native") {
       HONE_CHECK(native_bf16_products_available(),
-                 "HONE_CPU_BF16_PRODUCTS=native: oneDNN has no bf16 products for this CPU (they need AVX-512), "
-                 "so they are widened to f32");
+                 "HONE_CPU_BF16_PRODUCTS=native: oneDNN has no bf16 products for this CPU (they need AVX-512): "
+                 "give widened, or leave it unset");
       return Bf16Products::native;
     }
     if (name == "widened") return Bf16Products::widened;
@@ -538,7 +538,7 @@ bool native_bf16_products_available() {
   if (const int available = g_native_bf16_available.load(); available >= 0) return available == 1;
   std::call_once(g_native_bf16_asked, [] {
     int unset = -1;
-    g_native_bf16_available.compare_exchange_strong(unset, int(oneDNN_plans_bf16_products()));
+    g_native_bf16_available.compare_exchange_strong(unset, int(onednn_plans_bf16_products()));
   });
   return g_native_bf16_available.load() == 1;
 }
