@@ -1224,6 +1224,11 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(bytes, 38 + 48);
   EXPECT_NEAR(wiki["word_perplexity"].get<double>(), std::exp(-page_log_likelihood / words), 1e-9 * std::exp(-page_log_likelihood / words));
   EXPECT_NEAR(wiki["bits_per_byte"].get<double>(), -page_log_likelihood / bytes / std::log(2.0), 1e-12);
+  // task.limit takes the first pages too (it scored them all).
+  const nlohmann::json first_page = eval("wiki.jsonl", root_ + "/wiki_first.jsonl", "1");
+  EXPECT_EQ(first_page["task_items"], 1) << first_page.dump();
+  const std::string pages = read_file(root_ + "/wiki_samples.jsonl");
+  EXPECT_EQ(read_file(root_ + "/wiki_first.jsonl"), pages.substr(0, pages.find('\n') + 1));
 
   // MMLU: each subject's and each category's accuracy, the standard errors
   // pooled as the harness's groups pool them (Σ (n_i − 1) s_i² / (N − k), over N).
@@ -1698,6 +1703,8 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
             2);
   EXPECT_NE(read_file(root_ + "/no_files.log").find("has no files a checkpoint can carry"), std::string::npos)
       << read_file(root_ + "/no_files.log");
+  EXPECT_NE(read_file(root_ + "/no_files.log").find("OpenAI's encoder.json and vocab.bpe are vocab.json and merges.txt"),
+            std::string::npos);
 }
 
 // lora.adapter starts a LoRA run from adapters (a run's, or a PEFT folder)
