@@ -16,6 +16,7 @@
 #include "hone/data/formats/megatron.hpp"
 #include "hone/io/safetensors.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/kernels/cpu/gemm.hpp"
 #include "hone/train/trainer.hpp"
 #include "run_hone.hpp"
 #include "support/check.hpp"
@@ -378,6 +379,14 @@ TEST_F(TrainingRun, AStopBeforeTheFirstStepLeavesNoFolder) {
   EXPECT_EQ(wait_for(p), 128 + SIGINT) << log();
   EXPECT_NE(log().find("stop requested before step 1: nothing trained"), std::string::npos) << log();
   EXPECT_FALSE(fs::exists(root_ + "/early")) << log();
+}
+
+// On a CPU without bf16 products (no AVX-512) a bf16 run computes in f32 after
+// widening: it says that fp32 is the faster there, and only there.
+TEST_F(TrainingRun, ABf16RunSaysWhenThisCpuHasNoBf16Products) {
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("bf16", 1), "dtype=bf16"}), 0) << log();
+  const bool said = log().find("note: this CPU has no bf16 matrix products (they need AVX-512)") != std::string::npos;
+  EXPECT_EQ(said, !kernels::cpu::native_bf16_products_available()) << log();
 }
 
 // Two runs into one output_dir at once would interleave their checkpoints and

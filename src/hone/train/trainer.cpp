@@ -18,6 +18,7 @@
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/model_json.hpp"
+#include "hone/kernels/cpu/gemm.hpp"
 #include "hone/ops/ops.hpp"
 #include "hone/train/bench.hpp"
 #include "hone/train/recipes.hpp"
@@ -399,6 +400,10 @@ int run_training(const Config& c, TrainingJob job) {
                    : fmt::format("mfu: against this device's measured {} matrix-product peak, {:.4g} TFLOP/s "
                                  "(mfu_peak_tflops takes a datasheet's)",
                                  dtype_name(run.dtype), peak_tflops));
+  if (run.dtype == DType::bf16 && world.device().is_cpu() && !kernels::cpu::native_bf16_products_available()) {
+    console.line("note: this CPU has no bf16 matrix products (they need AVX-512): bf16's are widened to f32, so "
+                 "dtype fp32 trains faster here (1.3x on the quickstart's model), bf16 in less memory");
+  }
   if (schedule.warmup_steps >= total_steps && steps_to_run > 0) {
     console.line(fmt::format("note: lr_scheduler.warmup_steps {} covers the whole run of {} steps: the learning "
                              "rate rises all along (to optimizer.lr {:g} at step {}) and does not decay",
