@@ -413,14 +413,13 @@ struct MdsDataset::Cache {
     std::shared_ptr<const Open> open;
     std::list<size_t>::iterator position;  // in `recent`
   };
-  Cache(size_t shards, MdsCacheLimits limits) : limits(limits), verified(shards), closed(shards) {}
+  Cache(size_t shards, MdsCacheLimits limits) : limits(limits), opened_before(shards) {}
   const MdsCacheLimits limits;
   std::mutex mutex;
   std::list<size_t> recent;  // most recently used first
   std::unordered_map<size_t, Entry> open;
   uint64_t decompressed_bytes = 0;  // held by the open shards
-  std::vector<bool> verified;       // hashes are checked the first time only
-  std::vector<bool> closed;         // opened once and closed by the limits
+  std::vector<bool> opened_before;  // hashes are checked the first time only
   bool told_of_decompressing_again = false;
 };
 
@@ -493,14 +492,16 @@ std::shared_ptr<const MdsDataset::Open> MdsDataset::open(size_t s) const {
       cache.recent.splice(cache.recent.begin(), cache.recent, it->second.position);
       return it->second.open;
     }
-    verify_hashes = verify_hashes_ && !cache.verified[s];
+    verify_hashes = verify_hashes_ && !cache.opened_before[s];
   }
   // Opened unlocked, so that other threads read other shards meanwhile.
   std::shared_ptr<const Open> loaded = load(s, verify_hashes);
   std::lock_guard lock(cache.mutex);
-  cache.verified[s] = true;
   if (const auto it = cache.open.find(s); it != cache.open.end()) return it->second.open;  // opened meanwhile
-  if (cache.closed[s] && !loaded->inflated.empty() && !cache.told_of_decompressing_again) {
+  // Opened before and not open now: the limits closed it.
+  const bool reopened = cache.opened_before[s];
+  cache.opened_before[s] = true;
+  if (reopened && !loaded->inflated.empty() && !cache.told_of_decompressing_again) {
     cache.told_of_decompressing_again = true;
     fmt::print(stderr,
                "hone: note: {}: its decompressed shards take more than the {:.3g} GB of memory kept for them, so "
@@ -515,7 +516,6 @@ std::shared_ptr<const MdsDataset::Open> MdsDataset::open(size_t s) const {
                                      cache.decompressed_bytes > cache.limits.decompressed_bytes)) {
     const auto victim = cache.open.find(cache.recent.back());
     cache.decompressed_bytes -= victim->second.open->inflated.size();
-    cache.closed[victim->first] = true;
     cache.open.erase(victim);
     cache.recent.pop_back();
   }
