@@ -391,11 +391,29 @@ bool intel_cpu() {
   return std::string_view(vendor) == "GenuineIntel";
 }
 
-// Whether oneDNN has bf16 products for this CPU: asked once, by planning one.
-// -1 until asked; tests set it (set_native_bf16_products_available).
-std::atomic<int> g_native_bf16_available{-1};
-std::once_flag g_native_bf16_asked;
+// A value chosen once per process, at its first use (by a fixed rule, so that a
+// machine always computes the same sums); tests may set it.
+class ChosenOnce {
+ public:
+  int get(int (*choose)()) {
+    if (const int value = value_.load(); value >= 0) return value;
+    std::call_once(chosen_, [&] {
+      int unset = -1;
+      value_.compare_exchange_strong(unset, choose());
+    });
+    return value_.load();
+  }
+  void set(int value) { value_ = value; }
 
+ private:
+  std::atomic<int> value_{-1};  // -1 until chosen or set
+  std::once_flag chosen_;
+};
+
+ChosenOnce g_native_bf16_available;  // whether oneDNN has bf16 products for this CPU
+ChosenOnce g_bf16_products;
+
+// Asked by planning one.
 bool onednn_plans_bf16_products() {
   try {
     const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -430,10 +448,6 @@ Bf16Products choose_bf16_products() {
   // at twice it.
   return intel_cpu() ? Bf16Products::widened : Bf16Products::native;
 }
-
-// -1 until chosen.
-std::atomic<int> g_bf16_products{-1};
-std::once_flag g_bf16_products_chosen;
 
 // f64 exists only to check gradients by finite differences on small shapes.
 void gemm_f64(const GemmArgs& g) {
@@ -522,27 +536,17 @@ void gemm(const GemmArgs& g) {
 }
 
 Bf16Products bf16_products() {
-  if (const int mode = g_bf16_products.load(); mode >= 0) return Bf16Products(mode);
-  std::call_once(g_bf16_products_chosen, [] {
-    int unset = -1;
-    g_bf16_products.compare_exchange_strong(unset, int(choose_bf16_products()));
-  });
-  return Bf16Products(g_bf16_products.load());
+  return Bf16Products(g_bf16_products.get([] { return int(choose_bf16_products()); }));
 }
 
 const char* bf16_products_name(Bf16Products mode) { return mode == Bf16Products::native ? "native" : "widened"; }
 
-void set_bf16_products(Bf16Products mode) { g_bf16_products = int(mode); }
+void set_bf16_products(Bf16Products mode) { g_bf16_products.set(int(mode)); }
 
 bool native_bf16_products_available() {
-  if (const int available = g_native_bf16_available.load(); available >= 0) return available == 1;
-  std::call_once(g_native_bf16_asked, [] {
-    int unset = -1;
-    g_native_bf16_available.compare_exchange_strong(unset, int(onednn_plans_bf16_products()));
-  });
-  return g_native_bf16_available.load() == 1;
+  return g_native_bf16_available.get([] { return int(onednn_plans_bf16_products()); }) == 1;
 }
 
-void set_native_bf16_products_available(bool available) { g_native_bf16_available = int(available); }
+void set_native_bf16_products_available(bool available) { g_native_bf16_available.set(int(available)); }
 
 }  // namespace hone::kernels::cpu
