@@ -16,8 +16,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for fixture in gpt2 llama31_sharded llama32_tied_bf16 llama2_mha_f16 mistral_f16 mpt_bf16 gpt2_pickle \
                llama2_pickle_bf16 llmc_gpt2_fp32.bin llmc_gpt2_bf16.bin llama2c_legacy.bin llama2c_v1.bin \
-               meta_llama32_tied meta_llama2; do
+               meta_llama32_tied meta_llama2 nanogpt_bias.pt nanogpt_compiled.pt; do
   name=${fixture%.bin}
+  name=${name%.pt}
   "$hone" convert "$reference/hf/$fixture" "$work/$name" --to hf --dtype fp32 >/dev/null
   /usr/bin/python3 "$reference/generate_hf.py" --check "$work/$name" "$reference/hf/$name.reference.safetensors"
 done

@@ -119,6 +119,8 @@ class HfTest : public ::testing::Test {
 const char* const kHfFixtures[] = {"llama31_sharded", "llama32_tied_bf16", "llama2_mha_f16", "mistral_f16", "gpt2",
                                    "mpt_bf16", "gpt2_pickle", "llama2_pickle_bf16"};
 const char* const kCFixtures[] = {"llmc_gpt2_fp32", "llmc_gpt2_bf16", "llama2c_legacy", "llama2c_v1"};
+// nanoGPT's ckpt.pt: with biases and the causal masks; compiled (names under _orig_mod.), without biases.
+const char* const kNanoGptFixtures[] = {"nanogpt_bias", "nanogpt_compiled"};
 // Meta's own folders: params.json and consolidated.00.pth.
 const char* const kMetaFixtures[] = {"meta_llama32_tied", "meta_llama2"};
 
@@ -141,6 +143,40 @@ TEST_F(HfTest, ImportedModelsComputeTheReferenceLogits) {
     EXPECT_LE(error, kTolerance) << name;
     std::printf("%-20s relative logit error %.2e\n", name, error);
   }
+  for (const char* name : kNanoGptFixtures) {
+    auto model = import_model(fixture(std::string(name) + ".pt"));
+    const double error = logit_error(*model, name);
+    EXPECT_LE(error, kTolerance) << name;
+    std::printf("%-20s relative logit error %.2e\n", name, error);
+  }
+}
+
+TEST_F(HfTest, NanoGptCheckpointsMapOntoModelConfig) {
+  const std::string with_bias = fixture("nanogpt_bias.pt");
+  EXPECT_EQ(model_format(with_bias), "nanogpt");
+  const auto source = open_weights(with_bias, "nanogpt");
+  const ModelConfig& c = source->config();
+  EXPECT_EQ(c.name, "hf");  // the folder's name, as out_dir names a nanoGPT run
+  EXPECT_EQ(c.family, Family::gpt2);
+  EXPECT_EQ(c.vocab_size, 40);
+  EXPECT_EQ(c.max_seq_len, 32);
+  EXPECT_EQ(c.ffn_dim, 64);
+  EXPECT_EQ(c.mlp, MlpKind::gelu);
+  EXPECT_TRUE(c.norm_bias && c.linear_bias && c.tie_embeddings);
+  EXPECT_EQ(source->description(), "nanoGPT checkpoint " + with_bias + " (iter_num 5)");
+  EXPECT_EQ(source->notes(), std::vector<std::string>{"dropout 0.1: hone trains without dropout"});
+  const ModelConfig compiled = open_weights(fixture("nanogpt_compiled.pt"))->config();
+  EXPECT_FALSE(compiled.norm_bias || compiled.linear_bias);
+  EXPECT_TRUE(compiled.tie_embeddings);
+  EXPECT_NE(error_of([&] { open_weights(with_bias, "hf"); })
+                .find("checkpoint.format is hf, but this is a nanoGPT checkpoint (ckpt.pt)"),
+            std::string::npos);
+  // model_args claiming a layer the state dict lacks.
+  EXPECT_NE(error_of([&] { open_weights(fixture("nanogpt_wrong_args.pt")); })
+                .find("nanogpt_wrong_args.pt: model_args: n_layer 3, but " + fixture("nanogpt_wrong_args.pt") +
+                      " has no tensor 'model._orig_mod.transformer.h.2.ln_1.weight'"),
+            std::string::npos)
+      << error_of([&] { open_weights(fixture("nanogpt_wrong_args.pt")); });
 }
 
 TEST_F(HfTest, MetaFoldersMapOntoModelConfig) {
@@ -421,15 +457,33 @@ TEST_F(HfTest, ExportedChatTemplatesAreTheCompanionFile) {
 }
 
 TEST_F(HfTest, ExportedModelsReimportToTheSameWeightsAndLogits) {
-  for (const std::string name : {"llama31_sharded", "gpt2", "mpt_bf16", "llmc_gpt2_bf16.bin", "llama2c_legacy.bin"}) {
+  for (const std::string name :
+       {"llama31_sharded", "gpt2", "mpt_bf16", "llmc_gpt2_bf16.bin", "llama2c_legacy.bin", "nanogpt_bias.pt"}) {
     auto first = import_model(fixture(name));
     const std::string out = path("export_" + name);
     export_hf(*first, out, in(DType::f32));
     auto second = import_model(out);
     EXPECT_EQ(second->params().values().to_vector<float>(), first->params().values().to_vector<float>()) << name;
-    const std::string reference = name.ends_with(".bin") ? name.substr(0, name.size() - 4) : name;
+    const std::string reference = fs::path(name).replace_extension().string();
     EXPECT_LE(logit_error(*second, reference), kTolerance) << name;
   }
+}
+
+// GPT2LMHeadModel has biases: nanoGPT's bias=False model is written with zero
+// ones, and computes the same.
+TEST_F(HfTest, AGpt2WithoutBiasesExportsWithZeroBiases) {
+  auto model = import_model(fixture("nanogpt_compiled.pt"));
+  const std::string out = path("export_without_biases");
+  const HfExportSummary summary = export_hf(*model, out, in(DType::f32));
+  EXPECT_EQ(summary.notes, std::vector<std::string>{"GPT2LMHeadModel has biases, which this model has not: written "
+                                                    "as zeros"});
+  auto reimported = import_model(out);
+  EXPECT_TRUE(reimported->config().norm_bias && reimported->config().linear_bias);
+  const Parameter& bias = reimported->params().get("layers.1.mlp.up.bias");
+  EXPECT_EQ(bias.value.to_vector<float>(), std::vector<float>(size_t(bias.value.numel()), 0.0f));
+  EXPECT_EQ(reimported->params().get("layers.1.mlp.up.weight").value.to_vector<float>(),
+            model->params().get("layers.1.mlp.up.weight").value.to_vector<float>());
+  EXPECT_LE(logit_error(*reimported, "nanogpt_compiled"), kTolerance);
 }
 
 TEST_F(HfTest, HoneFolderRoundTripIsByteIdentical) {
@@ -796,7 +850,8 @@ TEST_F(HfTest, FoldersPreferSafetensorsAndNameBrokenPyTorchFiles) {
             std::string::npos);
   // An archive alone has no config to build the model from.
   EXPECT_NE(error_of([&] { open_weights(fixture("tensors.pt")); })
-                .find("tensors.pt: a PyTorch archive (torch.save) holds weights but no model config"),
+                .find("tensors.pt: a PyTorch archive (torch.save) holding weights but no model config (not a nanoGPT "
+                      "ckpt.pt"),
             std::string::npos);
   // So do a folder's safetensors and JSON files, which are not llama2.c files.
   EXPECT_NE(error_of([&] { open_weights(fixture("gpt2/model.safetensors")); })

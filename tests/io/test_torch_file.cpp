@@ -97,6 +97,42 @@ TEST(TorchFile, ReadsTheTensorsOfAStateDict) {
             std::string::npos);
   EXPECT_FALSE(f.contains("step"));
   EXPECT_NE(error_of([&] { f.entry("step"); }).find("no tensor named 'step'"), std::string::npos);
+  // The value that is plain data.
+  EXPECT_EQ(f.values(), nlohmann::ordered_json({{"step", 7}}));
+}
+
+// A training checkpoint (nanoGPT's ckpt.pt): the state dicts nested in its dict
+// are named by their keys joined with dots, its plain data kept as JSON.
+TEST(TorchFile, NamesTheTensorsOfNestedDictsAndKeepsThePlainData) {
+  const TorchFile f(fixture("nanogpt_bias.pt"));
+  EXPECT_EQ(f.entry("model.transformer.wte.weight").shape, (Shape{40, 16}));
+  // The optimizer's state is keyed by parameter index; best_val_loss is a 0-d tensor.
+  EXPECT_EQ(f.entry("optimizer.state.0.exp_avg").shape, (Shape{40, 16}));
+  EXPECT_EQ(values<float>(f.entry("optimizer.state.0.step")), std::vector<float>{5.0f});
+  EXPECT_EQ(values<float>(f.entry("best_val_loss")), std::vector<float>{3.25f});
+  const auto& v = f.values();
+  EXPECT_EQ(v["model_args"],
+            nlohmann::ordered_json({{"n_layer", 2}, {"n_head", 2}, {"n_embd", 16}, {"block_size", 32}, {"bias", true},
+                                    {"vocab_size", 40}, {"dropout", 0.1}}));
+  EXPECT_EQ(v["iter_num"], 5);
+  EXPECT_EQ(v["config"]["dataset"], "shakespeare_char");
+  // Entries holding tensors are not plain data.
+  EXPECT_FALSE(v.contains("model") || v.contains("optimizer") || v.contains("best_val_loss"));
+}
+
+// A dict holding itself (through the memo), and dicts nested 100 deep: errors,
+// not a walk without end or a stack overflow.
+TEST(TorchFile, DictsHoldingThemselvesOrNestedDeepAreErrors) {
+  const std::string itself = std::string("\x80\x02}q\x00X\x01\x00\x00\x00" "ah\x00s.", 15);
+  EXPECT_NE(parse_error(stored_zip({{"self/data.pkl", itself}})).find("damaged.pt: its dict holds no tensors"),
+            std::string::npos)
+      << parse_error(stored_zip({{"self/data.pkl", itself}}));
+  std::string deep = "\x80\x02}";
+  for (int i = 0; i < 99; ++i) deep += std::string("X\x01\x00\x00\x00k}", 7);
+  deep += std::string(99, 's') + ".";
+  EXPECT_NE(parse_error(stored_zip({{"deep/data.pkl", deep}})).find("damaged.pt: dicts nested more than 64 deep"),
+            std::string::npos)
+      << parse_error(stored_zip({{"deep/data.pkl", deep}}));
 }
 
 TEST(TorchFile, RefusesPicklesThatCallAnythingButTensorConstructors) {

@@ -15,6 +15,7 @@ tool stores it:
                               and layouts of transformers' LlamaForCausalLM,
                               MistralForCausalLM, GPT2LMHeadModel and MptForCausalLM
   hf/<name>.bin               an llm.c GPT-2 checkpoint or a llama2.c checkpoint
+  hf/nanogpt_<name>.pt        a nanoGPT training checkpoint (train.py's ckpt.pt)
   hf/meta_<name>/             a Meta Llama folder: params.json and consolidated.00.pth (torch.save)
   hf/<name>.reference.safetensors
                               tokens (I32 [B, T]) and the logits (F32 [B*T, V]) that an
@@ -22,8 +23,9 @@ tool stores it:
 
 The forward passes below are written from the conventions of each source --
 transformers' modeling code for the HF folders (Conv1D [in, out] weights for
-GPT-2, rotate-half RoPE with Llama 3.1 scaling, repeat_kv, MPT's ALiBi), and
-llama2.c's model.py for its files (interleaved RoPE pairs) -- independently of
+GPT-2, rotate-half RoPE with Llama 3.1 scaling, repeat_kv, MPT's ALiBi),
+llama2.c's model.py for its files (interleaved RoPE pairs) and nanoGPT's
+model.py for its checkpoints (exact GELU, optional biases) -- independently of
 hone. Logits are computed in float32 from the weights as stored (bf16 and f16
 weights upcast), which is what hone's fp32 path computes after loading them.
 
@@ -544,6 +546,8 @@ def fixtures():
     llmc_fixture("llmc_gpt2_bf16", 17, 5)
     llama2c_fixture("llama2c_legacy", 18, legacy=True, shared=False)
     llama2c_fixture("llama2c_v1", 19, legacy=False, shared=True)
+    nanogpt_fixture("nanogpt_bias", 26, bias=True, compiled=False)
+    nanogpt_fixture("nanogpt_compiled", 27, bias=False, compiled=True)
 
     # Meta's own folders. Llama 3.2-like: GQA, tied (no output.weight), scaled RoPE (head size 8 at
     # theta 500000: wavelengths 6.3, 167, 4443, 118000 against Meta's bounds 2048 and 8192 -- kept, kept,
@@ -612,6 +616,67 @@ def llmc_fixture(name, seed, version):
     # llm.c's own export_hf.py maps its file onto GPT2LMHeadModel this way; logits over the real vocabulary.
     write_reference(name, tokens, hf_logits({**c, "n_inner": None}, hf, tokens), f"{name}.bin", "llmc")
     print(f"{name}.bin: {(OUT / f'{name}.bin').stat().st_size} bytes")
+
+
+def nanogpt_forward(a, P, tokens):
+    """nanoGPT's model.py GPT.forward (no dropout): nn.Linear weights [out, in], exact GELU, LayerNorm
+    with eps 1e-5 and no bias where bias=False, lm_head tied to wte."""
+    D, H = a["n_embd"], a["n_head"]
+    hd = D // H
+    linear = lambda x, name: F.linear(x, P[name + ".weight"], P.get(name + ".bias"))
+    ln = lambda x, name: F.layer_norm(x, (D,), P[name + ".weight"], P.get(name + ".bias"), 1e-5)
+    T = tokens.shape[1]
+    x = P["transformer.wte.weight"][tokens.long()] + P["transformer.wpe.weight"][:T]
+    for i in range(a["n_layer"]):
+        p = f"transformer.h.{i}."
+        q, k, v = linear(ln(x, p + "ln_1"), p + "attn.c_attn").split(D, dim=2)
+        y = causal_attention(heads(q, H, hd), heads(k, H, hd), heads(v, H, hd), 1 / math.sqrt(hd))
+        x = x + linear(merge(y), p + "attn.c_proj")
+        x = x + linear(F.gelu(linear(ln(x, p + "ln_2"), p + "mlp.c_fc")), p + "mlp.c_proj")
+    return F.linear(ln(x, "transformer.ln_f"), P["lm_head.weight"])
+
+
+def nanogpt_fixture(name, seed, bias, compiled):
+    """train.py's ckpt.pt: the model's state dict (lm_head.weight sharing wte's storage; the causal masks
+    attn.bias of a PyTorch without flash attention; "_orig_mod." before every name when compiled), an
+    AdamW state dict, model_args, iter_num, best_val_loss (a tensor) and the run's config."""
+    g = torch.Generator().manual_seed(seed)
+    a = {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 32, "bias": bias, "vocab_size": 40, "dropout": 0.1}
+    D, V, T = a["n_embd"], a["vocab_size"], a["block_size"]
+    P = collections.OrderedDict()
+    P["transformer.wte.weight"] = randn(g, V, D)
+    P["transformer.wpe.weight"] = randn(g, T, D, scale=0.1)
+    for i in range(a["n_layer"]):
+        p = f"transformer.h.{i}."
+        for module, (n_out, n_in) in {"ln_1": (D, 0), "attn.c_attn": (3 * D, D), "attn.c_proj": (D, D),
+                                      "ln_2": (D, 0), "mlp.c_fc": (4 * D, D), "mlp.c_proj": (D, 4 * D)}.items():
+            P[p + module + ".weight"] = norm_weight(g, D) if n_in == 0 else randn(g, n_out, n_in)
+            if bias:
+                P[p + module + ".bias"] = randn(g, n_out, scale=0.1)
+            if module == "attn.c_attn":
+                P[p + "attn.bias"] = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
+    P["transformer.ln_f.weight"] = norm_weight(g, D)
+    if bias:
+        P["transformer.ln_f.bias"] = randn(g, D, scale=0.1)
+    P["lm_head.weight"] = P["transformer.wte.weight"]  # tied: one storage
+    prefix = "_orig_mod." if compiled else ""
+    model = collections.OrderedDict((prefix + k, v) for k, v in P.items())
+    params = [v for k, v in P.items() if not k.endswith(".attn.bias") and k != "lm_head.weight"]
+    optimizer = {"state": {i: {"step": torch.tensor(5.0), "exp_avg": torch.zeros_like(v),
+                               "exp_avg_sq": torch.zeros_like(v)} for i, v in enumerate(params)},
+                 "param_groups": [{"lr": 6e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1,
+                                   "amsgrad": False, "foreach": None, "maximize": False, "capturable": False,
+                                   "differentiable": False, "fused": True, "params": list(range(len(params)))}]}
+    config = {"out_dir": "out", "eval_interval": 250, "dataset": "shakespeare_char", "batch_size": 12,
+              "learning_rate": 6e-4, "decay_lr": True, "dtype": "bfloat16", "compile": compiled, **a}
+    torch.save({"model": model, "optimizer": optimizer, "model_args": a, "iter_num": 5,
+                "best_val_loss": torch.tensor(3.25), "config": config}, OUT / f"{name}.pt")
+    tokens = tokens_for(g, V)
+    write_reference(name, tokens, nanogpt_forward(a, P, tokens).reshape(-1, V), f"{name}.pt", "nanogpt")
+    print(f"{name}.pt: {(OUT / f'{name}.pt').stat().st_size} bytes")
+    if not bias:
+        # model_args claiming a third layer (an edited checkpoint): refused, naming the missing tensor.
+        torch.save({"model": model, "model_args": {**a, "n_layer": 3}}, OUT / "nanogpt_wrong_args.pt")
 
 
 def meta_weights(g, D, L, H, KV, V, Fd, tied):

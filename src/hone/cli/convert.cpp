@@ -103,10 +103,10 @@ Command add_convert(CLI::App& app) {
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "convert", "Convert a model: Hugging Face folder, Meta Llama folder, hone model or checkpoint folder, llm.c "
-                 "or llama2.c file -> Hugging Face or hone folder");
+                 "or llama2.c file, nanoGPT ckpt.pt -> Hugging Face or hone folder");
   sub->add_option("src", args->src, "A Hugging Face folder, a Meta Llama folder (params.json, consolidated.00.pth), "
-                                    "a hone model/checkpoint folder or run directory, or an llm.c / llama2.c .bin "
-                                    "file")
+                                    "a hone model/checkpoint folder or run directory, an llm.c / llama2.c .bin "
+                                    "file, or a nanoGPT ckpt.pt")
       ->required();
   sub->add_option("dest", args->dest, "The folder to write (must not exist, or be empty)")->required();
   sub->add_option("--to", args->to,

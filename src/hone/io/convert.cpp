@@ -6,6 +6,7 @@
 #include "hone/io/c_checkpoints.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/meta.hpp"
+#include "hone/io/nanogpt.hpp"
 #include "hone/io/peft.hpp"
 #include "hone/io/torch_file.hpp"
 
@@ -16,11 +17,15 @@ namespace fs = std::filesystem;
 std::string model_format(const std::string& path) {
   HONE_CHECK(fs::exists(path), "{}: no such file or folder", path);
   if (!fs::is_directory(path)) {
-    // A torch.save archive holds weights without a config to build the model from.
-    HONE_CHECK(!is_torch_archive(path),
-               "{}: a PyTorch archive (torch.save) holds weights but no model config: hone reads one as a Hugging "
-               "Face folder's pytorch_model.bin, beside the folder's config.json",
-               path);
+    if (is_torch_archive(path)) {
+      // A torch.save archive of weights alone has no config to build the model from.
+      HONE_CHECK(is_nanogpt_checkpoint(path),
+                 "{}: a PyTorch archive (torch.save) holding weights but no model config (not a nanoGPT ckpt.pt, "
+                 "whose model_args say it): hone reads one as a Hugging Face folder's pytorch_model.bin, beside the "
+                 "folder's config.json",
+                 path);
+      return "nanogpt";
+    }
     // A file of a model folder: the folder is the model.
     const std::string name = fs::path(path).filename().string();
     HONE_CHECK(!name.ends_with(".safetensors") && !name.ends_with(".json"),
@@ -48,10 +53,12 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
              : found == "hf"   ? "a Hugging Face folder (config.json)"
              : found == "meta" ? "a Meta Llama folder (params.json, consolidated.00.pth)"
              : found == "llmc" ? "an llm.c checkpoint"
+             : found == "nanogpt" ? "a nanoGPT checkpoint (ckpt.pt)"
                                : "a llama2.c checkpoint");
   if (found == "hf") return open_hf(path);
   if (found == "meta") return open_meta(path);
   if (found == "llmc" || found == "llama2c") return open_c_checkpoint(path);
+  if (found == "nanogpt") return open_nanogpt(path);
   const std::string folder = model_folder_of(path);
   if (!is_lora_checkpoint(folder)) return open_model_folder(folder);
   // A LoRA run's checkpoint holds adapters: the model is its base with them merged.

@@ -14,7 +14,7 @@ namespace hone {
 
 // The format of the model at `path`: "hone" (a model or checkpoint folder, or a
 // run directory with a `latest`), "hf" (a folder with config.json), "meta" (a
-// folder with params.json and consolidated.00.pth), "llmc" or "llama2c" (a file).
+// folder with params.json and consolidated.00.pth), "llmc", "llama2c" or "nanogpt" (a file).
 std::string model_format(const std::string& path);
 // Opens the model at `path`, of any format model_format names. With `format`
 // other than "auto" (a config's checkpoint.format), a model of another format is

@@ -188,10 +188,12 @@ class HfFolder final : public WeightSource {
   std::vector<std::string> companions_;
 };
 
-// One tensor of the export and the hone parameter it comes from.
+// One tensor of the export and the hone parameter it comes from (zeros: a
+// bias the model does not have, which the architecture needs).
 struct Planned {
   HfTensor tensor;
   const ParameterSpec* param;
+  bool zeros = false;
 };
 
 }  // namespace
@@ -249,12 +251,23 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   }
   const std::vector<std::string> companions = source.companion_files();
 
+  // GPT2LMHeadModel always has biases: a GPT-2 without them (nanoGPT's
+  // bias=False) is written with zero biases, which compute the same.
+  ModelConfig exported = c;
+  if (c.family == Family::gpt2 && !(c.norm_bias && c.linear_bias)) {
+    exported.norm_bias = exported.linear_bias = true;
+    summary.notes.push_back(fmt::format("GPT2LMHeadModel has biases, which this model has not{}: written as zeros",
+                                        c.norm_bias ? " in its projections" : c.linear_bias ? " in its norms" : ""));
+  }
+  std::set<std::string> own;
+  for (const ParameterSpec& spec : parameter_specs(c)) own.insert(spec.name);
+
   // Every tensor in order, then shards as save_pretrained cuts them: a new file
   // when the next tensor would take this one past the size limit.
-  const std::vector<ParameterSpec> specs = parameter_specs(c);
+  const std::vector<ParameterSpec> specs = parameter_specs(exported);
   std::vector<Planned> plan;
   for (const ParameterSpec& spec : specs) {
-    for (HfTensor& t : hf_tensors_of(c, spec.name)) plan.push_back({std::move(t), &spec});
+    for (HfTensor& t : hf_tensors_of(exported, spec.name)) plan.push_back({std::move(t), &spec, !own.contains(spec.name)});
   }
   std::vector<std::vector<const Planned*>> shards(1);
   uint64_t shard_bytes = 0;
@@ -283,8 +296,8 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
     SafetensorsWriter writer(folder.file(file), layout, {{"format", "pt"}});
     for (const Planned* p : shards[s]) {
       if (cached_name != &p->param->name) {
-        cached = Tensor::empty(p->param->shape, DType::f32);
-        source.read(p->param->name, cached);
+        cached = p->zeros ? Tensor::zeros(p->param->shape, DType::f32) : Tensor::empty(p->param->shape, DType::f32);
+        if (!p->zeros) source.read(p->param->name, cached);
         cached_name = &p->param->name;
       }
       const HfTensor& t = p->tensor;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <iterator>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "hone/core/error.hpp"
@@ -16,6 +17,8 @@
 namespace hone {
 
 namespace {
+
+using Json = nlohmann::ordered_json;
 
 static_assert(std::endian::native == std::endian::little, "torch.save archives are read in place, little-endian");
 
@@ -439,6 +442,81 @@ class Unpickler {
   std::map<uint64_t, ValuePtr> memo_;
 };
 
+// A dict's key as a name: a string, or an integer (an optimizer's state is
+// keyed by parameter index).
+std::optional<std::string> key_text(const Value& key) {
+  if (key.kind == Value::Kind::text) return key.text;
+  if (key.kind == Value::Kind::integer) return std::to_string(key.integer);
+  return std::nullopt;
+}
+
+// Dicts nested deeper are refused: a pickle can nest them a million deep, and
+// a dict reached through the memo can hold itself.
+constexpr int kMaxNesting = 64;
+// Values one top-level entry may hold to be kept as plain data: the memo can
+// make a tree of billions from a few bytes (a list holding itself twice, nested).
+constexpr size_t kPlainDataBudget = size_t(1) << 16;
+
+// Adds the tensors of `dict` and of the dicts in it to `contents`, each named by
+// its keys from the top joined with dots. A dict reached again (the memo) is
+// not walked again.
+void add_tensors(const Value& dict, const std::string& prefix, int depth, std::set<const Value*>& walked,
+                 TorchFile::Contents& contents, const std::string& path) {
+  HONE_CHECK(depth <= kMaxNesting, "{}: dicts nested more than {} deep", path, kMaxNesting);
+  if (!walked.insert(&dict).second) return;
+  for (size_t i = 0; i < dict.items.size(); i += 2) {
+    const Value &value = *dict.items[i + 1];
+    const std::optional<std::string> key = key_text(*dict.items[i]);
+    if (!key) continue;
+    const std::string name = prefix + *key;
+    if (value.kind == Value::Kind::dict) add_tensors(value, name + ".", depth + 1, walked, contents, path);
+    if (value.kind != Value::Kind::tensor) continue;
+    if (!contents.entries.contains(name) && !contents.unreadable.contains(name)) contents.order.push_back(name);
+    contents.entries.erase(name);
+    contents.unreadable.erase(name);
+    if (value.unreadable.empty()) {
+      contents.entries.insert_or_assign(name, TensorFile::Entry{*value.type->dtype, value.shape, value.bytes});
+    } else {
+      contents.unreadable[name] = value.unreadable;
+    }
+  }
+}
+
+// `v` as JSON when it holds plain data only (None, booleans, numbers, strings,
+// and tuples, lists and dicts of them), within `budget` values.
+std::optional<Json> plain_data(const Value& v, int depth, size_t& budget) {
+  if (depth > kMaxNesting || budget == 0) return std::nullopt;
+  --budget;
+  switch (v.kind) {
+    case Value::Kind::none: return Json(nullptr);
+    case Value::Kind::boolean: return Json(v.integer != 0);
+    case Value::Kind::integer: return Json(v.integer);
+    case Value::Kind::number: return Json(v.number);
+    case Value::Kind::text: return Json(v.text);
+    case Value::Kind::tuple:
+    case Value::Kind::list: {
+      Json array = Json::array();
+      for (const ValuePtr& item : v.items) {
+        std::optional<Json> plain = plain_data(*item, depth + 1, budget);
+        if (!plain) return std::nullopt;
+        array.push_back(std::move(*plain));
+      }
+      return array;
+    }
+    case Value::Kind::dict: {
+      Json object = Json::object();
+      for (size_t i = 0; i < v.items.size(); i += 2) {
+        const std::optional<std::string> key = key_text(*v.items[i]);
+        std::optional<Json> plain = key ? plain_data(*v.items[i + 1], depth + 1, budget) : std::nullopt;
+        if (!plain) return std::nullopt;
+        object[*key] = std::move(*plain);
+      }
+      return object;
+    }
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace
 
 bool is_torch_archive(const std::string& path) {
@@ -498,19 +576,14 @@ TorchFile::Contents TorchFile::parse(std::span<const std::byte> file, const std:
              "{}: holds no dict of tensors (a state dict, as model.state_dict() is, was expected)", path);
 
   Contents contents;
+  std::set<const Value*> walked;
+  add_tensors(*root, "", 0, walked, contents, path);
+  contents.values = Json::object();
   for (size_t i = 0; i < root->items.size(); i += 2) {
-    const Value &key = *root->items[i], &value = *root->items[i + 1];
-    if (key.kind != Value::Kind::text || value.kind != Value::Kind::tensor) continue;
-    if (!contents.entries.contains(key.text) && !contents.unreadable.contains(key.text)) {
-      contents.order.push_back(key.text);
-    }
-    contents.entries.erase(key.text);
-    contents.unreadable.erase(key.text);
-    if (value.unreadable.empty()) {
-      contents.entries.insert_or_assign(key.text, Entry{*value.type->dtype, value.shape, value.bytes});
-    } else {
-      contents.unreadable[key.text] = value.unreadable;
-    }
+    const std::optional<std::string> key = key_text(*root->items[i]);
+    size_t budget = kPlainDataBudget;
+    std::optional<Json> value = plain_data(*root->items[i + 1], 0, budget);
+    if (key && value) contents.values[*key] = std::move(*value);
   }
   HONE_CHECK(!contents.order.empty(), "{}: its dict holds no tensors", path);
   return contents;

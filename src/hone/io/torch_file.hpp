@@ -11,10 +11,17 @@
 // torch.save emits and accepts only the globals a tensor's pickle names
 // (OrderedDict, the tensor and parameter rebuild functions, the storage types):
 // any other global is an error naming it, and nothing in the file is ever run.
+//
+// A training checkpoint nests its state dicts in a dict ({'model': {...},
+// 'optimizer': {...}, 'model_args': {...}}): nested dicts' tensors are named by
+// their keys joined with dots ("model.transformer.wte.weight"), and the entries
+// holding plain data (numbers, strings, lists and dicts of them) are kept as JSON.
 #include <map>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hone/io/mapped_file.hpp"
 #include "hone/io/tensor_file.hpp"
@@ -31,6 +38,7 @@ class TorchFile final : public TensorFile {
     std::map<std::string, Entry> entries;
     std::map<std::string, std::string> unreadable;  // name -> why hone cannot read it
     std::vector<std::string> order;                 // as the pickle lists them
+    nlohmann::ordered_json values;  // the top dict's entries that hold plain data, by key (an object)
   };
   // Throws hone::Error naming `path` and what is wrong (also what a fuzz target drives).
   static Contents parse(std::span<const std::byte> file, const std::string& path);
@@ -41,6 +49,8 @@ class TorchFile final : public TensorFile {
   std::vector<std::string> names() const override { return contents_.order; }
   bool contains(const std::string& name) const override;
   const Entry& entry(const std::string& name) const override;
+  // The top dict's entries that hold plain data, as a JSON object.
+  const nlohmann::ordered_json& values() const { return contents_.values; }
 
  private:
   MappedFile file_;

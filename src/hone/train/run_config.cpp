@@ -32,11 +32,11 @@ Schema model_source_schema(const std::string& what) {
   Schema s;
   s.add({"checkpoint.path", ValueType::string, nullptr,
          what + ": a Hugging Face folder, a Meta Llama folder (params.json), a hone model or checkpoint folder, a "
-                "run directory, or an llm.c / llama2.c file",
+                "run directory, an llm.c / llama2.c file, or a nanoGPT ckpt.pt",
          {}, true});
   s.add({"checkpoint.format", ValueType::string, "auto",
          "the format checkpoint.path must have (auto: any, told apart by its files)",
-         {"auto", "hf", "meta", "hone", "llmc", "llama2c"}});
+         {"auto", "hf", "meta", "hone", "llmc", "llama2c", "nanogpt"}});
   return s;
 }
 
