@@ -99,7 +99,7 @@ TEST_F(TrainingRun, AnMfuAboveTheWholeIsNoted) {
 
 TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm", 2), "lr_scheduler.warmup_steps=5"}), 0) << log();
-  EXPECT_TRUE(std::regex_search(log(), std::regex(R"(mfu: against this device's measured fp32 matrix-product peak, [0-9.]+ TFLOP/s)")))
+  EXPECT_TRUE(std::regex_search(log(), std::regex(R"(mfu: against this device's measured fp32 matrix-product peak on 1 thread, [0-9.]+ TFLOP/s)")))
       << log();
   EXPECT_NE(log().find("note: lr_scheduler.warmup_steps 5 covers the whole run of 2 steps: the learning rate rises all "
                        "along (to optimizer.lr 0.003 at step 5) and does not decay"),
@@ -116,7 +116,7 @@ TEST_F(TrainingRun, TheBannerNamesTheMfuPeakAndAWarmupLongerThanTheRun) {
   EXPECT_NE(log().find("over 3168 tokens"), std::string::npos) << log();
   // A datasheet's peak given: MFU against it (a 2-core CPU is far below 500 TFLOP/s).
   ASSERT_EQ(run({"run", "pretrain", "--config", config("datasheet", 2), "mfu_peak_tflops=500"}), 0) << log();
-  EXPECT_NE(log().find("mfu: against mfu_peak_tflops, 500 TFLOP/s"), std::string::npos) << log();
+  EXPECT_NE(log().find("mfu: against mfu_peak_tflops, 500 TFLOP/s on 1 thread"), std::string::npos) << log();
   for (const auto& [step, mfu] : run_metric(root_ + "/datasheet", "throughput/mfu")) EXPECT_LT(mfu, 1e-3) << step;
   ASSERT_EQ(run({"run", "pretrain", "--config", config("warm_enough", 4)}), 0) << log();  // warmup 3 of 4
   EXPECT_EQ(log().find("covers the whole run of 4"), std::string::npos) << log();
@@ -285,6 +285,7 @@ TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {
       << csv;
   EXPECT_NE(csv.find(",8,20,"), std::string::npos) << csv;
   EXPECT_EQ(log().find("takes learning rate"), std::string::npos) << log();  // the same schedule: no note
+  EXPECT_EQ(log().find("CPU threads now"), std::string::npos) << log();  // the same threads: no note
 
   const auto full = losses("full"), resumed = losses("resumed");
   ASSERT_EQ(resumed.size(), 12u);  // steps 9..20
@@ -782,12 +783,21 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
       << log();
   // The model compares as the model it makes: llama_tiny's own layer count written out is no change.
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", "optimizer.lr=1e-3",
-                 "model.n_layers=2"}),
+                 "model.n_layers=2", "threads=2"}),
             0)
       << log();
   const nlohmann::json state = nlohmann::json::parse(read_file(root_ + "/r/step_0000008/trainer_state.json"));
   EXPECT_EQ(state["config"]["optimizer"]["lr"], 1e-3);
   EXPECT_EQ(state["config"]["max_steps"], 8);
+  // The threads its sums were split by: recorded, said, and a change noted on resuming.
+  EXPECT_EQ(state["cpu_threads"], 2);
+  EXPECT_EQ(nlohmann::json::parse(read_file(root_ + "/r/step_0000006/trainer_state.json"))["cpu_threads"], 1);
+  EXPECT_NE(log().find("matrix-product peak on 2 threads, "), std::string::npos) << log();
+  EXPECT_NE(log().find("note: 2 CPU threads now, where " + root_ + "/r/step_0000006 trained on 1: from here the "
+                       "losses and weights differ in their last bits from a run that goes on with 1 (threads=1 keeps "
+                       "them)"),
+            std::string::npos)
+      << log();
   // Its schedule changed (lr 3e-3 -> 1e-3, 6 -> 8 steps): the learning rate it goes on at is noted.
   EXPECT_NE(log().find("note: step 7 takes learning rate "), std::string::npos) << log();
   EXPECT_NE(log().find("the schedule now spans 8 steps (the budget, the batch, optimizer.lr or lr_scheduler changed)"),

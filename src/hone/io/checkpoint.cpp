@@ -209,6 +209,7 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
                                                              {"nonfinite_steps", state.nonfinite_steps},
                                                              {"train_seconds", state.train_seconds},
                                                              {"next_lr", state.next_lr ? Json(*state.next_lr) : Json()},
+                                                             {"cpu_threads", state.cpu_threads ? Json(*state.cpu_threads) : Json()},
                                                              {"optimizer_steps", optimizer_steps},
                                                              {"data", state.data_state},
                                                              {"config", state.config},
@@ -557,6 +558,9 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   state.nonfinite_steps = j.value("nonfinite_steps", int64_t(0));
   state.train_seconds = j.value("train_seconds", 0.0);  // 0 in checkpoints from before it was kept
   if (const Json next_lr = j.value("next_lr", Json()); next_lr.is_number()) state.next_lr = next_lr.get<double>();
+  if (const Json threads = j.value("cpu_threads", Json()); threads.is_number_integer()) {
+    state.cpu_threads = threads.get<int64_t>();
+  }
   state.data_state = j.at("data");
   state.config = j.at("config");
   state.base_model = base_model_from_json(j, folder);

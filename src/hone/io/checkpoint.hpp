@@ -53,6 +53,8 @@ struct TrainerState {
   int64_t nonfinite_steps = 0;
   double train_seconds = 0;          // time in training steps, over the run and the runs it resumes
   std::optional<double> next_lr;     // the learning rate the next step takes by the run's schedule (older checkpoints: none)
+  // The CPU threads a CPU run's steps ran on (a GPU run's and older checkpoints: none).
+  std::optional<int64_t> cpu_threads;
   Json data_state = Json::object();  // the data loader's position
   Json config = Json::object();      // the resolved run config
   std::optional<BaseModelRecord> base_model;  // a fine-tuning run's; none for pretraining and older checkpoints

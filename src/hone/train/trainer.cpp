@@ -292,6 +292,13 @@ int run_training(const Config& c, TrainingJob job) {
       }
       console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
       for (const std::string& note : notes) console.line(note);
+      // Row sums split among another number of threads round differently.
+      if (world.device().is_cpu() && state.cpu_threads && *state.cpu_threads != num_threads()) {
+        console.line(fmt::format("note: {} CPU threads now, where {} trained on {}: from here the losses and weights "
+                                 "differ in their last bits from a run that goes on with {} (threads={} keeps them)",
+                                 num_threads(), *folder, *state.cpu_threads, *state.cpu_threads,
+                                 *state.cpu_threads));
+      }
       // Another world size (or batch_size, accumulation) changes the batch its steps took.
       if (state.step > 0 && state.samples_seen % state.step == 0 && state.samples_seen / state.step != global_batch) {
         const int64_t before = state.samples_seen / state.step, per_micro_batch = batch_size * world.dp_size();
@@ -324,6 +331,7 @@ int run_training(const Config& c, TrainingJob job) {
                              "lr_scheduler changed)",
                              state.step + 1, schedule.at(state.step), *state.next_lr, total_steps));
   }
+  state.cpu_threads = world.device().is_cpu() ? std::optional<int64_t>(num_threads()) : std::nullopt;
   std::vector<std::string> companion_files = job.companion_files;
   if (job.chat_template) {
     const std::string path = (fs::path(run.output_dir) / "chat_template.jinja").string();
@@ -395,11 +403,14 @@ int run_training(const Config& c, TrainingJob job) {
   const bool datasheet_peak = c.has("mfu_peak_tflops");
   const double peak_tflops =
       datasheet_peak ? c.get<double>("mfu_peak_tflops") : measure_gemm_peak_tflops(run.dtype, world.device());
+  // The thread count a CPU run's sums were split by: its results are bit-reproducible with it.
+  const std::string threads =
+      world.device().is_cpu() ? fmt::format(" on {} {}", num_threads(), plural(num_threads(), "thread")) : "";
   console.line(datasheet_peak
-                   ? fmt::format("mfu: against mfu_peak_tflops, {:.4g} TFLOP/s", peak_tflops)
-                   : fmt::format("mfu: against this device's measured {} matrix-product peak, {:.4g} TFLOP/s "
+                   ? fmt::format("mfu: against mfu_peak_tflops, {:.4g} TFLOP/s{}", peak_tflops, threads)
+                   : fmt::format("mfu: against this device's measured {} matrix-product peak{}, {:.4g} TFLOP/s "
                                  "(mfu_peak_tflops takes a datasheet's)",
-                                 dtype_name(run.dtype), peak_tflops));
+                                 dtype_name(run.dtype), threads, peak_tflops));
   if (run.dtype == DType::bf16 && world.device().is_cpu() && !kernels::cpu::native_bf16_products_available()) {
     console.line("note: this CPU has no bf16 matrix products (they need AVX-512): bf16's are widened to f32, so "
                  "dtype fp32 trains faster here (1.37x on the quickstart's model), bf16 in less memory");
