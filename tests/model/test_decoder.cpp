@@ -255,7 +255,18 @@ TEST(Generate, GreedyMatchesRepeatedFullForwardAndStopsOnStopTokens) {
   EXPECT_NE(penalized.completions[0], g.completions[0]);
   // Sampling is reproducible from the seed.
   o = {.max_new_tokens = 10, .sampling = {.temperature = 1.0}, .seed = 42};
-  EXPECT_EQ(generate(m, {prompt}, o).completions, generate(m, {prompt}, o).completions);
+  const Generation sampled = generate(m, {prompt}, o);
+  EXPECT_EQ(generate(m, {prompt}, o).completions, sampled.completions);
+  // Each sequence draws from its own stream: the same alone or beside others
+  // (which draw more or fewer tokens), and another stream draws anew.
+  o.streams = {1, 0, 2};
+  o.stop_tokens = {sampled.completions[0][1]};
+  const Generation beside = generate(m, {tokens_of(3, 4), prompt, tokens_of(5, 6)}, o);
+  o.stop_tokens.clear();
+  EXPECT_EQ(beside.completions[1], std::vector(sampled.completions[0].begin(), sampled.completions[0].begin() + 2));
+  o.streams = {1};
+  EXPECT_NE(generate(m, {prompt}, o).completions, sampled.completions);
+  o.streams.clear();
   // A completion stops at max_seq_len (40: the 6-token prompt, then 35 new
   // tokens, the last of which is never fed back), as vLLM's at max_model_len.
   o.max_new_tokens = 100;

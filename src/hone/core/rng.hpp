@@ -9,6 +9,22 @@
 
 namespace hone {
 
+// What a seed's random numbers are for. Each use draws from streams of its
+// own, the use in a stream's top byte, so no two uses read the same numbers
+// (the embeddings' init and the data order, say).
+enum class RandomUse : uint64_t {
+  weight_init = 0,     // index: the parameter's
+  lora_init = 1,       // the adapter matrix's
+  lora_dropout = 2,    // the adapter's << 32 | the forward pass's round
+  pretrain_order = 3,  // the shuffle's tag << 55 | the source's << 32 | the pass
+  finetune_order = 4,  // the epoch
+  mock_documents = 5,  // none: a document's tokens are its Philox block
+  sampling = 6,        // the prompt's << 32 | the sample's
+  benchmark = 7,       // the operand's
+};
+// The stream of `use` numbered `index` (below 2^56).
+constexpr uint64_t random_stream(RandomUse use, uint64_t index) { return uint64_t(use) << 56 | index; }
+
 class Generator {
  public:
   // The complete state; saved in checkpoints so a resumed run draws the same numbers.

@@ -17,7 +17,7 @@ MockDocuments::MockDocuments(int64_t num_documents, int64_t document_length, int
 
 void MockDocuments::read(int64_t doc, int64_t offset, std::span<int32_t> out) const {
   HONE_ASSERT(doc >= 0 && doc < num_documents_ && offset + int64_t(out.size()) <= document_length_);
-  const auto r = philox4x32(seed_, uint64_t(doc), 0);
+  const auto r = philox4x32(seed_, uint64_t(doc), random_stream(RandomUse::mock_documents, 0));
   const int64_t start = int64_t(r[0] % uint64_t(vocab_size_));
   const int64_t stride = 1 + int64_t(r[1] % 7);
   for (size_t i = 0; i < out.size(); ++i) {

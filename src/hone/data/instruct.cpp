@@ -903,7 +903,7 @@ const TokenizedSample& SampleStream::sample_at(int64_t position) {
     order_.resize(size_t(groups));
     std::iota(order_.begin(), order_.end(), int64_t(0));
     if (o_.shuffle) {
-      Generator shuffle(o_.seed, uint64_t(epoch));
+      Generator shuffle(o_.seed, random_stream(RandomUse::finetune_order, uint64_t(epoch)));
       for (int64_t i = groups - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[shuffle.next_below(uint64_t(i + 1))]);
     }
     if (o_.group_by_length) {

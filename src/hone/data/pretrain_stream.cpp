@@ -26,6 +26,8 @@ PretrainStream::PretrainStream(std::vector<DocumentRange> ranges, std::vector<do
   HONE_CHECK(options.seq_len > 0 && options.batch_size > 0, "seq_len and batch_size must be positive");
   HONE_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
              "rank {} is outside a world of {}", options.rank, options.world_size);
+  // A source's shuffles draw from streams numbered by it (arrange()).
+  HONE_CHECK(ranges.size() < (size_t(1) << 23), "a blend of {} datasets: at most 8388607", ranges.size());
   double weight_sum = 0;
   for (size_t i = 0; i < ranges.size(); ++i) {
     Source s;
@@ -68,7 +70,7 @@ void PretrainStream::arrange(Source& s, int64_t cycle) {
   // Each pass draws from its own Philox stream: documents and samples, per source.
   const uint64_t stream = uint64_t(&s - sources_.data()) << 32 | uint64_t(cycle);
   auto permute = [&](std::vector<int64_t>& v, uint64_t tag) {  // Fisher-Yates
-    Generator g(options_.seed, stream | tag << 63);
+    Generator g(options_.seed, random_stream(RandomUse::pretrain_order, tag << 55 | stream));
     for (int64_t i = int64_t(v.size()) - 1; i > 0; --i) std::swap(v[size_t(i)], v[g.next_below(uint64_t(i + 1))]);
   };
   s.order.clear();

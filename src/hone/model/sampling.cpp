@@ -131,7 +131,12 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
   };
   using Clock = std::chrono::steady_clock;
   Decoder decoder(model, int64_t(prompts.size()), capacity);
-  Generator rng(o.seed, /*stream=*/7);
+  HONE_CHECK(o.streams.empty() || o.streams.size() == prompts.size(), "{} sampling streams for {} prompts",
+             o.streams.size(), prompts.size());
+  std::vector<Generator> rngs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    rngs.emplace_back(o.seed, random_stream(RandomUse::sampling, o.streams.empty() ? i : o.streams[i]));
+  }
   Generation g;
   g.completions.resize(prompts.size());
   g.cache_bytes = decoder.cache_bytes();
@@ -164,7 +169,7 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
   for (size_t i = 0; i < prompts.size(); ++i) {
     const size_t row = prefill_row_of[i];
     if (prefill_slots[row] != int64_t(i)) decoder.copy_slot(prefill_slots[row], int64_t(i));
-    next.push_back(sample_token(std::span(first_logits).subspan(row * vocab, drawn), o.sampling, rng, seen[i]));
+    next.push_back(sample_token(std::span(first_logits).subspan(row * vocab, drawn), o.sampling, rngs[i], seen[i]));
     active.push_back(int64_t(i));
   }
   g.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -191,7 +196,7 @@ Generation generate(Transformer& model, const std::vector<std::vector<int32_t>>&
     next.clear();
     for (size_t k = 0; k < active.size(); ++k) {
       const std::span<const float> row = std::span(values).subspan(k * vocab, drawn);
-      next.push_back(sample_token(row, o.sampling, rng, seen[size_t(active[k])]));
+      next.push_back(sample_token(row, o.sampling, rngs[size_t(active[k])], seen[size_t(active[k])]));
     }
   }
   g.decode_seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -30,6 +30,10 @@ struct GenerationOptions {
   int64_t max_new_tokens = 128;
   SamplingOptions sampling;
   uint64_t seed = 0;
+  // Each prompt's Philox stream under `seed` (empty: its index in `prompts`):
+  // a sequence draws from its own, so what it samples does not depend on the
+  // others in its batch, how many there are or when they stop.
+  std::vector<uint64_t> streams;
   std::vector<int32_t> stop_tokens;  // ends a sequence (the stop token is kept)
   // > 0: tokens are drawn from the first this many ids only (a model's
   // vocabulary padded past its tokenizer's, GPT-2's 50304 for 50257, has rows no text has).

@@ -142,9 +142,11 @@ void Transformer::declare_lora() {
     // The adapters of split inputs (out, down) draw each rank's own dropout masks;
     // the others see the same whole input, and the same masks, on every rank.
     ++stream;
+    HONE_CHECK(stream < (1 << 16) && tp_rank_ < (1 << 8), "{} LoRA adapters on tensor-parallel rank {}: the dropout "
+               "masks' streams number at most 65535 adapters on 256 ranks", stream, tp_rank_);
     LoraAdapter a{.module = t.module, .base = &params_.get(t.base), .a = nullptr, .b = nullptr,
                   .row_begin = t.row_begin_per_rank(tp_size_), .rows = t.rows_per_rank(tp_size_),
-                  .stream = split_columns ? stream | uint64_t(tp_rank_) << 24 : stream, .u = Tensor()};
+                  .stream = split_columns ? stream | uint64_t(tp_rank_) << 16 : stream, .u = Tensor()};
     const int unit = t.layer < 0 ? head_unit() : layer_unit(t.layer);
     a.a = &lora_params_.declare(t.a_name(), {lora.rank, t.in}, true, unit,
                                 split_columns ? part : TensorSplit{});
@@ -168,14 +170,15 @@ void Transformer::declare_lora() {
 void Transformer::init_lora(uint64_t seed) {
   if (!lora_) return;
   dropout_seed_ = seed;
-  uint64_t stream = uint64_t(1) << 40;
+  uint64_t stream = 0;
   for (Parameter& p : lora_params_.all()) {
     if (p.name.ends_with(".magnitude")) continue;  // below, from the base weights
     Tensor host = Tensor::zeros(p.whole_shape, lora_params_.values().dtype());  // drawn whole, as init_weights
     if (p.name.ends_with(".a")) {
       const double bound = 1.0 / std::sqrt(double(p.whole_shape[1]));
-      if (host.dtype() == DType::f64) Generator(seed, stream).uniform(std::span(host.data<double>(), size_t(host.numel())), -bound, bound);
-      else Generator(seed, stream).uniform(std::span(host.data<float>(), size_t(host.numel())), -bound, bound);
+      Generator draws(seed, random_stream(RandomUse::lora_init, stream));
+      if (host.dtype() == DType::f64) draws.uniform(std::span(host.data<double>(), size_t(host.numel())), -bound, bound);
+      else draws.uniform(std::span(host.data<float>(), size_t(host.numel())), -bound, bound);
     }
     lora_params_.write(p, host);
     ++stream;
@@ -214,11 +217,14 @@ void Transformer::merge_lora() {
   lora_params_.sync_compute();
 }
 
+uint64_t Transformer::dropout_stream(const LoraAdapter& adapter) const {
+  return random_stream(RandomUse::lora_dropout, adapter.stream << 32 | (dropout_round_ & 0xffffffffu));
+}
+
 Tensor Transformer::adapter_input(const Tensor& x, const LoraAdapter& adapter, int64_t first_row) const {
   if (!training_ || lora_->dropout == 0) return x;
   Tensor dropped = Tensor::empty(x.shape(), x.dtype(), x.device());
-  ops::dropout(x, dropped, lora_->dropout, dropout_seed_, adapter.stream << 32 | (dropout_round_ & 0xffffffffu),
-               first_row * x.size(-1));
+  ops::dropout(x, dropped, lora_->dropout, dropout_seed_, dropout_stream(adapter), first_row * x.size(-1));
   return dropped;
 }
 
@@ -307,8 +313,7 @@ void Transformer::project_backward(const Tensor& dy, const Tensor& x, const Para
     const Tensor dx_adapter = Tensor::empty({rows, in}, dtype_, device_);
     ops::linear_backward(du, input, a.a->compute, dx_adapter, a.a->grad, Tensor(), /*accumulate_dx=*/false,
                          adds_to_grad(a.a));
-    ops::dropout(dx_adapter, dx_adapter, lora_->dropout, dropout_seed_, a.stream << 32 | (dropout_round_ & 0xffffffffu),
-                 first_row * in);
+    ops::dropout(dx_adapter, dx_adapter, lora_->dropout, dropout_seed_, dropout_stream(a), first_row * in);
     ops::add_(dx2, dx_adapter);
   }
 }
@@ -331,7 +336,8 @@ void Transformer::init_weights(uint64_t seed) {
         std::fill(values.begin(), values.end(), M(1));
       } else {
         // One stream per parameter: a parameter's values do not depend on the others.
-        Generator(seed, stream).normal(values, 0.0, residual_projection ? residual_std : config_.init_std);
+        Generator(seed, random_stream(RandomUse::weight_init, stream))
+            .normal(values, 0.0, residual_projection ? residual_std : config_.init_std);
       }
     };
     if (host.dtype() == DType::f64) fill(host.data<double>());

@@ -44,7 +44,7 @@ struct LoraAdapter {
   Parameter* a = nullptr;  // [rank, in]
   Parameter* b = nullptr;  // [rows, rank]
   int64_t row_begin = 0, rows = 0;  // in this rank's part of the base weight
-  uint64_t stream = 0;  // dropout masks: Philox stream of this adapter
+  uint64_t stream = 0;  // dropout masks: this adapter's number (and its rank's) in their Philox streams
   Tensor u;             // x·Aᵀ of the last forward pass [batch·seq, rank]
   // DoRA (lora.hpp): the magnitudes [rows], null for plain LoRA; from the last
   // forward pass m/‖W + s·B·A‖ and 1/‖W + s·B·A‖ per row, and the block's
@@ -274,6 +274,8 @@ class Transformer {
   // Each adapter's u = x·Aᵀ (the first part of project()).
   void adapter_inputs(const Tensor& x, std::vector<LoraAdapter>& adapters, int64_t first_row);
   // x as an adapter sees it: with this forward pass's dropout mask applied.
+  // The Philox stream of `adapter`'s dropout masks in this forward pass.
+  uint64_t dropout_stream(const LoraAdapter& adapter) const;
   Tensor adapter_input(const Tensor& x, const LoraAdapter& adapter, int64_t first_row) const;
   // Rows [first, first + rows) of what the output head and the loss read and
   // write (rows: a chunk's, fewer for the last).

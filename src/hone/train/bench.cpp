@@ -37,7 +37,7 @@ double measure_gemm_peak_tflops(DType dtype, Device device, double window_second
   // Random operands: a GPU multiplies zeros faster (less switching power, higher clocks).
   auto random_matrix = [&](uint64_t stream) {
     std::vector<float> values(static_cast<size_t>(n * n));
-    Generator(1234, stream).uniform(std::span<float>(values), -1.0, 1.0);
+    Generator(1234, random_stream(RandomUse::benchmark, stream)).uniform(std::span<float>(values), -1.0, 1.0);
     Tensor t = Tensor::empty({1, n, n}, dtype);
     ops::cast(Tensor::from(values, {1, n, n}), t);
     return t.to(device);
@@ -94,7 +94,8 @@ nlohmann::ordered_json run_bench(const BenchOptions& o,
 
   // Random tokens: the next-token targets are the inputs shifted by one.
   std::vector<double> uniform(size_t(o.batch_size * (o.seq_len + 1)));
-  Generator(o.seed, /*stream=*/1 << 20).uniform(std::span<double>(uniform), 0.0, double(o.model.vocab_size));
+  Generator(o.seed, random_stream(RandomUse::benchmark, 1 << 20))
+      .uniform(std::span<double>(uniform), 0.0, double(o.model.vocab_size));
   std::vector<int32_t> tokens, targets;
   for (int64_t b = 0; b < o.batch_size; ++b) {
     for (int64_t t = 0; t < o.seq_len; ++t) {

@@ -261,8 +261,9 @@ int run_generate(const Config& c) {
   }
 
   // num_samples completions of each prompt, one after another; batches of
-  // batch_size of them, each with seed + its index (the first: seed itself),
-  // printed as each ends; the statistics are over them all.
+  // batch_size of them, printed as each ends; the statistics are over them
+  // all. Sample j of prompt i draws from stream (i, j) under seed, whatever
+  // batch it is in.
   const auto samples_each = size_t(c.get<int64_t>("num_samples"));
   std::vector<std::vector<int32_t>> sequences;
   for (const std::vector<int32_t>& prompt : encoded) sequences.insert(sequences.end(), samples_each, prompt);
@@ -277,7 +278,9 @@ int run_generate(const Config& c) {
   for (size_t first = 0; first < sequences.size() && !stop_requested(); first += batch_size) {
     const size_t count = std::min(batch_size, sequences.size() - first);
     GenerationOptions batch_options = o;
-    batch_options.seed = o.seed + uint64_t(first / batch_size) * 0x9E3779B97F4A7C15ull;
+    for (size_t k = first; k < first + count; ++k) {
+      batch_options.streams.push_back(uint64_t(k / samples_each) << 32 | uint64_t(k % samples_each));
+    }
     batch_options.finished = [&](size_t i, const std::vector<int32_t>& completion) {
       return stop_requested() || (o.finished && o.finished(i, completion));
     };
