@@ -14,8 +14,9 @@
 #include "data/tokenizers/assets.hpp"
 #include "hone/core/rng.hpp"
 #include "hone/data/formats/megatron.hpp"
-#include "hone/io/safetensors.hpp"
+#include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/io/safetensors.hpp"
 #include "hone/kernels/cpu/gemm.hpp"
 #include "hone/train/trainer.hpp"
 #include "run_hone.hpp"
@@ -286,6 +287,27 @@ TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {
   EXPECT_NE(csv.find(",8,20,"), std::string::npos) << csv;
   EXPECT_EQ(log().find("takes learning rate"), std::string::npos) << log();  // the same schedule: no note
   EXPECT_EQ(log().find("CPU threads now"), std::string::npos) << log();  // the same threads: no note
+  EXPECT_EQ(log().find("saved by an earlier hone"), std::string::npos) << log();
+
+  // A checkpoint of an earlier hone, whose data state does not mark its
+  // shuffles' random numbers: resumed, with a note of what the order does.
+  fs::create_directories(root_ + "/older");
+  fs::copy(root_ + "/full/step_0000008", root_ + "/older/step_0000008");
+  std::ofstream(root_ + "/older/latest") << "step_0000008\n";
+  const std::string older_state = root_ + "/older/step_0000008/trainer_state.json";
+  nlohmann::json older = nlohmann::json::parse(read_file(older_state));
+  ASSERT_TRUE(older["data"].contains("shuffle_streams"));
+  older["data"].erase("shuffle_streams");
+  std::ofstream(older_state) << older.dump();
+  nlohmann::json manifest = nlohmann::json::parse(read_file(root_ + "/older/step_0000008/manifest.json"));
+  manifest["files"]["trainer_state.json"] = {{"bytes", fs::file_size(older_state)},
+                                             {"xxh3_64", checksum_hex(file_checksum(older_state))}};
+  std::ofstream(root_ + "/older/step_0000008/manifest.json") << manifest.dump();
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("older", 10, "resume: latest\n")}), 0) << log();
+  EXPECT_NE(log().find("note: " + root_ + "/older/step_0000008 was saved by an earlier hone, whose shuffles drew "
+                       "other random numbers"),
+            std::string::npos)
+      << log();
 
   const auto full = losses("full"), resumed = losses("resumed");
   ASSERT_EQ(resumed.size(), 12u);  // steps 9..20

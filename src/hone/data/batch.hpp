@@ -26,6 +26,11 @@ namespace data {
 // A target with no loss (ops::kIgnoreIndex, PyTorch's ignore_index).
 inline constexpr int32_t kIgnoreTarget = -100;
 
+// The key a data state marks its shuffles' random numbers with: a checkpoint
+// without it was saved by a hone whose shuffles drew other numbers.
+inline constexpr const char* kShuffleStreamsKey = "shuffle_streams";
+inline constexpr const char* kShuffleStreams = "per use";
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;

@@ -978,7 +978,9 @@ Batch SampleStream::next() {
 }
 
 nlohmann::json SampleStream::state() const {
-  return {{"position", position_}, {"samples_per_epoch", int64_t(samples_.size())}};
+  return {{"position", position_},
+          {"samples_per_epoch", int64_t(samples_.size())},
+          {kShuffleStreamsKey, kShuffleStreams}};
 }
 
 void SampleStream::restore(const nlohmann::json& state) {

@@ -159,7 +159,7 @@ Batch PretrainStream::next() {
 }
 
 nlohmann::json PretrainStream::state() const {
-  return {{"position", position_}, {"samples_per_epoch", samples_per_epoch_}};
+  return {{"position", position_}, {"samples_per_epoch", samples_per_epoch_}, {kShuffleStreamsKey, kShuffleStreams}};
 }
 
 void PretrainStream::replay_to(int64_t position) {

@@ -465,7 +465,7 @@ void add_tensors(const Value& dict, const std::string& prefix, int depth, std::s
   HONE_CHECK(depth <= kMaxNesting, "{}: dicts nested more than {} deep", path, kMaxNesting);
   if (!walked.insert(&dict).second) return;
   for (size_t i = 0; i < dict.items.size(); i += 2) {
-    const Value &value = *dict.items[i + 1];
+    const Value& value = *dict.items[i + 1];
     const std::optional<std::string> key = key_text(*dict.items[i]);
     if (!key) continue;
     const std::string name = prefix + *key;
