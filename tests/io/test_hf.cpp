@@ -119,7 +119,8 @@ class HfTest : public ::testing::Test {
 const char* const kHfFixtures[] = {"llama31_sharded", "llama32_tied_bf16", "llama2_mha_f16", "mistral_f16", "gpt2",
                                    "mpt_bf16", "gpt2_pickle", "llama2_pickle_bf16"};
 const char* const kCFixtures[] = {"llmc_gpt2_fp32", "llmc_gpt2_bf16", "llama2c_legacy", "llama2c_v1"};
-// nanoGPT's ckpt.pt: with biases and the causal masks; compiled (names under _orig_mod.), without biases.
+// nanoGPT's ckpt.pt: with biases and a head of its own (flash attention: no masks); compiled (names under
+// _orig_mod.), without biases, tied, with the causal masks.
 const char* const kNanoGptFixtures[] = {"nanogpt_bias", "nanogpt_compiled"};
 // Meta's own folders: params.json and consolidated.00.pth.
 const char* const kMetaFixtures[] = {"meta_llama32_tied", "meta_llama2"};
@@ -162,12 +163,19 @@ TEST_F(HfTest, NanoGptCheckpointsMapOntoModelConfig) {
   EXPECT_EQ(c.max_seq_len, 32);
   EXPECT_EQ(c.ffn_dim, 64);
   EXPECT_EQ(c.mlp, MlpKind::gelu);
-  EXPECT_TRUE(c.norm_bias && c.linear_bias && c.tie_embeddings);
+  EXPECT_TRUE(c.norm_bias && c.linear_bias);
+  EXPECT_FALSE(c.tie_embeddings);  // lm_head.weight with a storage of its own
   EXPECT_EQ(source->description(), "nanoGPT checkpoint " + with_bias + " (iter_num 5)");
   EXPECT_EQ(source->notes(), std::vector<std::string>{"dropout 0.1: hone trains without dropout"});
   const ModelConfig compiled = open_weights(fixture("nanogpt_compiled.pt"))->config();
   EXPECT_FALSE(compiled.norm_bias || compiled.linear_bias);
-  EXPECT_TRUE(compiled.tie_embeddings);
+  EXPECT_TRUE(compiled.tie_embeddings);  // lm_head.weight sharing wte's storage
+  // A bare file name (run in the checkpoint's folder): the model is named by the folder.
+  const fs::path here = fs::current_path();
+  fs::current_path(fs::path(with_bias).parent_path());
+  const std::string bare_name = error_of([&] { EXPECT_EQ(open_weights("nanogpt_bias.pt")->config().name, "hf"); });
+  fs::current_path(here);
+  EXPECT_EQ(bare_name, "");
   EXPECT_NE(error_of([&] { open_weights(with_bias, "hf"); })
                 .find("checkpoint.format is hf, but this is a nanoGPT checkpoint (ckpt.pt)"),
             std::string::npos);

@@ -133,6 +133,12 @@ TEST(TorchFile, DictsHoldingThemselvesOrNestedDeepAreErrors) {
   EXPECT_NE(parse_error(stored_zip({{"deep/data.pkl", deep}})).find("damaged.pt: dicts nested more than 64 deep"),
             std::string::npos)
       << parse_error(stored_zip({{"deep/data.pkl", deep}}));
+  // A key of 5000 bytes over a dict: refused (reused through the memo, each tensor's name was a copy).
+  const std::string long_key = std::string("\x80\x02}X\x88\x13\x00\x00", 8) + std::string(5000, 'k') + "}s.";
+  EXPECT_NE(parse_error(stored_zip({{"key/data.pkl", long_key}}))
+                .find("damaged.pt: a dict key of 5000 bytes names tensors (at most 4096)"),
+            std::string::npos)
+      << parse_error(stored_zip({{"key/data.pkl", long_key}}));
 }
 
 TEST(TorchFile, RefusesPicklesThatCallAnythingButTensorConstructors) {

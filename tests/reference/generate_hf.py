@@ -546,8 +546,8 @@ def fixtures():
     llmc_fixture("llmc_gpt2_bf16", 17, 5)
     llama2c_fixture("llama2c_legacy", 18, legacy=True, shared=False)
     llama2c_fixture("llama2c_v1", 19, legacy=False, shared=True)
-    nanogpt_fixture("nanogpt_bias", 26, bias=True, compiled=False)
-    nanogpt_fixture("nanogpt_compiled", 27, bias=False, compiled=True)
+    nanogpt_fixture("nanogpt_bias", 26, bias=True, compiled=False, tied=False, masks=False)
+    nanogpt_fixture("nanogpt_compiled", 27, bias=False, compiled=True, tied=True, masks=True)
 
     # Meta's own folders. Llama 3.2-like: GQA, tied (no output.weight), scaled RoPE (head size 8 at
     # theta 500000: wavelengths 6.3, 167, 4443, 118000 against Meta's bounds 2048 and 8192 -- kept, kept,
@@ -636,10 +636,11 @@ def nanogpt_forward(a, P, tokens):
     return F.linear(ln(x, "transformer.ln_f"), P["lm_head.weight"])
 
 
-def nanogpt_fixture(name, seed, bias, compiled):
-    """train.py's ckpt.pt: the model's state dict (lm_head.weight sharing wte's storage; the causal masks
-    attn.bias of a PyTorch without flash attention; "_orig_mod." before every name when compiled), an
-    AdamW state dict, model_args, iter_num, best_val_loss (a tensor) and the run's config."""
+def nanogpt_fixture(name, seed, bias, compiled, tied, masks):
+    """train.py's ckpt.pt: the model's state dict (lm_head.weight a tensor of its own sharing wte's storage,
+    as state_dict() gives a tied weight, or, untied, with a storage of its own; the causal masks attn.bias
+    of a PyTorch without flash attention; "_orig_mod." before every name when compiled), an AdamW state
+    dict, model_args, iter_num, best_val_loss (a tensor) and the run's config."""
     g = torch.Generator().manual_seed(seed)
     a = {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 32, "bias": bias, "vocab_size": 40, "dropout": 0.1}
     D, V, T = a["n_embd"], a["vocab_size"], a["block_size"]
@@ -653,15 +654,15 @@ def nanogpt_fixture(name, seed, bias, compiled):
             P[p + module + ".weight"] = norm_weight(g, D) if n_in == 0 else randn(g, n_out, n_in)
             if bias:
                 P[p + module + ".bias"] = randn(g, n_out, scale=0.1)
-            if module == "attn.c_attn":
+            if module == "attn.c_attn" and masks:
                 P[p + "attn.bias"] = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
     P["transformer.ln_f.weight"] = norm_weight(g, D)
     if bias:
         P["transformer.ln_f.bias"] = randn(g, D, scale=0.1)
-    P["lm_head.weight"] = P["transformer.wte.weight"]  # tied: one storage
+    P["lm_head.weight"] = P["transformer.wte.weight"].detach() if tied else randn(g, V, D)
     prefix = "_orig_mod." if compiled else ""
     model = collections.OrderedDict((prefix + k, v) for k, v in P.items())
-    params = [v for k, v in P.items() if not k.endswith(".attn.bias") and k != "lm_head.weight"]
+    params = [v for k, v in P.items() if not k.endswith(".attn.bias") and not (tied and k == "lm_head.weight")]
     optimizer = {"state": {i: {"step": torch.tensor(5.0), "exp_avg": torch.zeros_like(v),
                                "exp_avg_sq": torch.zeros_like(v)} for i, v in enumerate(params)},
                  "param_groups": [{"lr": 6e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 
+#include "hone/core/error.hpp"
 #include "hone/core/philox.hpp"
 
 namespace hone {
@@ -22,8 +23,12 @@ enum class RandomUse : uint64_t {
   sampling = 6,        // the prompt's << 32 | the sample's
   benchmark = 7,       // the operand's
 };
-// The stream of `use` numbered `index` (below 2^56).
-constexpr uint64_t random_stream(RandomUse use, uint64_t index) { return uint64_t(use) << 56 | index; }
+// The stream of `use` numbered `index`, which must be below 2^56 (each use
+// checks its numbers where it makes them).
+inline uint64_t random_stream(RandomUse use, uint64_t index) {
+  HONE_ASSERT(index < uint64_t(1) << 56);
+  return uint64_t(use) << 56 | index;
+}
 
 class Generator {
  public:

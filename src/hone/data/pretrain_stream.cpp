@@ -68,6 +68,8 @@ void PretrainStream::arrange(Source& s, int64_t cycle) {
   s.documents.resize(size_t(documents));
   std::iota(s.documents.begin(), s.documents.end(), int64_t(0));
   // Each pass draws from its own Philox stream: documents and samples, per source.
+  HONE_CHECK(cycle < (int64_t(1) << 32), "{}: pass {} over it: at most 2^32 passes", s.range.source->describe(),
+             cycle);
   const uint64_t stream = uint64_t(&s - sources_.data()) << 32 | uint64_t(cycle);
   auto permute = [&](std::vector<int64_t>& v, uint64_t tag) {  // Fisher-Yates
     Generator g(options_.seed, random_stream(RandomUse::pretrain_order, tag << 55 | stream));

@@ -60,7 +60,7 @@ class NanoGptCheckpoint final : public WeightSource {
 
   void config_from(const JsonFields& args) {
     ModelConfig& c = config_;
-    c.name = folder_name(fs::path(file_.path()).parent_path().string());
+    c.name = folder_name(fs::absolute(file_.path()).parent_path().string());  // "ckpt.pt" alone too
     c.family = Family::gpt2;
     c.vocab_size = args.integer("vocab_size");
     c.dim = args.integer("n_embd");

@@ -453,9 +453,14 @@ std::optional<std::string> key_text(const Value& key) {
 // Dicts nested deeper are refused: a pickle can nest them a million deep, and
 // a dict reached through the memo can hold itself.
 constexpr int kMaxNesting = 64;
-// Values one top-level entry may hold to be kept as plain data: the memo can
-// make a tree of billions from a few bytes (a list holding itself twice, nested).
+// The values the top dict's plain data may hold together, and its entries kept:
+// the memo can make a tree of billions from a few bytes (a list holding itself
+// twice, nested), and a checkpoint's plain entries are a handful.
 constexpr size_t kPlainDataBudget = size_t(1) << 16;
+constexpr size_t kPlainEntries = 1024;
+// A key naming tensors: longer ones are refused (the memo can reuse one key of
+// megabytes for millions of tensors, each a copy).
+constexpr size_t kMaxKeyBytes = 4096;
 
 // Adds the tensors of `dict` and of the dicts in it to `contents`, each named by
 // its keys from the top joined with dots. A dict reached again (the memo) is
@@ -466,8 +471,11 @@ void add_tensors(const Value& dict, const std::string& prefix, int depth, std::s
   if (!walked.insert(&dict).second) return;
   for (size_t i = 0; i < dict.items.size(); i += 2) {
     const Value& value = *dict.items[i + 1];
+    if (value.kind != Value::Kind::dict && value.kind != Value::Kind::tensor) continue;
     const std::optional<std::string> key = key_text(*dict.items[i]);
     if (!key) continue;
+    HONE_CHECK(key->size() <= kMaxKeyBytes, "{}: a dict key of {} bytes names tensors (at most {})", path, key->size(),
+               kMaxKeyBytes);
     const std::string name = prefix + *key;
     if (value.kind == Value::Kind::dict) add_tensors(value, name + ".", depth + 1, walked, contents, path);
     if (value.kind != Value::Kind::tensor) continue;
@@ -579,11 +587,11 @@ TorchFile::Contents TorchFile::parse(std::span<const std::byte> file, const std:
   std::set<const Value*> walked;
   add_tensors(*root, "", 0, walked, contents, path);
   contents.values = Json::object();
-  for (size_t i = 0; i < root->items.size(); i += 2) {
+  size_t budget = kPlainDataBudget;
+  for (size_t i = 0; i < root->items.size() && budget > 0 && contents.values.size() < kPlainEntries; i += 2) {
     const std::optional<std::string> key = key_text(*root->items[i]);
-    size_t budget = kPlainDataBudget;
-    std::optional<Json> value = plain_data(*root->items[i + 1], 0, budget);
-    if (key && value) contents.values[*key] = std::move(*value);
+    std::optional<Json> value = key ? plain_data(*root->items[i + 1], 0, budget) : std::nullopt;
+    if (value) contents.values[*key] = std::move(*value);
   }
   HONE_CHECK(!contents.order.empty(), "{}: its dict holds no tensors", path);
   return contents;

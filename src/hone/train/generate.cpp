@@ -69,7 +69,7 @@ Schema generate_schema() {
   s.add({"num_samples", ValueType::integer, 1,
          "completions drawn for each prompt (vLLM's n, transformers' num_return_sequences); the prompt is prefilled "
          "once for them"},
-        Range::positive());
+        Range{.low = 1, .high = 1 << 20});
   s.add_foreign("num_return_sequences", "transformers'; hone's is num_samples");
   return s;
 }
@@ -239,6 +239,9 @@ int run_generate(const Config& c) {
       return text_before_stop(text, stop_strings).size() < text.size();
     };
   }
+  // Each completion's random stream is numbered by its prompt (below 2^24) and sample.
+  HONE_CHECK(prompts.size() < (size_t(1) << 24), "{} prompts: at most 16777215 a run (split the file)",
+             prompts.size());
   std::vector<std::vector<int32_t>> encoded;
   const int64_t max_seq_len = m.model->config().max_seq_len;
   int64_t cut_short = 0;  // prompts whose completions max_seq_len stops before max_new_tokens

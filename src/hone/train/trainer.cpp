@@ -292,10 +292,10 @@ int run_training(const Config& c, TrainingJob job) {
       }
       console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
       for (const std::string& note : notes) console.line(note);
-      if (!state.data_state.contains(data::kShuffleStreamsKey) && c.get<bool>("dataset.shuffle")) {
-        console.line(fmt::format("note: {} was saved by an earlier hone, whose shuffles drew other random numbers: "
-                                 "the data order goes on in this hone's, so the rest of the epoch it stopped in may "
-                                 "repeat or leave out some of that epoch's samples",
+      if (!state.data_state.contains(data::kShuffleStreamsKey)) {
+        console.line(fmt::format("note: {} was saved by an earlier hone, whose shuffles (and mock data) drew other "
+                                 "random numbers: the data goes on in this hone's order, so the rest of the epoch it "
+                                 "stopped in may repeat or leave out some of that epoch's samples",
                                  *folder));
       }
       // Row sums split among another number of threads round differently.
