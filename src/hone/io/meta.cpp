@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <set>
 
 #include "hone/io/json_file.hpp"
 #include "hone/io/torch_file.hpp"
@@ -139,24 +138,12 @@ class MetaFolder final : public WeightSource {
   // Every tensor the config implies, present with its shape and a dtype hone
   // reads; nothing else but RoPE's precomputed table (rope.freqs, Llama 2).
   void check_tensors() const {
-    std::set<std::string> expected;
+    std::vector<ImpliedTensor> implied;
     for (const ParameterSpec& spec : parameter_specs(config_)) {
-      for (const MetaTensor& t : tensors_of(spec.name)) {
-        HONE_CHECK(weights_.contains(t.name), "{}: tensor '{}' is missing (params.json describes {} layers)",
-                   weights_.path(), t.name, config_.n_layers);
-        const TensorFile::Entry& e = weights_.entry(t.name);
-        HONE_CHECK(e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16,
-                   "{}: tensor '{}' is {}; hone reads float32, bfloat16 and float16 weights", weights_.path(), t.name,
-                   dtype_name(e.dtype));
-        HONE_CHECK(e.shape == t.shape, "{}: tensor '{}' has shape {}, params.json implies {}", weights_.path(), t.name,
-                   e.shape.str(), t.shape.str());
-        expected.insert(t.name);
-      }
+      for (const MetaTensor& t : tensors_of(spec.name)) implied.push_back({t.name, t.shape});
     }
-    for (const std::string& name : weights_.names()) {
-      HONE_CHECK(expected.contains(name) || name == "rope.freqs",
-                 "{}: unexpected tensor '{}' (a Llama of this params.json has none)", weights_.path(), name);
-    }
+    check_state_dict(weights_, implied, "", [](const std::string& name) { return name == "rope.freqs"; },
+                     kParams, "Llama", config_.n_layers);
   }
 
   std::string dir_;

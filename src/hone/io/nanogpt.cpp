@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <set>
 
 #include "hone/io/hf.hpp"
 #include "hone/io/json_file.hpp"
@@ -95,26 +94,14 @@ class NanoGptCheckpoint final : public WeightSource {
   // reads; nothing else in the model's state dict but the causal masks and a
   // tied head.
   void check_tensors() const {
-    std::set<std::string> expected;
-    for (const ParameterSpec& spec : parameter_specs(config_)) {
-      const std::string name = stored_name(spec.name);
-      HONE_CHECK(file_.contains(name), "{}: tensor '{}' is missing (model_args: {} layers, bias {})", file_.path(),
-                 name, config_.n_layers, config_.linear_bias);
-      const TensorFile::Entry& e = file_.entry(name);
-      HONE_CHECK(e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16,
-                 "{}: tensor '{}' is {}; hone reads float32, bfloat16 and float16 weights", file_.path(), name,
-                 dtype_name(e.dtype));
-      HONE_CHECK(e.shape == spec.shape, "{}: tensor '{}' has shape {}, model_args implies {}", file_.path(), name,
-                 e.shape.str(), spec.shape.str());
-      expected.insert(name);
-    }
-    for (const std::string& name : file_.names()) {
-      if (!name.starts_with(prefix_)) continue;  // the optimizer's state, best_val_loss
-      const bool mask = name.ends_with(".attn.bias");  // not .attn.c_attn.bias
-      const bool tied_head = config_.tie_embeddings && name == prefix_ + "lm_head.weight";
-      HONE_CHECK(expected.contains(name) || mask || tied_head,
-                 "{}: unexpected tensor '{}' (nanoGPT's GPT of these model_args has none)", file_.path(), name);
-    }
+    std::vector<ImpliedTensor> implied;
+    for (const ParameterSpec& spec : parameter_specs(config_)) implied.push_back({stored_name(spec.name), spec.shape});
+    // Beside the model: the optimizer's state, best_val_loss (outside the prefix).
+    const auto skipped = [&](const std::string& name) {
+      return name.ends_with(".attn.bias") ||  // the causal masks, not .attn.c_attn.bias
+             (config_.tie_embeddings && name == prefix_ + "lm_head.weight");
+    };
+    check_state_dict(file_, implied, prefix_, skipped, "model_args", "nanoGPT GPT", config_.n_layers);
   }
 
   TorchFile file_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <fmt/ranges.h>
 
 #include "hone/ops/ops.hpp"
@@ -209,6 +210,27 @@ void transpose(const Tensor& src, const Tensor& dst) {
         }
       }
     }
+  }
+}
+
+void check_state_dict(const TensorFile& file, const std::vector<ImpliedTensor>& implied, const std::string& prefix,
+                      const std::function<bool(const std::string&)>& skipped, const std::string& config,
+                      const std::string& model, int64_t layers) {
+  std::set<std::string> expected;
+  for (const ImpliedTensor& t : implied) {
+    HONE_CHECK(file.contains(t.name), "{}: tensor '{}' is missing ({} describes {} layers)", file.path(), t.name,
+               config, layers);
+    const TensorFile::Entry& e = file.entry(t.name);
+    HONE_CHECK(e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16,
+               "{}: tensor '{}' is {}; hone reads float32, bfloat16 and float16 weights", file.path(), t.name,
+               dtype_name(e.dtype));
+    HONE_CHECK(e.shape == t.shape, "{}: tensor '{}' has shape {}, {} implies {}", file.path(), t.name, e.shape.str(),
+               config, t.shape.str());
+    expected.insert(t.name);
+  }
+  for (const std::string& name : file.names()) {
+    HONE_CHECK(!name.starts_with(prefix) || expected.contains(name) || skipped(name),
+               "{}: unexpected tensor '{}' (a {} of this {} has none)", file.path(), name, model, config);
   }
 }
 

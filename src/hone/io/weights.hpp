@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hone/io/tensor_file.hpp"
 #include "hone/model/transformer.hpp"
 
 namespace hone {
@@ -78,6 +79,21 @@ void read_stored_rotate_half(const StoredTensor& src, int64_t heads, const Tenso
 void read_stored_rows(const StoredTensor& src, int64_t row_begin, int64_t heads, const Tensor& dst);
 // dst [b, a] = srcᵀ for 2-D CPU tensors of one dtype (GPT-2's Conv1D layout).
 void transpose(const Tensor& src, const Tensor& dst);
+
+// A tensor a model's config implies in a file, by the file's name for it.
+struct ImpliedTensor {
+  std::string name;
+  Shape shape;
+};
+// Checks a single-file state dict (Meta's consolidated.00.pth, nanoGPT's
+// ckpt.pt) against the tensors its config implies, before any is read: each
+// present, of a float dtype hone reads and of its shape; any other tensor whose
+// name starts with `prefix` is an error unless `skipped` (buffers) says so.
+// `config` names where the sizes came from and `model` what they describe,
+// for the errors ("params.json", "Llama").
+void check_state_dict(const TensorFile& file, const std::vector<ImpliedTensor>& implied, const std::string& prefix,
+                      const std::function<bool(const std::string&)>& skipped, const std::string& config,
+                      const std::string& model, int64_t layers);
 
 // The last component of a folder path ("runs/llama/" and "runs/llama" give
 // "llama"), which names a converted model.
