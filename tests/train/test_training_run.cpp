@@ -904,6 +904,46 @@ TEST_F(TrainingRun, AResumeKeepsItsTokenizer) {
   EXPECT_TRUE(fs::exists(root_ + "/u/step_0000004/vocab.json")) << log();
 }
 
+// Continued pretraining (checkpoint.path): the run starts from the model's
+// weights, not from an init: its first validation is the model's last, on the
+// same held-out documents. Its checkpoints record the model it started from and
+// carry that model's tokenizer; a model.* key beside checkpoint.path (which
+// would shape another model) is refused before anything is made.
+TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
+  const std::string settings = "seed: 7\ndtype: fp32\n";
+  const std::string cross_entropy = "metrics/eval/LanguageCrossEntropy";
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("first", 2, settings), "model.vocab_size=50257",
+                 "tokenizer.path=" + asset_path("tokenizers/gpt2-hf")}),
+            0)
+      << log();
+  const double last = run_metric(root_ + "/first", cross_entropy).at(2);
+  const std::string from = "checkpoint.path=" + root_ + "/first";
+
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("next", 2, settings), from}), 2) << log();
+  EXPECT_NE(log().find("model.name is set, but checkpoint.path " + root_ +
+                       "/first gives the model (its architecture and weights): give model=null to unset it"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/next"));
+
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("next", 2, settings), from, "model=null", "eval.first=true"}), 0)
+      << log();
+  EXPECT_NE(log().find("model: llama_tiny with vocab_size 50257 (llama family) from " + root_ + "/first/step_0000002"),
+            std::string::npos)
+      << log();
+  const std::map<int64_t, double> validated = run_metric(root_ + "/next", cross_entropy);
+  EXPECT_EQ(validated.at(0), last);
+  const std::string step = root_ + "/next/step_0000002";
+  EXPECT_TRUE(fs::exists(step + "/vocab.json")) << "the starting model's tokenizer";
+  const nlohmann::json state = nlohmann::json::parse(read_file(step + "/trainer_state.json"));
+  EXPECT_EQ(state["base_model"]["folder"], root_ + "/first/step_0000002") << state.dump();
+
+  // It resumes as any run does.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("next", 3, settings), from, "model=null", "resume=latest"}), 0)
+      << log();
+  EXPECT_TRUE(fs::exists(root_ + "/next/step_0000003"));
+}
+
 // A data path with a space in it, there as written, is one path (it was split as a blend).
 TEST_F(TrainingRun, ADataPathWithASpaceIsOnePath) {
   fs::create_directories(root_ + "/my data");

@@ -10,7 +10,12 @@ const std::vector<Recipe>& recipes() {
     std::vector<Recipe> t;
     Schema pretrain;
     pretrain.add(run_schema()).add(model_schema()).add(training_schema()).add(pretrain_dataset_schema());
-    t.push_back({"pretrain", "train a model from scratch on a token stream (Megatron .bin/.idx, MDS, or mock data)",
+    pretrain.add(model_source_schema("a model to go on training instead of one from scratch (its architecture and "
+                                     "weights; model.* unset)",
+                                     /*required=*/false));
+    t.push_back({"pretrain",
+                 "train a model from scratch, or go on training one (checkpoint.path), on a token stream (Megatron "
+                 ".bin/.idx, MDS, or mock data)",
                  pretrain, run_pretrain, [](const Config& c) { return summarize_training(c); }, pretrain_shape});
     t.push_back({"full_finetune", "fine-tune every weight of a model on an instruct or chat dataset",
                  finetune_schema(FinetuneKind::full), run_finetune, summarize_finetune, finetune_shape});

@@ -28,12 +28,12 @@ Schema run_schema() {
   return s;
 }
 
-Schema model_source_schema(const std::string& what) {
+Schema model_source_schema(const std::string& what, bool required) {
   Schema s;
   s.add({"checkpoint.path", ValueType::string, nullptr,
          what + ": a Hugging Face folder, a Meta Llama folder (params.json), a hone model or checkpoint folder, a "
                 "run directory, an llm.c / llama2.c file, or a nanoGPT ckpt.pt",
-         {}, true});
+         {}, required});
   s.add({"checkpoint.format", ValueType::string, "auto",
          "the format checkpoint.path must have (auto: any, told apart by its files)",
          {"auto", "hf", "meta", "hone", "llmc", "llama2c", "nanogpt"}});

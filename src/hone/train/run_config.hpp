@@ -15,9 +15,9 @@ namespace hone {
 
 // output_dir, seed, device, dtype, threads.
 Schema run_schema();
-// checkpoint.path (required; `what` the model is for) and checkpoint.format
-// (auto, or the format the model must have: hf, hone, llmc, llama2c).
-Schema model_source_schema(const std::string& what);
+// checkpoint.path (`what` the model is for) and checkpoint.format (auto, or
+// the format the model must have: hf, meta, hone, llmc, llama2c, nanogpt).
+Schema model_source_schema(const std::string& what, bool required = true);
 // An error naming `key` unless `path` (its value, or a file it names: a
 // Megatron prefix's .idx) exists; a relative path's names the working
 // directory it is read from (a built-in config run from another folder).
