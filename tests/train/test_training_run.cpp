@@ -921,7 +921,7 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
 
   EXPECT_EQ(run({"run", "pretrain", "--config", config("next", 2, settings), from}), 2) << log();
   EXPECT_NE(log().find("model.name is set, but checkpoint.path " + root_ +
-                       "/first gives the model (its architecture and weights): give model=null to unset it"),
+                       "/first gives the model (its architecture and weights): give model.name=null to unset it"),
             std::string::npos)
       << log();
   EXPECT_FALSE(fs::exists(root_ + "/next"));
@@ -942,6 +942,28 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("next", 3, settings), from, "model=null", "resume=latest"}), 0)
       << log();
   EXPECT_TRUE(fs::exists(root_ + "/next/step_0000003"));
+
+  // Where and how positions go may change (a longer context), which leaves the weights' shapes.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("longer", 1, settings), from, "model=null",
+                 "model.max_seq_len=512", "model.rope_theta=50000", "dataset.seq_len=300",
+                 "dataset.mock.document_length=400"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("model: llama_tiny with vocab_size 50257, max_seq_len 512, rope_theta 50000 (llama family)"),
+            std::string::npos)
+      << log();
+  const nlohmann::json longer = nlohmann::json::parse(read_file(root_ + "/longer/step_0000001/model.json"));
+  EXPECT_EQ(longer["max_seq_len"], 512);
+  EXPECT_EQ(longer["rope_theta"], 50000.0);
+  // Learned positions are a table of max_seq_len rows.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("gpt2", 1, settings), "model.name=gpt2_tiny"}), 0) << log();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("gpt2_longer", 1, settings), "checkpoint.path=" + root_ + "/gpt2",
+                 "model=null", "model.max_seq_len=512"}),
+            2);
+  EXPECT_NE(log().find("model.max_seq_len 512: checkpoint.path " + root_ +
+                       "/gpt2 learned its positions, a table of 256 rows, which another length would change"),
+            std::string::npos)
+      << log();
 }
 
 // A data path with a space in it, there as written, is one path (it was split as a blend).

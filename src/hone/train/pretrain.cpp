@@ -24,34 +24,50 @@ namespace {
 
 // Continued pretraining takes checkpoint.path's model, its architecture with
 // its weights (Megatron's --load with --finetune, torchtitan's
-// initial_load_path, Foundry's load_path): a model.* key would shape another.
-void check_no_model_keys(const Config& c) {
+// initial_load_path, Foundry's load_path). model.* keys may change only where
+// and how positions go (a longer context), which leaves the weights' shapes:
+// any other would shape another model.
+bool changes_positions_only(std::string_view key) {
+  return key == "model.max_seq_len" || key == "model.rope_theta" || key.starts_with("model.rope_scaling.");
+}
+
+ModelConfig starting_model_config(const Config& c, const ModelConfig& loaded) {
   std::vector<std::string> set;
   const Schema model_keys = model_schema();
   for (const KeySpec& spec : model_keys.keys()) {
-    if (c.has(spec.key)) set.push_back(spec.key);
+    if (c.has(spec.key) && !changes_positions_only(spec.key)) set.push_back(spec.key);
   }
+  const std::string path = c.get<std::string>("checkpoint.path");
   HONE_CHECK(set.empty(),
-             "{}: {} {} set, but checkpoint.path {} gives the model (its architecture and weights): give model=null to "
-             "unset {}",
-             c.origin_of(set.front()), fmt::join(set, ", "), set.size() == 1 ? "is" : "are",
-             c.get<std::string>("checkpoint.path"), set.size() == 1 ? "it" : "them");
+             "{}: {} {} set, but checkpoint.path {} gives the model (its architecture and weights): give {}=null to "
+             "unset {} (beside checkpoint.path only model.max_seq_len, model.rope_theta and model.rope_scaling.* may "
+             "change it: where and how positions go)",
+             c.origin_of(set.front()), fmt::join(set, ", "), set.size() == 1 ? "is" : "are", path,
+             set.size() == 1 ? set.front() : "model", set.size() == 1 ? "it" : "them");
+  const ModelConfig m = with_model_keys(c, loaded, /*name_changes=*/true);
+  HONE_CHECK(m.position != PositionKind::learned || m.max_seq_len == loaded.max_seq_len,
+             "{}: model.max_seq_len {}: checkpoint.path {} learned its positions, a table of {} rows, which another "
+             "length would change (RoPE's and ALiBi's models take any)",
+             c.origin_of("model.max_seq_len"), m.max_seq_len, path, loaded.max_seq_len);
+  return m;
 }
 
 // The model a run starts from: checkpoint.path's, the folder it resolves to
-// (a run directory: its latest step folder) and its weights.
+// (a run directory: its latest step folder), its weights, and its architecture
+// with the run's position settings.
 struct StartingModel {
   BaseModelRecord record;
   std::unique_ptr<WeightSource> weights;
+  ModelConfig config;
 };
 
 StartingModel open_starting_model(const Config& c) {
-  check_no_model_keys(c);
   const std::string path = c.get<std::string>("checkpoint.path");
   check_path_exists(c, "checkpoint.path", path);
   BaseModelRecord record = base_model_record(path);
   std::unique_ptr<WeightSource> weights = open_weights(record.folder, c.get<std::string>("checkpoint.format"));
-  return {.record = std::move(record), .weights = std::move(weights)};
+  const ModelConfig config = starting_model_config(c, weights->config());
+  return {.record = std::move(record), .weights = std::move(weights), .config = config};
 }
 
 TrainingShape shape_of(const Config& c, const ModelConfig& model) {
@@ -91,7 +107,7 @@ std::string tokenizer_folder(const Config& c, const std::optional<StartingModel>
 }  // namespace
 
 TrainingShape pretrain_shape(const Config& c) {
-  return shape_of(c, c.has("checkpoint.path") ? open_starting_model(c).weights->config() : model_config_from(c));
+  return shape_of(c, c.has("checkpoint.path") ? open_starting_model(c).config : model_config_from(c));
 }
 
 std::vector<std::string> summarize_training(const Config& c, int data_parallel_ranks) {
@@ -100,11 +116,10 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
   const std::string path = c.get<std::string>("checkpoint.path");
   // hone validate on another machine than the run's.
   if (!fs::exists(path)) {
-    check_no_model_keys(c);
     return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
   }
   const StartingModel start = open_starting_model(c);
-  return summarize(c, shape_of(c, start.weights->config()), start.record.folder, data_parallel_ranks);
+  return summarize(c, shape_of(c, start.config), start.record.folder, data_parallel_ranks);
 }
 
 int run_pretrain(const Config& c) {
@@ -113,7 +128,7 @@ int run_pretrain(const Config& c) {
   if (run.threads > 0) set_num_threads(run.threads);
   std::optional<StartingModel> start;
   if (c.has("checkpoint.path")) start = open_starting_model(c);
-  const TrainingShape shape = shape_of(c, start ? start->weights->config() : model_config_from(c));
+  const TrainingShape shape = shape_of(c, start ? start->config : model_config_from(c));
   const ModelConfig& model_config = shape.model;
   const int64_t batch_size = shape.batch_size, seq_len = shape.seq_len;
 

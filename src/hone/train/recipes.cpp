@@ -11,7 +11,7 @@ const std::vector<Recipe>& recipes() {
     Schema pretrain;
     pretrain.add(run_schema()).add(model_schema()).add(training_schema()).add(pretrain_dataset_schema());
     pretrain.add(model_source_schema("a model to go on training instead of one from scratch (its architecture and "
-                                     "weights; model.* unset)",
+                                     "weights; model.* unset but max_seq_len, rope_theta, rope_scaling)",
                                      /*required=*/false));
     t.push_back({"pretrain",
                  "train a model from scratch, or go on training one (checkpoint.path), on a token stream (Megatron "

@@ -337,6 +337,10 @@ ModelConfig model_config_from(const Config& c) {
     m = model_preset(family + "_tiny");  // the family's defaults; the shape comes from the keys below
     m.name = "custom_" + family;
   }
+  return with_model_keys(c, std::move(m), /*name_changes=*/c.has("model.name"));
+}
+
+ModelConfig with_model_keys(const Config& c, ModelConfig m, bool name_changes) {
   // A built-in model the config changes is named with the changes, so that a
   // banner or a benchmark does not call the quickstart's 15.8M model llama_tiny.
   std::vector<std::string> changes;
@@ -389,7 +393,10 @@ ModelConfig model_config_from(const Config& c) {
   } catch (const Error& e) {
     fail("{}: {}", c.origin_of_section("model"), e.what());
   }
-  if (c.has("model.name") && !changes.empty()) m.name += fmt::format(" with {}", fmt::join(changes, ", "));
+  if (name_changes && !changes.empty()) {
+    // A loaded model's name may say what changed it before.
+    m.name += fmt::format("{}{}", m.name.find(" with ") == std::string::npos ? " with " : ", ", fmt::join(changes, ", "));
+  }
   return m;
 }
 

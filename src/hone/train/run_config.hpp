@@ -49,6 +49,9 @@ struct RunSettings {
 };
 RunSettings run_settings_from(const Config& config);
 ModelConfig model_config_from(const Config& config);
+// `model` with the model.* keys `config` sets applied and checked; with
+// `name_changes` its name says what they changed ("llama_tiny with dim 256").
+ModelConfig with_model_keys(const Config& config, ModelConfig model, bool name_changes);
 
 // The sequence length at `key`, or when it is unset `fallback` cut to the
 // model's max_seq_len; a length beyond the model's max_seq_len is an error
