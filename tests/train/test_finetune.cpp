@@ -916,6 +916,30 @@ TEST_F(FinetuneRun, ALoraRunIsItsBaseWithItsAdaptersMerged) {
   EXPECT_FALSE(fs::exists(root_ + "/never"));
 }
 
+// A LoRA run given its base by a relative path finds it from another working
+// directory too: its checkpoints record the folder as given and absolute.
+TEST_F(FinetuneRun, ARelativeBaseIsFoundFromAnotherWorkingDirectory) {
+  const fs::path before = fs::current_path();
+  fs::current_path(root_);
+  auto args = lora_args("relative_lora", 1);
+  std::replace(args.begin(), args.end(), "checkpoint.path=" + root_ + "/base", std::string("checkpoint.path=base"));
+  const int trained = run_hone_to_log(args, root_ + "/relative_lora.log");
+  fs::create_directories(root_ + "/elsewhere");
+  fs::current_path(root_ + "/elsewhere");
+  const int converted =
+      run_hone_to_log({"convert", root_ + "/relative_lora", root_ + "/relative_merged", "--to", "hone"},
+                      root_ + "/relative_convert.log");
+  fs::current_path(before);
+  ASSERT_EQ(trained, 0) << read_file(root_ + "/relative_lora.log");
+  const nlohmann::json base = nlohmann::json::parse(
+      read_file(root_ + "/relative_lora/step_0000001/trainer_state.json"))["base_model"];
+  EXPECT_EQ(base["folder"], "base/step_0000002");
+  EXPECT_EQ(base["absolute_folder"], root_ + "/base/step_0000002");
+  EXPECT_EQ(converted, 0) << read_file(root_ + "/relative_convert.log");
+  EXPECT_NE(read_file(root_ + "/relative_convert.log").find(root_ + "/base/step_0000002"), std::string::npos)
+      << read_file(root_ + "/relative_convert.log");
+}
+
 // A LoRA run given a pretraining run's directory trains on its latest step
 // then; its checkpoints record that step folder (and its weights' checksum),
 // so a pretraining run that goes on later changes neither what the LoRA run is

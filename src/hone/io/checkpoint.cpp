@@ -110,9 +110,13 @@ class ModelFolder final : public WeightSource {
   std::vector<std::string> companions_;
 };
 
+// The folder as given, and absolute: a relative one is found from another
+// working directory too.
 Json base_model_to_json(const std::optional<BaseModelRecord>& base) {
   if (!base) return Json();
-  return {{"folder", base->folder}, {"weights_xxh3", base->weights_xxh3 ? Json(*base->weights_xxh3) : Json()}};
+  return {{"folder", base->folder},
+          {"absolute_folder", fs::absolute(base->folder).lexically_normal().string()},
+          {"weights_xxh3", base->weights_xxh3 ? Json(*base->weights_xxh3) : Json()}};
 }
 
 }  // namespace
@@ -521,7 +525,14 @@ std::optional<BaseModelRecord> base_model_from_json(const Json& state, const std
                  (xxh3.is_null() || xxh3.is_string()),
              "{}/{}: base_model is {}, not {{\"folder\": PATH, \"weights_xxh3\": CHECKSUM or null}}", folder,
              kTrainerState, base.dump());
-  return BaseModelRecord{.folder = base["folder"].get<std::string>(),
+  // A relative folder not found from here: where it was from the run's working directory.
+  std::string base_folder = base["folder"].get<std::string>();
+  const Json absolute = base.value("absolute_folder", Json());
+  if (fs::path(base_folder).is_relative() && !fs::exists(base_folder) && absolute.is_string() &&
+      fs::exists(absolute.get<std::string>())) {
+    base_folder = absolute.get<std::string>();
+  }
+  return BaseModelRecord{.folder = base_folder,
                          .weights_xxh3 = xxh3.is_null() ? std::nullopt : std::optional(xxh3.get<std::string>())};
 }
 
