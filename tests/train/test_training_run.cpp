@@ -701,6 +701,14 @@ TEST_F(TrainingRun, OnATerminalProgressIsOneLineRedrawnInPlace) {
   EXPECT_NE(resumed.screen.find("\r\033[Kloading " + root_ + "/terminal/step_0000006 ...\r\033[Kresumed from "),
             std::string::npos)
       << resumed.screen;
+  // A model to go on training is counted in as its weights are read.
+  const TerminalRun continued = run_hone_on_terminal(
+      {"run", "pretrain", "--config", config("continued", 1), "model=null", "checkpoint.path=" + root_ + "/terminal"});
+  ASSERT_EQ(continued.status, 0) << continued.screen;
+  EXPECT_NE(continued.screen.find("\r\033[Kloading hone model folder " + root_ + "/terminal/step_0000007: "),
+            std::string::npos)
+      << continued.screen;
+  EXPECT_NE(continued.screen.find(" parameters (100%), "), std::string::npos) << continued.screen;
 }
 
 TEST_F(TrainingRun, TokenAndEpochBudgetsSetTheStepCount) {

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <chrono>
 #include <filesystem>
 #include <fmt/ranges.h>
 
@@ -12,6 +11,7 @@
 #include "hone/core/progress_line.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/stop_signals.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/convert.hpp"
 #include "hone/io/peft.hpp"
@@ -88,12 +88,6 @@ int convert_to_peft(const std::string& src, const std::string& dest) {
   return 0;
 }
 
-std::string count(int64_t n) {
-  if (n >= 1'000'000'000) return fmt::format("{:.2f}B", double(n) / 1e9);
-  if (n >= 1'000'000) return fmt::format("{:.1f}M", double(n) / 1e6);
-  return std::to_string(n);
-}
-
 }  // namespace
 
 Command add_convert(CLI::App& app) {
@@ -150,19 +144,10 @@ Command add_convert(CLI::App& app) {
     // Ctrl-C or a kill stops before the next tensor, and the unfinished folder
     // is removed as on any error.
     catch_stop_signals();
-    ProgressLine line;
-    const auto started = std::chrono::steady_clock::now();
-    auto last_drawn = started;
+    ParameterProgress progress("converting");
     options.on_progress = [&](int64_t read, int64_t total) {
       if (stop_requested_flag()) throw Stopped{};
-      if (line.on_terminal()) {
-        const auto now = std::chrono::steady_clock::now();
-        if (read < total && now - last_drawn < std::chrono::milliseconds(250)) return;
-        last_drawn = now;
-        line.draw(fmt::format("converting: {} of {} parameters ({:.0f}%), {:.0f} s", count(read), count(total),
-                              100.0 * double(read) / double(std::max<int64_t>(total, 1)),
-                              std::chrono::duration<double>(now - started).count()));
-      }
+      progress.update(read, total);
     };
     const std::unique_ptr<WeightSource> source = open_convert_source(args->src, options);
     std::vector<std::string> tokenizer_notes;
@@ -185,15 +170,15 @@ Command add_convert(CLI::App& app) {
     try {
       s = convert_model(*source, args->dest, options);
     } catch (const Stopped&) {
-      line.clear();
+      progress.clear();
       fmt::print(stderr, "hone: convert stopped by signal {}; {} not written\n", stop_signal(), args->dest);
       return 128 + stop_signal();
     }
-    line.clear();
+    progress.clear();
     for (const std::string& note : s.notes) fmt::print("note: {}\n", note);
     for (const std::string& note : tokenizer_notes) fmt::print("note: {}\n", note);
     fmt::print("{} ({}, {} layers, {} parameters) -> {} ({} folder, {} weights): {}\n", s.source,
-               family_name(s.config.family), s.config.n_layers, count(s.config.num_params()), args->dest, args->to,
+               family_name(s.config.family), s.config.n_layers, format_count(s.config.num_params()), args->dest, args->to,
                dtype_name(s.dtype), fmt::join(s.files, ", "));
     return 0;
   };

@@ -5,6 +5,8 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -32,6 +34,21 @@ class ProgressLine {
  private:
   bool terminal_;
   bool drawn_ = false;
+};
+
+// "converting: 1.20B of 8.03B parameters (15%), 3 s": a model's weights going
+// through, redrawn at most every 250 ms and when the last arrive.
+class ParameterProgress {
+ public:
+  explicit ParameterProgress(std::string verb) : verb_(std::move(verb)) {}
+  bool on_terminal() const { return line_.on_terminal(); }
+  void update(int64_t done, int64_t total);
+  void clear() { line_.clear(); }
+
+ private:
+  std::string verb_;
+  ProgressLine line_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now(), drawn_ = started_;
 };
 
 }  // namespace hone

@@ -17,6 +17,12 @@ std::string format_bytes(double bytes) {
   return fmt::format("{:.{}f} {}", bytes, u == 0 ? 0 : 2, units[u]);
 }
 
+std::string format_count(int64_t n) {
+  if (n >= 1'000'000'000) return fmt::format("{:.2f}B", double(n) / 1e9);
+  if (n >= 1'000'000) return fmt::format("{:.1f}M", double(n) / 1e6);
+  return std::to_string(n);
+}
+
 std::string plural(int64_t n, std::string_view word, std::string_view plural_form) {
   if (n == 1) return std::string(word);
   return plural_form.empty() ? std::string(word) + "s" : std::string(plural_form);

@@ -6,6 +6,7 @@
 #include <set>
 #include <fmt/ranges.h>
 
+#include "hone/core/progress_line.hpp"
 #include "hone/ops/ops.hpp"
 
 namespace hone {
@@ -40,7 +41,10 @@ std::vector<ParameterSpec> parameter_specs(const ModelConfig& c) {
   return specs;
 }
 
-void load_weights(const WeightSource& source, Transformer& model) {
+void load_weights(const WeightSource& source, Transformer& model, LoadProgress progress) {
+  ParameterProgress line("loading " + source.description());
+  const int64_t total = source.config().num_params();
+  int64_t read = 0;
   const std::vector<ParameterSpec> specs = parameter_specs(source.config());
   const auto& params = model.params().all();
   HONE_CHECK(specs.size() == params.size(), "{} has {} parameters, the model {} (another architecture?)",
@@ -59,6 +63,8 @@ void load_weights(const WeightSource& source, Transformer& model) {
       source.read(p.name, staged);
       model.params().write(p, staged);
     }
+    read += p.whole_shape.numel();
+    if (progress == LoadProgress::shown) line.update(read, total);
   }
   model.params().sync_compute();
 }

@@ -41,8 +41,11 @@ class WeightSource {
 };
 
 // Copies every weight of `source` into model.params(); a model of another shape
-// is an error naming the first parameter that differs.
-void load_weights(const WeightSource& source, Transformer& model);
+// is an error naming the first parameter that differs. With `progress` shown, a
+// line on a terminal counts the parameters read (an 8B model's 16 GB take a
+// while from a network disk).
+enum class LoadProgress { hidden, shown };
+void load_weights(const WeightSource& source, Transformer& model, LoadProgress progress = LoadProgress::hidden);
 
 // A Transformer's weights as a source (exporting a model in memory). A model
 // with LoRA adapters must have them merged (Transformer::merge_lora) first.

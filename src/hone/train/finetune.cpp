@@ -272,12 +272,13 @@ int run_finetune(const Config& c) {
   }
   check_exports(c, model_config, lora);
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
-  load_weights(*weights, model);
+  const LoadProgress progress = world.is_main() ? LoadProgress::shown : LoadProgress::hidden;
+  load_weights(*weights, model, progress);
   // Full-weight DPO's reference: the model as it starts, frozen.
   std::unique_ptr<Transformer> reference;
   if (has_reference_copy(c)) {
     reference = make_reference_model(model_config, run.dtype, world.device());
-    load_weights(*weights, *reference);
+    load_weights(*weights, *reference, progress);
   }
   model.init_lora(run.seed);
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew

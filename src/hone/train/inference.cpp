@@ -122,7 +122,7 @@ InferenceModel load_inference_model(const Config& c, bool with_tokenizer) {
   out.model = std::make_unique<Transformer>(weights->config(), run.dtype, run.device,
                                             adapters ? std::optional(adapters->lora) : std::nullopt,
                                             ModelPlacement{}, BaseWeights::frozen);
-  load_weights(*weights, *out.model);
+  load_weights(*weights, *out.model, LoadProgress::shown);
   if (adapters) {
     load_adapters(adapters->read, *out.model);
     out.model->merge_lora();  // inference runs the merged weights: no adapter cost per token

@@ -189,7 +189,7 @@ int run_pretrain(const Config& c) {
   }
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
   if (start) {
-    load_weights(*start->weights, model);
+    load_weights(*start->weights, model, world.is_main() ? LoadProgress::shown : LoadProgress::hidden);
   } else {
     model.init_weights(run.seed);  // the same seed on every rank: the replicas start identical
   }
