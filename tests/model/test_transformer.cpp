@@ -539,6 +539,26 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
   huge.dim = int64_t(1) << 62;
   EXPECT_NE(error_of([&] { huge.validate(); }).find("model.dim 4611686018427387904 is beyond 262144"),
             std::string::npos);
+  // RoPE's settings that would give NaN positions (a factor of 0 divides by zero).
+  const auto rope_error = [](auto change) {
+    ModelConfig m = model_preset("llama3_1_8B");
+    change(m);
+    return error_of([&] { m.validate(); });
+  };
+  EXPECT_EQ(rope_error([](ModelConfig& m) { m.rope_scaling.factor = 0; }),
+            "model 'llama3_1_8B': model.rope_scaling.factor must be at least 1 (1: no scaling), got 0");
+  EXPECT_NE(rope_error([](ModelConfig& m) { m.rope_scaling.original_max_position = 0; })
+                .find("model.rope_scaling.original_max_position must be positive, got 0"),
+            std::string::npos);
+  EXPECT_NE(rope_error([](ModelConfig& m) { m.rope_scaling.low_freq_factor = -1; })
+                .find("model.rope_scaling.low_freq_factor must be positive, got -1"),
+            std::string::npos);
+  EXPECT_NE(rope_error([](ModelConfig& m) { m.rope_theta = 0; }).find("model.rope_theta must be positive, got 0"),
+            std::string::npos);
+  // A model without RoPE does not use them.
+  ModelConfig gpt2 = model_preset("gpt2_tiny");
+  gpt2.rope_scaling.factor = 0;
+  EXPECT_NO_THROW(gpt2.validate());
 }
 
 TEST(Presets, TinyModelParametersMatchTheCount) {

@@ -946,10 +946,19 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
   const nlohmann::json state = nlohmann::json::parse(read_file(step + "/trainer_state.json"));
   EXPECT_EQ(state["base_model"]["folder"], root_ + "/first/step_0000002") << state.dump();
 
-  // It resumes as any run does.
+  // It resumes from its checkpoint, which holds the model whole: the model it
+  // started from may be gone, and stays the one recorded.
+  fs::rename(root_ + "/first", root_ + "/first_moved");
   ASSERT_EQ(run({"run", "pretrain", "--config", config("next", 3, settings), from, "model=null", "resume=latest"}), 0)
       << log();
-  EXPECT_TRUE(fs::exists(root_ + "/next/step_0000003"));
+  const nlohmann::json resumed =
+      nlohmann::json::parse(read_file(root_ + "/next/step_0000003/trainer_state.json"))["base_model"];
+  EXPECT_EQ(resumed, state["base_model"]);
+  EXPECT_TRUE(fs::exists(root_ + "/next/step_0000003/vocab.json")) << "the tokenizer the run carried";
+  // A resume without checkpoint.path would be another run.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("next", 4, settings), "model=null", "resume=latest"}), 2);
+  EXPECT_NE(log().find("(checkpoint.path \"" + root_ + "/first\" -> unset)"), std::string::npos) << log();
+  fs::rename(root_ + "/first_moved", root_ + "/first");
 
   // Where and how positions go may change (a longer context), which leaves the weights' shapes.
   ASSERT_EQ(run({"run", "pretrain", "--config", config("longer", 1, settings), from, "model=null",
@@ -971,6 +980,19 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
   EXPECT_NE(log().find("model.max_seq_len 512: checkpoint.path " + root_ +
                        "/gpt2 learned its positions, a table of 256 rows, which another length would change"),
             std::string::npos)
+      << log();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("gpt2_theta", 1, settings), "checkpoint.path=" + root_ + "/gpt2",
+                 "model=null", "model.rope_theta=50000"}),
+            2);
+  EXPECT_NE(log().find("model.rope_theta: checkpoint.path " + root_ +
+                       "/gpt2 has no RoPE (learned positions), which model.rope_theta would set"),
+            std::string::npos)
+      << log();
+  // A Hugging Face folder without a tokenizer (its generation_config.json is none) trains on mock data.
+  ASSERT_EQ(run({"convert", root_ + "/gpt2", root_ + "/gpt2_hf", "--to", "hf"}), 0) << log();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("from_hf", 1, settings), "checkpoint.path=" + root_ + "/gpt2_hf",
+                 "model=null"}),
+            0)
       << log();
 }
 

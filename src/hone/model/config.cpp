@@ -33,8 +33,19 @@ void ModelConfig::validate() const {
   HONE_CHECK(position != PositionKind::rope || head_dim() % 2 == 0,
              "model '{}': RoPE needs an even head dimension, got {}", name, head_dim());
   HONE_CHECK(norm_eps > 0, "model '{}': model.norm_eps must be positive", name);
-  HONE_CHECK(!rope_scaling.enabled() || rope_scaling.high_freq_factor > rope_scaling.low_freq_factor,
+  if (position != PositionKind::rope) return;
+  HONE_CHECK(rope_theta > 0, "model '{}': model.rope_theta must be positive, got {}", name, rope_theta);
+  // Llama 3.1's scaling as transformers checks it: a factor of at least 1 (1: none).
+  HONE_CHECK(rope_scaling.factor >= 1, "model '{}': model.rope_scaling.factor must be at least 1 (1: no scaling), got {}",
+             name, rope_scaling.factor);
+  if (!rope_scaling.enabled()) return;
+  HONE_CHECK(rope_scaling.low_freq_factor > 0, "model '{}': model.rope_scaling.low_freq_factor must be positive, got {}",
+             name, rope_scaling.low_freq_factor);
+  HONE_CHECK(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor,
              "model '{}': rope_scaling.high_freq_factor must exceed low_freq_factor", name);
+  HONE_CHECK(rope_scaling.original_max_position > 0,
+             "model '{}': model.rope_scaling.original_max_position must be positive, got {}", name,
+             rope_scaling.original_max_position);
 }
 
 int64_t ModelConfig::num_non_embedding_params() const {

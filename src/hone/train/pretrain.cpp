@@ -31,43 +31,76 @@ bool changes_positions_only(std::string_view key) {
   return key == "model.max_seq_len" || key == "model.rope_theta" || key.starts_with("model.rope_scaling.");
 }
 
-ModelConfig starting_model_config(const Config& c, const ModelConfig& loaded) {
+// The model.* keys beside checkpoint.path: those that change where and how
+// positions go, and only where the model has those positions.
+void check_model_keys(const Config& c) {
   std::vector<std::string> set;
   const Schema model_keys = model_schema();
   for (const KeySpec& spec : model_keys.keys()) {
     if (c.has(spec.key) && !changes_positions_only(spec.key)) set.push_back(spec.key);
   }
-  const std::string path = c.get<std::string>("checkpoint.path");
   HONE_CHECK(set.empty(),
              "{}: {} {} set, but checkpoint.path {} gives the model (its architecture and weights): give {}=null to "
              "unset {} (beside checkpoint.path only model.max_seq_len, model.rope_theta and model.rope_scaling.* may "
              "change it: where and how positions go)",
-             c.origin_of(set.front()), fmt::join(set, ", "), set.size() == 1 ? "is" : "are", path,
-             set.size() == 1 ? set.front() : "model", set.size() == 1 ? "it" : "them");
+             c.origin_of(set.front()), fmt::join(set, ", "), set.size() == 1 ? "is" : "are",
+             c.get<std::string>("checkpoint.path"), set.size() == 1 ? set.front() : "model",
+             set.size() == 1 ? "it" : "them");
+}
+
+ModelConfig starting_model_config(const Config& c, const ModelConfig& loaded) {
+  check_model_keys(c);
+  const std::string path = c.get<std::string>("checkpoint.path");
   const ModelConfig m = with_model_keys(c, loaded, /*name_changes=*/true);
   HONE_CHECK(m.position != PositionKind::learned || m.max_seq_len == loaded.max_seq_len,
              "{}: model.max_seq_len {}: checkpoint.path {} learned its positions, a table of {} rows, which another "
              "length would change (RoPE's and ALiBi's models take any)",
              c.origin_of("model.max_seq_len"), m.max_seq_len, path, loaded.max_seq_len);
+  const Schema model_keys = model_schema();
+  for (const KeySpec& spec : model_keys.keys()) {
+    const bool rope_key = changes_positions_only(spec.key) && spec.key != "model.max_seq_len";
+    HONE_CHECK(!rope_key || !c.has(spec.key) || m.position == PositionKind::rope,
+               "{}: {}: checkpoint.path {} has no RoPE ({} positions), which {} would set", c.origin_of(spec.key),
+               spec.key, path, m.position == PositionKind::learned ? "learned" : "ALiBi", spec.key);
+  }
   return m;
 }
 
-// The model a run starts from: checkpoint.path's, the folder it resolves to
-// (a run directory: its latest step folder), its weights, and its architecture
-// with the run's position settings.
+// The checkpoint a resumed run goes on from, if it resumes.
+std::optional<std::string> resumed_checkpoint(const Config& c) {
+  if (!c.has("resume")) return std::nullopt;
+  return find_checkpoint(c.get<std::string>("output_dir"), c.get<std::string>("resume"));
+}
+
+// The model a run starts from: checkpoint.path's (a run directory: its latest
+// step folder), its weights, and its architecture with the run's position
+// settings. A resumed run's checkpoint holds the model whole: it is read from
+// there (the model it started from may have moved or gone since), and the
+// record of that model is the checkpoint's.
 struct StartingModel {
-  BaseModelRecord record;
+  std::optional<BaseModelRecord> record;
   std::unique_ptr<WeightSource> weights;
   ModelConfig config;
+  std::string tokenizer_source;  // the folder whose tokenizer files the run's checkpoints carry
+  bool resumed = false;          // the weights come with the checkpoint: none to load here
 };
 
 StartingModel open_starting_model(const Config& c) {
-  const std::string path = c.get<std::string>("checkpoint.path");
-  check_path_exists(c, "checkpoint.path", path);
-  BaseModelRecord record = base_model_record(path);
-  std::unique_ptr<WeightSource> weights = open_weights(record.folder, c.get<std::string>("checkpoint.format"));
-  const ModelConfig config = starting_model_config(c, weights->config());
-  return {.record = std::move(record), .weights = std::move(weights), .config = config};
+  StartingModel start;
+  if (const std::optional<std::string> checkpoint = resumed_checkpoint(c)) {
+    start.record = checkpoint_base_model(*checkpoint);
+    start.weights = open_weights(*checkpoint, "hone");
+    start.tokenizer_source = *checkpoint;
+    start.resumed = true;
+  } else {
+    const std::string path = c.get<std::string>("checkpoint.path");
+    check_path_exists(c, "checkpoint.path", path);
+    start.record = base_model_record(path);
+    start.weights = open_weights(start.record->folder, c.get<std::string>("checkpoint.format"));
+    start.tokenizer_source = start.record->folder;
+  }
+  start.config = starting_model_config(c, start.weights->config());
+  return start;
 }
 
 TrainingShape shape_of(const Config& c, const ModelConfig& model) {
@@ -98,10 +131,16 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
 // one; none for mock data made without one.
 std::string tokenizer_folder(const Config& c, const std::optional<StartingModel>& start) {
   if (c.has("tokenizer.path")) return c.get<std::string>("tokenizer.path");
-  if (start && fs::is_directory(start->record.folder) && !tokenizer_companion_files(start->record.folder).empty()) {
-    return start->record.folder;
-  }
-  return "";
+  if (!start || !fs::is_directory(start->tokenizer_source)) return "";
+  const std::string& folder = start->tokenizer_source;
+  // A tokenizer hone reads and its files to carry (a generation_config.json alone is none).
+  const bool holds_one = !tokenizer_files_in(folder).empty() && !tokenizer_companion_files(folder).empty();
+  return holds_one ? folder : "";
+}
+
+// The folder of the model the run started from, for the banner.
+std::string starting_folder(const std::optional<StartingModel>& start) {
+  return start && start->record ? start->record->folder : "";
 }
 
 }  // namespace
@@ -115,15 +154,18 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
   if (!c.has("checkpoint.path")) return summarize(c, shape_of(c, model_config_from(c)), "", data_parallel_ranks);
   const std::string path = c.get<std::string>("checkpoint.path");
   // hone validate on another machine than the run's.
-  if (!fs::exists(path)) {
+  if (!fs::exists(path) && !resumed_checkpoint(c)) {
+    check_model_keys(c);
     return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
   }
-  const StartingModel start = open_starting_model(c);
-  return summarize(c, shape_of(c, start.config), start.record.folder, data_parallel_ranks);
+  const std::optional<StartingModel> start = open_starting_model(c);
+  return summarize(c, shape_of(c, start->config), starting_folder(start), data_parallel_ranks);
 }
 
 int run_pretrain(const Config& c) {
   check_output_dir_is_free(c);
+  // Before the model is made from the config: a resume that drops checkpoint.path is refused as such.
+  if (const std::optional<std::string> conflict = resume_conflict(c)) fail("{}", *conflict);
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
   std::optional<StartingModel> start;
@@ -188,9 +230,9 @@ int run_pretrain(const Config& c) {
     }
   }
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
-  if (start) {
+  if (start && !start->resumed) {
     load_weights(*start->weights, model, world.is_main() ? LoadProgress::shown : LoadProgress::hidden);
-  } else {
+  } else if (!start) {
     model.init_weights(run.seed);  // the same seed on every rank: the replicas start identical
   }
   return run_training(c, {.world = &world,
@@ -199,9 +241,9 @@ int run_pretrain(const Config& c) {
                           .validation = valid.get(),
                           .seq_len = seq_len,
                           .data_description = data.description,
-                          .summary = summarize(c, shape, start ? start->record.folder : "", world.dp_size()),
+                          .summary = summarize(c, shape, starting_folder(start), world.dp_size()),
                           .companion_files = tokenizer_files,
-                          .base_model = start ? std::optional(start->record) : std::nullopt});
+                          .base_model = start ? start->record : std::nullopt});
 }
 
 }  // namespace hone
