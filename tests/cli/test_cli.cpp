@@ -715,7 +715,13 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate " + testing::TempDir() + "/tasks.yaml ~checkpoint.path",
        "the command line: 'checkpoint.path' is required"},
       {"validate " + testing::TempDir() + "/shots.yaml", "task.num_fewshot (> 0) and task.fewshot_path go together"},
-      {"validate " + testing::TempDir() + "/no_prompt.yaml", "give a prompt or a prompts_file"}};
+      {"validate " + testing::TempDir() + "/no_prompt.yaml", "give a prompt or a prompts_file"},
+      // A built-in config's example prompt beside a prompts_file from the command line.
+      {"validate generation prompts_file=p.txt",
+       "give prompt or prompts_file, not both (add prompt=null to drop configs/generation.yaml's prompt)"},
+      {"validate eleuther_evaluation task.path=t.jsonl",
+       "give task.path (one task) or tasks (several), not both (add tasks=null to drop "
+       "configs/eleuther_evaluation.yaml's tasks)"}};
   for (const auto& [args, message] : refused_by_validate) {
     const CliResult r = run_hone(args);
     EXPECT_EQ(r.status, 2) << args;

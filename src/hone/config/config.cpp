@@ -284,6 +284,13 @@ const std::string* Config::override_text(std::string_view key) const {
   return nullptr;
 }
 
+std::string Config::how_to_drop_the_files(std::string_view a, std::string_view b) const {
+  const auto from_file = [&](std::string_view key) { return origin_of(key) == origin() && !override_text(key); };
+  if (from_file(a) == from_file(b)) return "";
+  const std::string_view files = from_file(a) ? a : b;
+  return fmt::format(" (add {}=null to drop {}'s {})", files, origin(), files);
+}
+
 const std::string& Config::origin_of(std::string_view key) const {
   static const std::string command_line = "the command line";
   for (const auto& [o, text] : overrides_) {

@@ -38,6 +38,10 @@ class Config {
   // key takes it as written where YAML would read it as something else
   // ("prompt=Note: x" is a mapping to YAML, "template=[INST] {x}" a list).
   const std::string* override_text(std::string_view key) const;
+  // For an error about keys `a` and `b` given together: where one is the config
+  // file's and the other came from the command line, how to drop the file's
+  // (" (add prompt=null to drop run.yaml's prompt)"); else "".
+  std::string how_to_drop_the_files(std::string_view a, std::string_view b) const;
   void set(std::string_view key, Json value);
   const Json* find(std::string_view key) const;
   bool has(std::string_view key) const { return find(key) != nullptr && !find(key)->is_null(); }

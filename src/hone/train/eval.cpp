@@ -409,8 +409,8 @@ std::vector<std::string> check_eval_config(const Config& c) {
       HONE_CHECK(!c.has(key), "{}: {} is for task.path; with tasks, give it under tasks.NAME", c.origin_of(key), key);
     }
   }
-  HONE_CHECK(!c.has("task.path") || !c.has("tasks"), "{}: give task.path (one task) or tasks (several), not both",
-             c.origin());
+  HONE_CHECK(!c.has("task.path") || !c.has("tasks"), "{}: give task.path (one task) or tasks (several), not both{}",
+             c.origin(), c.how_to_drop_the_files("task.path", "tasks"));
   // Fine-tuning's name for an instruct sample's length, so its dataset section evaluates as written.
   if (c.has("dataset.max_seq_len")) {
     HONE_CHECK(c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct",

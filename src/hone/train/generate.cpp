@@ -150,6 +150,9 @@ data::InstructOptions prompt_format(const Config& c, const Json& trained = Json(
 
 std::vector<std::string> check_generate_config(const Config& c) {
   HONE_CHECK(c.has("prompt") || c.has("prompts_file"), "{}: give a prompt or a prompts_file", c.origin_of("prompt"));
+  // A config's example prompt with a prompts_file from the command line: the way out is to drop the config's.
+  HONE_CHECK(!c.has("prompt") || !c.has("prompts_file"), "{}: give prompt or prompts_file, not both{}", c.origin(),
+             c.how_to_drop_the_files("prompt", "prompts_file"));
   if (c.has("template")) prompt_format(c);  // its errors; else the model's run may give the format
   return {};
 }
