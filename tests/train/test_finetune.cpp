@@ -1733,15 +1733,31 @@ TEST_F(FinetuneRun, CheckpointsCarryTheTokenizerToGenerateAndExports) {
   const nlohmann::json scored = nlohmann::json::parse(all.substr(all.rfind('{')));
   EXPECT_EQ(scored["samples"], scored["samples_in_data"]) << all;
   EXPECT_EQ(all.find("note: max_batches"), std::string::npos) << all;
-  // A tokenizer.path with no files to carry is refused before training.
-  EXPECT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/no_files", "model.name=llama_tiny",
-                             "model.vocab_size=50257", "dataset.seq_len=32", "max_steps=1", "tokenizer.path=" + asset_path("tokenizers/gpt2")},
-                            root_ + "/no_files.log"),
-            2);
+  // A tokenizer.path with no files to carry (a tiktoken rank file) is refused before training.
+  const std::vector<std::string> pretrain = {"run", "pretrain", "model.name=llama_tiny", "model.vocab_size=50257",
+                                             "dataset.seq_len=32", "max_steps=1", "threads=1"};
+  const auto pretrain_with = [&](const std::string& run, const std::string& tokenizer) {
+    std::vector<std::string> args = pretrain;
+    args.push_back("output_dir=" + root_ + "/" + run);
+    args.push_back("tokenizer.path=" + asset_path(tokenizer));
+    return run_hone_to_log(args, root_ + "/" + run + ".log");
+  };
+  EXPECT_EQ(pretrain_with("no_files", "tokenizers/tiktoken/gpt2.json"), 2);
   EXPECT_NE(read_file(root_ + "/no_files.log").find("has no files a checkpoint can carry"), std::string::npos)
       << read_file(root_ + "/no_files.log");
-  EXPECT_NE(read_file(root_ + "/no_files.log").find("OpenAI's encoder.json and vocab.bpe are vocab.json and merges.txt"),
-            std::string::npos);
+  EXPECT_FALSE(fs::exists(root_ + "/no_files"));
+  // OpenAI's GPT-2 files travel as Hugging Face's vocab.json and merges.txt (the same contents).
+  ASSERT_EQ(pretrain_with("openai_files", "tokenizers/gpt2"), 0) << read_file(root_ + "/openai_files.log");
+  const std::string carried = root_ + "/openai_files/step_0000001";
+  EXPECT_EQ(read_file(carried + "/vocab.json"), read_file(asset_path("tokenizers/gpt2/encoder.json")));
+  EXPECT_EQ(read_file(carried + "/merges.txt"), read_file(asset_path("tokenizers/gpt2/vocab.bpe")));
+  ASSERT_EQ(run_hone_to_log({"convert", root_ + "/openai_files", root_ + "/openai_hf", "--to", "hf", "--tokenizer",
+                             asset_path("tokenizers/gpt2")},
+                            root_ + "/openai_hf.log"),
+            0)
+      << read_file(root_ + "/openai_hf.log");
+  EXPECT_EQ(read_file(root_ + "/openai_hf/merges.txt"), read_file(asset_path("tokenizers/gpt2/vocab.bpe")));
+  EXPECT_FALSE(fs::exists(root_ + "/openai_hf/encoder.json"));
 }
 
 // lora.adapter starts a LoRA run from adapters (a run's, or a PEFT folder)

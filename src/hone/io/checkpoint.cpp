@@ -219,7 +219,7 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
                                                              {"config", state.config},
                                                              {"base_model", base_model_to_json(state.base_model)}});
   for (const std::string& file : companion_files) {
-    const std::string name = fs::path(file).filename().string();
+    const std::string name = companion_name(file);
     files[name] = copy_file(file, (fs::path(dir) / name).string());
   }
   // The manifest (sizes and checksums of every file, whichever rank wrote it)
@@ -283,7 +283,7 @@ void save_model(const WeightSource& source, const std::string& path, std::option
   manifest.add(kWeights, weights.commit());
   manifest.add(kModelJson, write_json_file(folder.file(kModelJson), model_config_to_json(config)));
   for (const std::string& file : source.companion_files()) {
-    const std::string name = fs::path(file).filename().string();
+    const std::string name = companion_name(file);
     manifest.add(name, copy_file(file, folder.file(name)));
   }
   manifest.write(folder);

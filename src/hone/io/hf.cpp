@@ -339,7 +339,7 @@ HfExportSummary export_hf(const WeightSource& source, const std::string& dir, co
   std::string tokenizer_config_path;         // a companion tokenizer_config.json, written below
   std::string tiktoken_path;                 // a companion tiktoken rank file
   for (const std::string& path : companions) {
-    const std::string name = fs::path(path).filename().string();
+    const std::string name = companion_name(path);
     if (name == "chat_template.jinja") chat_template = read_file(path);
     if (name == "tokenizer_config.json") {
       tokenizer_config_path = path;

@@ -256,11 +256,22 @@ const std::vector<std::string>& companion_file_names() {
 
 std::vector<std::string> companion_files_in(const std::string& dir) {
   std::vector<std::string> found;
+  const auto has = [&](const char* name) { return fs::is_regular_file(fs::path(dir) / name); };
   for (const std::string& name : companion_file_names()) {
     const fs::path p = fs::path(dir) / name;
     if (fs::is_regular_file(p)) found.push_back(p.string());
   }
+  // OpenAI's GPT-2 files, which travel as Hugging Face's (companion_name).
+  if (has("encoder.json") && has("vocab.bpe") && !has("vocab.json") && !has("merges.txt")) {
+    found.push_back((fs::path(dir) / "encoder.json").string());
+    found.push_back((fs::path(dir) / "vocab.bpe").string());
+  }
   return found;
+}
+
+std::string companion_name(const std::string& file) {
+  const std::string name = fs::path(file).filename().string();
+  return name == "encoder.json" ? "vocab.json" : name == "vocab.bpe" ? "merges.txt" : name;
 }
 
 std::vector<std::string> tokenizer_companion_files(const std::string& tokenizer_path) {

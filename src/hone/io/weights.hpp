@@ -105,8 +105,13 @@ std::string folder_name(const std::string& dir);
 // Files that travel with a model's weights when it is converted: tokenizers, the
 // chat template and the generation config, by the names Hugging Face gives them.
 const std::vector<std::string>& companion_file_names();
-// The companion files present in `dir`.
+// The companion files present in `dir` (OpenAI's GPT-2 encoder.json and
+// vocab.bpe too, where Hugging Face's names are not there).
 std::vector<std::string> companion_files_in(const std::string& dir);
+// The name a companion file is written under: its own, but OpenAI's GPT-2
+// encoder.json and vocab.bpe hold what Hugging Face's vocab.json and merges.txt
+// hold, and are written as those (which transformers reads).
+std::string companion_name(const std::string& file);
 // The companion files of a tokenizer path: those in the folder, or the file
 // itself when it has a companion's name (a tiktoken rank file has none).
 std::vector<std::string> tokenizer_companion_files(const std::string& tokenizer_path);

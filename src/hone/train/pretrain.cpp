@@ -185,13 +185,9 @@ int run_pretrain(const Config& c) {
                      : std::string("model.vocab_size"),
                model_config.vocab_size);
     tokenizer_files = tokenizer_companion_files(path);
-    // OpenAI's GPT-2 files are Hugging Face's vocab.json and merges.txt under other names.
-    const bool openai_gpt2 = fs::exists(fs::path(path) / "encoder.json") || fs::path(path).filename() == "encoder.json";
-    HONE_CHECK(!tokenizer_files.empty(), "{}: tokenizer.path {} has no files a checkpoint can carry ({}){}",
-               c.origin_of("tokenizer.path"), path, fmt::join(companion_file_names(), ", "),
-               openai_gpt2 ? "; OpenAI's encoder.json and vocab.bpe are vocab.json and merges.txt under Hugging "
-                             "Face's names: copy them so into a folder and give that"
-                           : "");
+    HONE_CHECK(!tokenizer_files.empty(), "{}: tokenizer.path {} has no files a checkpoint can carry ({}, or OpenAI's "
+               "GPT-2 encoder.json and vocab.bpe in a folder)",
+               c.origin_of("tokenizer.path"), path, fmt::join(companion_file_names(), ", "));
   }
 
   TrainingWorld world(c, run.device);
