@@ -938,6 +938,16 @@ TEST_F(FinetuneRun, ARelativeBaseIsFoundFromAnotherWorkingDirectory) {
   EXPECT_EQ(converted, 0) << read_file(root_ + "/relative_convert.log");
   EXPECT_NE(read_file(root_ + "/relative_convert.log").find(root_ + "/base/step_0000002"), std::string::npos)
       << read_file(root_ + "/relative_convert.log");
+  // The adapters alone need no base: they go to PEFT with it gone.
+  fs::rename(root_ + "/base", root_ + "/base_away");
+  const int exported = run_hone_to_log({"convert", root_ + "/relative_lora", root_ + "/relative_peft", "--to", "peft"},
+                                       root_ + "/relative_peft.log");
+  fs::rename(root_ + "/base_away", root_ + "/base");
+  EXPECT_EQ(exported, 0) << read_file(root_ + "/relative_peft.log");
+  EXPECT_TRUE(fs::exists(root_ + "/relative_peft/adapter_model.safetensors"));
+  EXPECT_NE(read_file(root_ + "/relative_peft.log").find("note: the base, base/step_0000002, is not found from here"),
+            std::string::npos)
+      << read_file(root_ + "/relative_peft.log");
 }
 
 // A LoRA run given a pretraining run's directory trains on its latest step

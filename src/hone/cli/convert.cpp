@@ -77,10 +77,12 @@ int convert_to_peft(const std::string& src, const std::string& dest) {
   HONE_CHECK(is_lora_checkpoint(folder), "{}: --to peft takes a lora_finetune run or checkpoint folder (its "
              "adapters); this is {}", src, folder == src ? "no LoRA checkpoint" : folder + ", no LoRA checkpoint");
   const TrainedLora trained = read_trained_lora(folder);
-  const ModelConfig config = open_convert_source(folder, {})->config();
-  export_peft(folder, config, trained.lora, dest, trained.base);
+  // The adapters alone are written: the base need not be found from here.
+  export_peft(folder, read_model_config(folder), trained.lora, dest, trained.base);
   fmt::print("the LoRA adapters of {} -> {} (PEFT folder, base_model_name_or_path {})\n", folder, dest, trained.base);
-  if (model_format(trained.base) != "hf") {
+  if (!std::filesystem::exists(trained.base)) {
+    fmt::print("note: the base, {}, is not found from here: PEFT loads it from where it runs\n", trained.base);
+  } else if (model_format(trained.base) != "hf") {
     fmt::print("note: the base, {}, is no Hugging Face model: give PEFT the base as one (hone convert {} DIR --to "
                "hf)\n",
                trained.base, trained.base);

@@ -65,7 +65,8 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, std::string_
   const TrainedLora trained = read_trained_lora(folder);
   HONE_CHECK(fs::exists(trained.base),
              "{}: the checkpoint of a LoRA run, whose base model {} (where the run's checkpoint.path led) is not found "
-             "from here: run from where the run was started, or merge onto a base with lora.adapter",
+             "from here: run from where the run was started, or merge onto a base (hone convert's --adapter, a recipe's "
+             "lora.adapter)",
              folder, trained.base);
   if (trained.base_model) {
     const BaseModelRecord now = base_model_record(trained.base);
