@@ -365,7 +365,7 @@ std::string text_field(const Record& r, const std::string& field, const Instruct
 int32_t special_id(const Tokenizer& t, const std::string& token, const char* format) {
   auto id = t.special_token_id(token);
   HONE_CHECK(id.has_value(), "the {} chat format needs the special token {}, which this {} tokenizer does not have "
-             "(another dataset.chat_format, or dataset.template: plain for plain text)",
+             "(another chat_format, or the plain template for plain text: dataset.* keys in training)",
              format, token, t.kind());
   return *id;
 }
