@@ -1015,7 +1015,14 @@ TEST_F(TrainingRun, ARunFailingBeforeItsFirstStepLeavesNoFolderBehind) {
   data::MegatronWriter w(root_ + "/wide_text_document", data::MegatronDType::u16, 256);
   for (int doc = 0; doc < 10; ++doc) w.add_document(std::vector<int32_t>(100, 200));
   w.finish();
+  // Ids past the vocabulary in the held-out documents alone: found before training, not at the first validation.
+  data::MegatronWriter held_out(root_ + "/held_out_wide_text_document", data::MegatronDType::u16, 256);
+  for (int doc = 0; doc < 10; ++doc) held_out.add_document(std::vector<int32_t>(100, doc < 9 ? 50 : 200));
+  held_out.finish();
   const std::pair<std::vector<std::string>, std::string> failures[] = {
+      {{"dataset.type=megatron", "dataset.path=" + root_ + "/held_out_wide_text_document", "model.vocab_size=100",
+        "dataset.validation_fraction=0.1"},
+       "(10 documents): document 9 holds token id 200, outside the model's vocabulary of 100"},
       {{"resume=" + root_ + "/nowhere"}, "is not a checkpoint folder"},
       {{"dataset.type=megatron", "dataset.path=" + root_ + "/wide_text_document", "model.vocab_size=100"},
        "holds token id 200, outside the model's vocabulary of 100"},

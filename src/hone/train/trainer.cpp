@@ -554,6 +554,13 @@ int run_training(const Config& c, TrainingJob job) {
     new_folders.discard();  // a folder this run made holds nothing worth keeping
     return 128 + stop_signal();
   }
+  if (valid && state.step < total_steps) {
+    // The validation batches read once before the first step: data the model
+    // cannot take there (ids past its vocabulary) is an error now, before the
+    // output_dir holds a run, not at the first validation after training.
+    valid->rewind();
+    for (int64_t i = 0; i < max_eval_batches && !valid->pass_done(); ++i) valid->next();
+  }
   if (c.get<bool>("eval.first") && state.step == 0) run_evaluation();
   if (state.step >= total_steps) console.line(fmt::format("the run is at step {} of {}: nothing to train", state.step, total_steps));
   // A signal may reach the ranks at different steps: they agree before each step.
