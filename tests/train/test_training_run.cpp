@@ -961,6 +961,13 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
   fs::rename(root_ + "/first_moved", root_ + "/first");
 
   // Where and how positions go may change (a longer context), which leaves the weights' shapes.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("longer", 1, settings), from, "model=null", "dataset.seq_len=300",
+                 "dataset.mock.document_length=400"}),
+            2);
+  EXPECT_NE(log().find("dataset.seq_len 300 exceeds the model's max_seq_len 256 (checkpoint.path " + root_ +
+                       "/first has RoPE positions: model.max_seq_len may raise it)"),
+            std::string::npos)
+      << log();
   ASSERT_EQ(run({"run", "pretrain", "--config", config("longer", 1, settings), from, "model=null",
                  "model.max_seq_len=512", "model.rope_theta=50000", "dataset.seq_len=300",
                  "dataset.mock.document_length=400"}),

@@ -104,6 +104,13 @@ StartingModel open_starting_model(const Config& c) {
 }
 
 TrainingShape shape_of(const Config& c, const ModelConfig& model) {
+  // A loaded model's context may grow where its positions allow: say so.
+  HONE_CHECK(!c.has("checkpoint.path") || model.position == PositionKind::learned ||
+                 c.get<int64_t>("dataset.seq_len") <= model.max_seq_len,
+             "{}: dataset.seq_len {} exceeds the model's max_seq_len {} (checkpoint.path {} has {} positions: "
+             "model.max_seq_len may raise it)",
+             c.origin_of("dataset.seq_len"), c.get<int64_t>("dataset.seq_len"), model.max_seq_len,
+             c.get<std::string>("checkpoint.path"), model.position == PositionKind::rope ? "RoPE" : "ALiBi");
   TrainingShape shape{.model = model, .batch_size = c.get<int64_t>("batch_size")};
   shape.seq_len = sequence_length_for(c, "dataset.seq_len", /*fallback=*/0, shape.model);  // required: no fallback
   return shape;
