@@ -704,7 +704,10 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate " + testing::TempDir(), testing::TempDir() + ": a folder, not a config file"},
       {"plan llama_tiny --world-size 2", "'llama_tiny' is a built-in model, not a config: give a config (hone ls "
                                          "lists them), or the model to a recipe as model.name=llama_tiny"},
-      {"launch --nproc-per-node 1 -- /no/such/command", "/no/such/command: no such command (not a file, nor on PATH)"}};
+      {"launch --nproc-per-node 1 -- /no/such/command", "/no/such/command: no such command (not a file, nor on PATH)"},
+      {"ls llama3_2/1B_lora", "'llama3_2/1B_lora' is a built-in config of the lora_finetune recipe, not a recipe: "
+                              "hone ls lora_finetune lists that recipe's keys, hone cp llama3_2/1B_lora FILE copies it"},
+      {"ls llama_tiny", "'llama_tiny' is a built-in model, not a recipe: a recipe takes it as model.name=llama_tiny"}};
   // hone validate refuses the eval and generate configs hone run would refuse before reading any file.
   std::ofstream(testing::TempDir() + "/shots.yaml") << "recipe: eval\ncheckpoint: {path: m}\ntask: {path: t.jsonl, num_fewshot: 3}\n";
   std::ofstream(testing::TempDir() + "/no_prompt.yaml") << "recipe: generate\ncheckpoint: {path: m}\n";

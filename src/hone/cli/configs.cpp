@@ -82,6 +82,21 @@ Command add_ls(CLI::App& app) {
   sub->add_option("recipe", *recipe, "A recipe whose keys to list (defaults and descriptions)");
   return [recipe] {
     if (!recipe->empty()) {
+      // A built-in config or model named where a recipe goes: what to type instead.
+      for (const BuiltinConfig& b : builtin_configs()) {
+        if (b.name != *recipe) continue;
+        const Config c = Config::from_yaml(b.text, b.name);
+        const std::string of = c.has("recipe") ? c.get<std::string>("recipe") : "";
+        fail("'{}' is a built-in config{}, not a recipe: {}hone cp {} FILE copies it, hone validate {} shows it "
+             "resolved",
+             *recipe, of.empty() ? "" : " of the " + of + " recipe",
+             of.empty() ? "" : fmt::format("hone ls {} lists that recipe's keys, ", of), *recipe, *recipe);
+      }
+      const std::vector<std::string> models = model_preset_names();
+      HONE_CHECK(std::find(models.begin(), models.end(), *recipe) == models.end(),
+                 "'{}' is a built-in model, not a recipe: a recipe takes it as model.name={} (hone ls lists the "
+                 "recipes)",
+                 *recipe, *recipe);
       list_keys(find_recipe(*recipe));
       return 0;
     }
