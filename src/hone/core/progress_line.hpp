@@ -1,6 +1,6 @@
 #pragma once
 // A status line redrawn in place on stderr while long work runs (preprocess,
-// convert, eval's tasks): drawn only when stderr is a terminal, and cleared before anything
+// convert, a model's weights loading, eval's tasks): drawn only when stderr is a terminal, and cleared before anything
 // else is printed and when the work ends, however it ends.
 #include <fmt/core.h>
 #include <unistd.h>
