@@ -934,9 +934,14 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
       << log();
   EXPECT_FALSE(fs::exists(root_ + "/next"));
 
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("next", 2, settings), from, "model=null", "eval.first=true"}), 0)
-      << log();
-  EXPECT_NE(log().find("model: llama_tiny with vocab_size 50257 (llama family) from " + root_ + "/first/step_0000002"),
+  // The model by a relative path, from the folder that holds it.
+  const fs::path working = fs::current_path();
+  fs::current_path(root_);
+  const int started = run({"run", "pretrain", "--config", config("next", 2, settings), "checkpoint.path=first",
+                           "model=null", "eval.first=true"});
+  fs::current_path(working);
+  ASSERT_EQ(started, 0) << log();
+  EXPECT_NE(log().find("model: llama_tiny with vocab_size 50257 (llama family) from first/step_0000002"),
             std::string::npos)
       << log();
   const std::map<int64_t, double> validated = run_metric(root_ + "/next", cross_entropy);
@@ -944,20 +949,30 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
   const std::string step = root_ + "/next/step_0000002";
   EXPECT_TRUE(fs::exists(step + "/vocab.json")) << "the starting model's tokenizer";
   const nlohmann::json state = nlohmann::json::parse(read_file(step + "/trainer_state.json"));
-  EXPECT_EQ(state["base_model"]["folder"], root_ + "/first/step_0000002") << state.dump();
+  EXPECT_EQ(state["base_model"]["folder"], "first/step_0000002") << state.dump();
+  EXPECT_EQ(state["base_model"]["absolute_folder"], root_ + "/first/step_0000002") << state.dump();
 
   // It resumes from its checkpoint, which holds the model whole: the model it
-  // started from may be gone, and stays the one recorded.
+  // started from may be gone, and stays the one recorded (as it was, from
+  // another working directory too); its tokenizer then goes no further.
   fs::rename(root_ + "/first", root_ + "/first_moved");
-  ASSERT_EQ(run({"run", "pretrain", "--config", config("next", 3, settings), from, "model=null", "resume=latest"}), 0)
-      << log();
+  fs::create_directories(root_ + "/elsewhere");
+  fs::current_path(root_ + "/elsewhere");
+  const int resumed_run = run({"run", "pretrain", "--config", config("next", 3, settings), "checkpoint.path=first",
+                               "model=null", "resume=latest", "checkpoint.keep_last_n=1"});
+  fs::current_path(working);
+  ASSERT_EQ(resumed_run, 0) << log();
   const nlohmann::json resumed =
       nlohmann::json::parse(read_file(root_ + "/next/step_0000003/trainer_state.json"))["base_model"];
   EXPECT_EQ(resumed, state["base_model"]);
-  EXPECT_TRUE(fs::exists(root_ + "/next/step_0000003/vocab.json")) << "the tokenizer the run carried";
+  EXPECT_NE(log().find("note: " + root_ + "/next/step_0000002 holds the tokenizer of first/step_0000002, which is not "
+                       "found here: the checkpoints this run writes carry none (give tokenizer.path to carry one)"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/next/step_0000003/vocab.json"));
   // A resume without checkpoint.path would be another run.
   EXPECT_EQ(run({"run", "pretrain", "--config", config("next", 4, settings), "model=null", "resume=latest"}), 2);
-  EXPECT_NE(log().find("(checkpoint.path \"" + root_ + "/first\" -> unset)"), std::string::npos) << log();
+  EXPECT_NE(log().find("(checkpoint.path \"first\" -> unset)"), std::string::npos) << log();
   fs::rename(root_ + "/first_moved", root_ + "/first");
 
   // Where and how positions go may change (a longer context), which leaves the weights' shapes.

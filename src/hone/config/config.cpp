@@ -285,9 +285,8 @@ const std::string* Config::override_text(std::string_view key) const {
 }
 
 std::string Config::how_to_drop_the_files(std::string_view a, std::string_view b) const {
-  const auto from_file = [&](std::string_view key) { return origin_of(key) == origin() && !override_text(key); };
-  if (from_file(a) == from_file(b)) return "";
-  const std::string_view files = from_file(a) ? a : b;
+  if (set_by_file(a) == set_by_file(b)) return "";
+  const std::string_view files = set_by_file(a) ? a : b;
   return fmt::format(" (add {}=null to drop {}'s {})", files, origin(), files);
 }
 

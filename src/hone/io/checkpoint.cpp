@@ -115,7 +115,7 @@ class ModelFolder final : public WeightSource {
 Json base_model_to_json(const std::optional<BaseModelRecord>& base) {
   if (!base) return Json();
   return {{"folder", base->folder},
-          {"absolute_folder", fs::absolute(base->folder).lexically_normal().string()},
+          {"absolute_folder", base->absolute_folder.empty() ? Json() : Json(base->absolute_folder)},
           {"weights_xxh3", base->weights_xxh3 ? Json(*base->weights_xxh3) : Json()}};
 }
 
@@ -491,6 +491,7 @@ Json read_trainer_state(const std::string& folder) {
 
 BaseModelRecord base_model_record(const std::string& checkpoint_path) {
   BaseModelRecord record{.folder = model_folder_of(checkpoint_path), .weights_xxh3 = std::nullopt};
+  record.absolute_folder = fs::absolute(record.folder).lexically_normal().string();
   if (!fs::exists(fs::path(record.folder) / "manifest.json")) return record;
   std::string manifest_path;
   const Json manifest = read_manifest(record.folder, manifest_path);
@@ -528,12 +529,14 @@ std::optional<BaseModelRecord> base_model_from_json(const Json& state, const std
   // A relative folder not found from here: where it was from the run's working directory.
   std::string base_folder = base["folder"].get<std::string>();
   const Json absolute = base.value("absolute_folder", Json());
-  if (fs::path(base_folder).is_relative() && !fs::exists(base_folder) && absolute.is_string() &&
-      fs::exists(absolute.get<std::string>())) {
-    base_folder = absolute.get<std::string>();
+  const std::string absolute_folder = absolute.is_string() ? absolute.get<std::string>() : "";
+  if (fs::path(base_folder).is_relative() && !fs::exists(base_folder) && !absolute_folder.empty() &&
+      fs::exists(absolute_folder)) {
+    base_folder = absolute_folder;
   }
   return BaseModelRecord{.folder = base_folder,
-                         .weights_xxh3 = xxh3.is_null() ? std::nullopt : std::optional(xxh3.get<std::string>())};
+                         .weights_xxh3 = xxh3.is_null() ? std::nullopt : std::optional(xxh3.get<std::string>()),
+                         .absolute_folder = absolute_folder};
 }
 
 }  // namespace
@@ -650,7 +653,7 @@ class LoraMergedWeights final : public WeightSource {
   std::vector<std::string> companion_files() const override {
     std::vector<std::string> files = base_.companion_files();
     for (const std::string& own : companion_files_in(folder_)) {
-      const auto same_name = [&](const std::string& f) { return fs::path(f).filename() == fs::path(own).filename(); };
+      const auto same_name = [&](const std::string& f) { return companion_name(f) == companion_name(own); };
       if (auto it = std::ranges::find_if(files, same_name); it != files.end()) *it = own;
       else files.push_back(own);
     }

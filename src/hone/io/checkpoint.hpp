@@ -37,6 +37,9 @@ namespace hone {
 struct BaseModelRecord {
   std::string folder;
   std::optional<std::string> weights_xxh3;  // none for other formats (Hugging Face, Meta, llm.c)
+  // The folder from the working directory the record was made in (a relative
+  // folder is found from another one by it); carried as it was, never recomputed.
+  std::string absolute_folder;
 };
 // The record of the model `checkpoint_path` names now.
 BaseModelRecord base_model_record(const std::string& checkpoint_path);

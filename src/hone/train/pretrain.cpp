@@ -74,31 +74,27 @@ std::optional<std::string> resumed_checkpoint(const Config& c) {
 
 // The model a run starts from: checkpoint.path's (a run directory: its latest
 // step folder), its weights, and its architecture with the run's position
-// settings. A resumed run's checkpoint holds the model whole: it is read from
-// there (the model it started from may have moved or gone since), and the
-// record of that model is the checkpoint's.
+// settings. A resumed run's checkpoint holds the model whole: its
+// architecture is read there (the model it started from may have moved or gone
+// since), its weights when the run loads the checkpoint, and the record of the
+// model it started from is the checkpoint's.
 struct StartingModel {
   std::optional<BaseModelRecord> record;
-  std::unique_ptr<WeightSource> weights;
+  std::unique_ptr<WeightSource> weights;  // none on a resume
   ModelConfig config;
-  std::string tokenizer_source;  // the folder whose tokenizer files the run's checkpoints carry
-  bool resumed = false;          // the weights come with the checkpoint: none to load here
 };
 
 StartingModel open_starting_model(const Config& c) {
   StartingModel start;
   if (const std::optional<std::string> checkpoint = resumed_checkpoint(c)) {
     start.record = checkpoint_base_model(*checkpoint);
-    start.weights = open_weights(*checkpoint, "hone");
-    start.tokenizer_source = *checkpoint;
-    start.resumed = true;
-  } else {
-    const std::string path = c.get<std::string>("checkpoint.path");
-    check_path_exists(c, "checkpoint.path", path);
-    start.record = base_model_record(path);
-    start.weights = open_weights(start.record->folder, c.get<std::string>("checkpoint.format"));
-    start.tokenizer_source = start.record->folder;
+    start.config = starting_model_config(c, read_model_config(*checkpoint));
+    return start;
   }
+  const std::string path = c.get<std::string>("checkpoint.path");
+  check_path_exists(c, "checkpoint.path", path);
+  start.record = base_model_record(path);
+  start.weights = open_weights(start.record->folder, c.get<std::string>("checkpoint.format"));
   start.config = starting_model_config(c, start.weights->config());
   return start;
 }
@@ -138,8 +134,8 @@ std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, 
 // one; none for mock data made without one.
 std::string tokenizer_folder(const Config& c, const std::optional<StartingModel>& start) {
   if (c.has("tokenizer.path")) return c.get<std::string>("tokenizer.path");
-  if (!start || !fs::is_directory(start->tokenizer_source)) return "";
-  const std::string& folder = start->tokenizer_source;
+  if (!start || !start->record || !fs::is_directory(start->record->folder)) return "";
+  const std::string& folder = start->record->folder;
   // A tokenizer hone reads and its files to carry (a generation_config.json alone is none).
   const bool holds_one = !tokenizer_files_in(folder).empty() && !tokenizer_companion_files(folder).empty();
   return holds_one ? folder : "";
@@ -232,8 +228,17 @@ int run_pretrain(const Config& c) {
                              c.get<double>("dataset.validation_fraction")));
     }
   }
+  std::vector<std::string> summary = summarize(c, shape, starting_folder(start), world.dp_size());
+  // A resume whose starting model is gone: its tokenizer is in the checkpoint
+  // alone, which the run's own saves may remove (keep_last_n), so it is not copied from there.
+  const std::optional<std::string> resumed = start && !start->weights ? resumed_checkpoint(c) : std::nullopt;
+  if (resumed && tokenizer_files.empty() && !tokenizer_files_in(*resumed).empty()) {
+    summary.push_back(fmt::format("note: {} holds the tokenizer of {}, which is not found here: the checkpoints this "
+                                  "run writes carry none (give tokenizer.path to carry one)",
+                                  *resumed, starting_folder(start)));
+  }
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
-  if (start && !start->resumed) {
+  if (start && start->weights) {
     load_weights(*start->weights, model, world.is_main() ? LoadProgress::shown : LoadProgress::hidden);
   } else if (!start) {
     model.init_weights(run.seed);  // the same seed on every rank: the replicas start identical
@@ -244,7 +249,7 @@ int run_pretrain(const Config& c) {
                           .validation = valid.get(),
                           .seq_len = seq_len,
                           .data_description = data.description,
-                          .summary = summarize(c, shape, starting_folder(start), world.dp_size()),
+                          .summary = summary,
                           .companion_files = tokenizer_files,
                           .base_model = start ? start->record : std::nullopt});
 }

@@ -162,7 +162,7 @@ void check_training_settings(const Config& c) {
   for (const char* key : {"max_steps", "epochs", "max_tokens"}) {
     if (!c.has(key)) continue;
     given.push_back(key);
-    if (c.origin_of(key) == c.origin() && c.override_text(key) == nullptr) {
+    if (c.set_by_file(key)) {
       from_file.push_back(fmt::format("{}=null", key));
     } else {
       from_command_line.push_back(key);
@@ -548,18 +548,19 @@ int run_training(const Config& c, TrainingJob job) {
     window_tokens = window_samples = window_steps = 0;
   };
   std::vector<Batch> micro(static_cast<size_t>(accumulation));
+  if (valid && state.step < total_steps) {
+    // The validation batches read once before the first step (what every
+    // validation reads, all of the held-out data with eval.max_batches 0): data
+    // the model cannot take there (ids past its vocabulary) is an error now,
+    // before the output_dir holds a run, not at the first validation after training.
+    valid->rewind();
+    for (int64_t i = 0; i < max_eval_batches && !valid->pass_done(); ++i) valid->next();
+  }
   if (world.any(stop_requested())) {
     console.line(fmt::format("stop requested before step {}: nothing trained{}", state.step + 1,
                              state.step == 0 ? "" : ", nothing to save"));
     new_folders.discard();  // a folder this run made holds nothing worth keeping
     return 128 + stop_signal();
-  }
-  if (valid && state.step < total_steps) {
-    // The validation batches read once before the first step: data the model
-    // cannot take there (ids past its vocabulary) is an error now, before the
-    // output_dir holds a run, not at the first validation after training.
-    valid->rewind();
-    for (int64_t i = 0; i < max_eval_batches && !valid->pass_done(); ++i) valid->next();
   }
   if (c.get<bool>("eval.first") && state.step == 0) run_evaluation();
   if (state.step >= total_steps) console.line(fmt::format("the run is at step {} of {}: nothing to train", state.step, total_steps));

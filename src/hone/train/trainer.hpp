@@ -37,8 +37,9 @@ struct TrainingJob {
   // written to output_dir/chat_template.jinja, which checkpoints carry in place
   // of the tokenizer's own, and so do exports.
   std::optional<std::string> chat_template;
-  // The model the run started from, which its checkpoints record (a resume
-  // and a LoRA merge find it again by it); none for pretraining from scratch.
+  // The model the run started from, which its checkpoints record (a LoRA
+  // merge, and a fine-tuning resume, find it again by it); none for
+  // pretraining from scratch.
   std::optional<BaseModelRecord> base_model;
   // Runs on rank 0 after the final checkpoint of a run that was not interrupted
   // (exports). `checkpoint` names that checkpoint when the exports are to read
