@@ -41,7 +41,6 @@ class ProgressLine {
 class ParameterProgress {
  public:
   explicit ParameterProgress(std::string verb) : verb_(std::move(verb)) {}
-  bool on_terminal() const { return line_.on_terminal(); }
   void update(int64_t done, int64_t total);
   void clear() { line_.clear(); }
 

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "hone/core/parallel.hpp"
 #include "hone/data/pretrain_stream.hpp"
@@ -31,14 +32,21 @@ bool changes_positions_only(std::string_view key) {
   return key == "model.max_seq_len" || key == "model.rope_theta" || key.starts_with("model.rope_scaling.");
 }
 
-// The model.* keys beside checkpoint.path: those that change where and how
-// positions go, and only where the model has those positions.
-void check_model_keys(const Config& c) {
+// The model.* keys `c` sets that `keep` takes.
+std::vector<std::string> model_keys_set(const Config& c, const std::function<bool(std::string_view)>& keep) {
   std::vector<std::string> set;
   const Schema model_keys = model_schema();
   for (const KeySpec& spec : model_keys.keys()) {
-    if (c.has(spec.key) && !changes_positions_only(spec.key)) set.push_back(spec.key);
+    if (c.has(spec.key) && keep(spec.key)) set.push_back(spec.key);
   }
+  return set;
+}
+
+// The model.* keys beside checkpoint.path: those that change where and how
+// positions go, and only where the model has those positions.
+void check_model_keys(const Config& c) {
+  const std::vector<std::string> set =
+      model_keys_set(c, [](std::string_view key) { return !changes_positions_only(key); });
   HONE_CHECK(set.empty(),
              "{}: {} {} set, but checkpoint.path {} gives the model (its architecture and weights): give {}=null to "
              "unset {} (beside checkpoint.path only model.max_seq_len, model.rope_theta and model.rope_scaling.* may "
@@ -56,12 +64,10 @@ ModelConfig starting_model_config(const Config& c, const ModelConfig& loaded) {
              "{}: model.max_seq_len {}: checkpoint.path {} learned its positions, a table of {} rows, which another "
              "length would change (RoPE's and ALiBi's models take any)",
              c.origin_of("model.max_seq_len"), m.max_seq_len, path, loaded.max_seq_len);
-  const Schema model_keys = model_schema();
-  for (const KeySpec& spec : model_keys.keys()) {
-    const bool rope_key = changes_positions_only(spec.key) && spec.key != "model.max_seq_len";
-    HONE_CHECK(!rope_key || !c.has(spec.key) || m.position == PositionKind::rope,
-               "{}: {}: checkpoint.path {} has no RoPE ({} positions), which {} would set", c.origin_of(spec.key),
-               spec.key, path, m.position == PositionKind::learned ? "learned" : "ALiBi", spec.key);
+  const auto rope_key = [](std::string_view key) { return changes_positions_only(key) && key != "model.max_seq_len"; };
+  for (const std::string& key : model_keys_set(c, rope_key)) {
+    HONE_CHECK(m.position == PositionKind::rope, "{}: {}: checkpoint.path {} has no RoPE ({} positions), which {} would set",
+               c.origin_of(key), key, path, m.position == PositionKind::learned ? "learned" : "ALiBi", key);
   }
   return m;
 }
@@ -82,13 +88,15 @@ struct StartingModel {
   std::optional<BaseModelRecord> record;
   std::unique_ptr<WeightSource> weights;  // none on a resume
   ModelConfig config;
+  std::optional<std::string> resumed_from;  // the checkpoint, on a resume
 };
 
 StartingModel open_starting_model(const Config& c) {
   StartingModel start;
-  if (const std::optional<std::string> checkpoint = resumed_checkpoint(c)) {
-    start.record = checkpoint_base_model(*checkpoint);
-    start.config = starting_model_config(c, read_model_config(*checkpoint));
+  start.resumed_from = resumed_checkpoint(c);
+  if (start.resumed_from) {
+    start.record = checkpoint_base_model(*start.resumed_from);
+    start.config = starting_model_config(c, read_model_config(*start.resumed_from));
     return start;
   }
   const std::string path = c.get<std::string>("checkpoint.path");
@@ -231,11 +239,10 @@ int run_pretrain(const Config& c) {
   std::vector<std::string> summary = summarize(c, shape, starting_folder(start), world.dp_size());
   // A resume whose starting model is gone: its tokenizer is in the checkpoint
   // alone, which the run's own saves may remove (keep_last_n), so it is not copied from there.
-  const std::optional<std::string> resumed = start && !start->weights ? resumed_checkpoint(c) : std::nullopt;
-  if (resumed && tokenizer_files.empty() && !tokenizer_files_in(*resumed).empty()) {
+  if (start && start->resumed_from && tokenizer_files.empty() && !tokenizer_files_in(*start->resumed_from).empty()) {
     summary.push_back(fmt::format("note: {} holds the tokenizer of {}, which is not found here: the checkpoints this "
                                   "run writes carry none (give tokenizer.path to carry one)",
-                                  *resumed, starting_folder(start)));
+                                  *start->resumed_from, starting_folder(start)));
   }
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
   if (start && start->weights) {
