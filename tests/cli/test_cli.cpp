@@ -440,6 +440,19 @@ TEST(Cli, LsRecipeListsItsKeys) {
                                "processes under hone launch"),
             std::string::npos)
       << torchtune.err;
+  // A config where the recipe goes is answered with the command that runs it;
+  // validate and plan take one config, not two.
+  const CliResult config_as_recipe = run_hone("run quickstart max_steps=5");
+  EXPECT_EQ(config_as_recipe.status, 2);
+  EXPECT_EQ(config_as_recipe.err,
+            "hone: error: 'quickstart' is a config, not a recipe: hone run pretrain --config quickstart "
+            "[key=value ...]\n");
+  const CliResult two_configs = run_hone("validate quickstart --config summarize_lora");
+  EXPECT_EQ(two_configs.status, 2);
+  EXPECT_EQ(two_configs.err,
+            "hone: error: validate: one config at a time: 'quickstart' and --config summarize_lora are two (the "
+            "other settings go as key=value)\n");
+  EXPECT_EQ(run_hone("validate max_steps=5 --config quickstart").status, 0);
 }
 
 // hone plan takes the config's ZeRO stage and tp unless flags say otherwise, and

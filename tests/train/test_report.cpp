@@ -205,6 +205,13 @@ TEST_F(RunReportTest, ComparesSeveralRuns) {
   const RunReport same = render_runs_report({dir_ + "/a", dir_ + "/c/a"});
   EXPECT_EQ(points_of(same.html, dir_ + "/c/a: train").size(), 1u) << same.html;
   EXPECT_NE(same.html.find("<p>The runs' config.yaml files set the same values.</p>"), std::string::npos);
+  // One folder named twice (here by two spellings) would draw one run twice.
+  try {
+    render_runs_report({dir_ + "/a", dir_ + "/c/../a/"});
+    ADD_FAILURE() << "the same folder twice was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), dir_ + "/a and " + dir_ + "/c/../a/ are the same run folder: name it once");
+  }
 }
 
 TEST_F(RunReportTest, SkipsALastLineCutShortAndNamesAnyOtherBadLine) {

@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,20 @@ Config resolve(const Recipe& recipe, Config config, const std::vector<std::strin
   return recipe.schema.resolve(config);
 }
 
+namespace {
+
+// `hone run quickstart`: a config where the recipe goes (tune run takes the
+// recipe first too) is answered with the command that runs it.
+void refuse_a_config_as_the_recipe(const std::string& name) {
+  if (std::ranges::any_of(recipes(), [&](const Recipe& r) { return r.name == name; })) return;
+  const std::optional<Config> config = find_config(name);
+  if (!config) return;
+  const std::string recipe = config->has("recipe") ? config->get<std::string>("recipe") : "RECIPE";
+  fail("'{}' is a config, not a recipe: hone run {} --config {} [key=value ...]", name, recipe, name);
+}
+
+}  // namespace
+
 Command add_run(CLI::App& app) {
   struct Args {
     std::string recipe, config;
@@ -38,6 +54,7 @@ Command add_run(CLI::App& app) {
   sub->add_option("--config,-c", args->config, "Built-in config name or YAML file");
   sub->add_option("overrides", args->overrides, "key=value overrides, e.g. optimizer.lr=1e-4 max_steps=100");
   return [args] {
+    refuse_a_config_as_the_recipe(args->recipe);
     const Recipe& recipe = find_recipe(args->recipe);
     const Config base = args->config.empty() ? Config() : load_config(args->config);
     return recipe.run(resolve(recipe, base, args->overrides));
@@ -55,6 +72,9 @@ std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) 
   std::vector<std::string> overrides = overrides_;
   std::string name = positional_;
   if (!option_.empty()) {
+    HONE_CHECK(name.empty() || name.find('=') != std::string::npos || name.starts_with('~'),
+               "{}: one config at a time: '{}' and --config {} are two (the other settings go as key=value)",
+               command, name, option_);
     if (!name.empty()) overrides.insert(overrides.begin(), name);
     name = option_;
   }

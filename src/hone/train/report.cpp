@@ -462,6 +462,10 @@ RunReport render_runs_report(const std::vector<std::string>& run_dirs) {
   for (size_t r = 0; r < run_dirs.size(); ++r) {
     const std::string& dir = run_dirs[r];
     HONE_CHECK(std::filesystem::is_directory(dir), "{}: no such run folder", dir);
+    for (size_t earlier = 0; earlier < r; ++earlier) {
+      HONE_CHECK(!std::filesystem::equivalent(run_dirs[earlier], dir), "{} and {} are the same run folder: name it once",
+                 run_dirs[earlier], dir);
+    }
     const std::filesystem::path path(dir);
     runs.push_back({dir, labels[r], read_metrics((path / "metrics.jsonl").string()),
                     read_if_present(path / "config.yaml"), read_if_present(path / "perf_summary.csv")});
