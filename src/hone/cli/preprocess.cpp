@@ -109,6 +109,23 @@ Command add_preprocess(CLI::App& app) {
                 "Accepted for Megatron scripts; hone runs no tokenizer code of a model's own");
   sub->add_flag("--tokenizer-hf-no-use-fast", a->no_use_fast,
                 "Accepted for Megatron scripts; hone has one implementation of each tokenizer");
+  // Megatron flags hone does not take, refused with the reason (hidden from --help).
+  const auto refuse = [sub](const char* flag, const std::string& why) {
+    sub->add_option_function<std::vector<std::string>>(
+           flag, [flag, why](const std::vector<std::string>&) { throw CLI::ValidationError(flag, why); })
+        ->expected(0, -1)
+        ->group("");
+  };
+  for (const char* flag : {"--tiktoken-pattern", "--tiktoken-num-special-tokens", "--tiktoken-special-tokens"}) {
+    refuse(flag,
+           "goes with Megatron's own TikTokenizer vocabulary (a JSON list of rank/token_bytes/token_str), which hone "
+           "does not read; give a tiktoken rank file as --tokenizer-model (its pattern and special tokens come with "
+           "it)");
+  }
+  for (const char* flag : {"--find-optimal-num-workers", "--workers-to-check", "--max-documents", "--performance-dir"}) {
+    refuse(flag, "Megatron's search for the fastest worker count is not in hone: set --workers N (the output is the "
+                 "same for any number)");
+  }
 
   return [a] {
     data::PreprocessOptions o;

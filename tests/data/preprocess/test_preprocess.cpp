@@ -737,6 +737,11 @@ TEST_F(Preprocess, CliErrorsExitWith2AndOneLineAndLeaveNoOutput) {
                     {path("blank.jsonl") + ": 2 documents, all empty: no tokens to write"});
   expect_user_error("preprocess --input " + path("good.jsonl") + tok + out + " --mds-size-limit 3xb",
                     {"--mds-size-limit"});
+  // Megatron flags hone does not take name the flag and say why.
+  expect_user_error("preprocess --input " + path("good.jsonl") + tok + out + " --tiktoken-pattern v2",
+                    {"--tiktoken-pattern", "tiktoken rank file as --tokenizer-model"});
+  expect_user_error("preprocess --input " + path("good.jsonl") + tok + out + " --workers-to-check 2 4",
+                    {"--workers-to-check", "--workers N"});
   // A later error removes what the earlier documents wrote: nothing half-written stays.
   std::string many;
   for (int i = 0; i < 5000; ++i) many += "{\"text\": \"the hello world\"}\n";
