@@ -47,6 +47,13 @@ TEST_F(NewFoldersTest, AFailedCommandRemovesTheFoldersItMadeAndNoOthers) {
   EXPECT_TRUE(fs::exists(root_ + "/kept/file"));
   make(root_ + "/other_rank", /*fail=*/true, /*keep=*/false, /*owner=*/false);
   EXPECT_TRUE(fs::exists(root_ + "/other_rank/file"));
+  // A path through a folder it made: both go.
+  make(root_ + "/gone/../also", /*fail=*/true);
+  EXPECT_FALSE(fs::exists(root_ + "/gone"));
+  EXPECT_FALSE(fs::exists(root_ + "/also"));
+  make(root_ + "/there/../new/x", /*fail=*/true);
+  EXPECT_FALSE(fs::exists(root_ + "/new"));
+  EXPECT_TRUE(fs::exists(root_ + "/there/file"));
 }
 
 TEST_F(NewFoldersTest, AFolderThatCannotBeMadeIsAnErrorNamingTheKey) {

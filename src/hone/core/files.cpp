@@ -54,13 +54,27 @@ NewFolders::~NewFolders() {
 }
 
 void NewFolders::create(std::string_view what, const std::string& path) {
-  fs::path outermost;  // the first of path and its parents that does not exist yet
-  for (fs::path p = fs::path(path).lexically_normal(); !p.empty() && !fs::exists(p); p = p.parent_path()) {
-    outermost = p;
+  // Each of the path's prefixes, as written, that does not exist yet: "a/../b"
+  // makes a and b (a prefix like "a/.." that is an existing folder once
+  // normalized is none).
+  std::vector<fs::path> missing;
+  for (fs::path p = path; !p.empty(); p = p.parent_path()) {
+    const fs::path normal = p.lexically_normal();
+    if (!fs::exists(p) && !fs::exists(normal)) missing.push_back(normal);
     if (p == p.parent_path()) break;
   }
   create_folders(what, path);
-  if (owner_ && !outermost.empty()) made_.push_back(outermost.string());
+  if (!owner_) return;
+  // The outermost of them: removing it removes those inside.
+  const auto inside = [](const fs::path& folder, const fs::path& outer) {
+    const fs::path relative = folder.lexically_relative(outer);
+    return !relative.empty() && relative != "." && *relative.begin() != "..";
+  };
+  for (const fs::path& folder : missing) {
+    if (std::ranges::none_of(missing, [&](const fs::path& outer) { return inside(folder, outer); })) {
+      made_.push_back(folder.string());
+    }
+  }
 }
 
 FolderLock::FolderLock(std::string_view what, const std::string& dir) {
