@@ -248,6 +248,29 @@ TEST_F(TrainingRun, MockDataOfAOneTokenVocabularyNamesTheKey) {
       << log();
 }
 
+// A tokenizer with more tokens than the model's vocabulary would give ids past
+// its embedding: refused by hone run before a folder is made, and by hone
+// validate where its files are here (a note where they are not yet).
+TEST_F(TrainingRun, ATokenizerLargerThanTheVocabularyIsRefused) {
+  const std::string gpt2 = asset_path("tokenizers/gpt2-hf");
+  const std::string refused = "the tokenizer " + gpt2 + " has 50257 tokens, more than ";
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("small", 1), "tokenizer.path=" + gpt2}), 2) << log();
+  EXPECT_NE(log().find(refused + "model.vocab_size 256"), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(root_ + "/small"));
+  EXPECT_EQ(run({"validate", "--config", config("small", 1), "tokenizer.path=" + gpt2}), 2) << log();
+  EXPECT_NE(log().find(refused + "model.vocab_size 256"), std::string::npos) << log();
+  ASSERT_EQ(run({"validate", "--config", config("small", 1), "tokenizer.path=" + root_ + "/later"}), 0) << log();
+  EXPECT_NE(log().find("# tokenizer: " + root_ + "/later does not exist here yet"), std::string::npos) << log();
+  // Pretraining on from a model: against that model's vocabulary.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("small", 1)}), 0) << log();
+  EXPECT_EQ(run({"validate", "--config", config("more", 1), "checkpoint.path=" + root_ + "/small", "model=null",
+                 "tokenizer.path=" + gpt2}),
+            2)
+      << log();
+  EXPECT_NE(log().find(refused + "the vocabulary of checkpoint.path " + root_ + "/small, 256"), std::string::npos)
+      << log();
+}
+
 // A full disk under the run's log is an error naming it (the run went on
 // without its log, exit 0). /dev/full fails every write with ENOSPC.
 TEST_F(TrainingRun, AFullDiskUnderTheLogIsAnError) {
@@ -954,24 +977,25 @@ TEST_F(TrainingRun, ContinuedPretrainingStartsFromTheModelsWeights) {
 
   // It resumes from its checkpoint, which holds the model whole: the model it
   // started from may be gone, and stays the one recorded (as it was, from
-  // another working directory too); its tokenizer then goes no further.
+  // another working directory too); its tokenizer goes on from the checkpoint,
+  // kept in output_dir/tokenizer/ before keep_last_n removes the step it came from.
   fs::rename(root_ + "/first", root_ + "/first_moved");
   fs::create_directories(root_ + "/elsewhere");
   fs::current_path(root_ + "/elsewhere");
-  const int resumed_run = run({"run", "pretrain", "--config", config("next", 3, settings), "checkpoint.path=first",
-                               "model=null", "resume=latest", "checkpoint.keep_last_n=1"});
+  const int resumed_run =
+      run({"run", "pretrain", "--config", config("next", 4, settings), "checkpoint.path=first", "model=null",
+           "resume=latest", "checkpoint.keep_last_n=1", "checkpoint.every_n_steps=1"});
   fs::current_path(working);
   ASSERT_EQ(resumed_run, 0) << log();
   const nlohmann::json resumed =
-      nlohmann::json::parse(read_file(root_ + "/next/step_0000003/trainer_state.json"))["base_model"];
+      nlohmann::json::parse(read_file(root_ + "/next/step_0000004/trainer_state.json"))["base_model"];
   EXPECT_EQ(resumed, state["base_model"]);
-  EXPECT_NE(log().find("note: " + root_ + "/next/step_0000002 holds the tokenizer of first/step_0000002, which is not "
-                       "found here: the checkpoints this run writes carry none (give tokenizer.path to carry one)"),
-            std::string::npos)
-      << log();
-  EXPECT_FALSE(fs::exists(root_ + "/next/step_0000003/vocab.json"));
+  EXPECT_FALSE(fs::exists(step));
+  EXPECT_EQ(read_file(root_ + "/next/step_0000004/vocab.json"),
+            read_file(asset_path("tokenizers/gpt2-hf") + "/vocab.json"));
+  EXPECT_TRUE(fs::exists(root_ + "/next/tokenizer/vocab.json"));
   // A resume without checkpoint.path would be another run.
-  EXPECT_EQ(run({"run", "pretrain", "--config", config("next", 4, settings), "model=null", "resume=latest"}), 2);
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("next", 5, settings), "model=null", "resume=latest"}), 2);
   EXPECT_NE(log().find("(checkpoint.path \"first\" -> unset)"), std::string::npos) << log();
   fs::rename(root_ + "/first_moved", root_ + "/first");
 

@@ -149,6 +149,29 @@ std::string tokenizer_folder(const Config& c, const std::optional<StartingModel>
   return holds_one ? folder : "";
 }
 
+// The files of tokenizer_folder's tokenizer, checked against the model's
+// vocabulary. A resume whose starting model is gone takes them from its
+// checkpoint (the trainer keeps a copy before its saves may rotate that away).
+std::vector<std::string> carried_tokenizer_files(const Config& c, const std::optional<StartingModel>& start,
+                                                 const ModelConfig& model) {
+  const std::string path = tokenizer_folder(c, start);
+  if (path.empty()) {
+    const bool in_checkpoint = start && start->resumed_from && !tokenizer_files_in(*start->resumed_from).empty();
+    return in_checkpoint ? tokenizer_companion_files(*start->resumed_from) : std::vector<std::string>{};
+  }
+  if (c.has("tokenizer.path")) check_path_exists(c, "tokenizer.path", path);
+  const int64_t vocab = load_tokenizer(path)->vocab_size();
+  HONE_CHECK(vocab <= model.vocab_size, "{}: the tokenizer {} has {} tokens, more than {} {}", c.origin(), path, vocab,
+             start ? fmt::format("the vocabulary of checkpoint.path {},", c.get<std::string>("checkpoint.path"))
+                   : std::string("model.vocab_size"),
+             model.vocab_size);
+  std::vector<std::string> files = tokenizer_companion_files(path);
+  HONE_CHECK(!files.empty(), "{}: tokenizer.path {} has no files a checkpoint can carry ({}, or OpenAI's GPT-2 "
+             "encoder.json and vocab.bpe in a folder)",
+             c.origin_of("tokenizer.path"), path, fmt::join(companion_file_names(), ", "));
+  return files;
+}
+
 // The folder of the model the run started from, for the banner.
 std::string starting_folder(const std::optional<StartingModel>& start) {
   return start && start->record ? start->record->folder : "";
@@ -162,15 +185,26 @@ TrainingShape pretrain_shape(const Config& c) {
 
 std::vector<std::string> summarize_training(const Config& c, int data_parallel_ranks) {
   check_pretraining_data_keys(c);
-  if (!c.has("checkpoint.path")) return summarize(c, shape_of(c, model_config_from(c)), "", data_parallel_ranks);
-  const std::string path = c.get<std::string>("checkpoint.path");
-  // hone validate on another machine than the run's.
-  if (!fs::exists(path) && !resumed_checkpoint(c)) {
-    check_model_keys(c);
-    return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
+  std::optional<StartingModel> start;
+  if (c.has("checkpoint.path")) {
+    const std::string path = c.get<std::string>("checkpoint.path");
+    // hone validate on another machine than the run's.
+    if (!fs::exists(path) && !resumed_checkpoint(c)) {
+      check_model_keys(c);
+      return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
+    }
+    start = open_starting_model(c);
   }
-  const std::optional<StartingModel> start = open_starting_model(c);
-  return summarize(c, shape_of(c, start->config), starting_folder(start), data_parallel_ranks);
+  const TrainingShape shape = shape_of(c, start ? start->config : model_config_from(c));
+  std::vector<std::string> summary = summarize(c, shape, starting_folder(start), data_parallel_ranks);
+  if (c.has("tokenizer.path") && !fs::exists(c.get<std::string>("tokenizer.path"))) {
+    summary.push_back(fmt::format("tokenizer: {} does not exist here yet: its vocabulary is checked against the "
+                                  "model's once it does",
+                                  c.get<std::string>("tokenizer.path")));
+  } else {
+    carried_tokenizer_files(c, start, shape.model);
+  }
+  return summary;
 }
 
 int run_pretrain(const Config& c) {
@@ -186,20 +220,7 @@ int run_pretrain(const Config& c) {
   const int64_t batch_size = shape.batch_size, seq_len = shape.seq_len;
 
   // The tokenizer the data was made with travels in every checkpoint.
-  std::vector<std::string> tokenizer_files;
-  if (const std::string path = tokenizer_folder(c, start); !path.empty()) {
-    if (c.has("tokenizer.path")) check_path_exists(c, "tokenizer.path", path);
-    const int64_t vocab = load_tokenizer(path)->vocab_size();
-    HONE_CHECK(vocab <= model_config.vocab_size, "{}: the tokenizer {} has {} tokens, more than {} {}", c.origin(),
-               path, vocab,
-               start ? fmt::format("the vocabulary of checkpoint.path {},", c.get<std::string>("checkpoint.path"))
-                     : std::string("model.vocab_size"),
-               model_config.vocab_size);
-    tokenizer_files = tokenizer_companion_files(path);
-    HONE_CHECK(!tokenizer_files.empty(), "{}: tokenizer.path {} has no files a checkpoint can carry ({}, or OpenAI's "
-               "GPT-2 encoder.json and vocab.bpe in a folder)",
-               c.origin_of("tokenizer.path"), path, fmt::join(companion_file_names(), ", "));
-  }
+  const std::vector<std::string> tokenizer_files = carried_tokenizer_files(c, start, model_config);
 
   TrainingWorld world(c, run.device);
 
@@ -236,14 +257,7 @@ int run_pretrain(const Config& c) {
                              c.get<double>("dataset.validation_fraction")));
     }
   }
-  std::vector<std::string> summary = summarize(c, shape, starting_folder(start), world.dp_size());
-  // A resume whose starting model is gone: its tokenizer is in the checkpoint
-  // alone, which the run's own saves may remove (keep_last_n), so it is not copied from there.
-  if (start && start->resumed_from && tokenizer_files.empty() && !tokenizer_files_in(*start->resumed_from).empty()) {
-    summary.push_back(fmt::format("note: {} holds the tokenizer of {}, which is not found here: the checkpoints this "
-                                  "run writes carry none (give tokenizer.path to carry one)",
-                                  *start->resumed_from, starting_folder(start)));
-  }
+  const std::vector<std::string> summary = summarize(c, shape, starting_folder(start), world.dp_size());
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
   if (start && start->weights) {
     load_weights(*start->weights, model, world.is_main() ? LoadProgress::shown : LoadProgress::hidden);

@@ -18,6 +18,7 @@
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/model_json.hpp"
+#include "hone/io/weights.hpp"
 #include "hone/kernels/cpu/gemm.hpp"
 #include "hone/ops/ops.hpp"
 #include "hone/train/bench.hpp"
@@ -153,6 +154,32 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
              "model or its data: resume with them as they were, or start a new run in another output_dir",
              c.origin(), folder, fmt::join(changed, ", "));
   return notes;
+}
+
+// The tokenizer files every checkpoint carries, copied into
+// output_dir/tokenizer/ at the start (written by the main rank): their source
+// may change or go while the run trains (a step folder, this run's or another's,
+// rotated away by keep_last_n). Those of output_dir itself (chat_template.jinja)
+// and of that folder stay where they are.
+std::vector<std::string> keep_copies_in_the_run(const std::vector<std::string>& files, const std::string& output_dir,
+                                                bool write) {
+  const fs::path kept = fs::path(output_dir) / "tokenizer";
+  const fs::path run = fs::weakly_canonical(output_dir);
+  std::vector<std::string> copies;
+  for (const std::string& file : files) {
+    const fs::path folder = fs::weakly_canonical(file).parent_path();
+    if (folder == run || folder == run / "tokenizer") {
+      copies.push_back(file);
+      continue;
+    }
+    const std::string copy = (kept / companion_name(file)).string();
+    if (write) {
+      if (!fs::is_directory(kept)) create_folders("output_dir", kept.string());
+      copy_file(file, copy);
+    }
+    copies.push_back(copy);
+  }
+  return copies;
 }
 
 }  // namespace
@@ -349,6 +376,7 @@ int run_training(const Config& c, TrainingJob job) {
       file.commit();
     }
   }
+  companion_files = keep_copies_in_the_run(companion_files, run.output_dir, world.is_main());
   if (world.is_main()) {
     AtomicFile resolved((fs::path(run.output_dir) / "config.yaml").string());
     resolved.write(c.to_yaml());
