@@ -548,6 +548,82 @@ TEST_F(TrainingRun, TrainsOnMegatronDatasetsAndBlends) {
       << log();
 }
 
+// nanoGPT's train.bin / val.bin and llm.c's shards (dataset.type tokens): the
+// run trains on them as on a Megatron dataset of the same documents; shards by
+// a glob; a file of one document asks for validation data of its own.
+TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
+  // Learnable progressions, each document ending with the EOD 255.
+  const auto tokens = [](int first, int last) {
+    std::vector<uint16_t> t;
+    for (int doc = first; doc < last; ++doc) {
+      for (int i = 0; i < 150; ++i) t.push_back(uint16_t((doc * 7 + i * (1 + doc % 5)) % 255));
+      t.push_back(255);
+    }
+    return t;
+  };
+  const auto write = [&](const std::string& name, const std::vector<uint16_t>& t, bool llmc_header) {
+    std::ofstream out(root_ + "/" + name, std::ios::binary);
+    if (llmc_header) {
+      std::vector<int32_t> header(256, 0);
+      header[0] = 20240520, header[1] = 1, header[2] = int32_t(t.size());
+      out.write(reinterpret_cast<const char*>(header.data()), std::streamsize(header.size() * 4));
+    }
+    out.write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.size() * 2));
+  };
+  write("train.bin", tokens(0, 40), false);
+  write("val.bin", tokens(40, 44), false);
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("nanogpt", 40), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/train.bin", "dataset.validation_path=" + root_ + "/val.bin",
+                 "eval.every_n_steps=40"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("(" + root_ + "/train.bin (nanoGPT tokens, 6040 tokens, 1 document); validation: " + root_ +
+                       "/val.bin (nanoGPT tokens, 604 tokens, 1 document))"),
+            std::string::npos)
+      << log();
+  const auto l = losses("nanogpt");
+  EXPECT_LT(l.at(40), l.at(1) - 1.0) << "the loss should fall on learnable data";
+  // eval reads them too.
+  ASSERT_EQ(run({"run", "eval", "checkpoint.path=" + root_ + "/nanogpt", "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/val.bin", "dataset.seq_len=32"}),
+            0)
+      << log();
+
+  // llm.c's shards by a glob, split into documents at the EOD: 10% held out of each.
+  write("shard_000.bin", tokens(0, 20), true);
+  write("shard_001.bin", tokens(20, 40), true);
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("llmc", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/shard_*.bin", "dataset.eod_id=255", "dataset.validation_fraction=0.1"}),
+            0)
+      << log();
+  EXPECT_NE(log().find(root_ + "/shard_000.bin (llm.c GPT-2 shard, 3020 tokens, 20 documents), " + root_ +
+                       "/shard_001.bin (llm.c GPT-2 shard, 3020 tokens, 20 documents)"),
+            std::string::npos)
+      << log();
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("none", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/nothing_*.bin"}),
+            2);
+  EXPECT_NE(log().find("the command line: dataset.path: no file matches " + root_ + "/nothing_*.bin"),
+            std::string::npos)
+      << log();
+
+  // One document holds nothing out: validation would be none.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("whole", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/train.bin"}),
+            2);
+  EXPECT_NE(log().find(root_ + "/train.bin (nanoGPT tokens, 6040 tokens, 1 document) is one document, of which "
+                       "dataset.validation_fraction 0.01 holds nothing out: give dataset.validation_path (nanoGPT's "
+                       "val.bin), dataset.eod_id to split it into documents, or dataset.validation_fraction=0"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/whole"));
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("eod", 2), "dataset.eod_id=255"}), 2);
+  EXPECT_NE(log().find("dataset.eod_id splits token files (dataset.type tokens) into documents; mock data holds its "
+                       "own"),
+            std::string::npos)
+      << log();
+}
+
 TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("metrics", 6)}), 0) << log();
   std::ifstream in(root_ + "/metrics/metrics.jsonl");

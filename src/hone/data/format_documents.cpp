@@ -4,6 +4,8 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include "hone/core/text.hpp"
+
 namespace hone::data {
 
 MegatronDocuments::MegatronDocuments(const std::string& prefix) : prefix_(prefix), dataset_(prefix) {
@@ -49,5 +51,66 @@ void MdsDocuments::read(int64_t doc, int64_t offset, std::span<int32_t> out) con
 }
 
 std::string MdsDocuments::describe() const { return fmt::format("{} ({} samples)", dir_, lengths_.size()); }
+
+namespace {
+
+// llm.c's data shard headers: magic, version, and the token size they mean.
+struct LlmcShard {
+  int32_t magic, version;
+  size_t token_bytes;
+  const char* model;
+};
+constexpr LlmcShard kLlmcShards[] = {{20240520, 1, 2, "GPT-2"}, {20240801, 7, 4, "Llama 3"}};
+constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+
+}  // namespace
+
+TokenFileDocuments::TokenFileDocuments(const std::string& path, std::optional<int64_t> eod) : file_(path) {
+  const std::span<const std::byte> bytes = file_.bytes();
+  const int32_t magic = bytes.size() >= kLlmcHeaderBytes ? load_le<int32_t>(bytes.data()) : 0;
+  for (const LlmcShard& shard : kLlmcShards) {
+    if (magic != shard.magic) continue;
+    const int32_t version = load_le<int32_t>(bytes.data() + 4);
+    HONE_CHECK(version == shard.version, "{}: an llm.c data shard (magic {}) of version {}, where {}'s is {}", path,
+               magic, version, shard.model, shard.version);
+    const int64_t count = load_le<int32_t>(bytes.data() + 8);
+    HONE_CHECK(count >= 0 && uint64_t(count) * shard.token_bytes == bytes.size() - kLlmcHeaderBytes,
+               "{}: its llm.c header says {} tokens of {} bytes, but {} bytes follow it", path, count,
+               shard.token_bytes, bytes.size() - kLlmcHeaderBytes);
+    format_ = shard.token_bytes == 2 ? "llm.c GPT-2 shard" : "llm.c Llama 3 shard";
+    header_bytes_ = kLlmcHeaderBytes;
+    token_bytes_ = shard.token_bytes;
+  }
+  HONE_CHECK(header_bytes_ > 0 || bytes.size() % 2 == 0,
+             "{}: {} bytes, not a whole number of uint16 tokens (nanoGPT's train.bin and val.bin), nor an llm.c data "
+             "shard (its header starts with 20240520 or 20240801)",
+             path, bytes.size());
+  tokens_ = int64_t((bytes.size() - header_bytes_) / token_bytes_);
+  HONE_CHECK(tokens_ > 0, "{}: holds no tokens", path);
+  starts_.push_back(0);
+  if (eod) {
+    for (int64_t i = 0; i + 1 < tokens_; ++i) {
+      if (token(i) == *eod) starts_.push_back(i + 1);
+    }
+  }
+  starts_.push_back(tokens_);
+}
+
+int64_t TokenFileDocuments::token(int64_t i) const {
+  const std::byte* at = file_.bytes().data() + header_bytes_ + size_t(i) * token_bytes_;
+  return token_bytes_ == 2 ? int64_t(load_le<uint16_t>(at)) : int64_t(load_le<uint32_t>(at));
+}
+
+void TokenFileDocuments::read(int64_t doc, int64_t offset, std::span<int32_t> out) const {
+  const int64_t first = starts_[size_t(doc)] + offset;
+  HONE_ASSERT(offset >= 0 && first + int64_t(out.size()) <= starts_[size_t(doc) + 1]);
+  // A uint32 token past int32's range is read as a negative id, which the stream's vocabulary check names.
+  for (size_t i = 0; i < out.size(); ++i) out[i] = int32_t(token(first + int64_t(i)));
+}
+
+std::string TokenFileDocuments::describe() const {
+  return fmt::format("{} ({}, {} tokens, {} {})", file_.path(), format_, tokens_, num_documents(),
+                     plural(num_documents(), "document"));
+}
 
 }  // namespace hone::data

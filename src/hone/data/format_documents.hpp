@@ -1,8 +1,10 @@
 #pragma once
 // The on-disk datasets as DocumentSources for the pretraining stream.
 #include <memory>
+#include <optional>
 
 #include "hone/data/documents.hpp"
+#include "hone/data/formats/mapped_file.hpp"
 #include "hone/data/formats/mds.hpp"
 #include "hone/data/formats/megatron.hpp"
 
@@ -41,6 +43,32 @@ class MdsDocuments final : public DocumentSource {
   MdsDataset dataset_;
   std::string bytes_dtype_;
   std::vector<int64_t> lengths_;
+};
+
+// A file of token ids one after another, as nanoGPT and llm.c train on:
+//  - nanoGPT's train.bin / val.bin (its prepare.py scripts write a numpy uint16
+//    array with tofile): the tokens alone;
+//  - llm.c's data shards (dev/data/data_common.py's write_datafile): a header of
+//    256 int32 (magic 20240520 and version 1 for GPT-2's uint16 tokens, 20240801
+//    and 7 for Llama 3's uint32 ones; then the token count), then the tokens.
+// Documents end after each `eod` token (GPT-2's <|endoftext|>, which both put
+// between documents); without one the file is a single document.
+class TokenFileDocuments final : public DocumentSource {
+ public:
+  TokenFileDocuments(const std::string& path, std::optional<int64_t> eod);
+  int64_t num_documents() const override { return int64_t(starts_.size()) - 1; }
+  int64_t document_length(int64_t doc) const override { return starts_[size_t(doc) + 1] - starts_[size_t(doc)]; }
+  void read(int64_t doc, int64_t offset, std::span<int32_t> out) const override;
+  std::string describe() const override;
+
+ private:
+  int64_t token(int64_t i) const;
+
+  MappedFile file_;
+  const char* format_ = "nanoGPT tokens";
+  size_t header_bytes_ = 0, token_bytes_ = 2;
+  int64_t tokens_ = 0;
+  std::vector<int64_t> starts_;  // each document's first token, then the token count
 };
 
 }  // namespace hone::data

@@ -2,9 +2,12 @@
 
 #include <fmt/ranges.h>
 
+#include <glob.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "hone/core/error.hpp"
@@ -31,6 +34,28 @@ double total_tokens(const data::DocumentSource& source) {
   return tokens;
 }
 
+// Token files by a glob pattern (llm.c's "fineweb_train_*.bin"): each file it
+// matches, in name order, blended by size.
+std::vector<std::pair<double, std::string>> with_globs_expanded(const Config& c, std::string_view key,
+                                                                std::vector<std::pair<double, std::string>> parts) {
+  std::vector<std::pair<double, std::string>> files;
+  for (auto& [weight, pattern] : parts) {
+    if (pattern.find_first_of("*?[") == std::string::npos || fs::exists(pattern)) {
+      files.emplace_back(weight, std::move(pattern));
+      continue;
+    }
+    HONE_CHECK(weight == 0, "{}: {}: the weight {} goes before one file, not the pattern {}", c.origin_of(key), key,
+               weight, pattern);
+    glob_t found{};
+    const int status = ::glob(pattern.c_str(), 0, nullptr, &found);
+    std::vector<std::string> matches(found.gl_pathv, found.gl_pathv + (status == 0 ? found.gl_pathc : 0));
+    ::globfree(&found);
+    HONE_CHECK(!matches.empty(), "{}: {}: no file matches {}", c.origin_of(key), key, pattern);
+    for (std::string& file : matches) files.emplace_back(0.0, std::move(file));  // glob sorts them
+  }
+  return files;
+}
+
 Blend open_blend(const Config& c, std::string_view key, const std::string& type) {
   const std::string path = c.get<std::string>(key);
   std::vector<std::string> words;
@@ -43,7 +68,9 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
   };
   std::vector<std::pair<double, std::string>> parts;  // a weight of 0: by the source's tokens
   // A path with spaces in it that is there as written is one path, not a blend.
-  const bool one_path = type == "megatron" ? fs::exists(path + ".idx") : fs::is_directory(path);
+  const bool one_path = type == "megatron" ? fs::exists(path + ".idx")
+                        : type == "tokens" ? fs::is_regular_file(path)
+                                           : fs::is_directory(path);
   if (one_path) {
     parts.emplace_back(0.0, path);
   } else if (words.size() == 1 || std::ranges::none_of(words, is_number)) {
@@ -61,11 +88,15 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
       parts.emplace_back(w, words[i + 1]);
     }
   }
+  if (type == "tokens") parts = with_globs_expanded(c, key, std::move(parts));
+  const std::optional<int64_t> eod = c.has("dataset.eod_id") ? std::optional(c.get<int64_t>("dataset.eod_id"))
+                                                               : std::nullopt;
   Blend b;
   for (const auto& [weight, p] : parts) {
     check_path_exists(c, key, type == "megatron" ? p + ".idx" : p);
     std::shared_ptr<const data::DocumentSource> source;
     if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
+    else if (type == "tokens") source = std::make_shared<data::TokenFileDocuments>(p, eod);
     else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
     b.description += (b.description.empty() ? "" : ", ") + source->describe();
     if (parts.size() > 1) b.weights.push_back(weight > 0 ? weight : total_tokens(*source));
@@ -99,6 +130,9 @@ std::vector<data::DocumentRange> whole(const Blend& blend) {
 
 void check_pretraining_data_keys(const Config& c) {
   const std::string type = c.get<std::string>("dataset.type");
+  HONE_CHECK(!c.has("dataset.eod_id") || type == "tokens",
+             "{}: dataset.eod_id splits token files (dataset.type tokens) into documents; {} data holds its own",
+             c.origin_of("dataset.eod_id"), type);
   if (type != "mock") {
     HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
     return;
@@ -107,7 +141,8 @@ void check_pretraining_data_keys(const Config& c) {
   for (const char* key : {"dataset.path", "dataset.validation_path"}) {
     if (!c.has(key)) continue;
     fail("{}: {} {} is set but dataset.type is mock, which ignores it: set dataset.type=megatron (a .bin/.idx "
-         "prefix or a blend) or dataset.type=mds (a folder with index.json)",
+         "prefix or a blend), dataset.type=mds (a folder with index.json) or dataset.type=tokens (nanoGPT's "
+         "train.bin, llm.c's shards)",
          c.origin_of(key), key, c.get<std::string>(key));
   }
 }
@@ -127,7 +162,17 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
     return hold_out(mock, validation_fraction);
   }
   const Blend train = open_blend(c, "dataset.path", type);
-  if (!c.has("dataset.validation_path")) return hold_out(train, validation_fraction);
+  if (!c.has("dataset.validation_path")) {
+    // One document holds nothing out: validation would silently be none.
+    for (const auto& source : train.sources) {
+      HONE_CHECK(validation_fraction == 0 || source->num_documents() > 1,
+                 "{}: {} is one document, of which dataset.validation_fraction {} holds nothing out: give "
+                 "dataset.validation_path (nanoGPT's val.bin), dataset.eod_id to split it into documents, or "
+                 "dataset.validation_fraction=0",
+                 c.origin_of("dataset.path"), source->describe(), validation_fraction);
+    }
+    return hold_out(train, validation_fraction);
+  }
   // Validation on documents of its own (Megatron's --valid-data-path, an MDS
   // split's val folder); training on every document of dataset.path.
   const Blend validation = open_blend(c, "dataset.validation_path", type);

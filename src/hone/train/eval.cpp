@@ -68,8 +68,10 @@ Schema task_keys(const std::string& prefix) {
 Schema eval_schema() {
   Schema s = inference_schema();
   s.add({"dataset.type", ValueType::string, nullptr, "data for loss and perplexity",
-         {"mock", "megatron", "mds", "instruct"}});
-  s.add({"dataset.path", ValueType::string, nullptr, "megatron prefix (or blend), MDS folder, or instruct records (as fine-tuning's dataset.path)"});
+         {"mock", "megatron", "mds", "tokens", "instruct"}});
+  s.add({"dataset.path", ValueType::string, nullptr,
+         "megatron prefix (or blend), MDS folder, token file (nanoGPT's val.bin, an llm.c shard), or instruct records "
+         "(as fine-tuning's dataset.path)"});
   s.add({"dataset.seq_len", ValueType::integer, nullptr,
          "tokens per sequence (unset: 256, or the model's max_seq_len if smaller)"},
         Range::positive());
@@ -422,7 +424,7 @@ std::vector<std::string> check_eval_config(const Config& c) {
   if (c.has("task.path")) check_fewshot_keys(c, "task");
   if (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct") {
     for (const char* key : {"dataset.block_causal", "dataset.eod_mask_loss"}) {
-      HONE_CHECK(!c.get<bool>(key), "{}: {} is for token data (mock, megatron, mds); instruct samples are scored each "
+      HONE_CHECK(!c.get<bool>(key), "{}: {} is for token data (mock, megatron, mds, tokens); instruct samples are scored each "
                  "on its own already", c.origin_of(key), key);
     }
     instruct_options_from(c);

@@ -251,14 +251,14 @@ Schema training_schema() {
 
 Schema pretrain_dataset_schema() {
   Schema s;
-  s.add({"dataset.type", ValueType::string, "mock", "where tokens come from", {"mock", "megatron", "mds"}});
+  s.add({"dataset.type", ValueType::string, "mock", "where tokens come from", {"mock", "megatron", "mds", "tokens"}});
   s.add({"dataset.path", ValueType::string, nullptr,
          "megatron: a prefix or a blend 'W1 PREFIX1 W2 PREFIX2 ...' ('PREFIX1 PREFIX2': by size); mds: a folder with "
-         "index.json"});
+         "index.json; tokens: a token file (nanoGPT's train.bin, an llm.c shard), several, or a glob of them"});
   s.add({"dataset.seq_len", ValueType::integer, nullptr, "tokens per training sequence", {}, true}, Range::positive());
   s.add({"dataset.validation_path", ValueType::string, nullptr,
-         "validation data of the same type as dataset.path (a prefix or a blend; an MDS folder), instead of "
-         "documents held out of dataset.path"});
+         "validation data of the same type as dataset.path (a prefix or a blend; an MDS folder; nanoGPT's val.bin), "
+         "instead of documents held out of dataset.path"});
   s.add({"dataset.validation_fraction", ValueType::number, 0.01,
          "documents of each source held out for validation (without dataset.validation_path)"},
         Range::fraction());
@@ -278,6 +278,10 @@ Schema document_boundaries_schema() {
   s.add({"dataset.eod_mask_loss", ValueType::boolean, false,
          "no loss where the input is a document's last token (its EOD): no document's first token predicted from "
          "another (Megatron's --eod-mask-loss)"});
+  s.add({"dataset.eod_id", ValueType::integer, nullptr,
+         "tokens: the id between documents, each ending with it (50256, GPT-2's <|endoftext|>, in nanoGPT's and "
+         "llm.c's GPT-2 data); unset: a file is one document"},
+        Range::not_negative());
   return s;
 }
 
