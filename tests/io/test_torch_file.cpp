@@ -192,7 +192,7 @@ TEST(TorchFile, DamagedArchivesAreErrorsNamingWhatIsWrong) {
   ASSERT_NE(global, std::string::npos);
   opcode[global + 2] = '\xff';
   EXPECT_NE(
-      parse_error(opcode).find("damaged.pt: tensors/data.pkl (offset 2): opcode 0xff is not one torch.save writes"),
+      parse_error(opcode).find("damaged.pt: tensors/data.pkl (offset 2): opcode 0xff is not one torch.save or a pickle.dump of plain data writes"),
       std::string::npos)
       << parse_error(opcode);
 }

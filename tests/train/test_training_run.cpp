@@ -624,6 +624,36 @@ TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
       << log();
 }
 
+// nanoGPT's shakespeare_char as its prepare.py leaves it (train.bin, val.bin,
+// meta.pkl: tests/reference/generate_nanogpt_chars.py): trained on with its
+// character vocabulary as tokenizer.path, which the checkpoints carry; generate
+// then writes characters, max_new_tokens of them (the vocabulary has no EOS).
+TEST_F(TrainingRun, TrainsAndGeneratesOnNanoGptsCharacterData) {
+  const std::string data = source_path("tests/reference/nanogpt_chars");
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("chars", 3), "model.vocab_size=37", "dataset.type=tokens",
+                 "dataset.path=" + data + "/train.bin", "dataset.validation_path=" + data + "/val.bin",
+                 "dataset.seq_len=16", "tokenizer.path=" + data + "/meta.pkl"}),
+            0)
+      << log();
+  EXPECT_EQ(read_file(root_ + "/chars/step_0000003/meta.pkl"), read_file(data + "/meta.pkl"));
+  EXPECT_TRUE(fs::exists(root_ + "/chars/tokenizer/meta.pkl"));
+  ASSERT_EQ(run({"run", "generate", "checkpoint.path=" + root_ + "/chars", "prompt=First Citizen:",
+                 "max_new_tokens=7", "samples_path=" + root_ + "/samples.jsonl"}),
+            0)
+      << log();
+  const nlohmann::json sample = nlohmann::json::parse(read_file(root_ + "/samples.jsonl"));
+  EXPECT_EQ(sample["tokens"], 7) << sample.dump();
+  EXPECT_EQ(sample["finish_reason"], "length") << sample.dump();
+  // A model's vocabulary smaller than the characters' is refused.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("few", 1), "model.vocab_size=20", "dataset.type=tokens",
+                 "dataset.path=" + data + "/train.bin", "dataset.validation_fraction=0", "dataset.seq_len=16",
+                 "tokenizer.path=" + data + "/meta.pkl"}),
+            2);
+  EXPECT_NE(log().find("the tokenizer " + data + "/meta.pkl has 37 tokens, more than model.vocab_size 20"),
+            std::string::npos)
+      << log();
+}
+
 TEST_F(TrainingRun, WritesTheDocumentedMetricsAndFiles) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("metrics", 6)}), 0) << log();
   std::ifstream in(root_ + "/metrics/metrics.jsonl");

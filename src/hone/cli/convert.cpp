@@ -65,7 +65,9 @@ SpecialTokenIds check_tokenizer(const WeightSource& source, const Json& trained_
   check_fits_vocabulary(*tokenizer, source.config().vocab_size, dir.string());
   SpecialTokenIds ids{tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id()};
   if (trained_dataset.is_object()) {
-    ids.more_eos.push_back(data::end_of_answer_token(*tokenizer, prompt_format_of(trained_dataset)));
+    if (const auto end = data::end_of_answer_token(*tokenizer, prompt_format_of(trained_dataset))) {
+      ids.more_eos.push_back(*end);
+    }
   }
   return ids;
 }
@@ -162,8 +164,8 @@ Command add_convert(CLI::App& app) {
       // What transformers' config class of the family takes where config.json names none.
       const Family family = source->config().family;
       tokenizer_notes.push_back(fmt::format(
-          "config.json and generation_config.json name no BOS or EOS id: the source has no tokenizer hone reads "
-          "(give --tokenizer DIR), and transformers takes its config class's defaults instead ({})",
+          "config.json and generation_config.json name no BOS or EOS id: the source has no tokenizer hone reads, or "
+          "one without them (give --tokenizer DIR), and transformers takes its config class's defaults instead ({})",
           family == Family::llama  ? "LlamaConfig's BOS 1, EOS 2"
           : family == Family::gpt2 ? "GPT2Config's BOS and EOS 50256"
                                    : "MptConfig's: none"));

@@ -638,12 +638,11 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& t, const std::string& text, 
   return tokenize(pieces, t, false).tokens;
 }
 
-int32_t end_of_answer_token(const Tokenizer& t, const InstructOptions& o) {
+std::optional<int32_t> end_of_answer_token(const Tokenizer& t, const InstructOptions& o) {
   const std::optional<ChatFormat> chat_format = chat_format_of(o);
   if (chat_format == ChatFormat::llama3) return special_id(t, "<|eot_id|>", "llama3");
   if (chat_format == ChatFormat::chatml) return special_id(t, "<|im_end|>", "chatml");
-  HONE_CHECK(t.eos_id(), "the tokenizer has no EOS token");
-  return *t.eos_id();
+  return t.eos_id();
 }
 
 std::optional<std::string> chat_template(const Tokenizer& t, const InstructOptions& o) {

@@ -116,8 +116,9 @@ struct ChatMessage {
 // tokenizer family uses one, with special tokens written in it as their ids
 // (as transformers' tokenizer(text) and vLLM read a prompt).
 std::vector<int32_t> prompt_tokens(const Tokenizer& tokenizer, const std::string& text, const InstructOptions& options);
-// The token that ends an answer: the chat format's end of turn, else EOS.
-int32_t end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);
+// The token that ends an answer: the chat format's end of turn, else EOS (none
+// for a tokenizer without one: nanoGPT's characters).
+std::optional<int32_t> end_of_answer_token(const Tokenizer& tokenizer, const InstructOptions& options);
 // The chat format as a Jinja template, as Hugging Face tokenizers carry one
 // (tokenizer_config.json's chat_template): apply_chat_template renders the text
 // chat_pieces formats, options.system_prompt included, so a fine-tuned model is

@@ -7,10 +7,10 @@
 // KEY, location, elements). This is how Hugging Face's pytorch_model.bin and
 // Meta's consolidated.NN.pth are stored.
 //
-// The pickle is read by a small machine of its own that knows the opcodes
-// torch.save emits and accepts only the globals a tensor's pickle names
-// (OrderedDict, the tensor and parameter rebuild functions, the storage types):
-// any other global is an error naming it, and nothing in the file is ever run.
+// The pickle is read by hone's own machine (core/pickle.hpp), which here
+// accepts only the globals a tensor's pickle names (OrderedDict, the tensor and
+// parameter rebuild functions, the storage types): any other global is an error
+// naming it, and nothing in the file is ever run.
 //
 // A training checkpoint nests its state dicts in a dict ({'model': {...},
 // 'optimizer': {...}, 'model_args': {...}}): nested dicts' tensors are named by

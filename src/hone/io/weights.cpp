@@ -250,7 +250,7 @@ const std::vector<std::string>& companion_file_names() {
   static const std::vector<std::string> names = {
       "tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
       "tokenizer.model",  "vocab.json",            "merges.txt",              "chat_template.jinja",
-      "generation_config.json"};
+      "generation_config.json", "meta.pkl"};  // meta.pkl: nanoGPT's character vocabulary
   return names;
 }
 

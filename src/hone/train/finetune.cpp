@@ -341,8 +341,9 @@ int run_finetune(const Config& c) {
                               // would double a bf16 model's files).
                               hf.dtype = c.has("export.dtype") ? parse_dtype(c.get<std::string>("export.dtype"))
                                                                : weights->stored_dtype();
+                              // Training checked the tokenizer has an end of answer.
                               hf.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id(),
-                                                   {data::end_of_answer_token(*tokenizer, options)}};
+                                                   {*data::end_of_answer_token(*tokenizer, options)}};
                               const HfExportSummary exported =
                                   export_hf(*with_companion_files(std::move(trained), companion_files),
                                             c.get<std::string>("export.hf"), hf);

@@ -223,9 +223,12 @@ int run_generate(const Config& c) {
   o.sampling = sampling_options(c, m.generation_config);
   o.seed = uint64_t(c.get<int64_t>("seed"));
   o.vocab_size = std::min<int64_t>(m.tokenizer->vocab_size(), m.model->config().vocab_size);
-  // The end of an answer, and EOS (where transformers' generate() stops too).
-  o.stop_tokens.push_back(data::end_of_answer_token(*m.tokenizer, format));
-  if (const auto eos = m.tokenizer->eos_id(); eos && *eos != o.stop_tokens.front()) o.stop_tokens.push_back(*eos);
+  // The end of an answer, and EOS (where transformers' generate() stops too); a
+  // tokenizer without either (nanoGPT's characters) runs to max_new_tokens, as sample.py.
+  if (const auto end = data::end_of_answer_token(*m.tokenizer, format)) o.stop_tokens.push_back(*end);
+  if (const auto eos = m.tokenizer->eos_id(); eos && std::ranges::find(o.stop_tokens, *eos) == o.stop_tokens.end()) {
+    o.stop_tokens.push_back(*eos);
+  }
   for (const int32_t id : m.eos_ids) {  // and the model's generation config's (transformers' too)
     if (std::ranges::find(o.stop_tokens, id) == o.stop_tokens.end()) o.stop_tokens.push_back(id);
   }

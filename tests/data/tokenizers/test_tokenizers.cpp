@@ -157,6 +157,7 @@ TEST(TokenizerFuzzSeeds, LoadAndTokenize) {
       {"gpt2", {259, 264}},
       {"tokenizer_json_byte_level", {259, 264}},
       {"tokenizer_json_spm_style", {79, 81, 70, 74}},  // "▁hello" "▁wor" "l" "d"
+      {"nanogpt_meta", {19, 17, 22, 22, 25, 1, 32, 25, 27, 22, 16}},  // a character each
   };
   for (const auto& entry : fs::directory_iterator(source_path("tests/data/tokenizers/fuzz/seeds/tokenizer_files"))) {
     SCOPED_TRACE(entry.path().string());
@@ -321,6 +322,38 @@ TEST_F(TokenizerFiles, WrongKindOfFile) {
   EXPECT_NE(error_of((dir_ / "missing.json").string()).find("no such file"), std::string::npos);
   fs::create_directories(dir_ / "empty_dir");
   EXPECT_NE(error_of((dir_ / "empty_dir").string()).find("no tokenizer in this folder"), std::string::npos);
+}
+
+// nanoGPT's character vocabulary (tests/reference/generate_nanogpt_chars.py runs
+// its prepare.py): each character one token, as its encode() gives them, from the
+// default protocol's pickle and protocol 2's; the folder holding it is found.
+TEST_F(TokenizerFiles, NanoGptsCharacterVocabulary) {
+  const std::string dir = source_path("tests/reference/nanogpt_chars");
+  const nlohmann::json expected = nlohmann::json::parse(read_file(dir + "/expected.json"));
+  for (const char* file : {"meta.pkl", "meta_protocol2.pkl"}) {
+    SCOPED_TRACE(file);
+    const auto t = load_tokenizer(dir + "/" + file);
+    EXPECT_EQ(t->kind(), "nanogpt-chars");
+    EXPECT_EQ(t->vocab_size(), expected["vocab_size"].get<int32_t>());
+    const std::string text = expected["text"];
+    EXPECT_EQ(t->encode(text), expected["ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(t->decode(t->encode(text)), text);
+    EXPECT_FALSE(t->bos_id() || t->eos_id());
+  }
+  EXPECT_EQ(tokenizer_files_in(dir), std::vector<fs::path>{fs::path(dir) / "meta.pkl"});
+  EXPECT_EQ(load_tokenizer(dir)->kind(), "nanogpt-chars");
+  // A character the text never had is an error, as nanoGPT's KeyError.
+  EXPECT_EQ(hone::test::error_of([&] { load_tokenizer(dir + "/meta.pkl")->encode("a!"); }),
+            dir + "/meta.pkl: the character U+0021 ('!') is not in this character vocabulary");
+  // A pickle that calls anything is refused unrun; one of another shape is named.
+  const std::string calls =
+      write("calls.pkl", std::string("\x80\x02" "cposix\nsystem\n" "X\x02\x00\x00\x00" "ls\x85R.", 26));
+  EXPECT_NE(error_of(calls).find("calls.pkl (offset 24): the pickle calls posix.system: hone reads plain data"),
+            std::string::npos)
+      << error_of(calls);
+  const std::string list = write("list.pkl", std::string("\x80\x02]q\x00.", 6));
+  EXPECT_NE(error_of(list).find("list.pkl: a pickle without nanoGPT's character vocabulary"), std::string::npos)
+      << error_of(list);
 }
 
 TEST_F(TokenizerFiles, RankFileNamesTheLine) {

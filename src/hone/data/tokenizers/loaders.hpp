@@ -53,6 +53,10 @@ std::unique_ptr<Tokenizer> load_tiktoken_json(std::string_view content, std::str
 std::unique_ptr<Tokenizer> load_tokenizer_json(std::string_view content, std::string_view name,
                                                std::string_view config_json = {});
 
+// nanoGPT's character vocabulary, the meta.pkl of its shakespeare_char data (a
+// pickle of {'vocab_size', 'itos', 'stoi'}): each character is a token.
+std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::string_view name);
+
 // A SentencePiece model (serialized ModelProto), through libsentencepiece.
 std::unique_ptr<Tokenizer> load_sentencepiece(std::string_view content, std::string_view name);
 

@@ -19,7 +19,8 @@ namespace {
 
 constexpr std::string_view kExpected =
     "expected a Hugging Face tokenizer.json, a tiktoken rank file or tokenizer.model, a SentencePiece .model, "
-    "the npm tiktoken encoders/*.json, GPT-2's encoder.json + vocab.bpe, or vocab.json + merges.txt";
+    "the npm tiktoken encoders/*.json, GPT-2's encoder.json + vocab.bpe, vocab.json + merges.txt, or nanoGPT's "
+    "meta.pkl";
 
 std::string sibling_text(const fs::path& file, const char* name) {
   const fs::path p = file.parent_path() / name;
@@ -115,6 +116,8 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
     parse_json(content, where);  // a syntax error is reported as such
     fail("{}: a JSON file that is no tokenizer: {}", where, kExpected);
   }
+  // A pickle (protocol 2 and later) starts with PROTO: nanoGPT's meta.pkl.
+  if (!content.empty() && static_cast<unsigned char>(content[0]) == 0x80) return load_nanogpt_meta(content, where);
   // A serialized SentencePiece ModelProto starts with field 1 (pieces), wire type 2.
   if (!content.empty() && content[0] == 0x0A) return load_sentencepiece(content, where);
   if (first == content.size()) fail("{}: empty file ({})", where, kExpected);
@@ -139,6 +142,7 @@ std::vector<fs::path> tokenizer_files_in(const fs::path& dir) {
   if (has("vocab.json") && has("merges.txt")) return {dir / "vocab.json", dir / "merges.txt"};
   // Meta's tiktoken file where Meta's Hugging Face repos keep it (and hone's exports).
   if (has("original/tokenizer.model")) return {dir / "original" / "tokenizer.model"};
+  if (has("meta.pkl")) return {dir / "meta.pkl"};  // nanoGPT's character vocabulary
   return {};
 }
 
@@ -154,7 +158,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
     if (files.size() == 1) return load_file(files[0]);
     if (files.size() == 2) return load_gpt2_files(files[0], files[1]);
     fail("{}: no tokenizer in this folder: expected tokenizer.json, tokenizer.model, encoder.json + vocab.bpe, "
-         "vocab.json + merges.txt, or original/tokenizer.model",
+         "vocab.json + merges.txt, original/tokenizer.model, or nanoGPT's meta.pkl",
          path.string());
   }
   HONE_CHECK(fs::exists(path, ec), "{}: no such file or folder (expected a tokenizer file or a folder holding one)",

@@ -17,13 +17,14 @@ inline std::unique_ptr<Tokenizer> load_fuzz_input(std::string_view input) {
   const size_t nul = file.find('\0');
   const std::string_view first = file.substr(0, nul);
   const std::string_view second = nul == std::string_view::npos ? std::string_view() : file.substr(nul + 1);
-  switch (kind % 6) {
+  switch (kind % 7) {
     case 0: return load_tiktoken_ranks(file, "cl100k_base.tiktoken");
     case 1: return load_tiktoken_json(file, "encoder.json");
     case 2: return load_gpt2_bpe(first, "encoder.json", second, "vocab.bpe");
     case 3: return load_tokenizer_json(file, "tokenizer.json");
     case 4: return load_tokenizer_json(first, "tokenizer.json", second);
-    default: return load_sentencepiece(file, "tokenizer.model");
+    case 5: return load_sentencepiece(file, "tokenizer.model");
+    default: return load_nanogpt_meta(file, "meta.pkl");
   }
 }
 

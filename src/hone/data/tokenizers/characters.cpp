@@ -1,0 +1,98 @@
+// nanoGPT's character vocabulary: the meta.pkl its data/shakespeare_char/prepare.py
+// writes ({'vocab_size': N, 'itos': {id: char}, 'stoi': {char: id}}), read as
+// its train.py and sample.py use it: every character of the text is a token.
+#include <fmt/format.h>
+
+#include <map>
+#include <unordered_map>
+
+#include "hone/core/error.hpp"
+#include "hone/core/pickle.hpp"
+#include "hone/data/tokenizers/loaders.hpp"
+#include "hone/data/tokenizers/utf8.hpp"
+
+namespace hone {
+
+namespace {
+
+// The values a meta.pkl may hold: each character is two entries (itos, stoi).
+constexpr size_t kMetaValues = size_t(1) << 22;
+
+class CharacterTokenizer final : public Tokenizer {
+ public:
+  CharacterTokenizer(std::vector<std::string> characters, std::string name)
+      : characters_(std::move(characters)), name_(std::move(name)) {
+    for (size_t id = 0; id < characters_.size(); ++id) ids_.emplace(characters_[id], int32_t(id));
+  }
+
+  void encode_into(std::string_view text, std::vector<int32_t>& out, SpecialTokens) const override {
+    std::string storage;
+    const std::string_view valid = utf8::sanitize(text, storage);
+    for (size_t i = 0; i < valid.size();) {
+      const size_t start = i;
+      const uint32_t code_point = utf8::next(valid, i);
+      const auto found = ids_.find(std::string(valid.substr(start, i - start)));
+      HONE_CHECK(found != ids_.end(), "{}: the character U+{:04X} ('{}') is not in this character vocabulary", name_,
+                 code_point, valid.substr(start, i - start));
+      out.push_back(found->second);
+    }
+  }
+
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string text;
+    for (const int32_t id : ids) {
+      HONE_CHECK(id >= 0 && size_t(id) < characters_.size(), "{}: token id {} is outside the vocabulary of {}", name_,
+                 id, characters_.size());
+      text += characters_[size_t(id)];
+    }
+    return text;
+  }
+
+  int32_t vocab_size() const override { return int32_t(characters_.size()); }
+  std::string_view kind() const override { return "nanogpt-chars"; }
+
+ private:
+  std::vector<std::string> characters_;  // by id
+  std::unordered_map<std::string, int32_t> ids_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::string_view name) {
+  const std::string where(name);
+  const nlohmann::ordered_json meta = pickle::read_plain_data(
+      {reinterpret_cast<const std::byte*>(content.data()), content.size()}, where, kMetaValues);
+  HONE_CHECK(meta.is_object() && meta.contains("itos") && meta["itos"].is_object(),
+             "{}: a pickle without nanoGPT's character vocabulary (a dict with 'itos': id -> character)", where);
+  std::map<int64_t, std::string> by_id;
+  for (const auto& [key, value] : meta["itos"].items()) {
+    char* end = nullptr;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    HONE_CHECK(*end == '\0' && id >= 0 && value.is_string() && utf8::valid(value.get<std::string>()) &&
+                   !value.get<std::string>().empty(),
+               "{}: itos[{}] is not a character for a token id", where, key);
+    by_id[id] = value.get<std::string>();
+  }
+  HONE_CHECK(!by_id.empty(), "{}: an empty character vocabulary", where);
+  const int64_t size = by_id.rbegin()->first + 1;
+  HONE_CHECK(int64_t(by_id.size()) == size, "{}: itos holds {} characters for ids up to {}: ids are missing", where,
+             by_id.size(), size - 1);
+  if (meta.contains("vocab_size")) {
+    HONE_CHECK(meta["vocab_size"] == size, "{}: vocab_size {} but itos holds {} characters", where,
+               meta["vocab_size"].dump(), size);
+  }
+  std::vector<std::string> characters;
+  for (auto& [id, character] : by_id) characters.push_back(std::move(character));
+  // stoi is itos turned around: ids it gives otherwise would encode differently than nanoGPT.
+  if (meta.contains("stoi") && meta["stoi"].is_object()) {
+    for (const auto& [character, id] : meta["stoi"].items()) {
+      HONE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < size &&
+                     characters[size_t(id.get<int64_t>())] == character,
+                 "{}: stoi[{:?}] = {} does not match itos", where, character, id.dump());
+    }
+  }
+  return std::make_unique<CharacterTokenizer>(std::move(characters), where);
+}
+
+}  // namespace hone
