@@ -810,6 +810,28 @@ TEST_F(FinetuneRun, FullFinetuneTrainsEveryWeight) {
   EXPECT_TRUE(fs::exists(root_ + "/full/step_0000020/model.safetensors"));
 }
 
+// A full fine-tune's checkpoint holds the whole model and its tokenizer: it
+// resumes where the model it started from is gone (another run's step folders,
+// rotated away), and keeps the record of it.
+TEST_F(FinetuneRun, AFullFinetuneResumesWithoutItsBase) {
+  fs::copy(root_ + "/base", root_ + "/rotating", fs::copy_options::recursive);
+  const auto args = [&](int64_t steps) {
+    return std::vector<std::string>{"run", "full_finetune", "output_dir=" + root_ + "/no_base", "threads=1",
+                                    "checkpoint.path=" + root_ + "/rotating", "dataset.path=" + root_ + "/data.jsonl",
+                                    "dataset.max_seq_len=64", "batch_size=4", "max_steps=" + std::to_string(steps),
+                                    "resume=latest", "logging.tensorboard=false"};
+  };
+  const std::string log = root_ + "/no_base.log";
+  ASSERT_EQ(run_hone_to_log(args(2), log), 0) << read_file(log);
+  fs::remove_all(root_ + "/rotating/step_0000002");
+  ASSERT_EQ(run_hone_to_log(args(4), log), 0) << read_file(log);
+  const auto base_of = [&](const std::string& step) {
+    return nlohmann::json::parse(read_file(root_ + "/no_base/" + step + "/trainer_state.json"))["base_model"];
+  };
+  EXPECT_EQ(base_of("step_0000004"), base_of("step_0000002"));
+  EXPECT_EQ(read_file(root_ + "/no_base/step_0000004/vocab.json"), read_file(tokenizer_ + "/vocab.json"));
+}
+
 // Unset, dataset.max_seq_len is 512 cut to the base model's 128; set beyond
 // it, the run is refused.
 TEST_F(FinetuneRun, SampleLengthDefaultsToWhatTheModelTakes) {

@@ -139,6 +139,15 @@ BaseModelRecord base_model_of(const Config& c, std::vector<std::string>& notes) 
   return *trained_on;
 }
 
+// The checkpoint a full fine-tune (no adapters, no DPO reference) resumes from,
+// where it records its base: the whole model and its tokenizer are there.
+std::optional<std::string> whole_model_resume(const Config& c) {
+  if (!c.has("resume") || c.has("model.lora_rank") || has_reference_copy(c)) return std::nullopt;
+  const std::optional<std::string> folder =
+      find_checkpoint(c.get<std::string>("output_dir"), c.get<std::string>("resume"));
+  return folder && checkpoint_base_model(*folder) ? folder : std::nullopt;
+}
+
 // How the rows of a batch are cut (dataset.pad_to_multiple_of), for the banner.
 std::string describe_cut(int64_t multiple, int64_t seq_len) {
   if (multiple == 0 || multiple >= seq_len) return "";
@@ -188,14 +197,19 @@ int run_finetune(const Config& c) {
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
   std::vector<std::string> base_notes;
-  const BaseModelRecord base = base_model_of(c, base_notes);
-  const std::unique_ptr<WeightSource> weights = open_weights(base.folder, c.get<std::string>("checkpoint.format"));
+  // A full fine-tune resumes from its checkpoint, which holds the whole model
+  // (the one it started from may have moved or gone since) and its tokenizer.
+  const std::optional<std::string> resumed = whole_model_resume(c);
+  const BaseModelRecord base = resumed ? *checkpoint_base_model(*resumed) : base_model_of(c, base_notes);
+  const std::unique_ptr<WeightSource> weights =
+      resumed ? open_weights(*resumed) : open_weights(base.folder, c.get<std::string>("checkpoint.format"));
   const TrainingShape shape = shape_of(c, weights->config());
   const ModelConfig& model_config = shape.model;
   const std::optional<LoraConfig>& lora = shape.lora;
   const int64_t seq_len = shape.seq_len;
 
-  const std::string tokenizer_dir = tokenizer_path_for_model(c);
+  const bool tokenizer_in_checkpoint = resumed && !c.has("tokenizer.path") && !tokenizer_files_in(*resumed).empty();
+  const std::string tokenizer_dir = tokenizer_in_checkpoint ? *resumed : tokenizer_path_for_model(c);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
   check_fits_vocabulary(*tokenizer, model_config.vocab_size, c.origin());
   data::InstructOptions options = instruct_options_from(c);
