@@ -453,6 +453,21 @@ TEST(Cli, LsRecipeListsItsKeys) {
             "hone: error: validate: one config at a time: 'quickstart' and --config summarize_lora are two (the "
             "other settings go as key=value)\n");
   EXPECT_EQ(run_hone("validate max_steps=5 --config quickstart").status, 0);
+  // An override or nothing where the recipe goes, a config among the overrides: what to type instead.
+  const std::vector<std::pair<std::string, std::string>> misplaced = {
+      {"run --config quickstart max_steps=5",
+       "'max_steps=5' is an override where the recipe goes: hone run pretrain --config quickstart max_steps=5 ..."},
+      {"run --config quickstart", "which recipe? hone run pretrain --config quickstart [key=value ...]"},
+      {"run pretrain quickstart", "'quickstart' is a config where key=value overrides go: give it as --config "
+                                  "quickstart"},
+      {"validate quickstart quickstart",
+       "'quickstart' is a config where key=value overrides go: hone validate takes one config at a time"},
+  };
+  for (const auto& [args, error] : misplaced) {
+    const CliResult r = run_hone(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.err, "hone: error: " + error + "\n") << args;
+  }
 }
 
 // hone plan takes the config's ZeRO stage and tp unless flags say otherwise, and

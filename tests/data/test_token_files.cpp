@@ -81,6 +81,15 @@ TEST_F(TokenFiles, LlmcShardsOfGpt2AndLlama3) {
   EXPECT_EQ(documents(data::TokenFileDocuments(llama3, 128000)), (Docs{{128000}, {70000, 128000}, {1}}));
 }
 
+// With the model's vocabulary given, an id past it is an error as the file opens.
+TEST_F(TokenFiles, AnIdPastTheVocabularyIsFoundAsTheFileOpens) {
+  const std::string path = write("ids.bin", bytes_of(std::vector<uint16_t>{1, 9, 2, 9, 40, 3}));
+  EXPECT_EQ(error_of([&] { data::TokenFileDocuments(path, 9, 32); }),
+            path + ": token id 40 at token 4 (document 2) is outside the model's vocabulary of 32 (tokenized for "
+                   "another model?)");
+  EXPECT_EQ(data::TokenFileDocuments(path, 9, 41).num_documents(), 3);
+}
+
 TEST_F(TokenFiles, DamagedFilesAreErrorsNamingThem) {
   const std::string odd = write("odd.bin", "abc");
   EXPECT_EQ(error_of([&] { data::TokenFileDocuments(odd, std::nullopt); }),
@@ -91,6 +100,11 @@ TEST_F(TokenFiles, DamagedFilesAreErrorsNamingThem) {
   const std::string cut = write_llmc<uint16_t>("cut.bin", 20240520, 1, {1, 2, 3}, 4);
   EXPECT_EQ(error_of([&] { data::TokenFileDocuments(cut, std::nullopt); }),
             cut + ": its llm.c header says 4 tokens of 2 bytes, but 6 bytes follow it");
+  // A header cut short is not read as nanoGPT's tokens.
+  const std::string short_header = write("short.bin", bytes_of(std::vector<int32_t>{20240801, 7, 2, 0}));
+  EXPECT_EQ(error_of([&] { data::TokenFileDocuments(short_header, std::nullopt); }),
+            short_header + ": starts as an llm.c data shard (magic 20240801) but is 16 bytes, shorter than its "
+                           "1024-byte header");
   const std::string version = write_llmc<uint16_t>("v2.bin", 20240520, 2, {1, 2}, 2);
   EXPECT_EQ(error_of([&] { data::TokenFileDocuments(version, std::nullopt); }),
             version + ": an llm.c data shard (magic 20240520) of version 2, where GPT-2's is 1");

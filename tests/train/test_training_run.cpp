@@ -613,10 +613,56 @@ TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
             2);
   EXPECT_NE(log().find(root_ + "/train.bin (nanoGPT tokens, 6040 tokens, 1 document) is one document, of which "
                        "dataset.validation_fraction 0.01 holds nothing out: give dataset.validation_path (nanoGPT's "
-                       "val.bin), dataset.eod_id to split it into documents, or dataset.validation_fraction=0"),
+                       "val.bin), or dataset.eod_id (the token between documents), or dataset.validation_fraction=0"),
             std::string::npos)
       << log();
   EXPECT_FALSE(fs::exists(root_ + "/whole"));
+  std::vector<uint16_t> one_document = tokens(0, 1);
+  one_document.resize(100);  // before its EOD
+  write("one_document.bin", one_document, false);
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("never", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/one_document.bin", "dataset.eod_id=255"}),
+            2);
+  EXPECT_NE(log().find("is one document (dataset.eod_id 255 never occurs in it), of which dataset.validation_fraction "
+                       "0.01 holds nothing out: give dataset.validation_path (nanoGPT's val.bin), or "
+                       "dataset.validation_fraction=0"),
+            std::string::npos)
+      << log();
+  // eval takes no dataset.validation_path: not suggested there.
+  EXPECT_EQ(run({"run", "eval", "checkpoint.path=" + root_ + "/nanogpt", "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/val.bin", "dataset.seq_len=32", "dataset.validation_fraction=0.5"}),
+            2);
+  EXPECT_NE(log().find("holds nothing out: give dataset.eod_id (the token between documents), or "
+                       "dataset.validation_fraction=0"),
+            std::string::npos)
+      << log();
+  // Documents kept apart need the id between them.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("apart", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/train.bin", "dataset.validation_path=" + root_ + "/val.bin",
+                 "dataset.block_causal=true"}),
+            2);
+  EXPECT_NE(log().find("the command line: dataset.block_causal needs documents: give dataset.eod_id, the token "
+                       "between them (50256 in GPT-2's data), or a token file is one document"),
+            std::string::npos)
+      << log();
+  // An id past the vocabulary is found as the file opens, before any step.
+  std::vector<uint16_t> past = tokens(0, 2);
+  past[200] = 300;
+  write("past.bin", past, false);
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("past", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/past.bin", "dataset.eod_id=255"}),
+            2);
+  EXPECT_NE(log().find("the command line: dataset.path: " + root_ + "/past.bin: token id 300 at token 200 (document "
+                       "1) is outside the model's vocabulary of 256 (tokenized for another model?)"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/past"));
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("eod_past", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/train.bin", "dataset.eod_id=256"}),
+            2);
+  EXPECT_NE(log().find("the command line: dataset.eod_id 256 is outside the model's vocabulary of 256"),
+            std::string::npos)
+      << log();
   EXPECT_EQ(run({"run", "pretrain", "--config", config("eod", 2), "dataset.eod_id=255"}), 2);
   EXPECT_NE(log().find("dataset.eod_id splits token files (dataset.type tokens) into documents; mock data holds its "
                        "own"),
@@ -758,7 +804,7 @@ TEST_F(TrainingRun, DocumentsAsSequencesOfTheirOwnInTrainingAndEval) {
                              "dataset.path=" + root_ + "/none.jsonl", "dataset.eod_mask_loss=true"},
                             out),
             2);
-  EXPECT_NE(read_file(out).find("dataset.eod_mask_loss is for token data (mock, megatron, mds); instruct samples are "
+  EXPECT_NE(read_file(out).find("dataset.eod_mask_loss is for token data (mock, megatron, mds, tokens); instruct samples are "
                                 "scored each on its own already"),
             std::string::npos)
       << read_file(out);
@@ -802,6 +848,10 @@ TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
   ASSERT_EQ(run({"run", "pretrain", "--config", config("report2", 6), "optimizer.lr=0.01"}), 0) << log();
   EXPECT_EQ(run({"report", dir, root_ + "/report2"}), 2);
   EXPECT_NE(log().find("hone: error: several runs are compared on one page: give -o FILE"), std::string::npos) << log();
+  EXPECT_EQ(run({"report", dir, dir}), 2);  // the same run twice: that, before -o
+  EXPECT_NE(log().find("hone: error: " + dir + " and " + dir + " are the same run folder: name it once"),
+            std::string::npos)
+      << log();
   ASSERT_EQ(run({"report", dir, root_ + "/report2", "-o", root_ + "/both.html"}), 0) << log();
   EXPECT_NE(log().find("wrote " + root_ + "/both.html: 6 charts from 15 metrics records"), std::string::npos) << log();
   EXPECT_NE(read_file(root_ + "/both.html").find("<tr><th>optimizer.lr</th>"), std::string::npos);

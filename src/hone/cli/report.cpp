@@ -25,9 +25,9 @@ Command add_report(CLI::App& app) {
   sub->add_option("-o,--output", args->output,
                   "Where to write the page (default: RUN_DIR/report.html; required with several runs)");
   return [args] {
+    const RunReport report = render_runs_report(args->run_dirs);  // its errors first (a folder named twice)
     HONE_CHECK(args->run_dirs.size() == 1 || !args->output.empty(),
                "several runs are compared on one page: give -o FILE to say where to write it");
-    const RunReport report = render_runs_report(args->run_dirs);
     const std::string output = args->output.empty()
                                    ? (std::filesystem::path(args->run_dirs[0]) / "report.html").string()
                                    : args->output;

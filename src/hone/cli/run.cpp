@@ -27,14 +27,35 @@ Config resolve(const Recipe& recipe, Config config, const std::vector<std::strin
 
 namespace {
 
-// `hone run quickstart`: a config where the recipe goes (tune run takes the
-// recipe first too) is answered with the command that runs it.
-void refuse_a_config_as_the_recipe(const std::string& name) {
+bool is_override(const std::string& word) { return word.find('=') != std::string::npos || word.starts_with('~'); }
+
+// The recipe a config names, or "RECIPE".
+std::string recipe_of(const std::optional<Config>& config) {
+  return config && config->has("recipe") ? config->get<std::string>("recipe") : "RECIPE";
+}
+
+// What goes where the recipe goes, when it is not one: a config (`hone run
+// quickstart`; tune run takes the recipe first too), an override, or nothing,
+// is answered with the command that runs it.
+void check_the_recipe_argument(const std::string& name, const std::string& config_name) {
   if (std::ranges::any_of(recipes(), [&](const Recipe& r) { return r.name == name; })) return;
-  const std::optional<Config> config = find_config(name);
-  if (!config) return;
-  const std::string recipe = config->has("recipe") ? config->get<std::string>("recipe") : "RECIPE";
-  fail("'{}' is a config, not a recipe: hone run {} --config {} [key=value ...]", name, recipe, name);
+  const std::optional<Config> config = config_name.empty() ? std::nullopt : find_config(config_name);
+  const std::string with_config = config_name.empty() ? "" : " --config " + config_name;
+  if (name.empty()) fail("which recipe? hone run {}{} [key=value ...]", recipe_of(config), with_config);
+  if (is_override(name)) {
+    fail("'{}' is an override where the recipe goes: hone run {}{} {} ...", name, recipe_of(config), with_config, name);
+  }
+  if (const std::optional<Config> named = find_config(name)) {
+    fail("'{}' is a config, not a recipe: hone run {} --config {} [key=value ...]", name, recipe_of(named), name);
+  }
+}
+
+// `hone run pretrain quickstart`: a config among the overrides; `what_to_do` says what instead.
+void check_overrides(const std::vector<std::string>& overrides, const std::string& what_to_do) {
+  for (const std::string& o : overrides) {
+    if (is_override(o) || !find_config(o)) continue;
+    fail("'{}' is a config where key=value overrides go: {}", o, fmt::format(fmt::runtime(what_to_do), o));
+  }
 }
 
 }  // namespace
@@ -50,11 +71,12 @@ Command add_run(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "run", fmt::format("Run a recipe: {} (hone ls lists them; hone ls RECIPE lists a recipe's keys)",
                          fmt::join(names, ", ")));
-  sub->add_option("recipe", args->recipe, "Recipe name")->required();
+  sub->add_option("recipe", args->recipe, "Recipe name");
   sub->add_option("--config,-c", args->config, "Built-in config name or YAML file");
   sub->add_option("overrides", args->overrides, "key=value overrides, e.g. optimizer.lr=1e-4 max_steps=100");
   return [args] {
-    refuse_a_config_as_the_recipe(args->recipe);
+    check_the_recipe_argument(args->recipe, args->config);
+    check_overrides(args->overrides, "give it as --config {}");
     const Recipe& recipe = find_recipe(args->recipe);
     const Config base = args->config.empty() ? Config() : load_config(args->config);
     return recipe.run(resolve(recipe, base, args->overrides));
@@ -80,6 +102,7 @@ std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) 
   }
   HONE_CHECK(!name.empty(), "{}: which config? hone {} CONFIG [key=value ...] (hone ls lists them)", command,
              command);
+  check_overrides(overrides, fmt::format("hone {} takes one config at a time", command));
   return resolve_with_its_recipe(load_config(name), overrides);
 }
 

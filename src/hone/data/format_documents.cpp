@@ -65,11 +65,15 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 
 }  // namespace
 
-TokenFileDocuments::TokenFileDocuments(const std::string& path, std::optional<int64_t> eod) : file_(path) {
+TokenFileDocuments::TokenFileDocuments(const std::string& path, std::optional<int64_t> eod, int64_t vocab_size)
+    : file_(path) {
   const std::span<const std::byte> bytes = file_.bytes();
-  const int32_t magic = bytes.size() >= kLlmcHeaderBytes ? load_le<int32_t>(bytes.data()) : 0;
+  const int32_t magic = bytes.size() >= sizeof(int32_t) ? load_le<int32_t>(bytes.data()) : 0;
   for (const LlmcShard& shard : kLlmcShards) {
     if (magic != shard.magic) continue;
+    HONE_CHECK(bytes.size() >= kLlmcHeaderBytes,
+               "{}: starts as an llm.c data shard (magic {}) but is {} bytes, shorter than its {}-byte header", path,
+               magic, bytes.size(), kLlmcHeaderBytes);
     const int32_t version = load_le<int32_t>(bytes.data() + 4);
     HONE_CHECK(version == shard.version, "{}: an llm.c data shard (magic {}) of version {}, where {}'s is {}", path,
                magic, version, shard.model, shard.version);
@@ -88,10 +92,14 @@ TokenFileDocuments::TokenFileDocuments(const std::string& path, std::optional<in
   tokens_ = int64_t((bytes.size() - header_bytes_) / token_bytes_);
   HONE_CHECK(tokens_ > 0, "{}: holds no tokens", path);
   starts_.push_back(0);
-  if (eod) {
-    for (int64_t i = 0; i + 1 < tokens_; ++i) {
-      if (token(i) == *eod) starts_.push_back(i + 1);
+  for (int64_t i = 0; i < tokens_; ++i) {
+    const int64_t id = token(i);
+    if (vocab_size > 0 && id >= vocab_size) {
+      fail("{}: token id {} at token {} (document {}) is outside the model's vocabulary of {} (tokenized for another "
+           "model?)",
+           path, id, i, starts_.size() - 1, vocab_size);
     }
+    if (eod && id == *eod && i + 1 < tokens_) starts_.push_back(i + 1);
   }
   starts_.push_back(tokens_);
 }

@@ -52,10 +52,12 @@ class MdsDocuments final : public DocumentSource {
 //    256 int32 (magic 20240520 and version 1 for GPT-2's uint16 tokens, 20240801
 //    and 7 for Llama 3's uint32 ones; then the token count), then the tokens.
 // Documents end after each `eod` token (GPT-2's <|endoftext|>, which both put
-// between documents); without one the file is a single document.
+// between documents); without one the file is a single document. The file is
+// read once when opened, for the documents and, with `vocab_size` > 0, for an
+// id past the vocabulary (an error naming it, before any training).
 class TokenFileDocuments final : public DocumentSource {
  public:
-  TokenFileDocuments(const std::string& path, std::optional<int64_t> eod);
+  TokenFileDocuments(const std::string& path, std::optional<int64_t> eod, int64_t vocab_size = 0);
   int64_t num_documents() const override { return int64_t(starts_.size()) - 1; }
   int64_t document_length(int64_t doc) const override { return starts_[size_t(doc) + 1] - starts_[size_t(doc)]; }
   void read(int64_t doc, int64_t offset, std::span<int32_t> out) const override;

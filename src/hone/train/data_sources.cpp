@@ -56,7 +56,8 @@ std::vector<std::pair<double, std::string>> with_globs_expanded(const Config& c,
   return files;
 }
 
-Blend open_blend(const Config& c, std::string_view key, const std::string& type) {
+// `vocab_size`: token files are read once as they open, any id past it an error then.
+Blend open_blend(const Config& c, std::string_view key, const std::string& type, int64_t vocab_size) {
   const std::string path = c.get<std::string>(key);
   std::vector<std::string> words;
   std::istringstream in(path);
@@ -95,9 +96,13 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type)
   for (const auto& [weight, p] : parts) {
     check_path_exists(c, key, type == "megatron" ? p + ".idx" : p);
     std::shared_ptr<const data::DocumentSource> source;
-    if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
-    else if (type == "tokens") source = std::make_shared<data::TokenFileDocuments>(p, eod);
-    else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
+    try {
+      if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
+      else if (type == "tokens") source = std::make_shared<data::TokenFileDocuments>(p, eod, vocab_size);
+      else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
+    } catch (const Error& e) {
+      fail("{}: {}: {}", c.origin_of(key), key, e.what());
+    }
     b.description += (b.description.empty() ? "" : ", ") + source->describe();
     if (parts.size() > 1) b.weights.push_back(weight > 0 ? weight : total_tokens(*source));
     b.sources.push_back(std::move(source));
@@ -133,6 +138,13 @@ void check_pretraining_data_keys(const Config& c) {
   HONE_CHECK(!c.has("dataset.eod_id") || type == "tokens",
              "{}: dataset.eod_id splits token files (dataset.type tokens) into documents; {} data holds its own",
              c.origin_of("dataset.eod_id"), type);
+  // Token files without the id between documents are one document each: nothing to keep apart.
+  for (const char* key : {"dataset.block_causal", "dataset.eod_mask_loss"}) {
+    HONE_CHECK(type != "tokens" || c.has("dataset.eod_id") || !c.get<bool>(key),
+               "{}: {} needs documents: give dataset.eod_id, the token between them (50256 in GPT-2's data), or a "
+               "token file is one document",
+               c.origin_of(key), key);
+  }
   if (type != "mock") {
     HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
     return;
@@ -161,21 +173,31 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
     mock.description = mock.sources.front()->describe();
     return hold_out(mock, validation_fraction);
   }
-  const Blend train = open_blend(c, "dataset.path", type);
+  if (c.has("dataset.eod_id")) {
+    HONE_CHECK(c.get<int64_t>("dataset.eod_id") < vocab_size, "{}: dataset.eod_id {} is outside the model's "
+               "vocabulary of {}", c.origin_of("dataset.eod_id"), c.get<int64_t>("dataset.eod_id"), vocab_size);
+  }
+  const Blend train = open_blend(c, "dataset.path", type, vocab_size);
   if (!c.has("dataset.validation_path")) {
     // One document holds nothing out: validation would silently be none.
     for (const auto& source : train.sources) {
-      HONE_CHECK(validation_fraction == 0 || source->num_documents() > 1,
-                 "{}: {} is one document, of which dataset.validation_fraction {} holds nothing out: give "
-                 "dataset.validation_path (nanoGPT's val.bin), dataset.eod_id to split it into documents, or "
-                 "dataset.validation_fraction=0",
-                 c.origin_of("dataset.path"), source->describe(), validation_fraction);
+      if (validation_fraction == 0 || source->num_documents() > 1) continue;
+      std::vector<std::string> fixes;
+      if (c.find("dataset.validation_path")) fixes.emplace_back("dataset.validation_path (nanoGPT's val.bin)");  // not eval's
+      if (!c.has("dataset.eod_id")) fixes.emplace_back("dataset.eod_id (the token between documents)");
+      fixes.emplace_back("dataset.validation_fraction=0");
+      fail("{}: {} is one document{}, of which dataset.validation_fraction {} holds nothing out: give {}",
+           c.origin_of("dataset.path"), source->describe(),
+           c.has("dataset.eod_id")
+               ? fmt::format(" (dataset.eod_id {} never occurs in it)", c.get<int64_t>("dataset.eod_id"))
+               : std::string(),
+           validation_fraction, fmt::join(fixes, ", or "));
     }
     return hold_out(train, validation_fraction);
   }
   // Validation on documents of its own (Megatron's --valid-data-path, an MDS
   // split's val folder); training on every document of dataset.path.
-  const Blend validation = open_blend(c, "dataset.validation_path", type);
+  const Blend validation = open_blend(c, "dataset.validation_path", type, vocab_size);
   return {.train = whole(train),
           .validation = whole(validation),
           .train_weights = train.weights,

@@ -15,7 +15,7 @@ const std::vector<Recipe>& recipes() {
                                      /*required=*/false));
     t.push_back({"pretrain",
                  "train a model from scratch, or go on training one (checkpoint.path), on a token stream (Megatron "
-                 ".bin/.idx, MDS, or mock data)",
+                 ".bin/.idx, MDS, nanoGPT's and llm.c's token files, or mock data)",
                  pretrain, run_pretrain, [](const Config& c) { return summarize_training(c); }, pretrain_shape});
     t.push_back({"full_finetune", "fine-tune every weight of a model on an instruct or chat dataset",
                  finetune_schema(FinetuneKind::full), run_finetune, summarize_finetune, finetune_shape});
