@@ -187,8 +187,8 @@ TEST_F(ConvertCli, AChatFineTunesEndOfTurnIsAnEosIdAndNoTokenizerIsNoted) {
       << log();
   EXPECT_EQ(convert({dir_ + "/bare", dir_ + "/bare_hf", "--to", "hf"}), 0) << log();
   EXPECT_NE(log().find("note: config.json and generation_config.json name no BOS or EOS id: the source has no "
-                       "tokenizer hone reads, or one without them (give --tokenizer DIR), and transformers takes its "
-                       "config class's defaults instead (LlamaConfig's BOS 1, EOS 2)"),
+                       "tokenizer hone reads (give --tokenizer DIR), and transformers takes its config class's "
+                       "defaults instead (LlamaConfig's BOS 1, EOS 2)"),
             std::string::npos)
       << log();
   // Each family's class has its own defaults.

@@ -690,6 +690,20 @@ TEST_F(TrainingRun, TrainsAndGeneratesOnNanoGptsCharacterData) {
   const nlohmann::json sample = nlohmann::json::parse(read_file(root_ + "/samples.jsonl"));
   EXPECT_EQ(sample["tokens"], 7) << sample.dump();
   EXPECT_EQ(sample["finish_reason"], "length") << sample.dump();
+  // Nothing to start an empty prompt from; no EOS to end a fine-tuned answer with.
+  std::ofstream(root_ + "/empty.yaml") << "recipe: generate\nprompt: \"\"\n";
+  EXPECT_EQ(run({"run", "generate", "--config", root_ + "/empty.yaml", "checkpoint.path=" + root_ + "/chars"}), 2);
+  EXPECT_NE(log().find("the prompt is empty and the tokenizer has no BOS or EOS to start from: give some text"),
+            std::string::npos)
+      << log();
+  std::ofstream(root_ + "/records.jsonl") << "{\"instruction\": \"Speak.\", \"output\": \"Speak.\"}\n";
+  EXPECT_EQ(run({"run", "full_finetune", "output_dir=" + root_ + "/chars_tuned", "checkpoint.path=" + root_ + "/chars",
+                 "dataset.path=" + root_ + "/records.jsonl", "max_steps=1"}),
+            2);
+  EXPECT_NE(log().find("the tokenizer " + root_ + "/chars/step_0000003 has no EOS token to end answers with"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/chars_tuned"));
   // A model's vocabulary smaller than the characters' is refused.
   EXPECT_EQ(run({"run", "pretrain", "--config", config("few", 1), "model.vocab_size=20", "dataset.type=tokens",
                  "dataset.path=" + data + "/train.bin", "dataset.validation_fraction=0", "dataset.seq_len=16",

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <filesystem>
+#include <optional>
 #include <fmt/ranges.h>
 
 #include "hone/cli/commands.hpp"
@@ -48,12 +49,20 @@ uint64_t parse_size(const std::string& text) {
 // dataset keys) ended its answers with among the EOS ids, as its export.hf does.
 // A tokenizer hone cannot read is copied all the same, with a note; one with ids
 // past the model's vocabulary is refused.
+// The folder of the tokenizer among the source's companion files; none for no
+// tokenizer (e.g. a generation_config.json alone).
+std::optional<std::filesystem::path> tokenizer_folder_of(const WeightSource& source) {
+  const std::vector<std::string> files = source.companion_files();
+  if (files.empty()) return std::nullopt;
+  const std::filesystem::path dir = std::filesystem::path(files.front()).parent_path();
+  return tokenizer_files_in(dir).empty() ? std::nullopt : std::optional(dir);
+}
+
 SpecialTokenIds check_tokenizer(const WeightSource& source, const Json& trained_dataset,
                                 std::vector<std::string>& notes) {
-  const std::vector<std::string> files = source.companion_files();
-  if (files.empty()) return {};
-  const std::filesystem::path dir = std::filesystem::path(files.front()).parent_path();
-  if (tokenizer_files_in(dir).empty()) return {};  // e.g. a generation_config.json alone
+  const std::optional<std::filesystem::path> folder = tokenizer_folder_of(source);
+  if (!folder) return {};
+  const std::filesystem::path& dir = *folder;
   std::unique_ptr<Tokenizer> tokenizer;
   try {
     tokenizer = load_tokenizer(dir);
@@ -164,8 +173,10 @@ Command add_convert(CLI::App& app) {
       // What transformers' config class of the family takes where config.json names none.
       const Family family = source->config().family;
       tokenizer_notes.push_back(fmt::format(
-          "config.json and generation_config.json name no BOS or EOS id: the source has no tokenizer hone reads, or "
-          "one without them (give --tokenizer DIR), and transformers takes its config class's defaults instead ({})",
+          "config.json and generation_config.json name no BOS or EOS id: {}, and transformers takes its config "
+          "class's defaults instead ({})",
+          tokenizer_folder_of(*source) ? "its tokenizer has none (nanoGPT's characters)"
+                                       : "the source has no tokenizer hone reads (give --tokenizer DIR)",
           family == Family::llama  ? "LlamaConfig's BOS 1, EOS 2"
           : family == Family::gpt2 ? "GPT2Config's BOS and EOS 50256"
                                    : "MptConfig's: none"));

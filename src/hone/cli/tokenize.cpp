@@ -27,7 +27,8 @@ Command add_tokenize(CLI::App& app) {
       "--special; hone preprocess adds what its tokenizer type adds around a text, e.g. Llama's BOS); with "
       "--decode, the text of a JSON array of ids");
   sub->add_option("--tokenizer", args->tokenizer,
-                  "tokenizer.json, tokenizer.model, a tiktoken rank file, a SentencePiece .model, or a folder")
+                  "tokenizer.json, tokenizer.model, a tiktoken rank file, a SentencePiece .model, nanoGPT's meta.pkl, or "
+                  "a folder")
       ->required();
   auto* text = sub->add_option("--text", args->text, "The input (default: standard input)");
   sub->add_option("--file", args->file, "Read the input from this file")->excludes(text);

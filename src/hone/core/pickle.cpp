@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <iterator>
+#include <unordered_map>
 
 namespace hone::pickle {
 
@@ -150,7 +151,8 @@ ValuePtr Unpickler::run() {
         list.insert(list.end(), items.begin(), items.end());
         break;
       }
-      default: error("opcode 0x{:02x} is not one torch.save or a pickle.dump of plain data writes", op);
+      default: error("opcode 0x{:02x} is not one hone reads (dicts, lists, tuples, strings, numbers and torch.save's "
+                     "tensors)", op);
     }
   }
 }
@@ -264,12 +266,20 @@ std::optional<nlohmann::ordered_json> plain_data(const Value& v, int depth, size
       return array;
     }
     case Value::Kind::dict: {
+      // Appended to the ordered map's vector (its own insert searches it: quadratic in a large dict); a
+      // key set again keeps its place and takes the later value, as a Python dict.
       Json object = Json::object();
+      auto& entries = object.get_ref<Json::object_t&>();
+      std::unordered_map<std::string, size_t> at;
       for (size_t i = 0; i < v.items.size(); i += 2) {
         const std::optional<std::string> key = key_text(*v.items[i]);
         std::optional<Json> plain = key ? plain_data(*v.items[i + 1], depth + 1, budget) : std::nullopt;
         if (!plain) return std::nullopt;
-        object[*key] = std::move(*plain);
+        if (const auto [found, added] = at.emplace(*key, entries.size()); !added) {
+          (entries.begin() + std::ptrdiff_t(found->second))->second = std::move(*plain);
+        } else {
+          entries.emplace_back(*key, std::move(*plain));
+        }
       }
       return object;
     }

@@ -214,6 +214,8 @@ int run_finetune(const Config& c) {
   check_fits_vocabulary(*tokenizer, model_config.vocab_size, c.origin());
   data::InstructOptions options = instruct_options_from(c);
   options.max_seq_len = seq_len;
+  HONE_CHECK(data::end_of_answer_token(*tokenizer, options), "{}: the tokenizer {} has no EOS token to end answers "
+             "with (nanoGPT's characters have none)", c.origin(), tokenizer_dir);
   const std::string path = c.get<std::string>("dataset.path");
   // DPO: samples come in pairs (a chosen and a rejected sequence), which
   // batches and held-out validation keep together.

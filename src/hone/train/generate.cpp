@@ -256,6 +256,8 @@ int run_generate(const Config& c) {
     // An empty prompt generates unconditionally from the end-of-text token, as nanoGPT's sample.py and
     // transformers' generate() without input ids do (a tokenizer with BOS has put it there already).
     if (encoded.back().empty() && m.tokenizer->eos_id()) encoded.back().push_back(*m.tokenizer->eos_id());
+    HONE_CHECK(!encoded.back().empty(), "{}: the prompt is empty and the tokenizer has no BOS or EOS to start from: "
+               "give some text (nanoGPT's sample.py starts from \"\\n\")", sources[i]);
     const auto length = int64_t(encoded.back().size());
     HONE_CHECK(length <= max_seq_len, "{}: the prompt ({} {}: {:?}) is longer than the model's max_seq_len {}",
                sources[i], length, plural(length, "token"), prompts[i].substr(0, 40), max_seq_len);

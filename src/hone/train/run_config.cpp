@@ -266,7 +266,7 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.mock.documents", ValueType::integer, 2000, "mock: documents"}, Range::positive());
   s.add({"dataset.mock.document_length", ValueType::integer, 512, "mock: tokens per document"}, Range::positive());
   s.add({"tokenizer.path", ValueType::string, nullptr,
-         "the folder of the tokenizer the data was made with: its files go into every checkpoint"});
+         "the tokenizer the data was made with (a folder or a tokenizer file): its files go into every checkpoint"});
   return s.add(document_boundaries_schema()).add(mds_tokens_schema());
 }
 

@@ -342,15 +342,30 @@ TEST_F(TokenizerFiles, NanoGptsCharacterVocabulary) {
   }
   EXPECT_EQ(tokenizer_files_in(dir), std::vector<fs::path>{fs::path(dir) / "meta.pkl"});
   EXPECT_EQ(load_tokenizer(dir)->kind(), "nanogpt-chars");
-  // A character the text never had is an error, as nanoGPT's KeyError.
-  EXPECT_EQ(hone::test::error_of([&] { load_tokenizer(dir + "/meta.pkl")->encode("a!"); }),
-            dir + "/meta.pkl: the character U+0021 ('!') is not in this character vocabulary");
+  // A character the text never had is an error, as nanoGPT's KeyError, written escaped; so is text that is
+  // not UTF-8, which nanoGPT's strict decoder refuses.
+  const auto characters = load_tokenizer(dir + "/meta.pkl");
+  EXPECT_EQ(hone::test::error_of([&] { characters->encode("a!"); }),
+            dir + "/meta.pkl: the character U+0021 (\"!\") is not in this character vocabulary");
+  EXPECT_EQ(hone::test::error_of([&] { characters->encode(std::string("a\0b", 3)); }),
+            dir + "/meta.pkl: the character U+0000 (\"\\x00\") is not in this character vocabulary");
+  EXPECT_EQ(hone::test::error_of([&] { characters->encode("ab\xff"); }),
+            dir + "/meta.pkl: the text is not UTF-8 at byte 2 (0xFF): a character vocabulary takes characters");
   // A pickle that calls anything is refused unrun; one of another shape is named.
   const std::string calls =
       write("calls.pkl", std::string("\x80\x02" "cposix\nsystem\n" "X\x02\x00\x00\x00" "ls\x85R.", 26));
   EXPECT_NE(error_of(calls).find("calls.pkl (offset 24): the pickle calls posix.system: hone reads plain data"),
             std::string::npos)
       << error_of(calls);
+  // Protocol 0 (no PROTO), and a stoi without a character of itos.
+  EXPECT_NE(error_of(write("p0.pkl", "(dp0\nVa\np1\nI0\ns.")).find("a pickle of protocol 0 or 1"), std::string::npos);
+  // {"itos": {0: "a", 1: "b"}, "stoi": {"a": 0}}
+  const std::string half = write("half.pkl", std::string("\200\002}(X\004\000\000\000itos}(K\000X\001\000\000\000aK\001X"
+                                                       "\001\000\000\000buX\004\000\000\000stoi}X\001\000\000\000aK\000su.",
+                                                       53));
+  EXPECT_NE(error_of(half).find("half.pkl: stoi and itos hold 1 and 2 characters: each character is in both"),
+            std::string::npos)
+      << error_of(half);
   const std::string list = write("list.pkl", std::string("\x80\x02]q\x00.", 6));
   EXPECT_NE(error_of(list).find("list.pkl: a pickle without nanoGPT's character vocabulary"), std::string::npos)
       << error_of(list);

@@ -25,15 +25,18 @@ class CharacterTokenizer final : public Tokenizer {
     for (size_t id = 0; id < characters_.size(); ++id) ids_.emplace(characters_[id], int32_t(id));
   }
 
+  // Text that is not UTF-8 is an error, as nanoGPT reads its text with Python's strict decoder.
   void encode_into(std::string_view text, std::vector<int32_t>& out, SpecialTokens) const override {
-    std::string storage;
-    const std::string_view valid = utf8::sanitize(text, storage);
-    for (size_t i = 0; i < valid.size();) {
+    const size_t valid = utf8::valid_prefix(text);
+    HONE_CHECK(valid == text.size(), "{}: the text is not UTF-8 at byte {} (0x{:02X}): a character vocabulary takes "
+               "characters", name_, valid, static_cast<unsigned char>(text[valid]));
+    for (size_t i = 0; i < text.size();) {
       const size_t start = i;
-      const uint32_t code_point = utf8::next(valid, i);
-      const auto found = ids_.find(std::string(valid.substr(start, i - start)));
-      HONE_CHECK(found != ids_.end(), "{}: the character U+{:04X} ('{}') is not in this character vocabulary", name_,
-                 code_point, valid.substr(start, i - start));
+      const uint32_t code_point = utf8::next(text, i);
+      const std::string_view character = text.substr(start, i - start);
+      const auto found = ids_.find(std::string(character));
+      HONE_CHECK(found != ids_.end(), "{}: the character U+{:04X} ({:?}) is not in this character vocabulary", name_,
+                 code_point, character);
       out.push_back(found->second);
     }
   }
@@ -86,6 +89,8 @@ std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::stri
   for (auto& [id, character] : by_id) characters.push_back(std::move(character));
   // stoi is itos turned around: ids it gives otherwise would encode differently than nanoGPT.
   if (meta.contains("stoi") && meta["stoi"].is_object()) {
+    HONE_CHECK(int64_t(meta["stoi"].size()) == size, "{}: stoi and itos hold {} and {} characters: each character "
+               "is in both", where, meta["stoi"].size(), size);
     for (const auto& [character, id] : meta["stoi"].items()) {
       HONE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < size &&
                      characters[size_t(id.get<int64_t>())] == character,
