@@ -461,7 +461,9 @@ TEST(Cli, LsRecipeListsItsKeys) {
       {"run pretrain quickstart", "'quickstart' is a config where key=value overrides go: give it as --config "
                                   "quickstart"},
       {"validate quickstart quickstart",
-       "'quickstart' is a config where key=value overrides go: hone validate takes one config at a time"},
+       "'quickstart' is a config where key=value overrides go: hone validate takes one config (quickstart is given)"},
+      {"run pretrain --config quickstart summarize_lora",
+       "'summarize_lora' is a config where key=value overrides go: hone run takes one config (quickstart is given)"},
   };
   for (const auto& [args, error] : misplaced) {
     const CliResult r = run_hone(args);

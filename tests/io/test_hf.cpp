@@ -868,6 +868,10 @@ TEST_F(HfTest, FoldersPreferSafetensorsAndNameBrokenPyTorchFiles) {
   EXPECT_NE(error_of([&] { open_weights(fixture("gpt2/config.json")); })
                 .find("config.json: a file of a model folder (a config or index): give the folder that holds it"),
             std::string::npos);
+  // A pickle (nanoGPT's meta.pkl; torch.save's legacy format) is named as one, not read as llama2.c's header.
+  const std::string meta = source_path("tests/reference/nanogpt_chars/meta.pkl");
+  EXPECT_NE(error_of([&] { open_weights(meta); }).find(meta + ": a pickle, not a model file"), std::string::npos)
+      << error_of([&] { open_weights(meta); });
   fs::remove(path("pickle/pytorch_model.bin"));
   EXPECT_NE(error_of([&] { open_hf(path("pickle")); })
                 .find(": no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "

@@ -628,7 +628,11 @@ TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
                        "dataset.validation_fraction=0"),
             std::string::npos)
       << log();
-  // eval takes no dataset.validation_path: not suggested there.
+  // eval checks the keys as pretraining does, and takes no dataset.validation_path: not suggested there.
+  EXPECT_EQ(run({"run", "eval", "checkpoint.path=" + root_ + "/nanogpt", "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/val.bin", "dataset.seq_len=32", "dataset.eod_mask_loss=true"}),
+            2);
+  EXPECT_NE(log().find("dataset.eod_mask_loss needs documents: give dataset.eod_id"), std::string::npos) << log();
   EXPECT_EQ(run({"run", "eval", "checkpoint.path=" + root_ + "/nanogpt", "dataset.type=tokens",
                  "dataset.path=" + root_ + "/val.bin", "dataset.seq_len=32", "dataset.validation_fraction=0.5"}),
             2);

@@ -175,7 +175,7 @@ Command add_convert(CLI::App& app) {
       tokenizer_notes.push_back(fmt::format(
           "config.json and generation_config.json name no BOS or EOS id: {}, and transformers takes its config "
           "class's defaults instead ({})",
-          tokenizer_folder_of(*source) ? "its tokenizer has none (nanoGPT's characters)"
+          tokenizer_folder_of(*source) ? "its tokenizer has none (as nanoGPT's characters have none)"
                                        : "the source has no tokenizer hone reads (give --tokenizer DIR)",
           family == Family::llama  ? "LlamaConfig's BOS 1, EOS 2"
           : family == Family::gpt2 ? "GPT2Config's BOS and EOS 50256"

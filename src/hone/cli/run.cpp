@@ -4,10 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "hone/cli/builtin_configs.hpp"
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
 #include "hone/train/recipes.hpp"
@@ -29,6 +31,15 @@ namespace {
 
 bool is_override(const std::string& word) { return word.find('=') != std::string::npos || word.starts_with('~'); }
 
+// A built-in config's name or a YAML file: a word read as a config in the hints
+// below (another file, a data folder, is left to the usual errors).
+std::optional<Config> as_config(const std::string& word) {
+  const bool yaml_file = (word.ends_with(".yaml") || word.ends_with(".yml")) && std::filesystem::is_regular_file(word);
+  const bool built_in =
+      std::ranges::any_of(builtin_configs(), [&](const BuiltinConfig& b) { return word == b.name; });
+  return yaml_file || built_in ? find_config(word) : std::nullopt;
+}
+
 // The recipe a config names, or "RECIPE".
 std::string recipe_of(const std::optional<Config>& config) {
   return config && config->has("recipe") ? config->get<std::string>("recipe") : "RECIPE";
@@ -39,22 +50,26 @@ std::string recipe_of(const std::optional<Config>& config) {
 // is answered with the command that runs it.
 void check_the_recipe_argument(const std::string& name, const std::string& config_name) {
   if (std::ranges::any_of(recipes(), [&](const Recipe& r) { return r.name == name; })) return;
-  const std::optional<Config> config = config_name.empty() ? std::nullopt : find_config(config_name);
+  const std::optional<Config> config = config_name.empty() ? std::nullopt : as_config(config_name);
   const std::string with_config = config_name.empty() ? "" : " --config " + config_name;
   if (name.empty()) fail("which recipe? hone run {}{} [key=value ...]", recipe_of(config), with_config);
   if (is_override(name)) {
     fail("'{}' is an override where the recipe goes: hone run {}{} {} ...", name, recipe_of(config), with_config, name);
   }
-  if (const std::optional<Config> named = find_config(name)) {
+  if (const std::optional<Config> named = as_config(name)) {
     fail("'{}' is a config, not a recipe: hone run {} --config {} [key=value ...]", name, recipe_of(named), name);
   }
 }
 
-// `hone run pretrain quickstart`: a config among the overrides; `what_to_do` says what instead.
-void check_overrides(const std::vector<std::string>& overrides, const std::string& what_to_do) {
+// `hone run pretrain quickstart`: a config among the overrides of `command`,
+// which has `given_config` (or none yet).
+void check_overrides(const std::vector<std::string>& overrides, std::string_view command,
+                     const std::string& given_config) {
   for (const std::string& o : overrides) {
-    if (is_override(o) || !find_config(o)) continue;
-    fail("'{}' is a config where key=value overrides go: {}", o, fmt::format(fmt::runtime(what_to_do), o));
+    if (is_override(o) || !as_config(o)) continue;
+    if (given_config.empty()) fail("'{}' is a config where key=value overrides go: give it as --config {}", o, o);
+    fail("'{}' is a config where key=value overrides go: {} takes one config ({} is given)", o, command,
+         given_config);
   }
 }
 
@@ -76,7 +91,7 @@ Command add_run(CLI::App& app) {
   sub->add_option("overrides", args->overrides, "key=value overrides, e.g. optimizer.lr=1e-4 max_steps=100");
   return [args] {
     check_the_recipe_argument(args->recipe, args->config);
-    check_overrides(args->overrides, "give it as --config {}");
+    check_overrides(args->overrides, "hone run", args->config);
     const Recipe& recipe = find_recipe(args->recipe);
     const Config base = args->config.empty() ? Config() : load_config(args->config);
     return recipe.run(resolve(recipe, base, args->overrides));
@@ -102,7 +117,7 @@ std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) 
   }
   HONE_CHECK(!name.empty(), "{}: which config? hone {} CONFIG [key=value ...] (hone ls lists them)", command,
              command);
-  check_overrides(overrides, fmt::format("hone {} takes one config at a time", command));
+  check_overrides(overrides, fmt::format("hone {}", command), name);
   return resolve_with_its_recipe(load_config(name), overrides);
 }
 

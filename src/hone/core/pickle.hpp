@@ -57,9 +57,13 @@ class Unpickler {
   Unpickler(const Unpickler&) = delete;
   Unpickler& operator=(const Unpickler&) = delete;
 
-  // The value the pickle builds.
+  // The value the pickle builds. It lives as long as the Unpickler does: the
+  // containers in its memo (nearly all a pickle builds) are emptied as it goes,
+  // which frees the cycles a pickle may make.
   ValuePtr run();
 
+  // Errors where the pickle is, for the hooks. check() is a function: its
+  // arguments are evaluated even when `ok` holds.
   template <typename... Args>
   [[noreturn]] void error(fmt::format_string<Args...> format, Args&&... args) const {
     fail("{} (offset {}): {}", where_, op_at_, fmt::format(format, std::forward<Args>(args)...));

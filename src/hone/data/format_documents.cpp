@@ -84,6 +84,7 @@ TokenFileDocuments::TokenFileDocuments(const std::string& path, std::optional<in
     format_ = shard.token_bytes == 2 ? "llm.c GPT-2 shard" : "llm.c Llama 3 shard";
     header_bytes_ = kLlmcHeaderBytes;
     token_bytes_ = shard.token_bytes;
+    break;
   }
   HONE_CHECK(header_bytes_ > 0 || bytes.size() % 2 == 0,
              "{}: {} bytes, not a whole number of uint16 tokens (nanoGPT's train.bin and val.bin), nor an llm.c data "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "hone/io/c_checkpoints.hpp"
 #include "hone/io/checkpoint.hpp"
@@ -13,6 +14,18 @@
 namespace hone {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Whether the file starts as a pickle of protocol 2 to 5 does: PROTO, the
+// protocol, an opcode (a llama2.c header's dim of 640 starts 80 02 00).
+bool is_pickle(const std::string& path) {
+  unsigned char start[3] = {};
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(start), sizeof start);
+  return start[0] == 0x80 && start[1] >= 2 && start[1] <= 5 && start[2] != 0;
+}
+
+}  // namespace
 
 std::string model_format(const std::string& path) {
   HONE_CHECK(fs::exists(path), "{}: no such file or folder", path);
@@ -31,6 +44,8 @@ std::string model_format(const std::string& path) {
     HONE_CHECK(!name.ends_with(".safetensors") && !name.ends_with(".json"),
                "{}: a file of a model folder ({}): give the folder that holds it", path,
                name.ends_with(".json") ? "a config or index" : "weights");
+    HONE_CHECK(!is_pickle(path), "{}: a pickle, not a model file (nanoGPT's meta.pkl is a tokenizer: tokenizer.path; "
+               "torch.save's legacy format, before PyTorch 1.6: load it and save it again with torch.save)", path);
     return c_checkpoint_format(path);
   }
   if (fs::exists(fs::path(path) / "manifest.json")) return "hone";

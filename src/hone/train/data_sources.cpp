@@ -179,15 +179,16 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
   }
   const Blend train = open_blend(c, "dataset.path", type, vocab_size);
   if (!c.has("dataset.validation_path")) {
-    // One document holds nothing out: validation would silently be none.
-    for (const auto& source : train.sources) {
-      if (validation_fraction == 0 || source->num_documents() > 1) continue;
+    // Token files of one document each hold nothing out: validation would silently be none.
+    const bool one_document_each = std::ranges::all_of(train.sources, [](const auto& s) { return s->num_documents() == 1; });
+    if (type == "tokens" && validation_fraction > 0 && one_document_each) {
       std::vector<std::string> fixes;
-      if (c.find("dataset.validation_path")) fixes.emplace_back("dataset.validation_path (nanoGPT's val.bin)");  // not eval's
+      // eval's schema has no validation_path: find() finds only a recipe's own keys, null or not.
+      if (c.find("dataset.validation_path")) fixes.emplace_back("dataset.validation_path (nanoGPT's val.bin)");
       if (!c.has("dataset.eod_id")) fixes.emplace_back("dataset.eod_id (the token between documents)");
       fixes.emplace_back("dataset.validation_fraction=0");
-      fail("{}: {} is one document{}, of which dataset.validation_fraction {} holds nothing out: give {}",
-           c.origin_of("dataset.path"), source->describe(),
+      fail("{}: {} {} one document{}, of which dataset.validation_fraction {} holds nothing out: give {}",
+           c.origin_of("dataset.path"), train.description, train.sources.size() > 1 ? "are each" : "is",
            c.has("dataset.eod_id")
                ? fmt::format(" (dataset.eod_id {} never occurs in it)", c.get<int64_t>("dataset.eod_id"))
                : std::string(),

@@ -423,11 +423,15 @@ std::vector<std::string> check_eval_config(const Config& c) {
   }
   if (c.has("task.path")) check_fewshot_keys(c, "task");
   if (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct") {
-    for (const char* key : {"dataset.block_causal", "dataset.eod_mask_loss"}) {
-      HONE_CHECK(!c.get<bool>(key), "{}: {} is for token data (mock, megatron, mds, tokens); instruct samples are scored each "
-                 "on its own already", c.origin_of(key), key);
+    for (const char* key : {"dataset.block_causal", "dataset.eod_mask_loss", "dataset.eod_id"}) {
+      HONE_CHECK(key == std::string_view("dataset.eod_id") ? !c.has(key) : !c.get<bool>(key),
+                 "{}: {} is for token data (mock, megatron, mds, tokens); instruct samples are scored each on its own "
+                 "already",
+                 c.origin_of(key), key);
     }
     instruct_options_from(c);
+  } else if (c.has("dataset.type")) {
+    check_pretraining_data_keys(c);
   }
   return {};
 }
@@ -437,7 +441,7 @@ int run_eval(const Config& c) {
   check_eval_config(c);
   // Every task's file read, and its samples file opened, before the model loads.
   std::vector<PlannedTask> tasks = plan_tasks(c);
-  // Token data (mock, Megatron, MDS) needs no tokenizer; records and tasks do.
+  // Token data (mock, Megatron, MDS, token files) needs no tokenizer; records and tasks do.
   const bool text = !tasks.empty() || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
   InferenceModel m = load_inference_model(c, text);
   for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);

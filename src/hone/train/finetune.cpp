@@ -208,6 +208,11 @@ int run_finetune(const Config& c) {
   const std::optional<LoraConfig>& lora = shape.lora;
   const int64_t seq_len = shape.seq_len;
 
+  // export.hf's default: the base model's dtype (a checkpoint stores fp32 master weights), or where that
+  // is gone, the run's.
+  const DType export_dtype = !resumed                       ? weights->stored_dtype()
+                             : fs::exists(base.folder) ? open_weights(base.folder)->stored_dtype()
+                                                       : run.dtype;
   const bool tokenizer_in_checkpoint = resumed && !c.has("tokenizer.path") && !tokenizer_files_in(*resumed).empty();
   const std::string tokenizer_dir = tokenizer_in_checkpoint ? *resumed : tokenizer_path_for_model(c);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
@@ -289,7 +294,7 @@ int run_finetune(const Config& c) {
   check_exports(c, model_config, lora);
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   const LoadProgress progress = world.is_main() ? LoadProgress::shown : LoadProgress::hidden;
-  load_weights(*weights, model, progress);
+  if (!resumed) load_weights(*weights, model, progress);  // a resume's come with its checkpoint
   // Full-weight DPO's reference: the model as it starts, frozen.
   std::unique_ptr<Transformer> reference;
   if (has_reference_copy(c)) {
@@ -356,7 +361,7 @@ int run_finetune(const Config& c) {
                               // The base model's dtype unless asked (the master weights a run keeps in fp32
                               // would double a bf16 model's files).
                               hf.dtype = c.has("export.dtype") ? parse_dtype(c.get<std::string>("export.dtype"))
-                                                               : weights->stored_dtype();
+                                                               : export_dtype;
                               // Training checked the tokenizer has an end of answer.
                               hf.special_tokens = {tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id(),
                                                    {*data::end_of_answer_token(*tokenizer, options)}};
@@ -443,7 +448,8 @@ Schema finetune_schema(FinetuneKind kind) {
   s.add_foreign("tokenizer.max_seq_len", "torchtune's; hone cuts samples at dataset.max_seq_len");
   s.add({"export.hf", ValueType::string, nullptr, "write the trained model as a Hugging Face folder here"});
   s.add({"export.dtype", ValueType::string, nullptr,
-         "dtype of export.hf's weights (default: the base model's, as checkpoint.path stores them)",
+         "dtype of export.hf's weights (default: the base model's, as checkpoint.path stores them; where a resumed "
+         "run's base is gone, the run's dtype)",
          {"fp32", "bf16", "fp16"}});
   if (lora) {
     s.add({"model.lora_rank", ValueType::integer, 8, "LoRA rank"}, Range::positive());

@@ -742,6 +742,8 @@ TEST_F(Preprocess, CliErrorsExitWith2AndOneLineAndLeaveNoOutput) {
                     {"--tiktoken-pattern", "tiktoken rank file as --tokenizer-model"});
   expect_user_error("preprocess --input " + path("good.jsonl") + tok + out + " --workers-to-check 2 4",
                     {"--workers-to-check", "--workers N"});
+  expect_user_error("preprocess --input " + path("good.jsonl") + tok + out + " --find-optimal-num-workers",
+                    {"--find-optimal-num-workers", "--workers N"});
   // A later error removes what the earlier documents wrote: nothing half-written stays.
   std::string many;
   for (int i = 0; i < 5000; ++i) many += "{\"text\": \"the hello world\"}\n";

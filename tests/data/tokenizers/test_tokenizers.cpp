@@ -366,6 +366,18 @@ TEST_F(TokenizerFiles, NanoGptsCharacterVocabulary) {
   EXPECT_NE(error_of(half).find("half.pkl: stoi and itos hold 1 and 2 characters: each character is in both"),
             std::string::npos)
       << error_of(half);
+  // An entry of two characters, an id past any vocabulary (2**63 - 1).
+  const std::string two = write("two.pkl", std::string("\200\002}q\000X\004\000\000\000itosq\001}q\002K\000X\002\000\000\000"
+                                                     "abq\003ss.",
+                                                     33));
+  EXPECT_NE(error_of(two).find("two.pkl: itos[0] = \"ab\" is not one character for a token id"), std::string::npos)
+      << error_of(two);
+  const std::string far = write("far.pkl", std::string("\200\002}q\000X\004\000\000\000itosq\001}q\002\212\010\377\377\377"
+                                                     "\377\377\377\377\177X\001\000\000\000aq\003ss.",
+                                                     40));
+  EXPECT_NE(error_of(far).find("far.pkl: itos[9223372036854775807] = \"a\" is not one character for a token id"),
+            std::string::npos)
+      << error_of(far);
   const std::string list = write("list.pkl", std::string("\x80\x02]q\x00.", 6));
   EXPECT_NE(error_of(list).find("list.pkl: a pickle without nanoGPT's character vocabulary"), std::string::npos)
       << error_of(list);

@@ -3,8 +3,10 @@
 // its train.py and sample.py use it: every character of the text is a token.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "hone/core/error.hpp"
 #include "hone/core/pickle.hpp"
@@ -15,8 +17,10 @@ namespace hone {
 
 namespace {
 
-// The values a meta.pkl may hold: each character is two entries (itos, stoi).
+// The values a meta.pkl may hold (each character is two entries, itos and
+// stoi), and its bytes: reading a pickle takes some hundred times its size.
 constexpr size_t kMetaValues = size_t(1) << 22;
+constexpr size_t kMetaBytes = size_t(16) << 20;
 
 class CharacterTokenizer final : public Tokenizer {
  public:
@@ -63,18 +67,29 @@ class CharacterTokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::string_view name) {
+  using Json = nlohmann::ordered_json;
   const std::string where(name);
-  const nlohmann::ordered_json meta = pickle::read_plain_data(
-      {reinterpret_cast<const std::byte*>(content.data()), content.size()}, where, kMetaValues);
+  HONE_CHECK(content.size() <= kMetaBytes, "{}: a pickle of {} bytes, past the {} a character vocabulary takes", where,
+             content.size(), kMetaBytes);
+  const Json meta = pickle::read_plain_data({reinterpret_cast<const std::byte*>(content.data()), content.size()},
+                                            where, kMetaValues);
   HONE_CHECK(meta.is_object() && meta.contains("itos") && meta["itos"].is_object(),
              "{}: a pickle without nanoGPT's character vocabulary (a dict with 'itos': id -> character)", where);
+  // A value in an error: a pickle's bytes may be no UTF-8, which dump() would throw on.
+  const auto shown = [](const Json& value) { return value.dump(-1, ' ', false, Json::error_handler_t::replace); };
   std::map<int64_t, std::string> by_id;
+  std::unordered_set<std::string> seen;
   for (const auto& [key, value] : meta["itos"].items()) {
-    char* end = nullptr;
-    const long long id = std::strtoll(key.c_str(), &end, 10);
-    HONE_CHECK(*end == '\0' && id >= 0 && value.is_string() && utf8::valid(value.get<std::string>()) &&
-                   !value.get<std::string>().empty(),
-               "{}: itos[{}] is not a character for a token id", where, key);
+    int64_t id = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+    const bool one_character = value.is_string() && utf8::valid(value.get<std::string>()) &&
+                               !value.get<std::string>().empty() &&
+                               size_t(utf8::char_length(static_cast<unsigned char>(value.get<std::string>()[0]))) ==
+                                   value.get<std::string>().size();
+    HONE_CHECK(error == std::errc() && end == key.data() + key.size() && id >= 0 && id < int64_t(kMetaValues) &&
+                   one_character,
+               "{}: itos[{}] = {} is not one character for a token id", where, key, shown(value));
+    HONE_CHECK(seen.insert(value.get<std::string>()).second, "{}: itos names {} twice", where, shown(value));
     by_id[id] = value.get<std::string>();
   }
   HONE_CHECK(!by_id.empty(), "{}: an empty character vocabulary", where);
@@ -83,7 +98,7 @@ std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::stri
              by_id.size(), size - 1);
   if (meta.contains("vocab_size")) {
     HONE_CHECK(meta["vocab_size"] == size, "{}: vocab_size {} but itos holds {} characters", where,
-               meta["vocab_size"].dump(), size);
+               shown(meta["vocab_size"]), size);
   }
   std::vector<std::string> characters;
   for (auto& [id, character] : by_id) characters.push_back(std::move(character));
@@ -94,7 +109,7 @@ std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::stri
     for (const auto& [character, id] : meta["stoi"].items()) {
       HONE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < size &&
                      characters[size_t(id.get<int64_t>())] == character,
-                 "{}: stoi[{:?}] = {} does not match itos", where, character, id.dump());
+                 "{}: stoi[{}] = {} does not match itos", where, shown(Json(character)), shown(id));
     }
   }
   return std::make_unique<CharacterTokenizer>(std::move(characters), where);

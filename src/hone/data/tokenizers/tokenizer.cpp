@@ -118,8 +118,8 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
   }
   // A pickle (protocol 2 and later) starts with PROTO: nanoGPT's meta.pkl.
   if (!content.empty() && static_cast<unsigned char>(content[0]) == 0x80) return load_nanogpt_meta(content, where);
-  HONE_CHECK(!path.string().ends_with(".pkl"), "{}: a pickle of protocol 0 or 1 (it does not start with PROTO): hone "
-             "reads protocol 2 and later, Python 3's default (pickle.dump(meta, f))", where);
+  HONE_CHECK(content.empty() || !path.string().ends_with(".pkl"), "{}: a pickle of protocol 0 or 1 (it does not "
+             "start with PROTO): hone reads protocol 2 and later, Python 3's default (pickle.dump(meta, f))", where);
   // A serialized SentencePiece ModelProto starts with field 1 (pieces), wire type 2.
   if (!content.empty() && content[0] == 0x0A) return load_sentencepiece(content, where);
   if (first == content.size()) fail("{}: empty file ({})", where, kExpected);
