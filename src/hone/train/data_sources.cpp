@@ -2,8 +2,6 @@
 
 #include <fmt/ranges.h>
 
-#include <glob.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +10,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/data/format_documents.hpp"
+#include "hone/data/formats/inputs.hpp"
 #include "hone/train/run_config.hpp"
 
 namespace hone {
@@ -35,23 +34,20 @@ double total_tokens(const data::DocumentSource& source) {
 }
 
 // Token files by a glob pattern (llm.c's "fineweb_train_*.bin"): each file it
-// matches, in name order, blended by size.
+// matches, in name order (preprocess's expand_patterns), blended by size.
 std::vector<std::pair<double, std::string>> with_globs_expanded(const Config& c, std::string_view key,
                                                                 std::vector<std::pair<double, std::string>> parts) {
   std::vector<std::pair<double, std::string>> files;
   for (auto& [weight, pattern] : parts) {
-    if (pattern.find_first_of("*?[") == std::string::npos || fs::exists(pattern)) {
-      files.emplace_back(weight, std::move(pattern));
-      continue;
+    std::vector<std::string> matches;
+    try {
+      matches = data::expand_patterns({pattern});
+    } catch (const Error& e) {
+      fail("{}: {}: {}", c.origin_of(key), key, e.what());
     }
-    HONE_CHECK(weight == 0, "{}: {}: the weight {} goes before one file, not the pattern {}", c.origin_of(key), key,
-               weight, pattern);
-    glob_t found{};
-    const int status = ::glob(pattern.c_str(), 0, nullptr, &found);
-    std::vector<std::string> matches(found.gl_pathv, found.gl_pathv + (status == 0 ? found.gl_pathc : 0));
-    ::globfree(&found);
-    HONE_CHECK(!matches.empty(), "{}: {}: no file matches {}", c.origin_of(key), key, pattern);
-    for (std::string& file : matches) files.emplace_back(0.0, std::move(file));  // glob sorts them
+    HONE_CHECK(weight == 0 || matches.size() == 1, "{}: {}: the weight {} goes before one file, not the pattern {}",
+               c.origin_of(key), key, weight, pattern);
+    for (std::string& file : matches) files.emplace_back(weight, std::move(file));
   }
   return files;
 }
