@@ -620,14 +620,18 @@ TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
   std::vector<uint16_t> one_document = tokens(0, 1);
   one_document.resize(100);  // before its EOD
   write("one_document.bin", one_document, false);
+  // An EOD that never occurs is the wrong id, validation data of its own or not (each file would be one document).
   EXPECT_EQ(run({"run", "pretrain", "--config", config("never", 2), "dataset.type=tokens",
-                 "dataset.path=" + root_ + "/one_document.bin", "dataset.eod_id=255"}),
+                 "dataset.path=" + root_ + "/one_document.bin", "dataset.validation_path=" + root_ + "/val.bin",
+                 "dataset.eod_id=255"}),
             2);
-  EXPECT_NE(log().find("is one document (dataset.eod_id 255 never occurs in it), of which dataset.validation_fraction "
-                       "0.01 holds nothing out: give dataset.validation_path (nanoGPT's val.bin), or "
-                       "dataset.validation_fraction=0"),
+  EXPECT_NE(log().find("the command line: dataset.eod_id 255 never occurs in dataset.path " + root_ +
+                       "/one_document.bin (nanoGPT tokens, 100 tokens, 1 document): give the id between its "
+                       "documents (50256 in GPT-2's data, 128000 in llm.c's Llama 3 shards), or drop dataset.eod_id "
+                       "to read each file as one document"),
             std::string::npos)
       << log();
+  EXPECT_FALSE(fs::exists(root_ + "/never"));
   // eval checks the keys as pretraining does, and takes no dataset.validation_path: not suggested there.
   EXPECT_EQ(run({"run", "eval", "checkpoint.path=" + root_ + "/nanogpt", "dataset.type=tokens",
                  "dataset.path=" + root_ + "/val.bin", "dataset.seq_len=32", "dataset.eod_mask_loss=true"}),

@@ -100,7 +100,9 @@ TokenFileDocuments::TokenFileDocuments(const std::string& path, std::optional<in
            "model?)",
            path, id, i, starts_.size() - 1, vocab_size);
     }
-    if (eod && id == *eod && i + 1 < tokens_) starts_.push_back(i + 1);
+    if (!eod || id != *eod) continue;
+    ++eod_count_;
+    if (i + 1 < tokens_) starts_.push_back(i + 1);
   }
   starts_.push_back(tokens_);
 }

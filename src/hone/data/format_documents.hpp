@@ -62,6 +62,8 @@ class TokenFileDocuments final : public DocumentSource {
   int64_t document_length(int64_t doc) const override { return starts_[size_t(doc) + 1] - starts_[size_t(doc)]; }
   void read(int64_t doc, int64_t offset, std::span<int32_t> out) const override;
   std::string describe() const override;
+  // How many `eod` tokens the file holds (0 without one).
+  int64_t eod_count() const { return eod_count_; }
 
  private:
   int64_t token(int64_t i) const;
@@ -69,7 +71,7 @@ class TokenFileDocuments final : public DocumentSource {
   MappedFile file_;
   const char* format_ = "nanoGPT tokens";
   size_t header_bytes_ = 0, token_bytes_ = 2;
-  int64_t tokens_ = 0;
+  int64_t tokens_ = 0, eod_count_ = 0;
   std::vector<int64_t> starts_;  // each document's first token, then the token count
 };
 

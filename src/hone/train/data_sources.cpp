@@ -89,13 +89,20 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type,
   const std::optional<int64_t> eod = c.has("dataset.eod_id") ? std::optional(c.get<int64_t>("dataset.eod_id"))
                                                                : std::nullopt;
   Blend b;
+  int64_t eod_tokens = 0;
   for (const auto& [weight, p] : parts) {
     check_path_exists(c, key, type == "megatron" ? p + ".idx" : p);
     std::shared_ptr<const data::DocumentSource> source;
     try {
-      if (type == "megatron") source = std::make_shared<data::MegatronDocuments>(p);
-      else if (type == "tokens") source = std::make_shared<data::TokenFileDocuments>(p, eod, vocab_size);
-      else source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
+      if (type == "megatron") {
+        source = std::make_shared<data::MegatronDocuments>(p);
+      } else if (type == "tokens") {
+        auto tokens = std::make_shared<data::TokenFileDocuments>(p, eod, vocab_size);
+        eod_tokens += tokens->eod_count();
+        source = std::move(tokens);
+      } else {
+        source = std::make_shared<data::MdsDocuments>(p, c.get<std::string>("dataset.token_encoding_type"));
+      }
     } catch (const Error& e) {
       fail("{}: {}: {}", c.origin_of(key), key, e.what());
     }
@@ -103,6 +110,11 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type,
     if (parts.size() > 1) b.weights.push_back(weight > 0 ? weight : total_tokens(*source));
     b.sources.push_back(std::move(source));
   }
+  // An id that never occurs is not the data's: every file would silently be one document.
+  HONE_CHECK(!eod || eod_tokens > 0,
+             "{}: dataset.eod_id {} never occurs in {} {}: give the id between its documents (50256 in GPT-2's data, "
+             "128000 in llm.c's Llama 3 shards), or drop dataset.eod_id to read each file as one document",
+             c.origin_of("dataset.eod_id"), eod.value_or(0), key, b.description);
   return b;
 }
 
@@ -183,11 +195,8 @@ TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {
       if (c.find("dataset.validation_path")) fixes.emplace_back("dataset.validation_path (nanoGPT's val.bin)");
       if (!c.has("dataset.eod_id")) fixes.emplace_back("dataset.eod_id (the token between documents)");
       fixes.emplace_back("dataset.validation_fraction=0");
-      fail("{}: {} {} one document{}, of which dataset.validation_fraction {} holds nothing out: give {}",
+      fail("{}: {} {} one document, of which dataset.validation_fraction {} holds nothing out: give {}",
            c.origin_of("dataset.path"), train.description, train.sources.size() > 1 ? "are each" : "is",
-           c.has("dataset.eod_id")
-               ? fmt::format(" (dataset.eod_id {} never occurs in it)", c.get<int64_t>("dataset.eod_id"))
-               : std::string(),
            validation_fraction, fmt::join(fixes, ", or "));
     }
     return hold_out(train, validation_fraction);
