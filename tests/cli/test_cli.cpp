@@ -637,6 +637,15 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
     EXPECT_EQ(v.status, 0) << args << ": " << v.err;
     EXPECT_EQ(v.out, positional.out) << args;
   }
+  // A recipe where the config goes, as hone run takes it.
+  const CliResult recipe = run_hone("validate pretrain --config quickstart max_steps=7");
+  EXPECT_EQ(recipe.status, 0) << recipe.err;
+  EXPECT_NE(recipe.out.find("\nmax_steps: 7\n"), std::string::npos) << recipe.out;
+  EXPECT_EQ(run_hone("validate pretrain model.name=gpt2_124M max_steps=7 output_dir=runs/x dataset.seq_len=64").status,
+            0);
+  EXPECT_NE(run_hone("validate lora_finetune --config quickstart").err.find(
+                "quickstart.yaml: a config for the pretrain recipe, run with lora_finetune\n"),
+            std::string::npos);
   // A value outside its range is caught before any run starts.
   const CliResult zero = run_hone("validate quickstart batch_size=0");
   EXPECT_EQ(zero.status, 2);

@@ -830,6 +830,19 @@ TEST_F(FinetuneRun, AFullFinetuneResumesWithoutItsBase) {
   };
   EXPECT_EQ(base_of("step_0000004"), base_of("step_0000002"));
   EXPECT_EQ(read_file(root_ + "/no_base/step_0000004/vocab.json"), read_file(tokenizer_ + "/vocab.json"));
+  // validate and plan size the run from its checkpoint too, the base gone altogether.
+  fs::remove_all(root_ + "/rotating");
+  std::vector<std::string> settings = args(6);
+  settings.erase(settings.begin());
+  settings.front() = "validate";
+  settings.insert(settings.begin() + 1, "full_finetune");
+  ASSERT_EQ(run_hone_to_log(settings, log), 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("(llama family) from " + root_ + "/no_base/step_0000004, 6.5M parameters"),
+            std::string::npos)
+      << read_file(log);
+  settings.front() = "plan";
+  settings.insert(settings.end(), {"--world-size", "2"});
+  ASSERT_EQ(run_hone_to_log(settings, log), 0) << read_file(log);
 }
 
 // Unset, dataset.max_seq_len is 512 cut to the base model's 128; set beyond

@@ -1,5 +1,5 @@
 // hone run RECIPE [--config CONFIG] [key=value ...] | hone validate [--config] CONFIG [key=value ...]
-// (ConfigArguments: the config arguments of validate and plan)
+// (ConfigArguments: the config arguments of validate and plan, which take hone run's too)
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
@@ -105,8 +105,15 @@ void ConfigArguments::add_to(CLI::App& command) {
 }
 
 std::pair<const Recipe&, Config> ConfigArguments::resolved(const char* command) const {
-  // With --config, what was read as the positional config is the first override.
   std::vector<std::string> overrides = overrides_;
+  // A recipe where the config goes, as hone run takes it: `hone validate full_finetune [--config C] key=value`.
+  if (std::ranges::any_of(recipes(), [&](const Recipe& r) { return r.name == positional_; }) &&
+      !std::filesystem::exists(positional_)) {
+    check_overrides(overrides, fmt::format("hone {}", command), option_);
+    const Recipe& recipe = find_recipe(positional_);
+    return {recipe, resolve(recipe, option_.empty() ? Config() : load_config(option_), overrides)};
+  }
+  // With --config, what was read as the positional config is the first override.
   std::string name = positional_;
   if (!option_.empty()) {
     HONE_CHECK(name.empty() || name.find('=') != std::string::npos || name.starts_with('~'),

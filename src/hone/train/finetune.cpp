@@ -485,7 +485,8 @@ std::vector<std::string> summarize_finetune(const Config& c) {
       fail("{}: model.{}", c.origin_of_section("model"), e.what());
     }
   }
-  const std::string path = c.get<std::string>("checkpoint.path");
+  // A full fine-tune's resume reads its model from the checkpoint (its base may be gone).
+  const std::string path = whole_model_resume(c).value_or(c.get<std::string>("checkpoint.path"));
   std::vector<std::string> lines =
       fs::exists(path)
           ? summarize(c, finetune_shape(c), path)
@@ -505,6 +506,10 @@ std::vector<std::string> summarize_finetune(const Config& c) {
 }
 
 TrainingShape finetune_shape(const Config& c) {
+  // A full fine-tune resumes from its checkpoint's whole model: its base may be gone.
+  if (const std::optional<std::string> resumed = whole_model_resume(c)) {
+    return shape_of(c, open_weights(*resumed)->config());
+  }
   const std::string path = c.get<std::string>("checkpoint.path");
   HONE_CHECK(fs::exists(path), "{}: checkpoint.path {} does not exist here (a fine-tuning config's model is the one "
              "there)", c.origin_of("checkpoint.path"), path);
