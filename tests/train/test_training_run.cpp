@@ -600,6 +600,14 @@ TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
                        "/shard_001.bin (llm.c GPT-2 shard, 3020 tokens, 20 documents)"),
             std::string::npos)
       << log();
+  // A shard named twice would be read twice.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("twice", 2), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/shard_*.bin " + root_ + "/shard_001.bin", "dataset.eod_id=255"}),
+            2);
+  EXPECT_NE(log().find("the command line: dataset.path: " + root_ + "/shard_001.bin: named twice (by " + root_ +
+                       "/shard_*.bin, and by " + root_ + "/shard_001.bin): each file is read once"),
+            std::string::npos)
+      << log();
   EXPECT_EQ(run({"run", "pretrain", "--config", config("none", 2), "dataset.type=tokens",
                  "dataset.path=" + root_ + "/nothing_*.bin"}),
             2);

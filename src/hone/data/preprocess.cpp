@@ -395,9 +395,9 @@ PreprocessResult preprocess(const PreprocessOptions& options, const PreprocessTo
              "{}: a vocabulary of {} tokens does not fit --mds-dtype uint16 (ids 0..65535); use int32",
              tokenizer.source, vocab);
 
-  const std::vector<std::string> inputs = expand_patterns(options.inputs);
-  HONE_CHECK(!inputs.empty(), "no --input given: expected JSONL, Parquet or text files, folders or glob patterns");
-  DocumentReader reader(inputs, keys);
+  HONE_CHECK(!options.inputs.empty(),
+             "no --input given: expected JSONL, Parquet or text files, folders or glob patterns");
+  DocumentReader reader(options.inputs, keys);
   const std::vector<std::string>& files = reader.files();
   PreprocessResult result;
   result.outputs = preprocess_outputs(options);

@@ -35,19 +35,24 @@ double total_tokens(const data::DocumentSource& source) {
 
 // Token files by a glob pattern (llm.c's "fineweb_train_*.bin"): each file it
 // matches, in name order (preprocess's expand_patterns), blended by size.
-std::vector<std::pair<double, std::string>> with_globs_expanded(const Config& c, std::string_view key,
-                                                                std::vector<std::pair<double, std::string>> parts) {
+std::vector<std::pair<double, std::string>> with_globs_expanded(
+    const Config& c, std::string_view key, const std::vector<std::pair<double, std::string>>& parts) {
   std::vector<std::pair<double, std::string>> files;
-  for (auto& [weight, pattern] : parts) {
-    std::vector<std::string> matches;
-    try {
-      matches = data::expand_patterns({pattern});
-    } catch (const Error& e) {
-      fail("{}: {}: {}", c.origin_of(key), key, e.what());
+  std::vector<std::pair<std::string, std::string>> named_by;  // each file and its pattern
+  try {
+    for (const auto& [weight, pattern] : parts) {
+      const std::vector<std::string> matches = data::expand_patterns({pattern});
+      if (weight > 0 && matches.size() > 1) {
+        fail("the weight {} goes before one file, not the pattern {}", weight, pattern);
+      }
+      for (const std::string& file : matches) {
+        files.emplace_back(weight, file);
+        named_by.emplace_back(file, pattern);
+      }
     }
-    HONE_CHECK(weight == 0 || matches.size() == 1, "{}: {}: the weight {} goes before one file, not the pattern {}",
-               c.origin_of(key), key, weight, pattern);
-    for (std::string& file : matches) files.emplace_back(weight, std::move(file));
+    data::check_each_file_once(named_by);
+  } catch (const Error& e) {
+    fail("{}: {}: {}", c.origin_of(key), key, e.what());
   }
   return files;
 }
@@ -85,7 +90,7 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type,
       parts.emplace_back(w, words[i + 1]);
     }
   }
-  if (type == "tokens") parts = with_globs_expanded(c, key, std::move(parts));
+  if (type == "tokens") parts = with_globs_expanded(c, key, parts);
   const std::optional<int64_t> eod = c.has("dataset.eod_id") ? std::optional(c.get<int64_t>("dataset.eod_id"))
                                                                : std::nullopt;
   Blend b;

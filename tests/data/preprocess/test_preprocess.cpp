@@ -297,8 +297,10 @@ TEST_F(Preprocess, TextFilesFoldersGlobsAndCompressedInputs) {
   write_zstd(path("in/c.jsonl.zst"), jsonl({{{"text", "zstd line"}}}));
   write_zstd(path("in/sub/d.txt.zst"), "compressed text file");
   write_text(path("in/.hidden.txt"), "never read");
+  fs::create_directories(path("more"));
+  write_text(path("more/a.txt"), "the first file\n");
   data::PreprocessOptions o;
-  o.inputs = {path("in"), path("in/a*.txt")};  // a folder, then a pattern
+  o.inputs = {path("in"), path("more/a*.txt")};  // a folder, then a pattern
   o.output_prefix = path("out");
   const auto r = data::preprocess(o, t);
   EXPECT_EQ(r.files, 5u);
@@ -308,6 +310,15 @@ TEST_F(Preprocess, TextFilesFoldersGlobsAndCompressedInputs) {
                               expected(t, "compressed text file", false), expected(t, "the first file\n", false)}));
   o.inputs = {path("in/*.csv")};
   expect_error([&] { data::preprocess(o, t); }, {path("in/*.csv"), "no file or folder matches"});
+  // A file named twice would be read twice.
+  o.inputs = {path("in"), path("in/a*.txt")};
+  expect_error([&] { data::preprocess(o, t); },
+               {path("in/a.txt") + ": named twice (by " + path("in") + ", and by " + path("in/a*.txt") +
+                "): each file is read once"});
+  o.inputs = {path("in/a.txt"), path("in/../in/a.txt")};
+  expect_error([&] { data::preprocess(o, t); },
+               {path("in/../in/a.txt") + ": named twice (by " + path("in/a.txt") + ", and by " +
+                path("in/../in/a.txt") + "): each file is read once"});
   o.inputs = {path("in")};
   o.json_keys = {"text", "title"};
   expect_error([&] { data::preprocess(o, t); }, {path("in/a.txt"), "one field", "2 JSON keys"});
@@ -604,13 +615,14 @@ TEST_F(Preprocess, ParquetRowsTokenizeLikeTheirJsonl) {
   std::string lines;
   for (const json& record : expected["records"]) lines += record.dump() + "\n";
   write_text(path("records.jsonl"), lines);
+  write_text(path("records_again.jsonl"), lines);  // the second shard holds the same rows
   fs::create_directories(path("shards"));
   fs::copy_file(fixtures + "snappy_v1.parquet", path("shards/train-00000.parquet"));
   fs::copy_file(fixtures + "zstd_v2.parquet", path("shards/train-00001.parquet"));
   data::PreprocessOptions o;
   o.json_keys = {"instruction", "output"};
   o.append_eod = true;
-  o.inputs = {path("records.jsonl"), path("records.jsonl")};
+  o.inputs = {path("records.jsonl"), path("records_again.jsonl")};
   o.output_prefix = path("jsonl");
   const auto from_jsonl = data::preprocess(o, t);
   o.inputs = {path("shards")};

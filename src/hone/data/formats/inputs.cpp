@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -326,6 +327,20 @@ std::vector<std::string> expand_patterns(const std::vector<std::string>& inputs)
   return out;
 }
 
+void check_each_file_once(const std::vector<std::pair<std::string, std::string>>& files_and_inputs) {
+  std::map<std::string, std::pair<std::string, std::string>> seen;  // canonical path -> the first naming
+  for (const auto& [file, input] : files_and_inputs) {
+    std::error_code ec;
+    const std::string canonical = std::filesystem::weakly_canonical(file, ec).string();
+    const auto [first, added] = seen.emplace(ec ? file : canonical, std::pair(file, input));
+    if (added) continue;
+    const auto& [first_spelling, first_input] = first->second;
+    const bool spelt_apart = first_spelling != file && first_spelling != first_input;  // a folder's ./a.txt
+    fail("{}: named twice (by {}{}, and by {}): each file is read once", file, first_input,
+         spelt_apart ? " as " + first_spelling : "", input);
+  }
+}
+
 bool is_mds_folder(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -414,40 +429,56 @@ std::unique_ptr<RecordTextReader> open_record_text(const std::string& path, cons
   return std::make_unique<MdsTextReader>(path, keys);
 }
 
+namespace {
+
+// The files one input names: itself (a file, a pipe, an MDS folder), or a
+// folder's data files sorted by path.
+std::vector<std::string> files_of_input(const std::string& input) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (is_mds_folder(input)) return {input};
+  if (!fs::is_directory(input, ec)) {
+    // A file, or a pipe (/dev/stdin, <(zstdcat ...)), read once from start to end.
+    HONE_CHECK(fs::exists(input, ec), "{}: no such file or folder", input);
+    return {input};
+  }
+  std::vector<std::string> found;
+  for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->path().filename().string().starts_with(".")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    std::error_code entry;
+    HONE_CHECK(!it->is_directory(entry) || !is_mds_folder(it->path().string()),
+               "{}: MDS shards inside the folder {}: give this folder as an --input of its own (its shard files "
+               "are not text)",
+               it->path().string(), input);
+    const bool regular = it->is_regular_file(entry);
+    HONE_CHECK(!entry, "{}: cannot read: {}", it->path().string(), entry.message());  // e.g. a dangling link
+    if (regular && is_data_name(it->path().filename().string())) found.push_back(it->path().string());
+  }
+  HONE_CHECK(!ec, "{}: cannot list: {}", input, ec.message());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
 DocumentReader::DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys)
     : keys_(std::move(keys)) {
   namespace fs = std::filesystem;
   HONE_CHECK(!keys_.empty(), "no JSON keys given; expected at least one (e.g. text)");
-  for (const std::string& input : inputs) {
-    std::error_code ec;
-    if (is_mds_folder(input)) {
-      files_.push_back(input);
-    } else if (fs::is_directory(input, ec)) {
-      std::vector<std::string> found;
-      for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
-           it.increment(ec)) {
-        if (it->path().filename().string().starts_with(".")) {
-          it.disable_recursion_pending();
-          continue;
-        }
-        std::error_code entry;
-        HONE_CHECK(!it->is_directory(entry) || !is_mds_folder(it->path().string()),
-                   "{}: MDS shards inside the folder {}: give this folder as an --input of its own (its shard files "
-                   "are not text)",
-                   it->path().string(), input);
-        const bool regular = it->is_regular_file(entry);
-        HONE_CHECK(!entry, "{}: cannot read: {}", it->path().string(), entry.message());  // e.g. a dangling link
-        if (regular && is_data_name(it->path().filename().string())) found.push_back(it->path().string());
+  std::vector<std::pair<std::string, std::string>> named_by;  // each file and the input that named it
+  for (const std::string& given : inputs) {
+    for (const std::string& input : expand_patterns({given})) {
+      for (std::string& file : files_of_input(input)) {
+        named_by.emplace_back(file, given);
+        files_.push_back(std::move(file));
       }
-      HONE_CHECK(!ec, "{}: cannot list: {}", input, ec.message());
-      std::sort(found.begin(), found.end());
-      files_.insert(files_.end(), found.begin(), found.end());
-    } else {
-      // A file, or a pipe (/dev/stdin, <(zstdcat ...)), read once from start to end.
-      HONE_CHECK(fs::exists(input, ec), "{}: no such file or folder", input);
-      files_.push_back(input);
     }
   }
+  check_each_file_once(named_by);
   bool sizes_known = true;
   for (const std::string& file : files_) {
     bytes_before_.push_back(bytes_total_);

@@ -76,6 +76,11 @@ bool is_text_name(std::string name);
 // matches nothing is an error.
 std::vector<std::string> expand_patterns(const std::vector<std::string>& inputs);
 
+// Each file and the input that named it (itself, a folder, a pattern): a file
+// named twice (a pattern's match given again, the same path spelt two ways)
+// would be read twice, an error naming it and both inputs.
+void check_each_file_once(const std::vector<std::pair<std::string, std::string>>& files_and_inputs);
+
 // Whether `path` is a folder of MDS shards (index.json and shard files).
 bool is_mds_folder(const std::string& path);
 // Whether `path` names a Parquet file (.parquet).
@@ -94,8 +99,8 @@ class RecordTextReader {
 // The reader of `path`, an MDS folder or a Parquet file.
 std::unique_ptr<RecordTextReader> open_record_text(const std::string& path, const std::vector<std::string>& keys);
 
-// Documents from files and folders, in order: the inputs as given, each folder's
-// data files sorted by path (JSONL, text and Parquet names, and names without
+// Documents from files, folders and glob patterns (expand_patterns), in order:
+// the inputs as given, each folder's data files sorted by path (JSONL, text and Parquet names, and names without
 // an extension: wiki_00, part-00000; hidden files and others, a README.md or a
 // .bin/.idx, left out). A file is JSONL when its name, less a .gz/.zst/.zstd
 // suffix, ends in .jsonl, .json or .ndjson, or when it is not named as text
@@ -106,6 +111,7 @@ std::unique_ptr<RecordTextReader> open_record_text(const std::string& path, cons
 // does not read). Blank JSONL lines are skipped. Parquet files, and a folder given as an input that holds MDS shards
 // (it stays one entry of files()), are read by open_record_text; MDS shards
 // inside a folder given as input are an error, since their files are not text.
+// A file two inputs name is an error (check_each_file_once).
 class DocumentReader {
  public:
   DocumentReader(std::span<const std::string> inputs, std::vector<std::string> keys);
