@@ -646,6 +646,14 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   EXPECT_NE(run_hone("validate lora_finetune --config quickstart").err.find(
                 "quickstart.yaml: a config for the pretrain recipe, run with lora_finetune\n"),
             std::string::npos);
+  // GPT-2's heads each have their keys and values, with nanoGPT's n_head=6 too; Llama's GQA keeps its groups.
+  const CliResult heads = run_hone("validate gpt2/124M_pretrain model.n_heads=6 model.dim=384");
+  EXPECT_NE(heads.out.find("# model: gpt2_124M with dim 384, n_heads 6 (gpt2 family), 55.2M parameters"),
+            std::string::npos)
+      << heads.err;
+  EXPECT_NE(run_hone("validate llama3_2/1B_pretrain model.n_heads=6 model.dim=384")
+                .err.find("model.n_heads 6 is not a multiple of model.n_kv_heads 8"),
+            std::string::npos);
   // A value outside its range is caught before any run starts.
   const CliResult zero = run_hone("validate quickstart batch_size=0");
   EXPECT_EQ(zero.status, 2);

@@ -83,7 +83,8 @@ Schema model_schema() {
       {"dim", "hidden size"},
       {"n_layers", "transformer blocks"},
       {"n_heads", "attention heads"},
-      {"n_kv_heads", "key/value heads (fewer than n_heads: GQA)"},
+      {"n_kv_heads", "key/value heads (fewer than n_heads: GQA; unset, a model with one a head, GPT-2's, keeps one a "
+                     "head as model.n_heads changes)"},
       {"ffn_dim", "MLP hidden size"},
       {"max_seq_len", "longest sequence (positions)"}};
   for (const auto& [key, help] : shape) {
@@ -367,7 +368,10 @@ ModelConfig with_model_keys(const Config& c, ModelConfig m, bool name_changes) {
   integer("model.vocab_size", m.vocab_size);
   integer("model.dim", m.dim);
   integer("model.n_layers", m.n_layers);
+  // Multi-head attention (GPT-2's, MPT's) stays so as model.n_heads changes (nanoGPT's n_head).
+  const bool multi_head = m.n_kv_heads == m.n_heads;
   integer("model.n_heads", m.n_heads);
+  if (multi_head && !c.has("model.n_kv_heads")) m.n_kv_heads = m.n_heads;
   integer("model.n_kv_heads", m.n_kv_heads);
   integer("model.ffn_dim", m.ffn_dim);
   integer("model.max_seq_len", m.max_seq_len);
