@@ -746,6 +746,8 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
        "export.peft x/e/peft and export.hf x/e overlap: give each a folder of its own"},
       {"validate quickstart model.n_heads=7", "with model.n_heads from the command line: model 'llama_tiny': "
                                               "model.dim 256 is not a multiple of model.n_heads 7"},
+      {"validate llama3_1/8B_lora_dpo dataset.packed=true",
+       "the command line: DPO's pairs are not packed (dataset.packed)"},
       {"validate quickstart optimizer.betas=[0.9]", "the command line: optimizer.betas must hold two numbers, got 1"},
       {"validate quickstart model.name=llama_tinyy", "'model.name' is 'llama_tinyy'; expected one of "},
       {"validate " + testing::TempDir(), testing::TempDir() + ": a folder, not a config file"},

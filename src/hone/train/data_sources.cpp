@@ -283,6 +283,9 @@ data::InstructOptions instruct_options_from(const Config& c) {
       o.column_map[field] = it.value().get<std::string>();
     }
   }
+  // DPO's pairs (loss.type) keep to rows of their own, side by side in a batch.
+  HONE_CHECK(!c.has("loss.type") || !c.get<bool>("dataset.packed"), "{}: DPO's pairs are not packed (dataset.packed)",
+             c.origin_of("dataset.packed"));
   o.train_on_input = c.get<bool>("dataset.train_on_input");
   o.train_on_every_response = c.get<std::string>("dataset.target_responses") == "all";
   o.token_encoding_type = c.get<std::string>("dataset.token_encoding_type");

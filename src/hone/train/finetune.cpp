@@ -227,8 +227,6 @@ int run_finetune(const Config& c) {
   const bool preferences = trains_preferences(c);
   const int64_t group = preferences ? 2 : 1;
   const char* sample_name = preferences ? "pair" : "sample";
-  HONE_CHECK(!preferences || !c.get<bool>("dataset.packed"), "{}: DPO's pairs are not packed (dataset.packed)",
-             c.origin_of("dataset.packed"));
   const auto load = [&](const std::string& file) {
     return preferences ? data::load_preference_dataset(file, *tokenizer, options)
                        : data::load_instruct_dataset(file, *tokenizer, options);
