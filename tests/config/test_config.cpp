@@ -305,6 +305,15 @@ TEST(Config, ErrorsNameWhereTheValuesCameFrom) {
   EXPECT_EQ(c.origin_of_section("optimizer"), "run.yaml with optimizer.lr from the command line");
   c.apply_override("model.n_heads=2");
   EXPECT_EQ(c.origin_of_section("model"), "run.yaml with model.dim, model.n_heads from the command line");
+  // The file alone set a key where no override is at, above or below it.
+  EXPECT_TRUE(c.set_by_file("batch_size"));
+  EXPECT_FALSE(c.set_by_file("model.dim"));
+  EXPECT_FALSE(c.set_by_file("model"));
+  c.apply_override("tasks.a.path=lm.jsonl");
+  EXPECT_FALSE(c.set_by_file("tasks"));
+  EXPECT_FALSE(c.set_by_file("tasks.a"));
+  EXPECT_EQ(c.how_to_drop_the_files("batch_size", "tasks"), " (add batch_size=null to drop run.yaml's batch_size)");
+  EXPECT_EQ(c.how_to_drop_the_files("model.dim", "tasks"), "");
   EXPECT_EQ(error_of([&] { c.get<double>("optimizer.lr"); }), "the command line: 'optimizer.lr' must be a number, got \"fast\"");
   EXPECT_EQ(error_of([&] { c.get<bool>("batch_size"); }), "run.yaml: 'batch_size' has the wrong type: 2");
   c.apply_override("model={dim: 8}");

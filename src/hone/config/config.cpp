@@ -284,6 +284,13 @@ const std::string* Config::override_text(std::string_view key) const {
   return nullptr;
 }
 
+bool Config::set_by_file(std::string_view key) const {
+  const auto within = [](std::string_view inner, std::string_view outer) {
+    return inner == outer || (inner.starts_with(outer) && inner[outer.size()] == '.');
+  };
+  return std::ranges::none_of(overrides_, [&](const auto& o) { return within(key, o.first) || within(o.first, key); });
+}
+
 std::string Config::how_to_drop_the_files(std::string_view a, std::string_view b) const {
   if (set_by_file(a) == set_by_file(b)) return "";
   const std::string_view files = set_by_file(a) ? a : b;

@@ -39,7 +39,8 @@ class Config {
   // ("prompt=Note: x" is a mapping to YAML, "template=[INST] {x}" a list).
   const std::string* override_text(std::string_view key) const;
   // Whether `key` is the config file's own value (no override set it).
-  bool set_by_file(std::string_view key) const { return origin_of(key) == origin() && !override_text(key); }
+  // Whether the config file alone set `key`: no override at it, above it or below it.
+  bool set_by_file(std::string_view key) const;
   // For an error about keys `a` and `b` given together: where one is the config
   // file's and the other came from the command line, how to drop the file's
   // (" (add prompt=null to drop run.yaml's prompt)"); else "".
