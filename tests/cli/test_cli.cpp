@@ -70,6 +70,8 @@ TEST(Cli, CommandLineMistakesAreOneErrorLine) {
       {"conver a b", "hone: error: unknown command 'conver' (did you mean 'convert'?) (see hone --help)\n"},
       {"convert a", "hone: error: dest is required (see hone convert --help)\n"},
       {"bench --steps x", "hone: error: --steps: expected a positive whole number, got x (see hone bench --help)\n"},
+      {"run pretrain --config quickstart --config summarize_lora",
+       "hone: error: --config is given 2 times: it takes one value (see hone run --help)\n"},
   };
   for (const auto& [args, expected] : cases) {
     const CliResult r = run_hone(args);

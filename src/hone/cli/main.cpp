@@ -59,7 +59,14 @@ int main(int argc, char** argv) {
     for (const auto& [sub, run] : commands) {
       if (sub->parsed()) help = "hone " + sub->get_name() + " --help";
     }
-    fmt::print(stderr, "hone: error: {} (see {})\n", e.what(), help);
+    // CLI11's "--config: At Most 1 required but received 2", in words.
+    std::string what = e.what();
+    const std::string at_most_one = ": At Most 1 required but received ";
+    if (const size_t at = what.find(at_most_one); at != std::string::npos) {
+      what = fmt::format("{} is given {} times: it takes one value", what.substr(0, at),
+                         what.substr(at + at_most_one.size()));
+    }
+    fmt::print(stderr, "hone: error: {} (see {})\n", what, help);
     return 2;
   }
   try {
