@@ -845,6 +845,21 @@ TEST_F(FinetuneRun, AFullFinetuneResumesWithoutItsBase) {
   ASSERT_EQ(run_hone_to_log(settings, log), 0) << read_file(log);
 }
 
+// hone validate reads the tokenizer where it is here: a chat format whose
+// tokens it lacks is refused before any run, as hone run refuses it.
+TEST_F(FinetuneRun, ValidateChecksTheChatFormatAgainstTheTokenizer) {
+  std::vector<std::string> args{"validate", "full_finetune", "output_dir=" + root_ + "/v",
+                                "checkpoint.path=" + root_ + "/base", "dataset.path=" + root_ + "/data.jsonl",
+                                "max_steps=1"};
+  const std::string log = root_ + "/validate.log";
+  ASSERT_EQ(run_hone_to_log(args, log), 0) << read_file(log);
+  args.push_back("dataset.template=chat");
+  EXPECT_EQ(run_hone_to_log(args, log), 2);
+  EXPECT_NE(read_file(log).find("the llama3 chat format needs the special token <|eot_id|>, which this"),
+            std::string::npos)
+      << read_file(log);
+}
+
 // Unset, dataset.max_seq_len is 512 cut to the base model's 128; set beyond
 // it, the run is refused.
 TEST_F(FinetuneRun, SampleLengthDefaultsToWhatTheModelTakes) {

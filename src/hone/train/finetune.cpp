@@ -148,6 +148,20 @@ std::optional<std::string> whole_model_resume(const Config& c) {
   return folder && checkpoint_base_model(*folder) ? folder : std::nullopt;
 }
 
+// The run's tokenizer (a resumed full fine-tune's checkpoint carries it) and
+// its folder, checked against the model's vocabulary and the chat format.
+std::pair<std::string, std::unique_ptr<Tokenizer>> load_finetuning_tokenizer(const Config& c,
+                                                                             const std::optional<std::string>& resumed,
+                                                                             int64_t vocab_size) {
+  const bool in_checkpoint = resumed && !c.has("tokenizer.path") && !tokenizer_files_in(*resumed).empty();
+  const std::string folder = in_checkpoint ? *resumed : tokenizer_path_for_model(c);
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(folder);
+  check_fits_vocabulary(*tokenizer, vocab_size, c.origin());
+  HONE_CHECK(data::end_of_answer_token(*tokenizer, instruct_options_from(c)), "{}: the tokenizer {} has no EOS token "
+             "to end answers with (nanoGPT's characters have none)", c.origin(), folder);
+  return {folder, std::move(tokenizer)};
+}
+
 // How the rows of a batch are cut (dataset.pad_to_multiple_of), for the banner.
 std::string describe_cut(int64_t multiple, int64_t seq_len) {
   if (multiple == 0 || multiple >= seq_len) return "";
@@ -213,14 +227,9 @@ int run_finetune(const Config& c) {
   const DType export_dtype = !resumed                       ? weights->stored_dtype()
                              : fs::exists(base.folder) ? open_weights(base.folder)->stored_dtype()
                                                        : run.dtype;
-  const bool tokenizer_in_checkpoint = resumed && !c.has("tokenizer.path") && !tokenizer_files_in(*resumed).empty();
-  const std::string tokenizer_dir = tokenizer_in_checkpoint ? *resumed : tokenizer_path_for_model(c);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
-  check_fits_vocabulary(*tokenizer, model_config.vocab_size, c.origin());
+  const auto [tokenizer_dir, tokenizer] = load_finetuning_tokenizer(c, resumed, model_config.vocab_size);
   data::InstructOptions options = instruct_options_from(c);
   options.max_seq_len = seq_len;
-  HONE_CHECK(data::end_of_answer_token(*tokenizer, options), "{}: the tokenizer {} has no EOS token to end answers "
-             "with (nanoGPT's characters have none)", c.origin(), tokenizer_dir);
   const std::string path = c.get<std::string>("dataset.path");
   // DPO: samples come in pairs (a chosen and a rejected sequence), which
   // batches and held-out validation keep together.
@@ -484,12 +493,19 @@ std::vector<std::string> summarize_finetune(const Config& c) {
     }
   }
   // A full fine-tune's resume reads its model from the checkpoint (its base may be gone).
-  const std::string path = whole_model_resume(c).value_or(c.get<std::string>("checkpoint.path"));
-  std::vector<std::string> lines =
-      fs::exists(path)
-          ? summarize(c, finetune_shape(c), path)
-          : std::vector<std::string>{fmt::format(
-                "model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
+  const std::optional<std::string> resumed = whole_model_resume(c);
+  const std::string path = resumed.value_or(c.get<std::string>("checkpoint.path"));
+  std::vector<std::string> lines;
+  if (fs::exists(path)) {
+    const TrainingShape shape = finetune_shape(c);
+    lines = summarize(c, shape, path);
+    if (!c.has("tokenizer.path") || fs::exists(c.get<std::string>("tokenizer.path"))) {
+      load_finetuning_tokenizer(c, resumed, shape.model.vocab_size);
+    }
+  } else {
+    lines.push_back(
+        fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path));
+  }
   for (std::string& line : describe_loss(c)) lines.push_back(std::move(line));
   // What the disk holds now: an export folder that is there already.
   for (const char* key : {"export.peft", "export.hf"}) {
