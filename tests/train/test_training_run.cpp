@@ -983,6 +983,21 @@ TEST_F(TrainingRun, AFreshRunRefusesAFolderThatHoldsARun) {
                        "/a_file is a file, not a folder for the run"),
             std::string::npos)
       << log();
+  // A folder where the run's metrics go (reading it back hung the run), a file where its TensorBoard events go.
+  fs::remove(root_ + "/taken/metrics.jsonl");
+  fs::create_directories(root_ + "/taken/metrics.jsonl");
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("taken", 6), "resume=latest"}), 2) << log();
+  EXPECT_NE(log().find(root_ + "/taken/metrics.jsonl is a folder, where the run keeps its "
+                       "metrics.jsonl file: move it away"),
+            std::string::npos)
+      << log();
+  fs::remove(root_ + "/taken/metrics.jsonl");
+  fs::remove_all(root_ + "/taken/tensorboard");
+  std::ofstream(root_ + "/taken/tensorboard") << "x";
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("taken", 6), "resume=latest"}), 2) << log();
+  EXPECT_NE(log().find("/taken/tensorboard is a file, where the run keeps its tensorboard folder: move it away"),
+            std::string::npos)
+      << log();
 }
 
 // A resumed run keeps the settings that shape the model and its data (a

@@ -34,7 +34,8 @@ double total_tokens(const data::DocumentSource& source) {
 }
 
 // Token files by a glob pattern (llm.c's "fineweb_train_*.bin"): each file it
-// matches, in name order (preprocess's expand_patterns), blended by size.
+// matches, in name order (preprocess's expand_patterns), blended by size; a
+// file named twice is an error.
 std::vector<std::pair<double, std::string>> with_globs_expanded(
     const Config& c, std::string_view key, const std::vector<std::pair<double, std::string>>& parts) {
   std::vector<std::pair<double, std::string>> files;

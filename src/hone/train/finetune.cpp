@@ -499,7 +499,11 @@ std::vector<std::string> summarize_finetune(const Config& c) {
   if (fs::exists(path)) {
     const TrainingShape shape = finetune_shape(c);
     lines = summarize(c, shape, path);
-    if (!c.has("tokenizer.path") || fs::exists(c.get<std::string>("tokenizer.path"))) {
+    if (c.has("tokenizer.path") && !fs::exists(c.get<std::string>("tokenizer.path"))) {
+      lines.push_back(fmt::format("tokenizer: {} does not exist here yet: checked against the model and the chat "
+                                  "format once it does",
+                                  c.get<std::string>("tokenizer.path")));
+    } else {
       load_finetuning_tokenizer(c, resumed, shape.model.vocab_size);
     }
   } else {

@@ -210,6 +210,15 @@ std::optional<std::string> output_dir_conflict(const Config& c) {
   if (fs::exists(output_dir) && !fs::is_directory(output_dir)) {
     return fmt::format("output_dir {} is a file, not a folder for the run", output_dir);
   }
+  // What a run writes there, each of the kind it writes (a folder where metrics.jsonl goes would hang its reading).
+  for (const auto& [name, folder] : {std::pair{"metrics.jsonl", false}, {"train.log", false},
+                                     {"perf_summary.csv", false}, {"tensorboard", true}}) {
+    const fs::path path = fs::path(output_dir) / name;
+    if (fs::exists(path) && fs::is_directory(path) != folder) {
+      return fmt::format("{} is a {}, where the run keeps its {} {}: move it away", path.string(),
+                         folder ? "file" : "folder", name, folder ? "folder" : "file");
+    }
+  }
   if (c.has("resume")) return std::nullopt;
   const std::optional<std::string> earlier = find_checkpoint(output_dir, "latest");
   if (!earlier && fs::exists(fs::path(output_dir) / "metrics.jsonl")) {

@@ -100,9 +100,9 @@ class RecordTextReader {
 std::unique_ptr<RecordTextReader> open_record_text(const std::string& path, const std::vector<std::string>& keys);
 
 // Documents from files, folders and glob patterns (expand_patterns), in order:
-// the inputs as given, each folder's data files sorted by path (JSONL, text and Parquet names, and names without
-// an extension: wiki_00, part-00000; hidden files and others, a README.md or a
-// .bin/.idx, left out). A file is JSONL when its name, less a .gz/.zst/.zstd
+// the inputs as given, each folder's data files sorted by path (JSONL, text and
+// Parquet names, and names without an extension: wiki_00, part-00000; hidden
+// files and others, a README.md or a .bin/.idx, left out). A file is JSONL when its name, less a .gz/.zst/.zstd
 // suffix, ends in .jsonl, .json or .ndjson, or when it is not named as text
 // (.txt, .text) and its first character that is not white space opens a JSON
 // object (Megatron's .loose_json, WikiExtractor's wiki_00): as Megatron reads
