@@ -1,7 +1,9 @@
 // Model folders and model.json: a checkpoint says what model it holds, a model
 // folder (no training state) starts fine-tuning but cannot be resumed, and
 // weights stored in bf16/f16 load into fp32 master weights.
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include "hone/io/checkpoint.hpp"
@@ -109,6 +111,23 @@ TEST_F(ModelFolderTest, AnotherArchitectureIsNamed) {
   Transformer bigger(other, DType::f32);
   const std::string err = error_of([&] { load_model_weights(folder, bigger); });
   EXPECT_NE(err.find("another architecture"), std::string::npos) << err;
+}
+
+// A NaN or an infinity in the weights is named as it loads, not trained or generated from.
+TEST_F(ModelFolderTest, NonFiniteWeightsAreNamed) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    const std::string folder = dir_ + "/nonfinite_" + std::to_string(std::isnan(bad));
+    Transformer damaged(model_.config(), DType::f32);
+    damaged.params().values().copy_from(model_.params().values());
+    const Parameter& norm = damaged.params().all().back();
+    std::vector<float> values = norm.value.to_vector<float>();
+    values.back() = bad;
+    norm.value.copy_from(Tensor::from(values, norm.value.shape()));
+    save_model(*transformer_weights(damaged), folder);
+    Transformer loaded(model_.config(), DType::f32);
+    const std::string err = error_of([&] { load_model_weights(folder, loaded); });
+    EXPECT_NE(err.find("parameter '" + norm.name + "' holds NaN or infinite values"), std::string::npos) << err;
+  }
 }
 
 }  // namespace

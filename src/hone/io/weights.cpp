@@ -1,6 +1,7 @@
 #include "hone/io/weights.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -56,11 +57,21 @@ void load_weights(const WeightSource& source, Transformer& model, LoadProgress p
                specs[i].name, specs[i].shape.str(), p.name, p.whole_shape.str());
     const bool whole_here = !model.params().sharded() && !model.params().split();
     const bool readable = p.value.dtype() == DType::f32 || p.value.dtype() == DType::bf16;
+    // A NaN or an infinity (a diverged run's weights, a damaged file) would train, generate and
+    // evaluate NaN without a word: the sum of squares, in double, is finite exactly when every value is.
+    const auto check_finite = [&](const Tensor& values) {
+      HONE_CHECK(std::isfinite(ops::sum_squares(values)),
+                 "{}: parameter '{}' holds NaN or infinite values (the weights of a diverged run, or a damaged "
+                 "file)",
+                 source.description(), p.name);
+    };
     if (whole_here && p.value.device().is_cpu() && readable) {
       source.read(p.name, p.value);  // straight from the file into the weights (fp32, or LoRA's bf16 base)
+      check_finite(p.value);
     } else {
       Tensor staged = Tensor::empty(p.whole_shape, DType::f32);
       source.read(p.name, staged);
+      check_finite(staged);
       model.params().write(p, staged);
     }
     read += p.whole_shape.numel();
