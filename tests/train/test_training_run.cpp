@@ -1426,6 +1426,26 @@ TEST_F(DataParallelRun, ZeroCheckpointsResumeAtAnotherWorldSize) {
   }
 }
 
+// ZeRO-3 in bf16 with tied embeddings (GPT-2's): validation leaves a unit
+// gathered with the compute copy alone of its projections; a checkpoint at
+// that step gathers the master weights anew (was: an internal error on every
+// rank, nothing saved). What it saves is what a run that validates at other
+// steps saves.
+TEST_F(DataParallelRun, ZeroThreeInBf16SavesAtAStepThatValidates) {
+  for (const std::string every : {"2", "3"}) {
+    ASSERT_EQ(train("bf16_eval" + every, 2, 2, 4, "",
+                    {"dtype=bf16", "distributed.zero=3", "model.tie_embeddings=true", "eval.every_n_steps=" + every,
+                     "checkpoint.every_n_steps=2"}),
+              0)
+        << log();
+  }
+  const SafetensorsFile validated(root_ + "/bf16_eval2/step_0000002/model.safetensors");
+  const SafetensorsFile elsewhere(root_ + "/bf16_eval3/step_0000002/model.safetensors");
+  for (const std::string& name : elsewhere.names()) {
+    EXPECT_EQ(validated.load(name).to_vector<float>(), elsewhere.load(name).to_vector<float>()) << name;
+  }
+}
+
 TEST_F(DataParallelRun, SigtermToTheLauncherCheckpointsEveryRankAndEndsCleanly) {
   // What a scheduler does to preempt a job (SIGTERM; SIGUSR1 where sbatch
   // --signal=USR1@N asks for a warning): every rank finishes its step, the

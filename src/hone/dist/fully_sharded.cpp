@@ -144,9 +144,11 @@ void FullyShardedParameters::gather_master(const ParameterSet& set, int unit, bo
   HONE_ASSERT(found != sets_.end());
   const Key key{size_t(found - sets_.begin()), unit};
   if (set.gathered_numel(unit) == 0) return;
-  if (present_.contains(key)) {
-    HONE_ASSERT(!present_.at(key).compute_only_cast);  // the master weights are wanted
-    return;
+  if (const auto found = present_.find(key); found != present_.end()) {
+    if (!found->second.compute_only_cast) return;  // the master weights are there
+    // Gathered for a forward pass (validation leaves units so): its compute-only
+    // groups came as their compute copy alone, so the master weights come anew.
+    drop(key);
   }
   Gathered& g = start_gather(key, /*for_training=*/false);
   if (keep) return complete(key, g);
@@ -155,15 +157,18 @@ void FullyShardedParameters::gather_master(const ParameterSet& set, int unit, bo
   present_.erase(key);
 }
 
+void FullyShardedParameters::drop(Key key) {
+  Gathered& g = present_.at(key);
+  HONE_ASSERT(!g.grads.defined());
+  wait_for(g);
+  sets_[key.first]->detach(key.second);
+  for (Tensor* t : {&g.values, &g.compute}) buffers_.give_back(*t);
+  present_.erase(key);
+}
+
 void FullyShardedParameters::release_all() {
   finish_reductions();
-  for (auto& [key, g] : present_) {
-    HONE_ASSERT(!g.grads.defined());
-    wait_for(g);
-    sets_[key.first]->detach(key.second);
-    for (Tensor* t : {&g.values, &g.compute}) buffers_.give_back(*t);
-  }
-  present_.clear();
+  while (!present_.empty()) drop(present_.begin()->first);
 }
 
 }  // namespace hone::dist

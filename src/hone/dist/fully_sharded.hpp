@@ -69,6 +69,8 @@ class FullyShardedParameters final : public UnitResidency {
   void wait_for(Gathered& g);
   // Waits for the gather, casts the compute copy and points the parameters at it.
   void complete(Key key, Gathered& g);
+  // Frees a gathered unit without gradients (detached, its buffers given back).
+  void drop(Key key);
   // The sets holding parameters of `unit`.
   std::vector<size_t> sets_of(int unit) const;
 
