@@ -1000,6 +1000,21 @@ TEST_F(TrainingRun, AFreshRunRefusesAFolderThatHoldsARun) {
       << log();
 }
 
+// A model past this machine's memory is refused before it is allocated (the
+// kernel would kill the run as it filled), its folder never made.
+TEST_F(TrainingRun, AModelPastThisMachinesMemoryIsRefusedUpFront) {
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("huge", 1), "model.name=llama3_1_70B"}), 2) << log();
+  EXPECT_NE(log().find("huge.yaml: the run needs about 1.03 TiB of memory (hone validate shows its parts), more than "
+                       "this machine's "),
+            std::string::npos)
+      << log();
+  EXPECT_NE(log().find("of memory: it will not fit (try a smaller model, or its state sharded over more machines: "
+                       "hone plan)"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(root_ + "/huge"));
+}
+
 // A resumed run keeps the settings that shape the model and its data (a
 // change is refused, naming it; a path may move, with a note), and its
 // checkpoints record the settings that trained them. `latest` lost, the last

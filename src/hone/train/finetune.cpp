@@ -169,8 +169,9 @@ std::string describe_cut(int64_t multiple, int64_t seq_len) {
 }
 
 // `from`: the model's folder (checkpoint.path before the run resolves it).
+// `estimate`, where given, receives the memory estimate.
 std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, const std::string& from,
-                                   int data_parallel_ranks = 1) {
+                                   int data_parallel_ranks = 1, MemoryEstimate* estimate = nullptr) {
   const RunSettings run = run_settings_from(c);
   const ModelConfig& model = shape.model;
   const std::optional<LoraConfig>& lora = shape.lora;
@@ -299,6 +300,9 @@ int run_finetune(const Config& c) {
     check_starting_adapters(*start, *lora);
   }
   check_exports(c, model_config, lora);
+  MemoryEstimate estimate;
+  std::vector<std::string> summary = summarize(c, shape, base.folder, world.dp_size(), &estimate);
+  check_fits_host_memory(estimate, run, c);
   Transformer model(model_config, run.dtype, world.device(), lora, world.model_placement());
   const LoadProgress progress = world.is_main() ? LoadProgress::shown : LoadProgress::hidden;
   if (!resumed) load_weights(*weights, model, progress);  // a resume's come with its checkpoint
@@ -310,7 +314,6 @@ int run_finetune(const Config& c) {
   }
   model.init_lora(run.seed);
   if (start) load_adapters(start->read, model);  // their weights; the optimizer and schedule start anew
-  std::vector<std::string> summary = summarize(c, shape, base.folder, world.dp_size());
   summary.insert(summary.end(), base_notes.begin(), base_notes.end());
   for (std::string& line : describe_loss(c)) summary.push_back(std::move(line));
   const auto cut = [&](const char* what, int64_t truncated, int64_t dropped) {

@@ -121,13 +121,15 @@ TrainingShape shape_of(const Config& c, const ModelConfig& model) {
 }
 
 // `from`: the folder of the model the run starts from (none: from scratch).
+// `estimate`, where given, receives the memory estimate.
 std::vector<std::string> summarize(const Config& c, const TrainingShape& shape, const std::string& from,
-                                   int data_parallel_ranks) {
+                                   int data_parallel_ranks, MemoryEstimate* estimate = nullptr) {
   const RunSettings run = run_settings_from(c);
   const ModelConfig& model = shape.model;
   const MemoryEstimate m =
       estimate_training_memory(model, run.dtype, shape.batch_size, shape.seq_len, activation_options_from(c), {},
                                int(c.get<int64_t>("distributed.zero")), data_parallel_ranks, run.device);
+  if (estimate) *estimate = m;
   return {
       fmt::format("model: {} ({} family){}, {:.1f}M parameters ({:.1f}M in matrix products)", model.name,
                   family_name(model.family), from.empty() ? std::string() : " from " + from,
@@ -257,7 +259,9 @@ int run_pretrain(const Config& c) {
                              c.get<double>("dataset.validation_fraction")));
     }
   }
-  const std::vector<std::string> summary = summarize(c, shape, starting_folder(start), world.dp_size());
+  MemoryEstimate estimate;
+  const std::vector<std::string> summary = summarize(c, shape, starting_folder(start), world.dp_size(), &estimate);
+  check_fits_host_memory(estimate, run, c);
   Transformer model(model_config, run.dtype, world.device(), std::nullopt, world.model_placement());
   if (start && start->weights) {
     load_weights(*start->weights, model, world.is_main() ? LoadProgress::shown : LoadProgress::hidden);

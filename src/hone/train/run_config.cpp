@@ -474,6 +474,27 @@ size_t reference_model_bytes(const ModelConfig& model, DType dtype, int64_t batc
          activation_bytes(model, dtype, batch_size, seq_len, {.checkpointing = true}, device);
 }
 
+namespace {
+
+// "more than this machine's 23.5 GiB of memory: ...", where the estimate is.
+std::optional<std::string> beyond_host_memory(const MemoryEstimate& m, const RunSettings& run) {
+  const size_t host = host_memory_bytes();
+  if (run.device.is_cuda() || host == 0 || size_t(m.total()) <= host) return std::nullopt;
+  const bool activations_would_fit = size_t(m.total() - m.activations) <= host;
+  return fmt::format("more than this machine's {} of memory: it will not fit (try {})", format_bytes(double(host)),
+                     activations_would_fit ? "enable_activation_checkpointing=true or a smaller batch_size"
+                                           : "a smaller model, or its state sharded over more machines: hone plan");
+}
+
+}  // namespace
+
+void check_fits_host_memory(const MemoryEstimate& m, const RunSettings& run, const Config& c) {
+  if (const std::optional<std::string> beyond = beyond_host_memory(m, run)) {
+    fail("{}: the run needs about {} of memory (hone validate shows its parts), {}", c.origin(),
+         format_bytes(double(m.total())), *beyond);
+  }
+}
+
 std::string describe(const MemoryEstimate& m, const RunSettings& run) {
   const std::string tensor_parallel = m.tp > 1 ? fmt::format(" data-parallel x {} tensor-parallel", m.tp) : "";
   const std::string per_rank = m.ranks * m.tp > 1 ? fmt::format(", per rank of {}{} at ZeRO stage {}", m.ranks,
@@ -482,14 +503,8 @@ std::string describe(const MemoryEstimate& m, const RunSettings& run) {
   const std::string gathered = m.gathered > 0 ? " + gathered units " + format_bytes(double(m.gathered)) : "";
   const std::string workspace = m.workspace > 0 ? " + workspace " + format_bytes(double(m.workspace)) : "";
   const std::string reference = m.reference > 0 ? " + reference model " + format_bytes(double(m.reference)) : "";
-  // On the CPU the machine's memory is known here; a GPU's only once it runs.
-  const size_t host = host_memory_bytes();
-  const std::string too_big =
-      !run.device.is_cuda() && host > 0 && size_t(m.total()) > host
-          ? fmt::format(" -- more than this machine's {} of memory: it will not fit (try "
-                        "enable_activation_checkpointing=true or a smaller batch_size)",
-                        format_bytes(double(host)))
-          : "";
+  const std::optional<std::string> beyond = beyond_host_memory(m, run);
+  const std::string too_big = beyond ? " -- " + *beyond : "";
   return fmt::format("memory estimate on {} ({}{}): {} = weights {} + gradients {} + AdamW {} + bf16 copy {}{} + "
                      "activations {}{}{}{}",
                      run.device.str(), dtype_name(run.dtype), per_rank, format_bytes(double(m.total())),

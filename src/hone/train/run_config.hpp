@@ -102,6 +102,10 @@ size_t reference_model_bytes(const ModelConfig& model, DType dtype, int64_t batc
                              Device device = Device::cpu());
 // "memory estimate on cpu (bf16): total = weights + gradients + ...", for a run's banner.
 std::string describe(const MemoryEstimate& estimate, const RunSettings& run);
+// On the CPU, an estimate past this machine's memory is refused before the
+// model is allocated (the kernel would kill the run as it filled, without a
+// word); hone validate notes it (describe). A GPU's memory is known once it runs.
+void check_fits_host_memory(const MemoryEstimate& estimate, const RunSettings& run, const Config& c);
 
 // "8 x 256 tokens per micro-batch, 1 micro-batch per step": a run's banner, hone plan.
 std::string describe_batch(int64_t batch_size, int64_t seq_len, int64_t gradient_accumulation_steps);
