@@ -479,8 +479,8 @@ namespace {
 // "more than this machine's 23.5 GiB of memory: ...", where the estimate is.
 std::optional<std::string> beyond_host_memory(const MemoryEstimate& m, const RunSettings& run) {
   const size_t host = host_memory_bytes();
-  if (run.device.is_cuda() || host == 0 || size_t(m.total()) <= host) return std::nullopt;
-  const bool activations_would_fit = size_t(m.total() - m.activations) <= host;
+  if (run.device.is_cuda() || host == 0 || m.total() <= host) return std::nullopt;
+  const bool activations_would_fit = m.total() - m.activations <= host;
   return fmt::format("more than this machine's {} of memory: it will not fit (try {})", format_bytes(double(host)),
                      activations_would_fit ? "enable_activation_checkpointing=true or a smaller batch_size"
                                            : "a smaller model, or its state sharded over more machines: hone plan");
