@@ -161,6 +161,17 @@ TEST(PretrainStream, RestoredStateContinuesWithTheSameBatches) {
   PretrainStream other({all_of(numbered({20}))}, {}, {.seq_len = 6, .batch_size = 3, .seed = 3});
   PretrainStream mine({all_of(docs)}, {}, {.seq_len = 6, .batch_size = 3, .seed = 3});
   EXPECT_THROW(other.restore(mine.state()), Error);  // another dataset: not the same run
+  // A state edited by hand is named, not replayed (a negative position indexed before the data).
+  for (const auto& [key, value] : {std::pair<std::string, nlohmann::json>{"position", -1},
+                                   {"position", "12"},
+                                   {"samples_per_epoch", "many"}}) {
+    nlohmann::json edited = mine.state();
+    edited[key] = value;
+    const std::string err = error_of([&] { mine.restore(edited); });
+    EXPECT_NE(err.find(key == "position" ? "has no 'position' of 0 or more" : "had \"many\" samples per epoch"),
+              std::string::npos)
+        << err;
+  }
 }
 
 TEST(PretrainStream, RanksSplitTheGlobalBatch) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "hone/core/files.hpp"
@@ -46,6 +47,15 @@ class CheckpointTest : public ::testing::Test {
       return e.what();
     }
     return "";
+  }
+
+  // Writes `file` of a checkpoint anew and lists it in the manifest as it now is:
+  // a file edited by hand or by another tool, which the checksums alone let through.
+  void relist(const std::string& folder, const std::string& file) {
+    const std::string path = folder + "/" + file;
+    nlohmann::json manifest = nlohmann::json::parse(read_file(folder + "/manifest.json"));
+    manifest["files"][file] = {{"bytes", fs::file_size(path)}, {"xxh3_64", checksum_hex(file_checksum(path))}};
+    std::ofstream(folder + "/manifest.json") << manifest.dump();
   }
 
   std::string dir_;
@@ -172,12 +182,45 @@ TEST_F(CheckpointTest, AnExtraTensorIsNamed) {
     }
     tensors.push_back({"layers.0.attn.extra.weight", Tensor::zeros({4}, DType::f32)});
     write_safetensors(path, tensors);
-    nlohmann::json manifest = nlohmann::json::parse(read_file(folder + "/manifest.json"));
-    manifest["files"][file] = {{"bytes", fs::file_size(path)}, {"xxh3_64", checksum_hex(file_checksum(path))}};
-    std::ofstream(folder + "/manifest.json") << manifest.dump();
+    relist(folder, file);
     const std::string err = error_loading(folder);
     EXPECT_NE(err.find(path + ": unexpected tensor 'layers.0.attn.extra.weight'"), std::string::npos) << err;
   }
+}
+
+// A training state or manifest edited by hand to hold a value of the wrong type
+// or sign is an error naming the file and the key (was: an internal error, or a
+// negative step trained from).
+TEST_F(CheckpointTest, AHandEditedTrainingStateIsNamedByKey) {
+  const std::string folder = save(9);
+  const std::string state_path = folder + "/trainer_state.json";
+  const nlohmann::json saved = nlohmann::json::parse(read_file(state_path));
+  for (const auto& [key, value, expected] :
+       std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"step", -3, "trainer_state.json: 'step' must be 0 or more, got -3"},
+           {"optimizer_steps", "7", "trainer_state.json: 'optimizer_steps' must be an integer, got \"7\""},
+           {"samples_seen", 1.5, "'samples_seen' must be an integer, got 1.5"},
+           {"next_lr", true, "'next_lr' must be a number, got true"},
+           {"data", nlohmann::json::array(), "trainer_state.json: 'data' must be an object, got []"}}) {
+    SCOPED_TRACE(key);
+    nlohmann::json edited = saved;
+    edited[key] = value;
+    std::ofstream(state_path) << edited.dump();
+    relist(folder, "trainer_state.json");
+    const std::string err = error_loading(folder);
+    EXPECT_NE(err.find(expected), std::string::npos) << err;
+  }
+  std::ofstream(state_path) << "[1, 2]";
+  relist(folder, "trainer_state.json");
+  EXPECT_NE(error_of([&] { checkpoint_config(folder); }).find(state_path + ": not a JSON object"), std::string::npos);
+
+  nlohmann::json manifest = nlohmann::json::parse(read_file(folder + "/manifest.json"));
+  manifest["files"]["model.safetensors"]["bytes"] = "1024";
+  std::ofstream(folder + "/manifest.json") << manifest.dump();
+  const std::string err = error_loading(folder);
+  EXPECT_NE(err.find("manifest.json: files: model.safetensors: 'bytes' must be an integer, got \"1024\""),
+            std::string::npos)
+      << err;
 }
 
 // `latest` holds a folder name beside it: a path there (edited by hand) would

@@ -31,6 +31,12 @@ inline constexpr int32_t kIgnoreTarget = -100;
 inline constexpr const char* kShuffleStreamsKey = "shuffle_streams";
 inline constexpr const char* kShuffleStreams = "per use";
 
+// The position a data state was saved at (samples read since the run began);
+// throws hone::Error when it has none, or a negative one (a hand-edited checkpoint).
+int64_t saved_position(const nlohmann::json& state);
+// Throws hone::Error when the state was saved on data of another size.
+void check_saved_epoch(const nlohmann::json& state, int64_t samples_per_epoch);
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;

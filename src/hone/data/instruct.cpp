@@ -983,10 +983,8 @@ nlohmann::json SampleStream::state() const {
 }
 
 void SampleStream::restore(const nlohmann::json& state) {
-  HONE_CHECK(state.value("samples_per_epoch", int64_t(-1)) == int64_t(samples_.size()),
-             "the checkpoint's dataset had {} samples, this one has {}", state.value("samples_per_epoch", int64_t(-1)),
-             samples_.size());
-  position_ = state.at("position").get<int64_t>();
+  check_saved_epoch(state, int64_t(samples_.size()));
+  position_ = saved_position(state);
 }
 
 }  // namespace hone::data

@@ -171,13 +171,8 @@ void PretrainStream::replay_to(int64_t position) {
 }
 
 void PretrainStream::restore(const nlohmann::json& state) {
-  HONE_CHECK(state.contains("position") && state["position"].is_number_integer(),
-             "data state {} has no integer 'position'", state.dump());
-  HONE_CHECK(state.value("samples_per_epoch", samples_per_epoch_) == samples_per_epoch_,
-             "the checkpoint's data had {} samples per epoch, this dataset has {}: resuming on other data would not "
-             "reproduce the run",
-             state.value("samples_per_epoch", int64_t(0)), samples_per_epoch_);
-  replay_to(state["position"].get<int64_t>());
+  check_saved_epoch(state, samples_per_epoch_);
+  replay_to(saved_position(state));
 }
 
 }  // namespace hone::data

@@ -357,6 +357,12 @@ Json read_manifest(const std::string& folder, std::string& manifest_path) {
   HONE_CHECK(manifest.value("format", "") == kFormat && manifest.value("version", 0) == kVersion &&
                  manifest.contains("files") && manifest["files"].is_object(),
              "{}: not a hone checkpoint manifest (format {} version {})", manifest_path, kFormat, kVersion);
+  // Each file's entry is read again below (and its checksum by base_model_record): checked once, here.
+  for (const auto& [file, info] : manifest["files"].items()) {
+    const JsonFields fields(info, fmt::format("{}: files: {}", manifest_path, file));
+    fields.count("bytes");
+    fields.string("xxh3_64");
+  }
   return manifest;
 }
 
@@ -365,12 +371,11 @@ void verify_listed_file(const std::string& folder, const std::string& file, cons
   const std::string path = (fs::path(folder) / file).string();
   HONE_CHECK(fs::exists(path), "{}: missing (listed in {})", path, manifest_path);
   HONE_CHECK(fs::is_regular_file(path), "{}: not a file (listed in {} as one)", path, manifest_path);
-  const uint64_t size = fs::file_size(path);
-  HONE_CHECK(size == info["bytes"].get<uint64_t>(), "{}: {} bytes, the manifest says {} (truncated?)", path, size,
-             info["bytes"].get<uint64_t>());
-  const std::string checksum = checksum_hex(file_checksum(path));
-  HONE_CHECK(checksum == info["xxh3_64"].get<std::string>(), "{}: checksum {} does not match the manifest's {}",
-             path, checksum, info["xxh3_64"].get<std::string>());
+  const uint64_t size = fs::file_size(path), listed_size = info["bytes"].get<uint64_t>();
+  HONE_CHECK(size == listed_size, "{}: {} bytes, the manifest says {} (truncated?)", path, size, listed_size);
+  const std::string checksum = checksum_hex(file_checksum(path)), listed_checksum = info["xxh3_64"].get<std::string>();
+  HONE_CHECK(checksum == listed_checksum, "{}: checksum {} does not match the manifest's {}", path, checksum,
+             listed_checksum);
 }
 
 }  // namespace
@@ -484,7 +489,10 @@ Json read_trainer_state(const std::string& folder) {
   const auto listed = manifest["files"].find(kTrainerState);
   HONE_CHECK(listed != manifest["files"].end(), "{}: {} is not listed in it", manifest_path, kTrainerState);
   verify_listed_file(folder, kTrainerState, *listed, manifest_path);
-  return read_json_file((fs::path(folder) / kTrainerState).string());
+  const std::string path = (fs::path(folder) / kTrainerState).string();
+  Json state = read_json_file(path);
+  HONE_CHECK(state.is_object(), "{}: not a JSON object: not a hone run's training state", path);
+  return state;
 }
 
 }  // namespace
@@ -565,20 +573,20 @@ TrainerState load_checkpoint(const std::string& folder, Transformer& model, Adam
   }
   load_moments(folder, model, optimizer);
 
+  // A training state edited by hand is named with the key at fault, not trained from.
+  const JsonFields fields(j, fmt::format("{}/{}", folder, kTrainerState));
   TrainerState state;
-  state.step = j.at("step").get<int64_t>();
-  state.tokens_seen = j.at("tokens_seen").get<int64_t>();
-  state.samples_seen = j.at("samples_seen").get<int64_t>();
-  state.nonfinite_steps = j.value("nonfinite_steps", int64_t(0));
-  state.train_seconds = j.value("train_seconds", 0.0);  // 0 in checkpoints from before it was kept
-  if (const Json next_lr = j.value("next_lr", Json()); next_lr.is_number()) state.next_lr = next_lr.get<double>();
-  if (const Json threads = j.value("cpu_threads", Json()); threads.is_number_integer()) {
-    state.cpu_threads = threads.get<int64_t>();
-  }
-  state.data_state = j.at("data");
-  state.config = j.at("config");
+  state.step = fields.count("step");
+  state.tokens_seen = fields.count("tokens_seen");
+  state.samples_seen = fields.count("samples_seen");
+  state.nonfinite_steps = fields.count("nonfinite_steps", 0);
+  state.train_seconds = fields.number("train_seconds", 0.0);  // 0 in checkpoints from before it was kept
+  if (fields.has("next_lr")) state.next_lr = fields.number("next_lr");
+  if (fields.has("cpu_threads")) state.cpu_threads = fields.count("cpu_threads");
+  state.data_state = fields.object("data").json();
+  state.config = fields.object("config").json();
   state.base_model = base_model_from_json(j, folder);
-  optimizer.set_steps_taken(j.at("optimizer_steps").get<int64_t>());
+  optimizer.set_steps_taken(fields.count("optimizer_steps"));
   return state;
 }
 

@@ -52,6 +52,14 @@ int64_t JsonFields::integer(const std::string& key, int64_t fallback) const {
   return has(key) ? integer(key) : fallback;
 }
 
+int64_t JsonFields::count(const std::string& key) const {
+  const int64_t v = integer(key);
+  HONE_CHECK(v >= 0, "{}: '{}' must be 0 or more, got {}", context_, key, v);
+  return v;
+}
+
+int64_t JsonFields::count(const std::string& key, int64_t fallback) const { return has(key) ? count(key) : fallback; }
+
 double JsonFields::number(const std::string& key) const {
   const Json& v = at(key);
   HONE_CHECK(v.is_number(), "{}: '{}' must be a number, got {}", context_, key, v.dump());

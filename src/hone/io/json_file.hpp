@@ -22,9 +22,13 @@ class JsonFields {
   JsonFields(const Json& object, std::string context);
 
   const std::string& context() const { return context_; }
+  const Json& json() const { return json_; }
   bool has(const std::string& key) const;
   int64_t integer(const std::string& key) const;
   int64_t integer(const std::string& key, int64_t fallback) const;
+  // An integer of at least 0 (a step, a byte count).
+  int64_t count(const std::string& key) const;
+  int64_t count(const std::string& key, int64_t fallback) const;
   double number(const std::string& key) const;
   double number(const std::string& key, double fallback) const;
   bool boolean(const std::string& key) const;
