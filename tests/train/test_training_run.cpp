@@ -870,6 +870,14 @@ TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
   }
   ASSERT_EQ(run({"report", dir, "--output", root_ + "/elsewhere.html"}), 0) << log();
   EXPECT_EQ(read_file(root_ + "/elsewhere.html"), html);
+  // The page in place of the metrics it draws: refused, the metrics kept.
+  const std::string metrics = read_file(dir + "/metrics.jsonl");
+  EXPECT_EQ(run({"report", dir, "-o", dir + "/../report/metrics.jsonl"}), 2);
+  EXPECT_NE(log().find("hone: error: " + dir + "/../report/metrics.jsonl: the run's own metrics.jsonl: write the "
+                       "page elsewhere (-o FILE; by default " + dir + "/report.html)"),
+            std::string::npos)
+      << log();
+  EXPECT_EQ(read_file(dir + "/metrics.jsonl"), metrics);
   // A folder that is not a run: status 2, one line, no page written.
   EXPECT_EQ(run({"report", root_ + "/nothing"}), 2);
   EXPECT_NE(log().find("hone: error: " + root_ + "/nothing: no such run folder"), std::string::npos) << log();

@@ -31,6 +31,7 @@ Command add_report(CLI::App& app) {
     const std::string output = args->output.empty()
                                    ? (std::filesystem::path(args->run_dirs[0]) / "report.html").string()
                                    : args->output;
+    check_report_output(args->run_dirs, output);
     AtomicFile out(output);
     out.write(report.html);
     out.commit();

@@ -452,6 +452,18 @@ std::string config_differences(const std::vector<Run>& runs) {
 
 }  // namespace
 
+void check_report_output(const std::vector<std::string>& run_dirs, const std::string& output) {
+  if (!std::filesystem::exists(output)) return;
+  for (const std::string& dir : run_dirs) {
+    for (const char* own : {"metrics.jsonl", "config.yaml", "perf_summary.csv", "train.log"}) {
+      const std::filesystem::path file = std::filesystem::path(dir) / own;
+      HONE_CHECK(!std::filesystem::exists(file) || !std::filesystem::equivalent(file, output),
+                 "{}: the run's own {}: write the page elsewhere (-o FILE; by default {})", output, own,
+                 (std::filesystem::path(dir) / "report.html").string());
+    }
+  }
+}
+
 RunReport render_run_report(const std::string& run_dir) { return render_runs_report({run_dir}); }
 
 RunReport render_runs_report(const std::vector<std::string>& run_dirs) {
