@@ -5,6 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
 namespace hone::test {
 
 namespace {
@@ -55,6 +59,15 @@ int wait_for(const Process& p) {
 
 int run_hone_to_log(const std::vector<std::string>& args, const std::string& log_path) {
   return wait_for(start_hone(args, log_path));
+}
+
+bool wait_for_log_line(const std::string& file, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto logged = [&] { return std::filesystem::exists(file) && read_file(file).find(text) != std::string::npos; };
+  while (!logged() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return logged();
 }
 
 }  // namespace hone::test

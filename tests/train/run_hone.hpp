@@ -19,6 +19,10 @@ Process start_hone(const std::vector<std::string>& args, const std::string& log_
 // Waits; returns the exit status, or 128 + signal when killed.
 int wait_for(const Process& p);
 int run_hone_to_log(const std::vector<std::string>& args, const std::string& log_path);
+// Waits up to 120 s for `text` to appear in the log `file` a running job writes.
+// Signal tests send their signal once a step is logged: then the job catches it
+// (a fixed delay was too short on a loaded machine).
+bool wait_for_log_line(const std::string& file, const std::string& text);
 
 // Runs `hone args...` with a terminal (a pty) as its stdout and stderr: what a
 // user at a terminal sees, control sequences included.

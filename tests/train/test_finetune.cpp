@@ -1390,6 +1390,27 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
   EXPECT_EQ(read_file(log).find("task (gsm8k)"), std::string::npos) << read_file(log);
 }
 
+// Ctrl-C during hone eval stops it before the next batch, 128 + the signal as a
+// killed process's: no scores printed, and the samples file of the task not yet
+// scored is not left half-made (was: a .tmp file).
+TEST_F(FinetuneRun, EvalStopsOnSigintLeavingNoSamplesFile) {
+  std::ofstream(root_ + "/stop_choices.jsonl")
+      << R"({"ctx": "Repeat the word apple.", "endings": [" apple", " river"], "label": 0})" << "\n";
+  const std::string folder = root_ + "/stopped_eval", log = root_ + "/stopped_eval.log";
+  fs::create_directories(folder);
+  const Process p = start_hone({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                                "tokenizer.path=" + tokenizer_, "dataset.type=mock",
+                                "max_batches=0", "task.path=" + root_ + "/stop_choices.jsonl",
+                                "task.samples_path=" + folder + "/samples.jsonl"},
+                               log);
+  ASSERT_TRUE(wait_for_log_line(log, "loss: ")) << read_file(log);  // a tenth of the batches scored
+  ::kill(p.pid, SIGINT);
+  EXPECT_EQ(wait_for(p), 128 + SIGINT) << read_file(log);
+  EXPECT_NE(read_file(log).find("hone: eval stopped by signal 2; no scores printed"), std::string::npos)
+      << read_file(log);
+  EXPECT_TRUE(fs::is_empty(folder)) << read_file(log);
+}
+
 // `tasks` runs several tasks on one loaded model: each scores as it does alone,
 // under its name, with its own settings (checked as task.*'s, under its name).
 TEST_F(FinetuneRun, EvalRunsSeveralTasksEachAsItDoesAlone) {

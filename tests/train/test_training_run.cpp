@@ -27,18 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Waits up to 120 s for `text` to appear in the log `file` a running job writes.
-// Signal tests send their signal once a step is logged: then the job catches it
-// (a fixed delay was too short on a loaded machine).
-bool wait_for_log_line(const std::string& file, const std::string& text) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  const auto logged = [&] { return fs::exists(file) && read_file(file).find(text) != std::string::npos; };
-  while (!logged() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return logged();
-}
-
 class TrainingRun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -411,6 +399,35 @@ TEST_F(TrainingRun, SigintOrSigtermFinishesTheStepSavesAndExitsZero) {
     EXPECT_EQ(folder->substr(folder->size() - checkpoint_folder_name(0).size()),
               checkpoint_folder_name(losses(run).rbegin()->first));
   }
+}
+
+// A stop during a validation (here one of ~1500 batches after every step, so
+// nearly every signal lands in one) cuts it short: the run saves that step at
+// once, with no validation loss for it.
+TEST_F(TrainingRun, AStopDuringValidationCutsItShortAndSaves) {
+  bool stopped_in_validation = false;
+  for (int attempt = 0; attempt < 3 && !stopped_in_validation; ++attempt) {
+    const std::string run = "stopped_validation" + std::to_string(attempt);
+    fs::remove(root_ + "/log.txt");
+    Process p = start_hone({"run", "pretrain", "--config", config(run, 100000, "logging: {tensorboard: false}\n"),
+                            "dataset.mock.documents=2000", "dataset.validation_fraction=0.5", "eval.every_n_steps=1",
+                            "eval.max_batches=0"},
+                           root_ + "/log.txt");
+    ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "step 2: validation loss")) << "no validation within 120 s";
+    ::kill(p.pid, SIGINT);
+    EXPECT_EQ(wait_for(p), 0) << log();
+    const std::string text = log();
+    const size_t stopped = text.find(": validation stopped by the stop request");
+    if (stopped == std::string::npos) continue;  // it landed in a training step
+    stopped_in_validation = true;
+    const int64_t step = std::stoll(text.substr(text.rfind("step ", stopped) + 5));
+    EXPECT_NE(text.find("stop requested: saving step " + std::to_string(step) + " and exiting"), std::string::npos)
+        << text;
+    EXPECT_EQ(find_checkpoint(root_ + "/" + run, "latest"), root_ + "/" + run + "/" + checkpoint_folder_name(step));
+    EXPECT_EQ(run_metric(root_ + "/" + run, "metrics/eval/LanguageCrossEntropy").count(step), 0u) << text;
+    EXPECT_EQ(run_metric(root_ + "/" + run, "metrics/eval/LanguageCrossEntropy").count(step - 1), 1u) << text;
+  }
+  EXPECT_TRUE(stopped_in_validation) << "three signals landed in training steps";
 }
 
 // A stop while the run sets up (a large model loads for minutes; here the

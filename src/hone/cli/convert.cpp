@@ -23,10 +23,6 @@ namespace hone::cli {
 
 namespace {
 
-// Thrown between two tensors once a stop signal came: the writers' destructors
-// remove what they half-wrote as it unwinds.
-struct Stopped {};
-
 // "5GB" (10^9, as transformers' max_shard_size), "2GiB" (2^30), "500MB", "1000000".
 uint64_t parse_size(const std::string& text) {
   double number = 0;

@@ -26,5 +26,8 @@ bool stop_requested();
 const std::atomic<bool>& stop_requested_flag();
 // The signal that asked for the stop (0: none).
 int stop_signal();
+// Thrown by a long command's progress callback once a stop is requested, to
+// unwind (removing what is half-written) to where the command reports the stop.
+struct Stopped {};
 
 }  // namespace hone

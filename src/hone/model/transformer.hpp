@@ -375,4 +375,17 @@ class Transformer {
   std::unique_ptr<ops::OverlappedCopies> input_copies_;
 };
 
+// Training off (no dropout) while it lives: an evaluation pass, which turns it
+// on again however the pass ends (a stop request throws out of a validation).
+class EvaluationMode {
+ public:
+  explicit EvaluationMode(Transformer& model) : model_(model) { model_.set_training(false); }
+  ~EvaluationMode() { model_.set_training(true); }
+  EvaluationMode(const EvaluationMode&) = delete;
+  EvaluationMode& operator=(const EvaluationMode&) = delete;
+
+ private:
+  Transformer& model_;
+};
+
 }  // namespace hone

@@ -222,11 +222,12 @@ class Dpo final : public Objective {
   }
 
   Evaluation evaluate(Transformer& model, data::BatchSource& source, int64_t batches,
-                      const TrainingWorld& world) override {
+                      const TrainingWorld& world, const std::function<void(int64_t done)>& progress) override {
     source.rewind();
-    model.set_training(false);
     DpoSums sums;
+    const EvaluationMode evaluating(model);
     for (int64_t i = 0; i < batches && !source.pass_done(); ++i) {
+      if (progress) progress(i);
       // The pass's padding pairs, which have no answer (training drops such
       // pairs when it reads them), trail the batch: counted on the host.
       const Batch batch = source.next();
@@ -237,7 +238,6 @@ class Dpo final : public Objective {
       }
       sums.add(dpo_forward(model, batch.to(model.device()), config_, reference_, pairs).sums);
     }
-    model.set_training(true);
     if (dist::DataParallel* parallel = world.data_parallel()) sums = summed_over(sums, *parallel);
     const double loss = sums.loss / double(std::max<int64_t>(sums.pairs, 1));
     Metrics metrics = {{"loss/eval/total", loss}};

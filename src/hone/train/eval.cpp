@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "hone/core/progress_line.hpp"
+#include "hone/core/stop_signals.hpp"
 #include "hone/data/instruct.hpp"
 #include "hone/data/pretrain_stream.hpp"
 #include "hone/io/atomic_file.hpp"
@@ -279,6 +280,7 @@ class CountProgress {
         next_logged_(tenth_), start_(std::chrono::steady_clock::now()) {}
 
   void operator()(int64_t done) {
+    if (stop_requested()) throw Stopped{};  // before the next batch of items
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const std::string text = fmt::format("{}: {}/{} {}, {:.0f} s", what_, done, count_, unit_, seconds);
     if (line_.on_terminal()) return line_.draw(text);
@@ -436,14 +438,15 @@ std::vector<std::string> check_eval_config(const Config& c) {
   return {};
 }
 
-int run_eval(const Config& c) {
-  check_one_process("eval");
-  check_eval_config(c);
+namespace {
+
+int evaluate_all(const Config& c) {
   // Every task's file read, and its samples file opened, before the model loads.
   std::vector<PlannedTask> tasks = plan_tasks(c);
   // Token data (mock, Megatron, MDS, token files) needs no tokenizer; records and tasks do.
   const bool text = !tasks.empty() || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
   InferenceModel m = load_inference_model(c, text);
+  if (stop_requested()) throw Stopped{};
   for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
   const int64_t batch = c.get<int64_t>("batch_size");
   const int64_t seq_len =
@@ -513,6 +516,22 @@ int run_eval(const Config& c) {
   fmt::print(stderr, "model: {}\n", m.description);
   fmt::print("{}\n", result.dump());
   return 0;
+}
+
+}  // namespace
+
+int run_eval(const Config& c) {
+  check_one_process("eval");
+  check_eval_config(c);
+  // Ctrl-C or a kill stops before the next batch; the samples files being
+  // written are removed as the tasks unwind (those of tasks done are whole).
+  catch_stop_signals();
+  try {
+    return evaluate_all(c);
+  } catch (const Stopped&) {
+    fmt::print(stderr, "hone: eval stopped by signal {}; no scores printed\n", stop_signal());
+    return 128 + stop_signal();
+  }
 }
 
 }  // namespace hone

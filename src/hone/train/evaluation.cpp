@@ -14,7 +14,7 @@ double LossEvaluation::perplexity() const { return std::exp(loss); }
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches,
                              const std::function<void(int64_t done)>& progress) {
   source.rewind();
-  model.set_training(false);
+  const EvaluationMode evaluating(model);
   double sum = 0;
   int64_t tokens = 0;
   for (int64_t i = 0; i < max_batches && !source.pass_done(); ++i) {
@@ -24,7 +24,6 @@ LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int6
     sum += s.sum;
     tokens += s.tokens;
   }
-  model.set_training(true);
   return {sum / double(std::max<int64_t>(tokens, 1)), tokens};
 }
 
@@ -127,9 +126,10 @@ std::vector<EndingScore> score_endings(Transformer& model, const std::vector<Enc
     targets.emplace_back(row.tokens.begin() + row.first_ending, row.tokens.end());
     ranges.push_back({.first = r * seq + row.first_ending - 1, .count = int64_t(targets.back().size())});
   }
-  model.set_training(false);
-  const std::vector<Tensor> logits = model.forward_rows(tokens.to(model.device()), ranges);
-  model.set_training(true);
+  const std::vector<Tensor> logits = [&] {
+    const EvaluationMode evaluating(model);
+    return model.forward_rows(tokens.to(model.device()), ranges);
+  }();
   const DType stats = model.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const auto vocab = size_t(model.config().vocab_size);
   std::vector<EndingScore> scores(static_cast<size_t>(rows));

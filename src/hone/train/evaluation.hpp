@@ -24,7 +24,8 @@ struct LossEvaluation {
 
 // Mean loss over one pass of `source` (rewound first; each sample once), or
 // its first `max_batches` batches. Dropout is off while it runs. `progress`
-// (may be empty) is told the batches done before each batch.
+// (may be empty) is told the batches done before each batch; it may throw to
+// cut the pass short.
 LossEvaluation evaluate_loss(Transformer& model, data::BatchSource& source, int64_t max_batches,
                              const std::function<void(int64_t done)>& progress = {});
 

@@ -14,9 +14,9 @@ class LanguageModel final : public Objective {
   }
 
   Evaluation evaluate(Transformer& model, data::BatchSource& source, int64_t batches,
-                      const TrainingWorld& world) override {
+                      const TrainingWorld& world, const std::function<void(int64_t done)>& progress) override {
     // Each rank evaluates its slice of the batches; the mean is over all of them.
-    const LossEvaluation local = evaluate_loss(model, source, batches);
+    const LossEvaluation local = evaluate_loss(model, source, batches, progress);
     LossEvaluation e;
     e.tokens = int64_t(world.sum(double(local.tokens)));
     e.loss = world.sum(local.loss * double(local.tokens)) / double(std::max<int64_t>(e.tokens, 1));

@@ -2,6 +2,7 @@
 // What a training run minimises: the language model's loss (pretraining and
 // supervised fine-tuning) or DPO's preference loss (dpo.hpp). The shared loop
 // (trainer.hpp) asks its objective for every step and every validation.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,13 +27,15 @@ class Objective {
                          double max_grad_norm, dist::DataParallel* parallel) = 0;
   // Validation over one pass of `source` (each sample once; at most `batches`
   // batches) on each rank, merged over the world: metrics for metrics.jsonl,
-  // and what the console says ("validation loss ...").
+  // and what the console says ("validation loss ..."). `progress` (may be
+  // empty) is told the batches done before each batch, on every rank alike; it
+  // may throw to cut the pass short.
   struct Evaluation {
     Metrics metrics;
     std::string summary;
   };
   virtual Evaluation evaluate(Transformer& model, data::BatchSource& source, int64_t batches,
-                              const TrainingWorld& world) = 0;
+                              const TrainingWorld& world, const std::function<void(int64_t done)>& progress) = 0;
   // FLOPs a step spends per token of its batches (PaLM's count), for MFU.
   virtual double flops_per_token(const ModelConfig& config, const std::optional<LoraConfig>& lora,
                                  int64_t length) const {

@@ -515,13 +515,27 @@ int run_training(const Config& c, TrainingJob job) {
   const int64_t max_eval_batches = c.get<int64_t>("eval.max_batches") == 0
                                        ? std::numeric_limits<int64_t>::max()
                                        : c.get<int64_t>("eval.max_batches") * accumulation;
+  const int64_t eval_batches =
+      valid ? std::min(max_eval_batches, (valid->samples_per_epoch() + batch_size * world.dp_size() - 1) /
+                                             (batch_size * world.dp_size()))
+            : 0;
+  // A stop request (the ranks agree before each batch) cuts a validation short:
+  // the run saves at once, without that validation's loss.
+  const auto validation_progress = [&](int64_t done) {
+    if (world.any(stop_requested())) throw Stopped{};
+    console.transient(fmt::format("step {}: validation, batch {} of {} ...", state.step, done + 1, eval_batches));
+  };
   auto run_evaluation = [&] {
     if (!valid) return;
     const auto started = Clock::now();
-    const Objective::Evaluation e = objective.evaluate(model, *valid, max_eval_batches, world);
-    evaluations.add(seconds_between(started, Clock::now()));
-    metrics.write(state.step, e.metrics);
-    console.line(fmt::format("step {}: {}", state.step, e.summary));
+    try {
+      const Objective::Evaluation e = objective.evaluate(model, *valid, max_eval_batches, world, validation_progress);
+      evaluations.add(seconds_between(started, Clock::now()));
+      metrics.write(state.step, e.metrics);
+      console.line(fmt::format("step {}: {}", state.step, e.summary));
+    } catch (const Stopped&) {
+      console.line(fmt::format("step {}: validation stopped by the stop request", state.step));
+    }
   };
 
   const auto start = Clock::now();
