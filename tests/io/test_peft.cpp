@@ -205,6 +205,13 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
   EXPECT_NE(error().find("adapts transformer.h.0.attn.c_attn, which hone's LoRA cannot adapt on a llama model"),
             std::string::npos)
       << error();
+  // Adapters of a deeper base: the layer past this model's is named.
+  write_without("no such part", {{"base_model.model.model.layers.40.self_attn.q_proj.lora_A.weight",
+                                  Tensor::zeros({2, 64}, DType::f32)}});
+  EXPECT_NE(error().find("'base_model.model.model.layers.40.self_attn.q_proj.lora_A.weight' adapts layer 40; this llama "
+                         "model has 2 layers: the adapters were made for another base"),
+            std::string::npos)
+      << error();
   write_without("no such part", {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector",
                                   Tensor::zeros({64}, DType::f32)}});
   EXPECT_NE(error().find("is a DoRA magnitude, but adapter_config.json does not set use_dora"), std::string::npos)

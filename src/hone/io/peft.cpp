@@ -1,6 +1,7 @@
 #include "hone/io/peft.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -158,6 +159,21 @@ std::string adapter_weights_file(const std::string& dir) {
   fail("{}: no adapter_model.safetensors (or adapter_model.bin) beside adapter_config.json", dir);
 }
 
+// The layer an adapted module's name numbers ("model.layers.40.self_attn.q_proj":
+// 40) where the same module of layer 0 is one hone adapts: an adapter made for
+// a base with more layers than this one.
+std::optional<int64_t> layer_past_the_model(const std::string& module,
+                                            const std::map<std::string, std::vector<LoraTarget>>& by_module) {
+  for (size_t start = module.find('.'); start != std::string::npos; start = module.find('.', start + 1)) {
+    size_t end = start + 1;
+    while (end < module.size() && std::isdigit(static_cast<unsigned char>(module[end]))) ++end;
+    if (end == start + 1 || end == module.size() || module[end] != '.') continue;
+    if (by_module.contains(module.substr(0, start + 1) + "0" + module.substr(end)))
+      return std::stoll(module.substr(start + 1, end - start - 1));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool is_peft_folder(const std::string& dir) {
@@ -207,6 +223,11 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
     const std::string module = name.substr(std::string(kPeftPrefix).size(),
                                            name.size() - std::string(kPeftPrefix).size() - (m ? m : a_suffix.size()));
     auto it = by_module.find(module);
+    if (it == by_module.end()) {
+      if (const std::optional<int64_t> layer = layer_past_the_model(module, by_module))
+        fail("{}: '{}' adapts layer {}; this {} model has {} layers: the adapters were made for another base",
+             file->path(), name, *layer, family_name(config.family), config.n_layers);
+    }
     HONE_CHECK(it != by_module.end(), "{}: '{}' adapts {}, which hone's LoRA cannot adapt on a {} model (it adapts "
                "the attention projections, the MLP's and the output, where Hugging Face stores them apart)",
                file->path(), name, module, family_name(config.family));
