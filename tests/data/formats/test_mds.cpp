@@ -444,7 +444,10 @@ TEST_F(MdsTest, IndexJsonChecks) {
     return R"({"shards": [)" + entry + R"(], "version": 2})";
   };
   EXPECT_EQ(data::parse_mds_index(shard_entry("", ""), p).at(0).column_sizes[1], 8u);
-  expect_error([&] { data::parse_mds_index("[1, 2", p); }, {p, "not a JSON object"});
+  expect_error([&] { data::parse_mds_index("[1, 2]", p); }, {p, "not a JSON object"});
+  // A file cut short (a copy that stopped) says where it ends.
+  expect_error([&] { data::parse_mds_index(R"({"shards": [{"column_encodings")", p); },
+               {p, "not valid JSON (byte 32: ", "unexpected end of input"});
   expect_error([&] { data::parse_mds_index(R"({"shards": [], "version": 3})", p); }, {p, "version 3, expected 2"});
   expect_error([&] { data::parse_mds_index(shard_entry(R"("mds")", R"("json")"), p); },
                {p + ": shards[0]", "format \"json\""});

@@ -13,6 +13,7 @@
 #include "hone/core/error.hpp"
 #include "hone/data/formats/mapped_file.hpp"
 #include "hone/data/formats/mds.hpp"
+#include "hone/io/json_error.hpp"
 
 namespace hone::data {
 
@@ -217,8 +218,13 @@ MdsShardInfo parse_mds_shard_info(std::string_view json_text, const std::string&
 }
 
 std::vector<MdsShardInfo> parse_mds_index(std::string_view text, const std::string& path) {
-  json index = json::parse(text, nullptr, false);
-  HONE_CHECK(!index.is_discarded() && index.is_object(), "{}: not a JSON object (a streaming index.json)", path);
+  json index;
+  try {
+    index = json::parse(text);
+  } catch (const json::exception& e) {  // a cut-short file names where it ends
+    fail("{}: not valid JSON ({})", path, json_error_text(e));
+  }
+  HONE_CHECK(index.is_object(), "{}: not a JSON object (a streaming index.json)", path);
   const json& version = field(index, "version", path);
   HONE_CHECK(version == 2, "{}: version {}, expected 2", path, version.dump());
   const json& shards = field(index, "shards", path);
