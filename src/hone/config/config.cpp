@@ -105,6 +105,17 @@ Json yaml_to_json(const YAML::Node& node, const std::string& origin, int64_t& bu
   return nullptr;
 }
 
+// The line of each key of a mapping and of those nested in it, by dotted key.
+void record_lines(const YAML::Node& node, const std::string& prefix, std::map<std::string, int64_t, std::less<>>& lines) {
+  if (!node.IsMap()) return;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string key = prefix + kv.first.Scalar();
+    lines.emplace(key, kv.first.Mark().line + 1);
+    record_lines(kv.second, key + ".", lines);
+  }
+}
+
 std::vector<std::string> split_key(std::string_view key) {
   std::vector<std::string> parts;
   size_t start = 0;
@@ -218,6 +229,7 @@ Config Config::from_yaml(std::string_view text, const std::string& origin) {
   Json tree = yaml_to_json(root, origin, budget);
   HONE_CHECK(tree.is_null() || tree.is_object(), "{}: a config must be a mapping of keys to values", origin);
   if (tree.is_object()) c.tree_ = std::move(tree);
+  record_lines(root, "", c.lines_);
   return c;
 }
 
@@ -303,6 +315,12 @@ const std::string& Config::origin_of(std::string_view key) const {
     if (key == o || (key.starts_with(o) && key[o.size()] == '.')) return command_line;
   }
   return origin_;
+}
+
+std::string Config::place_of(std::string_view key) const {
+  const std::string& origin = origin_of(key);
+  const auto line = lines_.find(key);
+  return &origin == &origin_ && line != lines_.end() ? fmt::format("{}:{}", origin_, line->second) : origin;
 }
 
 std::string Config::origin_of_section(std::string_view section) const {
@@ -652,7 +670,7 @@ Config Schema::resolve(const Config& given_config) const {
   // tool holds several): each with the key hone takes instead, or the closest.
   std::vector<std::string> unknown;
   std::set<std::string> foreign_named;
-  std::string unknown_origin;
+  std::string unknown_origin, unknown_place;  // the first unknown key's file, and its line there
   for (const auto& [key, value] : given) {
     if (value->is_string()) {
       if (const auto it = foreign_values_.find({key, value->get<std::string>()}); it != foreign_values_.end()) {
@@ -662,19 +680,27 @@ Config Schema::resolve(const Config& given_config) const {
       }
     }
     if (std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; })) continue;
-    // A section set to null (model=null) is unset, its keys their defaults, as ~model leaves them.
-    if (value->is_null() && std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) {
+    // A section set to null (model=null) or {} is unset, its keys their defaults, as ~model leaves them.
+    if ((value->is_null() || (value->is_object() && value->empty())) && std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) {
           return k.key.starts_with(key) && k.key[key.size()] == '.';
         })) {
       continue;
     }
-    const std::string& origin = user.origin_of(key);
+    const std::string origin = user.place_of(key);
+    // A section given a value (dataset=[a, b]): its keys are what it takes.
+    const auto in_section = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) {
+      return k.key.starts_with(key) && k.key[key.size()] == '.';
+    });
+    HONE_CHECK(in_section == keys_.end() || value->is_object(),
+               "{}: '{}' is a section: it takes keys ({} ...), not {} (hone ls RECIPE lists them)", origin, key,
+               in_section == keys_.end() ? "" : in_section->key, value->dump());
     HONE_CHECK(!key.ends_with("_component_"),
                "{}: '{}' is torchtune's: its _component_ keys name Python classes, hone's keys take values (a "
                "model by model.name or checkpoint.path, a dataset by dataset.path and dataset.template); hone ls "
                "RECIPE lists them, docs/migrating.md maps torchtune's",
                origin, key);
-    if (unknown.empty()) unknown_origin = origin;
+    if (unknown.empty()) unknown_origin = user.origin_of(key);
+    if (unknown.empty()) unknown_place = origin;
     const auto foreign = std::find_if(foreign_.begin(), foreign_.end(), [&](const auto& f) {
       return key == f.first || (key.starts_with(f.first) && key[f.first.size()] == '.');
     });
@@ -689,15 +715,15 @@ Config Schema::resolve(const Config& given_config) const {
     const std::string hint = suggestion.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", suggestion);
     unknown.push_back(fmt::format("unknown key '{}'{}", key, hint));
   }
-  if (unknown.size() == 1) fail("{}: {}", unknown_origin, unknown.front());
+  if (unknown.size() == 1) fail("{}: {}", unknown_place.empty() ? unknown_origin : unknown_place, unknown.front());
   if (!unknown.empty()) {
     fail("{}: {} keys hone does not take: {}", unknown_origin, unknown.size(), fmt::join(unknown, "; "));
   }
   Config resolved = user;
   for (const auto& [key, value] : given) {
-    const std::string& origin = user.origin_of(key);
+    const std::string origin = user.place_of(key);
     const auto spec = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; });
-    if (value->is_null()) continue;
+    if (value->is_null() || spec == keys_.end()) continue;  // unset, or a section left empty
     // What matches in another spelling is written as the key's type: 1e9 as 1000000000, "x" as [x].
     if (spec->type == ValueType::integer && is_whole_float(*value)) resolved.set(key, int64_t(value->get<double>()));
     if (spec->type == ValueType::string_list && value->is_string()) resolved.set(key, Json::array({*value}));

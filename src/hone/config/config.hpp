@@ -25,6 +25,8 @@ class Config {
   // Where the value at `key` came from: "the command line" for an override,
   // else origin().
   const std::string& origin_of(std::string_view key) const;
+  // origin_of(key) with the line of the config file that gives it ("run.yaml:12"), where known.
+  std::string place_of(std::string_view key) const;
   // Where the values under `section` came from: origin(), naming the overrides
   // among them ("run.yaml with model.dim from the command line").
   std::string origin_of_section(std::string_view section) const;
@@ -68,6 +70,8 @@ class Config {
  private:
   std::string origin_ = "the command line";  // no config file: only overrides
   Json tree_ = Json::object();
+  // The line of the config file each key is on (a key's own, not one merged in with <<).
+  std::map<std::string, int64_t, std::less<>> lines_;
   // The keys given as key=value, in order (the last of a key's), with the text after '='.
   std::vector<std::pair<std::string, std::string>> overrides_;
 };
