@@ -853,6 +853,14 @@ TEST_F(FinetuneRun, ValidateChecksTheChatFormatAgainstTheTokenizer) {
                                 "max_steps=1"};
   const std::string log = root_ + "/validate.log";
   ASSERT_EQ(run_hone_to_log(args, log), 0) << read_file(log);
+  EXPECT_EQ(read_file(log).find("# data: "), std::string::npos) << read_file(log);  // the records are here
+  // Records not on this machine yet: noted.
+  std::vector<std::string> elsewhere = args;
+  elsewhere.push_back("dataset.path=" + root_ + "/later/*.jsonl");
+  ASSERT_EQ(run_hone_to_log(elsewhere, log), 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("# data: dataset.path " + root_ + "/later/*.jsonl does not exist here yet\n"),
+            std::string::npos)
+      << read_file(log);
   args.push_back("dataset.template=chat");
   EXPECT_EQ(run_hone_to_log(args, log), 2);
   EXPECT_NE(read_file(log).find("the llama3 chat format needs the special token <|eot_id|>, which this"),

@@ -225,6 +225,30 @@ TEST_F(TrainingRun, AMissingPathNamesItsKeyAndTheWorkingDirectory) {
   EXPECT_NE(log().find("the command line: dataset.path /no/such/prefix.idx: no such file or folder\n"),
             std::string::npos)
       << log();
+  // hone validate (on a machine the data is not on yet) notes each path of a
+  // blend that is not here, and checks the blend's weights.
+  data::MegatronWriter here(root_ + "/here", data::MegatronDType::u16, 256);
+  here.add_document(std::vector<int32_t>(100, 7));
+  here.finish();
+  const std::vector<std::string> megatron = {"validate", "--config", config("later", 1), "dataset.type=megatron"};
+  const auto validate = [&](std::vector<std::string> args, const std::string& setting) {
+    args.push_back(setting);
+    return run(args);
+  };
+  ASSERT_EQ(validate(megatron, "dataset.path=0.3 " + root_ + "/here 0.7 /no/such/prefix"), 0) << log();
+  EXPECT_NE(log().find("# data: dataset.path /no/such/prefix.idx does not exist here yet\n"), std::string::npos)
+      << log();
+  EXPECT_EQ(log().find(root_ + "/here.idx does not exist"), std::string::npos) << log();
+  EXPECT_EQ(validate(megatron, "dataset.path=0.3 " + root_ + "/here -1 /no/such/prefix"), 2) << log();
+  EXPECT_NE(log().find("dataset.path: '-1' should be a positive blend weight before /no/such/prefix"),
+            std::string::npos)
+      << log();
+  ASSERT_EQ(run({"validate", "--config", config("later", 1), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/shards_*.bin"}),
+            0)
+      << log();
+  EXPECT_NE(log().find("# data: dataset.path " + root_ + "/shards_*.bin does not exist here yet\n"), std::string::npos)
+      << log();
 }
 
 // Mock data needs two tokens to draw from: an error naming the key.

@@ -58,8 +58,9 @@ std::vector<std::pair<double, std::string>> with_globs_expanded(
   return files;
 }
 
-// `vocab_size`: token files are read once as they open, any id past it an error then.
-Blend open_blend(const Config& c, std::string_view key, const std::string& type, int64_t vocab_size) {
+// The paths of `key` (one, or a blend) with their weights: 0 blends by the source's tokens.
+std::vector<std::pair<double, std::string>> blend_parts(const Config& c, std::string_view key,
+                                                        const std::string& type) {
   const std::string path = c.get<std::string>(key);
   std::vector<std::string> words;
   std::istringstream in(path);
@@ -91,6 +92,12 @@ Blend open_blend(const Config& c, std::string_view key, const std::string& type,
       parts.emplace_back(w, words[i + 1]);
     }
   }
+  return parts;
+}
+
+// `vocab_size`: token files are read once as they open, any id past it an error then.
+Blend open_blend(const Config& c, std::string_view key, const std::string& type, int64_t vocab_size) {
+  std::vector<std::pair<double, std::string>> parts = blend_parts(c, key, type);
   if (type == "tokens") parts = with_globs_expanded(c, key, parts);
   const std::optional<int64_t> eod = c.has("dataset.eod_id") ? std::optional(c.get<int64_t>("dataset.eod_id"))
                                                                : std::nullopt;
@@ -171,6 +178,28 @@ void check_pretraining_data_keys(const Config& c) {
          "train.bin, llm.c's shards)",
          c.origin_of(key), key, c.get<std::string>(key));
   }
+}
+
+std::vector<std::string> data_paths_not_here(const Config& c) {
+  // Fine-tuning's records: a file, a folder or a pattern.
+  const std::string type = c.has("dataset.type") ? c.get<std::string>("dataset.type") : "records";
+  if (type == "mock") return {};
+  std::vector<std::string> notes;
+  for (const char* key : {"dataset.path", "dataset.validation_path"}) {
+    if (!c.find(key) || !c.has(key)) continue;  // eval's schema has no validation_path
+    std::vector<std::pair<double, std::string>> parts = {{0.0, c.get<std::string>(key)}};
+    if (type == "megatron" || type == "mds" || type == "tokens") parts = blend_parts(c, key, type);
+    for (const auto& [weight, path] : parts) {
+      const std::string file = type == "megatron" ? path + ".idx" : path;
+      if (fs::exists(file)) continue;
+      try {
+        if (file.find_first_of("*?[") != std::string::npos && !data::expand_patterns({file}).empty()) continue;
+      } catch (const Error&) {  // a pattern that matches nothing
+      }
+      notes.push_back(fmt::format("data: {} {} does not exist here yet", key, file));
+    }
+  }
+  return notes;
 }
 
 TrainingData open_pretraining_data(const Config& c, int64_t vocab_size) {

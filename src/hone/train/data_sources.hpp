@@ -22,6 +22,10 @@ struct TrainingData {
 TrainingData open_pretraining_data(const Config& config, int64_t vocab_size);
 // Its errors that need no file: dataset.type and the paths given with it.
 void check_pretraining_data_keys(const Config& config);
+// For hone validate, which may run where the data is not: a line for each path
+// of dataset.path and dataset.validation_path (each of a blend, whose weights
+// are checked) that is not on this machine, or a pattern that matches nothing.
+std::vector<std::string> data_paths_not_here(const Config& config);
 // options with dataset.block_causal and dataset.eod_mask_loss set from config.
 data::StreamOptions with_document_boundaries(const Config& config, data::StreamOptions options);
 

@@ -514,6 +514,7 @@ std::vector<std::string> summarize_finetune(const Config& c) {
         fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path));
   }
   for (std::string& line : describe_loss(c)) lines.push_back(std::move(line));
+  for (std::string& line : data_paths_not_here(c)) lines.push_back(std::move(line));
   // What the disk holds now: an export folder that is there already.
   for (const char* key : {"export.peft", "export.hf"}) {
     if (!c.has(key)) continue;

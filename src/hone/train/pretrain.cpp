@@ -193,12 +193,16 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
     // hone validate on another machine than the run's.
     if (!fs::exists(path) && !resumed_checkpoint(c)) {
       check_model_keys(c);
-      return {fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
+      std::vector<std::string> lines = {
+          fmt::format("model: {} does not exist here yet: parameter count and memory estimate once it does", path)};
+      for (std::string& line : data_paths_not_here(c)) lines.push_back(std::move(line));
+      return lines;
     }
     start = open_starting_model(c);
   }
   const TrainingShape shape = shape_of(c, start ? start->config : model_config_from(c));
   std::vector<std::string> summary = summarize(c, shape, starting_folder(start), data_parallel_ranks);
+  for (std::string& line : data_paths_not_here(c)) summary.push_back(std::move(line));
   if (c.has("tokenizer.path") && !fs::exists(c.get<std::string>("tokenizer.path"))) {
     summary.push_back(fmt::format("tokenizer: {} does not exist here yet: its vocabulary is checked against the "
                                   "model's once it does",
