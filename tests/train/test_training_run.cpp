@@ -466,6 +466,19 @@ TEST_F(TrainingRun, AStopBeforeTheFirstStepLeavesNoFolder) {
   EXPECT_EQ(wait_for(p), 128 + SIGINT) << log();
   EXPECT_NE(log().find("stop requested before step 1: nothing trained"), std::string::npos) << log();
   EXPECT_FALSE(fs::exists(root_ + "/early")) << log();
+
+  // A resume stopped so keeps the folder, and the config its checkpoints were trained with.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("resumed_early", 2)}), 0) << log();
+  const std::string trained_with = read_file(root_ + "/resumed_early/config.yaml");
+  fs::remove(root_ + "/log.txt");
+  Process resumed = start_hone({"run", "pretrain", "--config", config("resumed_early", 4, "resume: latest\n"),
+                                "dtype=bf16", "optimizer.lr=1e-3"},
+                               root_ + "/log.txt");
+  ASSERT_TRUE(wait_for_log_line(root_ + "/log.txt", "data: ")) << "no data line within 120 s";
+  ::kill(resumed.pid, SIGINT);
+  EXPECT_EQ(wait_for(resumed), 128 + SIGINT) << log();
+  EXPECT_NE(log().find("stop requested before step 3: nothing trained, nothing to save"), std::string::npos) << log();
+  EXPECT_EQ(read_file(root_ + "/resumed_early/config.yaml"), trained_with);
 }
 
 // On a CPU without bf16 products (no AVX-512) a bf16 run computes in f32 after
@@ -1116,6 +1129,7 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
                        "them)"),
             std::string::npos)
       << log();
+  EXPECT_EQ(log().find("was trained in fp32"), std::string::npos) << log();  // the same precision: no note
   // Its schedule changed (lr 3e-3 -> 1e-3, 6 -> 8 steps): the learning rate it goes on at is noted.
   EXPECT_NE(log().find("note: step 7 takes learning rate "), std::string::npos) << log();
   EXPECT_NE(log().find("the schedule now spans 8 steps (the budget, the batch, optimizer.lr or lr_scheduler changed)"),
@@ -1176,6 +1190,12 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   // Data that is not the same is named with the checkpoint.
   EXPECT_EQ(on("/longer_text_document", 7), 2) << log();
   EXPECT_NE(log().find("/m/step_0000005: resume: the data differs from the run's (the checkpoint's data had "),
+            std::string::npos)
+      << log();
+  // Another precision goes on from a checkpoint, noted.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("r2", 8, every_2), "resume=latest", "dtype=bf16"}), 0) << log();
+  EXPECT_NE(log().find("note: " + root_ + "/r2/step_0000006 was trained in fp32; this run goes on in bf16, so its "
+                       "steps from here differ from those of a run that kept fp32"),
             std::string::npos)
       << log();
 }

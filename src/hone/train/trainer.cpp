@@ -153,6 +153,14 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
              "{}: resume: {} was trained with other settings ({}), which a resumed run keeps, since they shape the "
              "model or its data: resume with them as they were, or start a new run in another output_dir",
              c.origin(), folder, fmt::join(changed, ", "));
+  // Another precision may go on from a checkpoint (its master weights are the same), but its steps differ.
+  if (const auto dtype = before.find("dtype"); dtype != before.end() && dtype->second->is_string() &&
+                                               dtype->second->get<std::string>() != c.get<std::string>("dtype")) {
+    notes.push_back(fmt::format("note: {} was trained in {}; this run goes on in {}, so its steps from here differ "
+                                "from those of a run that kept {}",
+                                folder, dtype->second->get<std::string>(), c.get<std::string>("dtype"),
+                                dtype->second->get<std::string>()));
+  }
   return notes;
 }
 
@@ -386,11 +394,14 @@ int run_training(const Config& c, TrainingJob job) {
     }
   }
   companion_files = keep_copies_in_the_run(companion_files, run.output_dir, world.is_main());
-  if (world.is_main()) {
+  // The settings the run trains with, written once it has trained a step: a
+  // resume stopped before its first keeps the config its checkpoints were trained with.
+  const auto write_config = [&] {
+    if (!world.is_main()) return;
     AtomicFile resolved((fs::path(run.output_dir) / "config.yaml").string());
     resolved.write(c.to_yaml());
     resolved.commit();
-  }
+  };
   for (const std::string& line : job.summary) console.line(line);
   if (world.size() > 1) {
     // ZeRO: what this rank holds (two fp32 numbers per element of its shard) against the whole.
@@ -633,6 +644,7 @@ int run_training(const Config& c, TrainingJob job) {
     const double elapsed = seconds_between(step_start, Clock::now());
     ++state.step;
     new_folders.keep();
+    if (state.step == first_step + 1) write_config();
     if (s.applied) {
       consecutive_nonfinite = 0;
     } else {
