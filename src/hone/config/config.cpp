@@ -320,7 +320,9 @@ const std::string& Config::origin_of(std::string_view key) const {
 std::string Config::place_of(std::string_view key) const {
   const std::string& origin = origin_of(key);
   const auto line = lines_.find(key);
-  return &origin == &origin_ && line != lines_.end() ? fmt::format("{}:{}", origin_, line->second) : origin;
+  // An overridden key is the command line's, whatever line the file gave it on.
+  if (&origin != &origin_ || line == lines_.end()) return origin;
+  return fmt::format("{}:{}", origin_, line->second);
 }
 
 std::string Config::origin_of_section(std::string_view section) const {
@@ -681,26 +683,25 @@ Config Schema::resolve(const Config& given_config) const {
     }
     if (std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; })) continue;
     // A section set to null (model=null) or {} is unset, its keys their defaults, as ~model leaves them.
-    if ((value->is_null() || (value->is_object() && value->empty())) && std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) {
-          return k.key.starts_with(key) && k.key[key.size()] == '.';
-        })) {
-      continue;
-    }
-    const std::string origin = user.place_of(key);
-    // A section given a value (dataset=[a, b]): its keys are what it takes.
     const auto in_section = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) {
       return k.key.starts_with(key) && k.key[key.size()] == '.';
     });
-    HONE_CHECK(in_section == keys_.end() || value->is_object(),
-               "{}: '{}' is a section: it takes keys ({} ...), not {} (hone ls RECIPE lists them)", origin, key,
-               in_section == keys_.end() ? "" : in_section->key, value->dump());
+    if (in_section != keys_.end() && (value->is_null() || (value->is_object() && value->empty()))) continue;
+    const std::string origin = user.place_of(key);
+    // A section given a value (dataset=[a, b]): its keys are what it takes.
+    if (in_section != keys_.end()) {
+      HONE_CHECK(value->is_object(), "{}: '{}' is a section: it takes keys ({} ...), not {} (hone ls RECIPE lists them)",
+                 origin, key, in_section->key, value->dump());
+    }
     HONE_CHECK(!key.ends_with("_component_"),
                "{}: '{}' is torchtune's: its _component_ keys name Python classes, hone's keys take values (a "
                "model by model.name or checkpoint.path, a dataset by dataset.path and dataset.template); hone ls "
                "RECIPE lists them, docs/migrating.md maps torchtune's",
                origin, key);
-    if (unknown.empty()) unknown_origin = user.origin_of(key);
-    if (unknown.empty()) unknown_place = origin;
+    if (unknown.empty()) {
+      unknown_origin = user.origin_of(key);
+      unknown_place = origin;
+    }
     const auto foreign = std::find_if(foreign_.begin(), foreign_.end(), [&](const auto& f) {
       return key == f.first || (key.starts_with(f.first) && key[f.first.size()] == '.');
     });
