@@ -1880,6 +1880,7 @@ TEST_F(FinetuneRun, LoraStartsFromGivenAdapters) {
                      "model.lora_alpha=16 model.apply_lora_to_mlp=true");
 }
 
+// Adapters go on a base of their shape, whatever its name.
 TEST_F(FinetuneRun, AdaptersOfAnotherBaseModelAreRefused) {
   const std::string run = trained_lora_run();
   ASSERT_EQ(run_hone_to_log({"run", "pretrain", "output_dir=" + root_ + "/other", "threads=1", "model.name=llama_tiny",
@@ -1893,6 +1894,15 @@ TEST_F(FinetuneRun, AdaptersOfAnotherBaseModelAreRefused) {
                             out),
             2);
   EXPECT_NE(read_file(out).find("adapters trained on another base model"), std::string::npos) << read_file(out);
+  // The same shape under another name (an HF export of the base is named by its folder): taken, with a note.
+  ASSERT_EQ(run_hone_to_log({"convert", root_ + "/base", root_ + "/base_as_hf", "--to", "hf"}, out), 0)
+      << read_file(out);
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/base_as_hf", "lora.adapter=" + run,
+                             "tokenizer.path=" + tokenizer_, "prompt=hi", "max_new_tokens=2"},
+                            out),
+            0)
+      << read_file(out);
+  EXPECT_NE(read_file(out).find("and are put on " + root_ + "/base_as_hf here"), std::string::npos) << read_file(out);
 }
 
 // DPO moves the adapters from the base (its reference) towards the chosen
