@@ -1,6 +1,7 @@
 // The fine-tuning recipes end to end: a base model pretrained by hone, LoRA and
 // full fine-tuning on an instruct dataset, exact resume, PEFT and HF exports.
 #include <signal.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1612,6 +1613,12 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   std::ofstream(root_ + "/prompts.jsonl") << R"({"prompt": "Repeat the word apple."})" "\n\n"
                                           << R"({"prompt": "Repeat the word river.", "id": 2})" "\n";
   EXPECT_EQ(generate("jsonl", {"prompts_file=" + root_ + "/prompts.jsonl", "temperature=0"}), together);
+  // A compressed file of prompts is read decompressed (was: its gzip bytes taken as a prompt).
+  const std::string text = read_file(root_ + "/prompts.txt");
+  gzFile gz = gzopen((root_ + "/prompts.txt.gz").c_str(), "wb");
+  ASSERT_EQ(gzwrite(gz, text.data(), unsigned(text.size())), int(text.size()));
+  ASSERT_EQ(gzclose(gz), Z_OK);
+  EXPECT_EQ(generate("gzipped", {"prompts_file=" + root_ + "/prompts.txt.gz", "temperature=0"}), together);
   // A max_new_tokens beyond any length stops at max_seq_len.
   EXPECT_NE(generate("longest", {"prompt=x", "temperature=0", "max_new_tokens=9223372036854775807"}).find("x\n"),
             std::string::npos);

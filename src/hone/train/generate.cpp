@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "hone/core/stop_signals.hpp"
@@ -167,9 +166,9 @@ struct Prompts {
   }
 };
 
-// prompts_file: JSON Lines (.jsonl, .json; compressed too) of records with a
-// string 'prompt', or text, a prompt a line (blank lines skipped; a CRLF
-// file's line ends and a UTF-8 byte-order mark are not the prompt's).
+// prompts_file: JSON Lines (.jsonl, .json) of records with a string 'prompt',
+// or text, a prompt a line (blank lines skipped; a CRLF file's line ends and a
+// UTF-8 byte-order mark are not the prompt's); either compressed too.
 void read_prompts_file(const std::string& path, Prompts& prompts) {
   HONE_CHECK(!std::filesystem::is_directory(path), "prompts_file {}: is a folder, not a file of prompts", path);
   const size_t given = prompts.texts.size();
@@ -183,13 +182,12 @@ void read_prompts_file(const std::string& path, Prompts& prompts) {
     HONE_CHECK(prompts.texts.size() > given, "prompts_file {}: no records in it", path);
     return;
   }
-  std::ifstream in(path);
-  HONE_CHECK(in.good(), "prompts_file {}: cannot read", path);
+  data::InputStream in(path);  // gzip or zstd decompressed, as JSON Lines are
   int64_t line_number = 0;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line; in.read_line(line);) {
     ++line_number;
     if (line_number == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
-    if (line.ends_with('\r')) line.pop_back();
+    if (line.ends_with('\r')) line.pop_back();  // a last line's "\r" without its "\n"
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     prompts.add(line, fmt::format("{}:{}", path, line_number));
   }
