@@ -1397,6 +1397,16 @@ TEST_F(FinetuneRun, EvalGeneratesGsm8kAnswersAndWritesEachItemsSample) {
             2);
   EXPECT_NE(read_file(log).find(root_ + "/missing/samples.jsonl"), std::string::npos) << read_file(log);
   EXPECT_EQ(read_file(log).find("task (gsm8k)"), std::string::npos) << read_file(log);
+  // Answers as long as the model's context leave no room for a question: the key named, before any scoring.
+  EXPECT_EQ(run_hone_to_log({"run", "eval", "threads=1", "checkpoint.path=" + root_ + "/base",
+                             "tokenizer.path=" + tokenizer_, "tasks.g.path=" + root_ + "/gsm8k.jsonl"},
+                            log),
+            2);
+  EXPECT_NE(read_file(log).find("the command line: tasks.g.max_new_tokens 256 leaves no room for a prompt in the "
+                                "model's max_seq_len 128: give a smaller one"),
+            std::string::npos)
+      << read_file(log);
+  EXPECT_EQ(read_file(log).find("task (g)"), std::string::npos) << read_file(log);
 }
 
 // Ctrl-C during hone eval stops it before the next batch, 128 + the signal as a

@@ -106,6 +106,7 @@ struct PlannedTask {
   std::string name;  // its key in tasks; empty for task.*
   EvalTask task;
   int64_t max_new_tokens = 0;
+  std::string max_new_tokens_key, max_new_tokens_origin;  // "tasks.NAME.max_new_tokens", where it was given
   std::string samples_path;
   std::unique_ptr<AtomicFile> samples;
 };
@@ -144,7 +145,10 @@ PlannedTask plan_task(const Config& c, const std::string& prefix, std::string na
   const FewShot shots{c.has(key("fewshot_path")) ? c.get<std::string>(key("fewshot_path")) : "",
                       c.get<int64_t>(key("num_fewshot")), uint64_t(c.get<int64_t>(key("fewshot_seed")))};
   check_fewshot_keys(c, prefix);
-  PlannedTask t{.name = std::move(name), .max_new_tokens = c.get<int64_t>(key("max_new_tokens"))};
+  PlannedTask t{.name = std::move(name),
+                .max_new_tokens = c.get<int64_t>(key("max_new_tokens")),
+                .max_new_tokens_key = key("max_new_tokens"),
+                .max_new_tokens_origin = c.origin_of(key("max_new_tokens"))};
   if (c.has(key("samples_path"))) {
     t.samples_path = c.get<std::string>(key("samples_path"));
     t.samples = std::make_unique<AtomicFile>(t.samples_path);
@@ -447,6 +451,12 @@ int evaluate_all(const Config& c) {
   const bool text = !tasks.empty() || (c.has("dataset.type") && c.get<std::string>("dataset.type") == "instruct");
   InferenceModel m = load_inference_model(c, text);
   if (stop_requested()) throw Stopped{};
+  // A generated answer's tokens and its prompt's share the model's context: checked before any task is scored.
+  for (const PlannedTask& t : tasks) {
+    HONE_CHECK(!is_generative(t.task.layout) || t.max_new_tokens < m.model->config().max_seq_len,
+               "{}: {} {} leaves no room for a prompt in the model's max_seq_len {}: give a smaller one",
+               t.max_new_tokens_origin, t.max_new_tokens_key, t.max_new_tokens, m.model->config().max_seq_len);
+  }
   for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
   const int64_t batch = c.get<int64_t>("batch_size");
   const int64_t seq_len =
