@@ -111,11 +111,15 @@ TEST_F(MultipleChoice, EndingsFollowTheContextAfterOneSpace) {
   EXPECT_EQ(scores("The cat sat on the", "mat."), spaced);
   EXPECT_EQ(scores("The cat sat on the ", "mat."), spaced);
   EXPECT_NE(scores("The cat sat on the", "\nmat."), spaced);
-  // An empty context is BOS (GPT-2's is its end-of-text token), so the ending's first token counts.
+  // An empty context is BOS (GPT-2's is its end-of-text token), so the ending's
+  // first token counts; the ending follows its space, as the harness's " " + ending.
   std::vector<int32_t> row = {*tokenizer_->bos_id()};
-  const std::vector<int32_t> mat = tokenizer_->encode("mat.");
+  const std::vector<int32_t> mat = tokenizer_->encode(" mat.");
   row.insert(row.end(), mat.begin(), mat.end());
   EXPECT_NEAR(scores("", "mat."), log_likelihood(row, 1), 1e-9);
+  EXPECT_EQ(scores("", " mat."), scores("", "mat."));
+  const std::vector<int32_t> space_alone = {*tokenizer_->bos_id(), tokenizer_->encode(" ").at(0)};
+  EXPECT_NEAR(scores("", ""), log_likelihood(space_alone, 1), 1e-9);
   // An empty ending is the delimiter alone, as the harness's " " + "".
   std::vector<int32_t> spaced_row = tokenizer_->encode("The cat sat on the");
   const size_t context = spaced_row.size();

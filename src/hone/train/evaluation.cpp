@@ -42,7 +42,7 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; 
 // side already has whitespace at the seam, the context's trailing whitespace
 // goes to the ending, and the ending's tokens are those of the whole text after
 // the context's. An empty context is BOS (else the end-of-text token), the
-// harness's prefix_token_id.
+// harness's prefix_token_id, and the ending still follows its space.
 struct EncodedChoice {
   std::vector<int32_t> context, ending;
 };
@@ -59,13 +59,13 @@ EncodedChoice encode_choice(const Tokenizer& tokenizer, std::string context, con
     HONE_CHECK(prefix.has_value(), "a context is empty and the tokenizer has no BOS or end-of-text token");
     encoded.context = {*prefix};
   }
-  // An empty ending is the delimiter alone, as the harness's " " + "".
-  const bool delimit = !context.empty() && seam.empty() && (ending.empty() || !is_space(ending.front()));
+  // An empty ending is the delimiter alone, as the harness's " " + "", after an empty context too.
+  const bool delimit = seam.empty() && (ending.empty() || !is_space(ending.front()));
   std::vector<int32_t> whole = tokenizer.encode(context + seam + (delimit ? " " : "") + ending);
   if (context.empty()) whole.insert(whole.begin(), encoded.context.begin(), encoded.context.end());
   const size_t shared = std::min(encoded.context.size(), whole.size());
   encoded.ending.assign(whole.begin() + std::ptrdiff_t(shared), whole.end());
-  HONE_CHECK(!encoded.ending.empty(), "an ending tokenizes to nothing after an empty context: '{}'", ending);
+  HONE_CHECK(!encoded.ending.empty(), "an ending tokenizes to nothing after its context: '{}'", ending);
   return encoded;
 }
 
