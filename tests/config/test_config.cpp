@@ -183,6 +183,13 @@ TEST(Schema, ASectionOverriddenAfterItsKeyIsNamed) {
   EXPECT_EQ(error_of([&] { schema().resolve(c); }),
             "the command line: 'lr_scheduler' is a section: it takes keys (lr_scheduler.name ...), not 5 (hone ls "
             "RECIPE lists them)");
+  // A key of a section written with a dot in a file would be no key at all (its default taken).
+  EXPECT_EQ(error_of([] {
+              schema().resolve(Config::from_yaml("output_dir: x\noptimizer: {betas: [0.9, 0.95]}\noptimizer.lr: 1\n",
+                                                 "run.yaml"));
+            }),
+            "run.yaml:3: 'optimizer.lr' is one YAML key with a dot in it, which the config would not read: write it "
+            "in its section (optimizer: {lr: ...}); key=value on the command line takes dotted keys");
   EXPECT_EQ(error_of([] { schema().resolve(Config::from_yaml("output_dir: x\noptimizer: [1, 2]\n", "run.yaml")); }),
             "run.yaml:2: 'optimizer' is a section: it takes keys (optimizer.lr ...), not [1,2] (hone ls RECIPE lists "
             "them)");

@@ -681,7 +681,14 @@ Config Schema::resolve(const Config& given_config) const {
         continue;
       }
     }
-    if (std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; })) continue;
+    if (std::any_of(keys_.begin(), keys_.end(), [&](const KeySpec& k) { return k.key == key; })) {
+      // One key of a file with a dot in it (checkpoint.format: hf) is not that key of its section.
+      HONE_CHECK(user.find(key) == value,
+                 "{}: '{}' is one YAML key with a dot in it, which the config would not read: write it in its section "
+                 "({}: {{{}: ...}}); key=value on the command line takes dotted keys",
+                 user.place_of(key), key, key.substr(0, key.rfind('.')), key.substr(key.rfind('.') + 1));
+      continue;
+    }
     // A section set to null (model=null) or {} is unset, its keys their defaults, as ~model leaves them.
     const auto in_section = std::find_if(keys_.begin(), keys_.end(), [&](const KeySpec& k) {
       return k.key.starts_with(key) && k.key[key.size()] == '.';
