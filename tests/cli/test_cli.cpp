@@ -592,6 +592,10 @@ TEST(Cli, APathTheSystemRefusesIsAnErrorNamingIt) {
     EXPECT_EQ(r.err, "hone: error: " + message + "\n") << args;
   }
   std::remove(file.c_str());
+  // An empty path names nothing (was: the system's "cannot make absolute path").
+  const CliResult empty = run_hone("convert " + std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/gpt2 '' --to hone");
+  EXPECT_EQ(empty.status, 2);
+  EXPECT_EQ(empty.err, "hone: error: dest: an empty path names no file or folder (see hone convert --help)\n");
 }
 
 // Another tool's config names no recipe: recipe= on the command line names it.

@@ -51,6 +51,13 @@ inline CLI::Validator positive_number() {
       "POSITIVE");
 }
 
+// A path argument's check that it is not empty ("dest: an empty path names no file or folder").
+inline CLI::Validator non_empty_path() {
+  return CLI::Validator(
+      [](std::string& value) { return value.empty() ? std::string("an empty path names no file or folder") : ""; },
+      "PATH");
+}
+
 Command add_bench(CLI::App& app);
 Command add_convert(CLI::App& app);
 Command add_preprocess(CLI::App& app);

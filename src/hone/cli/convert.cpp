@@ -110,8 +110,11 @@ Command add_convert(CLI::App& app) {
   sub->add_option("src", args->src, "A Hugging Face folder, a Meta Llama folder (params.json, consolidated.00.pth), "
                                     "a hone model/checkpoint folder or run directory, an llm.c / llama2.c .bin "
                                     "file, or a nanoGPT ckpt.pt")
-      ->required();
-  sub->add_option("dest", args->dest, "The folder to write (must not exist, or be empty)")->required();
+      ->required()
+      ->check(non_empty_path());
+  sub->add_option("dest", args->dest, "The folder to write (must not exist, or be empty)")
+      ->required()
+      ->check(non_empty_path());
   sub->add_option("--to", args->to,
                   "hf: a Hugging Face folder; hone: a hone model folder; peft: the adapters of a lora_finetune run "
                   "or checkpoint as a PEFT folder (any step's, as its export.peft writes the last)")
