@@ -186,7 +186,7 @@ std::vector<std::string> data_paths_not_here(const Config& c) {
   if (type == "mock") return {};
   std::vector<std::string> notes;
   for (const char* key : {"dataset.path", "dataset.validation_path"}) {
-    if (!c.find(key) || !c.has(key)) continue;  // eval's schema has no validation_path
+    if (!c.has(key)) continue;
     std::vector<std::pair<double, std::string>> parts = {{0.0, c.get<std::string>(key)}};
     if (type == "megatron" || type == "mds" || type == "tokens") parts = blend_parts(c, key, type);
     for (const auto& [weight, path] : parts) {
