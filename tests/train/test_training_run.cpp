@@ -1218,6 +1218,20 @@ TEST_F(TrainingRun, AResumeKeepsItsTokenizer) {
             0)
       << log();
   EXPECT_TRUE(fs::exists(root_ + "/u/step_0000004/vocab.json")) << log();
+  EXPECT_EQ(log().find("was trained with the tokenizer it carries"), std::string::npos) << log();  // it carried none
+  // A run whose checkpoints carry their starting model's tokenizer, resumed
+  // with a tokenizer.path: it must be that tokenizer, which a note says.
+  const std::string from_t = "checkpoint.path=" + root_ + "/t";
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("v", 2, every_2), from_t, "model=null"}), 0) << log();
+  const std::string mistral = asset_path("tokenizers/mistral");
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("v", 4, every_2), from_t, "model=null", "resume=latest",
+                 "tokenizer.path=" + mistral}),
+            0)
+      << log();
+  EXPECT_NE(log().find("note: tokenizer.path is \"" + mistral + "\" now, where " + root_ +
+                       "/v/step_0000002 was trained with the tokenizer it carries: it must be the same"),
+            std::string::npos)
+      << log();
 }
 
 // Continued pretraining (checkpoint.path): the run starts from the model's

@@ -15,6 +15,7 @@
 #include "hone/core/parallel.hpp"
 #include "hone/core/stop_signals.hpp"
 #include "hone/core/text.hpp"
+#include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/checkpoint.hpp"
 #include "hone/io/model_json.hpp"
@@ -134,8 +135,16 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
     });
     const auto it = before.find(key);  // a key the checkpoint lacks came with a later hone: its default
     if (!kept || it == before.end() || *it->second == value) continue;
-    // A path given now where there was none: a tokenizer the run's checkpoints lacked.
-    if (key.ends_with("path") && it->second->is_null()) continue;
+    // A path given now where there was none: a tokenizer the run's checkpoints
+    // lacked, or one in place of that they carry (their base model's).
+    if (key.ends_with("path") && it->second->is_null()) {
+      if (key == "tokenizer.path" && !tokenizer_files_in(folder).empty()) {
+        notes.push_back(fmt::format("note: tokenizer.path is {} now, where {} was trained with the tokenizer it "
+                                    "carries: it must be the same",
+                                    value.dump(), folder));
+      }
+      continue;
+    }
     if (key.ends_with("path") && !value.is_null()) {
       // The same folder spelled another way (absolute, relative): no change.
       if (value.is_string() && it->second->is_string() &&
