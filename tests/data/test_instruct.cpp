@@ -626,6 +626,10 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
   EXPECT_NE(error("one.json", "{\n  \"instruction\": \"x\",\n  \"output\": \"y\"\n}\n")
                 .find("one.json: one JSON object across lines: expected an array of records, or JSON Lines"),
             std::string::npos);
+  // An array after a UTF-8 byte-order mark is the same array.
+  const std::string array = "[\n  {\"instruction\": \"x\", \"output\": \"y\"},\n  {\"instruction\": \"z\", \"output\": \"w\"}\n]\n";
+  EXPECT_EQ(data::load_instruct_dataset(file("bom.json", "\xEF\xBB\xBF" + array), *gpt2_, {}).samples[1].tokens,
+            data::load_instruct_dataset(file("lines.jsonl", lines), *gpt2_, {}).samples[1].tokens);
 }
 
 // DPO's pairs: conversations (the prompt's turns in both) or a prompt string
@@ -679,8 +683,15 @@ TEST_F(InstructTest, PreferencePairsDropTogetherAndErrorsNameRecordAndColumn) {
   EXPECT_NE(error("x.jsonl", "{\"chosen\": \"a\", \"rejected\": [{\"role\": \"user\", \"content\": \"b\"}]}\n")
                 .find("x.jsonl:1: 'chosen' and 'rejected' must both be lists of messages or both strings"),
             std::string::npos);
-  EXPECT_NE(error("m.jsonl", "{\"chosen\": [{\"role\": \"user\"}], \"rejected\": []}\n")
-                .find("m.jsonl:1: message 0 of 'chosen' has no string 'content'"),
+  // Conversations are the chat template's (another one learned nothing of them, and dropped every pair).
+  const std::string no_content = "{\"chosen\": [{\"role\": \"user\"}], \"rejected\": []}\n";
+  EXPECT_NE(error("m.jsonl", no_content)
+                .find("m.jsonl:1: 'chosen' and 'rejected' are conversations (lists of messages), the chat template's: "
+                      "dataset.template: chat"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              data::load_preference_dataset(file("m.jsonl", no_content), *llama3_, {.format = InstructTemplate::chat});
+            }).find("m.jsonl:1: message 0 of 'chosen' has no string 'content'"),
             std::string::npos);
 }
 

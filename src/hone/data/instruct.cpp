@@ -252,7 +252,8 @@ std::vector<Record> read_file_records(const std::string& path) {
     // A JSON array of records, or JSON Lines under a .json name (what Hugging
     // Face datasets' to_json() writes, and load_dataset("json") reads either).
     const std::string text = in.read_all();
-    const size_t first = text.find_first_not_of(" \t\r\n");
+    // A UTF-8 byte-order mark before the array (a Windows editor's) is no record's.
+    const size_t first = text.find_first_not_of(" \t\r\n", text.starts_with("\xEF\xBB\xBF") ? 3 : 0);
     if (first != std::string::npos && text[first] == '[') {
       Json all;
       try {
@@ -807,6 +808,10 @@ std::pair<TokenizedSample, TokenizedSample> preference_pair(const Record& r, con
   const std::string prompt_column = column_of("prompt", o);
   const bool has_prompt = r.value.contains(prompt_column);
   const auto tokenized = [&](const std::vector<Piece>& pieces) { return tokenize(pieces, t, o.train_on_input); };
+  // Another template has no turns to learn in a conversation: each pair would be dropped as learning nothing.
+  HONE_CHECK(!chosen.is_array() || o.format == InstructTemplate::chat,
+             "{}: '{}' and '{}' are conversations (lists of messages), the chat template's: dataset.template: chat",
+             r.where, column_of("chosen", o), column_of("rejected", o));
   if (chosen.is_array()) {
     std::vector<ChatMessage> prompt;
     if (has_prompt && holds_list(r, prompt_column)) prompt = message_list(r, prompt_column, /*prompt=*/true);
