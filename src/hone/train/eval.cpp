@@ -106,7 +106,7 @@ struct PlannedTask {
   std::string name;  // its key in tasks; empty for task.*
   EvalTask task;
   int64_t max_new_tokens = 0;
-  std::string max_new_tokens_key, max_new_tokens_origin;  // "tasks.NAME.max_new_tokens", where it was given
+  std::string max_new_tokens_key;  // "task.max_new_tokens" or "tasks.NAME.max_new_tokens"
   std::string samples_path;
   std::unique_ptr<AtomicFile> samples;
 };
@@ -147,8 +147,7 @@ PlannedTask plan_task(const Config& c, const std::string& prefix, std::string na
   check_fewshot_keys(c, prefix);
   PlannedTask t{.name = std::move(name),
                 .max_new_tokens = c.get<int64_t>(key("max_new_tokens")),
-                .max_new_tokens_key = key("max_new_tokens"),
-                .max_new_tokens_origin = c.origin_of(key("max_new_tokens"))};
+                .max_new_tokens_key = key("max_new_tokens")};
   if (c.has(key("samples_path"))) {
     t.samples_path = c.get<std::string>(key("samples_path"));
     t.samples = std::make_unique<AtomicFile>(t.samples_path);
@@ -455,7 +454,7 @@ int evaluate_all(const Config& c) {
   for (const PlannedTask& t : tasks) {
     HONE_CHECK(!is_generative(t.task.layout) || t.max_new_tokens < m.model->config().max_seq_len,
                "{}: {} {} leaves no room for a prompt in the model's max_seq_len {}: give a smaller one",
-               t.max_new_tokens_origin, t.max_new_tokens_key, t.max_new_tokens, m.model->config().max_seq_len);
+               c.origin_of(t.max_new_tokens_key), t.max_new_tokens_key, t.max_new_tokens, m.model->config().max_seq_len);
   }
   for (const std::string& note : m.notes) fmt::print(stderr, "note: {}\n", note);
   const int64_t batch = c.get<int64_t>("batch_size");
