@@ -179,16 +179,34 @@ TEST(InstructOptions, ColumnMapFieldsAndTheSystemPromptAreChecked) {
   EXPECT_EQ(error_of([&] { options("dataset: {column_map: {instrution: task}}\n"); }),
             "run.yaml: dataset.column_map.instrution: no template reads a field 'instrution' (did you mean "
             "'instruction'?); the fields: instruction, input, output, dialogue, messages, prompt, chosen, rejected, "
-            "conversations, text");
+            "conversations, text, completion");
   EXPECT_NE(error_of([&] { options("dataset: {template: chat, column_map: {messages: a, conversations: b}}\n"); })
                 .find("has both messages and conversations"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { options("dataset: {template: alpaca}\n", {"dataset.column_map.outptu=answer"}); }),
             "the command line: dataset.column_map.outptu: no template reads a field 'outptu' (did you mean "
             "'output'?); the fields: instruction, input, output, dialogue, messages, prompt, chosen, rejected, "
-            "conversations, text");
+            "conversations, text, completion");
   EXPECT_EQ(error_of([&] { options("dataset: {column_map: {output: answer}}\n", {"dataset.column_map.input=7"}); }),
             "the command line: dataset.column_map.input must name a column");
+  // Another template's field would go unread.
+  EXPECT_EQ(error_of([&] { options("dataset: {template: plain, column_map: {prompt: question}}\n"); }),
+            "run.yaml: dataset.column_map.prompt: the plain template reads input, output, not prompt");
+  EXPECT_EQ(error_of([&] { options("dataset: {template: chat, column_map: {conversations: a, output: b}}\n"); }),
+            "run.yaml: dataset.column_map.output: the chat template reads messages, prompt, completion, not output");
+  EXPECT_EQ(options("dataset: {template: chat, column_map: {prompt: a, completion: b}}\n").column_map.at("completion"),
+            "b");
+  // DPO's pairs (loss.type) read their own three, under any template.
+  Schema dpo = schema;
+  dpo.add({"loss.type", ValueType::string, "sigmoid", "the preference loss"});
+  dpo.add({"dataset.packed", ValueType::boolean, false, "packed rows"});
+  const auto dpo_options = [&](const std::string& yaml) {
+    return instruct_options_from(dpo.resolve(Config::from_yaml(yaml, "run.yaml")));
+  };
+  EXPECT_EQ(dpo_options("dataset: {template: plain, column_map: {prompt: question}}\n").column_map.at("prompt"),
+            "question");
+  EXPECT_EQ(error_of([&] { dpo_options("dataset: {template: alpaca, column_map: {input: context}}\n"); }),
+            "run.yaml: dataset.column_map.input: preference pairs read prompt, chosen, rejected, not input");
   EXPECT_EQ(options("dataset: {template: chat, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
   EXPECT_EQ(options("dataset: {in_chat_format: true, system_prompt: Be kind.}\n").system_prompt, "Be kind.");
   EXPECT_EQ(error_of([&] { options("dataset: {system_prompt: Be kind.}\n"); }),

@@ -688,6 +688,40 @@ TEST_F(FinetuneRun, PackedSamplesTrainInFewerSteps) {
   EXPECT_NE(log.find(fmt::format("; 46 samples packed into {} rows)", rows)), std::string::npos) << log;
 }
 
+// max_tokens counts the tokens the samples hold (Composer's), not rows of
+// dataset.max_seq_len: the run takes the steps whose samples hold that many on
+// average, and trains that many, give or take a step's.
+TEST_F(FinetuneRun, ATokenBudgetCountsTheSamplesTokens) {
+  auto args = lora_args("token_budget", 1);
+  args.erase(std::find(args.begin(), args.end(), "max_steps=1"));
+  args.push_back("max_tokens=1000");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/token_budget.log"), 0) << read_file(root_ + "/token_budget.log");
+  const std::string log = read_file(root_ + "/token_budget.log");
+  const size_t at = log.find(" tokens each on average, ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const double mean = std::stod(log.substr(log.rfind(' ', at - 1) + 1, at));
+  EXPECT_LT(mean, 64.0) << log;  // below dataset.max_seq_len, which the budget counted before
+  const size_t steps_at = log.find(" steps to run", at);
+  ASSERT_NE(steps_at, std::string::npos) << log;
+  const int64_t steps = std::stoll(log.substr(at + 25, steps_at - at - 25));
+  EXPECT_NEAR(double(steps), 1000 / (4 * mean), 1.01) << log;  // the mean as logged, rounded
+  const auto tokens = run_metric(root_ + "/token_budget", "time/token");
+  ASSERT_EQ(int64_t(tokens.size()), steps);
+  EXPECT_NEAR(tokens.rbegin()->second, 1000, 4 * 64);
+  // Below one step's tokens, the note names the mean.
+  args = lora_args("one_step_budget", 1);
+  args.erase(std::find(args.begin(), args.end(), "max_steps=1"));
+  args.push_back("max_tokens=10");
+  ASSERT_EQ(run_hone_to_log(args, root_ + "/one_step_budget.log"), 0) << read_file(root_ + "/one_step_budget.log");
+  const std::string one_step = read_file(root_ + "/one_step_budget.log");
+  EXPECT_NE(one_step.find("note: max_tokens 10 is less than one step's "), std::string::npos) << one_step;
+  EXPECT_NE(one_step.find(fmt::format(" tokens (global batch 4 x {:.1f} tokens a sample holds on average): the run "
+                                      "takes one step",
+                                      mean)),
+            std::string::npos)
+      << one_step;
+}
+
 TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {
   // Five records of the alpaca template in a file of their own, the fourth longer than dataset.max_seq_len.
   std::string long_output;
@@ -703,9 +737,24 @@ TEST_F(FinetuneRun, ValidationPathValidatesOnRecordsOfItsOwn) {
   const std::string log = read_file(root_ + "/separate.log");
   // All 48 records train (12 batches of 4); the 5 of eval.jsonl validate, the one cut said.
   EXPECT_NE(log.find("data: 48 samples per epoch (" + root_ + "/data.jsonl; validation: " + root_ +
-                     "/eval.jsonl (5 samples)), 2 steps to run"),
+                     "/eval.jsonl (5 samples)), "),
             std::string::npos)
       << log;
+  EXPECT_NE(log.find(" tokens each on average, 2 steps to run"), std::string::npos) << log;
+  // A fraction held out of dataset.path as well is refused, where it went unused.
+  auto both = lora_args("both_validations", 2);
+  both.insert(both.end(), {"dataset.validation_path=" + root_ + "/eval.jsonl", "dataset.validation_fraction=0.1"});
+  expect_refused(both, "both_validations",
+                 "hone: error: the command line: dataset.validation_fraction 0.1 would hold data out of dataset.path "
+                 "for validation, where dataset.validation_path gives validation data of its own: give one of them");
+  EXPECT_FALSE(fs::exists(root_ + "/both_validations"));
+  // hone validate says so too; 0, or the default (which a run's saved config.yaml names), holds nothing out.
+  both.front() = "validate";
+  expect_refused(both, "both_validations_validated", "dataset.validation_fraction 0.1 would hold data out");
+  for (const char* fraction : {"dataset.validation_fraction=0", "dataset.validation_fraction=0.05"}) {
+    both.back() = fraction;
+    EXPECT_EQ(run_hone_to_log(both, root_ + "/one_validation.log"), 0) << read_file(root_ + "/one_validation.log");
+  }
   EXPECT_NE(log.find("validation data (dataset.validation_path): 1 sample cut to 64 tokens, 0 samples dropped"),
             std::string::npos)
       << log;
@@ -1993,6 +2042,18 @@ TEST_F(FinetuneRun, FullDpoPrefersTheChosenAnswersAndExportsTheModel) {
   simpo.push_back("loss.type=simpo");
   ASSERT_EQ(run_hone_to_log(simpo, root_ + "/full_simpo.log"), 0) << read_file(root_ + "/full_simpo.log");
   EXPECT_EQ(read_file(root_ + "/full_simpo.log").find(" + reference model "), std::string::npos);
+}
+
+// A DPO run's checkpoints go on as DPO: resumed by another recipe (SFT on the
+// same pairs' folder), the recipe change is named among those refused.
+TEST_F(FinetuneRun, ADpoRunResumesOnlyAsDpo) {
+  ASSERT_EQ(run_hone_to_log(dpo_args("dpo_then_sft", 1), root_ + "/dpo_then_sft.log"), 0)
+      << read_file(root_ + "/dpo_then_sft.log");
+  auto sft = dpo_args("dpo_then_sft", 2);
+  sft[1] = "lora_finetune";
+  sft.push_back("resume=latest");
+  expect_refused(sft, "dpo_then_sft_resumed", "was trained with other settings (recipe \"lora_dpo\" -> \"lora_finetune\")");
+  EXPECT_FALSE(fs::exists(root_ + "/dpo_then_sft/step_0000002"));
 }
 
 // Two ranks' pairs (each rank's pairs whole) train like one process

@@ -637,6 +637,16 @@ TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
       << log();
   const auto l = losses("nanogpt");
   EXPECT_LT(l.at(40), l.at(1) - 1.0) << "the loss should fall on learnable data";
+  // A fraction of dataset.path held out as well is refused, where it went unused.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("nanogpt_both", 40), "dataset.type=tokens",
+                 "dataset.path=" + root_ + "/train.bin", "dataset.validation_path=" + root_ + "/val.bin",
+                 "dataset.validation_fraction=0.2"}),
+            2)
+      << log();
+  EXPECT_NE(log().find("hone: error: the command line: dataset.validation_fraction 0.2 would hold data out of "
+                       "dataset.path for validation, where dataset.validation_path gives validation data of its own"),
+            std::string::npos)
+      << log();
   // eval reads them too.
   ASSERT_EQ(run({"run", "eval", "checkpoint.path=" + root_ + "/nanogpt", "dataset.type=tokens",
                  "dataset.path=" + root_ + "/val.bin", "dataset.seq_len=32"}),
@@ -1090,7 +1100,7 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
            {"seed=7", "seed 1234 -> 7"}}) {
     EXPECT_EQ(run({"run", "pretrain", "--config", config("r", 8, every_2), "resume=latest", change}), 2) << log();
     EXPECT_NE(log().find("/r/step_0000006 was trained with other settings (" + named +
-                         "), which a resumed run keeps, since they shape the model or its data"),
+                         "), which a resumed run keeps, since they shape the model, its data or its loss"),
               std::string::npos)
         << log();
     // hone validate says so up front.

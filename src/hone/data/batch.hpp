@@ -2,6 +2,7 @@
 // What the data side hands the trainer, and the interface of anything that
 // produces training batches with a position that can be saved and restored.
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "hone/core/tensor.hpp"
 
@@ -53,6 +54,9 @@ class BatchSource {
   virtual bool pass_done() const = 0;
   // Samples in one pass over the data (an epoch).
   virtual int64_t samples_per_epoch() const = 0;
+  // The tokens of those samples, padding left out; null where each sample is a
+  // whole row of the trainer's seq_len (pretraining).
+  virtual std::optional<int64_t> tokens_per_epoch() const { return std::nullopt; }
   // What a sample of the batches is where it is not the objective's own
   // (packed fine-tuning's rows of several samples), or null.
   virtual const char* sample_name() const { return nullptr; }

@@ -697,6 +697,18 @@ InstructTemplate parse_instruct_template(const std::string& name) {
   fail("unknown dataset.template '{}': expected alpaca, summarize, plain, chat or text", name);
 }
 
+std::vector<std::string> fields_read(InstructTemplate format, bool preference_pairs) {
+  if (preference_pairs) return {"prompt", "chosen", "rejected"};
+  switch (format) {
+    case InstructTemplate::alpaca: return {"instruction", "input", "output"};
+    case InstructTemplate::summarize: return {"dialogue", "output"};
+    case InstructTemplate::plain: return {"input", "output"};
+    case InstructTemplate::chat: return {"messages", "prompt", "completion"};
+    case InstructTemplate::text: return {"text"};
+  }
+  return {};
+}
+
 ChatFormat parse_chat_format(const std::string& name) {
   if (name == "llama3") return ChatFormat::llama3;
   if (name == "llama2") return ChatFormat::llama2;
@@ -883,6 +895,7 @@ SampleStream::SampleStream(std::vector<TokenizedSample> samples, const SampleStr
   for (const TokenizedSample& s : samples_) {
     HONE_CHECK(int64_t(s.tokens.size()) <= o_.seq_len, "a sample of {} tokens exceeds seq_len {}", s.tokens.size(),
                o_.seq_len);
+    tokens_per_epoch_ += int64_t(s.tokens.size());
   }
   if (o_.packed) {
     // Count the rows of the first pass (later passes, reshuffled, differ a little).

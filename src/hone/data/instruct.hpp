@@ -44,10 +44,8 @@ struct InstructOptions {
   // headers, its Llama 2 and Mistral ones in [INST]). Without, plain text.
   ChatFormat chat_format = ChatFormat::llama3;
   bool in_chat_format = false;
-  // Template field -> column of the records: alpaca reads instruction, input and
-  // output; summarize reads dialogue and output; plain reads input and output;
-  // chat reads messages (or ShareGPT's conversations where a record has no
-  // messages). Unmapped fields use their own names.
+  // Template field -> column of the records (fields_read gives the fields).
+  // Unmapped fields use their own names.
   std::map<std::string, std::string> column_map;
   bool train_on_input = false;
   int64_t max_seq_len = 512;  // longer samples are cut to this many tokens
@@ -61,6 +59,14 @@ struct InstructOptions {
   // Pre-tokenized MDS samples: how `bytes` input_ids and labels are read (LLM Foundry's token_encoding_type).
   std::string token_encoding_type = std::string(kDefaultBytesTokenType);
 };
+
+// The fields of a record a template reads, by the names column_map maps:
+// alpaca reads instruction, input and output; summarize dialogue and output;
+// plain input and output; text text; chat messages (or ShareGPT's
+// conversations where a record has no messages), or TRL's prompt and
+// completion lists. Preference pairs read prompt, chosen and rejected, under
+// any template.
+std::vector<std::string> fields_read(InstructTemplate format, bool preference_pairs);
 
 // A sample's tokens and labels, the same length; a label is the token itself
 // where the loss applies and kIgnoreIndex (-100) where it does not.
@@ -168,6 +174,7 @@ class SampleStream final : public BatchSource {
   }
   bool pass_done() const override { return one_pass_ && position_ >= int64_t(samples_.size()); }
   int64_t samples_per_epoch() const override { return rows_per_epoch_ / o_.group_size; }
+  std::optional<int64_t> tokens_per_epoch() const override { return tokens_per_epoch_; }
   const char* sample_name() const override { return o_.packed ? "packed row" : nullptr; }
 
  private:
@@ -178,6 +185,7 @@ class SampleStream final : public BatchSource {
   std::vector<TokenizedSample> samples_;
   SampleStreamOptions o_;
   int64_t rows_per_epoch_;
+  int64_t tokens_per_epoch_ = 0;
   int64_t position_ = 0;
   bool one_pass_ = false;  // since rewind(): no sample past the first pass
   int64_t order_epoch_ = -1;

@@ -154,7 +154,18 @@ std::vector<data::DocumentRange> whole(const Blend& blend) {
 
 }  // namespace
 
+void check_one_validation_source(const Config& c, double default_fraction) {
+  if (!c.has("dataset.validation_path")) return;
+  const double fraction = c.get<double>("dataset.validation_fraction");
+  HONE_CHECK(fraction == 0 || fraction == default_fraction,
+             "{}: dataset.validation_fraction {} would hold data out of dataset.path for validation, where "
+             "dataset.validation_path gives validation data of its own: give one of them{}",
+             c.place_of("dataset.validation_fraction"), fraction,
+             c.how_to_drop_the_files("dataset.validation_fraction", "dataset.validation_path"));
+}
+
 void check_pretraining_data_keys(const Config& c) {
+  check_one_validation_source(c, kPretrainingValidationFraction);
   const std::string type = c.get<std::string>("dataset.type");
   HONE_CHECK(!c.has("dataset.eod_id") || type == "tokens",
              "{}: dataset.eod_id splits token files (dataset.type tokens) into documents; {} data holds its own",
@@ -293,11 +304,14 @@ data::InstructOptions instruct_options_from(const Config& c) {
   o.format = data::parse_instruct_template(c.get<std::string>("dataset.template"));
   o.chat_format = data::parse_chat_format(c.get<std::string>("dataset.chat_format"));
   o.in_chat_format = c.get<bool>("dataset.in_chat_format");
+  const bool preference_pairs = c.has("loss.type");  // DPO's
   if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
     // The fields the templates, chats and preference pairs read; torchtune's
     // ShareGPT column_map names the conversation `conversations`.
-    const std::vector<std::string> fields = {"instruction", "input",    "output",        "dialogue", "messages",
-                                             "prompt",      "chosen",   "rejected",      "conversations", "text"};
+    const std::vector<std::string> fields = {"instruction", "input",  "output",   "dialogue",      "messages",
+                                             "prompt",      "chosen", "rejected", "conversations", "text",
+                                             "completion"};
+    const std::vector<std::string> read = data::fields_read(o.format, preference_pairs);
     for (auto it = map->begin(); it != map->end(); ++it) {
       const std::string& origin = c.origin_of("dataset.column_map." + it.key());
       HONE_CHECK(it.value().is_string(), "{}: dataset.column_map.{} must name a column", origin, it.key());
@@ -308,13 +322,18 @@ data::InstructOptions instruct_options_from(const Config& c) {
              fmt::join(fields, ", "));
       }
       const std::string field = it.key() == "conversations" ? "messages" : it.key();
+      // A field of another template (or of SFT's samples, in DPO) would be silently unread.
+      HONE_CHECK(std::ranges::find(read, field) != read.end(), "{}: dataset.column_map.{}: {} read{} {}, not {}",
+                 origin, it.key(),
+                 preference_pairs ? "preference pairs" : "the " + c.get<std::string>("dataset.template") + " template",
+                 preference_pairs ? "" : "s", fmt::join(read, ", "), it.key());
       HONE_CHECK(!o.column_map.contains(field), "{}: dataset.column_map has both messages and conversations, which "
                  "name the same field", c.origin_of_section("dataset.column_map"));
       o.column_map[field] = it.value().get<std::string>();
     }
   }
-  // DPO's pairs (loss.type) keep to rows of their own, side by side in a batch.
-  HONE_CHECK(!c.has("loss.type") || !c.get<bool>("dataset.packed"), "{}: DPO's pairs are not packed (dataset.packed)",
+  // DPO's pairs keep to rows of their own, side by side in a batch.
+  HONE_CHECK(!preference_pairs || !c.get<bool>("dataset.packed"), "{}: DPO's pairs are not packed (dataset.packed)",
              c.origin_of("dataset.packed"));
   o.train_on_input = c.get<bool>("dataset.train_on_input");
   o.train_on_every_response = c.get<std::string>("dataset.target_responses") == "all";

@@ -19,6 +19,14 @@ struct TrainingData {
   std::string description;
 };
 
+// dataset.validation_fraction's defaults: of each source's documents, of the records.
+inline constexpr double kPretrainingValidationFraction = 0.01;
+inline constexpr double kFinetuningValidationFraction = 0.05;
+// With dataset.validation_path, nothing is held out of dataset.path: a
+// dataset.validation_fraction given too (other than its default or 0) is an
+// error, where it would be silently ignored.
+void check_one_validation_source(const Config& config, double default_fraction);
+
 TrainingData open_pretraining_data(const Config& config, int64_t vocab_size);
 // Its errors that need no file: dataset.type and the paths given with it.
 void check_pretraining_data_keys(const Config& config);

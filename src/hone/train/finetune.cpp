@@ -208,7 +208,8 @@ std::vector<std::string> describe_loss(const Config& c) {
 }  // namespace
 
 int run_finetune(const Config& c) {
-  check_output_dir_is_free(c);
+  check_output_dir(c);
+  check_one_validation_source(c, kFinetuningValidationFraction);
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
   std::vector<std::string> base_notes;
@@ -440,7 +441,7 @@ Schema finetune_schema(FinetuneKind kind) {
   s.add({"dataset.validation_path", ValueType::string, nullptr,
          "validation records of their own (a file or MDS folder read as dataset.path is), instead of records held "
          "out of dataset.path"});
-  s.add({"dataset.validation_fraction", ValueType::number, 0.05,
+  s.add({"dataset.validation_fraction", ValueType::number, kFinetuningValidationFraction,
          "records held out for validation (without dataset.validation_path)"},
         Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle samples every epoch"});
@@ -487,6 +488,7 @@ Schema finetune_schema(FinetuneKind kind) {
 
 std::vector<std::string> summarize_finetune(const Config& c) {
   instruct_options_from(c);  // the dataset keys' errors, which need no data
+  check_one_validation_source(c, kFinetuningValidationFraction);
   check_export_folders(c);
   if (const std::optional<LoraConfig> lora = lora_config_from(c)) {
     try {

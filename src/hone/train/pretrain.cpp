@@ -214,9 +214,7 @@ std::vector<std::string> summarize_training(const Config& c, int data_parallel_r
 }
 
 int run_pretrain(const Config& c) {
-  check_output_dir_is_free(c);
-  // Before the model is made from the config: a resume that drops checkpoint.path is refused as such.
-  if (const std::optional<std::string> conflict = resume_conflict(c)) fail("{}", *conflict);
+  check_output_dir(c);
   const RunSettings run = run_settings_from(c);
   if (run.threads > 0) set_num_threads(run.threads);
   std::optional<StartingModel> start;

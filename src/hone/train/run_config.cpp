@@ -10,6 +10,7 @@
 #include "hone/data/tokenizers/tokenizer.hpp"
 #include "hone/dist/plan.hpp"
 #include "hone/io/checkpoint.hpp"
+#include "hone/train/data_sources.hpp"
 #include "hone/model/activations.hpp"
 #include "hone/ops/ops.hpp"
 
@@ -260,7 +261,7 @@ Schema pretrain_dataset_schema() {
   s.add({"dataset.validation_path", ValueType::string, nullptr,
          "validation data of the same type as dataset.path (a prefix or a blend; an MDS folder; nanoGPT's val.bin), "
          "instead of documents held out of dataset.path"});
-  s.add({"dataset.validation_fraction", ValueType::number, 0.01,
+  s.add({"dataset.validation_fraction", ValueType::number, kPretrainingValidationFraction,
          "documents of each source held out for validation (without dataset.validation_path)"},
         Range::fraction());
   s.add({"dataset.shuffle", ValueType::boolean, true, "shuffle the documents and the samples cut from them every epoch"});

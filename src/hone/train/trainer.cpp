@@ -37,26 +37,46 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Optimizer steps of the run, from whichever budget the config gives: those
-// done (`state`, a resumed run's) and what is left of the budget at this run's
-// batch, so a resumed run whose batch changed still trains the epochs or tokens
-// asked for. A token is one of seq_len per sample, as planned (a fine-tuning
-// batch cut short counts whole).
 // The samples an `epochs` budget asks for (a fraction of an epoch rounded up).
 int64_t epochs_budget_samples(const Config& c, int64_t samples_per_epoch) {
   return int64_t(std::ceil(c.get<double>("epochs") * double(samples_per_epoch)));
 }
 
-int64_t total_steps_of(const Config& c, int64_t samples_per_epoch, int64_t global_batch, int64_t seq_len,
-                       const TrainerState& state) {
+// What the training data is to a budget: its samples per epoch and the tokens
+// a sample holds on average (seq_len in pretraining; in fine-tuning the
+// samples' own, padding left out, as Composer counts a token budget).
+struct DataSize {
+  int64_t samples_per_epoch;
+  double tokens_per_sample;
+  bool whole_rows;  // every sample seq_len tokens
+
+  DataSize(const data::BatchSource& source, int64_t seq_len)
+      : samples_per_epoch(source.samples_per_epoch()),
+        tokens_per_sample(source.tokens_per_epoch() ? double(*source.tokens_per_epoch()) / double(samples_per_epoch)
+                                                    : double(seq_len)),
+        whole_rows(!source.tokens_per_epoch()) {}
+};
+
+// Optimizer steps of the run, from whichever budget the config gives: those
+// done (`state`, a resumed run's) and what is left of the budget at this run's
+// batch, so a resumed run whose batch changed still trains the epochs or tokens
+// asked for. A token budget takes the steps whose samples hold that many
+// tokens on average (the tokens trained so far counted as they were).
+int64_t total_steps_of(const Config& c, const DataSize& data, int64_t global_batch, const TrainerState& state) {
   check_training_settings(c);
-  const auto steps_for = [&](int64_t budget, int64_t used, int64_t per_step) {
-    return state.step + (std::max<int64_t>(budget - used, 0) + per_step - 1) / per_step;
+  const auto steps_for = [&](double budget, double used, double per_step) {
+    return state.step + int64_t(std::ceil(std::max(budget - used, 0.0) / per_step));
   };
   int64_t steps = 0;
   if (c.has("max_steps")) steps = c.get<int64_t>("max_steps");
-  if (c.has("epochs")) steps = steps_for(epochs_budget_samples(c, samples_per_epoch), state.samples_seen, global_batch);
-  if (c.has("max_tokens")) steps = steps_for(c.get<int64_t>("max_tokens"), state.samples_seen * seq_len, global_batch * seq_len);
+  if (c.has("epochs")) {
+    steps = steps_for(double(epochs_budget_samples(c, data.samples_per_epoch)), double(state.samples_seen),
+                      double(global_batch));
+  }
+  if (c.has("max_tokens")) {
+    steps = steps_for(double(c.get<int64_t>("max_tokens")), double(state.tokens_seen),
+                      double(global_batch) * data.tokens_per_sample);
+  }
   HONE_CHECK(steps > 0, "{}: the run would take {} steps; it needs at least one", c.origin(), steps);
   return steps;
 }
@@ -73,9 +93,10 @@ bool same_path(const std::string& a, const std::string& b) {
 // batch does not divide (the run takes the next whole step, into the next
 // pass, where torchtune's drop_last stops a step short), or max_tokens below one
 // step (the run still takes one).
-std::optional<std::string> budget_in_whole_steps(const Config& c, int64_t samples_per_epoch, int64_t global_batch,
+std::optional<std::string> budget_in_whole_steps(const Config& c, const DataSize& data, int64_t global_batch,
                                                  int64_t seq_len) {
   if (c.has("epochs")) {
+    const int64_t samples_per_epoch = data.samples_per_epoch;
     const int64_t samples = epochs_budget_samples(c, samples_per_epoch);
     if (samples % global_batch == 0) return std::nullopt;
     const int64_t steps = (samples + global_batch - 1) / global_batch;
@@ -87,10 +108,13 @@ std::optional<std::string> budget_in_whole_steps(const Config& c, int64_t sample
                        steps > 1 ? fmt::format("; max_steps={} stops before them, as torchtune's drop_last", steps - 1)
                                  : std::string());
   }
-  if (c.has("max_tokens") && c.get<int64_t>("max_tokens") < global_batch * seq_len) {
-    return fmt::format("note: max_tokens {} is less than one step's {} tokens (global batch {} x seq_len {}): the run "
-                       "takes one step",
-                       c.get<int64_t>("max_tokens"), global_batch * seq_len, global_batch, seq_len);
+  const double step_tokens = double(global_batch) * data.tokens_per_sample;
+  if (c.has("max_tokens") && double(c.get<int64_t>("max_tokens")) < step_tokens) {
+    return fmt::format("note: max_tokens {} is less than one step's {} tokens ({}): the run takes one step",
+                       c.get<int64_t>("max_tokens"), int64_t(std::round(step_tokens)),
+                       data.whole_rows ? fmt::format("global batch {} x seq_len {}", global_batch, seq_len)
+                                       : fmt::format("global batch {} x {:.1f} tokens a sample holds on average",
+                                                     global_batch, data.tokens_per_sample));
   }
   return std::nullopt;
 }
@@ -99,9 +123,11 @@ std::optional<std::string> budget_in_whole_steps(const Config& c, int64_t sample
 constexpr double kGigabyte = 1e9;
 
 // Settings a resumed run keeps: they shape the model (LoRA's adapters
-// included) or its data and their order. The budget, the optimizer, the batch,
-// logging and checkpointing may change.
-constexpr const char* kKeptOnResume[] = {"model", "seed", "dataset", "tokenizer", "checkpoint.path",
+// included), its data and their order, or its loss (the recipe: DPO's pairs
+// are no SFT samples). The budget, the optimizer, the batch, logging and
+// checkpointing may change.
+constexpr const char* kKeptOnResume[] = {"recipe",    "model",           "seed",
+                                         "dataset",   "tokenizer",       "checkpoint.path",
                                          "checkpoint.format"};
 
 // A config tree whose model section is written out as the model it makes: a
@@ -160,7 +186,7 @@ std::vector<std::string> check_kept_on_resume(const Config& c, const Json& train
   }
   HONE_CHECK(changed.empty(),
              "{}: resume: {} was trained with other settings ({}), which a resumed run keeps, since they shape the "
-             "model or its data: resume with them as they were, or start a new run in another output_dir",
+             "model, its data or its loss: resume with them as they were, or start a new run in another output_dir",
              c.origin(), folder, fmt::join(changed, ", "));
   // Another precision may go on from a checkpoint (its master weights are the same), but its steps differ.
   if (const auto dtype = before.find("dtype"); dtype != before.end() && dtype->second->is_string() &&
@@ -262,10 +288,12 @@ std::optional<std::string> resume_conflict(const Config& c) {
   return std::nullopt;
 }
 
-void check_output_dir_is_free(const Config& c) {
+void check_output_dir(const Config& c) {
   if (const std::optional<std::string> conflict = output_dir_conflict(c)) {
     fail("{}: {}", c.origin_of("output_dir"), *conflict);
   }
+  // Before the model is made or the data read: a resume that changes them is refused as such.
+  if (const std::optional<std::string> conflict = resume_conflict(c)) fail("{}", *conflict);
 }
 
 PausesLeft pauses_left(int64_t step, int64_t total_steps, int64_t eval_every, int64_t checkpoint_every,
@@ -291,7 +319,7 @@ int run_training(const Config& c, TrainingJob job) {
   const char* sample_name = job.train->sample_name() ? job.train->sample_name() : objective.sample_name();
   // Samples per optimizer step, over all data-parallel ranks.
   const int64_t global_batch = batch_size * accumulation * world.dp_size();
-  total_steps_of(c, job.train->samples_per_epoch(), global_batch, seq_len, {});  // its errors before any folder is made
+  total_steps_of(c, DataSize(*job.train, seq_len), global_batch, {});  // its errors before any folder is made
   // From here a stop signal is heard: during the setup (a large model loads for
   // minutes) as before the next step. The run finishes its step, saves a
   // checkpoint and exits 0; one stopped before its first step exits 128 + the
@@ -375,9 +403,10 @@ int run_training(const Config& c, TrainingJob job) {
   }
   world.check_same_data("training samples per epoch", train.samples_per_epoch());
   world.check_same_data("validation samples", valid ? valid->samples_per_epoch() : 0);
-  const int64_t total_steps = total_steps_of(c, train.samples_per_epoch(), global_batch, seq_len, state);
+  const DataSize data_size(train, seq_len);
+  const int64_t total_steps = total_steps_of(c, data_size, global_batch, state);
   if (state.step == 0) {
-    if (const auto note = budget_in_whole_steps(c, train.samples_per_epoch(), global_batch, seq_len)) {
+    if (const auto note = budget_in_whole_steps(c, data_size, global_batch, seq_len)) {
       console.line(*note);
     }
   }
@@ -449,8 +478,10 @@ int run_training(const Config& c, TrainingJob job) {
     }
   }
   const int64_t steps_to_run = std::max<int64_t>(total_steps - state.step, 0);  // a resumed run may be past the end
-  console.line(fmt::format("data: {} {} per epoch ({}), {} {} to run", train.samples_per_epoch(),
+  console.line(fmt::format("data: {} {} per epoch ({}){}, {} {} to run", train.samples_per_epoch(),
                            plural(train.samples_per_epoch(), sample_name), job.data_description,
+                           data_size.whole_rows ? std::string()
+                                                : fmt::format(", {:.1f} tokens each on average", data_size.tokens_per_sample),
                            steps_to_run, plural(steps_to_run, "step")));
 
   MetricsWriter metrics(run.output_dir, c.get<bool>("logging.tensorboard"), world.is_main(), state.step);

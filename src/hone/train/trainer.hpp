@@ -53,8 +53,8 @@ struct TrainingJob {
 
 // Why the run may not write to output_dir, if it may not: a run without
 // `resume` into a folder that holds checkpoints would interleave two runs'
-// checkpoints and metrics. Recipes call check_output_dir_is_free (which throws
-// it) before they load anything; `hone validate` prints it as a note.
+// checkpoints and metrics. Recipes call check_output_dir (which throws it, or
+// resume_conflict's) before they load anything; `hone validate` prints it as a note.
 std::optional<std::string> output_dir_conflict(const Config& config);
 // Why `resume` would be refused, if it would: a checkpoint it names that is not
 // there, or one trained with settings a resumed run keeps (the model, seed,
@@ -64,7 +64,7 @@ std::optional<std::string> resume_conflict(const Config& config);
 // its optimizer settings, else an error naming the config: hone validate
 // checks them as hone run does.
 void check_training_settings(const Config& config);
-void check_output_dir_is_free(const Config& config);
+void check_output_dir(const Config& config);
 
 // Trains job.model as the resolved config says (batch_size,
 // gradient_accumulation_steps, max_steps | epochs | max_tokens, optimizer.*,
