@@ -97,6 +97,11 @@ TEST_F(PretrainingData, PrefixesWithoutWeightsBlendBySize) {
 TEST_F(PretrainingData, ValidationPathGivesValidationDataOfItsOwn) {
   Config c = config(prefix("big"), 0.25);
   c.set("dataset.validation_path", "1 " + prefix("held") + " 3 " + prefix("held2"));
+  // A fraction to hold out as well is refused (it would be ignored); its default or 0 holds nothing out.
+  EXPECT_EQ(error_of([&] { open_pretraining_data(c, 16); }),
+            "the command line: dataset.validation_fraction 0.25 would hold data out of dataset.path for validation, "
+            "where dataset.validation_path gives validation data of its own: give one of them");
+  c.set("dataset.validation_fraction", kPretrainingValidationFraction);
   const TrainingData d = open_pretraining_data(c, 16);
   // Training takes every document of dataset.path: nothing is held out of it.
   ASSERT_EQ(d.train.size(), 1u);

@@ -165,7 +165,6 @@ void check_one_validation_source(const Config& c, double default_fraction) {
 }
 
 void check_pretraining_data_keys(const Config& c) {
-  check_one_validation_source(c, kPretrainingValidationFraction);
   const std::string type = c.get<std::string>("dataset.type");
   HONE_CHECK(!c.has("dataset.eod_id") || type == "tokens",
              "{}: dataset.eod_id splits token files (dataset.type tokens) into documents; {} data holds its own",
@@ -179,6 +178,7 @@ void check_pretraining_data_keys(const Config& c) {
   }
   if (type != "mock") {
     HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
+    check_one_validation_source(c, kPretrainingValidationFraction);
     return;
   }
   // mock is the default type: a path given without a type would be ignored, the run trained on random tokens.

@@ -126,8 +126,7 @@ constexpr double kGigabyte = 1e9;
 // included), its data and their order, or its loss (the recipe: DPO's pairs
 // are no SFT samples). The budget, the optimizer, the batch, logging and
 // checkpointing may change.
-constexpr const char* kKeptOnResume[] = {"recipe",    "model",           "seed",
-                                         "dataset",   "tokenizer",       "checkpoint.path",
+constexpr const char* kKeptOnResume[] = {"recipe", "model", "seed", "dataset", "tokenizer", "checkpoint.path",
                                          "checkpoint.format"};
 
 // A config tree whose model section is written out as the model it makes: a
