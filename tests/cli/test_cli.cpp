@@ -596,6 +596,10 @@ TEST(Cli, APathTheSystemRefusesIsAnErrorNamingIt) {
   const CliResult empty = run_hone("convert " + std::string(HONE_SOURCE_DIR) + "/tests/reference/hf/gpt2 '' --to hone");
   EXPECT_EQ(empty.status, 2);
   EXPECT_EQ(empty.err, "hone: error: dest: an empty path names no file or folder (see hone convert --help)\n");
+  // hone cp's too (was: copied into the working folder).
+  const CliResult empty_cp = run_hone("cp quickstart ''");
+  EXPECT_EQ(empty_cp.status, 2);
+  EXPECT_EQ(empty_cp.err, "hone: error: dest: an empty path names no file or folder (see hone cp --help)\n");
 }
 
 // Another tool's config names no recipe: recipe= on the command line names it.
@@ -650,7 +654,7 @@ TEST(Cli, ValidateAndPlanTakeTheirConfigAsHoneRunDoesToo) {
   EXPECT_EQ(run_hone("validate pretrain model.name=gpt2_124M max_steps=7 output_dir=runs/x dataset.seq_len=64").status,
             0);
   EXPECT_NE(run_hone("validate lora_finetune --config quickstart").err.find(
-                "quickstart.yaml: a config for the pretrain recipe, run with lora_finetune\n"),
+                "quickstart.yaml:3: a config for the pretrain recipe, run with lora_finetune\n"),
             std::string::npos);
   // GPT-2's heads each have their keys and values, with nanoGPT's n_head=6 too; Llama's GQA keeps its groups.
   const CliResult heads = run_hone("validate gpt2/124M_pretrain model.n_heads=6 model.dim=384");
@@ -729,7 +733,13 @@ TEST(Cli, UserErrorsExitWithStatus2AndOneLine) {
       {"validate quickstart epochs=1", "configs/quickstart.yaml with epochs from the command line: give exactly one of "
                                        "max_steps, epochs and max_tokens (got max_steps, epochs): "
                                        "add max_steps=null to drop the config's"},
-      {"validate quickstart max_steps=null", "give exactly one of max_steps, epochs and max_tokens (got none)"},
+      {"validate quickstart max_steps=null", "configs/quickstart.yaml with max_steps=null from the command line: give "
+                                             "exactly one of max_steps, epochs and max_tokens (got none)"},
+      {"validate pretrain --config quickstart recipe=eval", "the command line: a config for the eval recipe, run with "
+                                                             "pretrain"},
+      {"comm-bench --dtype fp16", "--dtype must be f32, bf16 or f64, got 'fp16'"},
+      {"launch --nproc-per-node 2 --nnodes 0 -- true", "--nnodes must be at least 1, got 0"},
+      {"comm-bench --dtype int8", "--dtype must be f32, bf16 or f64, got 'int8'"},
       {"validate llama3_2/1B_lora model.lora_attn_modules=[q_proj,o_proj]",
        "with model.lora_attn_modules from the command line: model.lora_attn_modules: 'o_proj' is a Hugging Face "
        "module name (PEFT's target_modules); hone takes torchtune's: output_proj instead"},

@@ -113,7 +113,12 @@ TEST(Config, OverridesSetNestedKeysAndLists) {
   EXPECT_TRUE(c.has("optimizer.betas"));
   c.apply_override("~optimizer");
   EXPECT_FALSE(c.has("optimizer"));
-  c.apply_override("~no.such.key");  // nothing to remove
+  c.apply_override("~no.such.key");  // nothing to remove: a key of no setting, named when resolved
+  EXPECT_EQ(error_of([&] { schema().resolve(c); }), "the command line: ~no.such.key: unknown key 'no.such.key'");
+  Config typo = Config::from_yaml("output_dir: x\n", "run.yaml");
+  typo.apply_override("~optimizer.lrr");
+  EXPECT_EQ(error_of([&] { schema().resolve(typo); }),
+            "the command line: ~optimizer.lrr: unknown key 'optimizer.lrr' (did you mean '~optimizer.lr'?)");
   EXPECT_NE(error_of([&] { c.apply_override("~output_dir=x"); }).find("~KEY removes a key"), std::string::npos);
   // YAML 1.1's yes/no/on/off are booleans where a key is one, as PyYAML reads them; elsewhere text.
   for (const auto& [text, value] : {std::pair{"yes", true}, {"On", true}, {"NO", false}, {"off", false}}) {
@@ -204,6 +209,12 @@ TEST(Schema, FillsDefaultsAndKeepsUserValues) {
   // The resolved config round-trips through YAML.
   Config again = schema().resolve(Config::from_yaml(r.to_yaml(), "resolved.yaml"));
   EXPECT_EQ(again.tree(), r.tree());
+  // Strings that read as numbers, booleans or null unquoted are written quoted.
+  for (const char* name : {"123", "0042", "true", "null", "1e3"}) {
+    Config odd = schema().resolve(Config::from_yaml(fmt::format("output_dir: '{}'\n", name), "odd.yaml"));
+    const Config back = schema().resolve(Config::from_yaml(odd.to_yaml(), "resolved.yaml"));
+    EXPECT_EQ(back.get<std::string>("output_dir"), name) << odd.to_yaml();
+  }
 }
 
 // One string where a list of strings goes is a list of it (vLLM's stop="x").
@@ -221,7 +232,12 @@ TEST(Schema, WholeFloatsAreIntegers) {
   EXPECT_TRUE(r.find("batch_size")->is_number_integer());
   EXPECT_EQ(r.get<int64_t>("batch_size"), 16);
   EXPECT_EQ(error_of([] { schema().resolve(Config::from_yaml("output_dir: x\nbatch_size: 1e300\n", "a.yaml")); }),
-            "a.yaml:2: 'batch_size' must be an integer, got 1e+300");
+            "a.yaml:2: 'batch_size' is 1e+300, past the whole numbers a setting holds exactly (2^53)");
+  // YAML reads a long integer as a float: its range says what is wrong with it, where it has one.
+  EXPECT_EQ(error_of([] {
+              schema().resolve(Config::from_yaml("output_dir: x\nbatch_size: -99999999999999999999\n", "a.yaml"));
+            }),
+            "a.yaml:2: 'batch_size' must be positive, got -1e+20");
 }
 
 TEST(Schema, ErrorsNameTheKeyAndSuggest) {

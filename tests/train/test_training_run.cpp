@@ -937,11 +937,19 @@ TEST_F(TrainingRun, ReportDrawsTheRunsMetrics) {
   // The page in place of the metrics it draws: refused, the metrics kept.
   const std::string metrics = read_file(dir + "/metrics.jsonl");
   EXPECT_EQ(run({"report", dir, "-o", dir + "/../report/metrics.jsonl"}), 2);
-  EXPECT_NE(log().find("hone: error: " + dir + "/../report/metrics.jsonl: the run's own metrics.jsonl: write the "
-                       "page elsewhere (-o FILE; by default " + dir + "/report.html)"),
+  EXPECT_NE(log().find("hone: error: " + dir + "/../report/metrics.jsonl: a run's metrics.jsonl, which the page "
+                       "would replace: write the page elsewhere (-o FILE; by default " + dir + "/report.html)"),
             std::string::npos)
       << log();
   EXPECT_EQ(read_file(dir + "/metrics.jsonl"), metrics);
+  // Another run's too.
+  fs::create_directories(root_ + "/other_run");
+  std::ofstream(root_ + "/other_run/metrics.jsonl") << "{}\n";
+  EXPECT_EQ(run({"report", dir, "-o", root_ + "/other_run/metrics.jsonl"}), 2);
+  EXPECT_NE(log().find("/other_run/metrics.jsonl: a run's metrics.jsonl, which the page would replace"),
+            std::string::npos)
+      << log();
+  EXPECT_EQ(read_file(root_ + "/other_run/metrics.jsonl"), "{}\n");
   // A folder that is not a run: status 2, one line, no page written.
   EXPECT_EQ(run({"report", root_ + "/nothing"}), 2);
   EXPECT_NE(log().find("hone: error: " + root_ + "/nothing: no such run folder"), std::string::npos) << log();

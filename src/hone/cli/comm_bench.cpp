@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 
 #include "hone/cli/commands.hpp"
 #include "hone/core/error.hpp"
@@ -63,9 +64,14 @@ double time_op(dist::Communicator& comm, const std::string& op, const Tensor& in
 }
 
 int run(const Args& a) {
-  const DType dtype = parse_dtype(a.dtype);
-  HONE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64, "--dtype must be f32, bf16 or f64, got '{}'",
-             a.dtype);
+  std::optional<DType> parsed;
+  try {
+    parsed = parse_dtype(a.dtype);
+  } catch (const Error&) {  // its list names dtypes the collectives do not take
+  }
+  HONE_CHECK(parsed == DType::f32 || parsed == DType::bf16 || parsed == DType::f64,
+             "--dtype must be f32, bf16 or f64, got '{}'", a.dtype);
+  const DType dtype = *parsed;
   const auto min_bytes = int64_t(data::parse_size(a.min_bytes, "--min-bytes"));
   const auto max_bytes = int64_t(data::parse_size(a.max_bytes, "--max-bytes"));
   HONE_CHECK(min_bytes >= 1 && max_bytes >= min_bytes, "--min-bytes {} and --max-bytes {} must satisfy 1 <= min <= max",

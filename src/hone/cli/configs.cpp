@@ -127,7 +127,8 @@ Command add_cp(CLI::App& app) {
   sub->add_option("dest", args->dest,
                   "Destination file (.yaml added where it has no suffix, as tune cp adds it), or a folder to copy it "
                   "into (as NAME.yaml)")
-      ->required();
+      ->required()
+      ->check(non_empty_path());
   sub->add_flag("--make-parents", args->make_parents, "Create the destination's missing folders (tune cp's flag)");
   return [args] {
     for (const BuiltinConfig& b : builtin_configs()) {

@@ -335,8 +335,9 @@ class OutputRouter {
 
 int launch(const Options& o) {
   HONE_CHECK(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1, got {}", o.nproc_per_node);
-  HONE_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
-             "--node-rank {} must be in [0, --nnodes {})", o.node_rank, o.nnodes);
+  HONE_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got {}", o.nnodes);
+  HONE_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} must be in [0, --nnodes {})", o.node_rank,
+             o.nnodes);
   HONE_CHECK(o.master_port > 0 && o.master_port < 65536, "--master-port {} is not a port", o.master_port);
   HONE_CHECK(!o.command.empty(), "hone launch needs a command after '--', e.g. hone launch --nproc-per-node 2 -- "
                                  "hone run pretrain --config my.yaml");

@@ -21,7 +21,7 @@ Config resolve(const Recipe& recipe, Config config, const std::vector<std::strin
   for (const std::string& o : overrides) config.apply_override(o);
   if (config.has("recipe")) {
     HONE_CHECK(config.get<std::string>("recipe") == recipe.name, "{}: a config for the {} recipe, run with {}",
-               config.origin(), config.get<std::string>("recipe"), recipe.name);
+               config.place_of("recipe"), config.get<std::string>("recipe"), recipe.name);
   }
   config.set("recipe", recipe.name);
   return recipe.schema.resolve(config);

@@ -23,9 +23,7 @@ namespace {
 
 // YAML 1.2 core-schema scalars: plain "12" is an integer, "1e-3" a number,
 // "true" a boolean, "~"/"null" null; quoted scalars stay strings.
-Json scalar_to_json(const YAML::Node& node) {
-  const std::string& text = node.Scalar();
-  if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return text;  // quoted, or !!str
+Json plain_scalar_to_json(const std::string& text) {
   if (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
   if (text == "true" || text == "True" || text == "TRUE") return true;
   if (text == "false" || text == "False" || text == "FALSE") return false;
@@ -41,6 +39,11 @@ Json scalar_to_json(const YAML::Node& node) {
   } catch (const std::exception&) {
   }
   return text;
+}
+
+Json scalar_to_json(const YAML::Node& node) {
+  if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return node.Scalar();  // quoted, or !!str
+  return plain_scalar_to_json(node.Scalar());
 }
 
 // More values than any config holds: YAML aliases of aliases ("billion laughs")
@@ -288,6 +291,13 @@ void Config::apply_override(std::string_view assignment) {
   }
   std::erase_if(overrides_, [&](const auto& given) { return given.first == key; });
   overrides_.emplace_back(key, text);
+}
+
+std::vector<std::string> Config::removed_keys() const {
+  std::vector<std::string> removed;
+  for (const auto& [key, text] : overrides_)
+    if (text.starts_with('~')) removed.push_back(key);
+  return removed;
 }
 
 const std::string* Config::override_text(std::string_view key) const {
@@ -563,7 +573,10 @@ void emit(YAML::Emitter& out, const Json& v) {
   } else if (v.is_null()) {
     out << YAML::Null;
   } else if (v.is_string()) {
-    out << v.get<std::string>();
+    // A string that reads as something else unquoted (output_dir: 123, 0042, true) is quoted, so it reads back.
+    const std::string& text = v.get_ref<const std::string&>();
+    if (!plain_scalar_to_json(text).is_string()) out << YAML::DoubleQuoted;
+    out << text;
   } else {
     out << v.dump();  // numbers and booleans as JSON writes them
   }
@@ -661,6 +674,19 @@ Config Schema::resolve(const Config& given_config) const {
   });
   std::vector<std::string> known;
   for (const KeySpec& k : keys_) known.push_back(k.key);
+  // A removal (~key) of a key no recipe setting is under would silently do nothing.
+  for (const std::string& removed : user.removed_keys()) {
+    const auto under = [](const std::string& inner, const std::string& outer) {
+      return inner == outer || (inner.starts_with(outer) && inner[outer.size()] == '.');
+    };
+    const bool names_a_key = std::ranges::any_of(keys_, [&](const KeySpec& k) {
+      return under(k.key, removed) || (k.type == ValueType::mapping && under(removed, k.key));  // dataset.column_map.x
+    });
+    if (names_a_key) continue;
+    const std::string suggestion = closest_match(removed, known);
+    fail("the command line: ~{}: unknown key '{}'{}", removed, removed,
+         suggestion.empty() ? std::string() : fmt::format(" (did you mean '~{}'?)", suggestion));
+  }
 
   std::set<std::string> mappings;
   for (const KeySpec& k : keys_) {
@@ -742,6 +768,14 @@ Config Schema::resolve(const Config& given_config) const {
       if (yes.contains(value->get<std::string>())) resolved.set(key, true);
       if (no.contains(value->get<std::string>())) resolved.set(key, false);
       if (resolved.find(key)->is_boolean()) continue;
+    }
+    // A whole number past 2^53 (YAML reads 99999999999999999999 as 1e+20): its range, or its size, is the problem.
+    if (spec->type == ValueType::integer && value->is_number_float() && std::isfinite(value->get<double>()) &&
+        value->get<double>() == std::floor(value->get<double>())) {
+      HONE_CHECK(spec->range.contains(value->get<double>()), "{}: '{}' {}, got {}", origin, key,
+                 spec->range.requirement(), value->dump());
+      HONE_CHECK(is_whole_float(*value), "{}: '{}' is {}, past the whole numbers a setting holds exactly (2^53)",
+                 origin, key, value->dump());
     }
     // An integer is a fine number.
     HONE_CHECK(matches(*value, spec->type), "{}: '{}' must be {}, got {}", origin, key, type_name(spec->type),

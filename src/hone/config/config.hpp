@@ -40,6 +40,8 @@ class Config {
   // key takes it as written where YAML would read it as something else
   // ("prompt=Note: x" is a mapping to YAML, "template=[INST] {x}" a list).
   const std::string* override_text(std::string_view key) const;
+  // The keys removed with ~key on the command line.
+  std::vector<std::string> removed_keys() const;
   // Whether the config file alone set `key`: no override at it, above it or below it.
   bool set_by_file(std::string_view key) const;
   // For an error about keys `a` and `b` given together: where one is the config

@@ -163,7 +163,8 @@ std::vector<std::string> carried_tokenizer_files(const Config& c, const std::opt
   }
   if (c.has("tokenizer.path")) check_path_exists(c, "tokenizer.path", path);
   const int64_t vocab = load_tokenizer(path)->vocab_size();
-  HONE_CHECK(vocab <= model.vocab_size, "{}: the tokenizer {} has {} tokens, more than {} {}", c.origin(), path, vocab,
+  HONE_CHECK(vocab <= model.vocab_size, "{}: the tokenizer {} has {} tokens, more than {} {}",
+             c.origin_of_section("tokenizer"), path, vocab,
              start ? fmt::format("the vocabulary of checkpoint.path {},", c.get<std::string>("checkpoint.path"))
                    : std::string("model.vocab_size"),
              model.vocab_size);

@@ -454,13 +454,11 @@ std::string config_differences(const std::vector<Run>& runs) {
 
 void check_report_output(const std::vector<std::string>& run_dirs, const std::string& output) {
   if (!std::filesystem::exists(output)) return;
-  for (const std::string& dir : run_dirs) {
-    for (const char* own : {"metrics.jsonl", "config.yaml", "perf_summary.csv", "train.log"}) {
-      const std::filesystem::path file = std::filesystem::path(dir) / own;
-      HONE_CHECK(!std::filesystem::exists(file) || !std::filesystem::equivalent(file, output),
-                 "{}: the run's own {}: write the page elsewhere (-o FILE; by default {})", output, own,
-                 (std::filesystem::path(dir) / "report.html").string());
-    }
+  // Any run's files, the reported runs' or another's: a page in their place would lose them.
+  const std::string name = std::filesystem::path(output).filename().string();
+  for (const char* own : {"metrics.jsonl", "config.yaml", "perf_summary.csv", "train.log"}) {
+    HONE_CHECK(name != own, "{}: a run's {}, which the page would replace: write the page elsewhere (-o FILE; by "
+               "default {})", output, own, (std::filesystem::path(run_dirs.front()) / "report.html").string());
   }
 }
 

@@ -25,8 +25,9 @@ RunReport render_run_report(const std::string& run_dir);
 // Several runs read as above, on one page: a summary column and a chart color
 // per run (validation dashed), and the config keys whose values differ.
 RunReport render_runs_report(const std::vector<std::string>& run_dirs);
-// Throws hone::Error when `output` is one of the runs' own files (metrics.jsonl,
-// config.yaml, perf_summary.csv, train.log): the page would take its place.
+// Throws hone::Error when `output` is an existing file of a run (its
+// metrics.jsonl, config.yaml, perf_summary.csv or train.log, of these runs or
+// another): the page would take its place.
 void check_report_output(const std::vector<std::string>& run_dirs, const std::string& output);
 
 }  // namespace hone

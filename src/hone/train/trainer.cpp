@@ -227,8 +227,9 @@ std::vector<std::string> keep_copies_in_the_run(const std::vector<std::string>& 
 }  // namespace
 
 void check_training_settings(const Config& c) {
-  std::vector<std::string> given, from_file, from_command_line;
+  std::vector<std::string> given, from_file, from_command_line, unset_on_command_line;
   for (const char* key : {"max_steps", "epochs", "max_tokens"}) {
+    if (!c.has(key) && !c.set_by_file(key)) unset_on_command_line.push_back(fmt::format("{}=null", key));
     if (!c.has(key)) continue;
     given.push_back(key);
     if (c.set_by_file(key)) {
@@ -241,7 +242,9 @@ void check_training_settings(const Config& c) {
   const bool overridden = given.size() > 1 && from_file.size() < given.size() && !from_file.empty();
   HONE_CHECK(given.size() == 1, "{}: give exactly one of max_steps, epochs and max_tokens (got {}){}",
              overridden ? fmt::format("{} with {} from the command line", c.origin(), fmt::join(from_command_line, ", "))
-                        : c.origin(),
+             : given.empty() && !unset_on_command_line.empty()
+                 ? fmt::format("{} with {} from the command line", c.origin(), fmt::join(unset_on_command_line, " "))
+                 : c.origin(),
              given.empty() ? "none" : fmt::format("{}", fmt::join(given, ", ")),
              overridden ? fmt::format(": add {} to drop the config's", fmt::join(from_file, " ")) : "");
   adamw_config_from(c);
