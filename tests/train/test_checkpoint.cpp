@@ -130,8 +130,21 @@ TEST_F(CheckpointTest, CorruptionIsReportedByFile) {
   const std::string second = save(6);
   fs::resize_file(second + "/optimizer.safetensors", fs::file_size(second + "/optimizer.safetensors") - 10);
   err = error_loading(second);
-  EXPECT_NE(err.find("optimizer.safetensors"), std::string::npos) << err;
-  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  EXPECT_NE(err.find("optimizer.safetensors: " + std::to_string(fs::file_size(second + "/optimizer.safetensors")) +
+                     " bytes where the manifest lists " +
+                     std::to_string(fs::file_size(second + "/optimizer.safetensors") + 10) +
+                     ": cut short or changed since it was saved"),
+            std::string::npos)
+      << err;
+  // Longer (a file rewritten by hand, its JSON spaced out): changed, not cut short.
+  const std::string longer = save(9);
+  const uintmax_t saved_size = fs::file_size(longer + "/model.json");
+  std::ofstream(longer + "/model.json", std::ios::app) << "\n";
+  EXPECT_NE(error_loading(longer).find("model.json: " + std::to_string(saved_size + 1) +
+                                       " bytes where the manifest lists " + std::to_string(saved_size) +
+                                       ": changed since it was saved"),
+            std::string::npos)
+      << error_loading(longer);
 
   const std::string third = save(7);
   fs::remove(third + "/model.json");

@@ -1601,6 +1601,12 @@ TEST_F(DataParallelRun, TensorParallelRanksTrainLikeOneProcess) {
             std::string::npos)
       << log();
   expect_same_losses(losses("single"), losses("tp2"));
+  // ZeRO over one data-parallel rank shards nothing: said so, as the estimate's stage 0 says.
+  ASSERT_EQ(train("tp2_zero2", 2, 4, 2, "", {"distributed.tp=2", "distributed.zero=2"}), 0) << log();
+  EXPECT_NE(log().find("x data parallel 1, ZeRO stage 2 over 1 data-parallel rank: nothing sharded\n"),
+            std::string::npos)
+      << log();
+  EXPECT_NE(log().find("tensor-parallel at ZeRO stage 0)"), std::string::npos) << log();
   // Checkpoints hold whole tensors (put together from both ranks' parts) and
   // each rank's moments as runs of the whole model's layout.
   const SafetensorsFile weights(root_ + "/tp2/step_0000004/model.safetensors");

@@ -372,7 +372,8 @@ void verify_listed_file(const std::string& folder, const std::string& file, cons
   HONE_CHECK(fs::exists(path), "{}: missing (listed in {})", path, manifest_path);
   HONE_CHECK(fs::is_regular_file(path), "{}: not a file (listed in {} as one)", path, manifest_path);
   const uint64_t size = fs::file_size(path), listed_size = info["bytes"].get<uint64_t>();
-  HONE_CHECK(size == listed_size, "{}: {} bytes, the manifest says {} (truncated?)", path, size, listed_size);
+  HONE_CHECK(size == listed_size, "{}: {} bytes where the manifest lists {}: {} since it was saved", path, size,
+             listed_size, size < listed_size ? "cut short or changed" : "changed");
   const std::string checksum = checksum_hex(file_checksum(path)), listed_checksum = info["xxh3_64"].get<std::string>();
   HONE_CHECK(checksum == listed_checksum, "{}: checksum {} does not match the manifest's {}", path, checksum,
              listed_checksum);
