@@ -69,6 +69,13 @@ TEST_F(TokenFiles, NanoGptsBareUint16Tokens) {
   // A file that ends with the EOD has no empty document after it.
   const std::string ended = write("ended.bin", bytes_of(std::vector<uint16_t>{1, 0, 2, 0}));
   EXPECT_EQ(documents(data::TokenFileDocuments(ended, 0)), (Docs{{1, 0}, {2, 0}}));
+  // A Megatron PREFIX.bin (its index beside it; its tokens may be int32) is named as such, not read as uint16.
+  const std::string megatron = write("corpus_text_document.bin", bytes_of(std::vector<int32_t>{70000, 3}));
+  write("corpus_text_document.idx", "MMIDIDX");
+  EXPECT_EQ(error_of([&] { data::TokenFileDocuments(megatron, std::nullopt); }),
+            megatron + ": a Megatron .bin file (" + dir_ + "/corpus_text_document.idx is beside it): "
+            "dataset.type=megatron dataset.path=" + dir_ + "/corpus_text_document reads it with its index (nanoGPT's "
+            "token files have none)");
 }
 
 TEST_F(TokenFiles, LlmcShardsOfGpt2AndLlama3) {

@@ -281,6 +281,12 @@ TEST_F(TrainingRun, ATokenizerLargerThanTheVocabularyIsRefused) {
       << log();
   EXPECT_NE(log().find(refused + "the vocabulary of checkpoint.path " + root_ + "/small, 256"), std::string::npos)
       << log();
+  // spm_train's NAME.model, as hone preprocess takes it: carried by the checkpoints as tokenizer.model.
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("spm", 1), "model.vocab_size=4000",
+                 "tokenizer.path=" + asset_path("tokenizers/spm/sotu.model")}),
+            0)
+      << log();
+  EXPECT_EQ(read_file(root_ + "/spm/step_0000001/tokenizer.model"), read_file(asset_path("tokenizers/spm/sotu.model")));
 }
 
 // A full disk under the run's log is an error naming it (the run went on

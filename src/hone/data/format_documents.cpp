@@ -1,6 +1,7 @@
 #include "hone/data/format_documents.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
@@ -67,6 +68,15 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 
 TokenFileDocuments::TokenFileDocuments(const std::string& path, std::optional<int64_t> eod, int64_t vocab_size)
     : file_(path) {
+  // hone preprocess's (Megatron's) PREFIX.bin is no token file: its tokens may be
+  // int32, and its index says where documents begin.
+  if (const std::filesystem::path bin(path); bin.extension() == ".bin") {
+    const std::filesystem::path index = std::filesystem::path(bin).replace_extension(".idx");
+    HONE_CHECK(!std::filesystem::exists(index),
+               "{}: a Megatron .bin file ({} is beside it): dataset.type=megatron dataset.path={} reads it with its "
+               "index (nanoGPT's token files have none)",
+               path, index.string(), std::filesystem::path(bin).replace_extension().string());
+  }
   const std::span<const std::byte> bytes = file_.bytes();
   const int32_t magic = bytes.size() >= sizeof(int32_t) ? load_le<int32_t>(bytes.data()) : 0;
   for (const LlmcShard& shard : kLlmcShards) {

@@ -19,10 +19,6 @@
 
 namespace hone {
 
-namespace {
-
-// Removes the temporaries in `folder` named `prefix` + PID whose writers are
-// gone: a process killed outright (SIGKILL, out of memory) could not remove its own.
 void remove_stale_temporaries(const std::filesystem::path& folder, const std::string& prefix) {
   std::error_code error;
   std::filesystem::directory_iterator it(folder, error);
@@ -39,6 +35,8 @@ void remove_stale_temporaries(const std::filesystem::path& folder, const std::st
     }
   }
 }
+
+namespace {
 
 // Where writing `path` lands: the file or folder its symbolic links lead to
 // (a relative link read from the link's folder); `path` itself without links.

@@ -8,6 +8,7 @@
 // is written in place, as a shell's redirection would.
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,10 @@ class AtomicFile {
   uint64_t bytes_ = 0;
   void* hash_state_ = nullptr;  // XXH3_state_t, kept out of this header
 };
+
+// Removes the temporaries in `folder` named `prefix` + PID whose writers are
+// gone: a process killed outright (SIGKILL, out of memory) could not remove its own.
+void remove_stale_temporaries(const std::filesystem::path& folder, const std::string& prefix);
 
 // An error unless `path` is free for a new folder: missing where one can be
 // made, or an empty folder (what AtomicFolder takes without `replace`).

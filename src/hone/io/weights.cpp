@@ -282,13 +282,14 @@ std::vector<std::string> companion_files_in(const std::string& dir) {
 
 std::string companion_name(const std::string& file) {
   const std::string name = fs::path(file).filename().string();
+  if (fs::path(name).extension() == ".model") return "tokenizer.model";  // spm_train's NAME.model
   return name == "encoder.json" ? "vocab.json" : name == "vocab.bpe" ? "merges.txt" : name;
 }
 
 std::vector<std::string> tokenizer_companion_files(const std::string& tokenizer_path) {
   if (fs::is_directory(tokenizer_path)) return companion_files_in(tokenizer_path);
   const auto& names = companion_file_names();
-  const bool named = std::find(names.begin(), names.end(), fs::path(tokenizer_path).filename().string()) != names.end();
+  const bool named = std::find(names.begin(), names.end(), companion_name(tokenizer_path)) != names.end();
   return named ? std::vector<std::string>{tokenizer_path} : std::vector<std::string>{};
 }
 

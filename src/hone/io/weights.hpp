@@ -110,10 +110,11 @@ const std::vector<std::string>& companion_file_names();
 std::vector<std::string> companion_files_in(const std::string& dir);
 // The name a companion file is written under: its own, but OpenAI's GPT-2
 // encoder.json and vocab.bpe hold what Hugging Face's vocab.json and merges.txt
-// hold, and are written as those (which transformers reads).
+// hold, and are written as those (which transformers reads), and a
+// SentencePiece NAME.model (spm_train's) is written as tokenizer.model.
 std::string companion_name(const std::string& file);
 // The companion files of a tokenizer path: those in the folder, or the file
-// itself when it has a companion's name (a tiktoken rank file has none).
+// itself when it is written under a companion's name (a tiktoken rank file is not).
 std::vector<std::string> tokenizer_companion_files(const std::string& tokenizer_path);
 
 }  // namespace hone

@@ -242,10 +242,11 @@ int run_pretrain(const Config& c) {
   try {
     train = std::make_unique<data::PretrainStream>(data.train, data.train_weights, train_options);
   } catch (const Error& e) {
-    // Too little left to train on: say which key holds the rest out.
-    if (c.has("dataset.validation_path") || c.get<double>("dataset.validation_fraction") == 0) throw;
-    fail("{}: training data: {} (dataset.validation_fraction {} holds out the rest: lower it)", c.origin_of("dataset"),
-         e.what(), c.get<double>("dataset.validation_fraction"));
+    // Too little left to train on: say which key holds the rest out, where it holds out any.
+    const bool held_out = std::ranges::any_of(data.validation, [](const auto& r) { return r.end > r.first; });
+    if (c.has("dataset.validation_path") || !held_out) throw;
+    fail("{}: training data: {} (dataset.validation_fraction {} holds out the rest: lower it)",
+         c.origin_of_section("dataset"), e.what(), c.get<double>("dataset.validation_fraction"));
   }
   std::unique_ptr<data::PretrainStream> valid;
   if (!data.validation.empty()) {
@@ -254,7 +255,7 @@ int run_pretrain(const Config& c) {
     try {
       valid = std::make_unique<data::PretrainStream>(data.validation, data.validation_weights, valid_options);
     } catch (const Error& e) {
-      fail("{}: validation data: {} ({})", c.origin_of("dataset"), e.what(),
+      fail("{}: validation data: {} ({})", c.origin_of_section("dataset"), e.what(),
            c.has("dataset.validation_path")
                ? "dataset.validation_path"
                : fmt::format("the last dataset.validation_fraction {} of the documents: raise it, give "

@@ -535,6 +535,14 @@ TEST_F(MdsTest, InterruptedWriteLeavesNoFinishedDataset) {
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names[0], ".out.tmp." + std::to_string(child));
   for (const auto& name : names) EXPECT_EQ(name.find("index.json"), std::string::npos) << name;
+  // The next writer of the folder removes what the exited one left.
+  {
+    MdsWriter w(path("out"), options);
+    w.add_document(std::vector<int32_t>{1});
+    w.finish();
+  }
+  EXPECT_FALSE(fs::exists(path(".out.tmp." + std::to_string(child))));
+  EXPECT_EQ(MdsDataset(path("out")).tokens(0), std::vector<int32_t>{1});
 }
 
 }  // namespace

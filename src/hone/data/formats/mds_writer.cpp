@@ -179,6 +179,8 @@ MdsWriter::MdsWriter(std::string dir, MdsWriterOptions options) : options_(std::
   // Shards and index.json are written into a hidden sibling folder that is renamed
   // to DIR once complete; a crash leaves only ".DIR.tmp.PID".
   temp_dir_ = (target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
+  remove_stale_temporaries(target.parent_path().empty() ? "." : target.parent_path(),
+                           fmt::format(".{}.tmp.", target.filename().string()));
   fs::remove_all(temp_dir_, ec);
   fs::create_directories(temp_dir_, ec);
   HONE_CHECK(!ec, "{}: cannot create: {}", temp_dir_, ec.message());
