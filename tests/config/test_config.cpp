@@ -423,6 +423,11 @@ lr_scheduler:
   EXPECT_EQ(listed.get<std::string>("resume"), "r0.5");
   EXPECT_NE(error("optimizer: {betas: [0.5, 0.6], lr: '${.betas.2}'}\n").find("the config has no key 'optimizer.betas.2'"),
             std::string::npos);
+  // Of a list left at its default too.
+  EXPECT_DOUBLE_EQ(schema()
+                       .resolve(Config::from_yaml("output_dir: x\noptimizer: {lr: '${optimizer.betas[1]}'}\n", "run.yaml"))
+                       .get<double>("optimizer.lr"),
+                   0.95);
   EXPECT_EQ(error("resume: x${output_dir\n"), "run.yaml: 'resume': 'x${output_dir' has an unclosed '${'");
   EXPECT_EQ(error("resume: ${..output_dir}\n"), "run.yaml: 'resume': ${..output_dir} refers above the top of the config");
   EXPECT_EQ(error("resume: at ${optimizer}\noptimizer: {lr: 1}\n"),

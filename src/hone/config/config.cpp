@@ -486,6 +486,12 @@ class Interpolator {
       // unless a default fills it.
       if (const Json* filled = fallback_(key)) found = filled;
     }
+    // An element of a list left at its default (${optimizer.betas[1]}).
+    if (const std::optional<size_t> index = target.size() > 1 ? list_index(target.back()) : std::nullopt;
+        !found && index) {
+      const Json* list = fallback_(join_key(target, target.size() - 1));
+      if (list && list->is_array() && *index < list->size()) found = &(*list)[*index];
+    }
     if (!found) {
       std::vector<std::string> keys;
       for (const auto& [k, v] : config_leaves(config_.tree())) keys.push_back(k);
@@ -500,14 +506,18 @@ class Interpolator {
   }
 
   // The value at a dotted path, a list's elements named by their index (a.b.0).
+  // The list index a key's part spells ("1" of optimizer.betas.1), if it spells one.
+  static std::optional<size_t> list_index(const std::string& part) {
+    if (part.empty() || part.size() > 9 || part.find_first_not_of("0123456789") != std::string::npos) return {};
+    return std::stoul(part);
+  }
+
   const Json* element(const std::vector<std::string>& path) const {
     const Json* node = &config_.tree();
     for (const std::string& part : path) {
-      if (node->is_array() && !part.empty() && part.size() <= 9 &&
-          part.find_first_not_of("0123456789") == std::string::npos) {
-        const size_t index = std::stoul(part);
-        if (index >= node->size()) return nullptr;
-        node = &(*node)[index];
+      if (const std::optional<size_t> index = list_index(part); node->is_array() && index) {
+        if (*index >= node->size()) return nullptr;
+        node = &(*node)[*index];
         continue;
       }
       if (!node->is_object()) return nullptr;
