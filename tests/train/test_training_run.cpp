@@ -754,6 +754,12 @@ TEST_F(TrainingRun, TrainsOnNanoGptAndLlmcTokenFiles) {
                        "own"),
             std::string::npos)
       << log();
+  // So with MDS's raw token bytes.
+  EXPECT_EQ(run({"run", "pretrain", "--config", config("bytes", 2), "dataset.token_encoding_type=int32"}), 2);
+  EXPECT_NE(log().find("the command line: dataset.token_encoding_type reads MDS token bytes; mock data records its "
+                       "tokens' type"),
+            std::string::npos)
+      << log();
 }
 
 // nanoGPT's shakespeare_char as its prepare.py leaves it (train.bin, val.bin,

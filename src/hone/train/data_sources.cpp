@@ -176,6 +176,10 @@ void check_pretraining_data_keys(const Config& c) {
                "token file is one document",
                c.origin_of(key), key);
   }
+  // Raw token bytes are MDS's; other data hold their tokens' type (a default unchanged is no setting).
+  HONE_CHECK(type == "mds" || c.get<std::string>("dataset.token_encoding_type") == data::kDefaultBytesTokenType,
+             "{}: dataset.token_encoding_type reads MDS token bytes; {} data records its tokens' type",
+             c.place_of("dataset.token_encoding_type"), type);
   if (type != "mock") {
     HONE_CHECK(c.has("dataset.path"), "{}: dataset.type {} needs dataset.path", c.origin_of("dataset.type"), type);
     check_one_validation_source(c, kPretrainingValidationFraction);
