@@ -119,6 +119,10 @@ TEST(Config, OverridesSetNestedKeysAndLists) {
   typo.apply_override("~optimizer.lrr");
   EXPECT_EQ(error_of([&] { schema().resolve(typo); }),
             "the command line: ~optimizer.lrr: unknown key 'optimizer.lrr' (did you mean '~optimizer.lr'?)");
+  // A key the file holds that hone has not (another tool's) is removed, so the config resolves.
+  Config foreign = Config::from_yaml("output_dir: x\ncompile: true\n", "run.yaml");
+  foreign.apply_override("~compile");
+  EXPECT_EQ(schema().resolve(foreign).find("compile"), nullptr);
   EXPECT_NE(error_of([&] { c.apply_override("~output_dir=x"); }).find("~KEY removes a key"), std::string::npos);
   // YAML 1.1's yes/no/on/off are booleans where a key is one, as PyYAML reads them; elsewhere text.
   for (const auto& [text, value] : {std::pair{"yes", true}, {"On", true}, {"NO", false}, {"off", false}}) {

@@ -260,6 +260,8 @@ void Config::apply_override(std::string_view assignment) {
     HONE_CHECK(!key.empty() && key.find('=') == std::string::npos,
                "override '{}': ~KEY removes a key (torchtune's form) and takes no value; KEY=VALUE sets one",
                assignment);
+    // A removal that finds nothing is checked against the recipe's keys when resolved (a typo).
+    if (find(key) == nullptr) removed_nothing_.push_back(key);
     // The key's sections, from the top: each left empty by the removal goes with it.
     const std::vector<std::string> parts = split_key(key);
     std::vector<Json*> sections = {&tree_};
@@ -291,13 +293,6 @@ void Config::apply_override(std::string_view assignment) {
   }
   std::erase_if(overrides_, [&](const auto& given) { return given.first == key; });
   overrides_.emplace_back(key, text);
-}
-
-std::vector<std::string> Config::removed_keys() const {
-  std::vector<std::string> removed;
-  for (const auto& [key, text] : overrides_)
-    if (text.starts_with('~')) removed.push_back(key);
-  return removed;
 }
 
 const std::string* Config::override_text(std::string_view key) const {
@@ -505,13 +500,13 @@ class Interpolator {
     return value;
   }
 
-  // The value at a dotted path, a list's elements named by their index (a.b.0).
   // The list index a key's part spells ("1" of optimizer.betas.1), if it spells one.
   static std::optional<size_t> list_index(const std::string& part) {
     if (part.empty() || part.size() > 9 || part.find_first_not_of("0123456789") != std::string::npos) return {};
     return std::stoul(part);
   }
 
+  // The value at a dotted path, a list's elements named by their index (a.b.0).
   const Json* element(const std::vector<std::string>& path) const {
     const Json* node = &config_.tree();
     for (const std::string& part : path) {
@@ -684,8 +679,8 @@ Config Schema::resolve(const Config& given_config) const {
   });
   std::vector<std::string> known;
   for (const KeySpec& k : keys_) known.push_back(k.key);
-  // A removal (~key) of a key no recipe setting is under would silently do nothing.
-  for (const std::string& removed : user.removed_keys()) {
+  // A removal (~key) that found nothing, of a key no setting is under, was meant for another (a typo).
+  for (const std::string& removed : user.removals_that_found_nothing()) {
     const auto under = [](const std::string& inner, const std::string& outer) {
       return inner == outer || (inner.starts_with(outer) && inner[outer.size()] == '.');
     };

@@ -40,8 +40,8 @@ class Config {
   // key takes it as written where YAML would read it as something else
   // ("prompt=Note: x" is a mapping to YAML, "template=[INST] {x}" a list).
   const std::string* override_text(std::string_view key) const;
-  // The keys removed with ~key on the command line.
-  std::vector<std::string> removed_keys() const;
+  // The keys ~key on the command line removed where the config held nothing.
+  const std::vector<std::string>& removals_that_found_nothing() const { return removed_nothing_; }
   // Whether the config file alone set `key`: no override at it, above it or below it.
   bool set_by_file(std::string_view key) const;
   // For an error about keys `a` and `b` given together: where one is the config
@@ -76,6 +76,7 @@ class Config {
   std::map<std::string, int64_t, std::less<>> lines_;
   // The keys given as key=value, in order (the last of a key's), with the text after '='.
   std::vector<std::pair<std::string, std::string>> overrides_;
+  std::vector<std::string> removed_nothing_;  // see removals_that_found_nothing()
 };
 
 // The leaves of a config tree by dotted key ("optimizer.lr"); an empty mapping is a leaf.
