@@ -177,7 +177,8 @@ void check_pretraining_data_keys(const Config& c) {
                c.origin_of(key), key);
   }
   // Raw token bytes are MDS's; other data hold their tokens' type (a default unchanged is no setting).
-  HONE_CHECK(type == "mds" || c.get<std::string>("dataset.token_encoding_type") == data::kDefaultBytesTokenType,
+  HONE_CHECK(type == "mds" || !c.has("dataset.token_encoding_type") ||
+                 c.get<std::string>("dataset.token_encoding_type") == data::kDefaultBytesTokenType,
              "{}: dataset.token_encoding_type reads MDS token bytes; {} data records its tokens' type",
              c.place_of("dataset.token_encoding_type"), type);
   if (type != "mock") {
