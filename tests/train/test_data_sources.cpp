@@ -183,15 +183,15 @@ TEST(InstructOptions, ColumnMapFieldsAndTheSystemPromptAreChecked) {
   EXPECT_EQ(options("dataset: {template: text, column_map: {text: body}}\n").column_map.at("text"), "body");
   EXPECT_EQ(error_of([&] { options("dataset: {column_map: {instrution: task}}\n"); }),
             "run.yaml: dataset.column_map.instrution: no template reads a field 'instrution' (did you mean "
-            "'instruction'?); the fields: instruction, input, output, dialogue, messages, prompt, chosen, rejected, "
-            "conversations, text, completion");
+            "'instruction'?); the fields: instruction, input, output, dialogue, messages, prompt, completion, text, "
+            "chosen, rejected, conversations");
   EXPECT_NE(error_of([&] { options("dataset: {template: chat, column_map: {messages: a, conversations: b}}\n"); })
                 .find("has both messages and conversations"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { options("dataset: {template: alpaca}\n", {"dataset.column_map.outptu=answer"}); }),
             "the command line: dataset.column_map.outptu: no template reads a field 'outptu' (did you mean "
-            "'output'?); the fields: instruction, input, output, dialogue, messages, prompt, chosen, rejected, "
-            "conversations, text, completion");
+            "'output'?); the fields: instruction, input, output, dialogue, messages, prompt, completion, text, chosen, "
+            "rejected, conversations");
   EXPECT_EQ(error_of([&] { options("dataset: {column_map: {output: answer}}\n", {"dataset.column_map.input=7"}); }),
             "the command line: dataset.column_map.input must name a column");
   // Another template's field would go unread.

@@ -709,6 +709,21 @@ std::vector<std::string> fields_read(InstructTemplate format, bool preference_pa
   return {};
 }
 
+std::vector<std::string> fields_any_template_reads() {
+  std::vector<std::string> fields;
+  const auto add = [&](const std::vector<std::string>& read) {
+    for (const std::string& field : read)
+      if (std::ranges::find(fields, field) == fields.end()) fields.push_back(field);
+  };
+  for (const InstructTemplate format : {InstructTemplate::alpaca, InstructTemplate::summarize, InstructTemplate::plain,
+                                        InstructTemplate::chat, InstructTemplate::text}) {
+    add(fields_read(format, /*preference_pairs=*/false));
+  }
+  add(fields_read(InstructTemplate::chat, /*preference_pairs=*/true));
+  fields.push_back("conversations");
+  return fields;
+}
+
 ChatFormat parse_chat_format(const std::string& name) {
   if (name == "llama3") return ChatFormat::llama3;
   if (name == "llama2") return ChatFormat::llama2;

@@ -67,6 +67,9 @@ struct InstructOptions {
 // completion lists. Preference pairs read prompt, chosen and rejected, under
 // any template.
 std::vector<std::string> fields_read(InstructTemplate format, bool preference_pairs);
+// Every field some template or the preference pairs read, in that order, and
+// torchtune's ShareGPT name for messages, `conversations`: what column_map takes.
+std::vector<std::string> fields_any_template_reads();
 
 // A sample's tokens and labels, the same length; a label is the token itself
 // where the loss applies and kIgnoreIndex (-100) where it does not.

@@ -311,11 +311,7 @@ data::InstructOptions instruct_options_from(const Config& c) {
   o.in_chat_format = c.get<bool>("dataset.in_chat_format");
   const bool preference_pairs = c.has("loss.type");  // DPO's
   if (const Json* map = c.find("dataset.column_map"); map && map->is_object()) {
-    // The fields the templates, chats and preference pairs read; torchtune's
-    // ShareGPT column_map names the conversation `conversations`.
-    const std::vector<std::string> fields = {"instruction", "input",  "output",   "dialogue",      "messages",
-                                             "prompt",      "chosen", "rejected", "conversations", "text",
-                                             "completion"};
+    const std::vector<std::string> fields = data::fields_any_template_reads();
     const std::vector<std::string> read = data::fields_read(o.format, preference_pairs);
     for (auto it = map->begin(); it != map->end(); ++it) {
       const std::string& origin = c.origin_of("dataset.column_map." + it.key());
