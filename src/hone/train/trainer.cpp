@@ -448,11 +448,13 @@ int run_training(const Config& c, TrainingJob job) {
     const auto two_fp32 = [](int64_t elements) { return format_bytes(8.0 * double(elements)); };
     // One data-parallel rank (all ranks tensor-parallel) has nothing to shard: the stage is as 0, as the estimate says.
     const int stage = world.dp_size() > 1 ? world.zero_stage() : 0;
-    std::string zero = world.zero_stage() > 0 && stage == 0
-                           ? fmt::format(", ZeRO stage {} over 1 data-parallel rank: nothing sharded", world.zero_stage())
-                       : stage == 0 ? ""
-                                    : fmt::format(", ZeRO stage {}: AdamW moments {} per rank (of {})", stage,
-                                                  two_fp32(shard_count), two_fp32(model.trainable_params().numel()));
+    std::string zero;
+    if (stage > 0) {
+      zero = fmt::format(", ZeRO stage {}: AdamW moments {} per rank (of {})", stage, two_fp32(shard_count),
+                         two_fp32(model.trainable_params().numel()));
+    } else if (world.zero_stage() > 0) {
+      zero = fmt::format(", ZeRO stage {} over 1 data-parallel rank: nothing sharded", world.zero_stage());
+    }
     if (stage == 2) zero += fmt::format(", gradients {} per rank", format_bytes(4.0 * double(shard_count)));
     if (stage == 3) zero += fmt::format(", master weights and gradients {} per rank", two_fp32(shard_count));
     std::string layout = "data parallel";
