@@ -1182,6 +1182,10 @@ TEST_F(TrainingRun, AResumedRunKeepsWhatShapesTheModelAndItsData) {
   fs::remove(root_ + "/log.txt");
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 10, every_2), "resume=latest"}), 0) << log();
   EXPECT_NE(log().find("resumed from " + root_ + "/r/step_0000008 at step 8"), std::string::npos) << log();
+  EXPECT_NE(log().find("note: " + root_ + "/r/latest names step_0000010, which is gone: resumed from the newest "
+                       "complete checkpoint instead"),
+            std::string::npos)
+      << log();
   // Back to step 4, named as a folder of the run: keep_last_n counts that line
   // alone, leaving the checkpoints of the abandoned steps 6 to 10.
   ASSERT_EQ(run({"run", "pretrain", "--config", config("r", 5, "checkpoint: {every_n_steps: 2, keep_last_n: 1}\n"),

@@ -329,8 +329,16 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
       if (fs::exists(it->second / "manifest.json")) return it->second.string();
     return std::nullopt;
   };
+  const std::optional<std::string> name = name_in_latest(run_dir);
+  if (!name || !fs::exists(fs::path(run_dir) / *name)) return last_complete();
+  HONE_CHECK(fs::is_directory(fs::path(run_dir) / *name), "{}: names '{}', which is not a folder",
+             (fs::path(run_dir) / kLatest).string(), *name);
+  return (fs::path(run_dir) / *name).string();
+}
+
+std::optional<std::string> name_in_latest(const std::string& run_dir) {
   const fs::path latest = fs::path(run_dir) / kLatest;
-  if (!fs::exists(latest)) return last_complete();
+  if (!fs::exists(latest)) return std::nullopt;
   HONE_CHECK(!fs::is_directory(latest), "{}: a folder, where a file naming the newest checkpoint was expected",
              latest.string());
   std::ifstream in(latest);
@@ -341,10 +349,7 @@ std::optional<std::string> find_checkpoint(const std::string& run_dir, const std
   HONE_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
              "{}: names '{}', not a checkpoint folder beside it (hone writes a name such as {})", latest.string(), name,
              checkpoint_folder_name(1));
-  if (!fs::exists(fs::path(run_dir) / name)) return last_complete();
-  HONE_CHECK(fs::is_directory(fs::path(run_dir) / name), "{}: names '{}', which is not a folder", latest.string(),
-             name);
-  return (fs::path(run_dir) / name).string();
+  return name;
 }
 
 namespace {

@@ -133,6 +133,8 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
 // step folder; nullopt when the run has none yet), a checkpoint folder (a path, or a step folder's name in
 // run_dir) or a run directory (its latest).
 std::optional<std::string> find_checkpoint(const std::string& run_dir, const std::string& resume);
+// The step folder's name in run_dir's `latest` file; nullopt where it has none.
+std::optional<std::string> name_in_latest(const std::string& run_dir);
 // A run directory means its latest checkpoint; any other path is itself.
 std::string model_folder_of(const std::string& path);
 

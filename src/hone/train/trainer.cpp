@@ -374,6 +374,13 @@ int run_training(const Config& c, TrainingJob job) {
         fail("{}: {}: resume: the data differs from the run's ({})", c.origin_of("dataset"), *folder, e.what());
       }
       console.line(fmt::format("resumed from {} at step {}", *folder, state.step));
+      const std::optional<std::string> named = c.get<std::string>("resume") == "latest"
+                                                   ? name_in_latest(run.output_dir)
+                                                   : std::nullopt;
+      if (named && !fs::exists(fs::path(run.output_dir) / *named)) {
+        console.line(fmt::format("note: {} names {}, which is gone: resumed from the newest complete checkpoint instead",
+                                 (fs::path(run.output_dir) / "latest").string(), *named));
+      }
       for (const std::string& note : notes) console.line(note);
       if (!state.data_state.contains(data::kShuffleStreamsKey)) {
         console.line(fmt::format("note: {} was saved by an earlier hone, whose shuffles (and mock data) drew other "
