@@ -1,5 +1,5 @@
 // A small distributed program for the tests: the ways a rank can fail, and one
-// all_reduce to show a world formed. Usage: dist_probe sum|hang|exit|kill|throw|hang-recv
+// all_reduce to show a world formed. Usage: dist_probe sum|hang|exit|kill|throw|hang-recv|hang-at-start
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -9,9 +9,16 @@
 
 #include "hone/core/error.hpp"
 #include "hone/dist/communicator.hpp"
+#include "hone/dist/mpi_watchdog.hpp"
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "sum";
+  // Rank 1 (as mpirun numbers it) stops once MPI is up, before any communicator is made.
+  const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (mode == "hang-at-start" && mpi_rank != nullptr && std::string(mpi_rank) == "1") {
+    hone::dist::ensure_mpi_initialized();
+    pause();
+  }
   try {
     auto comm = hone::dist::Communicator::from_environment();
     const int rank = comm->rank();

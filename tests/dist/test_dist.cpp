@@ -131,6 +131,29 @@ TEST(Environment, MalformedValuesAreErrorsNamingTheVariable) {
   EXPECT_NE(message({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("at least 1"), std::string::npos);
   EXPECT_NE(message({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}).find("not a port"),
             std::string::npos);
+  // Slurm's lists (was: a repeat count that is no number read as 1, and errors naming no variable).
+  const Env step{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}, {"SLURM_STEP_ID", "0"}};
+  for (const char* bad : {"2(xA),1", "2(x),1", "2(x2,1", "x2", "2,,1", "0"}) {
+    Env env = step;
+    env["SLURM_STEP_TASKS_PER_NODE"] = bad;
+    EXPECT_NE(message(env).find(std::string("environment variable SLURM_STEP_TASKS_PER_NODE='") + bad +
+                                "' is malformed (Slurm writes tasks per node as 2(x3),1)"),
+              std::string::npos)
+        << bad << ": " << message(env);
+  }
+  Env few = step;
+  few.insert({{"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}, {"SLURM_NODEID", "2"}});
+  EXPECT_NE(message(few).find("environment variable SLURM_STEP_TASKS_PER_NODE='2(x2)' lists fewer nodes than "
+                              "SLURM_NODEID"),
+            std::string::npos)
+      << message(few);
+  Env nodes = step;
+  nodes["SLURM_JOB_NODELIST"] = "gpu[07-";
+  EXPECT_NE(message(nodes).find("environment variable SLURM_JOB_NODELIST: Slurm node list"), std::string::npos)
+      << message(nodes);
+  // The first host alone is expanded: a huge list is no wait.
+  nodes["SLURM_JOB_NODELIST"] = "n[0-999999999],m[1-9]";
+  EXPECT_EQ(discover(nodes).master_addr, "n0");
 }
 
 TEST(Environment, SlurmNodelists) {
@@ -141,6 +164,7 @@ TEST(Environment, SlurmNodelists) {
   EXPECT_EQ(expand_slurm_nodelist("gpu[098-101]"), (V{"gpu098", "gpu099", "gpu100", "gpu101"}));
   EXPECT_EQ(expand_slurm_nodelist("r[1-2]n[1,3]"), (V{"r1n1", "r1n3", "r2n1", "r2n3"}));
   EXPECT_EQ(expand_slurm_nodelist("x[3]-ib,y"), (V{"x3-ib", "y"}));
+  EXPECT_EQ(expand_slurm_nodelist("r[1-2]n[1,3],z", 3), (V{"r1n1", "r1n3", "r2n1"}));
   for (const char* bad : {"node[01-03", "node[a-b]", "node[3-1]", "n1,,n2", "node]1["}) {
     EXPECT_THROW(expand_slurm_nodelist(bad), Error) << bad;
   }
@@ -294,6 +318,9 @@ TEST(Plan, ZeroStagesShardMoreAndSendWhatTheyMust) {
   bad = small_plan(1);
   bad.tp = 3;
   EXPECT_THROW(plan_run(bad), Error);
+  bad.tp = 2;
+  bad.model.ffn_dim = 129;  // the run refuses it (was: planned)
+  EXPECT_THROW(plan_run(bad), Error);
 }
 
 TEST(MemoryEstimate, PerRankShardsWhatHonesZeroStagesShard) {
@@ -350,6 +377,19 @@ TEST(Jobs, AHungRankEndsTheJobWithinTheTimeoutNamingIt) {
   EXPECT_LT(j.seconds, 25) << j.output;
   EXPECT_NE(j.output.find("hone: error: rank 0: all_reduce #2 (1 elements) in world did not complete within 3 s "
                           "(HONE_DIST_TIMEOUT): rank 1 has not called it"),
+            std::string::npos)
+      << j.output;
+}
+
+// A rank stopped while the job starts, before the communicators are made
+// (was: the others waited in MPI_Comm_dup forever).
+TEST(Jobs, ARankHungWhileTheWorldFormsEndsTheJob) {
+  const Job j = run("env HONE_DIST_TIMEOUT=3 " + mpirun(2) + " " + kProbe + " hang-at-start");
+  EXPECT_NE(j.status, 0) << j.output;
+  EXPECT_LT(j.seconds, 25) << j.output;
+  EXPECT_NE(j.output.find("hone: error: rank 0: creating the communicator world (MPI_Comm_dup) did not complete "
+                          "within 3 s (HONE_DIST_TIMEOUT): a rank of it has not joined (hung, stopped or dead); "
+                          "aborting the job"),
             std::string::npos)
       << j.output;
 }

@@ -370,7 +370,7 @@ int launch(const Options& o) {
     for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
     c_argv.push_back(nullptr);
     ::execv(c_argv[0], c_argv.data());
-    std::fprintf(stderr, "hone launch: cannot run %s\n", c_argv[0]);
+    std::fprintf(stderr, "hone launch: cannot run %s: %s\n", c_argv[0], std::strerror(errno));
     ::_exit(127);
   }
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) std::signal(s, record_signal);

@@ -1,5 +1,7 @@
 #include "hone/dist/environment.hpp"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cstdlib>
 
@@ -28,26 +30,37 @@ const char* first_set(const EnvLookup& env, std::initializer_list<const char*> n
   return nullptr;
 }
 
-// SLURM_STEP_TASKS_PER_NODE has the form "2(x3),1": 2 tasks on each of 3 nodes, then 1.
-int tasks_on_node(std::string_view spec, int64_t node) {
-  size_t pos = 0;
-  while (pos < spec.size()) {
+// SLURM_STEP_TASKS_PER_NODE (`variable`) has the form "2(x3),1": 2 tasks on each of 3 nodes, then 1.
+int tasks_on_node(const char* variable, std::string_view spec, int64_t node) {
+  const auto malformed = [&] {
+    return fmt::format("environment variable {}='{}' is malformed (Slurm writes tasks per node as 2(x3),1)", variable,
+                       spec);
+  };
+  const auto whole_number = [&](std::string_view digits) {
+    int n = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    HONE_CHECK(ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() && n >= 1, "{}",
+               malformed());
+    return n;
+  };
+  int on_node = 0;  // read to the end, so that a malformed item after the node's is an error too
+  for (size_t pos = 0; pos < spec.size();) {
     size_t end = spec.find(',', pos);
     if (end == std::string_view::npos) end = spec.size();
     const std::string_view item = spec.substr(pos, end - pos);
-    int tasks = 0, repeat = 1;
-    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), tasks);
-    HONE_CHECK(ec == std::errc(), "SLURM tasks-per-node '{}' is malformed", spec);
-    if (p != item.data() + item.size()) {
-      HONE_CHECK(item.size() > size_t(p - item.data()) + 3 && std::string_view(p, 2) == "(x" && item.back() == ')',
-                 "SLURM tasks-per-node '{}' is malformed", spec);
-      std::from_chars(p + 2, item.data() + item.size() - 1, repeat);
+    const size_t open = item.find("(x");
+    const int tasks = whole_number(item.substr(0, open));
+    int repeat = 1;
+    if (open != std::string_view::npos) {
+      HONE_CHECK(item.back() == ')', "{}", malformed());
+      repeat = whole_number(item.substr(open + 2, item.size() - open - 3));
     }
-    if (node < repeat) return tasks;
+    if (node >= 0 && node < repeat) on_node = tasks;
     node -= repeat;
     pos = end + 1;
   }
-  fail("SLURM tasks-per-node '{}' lists fewer nodes than SLURM_NODEID", spec);
+  HONE_CHECK(on_node > 0, "environment variable {}='{}' lists fewer nodes than SLURM_NODEID", variable, spec);
+  return on_node;
 }
 
 void check_consistent(const ProcessInfo& p, const char* source) {
@@ -60,11 +73,11 @@ void check_consistent(const ProcessInfo& p, const char* source) {
              p.master_port);
 }
 
-// Cartesian expansion of one host name with bracket groups.
-void expand_name(std::string_view name, std::string prefix, std::vector<std::string>& out) {
+// Cartesian expansion of one host name with bracket groups, up to `limit` names in `out`.
+void expand_name(std::string_view name, std::string prefix, std::vector<std::string>& out, size_t limit) {
   const size_t open = name.find('[');
   if (open == std::string_view::npos) {
-    out.push_back(prefix + std::string(name));
+    if (out.size() < limit) out.push_back(prefix + std::string(name));
     return;
   }
   const size_t close = name.find(']', open);
@@ -86,10 +99,10 @@ void expand_name(std::string_view name, std::string prefix, std::vector<std::str
     HONE_CHECK(!lo.empty() && !hi.empty() && ra.ec == std::errc() && ra.ptr == lo.data() + lo.size() &&
                    rb.ec == std::errc() && rb.ptr == hi.data() + hi.size() && a <= b,
                "Slurm node list: '{}' in '{}' is not a number or a range lo-hi", range, name);
-    for (int64_t i = a; i <= b; ++i) {
+    for (int64_t i = a; i <= b && out.size() < limit; ++i) {
       std::string digits = std::to_string(i);
       if (digits.size() < lo.size()) digits.insert(0, lo.size() - digits.size(), '0');
-      expand_name(rest, prefix + digits, out);
+      expand_name(rest, prefix + digits, out, limit);
     }
     pos = end + 1;
   }
@@ -97,7 +110,7 @@ void expand_name(std::string_view name, std::string prefix, std::vector<std::str
 
 }  // namespace
 
-std::vector<std::string> expand_slurm_nodelist(std::string_view list) {
+std::vector<std::string> expand_slurm_nodelist(std::string_view list, size_t limit) {
   std::vector<std::string> out;
   size_t start = 0;
   int depth = 0;
@@ -107,7 +120,7 @@ std::vector<std::string> expand_slurm_nodelist(std::string_view list) {
     HONE_CHECK(depth >= 0 && depth <= 1, "Slurm node list '{}' has unbalanced brackets", list);
     if (i == list.size() || (list[i] == ',' && depth == 0)) {
       HONE_CHECK(i > start, "Slurm node list '{}' has an empty name", list);
-      expand_name(list.substr(start, i - start), "", out);
+      expand_name(list.substr(start, i - start), "", out, limit);
       start = i + 1;
     }
   }
@@ -155,12 +168,16 @@ ProcessInfo discover_process(const EnvLookup& env) {
     p.world_size = int(integer(env, ntasks, 1));
     p.local_rank = int(integer(env, "SLURM_LOCALID", 0));
     if (const char* per_node = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
-      p.local_world_size = tasks_on_node(env(per_node), integer(env, "SLURM_NODEID", 0));
+      p.local_world_size = tasks_on_node(per_node, env(per_node), integer(env, "SLURM_NODEID", 0));
     } else {
       p.local_world_size = p.local_rank + 1;
     }
     if (const char* nodes = first_set(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})) {
-      p.master_addr = expand_slurm_nodelist(env(nodes)).front();
+      try {  // the first host alone: a job's list may name thousands
+        p.master_addr = expand_slurm_nodelist(env(nodes), 1).front();
+      } catch (const Error& e) {
+        fail("environment variable {}: {}", nodes, e.what());
+      }
     }
     // A port every task of the job derives alike, unless MASTER_PORT says otherwise.
     p.master_port = int(integer(env, "MASTER_PORT", 20000 + integer(env, "SLURM_JOB_ID", 0) % 20000));

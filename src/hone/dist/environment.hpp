@@ -8,6 +8,7 @@
 //                               SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE, SLURM_NODELIST
 // The order matters when launchers nest: `hone launch` inside an sbatch job, or
 // mpirun inside one, sets its own variables over Slurm's.
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -44,7 +45,8 @@ Device rank_device(const ProcessInfo& p, Device requested);  // from this proces
 
 // Expands Slurm's compressed host lists: "node[01-03,07],gpu5" ->
 // node01 node02 node03 node07 gpu5. Zero padding is kept; several bracket
-// groups in one name multiply ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2).
-std::vector<std::string> expand_slurm_nodelist(std::string_view list);
+// groups in one name multiply ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). With a
+// limit, the first `limit` names (the list after them is not read).
+std::vector<std::string> expand_slurm_nodelist(std::string_view list, size_t limit = SIZE_MAX);
 
 }  // namespace hone::dist

@@ -69,13 +69,30 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
   return out;
 }
 
+// MPI_Comm_dup, a collective that waits for every rank of `comm`, watched as
+// the communicator's own collectives are (a rank stopped while the job starts
+// would leave the others waiting here forever). No control communicator exists
+// yet to ask the peers over: the watchdog's report names the call alone.
+MPI_Comm watched_dup(MPI_Comm comm, const std::string& name) {
+  auto creating = std::make_shared<WatchedState>();
+  creating->name = name;
+  MPI_Comm_rank(comm, &creating->rank);
+  creating->world_ranks = world_ranks_of(comm);
+  start_watching(creating);
+  MPI_Comm copy;
+  {
+    Watch w(*creating, MpiOp::create, 0);
+    MPI_Comm_dup(comm, &copy);
+  }
+  stop_watching(creating.get());
+  return copy;
+}
+
 }  // namespace
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   ensure_mpi_initialized();
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(comm, "world"));
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(watched_dup(MPI_COMM_WORLD, "world"), "world"));
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm) {
@@ -85,7 +102,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm) 
   watched_->name = std::move(name);
   watched_->rank = rank_;
   watched_->world_ranks = world_ranks_of(comm_);
-  MPI_Comm_dup(comm_, &watched_->control);
+  watched_->control = watched_dup(comm_, watched_->name);
   MPI_Comm_set_errhandler(watched_->control, MPI_ERRORS_RETURN);
   start_watching(watched_);
 }

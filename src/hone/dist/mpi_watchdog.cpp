@@ -30,8 +30,8 @@ int64_t now_ns() {
 
 const char* op_name(int op) {
   static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
-                                "send",       "recv",           "split",      "reduce"};
-  return op >= 0 && op < 9 ? names[op] : "?";
+                                "send",       "recv",           "split",      "reduce",    "MPI_Comm_dup"};
+  return op >= 0 && op < 10 ? names[op] : "?";
 }
 
 bool is_point_to_point(int op) { return op == int(MpiOp::send) || op == int(MpiOp::recv); }
@@ -86,6 +86,7 @@ class Watchdog {
   }
 
   static void answer_queries(const WatchedState& s) {
+    if (s.control == MPI_COMM_NULL) return;
     int flag = 1;
     while (flag) {
       MPI_Status status;
@@ -99,6 +100,11 @@ class Watchdog {
 
   // Asks the peers of `s` where they are, then ends the job with one line.
   void report(const WatchedState& s, int64_t started) {
+    if (s.control == MPI_COMM_NULL) {
+      abort_job(fmt::format("rank {}: creating the communicator {} ({}) did not complete within {:.0f} s "
+                            "(HONE_DIST_TIMEOUT): a rank of it has not joined (hung, stopped or dead)",
+                            s.world_ranks[size_t(s.rank)], s.name, op_name(s.op.load()), timeout_));
+    }
     const int op = s.op.load(), target = s.peer.load();
     const uint64_t seq = s.seq.load();
     const int size = int(s.world_ranks.size());
@@ -176,14 +182,16 @@ class Watchdog {
                             silent.size() > 1 ? "s" : "", fmt::join(silent, ", "), kAnswerSeconds);
     }
     if (causes.empty()) causes = "every rank has called it, yet it did not complete";
+    abort_job(fmt::format("rank {}: {} ({} elements) in {} did not complete within {:.0f} s (HONE_DIST_TIMEOUT): {}",
+                          s.world_ranks[size_t(s.rank)], what, s.count.load(), s.name, timeout_, causes));
+  }
+
+  [[noreturn]] static void abort_job(const std::string& why) {
     std::fflush(stdout);
-    std::fprintf(stderr,
-                 "hone: error: rank %d: %s (%lld elements) in %s did not complete within %.0f s "
-                 "(HONE_DIST_TIMEOUT): %s; aborting the job\n",
-                 s.world_ranks[size_t(s.rank)], what.c_str(), (long long)s.count.load(), s.name.c_str(), timeout_,
-                 causes.c_str());
+    std::fprintf(stderr, "hone: error: %s; aborting the job\n", why.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 3);
+    std::abort();  // MPI_Abort does not return
   }
 
   std::mutex mutex_;
@@ -213,6 +221,10 @@ void finish_mpi(int status, void*) {
       std::fprintf(stderr, "hone: rank %d exited with status %d; ending the MPI job\n", rank, status);
     }
     std::fflush(stderr);
+    // A moment's grace before the abort kills the other ranks: those that
+    // found the same fault (a check every rank makes) say so in their own
+    // words and remove what they made (a new output_dir), as they do alone.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     MPI_Abort(MPI_COMM_WORLD, status);
   }
 }

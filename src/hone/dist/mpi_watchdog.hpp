@@ -17,10 +17,11 @@
 
 namespace hone::dist {
 
-enum class MpiOp : int { all_reduce, reduce_scatter, all_gather, broadcast, barrier, send, recv, split, reduce };
+// `create`: a communicator's MPI_Comm_dup, before it has a control communicator.
+enum class MpiOp : int { all_reduce, reduce_scatter, all_gather, broadcast, barrier, send, recv, split, reduce, create };
 
 struct WatchedState {
-  MPI_Comm control = MPI_COMM_NULL;  // duplicate of the data communicator
+  MPI_Comm control = MPI_COMM_NULL;  // duplicate of the data communicator (none while it is being made)
   std::string name;                  // "world", "group 1 of world", ...
   std::vector<int> world_ranks;      // of the members, by group rank
   int rank = 0;                      // this process's rank in the group

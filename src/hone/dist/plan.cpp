@@ -56,9 +56,7 @@ Plan plan_run(const PlanInput& in) {
   HONE_CHECK(in.hw.peak_flops > 0 && in.hw.memory_bytes > 0 && in.hw.intra_node_bw > 0 && in.hw.inter_node_bw > 0 &&
                  in.hw.devices_per_node >= 1,
              "the hardware figures (peak FLOP/s, memory, link bandwidths, devices per node) must be positive");
-  HONE_CHECK(in.model.n_heads % in.tp == 0 && in.model.n_kv_heads % in.tp == 0,
-             "tp {} must divide the {} attention heads and {} key/value heads", in.tp, in.model.n_heads,
-             in.model.n_kv_heads);
+  in.model.check_tensor_parallel(in.tp);
   const ModelConfig& m = in.model;
   const double dp = in.dp, tp = in.tp;
   const double params = double(m.num_params_per_rank(in.tp));  // per device of one replica

@@ -48,6 +48,13 @@ void ModelConfig::validate() const {
              rope_scaling.original_max_position);
 }
 
+void ModelConfig::check_tensor_parallel(int64_t tp) const {
+  HONE_CHECK(n_heads % tp == 0 && n_kv_heads % tp == 0 && ffn_dim % tp == 0,
+             "model {}: tensor parallelism over {} ranks needs {} attention heads, {} key/value heads and ffn_dim {} "
+             "to be multiples of {}",
+             name, tp, n_heads, n_kv_heads, ffn_dim, tp);
+}
+
 int64_t ModelConfig::num_non_embedding_params() const {
   const int64_t norm_params = norm_bias ? 2 * dim : dim;
   int64_t layer = 2 * norm_params + qkv_dim() * dim + dim * dim + mlp_up_dim() * dim + ffn_dim * dim;

@@ -63,6 +63,8 @@ struct ModelConfig {
   // vocab-parallel embedding and cross-entropy; otherwise every rank holds them
   // whole). One rank holds its part of the split parameters, all of the rest.
   bool splits_vocabulary(int64_t tp) const { return hone::splits_vocabulary(vocab_size, tp); }
+  // Throws hone::Error unless tp ranks can split the heads, key/value heads and ffn_dim.
+  void check_tensor_parallel(int64_t tp) const;
   int64_t num_projection_weights() const;  // every layer's projection matrices
   int64_t num_projection_params() const;   // those and the column-parallel biases
   int64_t num_vocabulary_params() const;  // token embeddings and an untied output projection

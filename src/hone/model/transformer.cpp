@@ -50,10 +50,7 @@ Transformer::Transformer(ModelConfig config, DType dtype, Device device, std::op
     tp_ = placement.tensor_parallel;
     tp_size_ = tp_->size();
     tp_rank_ = tp_->rank();
-    HONE_CHECK(config_.n_heads % tp_size_ == 0 && config_.n_kv_heads % tp_size_ == 0 && config_.ffn_dim % tp_size_ == 0,
-               "model {}: tensor parallelism over {} ranks needs {} attention heads, {} key/value heads and ffn_dim "
-               "{} to be multiples of {}",
-               config_.name, tp_size_, config_.n_heads, config_.n_kv_heads, config_.ffn_dim, tp_size_);
+    config_.check_tensor_parallel(tp_size_);
     split_vocabulary_ = config_.splits_vocabulary(tp_size_);
   }
   declare_parameters();

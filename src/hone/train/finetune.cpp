@@ -327,7 +327,7 @@ int run_finetune(const Config& c) {
   cut("validation data (dataset.validation_path)", validation_truncated, validation_dropped);
   std::unique_ptr<Objective> objective;
   if (preferences) {
-    HONE_CHECK(world.tp_size() == 1, "{}: DPO with tensor parallelism is not supported (distributed.tp 1)",
+    HONE_CHECK(world.tp_size() == 1, "{}: DPO with tensor parallelism is not supported (set distributed.tp to 1)",
                c.origin_of("distributed.tp"));
     objective = dpo_objective(dpo_config_from(c), reference.get());
   }
