@@ -18,6 +18,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Lists `file` of a checkpoint in its manifest as the file now is: a file
+// edited by hand or by another tool, which the checksums alone let through.
+void relist(const std::string& folder, const std::string& file) {
+  const std::string path = folder + "/" + file;
+  nlohmann::json manifest = nlohmann::json::parse(read_file(folder + "/manifest.json"));
+  manifest["files"][file] = {{"bytes", fs::file_size(path)}, {"xxh3_64", checksum_hex(file_checksum(path))}};
+  std::ofstream(folder + "/manifest.json") << manifest.dump();
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -47,15 +56,6 @@ class CheckpointTest : public ::testing::Test {
       return e.what();
     }
     return "";
-  }
-
-  // Writes `file` of a checkpoint anew and lists it in the manifest as it now is:
-  // a file edited by hand or by another tool, which the checksums alone let through.
-  void relist(const std::string& folder, const std::string& file) {
-    const std::string path = folder + "/" + file;
-    nlohmann::json manifest = nlohmann::json::parse(read_file(folder + "/manifest.json"));
-    manifest["files"][file] = {{"bytes", fs::file_size(path)}, {"xxh3_64", checksum_hex(file_checksum(path))}};
-    std::ofstream(folder + "/manifest.json") << manifest.dump();
   }
 
   std::string dir_;
@@ -234,16 +234,34 @@ TEST_F(CheckpointTest, AHandEditedTrainingStateIsNamedByKey) {
   EXPECT_NE(err.find("manifest.json: files: model.safetensors: 'bytes' must be an integer, got \"1024\""),
             std::string::npos)
       << err;
+  // Its format or version of another type, or the whole file not an object (was: an internal error).
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"format", nullptr}, {"version", "1"}, {"files", true}, {"", nullptr}, {"", 3}}) {
+    nlohmann::json edited = manifest;
+    if (key.empty()) {
+      edited = value;
+    } else {
+      edited[key] = value;
+    }
+    std::ofstream(folder + "/manifest.json") << edited.dump();
+    const std::string err = error_loading(folder);
+    EXPECT_NE(err.find(folder + "/manifest.json: not a hone checkpoint manifest"), std::string::npos) << err;
+  }
 }
 
 // `latest` holds a folder name beside it: a path there (edited by hand) would
 // resume another run's checkpoint, and is refused.
 TEST_F(CheckpointTest, LatestNamesAFolderBesideIt) {
   save(4);
-  for (const std::string name : {"../elsewhere/step_0000004", "/tmp/step_0000004", ".."}) {
+  // A NUL or a name longer than a file name may be (damage) too, with hone's words, not the system's.
+  for (const std::string name : {std::string("../elsewhere/step_0000004"), std::string("/tmp/step_0000004"),
+                                 std::string(".."), std::string("step\0_1", 7), std::string(300, 's')}) {
     std::ofstream(dir_ + "/latest") << name;
     const std::string err = error_of([&] { find_checkpoint(dir_, "latest"); });
-    EXPECT_NE(err.find("latest: names '" + name + "', not a checkpoint folder beside it"), std::string::npos) << err;
+    const std::string shown = name.find('\0') != std::string::npos ? "step\\0_1" : name.substr(0, 255);
+    EXPECT_NE(err.find("latest: names '" + shown + "', not a checkpoint folder beside it"),
+              std::string::npos)
+        << err;
   }
   std::ofstream(dir_ + "/latest") << "step_0000009";  // deleted since: the last complete one
   EXPECT_EQ(find_checkpoint(dir_, "latest"), dir_ + "/step_0000004");
@@ -313,6 +331,28 @@ TEST(ShardedCheckpoint, ZeroShardsSaveAndLoadAtAnyWorldSize) {
   AdamW middle(three.params(), AdamWConfig{}, third, third);
   load_checkpoint(folder, three, middle);
   EXPECT_EQ(middle.exp_avg().to_vector<float>(), whole.exp_avg().slice(third, {third}).to_vector<float>());
+  // Ranges edited to overflow, or to repeat the other shard's (were: a crash; half the moments zero).
+  const std::string second = optimizer_shard_file(1, 2);
+  const std::string first_ranges = SafetensorsFile(folder + "/" + optimizer_shard_file(0, 2)).metadata().at("ranges");
+  const SafetensorsFile saved(folder + "/" + second);
+  const Tensor m = saved.load("exp_avg"), v = saved.load("exp_avg_sq");
+  const std::string held_to = std::to_string(nlohmann::json::parse(first_ranges)[0][2].get<int64_t>());
+  for (const auto& [ranges, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"[[0,2305843009213693952,6917529027641081856]]", "2305843009213693952 lie outside its"},
+           {"[[9223372036854775807,0,1]]", "lie outside the model's"},
+           {first_ranges, "no optimizer shard holds the moments of parameters " + held_to + " to "}}) {
+    SCOPED_TRACE(ranges);
+    fs::remove(folder + "/" + second);
+    write_safetensors(folder + "/" + second, {{"exp_avg", m}, {"exp_avg_sq", v}}, {{"ranges", ranges}});
+    relist(folder, second);
+    AdamW edited(one.params(), AdamWConfig{});
+    try {
+      load_checkpoint(folder, one, edited);
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
   // A missing shard is an error, not zeros.
   fs::remove(folder + "/" + optimizer_shard_file(1, 2));
   AdamW again(one.params(), AdamWConfig{});

@@ -236,6 +236,7 @@ std::vector<Record> read_file_records(const std::string& path) {
   // one JSON value written across lines, which is named as such.
   const auto add_line = [&](const std::string& line, uint64_t n, const std::string* whole = nullptr) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+    check_json_text(line, fmt::format("{}:{}", path, n));
     try {
       records.push_back({fmt::format("{}:{}", path, n), Json::parse(line)});
     } catch (const Json::exception& e) {
@@ -256,6 +257,7 @@ std::vector<Record> read_file_records(const std::string& path) {
     const size_t first = text.find_first_not_of(" \t\r\n", text.starts_with("\xEF\xBB\xBF") ? 3 : 0);
     if (first != std::string::npos && text[first] == '[') {
       Json all;
+      check_json_text(text, path);
       try {
         all = Json::parse(text);
       } catch (const Json::exception& e) {
@@ -387,7 +389,9 @@ std::vector<ChatMessage> message_list(const Record& r, const std::string& column
     const Json& m = list[i];
     HONE_CHECK(m.is_object(), "{}: message {} of '{}' is not an object", r.where, i, column);
     const bool tool_calls = m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty();
-    HONE_CHECK(!tool_calls && m.value("role", "") != "tool" && m.value("role", "") != "ipython",
+    // Compared, not read: a role of another type is named below.
+    const bool tool_role = m.contains("role") && (m["role"] == "tool" || m["role"] == "ipython");
+    HONE_CHECK(!tool_calls && !tool_role,
                "{}: message {} of '{}' calls a tool or answers one (tool_calls, role {}), which hone's chat formats "
                "do not write yet: leave such records out",
                r.where, i, column, m.value("role", Json("assistant")).dump());

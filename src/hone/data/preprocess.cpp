@@ -91,23 +91,29 @@ bool is_megatron_tiktoken_list(const std::string& path) {
 // The ids transformers' tokenizer(text) puts around a single text: tokenizer.json's
 // post_processor (Llama's BOS; RoBERTa's <s> ... </s>). Megatron's
 // HuggingFaceTokenizer encodes with tokenizer(text).input_ids.
-void post_processor_ids(const json& node, const std::string& where, const std::string& path,
+void post_processor_ids(const json& node, const std::string& where, const std::string& path, int64_t vocab_size,
                         std::vector<int32_t>& before, std::vector<int32_t>& after) {
   if (node.is_null()) return;
   HONE_CHECK(node.is_object() && node.contains("type") && node["type"].is_string(),
              "{}: key {}: expected an object with a \"type\"", where, path);
   const std::string type = node["type"].get<std::string>();
+  const auto token_id = [&](const json& id, const std::string& key) {
+    HONE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size,
+               "{}: key {}.{}: id {} is not in the tokenizer's vocabulary of {}", where, path, key, id.dump(),
+               vocab_size);
+    return id.get<int32_t>();
+  };
   const auto id_of = [&](const json& pair, const char* key) {
     HONE_CHECK(pair.is_array() && pair.size() == 2 && pair[1].is_number_integer(),
                "{}: key {}.{}: expected [token, id]", where, path, key);
-    return pair[1].get<int32_t>();
+    return token_id(pair[1], key);
   };
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
     const json& list = node.value("processors", json());
     HONE_CHECK(list.is_array(), "{}: key {}.processors: expected an array", where, path);
     for (size_t i = 0; i < list.size(); ++i)
-      post_processor_ids(list[i], where, fmt::format("{}.processors[{}]", path, i), before, after);
+      post_processor_ids(list[i], where, fmt::format("{}.processors[{}]", path, i), vocab_size, before, after);
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
@@ -129,15 +135,14 @@ void post_processor_ids(const json& node, const std::string& where, const std::s
       continue;
     }
     const std::string at = fmt::format("{}.single[{}]", path, i);
-    HONE_CHECK(piece.contains("SpecialToken") && piece["SpecialToken"].value("id", json()).is_string(),
+    const json token = piece.contains("SpecialToken") ? piece["SpecialToken"] : json();
+    HONE_CHECK(token.is_object() && token.contains("id") && token["id"].is_string(),
                "{}: key {}: expected {{\"SpecialToken\": {{\"id\": ...}}}} or {{\"Sequence\": ...}}", where, at);
-    const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-    const json& ids = specials.contains(name) ? specials[name].value("ids", json()) : json();
+    const std::string name = token["id"].get<std::string>();
+    const json entry = specials.is_object() && specials.contains(name) ? specials[name] : json();
+    const json ids = entry.is_object() && entry.contains("ids") ? entry["ids"] : json();
     HONE_CHECK(ids.is_array(), "{}: key {}.special_tokens: no ids for {:?}", where, path, name);
-    for (const json& id : ids) {
-      HONE_CHECK(id.is_number_integer(), "{}: key {}.special_tokens.{}.ids: expected integers", where, path, name);
-      (seen_text ? after : before).push_back(id.get<int32_t>());
-    }
+    for (const json& id : ids) (seen_text ? after : before).push_back(token_id(id, "special_tokens." + name + ".ids"));
   }
 }
 
@@ -291,7 +296,7 @@ PreprocessTokenizer load_preprocess_tokenizer(const TokenizerFiles& files) {
       const std::string file = (fs::is_directory(model) ? model / "tokenizer.json" : model).string();
       const json j = parse_json(read_file(file), file);
       if (j.is_object() && j.contains("post_processor"))
-        post_processor_ids(j["post_processor"], file, "post_processor", t.before, t.after);
+        post_processor_ids(j["post_processor"], file, "post_processor", t.tokenizer->vocab_size(), t.before, t.after);
       llama_special_ids(*t.tokenizer, fs::path(file).parent_path() / "tokenizer_config.json", t.before, t.after);
     }
     if (!files.include_special_tokens) t.before.clear(), t.after.clear();

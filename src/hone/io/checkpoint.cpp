@@ -6,6 +6,7 @@
 #include <set>
 
 #include "hone/config/config.hpp"
+#include "hone/core/text.hpp"
 #include "hone/io/atomic_file.hpp"
 #include "hone/io/json_file.hpp"
 #include "hone/io/model_json.hpp"
@@ -346,9 +347,14 @@ std::optional<std::string> name_in_latest(const std::string& run_dir) {
   std::getline(in, name);
   HONE_CHECK(!name.empty(), "{}: names no checkpoint (it is empty)", latest.string());
   // hone writes a folder's name there: a path would resume another run's checkpoint.
-  HONE_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
-             "{}: names '{}', not a checkpoint folder beside it (hone writes a name such as {})", latest.string(), name,
-             checkpoint_folder_name(1));
+  // A NUL or an over-long name (a damaged file) would fail later with the system's words.
+  if (name.find_first_of(std::string("/\0", 2)) != std::string::npos || name == "." || name == ".." ||
+      name.size() > 255) {
+    std::string shown = name.substr(0, 255);
+    replace_all(shown, std::string(1, '\0'), "\\0");
+    fail("{}: names '{}', not a checkpoint folder beside it (hone writes a name such as {})", latest.string(), shown,
+         checkpoint_folder_name(1));
+  }
   return name;
 }
 
@@ -359,8 +365,10 @@ Json read_manifest(const std::string& folder, std::string& manifest_path) {
   manifest_path = (fs::path(folder) / "manifest.json").string();
   HONE_CHECK(fs::exists(manifest_path), "{}: not a complete checkpoint (no manifest.json)", folder);
   Json manifest = read_json_file(manifest_path);
-  HONE_CHECK(manifest.value("format", "") == kFormat && manifest.value("version", 0) == kVersion &&
-                 manifest.contains("files") && manifest["files"].is_object(),
+  // Compared, not read: a damaged manifest's values may be of any type.
+  HONE_CHECK(manifest.is_object() && manifest.contains("format") && manifest["format"] == kFormat &&
+                 manifest.contains("version") && manifest["version"] == kVersion && manifest.contains("files") &&
+                 manifest["files"].is_object(),
              "{}: not a hone checkpoint manifest (format {} version {})", manifest_path, kFormat, kVersion);
   // Each file's entry is read again below (and its checksum by base_model_record): checked once, here.
   for (const auto& [file, info] : manifest["files"].items()) {
@@ -457,7 +465,12 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
     }
     return;
   }
-  int64_t covered = 0;
+  // The whole model's layout, which the ranges speak (a tensor-parallel rank holds parts of it).
+  int64_t total = 0;
+  for (const Parameter& p : model.trainable_params().all()) total = std::max(total, p.whole_offset + p.whole_shape.numel());
+  // Runs of parameters the shards hold: tensor-parallel ranks (and data-parallel
+  // replicas below ZeRO's stages) each hold the unsplit ones, so runs may repeat.
+  std::vector<std::pair<int64_t, int64_t>> held_runs;  // offset, count
   for (const auto& entry : fs::directory_iterator(folder)) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("optimizer-") || !name.ends_with(".safetensors")) continue;
@@ -473,17 +486,28 @@ void load_moments(const std::string& folder, const Transformer& model, AdamW& op
                           r[2].is_number_integer();
       HONE_CHECK(triple, "{}: metadata 'ranges' holds {}, not [offset, index, count]", file.path(), r.dump());
       const int64_t offset = r[0].get<int64_t>(), at = r[1].get<int64_t>(), count = r[2].get<int64_t>();
-      HONE_CHECK(offset >= 0 && at >= 0 && count >= 0 && at + count <= m.numel() && m.numel() == v.numel(),
-                 "{}: range [{}, {}) of its metadata lies outside its {} moments", file.path(), at, at + count,
-                 m.numel());
+      // Compared as differences: a hand-edited sum could overflow.
+      HONE_CHECK(at >= 0 && count >= 0 && at <= m.numel() && count <= m.numel() - at && m.numel() == v.numel(),
+                 "{}: metadata 'ranges' holds {}: {} moments from index {} lie outside its {}", file.path(), r.dump(),
+                 count, at, m.numel());
+      HONE_CHECK(offset >= 0 && offset <= total && count <= total - offset,
+                 "{}: metadata 'ranges' holds {}: parameters {} to {} lie outside the model's {}", file.path(),
+                 r.dump(), offset, offset + count, total);
+      held_runs.emplace_back(offset, count);
       copy_held(m.slice(at, {count}), offset, optimizer.exp_avg(), held);
       copy_held(v.slice(at, {count}), offset, optimizer.exp_avg_sq(), held);
-      covered += count;
     }
   }
-  HONE_CHECK(covered >= model.trainable_params().numel(),
-             "{}: the optimizer shards cover {} of {} parameters (a shard file is missing)", folder, covered,
-             model.trainable_params().numel());
+  // Every parameter held by some shard (a sum of the counts would count the repeats).
+  std::sort(held_runs.begin(), held_runs.end());
+  int64_t covered = 0;  // parameters [0, covered) are held
+  for (const auto& [offset, count] : held_runs) {
+    HONE_CHECK(offset <= covered, "{}: no optimizer shard holds the moments of parameters {} to {} (a shard file is "
+               "missing)", folder, covered, offset);
+    covered = std::max(covered, offset + count);
+  }
+  HONE_CHECK(covered == total, "{}: no optimizer shard holds the moments of parameters {} to {} (a shard file is "
+             "missing)", folder, covered, total);
 }
 
 }  // namespace
@@ -692,10 +716,18 @@ class LoraMergedWeights final : public WeightSource {
   }
   void read(const std::string& name, const Tensor& dst) const override {
     base_.read(name, dst);
+    // Shapes checked whole: a transposed adapter has the right number of elements.
+    const auto adapter = [&](const std::string& adapter_name, const Shape& shape) {
+      const Tensor t = adapters_(adapter_name);
+      HONE_CHECK(t.shape() == shape, "{}: '{}' is {}, where LoRA of rank {} on {} needs {}", what_, adapter_name,
+                 t.shape().str(), lora_.rank, name, shape.str());
+      return t;
+    };
     for (const LoraTarget& t : targets_) {
       if (t.base != name) continue;
-      merge_adapter(dst, t.row_begin, t.rows, adapters_(t.a_name()), adapters_(t.b_name()), lora_.scale(),
-                    lora_.use_dora ? adapters_(t.magnitude_name()) : Tensor());
+      merge_adapter(dst, t.row_begin, t.rows, adapter(t.a_name(), Shape{lora_.rank, t.in}),
+                    adapter(t.b_name(), Shape{t.rows, lora_.rank}), lora_.scale(),
+                    lora_.use_dora ? adapter(t.magnitude_name(), Shape{t.rows}) : Tensor());
     }
   }
 

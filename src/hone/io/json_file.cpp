@@ -5,12 +5,14 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
+#include "hone/core/text.hpp"
 #include "hone/io/json_error.hpp"
 
 namespace hone {
 
 Json read_json_file(const std::string& path) {
   const std::string text = read_file(path);  // a folder in the file's place named as such
+  check_json_text(text, path);
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {

@@ -236,7 +236,10 @@ LoraConfig read_peft_config(const std::string& dir, const ModelConfig& config) {
   }
   LoraConfig lora{.rank = rank, .alpha = alpha->get<double>(), .attn_modules = {}, .use_dora = dora};
   if (const Json* rs = field("use_rslora"); rs && *rs == true) lora.alpha *= std::sqrt(double(rank));
-  if (const Json* dropout = field("lora_dropout")) lora.dropout = dropout->get<double>();
+  if (const Json* dropout = field("lora_dropout")) {
+    HONE_CHECK(dropout->is_number(), "{}: 'lora_dropout' must be a number, got {}", path, dropout->dump());
+    lora.dropout = dropout->get<double>();
+  }
   for (const auto& [module, on] : layers) {
     const bool output = module == "output";
     HONE_CHECK(output || int64_t(on.size()) == config.n_layers, "{}: {} adapters on {} of {} layers; hone's are on "

@@ -95,7 +95,8 @@ SamplingOptions sampling_options(const Config& c, const Json& generation_config)
                     .top_p = pick("top_p", 1.0),
                     .min_p = pick("min_p", 0.0),
                     .repetition_penalty = pick("repetition_penalty", 1.0)};
-  if (!c.has("temperature") && has_file && generation_config.value("do_sample", true) == false) {
+  if (!c.has("temperature") && has_file && generation_config.contains("do_sample") &&
+      generation_config["do_sample"] == false) {
     o.temperature = 0;
     from_file.push_back("do_sample false (greedy)");
   }

@@ -330,6 +330,17 @@ TEST_F(MdsDamageTest, TruncatedShard) {
                {shard_, "sample 4 ends at byte", "truncated?"});
 }
 
+// The config a shard holds describes the columns index.json gives it (were: names and encodings alone compared).
+TEST_F(MdsDamageTest, AShardsConfigMatchesTheIndex) {
+  write("");
+  const auto bytes = read_bytes(shard_);
+  auto index = data::parse_mds_index(read_text(path("out/index.json")), "index.json");
+  EXPECT_NO_THROW(MdsShard(as_bytes(bytes), index[0], shard_));
+  index[0].column_sizes[0] = 12345;
+  expect_error([&] { MdsShard(as_bytes(bytes), index[0], shard_); },
+               {shard_, "the shard's config has column_sizes [null], index.json has [12345]"});
+}
+
 TEST_F(MdsDamageTest, TruncatedZstdShard) {
   write("zstd");
   auto bytes = read_bytes(shard_);

@@ -268,6 +268,16 @@ TEST_F(MegatronCorruptionTest, LengthsPointersAndDocumentIndices) {
   expect_open_error({"document index 2 (byte 74) is 1", "2..2"});
 }
 
+// Megatron writes the sequences back to back (were: overlaps and stray bytes read silently).
+TEST_F(MegatronCorruptionTest, SequencesLieBackToBack) {
+  const size_t pointers = 34 + 2 * 4;
+  set<int64_t>(pointers + 8, 4);  // inside the first sequence, bytes 0..6
+  expect_open_error({"sequence 1 has pointer 4 (byte 50), expected 6 (where sequence 0 ends;", "back to back"});
+  set<int64_t>(pointers + 8, 6);
+  bin_.insert(bin_.end(), {0, 0});
+  expect_open_error({"its sequences end at byte 10 of " + path("d.bin") + ", which has 12 bytes"});
+}
+
 TEST_F(MegatronCorruptionTest, MissingFiles) {
   std::filesystem::remove(path("d.bin"));
   expect_error([&] { MegatronDataset ds(path("d")); }, {path("d.bin"), "cannot open"});

@@ -387,6 +387,21 @@ TEST_F(Preprocess, HuggingFacePostProcessorTemplate) {
   EXPECT_TRUE(bare.after.empty());
   write_tokenizer(path("odd"), spec({{"type", "BlenderProcessing"}}));
   expect_error([&] { hf_tokenizer(path("odd")); }, {path("odd/tokenizer.json"), "post_processor", "BlenderProcessing"});
+  // Ids past the vocabulary, and pieces of other types (were: written into the data; an internal error).
+  json past = llama;
+  past["special_tokens"]["<s>"]["ids"] = {9999};
+  write_tokenizer(path("past"), spec(past));
+  expect_error([&] { hf_tokenizer(path("past")); },
+               {path("past/tokenizer.json"), "post_processor.special_tokens.<s>.ids: id 9999 is not in the tokenizer's "
+                                             "vocabulary of "});
+  json odd_piece = llama;
+  odd_piece["single"][0] = {{"SpecialToken", 5}};
+  write_tokenizer(path("odd_piece"), spec(odd_piece));
+  expect_error([&] { hf_tokenizer(path("odd_piece")); }, {path("odd_piece/tokenizer.json"), "post_processor.single[0]"});
+  json odd_entry = llama;
+  odd_entry["special_tokens"]["<s>"] = 5;
+  write_tokenizer(path("odd_entry"), spec(odd_entry));
+  expect_error([&] { hf_tokenizer(path("odd_entry")); }, {path("odd_entry/tokenizer.json"), "no ids for \"<s>\""});
 }
 
 // A pipe (/dev/stdin, <(zstdcat ...)) is read once, as JSON Lines, as Megatron reads every input.

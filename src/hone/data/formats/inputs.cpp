@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/formats/mds.hpp"
 #include "hone/data/formats/parquet.hpp"
 
@@ -219,6 +220,7 @@ std::string with_python_numbers_as_null(std::string_view line) {
 
 void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, std::string_view where,
                       std::vector<std::string>& values) {
+  check_json_text(line, where);
   nlohmann::json object;
   try {
     object = nlohmann::json::parse(line);

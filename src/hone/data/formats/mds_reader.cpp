@@ -266,11 +266,13 @@ MdsShard::MdsShard(std::span<const std::byte> data, const MdsShardInfo& info, st
   json config = json::parse(config_begin, config_begin + (first - table_end), nullptr, false);
   HONE_CHECK(!config.is_discarded() && config.is_object(), "{}: bytes {}..{} are not the shard's JSON config", name_,
              table_end, first);
-  for (const char* key : {"column_names", "column_encodings"}) {
+  json sizes = json::array();
+  for (const std::optional<uint64_t>& size : info.column_sizes) sizes.push_back(size ? json(*size) : json());
+  for (const auto& [key, expected] : {std::pair<const char*, json>{"column_names", info.column_names},
+                                      {"column_encodings", info.column_encodings}, {"column_sizes", sizes}}) {
     auto it = config.find(key);
-    const auto& expected = std::string_view(key) == "column_names" ? info.column_names : info.column_encodings;
-    HONE_CHECK(it == config.end() || *it == json(expected), "{}: the shard's config has {} {}, index.json has {}",
-               name_, key, it == config.end() ? "" : it->dump(), json(expected).dump());
+    HONE_CHECK(it == config.end() || *it == expected, "{}: the shard's config has {} {}, index.json has {}", name_,
+               key, it == config.end() ? "" : it->dump(), expected.dump());
   }
 }
 

@@ -208,6 +208,8 @@ void MegatronDataset::validate() {
   documents_ = d - 1;
 
   const size_t item = megatron_dtype_size(dtype_);
+  // Megatron writes the sequences back to back: each pointer is the end of the one before.
+  uint64_t expected_pointer = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const size_t length_at = kMegatronHeaderBytes + i * 4, pointer_at = kMegatronHeaderBytes + n * 4 + i * 8;
     const int32_t length = load_le<int32_t>(idx_.data() + length_at);
@@ -219,7 +221,16 @@ void MegatronDataset::validate() {
     HONE_CHECK(uint64_t(pointer) <= bin_.size() && uint64_t(length) * item <= bin_.size() - uint64_t(pointer),
                "{}: sequence {} (pointer at byte {}) covers bytes {}..{} of {}, which has {} bytes (truncated?)", f, i,
                pointer_at, pointer, uint64_t(pointer) + uint64_t(length) * item, bin_name_, bin_.size());
+    HONE_CHECK(uint64_t(pointer) == expected_pointer,
+               "{}: sequence {} has pointer {} (byte {}), expected {} ({}; Megatron writes the sequences back to "
+               "back: a damaged index, or one of other data?)",
+               f, i, pointer, pointer_at, expected_pointer,
+               i == 0 ? std::string("the start of the file") : fmt::format("where sequence {} ends", i - 1));
+    expected_pointer += uint64_t(length) * item;
   }
+  HONE_CHECK(expected_pointer == bin_.size(),
+             "{}: its sequences end at byte {} of {}, which has {} bytes (bytes after them: the index of other data?)",
+             f, expected_pointer, bin_name_, bin_.size());
   const size_t documents_at = kMegatronHeaderBytes + n * 12;
   int64_t previous = 0;
   for (uint64_t k = 0; k < d; ++k) {

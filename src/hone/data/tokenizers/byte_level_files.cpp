@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/core/text.hpp"
 #include "hone/data/tokenizers/bpe_tokenizer.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/utf8.hpp"
@@ -174,6 +175,7 @@ bool byte_level_to_bytes(std::string_view text, std::string& bytes) {
 }
 
 nlohmann::json parse_json(std::string_view content, std::string_view name) {
+  check_json_text(content, name);
   try {
     return nlohmann::json::parse(content.begin(), content.end());
   } catch (const nlohmann::json::parse_error& e) {
