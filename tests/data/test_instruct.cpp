@@ -177,6 +177,8 @@ TEST_F(InstructTest, ShareGptConversationsReadLikeMessages) {
                "message 0 of 'conversations' has no string 'value'", chat);
   expect_error(R"({"messages": [{"role": "user", "content": 3}]})", "message 0 of 'messages' has no string 'content'",
                chat);
+  expect_error(R"({"messages": [{"role": 5, "content": "Hi"}]})", "message 0 of 'messages' has no string 'role'",
+               chat);  // was: an internal error
   expect_error(R"({"dialogue": "Hi"})", "no 'messages' list of messages (nor a ShareGPT 'conversations' list, nor TRL's 'prompt' and 'completion' lists)", chat);
   expect_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
                "message 0 of 'messages': a content part that is not {\"type\": \"text\", \"text\": ...} (hone trains "

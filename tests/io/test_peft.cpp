@@ -181,6 +181,7 @@ TEST(Peft, FoldersReadBackAsTheAdaptersTheyHold) {
   expect_refused("modules_to_save", {"lm_head"}, "'modules_to_save' is set");
   expect_refused("bias", "all", "bias is \"all\"; hone's adapters have no biases");
   expect_refused("peft_type", "PREFIX_TUNING", "peft_type is \"PREFIX_TUNING\", hone reads LORA adapters");
+  expect_refused("lora_dropout", "x", "'lora_dropout' must be a number, got \"x\"");  // was: an internal error
   with("r", 2);
 
   // Tensors that make a set of adapters hone cannot express.

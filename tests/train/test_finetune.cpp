@@ -1727,6 +1727,9 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
             std::string::npos)
       << log;
   EXPECT_EQ(by_file, completion_of("greedy_given", "/base/step_0000002", "temperature=0").first);
+  // do_sample of another type than a boolean is not false: sampling as without it (was: an internal error).
+  std::ofstream(root_ + "/base_greedy/generation_config.json") << R"({"do_sample": "no", "top_p": 0.9})";
+  EXPECT_EQ(completion_of("do_sample_no", "/base_greedy", "seed=7").second.find("do_sample false"), std::string::npos);
   // A prompts file without a prompt, adapters that are not there, a prompt too long: named.
   std::ofstream(root_ + "/blank_prompts.txt") << "\n  \n";
   std::ofstream long_prompts(root_ + "/long_prompts.txt");
