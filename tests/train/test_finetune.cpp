@@ -236,6 +236,37 @@ TEST_F(FinetuneRun, LoraLearnsSavesAdaptersAndExportsPeftAndHf) {
   }
 }
 
+// An adapter edited to another shape of as many elements (a transposed B) is
+// named when merged, as loading it to train is (was: merged silently).
+TEST_F(FinetuneRun, AnAdapterOfAnotherShapeIsNotMerged) {
+  trained_lora_run();
+  const std::string edited = root_ + "/lora_transposed";
+  fs::remove_all(edited);
+  fs::copy(root_ + "/lora/step_0000030", edited, fs::copy_options::recursive);
+  const std::string file = edited + "/adapter.safetensors";
+  std::vector<NamedTensor> tensors;
+  {
+    const SafetensorsFile f(file);
+    for (const std::string& name : f.names()) tensors.push_back({name, f.load(name)});
+  }
+  for (NamedTensor& t : tensors) {
+    if (t.name == "layers.1.lora.v_proj.b") t.tensor = t.tensor.clone().view({t.tensor.size(1), t.tensor.size(0)});
+  }
+  fs::remove(file);
+  write_safetensors(file, tensors);
+  nlohmann::json manifest = nlohmann::json::parse(read_file(edited + "/manifest.json"));
+  manifest["files"]["adapter.safetensors"] = {{"bytes", fs::file_size(file)},
+                                              {"xxh3_64", checksum_hex(file_checksum(file))}};
+  std::ofstream(edited + "/manifest.json") << manifest.dump();
+  const std::string out = root_ + "/lora_transposed.log";
+  EXPECT_EQ(run_hone_to_log({"convert", edited, root_ + "/lora_transposed_hf", "--to", "hf"}, out), 2) << read_file(out);
+  EXPECT_NE(read_file(out).find("'layers.1.lora.v_proj.b' is [4, 32], where LoRA of rank 4 on layers.1.attn.qkv.weight "
+                                "needs [32, 4]"),
+            std::string::npos)
+      << read_file(out);
+  EXPECT_FALSE(fs::exists(root_ + "/lora_transposed_hf"));
+}
+
 // Exports that would fail once the run has trained (a folder in the way) fail
 // before it starts: nothing is trained or written.
 TEST_F(FinetuneRun, ExportsThatWouldFailAreRefusedBeforeTraining) {
