@@ -610,15 +610,15 @@ TEST_F(InstructTest, ErrorsNameFileLineAndColumn) {
                 .find("null.jsonl:1: column 'output' is null (the template's 'output')"),
             std::string::npos);
   EXPECT_NE(error("x.csv", "a,b\n").find("instruct datasets are .jsonl or .json"), std::string::npos);
-  // Where a syntax error is: the line and column of an array, the column of a JSON line.
+  // Where a syntax error is: the byte, line and column of an array, the line and column of a JSON line.
   EXPECT_EQ(error("array.json", "[\n  {\"instruction\": \"x\", \"output\": \"y\"},\n  {\"instruction\": x}\n]\n"),
-            file("array.json", "") + ": not valid JSON: parse error at line 3, column 19: syntax error while parsing "
-                                     "value - invalid literal; last read: '\"instruction\": x'");
+            file("array.json", "") + ": not valid JSON (byte 60: parse error at line 3, column 19: syntax error while "
+                                     "parsing value - invalid literal; last read: '\"instruction\": x')");
   EXPECT_NE(error("bad.jsonl", "{\"instruction\": \"x\", \"output\": \"y\"}\n{broken\n")
-                .find("bad.jsonl:2: not valid JSON: parse error at column 2: "),
+                .find("bad.jsonl:2: not valid JSON (byte 2: parse error at line 1, column 2: "),
             std::string::npos);
   EXPECT_NE(error("huge.json", "[{\"instruction\": \"x\", \"output\": \"y\", \"score\": 1e999}]")
-                .find("huge.json: not valid JSON: number overflow parsing '1e999'"),
+                .find("huge.json: not valid JSON (number overflow parsing '1e999')"),
             std::string::npos);
   // JSON Lines named .json (Hugging Face datasets' to_json()) read as JSON Lines; one object is neither.
   const std::string lines = "{\"instruction\": \"x\", \"output\": \"y\"}\n{\"instruction\": \"z\", \"output\": \"w\"}\n";

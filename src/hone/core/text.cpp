@@ -116,24 +116,4 @@ std::vector<std::string> csv_fields(std::string_view line) {
   return fields;
 }
 
-void check_json_text(std::string_view text, std::string_view where) {
-  constexpr int kMaxDepth = 512;
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    HONE_CHECK(c != '\0', "{}: byte {} is NUL, which JSON text cannot hold (binary data?)", where, i);
-    if (in_string) {
-      if (c == '\\') ++i;  // the escaped character, a quote among them
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      HONE_CHECK(++depth <= kMaxDepth, "{}: byte {}: arrays and objects nested more than {} deep", where, i, kMaxDepth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-}
-
 }  // namespace hone

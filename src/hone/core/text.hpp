@@ -27,11 +27,4 @@ std::string csv_field(std::string_view s);
 // The fields of one CSV line, quoted ones unquoted.
 std::vector<std::string> csv_fields(std::string_view line);
 
-// Throws hone::Error naming `where` for JSON text nlohmann would misread or
-// could not use: a NUL byte (its parser stops there, taking the text before it
-// for the whole), or arrays and objects nested more than 512 deep (no real file
-// is; copying or printing such a value recurses once a level, and a hostile
-// file's hundred thousand levels overflow the stack).
-void check_json_text(std::string_view text, std::string_view where);
-
 }  // namespace hone

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "hone/core/error.hpp"
+#include "hone/core/json_text.hpp"
 #include "hone/core/rng.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/formats/inputs.hpp"
@@ -224,29 +225,21 @@ std::vector<Record> read_file_records(const std::string& path) {
              path);
   InputStream in(path);
   std::vector<Record> records;
-  // nlohmann's account of a syntax error (or a number past a double), without
-  // its exception tag: "parse error at line 3, column 5: ...".
-  const auto reason = [](const Json::exception& e, bool one_line) {
-    std::string m = e.what();
-    if (const size_t tag = m.find("] "); tag != std::string::npos) m.erase(0, tag + 2);
-    if (one_line) replace_all(m, "at line 1, column", "at column");
-    return m;
-  };
   // `whole`, when given, is the file's text: a line that fails may be part of
   // one JSON value written across lines, which is named as such.
   const auto add_line = [&](const std::string& line, uint64_t n, const std::string* whole = nullptr) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;
-    check_json_text(line, fmt::format("{}:{}", path, n));
+    const std::string where = fmt::format("{}:{}", path, n);
     try {
-      records.push_back({fmt::format("{}:{}", path, n), Json::parse(line)});
-    } catch (const Json::exception& e) {
+      records.push_back({where, parse_json_text<Json>(line, where)});
+    } catch (const Error&) {
       if (whole) {
         const Json value = Json::parse(*whole, nullptr, /*allow_exceptions=*/false);
         HONE_CHECK(value.is_discarded(),
                    "{}: one JSON {} across lines: expected an array of records, or JSON Lines (a record a line)", path,
                    value.type_name());
       }
-      fail("{}:{}: not valid JSON: {}", path, n, reason(e, true));
+      throw;
     }
   };
   if (base.ends_with(".json")) {
@@ -256,13 +249,7 @@ std::vector<Record> read_file_records(const std::string& path) {
     // A UTF-8 byte-order mark before the array (a Windows editor's) is no record's.
     const size_t first = text.find_first_not_of(" \t\r\n", text.starts_with("\xEF\xBB\xBF") ? 3 : 0);
     if (first != std::string::npos && text[first] == '[') {
-      Json all;
-      check_json_text(text, path);
-      try {
-        all = Json::parse(text);
-      } catch (const Json::exception& e) {
-        fail("{}: not valid JSON: {}", path, reason(e, false));
-      }
+      const Json all = parse_json_text<Json>(text, path);
       for (size_t i = 0; i < all.size(); ++i) records.push_back({fmt::format("{}: record {}", path, i), all[i]});
     } else {
       std::istringstream lines(text);

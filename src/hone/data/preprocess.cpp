@@ -17,6 +17,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
+#include "hone/core/json_text.hpp"
 #include "hone/data/formats/inputs.hpp"
 #include "hone/data/formats/megatron.hpp"
 #include "hone/data/formats/ordered_sink.hpp"
@@ -154,7 +155,7 @@ void llama_special_ids(const Tokenizer& tokenizer, const fs::path& config_path, 
                        std::vector<int32_t>& after) {
   if (!fs::is_regular_file(config_path)) return;
   const std::string where = config_path.string();
-  const json config = parse_json(read_file(where), where);
+  const json config = parse_json_text<json>(read_file(where), where);
   if (!config.is_object() || !config.value("tokenizer_class", json()).is_string()) return;
   std::string name = config["tokenizer_class"].get<std::string>();
   if (name.ends_with("Fast")) name.resize(name.size() - 4);
@@ -294,7 +295,7 @@ PreprocessTokenizer load_preprocess_tokenizer(const TokenizerFiles& files) {
     if (kind == "hf-tokenizer-json") {
       const fs::path model(files.tokenizer_model);
       const std::string file = (fs::is_directory(model) ? model / "tokenizer.json" : model).string();
-      const json j = parse_json(read_file(file), file);
+      const json j = parse_json_text<json>(read_file(file), file);
       if (j.is_object() && j.contains("post_processor"))
         post_processor_ids(j["post_processor"], file, "post_processor", t.tokenizer->vocab_size(), t.before, t.after);
       llama_special_ids(*t.tokenizer, fs::path(file).parent_path() / "tokenizer_config.json", t.before, t.after);

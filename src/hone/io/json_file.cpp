@@ -5,19 +5,12 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
-#include "hone/core/text.hpp"
-#include "hone/io/json_error.hpp"
+#include "hone/core/json_text.hpp"
 
 namespace hone {
 
 Json read_json_file(const std::string& path) {
-  const std::string text = read_file(path);  // a folder in the file's place named as such
-  check_json_text(text, path);
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    fail("{}: not valid JSON ({})", path, json_error_text(e));
-  }
+  return parse_json_text<Json>(read_file(path), path);  // a folder in the file's place named as such
 }
 
 WrittenFile write_json_file(const std::string& path, const Json& j) {

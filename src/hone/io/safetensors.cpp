@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hone/core/json_text.hpp"
 #include "hone/io/atomic_file.hpp"
-#include "hone/io/json_error.hpp"
 
 namespace hone {
 

@@ -62,14 +62,14 @@ TEST_F(InputsTest, JsonlErrorsNameFileLineAndKey) {
     write_text(p, "{\"text\": \"ok\"}\n" + line2 + "\n");
     expect_error([&] { read_all({p}, {"text"}); }, fragments);
   };
-  check("{\"text\": \"unterminated}", {p + ":2: invalid JSON at column"});
+  check("{\"text\": \"unterminated}", {p + ":2: not valid JSON (byte 24: parse error at line 1, column 24: "});
   check("{\"body\": \"x\", \"id\": 3}", {p + ":2: no key 'text'", "'body', 'id'"});
   check("{\"text\": 12}", {p + ":2: key 'text' is number, expected a string"});
   check("[\"text\"]", {p + ":2: expected a JSON object, found array"});
-  check("{\"text\": \"a\"} trailing", {p + ":2: invalid JSON"});
-  check("{\"text\": \"\xff\"}", {p + ":2: invalid JSON"});  // not UTF-8
+  check("{\"text\": \"a\"} trailing", {p + ":2: not valid JSON ("});
+  check("{\"text\": \"\xff\"}", {p + ":2: not valid JSON ("});  // not UTF-8
   check("{\"text\": NaN}", {p + ":2: key 'text' is null, expected a string"});
-  check("{\"text\": \"a\", \"n\": NaNa}", {p + ":2: invalid JSON at column"});
+  check("{\"text\": \"a\", \"n\": NaNa}", {p + ":2: not valid JSON (byte 20: "});
 }
 
 // What Python's json.dumps writes beyond JSON (NaN, Infinity, numbers past a

@@ -399,7 +399,7 @@ TEST_F(TokenizerFiles, RankFileNamesTheLine) {
 
 TEST_F(TokenizerFiles, JsonNamesTheByteOffsetOrKey) {
   std::string m = error_of(write("a/tokenizer.json", R"({"model": {"type": "BPE",, "vocab": {}}})"));
-  EXPECT_NE(m.find("byte 26: invalid JSON"), std::string::npos) << m;
+  EXPECT_NE(m.find("tokenizer.json: not valid JSON (byte 26: parse error at line 1, column 26: "), std::string::npos) << m;
   m = error_of(write("b/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})"));
   EXPECT_NE(m.find("key model.type: unsupported value \"Unigram\" (expected \"BPE\")"), std::string::npos) << m;
   m = error_of(write("c/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}})"));

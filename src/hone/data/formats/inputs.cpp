@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "hone/core/error.hpp"
+#include "hone/core/json_text.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/formats/mds.hpp"
 #include "hone/data/formats/parquet.hpp"
@@ -226,18 +227,7 @@ void parse_jsonl_line(std::string_view line, std::span<const std::string> keys, 
     object = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& e) {
     object = nlohmann::json::parse(with_python_numbers_as_null(line), nullptr, /*allow_exceptions=*/false);
-    if (object.is_discarded()) {
-      // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column N: ",
-      // or e.g. "[json.exception.out_of_range.406] number overflow parsing '1e999'".
-      std::string_view what = e.what();
-      if (const auto* syntax = dynamic_cast<const nlohmann::json::parse_error*>(&e)) {
-        const size_t colon = what.find(": ");
-        fail("{}: invalid JSON at column {}: {}", where, syntax->byte,
-             colon == std::string_view::npos ? what : what.substr(colon + 2));
-      }
-      const size_t bracket = what.find("] ");
-      fail("{}: invalid JSON: {}", where, bracket == std::string_view::npos ? what : what.substr(bracket + 2));
-    }
+    if (object.is_discarded()) fail("{}: not valid JSON ({})", where, json_error_text(e));
   }
   HONE_CHECK(object.is_object(), "{}: expected a JSON object, found {}", where, object.type_name());
   values.clear();

@@ -11,9 +11,9 @@
 
 #include "hone/core/allocator.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/json_text.hpp"
 #include "hone/data/formats/mapped_file.hpp"
 #include "hone/data/formats/mds.hpp"
-#include "hone/io/json_error.hpp"
 
 namespace hone::data {
 
@@ -212,18 +212,11 @@ MdsShardInfo shard_info(const json& entry, const std::string& where) {
 }  // namespace
 
 MdsShardInfo parse_mds_shard_info(std::string_view json_text, const std::string& where) {
-  json entry = json::parse(json_text, nullptr, false);
-  HONE_CHECK(!entry.is_discarded(), "{}: not valid JSON", where);
-  return shard_info(entry, where);
+  return shard_info(parse_json_text<json>(json_text, where), where);
 }
 
 std::vector<MdsShardInfo> parse_mds_index(std::string_view text, const std::string& path) {
-  json index;
-  try {
-    index = json::parse(text);
-  } catch (const json::exception& e) {  // a cut-short file names where it ends
-    fail("{}: not valid JSON ({})", path, json_error_text(e));
-  }
+  const json index = parse_json_text<json>(text, path);  // a cut-short file names where it ends
   HONE_CHECK(index.is_object(), "{}: not a JSON object (a streaming index.json)", path);
   const json& version = field(index, "version", path);
   HONE_CHECK(version == 2, "{}: version {}, expected 2", path, version.dump());

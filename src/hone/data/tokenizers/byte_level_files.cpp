@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
-#include "hone/core/text.hpp"
+#include "hone/core/json_text.hpp"
 #include "hone/data/tokenizers/bpe_tokenizer.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 #include "hone/data/tokenizers/utf8.hpp"
@@ -174,25 +174,9 @@ bool byte_level_to_bytes(std::string_view text, std::string& bytes) {
   return true;
 }
 
-nlohmann::json parse_json(std::string_view content, std::string_view name) {
-  check_json_text(content, name);
-  try {
-    return nlohmann::json::parse(content.begin(), content.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    std::string_view what = e.what();
-    if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
-    fail("{}: byte {}: invalid JSON ({})", name, e.byte, what);
-  } catch (const nlohmann::json::exception& e) {  // a number too large for any C++ type
-    std::string_view what = e.what();
-    if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
-    fail("{}: invalid JSON ({})", name, what);
-  }
-}
-
 TokenizerConfig parse_tokenizer_config(std::string_view content, std::string_view name) {
   TokenizerConfig config;
-  const nlohmann::json j = parse_json(content, name);
+  const nlohmann::json j = parse_json_text<nlohmann::json>(content, name);
   HONE_CHECK(j.is_object(), "{}: expected a JSON object (tokenizer_config.json)", name);
   // A token is written as "<s>" or as {"content": "<s>", ...}.
   const auto token = [&](const char* key) -> std::optional<std::string> {
@@ -223,7 +207,7 @@ TokenizerConfig parse_tokenizer_config(std::string_view content, std::string_vie
 
 std::unique_ptr<Tokenizer> load_gpt2_bpe(std::string_view vocab_json, std::string_view vocab_name,
                                          std::string_view merges, std::string_view merges_name) {
-  const nlohmann::json vocab = parse_json(vocab_json, vocab_name);
+  const nlohmann::json vocab = parse_json_text<nlohmann::json>(vocab_json, vocab_name);
   HONE_CHECK(vocab.is_object() && !vocab.empty(), "{}: expected a JSON object of token -> id (GPT-2 encoder.json)",
              vocab_name);
   auto t = std::make_unique<BpeTokenizer>();
@@ -458,7 +442,7 @@ HfTokenizerFiles tiktoken_as_hf_tokenizer(std::string_view content, std::string_
 }
 
 std::unique_ptr<Tokenizer> load_tiktoken_json(std::string_view content, std::string_view name) {
-  const nlohmann::json j = parse_json(content, name);
+  const nlohmann::json j = parse_json_text<nlohmann::json>(content, name);
   HONE_CHECK(j.is_object() && j.contains("pat_str") && j["pat_str"].is_string() && j.contains("bpe_ranks") &&
                  j["bpe_ranks"].is_string() && j.contains("special_tokens") && j["special_tokens"].is_object(),
              "{}: expected the npm tiktoken encoder format: an object with pat_str, special_tokens and bpe_ranks",

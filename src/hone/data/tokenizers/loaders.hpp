@@ -60,9 +60,6 @@ std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::stri
 // A SentencePiece model (serialized ModelProto), through libsentencepiece.
 std::unique_ptr<Tokenizer> load_sentencepiece(std::string_view content, std::string_view name);
 
-// Parses JSON; a syntax error becomes a hone::Error naming `name` and the byte offset.
-nlohmann::json parse_json(std::string_view content, std::string_view name);
-
 // What a tokenizer_config.json (transformers) says about special tokens.
 struct TokenizerConfig {
   std::map<int32_t, std::string> added_tokens;  // added_tokens_decoder: id -> content

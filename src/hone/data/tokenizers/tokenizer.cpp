@@ -4,6 +4,7 @@
 
 #include "hone/core/error.hpp"
 #include "hone/core/files.hpp"
+#include "hone/core/json_text.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
 
 namespace hone {
@@ -113,7 +114,7 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
     if (shape.object && shape.first_value_is_integer &&
         (name == "encoder.json" || name == "vocab.json" || shape.keys >= 256))
       return load_gpt2_files(path, partner(path, {"vocab.bpe", "merges.txt"}, "vocabulary"));
-    parse_json(content, where);  // a syntax error is reported as such
+    parse_json_text<nlohmann::json>(content, where);  // a syntax error is reported as such
     fail("{}: a JSON file that is no tokenizer: {}", where, kExpected);
   }
   // A pickle (protocol 2 and later) starts with PROTO: nanoGPT's meta.pkl.

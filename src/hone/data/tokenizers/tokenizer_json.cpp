@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hone/core/error.hpp"
+#include "hone/core/json_text.hpp"
 #include "hone/core/text.hpp"
 #include "hone/data/tokenizers/bpe_tokenizer.hpp"
 #include "hone/data/tokenizers/loaders.hpp"
@@ -311,10 +312,8 @@ class DocumentParser final : public nlohmann::json_sax<json> {
     }
     return close();
   }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
-    std::string_view what = e.what();
-    if (const size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
-    fail("{}: byte {}: invalid JSON ({})", name_, position, what);
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail("{}: not valid JSON ({})", name_, json_error_text(e));
   }
 
  private:
@@ -373,6 +372,7 @@ class DocumentParser final : public nlohmann::json_sax<json> {
 Document parse_document(std::string_view content, std::string_view name) {
   Document doc;
   DocumentParser parser(doc, name);
+  check_json_text(content, name);
   json::sax_parse(content.begin(), content.end(), &parser);
   return doc;
 }
