@@ -407,6 +407,19 @@ lr_scheduler:
             "run.yaml: 'resume': ${ouptut_dir}: the config has no key 'ouptut_dir' (did you mean 'output_dir'?)");
   EXPECT_EQ(error("resume: ${a}\na: ${resume}\n"),
             "run.yaml: 'resume': the interpolations refer to each other in a circle: a -> resume -> a");
+  // References that double at each level would take 2^40 bytes and forever; each key is resolved once.
+  std::string doubling = "variables:\n  v0: ab\n";
+  for (int level = 1; level <= 40; ++level)
+    doubling += fmt::format("  v{}: ${{variables.v{}}}-${{variables.v{}}}\n", level, level - 1, level - 1);
+  EXPECT_EQ(error(doubling + "resume: ${variables.v40}\n"),
+            "run.yaml: 'variables.v21': the interpolations bring in more than 16.00 MiB (references that double at "
+            "each level?)");
+  EXPECT_EQ(schema()
+                .resolve(Config::from_yaml("variables:\n  v0: ab\n  v1: ${variables.v0}-${variables.v0}\n  v2: "
+                                           "${variables.v1}-${variables.v1}\noutput_dir: ${variables.v2}\n",
+                                           "run.yaml"))
+                .get<std::string>("output_dir"),
+            "ab-ab-ab-ab");
   EXPECT_EQ(error("resume: ${oc.env:HONE_TEST_UNSET}\n"),
             "run.yaml: 'resume': ${oc.env:HONE_TEST_UNSET}: the environment variable HONE_TEST_UNSET is not set");
   EXPECT_EQ(error("resume: ${oc.select:a}\n"),

@@ -359,8 +359,25 @@ std::string join_key(const std::vector<std::string>& parts, size_t count) {
   return key;
 }
 
+// The most text and values the references of one config may bring in, counting
+// each use: far beyond any real config, while references that double at each
+// level (`v1: ${v0}${v0}`, `v2: ${v1}${v1}`, ...) grow exponentially.
+constexpr size_t kMaxInterpolatedBytes = size_t(16) << 20;
+
+// A value's size as kMaxInterpolatedBytes counts it: its text, and a byte for
+// each number, boolean or null.
+size_t interpolated_size(const Json& value) {
+  if (value.is_string()) return value.get_ref<const std::string&>().size();
+  if (!value.is_structured()) return 1;
+  size_t size = 1;
+  for (auto it = value.begin(); it != value.end(); ++it)
+    size += (value.is_object() ? it.key().size() : 0) + interpolated_size(it.value());
+  return size;
+}
+
 // Replaces the interpolations of a config tree (Config::interpolated): each
-// string value is resolved where it lies, references followed recursively.
+// string value is resolved where it lies, references followed recursively,
+// each key's value resolved once however often it is referred to.
 class Interpolator {
  public:
   Interpolator(const Config& config, const std::function<const Json*(const std::string&)>& fallback)
@@ -494,10 +511,20 @@ class Interpolator {
       error(parts, fmt::format("${{{}}}: the config has no key '{}'{}", expression, key,
                                suggestion.empty() ? "" : fmt::format(" (did you mean '{}'?)", suggestion)));
     }
-    stack_.push_back(key);
-    Json value = resolve(*found, target);
-    stack_.pop_back();
-    return value;
+    auto resolved = resolved_.find(key);
+    if (resolved == resolved_.end()) {
+      stack_.push_back(key);
+      Json value = resolve(*found, target);
+      stack_.pop_back();
+      const size_t size = interpolated_size(value);
+      resolved = resolved_.emplace(key, Resolved{std::move(value), size}).first;
+    }
+    brought_in_ += resolved->second.size;
+    if (brought_in_ > kMaxInterpolatedBytes) {
+      error(parts, fmt::format("the interpolations bring in more than {} (references that double at each level?)",
+                               format_bytes(double(kMaxInterpolatedBytes))));
+    }
+    return resolved->second.value;
   }
 
   // The list index a key's part spells ("1" of optimizer.betas.1), if it spells one.
@@ -523,9 +550,16 @@ class Interpolator {
     return node;
   }
 
+  struct Resolved {
+    Json value;
+    size_t size;  // interpolated_size(value)
+  };
+
   const Config& config_;
   const std::function<const Json*(const std::string&)>& fallback_;
   std::vector<std::string> stack_;  // the keys whose references are being followed
+  std::map<std::string, Resolved> resolved_;  // each referred-to key's value, interpolations replaced
+  size_t brought_in_ = 0;  // the sizes of every reference's value so far
 };
 
 }  // namespace
