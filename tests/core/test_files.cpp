@@ -20,9 +20,9 @@ class NewFoldersTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
   // Makes `path` in a scope that ends by an exception when `fail`.
-  void make(const std::string& path, bool fail, bool keep = false, bool owner = true) {
+  void make(const std::string& path, bool fail, bool keep = false) {
     try {
-      NewFolders folders(owner);
+      NewFolders folders;
       folders.create("output_dir", path);
       std::ofstream(path + "/file") << "written";
       if (keep) folders.keep();
@@ -45,8 +45,6 @@ TEST_F(NewFoldersTest, AFailedCommandRemovesTheFoldersItMadeAndNoOthers) {
   EXPECT_TRUE(fs::exists(root_ + "/ok/file"));
   make(root_ + "/kept", /*fail=*/true, /*keep=*/true);
   EXPECT_TRUE(fs::exists(root_ + "/kept/file"));
-  make(root_ + "/other_rank", /*fail=*/true, /*keep=*/false, /*owner=*/false);
-  EXPECT_TRUE(fs::exists(root_ + "/other_rank/file"));
   // A path through a folder it made: both go.
   make(root_ + "/gone/../also", /*fail=*/true);
   EXPECT_FALSE(fs::exists(root_ + "/gone"));

@@ -1718,7 +1718,7 @@ TEST_F(DataParallelRun, RanksReadingOtherDataAreRefused) {
       << log();
   EXPECT_NE(log().find("[rank 0] hone: error: 1 of the 2 ranks reads other data than rank 0's"), std::string::npos)
       << log();
-  EXPECT_FALSE(fs::exists(root_ + "/other_data/step_0000001"));
+  EXPECT_FALSE(fs::exists(root_ + "/other_data")) << "the new output_dir is left behind";
 }
 
 }  // namespace

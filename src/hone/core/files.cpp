@@ -64,7 +64,6 @@ void NewFolders::create(std::string_view what, const std::string& path) {
     if (p == p.parent_path()) break;
   }
   create_folders(what, path);
-  if (!owner_) return;
   // The outermost of them: removing it removes those inside.
   const auto inside = [](const fs::path& folder, const fs::path& outer) {
     const fs::path relative = folder.lexically_relative(outer);

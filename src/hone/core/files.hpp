@@ -29,8 +29,7 @@ void create_folders(std::string_view what, const std::string& path);
 // there before stay as they are.
 class NewFolders {
  public:
-  // Without `owner` (another rank of the same job) the folders are made, never removed.
-  explicit NewFolders(bool owner = true) : owner_(owner) {}
+  NewFolders() = default;
   NewFolders(const NewFolders&) = delete;
   NewFolders& operator=(const NewFolders&) = delete;
   ~NewFolders();
@@ -42,7 +41,6 @@ class NewFolders {
   void discard() { discard_ = true; }
 
  private:
-  bool owner_;
   bool discard_ = false;
   std::vector<std::string> made_;
 };

@@ -329,9 +329,14 @@ int run_training(const Config& c, TrainingJob job) {
   catch_stop_signals();
 
   // A run that ends in an error before its first step (a mistake in the config
-  // or the data) leaves no folder behind: the error is on stderr.
-  NewFolders new_folders(world.is_main());
-  new_folders.create("output_dir", run.output_dir);
+  // or the data) leaves no folder behind: the error is on stderr. The main rank
+  // makes the folder, and removes it so, before the other ranks make it too
+  // (each node may see a file system of its own); were one of them first, the
+  // main rank would not know the folder as its own.
+  NewFolders new_folders;
+  if (world.is_main()) new_folders.create("output_dir", run.output_dir);
+  world.barrier();
+  if (!world.is_main()) create_folders("output_dir", run.output_dir);
   std::optional<FolderLock> output_dir_lock;  // the main rank's, for the whole run
   if (world.is_main()) {
     try {
