@@ -435,6 +435,18 @@ TEST_F(HfTest, ExportedFoldersHaveWhatTransformersLoads) {
   EXPECT_FALSE(fs::exists(path("gpt2/model.safetensors.index.json")));
 }
 
+// The ids a config names, as export and generate read them: ids past int32 are
+// no token's (4294967298 is not token 2), other types none.
+TEST(HfSpecialIds, IdsPastInt32AreLeftOut) {
+  const SpecialTokenIds ids = special_ids_in(
+      Json::parse(R"({"bos_token_id": 4294967297, "pad_token_id": -1, "eos_token_id": [4294967298, 2, "3", 7]})"));
+  EXPECT_FALSE(ids.bos);
+  EXPECT_EQ(ids.pad, -1);
+  EXPECT_EQ(ids.eos, 2);
+  EXPECT_EQ(ids.more_eos, std::vector<int32_t>{7});
+  EXPECT_FALSE(special_ids_in(Json::parse(R"({"eos_token_id": -4294967296})")).eos);
+}
+
 // A chat template file (a chat fine-tune's checkpoints carry the format it
 // trained) is exported, and tokenizer_config.json says the same: transformers'
 // later releases read the file first, earlier ones only tokenizer_config.json.

@@ -1761,6 +1761,16 @@ TEST_F(FinetuneRun, GenerateFromTheMergedHfExportWithAPromptsFileSamplingAndStop
   // do_sample of another type than a boolean is not false: sampling as without it (was: an internal error).
   std::ofstream(root_ + "/base_greedy/generation_config.json") << R"({"do_sample": "no", "top_p": 0.9})";
   EXPECT_EQ(completion_of("do_sample_no", "/base_greedy", "seed=7").second.find("do_sample false"), std::string::npos);
+  // A top_k that is no integer is named, not taken for the integer below it.
+  std::ofstream(root_ + "/base_greedy/generation_config.json") << R"({"top_k": 1.5})";
+  const std::string top_k_out = root_ + "/top_k.out";
+  EXPECT_EQ(run_hone_to_log({"run", "generate", "checkpoint.path=" + root_ + "/base_greedy", "tokenizer.path=" + tokenizer_,
+                             "prompt=Repeat the word tiger."},
+                            top_k_out),
+            2);
+  EXPECT_NE(read_file(top_k_out).find("the model's generation_config.json: 'top_k' must be an integer, got 1.5"),
+            std::string::npos)
+      << read_file(top_k_out);
   // A prompts file without a prompt, adapters that are not there, a prompt too long: named.
   std::ofstream(root_ + "/blank_prompts.txt") << "\n  \n";
   std::ofstream long_prompts(root_ + "/long_prompts.txt");

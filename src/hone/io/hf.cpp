@@ -3,6 +3,7 @@
 #include "hone/io/hf.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -215,7 +216,13 @@ SpecialTokenIds hf_config_special_ids(const std::string& path) {
 
 SpecialTokenIds special_ids_in(const Json& config) {
   if (!config.is_object()) return {};
-  const auto id = [](const Json& v) { return v.is_number_integer() ? std::optional(v.get<int32_t>()) : std::nullopt; };
+  // An id past int32 is no token's: left out, not cut down to another token's id.
+  const auto id = [](const Json& v) -> std::optional<int32_t> {
+    if (!v.is_number_integer()) return std::nullopt;
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                             : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+    return fits ? std::optional(v.get<int32_t>()) : std::nullopt;
+  };
   SpecialTokenIds ids;
   ids.bos = id(config.value("bos_token_id", Json()));
   ids.pad = id(config.value("pad_token_id", Json()));

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <type_traits>
 
 #include "hone/core/stop_signals.hpp"
 #include "hone/core/text.hpp"
@@ -85,6 +86,10 @@ SamplingOptions sampling_options(const Config& c, const Json& generation_config)
   const auto pick = [&]<typename T>(const char* key, T fallback) -> T {
     if (c.has(key)) return c.get<T>(key);
     if (has_file && generation_config.contains(key) && generation_config[key].is_number()) {
+      // transformers refuses top_k 1.5 too; taking it for 1 would sample otherwise than the file says.
+      HONE_CHECK(!std::is_integral_v<T> || generation_config[key].is_number_integer(),
+                 "the model's generation_config.json: '{}' must be an integer, got {}", key,
+                 generation_config[key].dump());
       from_file.push_back(fmt::format("{} {}", key, generation_config[key].dump()));
       return generation_config[key].get<T>();
     }
