@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sentencepiece_trainer.h>
 #include <thread>
 
 #include "assets.hpp"
@@ -394,6 +397,41 @@ TEST_F(TokenizerFiles, RankFileNamesTheLine) {
             std::string::npos);
   // The file's name tells, not its folder's (a Llama 3 tokenizer.model under o200k_tests/ was read as o200k).
   EXPECT_NE(error_of(write("o200k_tests/x.tiktoken", "IQ== 0\nIg== 1\n")).find("cannot tell which tiktoken encoding"),
+            std::string::npos);
+}
+
+// libsentencepiece follows a model's normalization trie and reads its
+// replacement texts without checking where they point: damaged ones crashed it.
+TEST_F(TokenizerFiles, ADamagedSentencePieceCharsmapIsNamedNotACrash) {
+  std::string corpus;
+  for (int i = 0; i < 200; ++i) corpus += fmt::format("line {} of the quick brown fox, and the lazy dog {}\n", i, i * 7);
+  const std::string prefix = (dir_ / "spm" / "nfkc").string();
+  ASSERT_TRUE(sentencepiece::SentencePieceTrainer::Train(fmt::format(
+                  "--input={} --model_prefix={} --vocab_size=60 --minloglevel=2", write("spm/corpus.txt", corpus),
+                  prefix))
+                  .ok());
+  const std::string model = read_file(prefix + ".model");
+  // NFKC (the default rules): full-width letters read as ASCII ones.
+  const auto tokenizer = load_tokenizer(write("good.model", model));
+  EXPECT_EQ(tokenizer->encode("\xEF\xBD\x86ox", SpecialTokens::as_text), tokenizer->encode("fox", SpecialTokens::as_text));
+  const std::string_view charsmap = sentencepiece_charsmap(model, 3);
+  ASSERT_GT(charsmap.size(), 8u);
+  const size_t at = size_t(charsmap.data() - model.data());
+  uint32_t trie_bytes;
+  std::memcpy(&trie_bytes, charsmap.data(), 4);
+  // The trie's root sent past its end.
+  std::string damaged = model;
+  const uint32_t far = 0xFFFFFC00u;
+  std::memcpy(damaged.data() + at + 4, &far, 4);
+  EXPECT_EQ(error_of(write("root.model", damaged)),
+            fmt::format("{}: the normalizer_spec's precompiled_charsmap is damaged: unit 0 points past the trie's {} "
+                        "units (SentencePiece would read outside it)",
+                        (dir_ / "root.model").string(), trie_bytes / 4));
+  // Replacement texts without the NUL that ends each.
+  damaged = model;
+  std::fill(damaged.begin() + long(at + 4 + trie_bytes), damaged.begin() + long(at + charsmap.size()), 'x');
+  EXPECT_NE(error_of(write("texts.model", damaged))
+                .find(fmt::format("runs past the {} bytes of replacements", charsmap.size() - 4 - trie_bytes)),
             std::string::npos);
 }
 

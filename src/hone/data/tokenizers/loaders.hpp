@@ -2,6 +2,7 @@
 // The loaders behind load_tokenizer(), one per file format. Each takes the
 // contents of the files (the fuzz target calls them directly) and names them in
 // errors as `name`.
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,6 +60,10 @@ std::unique_ptr<Tokenizer> load_nanogpt_meta(std::string_view content, std::stri
 
 // A SentencePiece model (serialized ModelProto), through libsentencepiece.
 std::unique_ptr<Tokenizer> load_sentencepiece(std::string_view content, std::string_view name);
+// The precompiled_charsmap (the normalization rules) of a serialized ModelProto's
+// normalizer_spec (spec_field 3) or denormalizer_spec (5), a view into `model`;
+// empty where it has none.
+std::string_view sentencepiece_charsmap(std::string_view model, uint64_t spec_field);
 
 // What a tokenizer_config.json (transformers) says about special tokens.
 struct TokenizerConfig {
