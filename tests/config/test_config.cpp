@@ -414,6 +414,12 @@ lr_scheduler:
   EXPECT_EQ(error(doubling + "resume: ${variables.v40}\n"),
             "run.yaml: 'variables.v21': the interpolations bring in more than 16.00 MiB (references that double at "
             "each level?)");
+  // A chain of references each to the next, deeper than any config's (30,000 overflowed the stack).
+  std::string chain = "variables:\n";
+  for (int link = 1; link < 1000; ++link) chain += fmt::format("  v{}: ${{variables.v{}}}\n", link, link + 1);
+  EXPECT_EQ(error(chain + "  v1000: ab\nresume: ${variables.v1}\n"),
+            "run.yaml: 'variables.v101': a chain of more than 100 references, each to the next (variables.v2 -> "
+            "variables.v3 -> ...)");
   EXPECT_EQ(schema()
                 .resolve(Config::from_yaml("variables:\n  v0: ab\n  v1: ${variables.v0}-${variables.v0}\n  v2: "
                                            "${variables.v1}-${variables.v1}\noutput_dir: ${variables.v2}\n",

@@ -363,6 +363,10 @@ std::string join_key(const std::vector<std::string>& parts, size_t count) {
 // each use: far beyond any real config, while references that double at each
 // level (`v1: ${v0}${v0}`, `v2: ${v1}${v1}`, ...) grow exponentially.
 constexpr size_t kMaxInterpolatedBytes = size_t(16) << 20;
+// Longer than any config's chain of references (a key referring to one that
+// refers to another ...): each link is a few calls deep, and a generated chain
+// of 30,000 overflowed the stack.
+constexpr size_t kMaxReferenceChain = 100;
 
 // A value's size as kMaxInterpolatedBytes counts it: its text, and a byte for
 // each number, boolean or null.
@@ -390,7 +394,7 @@ class Interpolator {
     if (node.is_object()) {
       for (auto it = out.begin(); it != out.end(); ++it) {
         parts.push_back(it.key());
-        it.value() = resolve(node[it.key()], parts);
+        it.value() = resolve(it.value(), parts);  // the copy's own value: node[key] searches an ordered map
         parts.pop_back();
       }
     } else if (node.is_array()) {
@@ -513,6 +517,10 @@ class Interpolator {
     }
     auto resolved = resolved_.find(key);
     if (resolved == resolved_.end()) {
+      if (stack_.size() == kMaxReferenceChain) {
+        error(parts, fmt::format("a chain of more than {} references, each to the next ({} -> {} -> ...)",
+                                 kMaxReferenceChain, stack_[0], stack_[1]));
+      }
       stack_.push_back(key);
       Json value = resolve(*found, target);
       stack_.pop_back();
