@@ -20,7 +20,8 @@ TEST(JsonText, ANulOrDeepNestingIsRefused) {
   EXPECT_EQ(error_of(std::string(512, '[') + std::string(512, ']')), "no error");
   EXPECT_EQ(error_of(std::string(513, '[') + std::string(513, ']')),
             "f.json: byte 512: arrays and objects nested more than 512 deep");
-  EXPECT_EQ(error_of(std::string("{\"a\": 1}\0{{{", 12)), "f.json: byte 8 is NUL, which JSON text cannot hold (binary data?)");
+  EXPECT_EQ(error_of(std::string("{\"a\": 1}\0{{{", 12)),
+            "f.json: byte 8 is NUL, which JSON text cannot hold (binary data?)");
 }
 
 template <class JsonValue>

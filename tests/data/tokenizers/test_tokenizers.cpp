@@ -404,7 +404,8 @@ TEST_F(TokenizerFiles, RankFileNamesTheLine) {
 // replacement texts without checking where they point: damaged ones crashed it.
 TEST_F(TokenizerFiles, ADamagedSentencePieceCharsmapIsNamedNotACrash) {
   std::string corpus;
-  for (int i = 0; i < 200; ++i) corpus += fmt::format("line {} of the quick brown fox, and the lazy dog {}\n", i, i * 7);
+  for (int i = 0; i < 200; ++i)
+    corpus += fmt::format("line {} of the quick brown fox, and the lazy dog {}\n", i, i * 7);
   const std::string prefix = (dir_ / "spm" / "nfkc").string();
   ASSERT_TRUE(sentencepiece::SentencePieceTrainer::Train(fmt::format(
                   "--input={} --model_prefix={} --vocab_size=60 --minloglevel=2", write("spm/corpus.txt", corpus),
@@ -413,7 +414,8 @@ TEST_F(TokenizerFiles, ADamagedSentencePieceCharsmapIsNamedNotACrash) {
   const std::string model = read_file(prefix + ".model");
   // NFKC (the default rules): full-width letters read as ASCII ones.
   const auto tokenizer = load_tokenizer(write("good.model", model));
-  EXPECT_EQ(tokenizer->encode("\xEF\xBD\x86ox", SpecialTokens::as_text), tokenizer->encode("fox", SpecialTokens::as_text));
+  EXPECT_EQ(tokenizer->encode("\xEF\xBD\x86ox", SpecialTokens::as_text),
+            tokenizer->encode("fox", SpecialTokens::as_text));
   const std::string_view charsmap = sentencepiece_charsmap(model, 3);
   ASSERT_GT(charsmap.size(), 8u);
   const size_t at = size_t(charsmap.data() - model.data());
@@ -437,7 +439,8 @@ TEST_F(TokenizerFiles, ADamagedSentencePieceCharsmapIsNamedNotACrash) {
 
 TEST_F(TokenizerFiles, JsonNamesTheByteOffsetOrKey) {
   std::string m = error_of(write("a/tokenizer.json", R"({"model": {"type": "BPE",, "vocab": {}}})"));
-  EXPECT_NE(m.find("tokenizer.json: not valid JSON (byte 26: parse error at line 1, column 26: "), std::string::npos) << m;
+  EXPECT_NE(m.find("tokenizer.json: not valid JSON (byte 26: parse error at line 1, column 26: "), std::string::npos)
+      << m;
   m = error_of(write("b/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})"));
   EXPECT_NE(m.find("key model.type: unsupported value \"Unigram\" (expected \"BPE\")"), std::string::npos) << m;
   m = error_of(write("c/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}})"));

@@ -88,7 +88,9 @@ std::optional<std::string> charsmap_damage(std::string_view charsmap) {
     return u;
   };
   // darts-clone's unit: a label (the byte, or bit 31 for a value), a leaf flag, and the offset to its children.
-  const auto children = [&](size_t i) { return uint64_t(i) ^ ((uint64_t(unit(i)) >> 10) << ((unit(i) & (1u << 9)) >> 6)); };
+  const auto children = [&](size_t i) {
+    return uint64_t(i) ^ ((uint64_t(unit(i)) >> 10) << ((unit(i) & (1u << 9)) >> 6));
+  };
   const std::string_view replacements = charsmap.substr(4 + size_t(trie_bytes));
   const size_t last_nul = replacements.rfind('\0');
   std::vector<bool> seen(units);
