@@ -429,6 +429,14 @@ TEST_F(TokenizerFiles, ADamagedSentencePieceCharsmapIsNamedNotACrash) {
             fmt::format("{}: the normalizer_spec's precompiled_charsmap is damaged: unit 0 points past the trie's {} "
                         "units (SentencePiece would read outside it)",
                         (dir_ / "root.model").string(), trie_bytes / 4));
+  // A trie size past the end by fewer than the 4 bytes that give it, which SentencePiece takes.
+  damaged = model;
+  const uint32_t past = uint32_t(charsmap.size()) - 2;
+  std::memcpy(damaged.data() + at, &past, 4);
+  EXPECT_NE(error_of(write("size.model", damaged))
+                .find(fmt::format("its trie of {} bytes runs past the {} bytes after its size", past,
+                                  charsmap.size() - 4)),
+            std::string::npos);
   // Replacement texts without the NUL that ends each.
   damaged = model;
   std::fill(damaged.begin() + long(at + 4 + trie_bytes), damaged.begin() + long(at + charsmap.size()), 'x');

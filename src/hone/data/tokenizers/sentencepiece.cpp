@@ -79,7 +79,11 @@ std::optional<std::string> charsmap_damage(std::string_view charsmap) {
   uint32_t trie_bytes = 0;
   if (charsmap.size() <= sizeof(trie_bytes)) return std::nullopt;  // SentencePiece refuses it itself
   std::memcpy(&trie_bytes, charsmap.data(), sizeof(trie_bytes));
-  if (trie_bytes >= charsmap.size()) return std::nullopt;  // refused too
+  // SentencePiece refuses a trie size of the whole charsmap's or more, forgetting the 4 bytes that give it.
+  if (uint64_t(trie_bytes) + sizeof(trie_bytes) > charsmap.size()) {
+    return fmt::format("its trie of {} bytes runs past the {} bytes after its size", trie_bytes,
+                       charsmap.size() - sizeof(trie_bytes));
+  }
   const size_t units = trie_bytes / 4;
   if (units == 0) return "its trie is empty";
   const auto unit = [&](size_t i) {
