@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev libopenblas-openmp-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev

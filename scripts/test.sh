@@ -2,6 +2,8 @@
 # The test command of README.md: install dependencies, build, run the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache (CMakeLists.txt) keeps its objects in the checkout: every build folder here shares them.
+export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
 bash scripts/install-deps.sh --hip  # hipcc: the build also compiles the GPU kernels as HIP (a check)
 bash scripts/build.sh
 # GPU tests (label gpu) run on a machine with a GPU: ctest -L gpu (docs/cuda.md).
