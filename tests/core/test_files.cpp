@@ -58,6 +58,10 @@ TEST_F(NewFoldersTest, AFolderThatCannotBeMadeIsAnErrorNamingTheKey) {
   std::ofstream(root_ + "/file") << "x";
   EXPECT_EQ(error_of([&] { create_folders("output_dir", root_ + "/file/run"); }),
             "output_dir " + root_ + "/file/run: cannot create the folder: Not a directory");
+  fs::create_symlink(root_ + "/gone", root_ + "/link");
+  EXPECT_EQ(error_of([&] { create_folders("output_dir", root_ + "/link"); }),
+            "output_dir " + root_ + "/link: a link to " + root_ + "/gone, which does not exist: make that folder, or "
+            "give another output_dir");
 }
 
 }  // namespace

@@ -113,6 +113,22 @@ TEST(AtomicFolder, WritesThroughLinksAndIntoTheWorkingDirectory) {
   fs::current_path(before);
   EXPECT_TRUE(fs::exists(dir + "/here/b"));
   EXPECT_FALSE(fs::exists(dir + "/.here.tmp." + std::to_string(::getpid())));
+
+  // There the files move one by one: those that make a folder a model last, so
+  // that one cut short (here a move that fails) is not taken for one.
+  fs::create_directories(dir + "/there");
+  fs::current_path(dir + "/there");
+  {
+    AtomicFolder folder(".", /*replace=*/false);
+    for (const std::string name : {"config.json", "manifest.json", "model.safetensors", "tokenizer.json"}) {
+      std::ofstream(folder.file(name)) << name;
+    }
+    fs::create_directories("model.safetensors/in_the_way");
+    EXPECT_ANY_THROW(folder.commit());
+  }
+  fs::current_path(before);
+  EXPECT_FALSE(fs::exists(dir + "/there/config.json"));
+  EXPECT_FALSE(fs::exists(dir + "/there/manifest.json"));
   fs::remove_all(dir);
 }
 

@@ -113,6 +113,25 @@ TEST_F(CheckpointTest, KeepsTheLastNAndLatestPointsAtTheNewest) {
   fs::remove_all(dir_ + "_elsewhere");
 }
 
+// A kill during a save leaves its temporary folder, and one while a step folder
+// is deleted the hidden folder it was renamed to first (so that no step folder
+// is ever seen with a manifest that lists files gone): the next save removes
+// both, whatever their step (a step the run never saves again included).
+TEST_F(CheckpointTest, WhatKilledSavesLeftGoesAtTheNextSave) {
+  save(1);
+  fs::create_directories(dir_ + "/.step_0000009.tmp");
+  std::ofstream(dir_ + "/.step_0000009.tmp/model.safetensors") << "cut short";
+  fs::create_directories(dir_ + "/.step_0000002.removed");
+  std::ofstream(dir_ + "/.step_0000002.removed/manifest.json") << "{}";
+  save(3, 1);  // keep_last_n 1: step 1 goes
+  save(3, 1);  // the same step again, as after a resume from an earlier one
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir_)) entries.push_back(e.path().filename().string());
+  std::sort(entries.begin(), entries.end());
+  EXPECT_EQ(entries, (std::vector<std::string>{"latest", "step_0000003"}));
+  EXPECT_NO_THROW(verify_checkpoint(dir_ + "/step_0000003"));
+}
+
 TEST_F(CheckpointTest, CorruptionIsReportedByFile) {
   const std::string folder = save(5);
   {  // flip one byte in the middle of the weights

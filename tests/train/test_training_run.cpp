@@ -1,9 +1,14 @@
 // Whole training runs through the `hone` binary: exact resume, checkpoints that
 // survive SIGKILL at any moment, graceful SIGINT, and non-finite losses.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -309,11 +314,13 @@ TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {
   fs::create_directories(root_ + "/resumed");
   fs::copy(root_ + "/full/step_0000008", root_ + "/resumed/step_0000008");
   std::ofstream(root_ + "/resumed/latest") << "step_0000008\n";
-  // The row of the run that saved step 8, written by a hone whose rows ended at final_loss.
+  // The row of the run that saved step 8, written by a hone whose rows ended at
+  // final_loss, and a row cut off (a full disk as a later run wrote it).
   std::ofstream(root_ + "/resumed/perf_summary.csv")
       << "model,precision,world_size,global_batch_size,seq_len,tokens_per_sec,samples_per_sec,"
          "tokens_per_sec_per_device,mfu,peak_memory_bytes,final_loss\n"
-         "\"llama_tiny, older\",fp32,1,4,32,1.0,2.000,3.0,0.100000,1000,5.000000\n";
+         "\"llama_tiny, older\",fp32,1,4,32,1.0,2.000,3.0,0.100000,1000,5.000000\n"
+         "\"llama_tiny, cut off";
   ASSERT_EQ(run({"run", "pretrain", "--config",
                  config("resumed", 20, "checkpoint: {every_n_steps: 8, keep_last_n: 0}\nresume: latest\n")}),
             0)
@@ -326,6 +333,7 @@ TEST_F(TrainingRun, ResumingFromACheckpointReproducesTheRunExactly) {
             std::string::npos)
       << csv;
   EXPECT_NE(csv.find(",8,20,"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("cut off"), std::string::npos) << csv;
   EXPECT_EQ(log().find("takes learning rate"), std::string::npos) << log();  // the same schedule: no note
   EXPECT_EQ(log().find("CPU threads now"), std::string::npos) << log();  // the same threads: no note
   EXPECT_EQ(log().find("saved by an earlier hone"), std::string::npos) << log();
@@ -387,7 +395,13 @@ TEST_F(TrainingRun, SigkillAtAnyMomentLeavesALoadableCheckpoint) {
     EXPECT_EQ(wait_for(p), 128 + SIGKILL);
     auto folder = find_checkpoint(run_dir, "latest");
     ASSERT_TRUE(folder.has_value());
-    EXPECT_NO_THROW(verify_checkpoint(*folder)) << *folder;
+    // Every step folder there is whole, the one `latest` names and those older
+    // (a kill while keep_last_n deletes one leaves none half deleted).
+    for (const auto& entry : fs::directory_iterator(run_dir)) {
+      if (entry.path().filename().string().starts_with("step_")) {
+        EXPECT_NO_THROW(verify_checkpoint(entry.path().string())) << entry.path();
+      }
+    }
     last_step = std::stoll(fs::path(*folder).filename().string().substr(5));
   }
   // And the run goes on from the last one.
@@ -512,6 +526,75 @@ TEST_F(TrainingRun, ASecondRunIntoAFolderInUseIsRefused) {
   EXPECT_EQ(wait_for(first), 0) << read_file(first_log);
   // Once it ended, the folder is free: this run resumes it (with nothing left to train).
   EXPECT_EQ(run({"run", "pretrain", "--config", config("busy", 1), "resume=latest"}), 0) << log();
+}
+
+// A run looks at its output_dir before it loads its model and data, and again
+// once it holds the folder's lock: a run that trained there and ended in
+// between (a job submitted twice) is not overwritten. Here the second run is
+// held in between by its tokenizer, a pipe that this test fills only once the
+// first run has ended.
+TEST_F(TrainingRun, ARunThatTrainedThereWhileThisOneLoadedIsNotOverwritten) {
+  const std::string pipe = root_ + "/sotu.model";
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  const std::string second_log = root_ + "/second.txt";
+  Process second = start_hone({"run", "pretrain", "--config", config("twice", 2), "model.vocab_size=4000",
+                               "tokenizer.path=" + pipe},
+                              second_log);
+  // The pipe opens for writing once the second run opened it for reading: past its first look.
+  int fd = -1;
+  for (int i = 0; i < 1200 && fd < 0; ++i) {
+    fd = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(fd, 0) << "the second run did not open its tokenizer within 120 s: " << read_file(second_log);
+  ASSERT_EQ(run({"run", "pretrain", "--config", config("twice", 2), "model.vocab_size=4000", "seed=7"}), 0) << log();
+  const std::string metrics = read_file(root_ + "/twice/metrics.jsonl");
+  const std::string weights = read_file(root_ + "/twice/step_0000002/model.safetensors");
+  // The second run's tokenizer arrives: it goes on to take the lock, and finds
+  // the first run's checkpoint. (One that went on would open the pipe again to
+  // copy the tokenizer: it is served as long as the run lasts.)
+  const std::string model = read_file(asset_path("tokenizers/spm/sotu.model"));
+  const auto fill = [&](int out) {
+    ::fcntl(out, F_SETFL, 0);
+    for (size_t written = 0; written < model.size();) {
+      const ssize_t n = ::write(out, model.data() + written, model.size() - written);
+      if (n <= 0) break;
+      written += size_t(n);
+    }
+    ::close(out);
+  };
+  const auto sigpipe = std::signal(SIGPIPE, SIG_IGN);  // a reader that stops early
+  fill(fd);
+  int status = -1;
+  bool closed = false;  // the reader served last has closed the pipe: a reader now is a new one
+  for (int i = 0; i < 1200 && status < 0; ++i) {
+    int raw = 0;
+    if (::waitpid(second.pid, &raw, WNOHANG) == second.pid) {
+      status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+      break;
+    }
+    const int again = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK);
+    if (again >= 0 && closed) {
+      fill(again);
+      closed = false;
+      continue;
+    }
+    if (again >= 0) ::close(again);
+    closed = again < 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::signal(SIGPIPE, sigpipe);
+  if (status < 0) {
+    ::kill(second.pid, SIGKILL);
+    wait_for(second);
+  }
+  EXPECT_EQ(status, 2) << read_file(second_log);
+  EXPECT_NE(read_file(second_log).find("output_dir " + root_ + "/twice already holds a run (latest checkpoint " +
+                                       root_ + "/twice/step_0000002): give resume=latest"),
+            std::string::npos)
+      << read_file(second_log);
+  EXPECT_EQ(read_file(root_ + "/twice/metrics.jsonl"), metrics);
+  EXPECT_TRUE(read_file(root_ + "/twice/step_0000002/model.safetensors") == weights) << "the first run's weights changed";
 }
 
 TEST_F(TrainingRun, NonFiniteLossesAreSkippedThenStopTheRun) {

@@ -43,6 +43,11 @@ void append_line(std::ostream& out, std::string_view text, const std::string& pa
 
 void create_folders(std::string_view what, const std::string& path) {
   std::error_code error;
+  // A link to a folder that is not there would fail as "File exists".
+  if (fs::is_symlink(path, error) && !fs::exists(path, error)) {
+    fail("{} {}: a link to {}, which does not exist: make that folder, or give another {}", what, path,
+         fs::read_symlink(path, error).string(), what);
+  }
   fs::create_directories(path, error);
   HONE_CHECK(!error, "{} {}: cannot create the folder: {}", what, path, error.message());
 }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -184,10 +185,16 @@ void AtomicFolder::commit() {
   const fs::path relative = error ? fs::path() : working.lexically_relative(fs::weakly_canonical(target_, error));
   if (!error && !relative.empty() && *relative.begin() != "..") {
     // The working directory, or a folder above it: removing it would leave this
-    // process (and the shell that started it) in a deleted folder.
-    for (const auto& entry : fs::directory_iterator(temp_path_)) {
-      fs::rename(entry.path(), fs::path(target_) / entry.path().filename());
-    }
+    // process (and the shell that started it) in a deleted folder. The files
+    // move one by one, the ones that make a folder a model last (an HF model's
+    // config.json, a hone folder's manifest.json): one cut short is not one.
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(temp_path_)) files.push_back(entry.path());
+    const auto last = [](const fs::path& file) {
+      return file.filename() == "manifest.json" ? 2 : file.filename() == "config.json" ? 1 : 0;
+    };
+    std::ranges::stable_sort(files, {}, last);
+    for (const fs::path& file : files) fs::rename(file, fs::path(target_) / file.filename());
     fs::remove(temp_path_);
   } else {
     if (fs::exists(target_)) fs::remove_all(target_);  // replaced, or an empty folder

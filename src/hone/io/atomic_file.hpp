@@ -51,7 +51,7 @@ void check_new_folder(const std::string& path);
 // Without commit() the temporary folder is removed. A symbolic link is
 // followed (the folder it names is made; the link stays); an empty folder that
 // is, or holds, the working directory (`hone convert SRC .`) is kept, and the
-// files move into it.
+// files move into it one by one, config.json and manifest.json last.
 class AtomicFolder {
  public:
   // An existing target is replaced at commit() when `replace`; otherwise a

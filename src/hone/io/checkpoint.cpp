@@ -128,9 +128,33 @@ std::string checkpoint_temp_folder(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / fmt::format(".{}.tmp", checkpoint_folder_name(step))).string();
 }
 
+namespace {
+
+constexpr std::string_view kRemovedSuffix = ".removed";
+
+// A step folder goes (past keep_last_n, or saved again after a resume) by a
+// rename out of the run's sight first: a kill while its files are deleted
+// leaves no step folder whose manifest lists files that are gone.
+void remove_checkpoint_folder(const fs::path& folder) {
+  const fs::path removed = folder.parent_path() / ("." + folder.filename().string() + std::string(kRemovedSuffix));
+  fs::remove_all(removed);
+  fs::rename(folder, removed);
+  fs::remove_all(removed);
+}
+
+}  // namespace
+
 TemporaryCheckpointFolder::TemporaryCheckpointFolder(const std::string& run_dir, int64_t step)
     : path_(checkpoint_temp_folder(run_dir, step)) {
-  fs::remove_all(path_);  // what a killed save left
+  // What killed saves and removals left, of any step (one the run never saves again stayed).
+  if (fs::is_directory(run_dir)) {
+    for (const auto& entry : fs::directory_iterator(run_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(".step_") && (name.ends_with(".tmp") || name.ends_with(kRemovedSuffix))) {
+        fs::remove_all(entry.path());
+      }
+    }
+  }
   fs::create_directories(path_);
 }
 
@@ -230,7 +254,7 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
   write_json_file((fs::path(dir) / "manifest.json").string(),
                   {{"format", kFormat}, {"version", kVersion}, {"step", state.step}, {"files", listed}});
   sync_directory(dir);
-  if (fs::exists(final_path)) fs::remove_all(final_path);  // a step re-saved after a resume
+  if (fs::exists(final_path)) remove_checkpoint_folder(final_path);  // a step re-saved after a resume
   fs::rename(dir, final_path);
   sync_directory(run_dir);
   {
@@ -244,7 +268,7 @@ std::string finish_checkpoint(const std::string& run_dir, const std::string& dir
     auto all = checkpoints_in(run_dir);
     std::erase_if(all, [&](const auto& c) { return c.first > state.step; });
     for (size_t i = 0; i + size_t(keep_last_n) < all.size(); ++i) {
-      if (all[i].second != final_path) fs::remove_all(all[i].second);
+      if (all[i].second != final_path) remove_checkpoint_folder(all[i].second);
     }
   }
   return final_path.string();

@@ -341,6 +341,10 @@ int run_training(const Config& c, TrainingJob job) {
   if (world.is_main()) {
     try {
       output_dir_lock.emplace("output_dir", run.output_dir);
+      // The folder was looked at before the model and data loaded (minutes for a
+      // large one): another run may have trained there since, and ended. Again,
+      // now that no other run can start there.
+      check_output_dir(c);
     } catch (const Error&) {
       new_folders.keep();  // the folder is the other run's now
       throw;
