@@ -166,15 +166,17 @@ class FinetuneRun : public ::testing::Test {
     resumed.push_back("resume=latest");
     ASSERT_EQ(run_hone_to_log(resumed, root_ + "/" + name + "_resumed.log"), 0)
         << read_file(root_ + "/" + name + "_resumed.log");
+    // The steps after 5, each with the same loss, and no other.
     const auto a = losses(name + "_full"), b = losses(name + "_resumed");
-    EXPECT_EQ(b.size(), 7u);
-    for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+    ASSERT_GT(a.rbegin()->first, 5) << read_file(root_ + "/" + name + "_full.log");
+    EXPECT_EQ(b, (std::map<int64_t, double>(a.upper_bound(5), a.end())));
     // The trained tensors: LoRA's adapters, or the whole model's weights.
-    const std::string file = fs::exists(root_ + "/" + name + "_full/step_0000012/adapter.safetensors")
+    const std::string last = checkpoint_folder_name(a.rbegin()->first);
+    const std::string file = fs::exists(root_ + "/" + name + "_full/" + last + "/adapter.safetensors")
                                  ? "adapter.safetensors"
                                  : "model.safetensors";
-    SafetensorsFile x(root_ + "/" + name + "_full/step_0000012/" + file);
-    SafetensorsFile y(root_ + "/" + name + "_resumed/step_0000012/" + file);
+    SafetensorsFile x(root_ + "/" + name + "_full/" + last + "/" + file);
+    SafetensorsFile y(root_ + "/" + name + "_resumed/" + last + "/" + file);
     for (const std::string& t : x.names()) EXPECT_EQ(x.load(t).to_vector<float>(), y.load(t).to_vector<float>());
   }
 
@@ -595,6 +597,33 @@ TEST_F(FinetuneRun, LoraResumeReproducesTheRunExactly) {
   auto other_rank = lora_args("lora_resumed", 14);
   other_rank.insert(other_rank.end(), {"resume=latest", "model.lora_rank=8"});
   expect_refused(other_rank, "lora_other_rank", "(model.lora_rank 4 -> 8)");
+}
+
+// A token budget of samples of uneven lengths, in order (long ones first): a
+// resume plans the steps the run it resumes planned (from the mean sample), not
+// fewer because its first samples held more tokens than the mean.
+TEST_F(FinetuneRun, AMaxTokensResumeReproducesTheRunExactly) {
+  {
+    std::ofstream out(root_ + "/uneven.jsonl");
+    for (int i = 0; i < 48; ++i) {
+      const std::string instruction =
+          i < 16 ? "Repeat the last of these words: apple river stone cloud green piano tiger maple apple river stone "
+                   "cloud green piano tiger maple apple river stone cloud green piano tiger maple"
+                 : "Repeat maple.";
+      out << "{\"instruction\": \"" << instruction << "\", \"output\": \"maple\"}\n";
+    }
+  }
+  expect_resume_reproduces_the_run(
+      [&](const std::string& run, int64_t) {
+        std::vector<std::string> args = lora_args(run, 12);
+        for (std::string& a : args) {
+          if (a.starts_with("max_steps=")) a = "max_tokens=1300";
+          if (a.starts_with("dataset.path=")) a = "dataset.path=" + root_ + "/uneven.jsonl";
+        }
+        args.push_back("dataset.shuffle=false");
+        return args;
+      },
+      "lora_tokens");
 }
 
 // The pairs' order and the dropout masks continue where they were; full_dpo's

@@ -61,7 +61,10 @@ struct DataSize {
 // done (`state`, a resumed run's) and what is left of the budget at this run's
 // batch, so a resumed run whose batch changed still trains the epochs or tokens
 // asked for. A token budget takes the steps whose samples hold that many
-// tokens on average (the tokens trained so far counted as they were).
+// tokens on average, the samples trained so far counted at that average too:
+// counted as they were (fine-tuning's vary), a resume with nothing changed
+// would plan another number of steps than the run it resumes, its learning
+// rates and the rest of the run then differing.
 int64_t total_steps_of(const Config& c, const DataSize& data, int64_t global_batch, const TrainerState& state) {
   check_training_settings(c);
   const auto steps_for = [&](double budget, double used, double per_step) {
@@ -74,7 +77,7 @@ int64_t total_steps_of(const Config& c, const DataSize& data, int64_t global_bat
                       double(global_batch));
   }
   if (c.has("max_tokens")) {
-    steps = steps_for(double(c.get<int64_t>("max_tokens")), double(state.tokens_seen),
+    steps = steps_for(double(c.get<int64_t>("max_tokens")), double(state.samples_seen) * data.tokens_per_sample,
                       double(global_batch) * data.tokens_per_sample);
   }
   HONE_CHECK(steps > 0, "{}: the run would take {} steps; it needs at least one", c.origin(), steps);
