@@ -143,7 +143,7 @@ std::string utc_timestamp() {
 
 void append_perf_summary(const std::string& run_dir, const PerfSummary& r) {
   const std::string path = (fs::path(run_dir) / "perf_summary.csv").string();
-  if (fs::exists(path)) drop_torn_last_line(path);  // a row cut off (a full disk, a kill): not one to append to
+  drop_torn_last_line(path);  // a row cut off (a full disk, a kill): not one to append to
   const bool fresh = !fs::exists(path) || fs::file_size(path) == 0;  // empty: a run killed as it made the file
   if (!fresh) add_missing_columns(path);
   std::ofstream out(path, std::ios::app);

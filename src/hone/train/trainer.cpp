@@ -293,10 +293,18 @@ std::optional<std::string> resume_conflict(const Config& c) {
   return std::nullopt;
 }
 
-void check_output_dir(const Config& c) {
+namespace {
+
+void check_no_other_run(const Config& c) {
   if (const std::optional<std::string> conflict = output_dir_conflict(c)) {
     fail("{}: {}", c.origin_of("output_dir"), *conflict);
   }
+}
+
+}  // namespace
+
+void check_output_dir(const Config& c) {
+  check_no_other_run(c);
   // Before the model is made or the data read: a resume that changes them is refused as such.
   if (const std::optional<std::string> conflict = resume_conflict(c)) fail("{}", *conflict);
 }
@@ -346,8 +354,9 @@ int run_training(const Config& c, TrainingJob job) {
       output_dir_lock.emplace("output_dir", run.output_dir);
       // The folder was looked at before the model and data loaded (minutes for a
       // large one): another run may have trained there since, and ended. Again,
-      // now that no other run can start there.
-      check_output_dir(c);
+      // now that no other run can start there (a resume's checkpoint is checked
+      // as it loads, below).
+      check_no_other_run(c);
     } catch (const Error&) {
       new_folders.keep();  // the folder is the other run's now
       throw;
